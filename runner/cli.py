@@ -1,0 +1,230 @@
+"""The command line. The only place errors become exit codes:
+0 = every recipe succeeded, 1 = some recipe failed, 2 = bad input (nothing run)."""
+from __future__ import annotations
+
+import glob
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .errors import RunnerError
+
+EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+
+
+class UserError(click.ClickException):
+    exit_code = EXIT_BAD_INPUT
+
+    def format_message(self) -> str:
+        return self.message
+
+
+def expand_paths(paths: tuple[str, ...]) -> list[Path]:
+    """Files, folders (their *.yaml / *.yml) and globs the shell did not expand."""
+    out: list[Path] = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            found = sorted([*path.glob("*.yaml"), *path.glob("*.yml")])
+            if not found:
+                raise RunnerError(f"folder has no .yaml/.yml recipes", file=p)
+            out += found
+        elif path.exists():
+            out.append(path)
+        elif any(ch in p for ch in "*?["):
+            found = sorted(Path(x) for x in glob.glob(p))
+            if not found:
+                raise RunnerError("glob matches no file", file=p)
+            out += found
+        else:
+            raise RunnerError("file not found", file=p)
+    seen, unique = set(), []
+    for p in out:
+        if p.resolve() not in seen:
+            seen.add(p.resolve())
+            unique.append(p)
+    return unique
+
+
+def load_all(paths: tuple[str, ...], sets: tuple[str, ...]):
+    from .loading import load_recipe
+    loaded = [load_recipe(p, list(sets)) for p in expand_paths(paths)]
+    names: dict[str, str] = {}
+    for lr in loaded:
+        n = lr.recipe.name
+        if n in names:
+            raise RunnerError(f"two recipes are named {n!r}: {names[n]} and {lr.path}; names must be unique "
+                              "in one call (they name the report folders)", field="name")
+        names[n] = lr.path
+    return loaded
+
+
+def guard(fn):
+    """Turn user errors into one-screen messages with exit code 2."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        try:
+            return fn(*a, **kw)
+        except RunnerError as e:
+            raise UserError(f"Error: {e.render()}")
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="runner")
+def cli():
+    """Declarative experiment runner for LLM inference speed-ups.
+
+    Write one YAML recipe per experiment (model, engine, dataset, prompt,
+    sampling, metrics), then `runner go recipes/*.yaml`. Each recipe runs in
+    its own process; reports go to reports/<name>/ and reports/summary.md.
+    The recipe reference is docs/recipe-reference.md.
+    """
+
+
+SET_HELP = "Override a recipe field, e.g. --set model.id=../shared/models/x (repeatable; value parsed as YAML)."
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--out", "out", default="reports", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for the reports.")
+@click.option("--limit", type=click.IntRange(min=1), help="Run only the first N examples of each recipe.")
+@click.option("--estimate", type=click.IntRange(min=2),
+              help="Run N examples and project the full-dataset time (marked as an estimate).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
+@click.option("--timeout", type=click.IntRange(min=1), help="Seconds per recipe before it is ended and "
+              "recorded failed (a recipe's own timeout_s wins).")
+@click.option("--baseline", help="Name of the recipe the summary compares against (default: the recipe "
+              "with `baseline: true`).")
+@click.option("--in-process", is_flag=True, hidden=True, help="Run recipes in this process (tests).")
+@click.option("--no-progress", is_flag=True, help="No progress bars.")
+@guard
+def go(paths, out, limit, estimate, sets, timeout, baseline, in_process, no_progress):
+    """Run recipes (files, folders or globs) and write Markdown reports."""
+    from .report import write_report, write_summary
+    loaded = load_all(paths, sets)
+    if baseline and baseline not in {lr.recipe.name for lr in loaded}:
+        raise RunnerError(f"--baseline {baseline!r} names no recipe of this call; recipes: "
+                          + ", ".join(lr.recipe.name for lr in loaded))
+    for lr in loaded:
+        preflight(lr)
+    out_dir = Path(out)
+    command = "runner go " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["go"] else ""
+    results = []
+    for i, lr in enumerate(loaded, 1):
+        r = lr.recipe
+        click.echo(f"[{i}/{len(loaded)}] {r.name} ({r.engine.kind}, {r.model.id})", err=True)
+        t = r.timeout_s or timeout
+        if in_process:
+            from .run import RunOptions, run_recipe
+            res = run_recipe(lr, RunOptions(out=out_dir, limit=limit, estimate=estimate, command=command,
+                                            progress=not no_progress))
+        else:
+            from .isolate import run_isolated
+            res = run_isolated(lr, out_dir, limit=limit, estimate=estimate, timeout_s=t, command=command,
+                               progress=not no_progress)
+        path = write_report(res, out_dir)
+        results.append(res)
+        click.echo(one_line(res, path))
+    summary = write_summary(results, out_dir, baseline)
+    click.echo(f"summary: {summary}")
+    if any(r.status != "ok" for r in results):
+        sys.exit(EXIT_FAILED)
+
+
+def one_line(res, path) -> str:
+    if res.status != "ok":
+        line = f"FAILED {res.name}: {res.error}"
+        if res.hint:
+            line += f"\n  hint: {res.hint}"
+        return line + f"\n  report: {path}"
+    from .report import secs
+    t = res.timings
+    bits = [f"ok {res.name}: {res.n_samples} examples", f"generation {secs(t.generate_s)}",
+            f"start {secs(t.load_s)}", f"{res.throughput.requests_per_s:.2f} req/s"]
+    if res.estimate:
+        bits.append(f"projected full run ~{secs(res.estimate.projected_s)} (estimate)")
+    if res.scores:
+        sc = ", ".join(f"{k} {v:.3f}" for k, v in res.scores.items())
+        bits.append(sc + ("" if res.scores_meaningful else " (random weights: not meaningful)"))
+    line = "; ".join(bits)
+    for k in res.knobs:
+        if k.status == "ignored":
+            line += f"\n  WARNING: knob {k.name} did not take effect (requested {k.requested!r}, " \
+                    f"effective {k.effective!r}): {k.evidence}"
+    return line + f"\n  report: {path}"
+
+
+def preflight(lr):
+    """Everything that can be checked without a model: dataset, templates, prompts."""
+    from .run import RunOptions, prepare
+    return prepare(lr, RunOptions(out=Path("."), limit=None))
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
+@click.option("--no-tokens", is_flag=True, help="Skip prompt-token statistics (they need the tokenizer).")
+@guard
+def check(paths, sets, no_tokens):
+    """Validate recipes without loading a model; show the first prompt and token statistics."""
+    for lr in load_all(paths, sets):
+        examples, messages, n_dataset, n_target, _ = preflight(lr)
+        r = lr.recipe
+        click.echo(f"ok {lr.path}: {r.name} — {r.engine.kind}, {r.model.id}, {n_target} of {n_dataset} examples")
+        click.echo("first prompt:")
+        for m in messages[0]:
+            click.echo(f"  [{m['role']}] " + m["content"].replace("\n", "\n    "))
+        if not no_tokens:
+            click.echo("  " + token_stats(r, messages))
+
+
+def token_stats(r, messages) -> str:
+    try:
+        from .engines.builtin import ensure_builtin, is_builtin
+        from .engines.tokenizing import load_tokenizer, prompt_ids, uses_chat_template
+        builtin = ensure_builtin(r.model.id) if is_builtin(r.model.id) else None
+        tok = load_tokenizer(r.model, builtin)
+        chat = uses_chat_template(tok, r.prompt.chat_template)
+        lens = [len(prompt_ids(tok, m, chat)) for m in messages]
+    except Exception as e:   # no transformers here, or the tokenizer is not on this machine
+        return f"prompt tokens: unavailable ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+    from .stats import percentile
+    return (f"prompt tokens over {len(lens)} prompts: mean {sum(lens) / len(lens):.1f}, "
+            f"p50 {percentile(lens, 50):.0f}, p90 {percentile(lens, 90):.0f}, max {max(lens)}, "
+            f"total {sum(lens):,}; chat template: {'yes' if chat else 'no'}")
+
+
+@cli.command()
+@click.argument("out", type=click.Path(exists=True, file_okay=False))
+@click.option("--baseline", help="Recipe name to compare against.")
+@guard
+def report(out, baseline):
+    """Rebuild every report.md and summary.md from stored results.json files (runs nothing)."""
+    from .report import load_results, write_report, write_summary
+    out_dir = Path(out)
+    results = load_results(out_dir)
+    if not results:
+        raise RunnerError("no */results.json here", file=out)
+    for r in results:
+        write_report(r, out_dir)
+    click.echo(f"summary: {write_summary(results, out_dir, baseline)} ({len(results)} recipes)")
+
+
+@cli.command()
+@click.argument("what", type=click.Choice(["recipe", "results"]), default="recipe")
+def schema(what):
+    """Print the JSON Schema of recipe files or of results.json."""
+    import json
+    from .schema import recipe_schema, results_schema
+    click.echo(json.dumps(recipe_schema() if what == "recipe" else results_schema(), indent=2, ensure_ascii=False))
+
+
+def main():
+    cli()

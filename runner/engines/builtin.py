@@ -1,0 +1,82 @@
+"""`model.id: builtin:demo`: a tiny random Qwen2-shaped model with a BPE tokenizer
+trained on the embedded Japanese sample, built offline in a second. Smoke tests
+only: its answers are noise and its scores mean nothing."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+BUILTIN_PREFIX = "builtin:"
+BUILTINS = ("demo",)
+SMOKE_NOTE = ("Smoke-test model (`builtin:demo`): a tiny randomly initialised Qwen2-shaped model "
+              "built offline; its outputs are noise and its scores mean nothing.")
+CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+VERSION = "1"
+
+
+def is_builtin(model_id: str) -> bool:
+    return model_id.startswith(BUILTIN_PREFIX)
+
+
+def corpus_file() -> Path:
+    return Path(__file__).resolve().parent.parent / "demo" / "demo-ja.json"
+
+
+def _corpus_texts() -> list[str]:
+    data = json.loads(corpus_file().read_text(encoding="utf-8"))
+    texts = []
+    for art in data["data"]:
+        for par in art["paragraphs"]:
+            texts.append(par["context"])
+            for qa in par["qas"]:
+                texts.append(qa["question"])
+    texts += ["Contextを参考にして、問題に回答してください。", "Question:", "Context:", "Output:"]
+    return texts
+
+
+def cache_dir() -> Path:
+    root = Path(os.environ.get("RUNNER_CACHE", Path.home() / ".cache" / "runner"))
+    digest = hashlib.sha256(corpus_file().read_bytes() + VERSION.encode()).hexdigest()[:12]
+    return root / f"builtin-demo-{digest}"
+
+
+def ensure_builtin(model_id: str) -> str:
+    """Build (once) and return the folder of a builtin model."""
+    name = model_id[len(BUILTIN_PREFIX):]
+    if name not in BUILTINS:
+        raise ValueError(f"unknown builtin model {model_id!r}; allowed: "
+                         + ", ".join(BUILTIN_PREFIX + b for b in BUILTINS))
+    out = cache_dir()
+    if (out / "config.json").exists() and (out / "tokenizer.json").exists():
+        return str(out)
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1200, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(_corpus_texts(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    fast.chat_template = CHATML
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                      eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id,
+                      bos_token_id=fast.convert_tokens_to_ids("<|endoftext|>"), tie_word_embeddings=True)
+    model = Qwen2ForCausalLM(cfg)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(tmp)
+    fast.save_pretrained(tmp)
+    try:
+        tmp.rename(out)
+    except OSError:   # another process built it first
+        pass
+    return str(out)

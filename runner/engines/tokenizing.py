@@ -1,0 +1,47 @@
+"""Prompt -> token ids, shared by every engine so they see identical ids."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def messages_to_text(messages: list[dict]) -> str:
+    """Plain-text prompt for tokenizers without (or recipes opting out of) a chat template."""
+    parts = []
+    for m in messages:
+        parts.append(m["content"])
+    return "\n".join(parts)
+
+
+def uses_chat_template(tokenizer: Any, requested: bool | None) -> bool:
+    has = bool(getattr(tokenizer, "chat_template", None))
+    if requested is None:
+        return has
+    if requested and not has:
+        raise ValueError("prompt.chat_template is true but the tokenizer has no chat template")
+    return requested
+
+
+def prompt_ids(tokenizer: Any, messages: list[dict], chat: bool) -> list[int]:
+    """Token ids of one prompt. With a chat template the template supplies every special
+    token (no BOS added again); without one the tokenizer adds its usual specials."""
+    if chat:
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return list(tokenizer(messages_to_text(messages), add_special_tokens=True)["input_ids"])
+
+
+def load_tokenizer(model: Any, builtin_dir: str | None = None):
+    from transformers import AutoTokenizer
+
+    source = builtin_dir or model.tokenizer_id
+    return AutoTokenizer.from_pretrained(source, revision=None if builtin_dir else model.revision,
+                                         trust_remote_code=model.trust_remote_code)
+
+
+def truncate_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
+    cut = len(text)
+    for s in stop:
+        i = text.find(s)
+        if i != -1:
+            cut = min(cut, i)
+    return text[:cut], cut != len(text)

@@ -1,0 +1,205 @@
+"""Hugging Face transformers `generate`: the baseline engine.
+
+`batch_size: 1` is the plain one-prompt-at-a-time loop; larger batches pad on the
+left and run length-sorted. torch/transformers are imported only when built."""
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import Field, PositiveInt
+
+from ..strict import StrictModel
+from .base import EngineInfo, Generation, Knob
+
+
+class TransformersSpec(StrictModel):
+    """Hugging Face transformers `generate` (the baseline)."""
+
+    kind: Literal["transformers"] = Field(description="Engine selector.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="`auto` = cuda when available, else cpu.")
+    batch_size: PositiveInt = Field(1, description="1 = one prompt at a time; larger = left-padded, "
+                                                   "length-sorted batches.")
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] | None = Field(
+        None, description="Attention kernel; default is transformers' choice (sdpa where supported).")
+    quantization: Literal["bitsandbytes-4bit", "bitsandbytes-8bit"] | None = Field(
+        None, description="Quantize on load with bitsandbytes. Pre-quantized AWQ/GPTQ checkpoints need "
+                          "nothing here: transformers loads them as their config says.")
+    warmup: bool = Field(True, description="Run one short generation before timing (kernel/JIT warm-up).")
+
+    def build(self, model: Any, chat: bool | None) -> "TransformersEngine":
+        return TransformersEngine(self, model, chat)
+
+
+_DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32"}
+
+
+class TransformersEngine:
+    def __init__(self, spec: TransformersSpec, model: Any, chat: bool | None):
+        import torch
+        import transformers
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        from .builtin import SMOKE_NOTE, ensure_builtin, is_builtin
+        from .tokenizing import load_tokenizer, uses_chat_template
+
+        self.spec, self.model_spec, self.torch = spec, model, torch
+        t0 = time.perf_counter()
+        device = spec.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("engine.device is cuda but torch sees no CUDA device")
+        self.device = device
+        builtin_dir = ensure_builtin(model.id) if is_builtin(model.id) else None
+        source = builtin_dir or model.id
+        self.tokenizer = load_tokenizer(model, builtin_dir)
+        self.chat = uses_chat_template(self.tokenizer, chat)
+        dtype = model.dtype
+        if dtype == "auto":
+            dtype = "float32" if device == "cpu" else "auto"
+        torch_dtype = "auto" if dtype == "auto" else getattr(torch, _DTYPES[dtype])
+        kwargs: dict[str, Any] = {"trust_remote_code": model.trust_remote_code}
+        if spec.attn_implementation:
+            kwargs["attn_implementation"] = spec.attn_implementation
+        if spec.quantization:
+            from transformers import BitsAndBytesConfig
+            kwargs["quantization_config"] = BitsAndBytesConfig(
+                load_in_4bit=spec.quantization == "bitsandbytes-4bit",
+                load_in_8bit=spec.quantization == "bitsandbytes-8bit")
+        if model.load_format == "dummy":
+            config = AutoConfig.from_pretrained(source, revision=None if builtin_dir else model.revision,
+                                                trust_remote_code=model.trust_remote_code)
+            with torch.device(device):
+                self.model = AutoModelForCausalLM.from_config(
+                    config, dtype=(config.dtype if torch_dtype == "auto" else torch_dtype) or torch.float32,
+                    **{k: v for k, v in kwargs.items() if k != "quantization_config"})
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(
+                source, revision=None if builtin_dir else model.revision, dtype=torch_dtype,
+                device_map=device if device == "cuda" else None, **kwargs)
+            if device == "cpu":
+                self.model.to("cpu")
+        self.model.eval()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        load_s = time.perf_counter() - t0
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        eos = self.model.generation_config.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else ([eos] if eos is not None else []))
+        if self.tokenizer.eos_token_id is not None:
+            self.eos_ids.add(self.tokenizer.eos_token_id)
+        qcfg = getattr(self.model.config, "quantization_config", None)
+        qmethod = None
+        if qcfg is not None:
+            qmethod = qcfg.get("quant_method") if isinstance(qcfg, dict) else str(getattr(qcfg, "quant_method", qcfg))
+            qmethod = getattr(qmethod, "value", qmethod)
+        weights = self.model.get_memory_footprint() / 2**30
+        self.info = EngineInfo(name="transformers", version=transformers.__version__,
+                               device=self._device_name(), load_s=load_s, weights_gib=weights,
+                               quantization=qmethod)
+        self.info.extra["torch"] = torch.__version__
+        if builtin_dir:
+            self.info.notes.append(SMOKE_NOTE)
+        attn = getattr(self.model.config, "_attn_implementation", None)
+        self.info.knobs = [
+            Knob("device", spec.device, device, "applied" if spec.device in ("auto", device) else "ignored",
+                 f"parameters on {next(self.model.parameters()).device}"),
+            Knob("dtype", model.dtype, str(self.model.dtype).replace("torch.", ""),
+                 "applied" if model.dtype in ("auto", str(self.model.dtype).replace("torch.", "")) else "ignored",
+                 "dtype of the loaded parameters"),
+            Knob("batch_size", spec.batch_size, spec.batch_size, "applied", "batches built by the runner"),
+            Knob("attn_implementation", spec.attn_implementation, attn,
+                 "default" if spec.attn_implementation is None else
+                 ("applied" if attn == spec.attn_implementation else "ignored"), "model.config._attn_implementation"),
+            Knob("quantization", spec.quantization, qmethod,
+                 "default" if spec.quantization is None else ("applied" if qmethod else "ignored"),
+                 f"model.config.quantization_config; weights {weights:.2f} GiB"),
+        ]
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+
+    def _device_name(self) -> str:
+        if self.device == "cuda":
+            return self.torch.cuda.get_device_name(0)
+        import platform
+        return f"cpu ({platform.processor() or platform.machine()})"
+
+    def tokenize(self, messages: list[dict]) -> list[int]:
+        from .tokenizing import prompt_ids
+        return prompt_ids(self.tokenizer, messages, self.chat)
+
+    def _gen_kwargs(self, sampling: Any) -> dict[str, Any]:
+        kw: dict[str, Any] = {"max_new_tokens": sampling.max_tokens, "pad_token_id": self.tokenizer.pad_token_id}
+        if sampling.temperature > 0:
+            kw.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
+                      top_k=sampling.top_k or None)
+        else:
+            kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if sampling.ignore_eos:
+            kw["min_new_tokens"] = sampling.max_tokens
+        if sampling.stop:
+            kw["stop_strings"] = list(sampling.stop)
+            kw["tokenizer"] = self.tokenizer
+        return kw
+
+    def _finish(self, ids: list[int], sampling: Any) -> tuple[str, int]:
+        from .tokenizing import truncate_at_stop
+        n = len(ids)
+        if not sampling.ignore_eos:
+            for i, t in enumerate(ids):
+                if t in self.eos_ids:
+                    n = i + 1
+                    break
+        text = self.tokenizer.decode(ids[:n], skip_special_tokens=True)
+        text, _ = truncate_at_stop(text, sampling.stop)
+        return text, n
+
+    def generate(self, prompts: list[list[int]], sampling: Any, progress=None) -> list[Generation]:
+        torch = self.torch
+        if sampling.seed is not None:
+            torch.manual_seed(sampling.seed)
+        kw = self._gen_kwargs(sampling)
+        if self.spec.warmup and prompts:
+            with torch.inference_mode():
+                self.model.generate(torch.tensor([prompts[0]], device=self.device),
+                                    attention_mask=torch.ones(1, len(prompts[0]), dtype=torch.long, device=self.device),
+                                    **{**kw, "max_new_tokens": 2, "min_new_tokens": None})
+        out: list[Generation | None] = [None] * len(prompts)
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i])) if self.spec.batch_size > 1 \
+            else list(range(len(prompts)))
+        bs = self.spec.batch_size
+        pad = self.tokenizer.pad_token_id
+        for start in range(0, len(order), bs):
+            idx = order[start:start + bs]
+            width = max(len(prompts[i]) for i in idx)
+            ids = torch.full((len(idx), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(idx), width), dtype=torch.long)
+            for r, i in enumerate(idx):
+                p = prompts[i]
+                ids[r, width - len(p):] = torch.tensor(p)
+                mask[r, width - len(p):] = 1
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                gen = self.model.generate(ids.to(self.device), attention_mask=mask.to(self.device), **kw)
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            new = gen[:, width:].tolist()
+            for r, i in enumerate(idx):
+                text, n = self._finish(new[r], sampling)
+                out[i] = Generation(text=text, prompt_tokens=len(prompts[i]), output_tokens=n,
+                                    latency_s=dt, seconds=dt / len(idx))
+            if progress:
+                progress(len(idx))
+        if self.device == "cuda":
+            self.info.extra["torch_peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        return out  # type: ignore[return-value]
+
+    def close(self) -> None:
+        del self.model
+        import gc
+        gc.collect()
+        if self.device == "cuda":
+            self.torch.cuda.empty_cache()

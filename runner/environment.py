@@ -1,0 +1,44 @@
+"""Facts about where a run happened (read without importing torch or vLLM)."""
+from __future__ import annotations
+
+import importlib.metadata as md
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+from . import __version__
+from .gpumem import device_facts
+
+PACKAGES = ("torch", "transformers", "vllm", "datasets", "tokenizers", "pydantic", "jinja2", "tabulate")
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for p in PACKAGES:
+        try:
+            out[p] = md.version(p)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def git_commit() -> str | None:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        r = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                           text=True, timeout=5)
+        if r.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return r.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def collect() -> dict:
+    env = {"python": sys.version.split()[0], "platform": platform.platform(), "runner": __version__,
+           "git_commit": git_commit(), "packages": package_versions()}
+    env.update(device_facts())
+    return env

@@ -1,0 +1,81 @@
+"""Whole-device GPU memory through NVML (counts every process, the engine core too).
+Optional: without nvidia-ml-py or a GPU every function returns None."""
+from __future__ import annotations
+
+import threading
+import time
+
+
+def _handle(index: int = 0):
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception:   # no library, no driver, no device: memory is simply not known
+        return None, None
+
+
+def used_gib(index: int = 0) -> float | None:
+    nv, h = _handle(index)
+    if h is None:
+        return None
+    return nv.nvmlDeviceGetMemoryInfo(h).used / 2**30
+
+
+def device_facts(index: int = 0) -> dict:
+    nv, h = _handle(index)
+    if h is None:
+        return {}
+    def s(x):
+        return x.decode() if isinstance(x, bytes) else x
+    facts = {"gpu": s(nv.nvmlDeviceGetName(h)), "driver": s(nv.nvmlSystemGetDriverVersion()),
+             "gpu_memory_gib": round(nv.nvmlDeviceGetMemoryInfo(h).total / 2**30, 1)}
+    try:
+        v = nv.nvmlSystemGetCudaDriverVersion()
+        facts["cuda_driver"] = f"{v // 1000}.{(v % 1000) // 10}"
+    except Exception:
+        pass
+    return facts
+
+
+class PeakSampler:
+    """Samples whole-device used memory every `interval` seconds in a thread."""
+
+    def __init__(self, index: int = 0, interval: float = 0.05):
+        self.nv, self.h = _handle(index)
+        self.interval, self.peak, self.start_gib = interval, None, None
+        self._stop = threading.Event()
+        self._t: threading.Thread | None = None
+
+    def _read(self) -> float:
+        return self.nv.nvmlDeviceGetMemoryInfo(self.h).used / 2**30
+
+    def __enter__(self) -> "PeakSampler":
+        if self.h is None:
+            return self
+        self.start_gib = self.peak = self._read()
+        def loop():
+            while not self._stop.wait(self.interval):
+                self.peak = max(self.peak, self._read())
+        self._t = threading.Thread(target=loop, daemon=True)
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._t:
+            self._stop.set()
+            self._t.join()
+            self.peak = max(self.peak, self._read())
+
+
+def wait_for_release(baseline_gib: float | None, tolerance_gib: float = 1.0, timeout_s: float = 60,
+                     index: int = 0) -> float | None:
+    """Wait until the device's used memory is back near `baseline_gib`; return the last reading."""
+    if baseline_gib is None:
+        return None
+    deadline = time.monotonic() + timeout_s
+    now = used_gib(index)
+    while now is not None and now > baseline_gib + tolerance_gib and time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = used_gib(index)
+    return now

@@ -1,0 +1,93 @@
+"""Run each recipe in its own process group; end it and everything it started.
+
+The parent never imports torch or vLLM. When a recipe ends (done, error,
+timeout, Ctrl-C) the whole process group is killed, so an engine core that
+outlives its parent cannot hold the GPU, and GPU memory is checked to be back
+(NVML) before the next recipe starts."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .gpumem import used_gib, wait_for_release
+from .recipe import LoadedRecipe
+from .results import RunResult
+
+
+def _kill_group(pgid: int, grace_s: float = 10.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5)
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+
+
+def _failed(lr: LoadedRecipe, error: str, hint: str | None, command: str) -> RunResult:
+    r = lr.recipe
+    return RunResult(name=r.name, recipe=r.canonical(), recipe_hash=r.digest(), recipe_path=lr.path,
+                     status="failed", error=error, hint=hint, command=command)
+
+
+def run_isolated(lr: LoadedRecipe, out: Path, *, limit: int | None = None, estimate: int | None = None,
+                 timeout_s: float | None = None, command: str = "", progress: bool = True) -> RunResult:
+    from .files import write_json_atomic
+    r = lr.recipe
+    rdir = out / r.name
+    rdir.mkdir(parents=True, exist_ok=True)
+    results = rdir / "results.json"
+    if results.exists():
+        results.unlink()
+    log = rdir / "engine.log"
+    log.write_text("")
+    job = {"recipe": lr.path, "overrides": lr.overrides, "out": str(out), "limit": limit, "estimate": estimate,
+           "command": command, "progress": progress, "log": str(log)}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(job, f)
+        job_path = f.name
+    baseline = used_gib()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.Popen([sys.executable, "-m", "runner.worker", job_path], start_new_session=True, env=env,
+                            stdin=subprocess.DEVNULL)
+    error = None
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        error = f"timed out after {timeout_s:.0f} s (recipe timeout); the run was ended"
+    except KeyboardInterrupt:
+        _kill_group(proc.pid, grace_s=5)
+        raise
+    finally:
+        _kill_group(proc.pid)
+        proc.wait()
+        os.unlink(job_path)
+        after = wait_for_release(baseline)
+    if error is None and results.exists():
+        res = RunResult.model_validate_json(results.read_text())
+    else:
+        if error is None:
+            error = f"the recipe's process ended with exit code {proc.returncode} before writing results"
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+            if tail:
+                error += ": " + " | ".join(t.strip() for t in tail)[-600:]
+        from .run import failure_hint
+        res = _failed(lr, error, failure_hint(error) or f"see {log}", command)
+        write_json_atomic(results, res.model_dump(mode="json"))
+    if baseline is not None and after is not None and after > baseline + 1.0:
+        res.notes.append(f"GPU memory not fully released after the run: {after:.1f} GiB used vs "
+                         f"{baseline:.1f} GiB before")
+        write_json_atomic(results, res.model_dump(mode="json"))
+    return res

@@ -1,0 +1,169 @@
+"""Recipes: one YAML file = one experiment. The models here are the reference.
+
+Every field is documented once, in its ``Field(description=...)``; the recipe
+reference (docs/recipe-reference.md) and the JSON Schema (schema/recipe.schema.json)
+are generated from these models.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasChoices, Field, NonNegativeInt, PositiveInt, field_validator, model_validator
+
+from .engines import EngineSpec
+from .metrics import METRICS
+from .strict import StrictModel
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+class ModelSpec(StrictModel):
+    """Which model to load."""
+
+    id: str = Field(description="Hub id (`Qwen/Qwen2.5-7B-Instruct`), a local folder, or `builtin:demo` "
+                                "(a tiny random model built offline for smoke tests).")
+    revision: str | None = Field(None, description="Hub revision (branch, tag or commit) to load.")
+    tokenizer: str | None = Field(None, description="Tokenizer id or folder; defaults to `id`.")
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(
+        "auto", description="Weight and activation dtype; `auto` takes the checkpoint's (float32 on CPU).")
+    load_format: Literal["auto", "dummy"] = Field(
+        "auto", description="`dummy` = random weights with the real shapes: speed only, scores mean nothing.")
+    trust_remote_code: bool = Field(False, description="Allow code shipped with the checkpoint to run. Off unless set.")
+
+    @property
+    def tokenizer_id(self) -> str:
+        return self.tokenizer or self.id
+
+
+class FieldMap(StrictModel):
+    """Where each part of a normalized example comes from in a dataset row (dotted keys allowed)."""
+
+    id: str | None = Field(None, description="Column holding a unique id; row number when unset.")
+    question: str = Field("question", description="Column holding the question.")
+    context: str | None = Field("context", description="Column holding the passage; null for none.")
+    answers: str | None = Field("answers", description="Column holding gold answers: a string, a list of "
+                                "strings, `{text: [...]}` or a list of `{text: ...}`; null for none.")
+
+
+class DatasetSpec(StrictModel):
+    """Where the examples come from."""
+
+    format: Literal["squad", "json", "jsonl", "csv", "parquet", "hub"] = Field(
+        description="`squad` = nested SQuAD/JGLUE JSON (`data[].paragraphs[].qas[]`); `json` = a list of "
+                    "records (or records under `json_field`); `jsonl`, `csv`, `parquet` = one row per "
+                    "example; `hub` = a Hugging Face dataset by name.")
+    path: str = Field(description="File path (relative to the recipe file) or, for `hub`, the dataset name.")
+    name: str | None = Field(None, description="Hub dataset configuration name (`hub` only).")
+    split: str = Field("validation", description="Split to read (`hub`), or a label for files.")
+    json_field: str | None = Field(None, description="For `json`: the top-level key that holds the records.")
+    fields: FieldMap = Field(default_factory=FieldMap, validation_alias=AliasChoices("fields", "field"),
+                             description="Mapping from dataset columns onto id/question/context/answers.")
+    limit: PositiveInt | None = Field(None, description="Use only the first N examples (after shuffling).")
+    shuffle: bool = Field(False, description="Shuffle the examples before `limit`.")
+    seed: int = Field(0, description="Seed for `shuffle`.")
+
+
+class ShotExample(StrictModel):
+    question: str = Field(description="Worked example question.")
+    context: str = Field("", description="Worked example passage.")
+    answer: str = Field(description="Worked example answer.")
+
+
+class ShotsSpec(StrictModel):
+    """Worked examples shown to the model before the question."""
+
+    examples: list[ShotExample] = Field(default_factory=list, description="Inline worked examples.")
+    k: NonNegativeInt = Field(0, description="Also draw k examples from `source` (fixed `seed`).")
+    source: DatasetSpec | None = Field(None, description="Dataset to draw the k examples from (e.g. a train split).")
+    seed: int = Field(0, description="Seed for drawing the k examples.")
+    placement: Literal["turns", "system"] = Field(
+        "turns", description="`turns`: each shot is a user/assistant exchange rendered with `template`; "
+                             "`system`: shots are only given to the system template as `shots`.")
+
+    @model_validator(mode="after")
+    def _source_when_k(self) -> "ShotsSpec":
+        if self.k and self.source is None:
+            raise ValueError("k > 0 needs `source`, the dataset the shots are drawn from")
+        return self
+
+
+class PromptSpec(StrictModel):
+    """How an example becomes a prompt."""
+
+    template: str = Field(description="Jinja template file for the user message (relative to the recipe file, "
+                                      "or a name in the project's `templates/`). Variables: `question`, "
+                                      "`context`, `answers`, `id`, `example`.")
+    system: str | None = Field(None, description="System prompt text (itself a Jinja template; may use `shots`).")
+    system_template: str | None = Field(None, description="System prompt from a template file instead of `system`.")
+    shots: ShotsSpec = Field(default_factory=ShotsSpec, description="Worked examples (few-shot).")
+    chat_template: bool | None = Field(None, description="Apply the tokenizer's chat template; default: yes when "
+                                                         "the tokenizer has one.")
+
+    @model_validator(mode="after")
+    def _one_system(self) -> "PromptSpec":
+        if self.system is not None and self.system_template is not None:
+            raise ValueError("give either `system` or `system_template`, not both")
+        return self
+
+
+class Sampling(StrictModel):
+    """Engine-neutral sampling; each engine translates it into its own arguments."""
+
+    temperature: float = Field(0.0, ge=0, description="0 = greedy decoding.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass, in (0, 1].")
+    top_k: NonNegativeInt = Field(0, description="Keep the k most likely tokens; 0 = off.")
+    max_tokens: PositiveInt = Field(64, description="Most output tokens per example.")
+    stop: list[str] = Field(default_factory=list, description="Strings that end the output (not included).")
+    ignore_eos: bool = Field(False, description="Keep generating past end-of-sequence (speed runs: fixed length).")
+    seed: int | None = Field(None, description="Sampling seed (only matters when temperature > 0).")
+
+
+MetricName = Literal[tuple(METRICS)]  # type: ignore[valid-type]
+
+
+class Recipe(StrictModel):
+    """One experiment."""
+
+    name: str = Field(pattern=NAME_PATTERN, max_length=100,
+                      description="Unique name; the report folder is `<out>/<name>/`. Letters, digits, `._-`.")
+    description: str = Field("", description="One line saying what this recipe tests.")
+    model: ModelSpec
+    engine: EngineSpec = Field(description="Which engine runs the model, chosen by `kind`.")
+    dataset: DatasetSpec
+    prompt: PromptSpec
+    sampling: Sampling = Field(default_factory=Sampling)
+    metrics: list[MetricName] = Field(default_factory=lambda: ["exact_match", "char_f1"],
+                                      description="Scores to compute, each the max over all gold answers.")
+    baseline: bool = Field(False, description="This recipe is the reference the summary compares against.")
+    estimate: PositiveInt | None = Field(None, description="Run only N examples and project the full-dataset "
+                                                           "time (reported as an estimate).")
+    timeout_s: PositiveInt | None = Field(None, description="End the run and record it failed after this many seconds.")
+
+    @field_validator("metrics")
+    @classmethod
+    def _unique_metrics(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("metrics are listed twice")
+        return v
+
+    def canonical(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.canonical(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+class LoadedRecipe(StrictModel):
+    """A validated recipe with where it came from (paths resolve against `base_dir`)."""
+
+    recipe: Recipe
+    path: str
+    base_dir: str
+    overrides: list[str] = Field(default_factory=list)
+
+    def resolve(self, p: str) -> Path:
+        q = Path(p).expanduser()
+        return q if q.is_absolute() else (Path(self.base_dir) / q)

@@ -1,0 +1,237 @@
+"""All Markdown the runner writes: per-recipe report.md and the call's summary.md."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+from tabulate import tabulate
+
+from .files import write_text_atomic
+from .results import RunResult
+
+N_EXAMPLES_SHOWN = 3
+
+
+def cell(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
+    s = str(v)
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def secs(v: float | None) -> str:
+    if v is None:
+        return "–"
+    if v >= 3600:
+        return f"{v / 3600:.1f} h"
+    return f"{v:,.1f} s" if v >= 10 else f"{v:.2f} s"
+
+
+def table(rows: list[list[Any]], headers: list[str]) -> str:
+    return tabulate([[cell(c) for c in r] for r in rows], headers=headers, tablefmt="github",
+                    disable_numparse=True)
+
+
+def _banners(r: RunResult) -> list[str]:
+    out = []
+    if r.status != "ok":
+        out.append(f"> **FAILED**: {r.error}" + (f"\n>\n> Hint: {r.hint}" if r.hint else ""))
+    if not r.scores_meaningful:
+        out.append("> **Scores are not meaningful**: this run used random weights "
+                   "(`load_format: dummy` or the builtin smoke-test model); read it for speed only.")
+    for n in r.notes:
+        out.append(f"> Note: {n}")
+    if r.estimate:
+        e = r.estimate
+        out.append(f"> **Estimate**: {e.n_measured} of {e.n_total} examples were run; the full time is "
+                   f"projected at {secs(e.projected_s)} (95% interval {secs(e.low_s)} – {secs(e.high_s)}; "
+                   f"{e.method}).")
+    return out
+
+
+def report_markdown(r: RunResult, samples: list[dict]) -> str:
+    rec = r.recipe
+    eng = rec.get("engine", {})
+    parts = [f"# {r.name}", ""]
+    if rec.get("description"):
+        parts += [rec["description"], ""]
+    parts += [f"Status: **{r.status}** · engine: {r.engine.name or eng.get('kind')} {r.engine.version} · "
+              f"model: `{rec['model']['id']}` · device: {r.engine.device or '–'} · "
+              f"samples: {r.n_samples} of {r.n_dataset} · finished {r.finished_at}", ""]
+    parts += _banners(r)
+    parts += ["", "## Time and throughput", ""]
+    t, th = r.timings, r.throughput
+    gen = secs(t.generate_s)
+    parts.append(table([[secs(t.load_s), gen, secs(t.total_s), cell(th.requests_per_s),
+                         cell(th.output_tokens_per_s), cell(th.total_tokens_per_s)]],
+                       ["engine start", "generation", "total", "requests/s", "output tok/s", "total tok/s"]))
+    if r.estimate:
+        e = r.estimate
+        parts += ["", f"Projected full-dataset generation (**estimate**): ~{secs(e.projected_s)} "
+                      f"[{secs(e.low_s)}, {secs(e.high_s)}] from {e.n_measured} examples."]
+    parts += ["", "## Tokens", ""]
+    parts.append(table([[r.tokens.prompt, r.tokens.output, r.tokens.cached,
+                         f"{r.tokens.prompt / r.n_samples:.1f}" if r.n_samples else None,
+                         f"{r.tokens.output / r.n_samples:.1f}" if r.n_samples else None]],
+                       ["prompt", "output", "prompt from cache", "prompt / example", "output / example"]))
+    lat = [(n, p) for n, p in (("time to first token", r.latency.ttft_s), ("end-to-end", r.latency.e2e_s)) if p]
+    if lat:
+        parts += ["", "## Latency per request", ""]
+        parts.append(table([[n, secs(p.p50), secs(p.p90), secs(p.p99), secs(p.mean)] for n, p in lat],
+                           ["", "p50", "p90", "p99", "mean"]))
+    m = r.memory
+    parts += ["", "## Memory", ""]
+    parts.append(table([[_gib(m.peak_gpu_gib), _gib(m.baseline_gpu_gib), _gib(m.weights_gib),
+                         f"{m.kv_cache_tokens:,}" if m.kv_cache_tokens else None, _gib(m.kv_cache_gib)]],
+                       ["peak GPU (whole device)", "GPU before start", "weights", "KV cache (tokens)",
+                        "KV cache"]))
+    parts += ["", "## Scores", ""]
+    if r.scores:
+        note = " (not meaningful: random weights)" if not r.scores_meaningful else ""
+        parts.append(table([[k, f"{v:.4f}"] for k, v in r.scores.items()], ["metric", "score" + note]))
+    else:
+        parts.append("No scores (no gold answers, or the run failed).")
+    p = r.prefix
+    parts += ["", "## Prompt prefix", "",
+              f"Every prompt starts with the same {p.shared_prefix_tokens} tokens: "
+              f"{p.shared_prefix_share:.1%} of all prompt tokens, the most prefix caching can skip."
+              + (f" Measured hit rate: {p.hit_rate:.1%}." if p.hit_rate is not None else "")]
+    if r.knobs:
+        parts += ["", "## Knobs: requested and effective", ""]
+        parts.append(table([[k.name, _v(k.requested), _v(k.effective),
+                             ("**IGNORED**" if k.status == "ignored" else k.status), k.evidence]
+                            for k in r.knobs], ["knob", "requested", "effective", "status", "evidence"]))
+    if samples:
+        parts += ["", "## Sample prompts and outputs", ""]
+        for s in samples[:N_EXAMPLES_SHOWN]:
+            parts += [f"### {s['id']}", "", "Prompt:", "", "```text", s["prompt"].replace("```", "ˋˋˋ"), "```", "",
+                      f"Output: `{_inline(s['output'])}` · gold: "
+                      + ", ".join(f"`{_inline(a)}`" for a in s.get("answers", [])), ""]
+    parts += ["", "## Environment", ""]
+    env = r.environment
+    rows = [[k, v] for k, v in env.items() if not isinstance(v, dict)]
+    rows += [[f"package {k}", v] for k, v in env.get("packages", {}).items()]
+    rows += [[k, v] for k, v in env.get("inputs", {}).items()]
+    rows += [["recipe hash", r.recipe_hash], ["command", f"`{r.command}`" if r.command else None]]
+    parts.append(table(rows, ["", "value"]))
+    parts += ["", "## Resolved recipe", "", "```yaml",
+              yaml.safe_dump(rec, sort_keys=False, allow_unicode=True).rstrip(), "```", ""]
+    return "\n".join(parts)
+
+
+def _gib(v: float | None) -> str | None:
+    return None if v is None else f"{v:.1f} GiB"
+
+
+def _v(v: Any) -> str:
+    return "(default)" if v is None else str(v)
+
+
+def _inline(s: str) -> str:
+    return s.replace("`", "ˋ").replace("\n", "⏎")
+
+
+def load_samples(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            out.append(json.loads(line))
+    return out
+
+
+def write_report(r: RunResult, out: Path) -> Path:
+    d = out / r.name
+    path = d / "report.md"
+    write_text_atomic(path, report_markdown(r, load_samples(d / "samples.jsonl")))
+    return path
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+    else:
+        out[prefix[:-1]] = d
+    return out
+
+
+SKIP_DIFF = {"name", "description", "baseline", "timeout_s"}
+
+
+def recipe_diff(rec: dict, base: dict) -> dict[str, Any]:
+    """Settings of `rec` that differ from `base` (dotted keys)."""
+    a, b = _flat(rec), _flat(base)
+    out = {}
+    for k in sorted(set(a) | set(b)):
+        if k.split(".")[0] in SKIP_DIFF:
+            continue
+        if a.get(k) != b.get(k):
+            out[k] = a.get(k)
+    return out
+
+
+def pick_baseline(results: list[RunResult], name: str | None = None) -> RunResult | None:
+    if name:
+        return next((r for r in results if r.name == name), None)
+    return next((r for r in results if r.recipe.get("baseline")), None)
+
+
+def summary_markdown(results: list[RunResult], baseline: str | None = None) -> str:
+    base = pick_baseline(results, baseline)
+    parts = ["# Summary", "", f"{len(results)} recipes; "
+             + (f"baseline: **{base.name}**." if base else "no baseline (mark one with `baseline: true` or "
+                "`--baseline NAME`).")]
+    metric_names: list[str] = []
+    for r in results:
+        for m in r.scores:
+            if m not in metric_names:
+                metric_names.append(m)
+    rows = []
+    for r in results:
+        t = r.estimate.projected_s if r.estimate else r.timings.generate_s
+        bt = None
+        if base is not None and base.status == "ok":
+            bt = base.estimate.projected_s if base.estimate else base.timings.generate_s
+        speed = f"{bt / t:.1f}×" if (t and bt and r.status == "ok") else None
+        tcell = secs(t) if t is not None else None
+        if r.estimate and t is not None:
+            tcell = f"~{secs(t)} (est. from {r.estimate.n_measured})"
+        diff = recipe_diff(r.recipe, base.recipe) if base is not None and r is not base else {}
+        diff_s = ", ".join(f"{k}={_v(v)}" for k, v in diff.items()) if diff else ("(baseline)" if r is base else "")
+        knob_flags = [k.name for k in r.knobs if k.status == "ignored"]
+        status = r.status if not knob_flags else f"{r.status}; ignored: {', '.join(knob_flags)}"
+        scores = [(f"{r.scores[m]:.3f}" if m in r.scores and r.scores_meaningful else
+                   ("n/a (random weights)" if m in r.scores else None)) for m in metric_names]
+        rows.append([r.name, status, r.recipe.get("engine", {}).get("kind"), diff_s, tcell, speed,
+                     r.throughput.requests_per_s, r.throughput.output_tokens_per_s,
+                     _gib(r.memory.peak_gpu_gib), *scores])
+    parts += ["", table(rows, ["recipe", "status", "engine", "differs from baseline", "generation time",
+                               "speed-up", "requests/s", "output tok/s", "peak GPU", *metric_names])]
+    failed = [r for r in results if r.status != "ok"]
+    if failed:
+        parts += ["", "## Failures", ""]
+        for r in failed:
+            parts.append(f"- **{r.name}**: {r.error}" + (f" — hint: {r.hint}" if r.hint else ""))
+    parts += ["", "Times marked `~` are projections from a partial run (see each report). "
+              "Scores of runs with random weights are left out of comparisons.", ""]
+    return "\n".join(parts)
+
+
+def write_summary(results: Iterable[RunResult], out: Path, baseline: str | None = None) -> Path:
+    path = out / "summary.md"
+    write_text_atomic(path, summary_markdown(list(results), baseline))
+    return path
+
+
+def load_results(out: Path) -> list[RunResult]:
+    res = []
+    for p in sorted(out.glob("*/results.json")):
+        res.append(RunResult.model_validate_json(p.read_text(encoding="utf-8")))
+    return res

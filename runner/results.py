@@ -1,0 +1,131 @@
+"""What a run produced: the typed contract behind results.json (see schema/results.schema.json)."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Timings(_M):
+    load_s: float | None = Field(None, description="Engine start: weights, compile, graph capture (s).")
+    generate_s: float | None = Field(None, description="Generation wall time over all prompts (s).")
+    total_s: float | None = Field(None, description="Whole recipe: data, prompts, engine, generation, scoring (s).")
+
+
+class Tokens(_M):
+    prompt: int = 0
+    output: int = 0
+    cached: int | None = Field(None, description="Prompt tokens served from the prefix cache.")
+
+
+class Throughput(_M):
+    requests_per_s: float | None = None
+    output_tokens_per_s: float | None = None
+    total_tokens_per_s: float | None = None
+
+
+class Percentiles(_M):
+    p50: float
+    p90: float
+    p99: float
+    mean: float
+
+
+class Latency(_M):
+    ttft_s: Percentiles | None = Field(None, description="Time to first token per request (s).")
+    e2e_s: Percentiles | None = Field(None, description="End-to-end latency per request (s).")
+
+
+class Memory(_M):
+    peak_gpu_gib: float | None = Field(None, description="Peak used memory of the whole GPU during the run (NVML).")
+    baseline_gpu_gib: float | None = Field(None, description="GPU memory in use before the engine started (NVML).")
+    weights_gib: float | None = Field(None, description="Model weight memory as the engine reports it.")
+    kv_cache_tokens: int | None = Field(None, description="KV-cache capacity in tokens as the engine reports it.")
+    kv_cache_gib: float | None = None
+
+
+class Prefix(_M):
+    shared_prefix_tokens: int = Field(0, description="Tokens every prompt starts with.")
+    shared_prefix_share: float = Field(0.0, description="Common-prefix tokens / all prompt tokens.")
+    hit_rate: float | None = Field(None, description="Measured: cached prompt tokens / prompt tokens.")
+
+
+class Estimate(_M):
+    n_measured: int
+    n_total: int
+    per_example_s: float
+    projected_s: float
+    low_s: float
+    high_s: float
+    method: str
+
+
+class KnobResult(_M):
+    name: str
+    requested: Any = None
+    effective: Any = None
+    status: Literal["applied", "ignored", "default", "unverified"]
+    evidence: str = ""
+
+
+class EngineSummary(_M):
+    name: str = ""
+    version: str = ""
+    device: str = ""
+    quantization: str | None = None
+
+
+class RunResult(_M):
+    schema_version: int = SCHEMA_VERSION
+    name: str
+    recipe: dict[str, Any]
+    recipe_hash: str = ""
+    recipe_path: str = ""
+    status: Literal["ok", "failed"]
+    error: str | None = None
+    hint: str | None = None
+    n_samples: int = 0
+    n_dataset: int = 0
+    scores_meaningful: bool = True
+    timings: Timings = Field(default_factory=Timings)
+    tokens: Tokens = Field(default_factory=Tokens)
+    throughput: Throughput = Field(default_factory=Throughput)
+    latency: Latency = Field(default_factory=Latency)
+    scores: dict[str, float] = Field(default_factory=dict)
+    memory: Memory = Field(default_factory=Memory)
+    prefix: Prefix = Field(default_factory=Prefix)
+    estimate: Estimate | None = None
+    knobs: list[KnobResult] = Field(default_factory=list)
+    engine: EngineSummary = Field(default_factory=EngineSummary)
+    environment: dict[str, Any] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+    command: str = ""
+    started_at: str = ""
+    finished_at: str = ""
+    reused_samples: int = Field(0, description="Samples taken from an earlier, interrupted run.")
+
+
+class Sample(_M):
+    id: str
+    prompt: str
+    output: str
+    answers: list[str]
+    prompt_tokens: int
+    output_tokens: int
+    scores: dict[str, float] = Field(default_factory=dict)
+    cached_tokens: int | None = None
+    ttft_s: float | None = None
+    latency_s: float | None = None
+    seconds: float | None = None
+
+    def to_line(self) -> dict[str, Any]:
+        """samples.jsonl layout: one key per metric at the top level."""
+        d = self.model_dump(exclude={"scores"})
+        d.update(self.scores)
+        return d

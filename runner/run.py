@@ -1,0 +1,206 @@
+"""run_recipe: examples -> prompts -> token ids -> generate -> score -> results files.
+
+Runs inside the recipe's own process (see isolate.py); writes samples.jsonl and
+results.json into `<out>/<name>/` atomically."""
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import environment
+from .datasets import dataset_file, load_examples
+from .engines.builtin import is_builtin
+from .errors import RunnerError
+from .files import write_json_atomic, write_jsonl_atomic
+from .metrics import METRICS
+from .prompts import PromptBuilder
+from .recipe import LoadedRecipe
+from .results import (Estimate, KnobResult, Latency, Memory, Percentiles, Prefix, RunResult, Sample,
+                      Throughput, Timings, Tokens, EngineSummary)
+from .stats import prefix_share, project, summary
+
+
+@dataclass
+class RunOptions:
+    out: Path
+    limit: int | None = None
+    estimate: int | None = None      # overrides the recipe's `estimate`
+    command: str = ""
+    progress: bool = True
+    progress_file: Any = None        # where the progress bar goes (default: stderr)
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def prepare(lr: LoadedRecipe, opts: RunOptions):
+    """Everything before the model: examples and rendered prompt messages."""
+    r = lr.recipe
+    base = Path(lr.base_dir)
+    examples = load_examples(r.dataset.model_copy(update={"limit": None}), base, lr.path)
+    n_dataset = len(examples)
+    if r.dataset.limit:
+        examples = examples[: r.dataset.limit]
+    if opts.limit:
+        examples = examples[: opts.limit]
+    est = opts.estimate or r.estimate
+    n_target = len(examples)
+    if est and est < len(examples):
+        examples = examples[:est]
+    builder = PromptBuilder(r.prompt, base, lr.path)
+    messages = [builder.messages(ex) for ex in examples]
+    return examples, messages, n_dataset, n_target, builder
+
+
+def _progress_bar(total: int, name: str, enabled: bool, stream: Any = None):
+    from tqdm import tqdm
+    return tqdm(total=total, desc=name, unit="ex", disable=not enabled, file=stream or sys.stderr, dynamic_ncols=True,
+                mininterval=0.5)
+
+
+def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
+    """Run one recipe in this process; always returns a RunResult (status failed on error)."""
+    r = lr.recipe
+    out_dir = opts.out / r.name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started, t_start = now(), time.perf_counter()
+    base = RunResult(name=r.name, recipe=r.canonical(), recipe_hash=r.digest(), recipe_path=lr.path,
+                     status="failed", command=opts.command, started_at=started,
+                     scores_meaningful=not (r.model.load_format == "dummy" or is_builtin(r.model.id)))
+    engine = None
+    try:
+        examples, messages, n_dataset, n_target, builder = prepare(lr, opts)
+        base.n_dataset = n_dataset
+        engine = r.engine.build(r.model, r.prompt.chat_template)
+        ids = [engine.tokenize(m) for m in messages]
+        from .gpumem import PeakSampler
+        bar = _progress_bar(len(ids), r.name, opts.progress, opts.progress_file)
+        with PeakSampler() as mem:
+            t0 = time.perf_counter()
+            gens = engine.generate(ids, r.sampling, progress=bar.update)
+            gen_s = time.perf_counter() - t0
+        bar.close()
+        info = engine.info
+        samples = []
+        for ex, msg, g in zip(examples, messages, gens):
+            scores = {m: METRICS[m](g.text, ex.answers) for m in r.metrics} if ex.answers else {}
+            samples.append(Sample(id=ex.id, prompt=_prompt_text(engine, msg), output=g.text,
+                                  answers=list(ex.answers), prompt_tokens=g.prompt_tokens,
+                                  output_tokens=g.output_tokens, scores=scores, cached_tokens=g.cached_tokens,
+                                  ttft_s=g.ttft_s, latency_s=g.latency_s, seconds=g.seconds))
+        write_jsonl_atomic(out_dir / "samples.jsonl", [s.to_line() for s in samples])
+        result = _assemble(base, r, samples, ids, info, gen_s, mem, n_target)
+    except RunnerError as e:
+        base.error, base.hint = e.render(), e.hint
+        result = base
+    except Exception as e:   # engine crash, OOM, ...: recorded as this recipe's failure
+        base.error = f"{type(e).__name__}: {e}"
+        base.hint = failure_hint(base.error)
+        import traceback
+        traceback.print_exc()
+        result = base
+    finally:
+        if engine is not None:
+            engine.close()
+    result.timings.total_s = time.perf_counter() - t_start
+    result.finished_at = now()
+    result.environment = {**environment.collect(), **result.environment}
+    if r.model.trust_remote_code:
+        result.notes.append("trust_remote_code was ON: code shipped with the checkpoint was allowed to run.")
+    result.environment["inputs"] = input_hashes(lr)
+    write_json_atomic(out_dir / "results.json", result.model_dump(mode="json"))
+    return result
+
+
+def input_hashes(lr: LoadedRecipe) -> dict[str, str]:
+    from .files import file_sha256
+    from .prompts import find_template
+    base = Path(lr.base_dir)
+    r = lr.recipe
+    out = {}
+    for name in [r.prompt.template, r.prompt.system_template]:
+        if name:
+            p = find_template(name, base)
+            if p:
+                out[f"template:{name}"] = file_sha256(p)
+    dsf = dataset_file(r.dataset, base)
+    if dsf and dsf.exists():
+        out[f"dataset:{r.dataset.path}"] = file_sha256(dsf)
+    return out
+
+
+def failure_hint(error: str) -> str | None:
+    e = error.lower()
+    if "out of memory" in e or "outofmemory" in e or "less than desired gpu memory" in e or "cuda oom" in e:
+        return ("GPU memory ran out: lower engine.gpu_memory_utilization or engine.max_model_len, use a "
+                "quantized checkpoint (engine.quantization), set engine.cpu_offload_gb, or a smaller "
+                "engine.batch_size (transformers)")
+    if "not a valid model identifier" in e or "repository not found" in e or "no such file" in e \
+            or "can't load" in e or "does not appear to have" in e:
+        return "check model.id (a hub id needs network access; here pass a local folder with --set model.id=PATH)"
+    return None
+
+
+def _prompt_text(engine: Any, messages: list[dict]) -> str:
+    tok = getattr(engine, "tokenizer", None)
+    if tok is not None and getattr(engine, "chat", False):
+        return tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    from .engines.tokenizing import messages_to_text
+    return messages_to_text(messages)
+
+
+def _pct(xs: list[float | None]) -> Percentiles | None:
+    s = summary([x for x in xs if x is not None])
+    return Percentiles(**s) if s else None
+
+
+def _assemble(base: RunResult, r: Any, samples: list[Sample], ids: list[list[int]], info: Any, gen_s: float,
+              mem: Any, n_target: int) -> RunResult:
+    n = len(samples)
+    p_tok = sum(s.prompt_tokens for s in samples)
+    o_tok = sum(s.output_tokens for s in samples)
+    cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
+    k, share = prefix_share(ids)
+    res = base.model_copy(update=dict(
+        status="ok", n_samples=n,
+        timings=Timings(load_s=info.load_s, generate_s=gen_s),
+        tokens=Tokens(prompt=p_tok, output=o_tok, cached=sum(cached) if cached else None),
+        throughput=Throughput(requests_per_s=n / gen_s if gen_s else None,
+                              output_tokens_per_s=o_tok / gen_s if gen_s else None,
+                              total_tokens_per_s=(p_tok + o_tok) / gen_s if gen_s else None),
+        latency=Latency(ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct([s.latency_s for s in samples])),
+        scores={m: sum(s.scores.get(m, 0.0) for s in samples) / n for m in r.metrics} if n and samples[0].scores
+        else {},
+        memory=Memory(peak_gpu_gib=mem.peak, baseline_gpu_gib=mem.start_gib, weights_gib=info.weights_gib,
+                      kv_cache_tokens=info.kv_cache_tokens, kv_cache_gib=info.extra.get("kv_cache_gib")),
+        prefix=Prefix(shared_prefix_tokens=k, shared_prefix_share=share,
+                      hit_rate=(sum(cached) / p_tok if cached and p_tok else None)),
+        knobs=[KnobResult(name=kn.name, requested=kn.requested, effective=kn.effective, status=kn.status,
+                          evidence=kn.evidence) for kn in info.knobs],
+        engine=EngineSummary(name=info.name, version=info.version, device=info.device, quantization=info.quantization),
+        notes=list(info.notes),
+    ))
+    if n < n_target:
+        secs = [s.seconds for s in samples if s.seconds is not None]
+        if len(secs) == n and n >= 2:
+            p = project(secs, n_target)
+            method = "per-example times, mean x N, 95% t-interval"
+        else:
+            per = gen_s / n
+            p = {"per_example_s": per, "projected_s": per * n_target, "low_s": per * n_target,
+                 "high_s": per * n_target}
+            method = "generation time scaled linearly (no per-example times: no interval)"
+        res.estimate = Estimate(n_measured=n, n_total=n_target, method=method, **p)
+    for kn in res.knobs:
+        if kn.status == "ignored":
+            res.notes.append(f"knob `{kn.name}` did NOT take effect: requested {kn.requested!r}, "
+                             f"effective {kn.effective!r} ({kn.evidence})")
+    res.environment = {"engine_extra": {k: v for k, v in info.extra.items() if k != "metrics"}}
+    if info.extra.get("metrics"):
+        res.environment["vllm_metrics"] = info.extra["metrics"]
+    return res

@@ -1,0 +1,124 @@
+"""JSON Schemas and the recipe reference, generated from the models (never by hand).
+
+`python -m runner.schema` rewrites schema/*.json and docs/recipe-reference.md;
+tests/test_schema.py fails when they are out of date."""
+from __future__ import annotations
+
+import json
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def recipe_schema() -> dict:
+    from .recipe import Recipe
+    s = Recipe.model_json_schema(by_alias=False)
+    s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    s["title"] = "runner recipe"
+    return s
+
+
+def results_schema() -> dict:
+    from .results import RunResult
+    s = RunResult.model_json_schema()
+    s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    s["title"] = "runner results.json"
+    return s
+
+
+def _type_name(ann: Any) -> str:
+    origin = typing.get_origin(ann)
+    args = typing.get_args(ann)
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{a}`" for a in args)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        parts = [a for a in args if a is not type(None)]
+        s = " \\| ".join(_type_name(a) for a in parts)
+        return s + (" \\| null" if len(parts) < len(args) else "")
+    if origin is typing.Annotated:
+        return _type_name(args[0])
+    if origin in (list, tuple):
+        return f"list of {_type_name(args[0])}" if args else "list"
+    if origin is dict:
+        return "mapping"
+    if isinstance(ann, type):
+        if issubclass(ann, BaseModel):
+            return f"[{ann.__name__}](#{ann.__name__.lower()})"
+        return {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}.get(ann.__name__, ann.__name__)
+    return str(ann).replace("typing.", "")
+
+
+def _default(f: Any) -> str:
+    if f.default is PydanticUndefined and f.default_factory is None:
+        return "**required**"
+    if f.default_factory is not None:
+        v = f.default_factory()
+        if isinstance(v, BaseModel):
+            return "(see section)"
+        return f"`{json.dumps(v)}`"
+    return f"`{json.dumps(f.default)}`"
+
+
+def _constraints(f: Any) -> str:
+    bits = []
+    for m in f.metadata:
+        for attr, sym in (("gt", ">"), ("ge", "≥"), ("lt", "<"), ("le", "≤")):
+            v = getattr(m, attr, None)
+            if v is not None:
+                bits.append(f"{sym} {v}")
+        if getattr(m, "pattern", None):
+            bits.append(f"pattern `{m.pattern}`")
+    return (" (" + ", ".join(bits) + ")") if bits else ""
+
+
+def reference_markdown() -> str:
+    from .engines import TransformersSpec, VLLMSpec
+    from .recipe import DatasetSpec, FieldMap, ModelSpec, PromptSpec, Recipe, Sampling, ShotExample, ShotsSpec
+    models = [Recipe, ModelSpec, TransformersSpec, VLLMSpec, DatasetSpec, FieldMap, PromptSpec, ShotsSpec,
+              ShotExample, Sampling]
+    out = ["# Recipe reference", "",
+           "Generated from the Pydantic models in `runner/` by `python -m runner.schema`; do not edit by hand.",
+           "Unknown keys are errors. Paths are relative to the recipe file. Editors validate recipes with",
+           "`schema/recipe.schema.json` (first line of a recipe: `# yaml-language-server: $schema=../schema/recipe.schema.json`).",
+           ""]
+    for m in models:
+        title = m.__name__.lower()
+        doc = (m.__doc__ or "").strip().splitlines()[0] if m.__doc__ else ""
+        where = {"Recipe": "top level", "TransformersSpec": "`engine` with `kind: transformers`",
+                 "VLLMSpec": "`engine` with `kind: vllm`"}.get(m.__name__, "")
+        out += [f"## {m.__name__}", ""]
+        if where:
+            out.append(f"Where: {where}.")
+        if doc:
+            out.append(doc)
+        out += ["", "| field | type | default | meaning |", "| --- | --- | --- | --- |"]
+        for name, f in m.model_fields.items():
+            desc = (f.description or "").replace("|", "\\|")
+            out.append(f"| `{name}` | {_type_name(f.annotation)}{_constraints(f)} | {_default(f)} | {desc} |")
+        out.append("")
+    from .metrics import METRICS, __doc__ as mdoc
+    out += ["## Metrics", "", "Names allowed in `metrics`: " + ", ".join(f"`{k}`" for k in METRICS) + ".", "",
+            (mdoc or "").strip(), ""]
+    return "\n".join(out)
+
+
+def write_all(root: Path = ROOT) -> list[Path]:
+    from .files import write_text_atomic
+    paths = []
+    for rel, text in (("schema/recipe.schema.json", json.dumps(recipe_schema(), indent=2, ensure_ascii=False) + "\n"),
+                      ("schema/results.schema.json", json.dumps(results_schema(), indent=2, ensure_ascii=False) + "\n"),
+                      ("docs/recipe-reference.md", reference_markdown())):
+        p = root / rel
+        write_text_atomic(p, text)
+        paths.append(p)
+    return paths
+
+
+if __name__ == "__main__":
+    for p in write_all():
+        print(p)

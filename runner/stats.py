@@ -1,0 +1,80 @@
+"""Small statistics: percentiles, projections with intervals, shared prefixes, paired tests."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+
+def percentile(xs: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..100), as numpy's default."""
+    s = sorted(xs)
+    if not s:
+        raise ValueError("no values")
+    pos = (len(s) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summary(xs: Sequence[float]) -> dict[str, float] | None:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return {"p50": percentile(xs, 50), "p90": percentile(xs, 90), "p99": percentile(xs, 99),
+            "mean": sum(xs) / len(xs)}
+
+
+# two-sided 95% Student t quantiles for small samples; normal beyond
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+        10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+
+
+def t95(df: int) -> float:
+    if df <= 0:
+        return float("inf")
+    keys = sorted(_T95)
+    for k in keys:
+        if df <= k:
+            return _T95[k]
+    return 1.960
+
+
+def project(per_example_s: Sequence[float], n_total: int) -> dict[str, float]:
+    """Project the time for n_total examples from a sample of per-example times.
+
+    Total = n_total * mean; 95% interval from the t-distribution of the mean.
+    (Assumes the measured examples are representative of the rest.)"""
+    n = len(per_example_s)
+    mean = sum(per_example_s) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in per_example_s) / (n - 1)) if n > 1 else float("nan")
+    half = t95(n - 1) * sd / math.sqrt(n) if n > 1 else float("nan")
+    return {"per_example_s": mean, "projected_s": mean * n_total,
+            "low_s": (mean - half) * n_total, "high_s": (mean + half) * n_total}
+
+
+def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+    if not seqs:
+        return 0
+    first = seqs[0]
+    n = min(len(s) for s in seqs)
+    for i in range(n):
+        t = first[i]
+        if any(s[i] != t for s in seqs):
+            return i
+    return n
+
+
+def prefix_share(seqs: Sequence[Sequence[int]]) -> tuple[int, float]:
+    """(tokens every prompt shares at its start, share of all prompt tokens that prefix covers)."""
+    total = sum(len(s) for s in seqs)
+    k = common_prefix_len(seqs)
+    return k, (k * len(seqs) / total if total else 0.0)
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value: b, c = discordant pair counts."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    k = min(b, c)
+    p = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2 * p)

@@ -1,0 +1,48 @@
+"""The child process that runs one recipe: `python -m runner.worker JOB.json`.
+
+Its stdout/stderr (and those of every process the engine starts) go to
+`<out>/<name>/engine.log`; the progress bar goes to the terminal."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+
+def main(job_path: str) -> int:
+    job = json.loads(Path(job_path).read_text())
+    # SIGTERM -> SystemExit, so `finally` blocks shut the engine down
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
+    log_path = job.get("log")
+    if log_path:
+        tty = os.dup(2)
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        sys.stdout = os.fdopen(1, "w", buffering=1)
+        sys.stderr = os.fdopen(2, "w", buffering=1)
+        os.environ["RUNNER_ENGINE_LOG"] = log_path
+        progress_stream = os.fdopen(tty, "w", buffering=1)
+    else:
+        progress_stream = sys.stderr
+    from .loading import load_recipe
+    from .run import RunOptions, run_recipe
+
+    lr = load_recipe(job["recipe"], job.get("overrides") or [])
+    opts = RunOptions(out=Path(job["out"]), limit=job.get("limit"), estimate=job.get("estimate"),
+                      command=job.get("command", ""), progress=job.get("progress", True),
+                      progress_file=progress_stream)
+    result = run_recipe(lr, opts)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return 0 if result.status == "ok" else 1
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)   # skip interpreter teardown: vLLM can hang there for minutes
