@@ -49,9 +49,29 @@ def expand_paths(paths: tuple[str, ...]) -> list[Path]:
     return unique
 
 
-def load_all(paths: tuple[str, ...], sets: tuple[str, ...]):
+def parse_model_paths(items: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for it in items:
+        if "=" not in it:
+            raise RunnerError(f"--model-path {it!r}: expected HUB_ID=PATH", field="--model-path")
+        k, v = it.split("=", 1)
+        out[k] = str(Path(v).expanduser().resolve())
+    return out
+
+
+def load_all(paths: tuple[str, ...], sets: tuple[str, ...], model_paths: tuple[str, ...] = ()):
     from .loading import load_recipe
-    loaded = [load_recipe(p, list(sets)) for p in expand_paths(paths)]
+    mp = parse_model_paths(model_paths)
+    loaded = []
+    for p in expand_paths(paths):
+        lr = load_recipe(p, list(sets))
+        extra = [f"model.{k}={mp[v]}" for k, v in (("id", lr.recipe.model.id), ("tokenizer", lr.recipe.model.tokenizer))
+                 if v in mp]
+        if lr.recipe.model.tokenizer is None and lr.recipe.model.id in mp:
+            extra.append(f"model.tokenizer={mp[lr.recipe.model.id]}")
+        if extra:
+            lr = load_recipe(p, list(sets) + extra)
+        loaded.append(lr)
     names: dict[str, str] = {}
     for lr in loaded:
         n = lr.recipe.name
@@ -87,6 +107,8 @@ def cli():
     """
 
 
+MP_HELP = ("Load a hub model from a local folder instead: HUB_ID=PATH (repeatable; applies to model.id and "
+           "model.tokenizer of every recipe that names HUB_ID).")
 SET_HELP = "Override a recipe field, e.g. --set model.id=../shared/models/x (repeatable; value parsed as YAML)."
 
 
@@ -98,6 +120,7 @@ SET_HELP = "Override a recipe field, e.g. --set model.id=../shared/models/x (rep
 @click.option("--estimate", type=click.IntRange(min=2),
               help="Run N examples and project the full-dataset time (marked as an estimate).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
+@click.option("--model-path", "model_paths", multiple=True, metavar="HUB_ID=PATH", help=MP_HELP)
 @click.option("--timeout", type=click.IntRange(min=1), help="Seconds per recipe before it is ended and "
               "recorded failed (a recipe's own timeout_s wins).")
 @click.option("--baseline", help="Name of the recipe the summary compares against (default: the recipe "
@@ -105,10 +128,13 @@ SET_HELP = "Override a recipe field, e.g. --set model.id=../shared/models/x (rep
 @click.option("--in-process", is_flag=True, hidden=True, help="Run recipes in this process (tests).")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 @guard
-def go(paths, out, limit, estimate, sets, timeout, baseline, in_process, no_progress):
-    """Run recipes (files, folders or globs) and write Markdown reports."""
+def go(paths, out, limit, estimate, sets, model_paths, timeout, baseline, in_process, no_progress):
+    """Run recipes (files, folders or globs) and write Markdown reports.
+
+    Exit code 0 when every recipe succeeded, 1 when any failed (the others
+    still run and report), 2 for bad input (nothing is run)."""
     from .report import write_report, write_summary
-    loaded = load_all(paths, sets)
+    loaded = load_all(paths, sets, model_paths)
     if baseline and baseline not in {lr.recipe.name for lr in loaded}:
         raise RunnerError(f"--baseline {baseline!r} names no recipe of this call; recipes: "
                           + ", ".join(lr.recipe.name for lr in loaded))
@@ -170,11 +196,12 @@ def preflight(lr):
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
+@click.option("--model-path", "model_paths", multiple=True, metavar="HUB_ID=PATH", help=MP_HELP)
 @click.option("--no-tokens", is_flag=True, help="Skip prompt-token statistics (they need the tokenizer).")
 @guard
-def check(paths, sets, no_tokens):
+def check(paths, sets, model_paths, no_tokens):
     """Validate recipes without loading a model; show the first prompt and token statistics."""
-    for lr in load_all(paths, sets):
+    for lr in load_all(paths, sets, model_paths):
         examples, messages, n_dataset, n_target, _ = preflight(lr)
         r = lr.recipe
         click.echo(f"ok {lr.path}: {r.name} — {r.engine.kind}, {r.model.id}, {n_target} of {n_dataset} examples")

@@ -297,7 +297,8 @@ def progress_tqdm(progress):
 
     class _Bar(tqdm):
         def __init__(self, *a, **kw):
-            kw["disable"] = True      # the runner draws its own bar
+            import os
+            kw["file"] = open(os.devnull, "w")   # the runner draws its own bar
             super().__init__(*a, **kw)
 
         def update(self, n=1):

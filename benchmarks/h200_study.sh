@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The H200 study behind reports/h200/: JSQuAD recipes over all 4,442 validation questions,
+# Qwen2.5-7B-Instruct shapes with random weights (load_format: dummy), 16 output tokens, ignore_eos
+# (the settings of the plain-vLLM measurements in ../shared/gpu/README.md).
+#   usage: benchmarks/h200_study.sh OUT_DIR [RECIPE ...]     (default: recipes/jsquad-*.yaml; SHARED=../shared)
+set -uo pipefail
+S=$(cd "${SHARED:-../shared}" && pwd)
+out=$1; shift
+if [ $# -eq 0 ]; then set -- recipes/jsquad-*.yaml; fi
+python3 -m runner go "$@" --out "$out" \
+  --model-path Qwen/Qwen2.5-7B-Instruct="$S/models/qwen2.5-7b-instruct" \
+  --model-path Qwen/Qwen2.5-7B-Instruct-AWQ="$S/models/qwen2.5-7b-instruct-awq" \
+  --set dataset.path="$S/data/jsquad/valid-v1.3.json" \
+  --set model.load_format=dummy --set sampling.max_tokens=16 --set sampling.ignore_eos=true \
+  --timeout 400 --no-progress

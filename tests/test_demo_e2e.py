@@ -1,0 +1,59 @@
+"""The embedded default through the real CLI, in an isolated child process."""
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from runner.cli import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def demo_out(tmp_path_factory):
+    pytest.importorskip("torch")
+    out = tmp_path_factory.mktemp("reports")
+    res = CliRunner().invoke(cli, ["go", str(ROOT / "recipes" / "demo.yaml"), "--out", str(out), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    return out, res.output
+
+
+def test_demo_writes_the_contract_files(demo_out):
+    out, output = demo_out
+    d = out / "demo"
+    results = json.loads((d / "results.json").read_text())
+    assert results["status"] == "ok" and results["error"] is None
+    assert results["n_samples"] == 36
+    for k in ("load_s", "generate_s", "total_s"):
+        assert results["timings"][k] > 0
+    assert results["tokens"]["prompt"] > 36 * 50 and results["tokens"]["output"] > 0
+    tp = results["throughput"]
+    assert tp["requests_per_s"] == pytest.approx(36 / results["timings"]["generate_s"], rel=1e-6)
+    assert set(results["scores"]) == {"exact_match", "char_f1"}
+    assert all(0 <= v <= 1 for v in results["scores"].values())
+    assert results["scores_meaningful"] is False
+    lines = [json.loads(x) for x in (d / "samples.jsonl").read_text().splitlines()]
+    assert len(lines) == 36
+    for row in lines:
+        assert {"id", "prompt", "output", "answers", "exact_match", "char_f1", "prompt_tokens",
+                "output_tokens"} <= set(row)
+    assert sum(r["prompt_tokens"] for r in lines) == results["tokens"]["prompt"]
+    assert lines[0]["id"] == "demo-0001" and lines[0]["answers"] == ["8月15日"]
+    assert "Contextを参考にして、問題に回答してください。" in lines[0]["prompt"]
+    report = (d / "report.md").read_text()
+    assert "Scores are not meaningful" in report and "smoke-test model" in report.lower()
+    assert "## Knobs: requested and effective" in report and "## Resolved recipe" in report
+    summary = (out / "summary.md").read_text()
+    assert "| demo" in summary and "n/a (random weights)" in summary
+    assert "report:" in output and "ok demo: 36 examples" in output
+
+
+def test_report_rebuilds_from_results(demo_out):
+    out, _ = demo_out
+    (out / "summary.md").unlink()
+    (out / "demo" / "report.md").unlink()
+    res = CliRunner().invoke(cli, ["report", str(out)])
+    assert res.exit_code == 0, res.output
+    assert (out / "summary.md").exists() and (out / "demo" / "report.md").exists()
+    assert "| demo" in (out / "summary.md").read_text()

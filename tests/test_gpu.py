@@ -1,0 +1,101 @@
+"""GPU tests: run on the GPU host with `pytest -m gpu` (vLLM installed). Never skipped there."""
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.gpu_helpers import QWEN, recipe_yaml, tiny_qwen
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    if not QWEN.exists():
+        pytest.fail("../shared/models/qwen2.5-7b-instruct is needed for GPU tests")
+    return tiny_qwen(tmp_path_factory.mktemp("tiny-qwen"))
+
+
+def _messages():
+    from runner.datasets import load_examples
+    from runner.prompts import PromptBuilder
+    from runner.recipe import DatasetSpec, PromptSpec
+    root = Path(__file__).resolve().parents[1]
+    exs = load_examples(DatasetSpec(format="squad", path=str(root / "runner/demo/demo-ja.json"), limit=5), root)
+    b = PromptBuilder(PromptSpec(template="jsquad.j2", system_template="jsquad-system.j2"), root)
+    return [b.messages(e) for e in exs]
+
+
+def test_same_prompt_ids_in_vllm_and_transformers(tiny):
+    from runner.engines.transformers import TransformersSpec
+    from runner.engines.vllm import VLLMSpec
+    from runner.recipe import ModelSpec, Sampling
+    model = ModelSpec(id=str(tiny), load_format="dummy", dtype="bfloat16")
+    msgs = _messages()
+    hf = TransformersSpec(kind="transformers", device="cuda").build(model, None)
+    hf_ids = [hf.tokenize(m) for m in msgs]
+    hf_text = [hf.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in msgs]
+    hf.close()
+    eng = VLLMSpec(kind="vllm", enforce_eager=True, gpu_memory_utilization=0.3, max_model_len=2048).build(model, None)
+    try:
+        v_ids = [eng.tokenize(m) for m in msgs]
+        assert v_ids == hf_ids
+        # vLLM tokenizing the chat-rendered text itself gives the same ids (no extra BOS/specials)
+        from vllm import SamplingParams
+        outs = eng.llm.generate(hf_text, SamplingParams(max_tokens=1), use_tqdm=False)
+        assert [list(o.prompt_token_ids) for o in outs] == hf_ids
+        outs = eng.llm.generate([{"prompt_token_ids": i} for i in hf_ids], SamplingParams(max_tokens=1), use_tqdm=False)
+        assert [list(o.prompt_token_ids) for o in outs] == hf_ids
+        gens = eng.generate(v_ids, Sampling(max_tokens=4, ignore_eos=True))
+        assert [g.output_tokens for g in gens] == [4] * len(msgs)
+        assert all(g.ttft_s is not None and g.ttft_s > 0 for g in gens)
+        assert eng.info.kv_cache_tokens and eng.info.kv_cache_tokens > 1000
+    finally:
+        eng.close()
+
+
+def _engine_cores() -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    return [l for l in out.splitlines() if "EngineCore" in l]
+
+
+def test_isolated_run_gives_the_gpu_back(tiny, tmp_path):
+    from runner.gpumem import used_gib
+    from runner.isolate import run_isolated
+    from runner.loading import load_recipe
+    p = tmp_path / "r.yaml"
+    p.write_text(recipe_yaml(tiny, "iso", extra_engine="  enable_prefix_caching: true"))
+    before = used_gib()
+    res = run_isolated(load_recipe(p), tmp_path / "out", progress=False)
+    assert res.status == "ok", res.error
+    assert res.n_samples == 20 and res.tokens.output == 160
+    assert res.memory.peak_gpu_gib > before + 5      # gpu_memory_utilization 0.3 of ~140 GiB was taken
+    assert used_gib() < before + 1.0                 # ... and given back
+    assert _engine_cores() == []
+    knobs = {k.name: k for k in res.knobs}
+    assert knobs["enable_prefix_caching"].status == "applied"   # shared system prompt -> cache hits
+    assert res.prefix.hit_rate and res.prefix.hit_rate > 0
+    assert res.latency.ttft_s.p50 > 0 and res.latency.e2e_s.p99 >= res.latency.e2e_s.p50
+
+
+def test_timeout_ends_the_engine_and_records_failure(tiny, tmp_path):
+    from runner.gpumem import used_gib
+    from runner.isolate import run_isolated
+    from runner.loading import load_recipe
+    p = tmp_path / "r.yaml"
+    p.write_text(recipe_yaml(tiny, "slow", timeout="timeout_s: 8", limit=36).replace("max_tokens: 8", "max_tokens: 1500"))
+    before = used_gib()
+    res = run_isolated(load_recipe(p), tmp_path / "out", timeout_s=8, progress=False)
+    assert res.status == "failed" and "timed out" in res.error
+    assert used_gib() < before + 1.0
+    assert _engine_cores() == []
+    assert (tmp_path / "out" / "slow" / "results.json").exists()
+
+
+def test_unknown_engine_arg_rejected_before_start(tiny):
+    from runner.engines.vllm import VLLMSpec
+    from runner.errors import RunnerError
+    from runner.recipe import ModelSpec
+    with pytest.raises(RunnerError, match="does not accept no_such_arg; it accepts: .*enable_prefix_caching"):
+        VLLMSpec(kind="vllm", engine_args={"no_such_arg": 1}).build(ModelSpec(id=str(tiny), load_format="dummy"), None)
