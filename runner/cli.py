@@ -125,10 +125,12 @@ SET_HELP = "Override a recipe field, e.g. --set model.id=../shared/models/x (rep
               "recorded failed (a recipe's own timeout_s wins).")
 @click.option("--baseline", help="Name of the recipe the summary compares against (default: the recipe "
               "with `baseline: true`).")
+@click.option("--force", is_flag=True, help="Rerun recipes whose complete results are already in --out "
+              "(default: an unchanged recipe is skipped; an interrupted one continues from its finished samples).")
 @click.option("--in-process", is_flag=True, hidden=True, help="Run recipes in this process (tests).")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 @guard
-def go(paths, out, limit, estimate, sets, model_paths, timeout, baseline, in_process, no_progress):
+def go(paths, out, limit, estimate, sets, model_paths, timeout, baseline, force, in_process, no_progress):
     """Run recipes (files, folders or globs) and write Markdown reports.
 
     Exit code 0 when every recipe succeeded, 1 when any failed (the others
@@ -147,6 +149,13 @@ def go(paths, out, limit, estimate, sets, model_paths, timeout, baseline, in_pro
         r = lr.recipe
         click.echo(f"[{i}/{len(loaded)}] {r.name} ({r.engine.kind}, {r.model.id})", err=True)
         t = r.timeout_s or timeout
+        prev = None if force else previous_result(out_dir, lr, limit, estimate)
+        if prev is not None:
+            results.append(prev)
+            click.echo(f"skip {r.name}: unchanged since {prev.finished_at} (results complete; --force reruns)")
+            continue
+        if force:
+            (out_dir / r.name / "samples.partial.jsonl").unlink(missing_ok=True)
         if in_process:
             from .run import RunOptions, run_recipe
             res = run_recipe(lr, RunOptions(out=out_dir, limit=limit, estimate=estimate, command=command,
@@ -162,6 +171,21 @@ def go(paths, out, limit, estimate, sets, model_paths, timeout, baseline, in_pro
     click.echo(f"summary: {summary}")
     if any(r.status != "ok" for r in results):
         sys.exit(EXIT_FAILED)
+
+
+def previous_result(out_dir: Path, lr, limit, estimate):
+    """The stored result of this exact recipe (same run key) if it completed, else None."""
+    from .results import RunResult
+    from .run import RunOptions, run_key
+    p = out_dir / lr.recipe.name / "results.json"
+    if not p.exists():
+        return None
+    try:
+        prev = RunResult.model_validate_json(p.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+    key = run_key(lr, RunOptions(out=out_dir, limit=limit, estimate=estimate))
+    return prev if prev.status == "ok" and prev.run_key == key else None
 
 
 def one_line(res, path) -> str:

@@ -55,3 +55,11 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()[:16]
+
+
+def append_lines(path: Path, lines: list[str]) -> None:
+    """Append whole lines and make them durable (an interruption loses at most a partial last line)."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("".join(lines))
+        f.flush()
+        os.fsync(f.fileno())

@@ -130,11 +130,11 @@ class Recipe(StrictModel):
     name: str = Field(pattern=NAME_PATTERN, max_length=100,
                       description="Unique name; the report folder is `<out>/<name>/`. Letters, digits, `._-`.")
     description: str = Field("", description="One line saying what this recipe tests.")
-    model: ModelSpec
+    model: ModelSpec = Field(description="Which model to load.")
     engine: EngineSpec = Field(description="Which engine runs the model, chosen by `kind`.")
-    dataset: DatasetSpec
-    prompt: PromptSpec
-    sampling: Sampling = Field(default_factory=Sampling)
+    dataset: DatasetSpec = Field(description="Where the examples come from.")
+    prompt: PromptSpec = Field(description="How an example becomes a prompt.")
+    sampling: Sampling = Field(default_factory=Sampling, description="Decoding settings, engine-neutral.")
     metrics: list[MetricName] = Field(default_factory=lambda: ["exact_match", "char_f1"],
                                       description="Scores to compute, each the max over all gold answers.")
     baseline: bool = Field(False, description="This recipe is the reference the summary compares against.")

@@ -109,6 +109,8 @@ class RunResult(_M):
     started_at: str = ""
     finished_at: str = ""
     reused_samples: int = Field(0, description="Samples taken from an earlier, interrupted run.")
+    run_key: str = Field("", description="Hash of the resolved recipe, its templates, dataset file and "
+                                         "limits: an unchanged recipe with complete results is skipped.")
 
 
 class Sample(_M):
@@ -123,6 +125,12 @@ class Sample(_M):
     ttft_s: float | None = None
     latency_s: float | None = None
     seconds: float | None = None
+
+    @classmethod
+    def from_line(cls, d: dict[str, Any], metrics: list[str]) -> "Sample":
+        d = dict(d)
+        scores = {m: d.pop(m) for m in metrics if m in d}
+        return cls(**{k: v for k, v in d.items() if k in cls.model_fields}, scores=scores)
 
     def to_line(self) -> dict[str, Any]:
         """samples.jsonl layout: one key per metric at the top level."""

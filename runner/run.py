@@ -5,6 +5,7 @@ results.json into `<out>/<name>/` atomically."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import sys
 import time
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from . import environment
 from .datasets import dataset_file, load_examples
 from .engines.builtin import is_builtin
 from .errors import RunnerError
-from .files import write_json_atomic, write_jsonl_atomic
+from .files import append_lines, write_json_atomic, write_jsonl_atomic, write_text_atomic
 from .metrics import METRICS
 from .prompts import PromptBuilder
 from .recipe import LoadedRecipe
@@ -76,25 +77,41 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
     try:
         examples, messages, n_dataset, n_target, builder = prepare(lr, opts)
         base.n_dataset = n_dataset
+        key = base.run_key = run_key(lr, opts)
+        partial = out_dir / PARTIAL
+        done = load_partial(partial, key, r.metrics)
+        todo = [i for i, ex in enumerate(examples) if ex.id not in done]
         engine = r.engine.build(r.model, r.prompt.chat_template)
         ids = [engine.tokenize(m) for m in messages]
+        new: dict[int, Sample] = {}
+        if not done:
+            write_text_atomic(partial, json.dumps({"_run_key": key}) + "\n")
+
+        def sink(finished):
+            lines = []
+            for j, g in finished:
+                i = todo[j]
+                new[i] = _sample(examples[i], messages[i], g, engine, r.metrics)
+                lines.append(json.dumps(new[i].to_line(), ensure_ascii=False) + "\n")
+            append_lines(partial, lines)
+
         from .gpumem import PeakSampler
         bar = _progress_bar(len(ids), r.name, opts.progress, opts.progress_file)
+        bar.update(len(done))
         with PeakSampler() as mem:
             t0 = time.perf_counter()
-            gens = engine.generate(ids, r.sampling, progress=bar.update)
+            engine.generate([ids[i] for i in todo], r.sampling, progress=bar.update, sink=sink)
             gen_s = time.perf_counter() - t0
         bar.close()
-        info = engine.info
-        samples = []
-        for ex, msg, g in zip(examples, messages, gens):
-            scores = {m: METRICS[m](g.text, ex.answers) for m in r.metrics} if ex.answers else {}
-            samples.append(Sample(id=ex.id, prompt=_prompt_text(engine, msg), output=g.text,
-                                  answers=list(ex.answers), prompt_tokens=g.prompt_tokens,
-                                  output_tokens=g.output_tokens, scores=scores, cached_tokens=g.cached_tokens,
-                                  ttft_s=g.ttft_s, latency_s=g.latency_s, seconds=g.seconds))
+        samples = [done[ex.id] if ex.id in done else new[i] for i, ex in enumerate(examples)]
         write_jsonl_atomic(out_dir / "samples.jsonl", [s.to_line() for s in samples])
-        result = _assemble(base, r, samples, ids, info, gen_s, mem, n_target)
+        partial.unlink(missing_ok=True)
+        result = _assemble(base, r, samples, ids, engine.info, gen_s, mem, n_target,
+                           fresh=[new[i] for i in sorted(new)])
+        result.reused_samples = len(done)
+        if done:
+            result.notes.append(f"{len(done)} of {len(samples)} samples were reused from an earlier, interrupted "
+                                f"run of the same recipe; timings and throughput cover the {len(new)} generated now.")
     except RunnerError as e:
         base.error, base.hint = e.render(), e.hint
         result = base
@@ -115,6 +132,45 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
     result.environment["inputs"] = input_hashes(lr)
     write_json_atomic(out_dir / "results.json", result.model_dump(mode="json"))
     return result
+
+
+PARTIAL = "samples.partial.jsonl"
+
+
+def run_key(lr: LoadedRecipe, opts: RunOptions) -> str:
+    import hashlib
+    blob = json.dumps({"recipe": lr.recipe.canonical(), "inputs": input_hashes(lr), "limit": opts.limit,
+                       "estimate": opts.estimate}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def load_partial(path: Path, key: str, metrics: list[str]) -> dict[str, Sample]:
+    """Samples finished by an earlier, interrupted run of the same recipe (same key), by id."""
+    if not path.exists():
+        return {}
+    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        head = json.loads(lines[0]) if lines else {}
+    except json.JSONDecodeError:
+        head = {}
+    if head.get("_run_key") != key:
+        path.unlink()
+        return {}
+    out = {}
+    for line in lines[1:]:
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError:   # a line cut by the interruption
+            break
+        out[str(d["id"])] = Sample.from_line(d, metrics)
+    return out
+
+
+def _sample(ex: Any, msg: list[dict], g: Any, engine: Any, metrics: list[str]) -> Sample:
+    scores = {m: METRICS[m](g.text, ex.answers) for m in metrics} if ex.answers else {}
+    return Sample(id=ex.id, prompt=_prompt_text(engine, msg), output=g.text, answers=list(ex.answers),
+                  prompt_tokens=g.prompt_tokens, output_tokens=g.output_tokens, scores=scores,
+                  cached_tokens=g.cached_tokens, ttft_s=g.ttft_s, latency_s=g.latency_s, seconds=g.seconds)
 
 
 def input_hashes(lr: LoadedRecipe) -> dict[str, str]:
@@ -160,19 +216,22 @@ def _pct(xs: list[float | None]) -> Percentiles | None:
 
 
 def _assemble(base: RunResult, r: Any, samples: list[Sample], ids: list[list[int]], info: Any, gen_s: float,
-              mem: Any, n_target: int) -> RunResult:
+              mem: Any, n_target: int, fresh: list[Sample]) -> RunResult:
     n = len(samples)
     p_tok = sum(s.prompt_tokens for s in samples)
     o_tok = sum(s.output_tokens for s in samples)
+    nf = len(fresh)
+    pf = sum(s.prompt_tokens for s in fresh)
+    of = sum(s.output_tokens for s in fresh)
     cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
     k, share = prefix_share(ids)
     res = base.model_copy(update=dict(
         status="ok", n_samples=n,
         timings=Timings(load_s=info.load_s, generate_s=gen_s),
         tokens=Tokens(prompt=p_tok, output=o_tok, cached=sum(cached) if cached else None),
-        throughput=Throughput(requests_per_s=n / gen_s if gen_s else None,
-                              output_tokens_per_s=o_tok / gen_s if gen_s else None,
-                              total_tokens_per_s=(p_tok + o_tok) / gen_s if gen_s else None),
+        throughput=Throughput(requests_per_s=nf / gen_s if gen_s and nf else None,
+                              output_tokens_per_s=of / gen_s if gen_s and nf else None,
+                              total_tokens_per_s=(pf + of) / gen_s if gen_s and nf else None),
         latency=Latency(ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct([s.latency_s for s in samples])),
         scores={m: sum(s.scores.get(m, 0.0) for s in samples) / n for m in r.metrics} if n and samples[0].scores
         else {},

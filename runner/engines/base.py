@@ -47,6 +47,7 @@ class EngineInfo:
 
 
 ProgressFn = Callable[[int], None]
+SinkFn = Callable[[list[tuple[int, "Generation"]]], None]   # (prompt index, generation) pairs as they finish
 
 
 class Engine(Protocol):
@@ -55,9 +56,10 @@ class Engine(Protocol):
     def tokenize(self, messages: list[dict]) -> list[int]:
         """Token ids of one prompt, exactly as generate() will see them."""
 
-    def generate(self, prompts: list[list[int]], sampling: Any,
-                 progress: ProgressFn | None = None) -> list[Generation]:
-        """Generate one completion per token-id prompt, in order."""
+    def generate(self, prompts: list[list[int]], sampling: Any, progress: ProgressFn | None = None,
+                 sink: SinkFn | None = None) -> list[Generation]:
+        """Generate one completion per token-id prompt, in order; hand finished ones to `sink`
+        as soon as they are done (so an interrupted run keeps them)."""
 
     def close(self) -> None:
         """Release the model and every resource the engine holds."""

@@ -156,7 +156,7 @@ class TransformersEngine:
         text, _ = truncate_at_stop(text, sampling.stop)
         return text, n
 
-    def generate(self, prompts: list[list[int]], sampling: Any, progress=None) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], sampling: Any, progress=None, sink=None) -> list[Generation]:
         torch = self.torch
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
@@ -191,6 +191,8 @@ class TransformersEngine:
                 text, n = self._finish(new[r], sampling)
                 out[i] = Generation(text=text, prompt_tokens=len(prompts[i]), output_tokens=n,
                                     latency_s=dt, seconds=dt / len(idx))
+            if sink:
+                sink([(i, out[i]) for i in idx])
             if progress:
                 progress(len(idx))
         if self.device == "cuda":

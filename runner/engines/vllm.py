@@ -183,7 +183,7 @@ class VLLMEngine:
         from .tokenizing import prompt_ids
         return prompt_ids(self.tokenizer, messages, self.chat)
 
-    def generate(self, prompts: list[list[int]], sampling: Any, progress=None) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], sampling: Any, progress=None, sink=None) -> list[Generation]:
         from vllm import SamplingParams
         sp = SamplingParams(**sampling_params_kwargs(sampling))
         use_tqdm: Any = True
@@ -200,6 +200,8 @@ class VLLMEngine:
                 e2e = ttft + (m.last_token_ts - m.first_token_ts)
             gens.append(Generation(text=c.text, prompt_tokens=len(p), output_tokens=len(c.token_ids),
                                    cached_tokens=o.num_cached_tokens, ttft_s=ttft, latency_s=e2e))
+        if sink:
+            sink(list(enumerate(gens)))
         self._metrics = {}
         try:
             for mt in self.llm.get_metrics():

@@ -1,0 +1,79 @@
+"""Shared fixtures for the fast test set (no model loading; torch/transformers never imported).
+
+The Hugging Face `datasets` library (used by the dataset loaders) is kept offline and given a
+private cache for the session, so the tests neither reach the network nor fill the user's cache.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+PROJECT = Path(__file__).resolve().parents[1]
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+DEMO_DATA = PROJECT / "runner" / "demo" / "demo-ja.json"
+
+_CACHE_DIR: str | None = None
+
+
+def pytest_configure(config):
+    # Must happen before `datasets` is first imported (it reads these at import time).
+    global _CACHE_DIR
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    if "HF_DATASETS_CACHE" not in os.environ:
+        _CACHE_DIR = tempfile.mkdtemp(prefix="runner-tests-hf-")
+        os.environ["HF_DATASETS_CACHE"] = _CACHE_DIR
+
+
+def pytest_unconfigure(config):
+    if _CACHE_DIR:
+        shutil.rmtree(_CACHE_DIR, ignore_errors=True)
+
+
+@pytest.fixture
+def project_root() -> Path:
+    return PROJECT
+
+
+@pytest.fixture
+def demo_data() -> Path:
+    return DEMO_DATA
+
+
+@pytest.fixture
+def base_recipe() -> dict:
+    """A valid recipe (as a dict) that `runner check --no-tokens` accepts: builtin model, the embedded
+    36-example Japanese demo set, and the project's original JSQuAD templates."""
+    return {
+        "name": "t",
+        "model": {"id": "builtin:demo"},
+        "engine": {"kind": "transformers", "device": "cpu"},
+        "dataset": {"format": "squad", "path": str(DEMO_DATA)},
+        "prompt": {"template": "jsquad.j2", "system_template": "jsquad-system.j2"},
+        "sampling": {"temperature": 0, "max_tokens": 16},
+        "metrics": ["exact_match", "char_f1"],
+    }
+
+
+@pytest.fixture
+def write_recipe(tmp_path):
+    """write_recipe(dict_or_text, name="recipe.yaml") -> Path of a recipe file in tmp_path."""
+
+    def write(content, name: str = "recipe.yaml") -> Path:
+        p = tmp_path / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, (bytes, bytearray)):
+            p.write_bytes(bytes(content))
+        elif isinstance(content, str):
+            p.write_text(content, encoding="utf-8")
+        else:
+            p.write_text(yaml.safe_dump(content, allow_unicode=True, sort_keys=False), encoding="utf-8")
+        return p
+
+    return write
