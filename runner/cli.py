@@ -91,7 +91,7 @@ def guard(fn):
         try:
             return fn(*a, **kw)
         except RunnerError as e:
-            raise UserError(f"Error: {e.render()}")
+            raise UserError(e.render())
     return wrapper
 
 

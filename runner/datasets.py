@@ -120,6 +120,9 @@ def normalize(rows: list[dict], spec: Any, where: str = "") -> list[Example]:
                                    file=where, field=f"dataset.fields.{name}")
         ex_id = str(need(fm.id, "id")) if fm.id else (str(row["id"]) if "id" in row else str(n))
         q = need(fm.question, "question")
+        if q is None:
+            raise DatasetError(f"row {n} has no value for {fm.question!r} (mapped to `question`)", file=where,
+                               field="dataset.fields.question")
         ctx = need(fm.context, "context") if fm.context else ""
         ans = _answers(need(fm.answers, "answers")) if fm.answers else ()
         out.append(Example(id=ex_id, question=str(q), context="" if ctx is None else str(ctx), answers=ans))

@@ -46,10 +46,15 @@ def _submodel(cls: type[BaseModel], loc: tuple, data: Any) -> type[BaseModel] | 
     cur: Any = cls
     d = data
     for part in loc[:-1]:
+        if isinstance(part, int):      # a list index: `cur` is already the item type
+            d = d[part] if isinstance(d, list) and 0 <= part < len(d) else None
+            continue
         if not (isinstance(cur, type) and issubclass(cur, BaseModel)) or part not in cur.model_fields:
             return None
         ann = cur.model_fields[part].annotation
         d = d.get(part) if isinstance(d, dict) else None
+        if typing.get_origin(ann) is list:
+            ann = typing.get_args(ann)[0]
         if part == "engine":
             kind = d.get("kind") if isinstance(d, dict) else None
             cur = {"transformers": TransformersSpec, "vllm": VLLMSpec}.get(kind)
@@ -77,8 +82,7 @@ def _describe(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, str]:
         else:
             msg = f"unknown key {str(loc[-1])!r}"
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        if close:
-            msg += f"; did you mean {close[0]!r}?"
+        msg += f"; did you mean {close[0]!r}?" if close else "."
         if allowed:
             msg += " Allowed here: " + ", ".join(allowed)
         return loc, msg
@@ -93,8 +97,8 @@ def _describe(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, str]:
         from .metrics import METRICS
         val = err.get("input")
         close = difflib.get_close_matches(str(val), list(METRICS), n=1)
-        return loc, f"unknown metric {val!r}" + (f"; did you mean {close[0]!r}?" if close else "") + \
-            "; allowed: " + ", ".join(METRICS)
+        return loc, f"unknown metric {val!r}" + (f"; did you mean {close[0]!r}?" if close else ".") + \
+            " Allowed: " + ", ".join(METRICS)
     msg = err["msg"]
     if "input" in err and typ not in ("model_type", "dict_type"):
         shown = repr(err["input"])

@@ -53,6 +53,9 @@ class CompiledTemplate:
             raise TemplateError(f"{self.path}: unsafe operation refused by the sandbox: {e}", file=where, field=field)
         except jinja2.TemplateError as e:
             raise TemplateError(f"{self.path}: {type(e).__name__}: {e}", file=where, field=field)
+        except Exception as e:   # a template's own arithmetic/type error is the user's, not ours
+            raise TemplateError(f"{self.path}: error while rendering: {type(e).__name__}: {e}", file=where,
+                                field=field) from e
 
 
 def compile_text(source: str, label: str, where: str, field: str) -> CompiledTemplate:

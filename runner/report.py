@@ -183,7 +183,78 @@ def pick_baseline(results: list[RunResult], name: str | None = None) -> RunResul
     return next((r for r in results if r.recipe.get("baseline")), None)
 
 
-def summary_markdown(results: list[RunResult], baseline: str | None = None) -> str:
+def _prefix_on(r: RunResult) -> bool:
+    eng = r.recipe.get("engine", {})
+    if eng.get("kind") != "vllm":
+        return False
+    eff = next((k.effective for k in r.knobs if k.name == "enable_prefix_caching"), None)
+    return bool(eff if eff is not None else eng.get("enable_prefix_caching"))
+
+
+def prefix_section(results: list[RunResult]) -> list[str]:
+    """Shared prefix (from the prompts), measured hit rate, and time saved against the same recipe
+    with caching off, for each recipe with prefix caching on."""
+    rows = []
+    for r in results:
+        if r.status != "ok" or not _prefix_on(r):
+            continue
+        partner = None
+        for o in results:
+            if o is r or o.status != "ok":
+                continue
+            if set(recipe_diff(r.recipe, o.recipe)) == {"engine.enable_prefix_caching"}:
+                partner = o
+        saved = None
+        if partner and partner.timings.generate_s and r.timings.generate_s:
+            d = partner.timings.generate_s - r.timings.generate_s
+            saved = f"{d:.1f} s ({d / partner.timings.generate_s:.0%}) vs {partner.name}"
+        rows.append([r.name, r.prefix.shared_prefix_tokens, f"{r.prefix.shared_prefix_share:.1%}",
+                     f"{r.prefix.hit_rate:.1%}" if r.prefix.hit_rate is not None else None, saved])
+    if not rows:
+        return []
+    return ["", "## Prefix caching", "",
+            "Shared prefix: tokens every prompt starts with, and their share of all prompt tokens (the most "
+            "prefill work prefix caching can skip; block-granular caching can also reuse partial prefixes "
+            "shared by some prompts).", "",
+            table(rows, ["recipe", "shared prefix (tokens)", "max prefill saved", "measured hit rate",
+                         "generation time saved"])]
+
+
+def changed_answers_section(results: list[RunResult], base: RunResult | None, out: Path | None,
+                            n_show: int = 3) -> list[str]:
+    """Per recipe with real weights: examples whose exact match differs from the baseline's,
+    with an exact McNemar test on the discordant pairs."""
+    from .stats import mcnemar_exact
+    if base is None or out is None or base.status != "ok" or not base.scores_meaningful \
+            or "exact_match" not in base.scores:
+        return []
+    bs = {s["id"]: s for s in load_samples(out / base.name / "samples.jsonl")}
+    lines: list[str] = []
+    rows = []
+    for r in results:
+        if r is base or r.status != "ok" or not r.scores_meaningful or "exact_match" not in r.scores:
+            continue
+        rs = {s["id"]: s for s in load_samples(out / r.name / "samples.jsonl")}
+        common = [i for i in rs if i in bs]
+        if not common:
+            continue
+        gained = [i for i in common if rs[i]["exact_match"] > bs[i]["exact_match"]]
+        lost = [i for i in common if rs[i]["exact_match"] < bs[i]["exact_match"]]
+        p = mcnemar_exact(len(gained), len(lost))
+        diff = (sum(rs[i]["exact_match"] for i in common) - sum(bs[i]["exact_match"] for i in common)) / len(common)
+        rows.append([r.name, len(common), len(gained), len(lost), f"{diff:+.3f}", f"{p:.3g}",
+                     "yes" if p < 0.05 else "no"])
+        for i in (lost + gained)[:n_show]:
+            lines.append(f"- {r.name} · `{i}`: baseline `{_inline(bs[i]['output'])}` → `{_inline(rs[i]['output'])}` "
+                         f"(gold: {', '.join(_inline(a) for a in rs[i]['answers'])})")
+    if not rows:
+        return []
+    return ["", f"## Answers that change against {base.name}", "",
+            table(rows, ["recipe", "paired examples", "now right", "now wrong", "EM difference",
+                         "McNemar p (exact)", "larger than chance (p<0.05)"]), "", *lines]
+
+
+def summary_markdown(results: list[RunResult], baseline: str | None = None, out: Path | None = None) -> str:
     base = pick_baseline(results, baseline)
     parts = ["# Summary", "", f"{len(results)} recipes; "
              + (f"baseline: **{base.name}**." if base else "no baseline (mark one with `baseline: true` or "
@@ -214,6 +285,8 @@ def summary_markdown(results: list[RunResult], baseline: str | None = None) -> s
                      _gib(r.memory.peak_gpu_gib), *scores])
     parts += ["", table(rows, ["recipe", "status", "engine", "differs from baseline", "generation time",
                                "speed-up", "requests/s", "output tok/s", "peak GPU", *metric_names])]
+    parts += prefix_section(results)
+    parts += changed_answers_section(results, base, out)
     failed = [r for r in results if r.status != "ok"]
     if failed:
         parts += ["", "## Failures", ""]
@@ -225,8 +298,14 @@ def summary_markdown(results: list[RunResult], baseline: str | None = None) -> s
 
 
 def write_summary(results: Iterable[RunResult], out: Path, baseline: str | None = None) -> Path:
+    from .plots import write_charts
+    results = list(results)
     path = out / "summary.md"
-    write_text_atomic(path, summary_markdown(list(results), baseline))
+    charts = write_charts(results, pick_baseline(results, baseline), out)
+    text = summary_markdown(results, baseline, out)
+    if charts:
+        text += "\n## Charts\n\n" + "\n\n".join(f"![{c.stem}]({c.name})" for c in charts) + "\n"
+    write_text_atomic(path, text)
     return path
 
 

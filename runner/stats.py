@@ -25,17 +25,15 @@ def summary(xs: Sequence[float]) -> dict[str, float] | None:
 
 # two-sided 95% Student t quantiles for small samples; normal beyond
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-        10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+        10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980,
+        1000: 1.962}
 
 
 def t95(df: int) -> float:
+    """Conservative two-sided 95% t quantile: the table row at or below df (never too small)."""
     if df <= 0:
         return float("inf")
-    keys = sorted(_T95)
-    for k in keys:
-        if df <= k:
-            return _T95[k]
-    return 1.960
+    return _T95[max(k for k in _T95 if k <= df)]
 
 
 def project(per_example_s: Sequence[float], n_total: int) -> dict[str, float]:

@@ -173,9 +173,6 @@ def test_missing_dotted_part_is_dataset_error(tmp_path):
     assert "'body.nope'" in ei.value.message
 
 
-@pytest.mark.xfail(reason="BUG: datasets/Arrow fills a key missing from some rows with null, and "
-                          "datasets.normalize turns it into the question text 'None' instead of an error",
-                   strict=True)
 def test_row_missing_question_is_an_error_not_None(tmp_path):
     (tmp_path / "d.jsonl").write_text(
         json.dumps({"question": "Q0", "context": "c", "answers": "a"}) + "\n"

@@ -241,9 +241,6 @@ def test_sandbox_escape_through_prompt_builder(tmp_path):
         b.messages(EX)
 
 
-@pytest.mark.xfail(reason="BUG: prompts.CompiledTemplate.render lets non-jinja2 exceptions raised while "
-                          "rendering (TypeError, ZeroDivisionError, the sandbox's OverflowError) escape "
-                          "instead of raising TemplateError", strict=True)
 @pytest.mark.parametrize("source", ["{{ question + 1 }}", "{{ 1 / 0 }}", "{{ range(10**9) | list | length }}"])
 def test_runtime_errors_in_templates_are_template_errors(source):
     t = compile_text(source, "bad.j2", "where", "prompt.template")

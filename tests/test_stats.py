@@ -94,7 +94,7 @@ def test_t95_table_values():
     assert t95(4) == 2.776
     assert t95(10) == 2.228
     assert t95(0) == float("inf")
-    assert t95(10_000) == 1.96
+    assert 1.96 <= t95(10_000) <= 1.962
 
 
 # two-sided 95% Student t quantiles (t_{0.975, df}) from standard tables
@@ -102,9 +102,6 @@ TRUE_T975 = {11: 2.201, 13: 2.160, 14: 2.145, 16: 2.120, 19: 2.093, 21: 2.080, 2
              39: 2.023, 50: 2.009, 100: 1.984, 200: 1.972}
 
 
-@pytest.mark.xfail(reason="BUG: stats.t95 uses the quantile of the next LARGER tabulated df for a df "
-                          "between table rows (and 1.960 above 120), which is smaller than the true "
-                          "t quantile, so the '95%' interval is too narrow", strict=True)
 @pytest.mark.parametrize("df", sorted(TRUE_T975))
 def test_t95_is_never_below_the_true_quantile(df):
     assert t95(df) >= TRUE_T975[df] - 5e-4

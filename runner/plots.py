@@ -1,0 +1,112 @@
+"""PNG charts for the summary (matplotlib, headless). Drawn from results only."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .results import RunResult
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _time(r: RunResult) -> float | None:
+    return r.estimate.projected_s if r.estimate else r.timings.generate_s
+
+
+def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> Path | None:
+    rs = [r for r in results if r.status == "ok" and _time(r)]
+    if not rs:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rs) + 1.4))
+    names = [r.name for r in rs][::-1]
+    for y, r in enumerate(rs[::-1]):
+        t = _time(r)
+        est = r.estimate is not None
+        color = "#d62728" if r is base else "#1f77b4"
+        ax.barh(y, t, color="white" if est else color, edgecolor=color, hatch="//" if est else None, linewidth=1.5)
+        if est:
+            ax.errorbar(t, y, xerr=[[t - r.estimate.low_s], [r.estimate.high_s - t]], color="black", capsize=3)
+        ax.text(t, y, f" {t:,.0f} s" + (" (est.)" if est else ""), va="center", fontsize=8)
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("generation time, s (log scale; hatched = projected from a partial run)")
+    ax.set_title("Time per recipe" + (f" (red: baseline {base.name})" if base else ""), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def pareto(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of points no other point beats on both lower time and higher score."""
+    front = []
+    for i, (t, s) in enumerate(points):
+        if not any((t2 <= t and s2 >= s) and (t2 < t or s2 > s) for j, (t2, s2) in enumerate(points) if j != i):
+            front.append(i)
+    return front
+
+
+def accuracy_chart(results: list[RunResult], metric: str, path: Path) -> Path | None:
+    rs = [r for r in results if r.status == "ok" and r.scores_meaningful and metric in r.scores and _time(r)]
+    if not rs:
+        return None
+    plt = _plt()
+    pts = [(_time(r), r.scores[metric]) for r in rs]
+    front = set(pareto(pts))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (r, (t, s)) in enumerate(zip(rs, pts)):
+        ax.scatter(t, s, color="#2ca02c" if i in front else "#7f7f7f", s=60 if i in front else 30, zorder=3)
+        ax.annotate(r.name, (t, s), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    fp = sorted(pts[i] for i in front)
+    ax.plot([p[0] for p in fp], [p[1] for p in fp], color="#2ca02c", linestyle="--", zorder=2)
+    ax.set_xscale("log")
+    ax.set_xlabel("generation time, s (log)")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} against time (green: Pareto front)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def memory_chart(results: list[RunResult], path: Path) -> Path | None:
+    rs = [r for r in results if r.status == "ok" and r.memory.peak_gpu_gib is not None]
+    if not rs:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rs) + 1.4))
+    for y, r in enumerate(rs[::-1]):
+        m = r.memory
+        peak = m.peak_gpu_gib - (m.baseline_gpu_gib or 0)
+        w = m.weights_gib or 0
+        kv = m.kv_cache_gib or 0
+        rest = max(peak - w - kv, 0)
+        left = 0
+        for val, col, lab in ((w, "#1f77b4", "weights"), (kv, "#ff7f0e", "KV cache"), (rest, "#c7c7c7", "rest")):
+            ax.barh(y, val, left=left, color=col, label=lab if y == 0 else None)
+            left += val
+        ax.text(left, y, f" {peak:.1f} GiB", va="center", fontsize=8)
+    ax.set_yticks(range(len(rs)), [r.name for r in rs][::-1], fontsize=8)
+    ax.set_xlabel("GPU memory at peak, GiB (whole device, less what was in use before)")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title("GPU memory per recipe", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_charts(results: list[RunResult], base: RunResult | None, out: Path) -> list[Path]:
+    try:
+        _plt()
+    except ImportError:
+        return []
+    made = [time_chart(results, base, out / "time.png"),
+            accuracy_chart(results, "exact_match", out / "accuracy_vs_time.png"),
+            memory_chart(results, out / "memory.png")]
+    return [p for p in made if p is not None]
