@@ -142,9 +142,33 @@ def go(paths, out, limit, estimate, sets, model_paths, timeout, baseline, force,
                           + ", ".join(lr.recipe.name for lr in loaded))
     for lr in loaded:
         preflight(lr)
+    import signal
+    old_handler = signal.signal(signal.SIGTERM, _sigterm)
     out_dir = Path(out)
     command = "runner go " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["go"] else ""
     results = []
+    try:
+        _run_all(loaded, results, out_dir, limit, estimate, timeout, force, in_process, no_progress, command)
+    except KeyboardInterrupt:
+        if results:
+            write_summary(results, out_dir, baseline)
+        click.echo(f"interrupted: {len(results)} of {len(loaded)} recipes finished; finished samples of the "
+                   "interrupted recipe are kept, and the same command resumes", err=True)
+        sys.exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, old_handler)
+    summary = write_summary(results, out_dir, baseline)
+    click.echo(f"summary: {summary}")
+    if any(r.status != "ok" for r in results):
+        sys.exit(EXIT_FAILED)
+
+
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _run_all(loaded, results, out_dir, limit, estimate, timeout, force, in_process, no_progress, command):
+    from .report import write_report
     for i, lr in enumerate(loaded, 1):
         r = lr.recipe
         click.echo(f"[{i}/{len(loaded)}] {r.name} ({r.engine.kind}, {r.model.id})", err=True)
@@ -167,10 +191,6 @@ def go(paths, out, limit, estimate, sets, model_paths, timeout, baseline, force,
         path = write_report(res, out_dir)
         results.append(res)
         click.echo(one_line(res, path))
-    summary = write_summary(results, out_dir, baseline)
-    click.echo(f"summary: {summary}")
-    if any(r.status != "ok" for r in results):
-        sys.exit(EXIT_FAILED)
 
 
 def previous_result(out_dir: Path, lr, limit, estimate):

@@ -14,7 +14,7 @@ class RunnerError(Exception):
         self.hint = hint
         super().__init__(self.render())
 
-    def render(self) -> str:
+    def render(self, with_hint: bool = True) -> str:
         where = self.file or ""
         if self.line is not None:
             where += f":{self.line}"
@@ -22,7 +22,7 @@ class RunnerError(Exception):
         if self.field:
             head += f"{self.field}: "
         text = head + self.message
-        if self.hint:
+        if self.hint and with_hint:
             text += f"\n  hint: {self.hint}"
         return text
 

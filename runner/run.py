@@ -113,7 +113,7 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
             result.notes.append(f"{len(done)} of {len(samples)} samples were reused from an earlier, interrupted "
                                 f"run of the same recipe; timings and throughput cover the {len(new)} generated now.")
     except RunnerError as e:
-        base.error, base.hint = e.render(), e.hint
+        base.error, base.hint = e.render(with_hint=False), e.hint
         result = base
     except Exception as e:   # engine crash, OOM, ...: recorded as this recipe's failure
         base.error = f"{type(e).__name__}: {e}"
@@ -197,7 +197,8 @@ def failure_hint(error: str) -> str | None:
                 "quantized checkpoint (engine.quantization), set engine.cpu_offload_gb, or a smaller "
                 "engine.batch_size (transformers)")
     if "not a valid model identifier" in e or "repository not found" in e or "no such file" in e \
-            or "can't load" in e or "does not appear to have" in e:
+            or "can't load" in e or "does not appear to have" in e or "repo id must be" in e \
+            or "model folder not found" in e:
         return "check model.id (a hub id needs network access; here pass a local folder with --set model.id=PATH)"
     return None
 

@@ -11,8 +11,24 @@ import sys
 from pathlib import Path
 
 
+def watch_parent(poll_s: float = 0.5) -> None:
+    """If the runner that started us dies (even by SIGKILL), end this process group: the
+    engine and every process it started go with it, so nothing keeps holding the GPU."""
+    import threading
+    import time
+    parent = os.getppid()
+
+    def loop():
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+    threading.Thread(target=loop, daemon=True, name="watch-parent").start()
+
+
 def main(job_path: str) -> int:
     job = json.loads(Path(job_path).read_text())
+    watch_parent()
     # SIGTERM -> SystemExit, so `finally` blocks shut the engine down
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
     log_path = job.get("log")

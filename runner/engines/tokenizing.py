@@ -30,8 +30,26 @@ def prompt_ids(tokenizer: Any, messages: list[dict], chat: bool) -> list[int]:
     return list(tokenizer(messages_to_text(messages), add_special_tokens=True)["input_ids"])
 
 
+def looks_local(ref: str) -> bool:
+    return ref.startswith(("/", "./", "../", "~")) or ref.count("/") > 1
+
+
+def check_model_source(model: Any) -> None:
+    """A model or tokenizer named by a local path must exist (else the hub client's error is cryptic)."""
+    from pathlib import Path
+
+    from ..errors import RunnerError
+    for field, ref in (("model.id", model.id), ("model.tokenizer", model.tokenizer)):
+        if ref and not ref.startswith("builtin:") and looks_local(ref) and not Path(ref).expanduser().exists():
+            raise RunnerError(f"model folder not found: {ref}", field=field,
+                              hint="give a hub id (needs network) or an existing local folder; "
+                                   "--model-path HUB_ID=PATH maps hub ids to folders")
+
+
 def load_tokenizer(model: Any, builtin_dir: str | None = None):
     from transformers import AutoTokenizer
+
+    check_model_source(model)
 
     source = builtin_dir or model.tokenizer_id
     return AutoTokenizer.from_pretrained(source, revision=None if builtin_dir else model.revision,
