@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import random
 import sys
 import time
 from dataclasses import dataclass
@@ -52,7 +53,10 @@ def prepare(lr: LoadedRecipe, opts: RunOptions):
     est = opts.estimate or r.estimate
     n_target = len(examples)
     if est and est < len(examples):
-        examples = examples[:est]
+        # a random sample (fixed seed), in dataset order: the first N of a file grouped by
+        # article are not representative of the rest
+        keep = sorted(random.Random(0).sample(range(len(examples)), est))
+        examples = [examples[i] for i in keep]
     builder = PromptBuilder(r.prompt, base, lr.path)
     messages = [builder.messages(ex) for ex in examples]
     return examples, messages, n_dataset, n_target, builder
@@ -87,11 +91,16 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
         if not done:
             write_text_atomic(partial, json.dumps({"_run_key": key}) + "\n")
 
+        clock = [time.perf_counter()]
+
         def sink(finished):
+            now_ = time.perf_counter()
+            wall, clock[0] = (now_ - clock[0]) / max(len(finished), 1), now_
             lines = []
             for j, g in finished:
                 i = todo[j]
                 new[i] = _sample(examples[i], messages[i], g, engine, r.metrics)
+                new[i].seconds = wall      # wall time per example, overheads included (projections)
                 lines.append(json.dumps(new[i].to_line(), ensure_ascii=False) + "\n")
             append_lines(partial, lines)
 
@@ -99,7 +108,7 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
         bar = _progress_bar(len(ids), r.name, opts.progress, opts.progress_file)
         bar.update(len(done))
         with PeakSampler() as mem:
-            t0 = time.perf_counter()
+            t0 = clock[0] = time.perf_counter()
             engine.generate([ids[i] for i in todo], r.sampling, progress=bar.update, sink=sink)
             gen_s = time.perf_counter() - t0
         bar.close()

@@ -25,7 +25,8 @@ class TransformersSpec(StrictModel):
     quantization: Literal["bitsandbytes-4bit", "bitsandbytes-8bit"] | None = Field(
         None, description="Quantize on load with bitsandbytes. Pre-quantized AWQ/GPTQ checkpoints need "
                           "nothing here: transformers loads them as their config says.")
-    warmup: bool = Field(True, description="Run one short generation before timing (kernel/JIT warm-up).")
+    warmup: bool = Field(True, description="Run one short generation at engine start, so kernel selection "
+                                           "and JIT stay out of the generation time.")
 
     def build(self, model: Any, chat: bool | None) -> "TransformersEngine":
         return TransformersEngine(self, model, chat)
@@ -117,6 +118,15 @@ class TransformersEngine:
                  "default" if spec.quantization is None else ("applied" if qmethod else "ignored"),
                  f"model.config.quantization_config; weights {weights:.2f} GiB"),
         ]
+        if spec.warmup:     # part of engine start: first-call kernel selection/JIT stays out of generation time
+            warm = self.tokenizer("Hello", add_special_tokens=True)["input_ids"] or [self.tokenizer.pad_token_id]
+            with torch.inference_mode():
+                self.model.generate(torch.tensor([warm], device=device),
+                                    attention_mask=torch.ones(1, len(warm), dtype=torch.long, device=device),
+                                    max_new_tokens=2, do_sample=False, pad_token_id=self.tokenizer.pad_token_id)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            self.info.load_s = time.perf_counter() - t0
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
 
@@ -161,11 +171,6 @@ class TransformersEngine:
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
         kw = self._gen_kwargs(sampling)
-        if self.spec.warmup and prompts:
-            with torch.inference_mode():
-                self.model.generate(torch.tensor([prompts[0]], device=self.device),
-                                    attention_mask=torch.ones(1, len(prompts[0]), dtype=torch.long, device=self.device),
-                                    **{**kw, "max_new_tokens": 2, "min_new_tokens": None})
         out: list[Generation | None] = [None] * len(prompts)
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i])) if self.spec.batch_size > 1 \
             else list(range(len(prompts)))
