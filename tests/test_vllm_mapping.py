@@ -73,6 +73,9 @@ def test_progress_bar_forwards_counts_and_keeps_vllm_fields():
     bar.update(1)
     bar.close()
     assert seen == [2, 1]
+    for _ in Bar(range(5), desc="Rendering prompts"):     # vLLM's other bar: not forwarded
+        pass
+    assert seen == [2, 1]
 
 
 def test_parent_never_imports_engine_libraries():

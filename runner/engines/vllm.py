@@ -90,6 +90,9 @@ def check_args(kwargs: dict[str, Any], accepted: set[str]) -> list[str]:
     return sorted(k for k in kwargs if k not in accepted)
 
 
+# vLLM renames AWQ/GPTQ requests to the kernel it picks (config/model.py _verify_quantization)
+_QUANT_ALIASES = {"awq": "auto_awq", "awq_marlin": "auto_awq", "gptq": "auto_gptq", "gptq_marlin": "auto_gptq"}
+
 _LOAD_RE = re.compile(r"Model loading took ([\d.]+) GiB(?: memory)? and ([\d.]+) seconds")
 _KV_RE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 _KV_GIB_RE = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
@@ -165,8 +168,10 @@ class VLLMEngine:
         kv_tokens = getattr(cc, "kv_cache_size_tokens", None) or (
             cc.num_gpu_blocks * cc.block_size if cc.num_gpu_blocks else None) or parsed.get("kv_cache_tokens")
         import torch
+
+        from ..gpumem import device_facts
         self.info = EngineInfo(name="vllm", version=vllm.__version__,
-                               device=torch.cuda.get_device_name(0) if torch.cuda.is_available() else "",
+                               device=device_facts().get("gpu", ""),   # NVML: no CUDA context in this process
                                load_s=load_s, weights_gib=parsed.get("weights_gib"),
                                kv_cache_tokens=int(kv_tokens) if kv_tokens else None,
                                quantization=mc.quantization)
@@ -226,7 +231,8 @@ class VLLMEngine:
             K.append(Knob("quantization", None, q_eff, "default",
                           f"from the checkpoint config; weights {w} GiB" if w else "from the checkpoint config"))
         else:
-            ok = q_eff is not None and (q_eff == s.quantization or s.quantization in str(q_eff))
+            want = _QUANT_ALIASES.get(s.quantization, s.quantization)
+            ok = q_eff is not None and q_eff in (want, s.quantization)
             ev = f"engine loaded {q_eff}; weights {w} GiB" + (f" vs {bf16:.1f} GiB unquantized bf16" if bf16 else "")
             K.append(Knob("quantization", s.quantization, q_eff, "applied" if ok else "ignored", ev))
         cached = sum(g.cached_tokens or 0 for g in gens)
@@ -297,14 +303,18 @@ def progress_tqdm(progress):
     """A tqdm class for vLLM's use_tqdm that forwards completed counts to `progress`."""
     from tqdm import tqdm
 
+    import io
+
     class _Bar(tqdm):
         def __init__(self, *a, **kw):
-            import os
-            kw["file"] = open(os.devnull, "w")   # the runner draws its own bar
+            # vLLM also wraps prompt rendering in this class (an iterable bar): forward only the
+            # bar over finished requests (no iterable), so prompts are not counted twice
+            self._forward = not a and kw.get("iterable") is None
+            kw["file"] = io.StringIO()          # the runner draws its own bar
             super().__init__(*a, **kw)
 
         def update(self, n=1):
-            if n:
+            if n and self._forward:
                 progress(int(n))
             return super().update(n)
     return _Bar
