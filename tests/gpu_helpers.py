@@ -1,9 +1,10 @@
 """A tiny Qwen2-shaped model folder (Qwen2.5 tokenizer, 2 layers) for fast GPU tests."""
 import json
+import os
 import shutil
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED = Path(os.environ.get("SHARED", Path(__file__).resolve().parents[2] / "shared"))
 QWEN = SHARED / "models" / "qwen2.5-7b-instruct"
 
 
