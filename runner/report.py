@@ -111,16 +111,32 @@ def report_markdown(r: RunResult, samples: list[dict]) -> str:
             parts += [f"### {s['id']}", "", "Prompt:", "", "```text", s["prompt"].replace("```", "ˋˋˋ"), "```", "",
                       f"Output: `{_inline(s['output'])}` · gold: "
                       + ", ".join(f"`{_inline(a)}`" for a in s.get("answers", [])), ""]
-    parts += ["", "## Environment", ""]
-    env = r.environment
-    rows = [[k, v] for k, v in env.items() if not isinstance(v, dict)]
-    rows += [[f"package {k}", v] for k, v in env.get("packages", {}).items()]
-    rows += [[k, v] for k, v in env.get("inputs", {}).items()]
-    rows += [["recipe hash", r.recipe_hash], ["command", f"`{r.command}`" if r.command else None]]
-    parts.append(table(rows, ["", "value"]))
-    parts += ["", "## Resolved recipe", "", "```yaml",
-              yaml.safe_dump(rec, sort_keys=False, allow_unicode=True).rstrip(), "```", ""]
+    parts += reproducibility(r)
     return "\n".join(parts)
+
+
+REPRO_KEYS = ("runner", "git_commit", "python", "platform", "gpu", "driver", "cuda_driver", "gpu_memory_gib")
+
+
+def reproducibility(r: RunResult) -> list[str]:
+    """Everything needed to run this again and get comparable numbers."""
+    env = r.environment
+    rows = [["recipe hash", f"`{r.recipe_hash}`"], ["run key", f"`{r.run_key}`" if r.run_key else None]]
+    rows += [[k.replace("_", " "), f"`{v}`"] for k, v in env.get("inputs", {}).items()]
+    rows += [[k.replace("_", " "), env.get(k)] for k in REPRO_KEYS]
+    rows += [[f"{k}", env.get("packages", {}).get(k)] for k in ("torch", "transformers", "vllm", "datasets")]
+    extra = env.get("engine_extra", {})
+    if extra.get("model_runner"):
+        rows.append(["vLLM model runner", extra["model_runner"]])
+    if extra.get("env"):
+        rows.append(["engine environment", ", ".join(f"{k}={v}" for k, v in extra["env"].items())])
+    rows.append(["started / finished", f"{r.started_at} / {r.finished_at}"])
+    out = ["", "## Reproduce", "", table(rows, ["", "value"]), ""]
+    if r.command:
+        out += ["Command (from the project root):", "", "```bash", r.command, "```"]
+    out += ["", "## Resolved recipe", "", "```yaml",
+            yaml.safe_dump(r.recipe, sort_keys=False, allow_unicode=True).rstrip(), "```", ""]
+    return out
 
 
 def _gib(v: float | None) -> str | None:
