@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,6 +35,7 @@ outs = llm.generate([{"prompt_token_ids": p} for p in job["prompts"]], SamplingP
 t2 = time.perf_counter()
 n_out = sum(len(o.outputs[0].token_ids) for o in outs)
 json.dump({"load_s": t1 - t0, "generate_s": t2 - t1, "output_tokens": n_out, "n": len(outs)}, open(sys.argv[2], "w"))
+llm.llm_engine.engine_core.shutdown(timeout=10)   # else the engine core outlives us, holding the GPU
 sys.stdout.flush()
 os._exit(0)
 '''
@@ -62,10 +65,20 @@ def main() -> int:
     (work / "job.json").write_text(json.dumps(job))
     (work / "plain.py").write_text(PLAIN)
 
+    from runner.gpumem import used_gib, wait_for_release
+    before = used_gib()
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, str(work / "plain.py"), str(work / "job.json"), str(work / "plain.json")],
-                   check=True, stdout=subprocess.DEVNULL, stderr=open(work / "plain.log", "w"))
+    p = subprocess.Popen([sys.executable, str(work / "plain.py"), str(work / "job.json"), str(work / "plain.json")],
+                         stdout=subprocess.DEVNULL, stderr=open(work / "plain.log", "w"), start_new_session=True)
+    rc = p.wait()
     plain_wall = time.perf_counter() - t0
+    try:
+        os.killpg(p.pid, signal.SIGKILL)      # anything the plain script left behind
+    except ProcessLookupError:
+        pass
+    wait_for_release(before)
+    if rc != 0:
+        sys.exit(f"plain vLLM script failed (exit {rc}); see {work / 'plain.log'}")
     plain = json.loads((work / "plain.json").read_text())
 
     cmd = [sys.executable, "-m", "runner", "go", a.recipe, "--out", a.out, "--no-progress"]
@@ -74,7 +87,9 @@ def main() -> int:
     for m in a.model_path:
         cmd += ["--model-path", m]
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    rr = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if rr.returncode != 0:
+        sys.exit(f"runner go failed (exit {rr.returncode}):\n{rr.stdout[-2000:]}")
     runner_wall = time.perf_counter() - t0
     res = json.loads((Path(a.out) / r.name / "results.json").read_text())
 

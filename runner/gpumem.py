@@ -62,7 +62,7 @@ class PeakSampler:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._t:
+        if self._t and not self._stop.is_set():
             self._stop.set()
             self._t.join()
             self.peak = max(self.peak, self._read())

@@ -31,7 +31,8 @@ def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> 
         ax.barh(y, t, color="white" if est else color, edgecolor=color, hatch="//" if est else None, linewidth=1.5)
         if est:
             ax.errorbar(t, y, xerr=[[t - r.estimate.low_s], [r.estimate.high_s - t]], color="black", capsize=3)
-        ax.text(t, y, f" {t:,.0f} s" + (" (est.)" if est else ""), va="center", fontsize=8)
+        ax.text(max(t, r.estimate.high_s) if est else t, y, f" {t:,.0f} s" + (" (est.)" if est else ""),
+                va="center", fontsize=8)
     ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.set_xscale("log")
     ax.set_xlabel("generation time, s (log scale; hatched = projected from a partial run)")
@@ -82,7 +83,7 @@ def memory_chart(results: list[RunResult], path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(rs) + 1.4))
     for y, r in enumerate(rs[::-1]):
         m = r.memory
-        peak = m.peak_gpu_gib - (m.baseline_gpu_gib or 0)
+        peak = m.peak_gpu_gib
         w = m.weights_gib or 0
         kv = m.kv_cache_gib or 0
         rest = max(peak - w - kv, 0)
@@ -92,9 +93,10 @@ def memory_chart(results: list[RunResult], path: Path) -> Path | None:
             left += val
         ax.text(left, y, f" {peak:.1f} GiB", va="center", fontsize=8)
     ax.set_yticks(range(len(rs)), [r.name for r in rs][::-1], fontsize=8)
-    ax.set_xlabel("GPU memory at peak, GiB (whole device, less what was in use before)")
-    ax.legend(fontsize=8, loc="lower right")
-    ax.set_title("GPU memory per recipe", fontsize=10)
+    ax.set_xlabel("peak GPU memory, GiB (whole device, NVML)")
+    ax.set_xlim(0, max(r.memory.peak_gpu_gib for r in rs) * 1.18)
+    ax.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    ax.set_title("GPU memory per recipe", fontsize=10, pad=22)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

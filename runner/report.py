@@ -143,6 +143,17 @@ def _gib(v: float | None) -> str | None:
     return None if v is None else f"{v:.1f} GiB"
 
 
+def _short(v: Any, width: int = 36) -> str:
+    """A setting's value for a table cell: lists and mappings summarized, long text cut."""
+    if v is None:
+        return "(unset)"
+    if isinstance(v, list):
+        return f"[{len(v)} item{'s' if len(v) != 1 else ''}]" if any(isinstance(x, (dict, list)) for x in v) \
+            else _short(",".join(map(str, v)), width)
+    s = str(v)
+    return s if len(s) <= width else "…" + s[-(width - 1):]
+
+
 def _v(v: Any) -> str:
     return "(default)" if v is None else str(v)
 
@@ -178,15 +189,31 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-SKIP_DIFF = {"name", "description", "baseline", "timeout_s"}
+SKIP_DIFF = {"name", "description", "baseline", "timeout_s", "estimate"}
+
+
+def _engine_view(engine: dict) -> dict:
+    """An engine's kind plus only the fields set away from that kind's defaults, so engines of
+    different kinds compare by what was chosen, not by every field either kind has."""
+    from .engines import TransformersSpec, VLLMSpec
+    cls = {"transformers": TransformersSpec, "vllm": VLLMSpec}.get(engine.get("kind"))
+    if cls is None:
+        return engine
+    defaults = cls(kind=engine["kind"]).model_dump(mode="json")
+    return {k: v for k, v in engine.items() if k == "kind" or defaults.get(k) != v}
 
 
 def recipe_diff(rec: dict, base: dict) -> dict[str, Any]:
     """Settings of `rec` that differ from `base` (dotted keys)."""
+    rec = {**rec, "engine": _engine_view(rec.get("engine", {}))}
+    base = {**base, "engine": _engine_view(base.get("engine", {}))}
     a, b = _flat(rec), _flat(base)
+    other_kind = rec["engine"].get("kind") != base["engine"].get("kind")
     out = {}
     for k in sorted(set(a) | set(b)):
-        if k.split(".")[0] in SKIP_DIFF:
+        if k.split(".")[0] in SKIP_DIFF or k == "engine.kind":     # the kind has its own column
+            continue
+        if other_kind and k.startswith("engine.") and k not in a:  # a field the other engine does not have
             continue
         if a.get(k) != b.get(k):
             out[k] = a.get(k)
@@ -291,7 +318,7 @@ def summary_markdown(results: list[RunResult], baseline: str | None = None, out:
         if r.estimate and t is not None:
             tcell = f"~{secs(t)} (est. from {r.estimate.n_measured})"
         diff = recipe_diff(r.recipe, base.recipe) if base is not None and r is not base else {}
-        diff_s = ", ".join(f"{k}={_v(v)}" for k, v in diff.items()) if diff else ("(baseline)" if r is base else "")
+        diff_s = ", ".join(f"{k}={_short(v)}" for k, v in diff.items()) if diff else ("(baseline)" if r is base else "")
         knob_flags = [k.name for k in r.knobs if k.status == "ignored"]
         status = r.status if not knob_flags else f"{r.status}; ignored: {', '.join(knob_flags)}"
         scores = [(f"{r.scores[m]:.3f}" if m in r.scores and r.scores_meaningful else

@@ -85,6 +85,8 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
         partial = out_dir / PARTIAL
         done = load_partial(partial, key, r.metrics)
         todo = [i for i, ex in enumerate(examples) if ex.id not in done]
+        from .gpumem import PeakSampler
+        mem = PeakSampler().__enter__()       # whole device, from before the engine starts
         engine = r.engine.build(r.model, r.prompt.chat_template)
         ids = [engine.tokenize(m) for m in messages]
         new: dict[int, Sample] = {}
@@ -104,13 +106,12 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
                 lines.append(json.dumps(new[i].to_line(), ensure_ascii=False) + "\n")
             append_lines(partial, lines)
 
-        from .gpumem import PeakSampler
         bar = _progress_bar(len(ids), r.name, opts.progress, opts.progress_file)
         bar.update(len(done))
-        with PeakSampler() as mem:
-            t0 = clock[0] = time.perf_counter()
-            engine.generate([ids[i] for i in todo], r.sampling, progress=bar.update, sink=sink)
-            gen_s = time.perf_counter() - t0
+        t0 = clock[0] = time.perf_counter()
+        engine.generate([ids[i] for i in todo], r.sampling, progress=bar.update, sink=sink)
+        gen_s = time.perf_counter() - t0
+        mem.__exit__(None, None, None)
         bar.close()
         samples = [done[ex.id] if ex.id in done else new[i] for i, ex in enumerate(examples)]
         write_jsonl_atomic(out_dir / "samples.jsonl", [s.to_line() for s in samples])
