@@ -78,7 +78,14 @@ def _check_file(spec: Any, path: Path, where: str) -> None:
         raise DatasetError(f"dataset file is empty: {path}", file=where, field="dataset.path")
 
 
+def _quiet_datasets() -> None:
+    import datasets
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+
+
 def load_rows(spec: Any, base_dir: Path, where: str = "") -> list[dict]:
+    _quiet_datasets()
     if spec.format == "hub":
         from datasets import load_dataset
         try:

@@ -41,6 +41,23 @@ def _failed(lr: LoadedRecipe, error: str, hint: str | None, command: str) -> Run
                      status="failed", error=error, hint=hint, command=command)
 
 
+def _evidence_from_log(res: RunResult, log: Path) -> None:
+    """A run ended before it could report: keep what the engine's log says it had done."""
+    from .engines.vllm import parse_engine_log
+    try:
+        found = parse_engine_log(log.read_text(errors="replace"))
+    except OSError:
+        return
+    if "weights_gib" in found:
+        res.memory.weights_gib = found["weights_gib"]
+        res.notes.append(f"from engine.log before the run ended: weights on the GPU {found['weights_gib']} GiB")
+    if "kv_cache_tokens" in found:
+        res.memory.kv_cache_tokens = int(found["kv_cache_tokens"])
+    if "cpu_offloaded_gib" in found:
+        res.notes.append(f"from engine.log: {found['cpu_offloaded_gib']} GiB of parameters were offloaded to CPU "
+                         "memory (cpu_offload_gb took effect)")
+
+
 def run_isolated(lr: LoadedRecipe, out: Path, *, limit: int | None = None, estimate: int | None = None,
                  timeout_s: float | None = None, command: str = "", progress: bool = True) -> RunResult:
     from .files import write_json_atomic
@@ -85,6 +102,7 @@ def run_isolated(lr: LoadedRecipe, out: Path, *, limit: int | None = None, estim
                 error += ": " + " | ".join(t.strip() for t in tail)[-600:]
         from .run import failure_hint
         res = _failed(lr, error, failure_hint(error) or f"see {log}", command)
+        _evidence_from_log(res, log)
         write_json_atomic(results, res.model_dump(mode="json"))
     if baseline is not None and after is not None and after > baseline + 1.0:
         res.notes.append(f"GPU memory not fully released after the run: {after:.1f} GiB used vs "

@@ -62,7 +62,8 @@ def report_markdown(r: RunResult, samples: list[dict]) -> str:
     parts += [f"Status: **{r.status}** · engine: {r.engine.name or eng.get('kind')} {r.engine.version} · "
               f"model: `{rec['model']['id']}` · device: {r.engine.device or '–'} · "
               f"samples: {r.n_samples} of {r.n_dataset} · finished {r.finished_at}", ""]
-    parts += _banners(r)
+    for b in _banners(r):                    # each its own block quote (adjacent ones would merge)
+        parts += [b, ""]
     parts += ["", "## Time and throughput", ""]
     t, th = r.timings, r.throughput
     gen = secs(t.generate_s)
@@ -323,11 +324,11 @@ def summary_markdown(results: list[RunResult], baseline: str | None = None, out:
         status = r.status if not knob_flags else f"{r.status}; ignored: {', '.join(knob_flags)}"
         scores = [(f"{r.scores[m]:.3f}" if m in r.scores and r.scores_meaningful else
                    ("n/a (random weights)" if m in r.scores else None)) for m in metric_names]
-        rows.append([r.name, status, r.recipe.get("engine", {}).get("kind"), diff_s, tcell, speed,
+        rows.append([r.name, status, r.recipe.get("engine", {}).get("kind"), tcell, speed,
                      r.throughput.requests_per_s, r.throughput.output_tokens_per_s,
-                     _gib(r.memory.peak_gpu_gib), *scores])
-    parts += ["", table(rows, ["recipe", "status", "engine", "differs from baseline", "generation time",
-                               "speed-up", "requests/s", "output tok/s", "peak GPU", *metric_names])]
+                     _gib(r.memory.peak_gpu_gib), *scores, diff_s])
+    parts += ["", table(rows, ["recipe", "status", "engine", "generation time", "speed-up", "requests/s",
+                               "output tok/s", "peak GPU", *metric_names, "differs from baseline"])]
     parts += prefix_section(results)
     parts += changed_answers_section(results, base, out)
     failed = [r for r in results if r.status != "ok"]

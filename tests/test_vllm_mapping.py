@@ -62,6 +62,7 @@ def test_engine_log_parsing_v1_and_v2_formats():
     assert parse_engine_log(log) == {"weights_gib": 14.25, "weights_load_s": 3.1, "kv_cache_tokens": 1234560,
                                      "kv_cache_gib": 101.5}
     assert parse_engine_log("Model loading took 8.2 GiB and 2.0 seconds")["weights_gib"] == 8.2
+    assert parse_engine_log("INFO [uva.py:58] Total CPU offloaded parameters: 8.12")["cpu_offloaded_gib"] == 8.12
 
 
 def test_progress_bar_forwards_counts_and_keeps_vllm_fields():

@@ -95,6 +95,7 @@ _QUANT_ALIASES = {"awq": "auto_awq", "awq_marlin": "auto_awq", "gptq": "auto_gpt
 
 _LOAD_RE = re.compile(r"Model loading took ([\d.]+) GiB(?: memory)? and ([\d.]+) seconds")
 _KV_RE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
+_OFFLOAD_RE = re.compile(r"Total CPU offloaded parameters: ([\d.]+)")
 _KV_GIB_RE = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 
 
@@ -106,6 +107,8 @@ def parse_engine_log(text: str) -> dict[str, float]:
         out["kv_cache_tokens"] = int(m.group(1).replace(",", ""))
     if m := _KV_GIB_RE.search(text):
         out["kv_cache_gib"] = float(m.group(1))
+    if m := _OFFLOAD_RE.search(text):
+        out["cpu_offloaded_gib"] = float(m.group(1))
     if "Using V2 Model Runner" in text or "V2 Model Runner" in text:
         out["v2_runner"] = 1.0
     return out
