@@ -248,7 +248,8 @@ def check(paths, sets, model_paths, no_tokens):
     for lr in load_all(paths, sets, model_paths):
         examples, messages, n_dataset, n_target, _ = preflight(lr)
         r = lr.recipe
-        click.echo(f"ok {lr.path}: {r.name} — {r.engine.kind}, {r.model.id}, {n_target} of {n_dataset} examples")
+        est = f" (an estimate: runs {len(examples)}, projects {n_target})" if len(examples) < n_target else ""
+        click.echo(f"ok {lr.path}: {r.name} — {r.engine.kind}, {r.model.id}, {n_target} of {n_dataset} examples{est}")
         click.echo("first prompt:")
         for m in messages[0]:
             click.echo(f"  [{m['role']}] " + m["content"].replace("\n", "\n    "))

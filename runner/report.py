@@ -17,6 +17,8 @@ N_EXAMPLES_SHOWN = 3
 def cell(v: Any) -> str:
     if v is None:
         return "–"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
     if isinstance(v, float):
         return f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
     s = str(v)

@@ -231,3 +231,26 @@ def test_limit_must_be_positive():
     from pydantic import ValidationError
     with pytest.raises(ValidationError):
         DatasetSpec(format="jsonl", path="x", limit=0)
+
+
+def test_hub_format_reads_a_local_dataset_folder(tmp_path):
+    """`format: hub` goes through datasets.load_dataset(name); offline, a local folder is a valid name."""
+    pd = pytest.importorskip("pandas")
+    from runner.datasets import load_examples
+    from runner.recipe import DatasetSpec
+    folder = tmp_path / "my-qa"
+    folder.mkdir()
+    pd.DataFrame({"qid": ["a", "b"], "q": ["一?", "二?"], "ctx": ["c1", "c2"],
+                  "gold": [["x"], ["y", "z"]]}).to_parquet(folder / "validation.parquet")
+    spec = DatasetSpec(format="hub", path=str(folder), split="validation",
+                       fields={"id": "qid", "question": "q", "context": "ctx", "answers": "gold"})
+    exs = load_examples(spec, tmp_path)
+    assert [(e.id, e.question, e.answers) for e in exs] == [("a", "一?", ("x",)), ("b", "二?", ("y", "z"))]
+
+
+def test_hub_dataset_that_cannot_load_is_a_dataset_error(tmp_path):
+    from runner.datasets import load_examples
+    from runner.errors import DatasetError
+    from runner.recipe import DatasetSpec
+    with pytest.raises(DatasetError, match="could not load hub dataset"):
+        load_examples(DatasetSpec(format="hub", path=str(tmp_path / "nothing-here")), tmp_path)

@@ -57,3 +57,16 @@ def test_report_rebuilds_from_results(demo_out):
     assert res.exit_code == 0, res.output
     assert (out / "summary.md").exists() and (out / "demo" / "report.md").exists()
     assert "| demo" in (out / "summary.md").read_text()
+
+
+def test_trust_remote_code_is_off_by_default_and_reported_when_on(tmp_path):
+    pytest.importorskip("torch")
+    from runner.loading import load_recipe
+    assert load_recipe(ROOT / "recipes" / "demo.yaml").recipe.model.trust_remote_code is False
+    res = CliRunner().invoke(cli, ["go", str(ROOT / "recipes" / "demo.yaml"), "--out", str(tmp_path),
+                                   "--no-progress", "--in-process", "--set", "model.trust_remote_code=true",
+                                   "--set", "dataset.limit=2"])
+    assert res.exit_code == 0, res.output
+    r = json.loads((tmp_path / "demo" / "results.json").read_text())
+    assert any("trust_remote_code was ON" in n for n in r["notes"])
+    assert "trust_remote_code was ON" in (tmp_path / "demo" / "report.md").read_text()

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from runner import plots
 from runner.cli import cli
 from runner.recipe import Recipe
-from runner.report import (load_results, prefix_section, changed_answers_section, recipe_diff, report_markdown,
+from runner.report import (load_results, load_samples, prefix_section, changed_answers_section, recipe_diff, report_markdown,
                            summary_markdown, write_report, write_summary)
 from runner.results import Estimate, KnobResult, Memory, Prefix, RunResult, Timings, Throughput, Tokens
 from runner.stats import mcnemar_exact
@@ -59,8 +59,9 @@ def result(name: str, rec: dict | None = None, *, status: str = "ok", generate_s
            n: int = 10, **kw) -> RunResult:
     rec = rec or recipe(name)
     ok = status == "ok"
+    kw.setdefault("recipe_hash", f"h-{name}")
     return RunResult(
-        name=name, recipe=rec, recipe_hash=f"h-{name}", status=status, n_samples=n if ok else 0, n_dataset=n,
+        name=name, recipe=rec, status=status, n_samples=n if ok else 0, n_dataset=n,
         scores_meaningful=meaningful,
         scores=(scores if scores is not None else {"exact_match": 0.5, "char_f1": 0.7}) if ok else {},
         timings=Timings(load_s=5.0, generate_s=generate_s if ok else None, total_s=(generate_s or 0) + 6 if ok else None),
@@ -160,7 +161,7 @@ def test_recipe_diff_nested_and_non_engine_fields(base_rec):
 
 @pytest.mark.xfail(reason="BUG: recipe_diff reports None (shown as `(unset)`) for an engine field the recipe "
                           "keeps at its default while the baseline changed it; it should report the default (1)",
-                   strict=True)
+                   strict=True, raises=AssertionError)
 def test_recipe_diff_field_back_at_default_reports_its_value():
     base = recipe("base", baseline=True, engine={"kind": "transformers", "device": "cuda", "batch_size": 128})
     seq = recipe("seq")
@@ -358,7 +359,7 @@ COMMAND = "runner go recipes/jsquad-vllm.yaml --out reports/h200 --set 'sampling
 
 def _repro_result(**kw) -> RunResult:
     rec = recipe("repro", engine=vllm(enable_prefix_caching=True), description="a vLLM run",
-                 prompt={"system": "答えだけを書いてください。\n短く。"})
+                 prompt={"system": "答えだけを書いてください。\n短く。", "system_template": None})
     return result("repro", rec, environment=kw.pop("environment", ENV), command=COMMAND, recipe_hash="2ed6c876846c7d06",
                   run_key="9f1e2d3c4b5a6978", started_at="2026-12-02T10:35:07+00:00",
                   finished_at="2026-12-02T10:36:04+00:00", **kw)
@@ -400,7 +401,7 @@ def test_report_reproducibility_without_optional_facts():
 
 @pytest.mark.xfail(reason="BUG: reproducibility() applies k.replace('_', ' ') to environment['inputs'] keys, "
                           "so file names with underscores are shown wrong (template:my_prompt.j2 -> "
-                          "'template:my prompt.j2')", strict=True)
+                          "'template:my prompt.j2')", strict=True, raises=AssertionError)
 def test_report_input_file_names_are_shown_verbatim():
     env = {**ENV, "inputs": {"template:my_prompt.j2": "00aa", "dataset:/data/valid_v1.json": "11bb"}}
     rows = {row[""]: row["value"] for row in
@@ -541,6 +542,16 @@ def _thirty() -> list[RunResult]:
     for mt in (8, 16, 64):
         rs.append(result(f"vllm-max{mt}", recipe(f"vllm-max{mt}", engine=vllm(), sampling={"max_tokens": mt}),
                          generate_s=10.0 + mt / 4, peak=128.0))
+    for kv in ("fp8", "fp8_e5m2"):
+        rs.append(result(f"vllm-kv-{kv}", recipe(f"vllm-kv-{kv}", engine=vllm(kv_cache_dtype=kv)), generate_s=19.0))
+    rs.append(result("vllm-tp2", recipe("vllm-tp2", engine=vllm(tensor_parallel_size=2)), generate_s=14.0))
+    for q in ("bitsandbytes-4bit", "bitsandbytes-8bit"):
+        rs.append(result(f"hf-{q}", recipe(f"hf-{q}", engine={"kind": "transformers", "device": "cuda",
+                                                                "batch_size": 32, "quantization": q}),
+                         generate_s=900.0, peak=9.0))
+    rs.append(result("hf-eager-attn", recipe("hf-eager-attn", engine={"kind": "transformers", "device": "cuda",
+                                                                      "attn_implementation": "eager"}),
+                     generate_s=3500.0))
     rs.append(result("vllm-offload", recipe("vllm-offload", engine=vllm(cpu_offload_gb=8)), status="failed",
                      error="timed out after 400 s\n(recipe timeout)", hint="see engine.log"))
     rs.append(result("vllm-plain", recipe("vllm-plain", engine=vllm()), generate_s=21.0,
@@ -559,13 +570,13 @@ def test_thirty_recipes_stay_one_table_of_single_line_rows():
     assert [r[0] for r in rows] == [r.name for r in _thirty()]
     assert all(len(r) == len(head) for r in rows), "a row has a different number of cells than the header"
     # every physical table line is one row: header + separator + 30
-    block = [ln for ln in md.split("## ")[1 if md.startswith("## ") else 0].splitlines() if ln.startswith("|")]
+    block = [ln for ln in md.split("\n## ")[0].splitlines() if ln.startswith("|")]
     assert len(block) == 32
 
 
 @pytest.mark.xfail(reason="BUG: summary_markdown joins every differing key into the `differs from baseline` "
                           "cell with no overall cap (only each value is cut to 36 characters), so a recipe "
-                          "that changes many settings makes a cell of 1,000+ characters", strict=True)
+                          "that changes ~25 settings makes a ~950-character cell", strict=True, raises=AssertionError)
 def test_thirty_recipes_diff_cells_are_bounded():
     rows = summary_rows(summary_markdown(_thirty()))
     assert len(rows) == 30
@@ -609,9 +620,7 @@ def test_cli_report_rebuilds_reports_and_summary(tmp_path):
     assert f"summary: {tmp_path / 'summary.md'} (3 recipes)" in res.output
     for r in rs:
         md = (tmp_path / r.name / "report.md").read_text(encoding="utf-8")
-        assert md == report_markdown(r, json.loads("[" + ",".join(
-            (tmp_path / r.name / "samples.jsonl").read_text(encoding="utf-8").splitlines()) + "]")
-            if (tmp_path / r.name / "samples.jsonl").exists() else [])
+        assert md == report_markdown(r, load_samples(tmp_path / r.name / "samples.jsonl"))
         assert md.startswith(f"# {r.name}\n")
     s = (tmp_path / "summary.md").read_text(encoding="utf-8")
     assert "3 recipes; baseline: **base**." in s
@@ -652,7 +661,7 @@ def test_cli_report_on_missing_folder_is_a_user_error(tmp_path):
 
 @pytest.mark.xfail(reason="BUG: `runner report --baseline NAME` with a NAME that matches no stored result "
                           "silently writes a summary with no baseline (exit 0); `runner go` rejects the same "
-                          "typo with exit 2", strict=True)
+                          "typo with exit 2", strict=True, raises=AssertionError)
 def test_cli_report_unknown_baseline_is_a_user_error(tmp_path):
     _stored(tmp_path)
     res = invoke("report", tmp_path, "--baseline", "fsat")
@@ -662,7 +671,7 @@ def test_cli_report_unknown_baseline_is_a_user_error(tmp_path):
 
 @pytest.mark.xfail(reason="BUG: a malformed results.json makes `runner report` crash with a pydantic "
                           "ValidationError (exit 1, traceback) instead of a one-screen bad-input error (exit 2) "
-                          "naming the file", strict=True)
+                          "naming the file", strict=True, raises=AssertionError)
 def test_cli_report_malformed_results_is_a_user_error(tmp_path):
     _stored(tmp_path)
     (tmp_path / "bad").mkdir()

@@ -182,8 +182,6 @@ class VLLMEngine:
                                 "model_runner": "V2" if parsed.get("v2_runner") else
                                 ("V1" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "0" else "unknown"),
                                 "env": spec.engine_env()})
-        if model.load_format == "dummy":
-            self.info.notes.append("load_format: dummy: random weights; speed figures only, scores mean nothing.")
         self._cc, self._mc, self._vc = cc, mc, vc
         self._bf16_gib = unquantized_gib(model.id, model.trust_remote_code)
 
