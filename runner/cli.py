@@ -284,6 +284,9 @@ def report(out, baseline):
     results = load_results(out_dir)
     if not results:
         raise RunnerError("no */results.json here", file=out)
+    if baseline and baseline not in {r.name for r in results}:
+        raise RunnerError(f"--baseline {baseline!r} names no stored result; results: "
+                          + ", ".join(r.name for r in results))
     for r in results:
         write_report(r, out_dir)
     click.echo(f"summary: {write_summary(results, out_dir, baseline)} ({len(results)} recipes)")

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, NonNegativeInt, PositiveInt, field_validator, model_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from .engines import EngineSpec
 from .metrics import METRICS
@@ -59,8 +59,7 @@ class DatasetSpec(StrictModel):
     name: str | None = Field(None, description="Hub dataset configuration name (`hub` only).")
     split: str = Field("validation", description="Split to read (`hub`), or a label for files.")
     json_field: str | None = Field(None, description="For `json`: the top-level key that holds the records.")
-    fields: FieldMap = Field(default_factory=FieldMap, validation_alias=AliasChoices("fields", "field"),
-                             description="Mapping from dataset columns onto id/question/context/answers.")
+    fields: FieldMap = Field(default_factory=FieldMap, description="Mapping from dataset columns onto id/question/context/answers.")
     limit: PositiveInt | None = Field(None, description="Use only the first N examples (after shuffling).")
     shuffle: bool = Field(False, description="Shuffle the examples before `limit`.")
     seed: int = Field(0, description="Seed for `shuffle`.")

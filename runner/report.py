@@ -125,7 +125,7 @@ def reproducibility(r: RunResult) -> list[str]:
     """Everything needed to run this again and get comparable numbers."""
     env = r.environment
     rows = [["recipe hash", f"`{r.recipe_hash}`"], ["run key", f"`{r.run_key}`" if r.run_key else None]]
-    rows += [[k.replace("_", " "), f"`{v}`"] for k, v in env.get("inputs", {}).items()]
+    rows += [[k, f"`{v}`"] for k, v in env.get("inputs", {}).items()]
     rows += [[k.replace("_", " "), env.get(k)] for k in REPRO_KEYS]
     rows += [[f"{k}", env.get("packages", {}).get(k)] for k in ("torch", "transformers", "vllm", "datasets")]
     extra = env.get("engine_extra", {})
@@ -144,6 +144,19 @@ def reproducibility(r: RunResult) -> list[str]:
 
 def _gib(v: float | None) -> str | None:
     return None if v is None else f"{v:.1f} GiB"
+
+
+def _diff_cell(diff: dict[str, Any], limit: int = 300) -> str:
+    """The settings that differ, as many as fit in `limit` characters, then a count of the rest."""
+    parts: list[str] = []
+    used = 0
+    for i, (k, v) in enumerate(diff.items()):
+        item = f"{k}={_short(v)}"
+        if parts and used + len(item) + 2 > limit:
+            return ", ".join(parts) + f", … +{len(diff) - i} more (see its report.md)"
+        parts.append(item)
+        used += len(item) + 2
+    return ", ".join(parts)
 
 
 def _short(v: Any, width: int = 36) -> str:
@@ -208,6 +221,7 @@ def _engine_view(engine: dict) -> dict:
 
 def recipe_diff(rec: dict, base: dict) -> dict[str, Any]:
     """Settings of `rec` that differ from `base` (dotted keys)."""
+    full = _flat(rec)
     rec = {**rec, "engine": _engine_view(rec.get("engine", {}))}
     base = {**base, "engine": _engine_view(base.get("engine", {}))}
     a, b = _flat(rec), _flat(base)
@@ -219,7 +233,7 @@ def recipe_diff(rec: dict, base: dict) -> dict[str, Any]:
         if other_kind and k.startswith("engine.") and k not in a:  # a field the other engine does not have
             continue
         if a.get(k) != b.get(k):
-            out[k] = a.get(k)
+            out[k] = a.get(k, full.get(k))
     return out
 
 
@@ -316,12 +330,13 @@ def summary_markdown(results: list[RunResult], baseline: str | None = None, out:
         bt = None
         if base is not None and base.status == "ok":
             bt = base.estimate.projected_s if base.estimate else base.timings.generate_s
-        speed = f"{bt / t:.1f}×" if (t and bt and r.status == "ok") else None
+        approx = "~" if (r.estimate or (base is not None and base.estimate)) else ""
+        speed = f"{approx}{bt / t:.1f}×" if (t and bt and r.status == "ok") else None
         tcell = secs(t) if t is not None else None
         if r.estimate and t is not None:
             tcell = f"~{secs(t)} (est. from {r.estimate.n_measured})"
         diff = recipe_diff(r.recipe, base.recipe) if base is not None and r is not base else {}
-        diff_s = ", ".join(f"{k}={_short(v)}" for k, v in diff.items()) if diff else ("(baseline)" if r is base else "")
+        diff_s = _diff_cell(diff) if diff else ("(baseline)" if r is base else "")
         knob_flags = [k.name for k in r.knobs if k.status == "ignored"]
         status = r.status if not knob_flags else f"{r.status}; ignored: {', '.join(knob_flags)}"
         scores = [(f"{r.scores[m]:.3f}" if m in r.scores and r.scores_meaningful else
@@ -356,7 +371,16 @@ def write_summary(results: Iterable[RunResult], out: Path, baseline: str | None 
 
 
 def load_results(out: Path) -> list[RunResult]:
+    from pydantic import ValidationError
+
+    from .errors import RunnerError
     res = []
     for p in sorted(out.glob("*/results.json")):
-        res.append(RunResult.model_validate_json(p.read_text(encoding="utf-8")))
+        try:
+            res.append(RunResult.model_validate_json(p.read_text(encoding="utf-8")))
+        except ValidationError as e:
+            first = e.errors()[0]
+            loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
+            raise RunnerError(f"not a valid results.json ({e.error_count()} problem(s); first: {loc}: "
+                              f"{first['msg']})", file=str(p))
     return res

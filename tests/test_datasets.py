@@ -113,10 +113,11 @@ def test_json_records_under_field(tmp_path):
     assert got == EXPECTED
 
 
-def test_field_alias_singular(tmp_path):
-    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
-    s = DatasetSpec.model_validate({"format": "jsonl", "path": "d.jsonl", "field": DOTTED})
-    assert load_examples(s, tmp_path) == EXPECTED
+def test_singular_field_is_an_unknown_key():
+    """Only `fields` (what the JSON Schema allows), so editors and the runner agree."""
+    from pydantic import ValidationError
+    with pytest.raises(ValidationError, match="field"):
+        DatasetSpec.model_validate({"format": "jsonl", "path": "d.jsonl", "field": DOTTED})
 
 
 def test_csv_string_answers_and_default_ids(tmp_path):
