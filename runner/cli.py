@@ -118,7 +118,8 @@ SET_HELP = "Override a recipe field, e.g. --set model.id=../shared/models/x (rep
               help="Folder for the reports.")
 @click.option("--limit", type=click.IntRange(min=1), help="Run only the first N examples of each recipe.")
 @click.option("--estimate", type=click.IntRange(min=2),
-              help="Run N examples and project the full-dataset time (marked as an estimate).")
+              help="Run N randomly chosen examples (fixed seed) and project the full-dataset time, with a 95% "
+              "interval; marked as an estimate everywhere it is shown.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.option("--model-path", "model_paths", multiple=True, metavar="HUB_ID=PATH", help=MP_HELP)
 @click.option("--timeout", type=click.IntRange(min=1), help="Seconds per recipe before it is ended and "
@@ -133,8 +134,11 @@ SET_HELP = "Override a recipe field, e.g. --set model.id=../shared/models/x (rep
 def go(paths, out, limit, estimate, sets, model_paths, timeout, baseline, force, in_process, no_progress):
     """Run recipes (files, folders or globs) and write Markdown reports.
 
-    Exit code 0 when every recipe succeeded, 1 when any failed (the others
-    still run and report), 2 for bad input (nothing is run)."""
+    Each recipe runs in its own process; an unchanged recipe whose results are
+    complete in --out is skipped, an interrupted one continues from its
+    finished samples. Exit code 0 when every recipe succeeded, 1 when any
+    failed (the others still run and report), 2 for bad input (nothing is
+    run), 130 when interrupted."""
     from .report import write_report, write_summary
     loaded = load_all(paths, sets, model_paths)
     if baseline and baseline not in {lr.recipe.name for lr in loaded}:
