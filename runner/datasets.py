@@ -141,6 +141,13 @@ def load_examples(spec: Any, base_dir: Path, where: str = "") -> list[Example]:
     if not rows:
         raise DatasetError("dataset has no examples", file=where, field="dataset.path")
     examples = normalize(rows, spec, where)
+    seen: set[str] = set()
+    for ex in examples:
+        if ex.id in seen:
+            raise DatasetError(f"example id {ex.id!r} appears more than once; ids must be unique (they pair "
+                               "samples across runs and recipes)", file=where, field="dataset.fields.id",
+                               hint="map fields.id to a unique column, or leave it unset to number the rows")
+        seen.add(ex.id)
     if spec.shuffle:
         random.Random(spec.seed).shuffle(examples)
     if spec.limit:

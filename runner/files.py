@@ -18,6 +18,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())    # mkstemp makes 0600; results are for everyone to read
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -25,6 +26,12 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_text_atomic(path: Path, text: str) -> None:

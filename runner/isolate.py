@@ -20,7 +20,8 @@ from .recipe import LoadedRecipe
 from .results import RunResult
 
 
-def _kill_group(pgid: int, grace_s: float = 10.0) -> None:
+def _kill_group(pgid: int, grace_s: float = 10.0, proc: subprocess.Popen | None = None) -> None:
+    """SIGTERM the group, then SIGKILL what is left; return once no member is alive."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(pgid, sig)
@@ -28,6 +29,8 @@ def _kill_group(pgid: int, grace_s: float = 10.0) -> None:
             return
         deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5)
         while time.monotonic() < deadline:
+            if proc is not None:
+                proc.poll()              # reap the leader: a zombie still counts as a group member
             try:
                 os.killpg(pgid, 0)
             except ProcessLookupError:
@@ -85,10 +88,10 @@ def run_isolated(lr: LoadedRecipe, out: Path, *, limit: int | None = None, estim
     except subprocess.TimeoutExpired:
         error = f"timed out after {timeout_s:.0f} s (recipe timeout); the run was ended"
     except KeyboardInterrupt:
-        _kill_group(proc.pid, grace_s=5)
+        _kill_group(proc.pid, grace_s=5, proc=proc)
         raise
     finally:
-        _kill_group(proc.pid)
+        _kill_group(proc.pid, proc=proc)
         proc.wait()
         os.unlink(job_path)
         after = wait_for_release(baseline)

@@ -133,6 +133,22 @@ def _apply_set(data: dict, key: str, raw: str, where: str) -> None:
     cur[parts[-1]] = value
 
 
+def _no_duplicate_keys(node: yaml.Node | None, where: str) -> None:
+    """YAML lets a second `sampling:` silently replace the first; a recipe may not."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for k, v in node.value:
+            key = str(k.value)
+            if key in seen:
+                raise RecipeError(f"key {key!r} appears twice (first on line {seen[key]}); the second would "
+                                  "silently replace the first", file=where, line=k.start_mark.line + 1)
+            seen[key] = k.start_mark.line + 1
+            _no_duplicate_keys(v, where)
+    elif isinstance(node, yaml.SequenceNode):
+        for v in node.value:
+            _no_duplicate_keys(v, where)
+
+
 def read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
     where = str(path)
     if not path.exists():
@@ -149,6 +165,7 @@ def read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
         raise RecipeError("file is empty; a recipe needs at least name, model, engine, dataset, prompt", file=where)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        _no_duplicate_keys(node, where)
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark

@@ -27,11 +27,13 @@ def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> 
     for y, r in enumerate(rs[::-1]):
         t = _time(r)
         est = r.estimate is not None
+        has_ci = est and r.estimate.low_s is not None and r.estimate.high_s is not None
         color = "#d62728" if r is base else "#1f77b4"
         ax.barh(y, t, color="white" if est else color, edgecolor=color, hatch="//" if est else None, linewidth=1.5)
-        if est:
-            ax.errorbar(t, y, xerr=[[t - r.estimate.low_s], [r.estimate.high_s - t]], color="black", capsize=3)
-        ax.text(max(t, r.estimate.high_s) if est else t, y, f" {t:,.0f} s" + (" (est.)" if est else ""),
+        if has_ci:
+            ax.errorbar(t, y, xerr=[[t - max(r.estimate.low_s, 1e-9)], [r.estimate.high_s - t]], color="black",
+                        capsize=3)
+        ax.text(max(t, r.estimate.high_s) if has_ci else t, y, f" {t:,.0f} s" + (" (est.)" if est else ""),
                 va="center", fontsize=8)
     ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.set_xscale("log")

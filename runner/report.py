@@ -38,6 +38,12 @@ def table(rows: list[list[Any]], headers: list[str]) -> str:
                     disable_numparse=True)
 
 
+def _interval(e: Any) -> str:
+    if e.low_s is None or e.high_s is None:
+        return "no interval"
+    return f"95% interval {secs(e.low_s)} – {secs(e.high_s)}"
+
+
 def _banners(r: RunResult) -> list[str]:
     out = []
     if r.status != "ok":
@@ -50,8 +56,7 @@ def _banners(r: RunResult) -> list[str]:
     if r.estimate:
         e = r.estimate
         out.append(f"> **Estimate**: {e.n_measured} of {e.n_total} examples were run; the full time is "
-                   f"projected at {secs(e.projected_s)} (95% interval {secs(e.low_s)} – {secs(e.high_s)}; "
-                   f"{e.method}).")
+                   f"projected at {secs(e.projected_s)} ({_interval(e)}; {e.method}).")
     return out
 
 
@@ -75,7 +80,7 @@ def report_markdown(r: RunResult, samples: list[dict]) -> str:
     if r.estimate:
         e = r.estimate
         parts += ["", f"Projected full-dataset generation (**estimate**): ~{secs(e.projected_s)} "
-                      f"[{secs(e.low_s)}, {secs(e.high_s)}] from {e.n_measured} examples."]
+                      f"({_interval(e)}) from {e.n_measured} examples."]
     parts += ["", "## Tokens", ""]
     parts.append(table([[r.tokens.prompt, r.tokens.output, r.tokens.cached,
                          f"{r.tokens.prompt / r.n_samples:.1f}" if r.n_samples else None,
@@ -99,7 +104,7 @@ def report_markdown(r: RunResult, samples: list[dict]) -> str:
     else:
         parts.append("No scores (no gold answers, or the run failed).")
     p = r.prefix
-    parts += ["", "## Prompt prefix", "",
+    parts += [] if r.status != "ok" else ["", "## Prompt prefix", "",
               f"Every prompt starts with the same {p.shared_prefix_tokens} tokens: "
               f"{p.shared_prefix_share:.1%} of all prompt tokens, the most prefix caching can skip."
               + (f" Measured hit rate: {p.hit_rate:.1%}." if p.hit_rate is not None else "")]
@@ -136,7 +141,7 @@ def reproducibility(r: RunResult) -> list[str]:
     rows.append(["started / finished", f"{r.started_at} / {r.finished_at}"])
     out = ["", "## Reproduce", "", table(rows, ["", "value"]), ""]
     if r.command:
-        out += ["Command (from the project root):", "", "```bash", r.command, "```"]
+        out += ["Command (from the directory it was run in):", "", "```bash", r.command, "```"]
     out += ["", "## Resolved recipe", "", "```yaml",
             yaml.safe_dump(r.recipe, sort_keys=False, allow_unicode=True).rstrip(), "```", ""]
     return out
@@ -295,7 +300,7 @@ def changed_answers_section(results: list[RunResult], base: RunResult | None, ou
         if r is base or r.status != "ok" or not r.scores_meaningful or "exact_match" not in r.scores:
             continue
         rs = {s["id"]: s for s in load_samples(out / r.name / "samples.jsonl")}
-        common = [i for i in rs if i in bs]
+        common = [i for i in rs if i in bs and "exact_match" in rs[i] and "exact_match" in bs[i]]
         if not common:
             continue
         gained = [i for i in common if rs[i]["exact_match"] > bs[i]["exact_match"]]

@@ -61,8 +61,8 @@ class Estimate(_M):
     n_total: int
     per_example_s: float
     projected_s: float
-    low_s: float
-    high_s: float
+    low_s: float | None = Field(None, description="95% interval; null when the engine ran batches.")
+    high_s: float | None = None
     method: str
 
 

@@ -94,8 +94,10 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
             write_text_atomic(partial, json.dumps({"_run_key": key}) + "\n")
 
         clock = [time.perf_counter()]
+        one_at_a_time = [True]       # per-example wall times are real only when examples finish one by one
 
         def sink(finished):
+            one_at_a_time[0] &= len(finished) == 1
             now_ = time.perf_counter()
             wall, clock[0] = (now_ - clock[0]) / max(len(finished), 1), now_
             lines = []
@@ -116,12 +118,14 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
         samples = [done[ex.id] if ex.id in done else new[i] for i, ex in enumerate(examples)]
         write_jsonl_atomic(out_dir / "samples.jsonl", [s.to_line() for s in samples])
         partial.unlink(missing_ok=True)
-        result = _assemble(base, r, samples, ids, engine.info, gen_s, mem, n_target,
-                           fresh=[new[i] for i in sorted(new)])
+        reused_s = sum(d.seconds or 0.0 for d in done.values())
+        result = _assemble(base, r, samples, ids, engine.info, gen_s + reused_s, mem, n_target,
+                           per_example=one_at_a_time[0])
         result.reused_samples = len(done)
         if done:
             result.notes.append(f"{len(done)} of {len(samples)} samples were reused from an earlier, interrupted "
-                                f"run of the same recipe; timings and throughput cover the {len(new)} generated now.")
+                                f"run of the same recipe; generation time adds their recorded wall time "
+                                f"({reused_s:.1f} s) to this run's ({gen_s:.1f} s).")
     except RunnerError as e:
         base.error, base.hint = e.render(with_hint=False), e.hint
         result = base
@@ -145,11 +149,13 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
 
 
 PARTIAL = "samples.partial.jsonl"
+NOT_IN_KEY = {"description", "baseline", "timeout_s"}   # change nothing a run produces
 
 
 def run_key(lr: LoadedRecipe, opts: RunOptions) -> str:
     import hashlib
-    blob = json.dumps({"recipe": lr.recipe.canonical(), "inputs": input_hashes(lr), "limit": opts.limit,
+    recipe = {k: v for k, v in lr.recipe.canonical().items() if k not in NOT_IN_KEY}
+    blob = json.dumps({"recipe": recipe, "inputs": input_hashes(lr), "limit": opts.limit,
                        "estimate": opts.estimate}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -194,9 +200,10 @@ def input_hashes(lr: LoadedRecipe) -> dict[str, str]:
             p = find_template(name, base)
             if p:
                 out[f"template:{name}"] = file_sha256(p)
-    dsf = dataset_file(r.dataset, base)
-    if dsf and dsf.exists():
-        out[f"dataset:{r.dataset.path}"] = file_sha256(dsf)
+    for label, spec in (("dataset", r.dataset), ("shots", r.prompt.shots.source)):
+        dsf = dataset_file(spec, base) if spec is not None else None
+        if dsf and dsf.exists():
+            out[f"{label}:{spec.path}"] = file_sha256(dsf)
     return out
 
 
@@ -221,19 +228,25 @@ def _prompt_text(engine: Any, messages: list[dict]) -> str:
     return messages_to_text(messages)
 
 
+def _mean_scores(samples: list[Sample], metrics: list[str]) -> dict[str, float]:
+    """Each metric averaged over the examples that have gold answers (others are not scored)."""
+    scored = [s for s in samples if s.scores]
+    if not scored:
+        return {}
+    return {m: sum(s.scores[m] for s in scored) / len(scored) for m in metrics}
+
+
 def _pct(xs: list[float | None]) -> Percentiles | None:
     s = summary([x for x in xs if x is not None])
     return Percentiles(**s) if s else None
 
 
 def _assemble(base: RunResult, r: Any, samples: list[Sample], ids: list[list[int]], info: Any, gen_s: float,
-              mem: Any, n_target: int, fresh: list[Sample]) -> RunResult:
+              mem: Any, n_target: int, per_example: bool) -> RunResult:
     n = len(samples)
     p_tok = sum(s.prompt_tokens for s in samples)
     o_tok = sum(s.output_tokens for s in samples)
-    nf = len(fresh)
-    pf = sum(s.prompt_tokens for s in fresh)
-    of = sum(s.output_tokens for s in fresh)
+    nf, pf, of = n, p_tok, o_tok
     cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
     k, share = prefix_share(ids)
     res = base.model_copy(update=dict(
@@ -244,8 +257,7 @@ def _assemble(base: RunResult, r: Any, samples: list[Sample], ids: list[list[int
                               output_tokens_per_s=of / gen_s if gen_s and nf else None,
                               total_tokens_per_s=(pf + of) / gen_s if gen_s and nf else None),
         latency=Latency(ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct([s.latency_s for s in samples])),
-        scores={m: sum(s.scores.get(m, 0.0) for s in samples) / n for m in r.metrics} if n and samples[0].scores
-        else {},
+        scores=_mean_scores(samples, r.metrics),
         memory=Memory(peak_gpu_gib=mem.peak, baseline_gpu_gib=mem.start_gib, weights_gib=info.weights_gib,
                       kv_cache_tokens=info.kv_cache_tokens, kv_cache_gib=info.extra.get("kv_cache_gib")),
         prefix=Prefix(shared_prefix_tokens=k, shared_prefix_share=share,
@@ -257,14 +269,15 @@ def _assemble(base: RunResult, r: Any, samples: list[Sample], ids: list[list[int
     ))
     if n < n_target:
         secs = [s.seconds for s in samples if s.seconds is not None]
-        if len(secs) == n and n >= 2:
+        if per_example and len(secs) == n and n >= 2:
             p = project(secs, n_target)
-            method = "per-example times, mean x N, 95% t-interval"
+            p["low_s"] = max(p["low_s"], 0.0)
+            method = "per-example wall times of a random sample, mean x N, 95% t-interval"
         else:
             per = gen_s / n
-            p = {"per_example_s": per, "projected_s": per * n_target, "low_s": per * n_target,
-                 "high_s": per * n_target}
-            method = "generation time scaled linearly (no per-example times: no interval)"
+            p = {"per_example_s": per, "projected_s": per * n_target, "low_s": None, "high_s": None}
+            method = ("generation time of a random sample scaled linearly (examples ran in batches: no "
+                      "per-example times, no interval)")
         res.estimate = Estimate(n_measured=n, n_total=n_target, method=method, **p)
     for kn in res.knobs:
         if kn.status == "ignored":

@@ -141,7 +141,12 @@ class TransformersEngine:
         return prompt_ids(self.tokenizer, messages, self.chat)
 
     def _gen_kwargs(self, sampling: Any) -> dict[str, Any]:
-        kw: dict[str, Any] = {"max_new_tokens": sampling.max_tokens, "pad_token_id": self.tokenizer.pad_token_id}
+        from transformers import GenerationConfig
+        # a fresh config: the checkpoint's generation_config.json (e.g. repetition_penalty 1.05) must not
+        # change decoding behind the recipe's back; vLLM gets exactly the recipe's settings too
+        kw: dict[str, Any] = {"generation_config": GenerationConfig(
+            eos_token_id=sorted(self.eos_ids) or None, pad_token_id=self.tokenizer.pad_token_id),
+            "max_new_tokens": sampling.max_tokens, "pad_token_id": self.tokenizer.pad_token_id}
         if sampling.temperature > 0:
             kw.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
                       top_k=sampling.top_k or None)
