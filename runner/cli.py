@@ -49,6 +49,9 @@ def expand_paths(paths: tuple[str, ...]) -> list[Path]:
     return unique
 
 
+RESERVED_NAMES = {"summary.md", "time.png", "memory.png", "accuracy_vs_time.png"}
+
+
 def parse_model_paths(items: tuple[str, ...]) -> dict[str, str]:
     out = {}
     for it in items:
@@ -75,6 +78,9 @@ def load_all(paths: tuple[str, ...], sets: tuple[str, ...], model_paths: tuple[s
     names: dict[str, str] = {}
     for lr in loaded:
         n = lr.recipe.name
+        if n in RESERVED_NAMES:
+            raise RunnerError(f"{n!r} is the name of a file the summary writes; choose another name",
+                              file=lr.path, field="name")
         if n in names:
             raise RunnerError(f"two recipes are named {n!r}: {names[n]} and {lr.path}; names must be unique "
                               "in one call (they name the report folders)", field="name")
@@ -146,6 +152,11 @@ def go(paths, out, limit, estimate, sets, model_paths, timeout, baseline, force,
                           + ", ".join(lr.recipe.name for lr in loaded))
     for lr in loaded:
         preflight(lr)
+        runnable(lr)
+    try:
+        Path(out).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunnerError(f"cannot create the report folder: {e.strerror}", file=out, field="--out")
     import signal
     old_handler = signal.signal(signal.SIGTERM, _sigterm)
     out_dir = Path(out)
@@ -235,6 +246,27 @@ def one_line(res, path) -> str:
     return line + f"\n  report: {path}"
 
 
+def runnable(lr) -> None:
+    """What `go` needs beyond `check`, found without importing an engine library."""
+    import importlib.util
+    from .engines.builtin import BUILTIN_PREFIX, BUILTINS, is_builtin
+    from .engines.tokenizing import check_model_source
+    r = lr.recipe
+    if is_builtin(r.model.id) and r.model.id[len(BUILTIN_PREFIX):] not in BUILTINS:
+        raise RunnerError(f"unknown builtin model {r.model.id!r}; allowed: "
+                          + ", ".join(BUILTIN_PREFIX + b for b in BUILTINS), file=lr.path, field="model.id")
+    try:
+        check_model_source(r.model)
+    except RunnerError as e:
+        e.file = lr.path
+        raise
+    lib = {"vllm": "vllm", "transformers": "transformers"}[r.engine.kind]
+    if importlib.util.find_spec(lib) is None:
+        raise RunnerError(f"{lib} is not installed in this Python, so `engine: kind: {r.engine.kind}` cannot run "
+                          "here", file=lr.path, field="engine.kind",
+                          hint="run on a host with it installed (`runner check` works anywhere)")
+
+
 def preflight(lr):
     """Everything that can be checked without a model: dataset, templates, prompts."""
     from .run import RunOptions, prepare
@@ -266,7 +298,7 @@ def token_stats(r, messages) -> str:
         from .engines.builtin import ensure_builtin, is_builtin
         from .engines.tokenizing import load_tokenizer, prompt_ids, uses_chat_template
         builtin = ensure_builtin(r.model.id) if is_builtin(r.model.id) else None
-        tok = load_tokenizer(r.model, builtin)
+        tok = load_tokenizer(r.model, builtin, local_only=True)   # no hub retries: check is a quick look
         chat = uses_chat_template(tok, r.prompt.chat_template)
         lens = [len(prompt_ids(tok, m, chat)) for m in messages]
     except Exception as e:   # no transformers here, or the tokenizer is not on this machine

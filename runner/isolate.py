@@ -72,7 +72,7 @@ def run_isolated(lr: LoadedRecipe, out: Path, *, limit: int | None = None, estim
         results.unlink()
     log = rdir / "engine.log"
     log.write_text("")
-    job = {"recipe": lr.path, "overrides": lr.overrides, "out": str(out), "limit": limit, "estimate": estimate,
+    job = {"loaded": lr.model_dump(mode="json"), "out": str(out), "limit": limit, "estimate": estimate,
            "command": command, "progress": progress, "log": str(log)}
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(job, f)

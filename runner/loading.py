@@ -116,6 +116,19 @@ def _parse_set(items: list[str]) -> dict[str, str]:
     return out
 
 
+PATH_KEYS = {"model.id", "model.tokenizer", "dataset.path", "prompt.template", "prompt.system_template"}
+
+
+def _cli_path(key: str, value):
+    """Paths typed on the command line are relative to the current directory (in a file, to the file)."""
+    if key not in PATH_KEYS or not isinstance(value, str) or not value or Path(value).is_absolute():
+        return value
+    if key.startswith("model.") and not value.startswith(("./", "../", "~")):
+        return value                                   # a hub id
+    p = Path(value).expanduser()
+    return str(p.resolve()) if (p.exists() or key.startswith("model.")) else value
+
+
 def _apply_set(data: dict, key: str, raw: str, where: str) -> None:
     parts = key.split(".")
     cur = data
@@ -130,7 +143,7 @@ def _apply_set(data: dict, key: str, raw: str, where: str) -> None:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
-    cur[parts[-1]] = value
+    cur[parts[-1]] = _cli_path(key, value)
 
 
 def _no_duplicate_keys(node: yaml.Node | None, where: str) -> None:
@@ -199,5 +212,10 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> LoadedR
         if len(errs) > MAX_ERRORS:
             lines.append(f"  ... and {len(errs) - MAX_ERRORS} more")
         raise RecipeError("invalid recipe\n" + "\n".join(lines), file=where)
-    return LoadedRecipe(recipe=recipe, path=str(path.resolve()), base_dir=str(path.resolve().parent),
+    base_dir = path.resolve().parent
+    local = {k: str((base_dir / v).resolve()) for k, v in (("id", recipe.model.id), ("tokenizer", recipe.model.tokenizer))
+             if v and v.startswith(("./", "../"))}
+    if local:      # a model folder named relative to the recipe file, like every other path in it
+        recipe = recipe.model_copy(update={"model": recipe.model.model_copy(update=local)})
+    return LoadedRecipe(recipe=recipe, path=str(path.resolve()), base_dir=str(base_dir),
                         overrides=list(overrides or []))

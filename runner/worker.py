@@ -44,10 +44,10 @@ def main(job_path: str) -> int:
         progress_stream = os.fdopen(tty, "w", buffering=1)
     else:
         progress_stream = sys.stderr
-    from .loading import load_recipe
+    from .recipe import LoadedRecipe
     from .run import RunOptions, run_recipe
 
-    lr = load_recipe(job["recipe"], job.get("overrides") or [])
+    lr = LoadedRecipe.model_validate(job["loaded"])     # as validated by the runner: later edits don't leak in
     opts = RunOptions(out=Path(job["out"]), limit=job.get("limit"), estimate=job.get("estimate"),
                       command=job.get("command", ""), progress=job.get("progress", True),
                       progress_file=progress_stream)

@@ -22,23 +22,33 @@ def _ps_args() -> str:
 
 
 def test_failing_recipe_does_not_lose_the_others(tmp_path):
+    not_a_model = tmp_path / "not-a-model"          # exists, so it passes the checks, but holds no model
+    not_a_model.mkdir()
     bad = tmp_path / "bad.yaml"
     bad.write_text(DEMO.read_text().replace("name: demo", "name: bad-model")
-                   .replace("id: builtin:demo", f"id: {tmp_path / 'no-such-model'}")
+                   .replace("id: builtin:demo", f"id: {not_a_model}")
                    .replace("../runner/demo/demo-ja.json", str(ROOT / "runner/demo/demo-ja.json")))
     out = tmp_path / "out"
     res = CliRunner().invoke(cli, ["go", str(bad), str(DEMO), "--out", str(out), "--no-progress",
                                    "--set", "dataset.limit=4"])
     assert res.exit_code == 1, res.output
     failed = json.loads((out / "bad-model" / "results.json").read_text())
-    assert failed["status"] == "failed"
-    assert failed["error"] == f"model.id: model folder not found: {tmp_path / 'no-such-model'}"
-    assert "--model-path" in failed["hint"]
+    assert failed["status"] == "failed" and "tokenizer" in failed["error"]      # the engine's own error, kept
     ok = json.loads((out / "demo" / "results.json").read_text())
     assert ok["status"] == "ok" and ok["n_samples"] == 4
     summary = (out / "summary.md").read_text()
     assert "## Failures" in summary and "bad-model" in summary and "| demo" in summary
     assert "FAILED bad-model" in res.output and "Traceback" not in res.output
+
+
+def test_missing_model_folder_is_bad_input_before_anything_runs(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(DEMO.read_text().replace("id: builtin:demo", "id: ./no-such-model")
+                   .replace("../runner/demo/demo-ja.json", str(ROOT / "runner/demo/demo-ja.json")))
+    res = CliRunner().invoke(cli, ["go", str(bad), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 2
+    assert f"model.id: model folder not found: {tmp_path / 'no-such-model'}" in res.output   # relative to the recipe
+    assert "--model-path" in res.output and not (tmp_path / "out" / "demo").exists()
 
 
 def test_killed_midway_then_resumed(tmp_path):

@@ -46,14 +46,13 @@ def check_model_source(model: Any) -> None:
                                    "--model-path HUB_ID=PATH maps hub ids to folders")
 
 
-def load_tokenizer(model: Any, builtin_dir: str | None = None):
+def load_tokenizer(model: Any, builtin_dir: str | None = None, local_only: bool = False):
     from transformers import AutoTokenizer
 
     check_model_source(model)
-
     source = builtin_dir or model.tokenizer_id
     return AutoTokenizer.from_pretrained(source, revision=None if builtin_dir else model.revision,
-                                         trust_remote_code=model.trust_remote_code)
+                                         trust_remote_code=model.trust_remote_code, local_files_only=local_only)
 
 
 def truncate_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:

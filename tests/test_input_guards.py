@@ -1,0 +1,99 @@
+"""Guards added after review: inputs that used to slip through or mislead."""
+import json
+import os
+import stat
+
+import pytest
+from click.testing import CliRunner
+
+from runner.cli import cli
+
+
+def _check(path):
+    return CliRunner().invoke(cli, ["check", str(path), "--no-tokens"])
+
+
+def test_duplicate_yaml_key_is_an_error_with_both_lines(write_recipe):
+    p = write_recipe("name: t\nsampling: {max_tokens: 3}\nsampling: {temperature: 0.5}\n")
+    r = _check(p)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "recipe.yaml:3: key 'sampling' appears twice (first on line 2)" in r.output
+
+
+def test_duplicate_example_ids_are_rejected(write_recipe, base_recipe, tmp_path):
+    (tmp_path / "d.jsonl").write_text('{"id": 1, "question": "a", "context": "", "answers": "x"}\n'
+                                      '{"id": 1, "question": "b", "context": "", "answers": "y"}\n')
+    base_recipe["dataset"] = {"format": "jsonl", "path": "d.jsonl", "fields": {"id": "id"}}
+    r = _check(write_recipe(base_recipe))
+    assert r.exit_code == 2 and "example id '1' appears more than once" in r.output
+
+
+def test_include_in_a_template_is_a_clear_error(write_recipe, base_recipe, tmp_path):
+    (tmp_path / "t.j2").write_text('{% include "other.j2" %}{{ question }}')
+    base_recipe["prompt"]["template"] = str(tmp_path / "t.j2")
+    r = _check(write_recipe(base_recipe))
+    assert r.exit_code == 2 and "cannot include, import or extend other files" in r.output
+
+
+@pytest.mark.parametrize("name", ["summary.md", "time.png"])
+def test_names_of_summary_files_are_reserved(write_recipe, base_recipe, name):
+    base_recipe["name"] = name
+    r = _check(write_recipe(base_recipe))
+    assert r.exit_code == 2 and "name of a file the summary writes" in r.output
+
+
+def test_out_that_is_a_file_is_bad_input(write_recipe, base_recipe, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    r = CliRunner().invoke(cli, ["go", str(write_recipe(base_recipe)), "--out", str(tmp_path / "afile" / "sub")])
+    assert r.exit_code == 2 and "--out: cannot create the report folder" in r.output and "Traceback" not in r.output
+
+
+def test_unknown_builtin_model_is_bad_input_for_go(write_recipe, base_recipe, tmp_path):
+    base_recipe["model"]["id"] = "builtin:nope"
+    r = CliRunner().invoke(cli, ["go", str(write_recipe(base_recipe)), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "unknown builtin model 'builtin:nope'; allowed: builtin:demo" in r.output
+
+
+def test_run_key_ignores_description_but_not_sampling(write_recipe, base_recipe, tmp_path):
+    from runner.loading import load_recipe
+    from runner.run import RunOptions, run_key
+    o = RunOptions(out=tmp_path)
+    k1 = run_key(load_recipe(write_recipe(base_recipe, "a.yaml")), o)
+    k2 = run_key(load_recipe(write_recipe({**base_recipe, "description": "new words", "timeout_s": 9}, "b.yaml")), o)
+    k3 = run_key(load_recipe(write_recipe({**base_recipe, "sampling": {"max_tokens": 5}}, "c.yaml")), o)
+    assert k1 == k2 and k1 != k3
+
+
+def test_scores_average_only_examples_with_gold_answers():
+    from runner.results import Sample
+    from runner.run import _mean_scores
+    s = [Sample(id="a", prompt="", output="", answers=[], prompt_tokens=1, output_tokens=1),
+         Sample(id="b", prompt="", output="", answers=["x"], prompt_tokens=1, output_tokens=1,
+                scores={"exact_match": 1.0}),
+         Sample(id="c", prompt="", output="", answers=["y"], prompt_tokens=1, output_tokens=1,
+                scores={"exact_match": 0.0})]
+    assert _mean_scores(s, ["exact_match"]) == {"exact_match": 0.5}
+    assert _mean_scores(s[:1], ["exact_match"]) == {}
+
+
+def test_written_files_are_readable_by_others(tmp_path):
+    from runner.files import write_json_atomic
+    old = os.umask(0o022)
+    try:
+        write_json_atomic(tmp_path / "r.json", {"a": 1})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == 0o644
+    assert json.loads((tmp_path / "r.json").read_text()) == {"a": 1}
+
+
+def test_set_paths_are_relative_to_the_current_directory(write_recipe, base_recipe, tmp_path, monkeypatch):
+    from runner.loading import load_recipe
+    sub = tmp_path / "recipes"
+    p = write_recipe(base_recipe, "recipes/r.yaml")
+    (tmp_path / "models" / "m").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    lr = load_recipe(p, ["model.id=./models/m"])
+    assert lr.recipe.model.id == str(tmp_path / "models" / "m")
+    assert load_recipe(p, ["model.id=Qwen/Qwen2.5-7B-Instruct"]).recipe.model.id == "Qwen/Qwen2.5-7B-Instruct"
+    assert sub.exists()
