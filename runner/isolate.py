@@ -48,7 +48,7 @@ def _evidence_from_log(res: RunResult, log: Path) -> None:
     """A run ended before it could report: keep what the engine's log says it had done."""
     from .engines.vllm import parse_engine_log
     try:
-        found = parse_engine_log(log.read_text(errors="replace"))
+        found = parse_engine_log(log.read_text(errors="replace").rsplit("===== runner:", 1)[-1])  # this run
     except OSError:
         return
     if "weights_gib" in found:
@@ -71,7 +71,8 @@ def run_isolated(lr: LoadedRecipe, out: Path, *, limit: int | None = None, estim
     if results.exists():
         results.unlink()
     log = rdir / "engine.log"
-    log.write_text("")
+    with open(log, "a", encoding="utf-8") as f:      # a resumed run keeps the earlier run's log above
+        f.write(f"\n===== runner: {r.name} started {time.strftime('%Y-%m-%d %H:%M:%S')} =====\n")
     job = {"loaded": lr.model_dump(mode="json"), "out": str(out), "limit": limit, "estimate": estimate,
            "command": command, "progress": progress, "log": str(log)}
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:

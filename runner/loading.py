@@ -99,6 +99,11 @@ def _describe(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, str]:
         close = difflib.get_close_matches(str(val), list(METRICS), n=1)
         return loc, f"unknown metric {val!r}" + (f"; did you mean {close[0]!r}?" if close else ".") + \
             " Allowed: " + ", ".join(METRICS)
+    if loc == ("engine",) and isinstance(err.get("input"), str):
+        return loc, (f"expected a mapping with a `kind`, e.g. `engine: {{kind: {err['input']}}}`; allowed kinds: "
+                     + ", ".join(ENGINE_KINDS))
+    if loc == ("metrics",) and isinstance(err.get("input"), str):
+        return loc, f"expected a list, e.g. `metrics: [{err['input']}]`"
     msg = err["msg"]
     if "input" in err and typ not in ("model_type", "dict_type"):
         shown = repr(err["input"])
