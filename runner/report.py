@@ -329,6 +329,9 @@ def summary_markdown(results: list[RunResult], baseline: str | None = None, out:
         for m in r.scores:
             if m not in metric_names:
                 metric_names.append(m)
+    if metric_names and not any(r.scores_meaningful and r.scores for r in results):
+        parts.append("Scores are left out: every recipe here ran with random weights (speed and memory only).")
+        metric_names = []
     rows = []
     for r in results:
         t = r.estimate.projected_s if r.estimate else r.timings.generate_s
