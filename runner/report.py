@@ -184,10 +184,17 @@ def _inline(s: str) -> str:
 
 
 def load_samples(path: Path) -> list[dict]:
-    if not path.exists():
+    """samples.jsonl, or samples.jsonl.gz where an archive was compressed to keep it small."""
+    gz = path.with_name(path.name + ".gz")
+    if path.exists():
+        text = path.read_text(encoding="utf-8")
+    elif gz.exists():
+        import gzip
+        text = gzip.decompress(gz.read_bytes()).decode("utf-8")
+    else:
         return []
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         if line.strip():
             out.append(json.loads(line))
     return out

@@ -665,3 +665,15 @@ def test_cli_report_malformed_results_is_a_user_error(tmp_path):
     assert res.exit_code == 2, (res.output, res.exception)
     assert isinstance(res.exception, SystemExit)
     assert "bad/results.json" in res.output
+
+
+def test_compressed_samples_are_read_like_plain_ones(tmp_path):
+    import gzip
+
+    from runner.report import load_samples
+    rows = [{"id": "a", "output": "x"}, {"id": "b", "output": "ｙ"}]
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    (tmp_path / "samples.jsonl.gz").write_bytes(gzip.compress(text.encode("utf-8")))
+    assert load_samples(tmp_path / "samples.jsonl") == rows
+    (tmp_path / "samples.jsonl").write_text(text[: text.index("\n") + 1], encoding="utf-8")
+    assert load_samples(tmp_path / "samples.jsonl") == rows[:1]        # the plain file wins
