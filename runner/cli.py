@@ -30,7 +30,7 @@ def expand_paths(paths: tuple[str, ...]) -> list[Path]:
         if path.is_dir():
             found = sorted([*path.glob("*.yaml"), *path.glob("*.yml")])
             if not found:
-                raise RunnerError(f"folder has no .yaml/.yml recipes", file=p)
+                raise RunnerError("folder has no .yaml/.yml recipes", file=p)
             out += found
         elif path.exists():
             out.append(path)
@@ -145,7 +145,7 @@ def go(paths, out, limit, estimate, sets, model_paths, timeout, baseline, force,
     finished samples. Exit code 0 when every recipe succeeded, 1 when any
     failed (the others still run and report), 2 for bad input (nothing is
     run), 130 when interrupted."""
-    from .report import write_report, write_summary
+    from .report import write_summary
     loaded = load_all(paths, sets, model_paths)
     if baseline and baseline not in {lr.recipe.name for lr in loaded}:
         raise RunnerError(f"--baseline {baseline!r} names no recipe of this call; recipes: "

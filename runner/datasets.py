@@ -1,7 +1,6 @@
 """Examples from files or the hub, normalized to (id, question, context, answers)."""
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path

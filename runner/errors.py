@@ -37,7 +37,3 @@ class DatasetError(RunnerError):
 
 class TemplateError(RunnerError):
     """A prompt template that is missing, malformed or uses an undefined variable."""
-
-
-class EngineUnavailable(RunnerError):
-    """An engine whose library is not installed here."""

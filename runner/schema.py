@@ -87,7 +87,6 @@ def reference_markdown() -> str:
            "`schema/recipe.schema.json` (first line of a recipe: `# yaml-language-server: $schema=../schema/recipe.schema.json`).",
            ""]
     for m in models:
-        title = m.__name__.lower()
         doc = (m.__doc__ or "").strip().splitlines()[0] if m.__doc__ else ""
         where = {"Recipe": "top level", "TransformersSpec": "`engine` with `kind: transformers`",
                  "VLLMSpec": "`engine` with `kind: vllm`"}.get(m.__name__, "")

@@ -30,7 +30,6 @@ def test_greedy_from_bos_reproduces_reference(engine):
 
 def test_batched_equals_sequential_greedy(engine):
     """Left padding + length sorting must not change greedy outputs."""
-    from runner.engines.transformers import TransformersEngine
     from runner.recipe import Sampling
     prompts = [engine.tokenizer(t)["input_ids"] for t in
                ["Once upon a time", "Tom had a red ball. One day", "The cat"]]

@@ -1,5 +1,4 @@
 """GPU tests: run on the GPU host with `pytest -m gpu` (vLLM installed). Never skipped there."""
-import os
 import subprocess
 from pathlib import Path
 
