@@ -77,9 +77,9 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
     base = RunResult(name=r.name, recipe=r.canonical(), recipe_hash=r.digest(), recipe_path=lr.path,
                      status="failed", command=opts.command, started_at=started,
                      scores_meaningful=not (r.model.load_format == "dummy" or is_builtin(r.model.id)))
-    engine = None
+    engine = mem = None
     try:
-        examples, messages, n_dataset, n_target, builder = prepare(lr, opts)
+        examples, messages, n_dataset, n_target, _ = prepare(lr, opts)
         base.n_dataset = n_dataset
         key = base.run_key = run_key(lr, opts)
         partial = out_dir / PARTIAL
@@ -136,6 +136,8 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
         traceback.print_exc()
         result = base
     finally:
+        if mem is not None:
+            mem.__exit__(None, None, None)     # idempotent: stops the sampler thread on every path
         if engine is not None:
             engine.close()
     result.timings.total_s = time.perf_counter() - t_start
