@@ -260,7 +260,7 @@ def runnable(lr) -> None:
     except RunnerError as e:
         e.file = lr.path
         raise
-    lib = {"vllm": "vllm", "transformers": "transformers"}[r.engine.kind]
+    lib = r.engine.kind                  # each engine kind is named after its library
     if importlib.util.find_spec(lib) is None:
         raise RunnerError(f"{lib} is not installed in this Python, so `engine: kind: {r.engine.kind}` cannot run "
                           "here", file=lr.path, field="engine.kind",
@@ -282,7 +282,7 @@ def preflight(lr):
 def check(paths, sets, model_paths, no_tokens):
     """Validate recipes without loading a model; show the first prompt and token statistics."""
     for lr in load_all(paths, sets, model_paths):
-        examples, messages, n_dataset, n_target, _ = preflight(lr)
+        examples, messages, n_dataset, n_target = preflight(lr)
         r = lr.recipe
         est = f" (an estimate: runs {len(examples)}, projects {n_target})" if len(examples) < n_target else ""
         click.echo(f"ok {lr.path}: {r.name} — {r.engine.kind}, {r.model.id}, {n_target} of {n_dataset} examples{est}")

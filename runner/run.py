@@ -59,7 +59,7 @@ def prepare(lr: LoadedRecipe, opts: RunOptions):
         examples = [examples[i] for i in keep]
     builder = PromptBuilder(r.prompt, base, lr.path)
     messages = [builder.messages(ex) for ex in examples]
-    return examples, messages, n_dataset, n_target, builder
+    return examples, messages, n_dataset, n_target
 
 
 def _progress_bar(total: int, name: str, enabled: bool, stream: Any = None):
@@ -77,11 +77,12 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
     base = RunResult(name=r.name, recipe=r.canonical(), recipe_hash=r.digest(), recipe_path=lr.path,
                      status="failed", command=opts.command, started_at=started,
                      scores_meaningful=not (r.model.load_format == "dummy" or is_builtin(r.model.id)))
-    engine = mem = None
+    engine = mem = inputs = None
     try:
-        examples, messages, n_dataset, n_target, _ = prepare(lr, opts)
+        examples, messages, n_dataset, n_target = prepare(lr, opts)
         base.n_dataset = n_dataset
-        key = base.run_key = run_key(lr, opts)
+        inputs = input_hashes(lr)
+        key = base.run_key = run_key(lr, opts, inputs)
         partial = out_dir / PARTIAL
         done = load_partial(partial, key, r.metrics)
         todo = [i for i, ex in enumerate(examples) if ex.id not in done]
@@ -103,8 +104,8 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
             lines = []
             for j, g in finished:
                 i = todo[j]
-                new[i] = _sample(examples[i], messages[i], g, engine, r.metrics)
-                new[i].seconds = wall      # wall time per example, overheads included (projections)
+                # wall time per example, overheads included (what projections need)
+                new[i] = _sample(examples[i], messages[i], g, engine, r.metrics, seconds=wall)
                 lines.append(json.dumps(new[i].to_line(), ensure_ascii=False) + "\n")
             append_lines(partial, lines)
 
@@ -145,7 +146,7 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
     result.environment = {**environment.collect(), **result.environment}
     if r.model.trust_remote_code:
         result.notes.append("trust_remote_code was ON: code shipped with the checkpoint was allowed to run.")
-    result.environment["inputs"] = input_hashes(lr)
+    result.environment["inputs"] = inputs if inputs is not None else input_hashes(lr)
     write_json_atomic(out_dir / "results.json", result.model_dump(mode="json"))
     return result
 
@@ -154,10 +155,12 @@ PARTIAL = "samples.partial.jsonl"
 NOT_IN_KEY = {"description", "baseline", "timeout_s"}   # change nothing a run produces
 
 
-def run_key(lr: LoadedRecipe, opts: RunOptions) -> str:
+def run_key(lr: LoadedRecipe, opts: RunOptions, inputs: dict[str, str] | None = None) -> str:
+    """`inputs`: input_hashes(lr) when the caller has them already (hashing a dataset is not free)."""
     import hashlib
     recipe = {k: v for k, v in lr.recipe.canonical().items() if k not in NOT_IN_KEY}
-    blob = json.dumps({"recipe": recipe, "inputs": input_hashes(lr), "limit": opts.limit,
+    blob = json.dumps({"recipe": recipe, "inputs": inputs if inputs is not None else input_hashes(lr),
+                       "limit": opts.limit,
                        "estimate": opts.estimate}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -184,11 +187,11 @@ def load_partial(path: Path, key: str, metrics: list[str]) -> dict[str, Sample]:
     return out
 
 
-def _sample(ex: Any, msg: list[dict], g: Any, engine: Any, metrics: list[str]) -> Sample:
+def _sample(ex: Any, msg: list[dict], g: Any, engine: Any, metrics: list[str], seconds: float | None) -> Sample:
     scores = {m: METRICS[m](g.text, ex.answers) for m in metrics} if ex.answers else {}
     return Sample(id=ex.id, prompt=_prompt_text(engine, msg), output=g.text, answers=list(ex.answers),
                   prompt_tokens=g.prompt_tokens, output_tokens=g.output_tokens, scores=scores,
-                  cached_tokens=g.cached_tokens, ttft_s=g.ttft_s, latency_s=g.latency_s, seconds=g.seconds)
+                  cached_tokens=g.cached_tokens, ttft_s=g.ttft_s, latency_s=g.latency_s, seconds=seconds)
 
 
 def input_hashes(lr: LoadedRecipe) -> dict[str, str]:
@@ -248,16 +251,15 @@ def _assemble(base: RunResult, r: Any, samples: list[Sample], ids: list[list[int
     n = len(samples)
     p_tok = sum(s.prompt_tokens for s in samples)
     o_tok = sum(s.output_tokens for s in samples)
-    nf, pf, of = n, p_tok, o_tok
     cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
     k, share = prefix_share(ids)
     res = base.model_copy(update=dict(
         status="ok", n_samples=n,
         timings=Timings(load_s=info.load_s, generate_s=gen_s),
         tokens=Tokens(prompt=p_tok, output=o_tok, cached=sum(cached) if cached else None),
-        throughput=Throughput(requests_per_s=nf / gen_s if gen_s and nf else None,
-                              output_tokens_per_s=of / gen_s if gen_s and nf else None,
-                              total_tokens_per_s=(pf + of) / gen_s if gen_s and nf else None),
+        throughput=Throughput(requests_per_s=n / gen_s if gen_s and n else None,
+                              output_tokens_per_s=o_tok / gen_s if gen_s and n else None,
+                              total_tokens_per_s=(p_tok + o_tok) / gen_s if gen_s and n else None),
         latency=Latency(ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct([s.latency_s for s in samples])),
         scores=_mean_scores(samples, r.metrics),
         memory=Memory(peak_gpu_gib=mem.peak, baseline_gpu_gib=mem.start_gib, weights_gib=info.weights_gib,

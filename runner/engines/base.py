@@ -18,7 +18,6 @@ class Generation:
     cached_tokens: int | None = None      # prompt tokens served from the prefix cache
     ttft_s: float | None = None           # time to first token, per request
     latency_s: float | None = None        # end-to-end latency, per request
-    seconds: float | None = None          # wall time spent on this example (sequential engines)
 
 
 @dataclass

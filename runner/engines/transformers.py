@@ -146,7 +146,7 @@ class TransformersEngine:
         # change decoding behind the recipe's back; vLLM gets exactly the recipe's settings too
         kw: dict[str, Any] = {"generation_config": GenerationConfig(
             eos_token_id=sorted(self.eos_ids) or None, pad_token_id=self.tokenizer.pad_token_id),
-            "max_new_tokens": sampling.max_tokens, "pad_token_id": self.tokenizer.pad_token_id}
+            "max_new_tokens": sampling.max_tokens}
         if sampling.temperature > 0:
             kw.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
                       top_k=sampling.top_k or None)
@@ -200,7 +200,7 @@ class TransformersEngine:
             for r, i in enumerate(idx):
                 text, n = self._finish(new[r], sampling)
                 out[i] = Generation(text=text, prompt_tokens=len(prompts[i]), output_tokens=n,
-                                    latency_s=dt, seconds=dt / len(idx))
+                                    latency_s=dt)
             if sink:
                 sink([(i, out[i]) for i in idx])
             if progress:
