@@ -13,6 +13,13 @@ def _plt():
     return plt
 
 
+def _save(plt, fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _time(r: RunResult) -> float | None:
     return r.estimate.projected_s if r.estimate else r.timings.generate_s
 
@@ -39,10 +46,7 @@ def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> 
     ax.set_xscale("log")
     ax.set_xlabel("generation time, s (log scale; hatched = projected from a partial run)")
     ax.set_title("Time per recipe" + (f" (red: baseline {base.name})" if base else ""), fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def pareto(points: list[tuple[float, float]]) -> list[int]:
@@ -71,10 +75,7 @@ def accuracy_chart(results: list[RunResult], metric: str, path: Path) -> Path | 
     ax.set_xlabel("generation time, s (log)")
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} against time (green: Pareto front)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def memory_chart(results: list[RunResult], path: Path) -> Path | None:
@@ -99,10 +100,7 @@ def memory_chart(results: list[RunResult], path: Path) -> Path | None:
     ax.set_xlim(0, max(r.memory.peak_gpu_gib for r in rs) * 1.18)
     ax.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     ax.set_title("GPU memory per recipe", fontsize=10, pad=22)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def write_charts(results: list[RunResult], base: RunResult | None, out: Path) -> list[Path]:

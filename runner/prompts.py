@@ -53,13 +53,10 @@ class CompiledTemplate:
             raise TemplateError(f"{self.path}: unsafe operation refused by the sandbox: {e}", file=where, field=field)
         except jinja2.TemplateError as e:
             raise TemplateError(f"{self.path}: {type(e).__name__}: {e}", file=where, field=field)
-        except TypeError as e:
-            if "no loader" in str(e):
+        except Exception as e:   # a template's own arithmetic/type error is the user's, not ours
+            if isinstance(e, TypeError) and "no loader" in str(e):
                 raise TemplateError(f"{self.path}: templates cannot include, import or extend other files; "
                                     "put the whole prompt in one template", file=where, field=field) from e
-            raise TemplateError(f"{self.path}: error while rendering: TypeError: {e}", file=where,
-                                field=field) from e
-        except Exception as e:   # a template's own arithmetic/type error is the user's, not ours
             raise TemplateError(f"{self.path}: error while rendering: {type(e).__name__}: {e}", file=where,
                                 field=field) from e
 
