@@ -150,8 +150,9 @@ def go(paths, out, limit, estimate, sets, model_paths, timeout, baseline, force,
     if baseline and baseline not in {lr.recipe.name for lr in loaded}:
         raise RunnerError(f"--baseline {baseline!r} names no recipe of this call; recipes: "
                           + ", ".join(lr.recipe.name for lr in loaded))
+    prepared = []
     for lr in loaded:
-        preflight(lr)
+        prepared.append(preflight(lr, limit, estimate))   # handed to the run: it runs what was checked
         runnable(lr)
     try:
         Path(out).mkdir(parents=True, exist_ok=True)
@@ -163,7 +164,8 @@ def go(paths, out, limit, estimate, sets, model_paths, timeout, baseline, force,
     command = "runner go " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["go"] else ""
     results = []
     try:
-        _run_all(loaded, results, out_dir, limit, estimate, timeout, force, in_process, no_progress, command)
+        _run_all(loaded, prepared, results, out_dir, limit, estimate, timeout, force, in_process, no_progress,
+                 command)
     except KeyboardInterrupt:
         if results:
             write_summary(results, out_dir, baseline)
@@ -182,9 +184,10 @@ def _sigterm(signum, frame):
     raise KeyboardInterrupt
 
 
-def _run_all(loaded, results, out_dir, limit, estimate, timeout, force, in_process, no_progress, command):
+def _run_all(loaded, prepared, results, out_dir, limit, estimate, timeout, force, in_process, no_progress,
+             command):
     from .report import write_report
-    for i, lr in enumerate(loaded, 1):
+    for i, (lr, prep) in enumerate(zip(loaded, prepared), 1):
         r = lr.recipe
         click.echo(f"[{i}/{len(loaded)}] {r.name} ({r.engine.kind}, {r.model.id})", err=True)
         t = r.timeout_s or timeout
@@ -198,11 +201,11 @@ def _run_all(loaded, results, out_dir, limit, estimate, timeout, force, in_proce
         if in_process:
             from .run import RunOptions, run_recipe
             res = run_recipe(lr, RunOptions(out=out_dir, limit=limit, estimate=estimate, command=command,
-                                            progress=not no_progress))
+                                            progress=not no_progress), prep)
         else:
             from .isolate import run_isolated
             res = run_isolated(lr, out_dir, limit=limit, estimate=estimate, timeout_s=t, command=command,
-                               progress=not no_progress)
+                               progress=not no_progress, prepared=prep)
         path = write_report(res, out_dir)
         results.append(res)
         click.echo(one_line(res, path))
@@ -249,6 +252,7 @@ def one_line(res, path) -> str:
 def runnable(lr) -> None:
     """What `go` needs beyond `check`, found without importing an engine library."""
     import importlib.util
+
     from .engines.builtin import BUILTIN_PREFIX, BUILTINS, is_builtin
     from .engines.tokenizing import check_model_source
     r = lr.recipe
@@ -267,10 +271,10 @@ def runnable(lr) -> None:
                           hint="run on a host with it installed (`runner check` works anywhere)")
 
 
-def preflight(lr):
+def preflight(lr, limit: int | None = None, estimate: int | None = None):
     """Everything that can be checked without a model: dataset, templates, prompts."""
     from .run import RunOptions, prepare
-    return prepare(lr, RunOptions(out=Path("."), limit=None))
+    return prepare(lr, RunOptions(out=Path("."), limit=limit, estimate=estimate))
 
 
 @cli.command()
@@ -296,11 +300,15 @@ def check(paths, sets, model_paths, no_tokens):
 def token_stats(r, messages) -> str:
     try:
         from .engines.builtin import ensure_builtin, is_builtin
-        from .engines.tokenizing import load_tokenizer, prompt_ids, uses_chat_template
+        from .engines.tokenizing import (
+            encode_prompts,
+            load_tokenizer,
+            uses_chat_template,
+        )
         builtin = ensure_builtin(r.model.id) if is_builtin(r.model.id) else None
         tok = load_tokenizer(r.model, builtin, local_only=True)   # no hub retries: check is a quick look
         chat = uses_chat_template(tok, r.prompt.chat_template)
-        lens = [len(prompt_ids(tok, m, chat)) for m in messages]
+        lens = [len(i) for i in encode_prompts(tok, messages, chat)[1]]
     except Exception as e:   # no transformers here, or the tokenizer is not on this machine
         return f"prompt tokens: unavailable ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
     from .stats import percentile
@@ -333,6 +341,7 @@ def report(out, baseline):
 def schema(what):
     """Print the JSON Schema of recipe files or of results.json."""
     import json
+
     from .schema import recipe_schema, results_schema
     click.echo(json.dumps(recipe_schema() if what == "recipe" else results_schema(), indent=2, ensure_ascii=False))
 

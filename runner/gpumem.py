@@ -76,6 +76,6 @@ def wait_for_release(baseline_gib: float | None, tolerance_gib: float = 1.0, tim
     deadline = time.monotonic() + timeout_s
     now = used_gib(index)
     while now is not None and now > baseline_gib + tolerance_gib and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.1)
         now = used_gib(index)
     return now

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -62,7 +63,10 @@ def _evidence_from_log(res: RunResult, log: Path) -> None:
 
 
 def run_isolated(lr: LoadedRecipe, out: Path, *, limit: int | None = None, estimate: int | None = None,
-                 timeout_s: float | None = None, command: str = "", progress: bool = True) -> RunResult:
+                 timeout_s: float | None = None, command: str = "", progress: bool = True,
+                 prepared: tuple | None = None) -> RunResult:
+    """Run one recipe in its own process group. `prepared`: what run.prepare gave in this process
+    (examples and prompts), handed over so the run skips loading the dataset again."""
     from .files import write_json_atomic
     r = lr.recipe
     rdir = out / r.name
@@ -75,6 +79,10 @@ def run_isolated(lr: LoadedRecipe, out: Path, *, limit: int | None = None, estim
         f.write(f"\n===== runner: {r.name} started {time.strftime('%Y-%m-%d %H:%M:%S')} =====\n")
     job = {"loaded": lr.model_dump(mode="json"), "out": str(out), "limit": limit, "estimate": estimate,
            "command": command, "progress": progress, "log": str(log)}
+    if prepared is not None:
+        with tempfile.NamedTemporaryFile("wb", suffix=".pkl", delete=False) as f:
+            pickle.dump(prepared, f, protocol=pickle.HIGHEST_PROTOCOL)   # our own data, read back by our worker
+            job["prepared"] = f.name
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(job, f)
         job_path = f.name
@@ -95,6 +103,8 @@ def run_isolated(lr: LoadedRecipe, out: Path, *, limit: int | None = None, estim
         _kill_group(proc.pid, proc=proc)
         proc.wait()
         os.unlink(job_path)
+        if prepared is not None:
+            os.unlink(job["prepared"])
         after = wait_for_release(baseline)
     if error is None and results.exists():
         res = RunResult.model_validate_json(results.read_text())

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import unicodedata
 from collections import Counter
+from functools import lru_cache
 from typing import Callable, Sequence
 
 _PUNCT_EXTRA = set("、。，．・「」『』【】（）〔〕［］｛｝〈〉《》〜～！？：；…‥―\u3000")
 
 
+@lru_cache(maxsize=1 << 16)       # each prediction and gold is normalized once per metric and gold otherwise
 def normalize(text: str) -> str:
     text = unicodedata.normalize("NFKC", text).lower().strip()
     return "".join(ch for ch in text if not ch.isspace() and ch not in _PUNCT_EXTRA

@@ -68,8 +68,9 @@ def _progress_bar(total: int, name: str, enabled: bool, stream: Any = None):
                 mininterval=0.5)
 
 
-def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
-    """Run one recipe in this process; always returns a RunResult (status failed on error)."""
+def run_recipe(lr: LoadedRecipe, opts: RunOptions, prepared: tuple | None = None) -> RunResult:
+    """Run one recipe in this process; always returns a RunResult (status failed on error).
+    `prepared`: what prepare(lr, opts) returned, when the caller has it already."""
     r = lr.recipe
     out_dir = opts.out / r.name
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -79,7 +80,7 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
                      scores_meaningful=not (r.model.load_format == "dummy" or is_builtin(r.model.id)))
     engine = mem = inputs = None
     try:
-        examples, messages, n_dataset, n_target = prepare(lr, opts)
+        examples, messages, n_dataset, n_target = prepared or prepare(lr, opts)
         base.n_dataset = n_dataset
         inputs = input_hashes(lr)
         key = base.run_key = run_key(lr, opts, inputs)
@@ -89,7 +90,7 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
         from .gpumem import PeakSampler
         mem = PeakSampler().__enter__()       # whole device, from before the engine starts
         engine = r.engine.build(r.model, r.prompt.chat_template)
-        ids = [engine.tokenize(m) for m in messages]
+        texts, ids = engine.encode(messages)
         new: dict[int, Sample] = {}
         if not done:
             write_text_atomic(partial, json.dumps({"_run_key": key}) + "\n")
@@ -105,15 +106,18 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions) -> RunResult:
             for j, g in finished:
                 i = todo[j]
                 # wall time per example, overheads included (what projections need)
-                new[i] = _sample(examples[i], messages[i], g, engine, r.metrics, seconds=wall)
+                new[i] = _sample(examples[i], texts[i], g, r.metrics, seconds=wall)
                 lines.append(json.dumps(new[i].to_line(), ensure_ascii=False) + "\n")
             append_lines(partial, lines)
 
         bar = _progress_bar(len(ids), r.name, opts.progress, opts.progress_file)
         bar.update(len(done))
         t0 = clock[0] = time.perf_counter()
-        engine.generate([ids[i] for i in todo], r.sampling, progress=bar.update, sink=sink)
-        gen_s = time.perf_counter() - t0
+        engine.generate([ids[i] for i in todo], r.sampling, progress=bar.update if opts.progress else None,
+                        sink=sink)
+        # generation ends when the last output is back (the sink's clock); scoring and writing
+        # the samples count in total time, as they would after a plain generate() call
+        gen_s = (clock[0] if new else time.perf_counter()) - t0
         mem.__exit__(None, None, None)
         bar.close()
         samples = [done[ex.id] if ex.id in done else new[i] for i, ex in enumerate(examples)]
@@ -187,9 +191,9 @@ def load_partial(path: Path, key: str, metrics: list[str]) -> dict[str, Sample]:
     return out
 
 
-def _sample(ex: Any, msg: list[dict], g: Any, engine: Any, metrics: list[str], seconds: float | None) -> Sample:
+def _sample(ex: Any, prompt: str, g: Any, metrics: list[str], seconds: float | None) -> Sample:
     scores = {m: METRICS[m](g.text, ex.answers) for m in metrics} if ex.answers else {}
-    return Sample(id=ex.id, prompt=_prompt_text(engine, msg), output=g.text, answers=list(ex.answers),
+    return Sample(id=ex.id, prompt=prompt, output=g.text, answers=list(ex.answers),
                   prompt_tokens=g.prompt_tokens, output_tokens=g.output_tokens, scores=scores,
                   cached_tokens=g.cached_tokens, ttft_s=g.ttft_s, latency_s=g.latency_s, seconds=seconds)
 
@@ -223,14 +227,6 @@ def failure_hint(error: str) -> str | None:
             or "model folder not found" in e:
         return "check model.id (a hub id needs network access; here pass a local folder with --set model.id=PATH)"
     return None
-
-
-def _prompt_text(engine: Any, messages: list[dict]) -> str:
-    tok = getattr(engine, "tokenizer", None)
-    if tok is not None and getattr(engine, "chat", False):
-        return tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    from .engines.tokenizing import messages_to_text
-    return messages_to_text(messages)
 
 
 def _mean_scores(samples: list[Sample], metrics: list[str]) -> dict[str, float]:

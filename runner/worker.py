@@ -51,7 +51,12 @@ def main(job_path: str) -> int:
     opts = RunOptions(out=Path(job["out"]), limit=job.get("limit"), estimate=job.get("estimate"),
                       command=job.get("command", ""), progress=job.get("progress", True),
                       progress_file=progress_stream)
-    result = run_recipe(lr, opts)
+    prepared = None
+    if job.get("prepared"):
+        import pickle
+        with open(job["prepared"], "rb") as f:
+            prepared = pickle.load(f)
+    result = run_recipe(lr, opts, prepared)
     sys.stdout.flush()
     sys.stderr.flush()
     return 0 if result.status == "ok" else 1

@@ -21,7 +21,7 @@ def engine():
 def test_greedy_from_bos_reproduces_reference(engine):
     from runner.recipe import Sampling
     ref = (STORIES / "reference_greedy_from_bos.txt").read_text()
-    ids = engine.tokenize([{"role": "user", "content": ""}])
+    ids = engine.encode([[{"role": "user", "content": ""}]])[1][0]
     assert ids == [1]          # BOS only: no chat template on this tokenizer
     g = engine.generate([ids], Sampling(max_tokens=256, temperature=0))[0]
     assert g.output_tokens == 256

@@ -33,12 +33,12 @@ def test_same_prompt_ids_in_vllm_and_transformers(tiny):
     model = ModelSpec(id=str(tiny), load_format="dummy", dtype="bfloat16")
     msgs = _messages()
     hf = TransformersSpec(kind="transformers", device="cuda").build(model, None)
-    hf_ids = [hf.tokenize(m) for m in msgs]
+    hf_ids = hf.encode(msgs)[1]
     hf_text = [hf.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in msgs]
     hf.close()
     eng = VLLMSpec(kind="vllm", enforce_eager=True, gpu_memory_utilization=0.3, max_model_len=2048).build(model, None)
     try:
-        v_ids = [eng.tokenize(m) for m in msgs]
+        v_ids = eng.encode(msgs)[1]
         assert v_ids == hf_ids
         # vLLM tokenizing the chat-rendered text itself gives the same ids (no extra BOS/specials)
         from vllm import SamplingParams

@@ -52,8 +52,8 @@ SinkFn = Callable[[list[tuple[int, "Generation"]]], None]   # (prompt index, gen
 class Engine(Protocol):
     info: EngineInfo
 
-    def tokenize(self, messages: list[dict]) -> list[int]:
-        """Token ids of one prompt, exactly as generate() will see them."""
+    def encode(self, messages: list[list[dict]]) -> tuple[list[str], list[list[int]]]:
+        """Each prompt's text and token ids, exactly as generate() will see them."""
 
     def generate(self, prompts: list[list[int]], sampling: Any, progress: ProgressFn | None = None,
                  sink: SinkFn | None = None) -> list[Generation]:

@@ -21,13 +21,23 @@ def uses_chat_template(tokenizer: Any, requested: bool | None) -> bool:
     return requested
 
 
-def prompt_ids(tokenizer: Any, messages: list[dict], chat: bool) -> list[int]:
-    """Token ids of one prompt. With a chat template the template supplies every special
-    token (no BOS added again); without one the tokenizer adds its usual specials."""
+def encode_prompts(tokenizer: Any, messages: list[list[dict]], chat: bool) -> tuple[list[str], list[list[int]]]:
+    """Prompt texts and their token ids, in one batch encode (the fast tokenizer spreads it over
+    the cores). With a chat template the template supplies every special token (no BOS added
+    again); without one the tokenizer adds its usual specials."""
     if chat:
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return list(tokenizer(messages_to_text(messages), add_special_tokens=True)["input_ids"])
+        texts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in messages]
+    else:
+        texts = [messages_to_text(m) for m in messages]
+    if not texts:
+        return [], []
+    enc = tokenizer(texts, add_special_tokens=not chat)["input_ids"]
+    return texts, [list(x) for x in enc]
+
+
+def prompt_ids(tokenizer: Any, messages: list[dict], chat: bool) -> list[int]:
+    """Token ids of one prompt (what encode_prompts gives for it)."""
+    return encode_prompts(tokenizer, [messages], chat)[1][0]
 
 
 def looks_local(ref: str) -> bool:

@@ -136,9 +136,9 @@ class TransformersEngine:
         import platform
         return f"cpu ({platform.processor() or platform.machine()})"
 
-    def tokenize(self, messages: list[dict]) -> list[int]:
-        from .tokenizing import prompt_ids
-        return prompt_ids(self.tokenizer, messages, self.chat)
+    def encode(self, messages: list[list[dict]]) -> tuple[list[str], list[list[int]]]:
+        from .tokenizing import encode_prompts
+        return encode_prompts(self.tokenizer, messages, self.chat)
 
     def _gen_kwargs(self, sampling: Any) -> dict[str, Any]:
         from transformers import GenerationConfig

@@ -183,18 +183,18 @@ class VLLMEngine:
                                 ("V1" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "0" else "unknown"),
                                 "env": spec.engine_env()})
         self._cc, self._mc, self._vc = cc, mc, vc
-        self._bf16_gib = unquantized_gib(model.id, model.trust_remote_code)
+        # the full-size reference only matters for knobs that shrink the weights on the GPU
+        self._bf16_gib = (unquantized_gib(model.id, model.trust_remote_code)
+                          if spec.quantization or mc.quantization or spec.cpu_offload_gb > 0 else None)
 
-    def tokenize(self, messages: list[dict]) -> list[int]:
-        from .tokenizing import prompt_ids
-        return prompt_ids(self.tokenizer, messages, self.chat)
+    def encode(self, messages: list[list[dict]]) -> tuple[list[str], list[list[int]]]:
+        from .tokenizing import encode_prompts
+        return encode_prompts(self.tokenizer, messages, self.chat)
 
     def generate(self, prompts: list[list[int]], sampling: Any, progress=None, sink=None) -> list[Generation]:
         from vllm import SamplingParams
         sp = SamplingParams(**sampling_params_kwargs(sampling))
-        use_tqdm: Any = True
-        if progress is not None:
-            use_tqdm = progress_tqdm(progress)
+        use_tqdm: Any = progress_tqdm(progress) if progress is not None else False
         outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=use_tqdm)
         gens = []
         for p, o in zip(prompts, outs):

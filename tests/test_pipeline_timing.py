@@ -1,0 +1,94 @@
+"""The run pipeline around the engine: batch prompt encoding, what counts as generation time,
+and the parent's prepared examples reaching the isolated run."""
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+QWEN = SHARED / "models" / "qwen2.5-7b-instruct"
+DEMO = ROOT / "recipes" / "demo.yaml"
+
+
+def _messages(n=12):
+    from runner.datasets import load_examples
+    from runner.prompts import PromptBuilder
+    from runner.recipe import DatasetSpec, PromptSpec
+    exs = load_examples(DatasetSpec(format="squad", path=str(ROOT / "runner/demo/demo-ja.json"), limit=n), ROOT)
+    b = PromptBuilder(PromptSpec(template="jsquad.j2", system_template="jsquad-system-oneshot.j2"), ROOT)
+    return [b.messages(e) for e in exs]
+
+
+@pytest.mark.skipif(not QWEN.exists(), reason="../shared/models/qwen2.5-7b-instruct absent")
+@pytest.mark.parametrize("chat", [True, False])
+def test_batch_encode_gives_each_prompts_own_ids(chat):
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    from runner.engines.tokenizing import encode_prompts, messages_to_text
+    tok = AutoTokenizer.from_pretrained(str(QWEN))
+    msgs = _messages()
+    texts, ids = encode_prompts(tok, msgs, chat)
+    for m, t, i in zip(msgs, texts, ids):
+        want_text = (tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False) if chat
+                     else messages_to_text(m))
+        assert t == want_text
+        assert i == tok(t, add_special_tokens=not chat)["input_ids"]
+    assert len({len(i) for i in ids}) > 1          # really different prompts, not one repeated
+    assert encode_prompts(tok, [], chat) == ([], [])
+
+
+class _SlowScoringEngine:
+    """A fake engine for the pipeline: outputs arrive after `gen_s`, then it keeps busy for
+    `after_s` (as vLLM does reading metrics and knobs) before returning."""
+
+    def __init__(self, gen_s, after_s):
+        from runner.engines.base import EngineInfo
+        self.gen_s, self.after_s = gen_s, after_s
+        self.info = EngineInfo(name="fake", version="0")
+
+    def encode(self, messages):
+        return [f"p{i}" for i in range(len(messages))], [[1, 2, 3]] * len(messages)
+
+    def generate(self, prompts, sampling, progress=None, sink=None):
+        from runner.engines.base import Generation
+        time.sleep(self.gen_s)
+        gens = [Generation(text="x", prompt_tokens=3, output_tokens=1) for _ in prompts]
+        sink(list(enumerate(gens)))
+        time.sleep(self.after_s)
+        return gens
+
+    def close(self):
+        pass
+
+
+def test_generation_time_ends_when_the_last_output_is_back(tmp_path, monkeypatch):
+    from runner.engines.transformers import TransformersSpec
+    from runner.loading import load_recipe
+    from runner.run import RunOptions, run_recipe
+    monkeypatch.setattr(TransformersSpec, "build", lambda self, model, chat: _SlowScoringEngine(0.3, 1.5))
+    lr = load_recipe(DEMO)
+    res = run_recipe(lr, RunOptions(out=tmp_path, limit=4, progress=False))
+    assert res.status == "ok", res.error
+    assert 0.3 <= res.timings.generate_s < 1.0           # the engine's 1.5 s of work after the outputs is not generation
+    assert res.timings.total_s >= 1.8                     # ... but it is in the total
+    samples = [json.loads(x) for x in (tmp_path / "demo" / "samples.jsonl").read_text().splitlines()]
+    assert [s["prompt"] for s in samples] == ["p0", "p1", "p2", "p3"]   # the engine's own prompt texts
+
+
+def test_isolated_run_uses_the_examples_the_parent_prepared(tmp_path):
+    pytest.importorskip("torch")
+    from runner.isolate import run_isolated
+    from runner.loading import load_recipe
+    from runner.run import RunOptions, prepare
+    lr = load_recipe(DEMO)
+    examples, messages, n_dataset, _ = prepare(lr, RunOptions(out=tmp_path, limit=5))
+    pick = [1, 3]           # a selection the worker could not come up with by loading the dataset itself
+    res = run_isolated(lr, tmp_path / "out", progress=False,
+                       prepared=([examples[i] for i in pick], [messages[i] for i in pick], n_dataset, 2))
+    assert res.status == "ok", res.error
+    lines = (tmp_path / "out" / "demo" / "samples.jsonl").read_text().splitlines()
+    assert [json.loads(x)["id"] for x in lines] == [examples[i].id for i in pick]
+    assert res.n_dataset == n_dataset
