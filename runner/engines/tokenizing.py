@@ -35,11 +35,6 @@ def encode_prompts(tokenizer: Any, messages: list[list[dict]], chat: bool) -> tu
     return texts, [list(x) for x in enc]
 
 
-def prompt_ids(tokenizer: Any, messages: list[dict], chat: bool) -> list[int]:
-    """Token ids of one prompt (what encode_prompts gives for it)."""
-    return encode_prompts(tokenizer, [messages], chat)[1][0]
-
-
 def looks_local(ref: str) -> bool:
     return ref.startswith(("/", "./", "../", "~")) or ref.count("/") > 1
 
