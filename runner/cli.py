@@ -198,6 +198,8 @@ def _run_all(loaded, prepared, results, out_dir, limit, estimate, timeout, force
             continue
         if force:
             (out_dir / r.name / "samples.partial.jsonl").unlink(missing_ok=True)
+        if not in_process:      # engine start can take a minute with nothing on screen: say where to look
+            click.echo(f"  engine output: {out_dir / r.name / 'engine.log'}", err=True)
         if in_process:
             from .run import RunOptions, run_recipe
             res = run_recipe(lr, RunOptions(out=out_dir, limit=limit, estimate=estimate, command=command,

@@ -39,6 +39,10 @@ def test_failing_recipe_does_not_lose_the_others(tmp_path):
     summary = (out / "summary.md").read_text()
     assert "## Failures" in summary and "bad-model" in summary and "| demo" in summary
     assert "FAILED bad-model" in res.output and "Traceback" not in res.output
+    # where each recipe's engine output goes is said before its engine starts
+    assert f"[1/2] bad-model (transformers, {not_a_model})\n  engine output: {out / 'bad-model' / 'engine.log'}\n" \
+        in res.stderr
+    assert f"  engine output: {out / 'demo' / 'engine.log'}\n" in res.stderr
 
 
 def test_missing_model_folder_is_bad_input_before_anything_runs(tmp_path):
