@@ -150,9 +150,11 @@ def go(paths, out, limit, estimate, sets, model_paths, timeout, baseline, force,
     if baseline and baseline not in {lr.recipe.name for lr in loaded}:
         raise RunnerError(f"--baseline {baseline!r} names no recipe of this call; recipes: "
                           + ", ".join(lr.recipe.name for lr in loaded))
+    from .run import input_hashes
     prepared = []
     for lr in loaded:
-        prepared.append(preflight(lr, limit, estimate))   # handed to the run: it runs what was checked
+        # handed to the run: it runs (and records the hashes of) what was checked here
+        prepared.append((preflight(lr, limit, estimate), input_hashes(lr)))
         runnable(lr)
     try:
         Path(out).mkdir(parents=True, exist_ok=True)
@@ -187,7 +189,7 @@ def _sigterm(signum, frame):
 def _run_all(loaded, prepared, results, out_dir, limit, estimate, timeout, force, in_process, no_progress,
              command):
     from .report import write_report
-    for i, (lr, prep) in enumerate(zip(loaded, prepared), 1):
+    for i, (lr, (prep, inputs)) in enumerate(zip(loaded, prepared), 1):
         r = lr.recipe
         click.echo(f"[{i}/{len(loaded)}] {r.name} ({r.engine.kind}, {r.model.id})", err=True)
         t = r.timeout_s or timeout
@@ -203,11 +205,11 @@ def _run_all(loaded, prepared, results, out_dir, limit, estimate, timeout, force
         if in_process:
             from .run import RunOptions, run_recipe
             res = run_recipe(lr, RunOptions(out=out_dir, limit=limit, estimate=estimate, command=command,
-                                            progress=not no_progress), prep)
+                                            progress=not no_progress), prep, inputs)
         else:
             from .isolate import run_isolated
             res = run_isolated(lr, out_dir, limit=limit, estimate=estimate, timeout_s=t, command=command,
-                               progress=not no_progress, prepared=prep)
+                               progress=not no_progress, prepared=prep, inputs=inputs)
         path = write_report(res, out_dir)
         results.append(res)
         click.echo(one_line(res, path))

@@ -62,11 +62,24 @@ def _evidence_from_log(res: RunResult, log: Path) -> None:
                          "memory (cpu_offload_gb took effect)")
 
 
+def _temp_file(made: list[str], suffix: str, write) -> str:
+    with tempfile.NamedTemporaryFile("wb", suffix=suffix, delete=False) as f:
+        made.append(f.name)
+        write(f)
+    return f.name
+
+
+def _remove(paths: list[str]) -> None:
+    for p in paths:
+        Path(p).unlink(missing_ok=True)
+
+
 def run_isolated(lr: LoadedRecipe, out: Path, *, limit: int | None = None, estimate: int | None = None,
                  timeout_s: float | None = None, command: str = "", progress: bool = True,
-                 prepared: tuple | None = None) -> RunResult:
+                 prepared: tuple | None = None, inputs: dict[str, str] | None = None) -> RunResult:
     """Run one recipe in its own process group. `prepared`: what run.prepare gave in this process
-    (examples and prompts), handed over so the run skips loading the dataset again."""
+    (examples and prompts) and `inputs`: the input files' hashes taken then, handed over so the run
+    uses (and records) exactly what was checked instead of loading the dataset again."""
     from .files import write_json_atomic
     r = lr.recipe
     rdir = out / r.name
@@ -79,18 +92,29 @@ def run_isolated(lr: LoadedRecipe, out: Path, *, limit: int | None = None, estim
         f.write(f"\n===== runner: {r.name} started {time.strftime('%Y-%m-%d %H:%M:%S')} =====\n")
     job = {"loaded": lr.model_dump(mode="json"), "out": str(out), "limit": limit, "estimate": estimate,
            "command": command, "progress": progress, "log": str(log)}
-    if prepared is not None:
-        with tempfile.NamedTemporaryFile("wb", suffix=".pkl", delete=False) as f:
-            pickle.dump(prepared, f, protocol=pickle.HIGHEST_PROTOCOL)   # our own data, read back by our worker
-            job["prepared"] = f.name
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(job, f)
-        job_path = f.name
-    baseline = used_gib()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.Popen([sys.executable, "-m", "runner.worker", job_path], start_new_session=True, env=env,
-                            stdin=subprocess.DEVNULL)
+    if inputs is not None:
+        job["inputs"] = inputs
+    temp: list[str] = []
+    try:
+        if prepared is not None:
+            try:
+                job["prepared"] = _temp_file(temp, ".pkl", lambda f: pickle.dump(prepared, f, pickle.HIGHEST_PROTOCOL))
+            except (pickle.PicklingError, TypeError, AttributeError):   # a dataset column pickle cannot carry:
+                job.pop("prepared", None)                                # the run loads the data itself
+        job_path = _temp_file(temp, ".json", lambda f: f.write(json.dumps(job).encode()))
+        baseline = used_gib()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
+        proc = subprocess.Popen([sys.executable, "-m", "runner.worker", job_path], start_new_session=True,
+                                env=env, stdin=subprocess.DEVNULL)
+    except Exception as e:      # the recipe fails; the others still run
+        _remove(temp)
+        res = _failed(lr, f"could not start the recipe's process: {type(e).__name__}: {e}", None, command)
+        write_json_atomic(results, res.model_dump(mode="json"))
+        return res
+    except BaseException:       # Ctrl-C while writing the job
+        _remove(temp)
+        raise
     error = None
     try:
         proc.wait(timeout=timeout_s)
@@ -102,9 +126,7 @@ def run_isolated(lr: LoadedRecipe, out: Path, *, limit: int | None = None, estim
     finally:
         _kill_group(proc.pid, proc=proc)
         proc.wait()
-        os.unlink(job_path)
-        if prepared is not None:
-            os.unlink(job["prepared"])
+        _remove(temp)
         after = wait_for_release(baseline)
     if error is None and results.exists():
         res = RunResult.model_validate_json(results.read_text())

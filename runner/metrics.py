@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 _PUNCT_EXTRA = set("、。，．・「」『』【】（）〔〕［］｛｝〈〉《》〜～！？：；…‥―\u3000")
 
 
-@lru_cache(maxsize=1 << 16)       # each prediction and gold is normalized once per metric and gold otherwise
+@lru_cache(maxsize=4096)    # else a prediction is normalized again for every gold and metric
 def normalize(text: str) -> str:
     text = unicodedata.normalize("NFKC", text).lower().strip()
     return "".join(ch for ch in text if not ch.isspace() and ch not in _PUNCT_EXTRA

@@ -14,8 +14,11 @@ class _M(BaseModel):
 
 class Timings(_M):
     load_s: float | None = Field(None, description="Engine start: weights, compile, graph capture (s).")
-    generate_s: float | None = Field(None, description="Generation wall time over all prompts (s).")
-    total_s: float | None = Field(None, description="Whole recipe: data, prompts, engine, generation, scoring (s).")
+    generate_s: float | None = Field(None, description="Generation wall time: from submitting the prompts until the "
+                                     "last output is back (s).")
+    total_s: float | None = Field(None, description="The recipe's run: engine start, tokenizing, generation, "
+                                  "scoring, writing samples (s); loading the data and rendering the prompts "
+                                  "happen before, when `runner go` checks the recipe.")
 
 
 class Tokens(_M):

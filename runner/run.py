@@ -68,9 +68,11 @@ def _progress_bar(total: int, name: str, enabled: bool, stream: Any = None):
                 mininterval=0.5)
 
 
-def run_recipe(lr: LoadedRecipe, opts: RunOptions, prepared: tuple | None = None) -> RunResult:
+def run_recipe(lr: LoadedRecipe, opts: RunOptions, prepared: tuple | None = None,
+               inputs: dict[str, str] | None = None) -> RunResult:
     """Run one recipe in this process; always returns a RunResult (status failed on error).
-    `prepared`: what prepare(lr, opts) returned, when the caller has it already."""
+    `prepared` and `inputs`: what prepare(lr, opts) and input_hashes(lr) returned, when the caller
+    has them already (the data is then what was checked, and the hashes are of that moment)."""
     r = lr.recipe
     out_dir = opts.out / r.name
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -78,11 +80,11 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions, prepared: tuple | None = None
     base = RunResult(name=r.name, recipe=r.canonical(), recipe_hash=r.digest(), recipe_path=lr.path,
                      status="failed", command=opts.command, started_at=started,
                      scores_meaningful=not (r.model.load_format == "dummy" or is_builtin(r.model.id)))
-    engine = mem = inputs = None
+    engine = mem = None
     try:
         examples, messages, n_dataset, n_target = prepared or prepare(lr, opts)
         base.n_dataset = n_dataset
-        inputs = input_hashes(lr)
+        inputs = inputs or input_hashes(lr)
         key = base.run_key = run_key(lr, opts, inputs)
         partial = out_dir / PARTIAL
         done = load_partial(partial, key, r.metrics)
@@ -115,8 +117,10 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions, prepared: tuple | None = None
         t0 = clock[0] = time.perf_counter()
         engine.generate([ids[i] for i in todo], r.sampling, progress=bar.update if opts.progress else None,
                         sink=sink)
-        # generation ends when the last output is back (the sink's clock); scoring and writing
-        # the samples count in total time, as they would after a plain generate() call
+        # generation ends when the last output is back (the sink's clock), as a plain generate()
+        # call would time it: what an engine does after handing over its last outputs (for vLLM:
+        # scoring and writing every sample, metrics, knob evidence) counts in total time only;
+        # an engine that hands over batch by batch keeps the earlier batches' scoring inside
         gen_s = (clock[0] if new else time.perf_counter()) - t0
         mem.__exit__(None, None, None)
         bar.close()

@@ -56,7 +56,7 @@ def main(job_path: str) -> int:
         import pickle
         with open(job["prepared"], "rb") as f:
             prepared = pickle.load(f)
-    result = run_recipe(lr, opts, prepared)
+    result = run_recipe(lr, opts, prepared, job.get("inputs"))
     sys.stdout.flush()
     sys.stderr.flush()
     return 0 if result.status == "ok" else 1

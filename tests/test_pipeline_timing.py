@@ -92,3 +92,49 @@ def test_isolated_run_uses_the_examples_the_parent_prepared(tmp_path):
     lines = (tmp_path / "out" / "demo" / "samples.jsonl").read_text().splitlines()
     assert [json.loads(x)["id"] for x in lines] == [examples[i].id for i in pick]
     assert res.n_dataset == n_dataset
+
+
+def test_data_pickle_cannot_carry_falls_back_to_the_run_loading_it(tmp_path):
+    pytest.importorskip("torch")
+    from runner.datasets import Example
+    from runner.isolate import run_isolated
+    from runner.loading import load_recipe
+    from runner.run import RunOptions, prepare
+    lr = load_recipe(DEMO)
+    examples, messages, n_dataset, n_target = prepare(lr, RunOptions(out=tmp_path, limit=3))
+    odd = [Example(id=f"odd-{e.id}", question=e.question, context=e.context, answers=e.answers,
+                   extra={"f": lambda: 0}) for e in examples]
+    res = run_isolated(lr, tmp_path / "out", limit=3, progress=False, prepared=(odd, messages, n_dataset, n_target))
+    assert res.status == "ok", res.error
+    lines = (tmp_path / "out" / "demo" / "samples.jsonl").read_text().splitlines()
+    assert [json.loads(x)["id"] for x in lines] == [e.id for e in examples]     # loaded by the run itself
+
+
+def test_a_recipe_whose_process_cannot_start_fails_alone_and_leaves_no_temp_files(tmp_path, monkeypatch):
+    import tempfile
+
+    import runner.isolate as iso
+    from runner.loading import load_recipe
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+
+    def no_process(*a, **kw):
+        raise OSError(24, "Too many open files")
+    monkeypatch.setattr(iso.subprocess, "Popen", no_process)
+    lr = load_recipe(DEMO)
+    res = iso.run_isolated(lr, tmp_path / "out", progress=False, prepared=("data", [], 1, 1), inputs={})
+    assert res.status == "failed"
+    assert res.error == "could not start the recipe's process: OSError: [Errno 24] Too many open files"
+    assert json.loads((tmp_path / "out" / "demo" / "results.json").read_text())["status"] == "failed"
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_input_hashes_taken_at_check_time_are_the_ones_recorded(tmp_path, monkeypatch):
+    from runner.engines.transformers import TransformersSpec
+    from runner.loading import load_recipe
+    from runner.run import RunOptions, run_recipe
+    monkeypatch.setattr(TransformersSpec, "build", lambda self, model, chat: _SlowScoringEngine(0, 0))
+    res = run_recipe(load_recipe(DEMO), RunOptions(out=tmp_path, limit=2, progress=False),
+                     inputs={"dataset:x.json": "0" * 64})
+    assert res.status == "ok", res.error
+    assert res.environment["inputs"] == {"dataset:x.json": "0" * 64}
