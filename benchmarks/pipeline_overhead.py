@@ -23,19 +23,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-
-def tiny_qwen(shared: Path, dst: Path) -> Path:
-    src = shared / "models" / "qwen2.5-7b-instruct"
-    dst.mkdir(parents=True, exist_ok=True)
-    for f in src.iterdir():
-        if f.name != "config.json":
-            shutil.copy(f, dst / f.name)
-    cfg = json.loads((src / "config.json").read_text())
-    cfg.update(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
-               num_key_value_heads=1, tie_word_embeddings=True)
-    (dst / "config.json").write_text(json.dumps(cfg))
-    return dst
+from tests.gpu_helpers import tiny_qwen  # the GPU tests' tiny-model builder
 
 
 def main() -> int:
@@ -45,7 +35,9 @@ def main() -> int:
     a = ap.parse_args()
     shared = Path(a.shared).resolve()
     work = Path(tempfile.mkdtemp())
-    model = tiny_qwen(shared, work / "tiny-qwen")
+    model = tiny_qwen(work / "tiny-qwen", shared / "models" / "qwen2.5-7b-instruct", hidden_size=64,
+                      intermediate_size=128, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                      tie_word_embeddings=True)
     cmd = [sys.executable, "-m", "runner", "go", "recipes/jsquad-hf-batched.yaml", "--no-progress", "--force",
            "--model-path", f"Qwen/Qwen2.5-7B-Instruct={model}",
            "--set", f"dataset.path={shared / 'data/jsquad/valid-v1.3.json'}", "--set", "model.load_format=dummy",

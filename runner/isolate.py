@@ -91,16 +91,14 @@ def run_isolated(lr: LoadedRecipe, out: Path, *, limit: int | None = None, estim
     with open(log, "a", encoding="utf-8") as f:      # a resumed run keeps the earlier run's log above
         f.write(f"\n===== runner: {r.name} started {time.strftime('%Y-%m-%d %H:%M:%S')} =====\n")
     job = {"loaded": lr.model_dump(mode="json"), "out": str(out), "limit": limit, "estimate": estimate,
-           "command": command, "progress": progress, "log": str(log)}
-    if inputs is not None:
-        job["inputs"] = inputs
+           "command": command, "progress": progress, "log": str(log), "inputs": inputs}
     temp: list[str] = []
     try:
         if prepared is not None:
             try:
                 job["prepared"] = _temp_file(temp, ".pkl", lambda f: pickle.dump(prepared, f, pickle.HIGHEST_PROTOCOL))
-            except (pickle.PicklingError, TypeError, AttributeError):   # a dataset column pickle cannot carry:
-                job.pop("prepared", None)                                # the run loads the data itself
+            except (pickle.PicklingError, TypeError, AttributeError):
+                pass     # a dataset column pickle cannot carry: the run loads the data itself
         job_path = _temp_file(temp, ".json", lambda f: f.write(json.dumps(job).encode()))
         baseline = used_gib()
         env = dict(os.environ)

@@ -8,14 +8,19 @@ SHARED = Path(os.environ.get("SHARED", Path(__file__).resolve().parents[2] / "sh
 QWEN = SHARED / "models" / "qwen2.5-7b-instruct"
 
 
-def tiny_qwen(dst: Path) -> Path:
+GPU_SHAPE = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "max_position_embeddings": 4096}
+
+
+def tiny_qwen(dst: Path, qwen: Path = QWEN, **shape) -> Path:
+    """A copy of the Qwen2.5 folder (tokenizer, chat template) with a small config: `shape`
+    (default GPU_SHAPE) replaces the config's sizes."""
     dst.mkdir(parents=True, exist_ok=True)
-    for f in QWEN.iterdir():
+    for f in qwen.iterdir():
         if f.name != "config.json":
             shutil.copy(f, dst / f.name)
-    cfg = json.loads((QWEN / "config.json").read_text())
-    cfg.update(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-               num_key_value_heads=2, max_position_embeddings=4096)
+    cfg = json.loads((qwen / "config.json").read_text())
+    cfg.update(shape or GPU_SHAPE)
     (dst / "config.json").write_text(json.dumps(cfg))
     return dst
 
