@@ -48,7 +48,7 @@ os._exit(0)
 
 
 def run_plain(work: Path, k: int) -> dict:
-    from runner.gpumem import used_gib, wait_for_release
+    from runner.execution.gpumem import used_gib, wait_for_release
     before = used_gib()
     t0 = time.perf_counter()
     with open(work / f"plain-{k}.log", "w") as log:

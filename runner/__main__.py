@@ -1,3 +1,3 @@
-from .cli import main
+from runner.cli import main
 
 main()

@@ -61,7 +61,7 @@ def test_report_rebuilds_from_results(demo_out):
 
 def test_trust_remote_code_is_off_by_default_and_reported_when_on(tmp_path):
     pytest.importorskip("torch")
-    from runner.loading import load_recipe
+    from runner.config.loading import load_recipe
     assert load_recipe(ROOT / "recipes" / "demo.yaml").recipe.model.trust_remote_code is False
     res = CliRunner().invoke(cli, ["go", str(ROOT / "recipes" / "demo.yaml"), "--out", str(tmp_path),
                                    "--no-progress", "--in-process", "--set", "model.trust_remote_code=true",

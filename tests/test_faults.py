@@ -72,7 +72,7 @@ def test_killed_midway_then_resumed(tmp_path):
     assert 4 <= len(lines) < 37
     assert not (out / "demo" / "results.json").exists()     # never a half-written result
     time.sleep(2)                                           # the worker notices its parent is gone
-    assert "runner.worker" not in _ps_args()
+    assert "runner.execution.worker" not in _ps_args()
     done = len(lines) - 1
     res = CliRunner().invoke(cli, ["go", str(DEMO), "--out", str(out), "--no-progress",
                                    "--set", "engine.batch_size=1", "--set", "sampling.max_tokens=48",
@@ -99,7 +99,7 @@ def test_timeout_ends_the_run_and_records_failure(tmp_path):
     assert res.exit_code == 1
     r = json.loads((out / "demo" / "results.json").read_text())
     assert r["status"] == "failed" and "timed out after 3 s" in r["error"]
-    assert "runner.worker" not in _ps_args()
+    assert "runner.execution.worker" not in _ps_args()
 
 
 def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
@@ -122,5 +122,5 @@ def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
     ("OSError: foo is not a valid model identifier listed on 'https://huggingface.co/models'", "--set model.id"),
 ])
 def test_failure_hints(error, needle):
-    from runner.run import failure_hint
+    from runner.execution.run import failure_hint
     assert needle in failure_hint(error)

@@ -17,9 +17,9 @@ def tiny(tmp_path_factory):
 
 
 def _messages():
-    from runner.datasets import load_examples
-    from runner.prompts import PromptBuilder
-    from runner.recipe import DatasetSpec, PromptSpec
+    from runner.inputs.datasets import load_examples
+    from runner.inputs.prompts import PromptBuilder
+    from runner.config.recipe import DatasetSpec, PromptSpec
     root = Path(__file__).resolve().parents[1]
     exs = load_examples(DatasetSpec(format="squad", path=str(root / "runner/demo/demo-ja.json"), limit=5), root)
     b = PromptBuilder(PromptSpec(template="jsquad.j2", system_template="jsquad-system.j2"), root)
@@ -29,7 +29,7 @@ def _messages():
 def test_same_prompt_ids_in_vllm_and_transformers(tiny):
     from runner.engines.transformers import TransformersSpec
     from runner.engines.vllm import VLLMSpec
-    from runner.recipe import ModelSpec, Sampling
+    from runner.config.recipe import ModelSpec, Sampling
     model = ModelSpec(id=str(tiny), load_format="dummy", dtype="bfloat16")
     msgs = _messages()
     hf = TransformersSpec(kind="transformers", device="cuda").build(model, None)
@@ -60,9 +60,9 @@ def _engine_cores() -> list[str]:
 
 
 def test_isolated_run_gives_the_gpu_back(tiny, tmp_path):
-    from runner.gpumem import used_gib
-    from runner.isolate import run_isolated
-    from runner.loading import load_recipe
+    from runner.execution.gpumem import used_gib
+    from runner.execution.isolate import run_isolated
+    from runner.config.loading import load_recipe
     p = tmp_path / "r.yaml"
     p.write_text(recipe_yaml(tiny, "iso", extra_engine="  enable_prefix_caching: true"))
     before = used_gib()
@@ -79,9 +79,9 @@ def test_isolated_run_gives_the_gpu_back(tiny, tmp_path):
 
 
 def test_timeout_ends_the_engine_and_records_failure(tiny, tmp_path):
-    from runner.gpumem import used_gib
-    from runner.isolate import run_isolated
-    from runner.loading import load_recipe
+    from runner.execution.gpumem import used_gib
+    from runner.execution.isolate import run_isolated
+    from runner.config.loading import load_recipe
     p = tmp_path / "r.yaml"
     p.write_text(recipe_yaml(tiny, "slow", timeout="timeout_s: 8", limit=36).replace("max_tokens: 8", "max_tokens: 1500"))
     before = used_gib()
@@ -95,6 +95,6 @@ def test_timeout_ends_the_engine_and_records_failure(tiny, tmp_path):
 def test_unknown_engine_arg_rejected_before_start(tiny):
     from runner.engines.vllm import VLLMSpec
     from runner.errors import RunnerError
-    from runner.recipe import ModelSpec
+    from runner.config.recipe import ModelSpec
     with pytest.raises(RunnerError, match="does not accept no_such_arg; it accepts: .*enable_prefix_caching"):
         VLLMSpec(kind="vllm", engine_args={"no_such_arg": 1}).build(ModelSpec(id=str(tiny), load_format="dummy"), None)

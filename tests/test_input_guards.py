@@ -55,8 +55,8 @@ def test_unknown_builtin_model_is_bad_input_for_go(write_recipe, base_recipe, tm
 
 
 def test_run_key_ignores_description_but_not_sampling(write_recipe, base_recipe, tmp_path):
-    from runner.loading import load_recipe
-    from runner.run import RunOptions, run_key
+    from runner.config.loading import load_recipe
+    from runner.execution.run import RunOptions, run_key
     o = RunOptions(out=tmp_path)
     k1 = run_key(load_recipe(write_recipe(base_recipe, "a.yaml")), o)
     k2 = run_key(load_recipe(write_recipe({**base_recipe, "description": "new words", "timeout_s": 9}, "b.yaml")), o)
@@ -65,8 +65,8 @@ def test_run_key_ignores_description_but_not_sampling(write_recipe, base_recipe,
 
 
 def test_scores_average_only_examples_with_gold_answers():
-    from runner.results import Sample
-    from runner.run import _mean_scores
+    from runner.reporting.results import Sample
+    from runner.execution.run import _mean_scores
     s = [Sample(id="a", prompt="", output="", answers=[], prompt_tokens=1, output_tokens=1),
          Sample(id="b", prompt="", output="", answers=["x"], prompt_tokens=1, output_tokens=1,
                 scores={"exact_match": 1.0}),
@@ -88,7 +88,7 @@ def test_written_files_are_readable_by_others(tmp_path):
 
 
 def test_set_paths_are_relative_to_the_current_directory(write_recipe, base_recipe, tmp_path, monkeypatch):
-    from runner.loading import load_recipe
+    from runner.config.loading import load_recipe
     sub = tmp_path / "recipes"
     p = write_recipe(base_recipe, "recipes/r.yaml")
     (tmp_path / "models" / "m").mkdir(parents=True)

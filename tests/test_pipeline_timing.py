@@ -13,9 +13,9 @@ DEMO = ROOT / "recipes" / "demo.yaml"
 
 
 def _messages(n=12):
-    from runner.datasets import load_examples
-    from runner.prompts import PromptBuilder
-    from runner.recipe import DatasetSpec, PromptSpec
+    from runner.inputs.datasets import load_examples
+    from runner.inputs.prompts import PromptBuilder
+    from runner.config.recipe import DatasetSpec, PromptSpec
     exs = load_examples(DatasetSpec(format="squad", path=str(ROOT / "runner/demo/demo-ja.json"), limit=n), ROOT)
     b = PromptBuilder(PromptSpec(template="jsquad.j2", system_template="jsquad-system-oneshot.j2"), ROOT)
     return [b.messages(e) for e in exs]
@@ -66,8 +66,8 @@ class _SlowScoringEngine:
 
 def test_generation_time_ends_when_the_last_output_is_back(tmp_path, monkeypatch):
     from runner.engines.transformers import TransformersSpec
-    from runner.loading import load_recipe
-    from runner.run import RunOptions, run_recipe
+    from runner.config.loading import load_recipe
+    from runner.execution.run import RunOptions, run_recipe
     monkeypatch.setattr(TransformersSpec, "build", lambda self, model, chat: _SlowScoringEngine(0.3, 1.5))
     lr = load_recipe(DEMO)
     res = run_recipe(lr, RunOptions(out=tmp_path, limit=4, progress=False))
@@ -80,9 +80,9 @@ def test_generation_time_ends_when_the_last_output_is_back(tmp_path, monkeypatch
 
 def test_isolated_run_uses_the_examples_the_parent_prepared(tmp_path):
     pytest.importorskip("torch")
-    from runner.isolate import run_isolated
-    from runner.loading import load_recipe
-    from runner.run import RunOptions, prepare
+    from runner.execution.isolate import run_isolated
+    from runner.config.loading import load_recipe
+    from runner.execution.run import RunOptions, prepare
     lr = load_recipe(DEMO)
     examples, messages, n_dataset, _ = prepare(lr, RunOptions(out=tmp_path, limit=5))
     pick = [1, 3]           # a selection the worker could not come up with by loading the dataset itself
@@ -96,10 +96,10 @@ def test_isolated_run_uses_the_examples_the_parent_prepared(tmp_path):
 
 def test_data_pickle_cannot_carry_falls_back_to_the_run_loading_it(tmp_path):
     pytest.importorskip("torch")
-    from runner.datasets import Example
-    from runner.isolate import run_isolated
-    from runner.loading import load_recipe
-    from runner.run import RunOptions, prepare
+    from runner.inputs.datasets import Example
+    from runner.execution.isolate import run_isolated
+    from runner.config.loading import load_recipe
+    from runner.execution.run import RunOptions, prepare
     lr = load_recipe(DEMO)
     examples, messages, n_dataset, n_target = prepare(lr, RunOptions(out=tmp_path, limit=3))
     odd = [Example(id=f"odd-{e.id}", question=e.question, context=e.context, answers=e.answers,
@@ -113,8 +113,8 @@ def test_data_pickle_cannot_carry_falls_back_to_the_run_loading_it(tmp_path):
 def test_a_recipe_whose_process_cannot_start_fails_alone_and_leaves_no_temp_files(tmp_path, monkeypatch):
     import tempfile
 
-    import runner.isolate as iso
-    from runner.loading import load_recipe
+    import runner.execution.isolate as iso
+    from runner.config.loading import load_recipe
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
 
@@ -131,8 +131,8 @@ def test_a_recipe_whose_process_cannot_start_fails_alone_and_leaves_no_temp_file
 
 def test_input_hashes_taken_at_check_time_are_the_ones_recorded(tmp_path, monkeypatch):
     from runner.engines.transformers import TransformersSpec
-    from runner.loading import load_recipe
-    from runner.run import RunOptions, run_recipe
+    from runner.config.loading import load_recipe
+    from runner.execution.run import RunOptions, run_recipe
     monkeypatch.setattr(TransformersSpec, "build", lambda self, model, chat: _SlowScoringEngine(0, 0))
     res = run_recipe(load_recipe(DEMO), RunOptions(out=tmp_path, limit=2, progress=False),
                      inputs={"dataset:x.json": "0" * 64})

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.datasets import Example
+from runner.inputs.datasets import Example
 from runner.errors import TemplateError
-from runner.prompts import PROJECT_TEMPLATES, PromptBuilder, compile_text, find_template
-from runner.recipe import PromptSpec
+from runner.inputs.prompts import PROJECT_TEMPLATES, PromptBuilder, compile_text, find_template
+from runner.config.recipe import PromptSpec
 
 PROJECT = Path(__file__).resolve().parents[1]
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -108,7 +108,7 @@ def test_oneshot_template_without_shots_is_plain_system_prompt(tmp_path):
 
 
 def test_project_oneshot_recipe_renders_the_worked_example():
-    from runner.loading import load_recipe
+    from runner.config.loading import load_recipe
     p = PROJECT / "recipes" / "jsquad-vllm-oneshot-cache.yaml"
     if not p.is_file():
         pytest.skip("recipe absent")

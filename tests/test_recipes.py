@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli import cli
-from runner.loading import load_recipe
+from runner.config.loading import load_recipe
 
 PROJECT = Path(__file__).resolve().parents[1]
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -132,7 +132,7 @@ PROJECT_RECIPES = sorted((PROJECT / "recipes").glob("*.yaml"))
 
 @pytest.mark.parametrize("recipe", PROJECT_RECIPES, ids=lambda p: p.name)
 def test_project_recipes_validate(recipe):
-    from runner.prompts import find_template
+    from runner.inputs.prompts import find_template
     lr = load_recipe(recipe)
     assert lr.path == str(recipe.resolve())
     base = Path(lr.base_dir)

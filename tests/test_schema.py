@@ -11,14 +11,14 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from runner import schema as gen
+from runner.config import schema as gen
 from runner.engines import TransformersSpec, VLLMSpec
-from runner.recipe import (DatasetSpec, FieldMap, ModelSpec, PromptSpec, Recipe, Sampling, ShotExample,
+from runner.config.recipe import (DatasetSpec, FieldMap, ModelSpec, PromptSpec, Recipe, Sampling, ShotExample,
                            ShotsSpec)
-from runner.results import SCHEMA_VERSION
+from runner.reporting.results import SCHEMA_VERSION
 
 PROJECT = Path(__file__).resolve().parents[1]
-REGEN = "out of date: run `python -m runner.schema` (from the project root) and commit the result"
+REGEN = "out of date: run `python -m runner.config.schema` (from the project root) and commit the result"
 SCHEMA_LINE = "# yaml-language-server: $schema=../schema/recipe.schema.json"
 
 RECIPE_MODELS = [Recipe, ModelSpec, TransformersSpec, VLLMSpec, DatasetSpec, FieldMap, PromptSpec, ShotsSpec,
@@ -72,7 +72,7 @@ def test_generated_file_is_current(rel):
 
 
 def test_write_all_writes_exactly_the_generated_text(tmp_path):
-    """`python -m runner.schema` (write_all) produces the same text the freshness test compares against."""
+    """`python -m runner.config.schema` (write_all) produces the same text the freshness test compares against."""
     paths = gen.write_all(tmp_path)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in paths) == sorted(_generated())
     for rel, text in _generated().items():

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.datasets import Example
-from runner.prompts import PromptBuilder
-from runner.recipe import PromptSpec
-from runner.stats import common_prefix_len, mcnemar_exact, percentile, prefix_share, project, summary, t95
+from runner.inputs.datasets import Example
+from runner.inputs.prompts import PromptBuilder
+from runner.config.recipe import PromptSpec
+from runner.reporting.stats import common_prefix_len, mcnemar_exact, percentile, prefix_share, project, summary, t95
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 

@@ -5,7 +5,7 @@ import pytest
 
 from runner.engines.vllm import (VLLMSpec, check_args, parse_engine_log, progress_tqdm,
                                  sampling_params_kwargs)
-from runner.recipe import ModelSpec, Sampling
+from runner.config.recipe import ModelSpec, Sampling
 
 
 def spec(**kw):
@@ -86,7 +86,7 @@ def test_parent_never_imports_engine_libraries():
     root = Path(__file__).resolve().parents[1]
     code = ("import sys\n"
             "from runner.cli import load_all, preflight\n"
-            "import runner.isolate, runner.report\n"
+            "import runner.execution.isolate, runner.reporting.markdown\n"
             f"[preflight(lr) for lr in load_all(({str(root / 'recipes' / 'demo.yaml')!r},), ())]\n"
             "print(sorted(m for m in ('torch', 'vllm', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)

@@ -6,8 +6,8 @@ from typing import Annotated, Union
 
 from pydantic import Field
 
-from .transformers import TransformersSpec
-from .vllm import VLLMSpec
+from runner.engines.transformers import TransformersSpec
+from runner.engines.vllm import VLLMSpec
 
 EngineSpec = Annotated[Union[TransformersSpec, VLLMSpec], Field(discriminator="kind")]
 

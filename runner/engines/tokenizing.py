@@ -43,7 +43,7 @@ def check_model_source(model: Any) -> None:
     """A model or tokenizer named by a local path must exist (else the hub client's error is cryptic)."""
     from pathlib import Path
 
-    from ..errors import RunnerError
+    from runner.errors import RunnerError
     for field, ref in (("model.id", model.id), ("model.tokenizer", model.tokenizer)):
         if ref and not ref.startswith("builtin:") and looks_local(ref) and not Path(ref).expanduser().exists():
             raise RunnerError(f"model folder not found: {ref}", field=field,

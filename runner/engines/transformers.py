@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveInt
 
-from ..strict import StrictModel
-from .base import EngineInfo, Generation, Knob
+from runner.strict import StrictModel
+from runner.engines.base import EngineInfo, Generation, Knob
 
 
 class TransformersSpec(StrictModel):
@@ -41,8 +41,8 @@ class TransformersEngine:
         import transformers
         from transformers import AutoConfig, AutoModelForCausalLM
 
-        from .builtin import SMOKE_NOTE, ensure_builtin, is_builtin
-        from .tokenizing import load_tokenizer, uses_chat_template
+        from runner.engines.builtin import SMOKE_NOTE, ensure_builtin, is_builtin
+        from runner.engines.tokenizing import load_tokenizer, uses_chat_template
 
         self.spec, self.model_spec, self.torch = spec, model, torch
         t0 = time.perf_counter()
@@ -137,7 +137,7 @@ class TransformersEngine:
         return f"cpu ({platform.processor() or platform.machine()})"
 
     def encode(self, messages: list[list[dict]]) -> tuple[list[str], list[list[int]]]:
-        from .tokenizing import encode_prompts
+        from runner.engines.tokenizing import encode_prompts
         return encode_prompts(self.tokenizer, messages, self.chat)
 
     def _gen_kwargs(self, sampling: Any) -> dict[str, Any]:
@@ -160,7 +160,7 @@ class TransformersEngine:
         return kw
 
     def _finish(self, ids: list[int], sampling: Any) -> tuple[str, int]:
-        from .tokenizing import truncate_at_stop
+        from runner.engines.tokenizing import truncate_at_stop
         n = len(ids)
         if not sampling.ignore_eos:
             for i, t in enumerate(ids):

@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveInt
 
-from ..errors import RunnerError
-from ..strict import StrictModel
-from .base import EngineInfo, Generation, Knob
+from runner.errors import RunnerError
+from runner.strict import StrictModel
+from runner.engines.base import EngineInfo, Generation, Knob
 
 
 class VLLMSpec(StrictModel):
@@ -140,7 +140,7 @@ class VLLMEngine:
                               "or use `engine: kind: transformers`", field="engine.kind")
         from vllm import LLM
 
-        from .tokenizing import load_tokenizer, uses_chat_template
+        from runner.engines.tokenizing import load_tokenizer, uses_chat_template
 
         self.spec, self.model_spec = spec, model
         kwargs = spec.llm_kwargs(model)
@@ -172,7 +172,7 @@ class VLLMEngine:
             cc.num_gpu_blocks * cc.block_size if cc.num_gpu_blocks else None) or parsed.get("kv_cache_tokens")
         import torch
 
-        from ..gpumem import device_facts
+        from runner.execution.gpumem import device_facts
         self.info = EngineInfo(name="vllm", version=vllm.__version__,
                                device=device_facts().get("gpu", ""),   # NVML: no CUDA context in this process
                                load_s=load_s, weights_gib=parsed.get("weights_gib"),
@@ -188,7 +188,7 @@ class VLLMEngine:
                           if spec.quantization or mc.quantization or spec.cpu_offload_gb > 0 else None)
 
     def encode(self, messages: list[list[dict]]) -> tuple[list[str], list[list[int]]]:
-        from .tokenizing import encode_prompts
+        from runner.engines.tokenizing import encode_prompts
         return encode_prompts(self.tokenizer, messages, self.chat)
 
     def generate(self, prompts: list[list[int]], sampling: Any, progress=None, sink=None) -> list[Generation]:

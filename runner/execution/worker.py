@@ -1,4 +1,4 @@
-"""The child process that runs one recipe: `python -m runner.worker JOB.json`.
+"""The child process that runs one recipe: `python -m runner.execution.worker JOB.json`.
 
 Its stdout/stderr (and those of every process the engine starts) go to
 `<out>/<name>/engine.log`; the progress bar goes to the terminal."""
@@ -44,8 +44,8 @@ def main(job_path: str) -> int:
         progress_stream = os.fdopen(tty, "w", buffering=1)
     else:
         progress_stream = sys.stderr
-    from .recipe import LoadedRecipe
-    from .run import RunOptions, run_recipe
+    from runner.config.recipe import LoadedRecipe
+    from runner.execution.run import RunOptions, run_recipe
 
     lr = LoadedRecipe.model_validate(job["loaded"])     # as validated by the runner: later edits don't leak in
     opts = RunOptions(out=Path(job["out"]), limit=job.get("limit"), estimate=job.get("estimate"),

@@ -8,8 +8,8 @@ from typing import Any, Iterable
 import yaml
 from tabulate import tabulate
 
-from .files import write_text_atomic
-from .results import RunResult
+from runner.files import write_text_atomic
+from runner.reporting.results import RunResult
 
 N_EXAMPLES_SHOWN = 3
 
@@ -223,7 +223,7 @@ SKIP_DIFF = {"name", "description", "baseline", "timeout_s", "estimate"}
 def _engine_view(engine: dict) -> dict:
     """An engine's kind plus only the fields set away from that kind's defaults, so engines of
     different kinds compare by what was chosen, not by every field either kind has."""
-    from .engines import TransformersSpec, VLLMSpec
+    from runner.engines import TransformersSpec, VLLMSpec
     cls = {"transformers": TransformersSpec, "vllm": VLLMSpec}.get(engine.get("kind"))
     if cls is None:
         return engine
@@ -296,7 +296,7 @@ def changed_answers_section(results: list[RunResult], base: RunResult | None, ou
                             n_show: int = 3) -> list[str]:
     """Per recipe with real weights: examples whose exact match differs from the baseline's,
     with an exact McNemar test on the discordant pairs."""
-    from .stats import mcnemar_exact
+    from runner.reporting.stats import mcnemar_exact
     if base is None or out is None or base.status != "ok" or not base.scores_meaningful \
             or "exact_match" not in base.scores:
         return []
@@ -374,7 +374,7 @@ def summary_markdown(results: list[RunResult], baseline: str | None = None, out:
 
 
 def write_summary(results: Iterable[RunResult], out: Path, baseline: str | None = None) -> Path:
-    from .plots import write_charts
+    from runner.reporting.plots import write_charts
     results = list(results)
     path = out / "summary.md"
     charts = write_charts(results, pick_baseline(results, baseline), out)
@@ -388,7 +388,7 @@ def write_summary(results: Iterable[RunResult], out: Path, baseline: str | None 
 def load_results(out: Path) -> list[RunResult]:
     from pydantic import ValidationError
 
-    from .errors import RunnerError
+    from runner.errors import RunnerError
     res = []
     for p in sorted(out.glob("*/results.json")):
         try:

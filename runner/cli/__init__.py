@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 
-from . import __version__
-from .errors import RunnerError
+from runner import __version__
+from runner.errors import RunnerError
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 
@@ -63,7 +63,7 @@ def parse_model_paths(items: tuple[str, ...]) -> dict[str, str]:
 
 
 def load_all(paths: tuple[str, ...], sets: tuple[str, ...], model_paths: tuple[str, ...] = ()):
-    from .loading import load_recipe
+    from runner.config.loading import load_recipe
     mp = parse_model_paths(model_paths)
     loaded = []
     for p in expand_paths(paths):
@@ -145,12 +145,12 @@ def go(paths, out, limit, estimate, sets, model_paths, timeout, baseline, force,
     finished samples. Exit code 0 when every recipe succeeded, 1 when any
     failed (the others still run and report), 2 for bad input (nothing is
     run), 130 when interrupted."""
-    from .report import write_summary
+    from runner.reporting.markdown import write_summary
     loaded = load_all(paths, sets, model_paths)
     if baseline and baseline not in {lr.recipe.name for lr in loaded}:
         raise RunnerError(f"--baseline {baseline!r} names no recipe of this call; recipes: "
                           + ", ".join(lr.recipe.name for lr in loaded))
-    from .run import input_hashes
+    from runner.execution.run import input_hashes
     prepared = []
     for lr in loaded:
         # handed to the run: it runs (and records the hashes of) what was checked here
@@ -188,7 +188,7 @@ def _sigterm(signum, frame):
 
 def _run_all(loaded, prepared, results, out_dir, limit, estimate, timeout, force, in_process, no_progress,
              command):
-    from .report import write_report
+    from runner.reporting.markdown import write_report
     for i, (lr, (prep, inputs)) in enumerate(zip(loaded, prepared), 1):
         r = lr.recipe
         click.echo(f"[{i}/{len(loaded)}] {r.name} ({r.engine.kind}, {r.model.id})", err=True)
@@ -203,11 +203,11 @@ def _run_all(loaded, prepared, results, out_dir, limit, estimate, timeout, force
         if not in_process:      # engine start can take a minute with nothing on screen: say where to look
             click.echo(f"  engine output: {out_dir / r.name / 'engine.log'}", err=True)
         if in_process:
-            from .run import RunOptions, run_recipe
+            from runner.execution.run import RunOptions, run_recipe
             res = run_recipe(lr, RunOptions(out=out_dir, limit=limit, estimate=estimate, command=command,
                                             progress=not no_progress), prep, inputs)
         else:
-            from .isolate import run_isolated
+            from runner.execution.isolate import run_isolated
             res = run_isolated(lr, out_dir, limit=limit, estimate=estimate, timeout_s=t, command=command,
                                progress=not no_progress, prepared=prep, inputs=inputs)
         path = write_report(res, out_dir)
@@ -217,8 +217,8 @@ def _run_all(loaded, prepared, results, out_dir, limit, estimate, timeout, force
 
 def previous_result(out_dir: Path, lr, limit, estimate):
     """The stored result of this exact recipe (same run key) if it completed, else None."""
-    from .results import RunResult
-    from .run import RunOptions, run_key
+    from runner.reporting.results import RunResult
+    from runner.execution.run import RunOptions, run_key
     p = out_dir / lr.recipe.name / "results.json"
     if not p.exists():
         return None
@@ -236,7 +236,7 @@ def one_line(res, path) -> str:
         if res.hint:
             line += f"\n  hint: {res.hint}"
         return line + f"\n  report: {path}"
-    from .report import secs
+    from runner.reporting.markdown import secs
     t = res.timings
     bits = [f"ok {res.name}: {res.n_samples} examples", f"generation {secs(t.generate_s)}",
             f"start {secs(t.load_s)}", f"{res.throughput.requests_per_s:.2f} req/s"]
@@ -257,8 +257,8 @@ def runnable(lr) -> None:
     """What `go` needs beyond `check`, found without importing an engine library."""
     import importlib.util
 
-    from .engines.builtin import BUILTIN_PREFIX, BUILTINS, is_builtin
-    from .engines.tokenizing import check_model_source
+    from runner.engines.builtin import BUILTIN_PREFIX, BUILTINS, is_builtin
+    from runner.engines.tokenizing import check_model_source
     r = lr.recipe
     if is_builtin(r.model.id) and r.model.id[len(BUILTIN_PREFIX):] not in BUILTINS:
         raise RunnerError(f"unknown builtin model {r.model.id!r}; allowed: "
@@ -277,7 +277,7 @@ def runnable(lr) -> None:
 
 def preflight(lr, limit: int | None = None, estimate: int | None = None):
     """Everything that can be checked without a model: dataset, templates, prompts."""
-    from .run import RunOptions, prepare
+    from runner.execution.run import RunOptions, prepare
     return prepare(lr, RunOptions(out=Path("."), limit=limit, estimate=estimate))
 
 
@@ -303,8 +303,8 @@ def check(paths, sets, model_paths, no_tokens):
 
 def token_stats(r, messages) -> str:
     try:
-        from .engines.builtin import ensure_builtin, is_builtin
-        from .engines.tokenizing import (
+        from runner.engines.builtin import ensure_builtin, is_builtin
+        from runner.engines.tokenizing import (
             encode_prompts,
             load_tokenizer,
             uses_chat_template,
@@ -315,7 +315,7 @@ def token_stats(r, messages) -> str:
         lens = [len(i) for i in encode_prompts(tok, messages, chat)[1]]
     except Exception as e:   # no transformers here, or the tokenizer is not on this machine
         return f"prompt tokens: unavailable ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
-    from .stats import percentile
+    from runner.reporting.stats import percentile
     return (f"prompt tokens over {len(lens)} prompts: mean {sum(lens) / len(lens):.1f}, "
             f"p50 {percentile(lens, 50):.0f}, p90 {percentile(lens, 90):.0f}, max {max(lens)}, "
             f"total {sum(lens):,}; chat template: {'yes' if chat else 'no'}")
@@ -327,7 +327,7 @@ def token_stats(r, messages) -> str:
 @guard
 def report(out, baseline):
     """Rebuild every report.md and summary.md from stored results.json files (runs nothing)."""
-    from .report import load_results, write_report, write_summary
+    from runner.reporting.markdown import load_results, write_report, write_summary
     out_dir = Path(out)
     results = load_results(out_dir)
     if not results:
@@ -346,7 +346,7 @@ def schema(what):
     """Print the JSON Schema of recipe files or of results.json."""
     import json
 
-    from .schema import recipe_schema, results_schema
+    from runner.config.schema import recipe_schema, results_schema
     click.echo(json.dumps(recipe_schema() if what == "recipe" else results_schema(), indent=2, ensure_ascii=False))
 
 

@@ -13,17 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import environment
-from .datasets import dataset_file, load_examples
-from .engines.builtin import is_builtin
-from .errors import RunnerError
-from .files import append_lines, write_json_atomic, write_jsonl_atomic, write_text_atomic
-from .metrics import METRICS
-from .prompts import PromptBuilder
-from .recipe import LoadedRecipe
-from .results import (Estimate, KnobResult, Latency, Memory, Percentiles, Prefix, RunResult, Sample,
+from runner.execution import environment
+from runner.inputs.datasets import dataset_file, load_examples
+from runner.engines.builtin import is_builtin
+from runner.errors import RunnerError
+from runner.files import append_lines, write_json_atomic, write_jsonl_atomic, write_text_atomic
+from runner.metrics import METRICS
+from runner.inputs.prompts import PromptBuilder
+from runner.config.recipe import LoadedRecipe
+from runner.reporting.results import (Estimate, KnobResult, Latency, Memory, Percentiles, Prefix, RunResult, Sample,
                       Throughput, Timings, Tokens, EngineSummary)
-from .stats import prefix_share, project, summary
+from runner.reporting.stats import prefix_share, project, summary
 
 
 @dataclass
@@ -89,7 +89,7 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions, prepared: tuple | None = None
         partial = out_dir / PARTIAL
         done = load_partial(partial, key, r.metrics)
         todo = [i for i, ex in enumerate(examples) if ex.id not in done]
-        from .gpumem import PeakSampler
+        from runner.execution.gpumem import PeakSampler
         mem = PeakSampler().__enter__()       # whole device, from before the engine starts
         engine = r.engine.build(r.model, r.prompt.chat_template)
         texts, ids = engine.encode(messages)
@@ -203,8 +203,8 @@ def _sample(ex: Any, prompt: str, g: Any, metrics: list[str], seconds: float | N
 
 
 def input_hashes(lr: LoadedRecipe) -> dict[str, str]:
-    from .files import file_sha256
-    from .prompts import find_template
+    from runner.files import file_sha256
+    from runner.inputs.prompts import find_template
     base = Path(lr.base_dir)
     r = lr.recipe
     out = {}

@@ -12,9 +12,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .engines import ENGINE_KINDS
-from .errors import RecipeError
-from .recipe import LoadedRecipe, Recipe
+from runner.engines import ENGINE_KINDS
+from runner.errors import RecipeError
+from runner.config.recipe import LoadedRecipe, Recipe
 
 MAX_ERRORS = 8
 
@@ -42,7 +42,7 @@ def _line_of(root: yaml.Node | None, loc: tuple) -> int | None:
 
 def _submodel(cls: type[BaseModel], loc: tuple, data: Any) -> type[BaseModel] | None:
     """The model class that holds the field at loc[-1] (for listing allowed keys)."""
-    from .engines import TransformersSpec, VLLMSpec
+    from runner.engines import TransformersSpec, VLLMSpec
     cur: Any = cls
     d = data
     for part in loc[:-1]:
@@ -94,7 +94,7 @@ def _describe(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, str]:
     if typ == "union_tag_not_found":
         return loc + ("kind",), "missing `kind`; allowed: " + ", ".join(repr(k) for k in ENGINE_KINDS)
     if typ == "literal_error" and loc and loc[0] == "metrics":
-        from .metrics import METRICS
+        from runner.metrics import METRICS
         val = err.get("input")
         close = difflib.get_close_matches(str(val), list(METRICS), n=1)
         return loc, f"unknown metric {val!r}" + (f"; did you mean {close[0]!r}?" if close else ".") + \

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .results import RunResult
+from runner.reporting.results import RunResult
 
 
 def _plt():

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import __version__
-from .gpumem import device_facts
+from runner import __version__
+from runner.execution.gpumem import device_facts
 
 PACKAGES = ("torch", "transformers", "vllm", "datasets", "tokenizers", "pydantic", "jinja2", "tabulate")
 
@@ -24,7 +24,7 @@ def package_versions() -> dict[str, str]:
 
 
 def git_commit() -> str | None:
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     try:
         r = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                            text=True, timeout=5)

@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
-from .engines import EngineSpec
-from .metrics import METRICS
-from .strict import StrictModel
+from runner.engines import EngineSpec
+from runner.metrics import METRICS
+from runner.strict import StrictModel
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 

@@ -1,6 +1,6 @@
 """JSON Schemas and the recipe reference, generated from the models (never by hand).
 
-`python -m runner.schema` rewrites schema/*.json and docs/recipe-reference.md;
+`python -m runner.config.schema` rewrites schema/*.json and docs/recipe-reference.md;
 tests/test_schema.py fails when they are out of date."""
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def recipe_schema() -> dict:
-    from .recipe import Recipe
+    from runner.config.recipe import Recipe
     s = Recipe.model_json_schema(by_alias=False)
     s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     s["title"] = "runner recipe"
@@ -24,7 +24,7 @@ def recipe_schema() -> dict:
 
 
 def results_schema() -> dict:
-    from .results import RunResult
+    from runner.reporting.results import RunResult
     s = RunResult.model_json_schema()
     s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     s["title"] = "runner results.json"
@@ -77,12 +77,12 @@ def _constraints(f: Any) -> str:
 
 
 def reference_markdown() -> str:
-    from .engines import TransformersSpec, VLLMSpec
-    from .recipe import DatasetSpec, FieldMap, ModelSpec, PromptSpec, Recipe, Sampling, ShotExample, ShotsSpec
+    from runner.engines import TransformersSpec, VLLMSpec
+    from runner.config.recipe import DatasetSpec, FieldMap, ModelSpec, PromptSpec, Recipe, Sampling, ShotExample, ShotsSpec
     models = [Recipe, ModelSpec, TransformersSpec, VLLMSpec, DatasetSpec, FieldMap, PromptSpec, ShotsSpec,
               ShotExample, Sampling]
     out = ["# Recipe reference", "",
-           "Generated from the Pydantic models in `runner/` by `python -m runner.schema`; do not edit by hand.",
+           "Generated from the Pydantic models in `runner/` by `python -m runner.config.schema`; do not edit by hand.",
            "Unknown keys are errors. Paths are relative to the recipe file. Editors validate recipes with",
            "`schema/recipe.schema.json` (first line of a recipe: `# yaml-language-server: $schema=../schema/recipe.schema.json`).",
            ""]
@@ -100,14 +100,14 @@ def reference_markdown() -> str:
             desc = (f.description or "").replace("|", "\\|")
             out.append(f"| `{name}` | {_type_name(f.annotation)}{_constraints(f)} | {_default(f)} | {desc} |")
         out.append("")
-    from .metrics import METRICS, __doc__ as mdoc
+    from runner.metrics import METRICS, __doc__ as mdoc
     out += ["## Metrics", "", "Names allowed in `metrics`: " + ", ".join(f"`{k}`" for k in METRICS) + ".", "",
             (mdoc or "").strip(), ""]
     return "\n".join(out)
 
 
 def write_all(root: Path = ROOT) -> list[Path]:
-    from .files import write_text_atomic
+    from runner.files import write_text_atomic
     paths = []
     for rel, text in (("schema/recipe.schema.json", json.dumps(recipe_schema(), indent=2, ensure_ascii=False) + "\n"),
                       ("schema/results.schema.json", json.dumps(results_schema(), indent=2, ensure_ascii=False) + "\n"),

@@ -12,10 +12,10 @@ from typing import Any
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .datasets import Example, load_examples
-from .errors import TemplateError
+from runner.inputs.datasets import Example, load_examples
+from runner.errors import TemplateError
 
-PROJECT_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+PROJECT_TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
 
 def _env() -> ImmutableSandboxedEnvironment:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import DatasetError
+from runner.errors import DatasetError
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from .gpumem import used_gib, wait_for_release
-from .recipe import LoadedRecipe
-from .results import RunResult
+from runner.execution.gpumem import used_gib, wait_for_release
+from runner.config.recipe import LoadedRecipe
+from runner.reporting.results import RunResult
 
 
 def _kill_group(pgid: int, grace_s: float = 10.0, proc: subprocess.Popen | None = None) -> None:
@@ -47,7 +47,7 @@ def _failed(lr: LoadedRecipe, error: str, hint: str | None, command: str) -> Run
 
 def _evidence_from_log(res: RunResult, log: Path) -> None:
     """A run ended before it could report: keep what the engine's log says it had done."""
-    from .engines.vllm import parse_engine_log
+    from runner.engines.vllm import parse_engine_log
     try:
         found = parse_engine_log(log.read_text(errors="replace").rsplit("===== runner:", 1)[-1])  # this run
     except OSError:
@@ -80,7 +80,7 @@ def run_isolated(lr: LoadedRecipe, out: Path, *, limit: int | None = None, estim
     """Run one recipe in its own process group. `prepared`: what run.prepare gave in this process
     (examples and prompts) and `inputs`: the input files' hashes taken then, handed over so the run
     uses (and records) exactly what was checked instead of loading the dataset again."""
-    from .files import write_json_atomic
+    from runner.files import write_json_atomic
     r = lr.recipe
     rdir = out / r.name
     rdir.mkdir(parents=True, exist_ok=True)
@@ -102,8 +102,8 @@ def run_isolated(lr: LoadedRecipe, out: Path, *, limit: int | None = None, estim
         job_path = _temp_file(temp, ".json", lambda f: f.write(json.dumps(job).encode()))
         baseline = used_gib()
         env = dict(os.environ)
-        env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
-        proc = subprocess.Popen([sys.executable, "-m", "runner.worker", job_path], start_new_session=True,
+        env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2]) + os.pathsep + env.get("PYTHONPATH", "")
+        proc = subprocess.Popen([sys.executable, "-m", "runner.execution.worker", job_path], start_new_session=True,
                                 env=env, stdin=subprocess.DEVNULL)
     except Exception as e:      # the recipe fails; the others still run
         _remove(temp)
@@ -134,7 +134,7 @@ def run_isolated(lr: LoadedRecipe, out: Path, *, limit: int | None = None, estim
             tail = log.read_text(errors="replace").strip().splitlines()[-5:]
             if tail:
                 error += ": " + " | ".join(t.strip() for t in tail)[-600:]
-        from .run import failure_hint
+        from runner.execution.run import failure_hint
         res = _failed(lr, error, failure_hint(error) or f"see {log}", command)
         _evidence_from_log(res, log)
         write_json_atomic(results, res.model_dump(mode="json"))
