@@ -12,14 +12,14 @@ pytestmark = pytest.mark.skipif(not STORIES.exists(), reason="../shared/models/s
 def engine():
     pytest.importorskip("torch")
     from runner.engines.transformers import TransformersSpec
-    from runner.config.recipe import ModelSpec
+    from runner.config.common import ModelSpec
     eng = TransformersSpec(kind="transformers", device="cpu").build(ModelSpec(id=str(STORIES)), None)
     yield eng
     eng.close()
 
 
 def test_greedy_from_bos_reproduces_reference(engine):
-    from runner.config.recipe import Sampling
+    from runner.config.common import Sampling
     ref = (STORIES / "reference_greedy_from_bos.txt").read_text()
     ids = engine.encode([[{"role": "user", "content": ""}]])[1][0]
     assert ids == [1]          # BOS only: no chat template on this tokenizer
@@ -30,7 +30,7 @@ def test_greedy_from_bos_reproduces_reference(engine):
 
 def test_batched_equals_sequential_greedy(engine):
     """Left padding + length sorting must not change greedy outputs."""
-    from runner.config.recipe import Sampling
+    from runner.config.common import Sampling
     prompts = [engine.tokenizer(t)["input_ids"] for t in
                ["Once upon a time", "Tom had a red ball. One day", "The cat"]]
     s = Sampling(max_tokens=12)
@@ -45,7 +45,7 @@ def test_batched_equals_sequential_greedy(engine):
 
 
 def test_ignore_eos_and_stop(engine):
-    from runner.config.recipe import Sampling
+    from runner.config.common import Sampling
     ids = [1]
     g = engine.generate([ids], Sampling(max_tokens=40, ignore_eos=True))[0]
     assert g.output_tokens == 40

@@ -29,7 +29,7 @@ def _messages():
 def test_same_prompt_ids_in_vllm_and_transformers(tiny):
     from runner.engines.transformers import TransformersSpec
     from runner.engines.vllm import VLLMSpec
-    from runner.config.recipe import ModelSpec, Sampling
+    from runner.config.common import ModelSpec, Sampling
     model = ModelSpec(id=str(tiny), load_format="dummy", dtype="bfloat16")
     msgs = _messages()
     hf = TransformersSpec(kind="transformers", device="cuda").build(model, None)
@@ -95,6 +95,6 @@ def test_timeout_ends_the_engine_and_records_failure(tiny, tmp_path):
 def test_unknown_engine_arg_rejected_before_start(tiny):
     from runner.engines.vllm import VLLMSpec
     from runner.errors import RunnerError
-    from runner.config.recipe import ModelSpec
+    from runner.config.common import ModelSpec
     with pytest.raises(RunnerError, match="does not accept no_such_arg; it accepts: .*enable_prefix_caching"):
         VLLMSpec(kind="vllm", engine_args={"no_such_arg": 1}).build(ModelSpec(id=str(tiny), load_format="dummy"), None)

@@ -5,7 +5,7 @@ import pytest
 
 from runner.engines.vllm import (VLLMSpec, check_args, parse_engine_log, progress_tqdm,
                                  sampling_params_kwargs)
-from runner.config.recipe import ModelSpec, Sampling
+from runner.config.common import ModelSpec, Sampling
 
 
 def spec(**kw):

@@ -13,29 +13,14 @@ from typing import Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
+from runner.config.common import MAX_SEED, ModelSpec, Sampling
 from runner.engines import EngineSpec
 from runner.metrics import METRICS
 from runner.strict import StrictModel
 
+MAX_EXAMPLES = 100_000_000
+MAX_TIMEOUT_S = 30 * 24 * 3600
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
-
-
-class ModelSpec(StrictModel):
-    """Which model to load."""
-
-    id: str = Field(description="Hub id (`Qwen/Qwen2.5-7B-Instruct`), a local folder, or `builtin:demo` "
-                                "(a tiny random model built offline for smoke tests).")
-    revision: str | None = Field(None, description="Hub revision (branch, tag or commit) to load.")
-    tokenizer: str | None = Field(None, description="Tokenizer id or folder; defaults to `id`.")
-    dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(
-        "auto", description="Weight and activation dtype; `auto` takes the checkpoint's (float32 on CPU).")
-    load_format: Literal["auto", "dummy"] = Field(
-        "auto", description="`dummy` = random weights with the real shapes: speed only, scores mean nothing.")
-    trust_remote_code: bool = Field(False, description="Allow code shipped with the checkpoint to run. Off unless set.")
-
-    @property
-    def tokenizer_id(self) -> str:
-        return self.tokenizer or self.id
 
 
 class FieldMap(StrictModel):
@@ -60,9 +45,9 @@ class DatasetSpec(StrictModel):
     split: str = Field("validation", description="Split to read (`hub`), or a label for files.")
     json_field: str | None = Field(None, description="For `json`: the top-level key that holds the records.")
     fields: FieldMap = Field(default_factory=FieldMap, description="Mapping from dataset columns onto id/question/context/answers.")
-    limit: PositiveInt | None = Field(None, description="Use only the first N examples (after shuffling).")
+    limit: PositiveInt | None = Field(None, le=MAX_EXAMPLES, description="Use only the first N examples (after shuffling).")
     shuffle: bool = Field(False, description="Shuffle the examples before `limit`.")
-    seed: int = Field(0, description="Seed for `shuffle`.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed for `shuffle`.")
 
 
 class ShotExample(StrictModel):
@@ -75,9 +60,9 @@ class ShotsSpec(StrictModel):
     """Worked examples shown to the model before the question."""
 
     examples: list[ShotExample] = Field(default_factory=list, description="Inline worked examples.")
-    k: NonNegativeInt = Field(0, description="Also draw k examples from `source` (fixed `seed`).")
+    k: NonNegativeInt = Field(0, le=1000, description="Also draw k examples from `source` (fixed `seed`).")
     source: DatasetSpec | None = Field(None, description="Dataset to draw the k examples from (e.g. a train split).")
-    seed: int = Field(0, description="Seed for drawing the k examples.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed for drawing the k examples.")
     placement: Literal["turns", "system"] = Field(
         "turns", description="`turns`: each shot is a user/assistant exchange rendered with `template`; "
                              "`system`: shots are only given to the system template as `shots`.")
@@ -108,18 +93,6 @@ class PromptSpec(StrictModel):
         return self
 
 
-class Sampling(StrictModel):
-    """Engine-neutral sampling; each engine translates it into its own arguments."""
-
-    temperature: float = Field(0.0, ge=0, description="0 = greedy decoding.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass, in (0, 1].")
-    top_k: NonNegativeInt = Field(0, description="Keep the k most likely tokens; 0 = off.")
-    max_tokens: PositiveInt = Field(64, description="Most output tokens per example.")
-    stop: list[str] = Field(default_factory=list, description="Strings that end the output (not included).")
-    ignore_eos: bool = Field(False, description="Keep generating past end-of-sequence (speed runs: fixed length).")
-    seed: int | None = Field(None, description="Sampling seed (only matters when temperature > 0).")
-
-
 MetricName = Literal[tuple(METRICS)]  # type: ignore[valid-type]
 
 
@@ -137,9 +110,10 @@ class Recipe(StrictModel):
     metrics: list[MetricName] = Field(default_factory=lambda: ["exact_match", "char_f1"],
                                       description="Scores to compute, each the max over all gold answers.")
     baseline: bool = Field(False, description="This recipe is the reference the summary compares against.")
-    estimate: PositiveInt | None = Field(None, description="Run only N examples and project the full-dataset "
+    estimate: PositiveInt | None = Field(None, le=MAX_EXAMPLES, description="Run only N examples and project the full-dataset "
                                                            "time (reported as an estimate).")
-    timeout_s: PositiveInt | None = Field(None, description="End the run and record it failed after this many seconds.")
+    timeout_s: PositiveInt | None = Field(None, le=MAX_TIMEOUT_S, description="End the run and record it failed after "
+                                           "this many seconds (at most 30 days).")
 
     @field_validator("metrics")
     @classmethod
@@ -162,6 +136,9 @@ class LoadedRecipe(StrictModel):
     path: str
     base_dir: str
     overrides: list[str] = Field(default_factory=list)
+    study: str | None = Field(None, description="The study this recipe is a cell of (its file's `name`).")
+    cell: dict[str, Any] = Field(default_factory=dict, description="A study cell's settings that vary across the "
+                                 "study (dotted key -> value; `variant` -> the variant's name).")
 
     def resolve(self, p: str) -> Path:
         q = Path(p).expanduser()

@@ -18,7 +18,7 @@ class TransformersSpec(StrictModel):
 
     kind: Literal["transformers"] = Field(description="Engine selector.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="`auto` = cuda when available, else cpu.")
-    batch_size: PositiveInt = Field(1, description="1 = one prompt at a time; larger = left-padded, "
+    batch_size: PositiveInt = Field(1, le=65536, description="1 = one prompt at a time; larger = left-padded, "
                                                    "length-sorted batches.")
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] | None = Field(
         None, description="Attention kernel; default is transformers' choice (sdpa where supported).")

@@ -14,6 +14,7 @@ from pydantic import Field, PositiveInt
 
 from runner.errors import RunnerError
 from runner.strict import StrictModel
+from runner.config.common import MAX_SEED, MAX_TOKENS
 from runner.engines.base import EngineInfo, Generation, Knob
 
 
@@ -24,15 +25,15 @@ class VLLMSpec(StrictModel):
     quantization: str | None = Field(None, description="vLLM quantization method (`awq`, `gptq`, `fp8`, "
                                      "`bitsandbytes`, ...); default: what the checkpoint's config says.")
     enable_prefix_caching: bool | None = Field(None, description="Automatic prefix caching; default: vLLM's (on).")
-    cpu_offload_gb: float = Field(0, ge=0, description="GiB of weights to keep in CPU memory (UVA offload).")
-    swap_space: float | None = Field(None, ge=0, description="CPU swap space per GPU in GiB (V0 engines only: "
+    cpu_offload_gb: float = Field(0, ge=0, le=100_000, allow_inf_nan=False, description="GiB of weights to keep in CPU memory (UVA offload).")
+    swap_space: float | None = Field(None, ge=0, le=100_000, allow_inf_nan=False, description="CPU swap space per GPU in GiB (V0 engines only: "
                                      "reported as ignored where the installed vLLM has no such argument).")
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="Share of GPU memory vLLM may use, in (0, 1].")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, allow_inf_nan=False, description="Share of GPU memory vLLM may use, in (0, 1].")
     enforce_eager: bool = Field(False, description="Skip CUDA graphs and torch.compile (faster start, slower decode).")
-    max_model_len: PositiveInt | None = Field(None, description="Context length limit; default: the model's.")
-    tensor_parallel_size: PositiveInt = Field(1, description="GPUs to shard the model over.")
+    max_model_len: PositiveInt | None = Field(None, le=MAX_TOKENS, description="Context length limit; default: the model's.")
+    tensor_parallel_size: PositiveInt = Field(1, le=1024, description="GPUs to shard the model over.")
     kv_cache_dtype: str = Field("auto", description="KV-cache dtype (`auto`, `fp8`, ...).")
-    seed: int | None = Field(None, description="Engine seed.")
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="Engine seed.")
     engine_args: dict[str, Any] = Field(default_factory=dict, description="Any other `vllm.EngineArgs` field, "
                                         "passed through; checked against the installed vLLM before start.")
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables for the engine process "

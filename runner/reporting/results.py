@@ -112,6 +112,9 @@ class RunResult(_M):
     started_at: str = ""
     finished_at: str = ""
     reused_samples: int = Field(0, description="Samples taken from an earlier, interrupted run.")
+    study: str | None = Field(None, description="The study this run is a cell of (the study file's `name`).")
+    cell: dict[str, Any] = Field(default_factory=dict, description="The cell's settings that vary across its study "
+                                 "(dotted key -> value; `variant` -> the variant's name).")
     run_key: str = Field("", description="Hash of the resolved recipe, its templates, dataset file and "
                                          "limits: an unchanged recipe with complete results is skipped.")
 
