@@ -54,9 +54,35 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def append_lines(path: Path, lines: list[str]) -> None:
-    """Append whole lines and make them durable (an interruption loses at most a partial last line)."""
-    with open(path, "a", encoding="utf-8") as f:
-        f.write("".join(lines))
-        f.flush()
-        os.fsync(f.fileno())
+class PartialWriter:
+    """Appends whole lines to a file as they come, made durable (fsync) at most every `sync_s`
+    seconds and on close: an interruption loses at most the last second and a cut last line
+    (which resume repairs)."""
+
+    def __init__(self, path: Path, sync_s: float = 1.0):
+        self.path, self.sync_s = path, sync_s
+        self._f = None
+        self._synced = 0.0
+
+    def __enter__(self) -> "PartialWriter":
+        self._f = open(self.path, "a", encoding="utf-8")
+        return self
+
+    def append(self, lines: list[str]) -> None:
+        import time
+        assert self._f is not None
+        self._f.write("".join(lines))
+        self._f.flush()
+        now = time.monotonic()
+        if now - self._synced >= self.sync_s:
+            os.fsync(self._f.fileno())
+            self._synced = now
+
+    def __exit__(self, *exc) -> None:
+        if self._f is not None:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+            self._f = None
+
+

@@ -18,12 +18,18 @@ def engine():
     eng.close()
 
 
+def _reqs(prompts):
+    from runner.engines.base import Request
+    from runner.inputs.datasets import Example
+    return [Request(ids=p, example=Example(id=str(i), question="")) for i, p in enumerate(prompts)]
+
+
 def test_greedy_from_bos_reproduces_reference(engine):
     from runner.config.common import Sampling
     ref = (STORIES / "reference_greedy_from_bos.txt").read_text()
     ids = engine.encode([[{"role": "user", "content": ""}]])[1][0]
     assert ids == [1]          # BOS only: no chat template on this tokenizer
-    g = engine.generate([ids], Sampling(max_tokens=256, temperature=0))[0]
+    g = engine.generate(_reqs([ids]), Sampling(max_tokens=256, temperature=0))[0]
     assert g.output_tokens == 256
     assert g.text.strip() == ref.strip()
 
@@ -34,10 +40,10 @@ def test_batched_equals_sequential_greedy(engine):
     prompts = [engine.tokenizer(t)["input_ids"] for t in
                ["Once upon a time", "Tom had a red ball. One day", "The cat"]]
     s = Sampling(max_tokens=12)
-    seq = engine.generate(prompts, s)
+    seq = engine.generate(_reqs(prompts), s)
     engine.spec = engine.spec.model_copy(update={"batch_size": 3})
     try:
-        bat = engine.generate(prompts, s)
+        bat = engine.generate(_reqs(prompts), s)
     finally:
         engine.spec = engine.spec.model_copy(update={"batch_size": 1})
     assert [g.text for g in bat] == [g.text for g in seq]
@@ -47,9 +53,9 @@ def test_batched_equals_sequential_greedy(engine):
 def test_ignore_eos_and_stop(engine):
     from runner.config.common import Sampling
     ids = [1]
-    g = engine.generate([ids], Sampling(max_tokens=40, ignore_eos=True))[0]
+    g = engine.generate(_reqs([ids]), Sampling(max_tokens=40, ignore_eos=True))[0]
     assert g.output_tokens == 40
-    g2 = engine.generate([ids], Sampling(max_tokens=40, stop=["."]))[0]
+    g2 = engine.generate(_reqs([ids]), Sampling(max_tokens=40, stop=["."]))[0]
     assert "." not in g2.text and g2.text.startswith("Once upon a time, there was a little girl named Lily")
 
 

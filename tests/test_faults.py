@@ -14,35 +14,55 @@ from runner.cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "recipes" / "demo.yaml"
-pytestmark = pytest.mark.skipif(pytest.importorskip("torch") is None, reason="needs torch")
 
 
-def _ps_args() -> str:
-    return subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+def _fake(tmp_path, name="demo", reply="{{ answers[0] }}", delay_s=0.0):
+    """The demo recipe on the fake engine (no model: fast, deterministic)."""
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(DEMO.read_text().replace("name: demo", f"name: {name}")
+                 .replace("../runner/demo/demo-ja.json", str(ROOT / "runner/demo/demo-ja.json"))
+                 + f"\n# fake engine for pipeline tests\n")
+    import yaml
+    d = yaml.safe_load(p.read_text())
+    d["engine"] = {"kind": "fake", "reply": reply, "delay_s": delay_s}
+    p.write_text(yaml.safe_dump(d, allow_unicode=True))
+    return p
+
+
+def _worker_pid(log: Path) -> int:
+    """The pid of the recipe's process, as its engine.log records it."""
+    import re
+    return int(re.findall(r"runner worker pid (\d+)", log.read_text())[-1])
+
+
+def _gone(pgid: int, wait_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def test_failing_recipe_does_not_lose_the_others(tmp_path):
-    not_a_model = tmp_path / "not-a-model"          # exists, so it passes the checks, but holds no model
-    not_a_model.mkdir()
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(DEMO.read_text().replace("name: demo", "name: bad-model")
-                   .replace("id: builtin:demo", f"id: {not_a_model}")
-                   .replace("../runner/demo/demo-ja.json", str(ROOT / "runner/demo/demo-ja.json")))
+    bad = _fake(tmp_path, "bad", reply="{{ answers[7] }}")      # an undefined value: the engine fails mid-run
+    good = _fake(tmp_path, "good")
     out = tmp_path / "out"
-    res = CliRunner().invoke(cli, ["go", str(bad), str(DEMO), "--out", str(out), "--no-progress",
+    res = CliRunner().invoke(cli, ["go", str(bad), str(good), "--out", str(out), "--no-progress",
                                    "--set", "dataset.limit=4"])
     assert res.exit_code == 1, res.output
-    failed = json.loads((out / "bad-model" / "results.json").read_text())
-    assert failed["status"] == "failed" and "tokenizer" in failed["error"]      # the engine's own error, kept
-    ok = json.loads((out / "demo" / "results.json").read_text())
+    failed = json.loads((out / "bad" / "results.json").read_text())
+    assert failed["status"] == "failed" and "UndefinedError" in failed["error"]      # the engine's own error, kept
+    ok = json.loads((out / "good" / "results.json").read_text())
     assert ok["status"] == "ok" and ok["n_samples"] == 4
     summary = (out / "summary.md").read_text()
-    assert "## Failures" in summary and "bad-model" in summary and "| demo" in summary
-    assert "FAILED bad-model" in res.output and "Traceback" not in res.output
+    assert "## Failures" in summary and "bad" in summary and "| good" in summary
+    assert "FAILED bad" in res.output and "Traceback" not in res.output
     # where each recipe's engine output goes is said before its engine starts
-    assert f"[1/2] bad-model (transformers, {not_a_model})\n  engine output: {out / 'bad-model' / 'engine.log'}\n" \
-        in res.stderr
-    assert f"  engine output: {out / 'demo' / 'engine.log'}\n" in res.stderr
+    assert f"[1] bad (fake, builtin:demo)\n  engine output: {out / 'bad' / 'engine.log'}\n" in res.stderr
+    assert f"  engine output: {out / 'good' / 'engine.log'}\n" in res.stderr
 
 
 def test_missing_model_folder_is_bad_input_before_anything_runs(tmp_path):
@@ -57,49 +77,61 @@ def test_missing_model_folder_is_bad_input_before_anything_runs(tmp_path):
 
 def test_killed_midway_then_resumed(tmp_path):
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "runner", "go", str(DEMO), "--out", str(out), "--no-progress",
-           "--set", "engine.batch_size=1", "--set", "sampling.max_tokens=48", "--set", "sampling.ignore_eos=true"]
+    recipe = _fake(tmp_path, delay_s=0.08)
+    cmd = [sys.executable, "-m", "runner", "go", str(recipe), "--out", str(out), "--no-progress"]
     parent = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     partial = out / "demo" / "samples.partial.jsonl"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if partial.exists() and len(partial.read_text().splitlines()) >= 4:
+        if partial.exists() and len(partial.read_text().splitlines()) >= 6:
             break
         time.sleep(0.02)
     os.kill(parent.pid, signal.SIGKILL)        # the runner itself dies, no cleanup possible
     parent.wait()
+    assert _gone(_worker_pid(out / "demo" / "engine.log"))     # the worker notices its parent is gone
     lines = partial.read_text().splitlines()
-    assert 4 <= len(lines) < 37
+    assert 6 <= len(lines) < 37
     assert not (out / "demo" / "results.json").exists()     # never a half-written result
-    time.sleep(2)                                           # the worker notices its parent is gone
-    assert "runner.execution.worker" not in _ps_args()
-    done = len(lines) - 1
-    res = CliRunner().invoke(cli, ["go", str(DEMO), "--out", str(out), "--no-progress",
-                                   "--set", "engine.batch_size=1", "--set", "sampling.max_tokens=48",
-                                   "--set", "sampling.ignore_eos=true"])
+    with open(partial, "a") as f:
+        f.write('{"id": "demo-00')                         # a line cut by the kill: repaired, not glued onto
+    res = CliRunner().invoke(cli, ["go", str(recipe), "--out", str(out), "--no-progress"])
     assert res.exit_code == 0, res.output
     r = json.loads((out / "demo" / "results.json").read_text())
-    assert r["n_samples"] == 36 and r["reused_samples"] >= done
+    assert r["n_samples"] == 36 and r["reused_samples"] >= len(lines) - 1
     rows = [json.loads(x) for x in (out / "demo" / "samples.jsonl").read_text().splitlines()]
-    assert [x["id"] for x in rows] == [f"demo-{i:04d}" for i in range(1, 37)]
+    assert [x["id"] for x in rows] == [f"demo-{i:04d}" for i in range(1, 37)]      # every sample once
+    assert [x["output"] for x in rows] == [x["answers"][0] for x in rows]
     assert not partial.exists()
     assert "reused from an earlier, interrupted run" in (out / "demo" / "report.md").read_text()
-    # unchanged + complete -> skipped; a changed recipe -> rerun
-    again = CliRunner().invoke(cli, ["go", str(DEMO), "--out", str(out), "--no-progress",
-                                     "--set", "engine.batch_size=1", "--set", "sampling.max_tokens=48",
-                                     "--set", "sampling.ignore_eos=true"])
+    # unchanged + complete -> skipped
+    again = CliRunner().invoke(cli, ["go", str(recipe), "--out", str(out), "--no-progress"])
     assert again.exit_code == 0 and "skip demo: unchanged" in again.output
+
+
+def test_a_partial_line_that_is_not_a_sample_says_what_to_do(tmp_path):
+    from runner.execution.resume import load_partial
+    p = tmp_path / "samples.partial.jsonl"
+    p.write_text('{"_run_key": "k"}\n{"id": "a", "prompt": "p", "output": "o", "answers": [], "prompt_tokens": 1, '
+                 '"output_tokens": 1}\n[1, 2]\n')
+    from runner.errors import RunnerError
+    with pytest.raises(RunnerError) as e:
+        load_partial(p, "k", [])
+    assert "line 3 is JSON but not a sample" in e.value.render() and "--force" in e.value.render()
+    p.write_text('{"_run_key": "k"}\n{"id": "a", "prompt": "p", "output": "o", "answers": [], "prompt_tokens": 1, '
+                 '"output_tokens": 1}\n{"id": "b", "pro')
+    assert list(load_partial(p, "k", [])) == ["a"] and p.read_text().endswith('"output_tokens": 1}\n')
 
 
 def test_timeout_ends_the_run_and_records_failure(tmp_path):
     out = tmp_path / "out"
-    res = CliRunner().invoke(cli, ["go", str(DEMO), "--out", str(out), "--no-progress", "--timeout", "3",
-                                   "--set", "engine.batch_size=1", "--set", "sampling.max_tokens=2000",
-                                   "--set", "sampling.ignore_eos=true"])
+    res = CliRunner().invoke(cli, ["go", str(_fake(tmp_path, delay_s=0.5)), "--out", str(out), "--no-progress",
+                                   "--timeout", "5"])
     assert res.exit_code == 1
     r = json.loads((out / "demo" / "results.json").read_text())
-    assert r["status"] == "failed" and "timed out after 3 s" in r["error"]
-    assert "runner.execution.worker" not in _ps_args()
+    assert r["status"] == "failed" and "timed out after 5 s" in r["error"]
+    assert _gone(_worker_pid(out / "demo" / "engine.log"), 0.5)
+    # the samples it finished are kept for the next run
+    assert len((out / "demo" / "samples.partial.jsonl").read_text().splitlines()) >= 2
 
 
 def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
@@ -122,5 +154,5 @@ def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
     ("OSError: foo is not a valid model identifier listed on 'https://huggingface.co/models'", "--set model.id"),
 ])
 def test_failure_hints(error, needle):
-    from runner.execution.run import failure_hint
+    from runner.execution.assemble import failure_hint
     assert needle in failure_hint(error)

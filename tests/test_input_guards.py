@@ -39,7 +39,8 @@ def test_include_in_a_template_is_a_clear_error(write_recipe, base_recipe, tmp_p
 def test_names_of_summary_files_are_reserved(write_recipe, base_recipe, name):
     base_recipe["name"] = name
     r = _check(write_recipe(base_recipe))
-    assert r.exit_code == 2 and "name of a file the summary writes" in r.output
+    assert r.exit_code == 2 and f"name: {name!r} is not a valid run name" in r.output
+    assert "not one of accuracy_vs_time.png, memory.png, summary.md, time.png" in r.output
 
 
 def test_out_that_is_a_file_is_bad_input(write_recipe, base_recipe, tmp_path):
@@ -56,24 +57,27 @@ def test_unknown_builtin_model_is_bad_input_for_go(write_recipe, base_recipe, tm
 
 def test_run_key_ignores_description_but_not_sampling(write_recipe, base_recipe, tmp_path):
     from runner.config.loading import load_recipe
-    from runner.execution.run import RunOptions, run_key
-    o = RunOptions(out=tmp_path)
-    k1 = run_key(load_recipe(write_recipe(base_recipe, "a.yaml")), o)
-    k2 = run_key(load_recipe(write_recipe({**base_recipe, "description": "new words", "timeout_s": 9}, "b.yaml")), o)
-    k3 = run_key(load_recipe(write_recipe({**base_recipe, "sampling": {"max_tokens": 5}}, "c.yaml")), o)
-    assert k1 == k2 and k1 != k3
+    from runner.execution.resume import run_key
+
+    def key(d, name, inputs=None, limit=None):
+        return run_key(load_recipe(write_recipe(d, name)).recipe.canonical(), inputs or {"dataset": "a"}, limit, None)
+    k1 = key(base_recipe, "a.yaml")
+    assert k1 == key({**base_recipe, "description": "new words", "timeout_s": 9}, "b.yaml")
+    assert k1 != key({**base_recipe, "sampling": {"max_tokens": 5}}, "c.yaml")
+    assert k1 != key(base_recipe, "a.yaml", inputs={"dataset": "b"})          # the data changed
+    assert k1 != key(base_recipe, "a.yaml", limit=3)
 
 
 def test_scores_average_only_examples_with_gold_answers():
     from runner.reporting.results import Sample
-    from runner.execution.run import _mean_scores
+    from runner.execution.assemble import mean_scores
     s = [Sample(id="a", prompt="", output="", answers=[], prompt_tokens=1, output_tokens=1),
          Sample(id="b", prompt="", output="", answers=["x"], prompt_tokens=1, output_tokens=1,
                 scores={"exact_match": 1.0}),
          Sample(id="c", prompt="", output="", answers=["y"], prompt_tokens=1, output_tokens=1,
                 scores={"exact_match": 0.0})]
-    assert _mean_scores(s, ["exact_match"]) == {"exact_match": 0.5}
-    assert _mean_scores(s[:1], ["exact_match"]) == {}
+    assert mean_scores(s, ["exact_match"]) == {"exact_match": 0.5}
+    assert mean_scores(s[:1], ["exact_match"]) == {}
 
 
 def test_written_files_are_readable_by_others(tmp_path):

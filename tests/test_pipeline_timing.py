@@ -41,36 +41,46 @@ def test_batch_encode_gives_each_prompts_own_ids(chat):
 
 
 class _SlowScoringEngine:
-    """A fake engine for the pipeline: outputs arrive after `gen_s`, then it keeps busy for
-    `after_s` (as vLLM does reading metrics and knobs) before returning."""
+    """An engine whose outputs arrive after `gen_s`, then keeps busy for `after_s` (as vLLM does
+    reading metrics and knobs) before returning."""
 
     def __init__(self, gen_s, after_s):
         from runner.engines.base import EngineInfo
         self.gen_s, self.after_s = gen_s, after_s
-        self.info = EngineInfo(name="fake", version="0")
+        self.info = EngineInfo(name="slow", version="0")
 
     def encode(self, messages):
         return [f"p{i}" for i in range(len(messages))], [[1, 2, 3]] * len(messages)
 
-    def generate(self, prompts, sampling, progress=None, sink=None):
+    def generate(self, requests, sampling, progress=None, sink=None):
         from runner.engines.base import Generation
         time.sleep(self.gen_s)
-        gens = [Generation(text="x", prompt_tokens=3, output_tokens=1) for _ in prompts]
+        gens = [Generation(text="x", prompt_tokens=3, output_tokens=1) for _ in requests]
         sink(list(enumerate(gens)))
         time.sleep(self.after_s)
         return gens
+
+    def reset_prefix_cache(self):
+        return False
 
     def close(self):
         pass
 
 
-def test_generation_time_ends_when_the_last_output_is_back(tmp_path, monkeypatch):
-    from runner.engines.transformers import TransformersSpec
+def _unit(path, out, limit=None, **kw):
+    from runner.cli.go import make_unit
     from runner.config.loading import load_recipe
-    from runner.execution.run import RunOptions, run_recipe
-    monkeypatch.setattr(TransformersSpec, "build", lambda self, model, chat: _SlowScoringEngine(0.3, 1.5))
-    lr = load_recipe(DEMO)
-    res = run_recipe(lr, RunOptions(out=tmp_path, limit=4, progress=False))
+    from runner.execution.job import RunOptions
+    opts = RunOptions(out=out, limit=limit, progress=False, **kw)
+    return make_unit(load_recipe(path), opts), opts
+
+
+def test_generation_time_ends_when_the_last_output_is_back(tmp_path):
+    from runner.execution.run import SharedEngine, run_unit
+    unit, opts = _unit(DEMO, tmp_path, limit=4)
+    shared = SharedEngine(unit)
+    shared.engine = _SlowScoringEngine(0.3, 1.5)
+    res = run_unit(unit, opts, shared)
     assert res.status == "ok", res.error
     assert 0.3 <= res.timings.generate_s < 1.0           # the engine's 1.5 s of work after the outputs is not generation
     assert res.timings.total_s >= 1.8                     # ... but it is in the total
@@ -78,63 +88,56 @@ def test_generation_time_ends_when_the_last_output_is_back(tmp_path, monkeypatch
     assert [s["prompt"] for s in samples] == ["p0", "p1", "p2", "p3"]   # the engine's own prompt texts
 
 
-def test_isolated_run_uses_the_examples_the_parent_prepared(tmp_path):
-    pytest.importorskip("torch")
+def _fake_recipe(write_recipe, base_recipe, **engine):
+    return write_recipe({**base_recipe, "name": "fake", "engine": {"kind": "fake", "reply": "{{ answers[0] }}",
+                                                                   **engine}}, "fake.yaml")
+
+
+def test_isolated_run_uses_the_examples_the_parent_prepared(tmp_path, write_recipe, base_recipe):
+    import dataclasses
+
     from runner.execution.isolate import run_isolated
-    from runner.config.loading import load_recipe
-    from runner.execution.run import RunOptions, prepare
-    lr = load_recipe(DEMO)
-    examples, messages, n_dataset, _ = prepare(lr, RunOptions(out=tmp_path, limit=5))
+    from runner.execution.job import Job, Unit
+    unit, opts = _unit(_fake_recipe(write_recipe, base_recipe), tmp_path / "out", limit=5)
     pick = [1, 3]           # a selection the worker could not come up with by loading the dataset itself
-    res = run_isolated(lr, tmp_path / "out", progress=False,
-                       prepared=([examples[i] for i in pick], [messages[i] for i in pick], n_dataset, 2))
+    p = unit.prepared
+    chosen = dataclasses.replace(p, examples=tuple(p.examples[i] for i in pick),
+                                 messages=tuple(p.messages[i] for i in pick), n_target=2)
+    [res] = run_isolated(Job(units=(Unit(loaded=unit.loaded, prepared=chosen, run_key=unit.run_key),), options=opts))
     assert res.status == "ok", res.error
-    lines = (tmp_path / "out" / "demo" / "samples.jsonl").read_text().splitlines()
-    assert [json.loads(x)["id"] for x in lines] == [examples[i].id for i in pick]
-    assert res.n_dataset == n_dataset
+    lines = (tmp_path / "out" / "fake" / "samples.jsonl").read_text().splitlines()
+    assert [json.loads(x)["id"] for x in lines] == [p.examples[i].id for i in pick]
+    assert [json.loads(x)["output"] for x in lines] == [p.examples[i].answers[0] for i in pick]
+    assert res.n_dataset == p.n_dataset and res.engine.name == "fake"
 
 
-def test_data_pickle_cannot_carry_falls_back_to_the_run_loading_it(tmp_path):
-    pytest.importorskip("torch")
-    from runner.inputs.datasets import Example
-    from runner.execution.isolate import run_isolated
-    from runner.config.loading import load_recipe
-    from runner.execution.run import RunOptions, prepare
-    lr = load_recipe(DEMO)
-    examples, messages, n_dataset, n_target = prepare(lr, RunOptions(out=tmp_path, limit=3))
-    odd = [Example(id=f"odd-{e.id}", question=e.question, context=e.context, answers=e.answers,
-                   extra={"f": lambda: 0}) for e in examples]
-    res = run_isolated(lr, tmp_path / "out", limit=3, progress=False, prepared=(odd, messages, n_dataset, n_target))
-    assert res.status == "ok", res.error
-    lines = (tmp_path / "out" / "demo" / "samples.jsonl").read_text().splitlines()
-    assert [json.loads(x)["id"] for x in lines] == [e.id for e in examples]     # loaded by the run itself
-
-
-def test_a_recipe_whose_process_cannot_start_fails_alone_and_leaves_no_temp_files(tmp_path, monkeypatch):
+def test_a_recipe_whose_process_cannot_start_fails_alone_and_leaves_no_temp_files(tmp_path, monkeypatch,
+                                                                                   write_recipe, base_recipe):
     import tempfile
 
     import runner.execution.isolate as iso
-    from runner.config.loading import load_recipe
+    from runner.execution.job import Job
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
+    unit, opts = _unit(_fake_recipe(write_recipe, base_recipe), tmp_path / "out", limit=2)
 
     def no_process(*a, **kw):
         raise OSError(24, "Too many open files")
     monkeypatch.setattr(iso.subprocess, "Popen", no_process)
-    lr = load_recipe(DEMO)
-    res = iso.run_isolated(lr, tmp_path / "out", progress=False, prepared=("data", [], 1, 1), inputs={})
+    [res] = iso.run_isolated(Job(units=(unit,), options=opts))
     assert res.status == "failed"
     assert res.error == "could not start the recipe's process: OSError: [Errno 24] Too many open files"
-    assert json.loads((tmp_path / "out" / "demo" / "results.json").read_text())["status"] == "failed"
+    assert json.loads((tmp_path / "out" / "fake" / "results.json").read_text())["status"] == "failed"
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
-def test_input_hashes_taken_at_check_time_are_the_ones_recorded(tmp_path, monkeypatch):
-    from runner.engines.transformers import TransformersSpec
-    from runner.config.loading import load_recipe
-    from runner.execution.run import RunOptions, run_recipe
-    monkeypatch.setattr(TransformersSpec, "build", lambda self, model, chat: _SlowScoringEngine(0, 0))
-    res = run_recipe(load_recipe(DEMO), RunOptions(out=tmp_path, limit=2, progress=False),
-                     inputs={"dataset:x.json": "0" * 64})
+def test_input_hashes_taken_at_check_time_are_the_ones_recorded(tmp_path, write_recipe, base_recipe):
+    import dataclasses
+
+    from runner.execution.job import Job
+    from runner.execution.run import run_job
+    unit, opts = _unit(_fake_recipe(write_recipe, base_recipe), tmp_path, limit=2)
+    unit = dataclasses.replace(unit, prepared=dataclasses.replace(unit.prepared, inputs={"dataset:x.json": "0" * 16}))
+    [res] = run_job(Job(units=(unit,), options=opts))
     assert res.status == "ok", res.error
-    assert res.environment["inputs"] == {"dataset:x.json": "0" * 64}
+    assert res.environment["inputs"] == {"dataset:x.json": "0" * 16}

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from runner.reporting import plots
 from runner.cli import cli
 from runner.config.recipe import Recipe
+from runner.execution.layout import RunFolder
 from runner.reporting.markdown import (load_results, load_samples, prefix_section, changed_answers_section, recipe_diff, report_markdown,
                            summary_markdown, write_report, write_summary)
 from runner.reporting.results import Estimate, KnobResult, Memory, Prefix, RunResult, Timings, Throughput, Tokens
@@ -392,7 +393,7 @@ def test_report_reproducibility_without_optional_facts():
     r = _repro_result(environment={}).model_copy(update={"run_key": "", "command": ""})
     md = report_markdown(r, [])
     rows = {row[""]: row["value"] for row in table_with(section(md, "Reproduce"), "value")}
-    assert rows["run key"] == "–" and rows["git commit"] == "–" and rows["torch"] == "–"
+    assert rows["run key"] == "–" and rows["git commit"] == "–" and "torch" not in rows   # unknown: left out
     assert "```bash" not in md
 
 
@@ -611,7 +612,7 @@ def test_cli_report_rebuilds_reports_and_summary(tmp_path):
     assert f"summary: {tmp_path / 'summary.md'} (3 recipes)" in res.output
     for r in rs:
         md = (tmp_path / r.name / "report.md").read_text(encoding="utf-8")
-        assert md == report_markdown(r, load_samples(tmp_path / r.name / "samples.jsonl"))
+        assert md == report_markdown(r, load_samples(RunFolder(tmp_path / r.name)))
         assert md.startswith(f"# {r.name}\n")
     s = (tmp_path / "summary.md").read_text(encoding="utf-8")
     assert "3 recipes; baseline: **base**." in s
@@ -674,6 +675,6 @@ def test_compressed_samples_are_read_like_plain_ones(tmp_path):
     rows = [{"id": "a", "output": "x"}, {"id": "b", "output": "ｙ"}]
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     (tmp_path / "samples.jsonl.gz").write_bytes(gzip.compress(text.encode("utf-8")))
-    assert load_samples(tmp_path / "samples.jsonl") == rows
+    assert load_samples(RunFolder(tmp_path)) == rows
     (tmp_path / "samples.jsonl").write_text(text[: text.index("\n") + 1], encoding="utf-8")
-    assert load_samples(tmp_path / "samples.jsonl") == rows[:1]        # the plain file wins
+    assert load_samples(RunFolder(tmp_path)) == rows[:1]        # the plain file wins

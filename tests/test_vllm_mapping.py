@@ -3,8 +3,8 @@ import sys
 
 import pytest
 
-from runner.engines.vllm import (VLLMSpec, check_args, parse_engine_log, progress_tqdm,
-                                 sampling_params_kwargs)
+from runner.engines.vllm import VLLMSpec, check_args, sampling_params_kwargs
+from runner.engines.vllm_knobs import parse_engine_log
 from runner.config.common import ModelSpec, Sampling
 
 
@@ -65,29 +65,17 @@ def test_engine_log_parsing_v1_and_v2_formats():
     assert parse_engine_log("INFO [uva.py:58] Total CPU offloaded parameters: 8.12")["cpu_offloaded_gib"] == 8.12
 
 
-def test_progress_bar_forwards_counts_and_keeps_vllm_fields():
-    seen = []
-    Bar = progress_tqdm(seen.append)
-    bar = Bar(total=3, desc="x")
-    bar.update(2)
-    assert bar.format_dict["elapsed"] >= 0 and bar.n == 2     # vLLM reads both
-    bar.update(1)
-    bar.close()
-    assert seen == [2, 1]
-    for _ in Bar(range(5), desc="Rendering prompts"):     # vLLM's other bar: not forwarded
-        pass
-    assert seen == [2, 1]
-
-
 def test_parent_never_imports_engine_libraries():
     """`runner check` must work where torch/vllm/transformers are absent: the parent imports none."""
     import subprocess
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
     code = ("import sys\n"
-            "from runner.cli import load_all, preflight\n"
-            "import runner.execution.isolate, runner.reporting.markdown\n"
-            f"[preflight(lr) for lr in load_all(({str(root / 'recipes' / 'demo.yaml')!r},), ())]\n"
+            "from runner.cli.loading import load_all\n"
+            "from runner.cli.go import make_unit\n"
+            "from runner.execution.job import RunOptions\n"
+            "import runner.execution.isolate, runner.reporting.markdown, runner.cli.inspect\n"
+            f"[make_unit(lr, RunOptions(out='.')) for lr in load_all(({str(root / 'recipes' / 'demo.yaml')!r},), ())]\n"
             "print(sorted(m for m in ('torch', 'vllm', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -15,7 +15,8 @@ from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_
 
 from runner.config.common import MAX_SEED, ModelSpec, Sampling
 from runner.engines import EngineSpec
-from runner.metrics import METRICS
+from runner.scoring import METRICS, ScoringSpec
+from runner.serving.spec import LoadSpec
 from runner.strict import StrictModel
 
 MAX_EXAMPLES = 100_000_000
@@ -108,12 +109,27 @@ class Recipe(StrictModel):
     prompt: PromptSpec = Field(description="How an example becomes a prompt.")
     sampling: Sampling = Field(default_factory=Sampling, description="Decoding settings, engine-neutral.")
     metrics: list[MetricName] = Field(default_factory=lambda: ["exact_match", "char_f1"],
-                                      description="Scores to compute, each the max over all gold answers.")
+                                      description="Scores to compute; each metric names its convention (formula, "
+                                                  "normalization, gold policy): see the Metrics section.")
+    scoring: ScoringSpec = Field(default_factory=ScoringSpec, description="Gold policy and clean-up of the model "
+                                 "output before scoring.")
+    load: LoadSpec | None = Field(None, description="Run the recipe under serving load instead of as an offline "
+                                  "batch: the engine's OpenAI-compatible server at each request rate, with latency "
+                                  "percentiles, goodput and accuracy under load.")
     baseline: bool = Field(False, description="This recipe is the reference the summary compares against.")
     estimate: PositiveInt | None = Field(None, le=MAX_EXAMPLES, description="Run only N examples and project the full-dataset "
                                                            "time (reported as an estimate).")
     timeout_s: PositiveInt | None = Field(None, le=MAX_TIMEOUT_S, description="End the run and record it failed after "
                                            "this many seconds (at most 30 days).")
+
+    @model_validator(mode="after")
+    def _load_needs_a_server(self) -> "Recipe":
+        if self.load is not None and not self.engine.serves:
+            from runner.engines import ENGINES
+            kinds = ", ".join(e.kind_name() for e in ENGINES if e.serves)
+            raise ValueError(f"`load` runs the engine as a server; engine kind {self.engine.kind!r} has no server "
+                             f"mode (kinds with one: {kinds})")
+        return self
 
     @field_validator("metrics")
     @classmethod

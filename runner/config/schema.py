@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def recipe_schema() -> dict:
     from runner.config.recipe import Recipe
-    s = Recipe.model_json_schema(by_alias=False)
+    from runner.config.study import add_study_keys
+    s = add_study_keys(Recipe.model_json_schema(by_alias=False))
     s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     s["title"] = "runner recipe"
     return s
@@ -76,20 +77,30 @@ def _constraints(f: Any) -> str:
     return (" (" + ", ".join(bits) + ")") if bits else ""
 
 
-def reference_markdown() -> str:
-    from runner.engines import TransformersSpec, VLLMSpec
+def _reference_models() -> list[tuple[type[BaseModel], str]]:
+    """Every model a recipe can hold, with where it sits; the engines come from the registry."""
     from runner.config.recipe import DatasetSpec, FieldMap, ModelSpec, PromptSpec, Recipe, Sampling, ShotExample, ShotsSpec
-    models = [Recipe, ModelSpec, TransformersSpec, VLLMSpec, DatasetSpec, FieldMap, PromptSpec, ShotsSpec,
-              ShotExample, Sampling]
+    from runner.config.study import ReportAxes, StudyKeys
+    from runner.engines import ENGINES
+    from runner.scoring import PostProcess, ScoringSpec
+    from runner.serving.spec import LoadSpec
+    engines = [(e, f"`engine` with `kind: {e.kind_name()}`") for e in ENGINES]
+    return [(Recipe, "top level"), (StudyKeys, "top level, in study files and files other files build on"),
+            (ReportAxes, "`report`"), (ModelSpec, "`model`"), *engines, (DatasetSpec, "`dataset`"),
+            (FieldMap, "`dataset.fields`"), (PromptSpec, "`prompt`"), (ShotsSpec, "`prompt.shots`"),
+            (ShotExample, "`prompt.shots.examples[]`"), (Sampling, "`sampling`"), (ScoringSpec, "`scoring`"),
+            (PostProcess, "`scoring.postprocess`"), (LoadSpec, "`load`")]
+
+
+def reference_markdown() -> str:
+    models = _reference_models()
     out = ["# Recipe reference", "",
            "Generated from the Pydantic models in `runner/` by `python -m runner.config.schema`; do not edit by hand.",
            "Unknown keys are errors. Paths are relative to the recipe file. Editors validate recipes with",
            "`schema/recipe.schema.json` (first line of a recipe: `# yaml-language-server: $schema=../schema/recipe.schema.json`).",
            ""]
-    for m in models:
+    for m, where in models:
         doc = (m.__doc__ or "").strip().splitlines()[0] if m.__doc__ else ""
-        where = {"Recipe": "top level", "TransformersSpec": "`engine` with `kind: transformers`",
-                 "VLLMSpec": "`engine` with `kind: vllm`"}.get(m.__name__, "")
         out += [f"## {m.__name__}", ""]
         if where:
             out.append(f"Where: {where}.")
@@ -100,10 +111,32 @@ def reference_markdown() -> str:
             desc = (f.description or "").replace("|", "\\|")
             out.append(f"| `{name}` | {_type_name(f.annotation)}{_constraints(f)} | {_default(f)} | {desc} |")
         out.append("")
-    from runner.metrics import METRICS, __doc__ as mdoc
-    out += ["## Metrics", "", "Names allowed in `metrics`: " + ", ".join(f"`{k}`" for k in METRICS) + ".", "",
-            (mdoc or "").strip(), ""]
+    from runner.scoring import ALIASES, METRICS, conventions
+    from runner.scoring.metrics import __doc__ as mdoc
+    out += ["## Metrics", "", "Names allowed in `metrics`, each with its convention (the formula, normalization "
+            "and default gold policy it follows, and where that comes from):", "",
+            "| metric | convention | gold | formula | source |", "| --- | --- | --- | --- | --- |"]
+    for name, c in conventions(list(METRICS)).items():
+        alias = f" (alias of `{ALIASES[name]}`)" if name in ALIASES else ""
+        formula = c.formula.replace("|", "\\|")
+        out.append(f"| `{name}`{alias} | {c.name} | {c.gold} | {formula} | {c.source} |")
+    out += ["", (mdoc or "").strip(), ""]
+    out += plan_reference()
     return "\n".join(out)
+
+
+def plan_reference() -> list[str]:
+    """`runner plan --json`'s keys (the contract) and the formulas behind them."""
+    from runner.planning import floor, memory, prefix_cache
+    from runner.planning.plan import Plan
+    out = ["## Plan", "", "`runner plan RECIPES... [--gpu NAME] [--json]` prints, per recipe or study cell, what it "
+           "predicts before any GPU time; `--json` prints `{\"recipes\": [PLAN, ...]}` with these keys (the "
+           "contract; more may be added):", "", "| key | meaning |", "| --- | --- |"]
+    for name, f in Plan.model_fields.items():
+        out.append(f"| `{name}` | {(f.description or '').replace('|', chr(92) + '|')} |")
+    for title, mod in (("Prefix caching", prefix_cache), ("Memory", memory), ("Compute floor", floor)):
+        out += ["", f"### {title}", "", (mod.__doc__ or "").strip()]
+    return out + [""]
 
 
 def write_all(root: Path = ROOT) -> list[Path]:

@@ -1,16 +1,36 @@
-"""Engines. The discriminated union below is the registry: a new engine is one
-module with a spec class (``kind`` literal + ``build()``) and one union member."""
+"""Engines. `ENGINES` is the registry: a new engine is one module with a spec class (a
+`kind` literal, its fields, `build()` and the class facts of `EngineSpecBase`) and one entry
+in this tuple. The recipe's discriminated union, the allowed kinds, error messages, the
+reference, reports and the environment record are all derived from it."""
 from __future__ import annotations
 
 from typing import Annotated, Union
 
 from pydantic import Field
 
+from runner.engines.base import EngineSpecBase
+from runner.engines.fake import FakeSpec
 from runner.engines.transformers import TransformersSpec
 from runner.engines.vllm import VLLMSpec
 
-EngineSpec = Annotated[Union[TransformersSpec, VLLMSpec], Field(discriminator="kind")]
+ENGINES: tuple[type[EngineSpecBase], ...] = (TransformersSpec, VLLMSpec, FakeSpec)
 
-ENGINE_KINDS = ("transformers", "vllm")
+EngineSpec = Annotated[Union[ENGINES], Field(discriminator="kind")]  # type: ignore[valid-type]
 
-__all__ = ["EngineSpec", "TransformersSpec", "VLLMSpec", "ENGINE_KINDS"]
+ENGINE_KINDS: tuple[str, ...] = tuple(e.kind_name() for e in ENGINES)
+
+
+def spec_class(kind: object) -> type[EngineSpecBase] | None:
+    """The spec class registered for `kind`, or None."""
+    return next((e for e in ENGINES if e.kind_name() == kind), None)
+
+
+def engine_packages() -> tuple[str, ...]:
+    """Every distribution an engine asks to have its version recorded."""
+    out: list[str] = []
+    for e in ENGINES:
+        out += [p for p in e.packages if p not in out]
+    return tuple(out)
+
+
+__all__ = ["ENGINES", "ENGINE_KINDS", "EngineSpec", "EngineSpecBase", "engine_packages", "spec_class"]

@@ -5,16 +5,23 @@ left and run length-sorted. torch/transformers are imported only when built."""
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt
 
-from runner.strict import StrictModel
-from runner.engines.base import EngineInfo, Generation, Knob
+from runner.config.common import ModelSpec, Sampling
+from runner.engines.base import EngineInfo, EngineSpecBase, Generation, Knob, Messages, ProgressFn, Request, SinkFn
+from runner.errors import RunnerError
 
 
-class TransformersSpec(StrictModel):
+class TransformersSpec(EngineSpecBase):
     """Hugging Face transformers `generate` (the baseline)."""
+
+    library: ClassVar[str | None] = "transformers"
+    packages: ClassVar[tuple[str, ...]] = ("torch", "transformers", "tokenizers")
+    label: ClassVar[str] = "transformers"
 
     kind: Literal["transformers"] = Field(description="Engine selector.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="`auto` = cuda when available, else cpu.")
@@ -28,15 +35,52 @@ class TransformersSpec(StrictModel):
     warmup: bool = Field(True, description="Run one short generation at engine start, so kernel selection "
                                            "and JIT stay out of the generation time.")
 
-    def build(self, model: Any, chat: bool | None) -> "TransformersEngine":
+    def build(self, model: ModelSpec, chat: bool | None) -> TransformersEngine:
         return TransformersEngine(self, model, chat)
+
+    def preflight(self, model: ModelSpec) -> None:
+        from runner.execution.gpumem import has_cuda_device
+        if self.device == "cuda" and not has_cuda_device():
+            raise RunnerError("device is cuda but this machine has no NVIDIA GPU", field="engine.device",
+                              hint="use `device: auto` (cuda when there is one, else cpu) or `device: cpu`")
+
+
+@dataclass(frozen=True)
+class TransformersFacts:
+    """What the loaded model shows: where its parameters are and in what dtype, its attention kernel
+    and quantization method."""
+    device: str
+    param_device: str
+    dtype: str
+    attn: str | None
+    quantization: str | None
+    weights_gib: float
+
+
+def transformers_knobs(spec: TransformersSpec, model: ModelSpec, f: TransformersFacts) -> list[Knob]:
+    """Every knob of a transformers recipe with its verdict (pure: facts given as data)."""
+    def knob(name: str, requested: Any, effective: Any, status: str, evidence: str) -> Knob:
+        return Knob(name=name, requested=requested, effective=effective, status=status, evidence=evidence)
+    return [
+        knob("device", spec.device, f.device, "applied" if spec.device in ("auto", f.device) else "ignored",
+             f"parameters on {f.param_device}"),
+        knob("dtype", model.dtype, f.dtype, "applied" if model.dtype in ("auto", f.dtype) else "ignored",
+             "dtype of the loaded parameters"),
+        knob("batch_size", spec.batch_size, spec.batch_size, "applied", "batches built by the runner"),
+        knob("attn_implementation", spec.attn_implementation, f.attn,
+             "default" if spec.attn_implementation is None else
+             ("applied" if f.attn == spec.attn_implementation else "ignored"), "model.config._attn_implementation"),
+        knob("quantization", spec.quantization, f.quantization,
+             "default" if spec.quantization is None else ("applied" if f.quantization else "ignored"),
+             f"model.config.quantization_config; weights {f.weights_gib:.2f} GiB"),
+    ]
 
 
 _DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32"}
 
 
 class TransformersEngine:
-    def __init__(self, spec: TransformersSpec, model: Any, chat: bool | None):
+    def __init__(self, spec: TransformersSpec, model: ModelSpec, chat: bool | None):
         import torch
         import transformers
         from transformers import AutoConfig, AutoModelForCausalLM
@@ -50,7 +94,7 @@ class TransformersEngine:
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if device == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError("engine.device is cuda but torch sees no CUDA device")
+            raise RunnerError("device is cuda but torch sees no CUDA device", field="engine.device")
         self.device = device
         builtin_dir = ensure_builtin(model.id) if is_builtin(model.id) else None
         source = builtin_dir or model.id
@@ -103,21 +147,10 @@ class TransformersEngine:
         self.info.extra["torch"] = torch.__version__
         if builtin_dir:
             self.info.notes.append(SMOKE_NOTE)
-        attn = getattr(self.model.config, "_attn_implementation", None)
-        self.info.knobs = [
-            Knob("device", spec.device, device, "applied" if spec.device in ("auto", device) else "ignored",
-                 f"parameters on {next(self.model.parameters()).device}"),
-            Knob("dtype", model.dtype, str(self.model.dtype).replace("torch.", ""),
-                 "applied" if model.dtype in ("auto", str(self.model.dtype).replace("torch.", "")) else "ignored",
-                 "dtype of the loaded parameters"),
-            Knob("batch_size", spec.batch_size, spec.batch_size, "applied", "batches built by the runner"),
-            Knob("attn_implementation", spec.attn_implementation, attn,
-                 "default" if spec.attn_implementation is None else
-                 ("applied" if attn == spec.attn_implementation else "ignored"), "model.config._attn_implementation"),
-            Knob("quantization", spec.quantization, qmethod,
-                 "default" if spec.quantization is None else ("applied" if qmethod else "ignored"),
-                 f"model.config.quantization_config; weights {weights:.2f} GiB"),
-        ]
+        self.info.knobs = transformers_knobs(spec, model, TransformersFacts(
+            device=device, param_device=str(next(self.model.parameters()).device),
+            dtype=str(self.model.dtype).replace("torch.", ""),
+            attn=getattr(self.model.config, "_attn_implementation", None), quantization=qmethod, weights_gib=weights))
         if spec.warmup:     # part of engine start: first-call kernel selection/JIT stays out of generation time
             warm = self.tokenizer("Hello", add_special_tokens=True)["input_ids"] or [self.tokenizer.pad_token_id]
             with torch.inference_mode():
@@ -136,11 +169,11 @@ class TransformersEngine:
         import platform
         return f"cpu ({platform.processor() or platform.machine()})"
 
-    def encode(self, messages: list[list[dict]]) -> tuple[list[str], list[list[int]]]:
+    def encode(self, messages: Sequence[Messages]) -> tuple[list[str], list[list[int]]]:
         from runner.engines.tokenizing import encode_prompts
-        return encode_prompts(self.tokenizer, messages, self.chat)
+        return encode_prompts(self.tokenizer, list(messages), self.chat)
 
-    def _gen_kwargs(self, sampling: Any) -> dict[str, Any]:
+    def _gen_kwargs(self, sampling: Sampling) -> dict[str, Any]:
         from transformers import GenerationConfig
         # a fresh config: the checkpoint's generation_config.json (e.g. repetition_penalty 1.05) must not
         # change decoding behind the recipe's back; vLLM gets exactly the recipe's settings too
@@ -159,7 +192,7 @@ class TransformersEngine:
             kw["tokenizer"] = self.tokenizer
         return kw
 
-    def _finish(self, ids: list[int], sampling: Any) -> tuple[str, int]:
+    def _finish(self, ids: list[int], sampling: Sampling) -> tuple[str, int]:
         from runner.engines.tokenizing import truncate_at_stop
         n = len(ids)
         if not sampling.ignore_eos:
@@ -171,8 +204,10 @@ class TransformersEngine:
         text, _ = truncate_at_stop(text, sampling.stop)
         return text, n
 
-    def generate(self, prompts: list[list[int]], sampling: Any, progress=None, sink=None) -> list[Generation]:
+    def generate(self, requests: Sequence[Request], sampling: Sampling, progress: ProgressFn | None = None,
+                 sink: SinkFn | None = None) -> list[Generation]:
         torch = self.torch
+        prompts = [r.ids for r in requests]
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
         kw = self._gen_kwargs(sampling)
@@ -208,6 +243,9 @@ class TransformersEngine:
         if self.device == "cuda":
             self.info.extra["torch_peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
         return out  # type: ignore[return-value]
+
+    def reset_prefix_cache(self) -> bool:
+        return False     # no prefix cache
 
     def close(self) -> None:
         del self.model

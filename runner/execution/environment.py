@@ -10,12 +10,13 @@ from pathlib import Path
 from runner import __version__
 from runner.execution.gpumem import device_facts
 
-PACKAGES = ("torch", "transformers", "vllm", "datasets", "tokenizers", "pydantic", "jinja2", "tabulate")
+RUNNER_PACKAGES = ("datasets", "pydantic", "jinja2", "tabulate")
 
 
 def package_versions() -> dict[str, str]:
     out = {}
-    for p in PACKAGES:
+    from runner.engines import engine_packages
+    for p in (*engine_packages(), *RUNNER_PACKAGES):
         try:
             out[p] = md.version(p)
         except md.PackageNotFoundError:

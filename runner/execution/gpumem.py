@@ -15,6 +15,14 @@ def _handle(index: int = 0):
         return None, None
 
 
+def has_cuda_device() -> bool:
+    """An NVIDIA GPU is present (NVML sees one, or the driver's device node exists); no torch needed."""
+    import os
+    if _handle(0)[1] is not None:
+        return True
+    return os.path.exists("/dev/nvidia0") or os.path.isdir("/proc/driver/nvidia/gpus")
+
+
 def used_gib(index: int = 0) -> float | None:
     nv, h = _handle(index)
     if h is None:

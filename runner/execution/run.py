@@ -1,140 +1,176 @@
-"""run_recipe: examples -> prompts -> token ids -> generate -> score -> results files.
+"""Running recipes on an engine: token ids -> generate -> score -> results files.
 
-Runs inside the recipe's own process (see isolate.py); writes samples.jsonl and
-results.json into `<out>/<name>/` atomically."""
+Runs inside the recipes' own process (see isolate.py), or in the caller's with `--in-process`.
+Recipes of one job share one engine (built for the first); the prefix cache is reset between
+them, so no recipe is sped up by another's cache. Samples are appended to the partial file as
+they finish; results.json and samples.jsonl are written atomically at the end."""
 from __future__ import annotations
 
 import datetime as dt
 import json
-import random
 import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import IO, Any
 
-from runner.execution import environment
-from runner.inputs.datasets import dataset_file, load_examples
-from runner.engines.builtin import is_builtin
+from runner.engines.base import Engine, Generation, Request
 from runner.errors import RunnerError
-from runner.files import append_lines, write_json_atomic, write_jsonl_atomic, write_text_atomic
-from runner.metrics import METRICS
-from runner.inputs.prompts import PromptBuilder
-from runner.config.recipe import LoadedRecipe
-from runner.reporting.results import (Estimate, KnobResult, Latency, Memory, Percentiles, Prefix, RunResult, Sample,
-                      Throughput, Timings, Tokens, EngineSummary)
-from runner.reporting.stats import prefix_share, project, summary
-
-
-@dataclass
-class RunOptions:
-    out: Path
-    limit: int | None = None
-    estimate: int | None = None      # overrides the recipe's `estimate`
-    command: str = ""
-    progress: bool = True
-    progress_file: Any = None        # where the progress bar goes (default: stderr)
+from runner.execution import environment
+from runner.execution.assemble import Measured, assemble, failure_hint, make_sample
+from runner.execution.gpumem import PeakSampler
+from runner.execution.job import Job, RunOptions, Unit
+from runner.execution.layout import RunFolder
+from runner.execution.resume import load_partial, start_partial
+from runner.files import PartialWriter, write_json_atomic, write_jsonl_atomic
+from runner.reporting.results import RunResult, Sample
 
 
 def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def prepare(lr: LoadedRecipe, opts: RunOptions):
-    """Everything before the model: examples and rendered prompt messages."""
-    r = lr.recipe
-    base = Path(lr.base_dir)
-    examples = load_examples(r.dataset.model_copy(update={"limit": None}), base, lr.path)
-    n_dataset = len(examples)
-    if r.dataset.limit:
-        examples = examples[: r.dataset.limit]
-    if opts.limit:
-        examples = examples[: opts.limit]
-    est = opts.estimate or r.estimate
-    n_target = len(examples)
-    if est and est < len(examples):
-        # a random sample (fixed seed), in dataset order: the first N of a file grouped by
-        # article are not representative of the rest
-        keep = sorted(random.Random(0).sample(range(len(examples)), est))
-        examples = [examples[i] for i in keep]
-    builder = PromptBuilder(r.prompt, base, lr.path)
-    messages = [builder.messages(ex) for ex in examples]
-    return examples, messages, n_dataset, n_target
+class SharedEngine:
+    """The job's one engine, built when the first recipe needs it; later recipes reuse it."""
+
+    def __init__(self, unit: Unit):
+        self.unit, self.engine, self.error = unit, None, None
+        self.users = 0
+        self.sampler = PeakSampler()
+
+    def get(self) -> Engine:
+        if self.error is not None:
+            raise self.error
+        if self.engine is None:
+            r = self.unit.loaded.recipe
+            self.sampler.__enter__()          # whole device, from before the engine starts
+            try:
+                self.engine = r.engine.build(r.model, r.prompt.chat_template)
+            except BaseException as e:
+                self.error = e
+                raise
+        elif self.users:
+            self.engine.reset_prefix_cache()
+        self.users += 1
+        return self.engine
+
+    def close(self) -> None:
+        self.sampler.__exit__(None, None, None)
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
 
 
-def _progress_bar(total: int, name: str, enabled: bool, stream: Any = None):
+def _progress_bar(total: int, name: str, enabled: bool, stream: IO[str] | None) -> Any:
     from tqdm import tqdm
-    return tqdm(total=total, desc=name, unit="ex", disable=not enabled, file=stream or sys.stderr, dynamic_ncols=True,
-                mininterval=0.5)
+    return tqdm(total=total, desc=name, unit="ex", disable=not enabled, file=stream or sys.stderr,
+                dynamic_ncols=True, mininterval=0.5)
 
 
-def run_recipe(lr: LoadedRecipe, opts: RunOptions, prepared: tuple | None = None,
-               inputs: dict[str, str] | None = None) -> RunResult:
-    """Run one recipe in this process; always returns a RunResult (status failed on error).
-    `prepared` and `inputs`: what prepare(lr, opts) and input_hashes(lr) returned, when the caller
-    has them already (the data is then what was checked, and the hashes are of that moment)."""
-    r = lr.recipe
-    out_dir = opts.out / r.name
-    out_dir.mkdir(parents=True, exist_ok=True)
-    started, t_start = now(), time.perf_counter()
-    base = RunResult(name=r.name, recipe=r.canonical(), recipe_hash=r.digest(), recipe_path=lr.path,
-                     status="failed", command=opts.command, started_at=started,
-                     scores_meaningful=not (r.model.load_format == "dummy" or is_builtin(r.model.id)))
-    engine = mem = None
+class _Collector:
+    """The sink engines hand finished generations to: scores them, appends their lines to the
+    partial file (made durable at most every second), and keeps the clock of the last output."""
+
+    def __init__(self, unit: Unit, todo: list[int], texts: list[str], writer: PartialWriter):
+        self.unit, self.todo, self.texts, self.writer = unit, todo, texts, writer
+        self.new: dict[int, Sample] = {}
+        self.clock = time.perf_counter()
+        self.one_at_a_time = True       # per-example wall times are real only when examples finish one by one
+
+    def __call__(self, finished: list[tuple[int, Generation]]) -> None:
+        self.one_at_a_time &= len(finished) == 1
+        t = time.perf_counter()
+        wall, self.clock = (t - self.clock) / max(len(finished), 1), t
+        r, lines = self.unit.loaded.recipe, []
+        for j, g in finished:
+            i = self.todo[j]
+            ex = self.unit.prepared.examples[i]
+            self.new[i] = make_sample(ex, self.texts[i], g, r, seconds=wall)
+            lines.append(json.dumps(self.new[i].to_line(), ensure_ascii=False) + "\n")
+        self.writer.append(lines)
+
+
+def _base_result(unit: Unit, opts: RunOptions) -> RunResult:
+    lr, r = unit.loaded, unit.loaded.recipe
+    return RunResult(name=r.name, recipe=r.canonical(), recipe_hash=r.digest(), recipe_path=lr.path,
+                     status="failed", command=opts.command, started_at=now(), run_key=unit.run_key,
+                     n_dataset=unit.prepared.n_dataset, study=lr.study, cell=dict(lr.cell),
+                     scores_meaningful=not (r.model.load_format == "dummy" or r.model.id.startswith("builtin:")
+                                            or r.engine.fake))
+
+
+def _generate(unit: Unit, opts: RunOptions, shared: SharedEngine, base: RunResult,
+              progress_file: IO[str] | None) -> RunResult:
+    r, folder = unit.loaded.recipe, RunFolder.of(opts.out, unit.name)
+    done = load_partial(folder.partial, unit.run_key, r.metrics)
+    examples = unit.prepared.examples
+    todo = [i for i, ex in enumerate(examples) if ex.id not in done]
+    reused = shared.users > 0
+    engine = shared.get()
+    texts, ids = engine.encode(unit.prepared.messages)
+    base.plan = _plan(unit, ids, base)
+    if not done:
+        start_partial(folder.partial, unit.run_key)
+    bar = _progress_bar(len(ids), r.name, opts.progress, progress_file)
+    bar.update(len(done))
+    with PartialWriter(folder.partial) as writer:
+        sink = _Collector(unit, todo, texts, writer)
+        t0 = sink.clock = time.perf_counter()
+        engine.generate([Request(ids=ids[i], example=examples[i]) for i in todo], r.sampling,
+                        progress=bar.update if opts.progress else None, sink=sink)
+    # generation ends when the last output is back (the sink's clock), as a plain generate() call
+    # would time it: what the engine does after handing over its last outputs counts in total only
+    gen_s = (sink.clock if sink.new else time.perf_counter()) - t0
+    bar.close()
+    samples = [done[ex.id] if ex.id in done else sink.new[i] for i, ex in enumerate(examples)]
+    write_jsonl_atomic(folder.samples, [s.to_line() for s in samples])
+    folder.partial.unlink(missing_ok=True)
+    reused_s = sum(d.seconds or 0.0 for d in done.values())
+    m = Measured(generate_s=gen_s + reused_s, peak_gpu_gib=_peak(shared), baseline_gpu_gib=shared.sampler.start_gib,
+                 per_example=sink.one_at_a_time, n_target=unit.prepared.n_target)
+    result = assemble(base, r, samples, ids, engine.info, m)
+    result.reused_samples = len(done)
+    if done:
+        result.notes.append(f"{len(done)} of {len(samples)} samples were reused from an earlier, interrupted "
+                            f"run of the same recipe; generation time adds their recorded wall time "
+                            f"({reused_s:.1f} s) to this run's ({gen_s:.1f} s).")
+    if reused:
+        result.timings.load_s = 0.0
+        result.notes.append(f"this recipe ran on the engine started for {shared.unit.name} (engine start "
+                            f"{engine.info.load_s:.1f} s, counted there); the prefix cache was reset before it")
+    return result
+
+
+def _plan(unit: Unit, ids: list[list[int]], base: RunResult) -> dict[str, Any] | None:
+    """The prediction for this run, made before generation on the GPU it runs on (none without a GPU)."""
+    from runner.planning.gpus import gpu_from_nvml
+    gpu = gpu_from_nvml()
+    if gpu is None:
+        return None
     try:
-        examples, messages, n_dataset, n_target = prepared or prepare(lr, opts)
-        base.n_dataset = n_dataset
-        inputs = inputs or input_hashes(lr)
-        key = base.run_key = run_key(lr, opts, inputs)
-        partial = out_dir / PARTIAL
-        done = load_partial(partial, key, r.metrics)
-        todo = [i for i, ex in enumerate(examples) if ex.id not in done]
-        from runner.execution.gpumem import PeakSampler
-        mem = PeakSampler().__enter__()       # whole device, from before the engine starts
-        engine = r.engine.build(r.model, r.prompt.chat_template)
-        texts, ids = engine.encode(messages)
-        new: dict[int, Sample] = {}
-        if not done:
-            write_text_atomic(partial, json.dumps({"_run_key": key}) + "\n")
+        from runner.planning.recipe_plan import plan_recipe
+        return plan_recipe(unit.loaded, unit.prepared, ids, gpu).model_dump(mode="json")
+    except Exception as e:      # a prediction is evidence, never a reason to fail the run
+        base.notes.append(f"no prediction: {type(e).__name__}: {e}")
+        return None
 
-        clock = [time.perf_counter()]
-        one_at_a_time = [True]       # per-example wall times are real only when examples finish one by one
 
-        def sink(finished):
-            one_at_a_time[0] &= len(finished) == 1
-            now_ = time.perf_counter()
-            wall, clock[0] = (now_ - clock[0]) / max(len(finished), 1), now_
-            lines = []
-            for j, g in finished:
-                i = todo[j]
-                # wall time per example, overheads included (what projections need)
-                new[i] = _sample(examples[i], texts[i], g, r.metrics, seconds=wall)
-                lines.append(json.dumps(new[i].to_line(), ensure_ascii=False) + "\n")
-            append_lines(partial, lines)
+def _peak(shared: SharedEngine) -> float | None:
+    return shared.sampler.peak if shared.sampler.h is not None else None
 
-        bar = _progress_bar(len(ids), r.name, opts.progress, opts.progress_file)
-        bar.update(len(done))
-        t0 = clock[0] = time.perf_counter()
-        engine.generate([ids[i] for i in todo], r.sampling, progress=bar.update if opts.progress else None,
-                        sink=sink)
-        # generation ends when the last output is back (the sink's clock), as a plain generate()
-        # call would time it: what an engine does after handing over its last outputs (for vLLM:
-        # scoring and writing every sample, metrics, knob evidence) counts in total time only;
-        # an engine that hands over batch by batch keeps the earlier batches' scoring inside
-        gen_s = (clock[0] if new else time.perf_counter()) - t0
-        mem.__exit__(None, None, None)
-        bar.close()
-        samples = [done[ex.id] if ex.id in done else new[i] for i, ex in enumerate(examples)]
-        write_jsonl_atomic(out_dir / "samples.jsonl", [s.to_line() for s in samples])
-        partial.unlink(missing_ok=True)
-        reused_s = sum(d.seconds or 0.0 for d in done.values())
-        result = _assemble(base, r, samples, ids, engine.info, gen_s + reused_s, mem, n_target,
-                           per_example=one_at_a_time[0])
-        result.reused_samples = len(done)
-        if done:
-            result.notes.append(f"{len(done)} of {len(samples)} samples were reused from an earlier, interrupted "
-                                f"run of the same recipe; generation time adds their recorded wall time "
-                                f"({reused_s:.1f} s) to this run's ({gen_s:.1f} s).")
+
+def run_unit(unit: Unit, opts: RunOptions, shared: SharedEngine, progress_file: IO[str] | None = None) -> RunResult:
+    """Run one recipe on the job's engine; always writes and returns a RunResult (failed on error)."""
+    r = unit.loaded.recipe
+    folder = RunFolder.of(opts.out, unit.name)
+    folder.root.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    base = _base_result(unit, opts)
+    try:
+        if r.load is not None:
+            from runner.execution.serve_run import run_serving
+            result = run_serving(unit, opts, base, progress_file)
+        else:
+            result = _generate(unit, opts, shared, base, progress_file)
     except RunnerError as e:
         base.error, base.hint = e.render(with_hint=False), e.hint
         result = base
@@ -144,150 +180,26 @@ def run_recipe(lr: LoadedRecipe, opts: RunOptions, prepared: tuple | None = None
         import traceback
         traceback.print_exc()
         result = base
-    finally:
-        if mem is not None:
-            mem.__exit__(None, None, None)     # idempotent: stops the sampler thread on every path
-        if engine is not None:
-            engine.close()
     result.timings.total_s = time.perf_counter() - t_start
     result.finished_at = now()
-    result.environment = {**environment.collect(), **result.environment}
+    result.environment = {**environment.collect(), **result.environment, "inputs": unit.prepared.inputs}
     if r.model.trust_remote_code:
         result.notes.append("trust_remote_code was ON: code shipped with the checkpoint was allowed to run.")
-    result.environment["inputs"] = inputs if inputs is not None else input_hashes(lr)
-    write_json_atomic(out_dir / "results.json", result.model_dump(mode="json"))
+    write_json_atomic(folder.results, result.model_dump(mode="json"))
     return result
 
 
-PARTIAL = "samples.partial.jsonl"
-NOT_IN_KEY = {"description", "baseline", "timeout_s"}   # change nothing a run produces
-
-
-def run_key(lr: LoadedRecipe, opts: RunOptions, inputs: dict[str, str] | None = None) -> str:
-    """`inputs`: input_hashes(lr) when the caller has them already (hashing a dataset is not free)."""
-    import hashlib
-    recipe = {k: v for k, v in lr.recipe.canonical().items() if k not in NOT_IN_KEY}
-    blob = json.dumps({"recipe": recipe, "inputs": inputs if inputs is not None else input_hashes(lr),
-                       "limit": opts.limit,
-                       "estimate": opts.estimate}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def load_partial(path: Path, key: str, metrics: list[str]) -> dict[str, Sample]:
-    """Samples finished by an earlier, interrupted run of the same recipe (same key), by id."""
-    if not path.exists():
-        return {}
-    lines = path.read_text(encoding="utf-8").splitlines()
+def run_job(job: Job, progress_file: IO[str] | None = None,
+            on_result: Callable[[RunResult], None] | None = None) -> list[RunResult]:
+    """Run a job's recipes in order on one engine, in this process."""
+    shared = SharedEngine(job.units[0])
+    results = []
     try:
-        head = json.loads(lines[0]) if lines else {}
-    except json.JSONDecodeError:
-        head = {}
-    if head.get("_run_key") != key:
-        path.unlink()
-        return {}
-    out = {}
-    for line in lines[1:]:
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError:   # a line cut by the interruption
-            break
-        out[str(d["id"])] = Sample.from_line(d, metrics)
-    return out
-
-
-def _sample(ex: Any, prompt: str, g: Any, metrics: list[str], seconds: float | None) -> Sample:
-    scores = {m: METRICS[m](g.text, ex.answers) for m in metrics} if ex.answers else {}
-    return Sample(id=ex.id, prompt=prompt, output=g.text, answers=list(ex.answers),
-                  prompt_tokens=g.prompt_tokens, output_tokens=g.output_tokens, scores=scores,
-                  cached_tokens=g.cached_tokens, ttft_s=g.ttft_s, latency_s=g.latency_s, seconds=seconds)
-
-
-def input_hashes(lr: LoadedRecipe) -> dict[str, str]:
-    from runner.files import file_sha256
-    from runner.inputs.prompts import find_template
-    base = Path(lr.base_dir)
-    r = lr.recipe
-    out = {}
-    for name in [r.prompt.template, r.prompt.system_template]:
-        if name:
-            p = find_template(name, base)
-            if p:
-                out[f"template:{name}"] = file_sha256(p)
-    for label, spec in (("dataset", r.dataset), ("shots", r.prompt.shots.source)):
-        dsf = dataset_file(spec, base) if spec is not None else None
-        if dsf and dsf.exists():
-            out[f"{label}:{spec.path}"] = file_sha256(dsf)
-    return out
-
-
-def failure_hint(error: str) -> str | None:
-    e = error.lower()
-    if "out of memory" in e or "outofmemory" in e or "less than desired gpu memory" in e or "cuda oom" in e:
-        return ("GPU memory ran out: lower engine.gpu_memory_utilization or engine.max_model_len, use a "
-                "quantized checkpoint (engine.quantization), set engine.cpu_offload_gb, or a smaller "
-                "engine.batch_size (transformers)")
-    if "not a valid model identifier" in e or "repository not found" in e or "no such file" in e \
-            or "can't load" in e or "does not appear to have" in e or "repo id must be" in e \
-            or "model folder not found" in e:
-        return "check model.id (a hub id needs network access; here pass a local folder with --set model.id=PATH)"
-    return None
-
-
-def _mean_scores(samples: list[Sample], metrics: list[str]) -> dict[str, float]:
-    """Each metric averaged over the examples that have gold answers (others are not scored)."""
-    scored = [s for s in samples if s.scores]
-    if not scored:
-        return {}
-    return {m: sum(s.scores[m] for s in scored) / len(scored) for m in metrics}
-
-
-def _pct(xs: list[float | None]) -> Percentiles | None:
-    s = summary([x for x in xs if x is not None])
-    return Percentiles(**s) if s else None
-
-
-def _assemble(base: RunResult, r: Any, samples: list[Sample], ids: list[list[int]], info: Any, gen_s: float,
-              mem: Any, n_target: int, per_example: bool) -> RunResult:
-    n = len(samples)
-    p_tok = sum(s.prompt_tokens for s in samples)
-    o_tok = sum(s.output_tokens for s in samples)
-    cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
-    k, share = prefix_share(ids)
-    res = base.model_copy(update=dict(
-        status="ok", n_samples=n,
-        timings=Timings(load_s=info.load_s, generate_s=gen_s),
-        tokens=Tokens(prompt=p_tok, output=o_tok, cached=sum(cached) if cached else None),
-        throughput=Throughput(requests_per_s=n / gen_s if gen_s and n else None,
-                              output_tokens_per_s=o_tok / gen_s if gen_s and n else None,
-                              total_tokens_per_s=(p_tok + o_tok) / gen_s if gen_s and n else None),
-        latency=Latency(ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct([s.latency_s for s in samples])),
-        scores=_mean_scores(samples, r.metrics),
-        memory=Memory(peak_gpu_gib=mem.peak, baseline_gpu_gib=mem.start_gib, weights_gib=info.weights_gib,
-                      kv_cache_tokens=info.kv_cache_tokens, kv_cache_gib=info.extra.get("kv_cache_gib")),
-        prefix=Prefix(shared_prefix_tokens=k, shared_prefix_share=share,
-                      hit_rate=(sum(cached) / p_tok if cached and p_tok else None)),
-        knobs=[KnobResult(name=kn.name, requested=kn.requested, effective=kn.effective, status=kn.status,
-                          evidence=kn.evidence) for kn in info.knobs],
-        engine=EngineSummary(name=info.name, version=info.version, device=info.device, quantization=info.quantization),
-        notes=list(info.notes),
-    ))
-    if n < n_target:
-        secs = [s.seconds for s in samples if s.seconds is not None]
-        if per_example and len(secs) == n and n >= 2:
-            p = project(secs, n_target)
-            p["low_s"] = max(p["low_s"], 0.0)
-            method = "per-example wall times of a random sample, mean x N, 95% t-interval"
-        else:
-            per = gen_s / n
-            p = {"per_example_s": per, "projected_s": per * n_target, "low_s": None, "high_s": None}
-            method = ("generation time of a random sample scaled linearly (examples ran in batches: no "
-                      "per-example times, no interval)")
-        res.estimate = Estimate(n_measured=n, n_total=n_target, method=method, **p)
-    for kn in res.knobs:
-        if kn.status == "ignored":
-            res.notes.append(f"knob `{kn.name}` did NOT take effect: requested {kn.requested!r}, "
-                             f"effective {kn.effective!r} ({kn.evidence})")
-    res.environment = {"engine_extra": {k: v for k, v in info.extra.items() if k != "metrics"}}
-    if info.extra.get("metrics"):
-        res.environment["vllm_metrics"] = info.extra["metrics"]
-    return res
+        for unit in job.units:
+            res = run_unit(unit, job.options, shared, progress_file)
+            results.append(res)
+            if on_result:
+                on_result(res)
+    finally:
+        shared.close()
+    return results

@@ -1,14 +1,15 @@
-"""The child process that runs one recipe: `python -m runner.execution.worker JOB.json`.
+"""The child process that runs one job: `python -m runner.execution.worker` with the pickled job on
+its standard input.
 
-Its stdout/stderr (and those of every process the engine starts) go to
-`<out>/<name>/engine.log`; the progress bar goes to the terminal."""
+Its stdout/stderr (and those of every process the engine starts) go to the running recipe's
+`engine.log`; the progress bar goes to the terminal."""
 from __future__ import annotations
 
-import json
 import os
+import pickle
 import signal
 import sys
-from pathlib import Path
+from typing import IO
 
 
 def watch_parent(poll_s: float = 0.5) -> None:
@@ -26,44 +27,45 @@ def watch_parent(poll_s: float = 0.5) -> None:
     threading.Thread(target=loop, daemon=True, name="watch-parent").start()
 
 
-def main(job_path: str) -> int:
-    job = json.loads(Path(job_path).read_text())
+def redirect_output(log_path: str) -> None:
+    """Point this process's stdout/stderr (fds 1 and 2) at `log_path`, appending."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ["RUNNER_ENGINE_LOG"] = log_path
+
+
+def main() -> int:
+    job = pickle.load(sys.stdin.buffer)
     watch_parent()
     # SIGTERM -> SystemExit, so `finally` blocks shut the engine down
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
-    log_path = job.get("log")
-    if log_path:
-        tty = os.dup(2)
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-        sys.stdout = os.fdopen(1, "w", buffering=1)
-        sys.stderr = os.fdopen(2, "w", buffering=1)
-        os.environ["RUNNER_ENGINE_LOG"] = log_path
-        progress_stream = os.fdopen(tty, "w", buffering=1)
-    else:
-        progress_stream = sys.stderr
-    from runner.config.recipe import LoadedRecipe
-    from runner.execution.run import RunOptions, run_recipe
+    from runner.execution.layout import RunFolder
+    from runner.execution.run import SharedEngine, run_unit
 
-    lr = LoadedRecipe.model_validate(job["loaded"])     # as validated by the runner: later edits don't leak in
-    opts = RunOptions(out=Path(job["out"]), limit=job.get("limit"), estimate=job.get("estimate"),
-                      command=job.get("command", ""), progress=job.get("progress", True),
-                      progress_file=progress_stream)
-    prepared = None
-    if job.get("prepared"):
-        import pickle
-        with open(job["prepared"], "rb") as f:
-            prepared = pickle.load(f)
-    result = run_recipe(lr, opts, prepared, job.get("inputs"))
+    progress: IO[str] = os.fdopen(os.dup(2), "w", buffering=1)
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+    os.environ.update(job.env)
+    shared = SharedEngine(job.units[0])
+    ok = True
+    try:
+        for unit in job.units:
+            redirect_output(str(RunFolder.of(job.options.out, unit.name).engine_log))
+            print(f"runner worker pid {os.getpid()} (process group {os.getpgrp()})", flush=True)
+            ok &= run_unit(unit, job.options, shared, progress).status == "ok"
+    finally:
+        shared.close()
     sys.stdout.flush()
     sys.stderr.flush()
-    return 0 if result.status == "ok" else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1])
+    code = main()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)   # skip interpreter teardown: vLLM can hang there for minutes

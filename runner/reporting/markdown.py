@@ -9,6 +9,8 @@ import yaml
 from tabulate import tabulate
 
 from runner.files import write_text_atomic
+from runner.errors import RunnerError
+from runner.execution.layout import RunFolder, check_name, stored_results, summary_path
 from runner.reporting.results import RunResult
 
 N_EXAMPLES_SHOWN = 3
@@ -44,8 +46,19 @@ def _interval(e: Any) -> str:
     return f"95% interval {secs(e.low_s)} – {secs(e.high_s)}"
 
 
+def engine_label(r: RunResult) -> str:
+    from runner.engines import spec_class
+    cls = spec_class(r.recipe.get("engine", {}).get("kind"))
+    return (cls.label if cls else "") or r.engine.name or str(r.recipe.get("engine", {}).get("kind"))
+
+
 def _banners(r: RunResult) -> list[str]:
     out = []
+    from runner.engines import spec_class
+    cls = spec_class(r.recipe.get("engine", {}).get("kind"))
+    if cls is not None and cls.fake:
+        out.append(f"> **FAKE ENGINE**: `{cls.kind_name()}` made these outputs up from a template; no model ran. "
+                   "Times, tokens and scores test the pipeline only.")
     if r.status != "ok":
         out.append(f"> **FAILED**: {r.error}" + (f"\n>\n> Hint: {r.hint}" if r.hint else ""))
     if not r.scores_meaningful:
@@ -62,11 +75,10 @@ def _banners(r: RunResult) -> list[str]:
 
 def report_markdown(r: RunResult, samples: list[dict]) -> str:
     rec = r.recipe
-    eng = rec.get("engine", {})
     parts = [f"# {r.name}", ""]
     if rec.get("description"):
         parts += [rec["description"], ""]
-    parts += [f"Status: **{r.status}** · engine: {r.engine.name or eng.get('kind')} {r.engine.version} · "
+    parts += [f"Status: **{r.status}** · engine: {engine_label(r)} {r.engine.version} · "
               f"model: `{rec['model']['id']}` · device: {r.engine.device or '–'} · "
               f"samples: {r.n_samples} of {r.n_dataset} · finished {r.finished_at}", ""]
     for b in _banners(r):                    # each its own block quote (adjacent ones would merge)
@@ -99,8 +111,7 @@ def report_markdown(r: RunResult, samples: list[dict]) -> str:
                         "KV cache"]))
     parts += ["", "## Scores", ""]
     if r.scores:
-        note = " (not meaningful: random weights)" if not r.scores_meaningful else ""
-        parts.append(table([[k, f"{v:.4f}"] for k, v in r.scores.items()], ["metric", "score" + note]))
+        parts += score_table(r)
     else:
         parts.append("No scores (no gold answers, or the run failed).")
     p = r.prefix
@@ -123,6 +134,21 @@ def report_markdown(r: RunResult, samples: list[dict]) -> str:
     return "\n".join(parts)
 
 
+def score_table(r: RunResult) -> list[str]:
+    """Each score with the convention it follows, and the recipe's gold policy and clean-up."""
+    from runner.scoring import conventions
+    note = " (not meaningful: random weights or a fake engine)" if not r.scores_meaningful else ""
+    scoring = r.recipe.get("scoring") or {}
+    gold = scoring.get("gold")
+    conv = conventions([k for k in r.scores])
+    rows = [[k, f"{v:.4f}", conv[k].name, gold or conv[k].gold, conv[k].formula] for k, v in r.scores.items()]
+    out = [table(rows, ["metric", "score" + note, "convention", "gold answers", "formula"])]
+    post = {k: v for k, v in (scoring.get("postprocess") or {}).items() if v}
+    out += ["", "Output clean-up before scoring: " + (", ".join(f"{k}={v!r}" for k, v in post.items()) or "none")
+            + (f"; gold policy set by the recipe: {gold}" if gold else "; gold policy: each metric's own") + "."]
+    return out
+
+
 REPRO_KEYS = ("runner", "git_commit", "python", "platform", "gpu", "driver", "cuda_driver", "gpu_memory_gib")
 
 
@@ -132,7 +158,7 @@ def reproducibility(r: RunResult) -> list[str]:
     rows = [["recipe hash", f"`{r.recipe_hash}`"], ["run key", f"`{r.run_key}`" if r.run_key else None]]
     rows += [[k, f"`{v}`"] for k, v in env.get("inputs", {}).items()]
     rows += [[k.replace("_", " "), env.get(k)] for k in REPRO_KEYS]
-    rows += [[f"{k}", env.get("packages", {}).get(k)] for k in ("torch", "transformers", "vllm", "datasets")]
+    rows += [[k, v] for k, v in env.get("packages", {}).items()]
     extra = env.get("engine_extra", {})
     if extra.get("model_runner"):
         rows.append(["vLLM model runner", extra["model_runner"]])
@@ -183,28 +209,37 @@ def _inline(s: str) -> str:
     return s.replace("`", "ˋ").replace("\n", "⏎")
 
 
-def load_samples(path: Path) -> list[dict]:
+def load_samples(folder: RunFolder) -> list[dict]:
     """samples.jsonl, or samples.jsonl.gz where an archive was compressed to keep it small."""
-    gz = path.with_name(path.name + ".gz")
-    if path.exists():
-        text = path.read_text(encoding="utf-8")
-    elif gz.exists():
-        import gzip
-        text = gzip.decompress(gz.read_bytes()).decode("utf-8")
-    else:
+    import gzip
+    path = folder.samples if folder.samples.is_file() else folder.samples_gz
+    if not path.is_file():
         return []
+    try:
+        raw = path.read_bytes()
+        text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise RunnerError(f"cannot read the samples ({type(e).__name__}: {e})", file=str(path),
+                          hint="delete the file and rerun the recipe (runner go ... --force)") from None
     out = []
-    for line in text.splitlines():
-        if line.strip():
-            out.append(json.loads(line))
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError:
+            d = None
+        if not isinstance(d, dict) or not isinstance(d.get("id"), (str, int)):
+            raise RunnerError(f"line {n} is not a sample", file=str(path),
+                              hint="delete the file and rerun the recipe (runner go ... --force)")
+        out.append(d)
     return out
 
 
 def write_report(r: RunResult, out: Path) -> Path:
-    d = out / r.name
-    path = d / "report.md"
-    write_text_atomic(path, report_markdown(r, load_samples(d / "samples.jsonl")))
-    return path
+    folder = RunFolder.of(out, r.name)
+    write_text_atomic(folder.report, report_markdown(r, load_samples(folder)))
+    return folder.report
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -223,11 +258,11 @@ SKIP_DIFF = {"name", "description", "baseline", "timeout_s", "estimate"}
 def _engine_view(engine: dict) -> dict:
     """An engine's kind plus only the fields set away from that kind's defaults, so engines of
     different kinds compare by what was chosen, not by every field either kind has."""
-    from runner.engines import TransformersSpec, VLLMSpec
-    cls = {"transformers": TransformersSpec, "vllm": VLLMSpec}.get(engine.get("kind"))
+    from runner.engines import spec_class
+    cls = spec_class(engine.get("kind"))
     if cls is None:
         return engine
-    defaults = cls(kind=engine["kind"]).model_dump(mode="json")
+    defaults = cls.model_validate({"kind": engine["kind"]}).model_dump(mode="json")
     return {k: v for k, v in engine.items() if k == "kind" or defaults.get(k) != v}
 
 
@@ -256,11 +291,17 @@ def pick_baseline(results: list[RunResult], name: str | None = None) -> RunResul
 
 
 def _prefix_on(r: RunResult) -> bool:
+    """The engine has a prefix cache and it was on (as measured where the engine said so)."""
+    from runner.engines import spec_class
     eng = r.recipe.get("engine", {})
-    if eng.get("kind") != "vllm":
+    cls = spec_class(eng.get("kind"))
+    if cls is None or cls.prefix_cache_field is None:
         return False
-    eff = next((k.effective for k in r.knobs if k.name == "enable_prefix_caching"), None)
-    return bool(eff if eff is not None else eng.get("enable_prefix_caching"))
+    eff = next((k.effective for k in r.knobs if k.name == cls.prefix_cache_field), None)
+    if eff is not None:
+        return bool(eff)
+    want = eng.get(cls.prefix_cache_field)
+    return cls.prefix_cache_default if want is None else bool(want)
 
 
 def prefix_section(results: list[RunResult]) -> list[str]:
@@ -300,13 +341,13 @@ def changed_answers_section(results: list[RunResult], base: RunResult | None, ou
     if base is None or out is None or base.status != "ok" or not base.scores_meaningful \
             or "exact_match" not in base.scores:
         return []
-    bs = {s["id"]: s for s in load_samples(out / base.name / "samples.jsonl")}
+    bs = {s["id"]: s for s in load_samples(RunFolder.of(out, base.name))}
     lines: list[str] = []
     rows = []
     for r in results:
         if r is base or r.status != "ok" or not r.scores_meaningful or "exact_match" not in r.scores:
             continue
-        rs = {s["id"]: s for s in load_samples(out / r.name / "samples.jsonl")}
+        rs = {s["id"]: s for s in load_samples(RunFolder.of(out, r.name))}
         common = [i for i in rs if i in bs and "exact_match" in rs[i] and "exact_match" in bs[i]]
         if not common:
             continue
@@ -376,7 +417,7 @@ def summary_markdown(results: list[RunResult], baseline: str | None = None, out:
 def write_summary(results: Iterable[RunResult], out: Path, baseline: str | None = None) -> Path:
     from runner.reporting.plots import write_charts
     results = list(results)
-    path = out / "summary.md"
+    path = summary_path(out)
     charts = write_charts(results, pick_baseline(results, baseline), out)
     text = summary_markdown(results, baseline, out)
     if charts:
@@ -386,16 +427,24 @@ def write_summary(results: Iterable[RunResult], out: Path, baseline: str | None 
 
 
 def load_results(out: Path) -> list[RunResult]:
+    """Every stored results.json under `out`, each checked (schema, and a name that is its folder's)."""
     from pydantic import ValidationError
-
-    from runner.errors import RunnerError
     res = []
-    for p in sorted(out.glob("*/results.json")):
+    for p in stored_results(out):
+        if not p.is_file():
+            raise RunnerError("is not a file", file=str(p), hint="remove it, or rerun that recipe")
         try:
-            res.append(RunResult.model_validate_json(p.read_text(encoding="utf-8")))
+            r = RunResult.model_validate_json(p.read_bytes())
         except ValidationError as e:
             first = e.errors()[0]
             loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
             raise RunnerError(f"not a valid results.json ({e.error_count()} problem(s); first: {loc}: "
-                              f"{first['msg']})", file=str(p))
+                              f"{first['msg']})", file=str(p), hint="rerun that recipe, or remove its folder") from None
+        except OSError as e:
+            raise RunnerError(f"cannot read it: {e.strerror}", file=str(p)) from None
+        check_name(r.name, str(p))
+        if r.name != p.parent.name:
+            raise RunnerError(f"names the run {r.name!r} but lies in the folder {p.parent.name!r}", file=str(p),
+                              field="name", hint="move the folder back to its run's name, or remove it")
+        res.append(r)
     return res

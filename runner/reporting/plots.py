@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from runner.execution.layout import chart_path
 from runner.reporting.results import RunResult
 
 
@@ -108,7 +109,7 @@ def write_charts(results: list[RunResult], base: RunResult | None, out: Path) ->
         _plt()
     except ImportError:
         return []
-    made = [time_chart(results, base, out / "time.png"),
-            accuracy_chart(results, "exact_match", out / "accuracy_vs_time.png"),
-            memory_chart(results, out / "memory.png")]
+    made = [time_chart(results, base, chart_path(out, "time")),
+            accuracy_chart(results, "exact_match", chart_path(out, "accuracy")),
+            memory_chart(results, chart_path(out, "memory"))]
     return [p for p in made if p is not None]

@@ -115,6 +115,9 @@ class RunResult(_M):
     study: str | None = Field(None, description="The study this run is a cell of (the study file's `name`).")
     cell: dict[str, Any] = Field(default_factory=dict, description="The cell's settings that vary across its study "
                                  "(dotted key -> value; `variant` -> the variant's name).")
+    plan: dict[str, Any] | None = Field(None, description="What `runner plan` predicted for this run before the "
+                                        "engine started (see `runner plan --json`); the report sets it next to "
+                                        "the measurement.")
     run_key: str = Field("", description="Hash of the resolved recipe, its templates, dataset file and "
                                          "limits: an unchanged recipe with complete results is skipped.")
 

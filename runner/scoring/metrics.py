@@ -1,0 +1,244 @@
+"""Scores, looked up by name; every score names its convention (whose formula, from which source).
+
+"JSQuAD char-F1" means three different formulas in the tools people compare against, so each
+metric here carries a `Convention`: a short name, a one-line formula, the source (file@commit)
+and its default gold policy (`max` over all gold answers, or `first` answer only).
+
+Conventions and metric names (a score in [0, 1] per sample; a run reports the mean):
+
+runner (this project; the names `exact_match`, `char_f1`, `contains` are kept for old recipes,
+  `runner_*` are the same metrics under unambiguous names)
+  normalize = NFKC, lower-case, drop whitespace and punctuation; EM = equality, char F1 = F1 over
+  the bag of characters, contains = normalized gold is a substring of the normalized prediction;
+  max over golds.
+JGLUE (`jglue_exact_match`, `jglue_char_f1`): the dataset's own evaluation, SQuAD v1.1's
+  `squad_metrics.py` as patched by JGLUE: normalize = lower-case, strip trailing `。`, collapse
+  whitespace (no NFKC, no punctuation removal); F1 over the bag of characters (spaces count);
+  golds whose normalized text is empty are dropped (none left: the gold is ""); max over golds.
+llm-jp-eval (`llmjp_exact_match`, `llmjp_char_f1`): v1.3.0, the version the Swallow leaderboard
+  runs: pred = NFKC(output.split("\\n\\n")[0].strip()), gold = NFKC(first answer);
+  char_f1 = fuzzywuzzy `token_sort_ratio(pred, gold) / 100`, i.e. with fuzzywuzzy's default
+  processing (drop U+0080..U+00FF, non-word characters to spaces, lower-case, tokens sorted) and
+  the Levenshtein (Indel) ratio rounded to a whole percent; exact_match = pred == gold.
+flexeval (`flexeval_char_f1`, `flexeval_exact_match`): `fuzz.ratio(output, gold) / 100` (Indel
+  ratio, whole percent, no normalization) and string equality; max over golds.
+flexeval+AIO (`flexeval_char_f1_normalized`, `flexeval_exact_match_normalized`): the same after
+  flexeval's `AIONormalizer` on both sides.
+
+fuzzywuzzy is not needed: its `ratio` with python-Levenshtein installed (as both llm-jp-eval
+v1.3.0 and flexeval pin) is `Levenshtein.ratio`, i.e. rapidfuzz's `Indel.normalized_similarity`,
+rounded with `int(round(100 * r))` (Python's round-half-to-even), with two guards applied first:
+equal strings score 100, then an empty string scores 0.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from rapidfuzz.distance import Indel
+
+from .normalize import aio_normalize, jglue_normalize, nfkc, runner_normalize, sorted_tokens
+
+GoldPolicy = Literal["max", "first"]
+
+JGLUE_SRC = ("https://github.com/yahoojapan/JGLUE/blob/6f071c09316baae89c3d083a90985b4b1cb9968c/"
+             "fine-tuning/patch/transformers-4.9.2_jglue-1.3.0.patch (patch of transformers v4.9.2 "
+             "src/transformers/data/metrics/squad_metrics.py: normalize_answer, compute_exact, compute_f1, "
+             "get_raw_scores)")
+LLMJP_SRC = ("https://github.com/swallow-llm/swallow-evaluation/blob/57c4ecdf989f708a54e84235621a6afdbcc28ddb/"
+             "llm-jp-eval/src/llm_jp_eval/utils.py (llm-jp-eval v1.3.0 as run by the Swallow leaderboard: "
+             "get_evaluation_result, normalize; fuzzywuzzy 0.18.0 + python-Levenshtein 0.21.1 per its poetry.lock)")
+FLEXEVAL_SRC = ("https://github.com/sbintuitions/flexeval/blob/8a07c3cad7449e4407860af100b3a57fbdda888a/"
+                "flexeval/core/metric/char_f1.py and exact_match.py")
+AIO_SRC = ("https://github.com/sbintuitions/flexeval/blob/8a07c3cad7449e4407860af100b3a57fbdda888a/"
+           "flexeval/core/string_processor/aio.py (AIONormalizer) with core/metric/char_f1.py")
+
+
+@dataclass(frozen=True)
+class Convention:
+    """Whose formula a score follows: reports print this next to every score."""
+
+    name: str
+    formula: str
+    source: str
+    gold: GoldPolicy
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line for a report: `name (gold: policy): formula [source]`."""
+        return f"{self.name} (gold: {self.gold}): {self.formula} [{self.source}]"
+
+
+#: Each convention's source and default gold policy; the formula is per metric (see `_METRICS`).
+_FAMILIES: dict[str, tuple[str, GoldPolicy]] = {
+    "runner": ("runner/scoring/normalize.py (this project)", "max"),
+    "JGLUE": (JGLUE_SRC, "max"),
+    "llm-jp-eval": (LLMJP_SRC, "first"),
+    "flexeval": (FLEXEVAL_SRC, "max"),
+    "flexeval+AIO": (AIO_SRC, "max"),
+}
+
+
+def _convention(family: str, formula: str) -> Convention:
+    source, gold = _FAMILIES[family]
+    return Convention(family, formula, source, gold)
+
+
+_RUNNER_NORM = "norm = NFKC, lower-case, no whitespace or punctuation"
+_JGLUE_NORM = "norm = lower-case, rstrip '。', collapse whitespace (no NFKC); golds with empty norm dropped"
+_LLMJP_PRED = "NFKC(output cut at the first '\\n\\n', stripped)"
+_AIO = ("AIONormalizer on both (NFKC, lower-case, 「」『』 unwrapped, ・ = - and whitespace and (…) removed)")
+
+
+# ---------------------------------------------------------------------------------------------- pair scores
+
+def _bag_f1(p: list[str], g: list[str]) -> float:
+    common = sum((Counter(p) & Counter(g)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(p), common / len(g)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _runner_em(pred: str, gold: str) -> float:
+    return float(runner_normalize(pred) == runner_normalize(gold))
+
+
+def _runner_f1(pred: str, gold: str) -> float:
+    p, g = list(runner_normalize(pred)), list(runner_normalize(gold))
+    if not p and not g:
+        return 1.0
+    if not p or not g:
+        return 0.0
+    return _bag_f1(p, g)
+
+
+def _runner_contains(pred: str, gold: str) -> float:
+    g = runner_normalize(gold)
+    return float(bool(g) and g in runner_normalize(pred))
+
+
+def _jglue_em(pred: str, gold: str) -> float:
+    return float(jglue_normalize(gold) == jglue_normalize(pred))
+
+
+def _jglue_f1(pred: str, gold: str) -> float:
+    g, p = list(jglue_normalize(gold)), list(jglue_normalize(pred))
+    if not g or not p:             # SQuAD: F1 is 1 if both are empty, else 0
+        return float(g == p)
+    return _bag_f1(p, g)
+
+
+def fuzzywuzzy_ratio(a: str, b: str) -> int:
+    """fuzzywuzzy 0.18.0 `fuzz.ratio` with python-Levenshtein: decorators `check_for_equivalence`
+    then `check_empty_string`, then `intr(100 * Levenshtein.ratio(a, b))`."""
+    if a == b:
+        return 100
+    if not a or not b:
+        return 0
+    return round(100 * Indel.normalized_similarity(a, b))     # intr(n) = int(round(n)): half to even
+
+
+def llmjp_prediction(output: str) -> str:
+    """llm-jp-eval v1.3.0: `normalize(output.split("\\n\\n")[0].strip())` with normalize = NFKC."""
+    return nfkc(output.split("\n\n")[0].strip())
+
+
+def _llmjp_em(pred: str, gold: str) -> float:
+    return float(llmjp_prediction(pred) == nfkc(gold))
+
+
+def _llmjp_char_f1(pred: str, gold: str) -> float:
+    # fuzz.token_sort_ratio -> _token_sort(partial=False): full_process + sort both, then fuzz.ratio
+    return fuzzywuzzy_ratio(sorted_tokens(llmjp_prediction(pred)), sorted_tokens(nfkc(gold))) / 100
+
+
+def _flexeval_em(pred: str, gold: str) -> float:
+    return float(pred == gold)
+
+
+def _flexeval_char_f1(pred: str, gold: str) -> float:
+    return fuzzywuzzy_ratio(pred, gold) / 100
+
+
+def _aio_em(pred: str, gold: str) -> float:
+    return float(aio_normalize(pred) == aio_normalize(gold))
+
+
+def _aio_char_f1(pred: str, gold: str) -> float:
+    return fuzzywuzzy_ratio(aio_normalize(pred), aio_normalize(gold)) / 100
+
+
+def _jglue_golds(golds: Sequence[str]) -> list[str]:
+    """JGLUE `get_raw_scores`: golds that normalize to "" are dropped; none left means the gold is ""."""
+    return [g for g in golds if jglue_normalize(g)] or [""]
+
+
+# ---------------------------------------------------------------------------------------------- registry
+
+@dataclass(frozen=True)
+class Metric:
+    """One named score: a (prediction, gold) function, the convention it follows, and how its golds
+    are prepared. Calling it as `metric(pred, golds)` scores with the convention's gold policy."""
+
+    name: str
+    pair: Callable[[str, str], float]
+    convention: Convention
+    prepare_golds: Callable[[Sequence[str]], list[str]] = list
+
+    def score(self, pred: str, golds: Sequence[str], gold: GoldPolicy | None = None) -> float:
+        """`gold`: `max` over all answers or the `first` answer; None = the convention's own."""
+        chosen = self.prepare_golds(golds)
+        if (gold or self.convention.gold) == "first":
+            chosen = chosen[:1]
+        return max((self.pair(pred, g) for g in chosen), default=0.0)
+
+    def __call__(self, pred: str, golds: Sequence[str]) -> float:
+        return self.score(pred, golds)
+
+
+_METRICS = [
+    Metric("runner_exact_match", _runner_em, _convention("runner", f"norm(pred) == norm(gold), {_RUNNER_NORM}")),
+    Metric("runner_char_f1", _runner_f1, _convention(
+        "runner", f"F1 over the bags of characters of norm(pred) and norm(gold), {_RUNNER_NORM} (not JGLUE's, "
+        "not llm-jp-eval's char_f1)")),
+    Metric("runner_contains", _runner_contains, _convention(
+        "runner", f"norm(gold) is a non-empty substring of norm(pred), {_RUNNER_NORM}")),
+    Metric("jglue_exact_match", _jglue_em, _convention("JGLUE", f"norm(pred) == norm(gold), {_JGLUE_NORM}"),
+           _jglue_golds),
+    Metric("jglue_char_f1", _jglue_f1, _convention(
+        "JGLUE", f"F1 over the bags of characters (spaces count) of norm(pred) and norm(gold), {_JGLUE_NORM}"),
+        _jglue_golds),
+    Metric("llmjp_exact_match", _llmjp_em, _convention("llm-jp-eval", f"{_LLMJP_PRED} == NFKC(gold)")),
+    Metric("llmjp_char_f1", _llmjp_char_f1, _convention(
+        "llm-jp-eval", f"fuzzywuzzy token_sort_ratio({_LLMJP_PRED}, NFKC(gold)) / 100: lower-case, non-word "
+        "characters to spaces, tokens sorted, Indel ratio in whole percents")),
+    Metric("flexeval_exact_match", _flexeval_em, _convention("flexeval", "output == gold (no normalization)")),
+    Metric("flexeval_char_f1", _flexeval_char_f1, _convention(
+        "flexeval", "fuzzywuzzy ratio(output, gold) / 100: Indel ratio in whole percents, no normalization")),
+    Metric("flexeval_exact_match_normalized", _aio_em, _convention("flexeval+AIO", f"output == gold after {_AIO}")),
+    Metric("flexeval_char_f1_normalized", _aio_char_f1, _convention(
+        "flexeval+AIO", f"fuzzywuzzy ratio(output, gold) / 100 after {_AIO}")),
+]
+
+#: Names kept for recipes written before conventions were named; they are the runner's metrics.
+ALIASES = {"exact_match": "runner_exact_match", "char_f1": "runner_char_f1", "contains": "runner_contains"}
+
+METRICS: dict[str, Metric] = {m.name: m for m in _METRICS}
+METRICS.update({alias: METRICS[target] for alias, target in ALIASES.items()})
+
+
+def get_metric(name: str) -> Metric:
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise ValueError(f"unknown metric {name!r}; known: {', '.join(sorted(METRICS))}") from None
+
+
+def conventions(names: Sequence[str]) -> dict[str, Convention]:
+    """The convention of each named metric, for reports (`{name: Convention}`)."""
+    return {n: get_metric(n).convention for n in names}

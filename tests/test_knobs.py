@@ -1,0 +1,109 @@
+"""Knob verdicts are pure functions of (spec, facts, generations): every row checked with plain data."""
+import pytest
+
+from runner.config.common import ModelSpec
+from runner.engines.transformers import TransformersFacts, TransformersSpec, transformers_knobs
+from runner.engines.vllm import VLLMSpec
+from runner.engines.vllm_knobs import VLLMFacts, crash_evidence, vllm_knobs
+
+
+def verdicts(spec, facts, cached=0, prompt=100, load_format="auto"):
+    return {k.name: k.status for k in vllm_knobs(spec, load_format, facts, cached, prompt)}
+
+
+@pytest.mark.parametrize("requested,effective,status", [
+    ("awq", "auto_awq", "applied"),            # vLLM renames AWQ to the kernel it picks
+    ("awq_marlin", "auto_awq", "applied"),
+    ("gptq", "auto_gptq", "applied"),
+    ("fp8", "fp8", "applied"),
+    ("fp8", None, "ignored"),
+    ("awq", "fp8", "ignored"),
+    (None, "auto_awq", "default"),             # from the checkpoint's config
+])
+def test_quantization_aliases(requested, effective, status):
+    assert verdicts(VLLMSpec(kind="vllm", quantization=requested), VLLMFacts(quantization=effective))[
+        "quantization"] == status
+
+
+@pytest.mark.parametrize("requested,on,cached,status", [
+    (True, True, 50, "applied"),
+    (True, True, 0, "unverified"),             # on, but nothing was reused: cannot tell
+    (True, False, 0, "ignored"),
+    (False, False, 0, "applied"),
+    (False, False, 7, "ignored"),              # off, yet tokens came from a cache
+    (None, True, 50, "default"),
+])
+def test_prefix_caching(requested, on, cached, status):
+    spec = VLLMSpec(kind="vllm", enable_prefix_caching=requested)
+    assert verdicts(spec, VLLMFacts(prefix_caching=on), cached=cached)["enable_prefix_caching"] == status
+
+
+@pytest.mark.parametrize("weights,status", [(6.1, "applied"), (14.2, "ignored"), (10.2, "applied"), (10.3, "ignored")])
+def test_offload_threshold_is_half_the_asked_amount(weights, status):
+    # full model 14.2 GiB, 8 GiB asked: applied when at least 4 GiB left the GPU (weights <= 10.2)
+    facts = VLLMFacts(weights_gib=weights, unquantized_gib=14.2, model_runner="V1")
+    knobs = {k.name: k for k in vllm_knobs(VLLMSpec(kind="vllm", cpu_offload_gb=8), "auto", facts, 0, 1)}
+    assert knobs["cpu_offload_gb"].status == status
+    assert knobs["cpu_offload_gb"].effective == round(14.2 - weights, 2)
+
+
+def test_offload_unverified_without_weight_memory():
+    assert verdicts(VLLMSpec(kind="vllm", cpu_offload_gb=8), VLLMFacts())["cpu_offload_gb"] == "unverified"
+
+
+def test_kv_cache_dtype():
+    assert verdicts(VLLMSpec(kind="vllm", kv_cache_dtype="fp8"), VLLMFacts(cache_dtype="fp8_e4m3"))[
+        "kv_cache_dtype"] == "applied"
+    assert verdicts(VLLMSpec(kind="vllm", kv_cache_dtype="fp8"), VLLMFacts(cache_dtype="auto"))[
+        "kv_cache_dtype"] == "ignored"
+    assert verdicts(VLLMSpec(kind="vllm"), VLLMFacts(cache_dtype="auto"))["kv_cache_dtype"] == "default"
+
+
+def test_dropped_swap_space_is_reported_ignored():
+    spec = VLLMSpec(kind="vllm", swap_space=4)
+    knobs = {k.name: k for k in vllm_knobs(spec, "auto", VLLMFacts(dropped={"swap_space": 4}, version="0.26.0"), 0, 1)}
+    assert knobs["swap_space"].status == "ignored" and "0.26.0 has no swap_space" in knobs["swap_space"].evidence
+    assert verdicts(spec, VLLMFacts(swap_space=4))["swap_space"] == "unverified"
+    assert "swap_space" not in verdicts(VLLMSpec(kind="vllm"), VLLMFacts())
+
+
+def test_engine_settings_compared_with_effective():
+    spec = VLLMSpec(kind="vllm", enforce_eager=True, max_model_len=4096, tensor_parallel_size=2,
+                    gpu_memory_utilization=0.8)
+    ok = VLLMFacts(enforce_eager=True, max_model_len=4096, tensor_parallel_size=2, gpu_memory_utilization=0.8,
+                   load_format="dummy")
+    v = verdicts(spec, ok, load_format="dummy")
+    assert [v[k] for k in ("enforce_eager", "max_model_len", "tensor_parallel_size", "gpu_memory_utilization",
+                           "load_format")] == ["applied"] * 5
+    bad = VLLMFacts(enforce_eager=False, max_model_len=2048, tensor_parallel_size=1, gpu_memory_utilization=0.9,
+                    load_format="auto")
+    v = verdicts(spec, bad, load_format="dummy")
+    assert [v[k] for k in ("enforce_eager", "max_model_len", "tensor_parallel_size", "gpu_memory_utilization",
+                           "load_format")] == ["ignored"] * 5
+
+
+def test_crash_evidence_from_a_vllm_log():
+    ev = crash_evidence("Model loading took 6.10 GiB memory and 40.2 seconds\n"
+                        "Total CPU offloaded parameters: 8.09\nGPU KV cache size: 1,000 tokens\n")
+    assert (ev.weights_gib, ev.kv_cache_tokens) == (6.1, 1000)
+    assert any("8.09 GiB of parameters were offloaded" in n for n in ev.notes)
+    assert VLLMSpec.crash_evidence("nothing here").notes == ()
+
+
+def _tf(**kw):
+    base = dict(device="cpu", param_device="cpu", dtype="float32", attn="sdpa", quantization=None, weights_gib=1.0)
+    return TransformersFacts(**{**base, **kw})
+
+
+def test_transformers_knobs():
+    m = ModelSpec(id="m")
+    v = {k.name: k.status for k in transformers_knobs(TransformersSpec(kind="transformers"), m, _tf())}
+    assert v == {"device": "applied", "dtype": "applied", "batch_size": "applied",
+                 "attn_implementation": "default", "quantization": "default"}
+    spec = TransformersSpec(kind="transformers", device="cuda", attn_implementation="eager",
+                            quantization="bitsandbytes-4bit")
+    v = {k.name: k.status for k in transformers_knobs(spec, ModelSpec(id="m", dtype="bfloat16"), _tf())}
+    assert v["device"] == v["dtype"] == v["attn_implementation"] == v["quantization"] == "ignored"
+    v = {k.name: k.status for k in transformers_knobs(spec, ModelSpec(id="m", dtype="float32"),
+                                                      _tf(device="cuda", attn="eager", quantization="bitsandbytes"))}
+    assert v["device"] == v["dtype"] == v["attn_implementation"] == v["quantization"] == "applied"
