@@ -9,7 +9,7 @@ S=$(cd "${SHARED:-../shared}" && pwd)
 out=$1
 rounds=${2:-2}
 mkdir -p "$out"
-PYTHONUNBUFFERED=1 python3 benchmarks/vllm_vs_runner.py recipes/jsquad-vllm.yaml --rounds "$rounds" \
+PYTHONUNBUFFERED=1 python3 benchmarks/vllm_vs_runner.py recipes/jsquad-study.yaml --only jsquad-vllm --rounds "$rounds" \
   --model-path Qwen/Qwen2.5-7B-Instruct="$S/models/qwen2.5-7b-instruct" \
   --set dataset.path="$S/data/jsquad/valid-v1.3.json" \
   --set model.load_format=dummy --set sampling.max_tokens=16 --set sampling.ignore_eos=true \

@@ -2,7 +2,7 @@
 
     python benchmarks/pipeline_overhead.py [--rounds N] [--shared ../shared]
 
-Runs `runner go recipes/jsquad-hf-batched.yaml` over all 4,442 JSQuAD questions on the CPU with a
+Runs `runner go recipes/jsquad-study.yaml --only jsquad-hf-batched` over all 4,442 JSQuAD questions on the CPU with a
 tiny random Qwen2-shaped model (the real Qwen2.5 tokenizer and chat template, 1 layer, hidden 64)
 and 1 output token, so the engine's own work is small and the rest shows: parsing and checking the
 recipe, loading the dataset, rendering and tokenizing 4,442 prompts, starting the isolated worker,
@@ -38,7 +38,8 @@ def main() -> int:
     model = tiny_qwen(work / "tiny-qwen", shared / "models" / "qwen2.5-7b-instruct", hidden_size=64,
                       intermediate_size=128, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
                       tie_word_embeddings=True)
-    cmd = [sys.executable, "-m", "runner", "go", "recipes/jsquad-hf-batched.yaml", "--no-progress", "--force",
+    cmd = [sys.executable, "-m", "runner", "go", "recipes/jsquad-study.yaml", "--only", "jsquad-hf-batched",
+           "--no-progress", "--force",
            "--model-path", f"Qwen/Qwen2.5-7B-Instruct={model}",
            "--set", f"dataset.path={shared / 'data/jsquad/valid-v1.3.json'}", "--set", "model.load_format=dummy",
            "--set", "model.dtype=float32", "--set", "engine.device=cpu", "--set", "engine.batch_size=64",

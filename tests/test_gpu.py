@@ -1,5 +1,4 @@
 """GPU tests: run on the GPU host with `pytest -m gpu` (vLLM installed). Never skipped there."""
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -46,7 +45,12 @@ def test_same_prompt_ids_in_vllm_and_transformers(tiny):
         assert [list(o.prompt_token_ids) for o in outs] == hf_ids
         outs = eng.llm.generate([{"prompt_token_ids": i} for i in hf_ids], SamplingParams(max_tokens=1), use_tqdm=False)
         assert [list(o.prompt_token_ids) for o in outs] == hf_ids
-        gens = eng.generate(v_ids, Sampling(max_tokens=4, ignore_eos=True))
+        from runner.engines.base import Request
+        from runner.inputs.datasets import Example
+        reqs = [Request(ids=i, example=Example(id=str(n), question="")) for n, i in enumerate(v_ids)]
+        finished = []
+        gens = eng.generate(reqs, Sampling(max_tokens=4, ignore_eos=True), sink=finished.extend)
+        assert sorted(i for i, _ in finished) == list(range(len(msgs)))     # each handed over once
         assert [g.output_tokens for g in gens] == [4] * len(msgs)
         assert all(g.ttft_s is not None and g.ttft_s > 0 for g in gens)
         assert eng.info.kv_cache_tokens and eng.info.kv_cache_tokens > 1000
@@ -54,24 +58,38 @@ def test_same_prompt_ids_in_vllm_and_transformers(tiny):
         eng.close()
 
 
-def _engine_cores() -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-    return [l for l in out.splitlines() if "EngineCore" in l]
+def _job(path, out, **opts):
+    from runner.cli.go import make_unit
+    from runner.config.loading import load_recipe
+    from runner.execution.job import Job, RunOptions
+    o = RunOptions(out=out, progress=False, **opts)
+    return Job(units=(make_unit(load_recipe(path), o),), options=o)
+
+
+def _group_gone(log: Path) -> bool:
+    """The recipe's process group (pid recorded in its engine.log) has no member left."""
+    import os
+    import re
+    pgid = int(re.findall(r"process group (\d+)", log.read_text())[-1])
+    try:
+        os.killpg(pgid, 0)
+        return False
+    except ProcessLookupError:
+        return True
 
 
 def test_isolated_run_gives_the_gpu_back(tiny, tmp_path):
     from runner.execution.gpumem import used_gib
     from runner.execution.isolate import run_isolated
-    from runner.config.loading import load_recipe
     p = tmp_path / "r.yaml"
     p.write_text(recipe_yaml(tiny, "iso", extra_engine="  enable_prefix_caching: true"))
     before = used_gib()
-    res = run_isolated(load_recipe(p), tmp_path / "out", progress=False)
+    [res] = run_isolated(_job(p, tmp_path / "out"))
     assert res.status == "ok", res.error
     assert res.n_samples == 20 and res.tokens.output == 160
     assert res.memory.peak_gpu_gib > before + 5      # gpu_memory_utilization 0.3 of ~140 GiB was taken
     assert used_gib() < before + 1.0                 # ... and given back
-    assert _engine_cores() == []
+    assert _group_gone(tmp_path / "out" / "iso" / "engine.log")
     knobs = {k.name: k for k in res.knobs}
     assert knobs["enable_prefix_caching"].status == "applied"   # shared system prompt -> cache hits
     assert res.prefix.hit_rate and res.prefix.hit_rate > 0
@@ -81,14 +99,13 @@ def test_isolated_run_gives_the_gpu_back(tiny, tmp_path):
 def test_timeout_ends_the_engine_and_records_failure(tiny, tmp_path):
     from runner.execution.gpumem import used_gib
     from runner.execution.isolate import run_isolated
-    from runner.config.loading import load_recipe
     p = tmp_path / "r.yaml"
     p.write_text(recipe_yaml(tiny, "slow", timeout="timeout_s: 8", limit=36).replace("max_tokens: 8", "max_tokens: 1500"))
     before = used_gib()
-    res = run_isolated(load_recipe(p), tmp_path / "out", timeout_s=8, progress=False)
+    [res] = run_isolated(_job(p, tmp_path / "out", timeout_s=8))
     assert res.status == "failed" and "timed out" in res.error
     assert used_gib() < before + 1.0
-    assert _engine_cores() == []
+    assert _group_gone(tmp_path / "out" / "slow" / "engine.log")
     assert (tmp_path / "out" / "slow" / "results.json").exists()
 
 
@@ -98,3 +115,22 @@ def test_unknown_engine_arg_rejected_before_start(tiny):
     from runner.config.common import ModelSpec
     with pytest.raises(RunnerError, match="does not accept no_such_arg; it accepts: .*enable_prefix_caching"):
         VLLMSpec(kind="vllm", engine_args={"no_such_arg": 1}).build(ModelSpec(id=str(tiny), load_format="dummy"), None)
+
+
+def test_recipes_sharing_an_engine_start_from_an_empty_prefix_cache(tiny, tmp_path):
+    """Two recipes on one engine: the second's cache hits are those it gets alone (the cache is reset
+    between them), though it asks for exactly the prompts the first just cached."""
+    from runner.execution.isolate import run_isolated
+    from runner.execution.job import Job
+    paths = []
+    for name in ("first", "second"):
+        p = tmp_path / f"{name}.yaml"
+        p.write_text(recipe_yaml(tiny, name, extra_engine="  enable_prefix_caching: true"))
+        paths.append(p)
+    a, b = (_job(p, tmp_path / "group") for p in paths)
+    together = run_isolated(Job(units=(a.units[0], b.units[0]), options=a.options))
+    alone = run_isolated(_job(paths[1], tmp_path / "alone"))[0]
+    assert [r.status for r in together] == ["ok", "ok"] and alone.status == "ok"
+    assert together[1].tokens.cached == alone.tokens.cached > 0
+    assert together[1].tokens.cached < together[1].tokens.prompt * 0.9      # not everything from the first's cache
+    assert together[1].timings.load_s == 0 and "ran on the engine started for first" in " ".join(together[1].notes)

@@ -108,11 +108,9 @@ def test_oneshot_template_without_shots_is_plain_system_prompt(tmp_path):
 
 
 def test_project_oneshot_recipe_renders_the_worked_example():
-    from runner.config.loading import load_recipe
-    p = PROJECT / "recipes" / "jsquad-vllm-oneshot-cache.yaml"
-    if not p.is_file():
-        pytest.skip("recipe absent")
-    lr = load_recipe(p)
+    from runner.config.loading import load_recipes
+    lr = next(x for x in load_recipes(PROJECT / "recipes" / "jsquad-study.yaml")
+              if x.recipe.name == "jsquad-vllm-oneshot-cache")
     b = PromptBuilder(lr.recipe.prompt, Path(lr.base_dir), lr.path)
     msgs = b.messages(EX)
     assert msgs[0]["role"] == "system"

@@ -132,25 +132,27 @@ PROJECT_RECIPES = sorted((PROJECT / "recipes").glob("*.yaml"))
 
 @pytest.mark.parametrize("recipe", PROJECT_RECIPES, ids=lambda p: p.name)
 def test_project_recipes_validate(recipe):
+    from runner.config.loading import load_recipes
     from runner.inputs.prompts import find_template
-    lr = load_recipe(recipe)
-    assert lr.path == str(recipe.resolve())
-    base = Path(lr.base_dir)
-    for name in (lr.recipe.prompt.template, lr.recipe.prompt.system_template):
-        if name:
-            assert find_template(name, base) is not None, f"template {name!r} not found"
-    data = lr.resolve(lr.recipe.dataset.path)
-    if SHARED in data.resolve().parents and not SHARED.is_dir():
-        return
-    assert data.is_file(), f"dataset {data} missing"
+    for lr in load_recipes(recipe):          # a study: every cell; a base-only file: none
+        assert lr.path == str(recipe.resolve())
+        base = Path(lr.base_dir)
+        for name in (lr.recipe.prompt.template, lr.recipe.prompt.system_template):
+            if name:
+                assert find_template(name, base) is not None, f"template {name!r} not found"
+        data = lr.resolve(lr.recipe.dataset.path)
+        if SHARED in data.resolve().parents and not SHARED.is_dir():
+            continue
+        assert data.is_file(), f"dataset {data} missing"
 
 
 def test_project_recipe_names_are_unique():
     from runner.cli.loading import load_all
     if not PROJECT_RECIPES:
         pytest.skip("no project recipes")
+    from runner.config.loading import load_recipes
     loaded = load_all((str(PROJECT / "recipes"),), ())
-    assert len(loaded) == len(PROJECT_RECIPES)
+    assert len(loaded) == sum(len(load_recipes(p)) for p in PROJECT_RECIPES) > len(PROJECT_RECIPES)
     assert len({lr.recipe.name for lr in loaded}) == len(loaded)
 
 

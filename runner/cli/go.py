@@ -2,6 +2,7 @@
 process and write the reports."""
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import sys
@@ -77,7 +78,6 @@ def _out_dir(out: str) -> Path:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise RunnerError(f"cannot create the report folder: {e.strerror}", file=out, field="--out") from None
-    import os
     if not os.access(path, os.W_OK | os.X_OK):
         raise RunnerError("the report folder is not writable", file=out, field="--out",
                           hint="choose another --out, or make this one writable")
@@ -109,7 +109,7 @@ def make_unit(lr: LoadedRecipe, opts: RunOptions) -> Unit:
 
 
 def _run_all(units: list[Unit], opts: RunOptions, force: bool, in_process: bool, baseline: str | None):
-    from runner.reporting.markdown import write_summary
+    from runner.reporting.summary import write_summary
     results: list[RunResult] = []
     old_handler = signal.signal(signal.SIGTERM, _sigterm)
     try:
@@ -182,7 +182,7 @@ def one_line(res: RunResult, path: Path) -> str:
         if res.hint:
             line += f"\n  hint: {res.hint}"
         return line + f"\n  report: {path}"
-    from runner.reporting.markdown import secs
+    from runner.reporting.format import secs
     t = res.timings
     bits = [f"ok {res.name}: {res.n_samples} examples", f"generation {secs(t.generate_s)}",
             f"start {secs(t.load_s)}", f"{res.throughput.requests_per_s or 0:.2f} req/s"]

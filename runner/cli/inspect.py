@@ -22,10 +22,13 @@ def check(paths, sets, model_paths, only, no_tokens):
     """Validate recipes and study files without loading a model; show each recipe's first prompt
     (a study's cells with the settings that vary) and prompt-token statistics."""
     from runner.cli.preflight import check_model
+    from runner.inputs.context import check_context
     from runner.inputs.prepare import prepare
+    first_of_study: dict[str, bool] = {}      # a study shows its first cell's prompt; the rest list what varies
     for lr in load_all(paths, sets, model_paths, only):
         prepared = prepare(lr)
         check_model(lr)
+        check_context(lr, prepared.examples, prepared.messages)
         r = lr.recipe
         n = len(prepared.examples)
         est = f" (an estimate: runs {n}, projects {prepared.n_target})" if n < prepared.n_target else ""
@@ -34,7 +37,10 @@ def check(paths, sets, model_paths, only, no_tokens):
         if lr.study:
             cell = ", ".join(f"{k}={v}" for k, v in lr.cell.items()) or "(no varying settings)"
             click.echo(f"  cell of study {lr.study}: {cell}")
-            continue
+            if not first_of_study.setdefault(lr.study, False):
+                first_of_study[lr.study] = True
+            else:
+                continue
         click.echo("first prompt:")
         for m in prepared.messages[0]:
             click.echo(f"  [{m['role']}] " + m["content"].replace("\n", "\n    "))
@@ -64,7 +70,9 @@ def token_stats(r, messages) -> str:
 @guard
 def report(out, baseline):
     """Rebuild every report.md and summary.md from stored results.json files (runs nothing)."""
-    from runner.reporting.markdown import load_results, write_report, write_summary
+    from runner.reporting.markdown import write_report
+    from runner.reporting.stored import load_results
+    from runner.reporting.summary import write_summary
     out_dir = Path(out)
     results = load_results(out_dir)
     if not results:

@@ -51,14 +51,6 @@ def parse_model_paths(items: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _with_model_paths(lr: LoadedRecipe, path: Path, sets: list[str], mp: dict[str, str]) -> list[str]:
-    m = lr.recipe.model
-    extra = [f"model.{k}={mp[v]}" for k, v in (("id", m.id), ("tokenizer", m.tokenizer)) if v in mp]
-    if m.tokenizer is None and m.id in mp:
-        extra.append(f"model.tokenizer={mp[m.id]}")
-    return extra
-
-
 def load_all(paths: tuple[str, ...], sets: tuple[str, ...], model_paths: tuple[str, ...] = (),
              only: str | None = None) -> list[LoadedRecipe]:
     """Every recipe (or study cell) of the named files, checked for unique, safe names."""
@@ -66,11 +58,7 @@ def load_all(paths: tuple[str, ...], sets: tuple[str, ...], model_paths: tuple[s
     mp = parse_model_paths(model_paths)
     loaded: list[LoadedRecipe] = []
     for p in expand_paths(paths):
-        for lr in load_recipes(p, list(sets)):
-            extra = _with_model_paths(lr, p, list(sets), mp)
-            if extra:
-                lr = next(x for x in load_recipes(p, list(sets) + extra) if x.recipe.name == lr.recipe.name)
-            loaded.append(lr)
+        loaded += load_recipes(p, list(sets), model_paths=mp)
     if only is not None:
         loaded = _select(loaded, only)
     names: dict[str, str] = {}

@@ -59,7 +59,9 @@ def check_chat_template(lr: LoadedRecipe) -> None:
 
 def check_runnable(lr: LoadedRecipe, prepared: Prepared) -> None:
     """What `go` needs beyond `check`: the engine's library is installed."""
+    from runner.inputs.context import check_context
     check_model(lr)
+    check_context(lr, prepared.examples, prepared.messages)
     lib = lr.recipe.engine.library
     if lib and importlib.util.find_spec(lib) is None:
         kind = lr.recipe.engine.kind

@@ -1,114 +1,38 @@
-"""Recipe files -> validated LoadedRecipe, with errors a person can act on.
+"""Recipe files -> validated LoadedRecipe(s), with errors a person can act on.
 
-YAML is read with the safe loader only. Validation errors name the file, the
-line, the dotted field, and what is allowed (with a did-you-mean for typos)."""
+- `load_recipes(path, overrides)`: every experiment a file holds: one for a plain recipe, one per cell
+  for a study (`matrix`/`variants`, see runner/config/study.py), none for a base-only file
+  (`abstract: true`). `load_study` returns the same with the study's axes and report axes.
+- `load_recipe(path, overrides)`: a file that holds exactly one experiment (a study is an error).
+- `base:` chains are merged first (runner/config/merge.py); a study's cells are expanded and every cell is
+  validated before anything runs; an invalid cell's error names the cell and its field.
+- `--set KEY=VALUE` applies to every cell, after expansion. A value for a text field (str, `str | None`,
+  a Literal of strings, a value of a `dict[str, str]` such as `engine.env`) is taken as written
+  (`--set name=2024`, `--set "prompt.system=#1 rule: be brief"`); `null` or `~` still clears a field
+  that may be null. Other fields parse the value as YAML (`5`, `true`, `[a, b]`, `{k: v}`).
+- YAML is read with the safe loader, bounded in size, depth and alias expansion (yamlfile.py)."""
 from __future__ import annotations
 
-import difflib
-import typing
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from runner.engines import ENGINE_KINDS
+from runner.config.cells import Cell, check_report, describe, expand, parse_excludes
+from runner.config.keys import DictOf, KeyProblem, key_target, overlaps, set_dotted, text_field
+from runner.config.merge import Source, with_bases
+from runner.config.recipe import NAME_PATTERN, LoadedRecipe, Recipe
+from runner.config.study import STUDY_KEYS, Axis, ReportAxes, parse_axes, parse_variants
+from runner.config.validation import error_lines
+from runner.config.yamlfile import line_of as _line_of
+from runner.config.yamlfile import read_yaml
 from runner.errors import RecipeError
-from runner.config.recipe import LoadedRecipe, Recipe
 
-MAX_ERRORS = 8
-
-
-def _line_of(root: yaml.Node | None, loc: tuple) -> int | None:
-    """1-based line of the deepest node of `loc` present in the YAML tree."""
-    node, line = root, None
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            nxt = None
-            for k, v in node.value:
-                if k.value == str(part):
-                    line, nxt = k.start_mark.line + 1, v
-                    break
-            if nxt is None:
-                break
-            node = nxt
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-            line = node.start_mark.line + 1
-        else:
-            break
-    return line if line is not None else (root.start_mark.line + 1 if root is not None else None)
-
-
-def _submodel(cls: type[BaseModel], loc: tuple, data: Any) -> type[BaseModel] | None:
-    """The model class that holds the field at loc[-1] (for listing allowed keys)."""
-    from runner.engines import TransformersSpec, VLLMSpec
-    cur: Any = cls
-    d = data
-    for part in loc[:-1]:
-        if isinstance(part, int):      # a list index: `cur` is already the item type
-            d = d[part] if isinstance(d, list) and 0 <= part < len(d) else None
-            continue
-        if not (isinstance(cur, type) and issubclass(cur, BaseModel)) or part not in cur.model_fields:
-            return None
-        ann = cur.model_fields[part].annotation
-        d = d.get(part) if isinstance(d, dict) else None
-        if typing.get_origin(ann) is list:
-            ann = typing.get_args(ann)[0]
-        if part == "engine":
-            kind = d.get("kind") if isinstance(d, dict) else None
-            cur = {"transformers": TransformersSpec, "vllm": VLLMSpec}.get(kind)
-            continue
-        cands = [a for a in typing.get_args(ann) if isinstance(a, type) and issubclass(a, BaseModel)] \
-            if typing.get_args(ann) else [ann]
-        cur = cands[0] if cands else None
-    return cur if isinstance(cur, type) and issubclass(cur, BaseModel) else None
-
-
-def _clean_loc(loc: tuple) -> tuple:
-    # discriminated unions insert the tag into the location: engine.vllm.x -> engine.x
-    return tuple(p for i, p in enumerate(loc) if not (i > 0 and loc[i - 1] == "engine" and p in ENGINE_KINDS))
-
-
-def _describe(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, str]:
-    loc = _clean_loc(tuple(err["loc"]))
-    dotted = ".".join(str(p) for p in loc)
-    typ = err["type"]
-    if typ == "extra_forbidden":
-        holder = _submodel(Recipe, loc, data)
-        allowed = sorted(holder.model_fields) if holder else []
-        if dotted in sets:
-            msg = f"--set {dotted}: no such key"
-        else:
-            msg = f"unknown key {str(loc[-1])!r}"
-        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        msg += f"; did you mean {close[0]!r}?" if close else "."
-        if allowed:
-            msg += " Allowed here: " + ", ".join(allowed)
-        return loc, msg
-    if typ == "missing":
-        return loc, "required field is missing"
-    if typ == "union_tag_invalid":
-        return loc + ("kind",), f"unknown engine kind {err['input'].get('kind')!r}; allowed: " + \
-            ", ".join(repr(k) for k in ENGINE_KINDS) if isinstance(err.get("input"), dict) else err["msg"]
-    if typ == "union_tag_not_found":
-        return loc + ("kind",), "missing `kind`; allowed: " + ", ".join(repr(k) for k in ENGINE_KINDS)
-    if typ == "literal_error" and loc and loc[0] == "metrics":
-        from runner.metrics import METRICS
-        val = err.get("input")
-        close = difflib.get_close_matches(str(val), list(METRICS), n=1)
-        return loc, f"unknown metric {val!r}" + (f"; did you mean {close[0]!r}?" if close else ".") + \
-            " Allowed: " + ", ".join(METRICS)
-    if loc == ("engine",) and isinstance(err.get("input"), str):
-        return loc, (f"expected a mapping with a `kind`, e.g. `engine: {{kind: {err['input']}}}`; allowed kinds: "
-                     + ", ".join(ENGINE_KINDS))
-    if loc == ("metrics",) and isinstance(err.get("input"), str):
-        return loc, f"expected a list, e.g. `metrics: [{err['input']}]`"
-    msg = err["msg"]
-    if "input" in err and typ not in ("model_type", "dict_type"):
-        shown = repr(err["input"])
-        msg += f" (got {shown[:60]})"
-    return loc, msg
+PATH_KEYS = {"model.id", "model.tokenizer", "dataset.path", "prompt.template", "prompt.system_template"}
 
 
 def _parse_set(items: list[str]) -> dict[str, str]:
@@ -117,11 +41,13 @@ def _parse_set(items: list[str]) -> dict[str, str]:
         if "=" not in it:
             raise RecipeError(f"--set {it!r}: expected dotted.key=value", field="--set")
         k, v = it.split("=", 1)
-        out[k.strip()] = v
+        k = k.strip()
+        if not k:
+            raise RecipeError(f"--set {it!r}: the key before '=' is empty; expected dotted.key=value", field="--set")
+        if any(not p.strip() for p in k.split(".")):
+            raise RecipeError(f"--set {it!r}: {k!r} is not a dotted key (empty part)", field="--set")
+        out[k] = v
     return out
-
-
-PATH_KEYS = {"model.id", "model.tokenizer", "dataset.path", "prompt.template", "prompt.system_template"}
 
 
 def _cli_path(key: str, value):
@@ -134,93 +60,191 @@ def _cli_path(key: str, value):
     return str(p.resolve()) if (p.exists() or key.startswith("model.")) else value
 
 
-def _apply_set(data: dict, key: str, raw: str, where: str) -> None:
-    parts = key.split(".")
-    cur = data
-    for p in parts[:-1]:
-        nxt = cur.get(p)
-        if nxt is None:
-            nxt = cur[p] = {}
-        if not isinstance(nxt, dict):
-            raise RecipeError(f"--set {key}: {p!r} is not a mapping", file=where, field=key)
-        cur = nxt
+def _set_value(data: dict, key: str, raw: str) -> Any:
+    """The value `--set key=raw` means for this recipe: text as written for text fields, else YAML."""
+    engine = data.get("engine")
+    kind = engine.get("kind") if isinstance(engine, dict) else None
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        target = key_target(key, kind)
+    except KeyProblem:
+        target = None
+    if target is not None and not isinstance(target, (list, DictOf)):
+        text, nullable = text_field(target)
+        if text:
+            return None if nullable and raw.strip() in ("null", "~") else raw
+    try:
+        return yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
-        value = raw
-    cur[parts[-1]] = _cli_path(key, value)
+        return raw
 
 
-def _no_duplicate_keys(node: yaml.Node | None, where: str) -> None:
-    """YAML lets a second `sampling:` silently replace the first; a recipe may not."""
-    if isinstance(node, yaml.MappingNode):
-        seen: dict[str, int] = {}
-        for k, v in node.value:
-            key = str(k.value)
-            if key in seen:
-                raise RecipeError(f"key {key!r} appears twice (first on line {seen[key]}); the second would "
-                                  "silently replace the first", file=where, line=k.start_mark.line + 1)
-            seen[key] = k.start_mark.line + 1
-            _no_duplicate_keys(v, where)
-    elif isinstance(node, yaml.SequenceNode):
-        for v in node.value:
-            _no_duplicate_keys(v, where)
-
-
-def read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
-    where = str(path)
-    if not path.exists():
-        raise RecipeError("file not found", file=where)
-    if path.is_dir():
-        raise RecipeError("is a folder, not a recipe file", file=where)
-    raw = path.read_bytes()
+def _apply_set(data: dict, key: str, raw: str, where: str) -> None:
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise RecipeError(f"not UTF-8 text (bad byte at offset {e.start})", file=where,
-                          hint="save the recipe as UTF-8")
-    if not text.strip():
-        raise RecipeError("file is empty; a recipe needs at least name, model, engine, dataset, prompt", file=where)
+        set_dotted(data, key, _cli_path(key, _set_value(data, key, raw)))
+    except TypeError as e:
+        raise RecipeError(f"--set {key}: {e}", file=where, field=key) from None
+
+
+@dataclass(frozen=True)
+class Study:
+    """What one file holds. `kind`: "recipe" (one experiment), "study" (cells) or "abstract" (none)."""
+
+    path: str
+    kind: Literal["recipe", "study", "abstract"]
+    name: str | None
+    axes: tuple[Axis, ...]            # matrix axes in file order, then `variant` when there are variants
+    report: ReportAxes | None
+    cells: tuple[LoadedRecipe, ...]
+
+    def describe(self, lr: LoadedRecipe) -> str:
+        """A cell's varying settings: `variant=vllm-oneshot, engine.enable_prefix_caching=true (cache)`."""
+        return describe(lr.cell, list(self.axes))
+
+
+def _locator(sources: list[Source], sets: dict, cell: Cell | None):
+    """locate(loc, dotted) -> `line N, ` / `base.yaml line N, ` / "" for an error at loc."""
+    plain = len(sources) == 1 and cell is None
+
+    def at(src_loc: tuple) -> str | None:
+        for i, src in enumerate(sources):
+            line = _line_of(src.node, src_loc, exact=True)
+            if line is not None:
+                return f"line {line}, " if i == 0 else f"{src.path.name} line {line}, "
+        return None
+
+    def locate(loc: tuple, dotted: str) -> str:
+        if dotted in sets:
+            return ""
+        if plain:
+            line = _line_of(sources[0].node, loc)
+            return f"line {line}, " if line else ""
+        for origin in (cell.origins if cell else ()):
+            if overlaps(str(origin[-1]), dotted):
+                return at(origin) or ""
+        found = at(loc)
+        if found is None:
+            line = _line_of(sources[0].node, loc)
+            found = f"line {line}, " if line else ""
+        return found
+
+    return locate
+
+
+def _validate(data: dict, where: str, sets: dict, locate, title: str = "invalid recipe",
+              hint: str | None = None) -> Recipe:
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        _no_duplicate_keys(node, where)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark
-        line = mark.line + 1 if mark else None
-        raise RecipeError(f"YAML syntax error: {e.problem}" + (f" ({e.context})" if e.context else ""),
-                          file=where, line=line)
-    except yaml.YAMLError as e:
-        raise RecipeError(f"YAML error: {e}", file=where)
-    if not isinstance(data, dict):
-        raise RecipeError(f"a recipe must be a mapping of keys, got {type(data).__name__}", file=where)
-    return data, node
+        return Recipe.model_validate(data)
+    except ValidationError as e:
+        raise RecipeError(title + "\n" + "\n".join(error_lines(e.errors(), data, sets, locate)), file=where,
+                          hint=hint) from None
 
 
-def load_recipe(path: str | Path, overrides: list[str] | None = None) -> LoadedRecipe:
-    path = Path(path)
-    where = str(path)
-    data, node = read_yaml(path)
-    sets = _parse_set(overrides or [])
+def _model_paths(data: dict, mp: Mapping[str, str]) -> list[str]:
+    """`--model-path HUB_ID=PATH` as the --set items it stands for in this recipe."""
+    model = data.get("model")
+    if not mp or not isinstance(model, dict):
+        return []
+    mid, tok = model.get("id"), model.get("tokenizer")
+    extra = [f"model.{k}={mp[v]}" for k, v in (("id", mid), ("tokenizer", tok)) if isinstance(v, str) and v in mp]
+    if tok is None and isinstance(mid, str) and mid in mp:
+        extra.append(f"model.tokenizer={mp[mid]}")
+    return extra
+
+
+def _finish(data: dict, path: Path, where: str, overrides: list[str], mp: Mapping[str, str], locate,
+            study: str | None = None, cell: Cell | None = None, title: str = "invalid recipe",
+            hint: str | None = None) -> LoadedRecipe:
+    sets = _parse_set(overrides)
     for k, v in sets.items():
         _apply_set(data, k, v, where)
-    try:
-        recipe = Recipe.model_validate(data)
-    except ValidationError as e:
-        lines = []
-        errs = e.errors()
-        for err in errs[:MAX_ERRORS]:
-            loc, msg = _describe(err, data, sets)
-            dotted = ".".join(str(p) for p in loc) or "(top level)"
-            line = None if dotted in sets else _line_of(node, loc)
-            lines.append(f"  {'line ' + str(line) + ', ' if line else ''}{dotted}: {msg}")
-        if len(errs) > MAX_ERRORS:
-            lines.append(f"  ... and {len(errs) - MAX_ERRORS} more")
-        raise RecipeError("invalid recipe\n" + "\n".join(lines), file=where)
+    extra = _model_paths(data, mp)
+    for k, v in _parse_set(extra).items():
+        _apply_set(data, k, v, where)
+    recipe = _validate(data, where, sets, locate, title, hint)
     base_dir = path.resolve().parent
-    local = {k: str((base_dir / v).resolve()) for k, v in (("id", recipe.model.id), ("tokenizer", recipe.model.tokenizer))
-             if v and v.startswith(("./", "../"))}
+    named = (("id", recipe.model.id), ("tokenizer", recipe.model.tokenizer))
+    local = {k: str((base_dir / v).resolve()) for k, v in named if v and v.startswith(("./", "../"))}
     if local:      # a model folder named relative to the recipe file, like every other path in it
         recipe = recipe.model_copy(update={"model": recipe.model.model_copy(update=local)})
     return LoadedRecipe(recipe=recipe, path=str(path.resolve()), base_dir=str(base_dir),
-                        overrides=list(overrides or []))
+                        overrides=[*overrides, *extra], study=study, cell=dict(cell.cell) if cell else {})
+
+
+def _check_abstract(data: dict, where: str, locate) -> None:
+    """A base-only file may leave fields out; anything it does say must still be right."""
+    try:
+        Recipe.model_validate(data)
+    except ValidationError as e:
+        errs = [x for x in e.errors() if x["type"] not in ("missing", "union_tag_not_found")]
+        if errs:
+            raise RecipeError("invalid base file (abstract: true)\n" + "\n".join(error_lines(errs, data, {}, locate)),
+                              file=where) from None
+
+
+def load_study(path: str | Path, overrides: list[str] | None = None, *,
+               model_paths: Mapping[str, str] | None = None) -> Study:
+    """Everything one recipe file holds, validated. `model_paths`: hub id -> local folder (--model-path),
+    applied to each cell's model.id / model.tokenizer after the overrides."""
+    path = Path(path)
+    where = str(path)
+    overrides, mp = list(overrides or []), dict(model_paths or {})
+    sets = _parse_set(overrides)
+    data, node = read_yaml(path)
+    merged, sources = with_bases(path, data, node) if "base" in data else (data, [Source(path, node)])
+    keys = {k: merged.pop(k) for k in STUDY_KEYS if k in merged}
+    abstract = keys.get("abstract", False)
+    if not isinstance(abstract, bool):
+        raise RecipeError(f"expected true or false, got {abstract!r}", file=where, field="abstract")
+    axes = parse_axes(keys.get("matrix"), where)
+    variants = parse_variants(keys.get("variants"), where)
+    if not axes and not variants:
+        for k in ("exclude", "report"):
+            if keys.get(k):
+                raise RecipeError("only a study (a file with `matrix` or `variants`) has cells to "
+                                  + ("exclude" if k == "exclude" else "arrange in a report"), file=where, field=k)
+    excludes = parse_excludes(keys.get("exclude"), axes, variants, where)
+    report = check_report(keys.get("report"), axes, variants, where)
+    all_axes = tuple(axes) + ((Axis("variant", tuple(variants), tuple(variants)),) if variants else ())
+    name = merged.get("name") if isinstance(merged.get("name"), str) else None
+    if abstract:
+        _check_abstract(merged, where, _locator(sources, {}, None))
+        return Study(str(path.resolve()), "abstract", name, all_axes, report, ())
+    hint = None if "name" in merged else \
+        "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
+    if not axes and not variants:
+        lr = _finish(merged, path, where, overrides, mp, _locator(sources, sets, None), hint=hint)
+        return Study(lr.path, "recipe", lr.recipe.name, (), None, (lr,))
+    if name is None or not re.match(NAME_PATTERN, name):
+        raise RecipeError("a study needs a `name` (letters, digits, ._-): its cells are named from it",
+                          file=where, field="name", hint=hint)
+    for k in sets:
+        if k == "name":
+            raise RecipeError("--set name: a study's cells are named from its `name`; rename the study in the file",
+                              field="--set", file=where)
+        clash = next((a.key for a in all_axes if overlaps(k, a.key)), None)
+        if clash:
+            raise RecipeError(f"--set {k}: the study varies {clash!r} across its cells; setting it for every cell "
+                              "would make cells the same", field="--set", file=where,
+                              hint="pick cells by name, or change the study's matrix")
+    cells = expand(name, merged, axes, variants, excludes, where)
+    loaded = tuple(_finish(c.data, path, where, overrides, mp, _locator(sources, sets, c), study=name, cell=c,
+                           title=f"cell {c.name!r} ({describe(c.cell, axes)}): invalid recipe") for c in cells)
+    return Study(str(path.resolve()), "study", name, all_axes, report, loaded)
+
+
+def load_recipes(path: str | Path, overrides: list[str] | None = None, *,
+                 model_paths: Mapping[str, str] | None = None) -> list[LoadedRecipe]:
+    """One LoadedRecipe per experiment in the file: 1 (recipe), one per cell (study), 0 (abstract)."""
+    return list(load_study(path, overrides, model_paths=model_paths).cells)
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None) -> LoadedRecipe:
+    """The one experiment a recipe file holds; a study or a base-only file is a RecipeError."""
+    s = load_study(path, overrides)
+    if s.kind == "abstract":
+        raise RecipeError("holds shared settings for other files' `base:` (abstract: true); it is not an "
+                          "experiment", file=str(path))
+    if s.kind == "study":
+        raise RecipeError(f"is a study of {len(s.cells)} experiments ({', '.join(c.recipe.name for c in s.cells)}); "
+                          "load it with load_recipes", file=str(path))
+    return s.cells[0]

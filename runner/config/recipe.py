@@ -80,12 +80,15 @@ class PromptSpec(StrictModel):
 
     template: str = Field(description="Jinja template file for the user message (relative to the recipe file, "
                                       "or a name in the project's `templates/`). Variables: `question`, "
-                                      "`context`, `answers`, `id`, `example`.")
+                                      "`context`, `answers`, `id`, `example`, `shots`.")
     system: str | None = Field(None, description="System prompt text (itself a Jinja template; may use `shots`).")
     system_template: str | None = Field(None, description="System prompt from a template file instead of `system`.")
     shots: ShotsSpec = Field(default_factory=ShotsSpec, description="Worked examples (few-shot).")
     chat_template: bool | None = Field(None, description="Apply the tokenizer's chat template; default: yes when "
                                                          "the tokenizer has one.")
+    truncate: bool = Field(False, description="A prompt that does not fit the model's context with `max_tokens` "
+                                              "is cut from the left to fit (its start is lost). Off: such a recipe "
+                                              "is refused before it runs (exit 2), naming the example.")
 
     @model_validator(mode="after")
     def _one_system(self) -> "PromptSpec":

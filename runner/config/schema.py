@@ -5,6 +5,7 @@ tests/test_schema.py fails when they are out of date."""
 from __future__ import annotations
 
 import json
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ def _type_name(ann: Any) -> str:
     args = typing.get_args(ann)
     if origin is typing.Literal:
         return " \\| ".join(f"`{a}`" for a in args)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         parts = [a for a in args if a is not type(None)]
         s = " \\| ".join(_type_name(a) for a in parts)
         return s + (" \\| null" if len(parts) < len(args) else "")

@@ -97,6 +97,16 @@ class CrashEvidence:
     notes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class ServeEvidence:
+    """What an engine's server shows took effect (its log) and did (its /metrics counters)."""
+    knobs: tuple[Knob, ...] = ()
+    cached_tokens: int | None = None      # prompt tokens served from the prefix cache, over the counters given
+    weights_gib: float | None = None
+    kv_cache_tokens: int | None = None
+    notes: tuple[str, ...] = ()
+
+
 class EngineSpecBase(StrictModel):
     """Base of every engine's recipe section. Subclasses add `kind: Literal[...]`, their fields and
     `build()`, and set the class facts below; the registry tuple in `engines/__init__.py` is the
@@ -121,6 +131,10 @@ class EngineSpecBase(StrictModel):
         """User errors this engine can see before anything runs (pure of engine libraries);
         raise RunnerError naming the field."""
 
+    def context_limit(self) -> int | None:
+        """The context length this engine is told to use (None: the model's own)."""
+        return None
+
     def plan_settings(self, model: ModelSpec) -> dict[str, Any]:
         """The settings `runner plan` predicts with (keyword arguments of planning.make_plan): memory,
         KV cache and batching as this engine will use them. Default: no prefix cache."""
@@ -134,6 +148,12 @@ class EngineSpecBase(StrictModel):
     def serve_env(self) -> dict[str, str]:
         """Environment variables for the server process."""
         return {}
+
+    def serve_evidence(self, model: ModelSpec, log_text: str, counters: dict[str, float]) -> ServeEvidence:
+        """Requested vs effective settings of this engine's server, read from what it logged since it
+        started (`log_text`), and what its /metrics counters (`counters`: growth over the measured
+        requests, `*_total` names) say, e.g. prefix-cache hits. Default: nothing known."""
+        return ServeEvidence()
 
     def prefix_caching_requested(self) -> bool:
         if self.prefix_cache_field is None:

@@ -107,6 +107,12 @@ def _generate(unit: Unit, opts: RunOptions, shared: SharedEngine, base: RunResul
     reused = shared.users > 0
     engine = shared.get()
     texts, ids = engine.encode(unit.prepared.messages)
+    if r.prompt.truncate:
+        from runner.inputs.context import context_length, truncate_left
+        ids, cut = truncate_left(ids, context_length(unit.loaded), r.sampling.max_tokens)
+        if cut:
+            base.notes.append(f"{cut} prompt(s) were cut from the left to fit the model's context "
+                              "(prompt.truncate: true)")
     base.plan = _plan(unit, ids, base)
     if not done:
         start_partial(folder.partial, unit.run_key)

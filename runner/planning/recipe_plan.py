@@ -74,5 +74,8 @@ def plan_recipe(lr: LoadedRecipe, prepared: Prepared, ids: list[list[int]], gpu:
     r = lr.recipe
     settings = r.engine.plan_settings(r.model)
     layout = _layout(lr, prepared, ids, encode) if encode is not None else None
-    return make_plan(r.name, ids, model_config(lr), gpu=gpu, max_tokens=r.sampling.max_tokens, layout=layout,
+    plan = make_plan(r.name, ids, model_config(lr), gpu=gpu, max_tokens=r.sampling.max_tokens, layout=layout,
                      **settings)
+    if r.engine.prefix_cache_field is None:        # an engine without a prefix cache: no "turn it on" advice
+        plan = plan.model_copy(update={"notes": [n for n in plan.notes if not n.startswith("prefix caching is off")]})
+    return plan

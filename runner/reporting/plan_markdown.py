@@ -19,7 +19,7 @@ def _n(v: Any) -> str:
 
 def plan_table(plans: list[dict[str, Any]]) -> str:
     """One row per recipe: what `runner plan` predicts."""
-    from runner.reporting.markdown import table
+    from runner.reporting.format import table
     rows = []
     for p in plans:
         st = p.get("prompt_tokens_per_example") or {}
@@ -38,7 +38,8 @@ def plan_advice(plans: list[dict[str, Any]]) -> list[str]:
         for note in p.get("notes", []):
             out.append(f"- {p['name']}: {note}")
         for a in p.get("layout_advice", []):
-            out.append(f"- {p['name']} (layout): {a['text']}")
+            if a["first_share"] > a["current_share"] + 0.01:       # only advice that would change something
+                out.append(f"- {p['name']} (layout): {a['text']}")
     return out
 
 
@@ -50,7 +51,7 @@ def _off(pred: float | None, meas: float | None) -> float | None:
 
 def predicted_vs_measured(r: RunResult) -> list[str]:
     """A report section: each prediction next to its measurement, with warnings beyond tolerance."""
-    from runner.reporting.markdown import table
+    from runner.reporting.format import table
     p = r.plan
     if not p or r.status != "ok":
         return []

@@ -1,6 +1,7 @@
 """PNG charts for the summary (matplotlib, headless). Drawn from results only."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from runner.execution.layout import chart_path
@@ -59,7 +60,9 @@ def pareto(points: list[tuple[float, float]]) -> list[int]:
     return front
 
 
-def accuracy_chart(results: list[RunResult], metric: str, path: Path) -> Path | None:
+def accuracy_chart(results: list[RunResult], metric: str, path: Path,
+                   label: Callable[[RunResult], str] | None = None, title: str = "") -> Path | None:
+    """Score against generation time, the Pareto front in green; points named by `label` (default: run name)."""
     rs = [r for r in results if r.status == "ok" and r.scores_meaningful and metric in r.scores and _time(r)]
     if not rs:
         return None
@@ -67,15 +70,15 @@ def accuracy_chart(results: list[RunResult], metric: str, path: Path) -> Path | 
     pts = [(_time(r), r.scores[metric]) for r in rs]
     front = set(pareto(pts))
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, (r, (t, s)) in enumerate(zip(rs, pts)):
+    for i, (r, (t, s)) in enumerate(zip(rs, pts, strict=True)):
         ax.scatter(t, s, color="#2ca02c" if i in front else "#7f7f7f", s=60 if i in front else 30, zorder=3)
-        ax.annotate(r.name, (t, s), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        ax.annotate(label(r) if label else r.name, (t, s), fontsize=7, xytext=(4, 4), textcoords="offset points")
     fp = sorted(pts[i] for i in front)
     ax.plot([p[0] for p in fp], [p[1] for p in fp], color="#2ca02c", linestyle="--", zorder=2)
     ax.set_xscale("log")
     ax.set_xlabel("generation time, s (log)")
     ax.set_ylabel(metric)
-    ax.set_title(f"{metric} against time (green: Pareto front)", fontsize=10)
+    ax.set_title(title or f"{metric} against time (green: Pareto front)", fontsize=10)
     return _save(plt, fig, path)
 
 

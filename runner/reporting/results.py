@@ -5,6 +5,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from runner.engines.base import Knob
+from runner.serving.results import ServingResult
+
 SCHEMA_VERSION = 1
 
 
@@ -69,14 +72,6 @@ class Estimate(_M):
     method: str
 
 
-class KnobResult(_M):
-    name: str
-    requested: Any = None
-    effective: Any = None
-    status: Literal["applied", "ignored", "default", "unverified"]
-    evidence: str = ""
-
-
 class EngineSummary(_M):
     name: str = ""
     version: str = ""
@@ -104,7 +99,7 @@ class RunResult(_M):
     memory: Memory = Field(default_factory=Memory)
     prefix: Prefix = Field(default_factory=Prefix)
     estimate: Estimate | None = None
-    knobs: list[KnobResult] = Field(default_factory=list)
+    knobs: list[Knob] = Field(default_factory=list)
     engine: EngineSummary = Field(default_factory=EngineSummary)
     environment: dict[str, Any] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
@@ -120,6 +115,8 @@ class RunResult(_M):
                                         "the measurement.")
     run_key: str = Field("", description="Hash of the resolved recipe, its templates, dataset file and "
                                          "limits: an unchanged recipe with complete results is skipped.")
+    serving: ServingResult | None = Field(None, description="A recipe with `load:`: the figures of every request "
+                                          "rate; the top-level fields describe its `headline_rate`.")
 
 
 class Sample(_M):

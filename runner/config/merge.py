@@ -1,0 +1,130 @@
+"""`base:` chains: a recipe file that starts from another file and overrides it.
+
+- `base: other.yaml` names a file relative to the file that names it (an absolute path works too).
+  The base may itself have a `base:`; at most `MAX_BASES` files in a chain; a loop is an error.
+- Merging: mappings merge key by key (the file's value wins), anything else - lists included - is
+  replaced whole. `matrix` axes and `variants` merge one level deep: an axis or variant the file
+  names replaces the base's of the same key whole. `abstract` is never inherited.
+- Paths written in a base are relative to the base: when the base lies in another folder, its
+  `dataset.path`, `prompt.shots.source.path`, `model.id`/`model.tokenizer` written `./..`/`../..`,
+  and template paths that name a folder (`sub/x.j2`) are rewritten relative to the loaded file.
+  A template named without a folder (`jsquad.j2`) stays a name, found as usual from the loaded file.
+"""
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runner.config.keys import get_dotted, set_dotted
+from runner.config.yamlfile import read_yaml
+from runner.errors import RecipeError
+
+MAX_BASES = 16
+ONE_LEVEL = ("matrix", "variants")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One file of a chain: its path and YAML tree (for line numbers)."""
+
+    path: Path
+    node: yaml.Node | None
+
+
+def deep_merge(base: Any, over: Any) -> Any:
+    """`over` on top of `base`: mappings merge recursively, everything else is replaced."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = deep_merge(base[k], v) if k in base else copy.deepcopy(v)
+        return out
+    return copy.deepcopy(over)
+
+
+def merge_layer(base: dict, over: dict) -> dict:
+    out = deep_merge({k: v for k, v in base.items() if k not in ONE_LEVEL},
+                     {k: v for k, v in over.items() if k not in ONE_LEVEL})
+    for k in ONE_LEVEL:
+        b, o = base.get(k), over.get(k)
+        if isinstance(b, dict) and isinstance(o, dict):
+            out[k] = {**copy.deepcopy(b), **copy.deepcopy(o)}
+        elif k in over:
+            out[k] = copy.deepcopy(o)
+        elif k in base:
+            out[k] = copy.deepcopy(b)
+    return out
+
+
+def _rel(value: str, src: Path, dst: Path) -> str:
+    return os.path.relpath(os.path.normpath(src / value), dst)
+
+
+def rebase_paths(data: dict, src: Path, dst: Path) -> dict:
+    """Relative paths of a file in folder `src`, rewritten for a file in folder `dst` (lexically)."""
+    if src == dst:
+        return data
+    data = copy.deepcopy(data)
+    for sect in ("dataset", "prompt.shots.source"):
+        spec = get_dotted(data, sect)
+        if isinstance(spec, dict) and spec.get("format") != "hub":
+            p = spec.get("path")
+            if isinstance(p, str) and p and not p.startswith("~") and not Path(p).is_absolute():
+                spec["path"] = _rel(p, src, dst)
+    for key in ("model.id", "model.tokenizer", "prompt.template", "prompt.system_template"):
+        v = get_dotted(data, key)
+        if not isinstance(v, str) or Path(v).is_absolute():
+            continue
+        explicit = v.startswith(("./", "../")) if key.startswith("model.") else "/" in v and not v.startswith("~")
+        if explicit:
+            set_dotted(data, key, _rel(v, src, dst))
+    return data
+
+
+def _key_line(node: yaml.Node | None, key: str) -> int | None:
+    if isinstance(node, yaml.MappingNode):
+        for k, _ in node.value:
+            if k.value == key:
+                return k.start_mark.line + 1
+    return None
+
+
+def with_bases(path: Path, data: dict, node: yaml.Node | None) -> tuple[dict, list[Source]]:
+    """The file's data merged over its chain of bases, and the chain (the file first)."""
+    top_dir = path.resolve().parent
+    sources = [Source(path, node)]
+    layers = [data]
+    seen = [path.resolve()]
+    cur_path, cur, cur_node = path, data, node
+    while "base" in cur:
+        ref = cur["base"]
+        line = _key_line(cur_node, "base")
+        if not isinstance(ref, str) or not ref.strip():
+            raise RecipeError(f"expected the path of another recipe file, got {ref!r}", file=str(cur_path),
+                              field="base", line=line)
+        bpath = Path(ref).expanduser()
+        if not bpath.is_absolute():
+            bpath = cur_path.parent / bpath
+        if bpath.resolve() in seen:
+            loop = " -> ".join(str(p) for p in [*seen, bpath.resolve()])
+            raise RecipeError(f"base chain loops: {loop}", file=str(cur_path), field="base", line=line)
+        if not bpath.is_file():
+            what = "is not a file" if bpath.exists() else "not found"
+            raise RecipeError(f"base file {ref!r} {what} (looked for {bpath})", file=str(cur_path),
+                              field="base", line=line)
+        if len(seen) >= MAX_BASES:
+            raise RecipeError(f"more than {MAX_BASES} files in the base chain", file=str(cur_path), field="base")
+        seen.append(bpath.resolve())
+        cur, cur_node = read_yaml(bpath)
+        cur_path = bpath
+        sources.append(Source(bpath, cur_node))
+        layers.append(rebase_paths(cur, bpath.resolve().parent, top_dir))
+    merged: dict = {}
+    for i, layer in enumerate(reversed(layers)):
+        top = i == len(layers) - 1
+        merged = merge_layer(merged, {k: v for k, v in layer.items() if k != "base" and (top or k != "abstract")})
+    return merged, sources

@@ -1,0 +1,214 @@
+"""Inputs that used to pass and produce wrong, garbage or unsafe results: each is refused or handled now."""
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from runner.cli import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+STORIES = SHARED / "models" / "stories260K"
+
+
+def _go(*args):
+    return CliRunner().invoke(cli, ["go", *map(str, args), "--no-progress"])
+
+
+def _fake(base_recipe, **engine):
+    return {**base_recipe, "engine": {"kind": "fake", "reply": "{{ answers[0] }}", **engine}}
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("sampling.stop", [""], "sampling.stop.0: String should have at least 1 character"),
+    ("sampling.temperature", float("inf"), "sampling.temperature: Input should be a finite number"),
+    ("sampling.temperature", float("nan"), "sampling.temperature: Input should be a finite number"),
+    ("sampling.max_tokens", 10 ** 300, "sampling.max_tokens: Input should be less than or equal to 1048576"),
+    ("sampling.seed", 2 ** 64, "sampling.seed: Input should be less than or equal to 9223372036854775807"),
+    ("sampling.seed", -1, "sampling.seed: Input should be greater than or equal to 0"),
+    ("timeout_s", 10 ** 12, "timeout_s: Input should be less than or equal to 2592000"),
+    ("dataset.limit", 10 ** 20, "dataset.limit: Input should be less than or equal to 100000000"),
+])
+def test_values_that_would_empty_or_garble_outputs_are_refused(write_recipe, base_recipe, key, value, needle):
+    d = json.loads(json.dumps(base_recipe))
+    *path, last = key.split(".")
+    cur = d
+    for p in path:
+        cur = cur.setdefault(p, {})
+    cur[last] = value
+    p = write_recipe(d)
+    if isinstance(value, float) and value != value:       # YAML has .nan but safe_dump writes it as such
+        p.write_text(p.read_text().replace("temperature: .nan", "temperature: .nan"))
+    r = CliRunner().invoke(cli, ["check", str(p), "--no-tokens"])
+    assert r.exit_code == 2, r.output
+    assert needle in r.output and "Traceback" not in r.output
+
+
+def test_engine_vllm_numbers_are_bounded(write_recipe, base_recipe):
+    d = {**base_recipe, "engine": {"kind": "vllm", "cpu_offload_gb": float("inf"), "seed": 2 ** 70}}
+    r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
+    assert r.exit_code == 2
+    assert "engine.cpu_offload_gb: Input should be a finite number" in r.output
+    assert "engine.seed: Input should be less than or equal to" in r.output
+
+
+def test_cli_timeout_is_bounded(write_recipe, base_recipe, tmp_path):
+    r = _go(write_recipe(base_recipe), "--out", tmp_path / "o", "--timeout", 10 ** 12)
+    assert r.exit_code == 2 and "--timeout" in r.output and not (tmp_path / "o").exists()
+
+
+def test_a_second_writer_of_the_same_folder_is_refused(write_recipe, base_recipe, tmp_path):
+    from filelock import FileLock
+    out = tmp_path / "out"
+    (out / "t").mkdir(parents=True)
+    held = FileLock(str(out / "t" / ".runner.lock"))
+    held.acquire()            # another `runner go` writing recipe t right now
+    try:
+        r = _go(write_recipe(_fake(base_recipe)), "--out", out)
+    finally:
+        held.release()
+    assert r.exit_code == 2
+    assert f"{out / 't'}: another `runner go` is writing this recipe's folder right now" in r.output
+    assert not (out / "t" / "results.json").exists() and not (out / "t" / "samples.partial.jsonl").exists()
+    assert _go(write_recipe(_fake(base_recipe)), "--out", out, "--set", "dataset.limit=2").exit_code == 0
+
+
+@pytest.mark.parametrize("name", ["../../x", "../escape", "a/b", ".hidden", "summary.md"])
+def test_report_never_writes_outside_out_for_a_name_read_from_disk(tmp_path, name):
+    out = tmp_path / "deep" / "out"
+    d = out / "run"
+    d.mkdir(parents=True)
+    (d / "results.json").write_text(json.dumps({"name": name, "recipe": {}, "status": "ok"}))
+    r = CliRunner().invoke(cli, ["report", str(out)])
+    assert r.exit_code == 2 and "is not a valid run name" in r.output, r.output
+    assert sorted(p.name for p in tmp_path.rglob("*.md")) == []
+
+
+def test_report_refuses_a_results_json_that_names_another_folder(tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "results.json").write_text(json.dumps({"name": "other", "recipe": {}, "status": "ok"}))
+    r = CliRunner().invoke(cli, ["report", str(tmp_path)])
+    assert r.exit_code == 2 and "names the run 'other' but lies in the folder 'run'" in r.output
+    assert not (tmp_path / "other").exists()
+
+
+@pytest.mark.parametrize("content,needle", [
+    (b"\xff\xfe not utf-8", "not a valid results.json"),
+    (b'{"name": "run"}', "not a valid results.json"),
+    (b"[1, 2]", "not a valid results.json"),
+    (None, "results.json: is not a file"),
+])
+def test_report_on_broken_results_is_one_screen(tmp_path, content, needle):
+    d = tmp_path / "run"
+    d.mkdir()
+    if content is None:
+        (d / "results.json").mkdir()
+    else:
+        (d / "results.json").write_bytes(content)
+    r = CliRunner().invoke(cli, ["report", str(tmp_path)])
+    assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, r.output
+
+
+def test_report_on_broken_samples_names_the_file_and_line(tmp_path):
+    from runner.reporting.results import RunResult
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "results.json").write_text(RunResult(name="run", recipe={"model": {"id": "m"}}, status="ok")
+                                    .model_dump_json())
+    (d / "samples.jsonl").write_text('{"id": "a", "output": "x"}\n{"oops": 1}\n')
+    r = CliRunner().invoke(cli, ["report", str(tmp_path)])
+    assert r.exit_code == 2 and f"{d / 'samples.jsonl'}: line 2 is not a sample" in r.output
+    (d / "samples.jsonl").write_bytes(b'{"id": "a", "output": "\xff"}\n')
+    r = CliRunner().invoke(cli, ["report", str(tmp_path)])
+    assert r.exit_code == 2 and "cannot read the samples (UnicodeDecodeError" in r.output
+
+
+def test_empty_out_is_bad_input(write_recipe, base_recipe):
+    r = _go(write_recipe(base_recipe), "--out", "")
+    assert r.exit_code == 2 and "--out: --out is empty; give a folder for the reports" in r.output
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_read_only_out_is_bad_input(write_recipe, base_recipe, tmp_path):
+    out = tmp_path / "ro"
+    out.mkdir()
+    out.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        r = _go(write_recipe(base_recipe), "--out", out)
+    finally:
+        out.chmod(0o755)
+    assert r.exit_code == 2 and "the report folder is not writable" in r.output
+
+
+def test_read_only_out_is_detected_without_relying_on_permissions(write_recipe, base_recipe, tmp_path, monkeypatch):
+    import runner.cli.go as go
+    monkeypatch.setattr(go.os, "access", lambda *a, **k: False)
+    r = _go(write_recipe(base_recipe), "--out", tmp_path / "o")
+    assert r.exit_code == 2 and "the report folder is not writable" in r.output
+
+
+def test_a_run_leaves_no_temporary_files(write_recipe, base_recipe, tmp_path, monkeypatch):
+    import tempfile
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    r = _go(write_recipe(_fake(base_recipe)), "--out", tmp_path / "out", "--set", "dataset.limit=3")
+    assert r.exit_code == 0, r.output
+    assert list(tmp.iterdir()) == []            # the job travels through the worker's stdin
+
+
+@pytest.mark.skipif(not STORIES.exists(), reason="../shared/models/stories260K absent")
+def test_chat_template_on_a_tokenizer_without_one_is_bad_input(write_recipe, base_recipe):
+    d = {**base_recipe, "model": {"id": str(STORIES)}, "prompt": {**base_recipe["prompt"], "chat_template": True}}
+    r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
+    assert r.exit_code == 2
+    assert f"prompt.chat_template: chat_template is true but the tokenizer in {STORIES} has no chat template" \
+        in r.output
+
+
+def test_device_cuda_without_a_gpu_is_bad_input(write_recipe, base_recipe):
+    from runner.execution.gpumem import has_cuda_device
+    if has_cuda_device():
+        pytest.skip("this machine has a GPU")
+    d = {**base_recipe, "engine": {"kind": "transformers", "device": "cuda"}}
+    r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
+    assert r.exit_code == 2 and "engine.device: device is cuda but this machine has no NVIDIA GPU" in r.output
+
+
+@pytest.mark.skipif(not STORIES.exists(), reason="../shared/models/stories260K absent")
+def test_prompts_longer_than_the_context_are_refused_naming_the_example(write_recipe, base_recipe, tmp_path):
+    pytest.importorskip("transformers")
+    # stories260K: a 512-token context; the demo's passages are a few hundred characters
+    d = {**base_recipe, "model": {"id": str(STORIES)}, "sampling": {"max_tokens": 480}}
+    r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
+    assert r.exit_code == 2, r.output
+    assert "do not fit the model's context of 512 tokens with max_tokens 480: example demo-" in r.output
+    assert "prompt.truncate: true" in r.output
+    d["prompt"] = {**d["prompt"], "truncate": True}
+    assert CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"]).exit_code == 0
+
+
+def test_truncation_cuts_from_the_left():
+    from runner.inputs.context import truncate_left
+    ids, cut = truncate_left([[1, 2, 3, 4, 5], [1, 2]], limit=6, max_tokens=3)
+    assert ids == [[3, 4, 5], [1, 2]] and cut == 1
+
+
+def test_the_byte_bound_never_undercounts_tokens():
+    pytest.importorskip("transformers")
+    qwen = SHARED / "models" / "qwen2.5-7b-instruct"
+    if not qwen.exists():
+        pytest.skip("../shared absent")
+    from transformers import AutoTokenizer
+
+    from runner.inputs.context import token_bound
+    tok = AutoTokenizer.from_pretrained(str(qwen))
+    for text in ["東京都は日本の首都です。" * 20, "a" * 500, "🙂 emoji " * 30, ""]:
+        msgs = [{"role": "system", "content": "You answer."}, {"role": "user", "content": text}]
+        n = len(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True))
+        assert n <= token_bound(msgs)

@@ -1,0 +1,377 @@
+"""Study files (issue 12): `base:` chains, `matrix` x `variants` expansion, labels and names, `exclude`,
+`abstract` base-only files, `--set` on every cell, and the project's JSQuAD study. Loading only: nothing runs."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from runner.config.loading import load_recipe, load_recipes, load_study
+from runner.errors import RecipeError
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def study(base_recipe: dict, **keys) -> dict:
+    d = copy.deepcopy(base_recipe)
+    d.update(keys)
+    return d
+
+
+def names(loaded) -> list[str]:
+    return [lr.recipe.name for lr in loaded]
+
+
+def error(fn, *a, **kw) -> RecipeError:
+    with pytest.raises(RecipeError) as e:
+        fn(*a, **kw)
+    return e.value
+
+
+# --------------------------------------------------------------------------- base chains
+
+def test_base_chain_merges_mappings_and_replaces_lists(write_recipe, base_recipe):
+    grand = copy.deepcopy(base_recipe)
+    del grand["name"]
+    grand["abstract"] = True
+    grand["sampling"] = {"temperature": 0, "max_tokens": 16, "stop": ["a", "b"]}
+    write_recipe(grand, "grand.yaml")
+    write_recipe({"base": "grand.yaml", "sampling": {"stop": ["c"]}, "metrics": ["exact_match"]}, "mid.yaml")
+    p = write_recipe({"base": "mid.yaml", "name": "child", "sampling": {"max_tokens": 8}}, "child.yaml")
+    lr = load_recipe(p)
+    s = lr.recipe.sampling
+    assert (s.temperature, s.max_tokens, s.stop) == (0, 8, ["c"])
+    assert lr.recipe.metrics == ["exact_match"]                  # a list is replaced, not appended to
+    assert lr.recipe.engine.kind == "transformers" and lr.recipe.model.id == "builtin:demo"
+    assert lr.study is None and lr.cell == {}
+    assert lr.path == str(p.resolve())
+
+
+def test_abstract_is_not_inherited(write_recipe, base_recipe):
+    write_recipe({**base_recipe, "abstract": True}, "b.yaml")
+    p = write_recipe({"base": "b.yaml", "name": "real"}, "r.yaml")
+    assert names(load_recipes(p)) == ["real"]
+
+
+def test_base_cycle_names_the_files(write_recipe, base_recipe, tmp_path):
+    write_recipe({**base_recipe, "base": "b.yaml"}, "a.yaml")
+    write_recipe({"base": "a.yaml"}, "b.yaml")
+    e = error(load_recipe, tmp_path / "a.yaml")
+    a, b = (tmp_path / "a.yaml").resolve(), (tmp_path / "b.yaml").resolve()
+    assert e.message == f"base chain loops: {a} -> {b} -> {a}"
+    assert e.field == "base" and e.file == str(tmp_path / "b.yaml") and e.line == 1
+
+
+def test_missing_base_names_both_files(write_recipe, base_recipe, tmp_path):
+    p = write_recipe({**base_recipe, "base": "nope.yaml"})
+    e = error(load_recipe, p)
+    assert e.file == str(p) and e.field == "base"
+    assert e.message == f"base file 'nope.yaml' not found (looked for {tmp_path / 'nope.yaml'})"
+
+
+def test_error_inside_a_base_names_the_base(write_recipe, base_recipe):
+    write_recipe("name: [unclosed\n", "broken.yaml")
+    p = write_recipe({**base_recipe, "base": "broken.yaml"})
+    e = error(load_recipe, p)
+    assert e.file.endswith("broken.yaml") and "YAML syntax error" in e.message
+
+
+def test_paths_in_a_base_are_relative_to_the_base(write_recipe, base_recipe, tmp_path, demo_data):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "d.json").write_bytes(demo_data.read_bytes())
+    shared = {**base_recipe, "abstract": True, "dataset": {"format": "squad", "path": "../data/d.json"}}
+    write_recipe(shared, "common/base.yaml")
+    p = write_recipe({"base": "../../common/base.yaml", "name": "x"}, "deep/er/r.yaml")
+    lr = load_recipe(p)
+    assert lr.recipe.dataset.path == "../../data/d.json"
+    assert lr.resolve(lr.recipe.dataset.path).resolve() == (tmp_path / "data" / "d.json").resolve()
+    assert lr.recipe.prompt.template == "jsquad.j2"              # a bare template name stays a name
+
+
+def test_line_numbers_point_into_the_base(write_recipe, base_recipe):
+    write_recipe({**base_recipe, "abstract": True, "name": "b"}, "b.yaml")
+    text = "base: b.yaml\nname: r\nsampling:\n  max_tokens: -1\n"
+    e = error(load_recipe, write_recipe(text))
+    assert "  line 4, sampling.max_tokens: Input should be greater than 0" in e.message
+
+
+# --------------------------------------------------------------------------- matrix, labels, names
+
+def test_matrix_expands_every_combination_with_names(write_recipe, base_recipe):
+    p = write_recipe(study(base_recipe, matrix={"sampling.max_tokens": [8, 16],
+                                                "engine.batch_size": [1, 4], "sampling.temperature": [0]}))
+    loaded = load_recipes(p)
+    assert names(loaded) == ["t-max_tokens-8-batch_size-1", "t-max_tokens-8-batch_size-4",
+                             "t-max_tokens-16-batch_size-1", "t-max_tokens-16-batch_size-4"]
+    last = loaded[-1]
+    assert (last.recipe.sampling.max_tokens, last.recipe.engine.batch_size) == (16, 4)
+    assert last.study == "t"
+    assert last.cell == {"sampling.max_tokens": 16, "engine.batch_size": 4}   # one-value axes do not vary
+
+
+def test_default_labels_of_text_bool_and_null(write_recipe, base_recipe):
+    p = write_recipe(study(base_recipe, matrix={"prompt.template": ["jsquad.j2", "sub/other-layout.j2"],
+                                                "sampling.ignore_eos": [False, True],
+                                                "sampling.seed": [None, 3]}))
+    loaded = load_recipes(p)
+    assert names(loaded)[0] == "t-jsquad-ignore_eos-off-seed-none"
+    assert names(loaded)[-1] == "t-other-layout-ignore_eos-on-seed-3"
+    assert len(loaded) == 8
+
+
+def test_labels_name_the_values_and_an_empty_label_is_left_out(write_recipe, base_recipe):
+    p = write_recipe(study(base_recipe, engine={"kind": "vllm"}, matrix={
+        "prompt.template": {"": "jsquad.j2", "cfirst": "other.j2"},
+        "engine.engine_args": {"small": {"a": 1}, "big": {"a": 2, "b": [1, 2]}}}))
+    loaded = load_recipes(p)
+    assert names(loaded) == ["t-small", "t-big", "t-cfirst-small", "t-cfirst-big"]
+    assert loaded[3].cell == {"prompt.template": "other.j2", "engine.engine_args": {"a": 2, "b": [1, 2]}}
+
+
+def test_unlabelled_mapping_values_need_labels(write_recipe, base_recipe):
+    p = write_recipe(study(base_recipe, matrix={"engine.engine_args": [{"a": 1}, {"a": 2}]}))
+    e = error(load_recipes, p)
+    assert (e.field, e.message) == ("matrix.engine.engine_args", "these values need labels to name the cells")
+    assert "{small: ..., big: ...}" in e.hint
+
+
+def test_unquoted_on_off_labels_are_refused(write_recipe, base_recipe):
+    text = yaml.safe_dump(base_recipe) + "matrix:\n  sampling.ignore_eos: {on: true, off: false}\n"
+    e = error(load_recipes, write_recipe(text))
+    assert e.field == "matrix.sampling.ignore_eos" and "quote it" in e.message
+
+
+def test_name_collision_is_an_error(write_recipe, base_recipe):
+    p = write_recipe(study(base_recipe, matrix={"prompt.template": ["a/x.j2", "b/x.j2"]}))
+    e = error(load_recipes, p)
+    assert e.message == "two values have the label 'x'"
+    p = write_recipe(study(base_recipe, matrix={"prompt.template": {"": "a.j2", "b": "b.j2"},
+                                                "sampling.max_tokens": {"": 8, "b": 9}}))
+    e = error(load_recipes, p)
+    assert e.message.startswith("two cells are named 't-b': (prompt.template=a.j2, sampling.max_tokens=9 (b)) "
+                                "and (prompt.template=b.j2, sampling.max_tokens=8)")
+
+
+def test_cell_name_too_long(write_recipe, base_recipe):
+    p = write_recipe(study(base_recipe, name="s" * 95, matrix={"sampling.max_tokens": [8, 16]}))
+    e = error(load_recipes, p)
+    assert "is not a valid recipe name" in e.message and f"cell name '{'s' * 95}-max_tokens-8'" in e.message
+
+
+def test_too_many_cells_is_refused_before_expanding(write_recipe, base_recipe):
+    axes = {f"engine.engine_args.k{i}": list(range(10)) for i in range(12)}
+    e = error(load_recipes, write_recipe(study(base_recipe, matrix=axes)))
+    assert e.message.startswith("the study makes 1,000,000,000,000 cells before `exclude`; at most 1,000")
+
+
+def test_overlapping_axes_are_refused(write_recipe, base_recipe):
+    p = write_recipe(study(base_recipe, matrix={"engine.engine_args": {"a": {}, "b": {"x": 1}},
+                                                "engine.engine_args.x": [1, 2]}))
+    assert "overlap" in error(load_recipes, p).message
+
+
+# --------------------------------------------------------------------------- keys
+
+def test_unknown_dotted_key_suggests(write_recipe, base_recipe):
+    e = error(load_recipes, write_recipe(study(base_recipe, matrix={"sampling.max_token": [1, 2]})))
+    assert e.field == "matrix"
+    assert e.message.startswith("'sampling.max_token' is not a recipe field ('sampling' has no key 'max_token'); "
+                                "did you mean 'sampling.max_tokens'?")
+    e = error(load_recipes, write_recipe(study(base_recipe, variants={"v": {"engine.quantizaton": "fp8"}})))
+    assert e.field == "variants.v" and "did you mean 'engine.quantization'?" in e.message
+
+
+def test_free_form_mappings_take_any_subkey(write_recipe, base_recipe):
+    r = study(base_recipe, engine={"kind": "vllm"}, matrix={"engine.engine_args.max_num_seqs": [32, 64]})
+    loaded = load_recipes(write_recipe(r))
+    assert [lr.recipe.engine.engine_args for lr in loaded] == [{"max_num_seqs": 32}, {"max_num_seqs": 64}]
+
+
+def test_invalid_cell_names_the_cell_and_field(write_recipe, base_recipe):
+    p = write_recipe(study(base_recipe, matrix={"sampling.max_tokens": [8, 0]}))
+    e = error(load_recipes, p)
+    line = p.read_text().splitlines().index("  sampling.max_tokens:") + 1
+    assert e.message.splitlines()[0] == "cell 't-max_tokens-0' (sampling.max_tokens=0): invalid recipe"
+    assert f"  line {line}, sampling.max_tokens: Input should be greater than 0" in e.message
+
+
+def test_engine_kind_decides_which_engine_keys_a_cell_may_set(write_recipe, base_recipe):
+    r = study(base_recipe, engine={"kind": "vllm"}, matrix={"engine.enable_prefix_caching": [False, True]},
+              variants={"v": {}, "hf": {"engine.kind": "transformers"}})
+    e = error(load_recipes, write_recipe(r))
+    assert e.message.startswith("cell 't-hf-enable_prefix_caching-off' (variant=hf, "
+                                "engine.enable_prefix_caching=false): invalid recipe")
+    assert "engine.enable_prefix_caching: unknown key 'enable_prefix_caching'" in e.message
+    # a variant that replaces the whole engine is off the engine axes
+    r["variants"]["hf"] = {"engine": {"kind": "transformers", "device": "cpu"}}
+    loaded = load_recipes(write_recipe(r))
+    assert names(loaded) == ["t-v-enable_prefix_caching-off", "t-v-enable_prefix_caching-on", "t-hf"]
+    assert loaded[2].cell == {"variant": "hf"} and loaded[2].recipe.engine.kind == "transformers"
+
+
+# --------------------------------------------------------------------------- variants, exclude
+
+def test_variants_times_grid_and_a_variant_fixes_its_own_axis(write_recipe, base_recipe):
+    r = study(base_recipe, matrix={"sampling.max_tokens": [8, 16], "sampling.temperature": {"greedy": 0, "hot": 0.5}},
+              variants={"a": None, "b": {"sampling.max_tokens": 5, "description": "five"}})
+    loaded = load_recipes(write_recipe(r))
+    assert names(loaded) == ["t-a-max_tokens-8-greedy", "t-a-max_tokens-8-hot", "t-a-max_tokens-16-greedy",
+                             "t-a-max_tokens-16-hot", "t-b-greedy", "t-b-hot"]
+    b = loaded[-1]
+    assert b.cell == {"variant": "b", "sampling.max_tokens": 5, "sampling.temperature": 0.5}
+    assert (b.recipe.sampling.max_tokens, b.recipe.description) == (5, "five")
+
+
+def test_one_variant_is_not_in_names_but_in_the_cell(write_recipe, base_recipe):
+    loaded = load_recipes(write_recipe(study(base_recipe, variants={"only": {"sampling.max_tokens": 3}})))
+    assert names(loaded) == ["t"] and loaded[0].cell == {"variant": "only"}
+
+
+def test_exclude_by_value_label_and_variant(write_recipe, base_recipe):
+    r = study(base_recipe, matrix={"sampling.max_tokens": {"short": 8, "long": 16},
+                                   "sampling.ignore_eos": [False, True]},
+              variants={"a": {}, "b": {}},
+              exclude=[{"sampling.max_tokens": "long", "variant": "b"}, {"sampling.ignore_eos": True, "variant": "a"}])
+    assert names(load_recipes(write_recipe(r))) == [
+        "t-a-short-ignore_eos-off", "t-a-long-ignore_eos-off", "t-b-short-ignore_eos-off", "t-b-short-ignore_eos-on"]
+
+
+def test_exclude_mistakes_are_named(write_recipe, base_recipe):
+    r = study(base_recipe, matrix={"sampling.max_tokens": [8, 16]}, exclude=[{"sampling.max_token": 8}])
+    e = error(load_recipes, write_recipe(r))
+    assert (e.field, e.message) == ("exclude[0]", "'sampling.max_token' is not an axis of this study; did you mean "
+                                    "'sampling.max_tokens'? Axes: sampling.max_tokens")
+    r["exclude"] = [{"sampling.max_tokens": 9}]
+    e = error(load_recipes, write_recipe(r))
+    assert e.message == "sampling.max_tokens: 9 is none of the axis's values: 8 (max_tokens-8), 16 (max_tokens-16)"
+    r["exclude"] = [{"sampling.max_tokens": 8}, {"sampling.max_tokens": 16}]
+    assert error(load_recipes, write_recipe(r)).message == "`exclude` drops every cell of the study"
+
+
+def test_exclude_or_report_need_a_study(write_recipe, base_recipe):
+    e = error(load_recipes, write_recipe(study(base_recipe, exclude=[{"variant": "x"}])))
+    assert e.field == "exclude" and e.message.startswith("only a study")
+
+
+def test_report_axes(write_recipe, base_recipe):
+    r = study(base_recipe, matrix={"sampling.max_tokens": [8, 16]}, variants={"a": {}, "b": {}},
+              report={"rows": "variant", "columns": "sampling.max_tokens"})
+    s = load_study(write_recipe(r))
+    assert (s.report.rows, s.report.columns) == ("variant", "sampling.max_tokens")
+    assert [a.key for a in s.axes] == ["sampling.max_tokens", "variant"]
+    assert s.describe(s.cells[1]) == "variant=a, sampling.max_tokens=16"      # default labels are not repeated
+    r["report"] = {"rows": "sampling.max_token"}
+    e = error(load_study, write_recipe(r))
+    assert e.field == "report.rows" and "did you mean 'sampling.max_tokens'?" in e.message
+
+
+# --------------------------------------------------------------------------- plain recipes, abstract, --set
+
+def test_plain_recipe_loads_as_before(write_recipe, base_recipe):
+    p = write_recipe(base_recipe)
+    s = load_study(p)
+    assert s.kind == "recipe" and s.axes == () and s.report is None
+    assert load_recipes(p) == [load_recipe(p)]
+    assert load_recipe(p).recipe.canonical()["name"] == "t"
+
+
+def test_base_only_file_is_skipped_but_still_checked(write_recipe, base_recipe):
+    partial = {"abstract": True, "engine": {"kind": "vllm", "enforce_eager": True}, "sampling": {"max_tokens": 8}}
+    p = write_recipe(partial, "base.yaml")
+    assert load_recipes(p) == [] and load_study(p).kind == "abstract"
+    e = error(load_recipe, p)
+    assert e.message == "holds shared settings for other files' `base:` (abstract: true); it is not an experiment"
+    p = write_recipe({**partial, "sampling": {"max_tokns": 8}}, "typo.yaml")
+    e = error(load_recipes, p)
+    assert "invalid base file (abstract: true)" in e.message and "did you mean 'max_tokens'?" in e.message
+
+
+def test_a_nameless_file_hints_at_abstract(write_recipe, base_recipe):
+    d = copy.deepcopy(base_recipe)
+    del d["name"]
+    e = error(load_recipes, write_recipe(d))
+    assert "name: required field is missing" in e.message and "abstract: true" in e.hint
+
+
+def test_load_recipe_refuses_a_study(write_recipe, base_recipe):
+    p = write_recipe(study(base_recipe, matrix={"sampling.max_tokens": [8, 16]}))
+    assert error(load_recipe, p).message == ("is a study of 2 experiments (t-max_tokens-8, t-max_tokens-16); "
+                                             "load it with load_recipes")
+
+
+def test_set_applies_to_every_cell(write_recipe, base_recipe):
+    p = write_recipe(study(base_recipe, matrix={"sampling.max_tokens": [8, 16]}, variants={"a": {}, "b": {}}))
+    loaded = load_recipes(p, ["sampling.ignore_eos=true", "description=#1 rule: be brief"])
+    assert len(loaded) == 4
+    assert all(lr.recipe.sampling.ignore_eos for lr in loaded)
+    assert {lr.recipe.description for lr in loaded} == {"#1 rule: be brief"}
+    assert all(lr.overrides == ["sampling.ignore_eos=true", "description=#1 rule: be brief"] for lr in loaded)
+
+
+def test_set_on_an_axis_or_the_name_is_refused(write_recipe, base_recipe):
+    p = write_recipe(study(base_recipe, matrix={"sampling.max_tokens": [8, 16]}))
+    e = error(load_recipes, p, ["sampling.max_tokens=4"])
+    assert e.field == "--set" and e.message.startswith("--set sampling.max_tokens: the study varies "
+                                                       "'sampling.max_tokens' across its cells")
+    assert error(load_recipes, p, ["sampling=x"]).field == "--set"
+    assert error(load_recipes, p, ["name=other"]).field == "--set"
+
+
+def test_model_paths_apply_per_cell(write_recipe, base_recipe, tmp_path):
+    r = study(base_recipe, model={"id": "org/big"}, variants={"big": {}, "awq": {"model.id": "org/big-awq",
+                                                                                "model.tokenizer": "org/big"}})
+    mp = {"org/big": str(tmp_path / "big"), "org/big-awq": str(tmp_path / "awq")}
+    big, awq = load_recipes(write_recipe(r), ["sampling.max_tokens=5"], model_paths=mp)
+    assert (big.recipe.model.id, big.recipe.model.tokenizer) == (mp["org/big"], mp["org/big"])
+    assert (awq.recipe.model.id, awq.recipe.model.tokenizer) == (mp["org/big-awq"], mp["org/big"])
+    assert awq.overrides == ["sampling.max_tokens=5", f"model.id={mp['org/big-awq']}",
+                             f"model.tokenizer={mp['org/big']}"]
+
+
+def test_anchors_and_merge_keys_still_work(write_recipe, base_recipe):
+    text = yaml.safe_dump(base_recipe) + (
+        "variants:\n  a: &common {sampling.max_tokens: 4, sampling.ignore_eos: true}\n"
+        "  b: {<<: *common, sampling.max_tokens: 9}\n")
+    a, b = load_recipes(write_recipe(text))
+    assert (a.recipe.sampling.max_tokens, b.recipe.sampling.max_tokens, b.recipe.sampling.ignore_eos) == (4, 9, True)
+
+
+# --------------------------------------------------------------------------- the project's study
+
+JSQUAD_CELLS = {
+    "jsquad-hf-sequential", "jsquad-hf-batched", "jsquad-vllm", "jsquad-vllm-bigbatch", "jsquad-vllm-offload",
+    "jsquad-vllm-oneshot-nocache", "jsquad-vllm-oneshot-nocache-ctxfirst", "jsquad-vllm-oneshot-cache",
+    "jsquad-vllm-oneshot-cache-bigbatch", "jsquad-vllm-oneshot-cache-ctxfirst",
+    "jsquad-vllm-oneshot-cache-ctxfirst-bigbatch", "jsquad-vllm-awq", "jsquad-vllm-fp8", "jsquad-vllm-fp8-fast",
+}
+
+
+def test_project_jsquad_study():
+    h200 = ["model.load_format=dummy", "sampling.max_tokens=16", "sampling.ignore_eos=true"]
+    s = load_study(PROJECT / "recipes" / "jsquad-study.yaml", h200)
+    assert {lr.recipe.name for lr in s.cells} == JSQUAD_CELLS and len(s.cells) == 14
+    by = {lr.recipe.name: lr.recipe for lr in s.cells}
+    assert [n for n, r in by.items() if r.baseline] == ["jsquad-hf-sequential"]
+    assert by["jsquad-hf-sequential"].estimate == 40 and by["jsquad-vllm-offload"].estimate == 1000
+    assert by["jsquad-vllm-awq"].model.id.endswith("-AWQ") and by["jsquad-vllm-awq"].engine.quantization == "awq_marlin"
+    assert by["jsquad-vllm"].prompt.shots.examples == [] and len(by["jsquad-vllm-fp8"].prompt.shots.examples) == 1
+    assert by["jsquad-vllm-oneshot-cache-ctxfirst"].prompt.template == "jsquad-context-first.j2"
+    assert by["jsquad-vllm-oneshot-cache-bigbatch"].engine.engine_args == {"max_num_seqs": 2048,
+                                                                          "max_num_batched_tokens": 32768}
+    assert all(r.model.load_format == "dummy" and r.sampling.max_tokens == 16 for r in by.values())
+    assert load_recipes(PROJECT / "recipes" / "jsquad-base.yaml") == []
+
+
+def test_context_first_template_puts_the_passage_first():
+    text = (PROJECT / "templates" / "jsquad-context-first.j2").read_text(encoding="utf-8")
+    plain = (PROJECT / "templates" / "jsquad.j2").read_text(encoding="utf-8")
+    assert text == "\nContext: {{ context }}\nQuestion:{{ question }}\nOutput:"
+    assert sorted(text.splitlines()) == sorted(plain.splitlines())
+
+
+def test_study_keys_model_lists_what_the_loader_reads():
+    from runner.config.study import STUDY_KEYS, StudyKeys
+    assert tuple(StudyKeys.model_fields) == STUDY_KEYS
+    assert all(f.description for f in StudyKeys.model_fields.values())
