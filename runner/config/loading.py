@@ -229,7 +229,21 @@ def load_study(path: str | Path, overrides: list[str] | None = None, *,
     cells = expand(name, merged, axes, variants, excludes, where)
     loaded = tuple(_finish(c.data, path, where, overrides, mp, _locator(sources, sets, c), study=name, cell=c,
                            title=f"cell {c.name!r} ({describe(c.cell, axes)}): invalid recipe") for c in cells)
+    axes_doc = report.model_dump() if report is not None else None
+    loaded = tuple(lr.model_copy(update={"study_axes": axes_doc, "cell_labels": _labels(lr.cell, all_axes)})
+                   for lr in loaded)
     return Study(str(path.resolve()), "study", name, all_axes, report, loaded)
+
+
+def _labels(cell: dict[str, Any], axes: tuple[Axis, ...]) -> dict[str, str]:
+    """The study file's short label of each varying value (what reports show), where it has one."""
+    by_key = {a.key: a for a in axes}
+    out = {}
+    for k, v in cell.items():
+        lab = by_key[k].label(v) if k in by_key else None
+        if lab:
+            out[k] = lab
+    return out
 
 
 def load_recipes(path: str | Path, overrides: list[str] | None = None, *,

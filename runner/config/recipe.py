@@ -158,6 +158,9 @@ class LoadedRecipe(StrictModel):
     study: str | None = Field(None, description="The study this recipe is a cell of (its file's `name`).")
     cell: dict[str, Any] = Field(default_factory=dict, description="A study cell's settings that vary across the "
                                  "study (dotted key -> value; `variant` -> the variant's name).")
+    cell_labels: dict[str, str] = Field(default_factory=dict, description="The study file's short labels of the "
+                                        "cell's values (dotted key -> label), where it gives them.")
+    study_axes: dict[str, Any] | None = Field(None, description="The study's `report: {rows, columns}`.")
 
     def resolve(self, p: str) -> Path:
         q = Path(p).expanduser()

@@ -21,6 +21,7 @@ from runner.execution.assemble import failure_hint
 from runner.execution.gpumem import used_gib, wait_for_release
 from runner.execution.job import Job, Unit
 from runner.execution.layout import RunFolder
+from runner.execution.serve_run import end_recorded_server
 from runner.files import write_json_atomic
 from runner.reporting.results import RunResult
 
@@ -49,7 +50,8 @@ def failed_result(unit: Unit, error: str, hint: str | None, command: str) -> Run
     lr, r = unit.loaded, unit.loaded.recipe
     return RunResult(name=r.name, recipe=r.canonical(), recipe_hash=r.digest(), recipe_path=lr.path,
                      status="failed", error=error, hint=hint, command=command, run_key=unit.run_key,
-                     study=lr.study, cell=dict(lr.cell), n_dataset=unit.prepared.n_dataset)
+                     study=lr.study, cell=dict(lr.cell), cell_labels=dict(lr.cell_labels),
+                     study_axes=lr.study_axes, n_dataset=unit.prepared.n_dataset)
 
 
 def _evidence_from_log(res: RunResult, unit: Unit, log: Path) -> None:
@@ -152,6 +154,8 @@ def run_isolated(job: Job) -> list[RunResult]:
             write_json_atomic(RunFolder.of(job.options.out, u.name).results, res.model_dump(mode="json"))
         return results
     error = _wait(proc, job.timeout_s())
+    for u in job.units:      # a serving run's server is in a session of its own: end it if the run could not
+        end_recorded_server(RunFolder.of(job.options.out, u.name))
     after = wait_for_release(baseline)
     results, rest = _collect(job, proc, error)
     if baseline is not None and after is not None and after > baseline + 1.0:

@@ -1,12 +1,14 @@
 """The report folder's layout: the one place its file names are spelled.
 
     <out>/summary.md, <out>/*.png            the call's summary and charts
+    <out>/<study>-pareto.png                 a study's accuracy-vs-time chart
     <out>/<name>/results.json               what the run produced (schema: schema/results.schema.json)
     <out>/<name>/samples.jsonl[.gz]         one line per example, written when the run completes
     <out>/<name>/samples.partial.jsonl      finished samples of a run in progress (resume reads it)
     <out>/<name>/engine.log                 the engine's own output
     <out>/<name>/report.md                  the recipe's report
     <out>/<name>/.runner.lock               held by the one `runner go` writing this folder
+    <out>/<name>/.server.pgid               a serving run's server process group, while it runs
 
 Every name read back from disk goes through `RunFolder.of`, which checks it like a recipe name,
 so a `results.json` that says `name: ../../x` cannot make the runner write outside `--out`.
@@ -75,6 +77,11 @@ class RunFolder:
     def lock(self) -> Path:
         return self.root / ".runner.lock"
 
+    @property
+    def server_pgid(self) -> Path:
+        """The process group of a serving run's server while it runs (the parent ends it if the run dies)."""
+        return self.root / ".server.pgid"
+
 
 def summary_path(out: Path) -> Path:
     return Path(out) / SUMMARY
@@ -82,6 +89,11 @@ def summary_path(out: Path) -> Path:
 
 def chart_path(out: Path, chart: str) -> Path:
     return Path(out) / CHARTS[chart]
+
+
+def study_chart_path(out: Path, study: str) -> Path:
+    """A study's accuracy-vs-time chart: `<out>/<study>-pareto.png` (the study's name checked like a run name)."""
+    return Path(out) / f"{check_name(study)}-pareto.png"
 
 
 def stored_results(out: Path) -> list[Path]:

@@ -94,6 +94,7 @@ def _base_result(unit: Unit, opts: RunOptions) -> RunResult:
     return RunResult(name=r.name, recipe=r.canonical(), recipe_hash=r.digest(), recipe_path=lr.path,
                      status="failed", command=opts.command, started_at=now(), run_key=unit.run_key,
                      n_dataset=unit.prepared.n_dataset, study=lr.study, cell=dict(lr.cell),
+                     cell_labels=dict(lr.cell_labels), study_axes=lr.study_axes,
                      scores_meaningful=not (r.model.load_format == "dummy" or r.model.id.startswith("builtin:")
                                             or r.engine.fake))
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from runner.config.recipe import LoadedRecipe
 from runner.engines.base import Messages
-from runner.inputs.datasets import Example, dataset_file, load_examples
-from runner.inputs.prompts import PromptBuilder, find_template
+from runner.inputs.datasets import Example, read_examples
+from runner.inputs.prompts import PromptBuilder
 
 
 @dataclass(frozen=True)
@@ -22,23 +22,6 @@ class Prepared:
     inputs: dict[str, str]    # input file -> sha256 (16 hex) of the bytes read
 
 
-def input_hashes(lr: LoadedRecipe) -> dict[str, str]:
-    from runner.files import file_sha256
-    base = Path(lr.base_dir)
-    r = lr.recipe
-    out = {}
-    for name in [r.prompt.template, r.prompt.system_template]:
-        if name:
-            p = find_template(name, base)
-            if p:
-                out[f"template:{name}"] = file_sha256(p)
-    for label, spec in (("dataset", r.dataset), ("shots", r.prompt.shots.source)):
-        dsf = dataset_file(spec, base) if spec is not None else None
-        if dsf and dsf.exists():
-            out[f"{label}:{spec.path}"] = file_sha256(dsf)
-    return out
-
-
 def _estimate_sample(examples: list[Example], n: int) -> list[Example]:
     # a random sample (fixed seed), in dataset order: the first N of a file grouped by article are
     # not representative of the rest
@@ -47,10 +30,12 @@ def _estimate_sample(examples: list[Example], n: int) -> list[Example]:
 
 
 def prepare(lr: LoadedRecipe, limit: int | None = None, estimate: int | None = None) -> Prepared:
+    """Examples and prompts, with the hashes of the bytes they were made from (what is recorded is
+    what was read)."""
     r = lr.recipe
     base = Path(lr.base_dir)
-    inputs = input_hashes(lr)
-    examples = load_examples(r.dataset.model_copy(update={"limit": None}), base, lr.path)
+    loaded = read_examples(r.dataset.model_copy(update={"limit": None}), base, lr.path)
+    examples = list(loaded.examples)
     n_dataset = len(examples)
     if r.dataset.limit:
         examples = examples[: r.dataset.limit]
@@ -61,6 +46,9 @@ def prepare(lr: LoadedRecipe, limit: int | None = None, estimate: int | None = N
     if est and est < len(examples):
         examples = _estimate_sample(examples, est)
     builder = PromptBuilder(r.prompt, base, lr.path)
-    messages = tuple(builder.messages(ex) for ex in examples)
+    messages = tuple(builder.render_all(examples))
+    inputs = dict(builder.sources)
+    if loaded.sha256:
+        inputs[f"dataset:{r.dataset.path}"] = loaded.sha256
     return Prepared(examples=tuple(examples), messages=messages, n_dataset=n_dataset, n_target=n_target,
                     inputs=inputs)

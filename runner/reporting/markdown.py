@@ -10,6 +10,8 @@ from runner.execution.layout import RunFolder
 from runner.files import write_text_atomic
 from runner.reporting.format import N_EXAMPLES_SHOWN, cell, dflt, gib, inline, secs, table
 from runner.reporting.results import RunResult
+from runner.reporting.serving_markdown import serving_section
+from runner.reporting.serving_plots import latency_chart
 from runner.reporting.stored import load_samples
 from runner.reporting.study import cell_line
 
@@ -77,6 +79,7 @@ def report_markdown(r: RunResult, samples: list[dict]) -> str:
         parts += ["", "## Latency per request", ""]
         parts.append(table([[n, secs(p.p50), secs(p.p90), secs(p.p99), secs(p.mean)] for n, p in lat],
                            ["", "p50", "p90", "p99", "mean"]))
+    parts += serving_section(r)
     m = r.memory
     parts += ["", "## Memory", ""]
     parts.append(table([[gib(m.peak_gpu_gib), gib(m.baseline_gpu_gib), gib(m.weights_gib),
@@ -149,5 +152,6 @@ def reproducibility(r: RunResult) -> list[str]:
 
 def write_report(r: RunResult, out: Path) -> Path:
     folder = RunFolder.of(out, r.name)
+    latency_chart(r, folder.root)
     write_text_atomic(folder.report, report_markdown(r, load_samples(folder)))
     return folder.report

@@ -110,6 +110,9 @@ class RunResult(_M):
     study: str | None = Field(None, description="The study this run is a cell of (the study file's `name`).")
     cell: dict[str, Any] = Field(default_factory=dict, description="The cell's settings that vary across its study "
                                  "(dotted key -> value; `variant` -> the variant's name).")
+    cell_labels: dict[str, str] = Field(default_factory=dict, description="The study file's short labels of those "
+                                        "values, where it gives them.")
+    study_axes: dict[str, Any] | None = Field(None, description="The study's `report: {rows, columns}` pivot axes.")
     plan: dict[str, Any] | None = Field(None, description="What `runner plan` predicted for this run before the "
                                         "engine started (see `runner plan --json`); the report sets it next to "
                                         "the measurement.")

@@ -9,6 +9,7 @@ from runner.execution.layout import RunFolder, summary_path
 from runner.files import write_text_atomic
 from runner.reporting.format import diff_cell, gib, inline, secs, table
 from runner.reporting.results import RunResult
+from runner.reporting.serving_markdown import serving_summary, summary_cells
 from runner.reporting.stored import load_samples
 from runner.reporting.study import study_sections
 
@@ -163,6 +164,7 @@ def summary_markdown(results: list[RunResult], baseline: str | None = None, out:
         tcell = secs(t) if t is not None else None
         if r.estimate and t is not None:
             tcell = f"~{secs(t)} (est. from {r.estimate.n_measured})"
+        tcell, speed = summary_cells(r, tcell, speed)
         diff = recipe_diff(r.recipe, base.recipe) if base is not None and r is not base else {}
         diff_s = diff_cell(diff) if diff else ("(baseline)" if r is base else "")
         knob_flags = [k.name for k in r.knobs if k.status == "ignored"]
@@ -175,6 +177,7 @@ def summary_markdown(results: list[RunResult], baseline: str | None = None, out:
     parts += ["", table(rows, ["recipe", "status", "engine", "generation time", "speed-up", "requests/s",
                                "output tok/s", "peak GPU", *metric_names, "differs from baseline"])]
     parts += study_sections(results, study_charts)
+    parts += serving_summary(results)
     parts += prefix_section(results)
     parts += changed_answers_section(results, base, out)
     failed = [r for r in results if r.status != "ok"]
