@@ -8,6 +8,7 @@ from click.testing import CliRunner
 from runner.cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow       # the real demo model in a real child process: ~15 s
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,8 @@ import pytest
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 STORIES = SHARED / "models" / "stories260K"
-pytestmark = pytest.mark.skipif(not STORIES.exists(), reason="../shared/models/stories260K absent")
+pytestmark = [pytest.mark.skipif(not STORIES.exists(), reason="../shared/models/stories260K absent"),
+              pytest.mark.slow]        # a real model through transformers: seconds
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,8 @@ def _go(*args):
 
 
 def _fake(base_recipe, **engine):
-    return {**base_recipe, "engine": {"kind": "fake", "reply": "{{ answers[0] }}", **engine}}
+    """The fake engine with no tokenizer (whitespace tokens): no model library is imported, so it is fast."""
+    return {**base_recipe, "model": {"id": "none"}, "engine": {"kind": "fake", "reply": "{{ answers[0] }}", **engine}}
 
 
 @pytest.mark.parametrize("key,value,needle", [

@@ -89,8 +89,8 @@ def test_generation_time_ends_when_the_last_output_is_back(tmp_path):
 
 
 def _fake_recipe(write_recipe, base_recipe, **engine):
-    return write_recipe({**base_recipe, "name": "fake", "engine": {"kind": "fake", "reply": "{{ answers[0] }}",
-                                                                   **engine}}, "fake.yaml")
+    return write_recipe({**base_recipe, "name": "fake", "model": {"id": "none"},
+                         "engine": {"kind": "fake", "reply": "{{ answers[0] }}", **engine}}, "fake.yaml")
 
 
 def test_isolated_run_uses_the_examples_the_parent_prepared(tmp_path, write_recipe, base_recipe):

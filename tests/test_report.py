@@ -17,9 +17,12 @@ from runner.reporting import plots
 from runner.cli import cli
 from runner.config.recipe import Recipe
 from runner.execution.layout import RunFolder
-from runner.reporting.markdown import (load_results, load_samples, prefix_section, changed_answers_section, recipe_diff, report_markdown,
-                           summary_markdown, write_report, write_summary)
-from runner.reporting.results import Estimate, KnobResult, Memory, Prefix, RunResult, Timings, Throughput, Tokens
+from runner.reporting.markdown import report_markdown, write_report
+from runner.reporting.stored import load_results, load_samples
+from runner.reporting.summary import (changed_answers_section, prefix_section, recipe_diff, summary_markdown,
+                                      write_summary)
+from runner.engines.base import Knob as KnobResult
+from runner.reporting.results import Estimate, Memory, Prefix, RunResult, Timings, Throughput, Tokens
 from runner.reporting.stats import mcnemar_exact
 
 # --------------------------------------------------------------------------- builders
@@ -671,7 +674,7 @@ def test_cli_report_malformed_results_is_a_user_error(tmp_path):
 def test_compressed_samples_are_read_like_plain_ones(tmp_path):
     import gzip
 
-    from runner.reporting.markdown import load_samples
+    from runner.reporting.stored import load_samples
     rows = [{"id": "a", "output": "x"}, {"id": "b", "output": "ｙ"}]
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     (tmp_path / "samples.jsonl.gz").write_bytes(gzip.compress(text.encode("utf-8")))
