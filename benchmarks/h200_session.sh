@@ -23,16 +23,21 @@ case $step in
       && bash $S/gpu/unpack_vllm.sh /root/stage /tmp/vllm-site 2>&1 | tee "$out/unpack.log" ;;
   check)
     SHARED=$S timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$out/gpu-tests.log"
-    timeout 250 python3 benchmarks/vllm_vs_runner.py recipes/jsquad-study.yaml --only jsquad-vllm --rounds 2 \
+    timeout 250 python3 benchmarks/vllm_vs_runner.py recipes/jsquad-study.yaml --only jsquad-vllm --rounds 1 \
       "${MP[@]}" "${SETS[@]}" --out /root/bench 2>&1 | tee "$out/vllm_vs_runner.log"
     timeout 150 python3 benchmarks/kill_resume.py recipes/jsquad-study.yaml --only jsquad-vllm-oneshot-cache \
       --out /root/killres "${MP[@]}" "${SETS[@]}" 2>&1 | tee "$out/kill_resume.log" ;;
   study1)
     study 'jsquad-vllm-oneshot*'
-    study 'jsquad-vllm-fp8*' ;;
+    study 'jsquad-vllm-fp8*'
+    tar -C /root -czf "$out/h200-1.tgz" h200 ;;
   study2)
     study 'jsquad-hf-*'; study 'jsquad-vllm'; study 'jsquad-vllm-bigbatch'; study 'jsquad-vllm-awq'
-    study 'jsquad-vllm-offload' ;;
+    study 'jsquad-vllm-offload'
+    tar -C /root -czf "$out/h200-2.tgz" h200 ;;
+  serve)
+    SHARED=$S bash benchmarks/h200_serve.sh "$out" bench
+    SHARED=$S EXTRA="--set load.num_requests=400" bash benchmarks/h200_serve.sh "$out" sweep ;;
   report)
     python3 -m runner report /root/h200 --baseline jsquad-hf-sequential 2>&1 | tee "$out/report.log"
     tar -C /root -czf "$out/h200.tgz" h200 ;;
