@@ -25,9 +25,10 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   tail -n 12 "$out/serve_vs_vllm_bench.log"
 fi
 if [ "$what" = sweep ] || [ "$what" = all ]; then
+  log="$out/sweep${ONLY:+-$ONLY}.log"
   PYTHONUNBUFFERED=1 python3 -m runner go recipes/jsquad-serve.yaml ${ONLY:+--only "$ONLY"} "${common[@]}" \
-    ${EXTRA:-} --out "$out/sweep" --timeout 900 --no-progress > "$out/sweep.log" 2>&1 || rc=$?
-  tail -n 20 "$out/sweep.log"
+    ${EXTRA:-} --out "$out/sweep" --timeout 900 --no-progress > "$log" 2>&1 || rc=$?
+  tail -n 20 "$log"
   for f in "$out"/sweep/*/engine.log; do grep -h "req/s achieved\|saturated at\|every request failed" "$f"; done
 fi
 exit $rc

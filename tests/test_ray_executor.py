@@ -44,8 +44,8 @@ def _recipe(tmp_path: Path, name: str, engine: dict | None = None, model: str = 
     return p
 
 
-def _job(paths: list[Path], out: Path, limit: int | None = None) -> Job:
-    opts = RunOptions(out=out, limit=limit, progress=False)
+def _job(paths: list[Path], out: Path, limit: int | None = None, progress: bool = False) -> Job:
+    opts = RunOptions(out=out, limit=limit, progress=progress)
     return Job(units=tuple(make_unit(load_recipe(p), opts) for p in paths), options=opts)
 
 
@@ -139,11 +139,15 @@ def test_study_of_several_jobs_runs_side_by_side(tmp_path, ray_local):
 
 
 @pytest.mark.slow
-def test_replicas_give_the_outputs_of_one_process(tmp_path, ray_local):
-    paths = [_recipe(tmp_path, "m"), _recipe(tmp_path, "m-one", dataset={
-        "format": "squad", "path": str(DEMO_DATA), "limit": 1})]
+def test_replicas_give_the_outputs_of_one_process(tmp_path, ray_local, capsys):
+    paths = [_recipe(tmp_path, "m", engine={**FAKE, "delay_s": 0.05}), _recipe(
+        tmp_path, "m-one", engine={**FAKE, "delay_s": 0.05}, dataset={"format": "squad", "path": str(DEMO_DATA),
+                                                                       "limit": 1})]
     run_isolated(_job(paths, tmp_path / "local", limit=10))
-    res = _run([_job(paths, tmp_path / "ray", limit=10)], replicas=3)
+    capsys.readouterr()
+    res = _run([_job(paths, tmp_path / "ray", limit=10, progress=True)], replicas=3)
+    bars = capsys.readouterr().err
+    assert "m: 100%" in bars and "10/10" in bars and "1/1" in bars      # one bar per recipe, over its replicas
     assert [(r.name, r.status, r.n_samples) for r in res] == [("m", "ok", 10), ("m-one", "ok", 1)]
     for name in ("m", "m-one"):
         assert _samples(tmp_path / "ray", name) == _samples(tmp_path / "local", name)
@@ -215,3 +219,39 @@ def test_finished_samples_in_the_driver_folder_are_continued(tmp_path, ray_local
     assert [outputs[ex.id] for ex in seeded] == ["SEEDED"] * 3
     assert sum(o == "SEEDED" for o in outputs.values()) == 3
     assert not (out / "s" / "samples.partial.jsonl").exists()
+
+
+DRIVER = """
+import json, sys
+from pathlib import Path
+import ray
+from runner.cli.go import make_unit
+from runner.config.loading import load_recipe
+from runner.execution.job import Job, RunOptions
+from runner.execution.ray_executor import run_jobs_on_ray
+recipe, out, address = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+for where in ("local", "cluster"):
+    opts = RunOptions(out=out / where, limit=6, progress=False)
+    job = Job(units=(make_unit(load_recipe(recipe), opts),), options=opts)
+    res = run_jobs_on_ray([job], address=address if where == "cluster" else None, replicas=2)[0]
+    print(json.dumps([where, res.status, res.n_samples, ray.is_initialized()]), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_local_instance_per_call_and_an_existing_cluster(tmp_path, ray_local):
+    """Without an address a call starts and stops its own Ray; with one it joins that cluster (here
+    the module's), shipping the runner package to its workers."""
+    import subprocess
+    import sys
+
+    import ray
+    address = ray.get_runtime_context().gcs_address
+    env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "token")}   # Ray 2.60 clusters: token auth
+    p = _recipe(tmp_path, "x")
+    run = subprocess.run([sys.executable, "-c", DRIVER, str(p), str(tmp_path / "out"), address], cwd=tmp_path,
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert [json.loads(x) for x in run.stdout.splitlines()] == [["local", "ok", 6, False], ["cluster", "ok", 6, False]]
+    assert _samples(tmp_path / "out" / "cluster", "x") == _samples(tmp_path / "out" / "local", "x")
+    assert _stored(tmp_path / "out" / "cluster", "x")["environment"]["ray"]["address"] == address

@@ -255,12 +255,15 @@ def _prefix_pair():
 
 def test_prefix_section_shows_share_hit_rate_and_time_saved_against_partner():
     on, off, lone = _prefix_pair()
+    on = on.model_copy(update={"plan": {"cached_share": 0.4173}})      # the block-exact prediction
     md = "\n".join(prefix_section([result("base", recipe("base", baseline=True)), off, on, lone]))
     rows = {r["recipe"]: r for r in table_with(md, "measured hit rate")}
     assert set(rows) == {"cache", "fp8"}                  # caching off and transformers are not listed
     c = rows["cache"]
-    assert c["shared prefix (tokens)"] == "124"
-    assert c["max prefill saved"] == "42.7%"
+    assert c["prefix shared by all (tokens)"] == "124"
+    assert c["share"] == "42.7%"
+    assert c["predicted hit rate"] == "41.7%"
+    assert rows["fp8"]["predicted hit rate"] == "–"        # no prediction recorded
     assert c["measured hit rate"] == "41.7%"
     assert c["generation time saved"] == "11.5 s (37%) vs nocache"
     assert rows["fp8"]["generation time saved"] == "–"    # no partner differing only in caching

@@ -20,7 +20,7 @@ class _StandInLLM:
     def enqueue(self, prompts, sp, use_tqdm=False):
         self.prompts = prompts
         self.ids = [str(100 + i) for i in range(len(prompts))]
-        return self.ids
+        return [f"{x}-a1b2c3d4" for x in self.ids]          # internal ids, as vLLM 0.26 returns them
 
     def has_unfinished_requests(self):
         return bool(self.finish_order)

@@ -24,8 +24,8 @@ from runner.reporting.results import RunResult
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--out", "out", default="reports", show_default=True, type=click.Path(file_okay=False),
               help="Folder for the reports; nothing is written outside it.")
-@click.option("--only", metavar="PATTERN", help="Run only the recipes or study cells whose name matches PATTERN "
-              "(a glob like 'jsquad-study-*cache*', or a substring).")
+@click.option("--only", metavar="PATTERN", help="Run only the recipes or study cells named PATTERN, or matching it "
+              "as a glob (e.g. 'jsquad-vllm-*cache*').")
 @click.option("--limit", type=click.IntRange(min=1, max=100_000_000), help="Run only the first N examples of "
               "each recipe.")
 @click.option("--estimate", type=click.IntRange(min=2, max=100_000_000),

@@ -73,7 +73,7 @@ def load_all(paths: tuple[str, ...], sets: tuple[str, ...], model_paths: tuple[s
 
 def _select(loaded: list[LoadedRecipe], pattern: str) -> list[LoadedRecipe]:
     import fnmatch
-    chosen = [lr for lr in loaded if fnmatch.fnmatchcase(lr.recipe.name, pattern) or pattern in lr.recipe.name]
+    chosen = [lr for lr in loaded if fnmatch.fnmatchcase(lr.recipe.name, pattern)]     # a name, or a glob
     if not chosen:
         raise RunnerError(f"--only {pattern!r} matches no recipe; recipes: "
                           + ", ".join(lr.recipe.name for lr in loaded[:20]) + (" ..." if len(loaded) > 20 else ""),

@@ -4,7 +4,11 @@ Its reply is a Jinja template over the example (`reply: "{{ answers[0] }}"` answ
 correctly, the default a fixed string). Token counts come from the recipe's tokenizer when
 `model.tokenizer` names one (or the model is a builtin), otherwise from whitespace-separated
 words. It never stands in for a test of a real engine: reports label it as fake and its scores
-are marked not meaningful."""
+are marked not meaningful.
+
+Server mode (recipes with `load:`): runner/engines/fake_server.py, an OpenAI-compatible completions
+server that streams `served_reply(reply)` word by word, one request at a time, `delay_s` each. It gets
+token ids, not the example, so a reply template with variables is sent as DEFAULT_REPLY."""
 from __future__ import annotations
 
 import time
@@ -29,8 +33,11 @@ class FakeSpec(EngineSpecBase):
                                    "`answers`, `id` (e.g. `{{ answers[0] }}`).")
     delay_s: float = Field(0.0, ge=0, le=60, allow_inf_nan=False,
                            description="Seconds each request takes (requests run one after another).")
+    serve_fail: bool = Field(False, description="Server mode (`load:`): the fake server exits with an error "
+                             "before it is ready (tests of the failure path).")
 
     fake: ClassVar[bool] = True
+    serves: ClassVar[bool] = True
     label: ClassVar[str] = "fake (no model: replies are made up)"
 
     @field_validator("reply")
@@ -41,6 +48,50 @@ class FakeSpec(EngineSpecBase):
 
     def build(self, model: ModelSpec, chat: bool | None) -> FakeEngine:
         return FakeEngine(self, model, chat)
+
+    def serve_command(self, model: ModelSpec, host: str, port: int) -> list[str] | None:
+        """runner/engines/fake_server.py: streams `served_reply(reply)` word by word, one request at a time."""
+        import sys
+        cmd = [sys.executable, "-m", "runner.engines.fake_server", "--host", host, "--port", str(port),
+               "--reply", served_reply(self.reply), "--delay-s", repr(self.delay_s)]
+        return cmd + (["--fail-start"] if self.serve_fail else [])
+
+    def serve_env(self) -> dict[str, str]:
+        import os
+        from pathlib import Path
+        root = str(Path(__file__).resolve().parents[2])        # so `-m runner.engines.fake_server` imports
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        return {"PYTHONPATH": os.pathsep.join(paths if root in paths else [root, *paths])}
+
+    def serve_evidence(self, model: ModelSpec, log_text: str, counters: dict[str, float]) -> Any:
+        import json
+
+        from runner.engines.base import ServeEvidence
+        lines = [ln for ln in log_text.splitlines() if ln.startswith(SETTINGS_MARK)]
+        got = json.loads(lines[-1][len(SETTINGS_MARK):]) if lines else {}
+        ev = "the fake server's settings line in engine.log"
+        fixed = _has_variables(self.reply)
+        knobs = (Knob(name="reply", requested=self.reply, effective=got.get("reply"), evidence=ev + (
+                          "; the server sees token ids, not the example, so a reply template with variables is "
+                          "sent as a fixed text" if fixed else ""),
+                      status="applied" if got.get("reply") == served_reply(self.reply) and not fixed else "ignored"),
+                 Knob(name="delay_s", requested=self.delay_s, effective=got.get("delay_s"), evidence=ev,
+                      status="applied" if got.get("delay_s") == self.delay_s else "ignored"))
+        return ServeEvidence(knobs=knobs, notes=("fake server: replies are a fixed text, no model ran",))
+
+
+SETTINGS_MARK = "fake server settings: "
+
+
+def served_reply(reply: str) -> str:
+    """What the fake server sends: the reply rendered when it is a template without variables, else
+    DEFAULT_REPLY (the server gets token ids, not the example the template would need)."""
+    return DEFAULT_REPLY if _has_variables(reply) else _template(reply).render()
+
+
+def _has_variables(reply: str) -> bool:
+    from jinja2 import meta
+    return bool(meta.find_undeclared_variables(_template(reply).environment.parse(reply)))
 
 
 def _template(text: str) -> Any:

@@ -237,7 +237,8 @@ class VLLMEngine:
         from vllm import SamplingParams
         sp = SamplingParams(**sampling_params_kwargs(sampling))
         ids = self.llm.enqueue([{"prompt_token_ids": r.ids} for r in requests], sp, use_tqdm=False)
-        index = {rid: i for i, rid in enumerate(ids)}
+        # enqueue() returns vLLM's internal ids ("<n>-<8 random chars>"); outputs carry the external "<n>"
+        index = {key: i for i, rid in enumerate(ids) for key in (rid, rid.split("-", 1)[0])}
         gens: list[Generation | None] = [None] * len(requests)
         engine = self.llm.llm_engine
         while engine.has_unfinished_requests():

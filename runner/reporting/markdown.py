@@ -8,6 +8,7 @@ import yaml
 
 from runner.execution.layout import RunFolder
 from runner.files import write_text_atomic
+from runner.reporting.plan_markdown import predicted_vs_measured
 from runner.reporting.format import N_EXAMPLES_SHOWN, cell, dflt, gib, inline, secs, table
 from runner.reporting.results import RunResult
 from runner.reporting.serving_markdown import serving_section
@@ -93,9 +94,11 @@ def report_markdown(r: RunResult, samples: list[dict]) -> str:
         parts.append("No scores (no gold answers, or the run failed).")
     p = r.prefix
     parts += [] if r.status != "ok" else ["", "## Prompt prefix", "",
-              f"Every prompt starts with the same {p.shared_prefix_tokens} tokens: "
-              f"{p.shared_prefix_share:.1%} of all prompt tokens, the most prefix caching can skip."
+              f"Every prompt starts with the same {p.shared_prefix_tokens} tokens "
+              f"({p.shared_prefix_share:.1%} of all prompt tokens); a block-granular prefix cache also reuses "
+              "prefixes shared by some prompts only (see the prediction below)."
               + (f" Measured hit rate: {p.hit_rate:.1%}." if p.hit_rate is not None else "")]
+    parts += predicted_vs_measured(r)
     if r.knobs:
         parts += ["", "## Knobs: requested and effective", ""]
         parts.append(table([[k.name, dflt(k.requested), dflt(k.effective),

@@ -3,6 +3,7 @@ behind its numbers, and the summary's comparison of serving recipes."""
 from __future__ import annotations
 
 import math
+import shlex
 from typing import Any
 
 from runner.reporting.format import secs, table
@@ -124,6 +125,9 @@ def serving_section(r: RunResult) -> list[str]:
     errors = [f"- {rate_label(p.rate)} req/s: " + " | ".join(p.error_samples) for p in sv.rates if p.error_samples]
     if errors:
         out += ["", "### Errors (up to 5 distinct messages per rate)", "", *errors]
+    if sv.command:
+        out += ["", "Server command (its output is in engine.log):", "", "```bash",
+                " ".join(shlex.quote(c) for c in sv.command), "```"]
     return out + ["", "### How these are computed", "", *FORMULAS]
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from runner.execution.layout import RunFolder, summary_path
 from runner.files import write_text_atomic
+from runner.reporting.plan_markdown import roofline
 from runner.reporting.format import diff_cell, gib, inline, secs, table
 from runner.reporting.results import RunResult
 from runner.reporting.serving_markdown import serving_summary, summary_cells
@@ -93,16 +94,18 @@ def prefix_section(results: list[RunResult]) -> list[str]:
         if partner and partner.timings.generate_s and r.timings.generate_s:
             d = partner.timings.generate_s - r.timings.generate_s
             saved = f"{d:.1f} s ({d / partner.timings.generate_s:.0%}) vs {partner.name}"
+        pred = (r.plan or {}).get("cached_share")
         rows.append([r.name, r.prefix.shared_prefix_tokens, f"{r.prefix.shared_prefix_share:.1%}",
+                     f"{pred:.1%}" if pred is not None else None,
                      f"{r.prefix.hit_rate:.1%}" if r.prefix.hit_rate is not None else None, saved])
     if not rows:
         return []
     return ["", "## Prefix caching", "",
-            "Shared prefix: tokens every prompt starts with, and their share of all prompt tokens (the most "
-            "prefill work prefix caching can skip; block-granular caching can also reuse partial prefixes "
-            "shared by some prompts).", "",
-            table(rows, ["recipe", "shared prefix (tokens)", "max prefill saved", "measured hit rate",
-                         "generation time saved"])]
+            "Shared by all: tokens every prompt starts with (share of all prompt tokens). Predicted: the prompt "
+            "tokens a prefix cache serves, counted block by block over the real token ids before the engine "
+            "started (`runner plan`); measured: what the engine reported.", "",
+            table(rows, ["recipe", "prefix shared by all (tokens)", "share", "predicted hit rate",
+                         "measured hit rate", "generation time saved"])]
 
 
 def changed_answers_section(results: list[RunResult], base: RunResult | None, out: Path | None,
@@ -171,11 +174,14 @@ def summary_markdown(results: list[RunResult], baseline: str | None = None, out:
         status = r.status if not knob_flags else f"{r.status}; ignored: {', '.join(knob_flags)}"
         scores = [(f"{r.scores[m]:.3f}" if m in r.scores and r.scores_meaningful else
                    ("n/a (random weights)" if m in r.scores else None)) for m in metric_names]
+        roof = roofline(r)
         rows.append([r.name, status, r.recipe.get("engine", {}).get("kind"), tcell, speed,
                      r.throughput.requests_per_s, r.throughput.output_tokens_per_s,
-                     gib(r.memory.peak_gpu_gib), *scores, diff_s])
+                     gib(r.memory.peak_gpu_gib), f"{roof:.0%}" if roof is not None else None, *scores, diff_s])
     parts += ["", table(rows, ["recipe", "status", "engine", "generation time", "speed-up", "requests/s",
-                               "output tok/s", "peak GPU", *metric_names, "differs from baseline"])]
+                               "output tok/s", "peak GPU", "roofline", *metric_names, "differs from baseline"])]
+    parts += ["", "Roofline: the predicted floor of the generation time (compute, memory bandwidth or PCIe, "
+              "whichever binds; `runner plan`) ÷ the measured generation time."]
     parts += study_sections(results, study_charts)
     parts += serving_summary(results)
     parts += prefix_section(results)

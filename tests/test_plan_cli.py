@@ -1,0 +1,70 @@
+"""`runner plan` on the CPU, and predictions next to measurements in reports."""
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from runner.cli import cli
+from runner.reporting.plan_markdown import predicted_vs_measured, roofline
+from runner.reporting.results import Memory, RunResult, Timings, Tokens
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+CONTRACT = {"name", "prompt_tokens", "cached_prompt_tokens", "block_size", "weights_gib", "kv_bytes_per_token",
+            "kv_capacity_tokens", "fits", "floor_s", "layout_advice"}
+
+
+def test_plan_json_keeps_the_contract(write_recipe, base_recipe):
+    pytest.importorskip("transformers")
+    r = CliRunner().invoke(cli, ["plan", str(write_recipe(base_recipe)), "--gpu", "H200", "--json"])
+    assert r.exit_code == 0, r.output
+    [p] = json.loads(r.output)["recipes"]
+    assert CONTRACT <= set(p) and p["name"] == "t" and p["gpu"] == "H200" and p["block_size"] == 16
+    assert p["prompt_tokens"] > 36 * 20 and p["fits"] is True
+
+
+def test_plan_markdown_and_unknown_gpu(write_recipe, base_recipe):
+    pytest.importorskip("transformers")
+    path = str(write_recipe(base_recipe))
+    r = CliRunner().invoke(cli, ["plan", path, "--gpu", "L4"])
+    assert r.exit_code == 0 and r.output.startswith("# Plan (L4") and "| t " in r.output
+    r = CliRunner().invoke(cli, ["plan", path, "--gpu", "TPU9"])
+    assert r.exit_code == 2 and "--gpu: unknown GPU 'TPU9'; known: " in r.output and "H200" in r.output
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED / "data").exists(), reason="../shared absent")
+def test_plan_counts_the_context_first_jsquad_cache_hits_exactly():
+    """The H200 measured 538,736 (question first) and 999,824 (context first) cached prompt tokens."""
+    pytest.importorskip("transformers")
+    root = Path(__file__).resolve().parents[1]
+    args = ["plan", str(root / "recipes" / "jsquad-study.yaml"), "--gpu", "H200", "--json",
+            "--only", "jsquad-vllm-oneshot-cache*", "--set", f"dataset.path={SHARED / 'data/jsquad/valid-v1.3.json'}",
+            "--model-path", f"Qwen/Qwen2.5-7B-Instruct={SHARED / 'models/qwen2.5-7b-instruct'}"]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    got = {p["name"]: p["cached_prompt_tokens"] for p in json.loads(r.output)["recipes"]}
+    assert got["jsquad-vllm-oneshot-cache"] == 538_736 and got["jsquad-vllm-oneshot-cache-ctxfirst"] == 999_824
+
+
+def _run(**plan):
+    return RunResult(name="r", recipe={}, status="ok", plan={"gpu": "H200", **plan},
+                     tokens=Tokens(prompt=1000, output=10, cached=500), timings=Timings(generate_s=10.0),
+                     memory=Memory(weights_gib=10.0, kv_cache_tokens=1000))
+
+
+def test_predictions_within_tolerance_show_no_warning():
+    md = "\n".join(predicted_vs_measured(_run(cached_prompt_tokens=501, weights_gib=10.4, kv_capacity_tokens=1090,
+                                              floor_s=5.0, bound="compute")))
+    assert "| cached prompt tokens | 501 " in md and "+0.20%" in md and "roofline 50%" in md
+    assert "Warning" not in md
+    assert roofline(_run(floor_s=5.0)) == 0.5
+
+
+def test_predictions_beyond_tolerance_and_a_floor_above_the_measurement_are_warned():
+    md = "\n".join(predicted_vs_measured(_run(cached_prompt_tokens=520, weights_gib=11.0, kv_capacity_tokens=1200,
+                                              floor_s=12.0, bound="memory")))
+    assert "predicted cached prompt tokens off by +4.0% (tolerance ±0.5%)" in md
+    assert "predicted weights (GiB) off by +10.0% (tolerance ±5.0%)" in md
+    assert "predicted KV capacity (tokens) off by +20.0% (tolerance ±10.0%)" in md
+    assert "the predicted floor is above the measured generation time" in md
