@@ -8,9 +8,31 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
+from runner.errors import RunnerError
+
+
+class WriteError(RunnerError, OSError):
+    """A file the runner writes could not be written (disk full, read-only, ...)."""
+
+
+def write_error(path: Path, e: OSError) -> WriteError:
+    return WriteError(f"cannot write it: {e.strerror or e}", file=str(path),
+                      hint="free disk space or choose another --out; finished samples are kept, and the same "
+                           "command continues from them")
+
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over `path`."""
+    """Write to a temp file in the same folder, fsync, then rename over `path`; the old file stays
+    whole if anything fails (a WriteError then names the file)."""
+    try:
+        _write_bytes_atomic(path, data)
+    except WriteError:
+        raise
+    except OSError as e:
+        raise write_error(path, e) from None
+
+
+def _write_bytes_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -71,18 +93,29 @@ class PartialWriter:
     def append(self, lines: list[str]) -> None:
         import time
         assert self._f is not None
-        self._f.write("".join(lines))
-        self._f.flush()
-        now = time.monotonic()
-        if now - self._synced >= self.sync_s:
-            os.fsync(self._f.fileno())
-            self._synced = now
+        try:
+            self._f.write("".join(lines))
+            self._f.flush()
+            now = time.monotonic()
+            if now - self._synced >= self.sync_s:
+                os.fsync(self._f.fileno())
+                self._synced = now
+        except OSError as e:
+            raise write_error(self.path, e) from None
 
     def __exit__(self, *exc) -> None:
         if self._f is not None:
-            self._f.flush()
-            os.fsync(self._f.fileno())
-            self._f.close()
-            self._f = None
+            f, self._f = self._f, None
+            try:
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError as e:
+                if exc[0] is None:
+                    raise write_error(self.path, e) from None
+            finally:
+                try:
+                    f.close()
+                except OSError:
+                    pass
 
 

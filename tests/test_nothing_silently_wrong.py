@@ -213,3 +213,36 @@ def test_the_byte_bound_never_undercounts_tokens():
         msgs = [{"role": "system", "content": "You answer."}, {"role": "user", "content": text}]
         n = len(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True))
         assert n <= token_bound(msgs)
+
+
+def test_disk_full_while_writing_is_one_screen_and_keeps_finished_samples(write_recipe, base_recipe, tmp_path,
+                                                                           monkeypatch):
+    import errno
+
+    from runner import files
+    real = files.os.fsync
+    calls = {"n": 0}
+
+    def fsync(fd):
+        calls["n"] += 1
+        if calls["n"] > 3:               # the disk fills up after a few samples were made durable
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd)
+    monkeypatch.setattr(files.os, "fsync", fsync)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(cli, ["go", str(write_recipe(_fake(base_recipe))), "--out", str(out), "--no-progress",
+                                 "--in-process"])
+    assert r.exit_code == 2, r.output
+    assert "cannot write it: No space left on device" in r.output and "Traceback" not in r.output
+    assert "the same command continues from them" in r.output
+    assert (out / "t" / "samples.partial.jsonl").read_text().count("\n") >= 2       # key line + samples kept
+
+
+def test_a_damaged_builtin_model_cache_is_rebuilt(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    from runner.engines import builtin
+    monkeypatch.setenv("RUNNER_CACHE", str(tmp_path))
+    folder = Path(builtin.ensure_builtin("builtin:demo"))
+    (folder / "config.json").write_text("{ not json")          # a disk error, a killed copy
+    again = Path(builtin.ensure_builtin("builtin:demo"))
+    assert again == folder and json.loads((folder / "config.json").read_text())["model_type"] == "qwen2"

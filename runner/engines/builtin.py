@@ -44,6 +44,28 @@ def cache_dir() -> Path:
     return root / f"builtin-demo-{digest}"
 
 
+MANIFEST = "runner-manifest.json"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _write_manifest(folder: Path) -> None:
+    files = {p.name: _digest(p) for p in sorted(folder.iterdir()) if p.is_file()}
+    (folder / MANIFEST).write_text(json.dumps(files, indent=1))
+
+
+def _intact(folder: Path) -> bool:
+    """Every file the build wrote is there with the bytes it wrote (a killed build or a damaged disk
+    leaves a folder that would fail to load)."""
+    try:
+        files = json.loads((folder / MANIFEST).read_text())
+        return bool(files) and all(_digest(folder / name) == h for name, h in files.items())
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def ensure_builtin(model_id: str) -> str:
     """Build (once) and return the folder of a builtin model."""
     name = model_id[len(BUILTIN_PREFIX):]
@@ -51,8 +73,16 @@ def ensure_builtin(model_id: str) -> str:
         raise ValueError(f"unknown builtin model {model_id!r}; allowed: "
                          + ", ".join(BUILTIN_PREFIX + b for b in BUILTINS))
     out = cache_dir()
-    if (out / "config.json").exists() and (out / "tokenizer.json").exists():
+    if _intact(out):
         return str(out)
+    if out.exists():            # a cache cut short or damaged: build it again
+        import shutil
+        try:
+            shutil.rmtree(out)
+        except OSError as e:
+            from runner.errors import RunnerError
+            raise RunnerError(f"the cached builtin model is damaged and cannot be removed ({e.strerror})",
+                              file=str(out), hint="delete that folder; the runner builds it again") from None
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -75,6 +105,7 @@ def ensure_builtin(model_id: str) -> str:
     tmp.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(tmp)
     fast.save_pretrained(tmp)
+    _write_manifest(tmp)
     try:
         tmp.rename(out)
     except OSError:   # another process built it first

@@ -37,9 +37,28 @@ def check_name(name: object, where: str = "") -> str:
     return name
 
 
+class _File:
+    """A file of the run folder: `folder.results` is `folder.root / "results.json"`."""
+
+    def __init__(self, filename: str):
+        self.filename = filename
+
+    def __get__(self, folder: RunFolder | None, owner: type) -> Path:
+        return folder.root / self.filename if folder is not None else Path(self.filename)
+
+
 @dataclass(frozen=True)
 class RunFolder:
     root: Path
+
+    results = _File("results.json")
+    samples = _File("samples.jsonl")
+    samples_gz = _File("samples.jsonl.gz")
+    partial = _File("samples.partial.jsonl")
+    engine_log = _File("engine.log")
+    report = _File("report.md")
+    lock = _File(".runner.lock")
+    server_pgid = _File(".server.pgid")     # a serving run's server group while it runs (the parent ends it)
 
     @classmethod
     def of(cls, out: Path, name: str, where: str = "") -> RunFolder:
@@ -48,39 +67,6 @@ class RunFolder:
     @property
     def name(self) -> str:
         return self.root.name
-
-    @property
-    def results(self) -> Path:
-        return self.root / "results.json"
-
-    @property
-    def samples(self) -> Path:
-        return self.root / "samples.jsonl"
-
-    @property
-    def samples_gz(self) -> Path:
-        return self.root / "samples.jsonl.gz"
-
-    @property
-    def partial(self) -> Path:
-        return self.root / "samples.partial.jsonl"
-
-    @property
-    def engine_log(self) -> Path:
-        return self.root / "engine.log"
-
-    @property
-    def report(self) -> Path:
-        return self.root / "report.md"
-
-    @property
-    def lock(self) -> Path:
-        return self.root / ".runner.lock"
-
-    @property
-    def server_pgid(self) -> Path:
-        """The process group of a serving run's server while it runs (the parent ends it if the run dies)."""
-        return self.root / ".server.pgid"
 
 
 def summary_path(out: Path) -> Path:

@@ -57,7 +57,8 @@ def predicted_vs_measured(r: RunResult) -> list[str]:
         return []
     rows, warn = [], []
     pairs = [("cached prompt tokens", "cached_prompt_tokens", p.get("cached_prompt_tokens"), r.tokens.cached),
-             ("weights (GiB)", "weights_gib", p.get("weights_gib"), r.memory.weights_gib),
+             ("weights on the GPU (GiB)", "weights_gib", (p.get("memory") or {}).get("weights_gpu_gib", p.get("weights_gib")),
+              r.memory.weights_gib),
              ("KV capacity (tokens)", "kv_capacity_tokens", p.get("kv_capacity_tokens"), r.memory.kv_cache_tokens)]
     for label, key, pred, meas in pairs:
         off = _off(pred, meas)
