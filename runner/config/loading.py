@@ -181,6 +181,19 @@ def _check_abstract(data: dict, where: str, locate) -> None:
                               file=where) from None
 
 
+def _check_sets(sets: dict, axes: tuple[Axis, ...], where: str) -> None:
+    """--set applies to every cell: it may not rename the study or pin a setting the study varies."""
+    for k in sets:
+        if k == "name":
+            raise RecipeError("--set name: a study's cells are named from its `name`; rename the study in the file",
+                              field="--set", file=where)
+        clash = next((a.key for a in axes if overlaps(k, a.key)), None)
+        if clash:
+            raise RecipeError(f"--set {k}: the study varies {clash!r} across its cells; setting it for every cell "
+                              "would make cells the same", field="--set", file=where,
+                              hint="pick cells by name, or change the study's matrix")
+
+
 def load_study(path: str | Path, overrides: list[str] | None = None, *,
                model_paths: Mapping[str, str] | None = None) -> Study:
     """Everything one recipe file holds, validated. `model_paths`: hub id -> local folder (--model-path),
@@ -217,15 +230,7 @@ def load_study(path: str | Path, overrides: list[str] | None = None, *,
     if name is None or not re.match(NAME_PATTERN, name):
         raise RecipeError("a study needs a `name` (letters, digits, ._-): its cells are named from it",
                           file=where, field="name", hint=hint)
-    for k in sets:
-        if k == "name":
-            raise RecipeError("--set name: a study's cells are named from its `name`; rename the study in the file",
-                              field="--set", file=where)
-        clash = next((a.key for a in all_axes if overlaps(k, a.key)), None)
-        if clash:
-            raise RecipeError(f"--set {k}: the study varies {clash!r} across its cells; setting it for every cell "
-                              "would make cells the same", field="--set", file=where,
-                              hint="pick cells by name, or change the study's matrix")
+    _check_sets(sets, all_axes, where)
     cells = expand(name, merged, axes, variants, excludes, where)
     loaded = tuple(_finish(c.data, path, where, overrides, mp, _locator(sources, sets, c), study=name, cell=c,
                            title=f"cell {c.name!r} ({describe(c.cell, axes)}): invalid recipe") for c in cells)

@@ -142,42 +142,48 @@ def changed_answers_section(results: list[RunResult], base: RunResult | None, ou
                          "McNemar p (exact)", "larger than chance (p<0.05)"]), "", *lines]
 
 
+def _metric_names(results: list[RunResult]) -> list[str]:
+    names: list[str] = []
+    for r in results:
+        names += [m for m in r.scores if m not in names]
+    return names
+
+
+def _row(r: RunResult, base: RunResult | None, metric_names: list[str]) -> list:
+    """One recipe's row of the summary table."""
+    t = r.estimate.projected_s if r.estimate else r.timings.generate_s
+    bt = None
+    if base is not None and base.status == "ok":
+        bt = base.estimate.projected_s if base.estimate else base.timings.generate_s
+    approx = "~" if (r.estimate or (base is not None and base.estimate)) else ""
+    speed = f"{approx}{bt / t:.1f}×" if (t and bt and r.status == "ok") else None
+    tcell = secs(t) if t is not None else None
+    if r.estimate and t is not None:
+        tcell = f"~{secs(t)} (est. from {r.estimate.n_measured})"
+    tcell, speed = summary_cells(r, tcell, speed)
+    diff = recipe_diff(r.recipe, base.recipe) if base is not None and r is not base else {}
+    diff_s = diff_cell(diff) if diff else ("(baseline)" if r is base else "")
+    knob_flags = [k.name for k in r.knobs if k.status == "ignored"]
+    status = r.status if not knob_flags else f"{r.status}; ignored: {', '.join(knob_flags)}"
+    scores = [(f"{r.scores[m]:.3f}" if m in r.scores and r.scores_meaningful else
+               ("n/a (random weights)" if m in r.scores else None)) for m in metric_names]
+    roof = roofline(r)
+    return [r.name, status, r.recipe.get("engine", {}).get("kind"), tcell, speed, r.throughput.requests_per_s,
+            r.throughput.output_tokens_per_s, gib(r.memory.peak_gpu_gib), f"{roof:.0%}" if roof is not None else None,
+            *scores, diff_s]
+
+
 def summary_markdown(results: list[RunResult], baseline: str | None = None, out: Path | None = None,
                      study_charts: dict[str, Path] | None = None) -> str:
     base = pick_baseline(results, baseline)
     parts = ["# Summary", "", f"{len(results)} recipes; "
              + (f"baseline: **{base.name}**." if base else "no baseline (mark one with `baseline: true` or "
                 "`--baseline NAME`).")]
-    metric_names: list[str] = []
-    for r in results:
-        for m in r.scores:
-            if m not in metric_names:
-                metric_names.append(m)
+    metric_names = _metric_names(results)
     if metric_names and not any(r.scores_meaningful and r.scores for r in results):
         parts.append("Scores are left out: every recipe here ran with random weights (speed and memory only).")
         metric_names = []
-    rows = []
-    for r in results:
-        t = r.estimate.projected_s if r.estimate else r.timings.generate_s
-        bt = None
-        if base is not None and base.status == "ok":
-            bt = base.estimate.projected_s if base.estimate else base.timings.generate_s
-        approx = "~" if (r.estimate or (base is not None and base.estimate)) else ""
-        speed = f"{approx}{bt / t:.1f}×" if (t and bt and r.status == "ok") else None
-        tcell = secs(t) if t is not None else None
-        if r.estimate and t is not None:
-            tcell = f"~{secs(t)} (est. from {r.estimate.n_measured})"
-        tcell, speed = summary_cells(r, tcell, speed)
-        diff = recipe_diff(r.recipe, base.recipe) if base is not None and r is not base else {}
-        diff_s = diff_cell(diff) if diff else ("(baseline)" if r is base else "")
-        knob_flags = [k.name for k in r.knobs if k.status == "ignored"]
-        status = r.status if not knob_flags else f"{r.status}; ignored: {', '.join(knob_flags)}"
-        scores = [(f"{r.scores[m]:.3f}" if m in r.scores and r.scores_meaningful else
-                   ("n/a (random weights)" if m in r.scores else None)) for m in metric_names]
-        roof = roofline(r)
-        rows.append([r.name, status, r.recipe.get("engine", {}).get("kind"), tcell, speed,
-                     r.throughput.requests_per_s, r.throughput.output_tokens_per_s,
-                     gib(r.memory.peak_gpu_gib), f"{roof:.0%}" if roof is not None else None, *scores, diff_s])
+    rows = [_row(r, base, metric_names) for r in results]
     parts += ["", table(rows, ["recipe", "status", "engine", "generation time", "speed-up", "requests/s",
                                "output tok/s", "peak GPU", "roofline", *metric_names, "differs from baseline"])]
     parts += ["", "Roofline: the predicted floor of the generation time (compute, memory bandwidth or PCIe, "
@@ -189,8 +195,7 @@ def summary_markdown(results: list[RunResult], baseline: str | None = None, out:
     failed = [r for r in results if r.status != "ok"]
     if failed:
         parts += ["", "## Failures", ""]
-        for r in failed:
-            parts.append(f"- **{r.name}**: {r.error}" + (f" — hint: {r.hint}" if r.hint else ""))
+        parts += [f"- **{r.name}**: {r.error}" + (f" — hint: {r.hint}" if r.hint else "") for r in failed]
     parts += ["", "Times marked `~` are projections from a partial run (see each report). "
               "Scores of runs with random weights are left out of comparisons.", ""]
     return "\n".join(parts)
