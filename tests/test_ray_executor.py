@@ -59,11 +59,8 @@ def _stored(out: Path, name: str) -> dict:
 
 
 def _ray_facts(d: dict) -> tuple[str, list[dict]]:
-    """(executor, replica rows) from results.json; they sit under environment.ray until RunResult has them."""
-    if "replicas" in d:
-        return d["executor"], d["replicas"]
-    ray = d["environment"]["ray"]
-    return ray["executor"], ray["replica_runs"]
+    """(executor, replica rows) from results.json."""
+    return d["executor"], d["replicas"]
 
 
 def _run(jobs: list[Job], **kw):

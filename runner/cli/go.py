@@ -1,5 +1,5 @@
 """`runner go`: check every recipe, then run each (or each group that shares an engine) in its own
-process and write the reports."""
+process, or as a Ray task (`--executor ray`), and write the reports."""
 from __future__ import annotations
 
 import os
@@ -12,10 +12,11 @@ from pathlib import Path
 import click
 
 from runner.cli import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard
+from runner.cli.executors import EXECUTORS, Executor
 from runner.cli.loading import MP_HELP, SET_HELP, load_all
 from runner.config.recipe import MAX_TIMEOUT_S, LoadedRecipe
 from runner.errors import RunnerError
-from runner.execution.job import Job, RunOptions, Unit, group_by_engine
+from runner.execution.job import RunOptions, Unit
 from runner.execution.layout import RunFolder
 from runner.reporting.results import RunResult
 
@@ -41,19 +42,36 @@ from runner.reporting.results import RunResult
               "(default: an unchanged recipe is skipped; an interrupted one continues from its finished samples).")
 @click.option("--in-process", is_flag=True, hidden=True, help="Run recipes in this process (tests).")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
+@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
+              help="Where jobs run: `local` (one after another, each in its own process on this machine) or "
+                   "`ray` (each a Ray task asking for the engine's GPUs, as many at once as the cluster holds; "
+                   "reports are still written under --out here).")
+@click.option("--address", metavar="ADDR", help="With --executor ray: the Ray cluster to run on (e.g. HEAD:6379, "
+              "or `auto`); default: a local Ray instance started for this call.")
+@click.option("--replicas", type=click.IntRange(min=1, max=1024), metavar="N", help="With --executor ray: split "
+              "each recipe's examples into N contiguous shares, each run by its own engine (the same as "
+              "--set replicas=N: it is recorded in the recipe and its run key).")
 @guard
-def go(paths, out, only, limit, estimate, sets, model_paths, timeout, baseline, force, in_process, no_progress):
+def go(paths, out, only, limit, estimate, sets, model_paths, timeout, baseline, force, in_process, no_progress,
+       executor, address, replicas):
     """Run recipes and study files (files, folders or globs) and write Markdown reports.
 
     Every recipe is checked before anything runs (bad input: exit 2). Each
     recipe runs in its own process; study cells that differ only in
     request-side settings (prompt, sampling, dataset) share one engine, with
-    the prefix cache reset between them. An unchanged recipe whose results are
-    complete in --out is skipped, an interrupted one continues from its
-    finished samples. Exit code 0 when every recipe succeeded, 1 when any
-    failed (the others still run and report), 2 for bad input (nothing is
-    run), 130 when interrupted."""
+    the prefix cache reset between them. With --executor ray each such job is
+    a Ray task instead (several at once, on any node of the cluster), and its
+    files come back here. An unchanged recipe whose results are complete in
+    --out is skipped, an interrupted one continues from its finished samples.
+    Exit code 0 when every recipe succeeded, 1 when any failed (the others
+    still run and report), 2 for bad input (nothing is run), 130 when
+    interrupted."""
+    ex = Executor(kind=executor, address=address, in_process=in_process)
+    ex.check_options(replicas)
+    if replicas is not None:
+        sets = (*sets, f"replicas={replicas}")
     loaded = load_all(paths, sets, model_paths, only)
+    ex.check_recipes(loaded)
     if baseline and baseline not in {lr.recipe.name for lr in loaded}:
         raise RunnerError(f"--baseline {baseline!r} names no recipe of this call; recipes: "
                           + ", ".join(lr.recipe.name for lr in loaded))
@@ -62,12 +80,12 @@ def go(paths, out, only, limit, estimate, sets, model_paths, timeout, baseline, 
     command = "runner go " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["go"] else ""
     opts = RunOptions(out=Path(out), limit=limit, estimate=estimate, command=command, progress=not no_progress,
                       timeout_s=timeout)
-    units = [make_unit(lr, opts) for lr in loaded]      # every recipe checked before anything is written
+    units = [make_unit(lr, opts, host=not ex.on_ray) for lr in loaded]  # all checked before anything is written
     out_dir = _out_dir(out)
     with ExitStack() as locks:
         for u in units:
             locks.enter_context(_lock(RunFolder.of(out_dir, u.name)))
-        results = _run_all(units, opts, force, in_process, baseline)
+        results = _run_all(units, opts, force, ex, baseline)
     if any(r.status != "ok" for r in results):
         sys.exit(EXIT_FAILED)
 
@@ -97,29 +115,28 @@ def _lock(folder: RunFolder):
     return lock
 
 
-def make_unit(lr: LoadedRecipe, opts: RunOptions) -> Unit:
-    """Everything checkable without a model, done now: bad input stops the call before anything runs."""
+def make_unit(lr: LoadedRecipe, opts: RunOptions, host: bool = True) -> Unit:
+    """Everything checkable without a model, done now: bad input stops the call before anything runs.
+    `host`: also what this machine needs to run it (False: it runs on Ray workers, which check that)."""
     from runner.cli.preflight import check_runnable
     from runner.execution.resume import run_key
     from runner.inputs.prepare import prepare
     prepared = prepare(lr, opts.limit, opts.estimate)
-    check_runnable(lr, prepared)
+    check_runnable(lr, prepared, host=host)
     key = run_key(lr.recipe.canonical(), prepared.inputs, opts.limit, opts.estimate)
     return Unit(loaded=lr, prepared=prepared, run_key=key)
 
 
-def _run_all(units: list[Unit], opts: RunOptions, force: bool, in_process: bool, baseline: str | None):
+def _run_all(units: list[Unit], opts: RunOptions, force: bool, ex: Executor, baseline: str | None):
     from runner.reporting.summary import write_summary
     results: list[RunResult] = []
+
+    def done(res: RunResult) -> None:
+        results.append(res)
+        click.echo(one_line(res, _report(res, opts.out)))
     old_handler = signal.signal(signal.SIGTERM, _sigterm)
     try:
-        todo = _skip_finished(units, opts, force, results)
-        for n, group in enumerate(group_by_engine(todo), 1):
-            _announce(group, n, in_process, opts)
-            job = Job(units=group, options=opts)
-            for res in _run_job(job, in_process):
-                results.append(res)
-                click.echo(one_line(res, _report(res, opts.out)))
+        ex.run(_skip_finished(units, opts, force, results), opts, done)
     except KeyboardInterrupt:
         if results:
             write_summary(results, opts.out, baseline)
@@ -148,23 +165,6 @@ def _skip_finished(units: list[Unit], opts: RunOptions, force: bool, results: li
             folder.partial.unlink(missing_ok=True)
         todo.append(u)
     return todo
-
-
-def _announce(group: tuple[Unit, ...], n: int, in_process: bool, opts: RunOptions) -> None:
-    r = group[0].loaded.recipe
-    names = ", ".join(u.name for u in group)
-    shared = f" ({len(group)} recipes on one engine)" if len(group) > 1 else ""
-    click.echo(f"[{n}] {names} ({r.engine.kind}, {r.model.id}){shared}", err=True)
-    if not in_process:      # engine start can take a minute with nothing on screen: say where to look
-        click.echo(f"  engine output: {RunFolder.of(opts.out, group[0].name).engine_log}", err=True)
-
-
-def _run_job(job: Job, in_process: bool) -> list[RunResult]:
-    if in_process:
-        from runner.execution.run import run_job
-        return run_job(job)
-    from runner.execution.isolate import run_isolated
-    return run_isolated(job)
 
 
 def _report(res: RunResult, out: Path) -> Path:

@@ -17,14 +17,16 @@ def _named(e: RunnerError, lr: LoadedRecipe) -> RunnerError:
     return e
 
 
-def check_model(lr: LoadedRecipe) -> None:
+def check_model(lr: LoadedRecipe, host: bool = True) -> None:
+    """`host`: also the engine's checks of this machine (e.g. `device: cuda` needs a GPU here)."""
     r = lr.recipe
     if is_builtin(r.model.id) and r.model.id[len(BUILTIN_PREFIX):] not in BUILTINS:
         raise RunnerError(f"unknown builtin model {r.model.id!r}; allowed: "
                           + ", ".join(BUILTIN_PREFIX + b for b in BUILTINS), file=lr.path, field="model.id")
     try:
         check_model_source(r.model)
-        r.engine.preflight(r.model)
+        if host:
+            r.engine.preflight(r.model)
         check_chat_template(lr)
     except RunnerError as e:
         raise _named(e, lr) from None
@@ -57,14 +59,30 @@ def check_chat_template(lr: LoadedRecipe) -> None:
                                "with a chat template")
 
 
-def check_runnable(lr: LoadedRecipe, prepared: Prepared) -> None:
-    """What `go` needs beyond `check`: the engine's library is installed."""
+def check_runnable(lr: LoadedRecipe, prepared: Prepared, host: bool = True) -> None:
+    """What `go` needs beyond `check`. `host`: also what this machine must have to run it (the engine's
+    library, the engine's own checks); False where the recipe runs elsewhere (`--executor ray`: the
+    worker checks them, see `check_host`)."""
     from runner.inputs.context import check_context
-    check_model(lr)
+    check_model(lr, host=host)
     check_context(lr, prepared.examples, prepared.messages)
+    if host:
+        check_library(lr)
+
+
+def check_library(lr: LoadedRecipe) -> None:
     lib = lr.recipe.engine.library
     if lib and importlib.util.find_spec(lib) is None:
         kind = lr.recipe.engine.kind
         raise RunnerError(f"{lib} is not installed in this Python, so `engine: kind: {kind}` cannot run here",
                           file=lr.path, field="engine.kind",
                           hint="run on a host with it installed (`runner check` works anywhere)")
+
+
+def check_host(lr: LoadedRecipe) -> None:
+    """What the machine running the recipe must have: the engine's library and what its checks ask for."""
+    check_library(lr)
+    try:
+        lr.recipe.engine.preflight(lr.recipe.model)
+    except RunnerError as e:
+        raise _named(e, lr) from None

@@ -45,8 +45,10 @@ class DatasetSpec(StrictModel):
     name: str | None = Field(None, description="Hub dataset configuration name (`hub` only).")
     split: str = Field("validation", description="Split to read (`hub`), or a label for files.")
     json_field: str | None = Field(None, description="For `json`: the top-level key that holds the records.")
-    fields: FieldMap = Field(default_factory=FieldMap, description="Mapping from dataset columns onto id/question/context/answers.")
-    limit: PositiveInt | None = Field(None, le=MAX_EXAMPLES, description="Use only the first N examples (after shuffling).")
+    fields: FieldMap = Field(default_factory=FieldMap,
+                             description="Mapping from dataset columns onto id/question/context/answers.")
+    limit: PositiveInt | None = Field(None, le=MAX_EXAMPLES,
+                                      description="Use only the first N examples (after shuffling).")
     shuffle: bool = Field(False, description="Shuffle the examples before `limit`.")
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed for `shuffle`.")
 
@@ -69,7 +71,7 @@ class ShotsSpec(StrictModel):
                              "`system`: shots are only given to the system template as `shots`.")
 
     @model_validator(mode="after")
-    def _source_when_k(self) -> "ShotsSpec":
+    def _source_when_k(self) -> ShotsSpec:
         if self.k and self.source is None:
             raise ValueError("k > 0 needs `source`, the dataset the shots are drawn from")
         return self
@@ -91,7 +93,7 @@ class PromptSpec(StrictModel):
                                               "is refused before it runs (exit 2), naming the example.")
 
     @model_validator(mode="after")
-    def _one_system(self) -> "PromptSpec":
+    def _one_system(self) -> PromptSpec:
         if self.system is not None and self.system_template is not None:
             raise ValueError("give either `system` or `system_template`, not both")
         return self
@@ -108,6 +110,10 @@ class Recipe(StrictModel):
     description: str = Field("", description="One line saying what this recipe tests.")
     model: ModelSpec = Field(description="Which model to load.")
     engine: EngineSpec = Field(description="Which engine runs the model, chosen by `kind`.")
+    replicas: PositiveInt = Field(1, le=1024, description="Data-parallel copies of the engine (`runner go "
+                                  "--executor ray`): the examples are split into this many contiguous shares, "
+                                  "each run by its own engine; outputs are one engine's, generation time is the "
+                                  "wall time over all.")
     dataset: DatasetSpec = Field(description="Where the examples come from.")
     prompt: PromptSpec = Field(description="How an example becomes a prompt.")
     sampling: Sampling = Field(default_factory=Sampling, description="Decoding settings, engine-neutral.")
@@ -120,13 +126,13 @@ class Recipe(StrictModel):
                                   "batch: the engine's OpenAI-compatible server at each request rate, with latency "
                                   "percentiles, goodput and accuracy under load.")
     baseline: bool = Field(False, description="This recipe is the reference the summary compares against.")
-    estimate: PositiveInt | None = Field(None, le=MAX_EXAMPLES, description="Run only N examples and project the full-dataset "
-                                                           "time (reported as an estimate).")
+    estimate: PositiveInt | None = Field(None, le=MAX_EXAMPLES, description="Run only N examples and project the "
+                                         "full-dataset time (reported as an estimate).")
     timeout_s: PositiveInt | None = Field(None, le=MAX_TIMEOUT_S, description="End the run and record it failed after "
                                            "this many seconds (at most 30 days).")
 
     @model_validator(mode="after")
-    def _load_needs_a_server(self) -> "Recipe":
+    def _load_needs_a_server(self) -> Recipe:
         if self.load is not None and not self.engine.serves:
             from runner.engines import ENGINES
             kinds = ", ".join(e.kind_name() for e in ENGINES if e.serves)
@@ -142,7 +148,12 @@ class Recipe(StrictModel):
         return v
 
     def canonical(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """The recipe as results record it and its hashes see it; `replicas: 1` (the default) is left out,
+        so results stored before the field existed keep their run keys."""
+        d = self.model_dump(mode="json")
+        if d.get("replicas") == 1:
+            del d["replicas"]
+        return d
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(self.canonical(), sort_keys=True).encode()).hexdigest()[:16]

@@ -129,7 +129,12 @@ class EngineSpecBase(StrictModel):
 
     def preflight(self, model: ModelSpec) -> None:
         """User errors this engine can see before anything runs (pure of engine libraries);
-        raise RunnerError naming the field."""
+        raise RunnerError naming the field. Checks of the host the engine runs on: with `runner go
+        --executor ray` they run on the worker node, not on the driver."""
+
+    def gpus_needed(self) -> int:
+        """GPUs one engine needs, all on one node: what a Ray task running it asks for (0: CPU only)."""
+        return 0
 
     def context_limit(self) -> int | None:
         """The context length this engine is told to use (None: the model's own)."""

@@ -24,7 +24,9 @@ class TransformersSpec(EngineSpecBase):
     label: ClassVar[str] = "transformers"
 
     kind: Literal["transformers"] = Field(description="Engine selector.")
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="`auto` = cuda when available, else cpu.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="`auto` = cuda when available, else cpu. "
+                                                   "On Ray (`--executor ray`) `cuda` reserves a GPU; `auto` "
+                                                   "reserves none.")
     batch_size: PositiveInt = Field(1, le=65536, description="1 = one prompt at a time; larger = left-padded, "
                                                    "length-sorted batches.")
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] | None = Field(
@@ -37,6 +39,12 @@ class TransformersSpec(EngineSpecBase):
 
     def build(self, model: ModelSpec, chat: bool | None) -> TransformersEngine:
         return TransformersEngine(self, model, chat)
+
+    def gpus_needed(self) -> int:
+        """`cuda`: one GPU. `auto` asks for none (it must also run on a CPU-only node): Ray then reserves no
+        GPU for it, yet on a node with GPUs it may still use one, as Ray 2.60 leaves CUDA_VISIBLE_DEVICES as
+        it is for tasks that ask for none; set `device: cuda` to have one reserved."""
+        return 1 if self.device == "cuda" else 0
 
     def preflight(self, model: ModelSpec) -> None:
         from runner.execution.gpumem import has_cuda_device

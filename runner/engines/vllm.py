@@ -6,15 +6,23 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt
 
 from runner.config.common import MAX_SEED, MAX_TOKENS, ModelSpec, Sampling
-from runner.engines.base import (CrashEvidence, EngineInfo, EngineSpecBase, Generation, Messages, ProgressFn,
-                                 Request, SinkFn)
+from runner.engines.base import (
+    CrashEvidence,
+    EngineInfo,
+    EngineSpecBase,
+    Generation,
+    Messages,
+    ProgressFn,
+    Request,
+    SinkFn,
+)
 from runner.engines.vllm_knobs import VLLMFacts, crash_evidence, parse_engine_log, vllm_knobs
 from runner.errors import RunnerError
 
@@ -33,12 +41,16 @@ class VLLMSpec(EngineSpecBase):
     quantization: str | None = Field(None, description="vLLM quantization method (`awq`, `gptq`, `fp8`, "
                                      "`bitsandbytes`, ...); default: what the checkpoint's config says.")
     enable_prefix_caching: bool | None = Field(None, description="Automatic prefix caching; default: vLLM's (on).")
-    cpu_offload_gb: float = Field(0, ge=0, le=100_000, allow_inf_nan=False, description="GiB of weights to keep in CPU memory (UVA offload).")
-    swap_space: float | None = Field(None, ge=0, le=100_000, allow_inf_nan=False, description="CPU swap space per GPU in GiB (V0 engines only: "
-                                     "reported as ignored where the installed vLLM has no such argument).")
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, allow_inf_nan=False, description="Share of GPU memory vLLM may use, in (0, 1].")
+    cpu_offload_gb: float = Field(0, ge=0, le=100_000, allow_inf_nan=False,
+                                  description="GiB of weights to keep in CPU memory (UVA offload).")
+    swap_space: float | None = Field(None, ge=0, le=100_000, allow_inf_nan=False,
+                                     description="CPU swap space per GPU in GiB (V0 engines only: reported as ignored "
+                                                 "where the installed vLLM has no such argument).")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, allow_inf_nan=False,
+                                          description="Share of GPU memory vLLM may use, in (0, 1].")
     enforce_eager: bool = Field(False, description="Skip CUDA graphs and torch.compile (faster start, slower decode).")
-    max_model_len: PositiveInt | None = Field(None, le=MAX_TOKENS, description="Context length limit; default: the model's.")
+    max_model_len: PositiveInt | None = Field(None, le=MAX_TOKENS,
+                                              description="Context length limit; default: the model's.")
     tensor_parallel_size: PositiveInt = Field(1, le=1024, description="GPUs to shard the model over.")
     kv_cache_dtype: str = Field("auto", description="KV-cache dtype (`auto`, `fp8`, ...).")
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="Engine seed.")
@@ -56,6 +68,9 @@ class VLLMSpec(EngineSpecBase):
 
     def context_limit(self) -> int | None:
         return self.max_model_len
+
+    def gpus_needed(self) -> int:
+        return self.tensor_parallel_size
 
     def plan_settings(self, model: ModelSpec) -> dict[str, Any]:
         args = self.engine_args
@@ -167,7 +182,7 @@ class VLLMEngine:
             import vllm
         except ImportError as e:
             raise RunnerError(f"vLLM is not installed in this Python ({e}); install vllm on a GPU host "
-                              "or use `engine: kind: transformers`", field="engine.kind")
+                              "or use `engine: kind: transformers`", field="engine.kind") from None
         from vllm import LLM
 
         from runner.engines.tokenizing import load_tokenizer, uses_chat_template

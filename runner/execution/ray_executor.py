@@ -73,9 +73,7 @@ def _connect(address: str | None, runtime_env: dict | None) -> None:
 
 def gpus_needed(job: Job) -> int:
     """GPUs one engine of the job needs (all on one node)."""
-    spec = job.units[0].loaded.recipe.engine
-    fn = getattr(spec, "gpus_needed", None)
-    return int(fn()) if callable(fn) else int(getattr(spec, "tensor_parallel_size", 0) or 0)
+    return job.units[0].loaded.recipe.engine.gpus_needed()
 
 
 def _no_room(gpus: int) -> str | None:
@@ -92,8 +90,6 @@ def _no_room(gpus: int) -> str | None:
 def run_replica(rep: dp.Replica, board: Any) -> dp.TaskOutput:
     """The Ray task: run the replica's job with run_isolated in a folder on this node."""
     import ray
-
-    from runner.execution.isolate import run_isolated
     wdir = dp.worker_dir(rep.tag)
     wdir.mkdir(parents=True, exist_ok=True)
     dp.claim(wdir)
@@ -112,7 +108,7 @@ def run_replica(rep: dp.Replica, board: Any) -> dp.TaskOutput:
         tail = dp.PartialTail(paths, lambda name, lines: board.lines.remote(rep.tag, name, lines))
         tail.start()
         try:
-            run_isolated(job)
+            _run_here(job, where["node_ip"])
         finally:
             tail.stop()
         files = tuple(dp.unit_files(wdir, u.name) for u in job.units)
@@ -121,6 +117,22 @@ def run_replica(rep: dp.Replica, board: Any) -> dp.TaskOutput:
         (wdir / dp.OWNER).unlink(missing_ok=True)
     shutil.rmtree(wdir, ignore_errors=True)    # everything it holds goes back to the driver
     return out
+
+
+def _run_here(job: Job, node_ip: str) -> None:
+    """run_isolated, where this node can run the job's engine (what `runner go` left to the workers to
+    check); where not, each recipe's results.json says why."""
+    from runner.cli.preflight import check_host
+    from runner.execution.isolate import run_isolated
+    try:
+        check_host(job.units[0].loaded)
+    except RunnerError as e:
+        why = f"Ray node {node_ip} cannot run it: {e.render(with_hint=False)}"
+        for u in job.units:
+            res = failed_result(u, why, e.hint, job.options.command)
+            write_json_atomic(RunFolder.of(job.options.out, u.name).results, res.model_dump(mode="json"))
+        return
+    run_isolated(job)
 
 
 # ---------------------------------------------------------------- the driver
@@ -153,7 +165,7 @@ class _Call:
     def __init__(self, jobs: list[Job], replicas: int | None, on_result, on_event, address: str | None):
         import ray
         self.jobs, self.on_result, self.on_event = jobs, on_result, on_event
-        self.plans = [dp.split(j, replicas or getattr(j.units[0].loaded.recipe, "replicas", 1) or 1) for j in jobs]
+        self.plans = [dp.split(j, replicas or j.units[0].loaded.recipe.replicas) for j in jobs]
         self.stores = {u.name: _Store(u, j.options.out) for j in jobs for u in j.units}
         self.outputs: dict[int, dict[int, dp.TaskOutput | BaseException]] = {i: {} for i in range(len(jobs))}
         self.results: dict[int, list[RunResult]] = {}
@@ -308,10 +320,7 @@ def _cancel(refs: list) -> None:
 def _with_ray(res: RunResult, replicas: list[dict], env: dict) -> RunResult:
     d = res.model_dump(mode="json")
     d["environment"] = {**d.get("environment", {}), "ray": env}
-    if "replicas" in RunResult.model_fields:
-        d.update(executor="ray", replicas=replicas)
-    else:          # until RunResult has `executor` and `replicas`
-        d["environment"]["ray"] = {**env, "executor": "ray", "replica_runs": replicas}
+    d.update(executor="ray", replicas=replicas)
     return RunResult.model_validate(d)
 
 

@@ -8,8 +8,9 @@ import yaml
 
 from runner.execution.layout import RunFolder
 from runner.files import write_text_atomic
-from runner.reporting.plan_markdown import predicted_vs_measured
 from runner.reporting.format import N_EXAMPLES_SHOWN, cell, dflt, gib, inline, secs, table
+from runner.reporting.plan_markdown import predicted_vs_measured
+from runner.reporting.replicas_markdown import where_it_ran
 from runner.reporting.results import RunResult
 from runner.reporting.serving_markdown import serving_section
 from runner.reporting.serving_plots import latency_chart
@@ -70,6 +71,7 @@ def report_markdown(r: RunResult, samples: list[dict]) -> str:
         e = r.estimate
         parts += ["", f"Projected full-dataset generation (**estimate**): ~{secs(e.projected_s)} "
                       f"({_interval(e)}) from {e.n_measured} examples."]
+    parts += where_it_ran(r)
     parts += ["", "## Tokens", ""]
     parts.append(table([[r.tokens.prompt, r.tokens.output, r.tokens.cached,
                          f"{r.tokens.prompt / r.n_samples:.1f}" if r.n_samples else None,

@@ -79,6 +79,20 @@ class EngineSummary(_M):
     quantization: str | None = None
 
 
+class ReplicaRun(_M):
+    """One data-parallel replica of a run on Ray (`runner go --executor ray`)."""
+    index: int = Field(description="0-based replica number.")
+    examples: list[int] = Field(description="[start, end) of the recipe's examples this replica ran (dataset order).")
+    node_id: str = ""
+    node_ip: str = ""
+    pid: int | None = Field(None, description="Ray worker process of the last attempt.")
+    attempts: int = Field(1, description="Times Ray started it; >1 = retried after its worker or node died.")
+    status: Literal["ok", "failed"]
+    load_s: float | None = None
+    generate_s: float | None = None
+    reused_samples: int = 0
+
+
 class RunResult(_M):
     schema_version: int = SCHEMA_VERSION
     name: str
@@ -120,6 +134,8 @@ class RunResult(_M):
                                          "limits: an unchanged recipe with complete results is skipped.")
     serving: ServingResult | None = Field(None, description="A recipe with `load:`: the figures of every request "
                                           "rate; the top-level fields describe its `headline_rate`.")
+    executor: Literal["local", "ray"] = Field("local", description="Where the run ran.")
+    replicas: list[ReplicaRun] = Field(default_factory=list, description="Ray only: each data-parallel replica.")
 
 
 class Sample(_M):
@@ -136,7 +152,7 @@ class Sample(_M):
     seconds: float | None = None
 
     @classmethod
-    def from_line(cls, d: dict[str, Any], metrics: list[str]) -> "Sample":
+    def from_line(cls, d: dict[str, Any], metrics: list[str]) -> Sample:
         d = dict(d)
         scores = {m: d.pop(m) for m in metrics if m in d}
         return cls(**{k: v for k, v in d.items() if k in cls.model_fields}, scores=scores)
