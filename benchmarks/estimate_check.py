@@ -5,6 +5,7 @@
 Uses the builtin smoke-test model, one prompt at a time, on JSQuAD questions from ../shared
 (or the embedded sample, repeated, when ../shared is absent). Prints the projection, its 95%
 interval, the measured time and the error."""
+
 from __future__ import annotations
 
 import argparse
@@ -25,6 +26,7 @@ def main() -> int:
     from click.testing import CliRunner
 
     from runner.cli import cli
+
     jsquad = ROOT.parent / "shared" / "data" / "jsquad" / "valid-v1.3.json"
     out = Path(tempfile.mkdtemp())
     recipe = out / "estimate-check.yaml"
@@ -35,8 +37,19 @@ dataset: {{format: squad, path: {jsquad}, limit: {a.measure}}}
 prompt: {{template: jsquad.j2, system_template: jsquad-system.j2}}
 sampling: {{max_tokens: 16, ignore_eos: true}}
 """)
-    r1 = CliRunner().invoke(cli, ["go", str(recipe), "--out", str(out / "est"), "--estimate", str(a.project_from),
-                                  "--no-progress", "--in-process"])
+    r1 = CliRunner().invoke(
+        cli,
+        [
+            "go",
+            str(recipe),
+            "--out",
+            str(out / "est"),
+            "--estimate",
+            str(a.project_from),
+            "--no-progress",
+            "--in-process",
+        ],
+    )
     r2 = CliRunner().invoke(cli, ["go", str(recipe), "--out", str(out / "full"), "--no-progress", "--in-process"])
     assert r1.exit_code == 0 and r2.exit_code == 0, r1.output + r2.output
     est = json.loads((out / "est" / "estimate-check" / "results.json").read_text())["estimate"]
@@ -44,8 +57,10 @@ sampling: {{max_tokens: 16, ignore_eos: true}}
     measured = full["timings"]["generate_s"]
     err = (est["projected_s"] - measured) / measured
     inside = est["low_s"] <= measured <= est["high_s"]
-    print(f"projected from {est['n_measured']}: {est['projected_s']:.2f} s "
-          f"(95% interval {est['low_s']:.2f} - {est['high_s']:.2f} s)")
+    print(
+        f"projected from {est['n_measured']}: {est['projected_s']:.2f} s "
+        f"(95% interval {est['low_s']:.2f} - {est['high_s']:.2f} s)"
+    )
     print(f"measured over {full['n_samples']}: {measured:.2f} s")
     print(f"error: {err:+.1%}; measured time inside the interval: {'yes' if inside else 'no'}")
     return 0

@@ -6,6 +6,7 @@ Starts `runner go`, waits until the partial samples file holds `--at` of the exa
 runner (no cleanup possible), checks the recipe's process group is gone, runs the same command
 again and checks: every example once, in dataset order, and how many were reused. Prints one line
 per step (flushed), then PASS or FAIL."""
+
 from __future__ import annotations
 
 import argparse
@@ -59,13 +60,22 @@ def main() -> int:
             gone = True
     print(f"recipe process group {pgid} gone: {gone}", flush=True)
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    print(f"rerun exit {r.returncode}: {r.stdout.strip().splitlines()[-3:] if r.stdout else r.stderr[-500:]}", flush=True)
+    print(
+        f"rerun exit {r.returncode}: {r.stdout.strip().splitlines()[-3:] if r.stdout else r.stderr[-500:]}", flush=True
+    )
     res = json.loads((folder / "results.json").read_text())
     ids = [json.loads(x)["id"] for x in (folder / "samples.jsonl").read_text().splitlines()]
-    ok = (gone and r.returncode == 0 and len(ids) == len(set(ids)) == res["n_samples"] == a.total
-          and res["reused_samples"] >= n_before - 5)
-    print(f"samples {len(ids)} (unique {len(set(ids))}), reused {res['reused_samples']}, generation "
-          f"{res['timings']['generate_s']:.1f} s: {'PASS' if ok else 'FAIL'}", flush=True)
+    ok = (
+        gone
+        and r.returncode == 0
+        and len(ids) == len(set(ids)) == res["n_samples"] == a.total
+        and res["reused_samples"] >= n_before - 5
+    )
+    print(
+        f"samples {len(ids)} (unique {len(set(ids))}), reused {res['reused_samples']}, generation "
+        f"{res['timings']['generate_s']:.1f} s: {'PASS' if ok else 'FAIL'}",
+        flush=True,
+    )
     return 0 if ok else 1
 
 

@@ -25,6 +25,7 @@
 
 GPU host only (vLLM importable); every line is flushed as it is written. Logs and results under --out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-ROWS = [("TTFT p50 (ms)", "ttft_p50_ms"), ("TPOT p50 (ms)", "tpot_p50_ms"), ("requests/s", "request_throughput"),
-        ("TTFT p99 (ms)", "ttft_p99_ms"), ("output tok/s", "output_throughput")]
+ROWS = [
+    ("TTFT p50 (ms)", "ttft_p50_ms"),
+    ("TPOT p50 (ms)", "tpot_p50_ms"),
+    ("requests/s", "request_throughput"),
+    ("TTFT p99 (ms)", "ttft_p99_ms"),
+    ("output tok/s", "output_throughput"),
+]
 TARGET = 0.05
 HOST = "127.0.0.1"
 
@@ -58,61 +64,119 @@ def workload(a: argparse.Namespace):
     from runner.engines.tokenizing import encode_prompts
     from runner.execution.serve_run import recipe_tokenizer
     from runner.inputs.prepare import prepare
+
     lr = load_all((a.recipe,), tuple(a.sets), tuple(a.model_path), a.only)[0]
     r = lr.recipe
-    tok, chat = recipe_tokenizer(r)                       # as `runner go` tokenizes a serving run's prompts
+    tok, chat = recipe_tokenizer(r)  # as `runner go` tokenizes a serving run's prompts
     texts, ids = encode_prompts(tok, list(prepare(lr).messages), chat)
     order = [i % len(ids) for i in range(a.num_prompts or len(ids))]
     texts, ids = [texts[i] for i in order], [ids[i] for i in order]
-    again = tok(texts, add_special_tokens=True)["input_ids"]       # what the server makes of vllm bench's text
+    again = tok(texts, add_special_tokens=True)["input_ids"]  # what the server makes of vllm bench's text
     differ = sum(list(x) != y for x, y in zip(again, ids, strict=True))
-    say(f"workload: {r.name}, {len(ids)} prompts, {sum(map(len, ids)):,} prompt tokens, max_tokens "
+    say(
+        f"workload: {r.name}, {len(ids)} prompts, {sum(map(len, ids)):,} prompt tokens, max_tokens "
         f"{r.sampling.max_tokens}, ignore_eos {r.sampling.ignore_eos}; the text of {differ} prompts tokenizes "
-        f"differently from the runner's ids" + (" (compare with care)" if differ else ""))
+        f"differently from the runner's ids" + (" (compare with care)" if differ else "")
+    )
     return r, texts, ids
 
 
 def run_bench(a: argparse.Namespace, r, data: Path, port: int, work: Path, k: int) -> dict:
     name = f"bench-{k}.json"
-    cmd = [*shlex.split(a.bench_cmd), "--backend", "vllm",
-           "--base-url", f"http://{HOST}:{port}", "--endpoint", "/v1/completions", "--model", r.model.id,
-           "--tokenizer", r.model.tokenizer_id, "--dataset-name", "custom", "--dataset-path", str(data),
-           "--custom-output-len", str(r.sampling.max_tokens), "--skip-chat-template", "--disable-shuffle",
-           "--num-prompts", str(a.num_prompts), "--request-rate", str(a.rate), "--burstiness", "1",
-           "--seed", str(a.seed), "--num-warmups", str(a.warmups), "--temperature", "0", "--top-p", "1",
-           "--top-k", "0", "--min-p", "0", "--percentile-metrics", "ttft,tpot,itl,e2el",
-           "--metric-percentiles", "50,90,99", "--save-result", "--result-dir", str(work),
-           "--result-filename", name, "--disable-tqdm"]
+    cmd = [
+        *shlex.split(a.bench_cmd),
+        "--backend",
+        "vllm",
+        "--base-url",
+        f"http://{HOST}:{port}",
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        r.model.id,
+        "--tokenizer",
+        r.model.tokenizer_id,
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(data),
+        "--custom-output-len",
+        str(r.sampling.max_tokens),
+        "--skip-chat-template",
+        "--disable-shuffle",
+        "--num-prompts",
+        str(a.num_prompts),
+        "--request-rate",
+        str(a.rate),
+        "--burstiness",
+        "1",
+        "--seed",
+        str(a.seed),
+        "--num-warmups",
+        str(a.warmups),
+        "--temperature",
+        "0",
+        "--top-p",
+        "1",
+        "--top-k",
+        "0",
+        "--min-p",
+        "0",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,90,99",
+        "--save-result",
+        "--result-dir",
+        str(work),
+        "--result-filename",
+        name,
+        "--disable-tqdm",
+    ]
     if r.sampling.ignore_eos:
         cmd.append("--ignore-eos")
     with open(work / f"bench-{k}.log", "w") as log:
         log.write(" ".join(cmd) + "\n")
         log.flush()
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=a.bench_timeout,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"}).returncode
+        rc = subprocess.run(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=a.bench_timeout,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        ).returncode
     if rc != 0:
         tail = (work / f"bench-{k}.log").read_text(errors="replace").splitlines()[-15:]
         raise RuntimeError(f"vllm bench serve exited with {rc}:\n" + "\n".join(tail))
     res = json.loads((work / name).read_text())
-    return {"ttft_p50_ms": res["median_ttft_ms"], "tpot_p50_ms": res["median_tpot_ms"],
-            "request_throughput": res["request_throughput"], "ttft_p99_ms": res["p99_ttft_ms"],
-            "output_throughput": res["output_throughput"], "completed": res["completed"],
-            "output_tokens": res["total_output_tokens"]}
+    return {
+        "ttft_p50_ms": res["median_ttft_ms"],
+        "tpot_p50_ms": res["median_tpot_ms"],
+        "request_throughput": res["request_throughput"],
+        "ttft_p99_ms": res["p99_ttft_ms"],
+        "output_throughput": res["output_throughput"],
+        "completed": res["completed"],
+        "output_tokens": res["total_output_tokens"],
+    }
 
 
 def run_runner(a: argparse.Namespace, r, ids: list[list[int]], base_url: str) -> dict:
     from runner.execution.serve_run import request_sampling
     from runner.serving.client import run_rate
     from runner.serving.latency import summarize
-    run = run_rate(base_url, r.model.id, ids, request_sampling(r.sampling), a.rate, 1.0, None, a.seed,
-                   a.warmups + 1)
+
+    run = run_rate(base_url, r.model.id, ids, request_sampling(r.sampling), a.rate, 1.0, None, a.seed, a.warmups + 1)
     s = summarize(run.records, a.rate)
     if s.errors:
         say(f"  runner: {s.errors} failed requests, e.g. {s.error_samples[:2]}")
-    return {"ttft_p50_ms": s.ttft_ms["p50"] if s.ttft_ms else float("nan"),
-            "tpot_p50_ms": s.tpot_ms["p50"] if s.tpot_ms else float("nan"),
-            "request_throughput": s.request_throughput, "ttft_p99_ms": s.ttft_ms["p99"] if s.ttft_ms else float("nan"),
-            "output_throughput": s.output_throughput, "completed": s.completed, "output_tokens": s.output_tokens}
+    return {
+        "ttft_p50_ms": s.ttft_ms["p50"] if s.ttft_ms else float("nan"),
+        "tpot_p50_ms": s.tpot_ms["p50"] if s.tpot_ms else float("nan"),
+        "request_throughput": s.request_throughput,
+        "ttft_p99_ms": s.ttft_ms["p99"] if s.ttft_ms else float("nan"),
+        "output_throughput": s.output_throughput,
+        "completed": s.completed,
+        "output_tokens": s.output_tokens,
+    }
 
 
 def table(bench: dict, runner: dict) -> str:
@@ -143,8 +207,11 @@ def args() -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=2, help="pairs of runs, alternating which goes first")
     ap.add_argument("--bench-timeout", type=float, default=600)
-    ap.add_argument("--bench-cmd", default=f"{sys.executable} -m vllm.entrypoints.cli.main bench serve",
-                    help="the command that runs `vllm bench serve` (default: this Python's vLLM)")
+    ap.add_argument(
+        "--bench-cmd",
+        default=f"{sys.executable} -m vllm.entrypoints.cli.main bench serve",
+        help="the command that runs `vllm bench serve` (default: this Python's vLLM)",
+    )
     ap.add_argument("--out", default=str(Path(tempfile.gettempdir()) / "serve-bench"))
     return ap.parse_args()
 
@@ -152,12 +219,17 @@ def args() -> argparse.Namespace:
 def main() -> int:
     a = args()
     from runner.serving.server import Server, free_port
+
     work = Path(a.out).resolve()
     work.mkdir(parents=True, exist_ok=True)
     r, texts, ids = workload(a)
     data = work / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": t, "output_tokens": r.sampling.max_tokens}, ensure_ascii=False)
-                            + "\n" for t in texts), encoding="utf-8")
+    data.write_text(
+        "".join(
+            json.dumps({"prompt": t, "output_tokens": r.sampling.max_tokens}, ensure_ascii=False) + "\n" for t in texts
+        ),
+        encoding="utf-8",
+    )
     port = free_port(HOST)
     cmd = r.engine.serve_command(r.model, HOST, port)
     say(f"server: {' '.join(cmd)}\n  log: {work / 'server.log'}")
@@ -172,9 +244,12 @@ def main() -> int:
                 server.reset_prefix_cache()
                 t = time.perf_counter()
                 try:
-                    got[who] = run_bench(a, r, data, port, work, k) if who == "bench" else \
-                        run_runner(a, r, ids, server.base_url)
-                except Exception:            # one failed side: report it, keep the server and the other rounds
+                    got[who] = (
+                        run_bench(a, r, data, port, work, k)
+                        if who == "bench"
+                        else run_runner(a, r, ids, server.base_url)
+                    )
+                except Exception:  # one failed side: report it, keep the server and the other rounds
                     say(f"round {k}: {who} failed:\n{traceback.format_exc()}")
                     continue
                 say(f"round {k}: {who} done in {time.perf_counter() - t:.1f} s")

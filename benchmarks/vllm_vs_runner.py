@@ -14,6 +14,7 @@ should not always hit the same side), and compares medians. Prints each round as
 both times and their ratio (targets: generation within 2%, whole wall time within 10%).
 GPU only; vLLM must be importable.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-PLAIN = r'''
+PLAIN = r"""
 import json, sys, time, os
 t0 = time.perf_counter()
 job = json.load(open(sys.argv[1]))
@@ -39,7 +40,8 @@ from vllm import LLM, SamplingParams
 t1 = time.perf_counter()
 llm = LLM(**job["llm_kwargs"])
 t2 = time.perf_counter()
-outs = llm.generate([{"prompt_token_ids": p} for p in job["prompts"]], SamplingParams(**job["sampling"]), use_tqdm=False)
+sp = SamplingParams(**job["sampling"])
+outs = llm.generate([{"prompt_token_ids": p} for p in job["prompts"]], sp, use_tqdm=False)
 t3 = time.perf_counter()
 n_out = sum(len(o.outputs[0].token_ids) for o in outs)
 json.dump({"import_s": t1 - t0, "load_s": t2 - t1, "generate_s": t3 - t2, "output_tokens": n_out, "n": len(outs)},
@@ -47,28 +49,37 @@ json.dump({"import_s": t1 - t0, "load_s": t2 - t1, "generate_s": t3 - t2, "outpu
 llm.llm_engine.engine_core.shutdown(timeout=10)   # else the engine core outlives us, holding the GPU
 sys.stdout.flush()
 os._exit(0)
-'''
+"""
 
 
 def run_plain(work: Path, k: int) -> dict:
     from runner.execution.gpumem import used_gib, wait_for_release
+
     before = used_gib()
     t0 = time.perf_counter()
     with open(work / f"plain-{k}.log", "w") as log:
-        p = subprocess.Popen([sys.executable, str(work / "plain.py"), str(work / "job.json"), str(work / "plain.json")],
-                             stdout=log, stderr=log, start_new_session=True)
+        p = subprocess.Popen(
+            [sys.executable, str(work / "plain.py"), str(work / "job.json"), str(work / "plain.json")],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
         rc = p.wait()
     wall = time.perf_counter() - t0
     try:
-        os.killpg(p.pid, signal.SIGKILL)      # anything the plain script left behind
+        os.killpg(p.pid, signal.SIGKILL)  # anything the plain script left behind
     except ProcessLookupError:
         pass
     wait_for_release(before)
     if rc != 0:
         sys.exit(f"plain vLLM script failed (exit {rc}); see {work / f'plain-{k}.log'}")
     res = json.loads((work / "plain.json").read_text())
-    return {"generate_s": res["generate_s"], "load_s": res["load_s"], "wall_s": wall,
-            "output_tokens": res["output_tokens"]}
+    return {
+        "generate_s": res["generate_s"],
+        "load_s": res["load_s"],
+        "wall_s": wall,
+        "output_tokens": res["output_tokens"],
+    }
 
 
 def run_runner(a, name: str, k: int) -> dict:
@@ -86,12 +97,19 @@ def run_runner(a, name: str, k: int) -> dict:
     if rr.returncode != 0:
         sys.exit(f"runner go failed (exit {rr.returncode}):\n{rr.stdout[-2000:]}{rr.stderr[-2000:]}")
     res = json.loads((out / name / "results.json").read_text())
-    return {"generate_s": res["timings"]["generate_s"], "load_s": res["timings"]["load_s"], "wall_s": wall,
-            "output_tokens": res["tokens"]["output"]}
+    return {
+        "generate_s": res["timings"]["generate_s"],
+        "load_s": res["timings"]["load_s"],
+        "wall_s": wall,
+        "output_tokens": res["tokens"]["output"],
+    }
 
 
-ROWS = [("generation (s)", "generate_s", 1.02), ("engine start (s)", "load_s", None),
-        ("whole wall time (s)", "wall_s", 1.10)]
+ROWS = [
+    ("generation (s)", "generate_s", 1.02),
+    ("engine start (s)", "load_s", None),
+    ("whole wall time (s)", "wall_s", 1.10),
+]
 
 
 def median(runs: list[dict]) -> dict:
@@ -130,12 +148,15 @@ def main() -> int:
     chat = uses_chat_template(tok, r.prompt.chat_template)
     ids = encode_prompts(tok, messages, chat)[1]
     work = Path(tempfile.mkdtemp())
-    job = {"llm_kwargs": r.engine.llm_kwargs(r.model), "env": r.engine.engine_env(),
-           "sampling": sampling_params_kwargs(r.sampling), "prompts": ids}
+    job = {
+        "llm_kwargs": r.engine.llm_kwargs(r.model),
+        "env": r.engine.engine_env(),
+        "sampling": sampling_params_kwargs(r.sampling),
+        "prompts": ids,
+    }
     (work / "job.json").write_text(json.dumps(job))
     (work / "plain.py").write_text(PLAIN)
-    print(f"workload: {r.name}, {len(ids)} prompts, {sum(map(len, ids)):,} prompt tokens; logs in {work}",
-          flush=True)
+    print(f"workload: {r.name}, {len(ids)} prompts, {sum(map(len, ids)):,} prompt tokens; logs in {work}", flush=True)
 
     plains, runners = [], []
     for k in range(1, a.rounds + 1):
@@ -146,8 +167,11 @@ def main() -> int:
             else:
                 runners.append(run_runner(a, r.name, k))
         p, q = plains[-1], runners[-1]
-        print(f"\nround {k} ({order[0]} first); output tokens plain {p['output_tokens']:,} / runner "
-              f"{q['output_tokens']:,}\n{table(p, q)}", flush=True)
+        print(
+            f"\nround {k} ({order[0]} first); output tokens plain {p['output_tokens']:,} / runner "
+            f"{q['output_tokens']:,}\n{table(p, q)}",
+            flush=True,
+        )
     if a.rounds > 1:
         print(f"\nmedian of {a.rounds} rounds\n{table(median(plains), median(runners))}", flush=True)
     return 0

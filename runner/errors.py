@@ -1,12 +1,20 @@
 """Errors a user can cause. The CLI renders them; nothing else turns them into exit codes."""
+
 from __future__ import annotations
 
 
 class RunnerError(Exception):
     """A problem with the user's input, reported without a traceback (exit code 2)."""
 
-    def __init__(self, message: str, *, file: str | None = None, field: str | None = None,
-                 line: int | None = None, hint: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        field: str | None = None,
+        line: int | None = None,
+        hint: str | None = None,
+    ):
         self.message = message
         self.file = file
         self.field = field

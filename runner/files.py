@@ -1,12 +1,14 @@
 """Atomic file writes: a reader never sees a half-written file."""
+
 from __future__ import annotations
 
 import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from runner.errors import RunnerError
 
@@ -16,9 +18,12 @@ class WriteError(RunnerError, OSError):
 
 
 def write_error(path: Path, e: OSError) -> WriteError:
-    return WriteError(f"cannot write it: {e.strerror or e}", file=str(path),
-                      hint="free disk space or choose another --out; finished samples are kept, and the same "
-                           "command continues from them")
+    return WriteError(
+        f"cannot write it: {e.strerror or e}",
+        file=str(path),
+        hint="free disk space or choose another --out; finished samples are kept, and the same "
+        "command continues from them",
+    )
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -40,7 +45,7 @@ def _write_bytes_atomic(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())    # mkstemp makes 0600; results are for everyone to read
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are for everyone to read
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -86,12 +91,13 @@ class PartialWriter:
         self._f = None
         self._synced = 0.0
 
-    def __enter__(self) -> "PartialWriter":
+    def __enter__(self) -> PartialWriter:
         self._f = open(self.path, "a", encoding="utf-8")
         return self
 
     def append(self, lines: list[str]) -> None:
         import time
+
         assert self._f is not None
         try:
             self._f.write("".join(lines))
@@ -117,5 +123,3 @@ class PartialWriter:
                     f.close()
                 except OSError:
                     pass
-
-

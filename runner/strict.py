@@ -1,4 +1,5 @@
 """The base of every configuration model: strict, frozen, documented."""
+
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict

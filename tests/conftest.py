@@ -3,6 +3,7 @@
 The Hugging Face `datasets` library (used by the dataset loaders) is kept offline and given a
 private cache for the session, so the tests neither reach the network nor fill the user's cache.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """A tiny Qwen2-shaped model folder (Qwen2.5 tokenizer, 2 layers) for fast GPU tests."""
+
 import json
 import os
 import shutil
@@ -8,8 +9,14 @@ SHARED = Path(os.environ.get("SHARED", Path(__file__).resolve().parents[2] / "sh
 QWEN = SHARED / "models" / "qwen2.5-7b-instruct"
 
 
-GPU_SHAPE = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "max_position_embeddings": 4096}
+GPU_SHAPE = {
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 4096,
+}
 
 
 def tiny_qwen(dst: Path, qwen: Path = QWEN, **shape) -> Path:

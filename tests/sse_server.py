@@ -3,6 +3,7 @@
 What each request does is given by `plan(body) -> Plan`. The server notes, per request, the body,
 when it arrived and when each content chunk was handed to the socket (time.perf_counter: the same clock as the
 client's, since both run in this process), and the most requests it had in flight at once."""
+
 from __future__ import annotations
 
 import asyncio
@@ -19,14 +20,14 @@ from typing_extensions import Self
 
 @dataclass
 class Plan:
-    first_delay_s: float = 0.05      # before the first chunk
-    gap_s: float = 0.01              # between chunks
+    first_delay_s: float = 0.05  # before the first chunk
+    gap_s: float = 0.01  # between chunks
     chunks: int = 4
     tokens_per_chunk: int = 1
-    text: str = "あ"                 # per token: multi-byte UTF-8 on purpose
+    text: str = "あ"  # per token: multi-byte UTF-8 on purpose
     status: int = 200
     usage: bool = True
-    error_after: int | None = None   # send an error event after this many chunks
+    error_after: int | None = None  # send an error event after this many chunks
 
 
 @dataclass
@@ -71,15 +72,21 @@ class SSEServer:
                     await resp.write(f"data: {json.dumps(err)}\n\n".encode())
                     break
                 last = k == plan.chunks - 1
-                choice = {"index": 0, "text": plan.text * plan.tokens_per_chunk,
-                          "finish_reason": "length" if last else None}
+                choice = {
+                    "index": 0,
+                    "text": plan.text * plan.tokens_per_chunk,
+                    "finish_reason": "length" if last else None,
+                }
                 data = json.dumps({"id": "x", "object": "text_completion", "choices": [choice]}, ensure_ascii=False)
-                seen.writes.append(time.perf_counter())      # before the write: the client sees it later
+                seen.writes.append(time.perf_counter())  # before the write: the client sees it later
                 await resp.write(f"data: {data}\n\n".encode())
             if plan.usage and plan.error_after is None:
                 n = plan.chunks * plan.tokens_per_chunk
-                usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n,
-                         "total_tokens": len(body["prompt"]) + n}
+                usage = {
+                    "prompt_tokens": len(body["prompt"]),
+                    "completion_tokens": n,
+                    "total_tokens": len(body["prompt"]) + n,
+                }
                 await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()

@@ -1,4 +1,5 @@
 """Dataset loaders: the JSQuAD file as the original study read it, and small files in every format."""
+
 from __future__ import annotations
 
 import json
@@ -7,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.inputs.datasets import Example, _answers, load_examples
-from runner.errors import DatasetError
 from runner.config.recipe import DatasetSpec
+from runner.errors import DatasetError
+from runner.inputs.datasets import Example, _answers, load_examples
 
 PROJECT = Path(__file__).resolve().parents[1]
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -22,6 +23,7 @@ def spec(**kw) -> DatasetSpec:
 
 
 # --------------------------------------------------------------------------- JSQuAD (squad loader)
+
 
 @pytest.fixture(scope="module")
 def jsquad() -> list[Example]:
@@ -73,14 +75,18 @@ def test_demo_squad_file_loads():
 
 # --------------------------------------------------------------------------- answers normalization
 
-@pytest.mark.parametrize("value, expected", [
-    ("東京", ("東京",)),
-    (["東京", "東京都"], ("東京", "東京都")),
-    ({"text": ["東京", "東京都"], "answer_start": [0, 0]}, ("東京", "東京都")),
-    ([{"text": "a", "answer_start": 1}, {"text": "b"}], ("a", "b")),
-    (None, ()),
-    (42, ("42",)),
-])
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("東京", ("東京",)),
+        (["東京", "東京都"], ("東京", "東京都")),
+        ({"text": ["東京", "東京都"], "answer_start": [0, 0]}, ("東京", "東京都")),
+        ([{"text": "a", "answer_start": 1}, {"text": "b"}], ("a", "b")),
+        (None, ()),
+        (42, ("42",)),
+    ],
+)
 def test_answers_shapes(value, expected):
     assert _answers(value) == expected
 
@@ -93,8 +99,11 @@ ROWS = [
     {"qid": "r2", "body": {"q": "Q2", "ctx": "C2"}, "gold": {"text": ["a2", "b2", "c2"]}},
 ]
 DOTTED = {"id": "qid", "question": "body.q", "context": "body.ctx", "answers": "gold"}
-EXPECTED = [Example("r0", "Q0", "C0", ("a0", "b0")), Example("r1", "Q1", "C1", ("a1",)),
-            Example("r2", "Q2", "C2", ("a2", "b2", "c2"))]
+EXPECTED = [
+    Example("r0", "Q0", "C0", ("a0", "b0")),
+    Example("r1", "Q1", "C1", ("a1",)),
+    Example("r2", "Q2", "C2", ("a2", "b2", "c2")),
+]
 
 
 def test_jsonl_dotted_fields(tmp_path):
@@ -116,36 +125,42 @@ def test_json_records_under_field(tmp_path):
 def test_singular_field_is_an_unknown_key():
     """Only `fields` (what the JSON Schema allows), so editors and the runner agree."""
     from pydantic import ValidationError
+
     with pytest.raises(ValidationError, match="field"):
         DatasetSpec.model_validate({"format": "jsonl", "path": "d.jsonl", "field": DOTTED})
 
 
 def test_csv_string_answers_and_default_ids(tmp_path):
     (tmp_path / "d.csv").write_text("question,passage,answer\n質問0,文0,答0\n質問1,文1,答1\n", encoding="utf-8")
-    got = load_examples(spec(format="csv", path="d.csv",
-                             fields={"question": "question", "context": "passage", "answers": "answer"}),
-                        tmp_path)
+    got = load_examples(
+        spec(format="csv", path="d.csv", fields={"question": "question", "context": "passage", "answers": "answer"}),
+        tmp_path,
+    )
     assert got == [Example("0", "質問0", "文0", ("答0",)), Example("1", "質問1", "文1", ("答1",))]
 
 
 def test_csv_without_context_or_answers(tmp_path):
     (tmp_path / "d.csv").write_text("id,text\nx,hello\ny,world\n", encoding="utf-8")
-    got = load_examples(spec(format="csv", path="d.csv",
-                             fields={"question": "text", "context": None, "answers": None}), tmp_path)
+    got = load_examples(
+        spec(format="csv", path="d.csv", fields={"question": "text", "context": None, "answers": None}), tmp_path
+    )
     assert got == [Example("x", "hello", "", ()), Example("y", "world", "", ())]
 
 
 def test_parquet_nested_struct_and_list_answers(tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
-    table = pa.table({
-        "id": [10, 11],
-        "meta": [{"question": "Q0", "ctx": "C0"}, {"question": "Q1", "ctx": "C1"}],
-        "answers": [["x"], ["y", "z"]],
-    })
+    table = pa.table(
+        {
+            "id": [10, 11],
+            "meta": [{"question": "Q0", "ctx": "C0"}, {"question": "Q1", "ctx": "C1"}],
+            "answers": [["x"], ["y", "z"]],
+        }
+    )
     pq.write_table(table, tmp_path / "d.parquet")
-    got = load_examples(spec(format="parquet", path="d.parquet",
-                             fields={"question": "meta.question", "context": "meta.ctx"}), tmp_path)
+    got = load_examples(
+        spec(format="parquet", path="d.parquet", fields={"question": "meta.question", "context": "meta.ctx"}), tmp_path
+    )
     assert got == [Example("10", "Q0", "C0", ("x",)), Example("11", "Q1", "C1", ("y", "z"))]
 
 
@@ -160,8 +175,7 @@ def test_jsonl_string_answers(tmp_path):
 def test_missing_mapped_column_is_dataset_error(tmp_path):
     (tmp_path / "d.jsonl").write_text(json.dumps({"q": "x", "context": "c"}) + "\n", encoding="utf-8")
     with pytest.raises(DatasetError) as ei:
-        load_examples(spec(format="jsonl", path="d.jsonl", fields={"question": "nope", "answers": None}),
-                      tmp_path)
+        load_examples(spec(format="jsonl", path="d.jsonl", fields={"question": "nope", "answers": None}), tmp_path)
     assert ei.value.field == "dataset.fields.question"
     assert "no column 'nope'" in ei.value.message
 
@@ -176,8 +190,12 @@ def test_missing_dotted_part_is_dataset_error(tmp_path):
 
 def test_row_missing_question_is_an_error_not_None(tmp_path):
     (tmp_path / "d.jsonl").write_text(
-        json.dumps({"question": "Q0", "context": "c", "answers": "a"}) + "\n"
-        + json.dumps({"context": "c", "answers": "b"}) + "\n", encoding="utf-8")
+        json.dumps({"question": "Q0", "context": "c", "answers": "a"})
+        + "\n"
+        + json.dumps({"context": "c", "answers": "b"})
+        + "\n",
+        encoding="utf-8",
+    )
     with pytest.raises(DatasetError, match="row 1") as ei:
         load_examples(spec(format="jsonl", path="d.jsonl"), tmp_path)
     assert ei.value.field == "dataset.fields.question"
@@ -192,6 +210,7 @@ def test_empty_file_and_missing_file(tmp_path):
 
 
 # --------------------------------------------------------------------------- limit / shuffle
+
 
 @pytest.fixture
 def twenty(tmp_path) -> Path:
@@ -222,14 +241,14 @@ def test_shuffle_is_deterministic_and_changes_order(twenty):
 
 def test_limit_applies_after_shuffle(twenty):
     full = [e.id for e in load_examples(spec(format="jsonl", path="d.jsonl", shuffle=True, seed=3), twenty)]
-    part = [e.id for e in load_examples(spec(format="jsonl", path="d.jsonl", shuffle=True, seed=3, limit=4),
-                                        twenty)]
+    part = [e.id for e in load_examples(spec(format="jsonl", path="d.jsonl", shuffle=True, seed=3, limit=4), twenty)]
     assert part == full[:4]
     assert part != ["e00", "e01", "e02", "e03"]
 
 
 def test_limit_must_be_positive():
     from pydantic import ValidationError
+
     with pytest.raises(ValidationError):
         DatasetSpec(format="jsonl", path="x", limit=0)
 
@@ -237,21 +256,28 @@ def test_limit_must_be_positive():
 def test_hub_format_reads_a_local_dataset_folder(tmp_path):
     """`format: hub` goes through datasets.load_dataset(name); offline, a local folder is a valid name."""
     pd = pytest.importorskip("pandas")
-    from runner.inputs.datasets import load_examples
     from runner.config.recipe import DatasetSpec
+    from runner.inputs.datasets import load_examples
+
     folder = tmp_path / "my-qa"
     folder.mkdir()
-    pd.DataFrame({"qid": ["a", "b"], "q": ["一?", "二?"], "ctx": ["c1", "c2"],
-                  "gold": [["x"], ["y", "z"]]}).to_parquet(folder / "validation.parquet")
-    spec = DatasetSpec(format="hub", path=str(folder), split="validation",
-                       fields={"id": "qid", "question": "q", "context": "ctx", "answers": "gold"})
+    pd.DataFrame({"qid": ["a", "b"], "q": ["一?", "二?"], "ctx": ["c1", "c2"], "gold": [["x"], ["y", "z"]]}).to_parquet(
+        folder / "validation.parquet"
+    )
+    spec = DatasetSpec(
+        format="hub",
+        path=str(folder),
+        split="validation",
+        fields={"id": "qid", "question": "q", "context": "ctx", "answers": "gold"},
+    )
     exs = load_examples(spec, tmp_path)
     assert [(e.id, e.question, e.answers) for e in exs] == [("a", "一?", ("x",)), ("b", "二?", ("y", "z"))]
 
 
 def test_hub_dataset_that_cannot_load_is_a_dataset_error(tmp_path):
-    from runner.inputs.datasets import load_examples
-    from runner.errors import DatasetError
     from runner.config.recipe import DatasetSpec
+    from runner.errors import DatasetError
+    from runner.inputs.datasets import load_examples
+
     with pytest.raises(DatasetError, match="could not load hub dataset"):
         load_examples(DatasetSpec(format="hub", path=str(tmp_path / "nothing-here")), tmp_path)

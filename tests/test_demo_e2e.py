@@ -1,4 +1,5 @@
 """The embedded default through the real CLI, in an isolated child process."""
+
 import json
 from pathlib import Path
 
@@ -8,7 +9,7 @@ from click.testing import CliRunner
 from runner.cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow       # the real demo model in a real child process: ~15 s
+pytestmark = pytest.mark.slow  # the real demo model in a real child process: ~15 s
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +38,9 @@ def test_demo_writes_the_contract_files(demo_out):
     lines = [json.loads(x) for x in (d / "samples.jsonl").read_text().splitlines()]
     assert len(lines) == 36
     for row in lines:
-        assert {"id", "prompt", "output", "answers", "exact_match", "char_f1", "prompt_tokens",
-                "output_tokens"} <= set(row)
+        assert {"id", "prompt", "output", "answers", "exact_match", "char_f1", "prompt_tokens", "output_tokens"} <= set(
+            row
+        )
     assert sum(r["prompt_tokens"] for r in lines) == results["tokens"]["prompt"]
     assert lines[0]["id"] == "demo-0001" and lines[0]["answers"] == ["8月15日"]
     assert "Contextを参考にして、問題に回答してください。" in lines[0]["prompt"]
@@ -63,10 +65,23 @@ def test_report_rebuilds_from_results(demo_out):
 def test_trust_remote_code_is_off_by_default_and_reported_when_on(tmp_path):
     pytest.importorskip("torch")
     from runner.config.loading import load_recipe
+
     assert load_recipe(ROOT / "recipes" / "demo.yaml").recipe.model.trust_remote_code is False
-    res = CliRunner().invoke(cli, ["go", str(ROOT / "recipes" / "demo.yaml"), "--out", str(tmp_path),
-                                   "--no-progress", "--in-process", "--set", "model.trust_remote_code=true",
-                                   "--set", "dataset.limit=2"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "go",
+            str(ROOT / "recipes" / "demo.yaml"),
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+            "--in-process",
+            "--set",
+            "model.trust_remote_code=true",
+            "--set",
+            "dataset.limit=2",
+        ],
+    )
     assert res.exit_code == 0, res.output
     r = json.loads((tmp_path / "demo" / "results.json").read_text())
     assert any("trust_remote_code was ON" in n for n in r["notes"])

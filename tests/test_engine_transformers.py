@@ -1,19 +1,23 @@
 """The transformers engine on a real tiny model with a known greedy output."""
+
 from pathlib import Path
 
 import pytest
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 STORIES = SHARED / "models" / "stories260K"
-pytestmark = [pytest.mark.skipif(not STORIES.exists(), reason="../shared/models/stories260K absent"),
-              pytest.mark.slow]        # a real model through transformers: seconds
+pytestmark = [
+    pytest.mark.skipif(not STORIES.exists(), reason="../shared/models/stories260K absent"),
+    pytest.mark.slow,
+]  # a real model through transformers: seconds
 
 
 @pytest.fixture(scope="module")
 def engine():
     pytest.importorskip("torch")
-    from runner.engines.transformers import TransformersSpec
     from runner.config.common import ModelSpec
+    from runner.engines.transformers import TransformersSpec
+
     eng = TransformersSpec(kind="transformers", device="cpu").build(ModelSpec(id=str(STORIES)), None)
     yield eng
     eng.close()
@@ -22,14 +26,16 @@ def engine():
 def _reqs(prompts):
     from runner.engines.base import Request
     from runner.inputs.datasets import Example
+
     return [Request(ids=p, example=Example(id=str(i), question="")) for i, p in enumerate(prompts)]
 
 
 def test_greedy_from_bos_reproduces_reference(engine):
     from runner.config.common import Sampling
+
     ref = (STORIES / "reference_greedy_from_bos.txt").read_text()
     ids = engine.encode([[{"role": "user", "content": ""}]])[1][0]
-    assert ids == [1]          # BOS only: no chat template on this tokenizer
+    assert ids == [1]  # BOS only: no chat template on this tokenizer
     g = engine.generate(_reqs([ids]), Sampling(max_tokens=256, temperature=0))[0]
     assert g.output_tokens == 256
     assert g.text.strip() == ref.strip()
@@ -38,8 +44,8 @@ def test_greedy_from_bos_reproduces_reference(engine):
 def test_batched_equals_sequential_greedy(engine):
     """Left padding + length sorting must not change greedy outputs."""
     from runner.config.common import Sampling
-    prompts = [engine.tokenizer(t)["input_ids"] for t in
-               ["Once upon a time", "Tom had a red ball. One day", "The cat"]]
+
+    prompts = [engine.tokenizer(t)["input_ids"] for t in ["Once upon a time", "Tom had a red ball. One day", "The cat"]]
     s = Sampling(max_tokens=12)
     seq = engine.generate(_reqs(prompts), s)
     engine.spec = engine.spec.model_copy(update={"batch_size": 3})
@@ -53,6 +59,7 @@ def test_batched_equals_sequential_greedy(engine):
 
 def test_ignore_eos_and_stop(engine):
     from runner.config.common import Sampling
+
     ids = [1]
     g = engine.generate(_reqs([ids]), Sampling(max_tokens=40, ignore_eos=True))[0]
     assert g.output_tokens == 40

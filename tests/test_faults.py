@@ -1,4 +1,5 @@
 """Faults: failing recipes, interruption and resume, timeouts, atomic files."""
+
 import json
 import os
 import signal
@@ -19,13 +20,17 @@ DEMO = ROOT / "recipes" / "demo.yaml"
 def _fake(tmp_path, name="demo", reply="{{ answers[0] }}", delay_s=0.0):
     """The demo recipe on the fake engine (no model: fast, deterministic)."""
     p = tmp_path / f"{name}.yaml"
-    p.write_text(DEMO.read_text().replace("name: demo", f"name: {name}")
-                 .replace("../runner/demo/demo-ja.json", str(ROOT / "runner/demo/demo-ja.json"))
-                 + f"\n# fake engine for pipeline tests\n")
+    p.write_text(
+        DEMO.read_text()
+        .replace("name: demo", f"name: {name}")
+        .replace("../runner/demo/demo-ja.json", str(ROOT / "runner/demo/demo-ja.json"))
+        + "\n# fake engine for pipeline tests\n"
+    )
     import yaml
+
     d = yaml.safe_load(p.read_text())
     d["engine"] = {"kind": "fake", "reply": reply, "delay_s": delay_s}
-    d["model"] = {"id": "none"}           # no tokenizer: whitespace tokens, no model library imported
+    d["model"] = {"id": "none"}  # no tokenizer: whitespace tokens, no model library imported
     p.write_text(yaml.safe_dump(d, allow_unicode=True))
     return p
 
@@ -33,6 +38,7 @@ def _fake(tmp_path, name="demo", reply="{{ answers[0] }}", delay_s=0.0):
 def _worker_pid(log: Path) -> int:
     """The pid of the recipe's process, as its engine.log records it."""
     import re
+
     return int(re.findall(r"runner worker pid (\d+)", log.read_text())[-1])
 
 
@@ -48,14 +54,15 @@ def _gone(pgid: int, wait_s: float = 5.0) -> bool:
 
 
 def test_failing_recipe_does_not_lose_the_others(tmp_path):
-    bad = _fake(tmp_path, "bad", reply="{{ answers[7] }}")      # an undefined value: the engine fails mid-run
+    bad = _fake(tmp_path, "bad", reply="{{ answers[7] }}")  # an undefined value: the engine fails mid-run
     good = _fake(tmp_path, "good")
     out = tmp_path / "out"
-    res = CliRunner().invoke(cli, ["go", str(bad), str(good), "--out", str(out), "--no-progress",
-                                   "--set", "dataset.limit=4"])
+    res = CliRunner().invoke(
+        cli, ["go", str(bad), str(good), "--out", str(out), "--no-progress", "--set", "dataset.limit=4"]
+    )
     assert res.exit_code == 1, res.output
     failed = json.loads((out / "bad" / "results.json").read_text())
-    assert failed["status"] == "failed" and "UndefinedError" in failed["error"]      # the engine's own error, kept
+    assert failed["status"] == "failed" and "UndefinedError" in failed["error"]  # the engine's own error, kept
     ok = json.loads((out / "good" / "results.json").read_text())
     assert ok["status"] == "ok" and ok["n_samples"] == 4
     summary = (out / "summary.md").read_text()
@@ -68,11 +75,14 @@ def test_failing_recipe_does_not_lose_the_others(tmp_path):
 
 def test_missing_model_folder_is_bad_input_before_anything_runs(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text(DEMO.read_text().replace("id: builtin:demo", "id: ./no-such-model")
-                   .replace("../runner/demo/demo-ja.json", str(ROOT / "runner/demo/demo-ja.json")))
+    bad.write_text(
+        DEMO.read_text()
+        .replace("id: builtin:demo", "id: ./no-such-model")
+        .replace("../runner/demo/demo-ja.json", str(ROOT / "runner/demo/demo-ja.json"))
+    )
     res = CliRunner().invoke(cli, ["go", str(bad), "--out", str(tmp_path / "out")])
     assert res.exit_code == 2
-    assert f"model.id: model folder not found: {tmp_path / 'no-such-model'}" in res.output   # relative to the recipe
+    assert f"model.id: model folder not found: {tmp_path / 'no-such-model'}" in res.output  # relative to the recipe
     assert "--model-path" in res.output and not (tmp_path / "out" / "demo").exists()
 
 
@@ -88,20 +98,20 @@ def test_killed_midway_then_resumed(tmp_path):
         if partial.exists() and len(partial.read_text().splitlines()) >= 6:
             break
         time.sleep(0.02)
-    os.kill(parent.pid, signal.SIGKILL)        # the runner itself dies, no cleanup possible
+    os.kill(parent.pid, signal.SIGKILL)  # the runner itself dies, no cleanup possible
     parent.wait()
-    assert _gone(_worker_pid(out / "demo" / "engine.log"))     # the worker notices its parent is gone
+    assert _gone(_worker_pid(out / "demo" / "engine.log"))  # the worker notices its parent is gone
     lines = partial.read_text().splitlines()
     assert 6 <= len(lines) < 37
-    assert not (out / "demo" / "results.json").exists()     # never a half-written result
+    assert not (out / "demo" / "results.json").exists()  # never a half-written result
     with open(partial, "a") as f:
-        f.write('{"id": "demo-00')                         # a line cut by the kill: repaired, not glued onto
+        f.write('{"id": "demo-00')  # a line cut by the kill: repaired, not glued onto
     res = CliRunner().invoke(cli, ["go", str(recipe), "--out", str(out), "--no-progress"])
     assert res.exit_code == 0, res.output
     r = json.loads((out / "demo" / "results.json").read_text())
     assert r["n_samples"] == 36 and r["reused_samples"] >= len(lines) - 1
     rows = [json.loads(x) for x in (out / "demo" / "samples.jsonl").read_text().splitlines()]
-    assert [x["id"] for x in rows] == [f"demo-{i:04d}" for i in range(1, 37)]      # every sample once
+    assert [x["id"] for x in rows] == [f"demo-{i:04d}" for i in range(1, 37)]  # every sample once
     assert [x["output"] for x in rows] == [x["answers"][0] for x in rows]
     assert not partial.exists()
     assert "reused from an earlier, interrupted run" in (out / "demo" / "report.md").read_text()
@@ -112,22 +122,29 @@ def test_killed_midway_then_resumed(tmp_path):
 
 def test_a_partial_line_that_is_not_a_sample_says_what_to_do(tmp_path):
     from runner.execution.resume import load_partial
+
     p = tmp_path / "samples.partial.jsonl"
-    p.write_text('{"_run_key": "k"}\n{"id": "a", "prompt": "p", "output": "o", "answers": [], "prompt_tokens": 1, '
-                 '"output_tokens": 1}\n[1, 2]\n')
+    p.write_text(
+        '{"_run_key": "k"}\n{"id": "a", "prompt": "p", "output": "o", "answers": [], "prompt_tokens": 1, '
+        '"output_tokens": 1}\n[1, 2]\n'
+    )
     from runner.errors import RunnerError
+
     with pytest.raises(RunnerError) as e:
         load_partial(p, "k", [])
     assert "line 3 is JSON but not a sample" in e.value.render() and "--force" in e.value.render()
-    p.write_text('{"_run_key": "k"}\n{"id": "a", "prompt": "p", "output": "o", "answers": [], "prompt_tokens": 1, '
-                 '"output_tokens": 1}\n{"id": "b", "pro')
+    p.write_text(
+        '{"_run_key": "k"}\n{"id": "a", "prompt": "p", "output": "o", "answers": [], "prompt_tokens": 1, '
+        '"output_tokens": 1}\n{"id": "b", "pro'
+    )
     assert list(load_partial(p, "k", [])) == ["a"] and p.read_text().endswith('"output_tokens": 1}\n')
 
 
 def test_timeout_ends_the_run_and_records_failure(tmp_path):
     out = tmp_path / "out"
-    res = CliRunner().invoke(cli, ["go", str(_fake(tmp_path, delay_s=0.5)), "--out", str(out), "--no-progress",
-                                   "--timeout", "5"])
+    res = CliRunner().invoke(
+        cli, ["go", str(_fake(tmp_path, delay_s=0.5)), "--out", str(out), "--no-progress", "--timeout", "5"]
+    )
     assert res.exit_code == 1
     r = json.loads((out / "demo" / "results.json").read_text())
     assert r["status"] == "failed" and "timed out after 5 s" in r["error"]
@@ -138,23 +155,32 @@ def test_timeout_ends_the_run_and_records_failure(tmp_path):
 
 def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
     from runner import files
+
     p = tmp_path / "results.json"
     files.write_json_atomic(p, {"status": "ok"})
 
     def boom(*a, **kw):
         raise OSError("disk gone")
+
     monkeypatch.setattr(files.os, "fsync", boom)
     with pytest.raises(OSError):
         files.write_json_atomic(p, {"status": "half"})
     assert json.loads(p.read_text()) == {"status": "ok"}
-    assert [x.name for x in tmp_path.iterdir()] == ["results.json"]     # no temp file left behind
+    assert [x.name for x in tmp_path.iterdir()] == ["results.json"]  # no temp file left behind
 
 
-@pytest.mark.parametrize("error, needle", [
-    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "gpu_memory_utilization"),
-    ("ValueError: Free memory on device (10.1/139.8 GiB) is less than desired GPU memory utilization", "cpu_offload_gb"),
-    ("OSError: foo is not a valid model identifier listed on 'https://huggingface.co/models'", "--set model.id"),
-])
+@pytest.mark.parametrize(
+    "error, needle",
+    [
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "gpu_memory_utilization"),
+        (
+            "ValueError: Free memory on device (10.1/139.8 GiB) is less than desired GPU memory utilization",
+            "cpu_offload_gb",
+        ),
+        ("OSError: foo is not a valid model identifier listed on 'https://huggingface.co/models'", "--set model.id"),
+    ],
+)
 def test_failure_hints(error, needle):
     from runner.execution.assemble import failure_hint
+
     assert needle in failure_hint(error)

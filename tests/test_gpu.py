@@ -1,4 +1,5 @@
 """GPU tests: run on the GPU host with `pytest -m gpu` (vLLM installed). Never skipped there."""
+
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,10 @@ def tiny(tmp_path_factory):
 
 
 def _messages():
+    from runner.config.recipe import DatasetSpec, PromptSpec
     from runner.inputs.datasets import load_examples
     from runner.inputs.prompts import PromptBuilder
-    from runner.config.recipe import DatasetSpec, PromptSpec
+
     root = Path(__file__).resolve().parents[1]
     exs = load_examples(DatasetSpec(format="squad", path=str(root / "runner/demo/demo-ja.json"), limit=5), root)
     b = PromptBuilder(PromptSpec(template="jsquad.j2", system_template="jsquad-system.j2"), root)
@@ -26,9 +28,10 @@ def _messages():
 
 
 def test_same_prompt_ids_in_vllm_and_transformers(tiny):
+    from runner.config.common import ModelSpec, Sampling
     from runner.engines.transformers import TransformersSpec
     from runner.engines.vllm import VLLMSpec
-    from runner.config.common import ModelSpec, Sampling
+
     model = ModelSpec(id=str(tiny), load_format="dummy", dtype="bfloat16")
     msgs = _messages()
     hf = TransformersSpec(kind="transformers", device="cuda").build(model, None)
@@ -41,16 +44,18 @@ def test_same_prompt_ids_in_vllm_and_transformers(tiny):
         assert v_ids == hf_ids
         # vLLM tokenizing the chat-rendered text itself gives the same ids (no extra BOS/specials)
         from vllm import SamplingParams
+
         outs = eng.llm.generate(hf_text, SamplingParams(max_tokens=1), use_tqdm=False)
         assert [list(o.prompt_token_ids) for o in outs] == hf_ids
         outs = eng.llm.generate([{"prompt_token_ids": i} for i in hf_ids], SamplingParams(max_tokens=1), use_tqdm=False)
         assert [list(o.prompt_token_ids) for o in outs] == hf_ids
         from runner.engines.base import Request
         from runner.inputs.datasets import Example
+
         reqs = [Request(ids=i, example=Example(id=str(n), question="")) for n, i in enumerate(v_ids)]
         finished = []
         gens = eng.generate(reqs, Sampling(max_tokens=4, ignore_eos=True), sink=finished.extend)
-        assert sorted(i for i, _ in finished) == list(range(len(msgs)))     # each handed over once
+        assert sorted(i for i, _ in finished) == list(range(len(msgs)))  # each handed over once
         assert [g.output_tokens for g in gens] == [4] * len(msgs)
         assert all(g.ttft_s is not None and g.ttft_s > 0 for g in gens)
         assert eng.info.kv_cache_tokens and eng.info.kv_cache_tokens > 1000
@@ -62,6 +67,7 @@ def _job(path, out, **opts):
     from runner.cli.go import make_unit
     from runner.config.loading import load_recipe
     from runner.execution.job import Job, RunOptions
+
     o = RunOptions(out=out, progress=False, **opts)
     return Job(units=(make_unit(load_recipe(path), o),), options=o)
 
@@ -70,6 +76,7 @@ def _group_gone(log: Path) -> bool:
     """The recipe's process group (pid recorded in its engine.log) has no member left."""
     import os
     import re
+
     pgid = int(re.findall(r"process group (\d+)", log.read_text())[-1])
     try:
         os.killpg(pgid, 0)
@@ -81,17 +88,18 @@ def _group_gone(log: Path) -> bool:
 def test_isolated_run_gives_the_gpu_back(tiny, tmp_path):
     from runner.execution.gpumem import used_gib
     from runner.execution.isolate import run_isolated
+
     p = tmp_path / "r.yaml"
     p.write_text(recipe_yaml(tiny, "iso", extra_engine="  enable_prefix_caching: true"))
     before = used_gib()
     [res] = run_isolated(_job(p, tmp_path / "out"))
     assert res.status == "ok", res.error
     assert res.n_samples == 20 and res.tokens.output == 160
-    assert res.memory.peak_gpu_gib > before + 5      # gpu_memory_utilization 0.3 of ~140 GiB was taken
-    assert used_gib() < before + 1.0                 # ... and given back
+    assert res.memory.peak_gpu_gib > before + 5  # gpu_memory_utilization 0.3 of ~140 GiB was taken
+    assert used_gib() < before + 1.0  # ... and given back
     assert _group_gone(tmp_path / "out" / "iso" / "engine.log")
     knobs = {k.name: k for k in res.knobs}
-    assert knobs["enable_prefix_caching"].status == "applied"   # shared system prompt -> cache hits
+    assert knobs["enable_prefix_caching"].status == "applied"  # shared system prompt -> cache hits
     assert res.prefix.hit_rate and res.prefix.hit_rate > 0
     assert res.latency.ttft_s.p50 > 0 and res.latency.e2e_s.p99 >= res.latency.e2e_s.p50
 
@@ -99,8 +107,11 @@ def test_isolated_run_gives_the_gpu_back(tiny, tmp_path):
 def test_timeout_ends_the_engine_and_records_failure(tiny, tmp_path):
     from runner.execution.gpumem import used_gib
     from runner.execution.isolate import run_isolated
+
     p = tmp_path / "r.yaml"
-    p.write_text(recipe_yaml(tiny, "slow", timeout="timeout_s: 8", limit=36).replace("max_tokens: 8", "max_tokens: 1500"))
+    p.write_text(
+        recipe_yaml(tiny, "slow", timeout="timeout_s: 8", limit=36).replace("max_tokens: 8", "max_tokens: 1500")
+    )
     before = used_gib()
     [res] = run_isolated(_job(p, tmp_path / "out", timeout_s=8))
     assert res.status == "failed" and "timed out" in res.error
@@ -110,9 +121,10 @@ def test_timeout_ends_the_engine_and_records_failure(tiny, tmp_path):
 
 
 def test_unknown_engine_arg_rejected_before_start(tiny):
+    from runner.config.common import ModelSpec
     from runner.engines.vllm import VLLMSpec
     from runner.errors import RunnerError
-    from runner.config.common import ModelSpec
+
     with pytest.raises(RunnerError, match="does not accept no_such_arg; it accepts: .*enable_prefix_caching"):
         VLLMSpec(kind="vllm", engine_args={"no_such_arg": 1}).build(ModelSpec(id=str(tiny), load_format="dummy"), None)
 
@@ -122,6 +134,7 @@ def test_recipes_sharing_an_engine_start_from_an_empty_prefix_cache(tiny, tmp_pa
     between them), though it asks for exactly the prompts the first just cached."""
     from runner.execution.isolate import run_isolated
     from runner.execution.job import Job
+
     paths = []
     for name in ("first", "second"):
         p = tmp_path / f"{name}.yaml"
@@ -132,5 +145,5 @@ def test_recipes_sharing_an_engine_start_from_an_empty_prefix_cache(tiny, tmp_pa
     alone = run_isolated(_job(paths[1], tmp_path / "alone"))[0]
     assert [r.status for r in together] == ["ok", "ok"] and alone.status == "ok"
     assert together[1].tokens.cached == alone.tokens.cached > 0
-    assert together[1].tokens.cached < together[1].tokens.prompt * 0.9      # not everything from the first's cache
+    assert together[1].tokens.cached < together[1].tokens.prompt * 0.9  # not everything from the first's cache
     assert together[1].timings.load_s == 0 and "ran on the engine started for first" in " ".join(together[1].notes)

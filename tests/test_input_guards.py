@@ -1,4 +1,5 @@
 """Guards added after review: inputs that used to slip through or mislead."""
+
 import json
 import os
 import stat
@@ -21,8 +22,10 @@ def test_duplicate_yaml_key_is_an_error_with_both_lines(write_recipe):
 
 
 def test_duplicate_example_ids_are_rejected(write_recipe, base_recipe, tmp_path):
-    (tmp_path / "d.jsonl").write_text('{"id": 1, "question": "a", "context": "", "answers": "x"}\n'
-                                      '{"id": 1, "question": "b", "context": "", "answers": "y"}\n')
+    (tmp_path / "d.jsonl").write_text(
+        '{"id": 1, "question": "a", "context": "", "answers": "x"}\n'
+        '{"id": 1, "question": "b", "context": "", "answers": "y"}\n'
+    )
     base_recipe["dataset"] = {"format": "jsonl", "path": "d.jsonl", "fields": {"id": "id"}}
     r = _check(write_recipe(base_recipe))
     assert r.exit_code == 2 and "example id '1' appears more than once" in r.output
@@ -61,27 +64,34 @@ def test_run_key_ignores_description_but_not_sampling(write_recipe, base_recipe,
 
     def key(d, name, inputs=None, limit=None):
         return run_key(load_recipe(write_recipe(d, name)).recipe.canonical(), inputs or {"dataset": "a"}, limit, None)
+
     k1 = key(base_recipe, "a.yaml")
     assert k1 == key({**base_recipe, "description": "new words", "timeout_s": 9}, "b.yaml")
     assert k1 != key({**base_recipe, "sampling": {"max_tokens": 5}}, "c.yaml")
-    assert k1 != key(base_recipe, "a.yaml", inputs={"dataset": "b"})          # the data changed
+    assert k1 != key(base_recipe, "a.yaml", inputs={"dataset": "b"})  # the data changed
     assert k1 != key(base_recipe, "a.yaml", limit=3)
 
 
 def test_scores_average_only_examples_with_gold_answers():
-    from runner.reporting.results import Sample
     from runner.execution.assemble import mean_scores
-    s = [Sample(id="a", prompt="", output="", answers=[], prompt_tokens=1, output_tokens=1),
-         Sample(id="b", prompt="", output="", answers=["x"], prompt_tokens=1, output_tokens=1,
-                scores={"exact_match": 1.0}),
-         Sample(id="c", prompt="", output="", answers=["y"], prompt_tokens=1, output_tokens=1,
-                scores={"exact_match": 0.0})]
+    from runner.reporting.results import Sample
+
+    s = [
+        Sample(id="a", prompt="", output="", answers=[], prompt_tokens=1, output_tokens=1),
+        Sample(
+            id="b", prompt="", output="", answers=["x"], prompt_tokens=1, output_tokens=1, scores={"exact_match": 1.0}
+        ),
+        Sample(
+            id="c", prompt="", output="", answers=["y"], prompt_tokens=1, output_tokens=1, scores={"exact_match": 0.0}
+        ),
+    ]
     assert mean_scores(s, ["exact_match"]) == {"exact_match": 0.5}
     assert mean_scores(s[:1], ["exact_match"]) == {}
 
 
 def test_written_files_are_readable_by_others(tmp_path):
     from runner.files import write_json_atomic
+
     old = os.umask(0o022)
     try:
         write_json_atomic(tmp_path / "r.json", {"a": 1})
@@ -93,6 +103,7 @@ def test_written_files_are_readable_by_others(tmp_path):
 
 def test_set_paths_are_relative_to_the_current_directory(write_recipe, base_recipe, tmp_path, monkeypatch):
     from runner.config.loading import load_recipe
+
     sub = tmp_path / "recipes"
     p = write_recipe(base_recipe, "recipes/r.yaml")
     (tmp_path / "models" / "m").mkdir(parents=True)

@@ -6,6 +6,7 @@
   runs at compile time; the cases that used to hang run in a subprocess with a timeout;
 - every broken input is one DatasetError/TemplateError naming the file or the recipe field.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -46,6 +47,7 @@ def one_screen(e: RunnerError) -> str:
 
 # --------------------------------------------------------------------------- 1. stale data
 
+
 def test_rewrite_with_same_mtime_is_read_anew(tmp_path):
     """`cp -p`/`tar x`/`rsync -a` keep the modification time: the new rows must be used, and the hash
     returned must be the new file's."""
@@ -56,7 +58,7 @@ def test_rewrite_with_same_mtime_is_read_anew(tmp_path):
     assert [e.question for e in first.examples] == ["old"]
     assert first.sha256 == file_sha256(p) and first.path == str(p)
 
-    p.write_text(jsonl([{"question": "new", "context": "", "answers": ["a"]}]), encoding="utf-8")     # same size
+    p.write_text(jsonl([{"question": "new", "context": "", "answers": ["a"]}]), encoding="utf-8")  # same size
     os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert os.stat(p).st_mtime_ns == st.st_mtime_ns
     second = read_examples(DatasetSpec(format="jsonl", path="d.jsonl"), tmp_path, "r.yaml")
@@ -66,9 +68,11 @@ def test_rewrite_with_same_mtime_is_read_anew(tmp_path):
 
 @pytest.mark.parametrize("fmt, name", [("squad", "d.json"), ("csv", "d.csv"), ("json", "d.json")])
 def test_rewrite_with_same_mtime_other_formats(tmp_path, fmt, name):
-    body = {"squad": lambda q: squad([{"id": "1", "question": q, "answers": [{"text": "a"}]}]),
-            "csv": lambda q: f"question,answers\n{q},a\n",
-            "json": lambda q: json.dumps([{"question": q, "answers": "a"}])}[fmt]
+    body = {
+        "squad": lambda q: squad([{"id": "1", "question": q, "answers": [{"text": "a"}]}]),
+        "csv": lambda q: f"question,answers\n{q},a\n",
+        "json": lambda q: json.dumps([{"question": q, "answers": "a"}]),
+    }[fmt]
     p = tmp_path / name
     p.write_text(body("old"), encoding="utf-8")
     st = os.stat(p)
@@ -96,8 +100,14 @@ def test_file_changing_while_read_is_refused(tmp_path, monkeypatch):
 
 
 def test_loaded_examples_shape(tmp_path):
-    (tmp_path / "d.jsonl").write_text(jsonl([{"id": "b", "question": "q", "context": "", "answers": []},
-                                                    {"id": "a", "question": "p", "context": "", "answers": []}]))
+    (tmp_path / "d.jsonl").write_text(
+        jsonl(
+            [
+                {"id": "b", "question": "q", "context": "", "answers": []},
+                {"id": "a", "question": "p", "context": "", "answers": []},
+            ]
+        )
+    )
     got = read_examples(DatasetSpec(format="jsonl", path="d.jsonl", limit=1), tmp_path)
     assert isinstance(got, LoadedExamples) and isinstance(got.examples, tuple)
     assert [e.id for e in got.examples] == ["b"] and len(got.sha256) == 16
@@ -120,16 +130,24 @@ def test_column_missing_in_some_rows_reads_as_null(tmp_path):
 
 # --------------------------------------------------------------------------- 2. prompt sources
 
+
 def test_prompt_sources_are_hashes_of_what_was_read(tmp_path):
     (tmp_path / "u.j2").write_text("Q: {{ question }}", encoding="utf-8")
     (tmp_path / "s.j2").write_text("system", encoding="utf-8")
     (tmp_path / "train.jsonl").write_text(jsonl([{"question": "sq", "context": "sc", "answers": ["sa"]}]))
     want = {f"template:{n}": file_sha256(tmp_path / n) for n in ("u.j2", "s.j2")}
     want["shots:train.jsonl"] = file_sha256(tmp_path / "train.jsonl")
-    b = PromptBuilder(PromptSpec(template="u.j2", system_template="s.j2",
-                                 shots={"k": 1, "source": {"format": "jsonl", "path": "train.jsonl"}}), tmp_path, "r")
+    b = PromptBuilder(
+        PromptSpec(
+            template="u.j2",
+            system_template="s.j2",
+            shots={"k": 1, "source": {"format": "jsonl", "path": "train.jsonl"}},
+        ),
+        tmp_path,
+        "r",
+    )
     (tmp_path / "u.j2").write_text("changed after it was read {{ question }}", encoding="utf-8")
-    assert b.sources == want                     # what was compiled, not what the file holds now
+    assert b.sources == want  # what was compiled, not what the file holds now
     assert b.messages(EX)[-1]["content"] == "Q: Q"
 
 
@@ -164,12 +182,14 @@ CHILD = textwrap.dedent("""
 """)
 
 RUNAWAY = [
-    ("{{ 10**(10**8) }}", "digits"),                        # hung at compile (constant folding)
-    ("{{ 10**5000 }}", "about 5,000 digits"),               # was a traceback at compile
-    ("{{ 'x' * 10**9 }}", "1,000,000 characters"),          # allocated a gigabyte
+    ("{{ 10**(10**8) }}", "digits"),  # hung at compile (constant folding)
+    ("{{ 10**5000 }}", "about 5,000 digits"),  # was a traceback at compile
+    ("{{ 'x' * 10**9 }}", "1,000,000 characters"),  # allocated a gigabyte
     ("{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}", "took longer than 0.5 s"),
-    ("{% for a in question %}{% for b in question %}{% for c in question %}{% endfor %}{% endfor %}{% endfor %}",
-     "took longer than 0.5 s"),
+    (
+        "{% for a in question %}{% for b in question %}{% for c in question %}{% endfor %}{% endfor %}{% endfor %}",
+        "took longer than 0.5 s",
+    ),
     ("{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(60) }}", "took longer"),
     ("{{ lipsum(n=10**6) }}", "lipsum("),
     ("{{ range(10**6) | list | length }}", "range() of more than 10,000"),
@@ -191,8 +211,13 @@ RUNAWAY = [
 def runaway(tmp_path_factory) -> list[dict]:
     folder = tmp_path_factory.mktemp("runaway")
     try:
-        proc = subprocess.run([sys.executable, "-c", CHILD, str(folder), json.dumps([s for s, _ in RUNAWAY])],
-                              capture_output=True, text=True, timeout=60, cwd=PROJECT)
+        proc = subprocess.run(
+            [sys.executable, "-c", CHILD, str(folder), json.dumps([s for s, _ in RUNAWAY])],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=PROJECT,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("template work ran for more than 60 s: it is not bounded")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -221,8 +246,9 @@ def test_prompt_size_cap_names_template_and_example(tmp_path):
 
 
 def test_render_all_has_a_wall_clock_bound(tmp_path):
-    (tmp_path / "slow.j2").write_text("{% for i in range(10000) %}{% for j in range(3) %}{% endfor %}{% endfor %}"
-                                      "{{ question }}", encoding="utf-8")
+    (tmp_path / "slow.j2").write_text(
+        "{% for i in range(10000) %}{% for j in range(3) %}{% endfor %}{% endfor %}{{ question }}", encoding="utf-8"
+    )
     b = PromptBuilder(PromptSpec(template="slow.j2"), tmp_path, "recipe.yaml")
     exs = [Example(id=f"e{i}", question="q") for i in range(10_000)]
     t0 = time.monotonic()
@@ -237,14 +263,19 @@ STILL_WORKS = [
     ("{{ 'a' ~ 'b' ~ 3 }}", "ab3"),
     ("{{ 2 ** 10 }} {{ 7 % 3 }} {{ 3 * 4 }} {{ 1 + 2 }} {{ 'ab' * 2 }} {{ [1] + [2] }}", "1024 1 12 3 abab [1, 2]"),
     ("{{ '%s-%03d' % ('a', 7) }} {{ '{}:{:>3}'.format('a', 'b') }} {{ '%s!' | format('x') }}", "a-007 a:  b x!"),
-    ("{% for a in answers %}{{ loop.index }}/{{ loop.length }}{{ a }}{% if not loop.last %},{% endif %}"
-     "{% else %}none{% endfor %}", "1/2A,2/2B"),
+    (
+        "{% for a in answers %}{{ loop.index }}/{{ loop.length }}{{ a }}{% if not loop.last %},{% endif %}"
+        "{% else %}none{% endfor %}",
+        "1/2A,2/2B",
+    ),
     ("{% for a in [] %}x{% else %}none{% endfor %}", "none"),
     ("{{ answers | join(', ') }} {{ answers | tojson }} {{ question | center(5) }}", 'A, B ["A", "B"]   Q  '),
-    ("{% macro m(x) %}<{{ x }}>{% endmacro %}{{ m(question) }}{% filter upper %}{{ context }}{% endfilter %}",
-     "<Q>C"),
-    ("{% set t %}{{ question }}{{ context }}{% endset %}{{ t }} {{ range(3) | list }} {{ lipsum(1, false, 2, 3) | "
-     "length > 0 }}", "QC [0, 1, 2] True"),
+    ("{% macro m(x) %}<{{ x }}>{% endmacro %}{{ m(question) }}{% filter upper %}{{ context }}{% endfilter %}", "<Q>C"),
+    (
+        "{% set t %}{{ question }}{{ context }}{% endset %}{{ t }} {{ range(3) | list }} {{ lipsum(1, false, 2, 3) | "
+        "length > 0 }}",
+        "QC [0, 1, 2] True",
+    ),
     ("{% autoescape true %}{{ '<' ~ question }}{% endautoescape %}", "&lt;Q"),
     ("{{ 'x'.ljust(3) }}|{{ question.replace('Q', 'q') }}|{{ '-'.join(answers) }}", "x  |q|A-B"),
 ]
@@ -265,14 +296,32 @@ BROKEN = [  # (file name, format, content, spec extras, field, words in the mess
     ("d.json", "json", '{"data": []}', {}, "dataset.json_field", ["JSON object", "keys: data"]),
     ("d.jsonl", "jsonl", "\n  \n", {}, "dataset.path", ["holds no examples"]),
     ("d.csv", "csv", "question,answers\n", {}, "dataset.path", ["holds no examples"]),
-    ("d.jsonl", "jsonl", '{"question": "a"}\n{"question": \n{"question": "c"}\n', {}, "dataset.format",
-     ["cannot read d.jsonl as jsonl: line 2 is not valid JSON"]),
+    (
+        "d.jsonl",
+        "jsonl",
+        '{"question": "a"}\n{"question": \n{"question": "c"}\n',
+        {},
+        "dataset.format",
+        ["cannot read d.jsonl as jsonl: line 2 is not valid JSON"],
+    ),
     ("d.jsonl", "jsonl", '{"question": "a"}\n[1, 2]\n', {}, "dataset.format", ["line 2", "array"]),
     ("d.json", "json", '[{"question": "a"},\n {"question": }]', {}, "dataset.format", ["line 2, column"]),
-    ("d.json", "squad", squad([{"id": "q1", "question": "?", "answers": None}]), {}, "dataset.path",
-     ['"answers": null', "qas[0]", "'q1'"]),
-    ("d.json", "squad", squad([{"id": "q1", "question": "?", "answers": [{"text": None}]}]), {}, "dataset.path",
-     ['"text": null', "'q1'"]),
+    (
+        "d.json",
+        "squad",
+        squad([{"id": "q1", "question": "?", "answers": None}]),
+        {},
+        "dataset.path",
+        ['"answers": null', "qas[0]", "'q1'"],
+    ),
+    (
+        "d.json",
+        "squad",
+        squad([{"id": "q1", "question": "?", "answers": [{"text": None}]}]),
+        {},
+        "dataset.path",
+        ['"text": null', "'q1'"],
+    ),
     ("d.json", "squad", squad([{"id": "q1", "question": "?"}]), {}, "dataset.path", ["has no answers"]),
     ("d.json", "squad", squad([{"question": "?", "answers": []}]), {}, "dataset.format", ["has no 'id'"]),
     ("d.json", "squad", '{"version": "1"}', {}, "dataset.format", ['no top-level "data"']),
@@ -282,26 +331,61 @@ BROKEN = [  # (file name, format, content, spec extras, field, words in the mess
     ("d.csv", "csv", "\ufeffquestion\n".encode("utf-16"), {}, "dataset.path", ["UTF-16"]),
     ("d.csv", "csv", b"\x00\x01\x02binary", {}, "dataset.format", ["binary file"]),
     ("d.csv", "csv", '{"question": "a"}\n', {}, "dataset.format", ["looks like JSON"]),
-    ("d.csv", "csv", 'question,answers\na,b\nc,d,e\n', {}, "dataset.format", ["cannot read d.csv as csv", "line 3"]),
+    ("d.csv", "csv", "question,answers\na,b\nc,d,e\n", {}, "dataset.format", ["cannot read d.csv as csv", "line 3"]),
     ("d.parquet", "parquet", "question\nq\n", {}, "dataset.format", ["not a Parquet file"]),
-    ("d.parquet", "parquet", b"PAR1" + b"\x00" * 20 + b"PAR1", {}, "dataset.format",
-     ["cannot read d.parquet as parquet"]),
+    (
+        "d.parquet",
+        "parquet",
+        b"PAR1" + b"\x00" * 20 + b"PAR1",
+        {},
+        "dataset.format",
+        ["cannot read d.parquet as parquet"],
+    ),
     ("d.jsonl", "jsonl", b"PK\x03\x04rest", {}, "dataset.path", ["zip archive"]),
     ("d.jsonl.gz", "jsonl", b"\x1f\x8bnot really", {}, "dataset.path", ["gzip", "cannot be decompressed"]),
-    ("d.jsonl", "jsonl", jsonl([{"question": "a", "context": "", "answers": ["x", None]}]), {},
-     "dataset.fields.answers", ["row 0", "null answer"]),
-    ("d.jsonl", "jsonl", jsonl([{"question": "a", "context": "", "answers": [{"text": None}]}]), {},
-     "dataset.fields.answers", ["null answer"]),
-    ("d.jsonl", "jsonl", jsonl([{"id": "a", "question": "a", "context": "", "answers": []},
-           {"question": "b", "context": "", "answers": []}]), {}, "dataset.fields.id",
-     ["row 1 has no value for 'id'"]),
-    ("d.jsonl", "jsonl", jsonl([{"question": {"text": "a"}, "context": "", "answers": []}]), {},
-     "dataset.fields.question", ["holds a dict"]),
+    (
+        "d.jsonl",
+        "jsonl",
+        jsonl([{"question": "a", "context": "", "answers": ["x", None]}]),
+        {},
+        "dataset.fields.answers",
+        ["row 0", "null answer"],
+    ),
+    (
+        "d.jsonl",
+        "jsonl",
+        jsonl([{"question": "a", "context": "", "answers": [{"text": None}]}]),
+        {},
+        "dataset.fields.answers",
+        ["null answer"],
+    ),
+    (
+        "d.jsonl",
+        "jsonl",
+        jsonl(
+            [
+                {"id": "a", "question": "a", "context": "", "answers": []},
+                {"question": "b", "context": "", "answers": []},
+            ]
+        ),
+        {},
+        "dataset.fields.id",
+        ["row 1 has no value for 'id'"],
+    ),
+    (
+        "d.jsonl",
+        "jsonl",
+        jsonl([{"question": {"text": "a"}, "context": "", "answers": []}]),
+        {},
+        "dataset.fields.question",
+        ["holds a dict"],
+    ),
 ]
 
 
-@pytest.mark.parametrize("name, fmt, content, extra, field, words", BROKEN,
-                         ids=[f"{b[1]}-{i}" for i, b in enumerate(BROKEN)])
+@pytest.mark.parametrize(
+    "name, fmt, content, extra, field, words", BROKEN, ids=[f"{b[1]}-{i}" for i, b in enumerate(BROKEN)]
+)
 def test_broken_dataset_is_one_dataset_error(tmp_path, name, fmt, content, extra, field, words):
     p = tmp_path / name
     p.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
@@ -314,11 +398,14 @@ def test_broken_dataset_is_one_dataset_error(tmp_path, name, fmt, content, extra
     assert ei.value.hint or field.startswith("dataset.fields") or "holds no examples" in text
 
 
-@pytest.mark.parametrize("make, words", [
-    (lambda p: p.mkdir(), ["folder"]),
-    (lambda p: os.mkfifo(p), ["not a regular file"]),
-    (lambda p: None, ["not found"]),
-])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda p: p.mkdir(), ["folder"]),
+        (lambda p: os.mkfifo(p), ["not a regular file"]),
+        (lambda p: None, ["not found"]),
+    ],
+)
 def test_dataset_path_that_is_not_a_file(tmp_path, make, words):
     make(tmp_path / "d.jsonl")
     with pytest.raises(DatasetError) as ei:
@@ -337,26 +424,47 @@ def test_unreadable_dataset_file(tmp_path):
 
 # --------------------------------------------------------------------------- 4. never a traceback: shots, templates
 
+
 def shots_builder(tmp_path, content: str | None, k: int = 1, fmt: str = "jsonl"):
     if content is not None:
         (tmp_path / "train.jsonl").write_text(content, encoding="utf-8")
-    return PromptBuilder(PromptSpec(template="jsquad.j2", shots={"k": k, "source": {"format": fmt,
-                                                                                    "path": "train.jsonl"}}),
-                         tmp_path, "recipe.yaml")
+    return PromptBuilder(
+        PromptSpec(template="jsquad.j2", shots={"k": k, "source": {"format": fmt, "path": "train.jsonl"}}),
+        tmp_path,
+        "recipe.yaml",
+    )
 
 
-@pytest.mark.parametrize("content, k, fmt, field, words", [
-    (None, 1, "jsonl", "prompt.shots.source.path", ["not found"]),
-    ('{"question": \n', 1, "jsonl", "prompt.shots.source.format", ["line 1"]),
-    ("[]", 1, "json", "prompt.shots.source.path", ["holds no examples"]),
-    (jsonl([{"q": "x"}]), 1, "jsonl", "prompt.shots.source.fields.question", ["no column 'question'"]),
-    ('{"data": [{"paragraphs": [{"context": "c", "qas": [{"id": 1, "question": "q", "answers": null}]}]}]}',
-     1, "squad", "prompt.shots.source.path", ['"answers": null']),
-    (jsonl([{"question": "a", "context": "", "answers": ["x"]}]), 3, "jsonl", "prompt.shots.k",
-     ["asks for 3 shots", "only 1"]),
-    (jsonl([{"question": "a", "context": "", "answers": []}]), 1, "jsonl", "prompt.shots.source.fields.answers",
-     ["no gold answer"]),
-])
+@pytest.mark.parametrize(
+    "content, k, fmt, field, words",
+    [
+        (None, 1, "jsonl", "prompt.shots.source.path", ["not found"]),
+        ('{"question": \n', 1, "jsonl", "prompt.shots.source.format", ["line 1"]),
+        ("[]", 1, "json", "prompt.shots.source.path", ["holds no examples"]),
+        (jsonl([{"q": "x"}]), 1, "jsonl", "prompt.shots.source.fields.question", ["no column 'question'"]),
+        (
+            '{"data": [{"paragraphs": [{"context": "c", "qas": [{"id": 1, "question": "q", "answers": null}]}]}]}',
+            1,
+            "squad",
+            "prompt.shots.source.path",
+            ['"answers": null'],
+        ),
+        (
+            jsonl([{"question": "a", "context": "", "answers": ["x"]}]),
+            3,
+            "jsonl",
+            "prompt.shots.k",
+            ["asks for 3 shots", "only 1"],
+        ),
+        (
+            jsonl([{"question": "a", "context": "", "answers": []}]),
+            1,
+            "jsonl",
+            "prompt.shots.source.fields.answers",
+            ["no gold answer"],
+        ),
+    ],
+)
 def test_broken_shots_source_names_prompt_shots(tmp_path, content, k, fmt, field, words):
     with pytest.raises(DatasetError) as ei:
         shots_builder(tmp_path, content, k, fmt)
@@ -366,13 +474,16 @@ def test_broken_shots_source_names_prompt_shots(tmp_path, content, k, fmt, field
         assert w in text
 
 
-@pytest.mark.parametrize("content, words", [
-    (b"", ["is empty"]),
-    (b"  \n\t\n", ["is empty"]),
-    (b"caf\xe9 {{ question }}", ["not UTF-8", "line 1"]),
-    (b"{{ 1" + b"0" * 5000 + b" }}", ["cannot compile"]),
-    (b"{{ question " + b"(" * 2000 + b" }}", ["u.j2"]),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (b"", ["is empty"]),
+        (b"  \n\t\n", ["is empty"]),
+        (b"caf\xe9 {{ question }}", ["not UTF-8", "line 1"]),
+        (b"{{ 1" + b"0" * 5000 + b" }}", ["cannot compile"]),
+        (b"{{ question " + b"(" * 2000 + b" }}", ["u.j2"]),
+    ],
+)
 def test_broken_template_file_is_one_template_error(tmp_path, content, words):
     (tmp_path / "u.j2").write_bytes(content)
     with pytest.raises(TemplateError) as ei:

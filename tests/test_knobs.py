@@ -1,4 +1,5 @@
 """Knob verdicts are pure functions of (spec, facts, generations): every row checked with plain data."""
+
 import pytest
 
 from runner.config.common import ModelSpec
@@ -11,28 +12,36 @@ def verdicts(spec, facts, cached=0, prompt=100, load_format="auto"):
     return {k.name: k.status for k in vllm_knobs(spec, load_format, facts, cached, prompt)}
 
 
-@pytest.mark.parametrize("requested,effective,status", [
-    ("awq", "auto_awq", "applied"),            # vLLM renames AWQ to the kernel it picks
-    ("awq_marlin", "auto_awq", "applied"),
-    ("gptq", "auto_gptq", "applied"),
-    ("fp8", "fp8", "applied"),
-    ("fp8", None, "ignored"),
-    ("awq", "fp8", "ignored"),
-    (None, "auto_awq", "default"),             # from the checkpoint's config
-])
+@pytest.mark.parametrize(
+    "requested,effective,status",
+    [
+        ("awq", "auto_awq", "applied"),  # vLLM renames AWQ to the kernel it picks
+        ("awq_marlin", "auto_awq", "applied"),
+        ("gptq", "auto_gptq", "applied"),
+        ("fp8", "fp8", "applied"),
+        ("fp8", None, "ignored"),
+        ("awq", "fp8", "ignored"),
+        (None, "auto_awq", "default"),  # from the checkpoint's config
+    ],
+)
 def test_quantization_aliases(requested, effective, status):
-    assert verdicts(VLLMSpec(kind="vllm", quantization=requested), VLLMFacts(quantization=effective))[
-        "quantization"] == status
+    assert (
+        verdicts(VLLMSpec(kind="vllm", quantization=requested), VLLMFacts(quantization=effective))["quantization"]
+        == status
+    )
 
 
-@pytest.mark.parametrize("requested,on,cached,status", [
-    (True, True, 50, "applied"),
-    (True, True, 0, "unverified"),             # on, but nothing was reused: cannot tell
-    (True, False, 0, "ignored"),
-    (False, False, 0, "applied"),
-    (False, False, 7, "ignored"),              # off, yet tokens came from a cache
-    (None, True, 50, "default"),
-])
+@pytest.mark.parametrize(
+    "requested,on,cached,status",
+    [
+        (True, True, 50, "applied"),
+        (True, True, 0, "unverified"),  # on, but nothing was reused: cannot tell
+        (True, False, 0, "ignored"),
+        (False, False, 0, "applied"),
+        (False, False, 7, "ignored"),  # off, yet tokens came from a cache
+        (None, True, 50, "default"),
+    ],
+)
 def test_prefix_caching(requested, on, cached, status):
     spec = VLLMSpec(kind="vllm", enable_prefix_caching=requested)
     assert verdicts(spec, VLLMFacts(prefix_caching=on), cached=cached)["enable_prefix_caching"] == status
@@ -52,10 +61,14 @@ def test_offload_unverified_without_weight_memory():
 
 
 def test_kv_cache_dtype():
-    assert verdicts(VLLMSpec(kind="vllm", kv_cache_dtype="fp8"), VLLMFacts(cache_dtype="fp8_e4m3"))[
-        "kv_cache_dtype"] == "applied"
-    assert verdicts(VLLMSpec(kind="vllm", kv_cache_dtype="fp8"), VLLMFacts(cache_dtype="auto"))[
-        "kv_cache_dtype"] == "ignored"
+    assert (
+        verdicts(VLLMSpec(kind="vllm", kv_cache_dtype="fp8"), VLLMFacts(cache_dtype="fp8_e4m3"))["kv_cache_dtype"]
+        == "applied"
+    )
+    assert (
+        verdicts(VLLMSpec(kind="vllm", kv_cache_dtype="fp8"), VLLMFacts(cache_dtype="auto"))["kv_cache_dtype"]
+        == "ignored"
+    )
     assert verdicts(VLLMSpec(kind="vllm"), VLLMFacts(cache_dtype="auto"))["kv_cache_dtype"] == "default"
 
 
@@ -68,23 +81,32 @@ def test_dropped_swap_space_is_reported_ignored():
 
 
 def test_engine_settings_compared_with_effective():
-    spec = VLLMSpec(kind="vllm", enforce_eager=True, max_model_len=4096, tensor_parallel_size=2,
-                    gpu_memory_utilization=0.8)
-    ok = VLLMFacts(enforce_eager=True, max_model_len=4096, tensor_parallel_size=2, gpu_memory_utilization=0.8,
-                   load_format="dummy")
+    spec = VLLMSpec(
+        kind="vllm", enforce_eager=True, max_model_len=4096, tensor_parallel_size=2, gpu_memory_utilization=0.8
+    )
+    ok = VLLMFacts(
+        enforce_eager=True, max_model_len=4096, tensor_parallel_size=2, gpu_memory_utilization=0.8, load_format="dummy"
+    )
     v = verdicts(spec, ok, load_format="dummy")
-    assert [v[k] for k in ("enforce_eager", "max_model_len", "tensor_parallel_size", "gpu_memory_utilization",
-                           "load_format")] == ["applied"] * 5
-    bad = VLLMFacts(enforce_eager=False, max_model_len=2048, tensor_parallel_size=1, gpu_memory_utilization=0.9,
-                    load_format="auto")
+    assert [
+        v[k]
+        for k in ("enforce_eager", "max_model_len", "tensor_parallel_size", "gpu_memory_utilization", "load_format")
+    ] == ["applied"] * 5
+    bad = VLLMFacts(
+        enforce_eager=False, max_model_len=2048, tensor_parallel_size=1, gpu_memory_utilization=0.9, load_format="auto"
+    )
     v = verdicts(spec, bad, load_format="dummy")
-    assert [v[k] for k in ("enforce_eager", "max_model_len", "tensor_parallel_size", "gpu_memory_utilization",
-                           "load_format")] == ["ignored"] * 5
+    assert [
+        v[k]
+        for k in ("enforce_eager", "max_model_len", "tensor_parallel_size", "gpu_memory_utilization", "load_format")
+    ] == ["ignored"] * 5
 
 
 def test_crash_evidence_from_a_vllm_log():
-    ev = crash_evidence("Model loading took 6.10 GiB memory and 40.2 seconds\n"
-                        "Total CPU offloaded parameters: 8.09\nGPU KV cache size: 1,000 tokens\n")
+    ev = crash_evidence(
+        "Model loading took 6.10 GiB memory and 40.2 seconds\n"
+        "Total CPU offloaded parameters: 8.09\nGPU KV cache size: 1,000 tokens\n"
+    )
     assert (ev.weights_gib, ev.kv_cache_tokens) == (6.1, 1000)
     assert any("8.09 GiB of parameters were offloaded" in n for n in ev.notes)
     assert VLLMSpec.crash_evidence("nothing here").notes == ()
@@ -98,12 +120,22 @@ def _tf(**kw):
 def test_transformers_knobs():
     m = ModelSpec(id="m")
     v = {k.name: k.status for k in transformers_knobs(TransformersSpec(kind="transformers"), m, _tf())}
-    assert v == {"device": "applied", "dtype": "applied", "batch_size": "applied",
-                 "attn_implementation": "default", "quantization": "default"}
-    spec = TransformersSpec(kind="transformers", device="cuda", attn_implementation="eager",
-                            quantization="bitsandbytes-4bit")
+    assert v == {
+        "device": "applied",
+        "dtype": "applied",
+        "batch_size": "applied",
+        "attn_implementation": "default",
+        "quantization": "default",
+    }
+    spec = TransformersSpec(
+        kind="transformers", device="cuda", attn_implementation="eager", quantization="bitsandbytes-4bit"
+    )
     v = {k.name: k.status for k in transformers_knobs(spec, ModelSpec(id="m", dtype="bfloat16"), _tf())}
     assert v["device"] == v["dtype"] == v["attn_implementation"] == v["quantization"] == "ignored"
-    v = {k.name: k.status for k in transformers_knobs(spec, ModelSpec(id="m", dtype="float32"),
-                                                      _tf(device="cuda", attn="eager", quantization="bitsandbytes"))}
+    v = {
+        k.name: k.status
+        for k in transformers_knobs(
+            spec, ModelSpec(id="m", dtype="float32"), _tf(device="cuda", attn="eager", quantization="bitsandbytes")
+        )
+    }
     assert v["device"] == v["dtype"] == v["attn_implementation"] == v["quantization"] == "applied"

@@ -2,6 +2,7 @@
 (alias bombs, deep nesting, huge files) refused in seconds with a message naming the file.
 
 The hostile files are loaded in a child process with a timeout, so a regression fails instead of hanging."""
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,9 @@ def load_in_child(path: Path, timeout: float = 60) -> tuple[dict, float]:
         "out['seconds'] = time.perf_counter() - t\n"
         "print(json.dumps(out))\n"
     )
-    r = subprocess.run([sys.executable, "-c", code, str(path)], cwd=PROJECT, capture_output=True, text=True,
-                       timeout=timeout)
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(path)], cwd=PROJECT, capture_output=True, text=True, timeout=timeout
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     return out, out.pop("seconds")
@@ -48,15 +50,25 @@ def load_in_child(path: Path, timeout: float = 60) -> tuple[dict, float]:
 
 # --------------------------------------------------------------------------- --set typed by the field
 
+
 def test_set_text_fields_are_taken_as_written(write_recipe, base_recipe):
     p = write_recipe(base_recipe)
-    lr = load_recipe(p, ["prompt.system_template=null", "prompt.system=#1 rule: be brief", "name=2024",
-                         "description=yes", "model.revision=0123", "engine.quantization=bitsandbytes-4bit"])
-    assert lr.recipe.prompt.system == "#1 rule: be brief"            # YAML would read a comment: null
-    assert lr.recipe.name == "2024"                                  # YAML would read a number
-    assert lr.recipe.description == "yes"                            # YAML 1.1 would read a boolean
-    assert lr.recipe.model.revision == "0123"                        # YAML would read 123
-    assert lr.recipe.engine.quantization == "bitsandbytes-4bit"      # a Literal of strings
+    lr = load_recipe(
+        p,
+        [
+            "prompt.system_template=null",
+            "prompt.system=#1 rule: be brief",
+            "name=2024",
+            "description=yes",
+            "model.revision=0123",
+            "engine.quantization=bitsandbytes-4bit",
+        ],
+    )
+    assert lr.recipe.prompt.system == "#1 rule: be brief"  # YAML would read a comment: null
+    assert lr.recipe.name == "2024"  # YAML would read a number
+    assert lr.recipe.description == "yes"  # YAML 1.1 would read a boolean
+    assert lr.recipe.model.revision == "0123"  # YAML would read 123
+    assert lr.recipe.engine.quantization == "bitsandbytes-4bit"  # a Literal of strings
 
 
 def test_set_text_keeps_spaces_and_colons(write_recipe, base_recipe):
@@ -78,10 +90,17 @@ def test_set_values_of_a_text_mapping_are_text(write_recipe, base_recipe):
 
 def test_set_other_fields_still_parse_yaml(write_recipe, base_recipe):
     base_recipe["engine"] = {"kind": "vllm"}
-    lr = load_recipe(write_recipe(base_recipe), ["sampling.max_tokens=5", "sampling.temperature=0.5",
-                                                 "sampling.ignore_eos=true", "sampling.stop=[a, b]",
-                                                 "engine.engine_args={max_num_seqs: 32}",
-                                                 "engine.engine_args.block_size=16"])
+    lr = load_recipe(
+        write_recipe(base_recipe),
+        [
+            "sampling.max_tokens=5",
+            "sampling.temperature=0.5",
+            "sampling.ignore_eos=true",
+            "sampling.stop=[a, b]",
+            "engine.engine_args={max_num_seqs: 32}",
+            "engine.engine_args.block_size=16",
+        ],
+    )
     s = lr.recipe.sampling
     assert (s.max_tokens, s.temperature, s.ignore_eos, s.stop) == (5, 0.5, True, ["a", "b"])
     assert lr.recipe.engine.engine_args == {"max_num_seqs": 32, "block_size": 16}
@@ -99,13 +118,16 @@ def test_set_number_for_a_number_field_is_still_checked(write_recipe, base_recip
     assert "sampling.max_tokens: Input should be a valid integer" in e.message
 
 
-@pytest.mark.parametrize("item, message", [
-    ("", "--set '': expected dotted.key=value"),
-    ("=1", "--set '=1': the key before '=' is empty; expected dotted.key=value"),
-    (" =1", "--set ' =1': the key before '=' is empty; expected dotted.key=value"),
-    ("a..b=1", "--set 'a..b=1': 'a..b' is not a dotted key (empty part)"),
-    ("sampling.=1", "--set 'sampling.=1': 'sampling.' is not a dotted key (empty part)"),
-])
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("", "--set '': expected dotted.key=value"),
+        ("=1", "--set '=1': the key before '=' is empty; expected dotted.key=value"),
+        (" =1", "--set ' =1': the key before '=' is empty; expected dotted.key=value"),
+        ("a..b=1", "--set 'a..b=1': 'a..b' is not a dotted key (empty part)"),
+        ("sampling.=1", "--set 'sampling.=1': 'sampling.' is not a dotted key (empty part)"),
+    ],
+)
 def test_set_without_a_key_is_a_clear_error(write_recipe, base_recipe, item, message):
     e = error(load_recipe, write_recipe(base_recipe), [item])
     assert (e.message, e.field) == (message, "--set")
@@ -118,6 +140,7 @@ def test_set_still_reports_unknown_keys(write_recipe, base_recipe):
 
 # --------------------------------------------------------------------------- hostile YAML
 
+
 def billion_laughs(levels: int = 9, width: int = 10) -> str:
     lines = ['a0: &a0 "lol"']
     for i in range(1, levels + 1):
@@ -127,7 +150,7 @@ def billion_laughs(levels: int = 9, width: int = 10) -> str:
 
 def test_alias_bomb_is_refused_fast(write_recipe):
     text = billion_laughs()
-    assert len(text.encode()) < 1000                   # 10**9 values from under a kilobyte
+    assert len(text.encode()) < 1000  # 10**9 values from under a kilobyte
     p = write_recipe(text)
     err, seconds = load_in_child(p)
     assert err["message"].startswith("the YAML holds more than 100,000 values once its aliases (*name) are expanded")
@@ -150,11 +173,15 @@ def test_recursive_alias_is_refused(write_recipe):
     assert (e.file, e.line) == (str(p), 2)
 
 
-@pytest.mark.parametrize("text, line", [
-    ("x: " + "[" * 100_000 + "]" * 100_000 + "\n", 1),
-    ("x: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n", 1),
-    ("".join(" " * i + f"k{i}:\n" for i in range(300)) + " " * 300 + "v\n", 50),
-], ids=["flow-lists", "flow-maps", "block-maps"])
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        ("x: " + "[" * 100_000 + "]" * 100_000 + "\n", 1),
+        ("x: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n", 1),
+        ("".join(" " * i + f"k{i}:\n" for i in range(300)) + " " * 300 + "v\n", 50),
+    ],
+    ids=["flow-lists", "flow-maps", "block-maps"],
+)
 def test_deep_nesting_is_refused_fast(write_recipe, text, line):
     p = write_recipe(text)
     err, seconds = load_in_child(p)
@@ -172,7 +199,7 @@ def test_huge_file_is_refused_without_reading_it_all(write_recipe, tmp_path):
     p = tmp_path / "huge.yaml"
     with p.open("w") as f:
         f.write("name: t\ndescription: '")
-        f.write("x" * (64 << 20))                    # 64 MiB
+        f.write("x" * (64 << 20))  # 64 MiB
         f.write("'\n")
     t = time.perf_counter()
     e = error(load_recipe, p)
@@ -198,8 +225,10 @@ def test_comment_only_file(write_recipe):
 def test_duplicate_keys_are_checked_once_per_shared_node(write_recipe):
     p = write_recipe("a: &a {x: 1, y: 2}\nb: [*a, *a, *a]\nname: t\nname: u\n")
     e = error(load_recipe, p)
-    assert (e.message, e.line) == ("key 'name' appears twice (first on line 3); the second would silently replace "
-                                   "the first", 4)
+    assert (e.message, e.line) == (
+        "key 'name' appears twice (first on line 3); the second would silently replace the first",
+        4,
+    )
 
 
 def test_study_bounds_apply_to_base_files(write_recipe, base_recipe):

@@ -1,4 +1,5 @@
 """Scores computed by hand: character-level F1 and exact match after JGLUE-style normalization."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,10 +12,11 @@ contains = METRICS["contains"]
 
 
 def test_metric_names():
-    assert {"exact_match", "char_f1", "contains"} <= set(METRICS)      # the original names keep working
+    assert {"exact_match", "char_f1", "contains"} <= set(METRICS)  # the original names keep working
 
 
 # --------------------------------------------------------------------------- char_f1 by hand
+
 
 def test_char_f1_partial_overlap():
     # pred 東京都 (3 chars), gold 東京 (2 chars): common 2, P = 2/3, R = 1
@@ -49,6 +51,7 @@ def test_char_f1_hand_computed_longer():
 
 # --------------------------------------------------------------------------- max over golds
 
+
 def test_max_over_golds():
     assert f1("東京都", ["大阪", "東京", "東京都"]) == 1.0
     assert f1("東京都", ["大阪", "東京"]) == pytest.approx(0.8)
@@ -65,6 +68,7 @@ def test_no_golds_scores_zero():
 
 
 # --------------------------------------------------------------------------- normalization
+
 
 def test_nfkc_fullwidth_equals_halfwidth():
     assert normalize("ＡＢＣ１") == "abc1"
@@ -83,7 +87,9 @@ def test_case_and_whitespace():
     assert em("滋賀\u3000県", ["滋賀県"]) == 1.0
 
 
-@pytest.mark.parametrize("pred", ["滋賀県。", "「滋賀県」", "滋賀県、", "『滋賀県』", "滋賀県!", "滋賀県．", "(滋賀県)"])
+@pytest.mark.parametrize(
+    "pred", ["滋賀県。", "「滋賀県」", "滋賀県、", "『滋賀県』", "滋賀県!", "滋賀県．", "(滋賀県)"]
+)
 def test_punctuation_removed(pred):
     assert em(pred, ["滋賀県"]) == 1.0
     assert f1(pred, ["滋賀県"]) == 1.0
@@ -107,6 +113,7 @@ def test_digits_and_letters_kept():
 
 # --------------------------------------------------------------------------- empty prediction
 
+
 def test_empty_prediction_scores_zero():
     assert em("", ["滋賀県"]) == 0.0
     assert f1("", ["滋賀県"]) == 0.0
@@ -119,6 +126,7 @@ def test_punctuation_only_prediction_scores_zero():
 
 
 # --------------------------------------------------------------------------- contains
+
 
 def test_contains():
     assert contains("答えは滋賀県です。", ["滋賀県"]) == 1.0

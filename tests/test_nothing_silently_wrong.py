@@ -1,4 +1,5 @@
 """Inputs that used to pass and produce wrong, garbage or unsafe results: each is refused or handled now."""
+
 import json
 import os
 import stat
@@ -23,16 +24,19 @@ def _fake(base_recipe, **engine):
     return {**base_recipe, "model": {"id": "none"}, "engine": {"kind": "fake", "reply": "{{ answers[0] }}", **engine}}
 
 
-@pytest.mark.parametrize("key,value,needle", [
-    ("sampling.stop", [""], "sampling.stop.0: String should have at least 1 character"),
-    ("sampling.temperature", float("inf"), "sampling.temperature: Input should be a finite number"),
-    ("sampling.temperature", float("nan"), "sampling.temperature: Input should be a finite number"),
-    ("sampling.max_tokens", 10 ** 300, "sampling.max_tokens: Input should be less than or equal to 1048576"),
-    ("sampling.seed", 2 ** 64, "sampling.seed: Input should be less than or equal to 9223372036854775807"),
-    ("sampling.seed", -1, "sampling.seed: Input should be greater than or equal to 0"),
-    ("timeout_s", 10 ** 12, "timeout_s: Input should be less than or equal to 2592000"),
-    ("dataset.limit", 10 ** 20, "dataset.limit: Input should be less than or equal to 100000000"),
-])
+@pytest.mark.parametrize(
+    "key,value,needle",
+    [
+        ("sampling.stop", [""], "sampling.stop.0: String should have at least 1 character"),
+        ("sampling.temperature", float("inf"), "sampling.temperature: Input should be a finite number"),
+        ("sampling.temperature", float("nan"), "sampling.temperature: Input should be a finite number"),
+        ("sampling.max_tokens", 10**300, "sampling.max_tokens: Input should be less than or equal to 1048576"),
+        ("sampling.seed", 2**64, "sampling.seed: Input should be less than or equal to 9223372036854775807"),
+        ("sampling.seed", -1, "sampling.seed: Input should be greater than or equal to 0"),
+        ("timeout_s", 10**12, "timeout_s: Input should be less than or equal to 2592000"),
+        ("dataset.limit", 10**20, "dataset.limit: Input should be less than or equal to 100000000"),
+    ],
+)
 def test_values_that_would_empty_or_garble_outputs_are_refused(write_recipe, base_recipe, key, value, needle):
     d = json.loads(json.dumps(base_recipe))
     *path, last = key.split(".")
@@ -41,7 +45,7 @@ def test_values_that_would_empty_or_garble_outputs_are_refused(write_recipe, bas
         cur = cur.setdefault(p, {})
     cur[last] = value
     p = write_recipe(d)
-    if isinstance(value, float) and value != value:       # YAML has .nan but safe_dump writes it as such
+    if isinstance(value, float) and value != value:  # YAML has .nan but safe_dump writes it as such
         p.write_text(p.read_text().replace("temperature: .nan", "temperature: .nan"))
     r = CliRunner().invoke(cli, ["check", str(p), "--no-tokens"])
     assert r.exit_code == 2, r.output
@@ -49,7 +53,7 @@ def test_values_that_would_empty_or_garble_outputs_are_refused(write_recipe, bas
 
 
 def test_engine_vllm_numbers_are_bounded(write_recipe, base_recipe):
-    d = {**base_recipe, "engine": {"kind": "vllm", "cpu_offload_gb": float("inf"), "seed": 2 ** 70}}
+    d = {**base_recipe, "engine": {"kind": "vllm", "cpu_offload_gb": float("inf"), "seed": 2**70}}
     r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
     assert r.exit_code == 2
     assert "engine.cpu_offload_gb: Input should be a finite number" in r.output
@@ -57,16 +61,17 @@ def test_engine_vllm_numbers_are_bounded(write_recipe, base_recipe):
 
 
 def test_cli_timeout_is_bounded(write_recipe, base_recipe, tmp_path):
-    r = _go(write_recipe(base_recipe), "--out", tmp_path / "o", "--timeout", 10 ** 12)
+    r = _go(write_recipe(base_recipe), "--out", tmp_path / "o", "--timeout", 10**12)
     assert r.exit_code == 2 and "--timeout" in r.output and not (tmp_path / "o").exists()
 
 
 def test_a_second_writer_of_the_same_folder_is_refused(write_recipe, base_recipe, tmp_path):
     from filelock import FileLock
+
     out = tmp_path / "out"
     (out / "t").mkdir(parents=True)
     held = FileLock(str(out / "t" / ".runner.lock"))
-    held.acquire()            # another `runner go` writing recipe t right now
+    held.acquire()  # another `runner go` writing recipe t right now
     try:
         r = _go(write_recipe(_fake(base_recipe)), "--out", out)
     finally:
@@ -97,12 +102,15 @@ def test_report_refuses_a_results_json_that_names_another_folder(tmp_path):
     assert not (tmp_path / "other").exists()
 
 
-@pytest.mark.parametrize("content,needle", [
-    (b"\xff\xfe not utf-8", "not a valid results.json"),
-    (b'{"name": "run"}', "not a valid results.json"),
-    (b"[1, 2]", "not a valid results.json"),
-    (None, "results.json: is not a file"),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        (b"\xff\xfe not utf-8", "not a valid results.json"),
+        (b'{"name": "run"}', "not a valid results.json"),
+        (b"[1, 2]", "not a valid results.json"),
+        (None, "results.json: is not a file"),
+    ],
+)
 def test_report_on_broken_results_is_one_screen(tmp_path, content, needle):
     d = tmp_path / "run"
     d.mkdir()
@@ -116,10 +124,10 @@ def test_report_on_broken_results_is_one_screen(tmp_path, content, needle):
 
 def test_report_on_broken_samples_names_the_file_and_line(tmp_path):
     from runner.reporting.results import RunResult
+
     d = tmp_path / "run"
     d.mkdir()
-    (d / "results.json").write_text(RunResult(name="run", recipe={"model": {"id": "m"}}, status="ok")
-                                    .model_dump_json())
+    (d / "results.json").write_text(RunResult(name="run", recipe={"model": {"id": "m"}}, status="ok").model_dump_json())
     (d / "samples.jsonl").write_text('{"id": "a", "output": "x"}\n{"oops": 1}\n')
     r = CliRunner().invoke(cli, ["report", str(tmp_path)])
     assert r.exit_code == 2 and f"{d / 'samples.jsonl'}: line 2 is not a sample" in r.output
@@ -147,6 +155,7 @@ def test_read_only_out_is_bad_input(write_recipe, base_recipe, tmp_path):
 
 def test_read_only_out_is_detected_without_relying_on_permissions(write_recipe, base_recipe, tmp_path, monkeypatch):
     import runner.cli.go as go
+
     monkeypatch.setattr(go.os, "access", lambda *a, **k: False)
     r = _go(write_recipe(base_recipe), "--out", tmp_path / "o")
     assert r.exit_code == 2 and "the report folder is not writable" in r.output
@@ -154,13 +163,14 @@ def test_read_only_out_is_detected_without_relying_on_permissions(write_recipe, 
 
 def test_a_run_leaves_no_temporary_files(write_recipe, base_recipe, tmp_path, monkeypatch):
     import tempfile
+
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     r = _go(write_recipe(_fake(base_recipe)), "--out", tmp_path / "out", "--set", "dataset.limit=3")
     assert r.exit_code == 0, r.output
-    assert list(tmp.iterdir()) == []            # the job travels through the worker's stdin
+    assert list(tmp.iterdir()) == []  # the job travels through the worker's stdin
 
 
 @pytest.mark.skipif(not STORIES.exists(), reason="../shared/models/stories260K absent")
@@ -168,12 +178,14 @@ def test_chat_template_on_a_tokenizer_without_one_is_bad_input(write_recipe, bas
     d = {**base_recipe, "model": {"id": str(STORIES)}, "prompt": {**base_recipe["prompt"], "chat_template": True}}
     r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
     assert r.exit_code == 2
-    assert f"prompt.chat_template: chat_template is true but the tokenizer in {STORIES} has no chat template" \
-        in r.output
+    assert (
+        f"prompt.chat_template: chat_template is true but the tokenizer in {STORIES} has no chat template" in r.output
+    )
 
 
 def test_device_cuda_without_a_gpu_is_bad_input(write_recipe, base_recipe):
     from runner.execution.gpumem import has_cuda_device
+
     if has_cuda_device():
         pytest.skip("this machine has a GPU")
     d = {**base_recipe, "engine": {"kind": "transformers", "device": "cuda"}}
@@ -196,6 +208,7 @@ def test_prompts_longer_than_the_context_are_refused_naming_the_example(write_re
 
 def test_truncation_cuts_from_the_left():
     from runner.inputs.context import truncate_left
+
     ids, cut = truncate_left([[1, 2, 3, 4, 5], [1, 2]], limit=6, max_tokens=3)
     assert ids == [[3, 4, 5], [1, 2]] and cut == 1
 
@@ -208,6 +221,7 @@ def test_the_byte_bound_never_undercounts_tokens():
     from transformers import AutoTokenizer
 
     from runner.inputs.context import token_bound
+
     tok = AutoTokenizer.from_pretrained(str(qwen))
     for text in ["東京都は日本の首都です。" * 20, "a" * 500, "🙂 emoji " * 30, ""]:
         msgs = [{"role": "system", "content": "You answer."}, {"role": "user", "content": text}]
@@ -215,34 +229,39 @@ def test_the_byte_bound_never_undercounts_tokens():
         assert n <= token_bound(msgs)
 
 
-def test_disk_full_while_writing_is_one_screen_and_keeps_finished_samples(write_recipe, base_recipe, tmp_path,
-                                                                           monkeypatch):
+def test_disk_full_while_writing_is_one_screen_and_keeps_finished_samples(
+    write_recipe, base_recipe, tmp_path, monkeypatch
+):
     import errno
 
     from runner import files
+
     real = files.os.fsync
     calls = {"n": 0}
 
     def fsync(fd):
         calls["n"] += 1
-        if calls["n"] > 3:               # the disk fills up after a few samples were made durable
+        if calls["n"] > 3:  # the disk fills up after a few samples were made durable
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(fd)
+
     monkeypatch.setattr(files.os, "fsync", fsync)
     out = tmp_path / "out"
-    r = CliRunner().invoke(cli, ["go", str(write_recipe(_fake(base_recipe))), "--out", str(out), "--no-progress",
-                                 "--in-process"])
+    r = CliRunner().invoke(
+        cli, ["go", str(write_recipe(_fake(base_recipe))), "--out", str(out), "--no-progress", "--in-process"]
+    )
     assert r.exit_code == 2, r.output
     assert "cannot write it: No space left on device" in r.output and "Traceback" not in r.output
     assert "the same command continues from them" in r.output
-    assert (out / "t" / "samples.partial.jsonl").read_text().count("\n") >= 2       # key line + samples kept
+    assert (out / "t" / "samples.partial.jsonl").read_text().count("\n") >= 2  # key line + samples kept
 
 
 def test_a_damaged_builtin_model_cache_is_rebuilt(tmp_path, monkeypatch):
     pytest.importorskip("transformers")
     from runner.engines import builtin
+
     monkeypatch.setenv("RUNNER_CACHE", str(tmp_path))
     folder = Path(builtin.ensure_builtin("builtin:demo"))
-    (folder / "config.json").write_text("{ not json")          # a disk error, a killed copy
+    (folder / "config.json").write_text("{ not json")  # a disk error, a killed copy
     again = Path(builtin.ensure_builtin("builtin:demo"))
     assert again == folder and json.loads((folder / "config.json").read_text())["model_type"] == "qwen2"

@@ -1,5 +1,6 @@
 """The run pipeline around the engine: batch prompt encoding, what counts as generation time,
 and the parent's prepared examples reaching the isolated run."""
+
 import json
 import time
 from pathlib import Path
@@ -13,9 +14,10 @@ DEMO = ROOT / "recipes" / "demo.yaml"
 
 
 def _messages(n=12):
+    from runner.config.recipe import DatasetSpec, PromptSpec
     from runner.inputs.datasets import load_examples
     from runner.inputs.prompts import PromptBuilder
-    from runner.config.recipe import DatasetSpec, PromptSpec
+
     exs = load_examples(DatasetSpec(format="squad", path=str(ROOT / "runner/demo/demo-ja.json"), limit=n), ROOT)
     b = PromptBuilder(PromptSpec(template="jsquad.j2", system_template="jsquad-system-oneshot.j2"), ROOT)
     return [b.messages(e) for e in exs]
@@ -28,15 +30,17 @@ def test_batch_encode_gives_each_prompts_own_ids(chat):
     from transformers import AutoTokenizer
 
     from runner.engines.tokenizing import encode_prompts, messages_to_text
+
     tok = AutoTokenizer.from_pretrained(str(QWEN))
     msgs = _messages()
     texts, ids = encode_prompts(tok, msgs, chat)
     for m, t, i in zip(msgs, texts, ids):
-        want_text = (tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False) if chat
-                     else messages_to_text(m))
+        want_text = (
+            tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False) if chat else messages_to_text(m)
+        )
         assert t == want_text
         assert i == tok(t, add_special_tokens=not chat)["input_ids"]
-    assert len({len(i) for i in ids}) > 1          # really different prompts, not one repeated
+    assert len({len(i) for i in ids}) > 1  # really different prompts, not one repeated
     assert encode_prompts(tok, [], chat) == ([], [])
 
 
@@ -46,6 +50,7 @@ class _SlowScoringEngine:
 
     def __init__(self, gen_s, after_s):
         from runner.engines.base import EngineInfo
+
         self.gen_s, self.after_s = gen_s, after_s
         self.info = EngineInfo(name="slow", version="0")
 
@@ -54,6 +59,7 @@ class _SlowScoringEngine:
 
     def generate(self, requests, sampling, progress=None, sink=None):
         from runner.engines.base import Generation
+
         time.sleep(self.gen_s)
         gens = [Generation(text="x", prompt_tokens=3, output_tokens=1) for _ in requests]
         sink(list(enumerate(gens)))
@@ -71,26 +77,35 @@ def _unit(path, out, limit=None, **kw):
     from runner.cli.go import make_unit
     from runner.config.loading import load_recipe
     from runner.execution.job import RunOptions
+
     opts = RunOptions(out=out, limit=limit, progress=False, **kw)
     return make_unit(load_recipe(path), opts), opts
 
 
 def test_generation_time_ends_when_the_last_output_is_back(tmp_path):
     from runner.execution.run import SharedEngine, run_unit
+
     unit, opts = _unit(DEMO, tmp_path, limit=4)
     shared = SharedEngine(unit)
     shared.engine = _SlowScoringEngine(0.3, 1.5)
     res = run_unit(unit, opts, shared)
     assert res.status == "ok", res.error
-    assert 0.3 <= res.timings.generate_s < 1.0           # the engine's 1.5 s of work after the outputs is not generation
-    assert res.timings.total_s >= 1.8                     # ... but it is in the total
+    assert 0.3 <= res.timings.generate_s < 1.0  # the engine's 1.5 s of work after the outputs is not generation
+    assert res.timings.total_s >= 1.8  # ... but it is in the total
     samples = [json.loads(x) for x in (tmp_path / "demo" / "samples.jsonl").read_text().splitlines()]
-    assert [s["prompt"] for s in samples] == ["p0", "p1", "p2", "p3"]   # the engine's own prompt texts
+    assert [s["prompt"] for s in samples] == ["p0", "p1", "p2", "p3"]  # the engine's own prompt texts
 
 
 def _fake_recipe(write_recipe, base_recipe, **engine):
-    return write_recipe({**base_recipe, "name": "fake", "model": {"id": "none"},
-                         "engine": {"kind": "fake", "reply": "{{ answers[0] }}", **engine}}, "fake.yaml")
+    return write_recipe(
+        {
+            **base_recipe,
+            "name": "fake",
+            "model": {"id": "none"},
+            "engine": {"kind": "fake", "reply": "{{ answers[0] }}", **engine},
+        },
+        "fake.yaml",
+    )
 
 
 def test_isolated_run_uses_the_examples_the_parent_prepared(tmp_path, write_recipe, base_recipe):
@@ -98,11 +113,13 @@ def test_isolated_run_uses_the_examples_the_parent_prepared(tmp_path, write_reci
 
     from runner.execution.isolate import run_isolated
     from runner.execution.job import Job, Unit
+
     unit, opts = _unit(_fake_recipe(write_recipe, base_recipe), tmp_path / "out", limit=5)
-    pick = [1, 3]           # a selection the worker could not come up with by loading the dataset itself
+    pick = [1, 3]  # a selection the worker could not come up with by loading the dataset itself
     p = unit.prepared
-    chosen = dataclasses.replace(p, examples=tuple(p.examples[i] for i in pick),
-                                 messages=tuple(p.messages[i] for i in pick), n_target=2)
+    chosen = dataclasses.replace(
+        p, examples=tuple(p.examples[i] for i in pick), messages=tuple(p.messages[i] for i in pick), n_target=2
+    )
     [res] = run_isolated(Job(units=(Unit(loaded=unit.loaded, prepared=chosen, run_key=unit.run_key),), options=opts))
     assert res.status == "ok", res.error
     lines = (tmp_path / "out" / "fake" / "samples.jsonl").read_text().splitlines()
@@ -111,18 +128,21 @@ def test_isolated_run_uses_the_examples_the_parent_prepared(tmp_path, write_reci
     assert res.n_dataset == p.n_dataset and res.engine.name == "fake"
 
 
-def test_a_recipe_whose_process_cannot_start_fails_alone_and_leaves_no_temp_files(tmp_path, monkeypatch,
-                                                                                   write_recipe, base_recipe):
+def test_a_recipe_whose_process_cannot_start_fails_alone_and_leaves_no_temp_files(
+    tmp_path, monkeypatch, write_recipe, base_recipe
+):
     import tempfile
 
     import runner.execution.isolate as iso
     from runner.execution.job import Job
+
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     unit, opts = _unit(_fake_recipe(write_recipe, base_recipe), tmp_path / "out", limit=2)
 
     def no_process(*a, **kw):
         raise OSError(24, "Too many open files")
+
     monkeypatch.setattr(iso.subprocess, "Popen", no_process)
     [res] = iso.run_isolated(Job(units=(unit,), options=opts))
     assert res.status == "failed"
@@ -136,6 +156,7 @@ def test_input_hashes_taken_at_check_time_are_the_ones_recorded(tmp_path, write_
 
     from runner.execution.job import Job
     from runner.execution.run import run_job
+
     unit, opts = _unit(_fake_recipe(write_recipe, base_recipe), tmp_path, limit=2)
     unit = dataclasses.replace(unit, prepared=dataclasses.replace(unit.prepared, inputs={"dataset:x.json": "0" * 16}))
     [res] = run_job(Job(units=(unit,), options=opts))

@@ -1,4 +1,5 @@
 """`runner plan` on the CPU, and predictions next to measurements in reports."""
+
 import json
 import re
 from pathlib import Path
@@ -11,8 +12,18 @@ from runner.reporting.plan_markdown import predicted_vs_measured, roofline
 from runner.reporting.results import Memory, RunResult, Timings, Tokens
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
-CONTRACT = {"name", "prompt_tokens", "cached_prompt_tokens", "block_size", "weights_gib", "kv_bytes_per_token",
-            "kv_capacity_tokens", "fits", "floor_s", "layout_advice"}
+CONTRACT = {
+    "name",
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "block_size",
+    "weights_gib",
+    "kv_bytes_per_token",
+    "kv_capacity_tokens",
+    "fits",
+    "floor_s",
+    "layout_advice",
+}
 
 
 def test_plan_json_keeps_the_contract(write_recipe, base_recipe):
@@ -39,9 +50,19 @@ def test_plan_counts_the_context_first_jsquad_cache_hits_exactly():
     """The H200 measured 538,736 (question first) and 999,824 (context first) cached prompt tokens."""
     pytest.importorskip("transformers")
     root = Path(__file__).resolve().parents[1]
-    args = ["plan", str(root / "recipes" / "jsquad-study.yaml"), "--gpu", "H200", "--json",
-            "--only", "jsquad-vllm-oneshot-cache*", "--set", f"dataset.path={SHARED / 'data/jsquad/valid-v1.3.json'}",
-            "--model-path", f"Qwen/Qwen2.5-7B-Instruct={SHARED / 'models/qwen2.5-7b-instruct'}"]
+    args = [
+        "plan",
+        str(root / "recipes" / "jsquad-study.yaml"),
+        "--gpu",
+        "H200",
+        "--json",
+        "--only",
+        "jsquad-vllm-oneshot-cache*",
+        "--set",
+        f"dataset.path={SHARED / 'data/jsquad/valid-v1.3.json'}",
+        "--model-path",
+        f"Qwen/Qwen2.5-7B-Instruct={SHARED / 'models/qwen2.5-7b-instruct'}",
+    ]
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
     got = {p["name"]: p["cached_prompt_tokens"] for p in json.loads(r.output)["recipes"]}
@@ -49,22 +70,34 @@ def test_plan_counts_the_context_first_jsquad_cache_hits_exactly():
 
 
 def _run(**plan):
-    return RunResult(name="r", recipe={}, status="ok", plan={"gpu": "H200", **plan},
-                     tokens=Tokens(prompt=1000, output=10, cached=500), timings=Timings(generate_s=10.0),
-                     memory=Memory(weights_gib=10.0, kv_cache_tokens=1000))
+    return RunResult(
+        name="r",
+        recipe={},
+        status="ok",
+        plan={"gpu": "H200", **plan},
+        tokens=Tokens(prompt=1000, output=10, cached=500),
+        timings=Timings(generate_s=10.0),
+        memory=Memory(weights_gib=10.0, kv_cache_tokens=1000),
+    )
 
 
 def test_predictions_within_tolerance_show_no_warning():
-    md = "\n".join(predicted_vs_measured(_run(cached_prompt_tokens=501, weights_gib=10.4, kv_capacity_tokens=1090,
-                                              floor_s=5.0, bound="compute")))
+    md = "\n".join(
+        predicted_vs_measured(
+            _run(cached_prompt_tokens=501, weights_gib=10.4, kv_capacity_tokens=1090, floor_s=5.0, bound="compute")
+        )
+    )
     assert re.search(r"\| cached prompt tokens +\| 501 ", md) and "+0.20%" in md and "roofline 50%" in md
     assert "Warning" not in md
     assert roofline(_run(floor_s=5.0)) == 0.5
 
 
 def test_predictions_beyond_tolerance_and_a_floor_above_the_measurement_are_warned():
-    md = "\n".join(predicted_vs_measured(_run(cached_prompt_tokens=520, weights_gib=11.0, kv_capacity_tokens=1200,
-                                              floor_s=12.0, bound="memory")))
+    md = "\n".join(
+        predicted_vs_measured(
+            _run(cached_prompt_tokens=520, weights_gib=11.0, kv_capacity_tokens=1200, floor_s=12.0, bound="memory")
+        )
+    )
     assert "predicted cached prompt tokens off by +4.0% (tolerance ±0.5%)" in md
     assert "predicted weights on the GPU (GiB) off by +10.0% (tolerance ±5.0%)" in md
     assert "predicted KV capacity (tokens) off by +20.0% (tolerance ±10.0%)" in md

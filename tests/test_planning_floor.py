@@ -1,13 +1,23 @@
 """Compute floor: closed forms against token-by-token sums, peaks per dtype, which bound applies."""
+
 from __future__ import annotations
 
 import pytest
 
 from runner.planning import GPU, compute_floor, count_parameters, get_gpu, peak_tflops, workload_flops
 
-TINY = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100, "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16", "max_position_embeddings": 4096}
+TINY = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 100,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "max_position_embeddings": 4096,
+}
 
 
 def token_by_token(cfg, lens, cached, m):
@@ -17,10 +27,10 @@ def token_by_token(cfg, lens, cached, m):
     logits = 2 * cfg["hidden_size"] * cfg["vocab_size"]
     prefill = decode = 0
     for n, c in zip(lens, cached, strict=True):
-        for pos in range(c, n):                       # uncached prompt positions
+        for pos in range(c, n):  # uncached prompt positions
             prefill += 2 * p + att * (pos + 1)
-        prefill += logits                             # logits of the last prompt position only
-        for pos in range(n, n + m - 1):               # decode steps feed outputs 1..m-1
+        prefill += logits  # logits of the last prompt position only
+        for pos in range(n, n + m - 1):  # decode steps feed outputs 1..m-1
             decode += 2 * p + att * (pos + 1) + logits
     return prefill, decode
 
@@ -41,19 +51,41 @@ def test_cache_removes_prefill_flops():
 def test_peaks_per_dtype():
     h200, a100 = get_gpu("H200"), get_gpu("A100-80G")
     assert peak_tflops(h200, "fp8", "bfloat16") == h200.fp8_tflops
-    assert peak_tflops(a100, "fp8", "bfloat16") == a100.bf16_tflops        # no fp8 tensor cores: weight-only
+    assert peak_tflops(a100, "fp8", "bfloat16") == a100.bf16_tflops  # no fp8 tensor cores: weight-only
     assert peak_tflops(h200, "awq", "float16") == h200.bf16_tflops
-    assert peak_tflops(h200, "none", "float32") == h200.bf16_tflops / 2    # TF32
-    unknown = GPU(name="x", memory_gib=10, bandwidth_gbs=None, bf16_tflops=None, fp8_tflops=None, pcie_gbs=None,
-                  source="test")
+    assert peak_tflops(h200, "none", "float32") == h200.bf16_tflops / 2  # TF32
+    unknown = GPU(
+        name="x", memory_gib=10, bandwidth_gbs=None, bf16_tflops=None, fp8_tflops=None, pcie_gbs=None, source="test"
+    )
     assert peak_tflops(unknown, "none", "bfloat16") is None
-    assert compute_floor(TINY, [10], None, 4, gpu=unknown, quantization="none", dtype="bfloat16",
-                         weight_gpu_bytes=1e6, kv_bytes_per_token=100, batch=1, max_num_batched_tokens=8192) is None
+    assert (
+        compute_floor(
+            TINY,
+            [10],
+            None,
+            4,
+            gpu=unknown,
+            quantization="none",
+            dtype="bfloat16",
+            weight_gpu_bytes=1e6,
+            kv_bytes_per_token=100,
+            batch=1,
+            max_num_batched_tokens=8192,
+        )
+        is None
+    )
 
 
 def _floor(lens, m, batch, **kw):
-    base = {"gpu": get_gpu("H200"), "quantization": "none", "dtype": "bfloat16", "weight_gpu_bytes": 15e9,
-            "kv_bytes_per_token": 57344, "batch": batch, "max_num_batched_tokens": 16384}
+    base = {
+        "gpu": get_gpu("H200"),
+        "quantization": "none",
+        "dtype": "bfloat16",
+        "weight_gpu_bytes": 15e9,
+        "kv_bytes_per_token": 57344,
+        "batch": batch,
+        "max_num_batched_tokens": 16384,
+    }
     return compute_floor(TINY, lens, None, m, **{**base, **kw})
 
 
@@ -68,10 +100,20 @@ def test_bounds():
     assert f64.decode_steps == 256 and f64.weight_read_bytes == f.weight_read_bytes
     assert _floor([4] * 64, 257, 8).decode_steps == 8 * 256
     # long prompts, one output token, on a big weight matrix count: compute bound
-    big = {**TINY, "hidden_size": 4096, "intermediate_size": 16384, "num_attention_heads": 32,
-           "num_key_value_heads": 8}
-    c = compute_floor(big, [2000] * 100, None, 1, gpu=get_gpu("H200"), quantization="none", dtype="bfloat16",
-                      weight_gpu_bytes=1e9, kv_bytes_per_token=57344, batch=100, max_num_batched_tokens=16384)
+    big = {**TINY, "hidden_size": 4096, "intermediate_size": 16384, "num_attention_heads": 32, "num_key_value_heads": 8}
+    c = compute_floor(
+        big,
+        [2000] * 100,
+        None,
+        1,
+        gpu=get_gpu("H200"),
+        quantization="none",
+        dtype="bfloat16",
+        weight_gpu_bytes=1e9,
+        kv_bytes_per_token=57344,
+        batch=100,
+        max_num_batched_tokens=16384,
+    )
     assert c.bound == "compute" and c.decode_steps == 0 and c.prefill_steps == 13
     assert c.compute_s == pytest.approx((c.prefill_flops + c.decode_flops) / 989.5e12)
 

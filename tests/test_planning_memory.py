@@ -1,4 +1,5 @@
 """Parameter counts, weight bytes, KV sizes and capacity against published and measured figures; the GPU table."""
+
 from __future__ import annotations
 
 import json
@@ -44,9 +45,18 @@ def qwen_awq() -> dict:
     return _config("qwen2.5-7b-instruct-awq")
 
 
-TINY = {"model_type": "qwen2", "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2,
-        "num_key_value_heads": 1, "intermediate_size": 16, "vocab_size": 10, "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16", "max_position_embeddings": 64}
+TINY = {
+    "model_type": "qwen2",
+    "hidden_size": 8,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "intermediate_size": 16,
+    "vocab_size": 10,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "max_position_embeddings": 64,
+}
 
 
 def test_tiny_count_by_hand():
@@ -56,7 +66,7 @@ def test_tiny_count_by_hand():
     assert (p.linear, p.biases, p.norms, p.embedding, p.lm_head) == (1152, 32, 40, 80, 80)
     assert p.total == 1152 + 32 + 40 + 160
     tied = count_parameters({**TINY, "tie_word_embeddings": True, "model_type": "llama"})
-    assert tied.lm_head == 0 and tied.biases == 0                     # llama: no biases unless attention_bias
+    assert tied.lm_head == 0 and tied.biases == 0  # llama: no biases unless attention_bias
     assert count_parameters({**TINY, "model_type": "llama", "attention_bias": True}).biases == 2 * (16 + 8)
     assert model_shape({**TINY, "head_dim": 6}).head_dim == 6
     with pytest.raises(ValueError, match="mixture-of-experts"):
@@ -72,7 +82,7 @@ def test_quantized_bytes_by_hand():
     assert weight_bytes(gptq) == round(linear + (32 + 40 + 160) * 2)
     assert weight_bytes(TINY, quantization="fp8") == 1152 + (32 + 40 + 160) * 2
     assert weight_bytes(TINY, dtype="float32") == count_parameters(TINY).total * 4
-    assert weight_bytes({**TINY, "torch_dtype": "float32"}) == count_parameters(TINY).total * 2   # auto -> bf16
+    assert weight_bytes({**TINY, "torch_dtype": "float32"}) == count_parameters(TINY).total * 2  # auto -> bf16
 
 
 def test_quantization_resolution(qwen, qwen_awq):
@@ -89,47 +99,56 @@ def test_quantization_resolution(qwen, qwen_awq):
 
 def test_qwen25_7b_published_sizes(qwen, qwen_awq):
     p = count_parameters(qwen)
-    assert p.total == 7_615_616_512 and round(p.total / 1e9, 2) == 7.62       # model card: 7.62B
-    assert weight_bytes(qwen) / 1e9 == pytest.approx(15.23, abs=0.01)         # bf16 ~15.2 GB
-    assert weight_bytes(qwen_awq) / 1e9 == pytest.approx(5.5, rel=0.03)       # AWQ safetensors ~5.5 GB
+    assert p.total == 7_615_616_512 and round(p.total / 1e9, 2) == 7.62  # model card: 7.62B
+    assert weight_bytes(qwen) / 1e9 == pytest.approx(15.23, abs=0.01)  # bf16 ~15.2 GB
+    assert weight_bytes(qwen_awq) / 1e9 == pytest.approx(5.5, rel=0.03)  # AWQ safetensors ~5.5 GB
 
 
-@pytest.mark.parametrize("which,quant,measured_gib", [("bf16", None, 14.29), ("bf16", "fp8", 8.2),
-                                                      ("awq", None, 5.38)])
+@pytest.mark.parametrize("which,quant,measured_gib", [("bf16", None, 14.29), ("bf16", "fp8", 8.2), ("awq", None, 5.38)])
 def test_weights_against_vllm_on_h200(qwen, qwen_awq, which, quant, measured_gib):
     cfg = qwen_awq if which == "awq" else qwen
     got = weight_bytes(cfg, quantization=quant) / GIB
     assert got == pytest.approx(measured_gib, rel=0.05)
-    assert got <= measured_gib                 # vLLM's figure also holds non-parameter buffers
+    assert got <= measured_gib  # vLLM's figure also holds non-parameter buffers
 
 
 def test_kv_bytes(qwen, qwen_awq):
     assert kv_bytes_per_token(qwen) == 28 * 4 * 128 * 2 * 2 == 57_344
     assert kv_bytes_per_token(qwen, "fp8") == 28_672
-    assert kv_bytes_per_token(qwen_awq) == 57_344          # fp16 model, 2 bytes
+    assert kv_bytes_per_token(qwen_awq) == 57_344  # fp16 model, 2 bytes
     assert kv_bytes_per_token(qwen, dtype="float32") == 2 * 57_344
 
 
 def test_activation_estimate(qwen):
     bf16 = activation_bytes(qwen, 16384, 1024) / GIB
     fp8 = activation_bytes(qwen, 16384, 1024, quantization="fp8") / GIB
-    assert bf16 == pytest.approx(2.2, rel=0.05)            # vLLM's profile on the H200: 2.2 (bf16), 2.17 (AWQ)
-    assert fp8 == pytest.approx(2.46, rel=0.02)            # and 2.46 for fp8
+    assert bf16 == pytest.approx(2.2, rel=0.05)  # vLLM's profile on the H200: 2.2 (bf16), 2.17 (AWQ)
+    assert fp8 == pytest.approx(2.46, rel=0.02)  # and 2.46 for fp8
     assert fp8 - bf16 == pytest.approx(16384 * 18944 / GIB)
 
 
-@pytest.mark.parametrize("which,quant,kv_tokens", [("bf16", None, 2_042_880), ("bf16", "fp8", 2_152_048),
-                                                   ("awq", None, 2_210_400)])
+@pytest.mark.parametrize(
+    "which,quant,kv_tokens", [("bf16", None, 2_042_880), ("bf16", "fp8", 2_152_048), ("awq", None, 2_210_400)]
+)
 def test_kv_capacity_against_vllm_on_h200(qwen, qwen_awq, which, quant, kv_tokens):
-    m = plan_memory(qwen_awq if which == "awq" else qwen, gpu_memory_gib=get_gpu("H200").memory_gib,
-                    gpu_memory_utilization=0.9, quantization=quant, enforce_eager=True)
+    m = plan_memory(
+        qwen_awq if which == "awq" else qwen,
+        gpu_memory_gib=get_gpu("H200").memory_gib,
+        gpu_memory_utilization=0.9,
+        quantization=quant,
+        enforce_eager=True,
+    )
     assert m.kv_capacity_tokens == pytest.approx(kv_tokens, rel=0.01)
     assert m.kv_capacity_tokens % 16 == 0 and m.fits and m.starts and m.cpu_offload_gb_needed == 0
 
 
 def test_offload_needed_is_just_enough(qwen):
-    kw = {"gpu_memory_gib": get_gpu("L4").memory_gib, "gpu_memory_utilization": 0.5, "max_num_batched_tokens": 8192,
-          "max_num_seqs": 256}
+    kw = {
+        "gpu_memory_gib": get_gpu("L4").memory_gib,
+        "gpu_memory_utilization": 0.5,
+        "max_num_batched_tokens": 8192,
+        "max_num_seqs": 256,
+    }
     m = plan_memory(qwen, **kw)
     assert not m.fits and not m.starts and m.cpu_offload_gb_needed > 0
     need = m.cpu_offload_gb_needed
@@ -147,7 +166,7 @@ def test_gpu_table_lookup():
     assert find_gpu("tpu-v5") is None
     with pytest.raises(ValueError, match="known"):
         get_gpu("tpu-v5")
-    assert GPUS["H200"].memory_gib == pytest.approx(139.8, abs=0.01)   # CUDA's total on the project's H200
+    assert GPUS["H200"].memory_gib == pytest.approx(139.8, abs=0.01)  # CUDA's total on the project's H200
     for g in GPUS.values():
         assert g.source.startswith("https://") and g.bf16_tflops and g.bandwidth_gbs
         assert g.fp8_tflops is None or g.fp8_tflops == pytest.approx(2 * g.bf16_tflops, rel=0.02)
@@ -166,7 +185,7 @@ def _fake_nvml(name, total):
 
 
 def test_gpu_from_nvml(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", None)                 # import fails: no NVML, no error
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails: no NVML, no error
     assert gpu_from_nvml() is None
     monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml(b"NVIDIA H200", 143771 * 2**20))
     g = gpu_from_nvml()

@@ -1,4 +1,5 @@
 """make_plan: the JSON contract, and that its parts agree with the pieces they come from."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,18 @@ import pytest
 
 from runner.planning import GPU, LayoutInputs, count_prefix_cache, make_plan, plan_memory
 
-CONTRACT = {"name", "prompt_tokens", "cached_prompt_tokens", "block_size", "weights_gib", "kv_bytes_per_token",
-            "kv_capacity_tokens", "fits", "floor_s", "layout_advice"}
+CONTRACT = {
+    "name",
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "block_size",
+    "weights_gib",
+    "kv_bytes_per_token",
+    "kv_capacity_tokens",
+    "fits",
+    "floor_s",
+    "layout_advice",
+}
 QWEN = Path(__file__).resolve().parents[2] / "shared" / "models" / "qwen2.5-7b-instruct" / "config.json"
 
 
@@ -27,8 +38,13 @@ def one_shot_prompts(n=200, seed=0, context_first=False):
     rng = random.Random(seed)
     head = [rng.randrange(150000) for _ in range(130)]
     passages = [[rng.randrange(150000) for _ in range(rng.randrange(80, 200))] for _ in range(n // 4)]
-    rows = [{"question": [rng.randrange(150000) for _ in range(rng.randrange(10, 30))],
-             "context": passages[rng.randrange(len(passages))]} for _ in range(n)]
+    rows = [
+        {
+            "question": [rng.randrange(150000) for _ in range(rng.randrange(10, 30))],
+            "context": passages[rng.randrange(len(passages))],
+        }
+        for _ in range(n)
+    ]
     order = ("context", "question") if context_first else ("question", "context")
     return head, rows, [head + r[order[0]] + r[order[1]] for r in rows]
 
@@ -39,11 +55,14 @@ def test_plan_contract_and_consistency(qwen):
     plan = make_plan("oneshot", prompts, qwen, gpu="h200", max_tokens=16, enforce_eager=True, layout=layout)
     d = plan.model_dump()
     assert CONTRACT <= set(d)
-    json.dumps(plan.model_dump(mode="json"))                       # serializable as is
+    json.dumps(plan.model_dump(mode="json"))  # serializable as is
     c = count_prefix_cache(prompts, 16)
-    assert (d["prompt_tokens"], d["cached_prompt_tokens"], d["kv_blocks_needed"]) == \
-        (c.prompt_tokens, c.cached_tokens, c.kv_blocks_needed)
-    assert d["cached_prompt_tokens"] >= 199 * 128                  # the head's 8 full blocks, every prompt but one
+    assert (d["prompt_tokens"], d["cached_prompt_tokens"], d["kv_blocks_needed"]) == (
+        c.prompt_tokens,
+        c.cached_tokens,
+        c.kv_blocks_needed,
+    )
+    assert d["cached_prompt_tokens"] >= 199 * 128  # the head's 8 full blocks, every prompt but one
     assert not d["cache_upper_bound"] and d["cached_prompt_tokens_lru"] is None and d["notes"] == []
     assert d["gpu"] == "H200" and d["fits"] and d["kv_bytes_per_token"] == 57344
     assert d["kv_capacity_tokens"] == plan.memory.kv_capacity_tokens > 2_000_000
@@ -52,27 +71,36 @@ def test_plan_contract_and_consistency(qwen):
     assert d["layout_advice"][0]["variables"] == ["context"]
     assert d["layout_advice"][0]["first_cached_tokens"] > d["layout_advice"][0]["current_cached_tokens"]
     with pytest.raises(pydantic.ValidationError):
-        plan.name = "other"                                        # frozen, like every StrictModel
+        plan.name = "other"  # frozen, like every StrictModel
 
 
 def test_plan_small_cache_is_an_upper_bound(qwen):
     _, _, prompts = one_shot_prompts(context_first=True)
-    tiny_gpu = GPU(name="toy", memory_gib=17.8, bandwidth_gbs=1000, bf16_tflops=100, fp8_tflops=None, pcie_gbs=32,
-                   source="test")
-    mem = plan_memory(qwen, gpu_memory_gib=17.8, max_num_batched_tokens=8192, max_num_seqs=256, enforce_eager=True,
-                      max_model_len=512)
+    tiny_gpu = GPU(
+        name="toy", memory_gib=17.8, bandwidth_gbs=1000, bf16_tflops=100, fp8_tflops=None, pcie_gbs=32, source="test"
+    )
+    mem = plan_memory(
+        qwen, gpu_memory_gib=17.8, max_num_batched_tokens=8192, max_num_seqs=256, enforce_eager=True, max_model_len=512
+    )
     plan = make_plan("small", prompts, qwen, gpu=tiny_gpu, max_tokens=16, enforce_eager=True, max_model_len=512)
     assert plan.memory == mem and plan.fits
-    assert 0 < mem.kv_capacity_blocks < plan.kv_blocks_needed       # fewer blocks than full reuse needs
+    assert 0 < mem.kv_capacity_blocks < plan.kv_blocks_needed  # fewer blocks than full reuse needs
     assert plan.cache_upper_bound and "upper bound" in " ".join(plan.notes)
     assert plan.cached_prompt_tokens == count_prefix_cache(prompts).cached_tokens
-    assert 199 * 128 <= plan.cached_prompt_tokens_lru < plan.cached_prompt_tokens    # the head always stays
+    assert 199 * 128 <= plan.cached_prompt_tokens_lru < plan.cached_prompt_tokens  # the head always stays
 
 
 def test_plan_caching_off_and_unknown_gpu(qwen):
     _, _, prompts = one_shot_prompts(40)
-    unknown = GPU(name="mystery", memory_gib=80, bandwidth_gbs=None, bf16_tflops=None, fp8_tflops=None,
-                  pcie_gbs=None, source="NVML")
+    unknown = GPU(
+        name="mystery",
+        memory_gib=80,
+        bandwidth_gbs=None,
+        bf16_tflops=None,
+        fp8_tflops=None,
+        pcie_gbs=None,
+        source="NVML",
+    )
     plan = make_plan("nocache", prompts, qwen, gpu=unknown, enable_prefix_caching=False, max_tokens=8)
     assert plan.cached_prompt_tokens == 0 and plan.cached_share == 0
     assert plan.kv_blocks_needed > 0 and plan.floor_s is None and plan.bound is None

@@ -1,4 +1,5 @@
 """Prompts: the original study's exact messages, shots, strict undefined variables, the sandbox."""
+
 from __future__ import annotations
 
 import json
@@ -6,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.inputs.datasets import Example
-from runner.errors import TemplateError
-from runner.inputs.prompts import PROJECT_TEMPLATES, PromptBuilder, compile_text, find_template
 from runner.config.recipe import PromptSpec
+from runner.errors import TemplateError
+from runner.inputs.datasets import Example
+from runner.inputs.prompts import PROJECT_TEMPLATES, PromptBuilder, compile_text, find_template
 
 PROJECT = Path(__file__).resolve().parents[1]
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -29,6 +30,7 @@ def build(tmp_path: Path, **spec) -> PromptBuilder:
 
 # --------------------------------------------------------------------------- the original prompts
 
+
 def test_project_templates_are_found_by_name(tmp_path):
     for name in ("jsquad.j2", "jsquad-system.j2", "jsquad-system-oneshot.j2"):
         assert find_template(name, tmp_path) == PROJECT_TEMPLATES / name
@@ -44,8 +46,9 @@ def test_exact_original_messages(tmp_path):
 
 
 def test_exact_original_messages_japanese_example(tmp_path):
-    ex = Example(id="a1", question="日本で梅雨がないのは北海道とどこか。", context="梅雨 [SEP] 梅雨は…",
-                 answers=("小笠原諸島",))
+    ex = Example(
+        id="a1", question="日本で梅雨がないのは北海道とどこか。", context="梅雨 [SEP] 梅雨は…", answers=("小笠原諸島",)
+    )
     b = build(tmp_path, template="jsquad.j2", system_template="jsquad-system.j2")
     msgs = b.messages(ex)
     assert msgs[1]["content"] == "\nQuestion:日本で梅雨がないのは北海道とどこか。\nContext: 梅雨 [SEP] 梅雨は…\nOutput:"
@@ -64,8 +67,9 @@ def test_no_system_gives_one_user_message(tmp_path):
 
 
 def test_template_variables(tmp_path):
-    (tmp_path / "vars.j2").write_text("{{ id }}|{{ question }}|{{ context }}|{{ answers | join(',') }}|"
-                                      "{{ example.question }}", encoding="utf-8")
+    (tmp_path / "vars.j2").write_text(
+        "{{ id }}|{{ question }}|{{ context }}|{{ answers | join(',') }}|{{ example.question }}", encoding="utf-8"
+    )
     b = build(tmp_path, template="vars.j2")
     assert b.messages(EX)[-1]["content"] == "x1|Q|C|A|Q"
 
@@ -77,14 +81,19 @@ def test_trailing_newline_kept(tmp_path):
 
 # --------------------------------------------------------------------------- shots
 
+
 def test_oneshot_system_placement(tmp_path):
-    b = build(tmp_path, template="jsquad.j2", system_template="jsquad-system-oneshot.j2",
-              shots={"placement": "system", "examples": [SHOT]})
+    b = build(
+        tmp_path,
+        template="jsquad.j2",
+        system_template="jsquad-system-oneshot.j2",
+        shots={"placement": "system", "examples": [SHOT]},
+    )
     msgs = b.messages(EX)
     assert [m["role"] for m in msgs] == ["system", "user"]
     system = msgs[0]["content"]
     assert system.startswith(SYSTEM_PROMPT)
-    rest = system[len(SYSTEM_PROMPT):]
+    rest = system[len(SYSTEM_PROMPT) :]
     i_q = rest.index("Question:" + SHOT["question"])
     i_c = rest.index("Context: " + SHOT["context"])
     i_a = rest.index("Output:" + SHOT["answer"])
@@ -94,8 +103,12 @@ def test_oneshot_system_placement(tmp_path):
 
 
 def test_oneshot_system_prompt_is_a_shared_prefix(tmp_path):
-    b = build(tmp_path, template="jsquad.j2", system_template="jsquad-system-oneshot.j2",
-              shots={"placement": "system", "examples": [SHOT]})
+    b = build(
+        tmp_path,
+        template="jsquad.j2",
+        system_template="jsquad-system-oneshot.j2",
+        shots={"placement": "system", "examples": [SHOT]},
+    )
     m1 = b.messages(EX)
     m2 = b.messages(Example(id="x2", question="Other", context="Else"))
     assert m1[0] == m2[0]
@@ -109,8 +122,12 @@ def test_oneshot_template_without_shots_is_plain_system_prompt(tmp_path):
 
 def test_project_oneshot_recipe_renders_the_worked_example():
     from runner.config.loading import load_recipes
-    lr = next(x for x in load_recipes(PROJECT / "recipes" / "jsquad-study.yaml")
-              if x.recipe.name == "jsquad-vllm-oneshot-cache")
+
+    lr = next(
+        x
+        for x in load_recipes(PROJECT / "recipes" / "jsquad-study.yaml")
+        if x.recipe.name == "jsquad-vllm-oneshot-cache"
+    )
     b = PromptBuilder(lr.recipe.prompt, Path(lr.base_dir), lr.path)
     msgs = b.messages(EX)
     assert msgs[0]["role"] == "system"
@@ -122,8 +139,12 @@ def test_project_oneshot_recipe_renders_the_worked_example():
 
 def test_shots_as_turns(tmp_path):
     shot2 = {"question": "q2", "context": "c2", "answer": "a2"}
-    b = build(tmp_path, template="jsquad.j2", system_template="jsquad-system.j2",
-              shots={"placement": "turns", "examples": [SHOT, shot2]})
+    b = build(
+        tmp_path,
+        template="jsquad.j2",
+        system_template="jsquad-system.j2",
+        shots={"placement": "turns", "examples": [SHOT, shot2]},
+    )
     assert b.messages(EX) == [
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": f"\nQuestion:{SHOT['question']}\nContext: {SHOT['context']}\nOutput:"},
@@ -150,13 +171,14 @@ def test_shots_drawn_from_source_are_seeded(tmp_path):
     assert a.shots[0]["question"] != a.shots[1]["question"]
     for s in a.shots:
         i = int(s["question"][2:])
-        assert s["answer"] == f"sa{i}"          # the first gold answer
+        assert s["answer"] == f"sa{i}"  # the first gold answer
         assert s["answers"] == [f"sa{i}", "other"]
     roles = [m["role"] for m in a.messages(EX)]
     assert roles == ["user", "assistant", "user", "assistant", "user"]
 
 
 # --------------------------------------------------------------------------- StrictUndefined
+
 
 def test_typo_in_template_is_an_error_naming_the_variable(tmp_path):
     (tmp_path / "typo.j2").write_text("Question:{{ questoin }}", encoding="utf-8")
@@ -170,8 +192,12 @@ def test_typo_in_template_is_an_error_naming_the_variable(tmp_path):
 
 
 def test_typo_in_attribute_is_an_error(tmp_path):
-    b = build(tmp_path, template="jsquad.j2", system="{% for s in shots %}{{ s.questoin }}{% endfor %}",
-              shots={"placement": "system", "examples": [SHOT]})
+    b = build(
+        tmp_path,
+        template="jsquad.j2",
+        system="{% for s in shots %}{{ s.questoin }}{% endfor %}",
+        shots={"placement": "system", "examples": [SHOT]},
+    )
     with pytest.raises(TemplateError) as ei:
         b.messages(EX)
     assert "questoin" in ei.value.message
@@ -229,7 +255,7 @@ def test_sandbox_escape_raises_template_error(source):
     assert "evil.j2" in msg
     for leak in ("<class 'subprocess", "<module", "__builtins__", "uid="):
         assert leak not in msg
-    assert answers == ["A"]     # immutable sandbox: nothing was modified
+    assert answers == ["A"]  # immutable sandbox: nothing was modified
 
 
 def test_sandbox_escape_through_prompt_builder(tmp_path):

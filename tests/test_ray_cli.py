@@ -1,5 +1,6 @@
 """`runner go --executor ray` (runner/cli/executors.py): what it refuses before anything runs, and runs
 of the fake engine on one local Ray instance of 2 CPUs shared by the module (slow)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -22,17 +23,23 @@ COMPARED = ("id", "prompt", "output", "answers", "prompt_tokens", "output_tokens
 
 
 def _recipe(tmp_path: Path, name: str = "fk", engine: dict | None = None, **extra) -> Path:
-    d = {"name": name, "model": {"id": "none"}, "engine": engine or {"kind": "fake", "reply": "{{ answers[0] }}"},
-         "dataset": {"format": "squad", "path": str(DEMO_DATA)},
-         "prompt": {"template": "jsquad.j2", "system_template": "jsquad-system.j2"}, **extra}
+    d = {
+        "name": name,
+        "model": {"id": "none"},
+        "engine": engine or {"kind": "fake", "reply": "{{ answers[0] }}"},
+        "dataset": {"format": "squad", "path": str(DEMO_DATA)},
+        "prompt": {"template": "jsquad.j2", "system_template": "jsquad-system.j2"},
+        **extra,
+    }
     p = tmp_path / f"{name}.yaml"
     p.write_text(yaml.safe_dump(d, allow_unicode=True, sort_keys=False), encoding="utf-8")
     return p
 
 
 def _go(recipe: Path, out: Path, *args: str):
-    return CliRunner().invoke(cli, ["go", str(recipe), "--out", str(out), "--no-progress",
-                                    "--set", "dataset.limit=6", *args])
+    return CliRunner().invoke(
+        cli, ["go", str(recipe), "--out", str(out), "--no-progress", "--set", "dataset.limit=6", *args]
+    )
 
 
 def _stored(out: Path, name: str = "fk") -> dict:
@@ -46,40 +53,56 @@ def _samples(out: Path, name: str = "fk") -> list[dict]:
 
 # ---------------------------------------------------------------- refused before anything runs (no Ray)
 
+
 def _refused(r, out: Path, message: str) -> None:
     assert r.exit_code == 2, r.output
     assert message in r.output
-    assert not out.exists()          # nothing written
+    assert not out.exists()  # nothing written
 
 
 def test_replicas_without_ray_is_bad_input(tmp_path):
-    _refused(_go(_recipe(tmp_path), tmp_path / "out", "--replicas", "2"), tmp_path / "out",
-             "--replicas: only the Ray executor runs data-parallel replicas; add --executor ray")
+    _refused(
+        _go(_recipe(tmp_path), tmp_path / "out", "--replicas", "2"),
+        tmp_path / "out",
+        "--replicas: only the Ray executor runs data-parallel replicas; add --executor ray",
+    )
 
 
 def test_address_without_ray_is_bad_input(tmp_path):
-    _refused(_go(_recipe(tmp_path), tmp_path / "out", "--address", "x"), tmp_path / "out",
-             "--address: names a Ray cluster, which only the Ray executor uses; add --executor ray")
+    _refused(
+        _go(_recipe(tmp_path), tmp_path / "out", "--address", "x"),
+        tmp_path / "out",
+        "--address: names a Ray cluster, which only the Ray executor uses; add --executor ray",
+    )
 
 
 def test_in_process_with_ray_is_bad_input(tmp_path):
-    _refused(_go(_recipe(tmp_path), tmp_path / "out", "--executor", "ray", "--in-process"), tmp_path / "out",
-             "--in-process: runs the recipes in this process; the Ray executor runs them in Ray tasks")
+    _refused(
+        _go(_recipe(tmp_path), tmp_path / "out", "--executor", "ray", "--in-process"),
+        tmp_path / "out",
+        "--in-process: runs the recipes in this process; the Ray executor runs them in Ray tasks",
+    )
 
 
 def test_a_recipe_with_replicas_on_the_local_executor_is_bad_input(tmp_path):
     p = _recipe(tmp_path, replicas=2)
-    _refused(_go(p, tmp_path / "out"), tmp_path / "out",
-             f"{p}: replicas: 2 data-parallel replicas run only on Ray; the local executor runs one engine per "
-             "recipe\n  hint: add --executor ray, or set replicas: 1")
+    _refused(
+        _go(p, tmp_path / "out"),
+        tmp_path / "out",
+        f"{p}: replicas: 2 data-parallel replicas run only on Ray; the local executor runs one engine per "
+        "recipe\n  hint: add --executor ray, or set replicas: 1",
+    )
 
 
 def test_ray_missing_is_bad_input(tmp_path, monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
-    _refused(_go(_recipe(tmp_path), tmp_path / "out", "--executor", "ray"), tmp_path / "out",
-             "--executor: ray is not installed in this Python, so `--executor ray` cannot run here\n"
-             "  hint: pip install -e '.[ray]'")
+    _refused(
+        _go(_recipe(tmp_path), tmp_path / "out", "--executor", "ray"),
+        tmp_path / "out",
+        "--executor: ray is not installed in this Python, so `--executor ray` cannot run here\n"
+        "  hint: pip install -e '.[ray]'",
+    )
 
 
 def test_replicas_out_of_range_is_bad_input(tmp_path):
@@ -93,12 +116,13 @@ def test_replicas_one_keeps_recipe_hashes_and_run_keys(tmp_path):
     assert one.recipe.digest() == one.recipe.model_copy(update={"replicas": 1}).digest() != two.recipe.digest()
     opts = RunOptions(out=tmp_path / "out", limit=4)
     assert make_unit(one, opts).run_key != make_unit(two, opts).run_key
-    assert engine_key(one) != engine_key(two)          # replicas is engine-side: not one job with the other
+    assert engine_key(one) != engine_key(two)  # replicas is engine-side: not one job with the other
 
 
 def test_gpus_needed_per_engine(tmp_path):
     def spec(engine: dict):
         return load_recipe(_recipe(tmp_path, "g", engine=engine)).recipe.engine
+
     assert spec({"kind": "vllm", "tensor_parallel_size": 4}).gpus_needed() == 4
     assert spec({"kind": "vllm"}).gpus_needed() == 1
     assert spec({"kind": "transformers", "device": "cuda"}).gpus_needed() == 1
@@ -111,6 +135,7 @@ def test_gpus_needed_per_engine(tmp_path):
 def test_host_checks_are_left_to_the_worker(tmp_path):
     """The driver need not have the engine library (or a GPU for `device: cuda`); the worker says so."""
     from runner.execution.ray_executor import _run_here
+
     lr = load_recipe(_recipe(tmp_path, "v", engine={"kind": "vllm"}))
     opts = RunOptions(out=tmp_path / "out", limit=3)
     with pytest.raises(RunnerError, match="vllm is not installed in this Python"):
@@ -126,13 +151,15 @@ def test_host_checks_are_left_to_the_worker(tmp_path):
 
 # ---------------------------------------------------------------- runs on Ray
 
+
 @pytest.fixture(scope="module")
 def ray_local(tmp_path_factory):
     """One local Ray instance (2 CPUs) for the module: `runner go --executor ray` uses it, not its own."""
     ray = pytest.importorskip("ray", reason="the Ray executor needs ray")
     workers_tmp = tmp_path_factory.mktemp("ray-workers")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"TMPDIR": str(workers_tmp)}})
+    ray.init(
+        num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"TMPDIR": str(workers_tmp)}}
+    )
     yield workers_tmp
     ray.shutdown()
 
@@ -146,7 +173,7 @@ def test_go_on_ray_writes_results_report_and_summary(tmp_path, ray_local):
     stored = _stored(out)
     assert stored["executor"] == "ray" and stored["status"] == "ok" and stored["n_samples"] == 6
     assert [x["examples"] for x in stored["replicas"]] == [[0, 6]] and stored["replicas"][0]["attempts"] == 1
-    assert "replicas" not in stored["recipe"]          # replicas: 1 is left out: the local executor's run key
+    assert "replicas" not in stored["recipe"]  # replicas: 1 is left out: the local executor's run key
     assert (out / "summary.md").is_file()
     report = (out / "fk" / "report.md").read_text(encoding="utf-8")
     assert "## Where it ran" in report and "| 1         | 1–6" in report
@@ -175,6 +202,6 @@ def test_a_rerun_on_ray_is_skipped_as_unchanged(tmp_path, ray_local):
     assert again.exit_code == 0, again.output
     assert "skip fk: unchanged since" in again.output and "[1] fk" not in again.output
     assert _stored(out) == before
-    changed = _go(p, out, "--executor", "ray", "--replicas", "3")     # replicas is in the run key
+    changed = _go(p, out, "--executor", "ray", "--replicas", "3")  # replicas is in the run key
     assert changed.exit_code == 0 and "skip fk" not in changed.output
     assert len(_stored(out)["replicas"]) == 3

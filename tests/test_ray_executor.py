@@ -1,5 +1,6 @@
 """The Ray executor (runner/execution/ray_executor.py): jobs and data-parallel replicas as Ray tasks
 on a local Ray instance of 2 CPUs, compared with the local executor; a killed worker is retried."""
+
 from __future__ import annotations
 
 import json
@@ -27,18 +28,25 @@ def ray_local(tmp_path_factory):
     """One local Ray instance (2 CPUs) for the module; its workers' temp folder is the test's own."""
     ray = pytest.importorskip("ray", reason="the Ray executor needs ray")
     workers_tmp = tmp_path_factory.mktemp("ray-workers")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"TMPDIR": str(workers_tmp)}})
+    ray.init(
+        num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"TMPDIR": str(workers_tmp)}}
+    )
     yield workers_tmp
     ray.shutdown()
 
 
 def _recipe(tmp_path: Path, name: str, engine: dict | None = None, model: str = "nobody/fake", **extra) -> Path:
     """A recipe file on the demo data; the fake engine with a model id that needs no tokenizer by default."""
-    d = {"name": name, "model": {"id": model}, "engine": engine or FAKE,
-         "dataset": {"format": "squad", "path": str(DEMO_DATA)},
-         "prompt": {"template": "jsquad.j2", "system_template": "jsquad-system.j2"},
-         "sampling": {"temperature": 0, "max_tokens": 16}, "metrics": ["exact_match", "char_f1"], **extra}
+    d = {
+        "name": name,
+        "model": {"id": model},
+        "engine": engine or FAKE,
+        "dataset": {"format": "squad", "path": str(DEMO_DATA)},
+        "prompt": {"template": "jsquad.j2", "system_template": "jsquad-system.j2"},
+        "sampling": {"temperature": 0, "max_tokens": 16},
+        "metrics": ["exact_match", "char_f1"],
+        **extra,
+    }
     p = tmp_path / f"{name}.yaml"
     p.write_text(yaml.safe_dump(d, allow_unicode=True, sort_keys=False), encoding="utf-8")
     return p
@@ -65,18 +73,28 @@ def _ray_facts(d: dict) -> tuple[str, list[dict]]:
 
 def _run(jobs: list[Job], **kw):
     from runner.execution.ray_executor import run_jobs_on_ray
+
     return run_jobs_on_ray(jobs, **kw)
 
 
 def test_split_keeps_dataset_order_in_contiguous_shards(tmp_path):
-    job = _job([_recipe(tmp_path, "big"), _recipe(tmp_path, "small", dataset={
-        "format": "squad", "path": str(DEMO_DATA), "limit": 2})], tmp_path / "out", limit=10)
+    job = _job(
+        [
+            _recipe(tmp_path, "big"),
+            _recipe(tmp_path, "small", dataset={"format": "squad", "path": str(DEMO_DATA), "limit": 2}),
+        ],
+        tmp_path / "out",
+        limit=10,
+    )
     reps = split(job, 3)
-    assert [r.bounds for r in reps] == [{"big": (0, 4), "small": (0, 1)}, {"big": (4, 7), "small": (1, 2)},
-                                        {"big": (7, 10)}]
+    assert [r.bounds for r in reps] == [
+        {"big": (0, 4), "small": (0, 1)},
+        {"big": (4, 7), "small": (1, 2)},
+        {"big": (7, 10)},
+    ]
     big = [ex.id for r in reps for u in r.job.units if u.name == "big" for ex in u.prepared.examples]
     assert big == [ex.id for ex in job.units[0].prepared.examples]
-    assert len({r.tag for r in reps}) == 3 and len(split(job, 50)) == 10     # never more replicas than examples
+    assert len({r.tag for r in reps}) == 3 and len(split(job, 50)) == 10  # never more replicas than examples
     assert split(job, 1)[0].job is job
 
 
@@ -94,42 +112,54 @@ def test_job_on_ray_writes_what_the_local_executor_writes(tmp_path, ray_local):
     executor, rows = _ray_facts(stored)
     assert executor == "ray" and [r["examples"] for r in rows] == [[0, 36]] and rows[0]["attempts"] == 1
     assert rows[0]["pid"] != os.getpid() and rows[0]["node_ip"]
-    assert str(ray_local) not in json.dumps(stored)        # worker paths rewritten to the driver's --out
+    assert str(ray_local) not in json.dumps(stored)  # worker paths rewritten to the driver's --out
     assert "Ray replica 1 of 1" in (tmp_path / "ray" / "one" / "engine.log").read_text()
     assert not (tmp_path / "ray" / "one" / "samples.partial.jsonl").exists()
-    assert not list((ray_local / "runner-ray").iterdir())     # the worker-side folder is cleaned up
+    assert not list((ray_local / "runner-ray").iterdir())  # the worker-side folder is cleaned up
 
 
 @pytest.mark.slow
 def test_study_of_several_jobs_runs_side_by_side(tmp_path, ray_local):
     from runner.execution.resume import run_key
     from runner.inputs.prepare import prepare
+
     slow = {**FAKE, "delay_s": 0.05}
-    paths = [_recipe(tmp_path, "a", engine=slow), _recipe(tmp_path, "a-short", engine=slow,
-                                                          sampling={"temperature": 0, "max_tokens": 2}),
-             _recipe(tmp_path, "b", engine={**slow, "reply": "b"}),
-             _recipe(tmp_path, "bad", engine={**FAKE, "reply": "{{ answers[7] }}"})]
+    paths = [
+        _recipe(tmp_path, "a", engine=slow),
+        _recipe(tmp_path, "a-short", engine=slow, sampling={"temperature": 0, "max_tokens": 2}),
+        _recipe(tmp_path, "b", engine={**slow, "reply": "b"}),
+        _recipe(tmp_path, "bad", engine={**FAKE, "reply": "{{ answers[7] }}"}),
+    ]
     opts = RunOptions(out=tmp_path / "out", limit=12, progress=False)
     out = opts.out
     units = [make_unit(load_recipe(p), opts) for p in paths]
     gpu = load_recipe(_recipe(tmp_path, "tp2", engine={"kind": "vllm", "tensor_parallel_size": 2}))
-    prep = prepare(gpu, 12)         # not make_unit: vLLM need not be installed to see there is no room for it
+    prep = prepare(gpu, 12)  # not make_unit: vLLM need not be installed to see there is no room for it
     units.append(Unit(loaded=gpu, prepared=prep, run_key=run_key(gpu.recipe.canonical(), prep.inputs, 12, None)))
     groups = group_by_engine(units)
     assert [[u.name for u in g] for g in groups] == [["a", "a-short"], ["b"], ["bad"], ["tp2"]]
     seen: list[tuple[str, str]] = []
+
     def on_event(e: dict) -> None:
         if e["event"] == "started":
             seen.append(("started", e["tag"]))
 
-    res = _run([Job(units=g, options=opts) for g in groups], on_event=on_event,
-               on_result=lambda r: seen.append(("result", r.name)))
-    assert [(r.name, r.status) for r in res] == [("a", "ok"), ("a-short", "ok"), ("b", "ok"), ("bad", "failed"),
-                                                 ("tp2", "failed")]
+    res = _run(
+        [Job(units=g, options=opts) for g in groups],
+        on_event=on_event,
+        on_result=lambda r: seen.append(("result", r.name)),
+    )
+    assert [(r.name, r.status) for r in res] == [
+        ("a", "ok"),
+        ("a-short", "ok"),
+        ("b", "ok"),
+        ("bad", "failed"),
+        ("tp2", "failed"),
+    ]
     assert "UndefinedError" in res[3].error and "needs 2 GPU(s)" in res[4].error
-    assert seen[0] == ("result", "tp2")                            # failed before anything ran
-    assert [k for k, _ in seen[1:3]] == ["started", "started"]     # then two jobs at once on 2 CPUs
-    assert res[1].timings.load_s == 0.0 and "engine started for a" in " ".join(res[1].notes)   # one engine, shared
+    assert seen[0] == ("result", "tp2")  # failed before anything ran
+    assert [k for k, _ in seen[1:3]] == ["started", "started"]  # then two jobs at once on 2 CPUs
+    assert res[1].timings.load_s == 0.0 and "engine started for a" in " ".join(res[1].notes)  # one engine, shared
     assert {d["output"] for d in _samples(out, "b")} == {"b"} and len(_samples(out, "a-short")) == 12
     for name in ("a", "a-short", "b", "bad", "tp2"):
         assert _stored(out, name)["status"] == ("ok" if name in ("a", "a-short", "b") else "failed")
@@ -137,14 +167,20 @@ def test_study_of_several_jobs_runs_side_by_side(tmp_path, ray_local):
 
 @pytest.mark.slow
 def test_replicas_give_the_outputs_of_one_process(tmp_path, ray_local, capsys):
-    paths = [_recipe(tmp_path, "m", engine={**FAKE, "delay_s": 0.05}), _recipe(
-        tmp_path, "m-one", engine={**FAKE, "delay_s": 0.05}, dataset={"format": "squad", "path": str(DEMO_DATA),
-                                                                       "limit": 1})]
+    paths = [
+        _recipe(tmp_path, "m", engine={**FAKE, "delay_s": 0.05}),
+        _recipe(
+            tmp_path,
+            "m-one",
+            engine={**FAKE, "delay_s": 0.05},
+            dataset={"format": "squad", "path": str(DEMO_DATA), "limit": 1},
+        ),
+    ]
     run_isolated(_job(paths, tmp_path / "local", limit=10))
     capsys.readouterr()
     res = _run([_job(paths, tmp_path / "ray", limit=10, progress=True)], replicas=3)
     bars = capsys.readouterr().err
-    assert "m: 100%" in bars and "10/10" in bars and "1/1" in bars      # one bar per recipe, over its replicas
+    assert "m: 100%" in bars and "10/10" in bars and "1/1" in bars  # one bar per recipe, over its replicas
     assert [(r.name, r.status, r.n_samples) for r in res] == [("m", "ok", 10), ("m-one", "ok", 1)]
     for name in ("m", "m-one"):
         assert _samples(tmp_path / "ray", name) == _samples(tmp_path / "local", name)
@@ -160,8 +196,13 @@ def test_replicas_give_the_outputs_of_one_process(tmp_path, ray_local, capsys):
 
 @pytest.mark.slow
 def test_replicas_of_the_builtin_transformers_model_match_one_process(tmp_path, ray_local):
-    p = _recipe(tmp_path, "hf", engine={"kind": "transformers", "device": "cpu"}, model="builtin:demo",
-                sampling={"temperature": 0, "max_tokens": 8})
+    p = _recipe(
+        tmp_path,
+        "hf",
+        engine={"kind": "transformers", "device": "cpu"},
+        model="builtin:demo",
+        sampling={"temperature": 0, "max_tokens": 8},
+    )
     run_isolated(_job([p], tmp_path / "local", limit=5))
     res = _run([_job([p], tmp_path / "ray", limit=5)], replicas=2)
     assert res[0].status == "ok", res[0].error
@@ -180,7 +221,7 @@ def test_a_killed_worker_is_retried_with_nothing_lost_or_twice(tmp_path, ray_loc
     def on_event(e: dict) -> None:
         if e["event"] == "started":
             pids.setdefault(e["tag"], e["pid"])
-        elif e["tag"] == first and not killed:         # replica 1 has finished samples: kill its Ray worker
+        elif e["tag"] == first and not killed:  # replica 1 has finished samples: kill its Ray worker
             killed["pid"] = pids[first]
             os.kill(pids[first], signal.SIGKILL)
 
@@ -189,9 +230,10 @@ def test_a_killed_worker_is_retried_with_nothing_lost_or_twice(tmp_path, ray_loc
     with pytest.raises(ProcessLookupError):
         os.kill(killed["pid"], 0)
     ids = [d["id"] for d in _samples(tmp_path / "out", "k")]
-    assert ids == [ex.id for ex in job.units[0].prepared.examples]                  # all, once, in order
-    assert [d["output"] for d in _samples(tmp_path / "out", "k")] == \
-        [ex.answers[0] for ex in job.units[0].prepared.examples]
+    assert ids == [ex.id for ex in job.units[0].prepared.examples]  # all, once, in order
+    assert [d["output"] for d in _samples(tmp_path / "out", "k")] == [
+        ex.answers[0] for ex in job.units[0].prepared.examples
+    ]
     rows = _ray_facts(_stored(tmp_path / "out", "k"))[1]
     assert rows[0]["attempts"] == 2 and rows[0]["pid"] != killed["pid"] and rows[1]["attempts"] == 1
     assert 1 <= rows[0]["reused_samples"] < 10 and res.reused_samples == rows[0]["reused_samples"]
@@ -204,10 +246,21 @@ def test_finished_samples_in_the_driver_folder_are_continued(tmp_path, ray_local
     out = tmp_path / "out"
     job = _job([p], out, limit=8)
     unit = job.units[0]
-    seeded = [unit.prepared.examples[i] for i in (0, 5, 7)]     # in both replicas' shares
+    seeded = [unit.prepared.examples[i] for i in (0, 5, 7)]  # in both replicas' shares
     lines = [{"_run_key": unit.run_key}] + [
-        {"id": ex.id, "prompt": "p", "output": "SEEDED", "answers": list(ex.answers), "prompt_tokens": 1,
-         "output_tokens": 1, "exact_match": 0.0, "char_f1": 0.0, "seconds": 0.5} for ex in seeded]
+        {
+            "id": ex.id,
+            "prompt": "p",
+            "output": "SEEDED",
+            "answers": list(ex.answers),
+            "prompt_tokens": 1,
+            "output_tokens": 1,
+            "exact_match": 0.0,
+            "char_f1": 0.0,
+            "seconds": 0.5,
+        }
+        for ex in seeded
+    ]
     (out / "s").mkdir(parents=True)
     (out / "s" / "samples.partial.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     res = _run([job], replicas=2)[0]
@@ -243,11 +296,18 @@ def test_a_local_instance_per_call_and_an_existing_cluster(tmp_path, ray_local):
     import sys
 
     import ray
+
     address = ray.get_runtime_context().gcs_address
-    env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "token")}   # Ray 2.60 clusters: token auth
+    env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "token")}  # Ray 2.60 clusters: token auth
     p = _recipe(tmp_path, "x")
-    run = subprocess.run([sys.executable, "-c", DRIVER, str(p), str(tmp_path / "out"), address], cwd=tmp_path,
-                         capture_output=True, text=True, env=env, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(p), str(tmp_path / "out"), address],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert [json.loads(x) for x in run.stdout.splitlines()] == [["local", "ok", 6, False], ["cluster", "ok", 6, False]]
     assert _samples(tmp_path / "out" / "cluster", "x") == _samples(tmp_path / "out" / "local", "x")

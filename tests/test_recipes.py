@@ -2,6 +2,7 @@
 
 Every bad input must end with exit code 2, a message that names the problem (file, line,
 field, what is allowed), and no Python traceback. Nothing here loads a model."""
+
 from __future__ import annotations
 
 import copy
@@ -22,6 +23,7 @@ DEMO_DATA = PROJECT / "runner" / "demo" / "demo-ja.json"
 
 
 # --------------------------------------------------------------------------- helpers
+
 
 def invoke(*args: str):
     return CliRunner().invoke(cli, [str(a) for a in args])
@@ -68,6 +70,7 @@ def first_demo_question() -> str:
 
 # --------------------------------------------------------------------------- valid recipes
 
+
 def test_valid_recipe_passes_check_and_prints_first_prompt(base_recipe, write_recipe):
     p = write_recipe(base_recipe)
     r = check(p)
@@ -89,12 +92,17 @@ def test_check_reports_dataset_limit(base_recipe, write_recipe):
 
 
 def test_dataset_path_is_relative_to_the_recipe_file(base_recipe, write_recipe, tmp_path):
-    p = write_recipe(with_changes(base_recipe, dataset={"format": "jsonl", "path": "data/rows.jsonl"}),
-                     name="recipes/r.yaml")
+    p = write_recipe(
+        with_changes(base_recipe, dataset={"format": "jsonl", "path": "data/rows.jsonl"}), name="recipes/r.yaml"
+    )
     (tmp_path / "recipes" / "data").mkdir()
     (tmp_path / "recipes" / "data" / "rows.jsonl").write_text(
-        json.dumps({"question": "首都はどこか。", "context": "日本 [SEP] 首都は東京。", "answers": "東京"},
-                   ensure_ascii=False) + "\n", encoding="utf-8")
+        json.dumps(
+            {"question": "首都はどこか。", "context": "日本 [SEP] 首都は東京。", "answers": "東京"}, ensure_ascii=False
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     r = check(p)
     assert r.exit_code == 0, r.output
     assert "Question:首都はどこか。" in r.output
@@ -134,7 +142,8 @@ PROJECT_RECIPES = sorted((PROJECT / "recipes").glob("*.yaml"))
 def test_project_recipes_validate(recipe):
     from runner.config.loading import load_recipes
     from runner.inputs.prompts import find_template
-    for lr in load_recipes(recipe):          # a study: every cell; a base-only file: none
+
+    for lr in load_recipes(recipe):  # a study: every cell; a base-only file: none
         assert lr.path == str(recipe.resolve())
         base = Path(lr.base_dir)
         for name in (lr.recipe.prompt.template, lr.recipe.prompt.system_template):
@@ -148,9 +157,11 @@ def test_project_recipes_validate(recipe):
 
 def test_project_recipe_names_are_unique():
     from runner.cli.loading import load_all
+
     if not PROJECT_RECIPES:
         pytest.skip("no project recipes")
     from runner.config.loading import load_recipes
+
     loaded = load_all((str(PROJECT / "recipes"),), ())
     assert len(loaded) == sum(len(load_recipes(p)) for p in PROJECT_RECIPES) > len(PROJECT_RECIPES)
     assert len({lr.recipe.name for lr in loaded}) == len(loaded)
@@ -173,6 +184,7 @@ def test_check_does_not_import_torch_or_transformers(base_recipe, write_recipe):
 
 # --------------------------------------------------------------------------- unknown keys / types / ranges
 
+
 def test_unknown_engine_key_suggests_quantization(write_recipe, base_recipe):
     text = (
         "name: t\n"
@@ -187,8 +199,7 @@ def test_unknown_engine_key_suggests_quantization(write_recipe, base_recipe):
         "  template: jsquad.j2\n"
     )
     p = write_recipe(text)
-    out = assert_user_error(check(p), "engine.quantizaton", "unknown key 'quantizaton'",
-                            "did you mean 'quantization'?")
+    out = assert_user_error(check(p), "engine.quantizaton", "unknown key 'quantizaton'", "did you mean 'quantization'?")
     assert f"line {line_of(text, 'quantizaton')}, engine.quantizaton" in out
     assert "line 6" in out
 
@@ -236,8 +247,9 @@ def test_gpu_memory_utilization_above_one(write_recipe, base_recipe):
     assert f"line {line_of(text, 'gpu_memory_utilization')}, engine.gpu_memory_utilization" in out
 
 
-@pytest.mark.parametrize("value, words", [(0, "greater than 0"), (1.5, "less than or equal to 1"),
-                                          (-0.1, "greater than 0")])
+@pytest.mark.parametrize(
+    "value, words", [(0, "greater than 0"), (1.5, "less than or equal to 1"), (-0.1, "greater than 0")]
+)
 def test_top_p_out_of_range(write_recipe, base_recipe, value, words):
     p = write_recipe(with_changes(base_recipe, sampling={"top_p": value}))
     assert_user_error(check(p), "sampling.top_p", words)
@@ -282,8 +294,9 @@ def test_set_on_nonexistent_key(write_recipe, base_recipe):
 
 def test_set_on_nonexistent_key_suggests(write_recipe, base_recipe):
     p = write_recipe(base_recipe)
-    assert_user_error(check(p, extra=("--set", "sampling.max_token=5")), "--set sampling.max_token",
-                      "did you mean 'max_tokens'?")
+    assert_user_error(
+        check(p, extra=("--set", "sampling.max_token=5")), "--set sampling.max_token", "did you mean 'max_tokens'?"
+    )
 
 
 def test_set_below_a_scalar(write_recipe, base_recipe):
@@ -302,12 +315,12 @@ def test_shots_k_without_source(write_recipe, base_recipe):
 
 
 def test_typo_inside_shot_example_suggests(write_recipe, base_recipe):
-    p = write_recipe(with_changes(base_recipe, prompt={
-        "shots": {"examples": [{"question": "q", "anwser": "a"}]}}))
+    p = write_recipe(with_changes(base_recipe, prompt={"shots": {"examples": [{"question": "q", "anwser": "a"}]}}))
     assert_user_error(check(p), "unknown key 'anwser'", "did you mean 'answer'?")
 
 
 # --------------------------------------------------------------------------- recipe names
+
 
 @pytest.mark.parametrize("name", ["../../x", "a/b", ".hidden", "x y", "ok\n", ""])
 def test_bad_recipe_names_rejected(write_recipe, base_recipe, name):
@@ -351,6 +364,7 @@ def test_go_baseline_naming_no_recipe(write_recipe, base_recipe, tmp_path):
 
 
 # --------------------------------------------------------------------------- files
+
 
 def test_empty_file(write_recipe):
     assert_user_error(check(write_recipe("")), "file is empty")
@@ -398,6 +412,7 @@ def test_folder_without_recipes(tmp_path):
 
 # --------------------------------------------------------------------------- templates
 
+
 def test_missing_template_file(write_recipe, base_recipe):
     p = write_recipe(with_changes(base_recipe, prompt={"template": "missing.j2"}))
     assert_user_error(check(p), "prompt.template", "template not found: 'missing.j2'")
@@ -417,8 +432,13 @@ def test_template_syntax_error(write_recipe, base_recipe, tmp_path):
 def test_template_undefined_variable(write_recipe, base_recipe, tmp_path):
     (tmp_path / "undef.j2").write_text("Question: {{ questoin }}\n", encoding="utf-8")
     p = write_recipe(with_changes(base_recipe, prompt={"template": "undef.j2"}))
-    assert_user_error(check(p), "prompt.template", "undefined variable", "'questoin' is undefined",
-                      "available: answers, context, example, id, question")
+    assert_user_error(
+        check(p),
+        "prompt.template",
+        "undefined variable",
+        "'questoin' is undefined",
+        "available: answers, context, example, id, question",
+    )
 
 
 def test_template_by_absolute_path(write_recipe, base_recipe, tmp_path):
@@ -446,6 +466,7 @@ def test_template_runtime_error_is_a_user_error(write_recipe, base_recipe, tmp_p
 
 # --------------------------------------------------------------------------- datasets
 
+
 def test_dataset_file_missing(write_recipe, base_recipe):
     p = write_recipe(with_changes(base_recipe, dataset={"path": "nothere.json"}))
     assert_user_error(check(p), "dataset.path", "dataset file not found", "nothere.json")
@@ -472,10 +493,10 @@ def test_dataset_path_is_a_folder(write_recipe, base_recipe, tmp_path):
 
 def test_dataset_lacking_mapped_field(write_recipe, base_recipe, tmp_path):
     (tmp_path / "d.jsonl").write_text(json.dumps({"q": "a", "context": "c", "answers": "x"}) + "\n")
-    p = write_recipe(with_changes(base_recipe, dataset={"format": "jsonl", "path": "d.jsonl",
-                                                        "fields": {"question": "nope"}}))
-    assert_user_error(check(p), "dataset.fields.question", "row 0 has no column 'nope'",
-                      "columns: answers, context, q")
+    p = write_recipe(
+        with_changes(base_recipe, dataset={"format": "jsonl", "path": "d.jsonl", "fields": {"question": "nope"}})
+    )
+    assert_user_error(check(p), "dataset.fields.question", "row 0 has no column 'nope'", "columns: answers, context, q")
 
 
 def test_dataset_unreadable_as_format(write_recipe, base_recipe, tmp_path):
@@ -490,6 +511,7 @@ def test_dataset_unknown_format(write_recipe, base_recipe):
 
 
 # --------------------------------------------------------------------------- presentation
+
 
 def test_error_prefix_is_not_doubled(write_recipe):
     r = check(write_recipe(""))

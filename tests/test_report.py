@@ -1,6 +1,7 @@
 """The reporting side: report.md, summary.md, charts and `runner report`, from RunResult objects built
 here (no model, no torch). Stored results follow the runner's layout:
 <out>/<name>/results.json and <out>/<name>/samples.jsonl."""
+
 from __future__ import annotations
 
 import copy
@@ -13,17 +14,22 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from runner.reporting import plots
 from runner.cli import cli
 from runner.config.recipe import Recipe
-from runner.execution.layout import RunFolder
-from runner.reporting.markdown import report_markdown, write_report
-from runner.reporting.stored import load_results, load_samples
-from runner.reporting.summary import (changed_answers_section, prefix_section, recipe_diff, summary_markdown,
-                                      write_summary)
 from runner.engines.base import Knob as KnobResult
-from runner.reporting.results import Estimate, Memory, Prefix, RunResult, Timings, Throughput, Tokens
+from runner.execution.layout import RunFolder
+from runner.reporting import plots
+from runner.reporting.markdown import report_markdown, write_report
+from runner.reporting.results import Estimate, Memory, Prefix, RunResult, Throughput, Timings, Tokens
 from runner.reporting.stats import mcnemar_exact
+from runner.reporting.stored import load_results, load_samples
+from runner.reporting.summary import (
+    changed_answers_section,
+    prefix_section,
+    recipe_diff,
+    summary_markdown,
+    write_summary,
+)
 
 # --------------------------------------------------------------------------- builders
 
@@ -57,31 +63,64 @@ def vllm(**engine) -> dict:
     return {"kind": "vllm", **engine}
 
 
-def result(name: str, rec: dict | None = None, *, status: str = "ok", generate_s: float | None = 10.0,
-           scores: dict | None = None, meaningful: bool = True, estimate: Estimate | None = None,
-           peak: float | None = None, prefix: Prefix | None = None, knobs: list[KnobResult] | None = None,
-           n: int = 10, **kw) -> RunResult:
+def result(
+    name: str,
+    rec: dict | None = None,
+    *,
+    status: str = "ok",
+    generate_s: float | None = 10.0,
+    scores: dict | None = None,
+    meaningful: bool = True,
+    estimate: Estimate | None = None,
+    peak: float | None = None,
+    prefix: Prefix | None = None,
+    knobs: list[KnobResult] | None = None,
+    n: int = 10,
+    **kw,
+) -> RunResult:
     rec = rec or recipe(name)
     ok = status == "ok"
     kw.setdefault("recipe_hash", f"h-{name}")
     return RunResult(
-        name=name, recipe=rec, status=status, n_samples=n if ok else 0, n_dataset=n,
+        name=name,
+        recipe=rec,
+        status=status,
+        n_samples=n if ok else 0,
+        n_dataset=n,
         scores_meaningful=meaningful,
         scores=(scores if scores is not None else {"exact_match": 0.5, "char_f1": 0.7}) if ok else {},
-        timings=Timings(load_s=5.0, generate_s=generate_s if ok else None, total_s=(generate_s or 0) + 6 if ok else None),
+        timings=Timings(
+            load_s=5.0, generate_s=generate_s if ok else None, total_s=(generate_s or 0) + 6 if ok else None
+        ),
         tokens=Tokens(prompt=300 * n, output=8 * n),
-        throughput=Throughput(requests_per_s=n / generate_s if ok and generate_s else None,
-                              output_tokens_per_s=8 * n / generate_s if ok and generate_s else None),
+        throughput=Throughput(
+            requests_per_s=n / generate_s if ok and generate_s else None,
+            output_tokens_per_s=8 * n / generate_s if ok and generate_s else None,
+        ),
         memory=Memory(peak_gpu_gib=peak, weights_gib=14.3 if peak else None, kv_cache_gib=60.0 if peak else None),
-        prefix=prefix or Prefix(), estimate=estimate, knobs=knobs or [],
-        engine={"name": rec["engine"]["kind"], "version": "1.0"}, **kw)
+        prefix=prefix or Prefix(),
+        estimate=estimate,
+        knobs=knobs or [],
+        engine={"name": rec["engine"]["kind"], "version": "1.0"},
+        **kw,
+    )
 
 
 def samples(name: str, em: list[int], outputs: list[str] | None = None) -> list[dict]:
     outputs = outputs or [("right" if e else "wrong") + f"-{name}-{i}" for i, e in enumerate(em)]
-    return [{"id": f"q{i}", "prompt": f"Question {i}?", "output": outputs[i], "answers": [f"gold{i}"],
-             "exact_match": float(e), "char_f1": float(e), "prompt_tokens": 300, "output_tokens": 8}
-            for i, e in enumerate(em)]
+    return [
+        {
+            "id": f"q{i}",
+            "prompt": f"Question {i}?",
+            "output": outputs[i],
+            "answers": [f"gold{i}"],
+            "exact_match": float(e),
+            "char_f1": float(e),
+            "prompt_tokens": 300,
+            "output_tokens": 8,
+        }
+        for i, e in enumerate(em)
+    ]
 
 
 def store(out: Path, r: RunResult, rows: list[dict] | None = None) -> Path:
@@ -89,8 +128,9 @@ def store(out: Path, r: RunResult, rows: list[dict] | None = None) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     (d / "results.json").write_text(r.model_dump_json(indent=2), encoding="utf-8")
     if rows is not None:
-        (d / "samples.jsonl").write_text("".join(json.dumps(s, ensure_ascii=False) + "\n" for s in rows),
-                                         encoding="utf-8")
+        (d / "samples.jsonl").write_text(
+            "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in rows), encoding="utf-8"
+        )
     return d
 
 
@@ -135,6 +175,7 @@ DIFF = "differs from baseline"
 
 # --------------------------------------------------------------------------- the diff view
 
+
 @pytest.fixture
 def base_rec() -> dict:
     return recipe("base", baseline=True)
@@ -157,10 +198,18 @@ def test_recipe_diff_ignores_name_description_baseline_and_limits(base_rec):
 
 
 def test_recipe_diff_nested_and_non_engine_fields(base_rec):
-    r = recipe("r", sampling={"max_tokens": 16}, dataset={"limit": 100},
-               prompt={"shots": {"placement": "system", "examples": [{"question": "q", "answer": "a"}]}})
-    assert recipe_diff(r, base_rec) == {"dataset.limit": 100, "prompt.shots.examples": [
-        {"question": "q", "context": "", "answer": "a"}], "prompt.shots.placement": "system", "sampling.max_tokens": 16}
+    r = recipe(
+        "r",
+        sampling={"max_tokens": 16},
+        dataset={"limit": 100},
+        prompt={"shots": {"placement": "system", "examples": [{"question": "q", "answer": "a"}]}},
+    )
+    assert recipe_diff(r, base_rec) == {
+        "dataset.limit": 100,
+        "prompt.shots.examples": [{"question": "q", "context": "", "answer": "a"}],
+        "prompt.shots.placement": "system",
+        "sampling.max_tokens": 16,
+    }
 
 
 def test_recipe_diff_field_back_at_default_reports_its_value():
@@ -170,15 +219,28 @@ def test_recipe_diff_field_back_at_default_reports_its_value():
 
 
 def test_summary_diff_column_shows_only_differing_keys(base_rec):
-    rs = [result("base", base_rec),
-          result("vl", recipe("vl", engine=vllm(enable_prefix_caching=True, enforce_eager=True))),
-          result("hf128", recipe("hf128", engine={"kind": "transformers", "device": "cuda", "batch_size": 128}))]
+    rs = [
+        result("base", base_rec),
+        result("vl", recipe("vl", engine=vllm(enable_prefix_caching=True, enforce_eager=True))),
+        result("hf128", recipe("hf128", engine={"kind": "transformers", "device": "cuda", "batch_size": 128})),
+    ]
     rows = summary_rows(summary_markdown(rs))
     assert rows["base"][DIFF] == "(baseline)"
     assert rows["vl"][DIFF] == "engine.enable_prefix_caching=True, engine.enforce_eager=True"
     assert rows["hf128"][DIFF] == "engine.batch_size=128"
-    for noise in ("gpu_memory_utilization", "tensor_parallel_size", "kv_cache_dtype", "cpu_offload_gb",
-                  "engine.device", "engine.warmup", "engine_args", "model.", "sampling.", "name=", "baseline="):
+    for noise in (
+        "gpu_memory_utilization",
+        "tensor_parallel_size",
+        "kv_cache_dtype",
+        "cpu_offload_gb",
+        "engine.device",
+        "engine.warmup",
+        "engine_args",
+        "model.",
+        "sampling.",
+        "name=",
+        "baseline=",
+    ):
         assert noise not in rows["vl"][DIFF]
     assert rows["vl"]["engine"] == "vllm" and rows["base"]["engine"] == "transformers"
 
@@ -196,9 +258,14 @@ def test_summary_names_the_baseline_and_without_one_says_so(base_rec):
 
 # --------------------------------------------------------------------------- speed-up, estimates, scores
 
+
 def test_speed_up_is_baseline_time_over_recipe_time(base_rec):
-    rs = [result("base", base_rec, generate_s=100.0), result("fast", generate_s=20.0),
-          result("slow", generate_s=400.0), result("broken", status="failed", error="boom")]
+    rs = [
+        result("base", base_rec, generate_s=100.0),
+        result("fast", generate_s=20.0),
+        result("slow", generate_s=400.0),
+        result("broken", status="failed", error="boom"),
+    ]
     rows = summary_rows(summary_markdown(rs))
     assert rows["base"]["speed-up"] == "1.0×"
     assert rows["fast"]["speed-up"] == "5.0×"
@@ -208,11 +275,18 @@ def test_speed_up_is_baseline_time_over_recipe_time(base_rec):
 
 
 def test_estimated_baseline_uses_projected_time_and_is_marked(base_rec):
-    est = Estimate(n_measured=40, n_total=4442, per_example_s=0.7, projected_s=3000.0, low_s=2800.0,
-                   high_s=3200.0, method="t interval")
+    est = Estimate(
+        n_measured=40,
+        n_total=4442,
+        per_example_s=0.7,
+        projected_s=3000.0,
+        low_s=2800.0,
+        high_s=3200.0,
+        method="t interval",
+    )
     rs = [result("base", base_rec, generate_s=28.0, estimate=est), result("fast", generate_s=20.0)]
     rows = summary_rows(summary_markdown(rs))
-    assert rows["fast"]["speed-up"] == "~150.0×"         # 3000 / 20, not 28 / 20; ~ as the baseline is estimated
+    assert rows["fast"]["speed-up"] == "~150.0×"  # 3000 / 20, not 28 / 20; ~ as the baseline is estimated
     assert rows["base"]["generation time"].startswith("~")
     assert "est." in rows["base"]["generation time"] and "40" in rows["base"]["generation time"]
     assert "3,000" in rows["base"]["generation time"]
@@ -222,8 +296,10 @@ def test_estimated_baseline_uses_projected_time_and_is_marked(base_rec):
 
 
 def test_random_weight_scores_are_not_shown(base_rec):
-    rs = [result("base", base_rec, scores={"exact_match": 0.8, "char_f1": 0.9}),
-          result("dummy", scores={"exact_match": 0.0, "char_f1": 0.01}, meaningful=False)]
+    rs = [
+        result("base", base_rec, scores={"exact_match": 0.8, "char_f1": 0.9}),
+        result("dummy", scores={"exact_match": 0.0, "char_f1": 0.01}, meaningful=False),
+    ]
     rows = summary_rows(summary_markdown(rs))
     assert rows["dummy"]["exact_match"] == "n/a (random weights)"
     assert rows["dummy"]["char_f1"] == "n/a (random weights)"
@@ -242,39 +318,54 @@ def test_ignored_knob_is_flagged_in_status():
 
 # --------------------------------------------------------------------------- prefix caching
 
+
 def _prefix_pair():
     p = Prefix(shared_prefix_tokens=124, shared_prefix_share=0.4267, hit_rate=0.4174)
-    on = result("cache", recipe("cache", engine=vllm(enable_prefix_caching=True, enforce_eager=True)),
-                generate_s=20.0, prefix=p)
-    off = result("nocache", recipe("nocache", engine=vllm(enable_prefix_caching=False, enforce_eager=True)),
-                 generate_s=31.5, prefix=Prefix(shared_prefix_tokens=124, shared_prefix_share=0.4267, hit_rate=0.0))
-    lone = result("fp8", recipe("fp8", engine=vllm(enable_prefix_caching=True, enforce_eager=True,
-                                                   quantization="fp8")), generate_s=15.0, prefix=p)
+    on = result(
+        "cache", recipe("cache", engine=vllm(enable_prefix_caching=True, enforce_eager=True)), generate_s=20.0, prefix=p
+    )
+    off = result(
+        "nocache",
+        recipe("nocache", engine=vllm(enable_prefix_caching=False, enforce_eager=True)),
+        generate_s=31.5,
+        prefix=Prefix(shared_prefix_tokens=124, shared_prefix_share=0.4267, hit_rate=0.0),
+    )
+    lone = result(
+        "fp8",
+        recipe("fp8", engine=vllm(enable_prefix_caching=True, enforce_eager=True, quantization="fp8")),
+        generate_s=15.0,
+        prefix=p,
+    )
     return on, off, lone
 
 
 def test_prefix_section_shows_share_hit_rate_and_time_saved_against_partner():
     on, off, lone = _prefix_pair()
-    on = on.model_copy(update={"plan": {"cached_share": 0.4173}})      # the block-exact prediction
+    on = on.model_copy(update={"plan": {"cached_share": 0.4173}})  # the block-exact prediction
     md = "\n".join(prefix_section([result("base", recipe("base", baseline=True)), off, on, lone]))
     rows = {r["recipe"]: r for r in table_with(md, "measured hit rate")}
-    assert set(rows) == {"cache", "fp8"}                  # caching off and transformers are not listed
+    assert set(rows) == {"cache", "fp8"}  # caching off and transformers are not listed
     c = rows["cache"]
     assert c["prefix shared by all (tokens)"] == "124"
     assert c["share"] == "42.7%"
     assert c["predicted hit rate"] == "41.7%"
-    assert rows["fp8"]["predicted hit rate"] == "–"        # no prediction recorded
+    assert rows["fp8"]["predicted hit rate"] == "–"  # no prediction recorded
     assert c["measured hit rate"] == "41.7%"
     assert c["generation time saved"] == "11.5 s (37%) vs nocache"
-    assert rows["fp8"]["generation time saved"] == "–"    # no partner differing only in caching
+    assert rows["fp8"]["generation time saved"] == "–"  # no partner differing only in caching
 
 
 def test_prefix_section_uses_effective_knob_when_recipe_leaves_default():
-    on = result("cache", recipe("cache", engine=vllm(enforce_eager=True)), generate_s=20.0,
-                knobs=[KnobResult(name="enable_prefix_caching", requested=None, effective=True, status="default")],
-                prefix=Prefix(shared_prefix_tokens=10, shared_prefix_share=0.1, hit_rate=0.05))
-    off = result("nocache", recipe("nocache", engine=vllm(enable_prefix_caching=False, enforce_eager=True)),
-                 generate_s=25.0)
+    on = result(
+        "cache",
+        recipe("cache", engine=vllm(enforce_eager=True)),
+        generate_s=20.0,
+        knobs=[KnobResult(name="enable_prefix_caching", requested=None, effective=True, status="default")],
+        prefix=Prefix(shared_prefix_tokens=10, shared_prefix_share=0.1, hit_rate=0.05),
+    )
+    off = result(
+        "nocache", recipe("nocache", engine=vllm(enable_prefix_caching=False, enforce_eager=True)), generate_s=25.0
+    )
     rows = {r["recipe"]: r for r in table_with("\n".join(prefix_section([on, off])), "measured hit rate")}
     assert rows["cache"]["generation time saved"] == "5.0 s (20%) vs nocache"
     assert prefix_section([off]) == []
@@ -288,16 +379,21 @@ def test_summary_includes_prefix_section():
 
 # --------------------------------------------------------------------------- answers that change
 
+
 @pytest.fixture
 def paired(tmp_path):
     base_em = [0] * 6 + [1] * 4
-    gain_em = [1] * 10                                   # +6, -0
-    one_em = [1] + base_em[1:6] + [0] + base_em[7:]      # q0 gained, q6 lost
+    gain_em = [1] * 10  # +6, -0
+    one_em = [1] + base_em[1:6] + [0] + base_em[7:]  # q0 gained, q6 lost
     base = result("base", recipe("base", baseline=True), scores={"exact_match": 0.4, "char_f1": 0.4})
     gain = result("gain", recipe("gain", engine=vllm()), scores={"exact_match": 1.0, "char_f1": 1.0})
     one = result("one", recipe("one", engine=vllm(enforce_eager=True)), scores={"exact_match": 0.4, "char_f1": 0.4})
-    dummy = result("dummy", recipe("dummy", engine=vllm(quantization="fp8")), meaningful=False,
-                   scores={"exact_match": 1.0, "char_f1": 1.0})
+    dummy = result(
+        "dummy",
+        recipe("dummy", engine=vllm(quantization="fp8")),
+        meaningful=False,
+        scores={"exact_match": 1.0, "char_f1": 1.0},
+    )
     for r, em in ((base, base_em), (gain, gain_em), (one, one_em), (dummy, gain_em)):
         store(tmp_path, r, samples(r.name, em))
     return tmp_path, [base, gain, one, dummy]
@@ -315,7 +411,7 @@ def test_changed_answers_counts_and_mcnemar(paired):
     md = "\n".join(changed_answers_section(rs, rs[0], out))
     assert md.lstrip().startswith("## Answers that change against base")
     rows = {r["recipe"]: r for r in table_with(md, "McNemar p (exact)")}
-    assert set(rows) == {"gain", "one"}                  # random weights are left out
+    assert set(rows) == {"gain", "one"}  # random weights are left out
     g, o = rows["gain"], rows["one"]
     assert (g["paired examples"], g["now right"], g["now wrong"]) == ("10", "6", "0")
     assert float(g["McNemar p (exact)"]) == pytest.approx(0.03125, rel=0.01)
@@ -332,11 +428,11 @@ def test_changed_answers_lists_a_few_examples(paired):
     lines = [ln for ln in changed_answers_section(rs, rs[0], out) if ln.startswith("- ")]
     gain_lines = [ln for ln in lines if ln.startswith("- gain · ")]
     one_lines = [ln for ln in lines if ln.startswith("- one · ")]
-    assert len(gain_lines) == 3                          # 6 changed, 3 shown
+    assert len(gain_lines) == 3  # 6 changed, 3 shown
     assert all(re.search(r"`q[0-5]`", ln) for ln in gain_lines)
     assert "baseline `wrong-base-0` → `right-gain-0`" in gain_lines[0] and "gold: gold0" in gain_lines[0]
     assert len(one_lines) == 2
-    assert "`q6`: baseline `right-base-6` → `wrong-one-6`" in one_lines[0]   # losses first
+    assert "`q6`: baseline `right-base-6` → `wrong-one-6`" in one_lines[0]  # losses first
     assert not any(ln.startswith("- dummy") for ln in lines)
 
 
@@ -351,22 +447,43 @@ def test_changed_answers_needs_a_meaningful_baseline(paired):
 # --------------------------------------------------------------------------- report.md
 
 ENV = {
-    "python": "3.12.3", "platform": "Linux-6.18-x86_64", "runner": "0.1.0", "git_commit": "5f7273c-dirty",
+    "python": "3.12.3",
+    "platform": "Linux-6.18-x86_64",
+    "runner": "0.1.0",
+    "git_commit": "5f7273c-dirty",
     "packages": {"torch": "2.11.0", "transformers": "5.17.0", "vllm": "0.26.0", "datasets": "5.2.0"},
-    "gpu": "NVIDIA H200", "driver": "580.159.04", "gpu_memory_gib": 140.4, "cuda_driver": "13.0",
+    "gpu": "NVIDIA H200",
+    "driver": "580.159.04",
+    "gpu_memory_gib": 140.4,
+    "cuda_driver": "13.0",
     "engine_extra": {"model_runner": "V2", "env": {"VLLM_USE_FLASHINFER_SAMPLER": "0"}},
-    "inputs": {"template:jsquad.j2": "0decf3a48250b0a4", "template:jsquad-system.j2": "9a8f64533e6b04b2",
-               "dataset:/data/jsquad/valid-v1.3.json": "fb0a57a35281ff03"},
+    "inputs": {
+        "template:jsquad.j2": "0decf3a48250b0a4",
+        "template:jsquad-system.j2": "9a8f64533e6b04b2",
+        "dataset:/data/jsquad/valid-v1.3.json": "fb0a57a35281ff03",
+    },
 }
 COMMAND = "runner go recipes/jsquad-vllm.yaml --out reports/h200 --set 'sampling.max_tokens=16'"
 
 
 def _repro_result(**kw) -> RunResult:
-    rec = recipe("repro", engine=vllm(enable_prefix_caching=True), description="a vLLM run",
-                 prompt={"system": "答えだけを書いてください。\n短く。", "system_template": None})
-    return result("repro", rec, environment=kw.pop("environment", ENV), command=COMMAND, recipe_hash="2ed6c876846c7d06",
-                  run_key="9f1e2d3c4b5a6978", started_at="2026-12-02T10:35:07+00:00",
-                  finished_at="2026-12-02T10:36:04+00:00", **kw)
+    rec = recipe(
+        "repro",
+        engine=vllm(enable_prefix_caching=True),
+        description="a vLLM run",
+        prompt={"system": "答えだけを書いてください。\n短く。", "system_template": None},
+    )
+    return result(
+        "repro",
+        rec,
+        environment=kw.pop("environment", ENV),
+        command=COMMAND,
+        recipe_hash="2ed6c876846c7d06",
+        run_key="9f1e2d3c4b5a6978",
+        started_at="2026-12-02T10:35:07+00:00",
+        finished_at="2026-12-02T10:36:04+00:00",
+        **kw,
+    )
 
 
 def test_report_reproducibility_block():
@@ -399,14 +516,16 @@ def test_report_reproducibility_without_optional_facts():
     r = _repro_result(environment={}).model_copy(update={"run_key": "", "command": ""})
     md = report_markdown(r, [])
     rows = {row[""]: row["value"] for row in table_with(section(md, "Reproduce"), "value")}
-    assert rows["run key"] == "–" and rows["git commit"] == "–" and "torch" not in rows   # unknown: left out
+    assert rows["run key"] == "–" and rows["git commit"] == "–" and "torch" not in rows  # unknown: left out
     assert "```bash" not in md
 
 
 def test_report_input_file_names_are_shown_verbatim():
     env = {**ENV, "inputs": {"template:my_prompt.j2": "00aa", "dataset:/data/valid_v1.json": "11bb"}}
-    rows = {row[""]: row["value"] for row in
-            table_with(section(report_markdown(_repro_result(environment=env), []), "Reproduce"), "value")}
+    rows = {
+        row[""]: row["value"]
+        for row in table_with(section(report_markdown(_repro_result(environment=env), []), "Reproduce"), "value")
+    }
     assert rows.get("template:my_prompt.j2") == "`00aa`"
     assert rows.get("dataset:/data/valid_v1.json") == "`11bb`"
 
@@ -418,15 +537,19 @@ def test_report_header_samples_and_sections():
     assert "Status: **ok**" in md and "model: `Qwen/Qwen2.5-7B-Instruct`" in md
     for h in ("Time and throughput", "Tokens", "Memory", "Scores", "Prompt prefix", "Sample prompts and outputs"):
         assert f"## {h}" in md
-    assert re.findall(r"^### (q\d)$", md, flags=re.M) == ["q0", "q1", "q2"]   # three examples shown
+    assert re.findall(r"^### (q\d)$", md, flags=re.M) == ["q0", "q1", "q2"]  # three examples shown
     assert "Output: `aˋb`" in md and "Output: `x⏎y`" in md
     assert "30.0 GiB" in section(md, "Memory")
 
 
 def test_failed_result_in_report_and_summary(tmp_path, base_rec):
-    failed = result("offload", recipe("offload", engine=vllm(cpu_offload_gb=8)), status="failed",
-                    error="timed out after 400 s (recipe timeout); the run was ended",
-                    hint="see reports/offload/engine.log")
+    failed = result(
+        "offload",
+        recipe("offload", engine=vllm(cpu_offload_gb=8)),
+        status="failed",
+        error="timed out after 400 s (recipe timeout); the run was ended",
+        hint="see reports/offload/engine.log",
+    )
     store(tmp_path, failed)
     path = write_report(failed, tmp_path)
     md = path.read_text(encoding="utf-8")
@@ -439,30 +562,55 @@ def test_failed_result_in_report_and_summary(tmp_path, base_rec):
     s = summary_markdown(rs)
     assert summary_rows(s)["offload"]["status"] == "failed"
     fails = section(s, "Failures")
-    assert ("- **offload**: timed out after 400 s (recipe timeout); the run was ended — hint: "
-            "see reports/offload/engine.log") in fails
+    assert (
+        "- **offload**: timed out after 400 s (recipe timeout); the run was ended — hint: "
+        "see reports/offload/engine.log"
+    ) in fails
     assert "base" not in fails
     assert "## Failures" not in summary_markdown([result("base", base_rec)])
 
 
 # --------------------------------------------------------------------------- charts
 
+
 def _is_png(p: Path) -> bool:
     return p.read_bytes()[:4] == b"\x89PNG" and p.stat().st_size > 5_000
 
 
 def _chart_results(meaningful: bool = True, peak: bool = True) -> list[RunResult]:
-    est = Estimate(n_measured=40, n_total=4442, per_example_s=0.7, projected_s=3100.0, low_s=2900.0,
-                   high_s=3300.0, method="t")
+    est = Estimate(
+        n_measured=40, n_total=4442, per_example_s=0.7, projected_s=3100.0, low_s=2900.0, high_s=3300.0, method="t"
+    )
     pk = (lambda v: v) if peak else (lambda v: None)
-    return [result("base", recipe("base", baseline=True), generate_s=30.0, estimate=est, peak=pk(15.7),
-                   meaningful=meaningful, scores={"exact_match": 0.80}),
-            result("batched", generate_s=64.0, peak=pk(36.1), meaningful=meaningful, scores={"exact_match": 0.79}),
-            result("vllm", recipe("vllm", engine=vllm()), generate_s=20.8, peak=pk(128.3), meaningful=meaningful,
-                   scores={"exact_match": 0.81}),
-            result("awq", recipe("awq", engine=vllm(quantization="awq")), generate_s=18.8, peak=pk(128.5),
-                   meaningful=meaningful, scores={"exact_match": 0.75}),
-            result("broken", status="failed", error="boom")]
+    return [
+        result(
+            "base",
+            recipe("base", baseline=True),
+            generate_s=30.0,
+            estimate=est,
+            peak=pk(15.7),
+            meaningful=meaningful,
+            scores={"exact_match": 0.80},
+        ),
+        result("batched", generate_s=64.0, peak=pk(36.1), meaningful=meaningful, scores={"exact_match": 0.79}),
+        result(
+            "vllm",
+            recipe("vllm", engine=vllm()),
+            generate_s=20.8,
+            peak=pk(128.3),
+            meaningful=meaningful,
+            scores={"exact_match": 0.81},
+        ),
+        result(
+            "awq",
+            recipe("awq", engine=vllm(quantization="awq")),
+            generate_s=18.8,
+            peak=pk(128.5),
+            meaningful=meaningful,
+            scores={"exact_match": 0.75},
+        ),
+        result("broken", status="failed", error="boom"),
+    ]
 
 
 def test_write_charts_all_three(tmp_path):
@@ -495,7 +643,7 @@ def test_summary_links_the_charts(tmp_path):
     charts = section(text, "Charts")
     links = re.findall(r"!\[[^\]]+\]\(([^)]+\.png)\)", charts)
     assert sorted(links) == ["accuracy_vs_time.png", "memory.png", "time.png"]
-    assert all(_is_png(tmp_path / l) for l in links)
+    assert all(_is_png(tmp_path / link) for link in links)
     out2 = tmp_path / "dummy"
     out2.mkdir()
     text2 = write_summary(_chart_results(meaningful=False, peak=False), out2).read_text(encoding="utf-8")
@@ -504,60 +652,143 @@ def test_summary_links_the_charts(tmp_path):
 
 # --------------------------------------------------------------------------- 30 recipes
 
+
 def _thirty() -> list[RunResult]:
     """A realistic large study: sweeps over engine settings plus a few recipes that change a lot at once."""
     rs = [result("hf-sequential", recipe("hf-sequential", baseline=True), generate_s=3000.0, peak=15.7)]
     for bs in (8, 32, 128):
-        rs.append(result(f"hf-b{bs}", recipe(f"hf-b{bs}", engine={"kind": "transformers", "device": "cuda",
-                                                                    "batch_size": bs,
-                                                                    "attn_implementation": "sdpa"}),
-                         generate_s=3000.0 / bs ** 0.8, peak=20.0 + bs / 8))
+        rs.append(
+            result(
+                f"hf-b{bs}",
+                recipe(
+                    f"hf-b{bs}",
+                    engine={"kind": "transformers", "device": "cuda", "batch_size": bs, "attn_implementation": "sdpa"},
+                ),
+                generate_s=3000.0 / bs**0.8,
+                peak=20.0 + bs / 8,
+            )
+        )
     for util in (0.5, 0.7, 0.9):
         for eager in (True, False):
             for cache in (True, False):
                 n = f"vllm-u{int(util * 100)}-{'eager' if eager else 'graphs'}-{'cache' if cache else 'nocache'}"
-                rs.append(result(n, recipe(n, engine=vllm(gpu_memory_utilization=util, enforce_eager=eager,
-                                                          enable_prefix_caching=cache)),
-                                 generate_s=20.0 + util + eager + cache, peak=140 * util))
-    long_system = ("あなたは日本語の読解問題に答えるアシスタントです。\n答えは本文から抜き出し、"
-                   "説明を付けずに一語で書いてください。|区切り|も含む。")
+                rs.append(
+                    result(
+                        n,
+                        recipe(
+                            n,
+                            engine=vllm(gpu_memory_utilization=util, enforce_eager=eager, enable_prefix_caching=cache),
+                        ),
+                        generate_s=20.0 + util + eager + cache,
+                        peak=140 * util,
+                    )
+                )
+    long_system = (
+        "あなたは日本語の読解問題に答えるアシスタントです。\n答えは本文から抜き出し、"
+        "説明を付けずに一語で書いてください。|区切り|も含む。"
+    )
     for q in ("awq", "gptq", "fp8"):
         n = f"vllm-{q}-kitchen-sink"
-        rs.append(result(n, recipe(
-            n,
-            model={"id": f"/root/shared/models/qwen2.5-7b-instruct-{q}", "tokenizer":
-                   f"/root/shared/models/qwen2.5-7b-instruct-{q}", "dtype": "float16", "trust_remote_code": True},
-            engine=vllm(quantization=q, enable_prefix_caching=True, enforce_eager=True, max_model_len=4096,
-                        kv_cache_dtype="fp8", gpu_memory_utilization=0.85, seed=1234,
+        rs.append(
+            result(
+                n,
+                recipe(
+                    n,
+                    model={
+                        "id": f"/root/shared/models/qwen2.5-7b-instruct-{q}",
+                        "tokenizer": f"/root/shared/models/qwen2.5-7b-instruct-{q}",
+                        "dtype": "float16",
+                        "trust_remote_code": True,
+                    },
+                    engine=vllm(
+                        quantization=q,
+                        enable_prefix_caching=True,
+                        enforce_eager=True,
+                        max_model_len=4096,
+                        kv_cache_dtype="fp8",
+                        gpu_memory_utilization=0.85,
+                        seed=1234,
                         engine_args={"max_num_seqs": 512, "max_num_batched_tokens": 16384},
-                        env={"VLLM_USE_FLASHINFER_SAMPLER": "0"}),
-            dataset={"path": "/root/shared/data/jsquad/valid-v1.3-subset-with-a-long-name.json", "limit": 1000,
-                     "shuffle": True, "seed": 7},
-            prompt={"system": long_system, "template": "/root/project/templates/jsquad-with-context-first.j2",
-                    "system_template": None, "chat_template": True,
-                    "shots": {"placement": "system",
-                              "examples": [{"question": "琵琶湖がある都道府県はどこか。", "answer": "滋賀県"}]}},
-            sampling={"max_tokens": 16, "ignore_eos": True, "stop": ["\n", "。", "</s>"], "temperature": 0.2,
-                      "top_p": 0.95, "seed": 1}),
-            generate_s=15.0, peak=128.0))
+                        env={"VLLM_USE_FLASHINFER_SAMPLER": "0"},
+                    ),
+                    dataset={
+                        "path": "/root/shared/data/jsquad/valid-v1.3-subset-with-a-long-name.json",
+                        "limit": 1000,
+                        "shuffle": True,
+                        "seed": 7,
+                    },
+                    prompt={
+                        "system": long_system,
+                        "template": "/root/project/templates/jsquad-with-context-first.j2",
+                        "system_template": None,
+                        "chat_template": True,
+                        "shots": {
+                            "placement": "system",
+                            "examples": [{"question": "琵琶湖がある都道府県はどこか。", "answer": "滋賀県"}],
+                        },
+                    },
+                    sampling={
+                        "max_tokens": 16,
+                        "ignore_eos": True,
+                        "stop": ["\n", "。", "</s>"],
+                        "temperature": 0.2,
+                        "top_p": 0.95,
+                        "seed": 1,
+                    },
+                ),
+                generate_s=15.0,
+                peak=128.0,
+            )
+        )
     for mt in (8, 16, 64):
-        rs.append(result(f"vllm-max{mt}", recipe(f"vllm-max{mt}", engine=vllm(), sampling={"max_tokens": mt}),
-                         generate_s=10.0 + mt / 4, peak=128.0))
+        rs.append(
+            result(
+                f"vllm-max{mt}",
+                recipe(f"vllm-max{mt}", engine=vllm(), sampling={"max_tokens": mt}),
+                generate_s=10.0 + mt / 4,
+                peak=128.0,
+            )
+        )
     for kv in ("fp8", "fp8_e5m2"):
         rs.append(result(f"vllm-kv-{kv}", recipe(f"vllm-kv-{kv}", engine=vllm(kv_cache_dtype=kv)), generate_s=19.0))
     rs.append(result("vllm-tp2", recipe("vllm-tp2", engine=vllm(tensor_parallel_size=2)), generate_s=14.0))
     for q in ("bitsandbytes-4bit", "bitsandbytes-8bit"):
-        rs.append(result(f"hf-{q}", recipe(f"hf-{q}", engine={"kind": "transformers", "device": "cuda",
-                                                                "batch_size": 32, "quantization": q}),
-                         generate_s=900.0, peak=9.0))
-    rs.append(result("hf-eager-attn", recipe("hf-eager-attn", engine={"kind": "transformers", "device": "cuda",
-                                                                      "attn_implementation": "eager"}),
-                     generate_s=3500.0))
-    rs.append(result("vllm-offload", recipe("vllm-offload", engine=vllm(cpu_offload_gb=8)), status="failed",
-                     error="timed out after 400 s\n(recipe timeout)", hint="see engine.log"))
-    rs.append(result("vllm-plain", recipe("vllm-plain", engine=vllm()), generate_s=21.0,
-                     estimate=Estimate(n_measured=50, n_total=4442, per_example_s=0.005, projected_s=22.2,
-                                       low_s=20.0, high_s=24.4, method="t")))
+        rs.append(
+            result(
+                f"hf-{q}",
+                recipe(
+                    f"hf-{q}", engine={"kind": "transformers", "device": "cuda", "batch_size": 32, "quantization": q}
+                ),
+                generate_s=900.0,
+                peak=9.0,
+            )
+        )
+    rs.append(
+        result(
+            "hf-eager-attn",
+            recipe("hf-eager-attn", engine={"kind": "transformers", "device": "cuda", "attn_implementation": "eager"}),
+            generate_s=3500.0,
+        )
+    )
+    rs.append(
+        result(
+            "vllm-offload",
+            recipe("vllm-offload", engine=vllm(cpu_offload_gb=8)),
+            status="failed",
+            error="timed out after 400 s\n(recipe timeout)",
+            hint="see engine.log",
+        )
+    )
+    rs.append(
+        result(
+            "vllm-plain",
+            recipe("vllm-plain", engine=vllm()),
+            generate_s=21.0,
+            estimate=Estimate(
+                n_measured=50, n_total=4442, per_example_s=0.005, projected_s=22.2, low_s=20.0, high_s=24.4, method="t"
+            ),
+        )
+    )
     assert len(rs) == 30 and len({r.name for r in rs}) == 30
     return rs
 
@@ -585,8 +816,9 @@ def test_thirty_recipes_diff_cells_are_bounded():
 def test_thirty_recipes_short_diffs_are_complete():
     rows = summary_rows(summary_markdown(_thirty()))
     assert rows["hf-b32"][DIFF] == "engine.attn_implementation=sdpa, engine.batch_size=32"
-    assert rows["vllm-u50-eager-nocache"][DIFF] == ("engine.enable_prefix_caching=False, engine.enforce_eager=True, "
-                                                    "engine.gpu_memory_utilization=0.5")
+    assert rows["vllm-u50-eager-nocache"][DIFF] == (
+        "engine.enable_prefix_caching=False, engine.enforce_eager=True, engine.gpu_memory_utilization=0.5"
+    )
     assert rows["vllm-u90-graphs-cache"][DIFF] == "engine.enable_prefix_caching=True"
     assert rows["vllm-max64"][DIFF] == "sampling.max_tokens=64"
     assert rows["vllm-plain"][DIFF] == ""
@@ -594,12 +826,24 @@ def test_thirty_recipes_short_diffs_are_complete():
 
 # --------------------------------------------------------------------------- `runner report`
 
+
 def _stored(out: Path) -> list[RunResult]:
-    rs = [result("base", recipe("base", baseline=True), generate_s=100.0, scores={"exact_match": 0.4, "char_f1": 0.4}),
-          result("fast", recipe("fast", engine=vllm(enforce_eager=True)), generate_s=10.0,
-                 scores={"exact_match": 1.0, "char_f1": 1.0}),
-          result("broken", recipe("broken", engine=vllm(cpu_offload_gb=8)), status="failed", error="boom",
-                 hint="look at engine.log")]
+    rs = [
+        result("base", recipe("base", baseline=True), generate_s=100.0, scores={"exact_match": 0.4, "char_f1": 0.4}),
+        result(
+            "fast",
+            recipe("fast", engine=vllm(enforce_eager=True)),
+            generate_s=10.0,
+            scores={"exact_match": 1.0, "char_f1": 1.0},
+        ),
+        result(
+            "broken",
+            recipe("broken", engine=vllm(cpu_offload_gb=8)),
+            status="failed",
+            error="boom",
+            hint="look at engine.log",
+        ),
+    ]
     store(out, rs[0], samples("base", [0] * 6 + [1] * 4))
     store(out, rs[1], samples("fast", [1] * 10))
     store(out, rs[2])
@@ -678,9 +922,10 @@ def test_compressed_samples_are_read_like_plain_ones(tmp_path):
     import gzip
 
     from runner.reporting.stored import load_samples
+
     rows = [{"id": "a", "output": "x"}, {"id": "b", "output": "ｙ"}]
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     (tmp_path / "samples.jsonl.gz").write_bytes(gzip.compress(text.encode("utf-8")))
     assert load_samples(RunFolder(tmp_path)) == rows
     (tmp_path / "samples.jsonl").write_text(text[: text.index("\n") + 1], encoding="utf-8")
-    assert load_samples(RunFolder(tmp_path)) == rows[:1]        # the plain file wins
+    assert load_samples(RunFolder(tmp_path)) == rows[:1]  # the plain file wins

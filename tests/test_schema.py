@@ -1,5 +1,6 @@
 """Generated files (JSON Schemas, recipe reference) against the models, and every committed recipe and
 results.json against those schemas. Nothing here loads a model or imports torch."""
+
 from __future__ import annotations
 
 import copy
@@ -12,16 +13,13 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from runner.config import schema as gen
-from runner.engines import TransformersSpec, VLLMSpec
-from runner.config.recipe import (DatasetSpec, FieldMap, ModelSpec, PromptSpec, Recipe, Sampling, ShotExample,
-                           ShotsSpec)
 from runner.reporting.results import SCHEMA_VERSION
 
 PROJECT = Path(__file__).resolve().parents[1]
 REGEN = "out of date: run `python -m runner.config.schema` (from the project root) and commit the result"
 SCHEMA_LINE = "# yaml-language-server: $schema=../schema/recipe.schema.json"
 
-RECIPE_MODELS = [m for m, _ in gen._reference_models()]      # every engine of the registry, study keys, ...
+RECIPE_MODELS = [m for m, _ in gen._reference_models()]  # every engine of the registry, study keys, ...
 RECIPE_FILES = sorted((PROJECT / "recipes").glob("*.yaml"))
 RESULT_FILES = sorted((PROJECT / "reports").glob("**/results.json"))
 
@@ -50,6 +48,7 @@ def _errors(validator: Draft202012Validator, doc) -> list[str]:
 
 # --------------------------------------------------------------------------- generated files are current
 
+
 def _generated() -> dict[str, str]:
     return {
         "docs/recipe-reference.md": gen.reference_markdown(),
@@ -58,15 +57,24 @@ def _generated() -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("rel", ["docs/recipe-reference.md", "schema/recipe.schema.json",
-                                 "schema/results.schema.json"])
+@pytest.mark.parametrize("rel", ["docs/recipe-reference.md", "schema/recipe.schema.json", "schema/results.schema.json"])
 def test_generated_file_is_current(rel):
     committed = (PROJECT / rel).read_text(encoding="utf-8")
     expected = _generated()[rel]
     if committed != expected:
         import difflib
-        diff = "\n".join(list(difflib.unified_diff(committed.splitlines(), expected.splitlines(),
-                                                   f"{rel} (committed)", f"{rel} (generated)", lineterm=""))[:40])
+
+        diff = "\n".join(
+            list(
+                difflib.unified_diff(
+                    committed.splitlines(),
+                    expected.splitlines(),
+                    f"{rel} (committed)",
+                    f"{rel} (generated)",
+                    lineterm="",
+                )
+            )[:40]
+        )
         pytest.fail(f"{rel} is {REGEN}.\n{diff}")
 
 
@@ -79,6 +87,7 @@ def test_write_all_writes_exactly_the_generated_text(tmp_path):
 
 
 # --------------------------------------------------------------------------- every field documented
+
 
 def _section(md: str, title: str) -> str:
     m = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", md, flags=re.S | re.M)
@@ -106,6 +115,7 @@ def test_reference_lists_the_models_in_order():
 
 # --------------------------------------------------------------------------- recipes against the schema
 
+
 def test_there_are_recipes_to_check():
     assert len(RECIPE_FILES) >= 4
 
@@ -126,8 +136,12 @@ def test_recipe_first_line_is_the_schema_comment(path):
 @pytest.fixture
 def good_recipe() -> dict:
     from runner.config.loading import load_recipes
-    cell = next(lr for lr in load_recipes(PROJECT / "recipes" / "jsquad-study.yaml")
-                if lr.recipe.name == "jsquad-vllm-oneshot-cache")
+
+    cell = next(
+        lr
+        for lr in load_recipes(PROJECT / "recipes" / "jsquad-study.yaml")
+        if lr.recipe.name == "jsquad-vllm-oneshot-cache"
+    )
     return cell.recipe.model_dump(mode="json", exclude_defaults=True)
 
 
@@ -141,30 +155,36 @@ def _with(doc: dict, dotted: str, value) -> dict:
     return d
 
 
-@pytest.mark.parametrize("dotted,value", [
-    ("nmae", "typo"),                               # unknown top-level key
-    ("engine.enable_prefix_cache", True),           # unknown vllm key
-    ("engine.batch_size", 8),                       # a transformers-only key on a vllm engine
-    ("sampling.top_pp", 0.9),                       # unknown nested key
-    ("prompt.shots.examples", [{"question": "q", "answer": "a", "extra": 1}]),
-])
+@pytest.mark.parametrize(
+    "dotted,value",
+    [
+        ("nmae", "typo"),  # unknown top-level key
+        ("engine.enable_prefix_cache", True),  # unknown vllm key
+        ("engine.batch_size", 8),  # a transformers-only key on a vllm engine
+        ("sampling.top_pp", 0.9),  # unknown nested key
+        ("prompt.shots.examples", [{"question": "q", "answer": "a", "extra": 1}]),
+    ],
+)
 def test_recipe_with_unknown_key_fails_schema(good_recipe, recipe_validator, dotted, value):
     assert _errors(recipe_validator, good_recipe) == []
     assert _errors(recipe_validator, _with(good_recipe, dotted, value)), f"{dotted} was accepted"
 
 
-@pytest.mark.parametrize("dotted,value", [
-    ("sampling.max_tokens", "many"),
-    ("sampling.max_tokens", 0),
-    ("sampling.top_p", 1.5),
-    ("engine.enforce_eager", "yes"),
-    ("engine.gpu_memory_utilization", 1.2),
-    ("engine.kind", "tgi"),
-    ("model", "Qwen/Qwen2.5-7B-Instruct"),
-    ("metrics", ["exact_match", "bleu"]),
-    ("dataset.format", "xml"),
-    ("name", "has space"),
-])
+@pytest.mark.parametrize(
+    "dotted,value",
+    [
+        ("sampling.max_tokens", "many"),
+        ("sampling.max_tokens", 0),
+        ("sampling.top_p", 1.5),
+        ("engine.enforce_eager", "yes"),
+        ("engine.gpu_memory_utilization", 1.2),
+        ("engine.kind", "tgi"),
+        ("model", "Qwen/Qwen2.5-7B-Instruct"),
+        ("metrics", ["exact_match", "bleu"]),
+        ("dataset.format", "xml"),
+        ("name", "has space"),
+    ],
+)
 def test_recipe_with_wrong_type_or_value_fails_schema(good_recipe, recipe_validator, dotted, value):
     assert _errors(recipe_validator, good_recipe) == []
     assert _errors(recipe_validator, _with(good_recipe, dotted, value)), f"{dotted}={value!r} was accepted"
@@ -177,6 +197,7 @@ def test_recipe_missing_required_field_fails_schema(good_recipe, recipe_validato
 
 
 # --------------------------------------------------------------------------- committed results
+
 
 def test_there_are_committed_results():
     assert len(RESULT_FILES) >= 1

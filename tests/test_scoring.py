@@ -16,6 +16,7 @@ Sources (file@commit):
 The llm-jp-eval and flexeval rows were also checked once against fuzzywuzzy 0.18.0 with
 python-Levenshtein 0.21.1 installed (not a test dependency).
 """
+
 from __future__ import annotations
 
 import collections
@@ -35,7 +36,8 @@ def m(name: str, pred: str, golds: list[str], gold: str | None = None) -> float:
 
 # ------------------------------------------------------------------ the sources, transcribed
 
-def _src_normalize_answer(s):                  # JGLUE-patched squad_metrics.normalize_answer
+
+def _src_normalize_answer(s):  # JGLUE-patched squad_metrics.normalize_answer
     def remove_articles(text):
         return text.rstrip("。")
 
@@ -47,10 +49,11 @@ def _src_normalize_answer(s):                  # JGLUE-patched squad_metrics.nor
 
     def lower(text):
         return text.lower()
+
     return white_space_fix(remove_articles(remove_punc(lower(s))))
 
 
-def _src_compute_f1(a_gold, a_pred):            # JGLUE-patched compute_f1 (character-based)
+def _src_compute_f1(a_gold, a_pred):  # JGLUE-patched compute_f1 (character-based)
     gold_toks = list(_src_normalize_answer(a_gold))
     pred_toks = list(_src_normalize_answer(a_pred))
     common = collections.Counter(gold_toks) & collections.Counter(pred_toks)
@@ -64,7 +67,7 @@ def _src_compute_f1(a_gold, a_pred):            # JGLUE-patched compute_f1 (char
     return (2 * precision * recall) / (precision + recall)
 
 
-def _src_jglue(pred, answers):                  # get_raw_scores: filter, fallback, max
+def _src_jglue(pred, answers):  # get_raw_scores: filter, fallback, max
     gold_answers = [a for a in answers if _src_normalize_answer(a)] or [""]
     exact = max(int(_src_normalize_answer(a) == _src_normalize_answer(pred)) for a in gold_answers)
     return exact, max(_src_compute_f1(a, pred) for a in gold_answers)
@@ -79,7 +82,7 @@ def _lcs(a, b):
     return row[-1]
 
 
-def _fw_ratio(s1, s2):                          # fuzz.ratio: equivalence, empty, intr(100 * Levenshtein.ratio)
+def _fw_ratio(s1, s2):  # fuzz.ratio: equivalence, empty, intr(100 * Levenshtein.ratio)
     if s1 == s2:
         return 100
     if len(s1) == 0 or len(s2) == 0:
@@ -88,7 +91,7 @@ def _fw_ratio(s1, s2):                          # fuzz.ratio: equivalence, empty
     return round(100 * (1.0 - (lensum - 2 * _lcs(s1, s2)) / lensum))
 
 
-def _fw_full_process(s):                        # utils.full_process(s, force_ascii=True)
+def _fw_full_process(s):  # utils.full_process(s, force_ascii=True)
     s = s.translate({i: None for i in range(128, 256)})
     return re.sub(r"(?ui)\W", " ", s).lower().strip()
 
@@ -99,13 +102,13 @@ def _fw_token_sort_ratio(s1, s2):
     return _fw_ratio(sorted1, sorted2)
 
 
-def _src_llmjp(output, answers):                # get_evaluation_result, gold = answers[0]
+def _src_llmjp(output, answers):  # get_evaluation_result, gold = answers[0]
     y_pred = unicodedata.normalize("NFKC", output.split("\n\n")[0].strip())
     y_true = unicodedata.normalize("NFKC", answers[0])
     return _fw_token_sort_ratio(y_pred, y_true) / 100.0, float(y_pred == y_true)
 
 
-def _src_aio(text):                             # flexeval AIONormalizer.__call__
+def _src_aio(text):  # flexeval AIONormalizer.__call__
     text = unicodedata.normalize("NFKC", text.replace("～", "〜")).lower()
     text = re.sub(r"『(.*?)』", r"\1", re.sub(r"「(.*?)」", r"\1", text))
     text = text.replace("・", "").replace("=", "").replace("-", "")
@@ -114,24 +117,24 @@ def _src_aio(text):                             # flexeval AIONormalizer.__call_
 
 # ------------------------------------------------------------------ JGLUE, by hand
 
-JGLUE_CASES = [   # pred, golds, exact match, char F1 (hand-computed; see comments)
+JGLUE_CASES = [  # pred, golds, exact match, char F1 (hand-computed; see comments)
     ("東京都", ["東京都"], 1, 1.0),
-    ("東京都。", ["東京都"], 1, 1.0),                 # trailing 。 stripped
-    ("東京都。。", ["東京都"], 1, 1.0),               # rstrip strips them all
-    ("東京都。 ", ["東京都"], 0, 6 / 7),              # rstrip runs before whitespace collapse: P 3/4, R 1
-    ("東京都", ["東京"], 0, 0.8),                     # P 2/3, R 1
-    ("１９６４年", ["1964年"], 0, 0.2),               # no NFKC: only 年 in common, P = R = 1/5
-    ("「東京」", ["東京"], 0, 2 / 3),                 # brackets kept: P 2/4, R 1
-    ("東京、", ["東京"], 0, 0.8),                     # only a trailing 。 is stripped
-    ("New  York", ["new york"], 1, 1.0),              # lower-case, collapse whitespace
-    ("東京\u3000都", ["東京 都"], 1, 1.0),            # str.split() also splits the ideographic space
-    ("ＡＢＣ", ["ａｂｃ"], 1, 1.0),                   # Unicode lower-case of full-width letters
-    ("ＡＢＣ", ["abc"], 0, 0.0),                      # ... but no width folding
+    ("東京都。", ["東京都"], 1, 1.0),  # trailing 。 stripped
+    ("東京都。。", ["東京都"], 1, 1.0),  # rstrip strips them all
+    ("東京都。 ", ["東京都"], 0, 6 / 7),  # rstrip runs before whitespace collapse: P 3/4, R 1
+    ("東京都", ["東京"], 0, 0.8),  # P 2/3, R 1
+    ("１９６４年", ["1964年"], 0, 0.2),  # no NFKC: only 年 in common, P = R = 1/5
+    ("「東京」", ["東京"], 0, 2 / 3),  # brackets kept: P 2/4, R 1
+    ("東京、", ["東京"], 0, 0.8),  # only a trailing 。 is stripped
+    ("New  York", ["new york"], 1, 1.0),  # lower-case, collapse whitespace
+    ("東京\u3000都", ["東京 都"], 1, 1.0),  # str.split() also splits the ideographic space
+    ("ＡＢＣ", ["ａｂｃ"], 1, 1.0),  # Unicode lower-case of full-width letters
+    ("ＡＢＣ", ["abc"], 0, 0.0),  # ... but no width folding
     ("the Eiffel Tower", ["Eiffel Tower"], 0, 6 / 7),  # no article removal, spaces count: 12 common of 16/12
     ("", ["東京"], 0, 0.0),
-    ("", ["。"], 1, 1.0),                             # the gold normalizes to "": dropped, gold becomes ""
-    ("東京", ["。", "東京都"], 0, 0.8),               # the empty gold is dropped, not scored
-    ("東京", ["東京都", "東京"], 1, 1.0),             # max over golds
+    ("", ["。"], 1, 1.0),  # the gold normalizes to "": dropped, gold becomes ""
+    ("東京", ["。", "東京都"], 0, 0.8),  # the empty gold is dropped, not scored
+    ("東京", ["東京都", "東京"], 1, 1.0),  # max over golds
 ]
 
 
@@ -149,29 +152,29 @@ def test_jglue_gold_first():
 
 # ------------------------------------------------------------------ llm-jp-eval, by hand
 
-LLMJP_CASES = [   # output, golds, char_f1, exact_match
+LLMJP_CASES = [  # output, golds, char_f1, exact_match
     ("東京都", ["東京都"], 1.0, 1.0),
-    ("東京都です", ["東京都"], 0.75, 0.0),            # Indel ratio 2*3/8
-    ("東京都。", ["東京都"], 1.0, 0.0),               # full_process turns 。 into a space, stripped
+    ("東京都です", ["東京都"], 0.75, 0.0),  # Indel ratio 2*3/8
+    ("東京都。", ["東京都"], 1.0, 0.0),  # full_process turns 。 into a space, stripped
     ("「東京」", ["東京"], 1.0, 0.0),
-    ("１９６４年", ["1964年"], 1.0, 1.0),             # NFKC on both
+    ("１９６４年", ["1964年"], 1.0, 1.0),  # NFKC on both
     ("東京都\n\n### 入力:\n文章：", ["東京都"], 1.0, 1.0),  # cut at the first blank line
-    ("  東京都  ", ["東京都"], 1.0, 1.0),             # stripped
-    ("東京都\n補足", ["東京都"], 0.67, 0.0),          # "東京都 補足" vs "東京都": 2*3/9 = 66.7 -> 67
-    ("Tokyo Tower", ["tower tokyo"], 1.0, 0.0),       # lower-cased, tokens sorted
+    ("  東京都  ", ["東京都"], 1.0, 1.0),  # stripped
+    ("東京都\n補足", ["東京都"], 0.67, 0.0),  # "東京都 補足" vs "東京都": 2*3/9 = 66.7 -> 67
+    ("Tokyo Tower", ["tower tokyo"], 1.0, 0.0),  # lower-cased, tokens sorted
     ("二つ名", ["通り名、二つ名、異名", "二つ名"], 0.46, 0.0),  # first gold only: "二つ名 異名 通り名", 2*3/13
-    ("café", ["cafe"], 0.86, 0.0),                    # U+00E9 dropped: "caf" vs "cafe" = 2*3/7 -> 86
-    ("x", ["xabcdefghijklmn"], 0.12, 0.0),            # 2*1/16 = 12.5 -> 12 (round half to even)
-    ("xyz", ["xyzabcdefghij"], 0.38, 0.0),            # 2*3/16 = 37.5 -> 38 (round half to even)
+    ("café", ["cafe"], 0.86, 0.0),  # U+00E9 dropped: "caf" vs "cafe" = 2*3/7 -> 86
+    ("x", ["xabcdefghijklmn"], 0.12, 0.0),  # 2*1/16 = 12.5 -> 12 (round half to even)
+    ("xyz", ["xyzabcdefghij"], 0.38, 0.0),  # 2*3/16 = 37.5 -> 38 (round half to even)
     ("", ["東京"], 0.0, 0.0),
-    ("。", ["、"], 1.0, 0.0),                         # both process to "": equal strings score 100
-    ("\n\n東京", ["東京"], 0.0, 0.0),                 # the answer after a leading blank line is cut away
+    ("。", ["、"], 1.0, 0.0),  # both process to "": equal strings score 100
+    ("\n\n東京", ["東京"], 0.0, 0.0),  # the answer after a leading blank line is cut away
 ]
 
 
 @pytest.mark.parametrize(("out", "golds", "f1", "em"), LLMJP_CASES)
 def test_llmjp_by_hand(out, golds, f1, em):
-    assert m("llmjp_char_f1", out, golds) == f1       # whole percents: exact, not approx
+    assert m("llmjp_char_f1", out, golds) == f1  # whole percents: exact, not approx
     assert m("llmjp_exact_match", out, golds) == em
     assert _src_llmjp(out, golds) == (f1, em)
 
@@ -183,15 +186,15 @@ def test_llmjp_gold_max_overrides_first():
 
 # ------------------------------------------------------------------ flexeval, by hand
 
-FLEXEVAL_CASES = [   # output, golds, char_f1, exact_match
-    ("テスト", ["テストです"], 0.75, 0.0),            # flexeval's own test
+FLEXEVAL_CASES = [  # output, golds, char_f1, exact_match
+    ("テスト", ["テストです"], 0.75, 0.0),  # flexeval's own test
     ("テスト", ["テストです", "テスト"], 1.0, 1.0),
-    ("10", ["Answer: 10"], 0.33, 0.0),                # 2*2/12 = 33.3 -> 33, as in flexeval's test
-    ("abcd", ["abcd", "ABCD"], 1.0, 1.0),             # flexeval CharF1 docstring
-    ("efgh", ["efGH"], 0.5, 0.0),                     # case-sensitive
-    ("東京都。", ["東京都"], 0.86, 0.0),              # no normalization: 2*3/7 -> 86
-    ("１９６４年", ["1964年"], 0.2, 0.0),             # no NFKC: 2*1/10
-    (" 東京", ["東京"], 0.8, 0.0),                    # whitespace counts: 2*2/5
+    ("10", ["Answer: 10"], 0.33, 0.0),  # 2*2/12 = 33.3 -> 33, as in flexeval's test
+    ("abcd", ["abcd", "ABCD"], 1.0, 1.0),  # flexeval CharF1 docstring
+    ("efgh", ["efGH"], 0.5, 0.0),  # case-sensitive
+    ("東京都。", ["東京都"], 0.86, 0.0),  # no normalization: 2*3/7 -> 86
+    ("１９６４年", ["1964年"], 0.2, 0.0),  # no NFKC: 2*1/10
+    (" 東京", ["東京"], 0.8, 0.0),  # whitespace counts: 2*2/5
     ("", ["東京"], 0.0, 0.0),
     ("x", ["xabcdefghijklmn"], 0.12, 0.0),
 ]
@@ -204,14 +207,14 @@ def test_flexeval_by_hand(out, golds, f1, em):
     assert max(_fw_ratio(out, g) for g in golds) / 100 == f1
 
 
-AIO_CASES = [   # output, golds, char_f1, exact_match (AIONormalizer on both sides)
-    ("「蛹化（ようか）」", ["蛹化"], 1.0, 1.0),        # NFKC makes （） ASCII, then (…) is removed
+AIO_CASES = [  # output, golds, char_f1, exact_match (AIONormalizer on both sides)
+    ("「蛹化（ようか）」", ["蛹化"], 1.0, 1.0),  # NFKC makes （） ASCII, then (…) is removed
     ("レオナルド・ダ・ヴィンチ", ["レオナルド=ダ=ヴィンチ"], 1.0, 1.0),
     ("３回", ["3回"], 1.0, 1.0),
     ("Apple", ["apple"], 1.0, 1.0),
     ("さまぁ～ず", ["さまぁ〜ず"], 1.0, 1.0),
     ("hyper text markup", ["hypertextmarkup"], 1.0, 1.0),
-    ("東京都。", ["東京都"], 0.86, 0.0),              # 。 is not removed
+    ("東京都。", ["東京都"], 0.86, 0.0),  # 。 is not removed
 ]
 
 
@@ -224,16 +227,16 @@ def test_flexeval_normalized_by_hand(out, golds, f1, em):
 
 # ------------------------------------------------------------------ the runner's own (unchanged)
 
-RUNNER_CASES = [   # pred, golds, exact_match, char_f1, contains
+RUNNER_CASES = [  # pred, golds, exact_match, char_f1, contains
     ("東京都", ["東京"], 0.0, 0.8, 1.0),
-    ("「東京」。", ["東京"], 1.0, 1.0, 1.0),           # punctuation removed
-    ("１９６４年", ["1964年"], 1.0, 1.0, 1.0),         # NFKC
-    ("京東", ["東京"], 0.0, 1.0, 0.0),                 # bag of characters
-    ("あああ", ["あ"], 0.0, 0.5, 1.0),                 # multiplicity: P 1/3, R 1
+    ("「東京」。", ["東京"], 1.0, 1.0, 1.0),  # punctuation removed
+    ("１９６４年", ["1964年"], 1.0, 1.0, 1.0),  # NFKC
+    ("京東", ["東京"], 0.0, 1.0, 0.0),  # bag of characters
+    ("あああ", ["あ"], 0.0, 0.5, 1.0),  # multiplicity: P 1/3, R 1
     ("", ["東京"], 0.0, 0.0, 0.0),
-    ("", ["。"], 1.0, 1.0, 0.0),                       # both empty after normalization
-    ("大阪", ["東京", "大阪府"], 0.0, 0.8, 0.0),       # max over golds
-    ("東京", [], 0.0, 0.0, 0.0),                       # no gold answers
+    ("", ["。"], 1.0, 1.0, 0.0),  # both empty after normalization
+    ("大阪", ["東京", "大阪府"], 0.0, 0.8, 0.0),  # max over golds
+    ("東京", [], 0.0, 0.0, 0.0),  # no gold answers
 ]
 
 
@@ -243,7 +246,7 @@ def test_runner_metrics_unchanged(pred, golds, em, f1, contains):
         assert m(f"{prefix}exact_match", pred, golds) == em
         assert m(f"{prefix}char_f1", pred, golds) == pytest.approx(f1)
         assert m(f"{prefix}contains", pred, golds) == contains
-    assert METRICS["char_f1"](pred, golds) == pytest.approx(f1)    # old call form: metric(pred, golds)
+    assert METRICS["char_f1"](pred, golds) == pytest.approx(f1)  # old call form: metric(pred, golds)
 
 
 # ------------------------------------------------------------------ cross-check on random strings
@@ -264,20 +267,22 @@ def test_random_strings_agree_with_transcribed_sources():
         assert m("jglue_char_f1", pred, golds) == pytest.approx(f1)
         assert (m("llmjp_char_f1", pred, golds), m("llmjp_exact_match", pred, golds)) == _src_llmjp(pred, golds)
         assert m("flexeval_char_f1", pred, golds) == max(_fw_ratio(pred, g) for g in golds) / 100
-        assert m("flexeval_char_f1_normalized", pred, golds) == max(
-            _fw_ratio(_src_aio(pred), _src_aio(g)) for g in golds) / 100
+        assert (
+            m("flexeval_char_f1_normalized", pred, golds)
+            == max(_fw_ratio(_src_aio(pred), _src_aio(g)) for g in golds) / 100
+        )
 
 
 # ------------------------------------------------------------------ post-processing
 
-POSTPROCESS_CASES = [   # settings, output, what the metrics see
-    ({}, " 東京都\n", " 東京都\n"),                                     # nothing by default
+POSTPROCESS_CASES = [  # settings, output, what the metrics see
+    ({}, " 東京都\n", " 東京都\n"),  # nothing by default
     ({"cut_at": ["\n\n"]}, "東京都\n\n### 入力:", "東京都"),
-    ({"cut_at": ["\n", "。"]}, "東京都。です\nX", "東京都"),               # the earliest stop wins
-    ({"strip_prefixes": ["回答:"]}, "回答：東京", "東京"),                 # full-width colon
-    ({"strip_prefixes": ["答え:"]}, "  答え:  東京", "東京"),               # leading and following space
-    ({"strip_prefixes": ["Answer:"]}, "ANSWER：Tokyo", "Tokyo"),          # case-insensitive
-    ({"strip_prefixes": ["回答:"]}, "東京 回答: x", "東京 回答: x"),       # only at the start
+    ({"cut_at": ["\n", "。"]}, "東京都。です\nX", "東京都"),  # the earliest stop wins
+    ({"strip_prefixes": ["回答:"]}, "回答：東京", "東京"),  # full-width colon
+    ({"strip_prefixes": ["答え:"]}, "  答え:  東京", "東京"),  # leading and following space
+    ({"strip_prefixes": ["Answer:"]}, "ANSWER：Tokyo", "Tokyo"),  # case-insensitive
+    ({"strip_prefixes": ["回答:"]}, "東京 回答: x", "東京 回答: x"),  # only at the start
     ({"strip_prefixes": ["答え:", "回答:"]}, "答え: 回答: 東京", "回答: 東京"),  # one label only
     ({"strip_prefixes": ["Answer", "Answer:"]}, "Answer: Tokyo", "Tokyo"),  # the longest label
     ({"strip": True}, "  東京 \n", "東京"),
@@ -299,12 +304,13 @@ def test_postprocess_rejects_empty_strings():
 
 # ------------------------------------------------------------------ score_sample and ScoringSpec
 
+
 def test_score_sample_default_is_the_metrics_alone():
     names = ["char_f1", "jglue_char_f1", "llmjp_char_f1", "flexeval_char_f1"]
     got = score_sample(" 東京都です", ["東京都", "東京"], names, ScoringSpec())
     assert got == {n: METRICS[n](" 東京都です", ["東京都", "東京"]) for n in names}
-    assert got["flexeval_char_f1"] == 0.67       # " 東京都です" vs "東京": 2*2/8 = 50; vs "東京都": 2*3/9 -> 67
-    assert got["llmjp_char_f1"] == 0.75          # stripped, first gold only
+    assert got["flexeval_char_f1"] == 0.67  # " 東京都です" vs "東京": 2*2/8 = 50; vs "東京都": 2*3/9 -> 67
+    assert got["llmjp_char_f1"] == 0.75  # stripped, first gold only
 
 
 def test_score_sample_strips_answer_labels_before_every_metric():
@@ -347,6 +353,7 @@ def test_scoring_spec_is_strict_and_frozen():
 
 # ------------------------------------------------------------------ conventions as data
 
+
 def test_every_metric_names_its_convention():
     expected = {"runner": "max", "JGLUE": "max", "llm-jp-eval": "first", "flexeval": "max", "flexeval+AIO": "max"}
     seen = set()
@@ -363,8 +370,11 @@ def test_every_metric_names_its_convention():
 
 def test_conventions_for_a_report():
     got = conventions(["char_f1", "llmjp_char_f1", "jglue_char_f1"])
-    assert {n: c.name for n, c in got.items()} == {"char_f1": "runner", "llmjp_char_f1": "llm-jp-eval",
-                                                   "jglue_char_f1": "JGLUE"}
+    assert {n: c.name for n, c in got.items()} == {
+        "char_f1": "runner",
+        "llmjp_char_f1": "llm-jp-eval",
+        "jglue_char_f1": "JGLUE",
+    }
     assert got["llmjp_char_f1"].as_dict()["gold"] == "first"
     assert got["jglue_char_f1"].describe().startswith("JGLUE (gold: max): ")
     assert get_metric("char_f1").name == "runner_char_f1"

@@ -6,6 +6,7 @@ no server mode, the parent ending a server whose recipe process was SIGKILLed, a
 
 Only process groups these tests can name are checked (the pgid the fake server prints, the one a test
 starts); nothing scans the machine."""
+
 from __future__ import annotations
 
 import json
@@ -32,17 +33,26 @@ from runner.reporting.results import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_DATA = ROOT / "runner" / "demo" / "demo-ja.json"
-REPLY = "東京 です よ ね"                     # four words: four streamed chunks, so TPOT is defined
+REPLY = "東京 です よ ね"  # four words: four streamed chunks, so TPOT is defined
 
 
 def recipe(name: str, *, load: dict | None = None, **engine) -> dict:
-    return {"name": name, "model": {"id": "builtin:demo"},
-            "engine": {"kind": "fake", "reply": REPLY, "delay_s": 0.02, **engine},
-            "dataset": {"format": "squad", "path": str(DEMO_DATA)},
-            "prompt": {"template": "jsquad.j2", "system_template": "jsquad-system.j2"},
-            "sampling": {"temperature": 0, "max_tokens": 16}, "metrics": ["exact_match", "char_f1"],
-            "load": load or {"request_rate": [20, 200, "inf"], "num_requests": 8, "warmup_requests": 2,
-                             "slo": {"ttft_ms": 50, "tpot_ms": 50}}}
+    return {
+        "name": name,
+        "model": {"id": "builtin:demo"},
+        "engine": {"kind": "fake", "reply": REPLY, "delay_s": 0.02, **engine},
+        "dataset": {"format": "squad", "path": str(DEMO_DATA)},
+        "prompt": {"template": "jsquad.j2", "system_template": "jsquad-system.j2"},
+        "sampling": {"temperature": 0, "max_tokens": 16},
+        "metrics": ["exact_match", "char_f1"],
+        "load": load
+        or {
+            "request_rate": [20, 200, "inf"],
+            "num_requests": 8,
+            "warmup_requests": 2,
+            "slo": {"ttft_ms": 50, "tpot_ms": 50},
+        },
+    }
 
 
 def write(path: Path, d: dict) -> Path:
@@ -102,8 +112,8 @@ def test_per_rate_figures_saturation_and_headline(call):
         assert p.requests == p.completed == 8 and p.errors == 0 and p.cache_reset is True
         assert p.ttft_ms.p50 > 0 and p.tpot_ms.p50 > 0 and p.e2e_ms.p99 >= p.e2e_ms.p50 and p.itl_ms is not None
         assert p.output_tokens == 8 * 4 and p.prompt_tokens > 0 and p.good is not None and p.goodput is not None
-        assert set(p.scores) == {"exact_match", "char_f1"} and p.cached_tokens is None     # no cache to report
-        assert p.server_counters["fake:requests_total"] == 8          # the measured requests only, not the warmup
+        assert set(p.scores) == {"exact_match", "char_f1"} and p.cached_tokens is None  # no cache to report
+        assert p.server_counters["fake:requests_total"] == 8  # the measured requests only, not the warmup
     assert high.request_throughput < 0.9 * 200 and high.ttft_ms.p50 > 2 * low.ttft_ms.p50
     assert sv.headline_rate == 20 and sv.command[:3] == [sys.executable, "-m", "runner.engines.fake_server"]
     # the top-level figures are the headline rate's
@@ -113,14 +123,14 @@ def test_per_rate_figures_saturation_and_headline(call):
     assert r.scores == low.scores and r.timings.load_s == sv.server_start_s > 0
     assert {k.name: k.status for k in r.knobs} == {"reply": "applied", "delay_s": "applied"}
     raw = json.loads((out / "serve" / "results.json").read_text())
-    assert raw["serving"]["skipped_rates"] == ["inf"]              # JSON has no infinity
+    assert raw["serving"]["skipped_rates"] == ["inf"]  # JSON has no infinity
 
 
 @pytest.mark.slow
 def test_report_has_latency_per_rate_formulas_and_chart(call):
     _, out = call
     report = (out / "serve" / "report.md").read_text()
-    section = report[report.index("## Serving under load"):]
+    section = report[report.index("## Serving under load") :]
     assert "### Latency per rate (ms)" in section and "### Throughput, accuracy and errors per rate" in section
     assert "TPOT = (E2E − TTFT) / (N − 1)" in section and "TTFT = t(first streamed chunk" in section
     assert "prefix cache was emptied (`POST /reset_prefix_cache`)" in section
@@ -153,7 +163,7 @@ def test_server_is_gone_and_a_crashing_one_fails_its_recipe_only(call):
     crash = result(out, "crash")
     assert crash.status == "failed" and crash.serving is None
     assert "the server exited with code 1 before it was ready" in crash.error
-    assert "failing before it is ready" in crash.error                  # the server's own last words
+    assert "failing before it is ready" in crash.error  # the server's own last words
     assert group_gone(server_pgid(out / "crash" / "engine.log"))
     assert "FAILED crash" in res.output and "ok serve" in res.output and "Traceback" not in res.output
 
@@ -178,10 +188,10 @@ def test_parent_ends_a_recorded_server_group(tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
-    folder.server_pgid.write_text(str(os.getpgrp()))        # never this process's own group
+    folder.server_pgid.write_text(str(os.getpgrp()))  # never this process's own group
     end_recorded_server(folder)
     assert not folder.server_pgid.exists()
-    end_recorded_server(folder)                              # nothing recorded: nothing to do
+    end_recorded_server(folder)  # nothing recorded: nothing to do
 
 
 @pytest.mark.slow
@@ -189,8 +199,21 @@ def test_server_of_a_killed_recipe_process_is_ended_by_the_parent(tmp_path):
     """SIGKILL the recipe's process mid-sweep: its server (own session) is ended by `runner go` after it."""
     d = recipe("slow", load={"request_rate": [2], "num_requests": 40, "warmup_requests": 0})
     out = tmp_path / "out"
-    go = subprocess.Popen([sys.executable, "-m", "runner", "go", str(write(tmp_path / "slow.yaml", d)), "--out",
-                           str(out), "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    go = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "go",
+            str(write(tmp_path / "slow.yaml", d)),
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         log, deadline = out / "slow" / "engine.log", time.monotonic() + 30
         while not (log.exists() and "server ready" in log.read_text()):
@@ -212,8 +235,17 @@ def test_fake_server_reply_and_request_sampling():
     assert reply_words("a b c d", {"max_tokens": 2}) == (["a", " b"], "length")
     assert reply_words("a b. c", {"stop": ["."], "max_tokens": 9}) == (["a", " b"], "stop")
     greedy = request_sampling(Sampling(temperature=0, top_p=0.5, top_k=5, max_tokens=7, stop=["\n"]))
-    assert greedy == {"max_tokens": 7, "temperature": 0, "top_p": 1.0, "top_k": 0, "min_p": 0.0,
-                      "repetition_penalty": 1.0, "stop": ["\n"], "ignore_eos": None, "seed": None}
+    assert greedy == {
+        "max_tokens": 7,
+        "temperature": 0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+        "stop": ["\n"],
+        "ignore_eos": None,
+        "seed": None,
+    }
     hot = request_sampling(Sampling(temperature=0.7, top_p=0.5, top_k=5, ignore_eos=True, seed=3))
     assert (hot["top_p"], hot["top_k"], hot["ignore_eos"], hot["seed"], hot["stop"]) == (0.5, 5, True, 3, None)
 
@@ -222,9 +254,10 @@ VLLM_LOG = (
     "(EngineCore_DP0 pid=9) INFO [core.py:93] Initializing a V1 LLM engine (v0.26.0) with config: model='m', "
     "tokenizer='m', dtype=torch.bfloat16, max_seq_len=32768, load_format=dummy, tensor_parallel_size=1, "
     "quantization=None, enforce_eager=True, kv_cache_dtype=auto, device_config=cuda, seed=0, served_model_name=m, "
-    "enable_prefix_caching=False, chunked_prefill_enabled=True, compilation_config={\"level\": 0}\n"
+    'enable_prefix_caching=False, chunked_prefill_enabled=True, compilation_config={"level": 0}\n'
     "(EngineCore_DP0 pid=9) INFO Model loading took 14.25 GiB memory and 3.1 seconds\n"
-    "(EngineCore_DP0 pid=9) INFO GPU KV cache size: 1,234,567 tokens\n")
+    "(EngineCore_DP0 pid=9) INFO GPU KV cache size: 1,234,567 tokens\n"
+)
 
 
 def test_vllm_serve_evidence_from_the_server_log_and_counters():
@@ -234,7 +267,7 @@ def test_vllm_serve_evidence_from_the_server_log_and_counters():
     knobs = {k.name: k for k in ev.knobs}
     assert knobs["enable_prefix_caching"].status == "ignored" and knobs["enable_prefix_caching"].effective is False
     assert knobs["enforce_eager"].status == "applied" and knobs["load_format"].status == "applied"
-    assert knobs["gpu_memory_utilization"].status == "unverified"      # not in the config line
+    assert knobs["gpu_memory_utilization"].status == "unverified"  # not in the config line
     assert (ev.cached_tokens, ev.weights_gib, ev.kv_cache_tokens) == (0, 14.25, 1234567)
     none = spec.serve_evidence(ModelSpec(id="m"), "", {"vllm:prefix_cache_hits_total": 7.0})
     assert none.knobs == () and none.cached_tokens == 7 and "not verified" in none.notes[0]

@@ -1,4 +1,5 @@
 """Small statistics: percentiles, time projections with intervals, shared prefixes, McNemar."""
+
 from __future__ import annotations
 
 import math
@@ -7,15 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from runner.config.recipe import PromptSpec
 from runner.inputs.datasets import Example
 from runner.inputs.prompts import PromptBuilder
-from runner.config.recipe import PromptSpec
 from runner.reporting.stats import common_prefix_len, mcnemar_exact, percentile, prefix_share, project, summary, t95
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
 # --------------------------------------------------------------------------- percentile / summary
+
 
 def test_percentile_known_values():
     xs = [1, 2, 3, 4, 5]
@@ -56,10 +58,11 @@ def test_summary():
 
 # --------------------------------------------------------------------------- project
 
+
 def test_project_known_sequence():
     p = project([1, 2, 3, 4, 5], 100)
-    sd = math.sqrt(2.5)                        # sample sd of 1..5
-    half = 2.776 * sd / math.sqrt(5)           # t(4) = 2.776
+    sd = math.sqrt(2.5)  # sample sd of 1..5
+    half = 2.776 * sd / math.sqrt(5)  # t(4) = 2.776
     assert p["per_example_s"] == pytest.approx(3.0)
     assert p["projected_s"] == pytest.approx(300.0)
     assert p["low_s"] == pytest.approx((3 - half) * 100)
@@ -98,8 +101,20 @@ def test_t95_table_values():
 
 
 # two-sided 95% Student t quantiles (t_{0.975, df}) from standard tables
-TRUE_T975 = {11: 2.201, 13: 2.160, 14: 2.145, 16: 2.120, 19: 2.093, 21: 2.080, 29: 2.045, 35: 2.030,
-             39: 2.023, 50: 2.009, 100: 1.984, 200: 1.972}
+TRUE_T975 = {
+    11: 2.201,
+    13: 2.160,
+    14: 2.145,
+    16: 2.120,
+    19: 2.093,
+    21: 2.080,
+    29: 2.045,
+    35: 2.030,
+    39: 2.023,
+    50: 2.009,
+    100: 1.984,
+    200: 1.972,
+}
 
 
 @pytest.mark.parametrize("df", sorted(TRUE_T975))
@@ -108,6 +123,7 @@ def test_t95_is_never_below_the_true_quantile(df):
 
 
 # --------------------------------------------------------------------------- shared prefixes
+
 
 def test_common_prefix_len():
     assert common_prefix_len([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
@@ -132,10 +148,20 @@ def test_prefix_share_on_rendered_oneshot_prompts(tmp_path):
     """Prompts rendered from the one-shot templates share exactly the system prompt plus the
     user template's head ("\\nQuestion:") when the questions differ in their first character."""
     shot = {"question": "琵琶湖がある都道府県はどこか。", "context": "琵琶湖 [SEP] 滋賀県にある。", "answer": "滋賀県"}
-    b = PromptBuilder(PromptSpec(template="jsquad.j2", system_template="jsquad-system-oneshot.j2",
-                                 shots={"placement": "system", "examples": [shot]}), tmp_path, "r.yaml")
-    exs = [Example("1", "日本の首都は？", "東京"), Example("2", "富士山の高さは？", "3776m"),
-           Example("3", "琵琶湖の面積は？", "670")]
+    b = PromptBuilder(
+        PromptSpec(
+            template="jsquad.j2",
+            system_template="jsquad-system-oneshot.j2",
+            shots={"placement": "system", "examples": [shot]},
+        ),
+        tmp_path,
+        "r.yaml",
+    )
+    exs = [
+        Example("1", "日本の首都は？", "東京"),
+        Example("2", "富士山の高さは？", "3776m"),
+        Example("3", "琵琶湖の面積は？", "670"),
+    ]
     texts = ["\n".join(m["content"] for m in b.messages(e)) for e in exs]
     seqs = [[ord(ch) for ch in t] for t in texts]
     system = b.messages(exs[0])[0]["content"]
@@ -148,8 +174,9 @@ def test_prefix_share_on_rendered_oneshot_prompts(tmp_path):
 
 # --------------------------------------------------------------------------- McNemar
 
+
 def test_mcnemar_known_values():
-    assert mcnemar_exact(0, 6) == pytest.approx(0.03125)     # 2 * (1/2)^6
+    assert mcnemar_exact(0, 6) == pytest.approx(0.03125)  # 2 * (1/2)^6
     assert mcnemar_exact(6, 0) == pytest.approx(0.03125)
     assert mcnemar_exact(1, 9) == pytest.approx(2 * (1 + 10) / 1024)
     assert mcnemar_exact(0, 5) == pytest.approx(0.0625)
@@ -158,7 +185,7 @@ def test_mcnemar_known_values():
 
 def test_mcnemar_no_evidence():
     assert mcnemar_exact(0, 0) == 1.0
-    assert mcnemar_exact(3, 3) == 1.0       # capped at 1
+    assert mcnemar_exact(3, 3) == 1.0  # capped at 1
     assert mcnemar_exact(5, 4) == 1.0
 
 

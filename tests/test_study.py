@@ -1,5 +1,6 @@
 """Study files (issue 12): `base:` chains, `matrix` x `variants` expansion, labels and names, `exclude`,
 `abstract` base-only files, `--set` on every cell, and the project's JSQuAD study. Loading only: nothing runs."""
+
 from __future__ import annotations
 
 import copy
@@ -32,6 +33,7 @@ def error(fn, *a, **kw) -> RecipeError:
 
 # --------------------------------------------------------------------------- base chains
 
+
 def test_base_chain_merges_mappings_and_replaces_lists(write_recipe, base_recipe):
     grand = copy.deepcopy(base_recipe)
     del grand["name"]
@@ -43,7 +45,7 @@ def test_base_chain_merges_mappings_and_replaces_lists(write_recipe, base_recipe
     lr = load_recipe(p)
     s = lr.recipe.sampling
     assert (s.temperature, s.max_tokens, s.stop) == (0, 8, ["c"])
-    assert lr.recipe.metrics == ["exact_match"]                  # a list is replaced, not appended to
+    assert lr.recipe.metrics == ["exact_match"]  # a list is replaced, not appended to
     assert lr.recipe.engine.kind == "transformers" and lr.recipe.model.id == "builtin:demo"
     assert lr.study is None and lr.cell == {}
     assert lr.path == str(p.resolve())
@@ -87,7 +89,7 @@ def test_paths_in_a_base_are_relative_to_the_base(write_recipe, base_recipe, tmp
     lr = load_recipe(p)
     assert lr.recipe.dataset.path == "../../data/d.json"
     assert lr.resolve(lr.recipe.dataset.path).resolve() == (tmp_path / "data" / "d.json").resolve()
-    assert lr.recipe.prompt.template == "jsquad.j2"              # a bare template name stays a name
+    assert lr.recipe.prompt.template == "jsquad.j2"  # a bare template name stays a name
 
 
 def test_line_numbers_point_into_the_base(write_recipe, base_recipe):
@@ -99,22 +101,38 @@ def test_line_numbers_point_into_the_base(write_recipe, base_recipe):
 
 # --------------------------------------------------------------------------- matrix, labels, names
 
+
 def test_matrix_expands_every_combination_with_names(write_recipe, base_recipe):
-    p = write_recipe(study(base_recipe, matrix={"sampling.max_tokens": [8, 16],
-                                                "engine.batch_size": [1, 4], "sampling.temperature": [0]}))
+    p = write_recipe(
+        study(
+            base_recipe,
+            matrix={"sampling.max_tokens": [8, 16], "engine.batch_size": [1, 4], "sampling.temperature": [0]},
+        )
+    )
     loaded = load_recipes(p)
-    assert names(loaded) == ["t-max_tokens-8-batch_size-1", "t-max_tokens-8-batch_size-4",
-                             "t-max_tokens-16-batch_size-1", "t-max_tokens-16-batch_size-4"]
+    assert names(loaded) == [
+        "t-max_tokens-8-batch_size-1",
+        "t-max_tokens-8-batch_size-4",
+        "t-max_tokens-16-batch_size-1",
+        "t-max_tokens-16-batch_size-4",
+    ]
     last = loaded[-1]
     assert (last.recipe.sampling.max_tokens, last.recipe.engine.batch_size) == (16, 4)
     assert last.study == "t"
-    assert last.cell == {"sampling.max_tokens": 16, "engine.batch_size": 4}   # one-value axes do not vary
+    assert last.cell == {"sampling.max_tokens": 16, "engine.batch_size": 4}  # one-value axes do not vary
 
 
 def test_default_labels_of_text_bool_and_null(write_recipe, base_recipe):
-    p = write_recipe(study(base_recipe, matrix={"prompt.template": ["jsquad.j2", "sub/other-layout.j2"],
-                                                "sampling.ignore_eos": [False, True],
-                                                "sampling.seed": [None, 3]}))
+    p = write_recipe(
+        study(
+            base_recipe,
+            matrix={
+                "prompt.template": ["jsquad.j2", "sub/other-layout.j2"],
+                "sampling.ignore_eos": [False, True],
+                "sampling.seed": [None, 3],
+            },
+        )
+    )
     loaded = load_recipes(p)
     assert names(loaded)[0] == "t-jsquad-ignore_eos-off-seed-none"
     assert names(loaded)[-1] == "t-other-layout-ignore_eos-on-seed-3"
@@ -122,9 +140,16 @@ def test_default_labels_of_text_bool_and_null(write_recipe, base_recipe):
 
 
 def test_labels_name_the_values_and_an_empty_label_is_left_out(write_recipe, base_recipe):
-    p = write_recipe(study(base_recipe, engine={"kind": "vllm"}, matrix={
-        "prompt.template": {"": "jsquad.j2", "cfirst": "other.j2"},
-        "engine.engine_args": {"small": {"a": 1}, "big": {"a": 2, "b": [1, 2]}}}))
+    p = write_recipe(
+        study(
+            base_recipe,
+            engine={"kind": "vllm"},
+            matrix={
+                "prompt.template": {"": "jsquad.j2", "cfirst": "other.j2"},
+                "engine.engine_args": {"small": {"a": 1}, "big": {"a": 2, "b": [1, 2]}},
+            },
+        )
+    )
     loaded = load_recipes(p)
     assert names(loaded) == ["t-small", "t-big", "t-cfirst-small", "t-cfirst-big"]
     assert loaded[3].cell == {"prompt.template": "other.j2", "engine.engine_args": {"a": 2, "b": [1, 2]}}
@@ -147,11 +172,16 @@ def test_name_collision_is_an_error(write_recipe, base_recipe):
     p = write_recipe(study(base_recipe, matrix={"prompt.template": ["a/x.j2", "b/x.j2"]}))
     e = error(load_recipes, p)
     assert e.message == "two values have the label 'x'"
-    p = write_recipe(study(base_recipe, matrix={"prompt.template": {"": "a.j2", "b": "b.j2"},
-                                                "sampling.max_tokens": {"": 8, "b": 9}}))
+    p = write_recipe(
+        study(
+            base_recipe, matrix={"prompt.template": {"": "a.j2", "b": "b.j2"}, "sampling.max_tokens": {"": 8, "b": 9}}
+        )
+    )
     e = error(load_recipes, p)
-    assert e.message.startswith("two cells are named 't-b': (prompt.template=a.j2, sampling.max_tokens=9 (b)) "
-                                "and (prompt.template=b.j2, sampling.max_tokens=8)")
+    assert e.message.startswith(
+        "two cells are named 't-b': (prompt.template=a.j2, sampling.max_tokens=9 (b)) "
+        "and (prompt.template=b.j2, sampling.max_tokens=8)"
+    )
 
 
 def test_cell_name_too_long(write_recipe, base_recipe):
@@ -167,18 +197,22 @@ def test_too_many_cells_is_refused_before_expanding(write_recipe, base_recipe):
 
 
 def test_overlapping_axes_are_refused(write_recipe, base_recipe):
-    p = write_recipe(study(base_recipe, matrix={"engine.engine_args": {"a": {}, "b": {"x": 1}},
-                                                "engine.engine_args.x": [1, 2]}))
+    p = write_recipe(
+        study(base_recipe, matrix={"engine.engine_args": {"a": {}, "b": {"x": 1}}, "engine.engine_args.x": [1, 2]})
+    )
     assert "overlap" in error(load_recipes, p).message
 
 
 # --------------------------------------------------------------------------- keys
 
+
 def test_unknown_dotted_key_suggests(write_recipe, base_recipe):
     e = error(load_recipes, write_recipe(study(base_recipe, matrix={"sampling.max_token": [1, 2]})))
     assert e.field == "matrix"
-    assert e.message.startswith("'sampling.max_token' is not a recipe field ('sampling' has no key 'max_token'); "
-                                "did you mean 'sampling.max_tokens'?")
+    assert e.message.startswith(
+        "'sampling.max_token' is not a recipe field ('sampling' has no key 'max_token'); "
+        "did you mean 'sampling.max_tokens'?"
+    )
     e = error(load_recipes, write_recipe(study(base_recipe, variants={"v": {"engine.quantizaton": "fp8"}})))
     assert e.field == "variants.v" and "did you mean 'engine.quantization'?" in e.message
 
@@ -198,11 +232,16 @@ def test_invalid_cell_names_the_cell_and_field(write_recipe, base_recipe):
 
 
 def test_engine_kind_decides_which_engine_keys_a_cell_may_set(write_recipe, base_recipe):
-    r = study(base_recipe, engine={"kind": "vllm"}, matrix={"engine.enable_prefix_caching": [False, True]},
-              variants={"v": {}, "hf": {"engine.kind": "transformers"}})
+    r = study(
+        base_recipe,
+        engine={"kind": "vllm"},
+        matrix={"engine.enable_prefix_caching": [False, True]},
+        variants={"v": {}, "hf": {"engine.kind": "transformers"}},
+    )
     e = error(load_recipes, write_recipe(r))
-    assert e.message.startswith("cell 't-hf-enable_prefix_caching-off' (variant=hf, "
-                                "engine.enable_prefix_caching=false): invalid recipe")
+    assert e.message.startswith(
+        "cell 't-hf-enable_prefix_caching-off' (variant=hf, engine.enable_prefix_caching=false): invalid recipe"
+    )
     assert "engine.enable_prefix_caching: unknown key 'enable_prefix_caching'" in e.message
     # a variant that replaces the whole engine is off the engine axes
     r["variants"]["hf"] = {"engine": {"kind": "transformers", "device": "cpu"}}
@@ -213,12 +252,22 @@ def test_engine_kind_decides_which_engine_keys_a_cell_may_set(write_recipe, base
 
 # --------------------------------------------------------------------------- variants, exclude
 
+
 def test_variants_times_grid_and_a_variant_fixes_its_own_axis(write_recipe, base_recipe):
-    r = study(base_recipe, matrix={"sampling.max_tokens": [8, 16], "sampling.temperature": {"greedy": 0, "hot": 0.5}},
-              variants={"a": None, "b": {"sampling.max_tokens": 5, "description": "five"}})
+    r = study(
+        base_recipe,
+        matrix={"sampling.max_tokens": [8, 16], "sampling.temperature": {"greedy": 0, "hot": 0.5}},
+        variants={"a": None, "b": {"sampling.max_tokens": 5, "description": "five"}},
+    )
     loaded = load_recipes(write_recipe(r))
-    assert names(loaded) == ["t-a-max_tokens-8-greedy", "t-a-max_tokens-8-hot", "t-a-max_tokens-16-greedy",
-                             "t-a-max_tokens-16-hot", "t-b-greedy", "t-b-hot"]
+    assert names(loaded) == [
+        "t-a-max_tokens-8-greedy",
+        "t-a-max_tokens-8-hot",
+        "t-a-max_tokens-16-greedy",
+        "t-a-max_tokens-16-hot",
+        "t-b-greedy",
+        "t-b-hot",
+    ]
     b = loaded[-1]
     assert b.cell == {"variant": "b", "sampling.max_tokens": 5, "sampling.temperature": 0.5}
     assert (b.recipe.sampling.max_tokens, b.recipe.description) == (5, "five")
@@ -230,19 +279,28 @@ def test_one_variant_is_not_in_names_but_in_the_cell(write_recipe, base_recipe):
 
 
 def test_exclude_by_value_label_and_variant(write_recipe, base_recipe):
-    r = study(base_recipe, matrix={"sampling.max_tokens": {"short": 8, "long": 16},
-                                   "sampling.ignore_eos": [False, True]},
-              variants={"a": {}, "b": {}},
-              exclude=[{"sampling.max_tokens": "long", "variant": "b"}, {"sampling.ignore_eos": True, "variant": "a"}])
+    r = study(
+        base_recipe,
+        matrix={"sampling.max_tokens": {"short": 8, "long": 16}, "sampling.ignore_eos": [False, True]},
+        variants={"a": {}, "b": {}},
+        exclude=[{"sampling.max_tokens": "long", "variant": "b"}, {"sampling.ignore_eos": True, "variant": "a"}],
+    )
     assert names(load_recipes(write_recipe(r))) == [
-        "t-a-short-ignore_eos-off", "t-a-long-ignore_eos-off", "t-b-short-ignore_eos-off", "t-b-short-ignore_eos-on"]
+        "t-a-short-ignore_eos-off",
+        "t-a-long-ignore_eos-off",
+        "t-b-short-ignore_eos-off",
+        "t-b-short-ignore_eos-on",
+    ]
 
 
 def test_exclude_mistakes_are_named(write_recipe, base_recipe):
     r = study(base_recipe, matrix={"sampling.max_tokens": [8, 16]}, exclude=[{"sampling.max_token": 8}])
     e = error(load_recipes, write_recipe(r))
-    assert (e.field, e.message) == ("exclude[0]", "'sampling.max_token' is not an axis of this study; did you mean "
-                                    "'sampling.max_tokens'? Axes: sampling.max_tokens")
+    assert (e.field, e.message) == (
+        "exclude[0]",
+        "'sampling.max_token' is not an axis of this study; did you mean "
+        "'sampling.max_tokens'? Axes: sampling.max_tokens",
+    )
     r["exclude"] = [{"sampling.max_tokens": 9}]
     e = error(load_recipes, write_recipe(r))
     assert e.message == "sampling.max_tokens: 9 is none of the axis's values: 8 (max_tokens-8), 16 (max_tokens-16)"
@@ -256,18 +314,23 @@ def test_exclude_or_report_need_a_study(write_recipe, base_recipe):
 
 
 def test_report_axes(write_recipe, base_recipe):
-    r = study(base_recipe, matrix={"sampling.max_tokens": [8, 16]}, variants={"a": {}, "b": {}},
-              report={"rows": "variant", "columns": "sampling.max_tokens"})
+    r = study(
+        base_recipe,
+        matrix={"sampling.max_tokens": [8, 16]},
+        variants={"a": {}, "b": {}},
+        report={"rows": "variant", "columns": "sampling.max_tokens"},
+    )
     s = load_study(write_recipe(r))
     assert (s.report.rows, s.report.columns) == ("variant", "sampling.max_tokens")
     assert [a.key for a in s.axes] == ["sampling.max_tokens", "variant"]
-    assert s.describe(s.cells[1]) == "variant=a, sampling.max_tokens=16"      # default labels are not repeated
+    assert s.describe(s.cells[1]) == "variant=a, sampling.max_tokens=16"  # default labels are not repeated
     r["report"] = {"rows": "sampling.max_token"}
     e = error(load_study, write_recipe(r))
     assert e.field == "report.rows" and "did you mean 'sampling.max_tokens'?" in e.message
 
 
 # --------------------------------------------------------------------------- plain recipes, abstract, --set
+
 
 def test_plain_recipe_loads_as_before(write_recipe, base_recipe):
     p = write_recipe(base_recipe)
@@ -297,8 +360,9 @@ def test_a_nameless_file_hints_at_abstract(write_recipe, base_recipe):
 
 def test_load_recipe_refuses_a_study(write_recipe, base_recipe):
     p = write_recipe(study(base_recipe, matrix={"sampling.max_tokens": [8, 16]}))
-    assert error(load_recipe, p).message == ("is a study of 2 experiments (t-max_tokens-8, t-max_tokens-16); "
-                                             "load it with load_recipes")
+    assert error(load_recipe, p).message == (
+        "is a study of 2 experiments (t-max_tokens-8, t-max_tokens-16); load it with load_recipes"
+    )
 
 
 def test_set_applies_to_every_cell(write_recipe, base_recipe):
@@ -313,27 +377,35 @@ def test_set_applies_to_every_cell(write_recipe, base_recipe):
 def test_set_on_an_axis_or_the_name_is_refused(write_recipe, base_recipe):
     p = write_recipe(study(base_recipe, matrix={"sampling.max_tokens": [8, 16]}))
     e = error(load_recipes, p, ["sampling.max_tokens=4"])
-    assert e.field == "--set" and e.message.startswith("--set sampling.max_tokens: the study varies "
-                                                       "'sampling.max_tokens' across its cells")
+    assert e.field == "--set" and e.message.startswith(
+        "--set sampling.max_tokens: the study varies 'sampling.max_tokens' across its cells"
+    )
     assert error(load_recipes, p, ["sampling=x"]).field == "--set"
     assert error(load_recipes, p, ["name=other"]).field == "--set"
 
 
 def test_model_paths_apply_per_cell(write_recipe, base_recipe, tmp_path):
-    r = study(base_recipe, model={"id": "org/big"}, variants={"big": {}, "awq": {"model.id": "org/big-awq",
-                                                                                "model.tokenizer": "org/big"}})
+    r = study(
+        base_recipe,
+        model={"id": "org/big"},
+        variants={"big": {}, "awq": {"model.id": "org/big-awq", "model.tokenizer": "org/big"}},
+    )
     mp = {"org/big": str(tmp_path / "big"), "org/big-awq": str(tmp_path / "awq")}
     big, awq = load_recipes(write_recipe(r), ["sampling.max_tokens=5"], model_paths=mp)
     assert (big.recipe.model.id, big.recipe.model.tokenizer) == (mp["org/big"], mp["org/big"])
     assert (awq.recipe.model.id, awq.recipe.model.tokenizer) == (mp["org/big-awq"], mp["org/big"])
-    assert awq.overrides == ["sampling.max_tokens=5", f"model.id={mp['org/big-awq']}",
-                             f"model.tokenizer={mp['org/big']}"]
+    assert awq.overrides == [
+        "sampling.max_tokens=5",
+        f"model.id={mp['org/big-awq']}",
+        f"model.tokenizer={mp['org/big']}",
+    ]
 
 
 def test_anchors_and_merge_keys_still_work(write_recipe, base_recipe):
     text = yaml.safe_dump(base_recipe) + (
         "variants:\n  a: &common {sampling.max_tokens: 4, sampling.ignore_eos: true}\n"
-        "  b: {<<: *common, sampling.max_tokens: 9}\n")
+        "  b: {<<: *common, sampling.max_tokens: 9}\n"
+    )
     a, b = load_recipes(write_recipe(text))
     assert (a.recipe.sampling.max_tokens, b.recipe.sampling.max_tokens, b.recipe.sampling.ignore_eos) == (4, 9, True)
 
@@ -341,10 +413,20 @@ def test_anchors_and_merge_keys_still_work(write_recipe, base_recipe):
 # --------------------------------------------------------------------------- the project's study
 
 JSQUAD_CELLS = {
-    "jsquad-hf-sequential", "jsquad-hf-batched", "jsquad-vllm", "jsquad-vllm-bigbatch", "jsquad-vllm-offload",
-    "jsquad-vllm-oneshot-nocache", "jsquad-vllm-oneshot-nocache-ctxfirst", "jsquad-vllm-oneshot-cache",
-    "jsquad-vllm-oneshot-cache-bigbatch", "jsquad-vllm-oneshot-cache-ctxfirst",
-    "jsquad-vllm-oneshot-cache-ctxfirst-bigbatch", "jsquad-vllm-awq", "jsquad-vllm-fp8", "jsquad-vllm-fp8-fast",
+    "jsquad-hf-sequential",
+    "jsquad-hf-batched",
+    "jsquad-vllm",
+    "jsquad-vllm-bigbatch",
+    "jsquad-vllm-offload",
+    "jsquad-vllm-oneshot-nocache",
+    "jsquad-vllm-oneshot-nocache-ctxfirst",
+    "jsquad-vllm-oneshot-cache",
+    "jsquad-vllm-oneshot-cache-bigbatch",
+    "jsquad-vllm-oneshot-cache-ctxfirst",
+    "jsquad-vllm-oneshot-cache-ctxfirst-bigbatch",
+    "jsquad-vllm-awq",
+    "jsquad-vllm-fp8",
+    "jsquad-vllm-fp8-fast",
 }
 
 
@@ -358,8 +440,10 @@ def test_project_jsquad_study():
     assert by["jsquad-vllm-awq"].model.id.endswith("-AWQ") and by["jsquad-vllm-awq"].engine.quantization == "awq_marlin"
     assert by["jsquad-vllm"].prompt.shots.examples == [] and len(by["jsquad-vllm-fp8"].prompt.shots.examples) == 1
     assert by["jsquad-vllm-oneshot-cache-ctxfirst"].prompt.template == "jsquad-context-first.j2"
-    assert by["jsquad-vllm-oneshot-cache-bigbatch"].engine.engine_args == {"max_num_seqs": 2048,
-                                                                          "max_num_batched_tokens": 32768}
+    assert by["jsquad-vllm-oneshot-cache-bigbatch"].engine.engine_args == {
+        "max_num_seqs": 2048,
+        "max_num_batched_tokens": 32768,
+    }
     assert all(r.model.load_format == "dummy" and r.sampling.max_tokens == 16 for r in by.values())
     assert load_recipes(PROJECT / "recipes" / "jsquad-base.yaml") == []
 
@@ -373,5 +457,6 @@ def test_context_first_template_puts_the_passage_first():
 
 def test_study_keys_model_lists_what_the_loader_reads():
     from runner.config.study import STUDY_KEYS, StudyKeys
+
     assert tuple(StudyKeys.model_fields) == STUDY_KEYS
     assert all(f.description for f in StudyKeys.model_fields.values())

@@ -2,6 +2,7 @@
 line of report.md, from RunResult objects built here: a 2x2 study (prefix caching x prompt template) of
 the `vllm` variant, an `hf` baseline variant (an estimate; its engine has no prefix-caching key), an
 `fp8` variant that failed, and a plain recipe outside the study."""
+
 from __future__ import annotations
 
 import copy
@@ -53,16 +54,40 @@ def _recipe(name: str, cell: dict, baseline: bool) -> dict:
     return Recipe.model_validate(d).canonical()
 
 
-def cell_result(name: str, cell: dict, t: float | None, *, study: str = "s", load_s: float | None = 5.0,
-                minute: int = 0, status: str = "ok", estimate: Estimate | None = None, em: float = 0.5,
-                meaningful: bool = True, baseline: bool = False, notes: list[str] | None = None,
-                cls: type[RunResult] = RunResult, **kw) -> RunResult:
+def cell_result(
+    name: str,
+    cell: dict,
+    t: float | None,
+    *,
+    study: str = "s",
+    load_s: float | None = 5.0,
+    minute: int = 0,
+    status: str = "ok",
+    estimate: Estimate | None = None,
+    em: float = 0.5,
+    meaningful: bool = True,
+    baseline: bool = False,
+    notes: list[str] | None = None,
+    cls: type[RunResult] = RunResult,
+    **kw,
+) -> RunResult:
     ok = status == "ok"
-    return cls(name=name, recipe=_recipe(name, cell, baseline), status=status, error=None if ok else "boom",
-               study=study, cell=cell, timings=Timings(load_s=load_s, generate_s=t if ok else None),
-               scores={"exact_match": em} if ok else {}, scores_meaningful=meaningful, estimate=estimate,
-               notes=notes or [], started_at=f"2025-05-01T10:{minute:02d}:00+00:00",
-               finished_at=f"2025-05-01T10:{minute + 1:02d}:00+00:00", **kw)
+    return cls(
+        name=name,
+        recipe=_recipe(name, cell, baseline),
+        status=status,
+        error=None if ok else "boom",
+        study=study,
+        cell=cell,
+        timings=Timings(load_s=load_s, generate_s=t if ok else None),
+        scores={"exact_match": em} if ok else {},
+        scores_meaningful=meaningful,
+        estimate=estimate,
+        notes=notes or [],
+        started_at=f"2025-05-01T10:{minute:02d}:00+00:00",
+        finished_at=f"2025-05-01T10:{minute + 1:02d}:00+00:00",
+        **kw,
+    )
 
 
 EST = Estimate(n_measured=40, n_total=4000, per_example_s=0.1, projected_s=400.0, method="t")
@@ -71,18 +96,45 @@ EST = Estimate(n_measured=40, n_total=4000, per_example_s=0.1, projected_s=400.0
 def study_cells(cls: type[RunResult] = RunResult, **kw) -> list[RunResult]:
     v = {"variant": "vllm"}
     return [
-        cell_result("s-hf", {"variant": "hf", TEMPLATE: "jsquad.j2"}, 8.0, estimate=EST, baseline=True, em=0.8,
-                    cls=cls, **kw),
-        cell_result("s-vllm-nocache", {**v, CACHE: False, TEMPLATE: "jsquad.j2"}, 40.0, minute=1, em=0.6, cls=cls,
-                    **kw),
-        cell_result("s-vllm-nocache-ctx", {**v, CACHE: False, TEMPLATE: "ctx.j2"}, 40.0, minute=2, load_s=0.0,
-                    notes=[HOST.format("s-vllm-nocache")], em=0.7, cls=cls, **kw),
-        cell_result("s-vllm-cache", {**v, CACHE: True, TEMPLATE: "jsquad.j2"}, 20.0, minute=3, em=0.6, cls=cls,
-                    **kw),
-        cell_result("s-vllm-cache-ctx", {**v, CACHE: True, TEMPLATE: "ctx.j2"}, 10.0, minute=4, load_s=0.0,
-                    notes=[HOST.format("s-vllm-cache")], em=0.7, cls=cls, **kw),
-        cell_result("s-fp8", {"variant": "fp8", CACHE: True, TEMPLATE: "jsquad.j2"}, None, minute=5,
-                    status="failed", load_s=None, cls=cls, **kw),
+        cell_result(
+            "s-hf", {"variant": "hf", TEMPLATE: "jsquad.j2"}, 8.0, estimate=EST, baseline=True, em=0.8, cls=cls, **kw
+        ),
+        cell_result(
+            "s-vllm-nocache", {**v, CACHE: False, TEMPLATE: "jsquad.j2"}, 40.0, minute=1, em=0.6, cls=cls, **kw
+        ),
+        cell_result(
+            "s-vllm-nocache-ctx",
+            {**v, CACHE: False, TEMPLATE: "ctx.j2"},
+            40.0,
+            minute=2,
+            load_s=0.0,
+            notes=[HOST.format("s-vllm-nocache")],
+            em=0.7,
+            cls=cls,
+            **kw,
+        ),
+        cell_result("s-vllm-cache", {**v, CACHE: True, TEMPLATE: "jsquad.j2"}, 20.0, minute=3, em=0.6, cls=cls, **kw),
+        cell_result(
+            "s-vllm-cache-ctx",
+            {**v, CACHE: True, TEMPLATE: "ctx.j2"},
+            10.0,
+            minute=4,
+            load_s=0.0,
+            notes=[HOST.format("s-vllm-cache")],
+            em=0.7,
+            cls=cls,
+            **kw,
+        ),
+        cell_result(
+            "s-fp8",
+            {"variant": "fp8", CACHE: True, TEMPLATE: "jsquad.j2"},
+            None,
+            minute=5,
+            status="failed",
+            load_s=None,
+            cls=cls,
+            **kw,
+        ),
     ]
 
 
@@ -100,7 +152,7 @@ def block(md: str, first: str) -> list[str]:
     """The lines of the Markdown block (up to a blank line) that starts with `first`."""
     lines = md.splitlines()
     i = lines.index(first)
-    return lines[i:lines.index("", i) if "" in lines[i:] else None]
+    return lines[i : lines.index("", i) if "" in lines[i:] else None]
 
 
 PIVOT = [
@@ -124,14 +176,16 @@ PIVOT = [
 
 def test_pivot_layout_values_failed_and_estimated_cells():
     part = study_part(summary_markdown([*study_cells(), plain()]))
-    assert "6 cells (1 failed); rows: **variant**, columns: **engine.enable_prefix_caching** (picked " \
-           "automatically: most distinct values)." in part
+    assert (
+        "6 cells (1 failed); rows: **variant**, columns: **engine.enable_prefix_caching** (picked "
+        "automatically: most distinct values)." in part
+    )
     assert block(part, PIVOT[0]) == PIVOT
-    assert [line.count("**") for line in PIVOT] == [0, 0, 0, 0, 2, 0]      # the fastest cell only
+    assert [line.count("**") for line in PIVOT] == [0, 0, 0, 0, 2, 0]  # the fastest cell only
 
 
 def test_study_axes_from_the_study_file_reach_the_pivot():
-    class WithAxes(RunResult):          # the field the loader will add to RunResult
+    class WithAxes(RunResult):  # the field the loader will add to RunResult
         study_axes: dict[str, str] | None = None
 
     cells = study_cells(WithAxes, study_axes={"rows": TEMPLATE, "columns": "variant"})
@@ -143,14 +197,15 @@ def test_study_axes_from_the_study_file_reach_the_pivot():
         "| jsquad.j2         | true                           | –            | 20.0 s         | failed        |",
         "| jsquad.j2         | n/a                            | ~400.0 s     | –              | –             |",
         "| ctx.j2            | false                          | –            | 40.0 s         | –             |",
-        "| ctx.j2            | true                           | –            | **10.0 s**     | –             |"]
+        "| ctx.j2            | true                           | –            | **10.0 s**     | –             |",
+    ]
 
 
 def test_automatic_axis_choice_and_requests_that_do_not_apply():
     axes = axes_of(study_cells())
     assert list(axes) == ["variant", CACHE, TEMPLATE]
     assert axes[CACHE] == [False, True, ABSENT] and axes["variant"] == ["hf", "vllm", "fp8"]
-    assert pick_axes(axes, None)[:2] == ("variant", CACHE)            # 3 values, then the first of two ties
+    assert pick_axes(axes, None)[:2] == ("variant", CACHE)  # 3 values, then the first of two ties
     assert pick_axes({"a": [1, 2], "b": [1, 2, 3], "c": [1, 2, 3, 4]}, None)[:2] == ("c", "b")
     assert pick_axes(axes, {"rows": CACHE, "columns": None})[:2] == (CACHE, "variant")
     rows, cols, how = pick_axes(axes, {"rows": "engine.quantization", "columns": TEMPLATE})
@@ -160,16 +215,21 @@ def test_automatic_axis_choice_and_requests_that_do_not_apply():
 
 
 def test_one_axis_study_and_list_and_mapping_values():
-    cells = [cell_result("one-a", {"engine.engine_args": {}}, 30.0, study="one"),
-             cell_result("one-b", {"engine.engine_args": {"max_num_seqs": 2048, "max_num_batched_tokens": 32768}},
-                         15.0, study="one")]
+    cells = [
+        cell_result("one-a", {"engine.engine_args": {}}, 30.0, study="one"),
+        cell_result(
+            "one-b", {"engine.engine_args": {"max_num_seqs": 2048, "max_num_batched_tokens": 32768}}, 15.0, study="one"
+        ),
+    ]
     part = study_part(summary_markdown(cells), "one")
     assert "2 cells; rows: **engine.engine_args** (picked automatically" in part
     assert block(part, "| engine.engine_args                   | generation time   |")[2:] == [
         "| {}                                   | 30.0 s            |",
-        "| …s=2048,max_num_batched_tokens=32768 | **15.0 s**        |"]
-    assert "| engine.engine_args | {} → …s=2048,max_num_batched_tokens=32768 | 2.00× | 1 |" in \
-        re.sub(r" +\|", " |", part)
+        "| …s=2048,max_num_batched_tokens=32768 | **15.0 s**        |",
+    ]
+    assert "| engine.engine_args | {} → …s=2048,max_num_batched_tokens=32768 | 2.00× | 1 |" in re.sub(
+        r" +\|", " |", part
+    )
     assert value_label(["a", "b"]) == "a,b" and value_label([{"x": 1}, {"y": 2}]) == "[2 items]"
     assert value_label(True) == "true" and value_label(None) == "null" and value_label("x" * 40) == "…" + "x" * 35
 
@@ -180,19 +240,23 @@ def test_one_axis_study_and_list_and_mapping_values():
 def test_axis_effects_medians_and_the_cells_they_come_from():
     effects = {(e.axis, e.to): e for e in axis_effects(study_cells(), axes_of(study_cells()))}
     assert set(effects) == {("variant", "vllm"), ("variant", "fp8"), (CACHE, True), (TEMPLATE, "ctx.j2")}
-    assert effects[CACHE, True].median == 3.0                          # 40/20 and 40/10
-    assert effects[TEMPLATE, "ctx.j2"].median == 1.5                   # 40/40 and 20/10
-    assert effects["variant", "fp8"].pairs == ()                       # its one cell failed
-    assert effects["variant", "vllm"].median == 15.0 and effects["variant", "vllm"].approx   # 400/40 and 400/20
+    assert effects[CACHE, True].median == 3.0  # 40/20 and 40/10
+    assert effects[TEMPLATE, "ctx.j2"].median == 1.5  # 40/40 and 20/10
+    assert effects["variant", "fp8"].pairs == ()  # its one cell failed
+    assert effects["variant", "vllm"].median == 15.0 and effects["variant", "vllm"].approx  # 400/40 and 400/20
     part = re.sub(r" +\|", " |", study_part(summary_markdown(study_cells())))
     assert "| variant | hf → vllm | ~15.0× | 2 |" in part and "| variant | hf → fp8 | – | 0 |" in part
     assert "- variant hf → vllm: s-hf → s-vllm-nocache (10.0×), s-hf → s-vllm-cache (20.0×)" in part
     assert "| engine.enable_prefix_caching | false → true | 3.00× | 2 |" in part
     assert "| prompt.template | jsquad.j2 → ctx.j2 | 1.50× | 2 |" in part
-    assert "- engine.enable_prefix_caching false → true: s-vllm-nocache → s-vllm-cache (2.00×), " \
-           "s-vllm-nocache-ctx → s-vllm-cache-ctx (4.00×)" in part
-    assert "- prompt.template jsquad.j2 → ctx.j2: s-vllm-nocache → s-vllm-nocache-ctx (1.00×), " \
-           "s-vllm-cache → s-vllm-cache-ctx (2.00×)" in part
+    assert (
+        "- engine.enable_prefix_caching false → true: s-vllm-nocache → s-vllm-cache (2.00×), "
+        "s-vllm-nocache-ctx → s-vllm-cache-ctx (4.00×)" in part
+    )
+    assert (
+        "- prompt.template jsquad.j2 → ctx.j2: s-vllm-nocache → s-vllm-nocache-ctx (1.00×), "
+        "s-vllm-cache → s-vllm-cache-ctx (2.00×)" in part
+    )
 
 
 def test_estimated_pair_is_marked():
@@ -202,8 +266,10 @@ def test_estimated_pair_is_marked():
 
 def test_speed_up_format_and_a_study_whose_cells_all_failed():
     assert (times(1.5), times(13.41), times(2095.24, True)) == ("1.50×", "13.4×", "~2,095×")
-    cells = [cell_result("f-a", {"x": 1}, None, study="f", status="failed", load_s=None),
-             cell_result("f-b", {"x": 2}, None, study="f", status="failed", load_s=None)]
+    cells = [
+        cell_result("f-a", {"x": 1}, None, study="f", status="failed", load_s=None),
+        cell_result("f-b", {"x": 2}, None, study="f", status="failed", load_s=None),
+    ]
     part = re.sub(r" +\|", " |", study_part(summary_markdown(cells), "f"))
     assert "2 cells (2 failed)" in part and "| 1 | failed |" in part and "| 2 | failed |" in part
     assert "| x | 1 → 2 | – | 0 |" in part and "No cell finished with a generation time." in part
@@ -212,12 +278,19 @@ def test_speed_up_format_and_a_study_whose_cells_all_failed():
 
 def test_fastest_cell_against_the_slowest_and_the_baseline():
     part = study_part(summary_markdown(study_cells()))
-    assert "**s-vllm-cache-ctx** (10.0 s; exact_match 0.700): ~40.0× faster than the slowest (the study's " \
-           "baseline), s-hf (~400.0 s)." in part
-    cells = [cell_result("b-base", {"x": 1}, 20.0, study="b", baseline=True),
-             cell_result("b-slow", {"x": 2}, 40.0, study="b"), cell_result("b-fast", {"x": 3}, 10.0, study="b")]
-    assert "**b-fast** (10.0 s; exact_match 0.500): 4.00× faster than the slowest, b-slow (40.0 s); 2.00× faster " \
-           "than the baseline, b-base (20.0 s)." in study_part(summary_markdown(cells), "b")
+    assert (
+        "**s-vllm-cache-ctx** (10.0 s; exact_match 0.700): ~40.0× faster than the slowest (the study's "
+        "baseline), s-hf (~400.0 s)." in part
+    )
+    cells = [
+        cell_result("b-base", {"x": 1}, 20.0, study="b", baseline=True),
+        cell_result("b-slow", {"x": 2}, 40.0, study="b"),
+        cell_result("b-fast", {"x": 3}, 10.0, study="b"),
+    ]
+    assert (
+        "**b-fast** (10.0 s; exact_match 0.500): 4.00× faster than the slowest, b-slow (40.0 s); 2.00× faster "
+        "than the baseline, b-base (20.0 s)." in study_part(summary_markdown(cells), "b")
+    )
     alone = study_part(summary_markdown(study_cells()[:1]))
     assert "**s-hf** (~400.0 s; exact_match 0.800): the only cell with a time; it is the study's baseline." in alone
 
@@ -228,8 +301,10 @@ def test_wall_time_against_generation_and_engine_starts():
     assert spent.reused == (("s-vllm-nocache-ctx", "s-vllm-nocache"), ("s-vllm-cache-ctx", "s-vllm-cache"))
     part = re.sub(r" +\|", " |", study_part(summary_markdown(study_cells())))
     assert "| 360.0 s | 118.0 s (33% of the wall time) | 15.0 s | 3 | 6 |" in part
-    assert "Cells that ran on an engine started for another cell: s-vllm-nocache-ctx (on s-vllm-nocache's), " \
-           "s-vllm-cache-ctx (on s-vllm-cache's)." in part
+    assert (
+        "Cells that ran on an engine started for another cell: s-vllm-nocache-ctx (on s-vllm-nocache's), "
+        "s-vllm-cache-ctx (on s-vllm-cache's)." in part
+    )
 
 
 def test_plain_recipes_stay_in_the_flat_table_and_each_study_has_its_section():
@@ -258,8 +333,9 @@ def test_study_chart_is_written_named_and_linked(tmp_path):
 
 def test_no_chart_without_meaningful_scores_or_a_safe_name(tmp_path):
     assert write_study_charts(study_cells(meaningful=False), tmp_path) == {}
-    assert "No accuracy chart: no cell of this study has meaningful scores." in \
-        study_part(summary_markdown(study_cells(meaningful=False)))
+    assert "No accuracy chart: no cell of this study has meaningful scores." in study_part(
+        summary_markdown(study_cells(meaningful=False))
+    )
     assert write_study_charts(study_cells(study="../evil"), tmp_path) == {}
     assert list(tmp_path.iterdir()) == [] and not (tmp_path.parent / "evil-pareto.png").exists()
     assert "![" not in "\n".join(study_section("s", study_cells()))
@@ -271,6 +347,9 @@ def test_no_chart_without_meaningful_scores_or_a_safe_name(tmp_path):
 def test_report_names_its_study_and_cell():
     r = study_cells()[4]
     lines = report_markdown(r, []).splitlines()
-    assert lines[:3] == ["# s-vllm-cache-ctx", "",
-                         "Cell of study **s**: variant=vllm, engine.enable_prefix_caching=true, prompt.template=ctx.j2"]
+    assert lines[:3] == [
+        "# s-vllm-cache-ctx",
+        "",
+        "Cell of study **s**: variant=vllm, engine.enable_prefix_caching=true, prompt.template=ctx.j2",
+    ]
     assert "Cell of study" not in report_markdown(plain(), [])

@@ -1,11 +1,12 @@
 """Recipe -> vLLM arguments, checked without vLLM installed."""
+
 import sys
 
 import pytest
 
+from runner.config.common import ModelSpec, Sampling
 from runner.engines.vllm import VLLMSpec, check_args, sampling_params_kwargs
 from runner.engines.vllm_knobs import parse_engine_log
-from runner.config.common import ModelSpec, Sampling
 
 
 def spec(**kw):
@@ -13,17 +14,44 @@ def spec(**kw):
 
 
 def test_llm_kwargs_map_every_field():
-    m = ModelSpec(id="Qwen/Qwen2.5-7B-Instruct-AWQ", tokenizer="Qwen/Qwen2.5-7B-Instruct", revision="main",
-                  dtype="float16", load_format="dummy")
-    kw = spec(quantization="awq_marlin", enable_prefix_caching=True, cpu_offload_gb=8, swap_space=4,
-              gpu_memory_utilization=0.8, enforce_eager=True, max_model_len=4096, tensor_parallel_size=2,
-              kv_cache_dtype="fp8", engine_args={"max_num_seqs": 128}).llm_kwargs(m)
-    assert kw == {"model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "tokenizer": "Qwen/Qwen2.5-7B-Instruct",
-                  "revision": "main", "dtype": "float16", "load_format": "dummy", "trust_remote_code": False,
-                  "quantization": "awq_marlin", "enable_prefix_caching": True, "cpu_offload_gb": 8,
-                  "swap_space": 4, "gpu_memory_utilization": 0.8, "enforce_eager": True, "max_model_len": 4096,
-                  "tensor_parallel_size": 2, "kv_cache_dtype": "fp8", "disable_log_stats": False,
-                  "max_num_seqs": 128}
+    m = ModelSpec(
+        id="Qwen/Qwen2.5-7B-Instruct-AWQ",
+        tokenizer="Qwen/Qwen2.5-7B-Instruct",
+        revision="main",
+        dtype="float16",
+        load_format="dummy",
+    )
+    kw = spec(
+        quantization="awq_marlin",
+        enable_prefix_caching=True,
+        cpu_offload_gb=8,
+        swap_space=4,
+        gpu_memory_utilization=0.8,
+        enforce_eager=True,
+        max_model_len=4096,
+        tensor_parallel_size=2,
+        kv_cache_dtype="fp8",
+        engine_args={"max_num_seqs": 128},
+    ).llm_kwargs(m)
+    assert kw == {
+        "model": "Qwen/Qwen2.5-7B-Instruct-AWQ",
+        "tokenizer": "Qwen/Qwen2.5-7B-Instruct",
+        "revision": "main",
+        "dtype": "float16",
+        "load_format": "dummy",
+        "trust_remote_code": False,
+        "quantization": "awq_marlin",
+        "enable_prefix_caching": True,
+        "cpu_offload_gb": 8,
+        "swap_space": 4,
+        "gpu_memory_utilization": 0.8,
+        "enforce_eager": True,
+        "max_model_len": 4096,
+        "tensor_parallel_size": 2,
+        "kv_cache_dtype": "fp8",
+        "disable_log_stats": False,
+        "max_num_seqs": 128,
+    }
 
 
 def test_prefix_caching_left_to_vllm_when_unset():
@@ -33,6 +61,7 @@ def test_prefix_caching_left_to_vllm_when_unset():
 
 def test_engine_args_may_not_shadow_fields():
     from runner.errors import RunnerError
+
     with pytest.raises(RunnerError, match="enforce_eager"):
         spec(engine_args={"enforce_eager": True}).llm_kwargs(ModelSpec(id="m"))
 
@@ -49,18 +78,30 @@ def test_offload_selects_v1_runner_unless_user_overrides():
 
 def test_sampling_translation():
     assert sampling_params_kwargs(Sampling(max_tokens=16, ignore_eos=True, top_p=0.5, top_k=5)) == {
-        "temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_tokens": 16, "stop": None, "ignore_eos": True,
-        "seed": None}
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "max_tokens": 16,
+        "stop": None,
+        "ignore_eos": True,
+        "seed": None,
+    }
     kw = sampling_params_kwargs(Sampling(temperature=0.7, top_p=0.9, top_k=50, stop=["\n"], seed=3))
     assert (kw["temperature"], kw["top_p"], kw["top_k"], kw["stop"], kw["seed"]) == (0.7, 0.9, 50, ["\n"], 3)
 
 
 def test_engine_log_parsing_v1_and_v2_formats():
-    log = ("(EngineCore pid=1) INFO gpu_model_runner.py: Model loading took 14.25 GiB memory and 3.1 seconds\n"
-           "(EngineCore pid=1) INFO kv_cache_utils.py: GPU KV cache size: 1,234,560 tokens\n"
-           "Available KV cache memory: 101.5 GiB\n")
-    assert parse_engine_log(log) == {"weights_gib": 14.25, "weights_load_s": 3.1, "kv_cache_tokens": 1234560,
-                                     "kv_cache_gib": 101.5}
+    log = (
+        "(EngineCore pid=1) INFO gpu_model_runner.py: Model loading took 14.25 GiB memory and 3.1 seconds\n"
+        "(EngineCore pid=1) INFO kv_cache_utils.py: GPU KV cache size: 1,234,560 tokens\n"
+        "Available KV cache memory: 101.5 GiB\n"
+    )
+    assert parse_engine_log(log) == {
+        "weights_gib": 14.25,
+        "weights_load_s": 3.1,
+        "kv_cache_tokens": 1234560,
+        "kv_cache_gib": 101.5,
+    }
     assert parse_engine_log("Model loading took 8.2 GiB and 2.0 seconds")["weights_gib"] == 8.2
     assert parse_engine_log("INFO [uva.py:58] Total CPU offloaded parameters: 8.12")["cpu_offloaded_gib"] == 8.12
 
@@ -69,14 +110,17 @@ def test_parent_never_imports_engine_libraries():
     """`runner check` must work where torch/vllm/transformers are absent: the parent imports none."""
     import subprocess
     from pathlib import Path
+
     root = Path(__file__).resolve().parents[1]
-    code = ("import sys\n"
-            "from runner.cli.loading import load_all\n"
-            "from runner.cli.go import make_unit\n"
-            "from runner.execution.job import RunOptions\n"
-            "import runner.execution.isolate, runner.reporting.markdown, runner.cli.inspect\n"
-            f"[make_unit(lr, RunOptions(out='.')) for lr in load_all(({str(root / 'recipes' / 'demo.yaml')!r},), ())]\n"
-            "print(sorted(m for m in ('torch', 'vllm', 'transformers') if m in sys.modules))")
+    code = (
+        "import sys\n"
+        "from runner.cli.loading import load_all\n"
+        "from runner.cli.go import make_unit\n"
+        "from runner.execution.job import RunOptions\n"
+        "import runner.execution.isolate, runner.reporting.markdown, runner.cli.inspect\n"
+        f"[make_unit(lr, RunOptions(out='.')) for lr in load_all(({str(root / 'recipes' / 'demo.yaml')!r},), ())]\n"
+        "print(sorted(m for m in ('torch', 'vllm', 'transformers') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
@@ -84,13 +128,16 @@ def test_parent_never_imports_engine_libraries():
 
 def test_missing_vllm_is_a_clear_error(monkeypatch):
     import builtins
+
     real_import = builtins.__import__
 
     def fake(name, *a, **kw):
         if name == "vllm" or name.startswith("vllm."):
             raise ImportError("No module named 'vllm'")
         return real_import(name, *a, **kw)
+
     monkeypatch.setattr(builtins, "__import__", fake)
     from runner.errors import RunnerError
+
     with pytest.raises(RunnerError, match="vLLM is not installed"):
         spec().build(ModelSpec(id="m"), None)

@@ -1,5 +1,6 @@
 """The command line. The only place errors become exit codes:
 0 = every recipe succeeded, 1 = some recipe failed, 2 = bad input (nothing run), 130 = interrupted."""
+
 from __future__ import annotations
 
 import functools
@@ -28,6 +29,7 @@ def guard(fn):
             return fn(*a, **kw)
         except RunnerError as e:
             raise UserError(e.render()) from None
+
     return wrapper
 
 

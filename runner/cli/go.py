@@ -1,5 +1,6 @@
 """`runner go`: check every recipe, then run each (or each group that shares an engine) in its own
 process, or as a Ray task (`--executor ray`), and write the reports."""
+
 from __future__ import annotations
 
 import os
@@ -23,37 +24,87 @@ from runner.reporting.results import RunResult
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--out", "out", default="reports", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for the reports; nothing is written outside it.")
-@click.option("--only", metavar="PATTERN", help="Run only the recipes or study cells named PATTERN, or matching it "
-              "as a glob (e.g. 'jsquad-vllm-*cache*').")
-@click.option("--limit", type=click.IntRange(min=1, max=100_000_000), help="Run only the first N examples of "
-              "each recipe.")
-@click.option("--estimate", type=click.IntRange(min=2, max=100_000_000),
-              help="Run N randomly chosen examples (fixed seed) and project the full-dataset time, with a 95% "
-              "interval; marked as an estimate everywhere it is shown.")
+@click.option(
+    "--out",
+    "out",
+    default="reports",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Folder for the reports; nothing is written outside it.",
+)
+@click.option(
+    "--only",
+    metavar="PATTERN",
+    help="Run only the recipes or study cells named PATTERN, or matching it as a glob (e.g. 'jsquad-vllm-*cache*').",
+)
+@click.option(
+    "--limit", type=click.IntRange(min=1, max=100_000_000), help="Run only the first N examples of each recipe."
+)
+@click.option(
+    "--estimate",
+    type=click.IntRange(min=2, max=100_000_000),
+    help="Run N randomly chosen examples (fixed seed) and project the full-dataset time, with a 95% "
+    "interval; marked as an estimate everywhere it is shown.",
+)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.option("--model-path", "model_paths", multiple=True, metavar="HUB_ID=PATH", help=MP_HELP)
-@click.option("--timeout", type=click.IntRange(min=1, max=MAX_TIMEOUT_S), help="Seconds per recipe before it is "
-              "ended and recorded failed (a recipe's own timeout_s wins).")
-@click.option("--baseline", help="Name of the recipe the summary compares against (default: the recipe "
-              "with `baseline: true`).")
-@click.option("--force", is_flag=True, help="Rerun recipes whose complete results are already in --out "
-              "(default: an unchanged recipe is skipped; an interrupted one continues from its finished samples).")
+@click.option(
+    "--timeout",
+    type=click.IntRange(min=1, max=MAX_TIMEOUT_S),
+    help="Seconds per recipe before it is ended and recorded failed (a recipe's own timeout_s wins).",
+)
+@click.option(
+    "--baseline", help="Name of the recipe the summary compares against (default: the recipe with `baseline: true`)."
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Rerun recipes whose complete results are already in --out "
+    "(default: an unchanged recipe is skipped; an interrupted one continues from its finished samples).",
+)
 @click.option("--in-process", is_flag=True, hidden=True, help="Run recipes in this process (tests).")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
-@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
-              help="Where jobs run: `local` (one after another, each in its own process on this machine) or "
-                   "`ray` (each a Ray task asking for the engine's GPUs, as many at once as the cluster holds; "
-                   "reports are still written under --out here).")
-@click.option("--address", metavar="ADDR", help="With --executor ray: the Ray cluster to run on (e.g. HEAD:6379, "
-              "or `auto`); default: a local Ray instance started for this call.")
-@click.option("--replicas", type=click.IntRange(min=1, max=1024), metavar="N", help="With --executor ray: split "
-              "each recipe's examples into N contiguous shares, each run by its own engine (the same as "
-              "--set replicas=N: it is recorded in the recipe and its run key).")
+@click.option(
+    "--executor",
+    type=click.Choice(EXECUTORS),
+    default="local",
+    show_default=True,
+    help="Where jobs run: `local` (one after another, each in its own process on this machine) or "
+    "`ray` (each a Ray task asking for the engine's GPUs, as many at once as the cluster holds; "
+    "reports are still written under --out here).",
+)
+@click.option(
+    "--address",
+    metavar="ADDR",
+    help="With --executor ray: the Ray cluster to run on (e.g. HEAD:6379, "
+    "or `auto`); default: a local Ray instance started for this call.",
+)
+@click.option(
+    "--replicas",
+    type=click.IntRange(min=1, max=1024),
+    metavar="N",
+    help="With --executor ray: split "
+    "each recipe's examples into N contiguous shares, each run by its own engine (the same as "
+    "--set replicas=N: it is recorded in the recipe and its run key).",
+)
 @guard
-def go(paths, out, only, limit, estimate, sets, model_paths, timeout, baseline, force, in_process, no_progress,
-       executor, address, replicas):
+def go(
+    paths,
+    out,
+    only,
+    limit,
+    estimate,
+    sets,
+    model_paths,
+    timeout,
+    baseline,
+    force,
+    in_process,
+    no_progress,
+    executor,
+    address,
+    replicas,
+):
     """Run recipes and study files (files, folders or globs) and write Markdown reports.
 
     Every recipe is checked before anything runs (bad input: exit 2). Each
@@ -73,13 +124,16 @@ def go(paths, out, only, limit, estimate, sets, model_paths, timeout, baseline, 
     loaded = load_all(paths, sets, model_paths, only)
     ex.check_recipes(loaded)
     if baseline and baseline not in {lr.recipe.name for lr in loaded}:
-        raise RunnerError(f"--baseline {baseline!r} names no recipe of this call; recipes: "
-                          + ", ".join(lr.recipe.name for lr in loaded))
+        raise RunnerError(
+            f"--baseline {baseline!r} names no recipe of this call; recipes: "
+            + ", ".join(lr.recipe.name for lr in loaded)
+        )
     if not out or not out.strip():
         raise RunnerError("--out is empty; give a folder for the reports", field="--out")
     command = "runner go " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["go"] else ""
-    opts = RunOptions(out=Path(out), limit=limit, estimate=estimate, command=command, progress=not no_progress,
-                      timeout_s=timeout)
+    opts = RunOptions(
+        out=Path(out), limit=limit, estimate=estimate, command=command, progress=not no_progress, timeout_s=timeout
+    )
     units = [make_unit(lr, opts, host=not ex.on_ray) for lr in loaded]  # all checked before anything is written
     out_dir = _out_dir(out)
     with ExitStack() as locks:
@@ -97,21 +151,29 @@ def _out_dir(out: str) -> Path:
     except OSError as e:
         raise RunnerError(f"cannot create the report folder: {e.strerror}", file=out, field="--out") from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise RunnerError("the report folder is not writable", file=out, field="--out",
-                          hint="choose another --out, or make this one writable")
+        raise RunnerError(
+            "the report folder is not writable",
+            file=out,
+            field="--out",
+            hint="choose another --out, or make this one writable",
+        )
     return path
 
 
 def _lock(folder: RunFolder):
     """One writer per run folder: a second `runner go` writing the same recipe stops before it runs."""
     from filelock import FileLock, Timeout
+
     folder.root.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(folder.lock), timeout=0)
     try:
         lock.acquire()
     except Timeout:
-        raise RunnerError("another `runner go` is writing this recipe's folder right now; wait for it to "
-                          "finish, or use another --out", file=str(folder.root)) from None
+        raise RunnerError(
+            "another `runner go` is writing this recipe's folder right now; wait for it to "
+            "finish, or use another --out",
+            file=str(folder.root),
+        ) from None
     return lock
 
 
@@ -121,6 +183,7 @@ def make_unit(lr: LoadedRecipe, opts: RunOptions, host: bool = True) -> Unit:
     from runner.cli.preflight import check_runnable
     from runner.execution.resume import run_key
     from runner.inputs.prepare import prepare
+
     prepared = prepare(lr, opts.limit, opts.estimate)
     check_runnable(lr, prepared, host=host)
     key = run_key(lr.recipe.canonical(), prepared.inputs, opts.limit, opts.estimate)
@@ -129,19 +192,24 @@ def make_unit(lr: LoadedRecipe, opts: RunOptions, host: bool = True) -> Unit:
 
 def _run_all(units: list[Unit], opts: RunOptions, force: bool, ex: Executor, baseline: str | None):
     from runner.reporting.summary import write_summary
+
     results: list[RunResult] = []
 
     def done(res: RunResult) -> None:
         results.append(res)
         click.echo(one_line(res, _report(res, opts.out)))
+
     old_handler = signal.signal(signal.SIGTERM, _sigterm)
     try:
         ex.run(_skip_finished(units, opts, force, results), opts, done)
     except KeyboardInterrupt:
         if results:
             write_summary(results, opts.out, baseline)
-        click.echo(f"interrupted: {len(results)} of {len(units)} recipes finished; finished samples of the "
-                   "interrupted recipe are kept, and the same command resumes", err=True)
+        click.echo(
+            f"interrupted: {len(results)} of {len(units)} recipes finished; finished samples of the "
+            "interrupted recipe are kept, and the same command resumes",
+            err=True,
+        )
         sys.exit(EXIT_INTERRUPTED)
     finally:
         signal.signal(signal.SIGTERM, old_handler)
@@ -153,6 +221,7 @@ def _run_all(units: list[Unit], opts: RunOptions, force: bool, ex: Executor, bas
 
 def _skip_finished(units: list[Unit], opts: RunOptions, force: bool, results: list[RunResult]) -> list[Unit]:
     from runner.execution.resume import previous_result
+
     todo = []
     for u in units:
         folder = RunFolder.of(opts.out, u.name)
@@ -169,6 +238,7 @@ def _skip_finished(units: list[Unit], opts: RunOptions, force: bool, results: li
 
 def _report(res: RunResult, out: Path) -> Path:
     from runner.reporting.markdown import write_report
+
     return write_report(res, out)
 
 
@@ -183,9 +253,14 @@ def one_line(res: RunResult, path: Path) -> str:
             line += f"\n  hint: {res.hint}"
         return line + f"\n  report: {path}"
     from runner.reporting.format import secs
+
     t = res.timings
-    bits = [f"ok {res.name}: {res.n_samples} examples", f"generation {secs(t.generate_s)}",
-            f"start {secs(t.load_s)}", f"{res.throughput.requests_per_s or 0:.2f} req/s"]
+    bits = [
+        f"ok {res.name}: {res.n_samples} examples",
+        f"generation {secs(t.generate_s)}",
+        f"start {secs(t.load_s)}",
+        f"{res.throughput.requests_per_s or 0:.2f} req/s",
+    ]
     if res.estimate:
         bits.append(f"projected full run ~{secs(res.estimate.projected_s)} (estimate)")
     if res.scores:
@@ -194,6 +269,8 @@ def one_line(res: RunResult, path: Path) -> str:
     line = "; ".join(bits)
     for k in res.knobs:
         if k.status == "ignored":
-            line += f"\n  WARNING: knob {k.name} did not take effect (requested {k.requested!r}, " \
-                    f"effective {k.effective!r}): {k.evidence}"
+            line += (
+                f"\n  WARNING: knob {k.name} did not take effect (requested {k.requested!r}, "
+                f"effective {k.effective!r}): {k.evidence}"
+            )
     return line + f"\n  report: {path}"

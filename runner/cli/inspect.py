@@ -1,4 +1,5 @@
 """`runner check`, `runner report`, `runner schema`: look at recipes and results without running."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,8 @@ def check(paths, sets, model_paths, only, no_tokens):
     from runner.cli.preflight import check_model
     from runner.inputs.context import check_context
     from runner.inputs.prepare import prepare
-    first_of_study: dict[str, bool] = {}      # a study shows its first cell's prompt; the rest list what varies
+
+    first_of_study: dict[str, bool] = {}  # a study shows its first cell's prompt; the rest list what varies
     for lr in load_all(paths, sets, model_paths, only):
         prepared = prepare(lr)
         check_model(lr)
@@ -32,8 +34,10 @@ def check(paths, sets, model_paths, only, no_tokens):
         r = lr.recipe
         n = len(prepared.examples)
         est = f" (an estimate: runs {n}, projects {prepared.n_target})" if n < prepared.n_target else ""
-        click.echo(f"ok {lr.path}: {r.name} — {r.engine.kind}, {r.model.id}, {prepared.n_target} of "
-                   f"{prepared.n_dataset} examples{est}")
+        click.echo(
+            f"ok {lr.path}: {r.name} — {r.engine.kind}, {r.model.id}, {prepared.n_target} of "
+            f"{prepared.n_dataset} examples{est}"
+        )
         if lr.study:
             cell = ", ".join(f"{k}={v}" for k, v in lr.cell.items()) or "(no varying settings)"
             click.echo(f"  cell of study {lr.study}: {cell}")
@@ -52,16 +56,20 @@ def token_stats(r, messages) -> str:
     try:
         from runner.engines.builtin import ensure_builtin, is_builtin
         from runner.engines.tokenizing import encode_prompts, load_tokenizer, uses_chat_template
+
         builtin = ensure_builtin(r.model.id) if is_builtin(r.model.id) else None
-        tok = load_tokenizer(r.model, builtin, local_only=True)   # no hub retries: check is a quick look
+        tok = load_tokenizer(r.model, builtin, local_only=True)  # no hub retries: check is a quick look
         chat = uses_chat_template(tok, r.prompt.chat_template)
         lens = [len(i) for i in encode_prompts(tok, messages, chat)[1]]
-    except Exception as e:   # no transformers here, or the tokenizer is not on this machine
+    except Exception as e:  # no transformers here, or the tokenizer is not on this machine
         return f"prompt tokens: unavailable ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
     from runner.reporting.stats import percentile
-    return (f"prompt tokens over {len(lens)} prompts: mean {sum(lens) / len(lens):.1f}, "
-            f"p50 {percentile(lens, 50):.0f}, p90 {percentile(lens, 90):.0f}, max {max(lens)}, "
-            f"total {sum(lens):,}; chat template: {'yes' if chat else 'no'}")
+
+    return (
+        f"prompt tokens over {len(lens)} prompts: mean {sum(lens) / len(lens):.1f}, "
+        f"p50 {percentile(lens, 50):.0f}, p90 {percentile(lens, 90):.0f}, max {max(lens)}, "
+        f"total {sum(lens):,}; chat template: {'yes' if chat else 'no'}"
+    )
 
 
 @cli.command()
@@ -73,13 +81,15 @@ def report(out, baseline):
     from runner.reporting.markdown import write_report
     from runner.reporting.stored import load_results
     from runner.reporting.summary import write_summary
+
     out_dir = Path(out)
     results = load_results(out_dir)
     if not results:
         raise RunnerError("no */results.json here", file=out)
     if baseline and baseline not in {r.name for r in results}:
-        raise RunnerError(f"--baseline {baseline!r} names no stored result; results: "
-                          + ", ".join(r.name for r in results))
+        raise RunnerError(
+            f"--baseline {baseline!r} names no stored result; results: " + ", ".join(r.name for r in results)
+        )
     for r in results:
         write_report(r, out_dir)
     click.echo(f"summary: {write_summary(results, out_dir, baseline)} ({len(results)} recipes)")
@@ -90,4 +100,5 @@ def report(out, baseline):
 def schema(what):
     """Print the JSON Schema of recipe files or of results.json."""
     from runner.config.schema import recipe_schema, results_schema
+
     click.echo(json.dumps(recipe_schema() if what == "recipe" else results_schema(), indent=2, ensure_ascii=False))

@@ -1,4 +1,5 @@
 """Recipe files named on the command line -> validated recipes, with the call's overrides."""
+
 from __future__ import annotations
 
 import glob
@@ -8,10 +9,14 @@ from runner.config.recipe import LoadedRecipe
 from runner.errors import RunnerError
 from runner.execution.layout import check_name
 
-MP_HELP = ("Load a hub model from a local folder instead: HUB_ID=PATH (repeatable; applies to model.id and "
-           "model.tokenizer of every recipe that names HUB_ID).")
-SET_HELP = ("Override a recipe field, e.g. --set model.id=../shared/models/x (repeatable). A value for a text "
-            "field is taken as written; other values are read as YAML (numbers, true/false, lists).")
+MP_HELP = (
+    "Load a hub model from a local folder instead: HUB_ID=PATH (repeatable; applies to model.id and "
+    "model.tokenizer of every recipe that names HUB_ID)."
+)
+SET_HELP = (
+    "Override a recipe field, e.g. --set model.id=../shared/models/x (repeatable). A value for a text "
+    "field is taken as written; other values are read as YAML (numbers, true/false, lists)."
+)
 
 
 def expand_paths(paths: tuple[str, ...]) -> list[Path]:
@@ -51,10 +56,12 @@ def parse_model_paths(items: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def load_all(paths: tuple[str, ...], sets: tuple[str, ...], model_paths: tuple[str, ...] = (),
-             only: str | None = None) -> list[LoadedRecipe]:
+def load_all(
+    paths: tuple[str, ...], sets: tuple[str, ...], model_paths: tuple[str, ...] = (), only: str | None = None
+) -> list[LoadedRecipe]:
     """Every recipe (or study cell) of the named files, checked for unique, safe names."""
     from runner.config.loading import load_recipes
+
     mp = parse_model_paths(model_paths)
     loaded: list[LoadedRecipe] = []
     for p in expand_paths(paths):
@@ -65,17 +72,24 @@ def load_all(paths: tuple[str, ...], sets: tuple[str, ...], model_paths: tuple[s
     for lr in loaded:
         n = check_name(lr.recipe.name, lr.path)
         if n in names:
-            raise RunnerError(f"two recipes are named {n!r}: {names[n]} and {lr.path}; names must be unique "
-                              "in one call (they name the report folders)", field="name")
+            raise RunnerError(
+                f"two recipes are named {n!r}: {names[n]} and {lr.path}; names must be unique "
+                "in one call (they name the report folders)",
+                field="name",
+            )
         names[n] = lr.path
     return loaded
 
 
 def _select(loaded: list[LoadedRecipe], pattern: str) -> list[LoadedRecipe]:
     import fnmatch
-    chosen = [lr for lr in loaded if fnmatch.fnmatchcase(lr.recipe.name, pattern)]     # a name, or a glob
+
+    chosen = [lr for lr in loaded if fnmatch.fnmatchcase(lr.recipe.name, pattern)]  # a name, or a glob
     if not chosen:
-        raise RunnerError(f"--only {pattern!r} matches no recipe; recipes: "
-                          + ", ".join(lr.recipe.name for lr in loaded[:20]) + (" ..." if len(loaded) > 20 else ""),
-                          field="--only")
+        raise RunnerError(
+            f"--only {pattern!r} matches no recipe; recipes: "
+            + ", ".join(lr.recipe.name for lr in loaded[:20])
+            + (" ..." if len(loaded) > 20 else ""),
+            field="--only",
+        )
     return chosen

@@ -1,4 +1,5 @@
 """`runner plan`: predict, before any GPU time, what each recipe will need and can reach."""
+
 from __future__ import annotations
 
 import json
@@ -11,10 +12,17 @@ from runner.cli.loading import MP_HELP, SET_HELP, load_all
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--gpu", metavar="NAME", help="Plan for this GPU (H100, H200, A100-80G, L40S, L4, RTX 4090); "
-              "default: the GPU of this machine (NVML).")
-@click.option("--json", "as_json", is_flag=True, help="Print the plans as JSON: {\"recipes\": [...]} (keys: "
-              "docs/recipe-reference.md, section Plan).")
+@click.option(
+    "--gpu",
+    metavar="NAME",
+    help="Plan for this GPU (H100, H200, A100-80G, L40S, L4, RTX 4090); default: the GPU of this machine (NVML).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print the plans as JSON: {"recipes": [...]} (keys: docs/recipe-reference.md, section Plan).',
+)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.option("--model-path", "model_paths", multiple=True, metavar="HUB_ID=PATH", help=MP_HELP)
 @click.option("--only", metavar="PATTERN", help="Plan only the recipes or study cells whose name matches.")
@@ -28,6 +36,7 @@ def plan(paths, gpu, as_json, sets, model_paths, only):
     from runner.engines.tokenizing import encode_prompts, load_tokenizer, uses_chat_template
     from runner.inputs.prepare import prepare
     from runner.planning.recipe_plan import pick_gpu, plan_recipe
+
     target = pick_gpu(gpu)
     plans = []
     tokenizers: dict[tuple, object] = {}
@@ -47,6 +56,7 @@ def plan(paths, gpu, as_json, sets, model_paths, only):
         click.echo(json.dumps({"recipes": plans}, indent=2, ensure_ascii=False))
         return
     from runner.reporting.plan_markdown import plan_advice, plan_table
+
     click.echo(f"# Plan ({target.name}, {target.memory_gib:.0f} GiB)\n")
     click.echo(plan_table(plans))
     advice = plan_advice(plans)

@@ -1,4 +1,5 @@
 """What `go` and `check` can refuse before anything runs, without importing an engine library."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -20,9 +21,12 @@ def _named(e: RunnerError, lr: LoadedRecipe) -> RunnerError:
 def check_model(lr: LoadedRecipe, host: bool = True) -> None:
     """`host`: also the engine's checks of this machine (e.g. `device: cuda` needs a GPU here)."""
     r = lr.recipe
-    if is_builtin(r.model.id) and r.model.id[len(BUILTIN_PREFIX):] not in BUILTINS:
-        raise RunnerError(f"unknown builtin model {r.model.id!r}; allowed: "
-                          + ", ".join(BUILTIN_PREFIX + b for b in BUILTINS), file=lr.path, field="model.id")
+    if is_builtin(r.model.id) and r.model.id[len(BUILTIN_PREFIX) :] not in BUILTINS:
+        raise RunnerError(
+            f"unknown builtin model {r.model.id!r}; allowed: " + ", ".join(BUILTIN_PREFIX + b for b in BUILTINS),
+            file=lr.path,
+            field="model.id",
+        )
     try:
         check_model_source(r.model)
         if host:
@@ -51,12 +55,13 @@ def check_chat_template(lr: LoadedRecipe) -> None:
         return
     ref = r.model.tokenizer_id
     if is_builtin(ref) or not looks_local(ref):
-        return                    # builtins have one; a hub tokenizer is not on this machine to look at
+        return  # builtins have one; a hub tokenizer is not on this machine to look at
     if tokenizer_has_chat_template(Path(ref).expanduser()) is False:
-        raise RunnerError(f"chat_template is true but the tokenizer in {ref} has no chat template",
-                          field="prompt.chat_template",
-                          hint="set prompt.chat_template: false (plain text prompts), or use a tokenizer "
-                               "with a chat template")
+        raise RunnerError(
+            f"chat_template is true but the tokenizer in {ref} has no chat template",
+            field="prompt.chat_template",
+            hint="set prompt.chat_template: false (plain text prompts), or use a tokenizer with a chat template",
+        )
 
 
 def check_runnable(lr: LoadedRecipe, prepared: Prepared, host: bool = True) -> None:
@@ -64,6 +69,7 @@ def check_runnable(lr: LoadedRecipe, prepared: Prepared, host: bool = True) -> N
     library, the engine's own checks); False where the recipe runs elsewhere (`--executor ray`: the
     worker checks them, see `check_host`)."""
     from runner.inputs.context import check_context
+
     check_model(lr, host=host)
     check_context(lr, prepared.examples, prepared.messages)
     if host:
@@ -74,9 +80,12 @@ def check_library(lr: LoadedRecipe) -> None:
     lib = lr.recipe.engine.library
     if lib and importlib.util.find_spec(lib) is None:
         kind = lr.recipe.engine.kind
-        raise RunnerError(f"{lib} is not installed in this Python, so `engine: kind: {kind}` cannot run here",
-                          file=lr.path, field="engine.kind",
-                          hint="run on a host with it installed (`runner check` works anywhere)")
+        raise RunnerError(
+            f"{lib} is not installed in this Python, so `engine: kind: {kind}` cannot run here",
+            file=lr.path,
+            field="engine.kind",
+            hint="run on a host with it installed (`runner check` works anywhere)",
+        )
 
 
 def check_host(lr: LoadedRecipe) -> None:

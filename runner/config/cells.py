@@ -1,5 +1,6 @@
 """A study's cells: every variant x every combination of the axes it is free along, less the
 excluded ones, each with its name, the settings that vary, and its recipe data (rules: study.py)."""
+
 from __future__ import annotations
 
 import copy
@@ -23,10 +24,10 @@ MAX_NAME = 100
 @dataclass(frozen=True)
 class Cell:
     name: str
-    cell: dict[str, Any]          # the settings that vary (LoadedRecipe.cell)
-    data: dict                    # the cell's recipe data (before --set)
+    cell: dict[str, Any]  # the settings that vary (LoadedRecipe.cell)
+    data: dict  # the cell's recipe data (before --set)
     variant: str | None
-    origins: tuple[tuple, ...]    # YAML locations of the settings the cell's overlays set
+    origins: tuple[tuple, ...]  # YAML locations of the settings the cell's overlays set
 
 
 def describe(cell: dict[str, Any], axes: list[Axis]) -> str:
@@ -45,8 +46,9 @@ def _excluded(match: dict, excludes: list[dict]) -> bool:
     return any(all(k in match and same(match[k], v) for k, v in e.items()) for e in excludes)
 
 
-def _one(name: str, axes: list[Axis], variants: dict[str, dict], v: str | None,
-         chosen: dict[str, Any]) -> tuple[str, dict, dict]:
+def _one(
+    name: str, axes: list[Axis], variants: dict[str, dict], v: str | None, chosen: dict[str, Any]
+) -> tuple[str, dict, dict]:
     """(cell name, cell settings, settings to match excludes against)."""
     overlay = variants.get(v, {}) if v is not None else {}
     match: dict[str, Any] = {}
@@ -62,7 +64,7 @@ def _one(name: str, axes: list[Axis], variants: dict[str, dict], v: str | None,
             lab = a.label(val)
             if lab and len(a.values) > 1:
                 parts.append(lab)
-        elif a.key in overlay:          # the variant fixes this axis at its own value
+        elif a.key in overlay:  # the variant fixes this axis at its own value
             val = overlay[a.key]
         else:
             continue
@@ -83,13 +85,18 @@ def _data(data: dict, overlay: dict, chosen: dict, cell_name: str, where: str) -
     return d
 
 
-def expand(name: str, data: dict, axes: list[Axis], variants: dict[str, dict], excludes: list[dict],
-           where: str) -> list[Cell]:
+def expand(
+    name: str, data: dict, axes: list[Axis], variants: dict[str, dict], excludes: list[dict], where: str
+) -> list[Cell]:
     vnames: list[str | None] = list(variants) or [None]
     total = len(vnames) * math.prod(len(a.values) for a in axes)
     if total > MAX_CELLS:
-        raise RecipeError(f"the study makes {total:,} cells before `exclude`; at most {MAX_CELLS:,}", file=where,
-                          field="matrix", hint="fewer axes or values, or split the study into files")
+        raise RecipeError(
+            f"the study makes {total:,} cells before `exclude`; at most {MAX_CELLS:,}",
+            file=where,
+            field="matrix",
+            hint="fewer axes or values, or split the study into files",
+        )
     cells: list[Cell] = []
     for v in vnames:
         overlay = variants.get(v, {}) if v is not None else {}
@@ -111,15 +118,21 @@ def _check_names(cells: list[Cell], axes: list[Axis], where: str) -> None:
     seen: dict[str, Cell] = {}
     for c in cells:
         if len(c.name) > MAX_NAME or not re.match(NAME_PATTERN, c.name):
-            raise RecipeError(f"cell name {c.name!r} ({describe(c.cell, axes)}) is not a valid recipe name "
-                              f"(letters, digits, ._-, at most {MAX_NAME} characters)", file=where, field="name",
-                              hint="shorten the study's name, or give the axis values short labels: "
-                                   "`matrix: {key: {label: value}}`")
+            raise RecipeError(
+                f"cell name {c.name!r} ({describe(c.cell, axes)}) is not a valid recipe name "
+                f"(letters, digits, ._-, at most {MAX_NAME} characters)",
+                file=where,
+                field="name",
+                hint="shorten the study's name, or give the axis values short labels: `matrix: {key: {label: value}}`",
+            )
         if c.name in seen:
-            raise RecipeError(f"two cells are named {c.name!r}: ({describe(seen[c.name].cell, axes)}) and "
-                              f"({describe(c.cell, axes)})", file=where, field="matrix",
-                              hint="give the axis values distinct labels: `matrix: {key: {label: value}}` "
-                                   "(an empty label leaves a value out of names)")
+            raise RecipeError(
+                f"two cells are named {c.name!r}: ({describe(seen[c.name].cell, axes)}) and ({describe(c.cell, axes)})",
+                file=where,
+                field="matrix",
+                hint="give the axis values distinct labels: `matrix: {key: {label: value}}` "
+                "(an empty label leaves a value out of names)",
+            )
         seen[c.name] = c
 
 
@@ -151,12 +164,20 @@ def parse_excludes(exclude: Any, axes: list[Axis], variants: dict[str, dict], wh
             axis = by_key.get(k)
             if axis is None:
                 close = difflib.get_close_matches(str(k), list(by_key), n=1)
-                raise RecipeError(f"{k!r} is not an axis of this study" + (f"; did you mean {close[0]!r}?" if close
-                                  else ".") + " Axes: " + ", ".join(by_key), file=where, field=what)
+                raise RecipeError(
+                    f"{k!r} is not an axis of this study"
+                    + (f"; did you mean {close[0]!r}?" if close else ".")
+                    + " Axes: "
+                    + ", ".join(by_key),
+                    file=where,
+                    field=what,
+                )
             value = _resolve_value(axis, v)
             if value is KeyError:
-                shown = ", ".join(repr(w) + (f" ({lab})" if lab and lab != w else "")
-                                  for w, lab in zip(axis.values, axis.labels, strict=True))
+                shown = ", ".join(
+                    repr(w) + (f" ({lab})" if lab and lab != w else "")
+                    for w, lab in zip(axis.values, axis.labels, strict=True)
+                )
                 raise RecipeError(f"{k}: {v!r} is none of the axis's values: {shown}", file=where, field=what)
             norm[k] = value
         out.append(norm)
@@ -172,6 +193,12 @@ def check_report(report: Any, axes: list[Axis], variants: dict, where: str) -> R
     for k, v in report.items():
         if v is not None and v not in names:
             close = difflib.get_close_matches(str(v), names, n=1)
-            raise RecipeError(f"{v!r} is not an axis of this study" + (f"; did you mean {close[0]!r}?" if close
-                              else ".") + " Axes: " + (", ".join(names) or "none"), file=where, field=f"report.{k}")
+            raise RecipeError(
+                f"{v!r} is not an axis of this study"
+                + (f"; did you mean {close[0]!r}?" if close else ".")
+                + " Axes: "
+                + (", ".join(names) or "none"),
+                file=where,
+                field=f"report.{k}",
+            )
     return ReportAxes(**report)

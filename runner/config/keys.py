@@ -1,6 +1,7 @@
 """Dotted keys (`engine.engine_args.max_num_seqs`) checked against the recipe models, and set in data.
 
 Pure: looks only at the Pydantic models and the data it is given."""
+
 from __future__ import annotations
 
 import difflib
@@ -25,6 +26,7 @@ class DictOf:
 def engine_specs() -> tuple[type[BaseModel], ...]:
     """The engine spec classes of the recipe's `engine` union, in registry order."""
     from runner.config.recipe import Recipe
+
     return tuple(_models(Recipe.model_fields["engine"].annotation))
 
 
@@ -66,7 +68,7 @@ def _step(ann: Any, kind: Any, is_engine: bool) -> Any:
         return models
     bare = inner = _unwrap(ann)
     args = _union_args(bare)
-    if args is not None:                        # `dict[str, str] | None` and the like
+    if args is not None:  # `dict[str, str] | None` and the like
         rest = [a for a in args if a is not type(None)]
         inner = _unwrap(rest[0]) if len(rest) == 1 else bare
     if typing.get_origin(inner) is dict:
@@ -80,6 +82,7 @@ def key_target(key: str, kind: Any = None) -> Any:
     mapping, `Any` below one). `kind` picks the engine spec for `engine.*` keys; without it, a key
     is valid when any engine has it. Raises KeyProblem for a key that is not a recipe field."""
     from runner.config.recipe import Recipe
+
     parts = key.split(".")
     if not key or any(not p for p in parts):
         raise KeyProblem(f"{key!r} is not a dotted key (empty part)")

@@ -11,6 +11,7 @@
   (`--set name=2024`, `--set "prompt.system=#1 rule: be brief"`); `null` or `~` still clears a field
   that may be null. Other fields parse the value as YAML (`5`, `true`, `[a, b]`, `{k: v}`).
 - YAML is read with the safe loader, bounded in size, depth and alias expansion (yamlfile.py)."""
+
 from __future__ import annotations
 
 import re
@@ -55,7 +56,7 @@ def _cli_path(key: str, value):
     if key not in PATH_KEYS or not isinstance(value, str) or not value or Path(value).is_absolute():
         return value
     if key.startswith("model.") and not value.startswith(("./", "../", "~")):
-        return value                                   # a hub id
+        return value  # a hub id
     p = Path(value).expanduser()
     return str(p.resolve()) if (p.exists() or key.startswith("model.")) else value
 
@@ -92,7 +93,7 @@ class Study:
     path: str
     kind: Literal["recipe", "study", "abstract"]
     name: str | None
-    axes: tuple[Axis, ...]            # matrix axes in file order, then `variant` when there are variants
+    axes: tuple[Axis, ...]  # matrix axes in file order, then `variant` when there are variants
     report: ReportAxes | None
     cells: tuple[LoadedRecipe, ...]
 
@@ -118,7 +119,7 @@ def _locator(sources: list[Source], sets: dict, cell: Cell | None):
         if plain:
             line = _line_of(sources[0].node, loc)
             return f"line {line}, " if line else ""
-        for origin in (cell.origins if cell else ()):
+        for origin in cell.origins if cell else ():
             if overlaps(str(origin[-1]), dotted):
                 return at(origin) or ""
         found = at(loc)
@@ -130,13 +131,15 @@ def _locator(sources: list[Source], sets: dict, cell: Cell | None):
     return locate
 
 
-def _validate(data: dict, where: str, sets: dict, locate, title: str = "invalid recipe",
-              hint: str | None = None) -> Recipe:
+def _validate(
+    data: dict, where: str, sets: dict, locate, title: str = "invalid recipe", hint: str | None = None
+) -> Recipe:
     try:
         return Recipe.model_validate(data)
     except ValidationError as e:
-        raise RecipeError(title + "\n" + "\n".join(error_lines(e.errors(), data, sets, locate)), file=where,
-                          hint=hint) from None
+        raise RecipeError(
+            title + "\n" + "\n".join(error_lines(e.errors(), data, sets, locate)), file=where, hint=hint
+        ) from None
 
 
 def _model_paths(data: dict, mp: Mapping[str, str]) -> list[str]:
@@ -151,9 +154,18 @@ def _model_paths(data: dict, mp: Mapping[str, str]) -> list[str]:
     return extra
 
 
-def _finish(data: dict, path: Path, where: str, overrides: list[str], mp: Mapping[str, str], locate,
-            study: str | None = None, cell: Cell | None = None, title: str = "invalid recipe",
-            hint: str | None = None) -> LoadedRecipe:
+def _finish(
+    data: dict,
+    path: Path,
+    where: str,
+    overrides: list[str],
+    mp: Mapping[str, str],
+    locate,
+    study: str | None = None,
+    cell: Cell | None = None,
+    title: str = "invalid recipe",
+    hint: str | None = None,
+) -> LoadedRecipe:
     sets = _parse_set(overrides)
     for k, v in sets.items():
         _apply_set(data, k, v, where)
@@ -164,10 +176,16 @@ def _finish(data: dict, path: Path, where: str, overrides: list[str], mp: Mappin
     base_dir = path.resolve().parent
     named = (("id", recipe.model.id), ("tokenizer", recipe.model.tokenizer))
     local = {k: str((base_dir / v).resolve()) for k, v in named if v and v.startswith(("./", "../"))}
-    if local:      # a model folder named relative to the recipe file, like every other path in it
+    if local:  # a model folder named relative to the recipe file, like every other path in it
         recipe = recipe.model_copy(update={"model": recipe.model.model_copy(update=local)})
-    return LoadedRecipe(recipe=recipe, path=str(path.resolve()), base_dir=str(base_dir),
-                        overrides=[*overrides, *extra], study=study, cell=dict(cell.cell) if cell else {})
+    return LoadedRecipe(
+        recipe=recipe,
+        path=str(path.resolve()),
+        base_dir=str(base_dir),
+        overrides=[*overrides, *extra],
+        study=study,
+        cell=dict(cell.cell) if cell else {},
+    )
 
 
 def _check_abstract(data: dict, where: str, locate) -> None:
@@ -177,25 +195,34 @@ def _check_abstract(data: dict, where: str, locate) -> None:
     except ValidationError as e:
         errs = [x for x in e.errors() if x["type"] not in ("missing", "union_tag_not_found")]
         if errs:
-            raise RecipeError("invalid base file (abstract: true)\n" + "\n".join(error_lines(errs, data, {}, locate)),
-                              file=where) from None
+            raise RecipeError(
+                "invalid base file (abstract: true)\n" + "\n".join(error_lines(errs, data, {}, locate)), file=where
+            ) from None
 
 
 def _check_sets(sets: dict, axes: tuple[Axis, ...], where: str) -> None:
     """--set applies to every cell: it may not rename the study or pin a setting the study varies."""
     for k in sets:
         if k == "name":
-            raise RecipeError("--set name: a study's cells are named from its `name`; rename the study in the file",
-                              field="--set", file=where)
+            raise RecipeError(
+                "--set name: a study's cells are named from its `name`; rename the study in the file",
+                field="--set",
+                file=where,
+            )
         clash = next((a.key for a in axes if overlaps(k, a.key)), None)
         if clash:
-            raise RecipeError(f"--set {k}: the study varies {clash!r} across its cells; setting it for every cell "
-                              "would make cells the same", field="--set", file=where,
-                              hint="pick cells by name, or change the study's matrix")
+            raise RecipeError(
+                f"--set {k}: the study varies {clash!r} across its cells; setting it for every cell "
+                "would make cells the same",
+                field="--set",
+                file=where,
+                hint="pick cells by name, or change the study's matrix",
+            )
 
 
-def load_study(path: str | Path, overrides: list[str] | None = None, *,
-               model_paths: Mapping[str, str] | None = None) -> Study:
+def load_study(
+    path: str | Path, overrides: list[str] | None = None, *, model_paths: Mapping[str, str] | None = None
+) -> Study:
     """Everything one recipe file holds, validated. `model_paths`: hub id -> local folder (--model-path),
     applied to each cell's model.id / model.tokenizer after the overrides."""
     path = Path(path)
@@ -213,8 +240,12 @@ def load_study(path: str | Path, overrides: list[str] | None = None, *,
     if not axes and not variants:
         for k in ("exclude", "report"):
             if keys.get(k):
-                raise RecipeError("only a study (a file with `matrix` or `variants`) has cells to "
-                                  + ("exclude" if k == "exclude" else "arrange in a report"), file=where, field=k)
+                raise RecipeError(
+                    "only a study (a file with `matrix` or `variants`) has cells to "
+                    + ("exclude" if k == "exclude" else "arrange in a report"),
+                    file=where,
+                    field=k,
+                )
     excludes = parse_excludes(keys.get("exclude"), axes, variants, where)
     report = check_report(keys.get("report"), axes, variants, where)
     all_axes = tuple(axes) + ((Axis("variant", tuple(variants), tuple(variants)),) if variants else ())
@@ -222,21 +253,41 @@ def load_study(path: str | Path, overrides: list[str] | None = None, *,
     if abstract:
         _check_abstract(merged, where, _locator(sources, {}, None))
         return Study(str(path.resolve()), "abstract", name, all_axes, report, ())
-    hint = None if "name" in merged else \
-        "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
+    hint = (
+        None
+        if "name" in merged
+        else "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
+    )
     if not axes and not variants:
         lr = _finish(merged, path, where, overrides, mp, _locator(sources, sets, None), hint=hint)
         return Study(lr.path, "recipe", lr.recipe.name, (), None, (lr,))
     if name is None or not re.match(NAME_PATTERN, name):
-        raise RecipeError("a study needs a `name` (letters, digits, ._-): its cells are named from it",
-                          file=where, field="name", hint=hint)
+        raise RecipeError(
+            "a study needs a `name` (letters, digits, ._-): its cells are named from it",
+            file=where,
+            field="name",
+            hint=hint,
+        )
     _check_sets(sets, all_axes, where)
     cells = expand(name, merged, axes, variants, excludes, where)
-    loaded = tuple(_finish(c.data, path, where, overrides, mp, _locator(sources, sets, c), study=name, cell=c,
-                           title=f"cell {c.name!r} ({describe(c.cell, axes)}): invalid recipe") for c in cells)
+    loaded = tuple(
+        _finish(
+            c.data,
+            path,
+            where,
+            overrides,
+            mp,
+            _locator(sources, sets, c),
+            study=name,
+            cell=c,
+            title=f"cell {c.name!r} ({describe(c.cell, axes)}): invalid recipe",
+        )
+        for c in cells
+    )
     axes_doc = report.model_dump() if report is not None else None
-    loaded = tuple(lr.model_copy(update={"study_axes": axes_doc, "cell_labels": _labels(lr.cell, all_axes)})
-                   for lr in loaded)
+    loaded = tuple(
+        lr.model_copy(update={"study_axes": axes_doc, "cell_labels": _labels(lr.cell, all_axes)}) for lr in loaded
+    )
     return Study(str(path.resolve()), "study", name, all_axes, report, loaded)
 
 
@@ -251,8 +302,9 @@ def _labels(cell: dict[str, Any], axes: tuple[Axis, ...]) -> dict[str, str]:
     return out
 
 
-def load_recipes(path: str | Path, overrides: list[str] | None = None, *,
-                 model_paths: Mapping[str, str] | None = None) -> list[LoadedRecipe]:
+def load_recipes(
+    path: str | Path, overrides: list[str] | None = None, *, model_paths: Mapping[str, str] | None = None
+) -> list[LoadedRecipe]:
     """One LoadedRecipe per experiment in the file: 1 (recipe), one per cell (study), 0 (abstract)."""
     return list(load_study(path, overrides, model_paths=model_paths).cells)
 
@@ -261,9 +313,13 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> LoadedR
     """The one experiment a recipe file holds; a study or a base-only file is a RecipeError."""
     s = load_study(path, overrides)
     if s.kind == "abstract":
-        raise RecipeError("holds shared settings for other files' `base:` (abstract: true); it is not an "
-                          "experiment", file=str(path))
+        raise RecipeError(
+            "holds shared settings for other files' `base:` (abstract: true); it is not an experiment", file=str(path)
+        )
     if s.kind == "study":
-        raise RecipeError(f"is a study of {len(s.cells)} experiments ({', '.join(c.recipe.name for c in s.cells)}); "
-                          "load it with load_recipes", file=str(path))
+        raise RecipeError(
+            f"is a study of {len(s.cells)} experiments ({', '.join(c.recipe.name for c in s.cells)}); "
+            "load it with load_recipes",
+            file=str(path),
+        )
     return s.cells[0]

@@ -10,6 +10,7 @@
   and template paths that name a folder (`sub/x.j2`) are rewritten relative to the loaded file.
   A template named without a folder (`jsquad.j2`) stays a name, found as usual from the loaded file.
 """
+
 from __future__ import annotations
 
 import copy
@@ -47,8 +48,9 @@ def deep_merge(base: Any, over: Any) -> Any:
 
 
 def merge_layer(base: dict, over: dict) -> dict:
-    out = deep_merge({k: v for k, v in base.items() if k not in ONE_LEVEL},
-                     {k: v for k, v in over.items() if k not in ONE_LEVEL})
+    out = deep_merge(
+        {k: v for k, v in base.items() if k not in ONE_LEVEL}, {k: v for k, v in over.items() if k not in ONE_LEVEL}
+    )
     for k in ONE_LEVEL:
         b, o = base.get(k), over.get(k)
         if isinstance(b, dict) and isinstance(o, dict):
@@ -104,8 +106,9 @@ def with_bases(path: Path, data: dict, node: yaml.Node | None) -> tuple[dict, li
         ref = cur["base"]
         line = _key_line(cur_node, "base")
         if not isinstance(ref, str) or not ref.strip():
-            raise RecipeError(f"expected the path of another recipe file, got {ref!r}", file=str(cur_path),
-                              field="base", line=line)
+            raise RecipeError(
+                f"expected the path of another recipe file, got {ref!r}", file=str(cur_path), field="base", line=line
+            )
         bpath = Path(ref).expanduser()
         if not bpath.is_absolute():
             bpath = cur_path.parent / bpath
@@ -114,8 +117,9 @@ def with_bases(path: Path, data: dict, node: yaml.Node | None) -> tuple[dict, li
             raise RecipeError(f"base chain loops: {loop}", file=str(cur_path), field="base", line=line)
         if not bpath.is_file():
             what = "is not a file" if bpath.exists() else "not found"
-            raise RecipeError(f"base file {ref!r} {what} (looked for {bpath})", file=str(cur_path),
-                              field="base", line=line)
+            raise RecipeError(
+                f"base file {ref!r} {what} (looked for {bpath})", file=str(cur_path), field="base", line=line
+            )
         if len(seen) >= MAX_BASES:
             raise RecipeError(f"more than {MAX_BASES} files in the base chain", file=str(cur_path), field="base")
         seen.append(bpath.resolve())

@@ -4,6 +4,7 @@ Every field is documented once, in its ``Field(description=...)``; the recipe
 reference (docs/recipe-reference.md) and the JSON Schema (schema/recipe.schema.json)
 are generated from these models.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,8 +31,11 @@ class FieldMap(StrictModel):
     id: str | None = Field(None, description="Column holding a unique id; row number when unset.")
     question: str = Field("question", description="Column holding the question.")
     context: str | None = Field("context", description="Column holding the passage; null for none.")
-    answers: str | None = Field("answers", description="Column holding gold answers: a string, a list of "
-                                "strings, `{text: [...]}` or a list of `{text: ...}`; null for none.")
+    answers: str | None = Field(
+        "answers",
+        description="Column holding gold answers: a string, a list of "
+        "strings, `{text: [...]}` or a list of `{text: ...}`; null for none.",
+    )
 
 
 class DatasetSpec(StrictModel):
@@ -39,16 +43,19 @@ class DatasetSpec(StrictModel):
 
     format: Literal["squad", "json", "jsonl", "csv", "parquet", "hub"] = Field(
         description="`squad` = nested SQuAD/JGLUE JSON (`data[].paragraphs[].qas[]`); `json` = a list of "
-                    "records (or records under `json_field`); `jsonl`, `csv`, `parquet` = one row per "
-                    "example; `hub` = a Hugging Face dataset by name.")
+        "records (or records under `json_field`); `jsonl`, `csv`, `parquet` = one row per "
+        "example; `hub` = a Hugging Face dataset by name."
+    )
     path: str = Field(description="File path (relative to the recipe file) or, for `hub`, the dataset name.")
     name: str | None = Field(None, description="Hub dataset configuration name (`hub` only).")
     split: str = Field("validation", description="Split to read (`hub`), or a label for files.")
     json_field: str | None = Field(None, description="For `json`: the top-level key that holds the records.")
-    fields: FieldMap = Field(default_factory=FieldMap,
-                             description="Mapping from dataset columns onto id/question/context/answers.")
-    limit: PositiveInt | None = Field(None, le=MAX_EXAMPLES,
-                                      description="Use only the first N examples (after shuffling).")
+    fields: FieldMap = Field(
+        default_factory=FieldMap, description="Mapping from dataset columns onto id/question/context/answers."
+    )
+    limit: PositiveInt | None = Field(
+        None, le=MAX_EXAMPLES, description="Use only the first N examples (after shuffling)."
+    )
     shuffle: bool = Field(False, description="Shuffle the examples before `limit`.")
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed for `shuffle`.")
 
@@ -67,8 +74,10 @@ class ShotsSpec(StrictModel):
     source: DatasetSpec | None = Field(None, description="Dataset to draw the k examples from (e.g. a train split).")
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed for drawing the k examples.")
     placement: Literal["turns", "system"] = Field(
-        "turns", description="`turns`: each shot is a user/assistant exchange rendered with `template`; "
-                             "`system`: shots are only given to the system template as `shots`.")
+        "turns",
+        description="`turns`: each shot is a user/assistant exchange rendered with `template`; "
+        "`system`: shots are only given to the system template as `shots`.",
+    )
 
     @model_validator(mode="after")
     def _source_when_k(self) -> ShotsSpec:
@@ -80,17 +89,23 @@ class ShotsSpec(StrictModel):
 class PromptSpec(StrictModel):
     """How an example becomes a prompt."""
 
-    template: str = Field(description="Jinja template file for the user message (relative to the recipe file, "
-                                      "or a name in the project's `templates/`). Variables: `question`, "
-                                      "`context`, `answers`, `id`, `example`, `shots`.")
+    template: str = Field(
+        description="Jinja template file for the user message (relative to the recipe file, "
+        "or a name in the project's `templates/`). Variables: `question`, "
+        "`context`, `answers`, `id`, `example`, `shots`."
+    )
     system: str | None = Field(None, description="System prompt text (itself a Jinja template; may use `shots`).")
     system_template: str | None = Field(None, description="System prompt from a template file instead of `system`.")
     shots: ShotsSpec = Field(default_factory=ShotsSpec, description="Worked examples (few-shot).")
-    chat_template: bool | None = Field(None, description="Apply the tokenizer's chat template; default: yes when "
-                                                         "the tokenizer has one.")
-    truncate: bool = Field(False, description="A prompt that does not fit the model's context with `max_tokens` "
-                                              "is cut from the left to fit (its start is lost). Off: such a recipe "
-                                              "is refused before it runs (exit 2), naming the example.")
+    chat_template: bool | None = Field(
+        None, description="Apply the tokenizer's chat template; default: yes when the tokenizer has one."
+    )
+    truncate: bool = Field(
+        False,
+        description="A prompt that does not fit the model's context with `max_tokens` "
+        "is cut from the left to fit (its start is lost). Off: such a recipe "
+        "is refused before it runs (exit 2), naming the example.",
+    )
 
     @model_validator(mode="after")
     def _one_system(self) -> PromptSpec:
@@ -105,39 +120,61 @@ MetricName = Literal[tuple(METRICS)]  # type: ignore[valid-type]
 class Recipe(StrictModel):
     """One experiment."""
 
-    name: str = Field(pattern=NAME_PATTERN, max_length=100,
-                      description="Unique name; the report folder is `<out>/<name>/`. Letters, digits, `._-`.")
+    name: str = Field(
+        pattern=NAME_PATTERN,
+        max_length=100,
+        description="Unique name; the report folder is `<out>/<name>/`. Letters, digits, `._-`.",
+    )
     description: str = Field("", description="One line saying what this recipe tests.")
     model: ModelSpec = Field(description="Which model to load.")
     engine: EngineSpec = Field(description="Which engine runs the model, chosen by `kind`.")
-    replicas: PositiveInt = Field(1, le=1024, description="Data-parallel copies of the engine (`runner go "
-                                  "--executor ray`): the examples are split into this many contiguous shares, "
-                                  "each run by its own engine; outputs are one engine's, generation time is the "
-                                  "wall time over all.")
+    replicas: PositiveInt = Field(
+        1,
+        le=1024,
+        description="Data-parallel copies of the engine (`runner go "
+        "--executor ray`): the examples are split into this many contiguous shares, "
+        "each run by its own engine; outputs are one engine's, generation time is the "
+        "wall time over all.",
+    )
     dataset: DatasetSpec = Field(description="Where the examples come from.")
     prompt: PromptSpec = Field(description="How an example becomes a prompt.")
     sampling: Sampling = Field(default_factory=Sampling, description="Decoding settings, engine-neutral.")
-    metrics: list[MetricName] = Field(default_factory=lambda: ["exact_match", "char_f1"],
-                                      description="Scores to compute; each metric names its convention (formula, "
-                                                  "normalization, gold policy): see the Metrics section.")
-    scoring: ScoringSpec = Field(default_factory=ScoringSpec, description="Gold policy and clean-up of the model "
-                                 "output before scoring.")
-    load: LoadSpec | None = Field(None, description="Run the recipe under serving load instead of as an offline "
-                                  "batch: the engine's OpenAI-compatible server at each request rate, with latency "
-                                  "percentiles, goodput and accuracy under load.")
+    metrics: list[MetricName] = Field(
+        default_factory=lambda: ["exact_match", "char_f1"],
+        description="Scores to compute; each metric names its convention (formula, "
+        "normalization, gold policy): see the Metrics section.",
+    )
+    scoring: ScoringSpec = Field(
+        default_factory=ScoringSpec, description="Gold policy and clean-up of the model output before scoring."
+    )
+    load: LoadSpec | None = Field(
+        None,
+        description="Run the recipe under serving load instead of as an offline "
+        "batch: the engine's OpenAI-compatible server at each request rate, with latency "
+        "percentiles, goodput and accuracy under load.",
+    )
     baseline: bool = Field(False, description="This recipe is the reference the summary compares against.")
-    estimate: PositiveInt | None = Field(None, le=MAX_EXAMPLES, description="Run only N examples and project the "
-                                         "full-dataset time (reported as an estimate).")
-    timeout_s: PositiveInt | None = Field(None, le=MAX_TIMEOUT_S, description="End the run and record it failed after "
-                                           "this many seconds (at most 30 days).")
+    estimate: PositiveInt | None = Field(
+        None,
+        le=MAX_EXAMPLES,
+        description="Run only N examples and project the full-dataset time (reported as an estimate).",
+    )
+    timeout_s: PositiveInt | None = Field(
+        None,
+        le=MAX_TIMEOUT_S,
+        description="End the run and record it failed after this many seconds (at most 30 days).",
+    )
 
     @model_validator(mode="after")
     def _load_needs_a_server(self) -> Recipe:
         if self.load is not None and not self.engine.serves:
             from runner.engines import ENGINES
+
             kinds = ", ".join(e.kind_name() for e in ENGINES if e.serves)
-            raise ValueError(f"`load` runs the engine as a server; engine kind {self.engine.kind!r} has no server "
-                             f"mode (kinds with one: {kinds})")
+            raise ValueError(
+                f"`load` runs the engine as a server; engine kind {self.engine.kind!r} has no server "
+                f"mode (kinds with one: {kinds})"
+            )
         return self
 
     @field_validator("metrics")
@@ -167,10 +204,15 @@ class LoadedRecipe(StrictModel):
     base_dir: str
     overrides: list[str] = Field(default_factory=list)
     study: str | None = Field(None, description="The study this recipe is a cell of (its file's `name`).")
-    cell: dict[str, Any] = Field(default_factory=dict, description="A study cell's settings that vary across the "
-                                 "study (dotted key -> value; `variant` -> the variant's name).")
-    cell_labels: dict[str, str] = Field(default_factory=dict, description="The study file's short labels of the "
-                                        "cell's values (dotted key -> label), where it gives them.")
+    cell: dict[str, Any] = Field(
+        default_factory=dict,
+        description="A study cell's settings that vary across the "
+        "study (dotted key -> value; `variant` -> the variant's name).",
+    )
+    cell_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="The study file's short labels of the cell's values (dotted key -> label), where it gives them.",
+    )
     study_axes: dict[str, Any] | None = Field(None, description="The study's `report: {rows, columns}`.")
 
     def resolve(self, p: str) -> Path:

@@ -2,6 +2,7 @@
 
 `python -m runner.config.schema` rewrites schema/*.json and docs/recipe-reference.md;
 tests/test_schema.py fails when they are out of date."""
+
 from __future__ import annotations
 
 import json
@@ -19,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def recipe_schema() -> dict:
     from runner.config.recipe import Recipe
     from runner.config.study import add_study_keys
+
     s = add_study_keys(Recipe.model_json_schema(by_alias=False))
     s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     s["title"] = "runner recipe"
@@ -27,6 +29,7 @@ def recipe_schema() -> dict:
 
 def results_schema() -> dict:
     from runner.reporting.results import RunResult
+
     s = RunResult.model_json_schema()
     s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     s["title"] = "runner results.json"
@@ -80,26 +83,51 @@ def _constraints(f: Any) -> str:
 
 def _reference_models() -> list[tuple[type[BaseModel], str]]:
     """Every model a recipe can hold, with where it sits; the engines come from the registry."""
-    from runner.config.recipe import DatasetSpec, FieldMap, ModelSpec, PromptSpec, Recipe, Sampling, ShotExample, ShotsSpec
+    from runner.config.recipe import (
+        DatasetSpec,
+        FieldMap,
+        ModelSpec,
+        PromptSpec,
+        Recipe,
+        Sampling,
+        ShotExample,
+        ShotsSpec,
+    )
     from runner.config.study import ReportAxes, StudyKeys
     from runner.engines import ENGINES
     from runner.scoring import PostProcess, ScoringSpec
     from runner.serving.spec import LoadSpec
+
     engines = [(e, f"`engine` with `kind: {e.kind_name()}`") for e in ENGINES]
-    return [(Recipe, "top level"), (StudyKeys, "top level, in study files and files other files build on"),
-            (ReportAxes, "`report`"), (ModelSpec, "`model`"), *engines, (DatasetSpec, "`dataset`"),
-            (FieldMap, "`dataset.fields`"), (PromptSpec, "`prompt`"), (ShotsSpec, "`prompt.shots`"),
-            (ShotExample, "`prompt.shots.examples[]`"), (Sampling, "`sampling`"), (ScoringSpec, "`scoring`"),
-            (PostProcess, "`scoring.postprocess`"), (LoadSpec, "`load`")]
+    return [
+        (Recipe, "top level"),
+        (StudyKeys, "top level, in study files and files other files build on"),
+        (ReportAxes, "`report`"),
+        (ModelSpec, "`model`"),
+        *engines,
+        (DatasetSpec, "`dataset`"),
+        (FieldMap, "`dataset.fields`"),
+        (PromptSpec, "`prompt`"),
+        (ShotsSpec, "`prompt.shots`"),
+        (ShotExample, "`prompt.shots.examples[]`"),
+        (Sampling, "`sampling`"),
+        (ScoringSpec, "`scoring`"),
+        (PostProcess, "`scoring.postprocess`"),
+        (LoadSpec, "`load`"),
+    ]
 
 
 def reference_markdown() -> str:
     models = _reference_models()
-    out = ["# Recipe reference", "",
-           "Generated from the Pydantic models in `runner/` by `python -m runner.config.schema`; do not edit by hand.",
-           "Unknown keys are errors. Paths are relative to the recipe file. Editors validate recipes with",
-           "`schema/recipe.schema.json` (first line of a recipe: `# yaml-language-server: $schema=../schema/recipe.schema.json`).",
-           ""]
+    out = [
+        "# Recipe reference",
+        "",
+        "Generated from the Pydantic models in `runner/` by `python -m runner.config.schema`; do not edit by hand.",
+        "Unknown keys are errors. Paths are relative to the recipe file. Editors validate recipes with",
+        "`schema/recipe.schema.json` (first line of a recipe: "
+        "`# yaml-language-server: $schema=../schema/recipe.schema.json`).",
+        "",
+    ]
     for m, where in models:
         doc = (m.__doc__ or "").strip().splitlines()[0] if m.__doc__ else ""
         out += [f"## {m.__name__}", ""]
@@ -114,9 +142,16 @@ def reference_markdown() -> str:
         out.append("")
     from runner.scoring import ALIASES, METRICS, conventions
     from runner.scoring.metrics import __doc__ as mdoc
-    out += ["## Metrics", "", "Names allowed in `metrics`, each with its convention (the formula, normalization "
-            "and default gold policy it follows, and where that comes from):", "",
-            "| metric | convention | gold | formula | source |", "| --- | --- | --- | --- | --- |"]
+
+    out += [
+        "## Metrics",
+        "",
+        "Names allowed in `metrics`, each with its convention (the formula, normalization "
+        "and default gold policy it follows, and where that comes from):",
+        "",
+        "| metric | convention | gold | formula | source |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for name, c in conventions(list(METRICS)).items():
         alias = f" (alias of `{ALIASES[name]}`)" if name in ALIASES else ""
         formula = c.formula.replace("|", "\\|")
@@ -130,9 +165,17 @@ def plan_reference() -> list[str]:
     """`runner plan --json`'s keys (the contract) and the formulas behind them."""
     from runner.planning import floor, memory, prefix_cache
     from runner.planning.plan import Plan
-    out = ["## Plan", "", "`runner plan RECIPES... [--gpu NAME] [--json]` prints, per recipe or study cell, what it "
-           "predicts before any GPU time; `--json` prints `{\"recipes\": [PLAN, ...]}` with these keys (the "
-           "contract; more may be added):", "", "| key | meaning |", "| --- | --- |"]
+
+    out = [
+        "## Plan",
+        "",
+        "`runner plan RECIPES... [--gpu NAME] [--json]` prints, per recipe or study cell, what it "
+        'predicts before any GPU time; `--json` prints `{"recipes": [PLAN, ...]}` with these keys (the '
+        "contract; more may be added):",
+        "",
+        "| key | meaning |",
+        "| --- | --- |",
+    ]
     for name, f in Plan.model_fields.items():
         out.append(f"| `{name}` | {(f.description or '').replace('|', chr(92) + '|')} |")
     for title, mod in (("Prefix caching", prefix_cache), ("Memory", memory), ("Compute floor", floor)):
@@ -142,10 +185,13 @@ def plan_reference() -> list[str]:
 
 def write_all(root: Path = ROOT) -> list[Path]:
     from runner.files import write_text_atomic
+
     paths = []
-    for rel, text in (("schema/recipe.schema.json", json.dumps(recipe_schema(), indent=2, ensure_ascii=False) + "\n"),
-                      ("schema/results.schema.json", json.dumps(results_schema(), indent=2, ensure_ascii=False) + "\n"),
-                      ("docs/recipe-reference.md", reference_markdown())):
+    for rel, text in (
+        ("schema/recipe.schema.json", json.dumps(recipe_schema(), indent=2, ensure_ascii=False) + "\n"),
+        ("schema/results.schema.json", json.dumps(results_schema(), indent=2, ensure_ascii=False) + "\n"),
+        ("docs/recipe-reference.md", reference_markdown()),
+    ):
         p = root / rel
         write_text_atomic(p, text)
         paths.append(p)

@@ -32,6 +32,7 @@ Rules:
   run, and `runner go recipes/*.yaml` passes over it. Its recipe fields may be incomplete.
 - `report: {rows: AXIS, columns: AXIS}` picks the summary's pivot axes (a matrix key or `variant`).
 """
+
 from __future__ import annotations
 
 import re
@@ -60,19 +61,30 @@ class ReportAxes(StrictModel):
 class StudyKeys(StrictModel):
     """Top-level keys that let one file share settings (`base`) or describe many experiments (a study)."""
 
-    base: str | None = Field(None, description="Another recipe file (relative to this one) to start from; this file "
-                             "overrides it: mappings merge, lists and other values are replaced.")
-    abstract: bool = Field(False, description="This file only holds shared settings for other files' `base:`; "
-                           "it is never run (and may leave out required fields). Not inherited.")
+    base: str | None = Field(
+        None,
+        description="Another recipe file (relative to this one) to start from; this file "
+        "overrides it: mappings merge, lists and other values are replaced.",
+    )
+    abstract: bool = Field(
+        False,
+        description="This file only holds shared settings for other files' `base:`; "
+        "it is never run (and may leave out required fields). Not inherited.",
+    )
     matrix: dict[str, list[Any] | dict[str, Any]] = Field(
-        default_factory=dict, description="Grid axes: dotted recipe key -> list of values, or label -> value "
-        "(labels name the cells; an empty label leaves a value out of names). Every combination is a cell.")
+        default_factory=dict,
+        description="Grid axes: dotted recipe key -> list of values, or label -> value "
+        "(labels name the cells; an empty label leaves a value out of names). Every combination is a cell.",
+    )
     variants: dict[str, dict[str, Any] | None] = Field(
-        default_factory=dict, description="Named overlays (dotted recipe key -> value), each combined with the "
-        "grid. A variant that sets an axis's key fixes that axis for its cells.")
+        default_factory=dict,
+        description="Named overlays (dotted recipe key -> value), each combined with the "
+        "grid. A variant that sets an axis's key fixes that axis for its cells.",
+    )
     exclude: list[dict[str, Any]] = Field(
-        default_factory=list, description="Drop the cells that have every setting of an entry "
-        "(axis key or `variant` -> value or label).")
+        default_factory=list,
+        description="Drop the cells that have every setting of an entry (axis key or `variant` -> value or label).",
+    )
     report: ReportAxes | None = Field(None, description="The summary's pivot axes.")
 
 
@@ -97,8 +109,11 @@ def same(a: Any, b: Any) -> bool:
 
 def _label_key(k: Any, what: str, where: str) -> str:
     if isinstance(k, bool) or k is None:
-        raise RecipeError(f"label {k!r}: YAML reads an unquoted on/off/yes/no/true/false/null as a "
-                          "boolean or null; quote it", file=where, field=what)
+        raise RecipeError(
+            f"label {k!r}: YAML reads an unquoted on/off/yes/no/true/false/null as a boolean or null; quote it",
+            file=where,
+            field=what,
+        )
     return str(k)
 
 
@@ -137,38 +152,61 @@ def parse_axes(matrix: Any, where: str) -> list[Axis]:
     axes: list[Axis] = []
     for key, spec in matrix.items():
         if key in ("variant", "name"):
-            raise RecipeError(f"{key!r} cannot be an axis (" + ("list variants under `variants`" if key == "variant"
-                              else "cell names are made from the study's name") + ")", file=where, field="matrix")
+            raise RecipeError(
+                f"{key!r} cannot be an axis ("
+                + (
+                    "list variants under `variants`"
+                    if key == "variant"
+                    else "cell names are made from the study's name"
+                )
+                + ")",
+                file=where,
+                field="matrix",
+            )
         key = _check_key(key, "matrix", where)
         what = f"matrix.{key}"
         if isinstance(spec, list):
             values = list(spec)
             labels = [default_label(key, v) for v in values]
             if any(lab is None for lab in labels):
-                raise RecipeError("these values need labels to name the cells", file=where, field=what,
-                                  hint=f"write the axis as label -> value: `{key}: {{small: ..., big: ...}}`")
+                raise RecipeError(
+                    "these values need labels to name the cells",
+                    file=where,
+                    field=what,
+                    hint=f"write the axis as label -> value: `{key}: {{small: ..., big: ...}}`",
+                )
         elif isinstance(spec, dict):
             labels = [_label_key(k, what, where) for k in spec]
             values = list(spec.values())
             bad = [lab for lab in labels if not LABEL_PATTERN.match(lab)]
             if bad:
-                raise RecipeError(f"label {bad[0]!r}: labels may hold letters, digits and ._- only",
-                                  file=where, field=what)
+                raise RecipeError(
+                    f"label {bad[0]!r}: labels may hold letters, digits and ._- only", file=where, field=what
+                )
         else:
-            raise RecipeError(f"expected a list of values or a mapping label -> value, got {spec!r}",
-                              file=where, field=what, hint="a setting with one value belongs at its own key")
+            raise RecipeError(
+                f"expected a list of values or a mapping label -> value, got {spec!r}",
+                file=where,
+                field=what,
+                hint="a setting with one value belongs at its own key",
+            )
         if not values:
             raise RecipeError("the axis has no values", file=where, field=what)
         for i, v in enumerate(values):
             if any(same(v, w) for w in values[:i]):
                 raise RecipeError(f"value {v!r} is listed twice", file=where, field=what)
             if labels[i] in labels[:i]:
-                raise RecipeError(f"two values have the label {labels[i]!r}", file=where, field=what,
-                                  hint="give the values distinct labels: `{label: value, ...}`")
+                raise RecipeError(
+                    f"two values have the label {labels[i]!r}",
+                    file=where,
+                    field=what,
+                    hint="give the values distinct labels: `{label: value, ...}`",
+                )
         clash = next((a.key for a in axes if overlaps(a.key, key)), None)
         if clash:
-            raise RecipeError(f"axes {clash!r} and {key!r} overlap (one is inside the other)", file=where,
-                              field="matrix")
+            raise RecipeError(
+                f"axes {clash!r} and {key!r} overlap (one is inside the other)", file=where, field="matrix"
+            )
         axes.append(Axis(key, tuple(values), tuple(labels)))
     return axes
 
@@ -182,21 +220,31 @@ def parse_variants(variants: Any, where: str) -> dict[str, dict]:
     for name, overlay in variants.items():
         name = _label_key(name, "variants", where)
         if not VARIANT_PATTERN.match(name):
-            raise RecipeError(f"variant name {name!r}: letters, digits and ._- only, starting with a letter or "
-                              "digit", file=where, field="variants")
+            raise RecipeError(
+                f"variant name {name!r}: letters, digits and ._- only, starting with a letter or digit",
+                file=where,
+                field="variants",
+            )
         overlay = {} if overlay is None else overlay
         if not isinstance(overlay, dict):
-            raise RecipeError(f"expected a mapping of dotted recipe key -> value, got {overlay!r}", file=where,
-                              field=f"variants.{name}")
+            raise RecipeError(
+                f"expected a mapping of dotted recipe key -> value, got {overlay!r}",
+                file=where,
+                field=f"variants.{name}",
+            )
         keys = [_check_key(k, f"variants.{name}", where) for k in overlay]
         for i, k in enumerate(keys):
             clash = next((j for j in keys[:i] if overlaps(j, k)), None)
             if clash:
-                raise RecipeError(f"{clash!r} and {k!r} overlap (one is inside the other)", file=where,
-                                  field=f"variants.{name}")
+                raise RecipeError(
+                    f"{clash!r} and {k!r} overlap (one is inside the other)", file=where, field=f"variants.{name}"
+                )
             if k == "name":
-                raise RecipeError("a variant cannot set `name` (cell names are made from the study's name)",
-                                  file=where, field=f"variants.{name}")
+                raise RecipeError(
+                    "a variant cannot set `name` (cell names are made from the study's name)",
+                    file=where,
+                    field=f"variants.{name}",
+                )
         out[name] = overlay
     return out
 
@@ -232,8 +280,12 @@ def add_study_keys(schema: dict) -> dict:
     out = {k: v for k, v in schema.items() if k not in ("properties", "required", "$defs")}
     out["properties"] = {**_relax(schema.get("properties", {})), **keys["properties"]}
     out["$defs"] = {**defs, **{f"{k}Partial": _relax(v) for k, v in defs.items()}, **keys.get("$defs", {})}
-    partial = [{"required": ["base"]}, {"required": ["matrix"]}, {"required": ["variants"]},
-               {"required": ["abstract"], "properties": {"abstract": {"const": True}}}]
+    partial = [
+        {"required": ["base"]},
+        {"required": ["matrix"]},
+        {"required": ["variants"]},
+        {"required": ["abstract"], "properties": {"abstract": {"const": True}}},
+    ]
     out["if"] = {"anyOf": partial}
     out["else"] = {"required": schema.get("required", []), "properties": schema.get("properties", {})}
     return out

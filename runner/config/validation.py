@@ -1,5 +1,6 @@
 """Pydantic validation errors -> lines a person can act on: the file's line, the dotted field, what is
 allowed (with a did-you-mean for typos)."""
+
 from __future__ import annotations
 
 import difflib
@@ -22,7 +23,7 @@ def _submodel(cls: type[BaseModel], loc: tuple, data: Any) -> type[BaseModel] | 
     cur: Any = cls
     d = data
     for part in loc[:-1]:
-        if isinstance(part, int):      # a list index: `cur` is already the item type
+        if isinstance(part, int):  # a list index: `cur` is already the item type
             d = d[part] if isinstance(d, list) and 0 <= part < len(d) else None
             continue
         if not (isinstance(cur, type) and issubclass(cur, BaseModel)) or part not in cur.model_fields:
@@ -35,8 +36,11 @@ def _submodel(cls: type[BaseModel], loc: tuple, data: Any) -> type[BaseModel] | 
             kind = d.get("kind") if isinstance(d, dict) else None
             cur = spec_for_kind(kind)
             continue
-        cands = [a for a in typing.get_args(ann) if isinstance(a, type) and issubclass(a, BaseModel)] \
-            if typing.get_args(ann) else [ann]
+        cands = (
+            [a for a in typing.get_args(ann) if isinstance(a, type) and issubclass(a, BaseModel)]
+            if typing.get_args(ann)
+            else [ann]
+        )
         cur = cands[0] if cands else None
     return cur if isinstance(cur, type) and issubclass(cur, BaseModel) else None
 
@@ -53,7 +57,7 @@ def describe_error(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, s
     if typ == "extra_forbidden":
         holder = _submodel(Recipe, loc, data)
         allowed = sorted(holder.model_fields) if holder else []
-        if len(loc) == 1:                # a file's top level also takes the study keys
+        if len(loc) == 1:  # a file's top level also takes the study keys
             allowed = sorted([*allowed, *STUDY_KEYS])
         if dotted in sets:
             msg = f"--set {dotted}: no such key"
@@ -67,19 +71,24 @@ def describe_error(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, s
     if typ == "missing":
         return loc, "required field is missing"
     if typ == "union_tag_invalid":
-        return loc + ("kind",), f"unknown engine kind {err['input'].get('kind')!r}; allowed: " + \
-            ", ".join(repr(k) for k in ENGINE_KINDS) if isinstance(err.get("input"), dict) else err["msg"]
+        return loc + ("kind",), f"unknown engine kind {err['input'].get('kind')!r}; allowed: " + ", ".join(
+            repr(k) for k in ENGINE_KINDS
+        ) if isinstance(err.get("input"), dict) else err["msg"]
     if typ == "union_tag_not_found":
         return loc + ("kind",), "missing `kind`; allowed: " + ", ".join(repr(k) for k in ENGINE_KINDS)
     if typ == "literal_error" and loc and loc[0] == "metrics":
         from runner.scoring import METRICS
+
         val = err.get("input")
         close = difflib.get_close_matches(str(val), list(METRICS), n=1)
-        return loc, f"unknown metric {val!r}" + (f"; did you mean {close[0]!r}?" if close else ".") + \
-            " Allowed: " + ", ".join(METRICS)
+        return loc, f"unknown metric {val!r}" + (
+            f"; did you mean {close[0]!r}?" if close else "."
+        ) + " Allowed: " + ", ".join(METRICS)
     if loc == ("engine",) and isinstance(err.get("input"), str):
-        return loc, (f"expected a mapping with a `kind`, e.g. `engine: {{kind: {err['input']}}}`; allowed kinds: "
-                     + ", ".join(ENGINE_KINDS))
+        return loc, (
+            f"expected a mapping with a `kind`, e.g. `engine: {{kind: {err['input']}}}`; allowed kinds: "
+            + ", ".join(ENGINE_KINDS)
+        )
     if loc == ("metrics",) and isinstance(err.get("input"), str):
         return loc, f"expected a list, e.g. `metrics: [{err['input']}]`"
     msg = err["msg"]

@@ -10,6 +10,7 @@ A recipe is a few kilobytes; a file that is not one must fail in seconds, naming
 - no key twice in one mapping (YAML lets the second silently replace the first).
 
 Only the safe loader is used."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -60,8 +61,11 @@ def _count_values(root: yaml.Node, where: str) -> None:
         if key in sizes:
             return sizes[key]
         if key in active:
-            raise RecipeError("an alias (*name) refers to a mapping or list that contains it; a recipe cannot "
-                              "contain itself", file=where, line=_line(node))
+            raise RecipeError(
+                "an alias (*name) refers to a mapping or list that contains it; a recipe cannot contain itself",
+                file=where,
+                line=_line(node),
+            )
         active.add(key)
         n = 1
         if isinstance(node, yaml.MappingNode):
@@ -76,9 +80,13 @@ def _count_values(root: yaml.Node, where: str) -> None:
                     break
         active.discard(key)
         if n > MAX_VALUES:
-            raise RecipeError(f"the YAML holds more than {MAX_VALUES:,} values once its aliases (*name) are "
-                              "expanded; a recipe is far smaller", file=where, line=_line(node),
-                              hint="write the values out instead of nesting aliases")
+            raise RecipeError(
+                f"the YAML holds more than {MAX_VALUES:,} values once its aliases (*name) are "
+                "expanded; a recipe is far smaller",
+                file=where,
+                line=_line(node),
+                hint="write the values out instead of nesting aliases",
+            )
         sizes[key] = n
         return n
 
@@ -99,8 +107,12 @@ def _no_duplicate_keys(root: yaml.Node, where: str) -> None:
             for k, v in node.value:
                 key = str(k.value)
                 if key in seen and key != "<<":
-                    raise RecipeError(f"key {key!r} appears twice (first on line {seen[key]}); the second would "
-                                      "silently replace the first", file=where, line=_line(k))
+                    raise RecipeError(
+                        f"key {key!r} appears twice (first on line {seen[key]}); the second would "
+                        "silently replace the first",
+                        file=where,
+                        line=_line(k),
+                    )
                 seen[key] = _line(k)
                 stack.append(v)
         elif isinstance(node, yaml.SequenceNode):
@@ -115,13 +127,13 @@ def _read_text(path: Path, where: str) -> str:
     with path.open("rb") as f:
         raw = f.read(MAX_BYTES + 1)
     if len(raw) > MAX_BYTES:
-        raise RecipeError(f"file is larger than {MAX_BYTES // (1 << 20)} MiB; a recipe is a few kilobytes",
-                          file=where)
+        raise RecipeError(f"file is larger than {MAX_BYTES // (1 << 20)} MiB; a recipe is a few kilobytes", file=where)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise RecipeError(f"not UTF-8 text (bad byte at offset {e.start})", file=where,
-                          hint="save the recipe as UTF-8") from None
+        raise RecipeError(
+            f"not UTF-8 text (bad byte at offset {e.start})", file=where, hint="save the recipe as UTF-8"
+        ) from None
 
 
 def read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
@@ -139,16 +151,18 @@ def read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
         _no_duplicate_keys(node, where)
         data = loader.construct_document(node)
     except _TooDeep as e:
-        raise RecipeError(f"nested more than {MAX_DEPTH} levels deep; a recipe needs fewer than 10",
-                          file=where, line=e.line) from None
+        raise RecipeError(
+            f"nested more than {MAX_DEPTH} levels deep; a recipe needs fewer than 10", file=where, line=e.line
+        ) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         line = mark.line + 1 if mark else None
-        raise RecipeError(f"YAML syntax error: {e.problem}" + (f" ({e.context})" if e.context else ""),
-                          file=where, line=line) from None
+        raise RecipeError(
+            f"YAML syntax error: {e.problem}" + (f" ({e.context})" if e.context else ""), file=where, line=line
+        ) from None
     except yaml.YAMLError as e:
         raise RecipeError(f"YAML error: {e}", file=where) from None
-    except (ValueError, OverflowError) as e:        # e.g. an integer of more than 4,300 digits
+    except (ValueError, OverflowError) as e:  # e.g. an integer of more than 4,300 digits
         raise RecipeError(f"YAML value cannot be read: {e}", file=where) from None
     finally:
         loader.dispose()

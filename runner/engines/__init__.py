@@ -2,6 +2,7 @@
 `kind` literal, its fields, `build()` and the class facts of `EngineSpecBase`) and one entry
 in this tuple. The recipe's discriminated union, the allowed kinds, error messages, the
 reference, reports and the environment record are all derived from it."""
+
 from __future__ import annotations
 
 from typing import Annotated, Union
@@ -15,7 +16,7 @@ from runner.engines.vllm import VLLMSpec
 
 ENGINES: tuple[type[EngineSpecBase], ...] = (TransformersSpec, VLLMSpec, FakeSpec)
 
-EngineSpec = Annotated[Union[ENGINES], Field(discriminator="kind")]  # type: ignore[valid-type]
+EngineSpec = Annotated[Union[ENGINES], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007
 
 ENGINE_KINDS: tuple[str, ...] = tuple(e.kind_name() for e in ENGINES)
 

@@ -7,6 +7,7 @@ the rest of the runner needs about an engine kind live on its spec class
 (`EngineSpecBase`'s class variables), so nothing outside `engines/` asks which
 engine it is.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -28,6 +29,7 @@ KnobStatus = Literal["applied", "ignored", "default", "unverified"]
 @dataclass(frozen=True)
 class Request:
     """One prompt as the engine receives it: its token ids and the example it was rendered from."""
+
     ids: list[int]
     example: Example
 
@@ -37,13 +39,14 @@ class Generation:
     text: str
     prompt_tokens: int
     output_tokens: int
-    cached_tokens: int | None = None      # prompt tokens served from the prefix cache
-    ttft_s: float | None = None           # time to first token, per request
-    latency_s: float | None = None        # end-to-end latency, per request
+    cached_tokens: int | None = None  # prompt tokens served from the prefix cache
+    ttft_s: float | None = None  # time to first token, per request
+    latency_s: float | None = None  # end-to-end latency, per request
 
 
 class Knob(BaseModel):
     """A setting the recipe asked for, and what the run shows took effect (a row of results.json)."""
+
     model_config = ConfigDict(extra="forbid")
     name: str
     requested: Any = None
@@ -55,6 +58,7 @@ class Knob(BaseModel):
 @dataclass
 class EngineInfo:
     """Facts the engine measured or reported about itself during the run."""
+
     name: str
     version: str
     device: str = ""
@@ -68,7 +72,7 @@ class EngineInfo:
 
 
 ProgressFn = Callable[[int], None]
-SinkFn = Callable[[list[tuple[int, Generation]]], None]   # (request index, generation) pairs as they finish
+SinkFn = Callable[[list[tuple[int, Generation]]], None]  # (request index, generation) pairs as they finish
 
 
 class Engine(Protocol):
@@ -77,8 +81,13 @@ class Engine(Protocol):
     def encode(self, messages: Sequence[Messages]) -> tuple[list[str], list[list[int]]]:
         """Each prompt's text and token ids, exactly as generate() will see them."""
 
-    def generate(self, requests: Sequence[Request], sampling: Sampling, progress: ProgressFn | None = None,
-                 sink: SinkFn | None = None) -> list[Generation]:
+    def generate(
+        self,
+        requests: Sequence[Request],
+        sampling: Sampling,
+        progress: ProgressFn | None = None,
+        sink: SinkFn | None = None,
+    ) -> list[Generation]:
         """One completion per request, in order; finished ones go to `sink` as soon as they are
         done (so an interrupted run keeps them)."""
 
@@ -92,6 +101,7 @@ class Engine(Protocol):
 @dataclass(frozen=True)
 class CrashEvidence:
     """What an engine's log shows it had done, read when a run ended before it could report."""
+
     weights_gib: float | None = None
     kv_cache_tokens: int | None = None
     notes: tuple[str, ...] = ()
@@ -100,8 +110,9 @@ class CrashEvidence:
 @dataclass(frozen=True)
 class ServeEvidence:
     """What an engine's server shows took effect (its log) and did (its /metrics counters)."""
+
     knobs: tuple[Knob, ...] = ()
-    cached_tokens: int | None = None      # prompt tokens served from the prefix cache, over the counters given
+    cached_tokens: int | None = None  # prompt tokens served from the prefix cache, over the counters given
     weights_gib: float | None = None
     kv_cache_tokens: int | None = None
     notes: tuple[str, ...] = ()
@@ -112,13 +123,13 @@ class EngineSpecBase(StrictModel):
     `build()`, and set the class facts below; the registry tuple in `engines/__init__.py` is the
     only list of engines."""
 
-    library: ClassVar[str | None] = None             # module that must be importable for `go` to run it
-    packages: ClassVar[tuple[str, ...]] = ()         # distributions whose versions results.json records
+    library: ClassVar[str | None] = None  # module that must be importable for `go` to run it
+    packages: ClassVar[tuple[str, ...]] = ()  # distributions whose versions results.json records
     prefix_cache_field: ClassVar[str | None] = None  # this spec's automatic-prefix-caching knob, if any
-    prefix_cache_default: ClassVar[bool] = False     # what the engine does when that field is unset
-    fake: ClassVar[bool] = False                     # outputs are made up: label reports, scores mean nothing
-    serves: ClassVar[bool] = False                   # has an OpenAI-compatible server mode (`load:` recipes)
-    label: ClassVar[str] = ""                        # how reports name the engine
+    prefix_cache_default: ClassVar[bool] = False  # what the engine does when that field is unset
+    fake: ClassVar[bool] = False  # outputs are made up: label reports, scores mean nothing
+    serves: ClassVar[bool] = False  # has an OpenAI-compatible server mode (`load:` recipes)
+    label: ClassVar[str] = ""  # how reports name the engine
 
     @classmethod
     def kind_name(cls) -> str:

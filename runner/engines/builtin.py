@@ -1,6 +1,7 @@
 """`model.id: builtin:demo`: a tiny random Qwen2-shaped model with a BPE tokenizer
 trained on the embedded Japanese sample, built offline in a second. Smoke tests
 only: its answers are noise and its scores mean nothing."""
+
 from __future__ import annotations
 
 import hashlib
@@ -10,10 +11,14 @@ from pathlib import Path
 
 BUILTIN_PREFIX = "builtin:"
 BUILTINS = ("demo",)
-SMOKE_NOTE = ("Smoke-test model (`builtin:demo`): a tiny randomly initialised Qwen2-shaped model "
-              "built offline; its outputs are noise and its scores mean nothing.")
-CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+SMOKE_NOTE = (
+    "Smoke-test model (`builtin:demo`): a tiny randomly initialised Qwen2-shaped model "
+    "built offline; its outputs are noise and its scores mean nothing."
+)
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 VERSION = "1"
 
@@ -68,21 +73,27 @@ def _intact(folder: Path) -> bool:
 
 def ensure_builtin(model_id: str) -> str:
     """Build (once) and return the folder of a builtin model."""
-    name = model_id[len(BUILTIN_PREFIX):]
+    name = model_id[len(BUILTIN_PREFIX) :]
     if name not in BUILTINS:
-        raise ValueError(f"unknown builtin model {model_id!r}; allowed: "
-                         + ", ".join(BUILTIN_PREFIX + b for b in BUILTINS))
+        raise ValueError(
+            f"unknown builtin model {model_id!r}; allowed: " + ", ".join(BUILTIN_PREFIX + b for b in BUILTINS)
+        )
     out = cache_dir()
     if _intact(out):
         return str(out)
-    if out.exists():            # a cache cut short or damaged: build it again
+    if out.exists():  # a cache cut short or damaged: build it again
         import shutil
+
         try:
             shutil.rmtree(out)
         except OSError as e:
             from runner.errors import RunnerError
-            raise RunnerError(f"the cached builtin model is damaged and cannot be removed ({e.strerror})",
-                              file=str(out), hint="delete that folder; the runner builds it again") from None
+
+            raise RunnerError(
+                f"the cached builtin model is damaged and cannot be removed ({e.strerror})",
+                file=str(out),
+                hint="delete that folder; the runner builds it again",
+            ) from None
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -90,16 +101,29 @@ def ensure_builtin(model_id: str) -> str:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=1200, special_tokens=SPECIALS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=1200,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(_corpus_texts(), trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     fast.chat_template = CHATML
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                      eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id,
-                      bos_token_id=fast.convert_tokens_to_ids("<|endoftext|>"), tie_word_embeddings=True)
+    cfg = Qwen2Config(
+        vocab_size=len(fast),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.pad_token_id,
+        bos_token_id=fast.convert_tokens_to_ids("<|endoftext|>"),
+        tie_word_embeddings=True,
+    )
     model = Qwen2ForCausalLM(cfg)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
@@ -108,6 +132,6 @@ def ensure_builtin(model_id: str) -> str:
     _write_manifest(tmp)
     try:
         tmp.rename(out)
-    except OSError:   # another process built it first
+    except OSError:  # another process built it first
         pass
     return str(out)

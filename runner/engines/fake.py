@@ -9,6 +9,7 @@ are marked not meaningful.
 Server mode (recipes with `load:`): runner/engines/fake_server.py, an OpenAI-compatible completions
 server that streams `served_reply(reply)` word by word, one request at a time, `delay_s` each. It gets
 token ids, not the example, so a reply template with variables is sent as DEFAULT_REPLY."""
+
 from __future__ import annotations
 
 import time
@@ -28,13 +29,24 @@ class FakeSpec(EngineSpecBase):
     """A fake engine: deterministic replies rendered from the example, no model (pipeline tests, dry runs)."""
 
     kind: Literal["fake"] = Field(description="Engine selector.")
-    reply: str = Field(DEFAULT_REPLY, max_length=10_000,
-                       description="Jinja template of the reply, over the example's `question`, `context`, "
-                                   "`answers`, `id` (e.g. `{{ answers[0] }}`).")
-    delay_s: float = Field(0.0, ge=0, le=60, allow_inf_nan=False,
-                           description="Seconds each request takes (requests run one after another).")
-    serve_fail: bool = Field(False, description="Server mode (`load:`): the fake server exits with an error "
-                             "before it is ready (tests of the failure path).")
+    reply: str = Field(
+        DEFAULT_REPLY,
+        max_length=10_000,
+        description="Jinja template of the reply, over the example's `question`, `context`, "
+        "`answers`, `id` (e.g. `{{ answers[0] }}`).",
+    )
+    delay_s: float = Field(
+        0.0,
+        ge=0,
+        le=60,
+        allow_inf_nan=False,
+        description="Seconds each request takes (requests run one after another).",
+    )
+    serve_fail: bool = Field(
+        False,
+        description="Server mode (`load:`): the fake server exits with an error "
+        "before it is ready (tests of the failure path).",
+    )
 
     fake: ClassVar[bool] = True
     serves: ClassVar[bool] = True
@@ -52,14 +64,27 @@ class FakeSpec(EngineSpecBase):
     def serve_command(self, model: ModelSpec, host: str, port: int) -> list[str] | None:
         """runner/engines/fake_server.py: streams `served_reply(reply)` word by word, one request at a time."""
         import sys
-        cmd = [sys.executable, "-m", "runner.engines.fake_server", "--host", host, "--port", str(port),
-               "--reply", served_reply(self.reply), "--delay-s", repr(self.delay_s)]
+
+        cmd = [
+            sys.executable,
+            "-m",
+            "runner.engines.fake_server",
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--reply",
+            served_reply(self.reply),
+            "--delay-s",
+            repr(self.delay_s),
+        ]
         return cmd + (["--fail-start"] if self.serve_fail else [])
 
     def serve_env(self) -> dict[str, str]:
         import os
         from pathlib import Path
-        root = str(Path(__file__).resolve().parents[2])        # so `-m runner.engines.fake_server` imports
+
+        root = str(Path(__file__).resolve().parents[2])  # so `-m runner.engines.fake_server` imports
         paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         return {"PYTHONPATH": os.pathsep.join(paths if root in paths else [root, *paths])}
 
@@ -67,16 +92,33 @@ class FakeSpec(EngineSpecBase):
         import json
 
         from runner.engines.base import ServeEvidence
+
         lines = [ln for ln in log_text.splitlines() if ln.startswith(SETTINGS_MARK)]
-        got = json.loads(lines[-1][len(SETTINGS_MARK):]) if lines else {}
+        got = json.loads(lines[-1][len(SETTINGS_MARK) :]) if lines else {}
         ev = "the fake server's settings line in engine.log"
         fixed = _has_variables(self.reply)
-        knobs = (Knob(name="reply", requested=self.reply, effective=got.get("reply"), evidence=ev + (
-                          "; the server sees token ids, not the example, so a reply template with variables is "
-                          "sent as a fixed text" if fixed else ""),
-                      status="applied" if got.get("reply") == served_reply(self.reply) and not fixed else "ignored"),
-                 Knob(name="delay_s", requested=self.delay_s, effective=got.get("delay_s"), evidence=ev,
-                      status="applied" if got.get("delay_s") == self.delay_s else "ignored"))
+        knobs = (
+            Knob(
+                name="reply",
+                requested=self.reply,
+                effective=got.get("reply"),
+                evidence=ev
+                + (
+                    "; the server sees token ids, not the example, so a reply template with variables is "
+                    "sent as a fixed text"
+                    if fixed
+                    else ""
+                ),
+                status="applied" if got.get("reply") == served_reply(self.reply) and not fixed else "ignored",
+            ),
+            Knob(
+                name="delay_s",
+                requested=self.delay_s,
+                effective=got.get("delay_s"),
+                evidence=ev,
+                status="applied" if got.get("delay_s") == self.delay_s else "ignored",
+            ),
+        )
         return ServeEvidence(knobs=knobs, notes=("fake server: replies are a fixed text, no model ran",))
 
 
@@ -91,12 +133,14 @@ def served_reply(reply: str) -> str:
 
 def _has_variables(reply: str) -> bool:
     from jinja2 import meta
+
     return bool(meta.find_undeclared_variables(_template(reply).environment.parse(reply)))
 
 
 def _template(text: str) -> Any:
     from jinja2 import StrictUndefined, TemplateSyntaxError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
+
     try:
         return ImmutableSandboxedEnvironment(undefined=StrictUndefined, autoescape=False).from_string(text)
     except TemplateSyntaxError as e:
@@ -132,28 +176,47 @@ class FakeEngine:
         if model.tokenizer or model.id.startswith("builtin:"):
             from runner.engines.builtin import ensure_builtin, is_builtin
             from runner.engines.tokenizing import load_tokenizer, uses_chat_template
+
             builtin = ensure_builtin(model.id) if is_builtin(model.id) and not model.tokenizer else None
             self.tokenizer = load_tokenizer(model, builtin)
             self.chat = uses_chat_template(self.tokenizer, chat)
         self.tokens = _HFTokens(self.tokenizer) if self.tokenizer is not None else _Words()
-        self.info = EngineInfo(name="fake", version="-", device="none (fake engine)",
-                               load_s=time.perf_counter() - t0)
-        self.info.notes.append("fake engine: replies are rendered from a template, no model ran; "
-                               "times and scores say nothing about a model")
+        self.info = EngineInfo(name="fake", version="-", device="none (fake engine)", load_s=time.perf_counter() - t0)
+        self.info.notes.append(
+            "fake engine: replies are rendered from a template, no model ran; "
+            "times and scores say nothing about a model"
+        )
         self.info.knobs = [
-            Knob(name="reply", requested=spec.reply, effective=spec.reply, status="applied",
-                 evidence="rendered per example"),
-            Knob(name="delay_s", requested=spec.delay_s, effective=spec.delay_s, status="applied",
-                 evidence="slept per request"),
-            Knob(name="tokens", requested=None, effective="tokenizer" if self.tokenizer else "whitespace words",
-                 status="default", evidence="how prompt and output tokens are counted"),
+            Knob(
+                name="reply",
+                requested=spec.reply,
+                effective=spec.reply,
+                status="applied",
+                evidence="rendered per example",
+            ),
+            Knob(
+                name="delay_s",
+                requested=spec.delay_s,
+                effective=spec.delay_s,
+                status="applied",
+                evidence="slept per request",
+            ),
+            Knob(
+                name="tokens",
+                requested=None,
+                effective="tokenizer" if self.tokenizer else "whitespace words",
+                status="default",
+                evidence="how prompt and output tokens are counted",
+            ),
         ]
 
     def encode(self, messages: Sequence[Messages]) -> tuple[list[str], list[list[int]]]:
         if self.tokenizer is not None:
             from runner.engines.tokenizing import encode_prompts
+
             return encode_prompts(self.tokenizer, list(messages), self.chat)
         from runner.engines.tokenizing import messages_to_text
+
         texts = [messages_to_text(m) for m in messages]
         return texts, [self.tokens.encode(t) for t in texts]
 
@@ -161,15 +224,20 @@ class FakeEngine:
         ex = req.example
         text = self.template.render(question=ex.question, context=ex.context, answers=list(ex.answers), id=ex.id)
         from runner.engines.tokenizing import truncate_at_stop
+
         text, _ = truncate_at_stop(text, sampling.stop)
         n = len(self.tokens.encode(text))
         if n > sampling.max_tokens:
             text, n = self.tokens.cut(text, sampling.max_tokens), sampling.max_tokens
-        return Generation(text=text, prompt_tokens=len(req.ids), output_tokens=n,
-                          latency_s=self.spec.delay_s)
+        return Generation(text=text, prompt_tokens=len(req.ids), output_tokens=n, latency_s=self.spec.delay_s)
 
-    def generate(self, requests: Sequence[Request], sampling: Sampling, progress: ProgressFn | None = None,
-                 sink: SinkFn | None = None) -> list[Generation]:
+    def generate(
+        self,
+        requests: Sequence[Request],
+        sampling: Sampling,
+        progress: ProgressFn | None = None,
+        sink: SinkFn | None = None,
+    ) -> list[Generation]:
         out = []
         for i, req in enumerate(requests):
             if self.spec.delay_s:
@@ -183,7 +251,7 @@ class FakeEngine:
         return out
 
     def reset_prefix_cache(self) -> bool:
-        return False     # no prefix cache
+        return False  # no prefix cache
 
     def close(self) -> None:
         self.tokenizer = None

@@ -18,6 +18,7 @@
 - `--fail-start` exits with code 1 before listening (tests of a server that crashes before it is ready).
 It prints its pid, process group and settings to its output (the run's engine.log).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,9 +83,13 @@ class FakeServer:
         words, finish = reply_words(self.reply, body)
         self.counts.update(requests=1, prompt_tokens=n_prompt, generation_tokens=len(words))
         usage = {"prompt_tokens": n_prompt, "completion_tokens": len(words), "total_tokens": n_prompt + len(words)}
-        base = {"id": f"cmpl-{self.counts['requests']}", "object": "text_completion", "created": int(time.time()),
-                "model": body.get("model", "fake")}
-        async with self.lock:                       # one request at a time
+        base = {
+            "id": f"cmpl-{self.counts['requests']}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": body.get("model", "fake"),
+        }
+        async with self.lock:  # one request at a time
             if not body.get("stream"):
                 await asyncio.sleep(self.delay_s)
                 choice = {"index": 0, "text": "".join(words), "logprobs": None, "finish_reason": finish}
@@ -94,8 +99,12 @@ class FakeServer:
             gap = self.delay_s / len(words)
             for i, w in enumerate(words):
                 await asyncio.sleep(gap)
-                choice = {"index": 0, "text": w, "logprobs": None,
-                          "finish_reason": finish if i == len(words) - 1 else None}
+                choice = {
+                    "index": 0,
+                    "text": w,
+                    "logprobs": None,
+                    "finish_reason": finish if i == len(words) - 1 else None,
+                }
                 await resp.write(_event({**base, "choices": [choice]}))
             if (body.get("stream_options") or {}).get("include_usage"):
                 await resp.write(_event({**base, "choices": [], "usage": usage}))
@@ -122,8 +131,14 @@ def main(argv: list[str] | None = None) -> int:
         print("fake server: failing before it is ready, as asked (engine.serve_fail)", flush=True)
         return 1
     print(f"fake server listening on http://{a.host}:{a.port}", flush=True)
-    web.run_app(FakeServer(a.reply, a.delay_s).app(), host=a.host, port=a.port, print=None, access_log=None,
-                shutdown_timeout=1.0)
+    web.run_app(
+        FakeServer(a.reply, a.delay_s).app(),
+        host=a.host,
+        port=a.port,
+        print=None,
+        access_log=None,
+        shutdown_timeout=1.0,
+    )
     return 0
 
 

@@ -1,4 +1,5 @@
 """Prompt -> token ids, shared by every engine so they see identical ids."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -44,11 +45,15 @@ def check_model_source(model: Any) -> None:
     from pathlib import Path
 
     from runner.errors import RunnerError
+
     for field, ref in (("model.id", model.id), ("model.tokenizer", model.tokenizer)):
         if ref and not ref.startswith("builtin:") and looks_local(ref) and not Path(ref).expanduser().exists():
-            raise RunnerError(f"model folder not found: {ref}", field=field,
-                              hint="give a hub id (needs network) or an existing local folder; "
-                                   "--model-path HUB_ID=PATH maps hub ids to folders")
+            raise RunnerError(
+                f"model folder not found: {ref}",
+                field=field,
+                hint="give a hub id (needs network) or an existing local folder; "
+                "--model-path HUB_ID=PATH maps hub ids to folders",
+            )
 
 
 def load_tokenizer(model: Any, builtin_dir: str | None = None, local_only: bool = False):
@@ -56,8 +61,12 @@ def load_tokenizer(model: Any, builtin_dir: str | None = None, local_only: bool 
 
     check_model_source(model)
     source = builtin_dir or model.tokenizer_id
-    return AutoTokenizer.from_pretrained(source, revision=None if builtin_dir else model.revision,
-                                         trust_remote_code=model.trust_remote_code, local_files_only=local_only)
+    return AutoTokenizer.from_pretrained(
+        source,
+        revision=None if builtin_dir else model.revision,
+        trust_remote_code=model.trust_remote_code,
+        local_files_only=local_only,
+    )
 
 
 def truncate_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:

@@ -3,6 +3,7 @@
 The engine reads the facts (its configs, its log, the outputs); these functions decide each
 knob's verdict, so every "applied / ignored / default / unverified" row is unit-tested on the
 CPU with facts given as plain data."""
+
 from __future__ import annotations
 
 import re
@@ -23,6 +24,7 @@ _KV_GIB_RE = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 @dataclass(frozen=True)
 class VLLMFacts:
     """The engine's effective settings, as read from vLLM's configs and log after start."""
+
     quantization: str | None = None
     prefix_caching: bool = False
     gpu_memory_utilization: float = 0.9
@@ -32,12 +34,12 @@ class VLLMFacts:
     cache_dtype: str = "auto"
     load_format: str = ""
     weights_gib: float | None = None
-    unquantized_gib: float | None = None      # bf16 size of the same parameters, for quantization/offload
+    unquantized_gib: float | None = None  # bf16 size of the same parameters, for quantization/offload
     model_runner: str = "unknown"
     kv_cache_tokens: int | None = None
     version: str = ""
-    swap_space: float | None = None           # as the engine's cache config holds it, when it has one
-    dropped: dict[str, Any] = field(default_factory=dict)   # recipe arguments this vLLM has no field for
+    swap_space: float | None = None  # as the engine's cache config holds it, when it has one
+    dropped: dict[str, Any] = field(default_factory=dict)  # recipe arguments this vLLM has no field for
 
 
 def parse_engine_log(text: str) -> dict[str, float]:
@@ -61,24 +63,38 @@ def crash_evidence(log_text: str) -> CrashEvidence:
     if "weights_gib" in found:
         notes.append(f"from engine.log before the run ended: weights on the GPU {found['weights_gib']} GiB")
     if "cpu_offloaded_gib" in found:
-        notes.append(f"from engine.log: {found['cpu_offloaded_gib']} GiB of parameters were offloaded to CPU "
-                     "memory (cpu_offload_gb took effect)")
+        notes.append(
+            f"from engine.log: {found['cpu_offloaded_gib']} GiB of parameters were offloaded to CPU "
+            "memory (cpu_offload_gb took effect)"
+        )
     kv = found.get("kv_cache_tokens")
-    return CrashEvidence(weights_gib=found.get("weights_gib"), kv_cache_tokens=int(kv) if kv else None,
-                         notes=tuple(notes))
+    return CrashEvidence(
+        weights_gib=found.get("weights_gib"), kv_cache_tokens=int(kv) if kv else None, notes=tuple(notes)
+    )
 
 
 def _quantization(spec: Any, f: VLLMFacts) -> Knob:
     w = f.weights_gib
     if spec.quantization is None:
-        return Knob(name="quantization", requested=None, effective=f.quantization, status="default",
-                    evidence="from the checkpoint config" + (f"; weights {w} GiB" if w else ""))
+        return Knob(
+            name="quantization",
+            requested=None,
+            effective=f.quantization,
+            status="default",
+            evidence="from the checkpoint config" + (f"; weights {w} GiB" if w else ""),
+        )
     want = QUANT_ALIASES.get(spec.quantization, spec.quantization)
     ok = f.quantization is not None and f.quantization in (want, spec.quantization)
     ev = f"engine loaded {f.quantization}; weights {w} GiB" + (
-        f" vs {f.unquantized_gib:.1f} GiB unquantized bf16" if f.unquantized_gib else "")
-    return Knob(name="quantization", requested=spec.quantization, effective=f.quantization,
-                status="applied" if ok else "ignored", evidence=ev)
+        f" vs {f.unquantized_gib:.1f} GiB unquantized bf16" if f.unquantized_gib else ""
+    )
+    return Knob(
+        name="quantization",
+        requested=spec.quantization,
+        effective=f.quantization,
+        status="applied" if ok else "ignored",
+        evidence=ev,
+    )
 
 
 def _prefix_caching(spec: Any, f: VLLMFacts, cached: int, prompt: int) -> Knob:
@@ -96,29 +112,51 @@ def _prefix_caching(spec: Any, f: VLLMFacts, cached: int, prompt: int) -> Knob:
 def _offload(spec: Any, f: VLLMFacts) -> Knob:
     w, full = f.weights_gib, f.unquantized_gib
     if w is None or full is None:
-        return Knob(name="cpu_offload_gb", requested=spec.cpu_offload_gb, status="unverified",
-                    evidence="weight memory not reported by the engine")
+        return Knob(
+            name="cpu_offload_gb",
+            requested=spec.cpu_offload_gb,
+            status="unverified",
+            evidence="weight memory not reported by the engine",
+        )
     expected = max(full - spec.cpu_offload_gb, 0)
-    took = w <= full - 0.5 * spec.cpu_offload_gb      # at least half the asked amount left the GPU
-    return Knob(name="cpu_offload_gb", requested=spec.cpu_offload_gb, effective=round(max(full - w, 0), 2),
-                status="applied" if took else "ignored",
-                evidence=f"weights on GPU {w} GiB (full model {full:.1f} GiB, expected ~{expected:.1f}); "
-                         f"model runner {f.model_runner}")
+    took = w <= full - 0.5 * spec.cpu_offload_gb  # at least half the asked amount left the GPU
+    return Knob(
+        name="cpu_offload_gb",
+        requested=spec.cpu_offload_gb,
+        effective=round(max(full - w, 0), 2),
+        status="applied" if took else "ignored",
+        evidence=f"weights on GPU {w} GiB (full model {full:.1f} GiB, expected ~{expected:.1f}); "
+        f"model runner {f.model_runner}",
+    )
 
 
 def _swap_space(spec: Any, f: VLLMFacts) -> Knob | None:
     if "swap_space" in f.dropped:
-        return Knob(name="swap_space", requested=f.dropped["swap_space"], status="ignored",
-                    evidence=f"vLLM {f.version} has no swap_space argument (V1 engine: no CPU swap); not passed")
+        return Knob(
+            name="swap_space",
+            requested=f.dropped["swap_space"],
+            status="ignored",
+            evidence=f"vLLM {f.version} has no swap_space argument (V1 engine: no CPU swap); not passed",
+        )
     if spec.swap_space is not None:
-        return Knob(name="swap_space", requested=spec.swap_space, effective=f.swap_space, status="unverified",
-                    evidence="accepted by this vLLM; the V1 engine preempts by recomputation")
+        return Knob(
+            name="swap_space",
+            requested=spec.swap_space,
+            effective=f.swap_space,
+            status="unverified",
+            evidence="accepted by this vLLM; the V1 engine preempts by recomputation",
+        )
     return None
 
 
 def _same(name: str, requested: Any, effective: Any, evidence: str) -> Knob:
-    return Knob(name=name, requested=requested, effective=effective,
-                status="applied" if requested == effective else "ignored", evidence=evidence)
+    return Knob(
+        name=name,
+        requested=requested,
+        effective=effective,
+        status="applied" if requested == effective else "ignored",
+        evidence=evidence,
+    )
 
 
 def vllm_knobs(spec: Any, load_format: str, f: VLLMFacts, cached: int, prompt: int) -> list[Knob]:
@@ -131,16 +169,32 @@ def vllm_knobs(spec: Any, load_format: str, f: VLLMFacts, cached: int, prompt: i
     if swap is not None:
         knobs.append(swap)
     gmu_ok = abs(f.gpu_memory_utilization - spec.gpu_memory_utilization) < 1e-9
-    knobs.append(Knob(name="gpu_memory_utilization", requested=spec.gpu_memory_utilization,
-                      effective=f.gpu_memory_utilization, status="applied" if gmu_ok else "ignored",
-                      evidence=f"KV cache {f.kv_cache_tokens:,} tokens" if f.kv_cache_tokens else ""))
+    knobs.append(
+        Knob(
+            name="gpu_memory_utilization",
+            requested=spec.gpu_memory_utilization,
+            effective=f.gpu_memory_utilization,
+            status="applied" if gmu_ok else "ignored",
+            evidence=f"KV cache {f.kv_cache_tokens:,} tokens" if f.kv_cache_tokens else "",
+        )
+    )
     knobs.append(_same("enforce_eager", spec.enforce_eager, f.enforce_eager, "model_config.enforce_eager"))
     if spec.max_model_len is not None:
         knobs.append(_same("max_model_len", spec.max_model_len, f.max_model_len, "model_config"))
     knobs.append(_same("tensor_parallel_size", spec.tensor_parallel_size, f.tensor_parallel_size, "parallel_config"))
-    kv_status = "default" if spec.kv_cache_dtype == "auto" else (
-        "applied" if str(f.cache_dtype).startswith(spec.kv_cache_dtype) else "ignored")
-    knobs.append(Knob(name="kv_cache_dtype", requested=spec.kv_cache_dtype, effective=f.cache_dtype,
-                      status=kv_status, evidence="cache_config"))
+    kv_status = (
+        "default"
+        if spec.kv_cache_dtype == "auto"
+        else ("applied" if str(f.cache_dtype).startswith(spec.kv_cache_dtype) else "ignored")
+    )
+    knobs.append(
+        Knob(
+            name="kv_cache_dtype",
+            requested=spec.kv_cache_dtype,
+            effective=f.cache_dtype,
+            status=kv_status,
+            evidence="cache_config",
+        )
+    )
     knobs.append(_same("load_format", load_format, f.load_format, "load_config"))
     return knobs

@@ -1,5 +1,6 @@
 """Whole-device GPU memory through NVML (counts every process, the engine core too).
 Optional: without nvidia-ml-py or a GPU every function returns None."""
+
 from __future__ import annotations
 
 import threading
@@ -9,15 +10,17 @@ import time
 def _handle(index: int = 0):
     try:
         import pynvml
+
         pynvml.nvmlInit()
         return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
-    except Exception:   # no library, no driver, no device: memory is simply not known
+    except Exception:  # no library, no driver, no device: memory is simply not known
         return None, None
 
 
 def has_cuda_device() -> bool:
     """An NVIDIA GPU is present (NVML sees one, or the driver's device node exists); no torch needed."""
     import os
+
     if _handle(0)[1] is not None:
         return True
     return os.path.exists("/dev/nvidia0") or os.path.isdir("/proc/driver/nvidia/gpus")
@@ -34,10 +37,15 @@ def device_facts(index: int = 0) -> dict:
     nv, h = _handle(index)
     if h is None:
         return {}
+
     def s(x):
         return x.decode() if isinstance(x, bytes) else x
-    facts = {"gpu": s(nv.nvmlDeviceGetName(h)), "driver": s(nv.nvmlSystemGetDriverVersion()),
-             "gpu_memory_gib": round(nv.nvmlDeviceGetMemoryInfo(h).total / 2**30, 1)}
+
+    facts = {
+        "gpu": s(nv.nvmlDeviceGetName(h)),
+        "driver": s(nv.nvmlSystemGetDriverVersion()),
+        "gpu_memory_gib": round(nv.nvmlDeviceGetMemoryInfo(h).total / 2**30, 1),
+    }
     try:
         v = nv.nvmlSystemGetCudaDriverVersion()
         facts["cuda_driver"] = f"{v // 1000}.{(v % 1000) // 10}"
@@ -58,13 +66,15 @@ class PeakSampler:
     def _read(self) -> float:
         return self.nv.nvmlDeviceGetMemoryInfo(self.h).used / 2**30
 
-    def __enter__(self) -> "PeakSampler":
+    def __enter__(self) -> PeakSampler:
         if self.h is None:
             return self
         self.start_gib = self.peak = self._read()
+
         def loop():
             while not self._stop.wait(self.interval):
                 self.peak = max(self.peak, self._read())
+
         self._t = threading.Thread(target=loop, daemon=True)
         self._t.start()
         return self
@@ -76,8 +86,9 @@ class PeakSampler:
             self.peak = max(self.peak, self._read())
 
 
-def wait_for_release(baseline_gib: float | None, tolerance_gib: float = 1.0, timeout_s: float = 60,
-                     index: int = 0) -> float | None:
+def wait_for_release(
+    baseline_gib: float | None, tolerance_gib: float = 1.0, timeout_s: float = 60, index: int = 0
+) -> float | None:
     """Wait until the device's used memory is back near `baseline_gib`; return the last reading."""
     if baseline_gib is None:
         return None

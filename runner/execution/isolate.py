@@ -6,6 +6,7 @@ is killed. When a job ends (done, error, timeout, Ctrl-C) the whole process grou
 an engine core that outlives its parent cannot hold the GPU, and GPU memory is checked to be
 back (NVML) before the next job starts. If a job's process dies in one recipe, that recipe is
 recorded failed and the recipes after it run again in a fresh process."""
+
 from __future__ import annotations
 
 import os
@@ -38,7 +39,7 @@ def kill_group(pgid: int, grace_s: float = 10.0, proc: subprocess.Popen | None =
         deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5)
         while time.monotonic() < deadline:
             if proc is not None:
-                proc.poll()              # reap the leader: a zombie still counts as a group member
+                proc.poll()  # reap the leader: a zombie still counts as a group member
             try:
                 os.killpg(pgid, 0)
             except ProcessLookupError:
@@ -48,16 +49,28 @@ def kill_group(pgid: int, grace_s: float = 10.0, proc: subprocess.Popen | None =
 
 def failed_result(unit: Unit, error: str, hint: str | None, command: str) -> RunResult:
     lr, r = unit.loaded, unit.loaded.recipe
-    return RunResult(name=r.name, recipe=r.canonical(), recipe_hash=r.digest(), recipe_path=lr.path,
-                     status="failed", error=error, hint=hint, command=command, run_key=unit.run_key,
-                     study=lr.study, cell=dict(lr.cell), cell_labels=dict(lr.cell_labels),
-                     study_axes=lr.study_axes, n_dataset=unit.prepared.n_dataset)
+    return RunResult(
+        name=r.name,
+        recipe=r.canonical(),
+        recipe_hash=r.digest(),
+        recipe_path=lr.path,
+        status="failed",
+        error=error,
+        hint=hint,
+        command=command,
+        run_key=unit.run_key,
+        study=lr.study,
+        cell=dict(lr.cell),
+        cell_labels=dict(lr.cell_labels),
+        study_axes=lr.study_axes,
+        n_dataset=unit.prepared.n_dataset,
+    )
 
 
 def _evidence_from_log(res: RunResult, unit: Unit, log: Path) -> None:
     """A run ended before it could report: keep what the engine's log says it had done."""
     try:
-        text = log.read_text(errors="replace").rsplit(LOG_MARK, 1)[-1]      # this run's part
+        text = log.read_text(errors="replace").rsplit(LOG_MARK, 1)[-1]  # this run's part
     except OSError:
         return
     ev = spec_class(unit.loaded.recipe.engine.kind).crash_evidence(text)
@@ -71,13 +84,14 @@ def _evidence_from_log(res: RunResult, unit: Unit, log: Path) -> None:
 def _start(job: Job) -> subprocess.Popen:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2]) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.Popen([sys.executable, "-m", "runner.execution.worker"], start_new_session=True, env=env,
-                            stdin=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner.execution.worker"], start_new_session=True, env=env, stdin=subprocess.PIPE
+    )
     try:
         assert proc.stdin is not None
         proc.stdin.write(pickle.dumps(job, pickle.HIGHEST_PROTOCOL))
         proc.stdin.close()
-    except BrokenPipeError:      # the child died before reading its job: its exit code tells
+    except BrokenPipeError:  # the child died before reading its job: its exit code tells
         pass
     except BaseException:
         kill_group(proc.pid, grace_s=2, proc=proc)
@@ -124,7 +138,7 @@ def _collect(job: Job, proc: subprocess.Popen, error: str | None) -> tuple[list[
         _evidence_from_log(res, unit, folder.engine_log)
         write_json_atomic(folder.results, res.model_dump(mode="json"))
         out.append(res)
-        return out, job.units[i + 1:]
+        return out, job.units[i + 1 :]
     return out, ()
 
 
@@ -134,11 +148,13 @@ def _prepare_folders(job: Job) -> None:
         folder = RunFolder.of(job.options.out, unit.name)
         folder.root.mkdir(parents=True, exist_ok=True)
         folder.results.unlink(missing_ok=True)
-        with open(folder.engine_log, "a", encoding="utf-8") as f:   # a resumed run keeps the earlier log above
+        with open(folder.engine_log, "a", encoding="utf-8") as f:  # a resumed run keeps the earlier log above
             f.write(f"\n{LOG_MARK} {unit.name} started {time.strftime('%Y-%m-%d %H:%M:%S')} =====\n")
             if unit.name != first:
-                f.write(f"(runs on the engine started for {first}: the engine's own output is in "
-                        f"{RunFolder.of(job.options.out, first).engine_log})\n")
+                f.write(
+                    f"(runs on the engine started for {first}: the engine's own output is in "
+                    f"{RunFolder.of(job.options.out, first).engine_log})\n"
+                )
 
 
 def run_isolated(job: Job) -> list[RunResult]:
@@ -147,21 +163,22 @@ def run_isolated(job: Job) -> list[RunResult]:
     baseline = used_gib()
     try:
         proc = _start(job)
-    except OSError as e:      # the recipes fail; the others still run
+    except OSError as e:  # the recipes fail; the others still run
         why = f"could not start the recipe's process: {type(e).__name__}: {e}"
         results = [failed_result(u, why, None, job.options.command) for u in job.units]
         for u, res in zip(job.units, results):
             write_json_atomic(RunFolder.of(job.options.out, u.name).results, res.model_dump(mode="json"))
         return results
     error = _wait(proc, job.timeout_s())
-    for u in job.units:      # a serving run's server is in a session of its own: end it if the run could not
+    for u in job.units:  # a serving run's server is in a session of its own: end it if the run could not
         end_recorded_server(RunFolder.of(job.options.out, u.name))
     after = wait_for_release(baseline)
     results, rest = _collect(job, proc, error)
     if baseline is not None and after is not None and after > baseline + 1.0:
         last = results[-1]
-        last.notes.append(f"GPU memory not fully released after the run: {after:.1f} GiB used vs "
-                          f"{baseline:.1f} GiB before")
+        last.notes.append(
+            f"GPU memory not fully released after the run: {after:.1f} GiB used vs {baseline:.1f} GiB before"
+        )
         write_json_atomic(RunFolder.of(job.options.out, last.name).results, last.model_dump(mode="json"))
     if rest:
         results += run_isolated(Job(units=rest, options=job.options, env=job.env))

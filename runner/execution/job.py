@@ -1,6 +1,7 @@
 """What travels from `runner go` to a recipe's process: the options of the call and, per recipe,
 its validated recipe and prepared inputs. Several recipes that share an engine (study cells that
 differ only in request-side settings) travel in one job and run on one engine, in order."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -11,18 +12,28 @@ from runner.config.recipe import LoadedRecipe
 from runner.inputs.prepare import Prepared
 
 # what a recipe may change and still run on the same engine (the request side)
-REQUEST_SIDE = {"name", "description", "prompt", "sampling", "dataset", "metrics", "scoring", "baseline",
-                "estimate", "timeout_s"}
+REQUEST_SIDE = {
+    "name",
+    "description",
+    "prompt",
+    "sampling",
+    "dataset",
+    "metrics",
+    "scoring",
+    "baseline",
+    "estimate",
+    "timeout_s",
+}
 
 
 @dataclass(frozen=True)
 class RunOptions:
     out: Path
     limit: int | None = None
-    estimate: int | None = None      # overrides the recipe's `estimate`
+    estimate: int | None = None  # overrides the recipe's `estimate`
     command: str = ""
     progress: bool = True
-    timeout_s: float | None = None   # the call's --timeout (a recipe's own timeout_s wins)
+    timeout_s: float | None = None  # the call's --timeout (a recipe's own timeout_s wins)
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,7 @@ class Job:
 def engine_key(lr: LoadedRecipe) -> str:
     """Recipes with the same key can share one engine: same model, engine settings and chat template."""
     import json
+
     rec: dict[str, Any] = lr.recipe.canonical()
     shared = {k: v for k, v in rec.items() if k not in REQUEST_SIDE}
     shared["chat_template"] = rec["prompt"].get("chat_template")

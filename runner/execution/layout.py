@@ -13,6 +13,7 @@
 Every name read back from disk goes through `RunFolder.of`, which checks it like a recipe name,
 so a `results.json` that says `name: ../../x` cannot make the runner write outside `--out`.
 """
+
 from __future__ import annotations
 
 import re
@@ -31,9 +32,12 @@ RESERVED = frozenset({SUMMARY, *CHARTS.values()})
 def check_name(name: object, where: str = "") -> str:
     """A run name that is safe as one folder under --out (no separators, no `..`, not reserved)."""
     if not isinstance(name, str) or not NAME_RE.match(name) or len(name) > NAME_MAX or name in RESERVED:
-        raise RunnerError(f"{name!r} is not a valid run name (letters, digits, `._-`, at most {NAME_MAX} "
-                          f"characters, not starting with `.` or `-`, not one of {', '.join(sorted(RESERVED))})",
-                          file=where or None, field="name")
+        raise RunnerError(
+            f"{name!r} is not a valid run name (letters, digits, `._-`, at most {NAME_MAX} "
+            f"characters, not starting with `.` or `-`, not one of {', '.join(sorted(RESERVED))})",
+            file=where or None,
+            field="name",
+        )
     return name
 
 
@@ -58,7 +62,7 @@ class RunFolder:
     engine_log = _File("engine.log")
     report = _File("report.md")
     lock = _File(".runner.lock")
-    server_pgid = _File(".server.pgid")     # a serving run's server group while it runs (the parent ends it)
+    server_pgid = _File(".server.pgid")  # a serving run's server group while it runs (the parent ends it)
 
     @classmethod
     def of(cls, out: Path, name: str, where: str = "") -> RunFolder:

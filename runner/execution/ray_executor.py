@@ -8,6 +8,7 @@ cluster needs no shared disk. While a task runs, its finished samples stream to 
 progress bars, and `<out>/<name>/samples.partial.jsonl`): a task whose worker dies is retried by
 Ray and continues from them, on whatever node it lands; a call that ends early leaves them for
 the next call. Ray is imported here only, and only when a call runs."""
+
 from __future__ import annotations
 
 import json
@@ -29,25 +30,32 @@ from runner.execution.resume import load_partial, start_partial
 from runner.files import PartialWriter, write_bytes_atomic, write_json_atomic
 from runner.reporting.results import RunResult
 
-MAX_RETRIES = 3          # a task whose worker or node dies runs again (continuing from its finished samples)
+MAX_RETRIES = 3  # a task whose worker or node dies runs again (continuing from its finished samples)
 EventFn = Callable[[dict[str, Any]], None]
 
 
-def run_jobs_on_ray(jobs: list[Job], *, address: str | None = None, replicas: int | None = None,
-                    on_result: Callable[[RunResult], None] | None = None, on_event: EventFn | None = None,
-                    runtime_env: dict | None = None) -> list[RunResult]:
+def run_jobs_on_ray(
+    jobs: list[Job],
+    *,
+    address: str | None = None,
+    replicas: int | None = None,
+    on_result: Callable[[RunResult], None] | None = None,
+    on_event: EventFn | None = None,
+    runtime_env: dict | None = None,
+) -> list[RunResult]:
     """Run the jobs as Ray tasks, as many at once as the cluster holds; one result per recipe, in
     the jobs' order. `replicas` overrides each recipe's `replicas`. Without `address` (and with no
     Ray connection in this process) a local Ray instance is started for the call and stopped after
     it. `on_result` gets each recipe's result as it is written; `on_event` the tasks' reports
     (`started`: a task began, with its pid and node; `samples`: a recipe's finished count)."""
     import ray
+
     started = not ray.is_initialized()
     if started:
         on_term = signal.getsignal(signal.SIGTERM)
         _connect(address, runtime_env)
         if callable(on_term) and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, on_term)      # Ray's own handler would abort the call, not end it
+            signal.signal(signal.SIGTERM, on_term)  # Ray's own handler would abort the call, not end it
     try:
         return _Call(jobs, replicas, on_result, on_event, address).run()
     finally:
@@ -57,18 +65,22 @@ def run_jobs_on_ray(jobs: list[Job], *, address: str | None = None, replicas: in
 
 def _connect(address: str | None, runtime_env: dict | None) -> None:
     import ray
+
     if address is None:
         ray.init(include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
         return
-    if runtime_env is None and "RAY_JOB_CONFIG_JSON_ENV_VAR" not in os.environ:   # not a `ray job submit` driver
+    if runtime_env is None and "RAY_JOB_CONFIG_JSON_ENV_VAR" not in os.environ:  # not a `ray job submit` driver
         runtime_env = {"py_modules": [str(Path(__file__).resolve().parents[1])], "excludes": ["__pycache__/"]}
     try:
         ray.init(address=address, log_to_driver=False, runtime_env=runtime_env)
     except ConnectionError as e:
-        raise RunnerError(f"cannot connect to the Ray cluster: {e}", field="--address",
-                          hint="check the address (`ray status` on the head node prints it); a cluster with token "
-                               "authentication needs RAY_AUTH_MODE=token here and its token in RAY_AUTH_TOKEN or "
-                               "~/.ray/auth_token (`ray get-auth-token` on the head node)") from None
+        raise RunnerError(
+            f"cannot connect to the Ray cluster: {e}",
+            field="--address",
+            hint="check the address (`ray status` on the head node prints it); a cluster with token "
+            "authentication needs RAY_AUTH_MODE=token here and its token in RAY_AUTH_TOKEN or "
+            "~/.ray/auth_token (`ray get-auth-token` on the head node)",
+        ) from None
 
 
 def gpus_needed(job: Job) -> int:
@@ -78,6 +90,7 @@ def gpus_needed(job: Job) -> int:
 
 def _no_room(gpus: int) -> str | None:
     import ray
+
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     if any(r.get("CPU", 0) >= 1 and r.get("GPU", 0) >= gpus for r in nodes):
         return None
@@ -87,14 +100,19 @@ def _no_room(gpus: int) -> str | None:
 
 # ---------------------------------------------------------------- the task (runs on a worker node)
 
+
 def run_replica(rep: dp.Replica, board: Any) -> dp.TaskOutput:
     """The Ray task: run the replica's job with run_isolated in a folder on this node."""
     import ray
+
     wdir = dp.worker_dir(rep.tag)
     wdir.mkdir(parents=True, exist_ok=True)
     dp.claim(wdir)
-    where = {"node_id": ray.get_runtime_context().get_node_id(), "node_ip": ray.util.get_node_ip_address(),
-             "pid": os.getpid()}
+    where = {
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "node_ip": ray.util.get_node_ip_address(),
+        "pid": os.getpid(),
+    }
     try:
         board.started.remote(rep.tag, where)
         job = replace(rep.job, options=replace(rep.job.options, out=wdir, progress=False))
@@ -115,7 +133,7 @@ def run_replica(rep: dp.Replica, board: Any) -> dp.TaskOutput:
         out = dp.TaskOutput(tag=rep.tag, worker_dir=str(wdir), units=files, **where)
     finally:
         (wdir / dp.OWNER).unlink(missing_ok=True)
-    shutil.rmtree(wdir, ignore_errors=True)    # everything it holds goes back to the driver
+    shutil.rmtree(wdir, ignore_errors=True)  # everything it holds goes back to the driver
     return out
 
 
@@ -124,6 +142,7 @@ def _run_here(job: Job, node_ip: str) -> None:
     check); where not, each recipe's results.json says why."""
     from runner.cli.preflight import check_host
     from runner.execution.isolate import run_isolated
+
     try:
         check_host(job.units[0].loaded)
     except RunnerError as e:
@@ -137,6 +156,7 @@ def _run_here(job: Job, node_ip: str) -> None:
 
 # ---------------------------------------------------------------- the driver
 
+
 class _Store:
     """A recipe's finished samples as the driver holds them, kept in `<out>/<name>/samples.partial.jsonl`."""
 
@@ -146,9 +166,10 @@ class _Store:
         self.folder.results.unlink(missing_ok=True)
         done = load_partial(self.folder.partial, unit.run_key, unit.loaded.recipe.metrics)
         self.ids = {ex.id for ex in unit.prepared.examples}
-        self.written = False        # results are written: lines that still arrive are late copies
-        self.lines: dp.Lines = {i: json.dumps(s.to_line(), ensure_ascii=False) for i, s in done.items()
-                                if i in self.ids}
+        self.written = False  # results are written: lines that still arrive are late copies
+        self.lines: dp.Lines = {
+            i: json.dumps(s.to_line(), ensure_ascii=False) for i, s in done.items() if i in self.ids
+        }
 
     def add(self, lines: dp.Lines) -> int:
         new = {i: x for i, x in lines.items() if i in self.ids and i not in self.lines}
@@ -164,6 +185,7 @@ class _Store:
 class _Call:
     def __init__(self, jobs: list[Job], replicas: int | None, on_result, on_event, address: str | None):
         import ray
+
         self.jobs, self.on_result, self.on_event = jobs, on_result, on_event
         self.plans = [dp.split(j, replicas or j.units[0].loaded.recipe.replicas) for j in jobs]
         self.stores = {u.name: _Store(u, j.options.out) for j in jobs for u in j.units}
@@ -177,8 +199,10 @@ class _Call:
 
     def run(self) -> list[RunResult]:
         import ray
-        self.board = board = ray.remote(dp.Board).options(num_cpus=0).remote(
-            {n: s.lines for n, s in self.stores.items()})
+
+        self.board = board = (
+            ray.remote(dp.Board).options(num_cpus=0).remote({n: s.lines for n, s in self.stores.items()})
+        )
         task = ray.remote(run_replica)
         refs: dict[Any, tuple[int, dp.Replica]] = {}
         try:
@@ -189,8 +213,13 @@ class _Call:
                     if why:
                         self._received(j, rep, RuntimeError(why))
                         continue
-                    ref = task.options(num_cpus=1, num_gpus=gpus, max_retries=MAX_RETRIES, retry_exceptions=False,
-                                       name=f"runner:{rep.tag}").remote(rep, board)
+                    ref = task.options(
+                        num_cpus=1,
+                        num_gpus=gpus,
+                        max_retries=MAX_RETRIES,
+                        retry_exceptions=False,
+                        name=f"runner:{rep.tag}",
+                    ).remote(rep, board)
                     refs[ref] = (j, rep)
             while refs:
                 ready, _ = ray.wait(list(refs), num_returns=1, timeout=0.5)
@@ -239,8 +268,10 @@ class _Call:
         if name in self.bars or name not in self.progress:
             return
         from tqdm import tqdm
-        self.bars[name] = tqdm(total=len(store.ids), initial=len(store.lines), desc=name, unit="ex",
-                               dynamic_ncols=True, mininterval=0.5)
+
+        self.bars[name] = tqdm(
+            total=len(store.ids), initial=len(store.lines), desc=name, unit="ex", dynamic_ncols=True, mininterval=0.5
+        )
 
     def _received(self, j: int, rep: dp.Replica, out: dp.TaskOutput | BaseException) -> None:
         self.outputs[j][rep.index] = out
@@ -254,7 +285,7 @@ class _Call:
             if self.on_result:
                 self.on_result(res)
         self.results[j] = results
-        self.board.forget.remote([u.name for u in self.jobs[j].units])     # keep only what is still running
+        self.board.forget.remote([u.name for u in self.jobs[j].units])  # keep only what is still running
 
     def _part(self, unit: Unit, rep: dp.Replica, out: dp.TaskOutput | BaseException) -> dp.Part:
         where = dict(self.where.get(rep.tag, {"attempts": 0}))
@@ -277,7 +308,7 @@ class _Call:
         if not ok:
             res, samples = dp.merge_failed(unit, parts), None
         elif len(parts) == 1 and parts[0].replica.of == 1:
-            res, samples = parts[0].result, parts[0].files.samples     # type: ignore[union-attr]
+            res, samples = parts[0].result, parts[0].files.samples  # type: ignore[union-attr]
         else:
             res, samples = dp.merge_ok(unit, parts)
         res = _with_ray(res, [dp.replica_info(unit, p) for p in parts], {**self.env, "replicas": parts[0].replica.of})
@@ -300,6 +331,7 @@ class _Call:
 
 def _get(ref: Any) -> dp.TaskOutput | BaseException:
     import ray
+
     try:
         return ray.get(ref)
     except ray.exceptions.RayError as e:
@@ -309,6 +341,7 @@ def _get(ref: Any) -> dp.TaskOutput | BaseException:
 def _cancel(refs: list) -> None:
     """Ctrl-C, SIGTERM: end the tasks (their runs end their process groups), forcefully if they linger."""
     import ray
+
     for r in refs:
         ray.cancel(r)
     if refs:
@@ -329,8 +362,10 @@ def _append_logs(path: Path, unit: Unit, parts: list[dp.Part]) -> None:
         for p in parts:
             a, b = p.replica.bounds[unit.name]
             w = p.where
-            f.write(f"\n{LOG_MARK} {unit.name}: Ray replica {p.replica.index + 1} of {p.replica.of} (examples "
-                    f"{a + 1}-{b}) on node {w.get('node_ip', '?')}, worker pid {w.get('pid', '?')}, attempt "
-                    f"{w.get('attempts', '?')} =====\n".encode())
+            f.write(
+                f"\n{LOG_MARK} {unit.name}: Ray replica {p.replica.index + 1} of {p.replica.of} (examples "
+                f"{a + 1}-{b}) on node {w.get('node_ip', '?')}, worker pid {w.get('pid', '?')}, attempt "
+                f"{w.get('attempts', '?')} =====\n".encode()
+            )
             if p.files:
                 f.write(p.files.engine_log)

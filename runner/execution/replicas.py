@@ -4,6 +4,7 @@ Each replica runs a contiguous share of every recipe's examples; the shares' sam
 dataset order, tokens, scores and latencies recomputed from them, generation time is the wall time
 from the first replica's generation start to the last one's end, engine start the slowest one's.
 A replica's finished samples are followed while it runs (`PartialTail`), so a retry continues them."""
+
 from __future__ import annotations
 
 import contextlib
@@ -23,19 +24,20 @@ from runner.execution.layout import RunFolder
 from runner.files import write_text_atomic
 from runner.reporting.results import Latency, Prefix, RunResult, Sample, Timings, Tokens
 
-Lines = dict[str, str]          # sample id -> its samples.jsonl line (no newline)
-WORKER_ROOT = "runner-ray"      # under the node's temp folder
-OWNER = ".owner"                # in a replica's folder: the pid of the Ray worker running it
+Lines = dict[str, str]  # sample id -> its samples.jsonl line (no newline)
+WORKER_ROOT = "runner-ray"  # under the node's temp folder
+OWNER = ".owner"  # in a replica's folder: the pid of the Ray worker running it
 
 
 @dataclass(frozen=True)
 class Replica:
     """One replica's share of a job: its units cut to their shards, and where each shard lies."""
+
     index: int
     of: int
     job: Job
-    bounds: dict[str, tuple[int, int]]      # unit name -> [start, end) in the unit's examples
-    key: str                                # names the worker-side folder (same on a retry)
+    bounds: dict[str, tuple[int, int]]  # unit name -> [start, end) in the unit's examples
+    key: str  # names the worker-side folder (same on a retry)
 
     @property
     def tag(self) -> str:
@@ -45,13 +47,14 @@ class Replica:
 @dataclass(frozen=True)
 class UnitFiles:
     """What one recipe's run left in the worker-side folder."""
+
     name: str
     result_json: bytes
     samples: bytes | None
     partial: bytes | None
     engine_log: bytes
-    generation_end: float | None     # when samples.jsonl was written (epoch s, the worker's clock)
-    run_end: float | None            # when results.json was written
+    generation_end: float | None  # when samples.jsonl was written (epoch s, the worker's clock)
+    run_end: float | None  # when results.json was written
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ def _cut(unit: Unit, a: int, b: int) -> Unit:
 def split(job: Job, n: int) -> list[Replica]:
     """The job as at most `n` replicas (never more than a recipe has examples); a recipe too small to
     be in every replica is only in the first ones."""
-    named = [str(Path(job.options.out).resolve()), *(u.run_key for u in job.units)]    # two --out: two folders
+    named = [str(Path(job.options.out).resolve()), *(u.run_key for u in job.units)]  # two --out: two folders
     key = hashlib.sha256("+".join(named).encode()).hexdigest()[:16]
     n = max(1, min(n, max(len(u.prepared.examples) for u in job.units)))
     out = []
@@ -81,7 +84,7 @@ def split(job: Job, n: int) -> list[Replica]:
         units, bounds = [], {}
         for u in job.units:
             m = len(u.prepared.examples)
-            a, b = -(-k * m // n), -(-(k + 1) * m // n)      # ceilings: larger shards first
+            a, b = -(-k * m // n), -(-(k + 1) * m // n)  # ceilings: larger shards first
             if b > a or n == 1:
                 units.append(u if n == 1 else _cut(u, a, b))
                 bounds[u.name] = (a, b)
@@ -107,7 +110,7 @@ def claim(wdir: Path) -> None:
         deadline = time.monotonic() + 30
         with contextlib.suppress(ProcessLookupError):
             while time.monotonic() < deadline:
-                os.kill(pid, 0)      # raises once it is gone
+                os.kill(pid, 0)  # raises once it is gone
                 time.sleep(0.2)
         time.sleep(1.0)
     owner.write_text(str(os.getpid()))
@@ -122,8 +125,16 @@ def unit_files(wdir: Path, name: str) -> UnitFiles:
 
     def mtime(p: Path) -> float | None:
         return p.stat().st_mtime if p.is_file() else None
-    return UnitFiles(name=name, result_json=read(f.results) or b"", samples=read(f.samples), partial=read(f.partial),
-                     engine_log=read(f.engine_log) or b"", generation_end=mtime(f.samples), run_end=mtime(f.results))
+
+    return UnitFiles(
+        name=name,
+        result_json=read(f.results) or b"",
+        samples=read(f.samples),
+        partial=read(f.partial),
+        engine_log=read(f.engine_log) or b"",
+        generation_end=mtime(f.samples),
+        run_end=mtime(f.results),
+    )
 
 
 def line_ids(data: bytes) -> Lines:
@@ -162,7 +173,7 @@ class PartialTail:
 
     def __init__(self, paths: dict[str, Path], send: Callable[[str, Lines], object], every_s: float = 0.5):
         self.paths, self.send, self.every_s = paths, send, every_s
-        self.pos: dict[str, tuple[int, int]] = {}       # name -> (inode, offset read)
+        self.pos: dict[str, tuple[int, int]] = {}  # name -> (inode, offset read)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="partial-tail")
 
@@ -171,7 +182,7 @@ class PartialTail:
             with open(path, "rb") as f:
                 ino = os.fstat(f.fileno()).st_ino
                 old_ino, off = self.pos.get(name, (ino, 0))
-                if ino != old_ino or os.fstat(f.fileno()).st_size < off:   # rewritten or repaired: read again
+                if ino != old_ino or os.fstat(f.fileno()).st_size < off:  # rewritten or repaired: read again
                     off = 0
                 f.seek(off)
                 data = f.read()
@@ -185,7 +196,7 @@ class PartialTail:
         for name, path in self.paths.items():
             lines = self._read(name, path)
             if lines:
-                with contextlib.suppress(Exception):   # progress is best effort; the run's own files count
+                with contextlib.suppress(Exception):  # progress is best effort; the run's own files count
                     self.send(name, lines)
 
     def _loop(self) -> None:
@@ -233,18 +244,25 @@ class Board:
 @dataclass(frozen=True)
 class Part:
     """One replica's run of one recipe, as the driver received it."""
+
     replica: Replica
-    where: dict                   # node_id, node_ip, pid, attempts
+    where: dict  # node_id, node_ip, pid, attempts
     result: RunResult
-    files: UnitFiles | None       # None when the task itself failed
+    files: UnitFiles | None  # None when the task itself failed
 
 
 def replica_info(unit: Unit, p: Part) -> dict:
     """A row of results.json's `replicas`."""
     t = p.result.timings
-    return {"index": p.replica.index, "examples": list(p.replica.bounds[unit.name]), **p.where,
-            "status": p.result.status, "load_s": t.load_s, "generate_s": t.generate_s,
-            "reused_samples": p.result.reused_samples}
+    return {
+        "index": p.replica.index,
+        "examples": list(p.replica.bounds[unit.name]),
+        **p.where,
+        "status": p.result.status,
+        "load_s": t.load_s,
+        "generate_s": t.generate_s,
+        "reused_samples": p.result.reused_samples,
+    }
 
 
 def merge_failed(unit: Unit, parts: list[Part]) -> RunResult:
@@ -256,8 +274,9 @@ def merge_failed(unit: Unit, parts: list[Part]) -> RunResult:
         a, b = first.replica.bounds[unit.name]
         error = f"replica {first.replica.index + 1} of {n} (examples {a + 1}-{b}): {error}"
         error += f" (and {len(bad) - 1} more of its replicas failed)" if len(bad) > 1 else ""
-    return first.result.model_copy(update={"status": "failed", "error": error, "n_samples": 0,
-                                           "n_dataset": unit.prepared.n_dataset})
+    return first.result.model_copy(
+        update={"status": "failed", "error": error, "n_samples": 0, "n_dataset": unit.prepared.n_dataset}
+    )
 
 
 def _window(parts: list[Part], what: str) -> float:
@@ -276,31 +295,41 @@ def _knobs(results: list[RunResult]) -> list:
     return [ignored.get(k.name, k) for k in results[0].knobs]
 
 
-def _prefix(samples: list[Sample], results: list[RunResult], p_tok: int, cached: list[int],
-            shards: list[list[Sample]]) -> tuple[Prefix, bool]:
+def _prefix(
+    samples: list[Sample], results: list[RunResult], p_tok: int, cached: list[int], shards: list[list[Sample]]
+) -> tuple[Prefix, bool]:
     """The shared prefix is the smallest of the replicas' (token ids do not come back): exact when the
     replica with the smallest shares just the text prefix that all prompts share."""
     ks = [r.prefix.shared_prefix_tokens for r in results]
     k, text = min(ks), os.path.commonprefix([s.prompt for s in samples])
-    exact = any(ki == k and os.path.commonprefix([s.prompt for s in sh]) == text
-                for ki, sh in zip(ks, shards, strict=True))
-    return Prefix(shared_prefix_tokens=k, shared_prefix_share=k * len(samples) / p_tok if p_tok else 0.0,
-                  hit_rate=sum(cached) / p_tok if cached and p_tok else None), exact
+    exact = any(
+        ki == k and os.path.commonprefix([s.prompt for s in sh]) == text for ki, sh in zip(ks, shards, strict=True)
+    )
+    return Prefix(
+        shared_prefix_tokens=k,
+        shared_prefix_share=k * len(samples) / p_tok if p_tok else 0.0,
+        hit_rate=sum(cached) / p_tok if cached and p_tok else None,
+    ), exact
 
 
 def _notes(parts: list[Part], exact_prefix: bool) -> list[str]:
     """Notes every replica made once; the others each with the replica that made it."""
     n = parts[0].replica.of
     common = [x for x in parts[0].result.notes if all(x in p.result.notes for p in parts)]
-    notes = common + [f"replica {p.replica.index + 1} of {n}: {x}" for p in parts for x in p.result.notes
-                      if x not in common]
-    notes.append(f"ran as {n} data-parallel replicas on Ray, each on a contiguous share of the examples: "
-                 "generation time is the wall time from the first replica's generation start to the last "
-                 "one's end (each node's clock), engine start the slowest replica's; tokens, scores and "
-                 "latencies are over the merged samples")
+    notes = common + [
+        f"replica {p.replica.index + 1} of {n}: {x}" for p in parts for x in p.result.notes if x not in common
+    ]
+    notes.append(
+        f"ran as {n} data-parallel replicas on Ray, each on a contiguous share of the examples: "
+        "generation time is the wall time from the first replica's generation start to the last "
+        "one's end (each node's clock), engine start the slowest replica's; tokens, scores and "
+        "latencies are over the merged samples"
+    )
     if not exact_prefix:
-        notes.append("shared prefix tokens: the smallest of the replicas' values, an upper bound here (the "
-                     "replicas' prompts do not all share the text prefix all prompts share)")
+        notes.append(
+            "shared prefix tokens: the smallest of the replicas' values, an upper bound here (the "
+            "replicas' prompts do not all share the text prefix all prompts share)"
+        )
     return notes
 
 
@@ -308,8 +337,11 @@ def merge_ok(unit: Unit, parts: list[Part]) -> tuple[RunResult, bytes]:
     """The recipe's result and samples.jsonl from its replicas' (all ok), in dataset order."""
     r = unit.loaded.recipe
     results = [p.result for p in parts]
-    shards = [[Sample.from_line(json.loads(x), r.metrics) for x in (p.files.samples or b"").splitlines()
-               if x.strip()] for p in parts if p.files]
+    shards = [
+        [Sample.from_line(json.loads(x), r.metrics) for x in (p.files.samples or b"").splitlines() if x.strip()]
+        for p in parts
+        if p.files
+    ]
     samples = [s for sh in shards for s in sh]
     p_tok, o_tok = sum(s.prompt_tokens for s in samples), sum(s.output_tokens for s in samples)
     cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
@@ -317,19 +349,33 @@ def merge_ok(unit: Unit, parts: list[Part]) -> tuple[RunResult, bytes]:
     prefix, exact = _prefix(samples, results, p_tok, cached, shards)
     peaks = [x.memory.peak_gpu_gib for x in results if x.memory.peak_gpu_gib is not None]
     bases = [x.memory.baseline_gpu_gib for x in results if x.memory.baseline_gpu_gib is not None]
-    m = Measured(generate_s=gen_s, peak_gpu_gib=None, baseline_gpu_gib=None, per_example=False,
-                 n_target=unit.prepared.n_target)
-    memory = results[0].memory.model_copy(update={"peak_gpu_gib": max(peaks) if peaks else None,
-                                                  "baseline_gpu_gib": max(bases) if bases else None})
-    res = results[0].model_copy(update={
-        "n_samples": len(samples), "n_dataset": unit.prepared.n_dataset, "memory": memory,
-        "timings": Timings(load_s=max(x.timings.load_s or 0.0 for x in results), generate_s=gen_s,
-                           total_s=max(_window(parts, "total_s"), gen_s)),   # gen_s counts reused samples' time
-        "tokens": Tokens(prompt=p_tok, output=o_tok, cached=sum(cached) if cached else None),
-        "throughput": _throughput(len(samples), p_tok, o_tok, gen_s),
-        "latency": Latency(ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct([s.latency_s for s in samples])),
-        "scores": mean_scores(samples, r.metrics), "prefix": prefix, "knobs": _knobs(results),
-        "estimate": _estimate(samples, m) if samples and len(samples) < m.n_target else None,
-        "notes": _notes(parts, exact), "reused_samples": sum(x.reused_samples for x in results),
-        "started_at": min(x.started_at for x in results), "finished_at": max(x.finished_at for x in results)})
+    m = Measured(
+        generate_s=gen_s, peak_gpu_gib=None, baseline_gpu_gib=None, per_example=False, n_target=unit.prepared.n_target
+    )
+    memory = results[0].memory.model_copy(
+        update={"peak_gpu_gib": max(peaks) if peaks else None, "baseline_gpu_gib": max(bases) if bases else None}
+    )
+    res = results[0].model_copy(
+        update={
+            "n_samples": len(samples),
+            "n_dataset": unit.prepared.n_dataset,
+            "memory": memory,
+            "timings": Timings(
+                load_s=max(x.timings.load_s or 0.0 for x in results),
+                generate_s=gen_s,
+                total_s=max(_window(parts, "total_s"), gen_s),
+            ),  # gen_s counts reused samples' time
+            "tokens": Tokens(prompt=p_tok, output=o_tok, cached=sum(cached) if cached else None),
+            "throughput": _throughput(len(samples), p_tok, o_tok, gen_s),
+            "latency": Latency(ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct([s.latency_s for s in samples])),
+            "scores": mean_scores(samples, r.metrics),
+            "prefix": prefix,
+            "knobs": _knobs(results),
+            "estimate": _estimate(samples, m) if samples and len(samples) < m.n_target else None,
+            "notes": _notes(parts, exact),
+            "reused_samples": sum(x.reused_samples for x in results),
+            "started_at": min(x.started_at for x in results),
+            "finished_at": max(x.finished_at for x in results),
+        }
+    )
     return res, b"".join(p.files.samples or b"" for p in parts if p.files)

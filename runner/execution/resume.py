@@ -4,6 +4,7 @@ A run's key hashes the resolved recipe (less the fields that change nothing it p
 hashes of its input files as read, and the call's limits. A complete result with the same key
 is skipped; a partial samples file whose first line carries the same key is continued: its
 finished samples are kept and only the rest run."""
+
 from __future__ import annotations
 
 import hashlib
@@ -16,7 +17,7 @@ from runner.errors import RunnerError
 from runner.execution.layout import RunFolder
 from runner.reporting.results import RunResult, Sample
 
-NOT_IN_KEY = {"description", "baseline", "timeout_s"}   # change nothing a run produces
+NOT_IN_KEY = {"description", "baseline", "timeout_s"}  # change nothing a run produces
 
 
 def run_key(recipe: dict[str, Any], inputs: dict[str, str], limit: int | None, estimate: int | None) -> str:
@@ -49,8 +50,11 @@ def _repair_cut_line(path: Path, data: bytes) -> bytes:
 
 
 def _bad_line(path: Path, n: int, why: str) -> RunnerError:
-    return RunnerError(f"line {n} {why}, so the finished samples of the interrupted run cannot be trusted",
-                       file=str(path), hint=f"delete {path} (its samples run again), or rerun with --force")
+    return RunnerError(
+        f"line {n} {why}, so the finished samples of the interrupted run cannot be trusted",
+        file=str(path),
+        hint=f"delete {path} (its samples run again), or rerun with --force",
+    )
 
 
 def load_partial(path: Path, key: str, metrics: list[str]) -> dict[str, Sample]:
@@ -84,4 +88,5 @@ def load_partial(path: Path, key: str, metrics: list[str]) -> dict[str, Sample]:
 
 def start_partial(path: Path, key: str) -> None:
     from runner.files import write_text_atomic
+
     write_text_atomic(path, json.dumps({"_run_key": key}) + "\n")

@@ -4,6 +4,7 @@ Runs inside the recipes' own process (see isolate.py), or in the caller's with `
 Recipes of one job share one engine (built for the first); the prefix cache is reset between
 them, so no recipe is sped up by another's cache. Samples are appended to the partial file as
 they finish; results.json and samples.jsonl are written atomically at the end."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -42,7 +43,7 @@ class SharedEngine:
             raise self.error
         if self.engine is None:
             r = self.unit.loaded.recipe
-            self.sampler.__enter__()          # whole device, from before the engine starts
+            self.sampler.__enter__()  # whole device, from before the engine starts
             try:
                 self.engine = r.engine.build(r.model, r.prompt.chat_template)
             except BaseException as e:
@@ -62,8 +63,16 @@ class SharedEngine:
 
 def _progress_bar(total: int, name: str, enabled: bool, stream: IO[str] | None) -> Any:
     from tqdm import tqdm
-    return tqdm(total=total, desc=name, unit="ex", disable=not enabled, file=stream or sys.stderr,
-                dynamic_ncols=True, mininterval=0.5)
+
+    return tqdm(
+        total=total,
+        desc=name,
+        unit="ex",
+        disable=not enabled,
+        file=stream or sys.stderr,
+        dynamic_ncols=True,
+        mininterval=0.5,
+    )
 
 
 class _Collector:
@@ -74,7 +83,7 @@ class _Collector:
         self.unit, self.todo, self.texts, self.writer = unit, todo, texts, writer
         self.new: dict[int, Sample] = {}
         self.clock = time.perf_counter()
-        self.one_at_a_time = True       # per-example wall times are real only when examples finish one by one
+        self.one_at_a_time = True  # per-example wall times are real only when examples finish one by one
 
     def __call__(self, finished: list[tuple[int, Generation]]) -> None:
         self.one_at_a_time &= len(finished) == 1
@@ -91,16 +100,27 @@ class _Collector:
 
 def _base_result(unit: Unit, opts: RunOptions) -> RunResult:
     lr, r = unit.loaded, unit.loaded.recipe
-    return RunResult(name=r.name, recipe=r.canonical(), recipe_hash=r.digest(), recipe_path=lr.path,
-                     status="failed", command=opts.command, started_at=now(), run_key=unit.run_key,
-                     n_dataset=unit.prepared.n_dataset, study=lr.study, cell=dict(lr.cell),
-                     cell_labels=dict(lr.cell_labels), study_axes=lr.study_axes,
-                     scores_meaningful=not (r.model.load_format == "dummy" or r.model.id.startswith("builtin:")
-                                            or r.engine.fake))
+    return RunResult(
+        name=r.name,
+        recipe=r.canonical(),
+        recipe_hash=r.digest(),
+        recipe_path=lr.path,
+        status="failed",
+        command=opts.command,
+        started_at=now(),
+        run_key=unit.run_key,
+        n_dataset=unit.prepared.n_dataset,
+        study=lr.study,
+        cell=dict(lr.cell),
+        cell_labels=dict(lr.cell_labels),
+        study_axes=lr.study_axes,
+        scores_meaningful=not (r.model.load_format == "dummy" or r.model.id.startswith("builtin:") or r.engine.fake),
+    )
 
 
-def _generate(unit: Unit, opts: RunOptions, shared: SharedEngine, base: RunResult,
-              progress_file: IO[str] | None) -> RunResult:
+def _generate(
+    unit: Unit, opts: RunOptions, shared: SharedEngine, base: RunResult, progress_file: IO[str] | None
+) -> RunResult:
     r, folder = unit.loaded.recipe, RunFolder.of(opts.out, unit.name)
     done = load_partial(folder.partial, unit.run_key, r.metrics)
     examples = unit.prepared.examples
@@ -110,10 +130,12 @@ def _generate(unit: Unit, opts: RunOptions, shared: SharedEngine, base: RunResul
     texts, ids = engine.encode(unit.prepared.messages)
     if r.prompt.truncate:
         from runner.inputs.context import context_length, truncate_left
+
         ids, cut = truncate_left(ids, context_length(unit.loaded), r.sampling.max_tokens)
         if cut:
-            base.notes.append(f"{cut} prompt(s) were cut from the left to fit the model's context "
-                              "(prompt.truncate: true)")
+            base.notes.append(
+                f"{cut} prompt(s) were cut from the left to fit the model's context (prompt.truncate: true)"
+            )
     base.plan = _plan(unit, ids, base)
     if not done:
         start_partial(folder.partial, unit.run_key)
@@ -122,8 +144,12 @@ def _generate(unit: Unit, opts: RunOptions, shared: SharedEngine, base: RunResul
     with PartialWriter(folder.partial) as writer:
         sink = _Collector(unit, todo, texts, writer)
         t0 = sink.clock = time.perf_counter()
-        engine.generate([Request(ids=ids[i], example=examples[i]) for i in todo], r.sampling,
-                        progress=bar.update if opts.progress else None, sink=sink)
+        engine.generate(
+            [Request(ids=ids[i], example=examples[i]) for i in todo],
+            r.sampling,
+            progress=bar.update if opts.progress else None,
+            sink=sink,
+        )
     # generation ends when the last output is back (the sink's clock), as a plain generate() call
     # would time it: what the engine does after handing over its last outputs counts in total only
     gen_s = (sink.clock if sink.new else time.perf_counter()) - t0
@@ -132,31 +158,42 @@ def _generate(unit: Unit, opts: RunOptions, shared: SharedEngine, base: RunResul
     write_jsonl_atomic(folder.samples, [s.to_line() for s in samples])
     folder.partial.unlink(missing_ok=True)
     reused_s = sum(d.seconds or 0.0 for d in done.values())
-    m = Measured(generate_s=gen_s + reused_s, peak_gpu_gib=_peak(shared), baseline_gpu_gib=shared.sampler.start_gib,
-                 per_example=sink.one_at_a_time, n_target=unit.prepared.n_target)
+    m = Measured(
+        generate_s=gen_s + reused_s,
+        peak_gpu_gib=_peak(shared),
+        baseline_gpu_gib=shared.sampler.start_gib,
+        per_example=sink.one_at_a_time,
+        n_target=unit.prepared.n_target,
+    )
     result = assemble(base, r, samples, ids, engine.info, m)
     result.reused_samples = len(done)
     if done:
-        result.notes.append(f"{len(done)} of {len(samples)} samples were reused from an earlier, interrupted "
-                            f"run of the same recipe; generation time adds their recorded wall time "
-                            f"({reused_s:.1f} s) to this run's ({gen_s:.1f} s).")
+        result.notes.append(
+            f"{len(done)} of {len(samples)} samples were reused from an earlier, interrupted "
+            f"run of the same recipe; generation time adds their recorded wall time "
+            f"({reused_s:.1f} s) to this run's ({gen_s:.1f} s)."
+        )
     if reused:
         result.timings.load_s = 0.0
-        result.notes.append(f"this recipe ran on the engine started for {shared.unit.name} (engine start "
-                            f"{engine.info.load_s:.1f} s, counted there); the prefix cache was reset before it")
+        result.notes.append(
+            f"this recipe ran on the engine started for {shared.unit.name} (engine start "
+            f"{engine.info.load_s:.1f} s, counted there); the prefix cache was reset before it"
+        )
     return result
 
 
 def _plan(unit: Unit, ids: list[list[int]], base: RunResult) -> dict[str, Any] | None:
     """The prediction for this run, made before generation on the GPU it runs on (none without a GPU)."""
     from runner.planning.gpus import gpu_from_nvml
+
     gpu = gpu_from_nvml()
     if gpu is None:
         return None
     try:
         from runner.planning.recipe_plan import plan_recipe
+
         return plan_recipe(unit.loaded, unit.prepared, ids, gpu).model_dump(mode="json")
-    except Exception as e:      # a prediction is evidence, never a reason to fail the run
+    except Exception as e:  # a prediction is evidence, never a reason to fail the run
         base.notes.append(f"no prediction: {type(e).__name__}: {e}")
         return None
 
@@ -175,16 +212,18 @@ def run_unit(unit: Unit, opts: RunOptions, shared: SharedEngine, progress_file: 
     try:
         if r.load is not None:
             from runner.execution.serve_run import run_serving
+
             result = run_serving(unit, opts, base, progress_file)
         else:
             result = _generate(unit, opts, shared, base, progress_file)
     except RunnerError as e:
         base.error, base.hint = e.render(with_hint=False), e.hint
         result = base
-    except Exception as e:   # engine crash, OOM, ...: recorded as this recipe's failure
+    except Exception as e:  # engine crash, OOM, ...: recorded as this recipe's failure
         base.error = f"{type(e).__name__}: {e}"
         base.hint = failure_hint(base.error)
         import traceback
+
         traceback.print_exc()
         result = base
     result.timings.total_s = time.perf_counter() - t_start
@@ -196,8 +235,9 @@ def run_unit(unit: Unit, opts: RunOptions, shared: SharedEngine, progress_file: 
     return result
 
 
-def run_job(job: Job, progress_file: IO[str] | None = None,
-            on_result: Callable[[RunResult], None] | None = None) -> list[RunResult]:
+def run_job(
+    job: Job, progress_file: IO[str] | None = None, on_result: Callable[[RunResult], None] | None = None
+) -> list[RunResult]:
     """Run a job's recipes in order on one engine, in this process."""
     shared = SharedEngine(job.units[0])
     results = []

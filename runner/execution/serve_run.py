@@ -15,6 +15,7 @@ runner.engines.tokenizing) and go to the server as ids. The sweep itself is in s
 Top-level numbers of the result (timings.generate_s, throughput, latency, tokens, scores, samples.jsonl)
 describe the *headline rate*: the highest rate below saturation (the last rate when none saturated).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from runner.serving.server import Server
 
 HOST = "127.0.0.1"
-_RECORD = 'echo $$ > "$0" && exec "$@"'      # sh -c: write our pid (the new group's id), become the server
+_RECORD = 'echo $$ > "$0" && exec "$@"'  # sh -c: write our pid (the new group's id), become the server
 
 
 def end_recorded_server(folder: RunFolder) -> None:
@@ -56,6 +57,7 @@ def recorded_server(command: list[str], port: int, folder: RunFolder, env: dict[
     """`Server` (healthy inside the block, its whole group ended on leaving), with its process group
     written to `folder.server_pgid` by the server's first process and removed once the group is gone."""
     from runner.serving.server import Server
+
     folder.server_pgid.unlink(missing_ok=True)
     wrapped = ["/bin/sh", "-c", _RECORD, str(folder.server_pgid), *command]
     try:
@@ -70,9 +72,17 @@ def request_sampling(s: Sampling) -> dict[str, Any]:
     temperature 0 (top_p 1, top_k 0 = off); top_k, min_p and repetition_penalty always sent, so the
     server's defaults from the model's generation_config do not apply; None fields are left out."""
     greedy = s.temperature == 0
-    return {"max_tokens": s.max_tokens, "temperature": s.temperature, "top_p": 1.0 if greedy else s.top_p,
-            "top_k": 0 if greedy else s.top_k, "min_p": 0.0, "repetition_penalty": 1.0,
-            "stop": list(s.stop) or None, "ignore_eos": s.ignore_eos or None, "seed": s.seed}
+    return {
+        "max_tokens": s.max_tokens,
+        "temperature": s.temperature,
+        "top_p": 1.0 if greedy else s.top_p,
+        "top_k": 0 if greedy else s.top_k,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+        "stop": list(s.stop) or None,
+        "ignore_eos": s.ignore_eos or None,
+        "seed": s.seed,
+    }
 
 
 def recipe_tokenizer(r: Recipe) -> tuple[Any, bool]:
@@ -80,6 +90,7 @@ def recipe_tokenizer(r: Recipe) -> tuple[Any, bool]:
     builtin model's own) and whether its chat template applies."""
     from runner.engines.builtin import ensure_builtin, is_builtin
     from runner.engines.tokenizing import load_tokenizer, uses_chat_template
+
     builtin = ensure_builtin(r.model.id) if is_builtin(r.model.id) and not r.model.tokenizer else None
     tok = load_tokenizer(r.model, builtin)
     return tok, uses_chat_template(tok, r.prompt.chat_template)
@@ -88,6 +99,7 @@ def recipe_tokenizer(r: Recipe) -> tuple[Any, bool]:
 def encode(unit: Unit) -> tuple[list[str], list[list[int]]]:
     """Prompt texts and token ids exactly as the offline engines make them."""
     from runner.engines.tokenizing import encode_prompts
+
     tok, chat = recipe_tokenizer(unit.loaded.recipe)
     return encode_prompts(tok, list(unit.prepared.messages), chat)
 
@@ -96,6 +108,7 @@ def server_version(base_url: str) -> str:
     """GET /version (vLLM answers {"version": ...}); "" when the server has none."""
     import json
     import urllib.request
+
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(base_url + "/version", timeout=10) as r:
@@ -122,9 +135,10 @@ def _log_since(folder: RunFolder, start: int) -> str:
 
 def _say(progress: bool, stream: IO[str] | None):
     def say(line: str) -> None:
-        print(line, flush=True)                       # engine.log (the recipe's stdout)
+        print(line, flush=True)  # engine.log (the recipe's stdout)
         if progress and stream is not None and stream is not sys.stdout:
             print(line, file=stream, flush=True)
+
     return say
 
 
@@ -134,6 +148,7 @@ def run_serving(unit: Unit, opts: RunOptions, base: RunResult, progress_file: IO
     from runner.execution.gpumem import PeakSampler, used_gib, wait_for_release
     from runner.execution.serve_sweep import finish, sweep
     from runner.serving.server import free_port
+
     r = unit.loaded.recipe
     folder = RunFolder.of(opts.out, unit.name)
     texts, ids = encode(unit)
@@ -153,10 +168,25 @@ def run_serving(unit: Unit, opts: RunOptions, base: RunResult, progress_file: IO
             start_s = server.startup_s
     after = wait_for_release(baseline)
     log_text = _log_since(folder, log_start)
-    result = finish(unit, base, outcome, ids, log_text, folder=folder,
-                    server={"command": command, "env": env, "version": version, "start_s": start_s,
-                            "peak_gib": sampler.peak, "start_gib": sampler.start_gib})
+    result = finish(
+        unit,
+        base,
+        outcome,
+        ids,
+        log_text,
+        folder=folder,
+        server={
+            "command": command,
+            "env": env,
+            "version": version,
+            "start_s": start_s,
+            "peak_gib": sampler.peak,
+            "start_gib": sampler.start_gib,
+        },
+    )
     if baseline is not None and after is not None and after > baseline + 1.0:
-        result.notes.append(f"GPU memory not fully released after the server stopped: {after:.1f} GiB used vs "
-                            f"{baseline:.1f} GiB before it started")
+        result.notes.append(
+            f"GPU memory not fully released after the server stopped: {after:.1f} GiB used vs "
+            f"{baseline:.1f} GiB before it started"
+        )
     return result

@@ -3,6 +3,7 @@ its standard input.
 
 Its stdout/stderr (and those of every process the engine starts) go to the running recipe's
 `engine.log`; the progress bar goes to the terminal."""
+
 from __future__ import annotations
 
 import os
@@ -17,6 +18,7 @@ def watch_parent(poll_s: float = 0.5) -> None:
     engine and every process it started go with it, so nothing keeps holding the GPU."""
     import threading
     import time
+
     parent = os.getppid()
 
     def loop():
@@ -24,6 +26,7 @@ def watch_parent(poll_s: float = 0.5) -> None:
             time.sleep(poll_s)
             if os.getppid() != parent:
                 os.killpg(os.getpgrp(), signal.SIGKILL)
+
     threading.Thread(target=loop, daemon=True, name="watch-parent").start()
 
 
@@ -68,4 +71,4 @@ if __name__ == "__main__":
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)   # skip interpreter teardown: vLLM can hang there for minutes
+    os._exit(code)  # skip interpreter teardown: vLLM can hang there for minutes

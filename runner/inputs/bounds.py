@@ -3,6 +3,7 @@
 Each check runs *before* the operation it guards, so a refused operation allocates nothing.
 `limits()` sets, for the current thread, a deadline and a budget of characters that the checked
 operations may produce; `tick()` and `charge()` enforce them cooperatively (no signals)."""
+
 from __future__ import annotations
 
 import math
@@ -17,12 +18,12 @@ from typing import Any
 from jinja2.sandbox import SandboxedEscapeFormatter, SandboxedFormatter
 from jinja2.utils import Namespace
 
-MAX_CHARS = 1_000_000          # one string, one list's text, one rendered prompt
-MAX_ITEMS = 100_000            # one list built by repetition or concatenation
-MAX_RANGE = 10_000             # one range()
-MAX_INT_DIGITS = 4_300         # Python refuses to print longer integers anyway
-WORK_CHARS = 20_000_000        # what the checked operations of one render may produce
-LIPSUM_MAX = 100               # paragraphs (of at most 10 x this many words)
+MAX_CHARS = 1_000_000  # one string, one list's text, one rendered prompt
+MAX_ITEMS = 100_000  # one list built by repetition or concatenation
+MAX_RANGE = 10_000  # one range()
+MAX_INT_DIGITS = 4_300  # Python refuses to print longer integers anyway
+WORK_CHARS = 20_000_000  # what the checked operations of one render may produce
+LIPSUM_MAX = 100  # paragraphs (of at most 10 x this many words)
 _MAX_INT_BITS = int(MAX_INT_DIGITS / math.log10(2))
 
 
@@ -81,7 +82,7 @@ def size_of(value: Any, limit: int = MAX_CHARS) -> int:
     while stack and total <= limit:
         v = stack.pop()
         if isinstance(v, str):
-            total += len(v)                                     # quotes inside a container: counted below
+            total += len(v)  # quotes inside a container: counted below
         elif isinstance(v, (bytes, bytearray)):
             total += 4 * len(v) + 3
         elif isinstance(v, int) and not isinstance(v, bool):
@@ -92,7 +93,7 @@ def size_of(value: Any, limit: int = MAX_CHARS) -> int:
                 continue
             seen.add(id(v))
             if isinstance(v, Namespace):
-                v = v._Namespace__attrs                          # type: ignore[attr-defined]
+                v = v._Namespace__attrs  # type: ignore[attr-defined]
             items = [x for kv in v.items() for x in kv] if isinstance(v, dict) else v
             total += 2 + 4 * len(items)
             stack.extend(items)
@@ -187,7 +188,7 @@ def check_str_call(s: str | bytes, name: str, args: tuple, kwargs: dict) -> tupl
 def check_replace(s: Any, old: Any, new: Any, count: Any) -> None:
     s, old, new = (x if isinstance(x, (str, bytes)) else str(x) for x in (s, old, new))
     if type(s) is not type(old):
-        return                                                  # a TypeError, raised by the call itself
+        return  # a TypeError, raised by the call itself
     n = s.count(old) if old else len(s) + 1
     if isinstance(count, int) and count >= 0:
         n = min(n, count)

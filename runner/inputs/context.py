@@ -1,5 +1,6 @@
 """Prompts against the model's context: a prompt that does not fit with `max_tokens` is refused
 before anything runs (or, with `prompt.truncate: true`, cut from the left)."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ def context_length(lr: LoadedRecipe) -> int | None:
         return limit
     try:
         from runner.planning.recipe_plan import model_config
+
         cfg = model_config(lr)
     except (RunnerError, OSError, ValueError):
         return None
@@ -41,11 +43,11 @@ def too_long(lr: LoadedRecipe, messages: Sequence[Messages], limit: int) -> list
         return []
     from runner.engines.builtin import ensure_builtin, is_builtin
     from runner.engines.tokenizing import encode_prompts, load_tokenizer, uses_chat_template
+
     r = lr.recipe
     try:
-        tok = load_tokenizer(r.model, ensure_builtin(r.model.id) if is_builtin(r.model.id) else None,
-                             local_only=True)
-    except Exception:       # no tokenizer on this machine: the byte bound cannot be refined
+        tok = load_tokenizer(r.model, ensure_builtin(r.model.id) if is_builtin(r.model.id) else None, local_only=True)
+    except Exception:  # no tokenizer on this machine: the byte bound cannot be refined
         return []
     _, ids = encode_prompts(tok, [messages[i] for i in maybe], uses_chat_template(tok, r.prompt.chat_template))
     return [i for i, x in zip(maybe, ids) if len(x) > room]
@@ -60,10 +62,14 @@ def check_context(lr: LoadedRecipe, examples: Sequence[Any], messages: Sequence[
     over = too_long(lr, messages, limit)
     if over:
         ids = ", ".join(str(examples[i].id) for i in over[:5]) + (f" and {len(over) - 5} more" if len(over) > 5 else "")
-        raise RunnerError(f"{len(over)} prompt(s) do not fit the model's context of {limit:,} tokens with "
-                          f"max_tokens {lr.recipe.sampling.max_tokens:,}: example {ids}", file=lr.path,
-                          field="prompt", hint="shorten the template or shots, lower sampling.max_tokens, raise "
-                          "engine.max_model_len, or set prompt.truncate: true to cut such prompts from the left")
+        raise RunnerError(
+            f"{len(over)} prompt(s) do not fit the model's context of {limit:,} tokens with "
+            f"max_tokens {lr.recipe.sampling.max_tokens:,}: example {ids}",
+            file=lr.path,
+            field="prompt",
+            hint="shorten the template or shots, lower sampling.max_tokens, raise "
+            "engine.max_model_len, or set prompt.truncate: true to cut such prompts from the left",
+        )
 
 
 def truncate_left(ids: list[list[int]], limit: int | None, max_tokens: int) -> tuple[list[list[int]], int]:

@@ -3,6 +3,7 @@
 `read_examples` returns the examples together with the sha256 of the bytes they were parsed from:
 a local file is read once, hashed and parsed from that same buffer (readers.py), never through a
 cache, so what a run uses and what it records are the same file contents."""
+
 from __future__ import annotations
 
 import random
@@ -27,8 +28,8 @@ class Example:
 @dataclass(frozen=True)
 class LoadedExamples:
     examples: tuple[Example, ...]
-    sha256: str | None       # of the file's bytes as read (16 hex digits, as runner.files.file_sha256); None: hub
-    path: str | None         # the file that was read; None for a hub dataset
+    sha256: str | None  # of the file's bytes as read (16 hex digits, as runner.files.file_sha256); None: hub
+    path: str | None  # the file that was read; None for a hub dataset
 
 
 def _get(row: dict, dotted: str) -> Any:
@@ -72,6 +73,7 @@ def _answers(value: Any, nested: bool = False) -> tuple[str, ...]:
 
 def _quiet_datasets() -> None:
     import datasets
+
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
 
@@ -89,12 +91,14 @@ def _hub_rows(spec: Any, where: str, field: str) -> list[dict]:
     try:
         ds = load_dataset(spec.path, spec.name, split=spec.split, **kwargs)
         return [dict(r) for r in ds]
-    except Exception as e:   # the hub library raises many kinds; all mean "could not load"
+    except Exception as e:  # the hub library raises many kinds; all mean "could not load"
         msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
-        raise DatasetError(f"could not load hub dataset {spec.path!r} ({type(e).__name__}: {msg})",
-                           file=where, field=f"{field}.path",
-                           hint="without network access use a local file (format: squad/json/jsonl/csv/parquet)"
-                           ) from None
+        raise DatasetError(
+            f"could not load hub dataset {spec.path!r} ({type(e).__name__}: {msg})",
+            file=where,
+            field=f"{field}.path",
+            hint="without network access use a local file (format: squad/json/jsonl/csv/parquet)",
+        ) from None
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -133,15 +137,18 @@ class _Mapper:
         try:
             return _get(row, key)
         except KeyError:
-            if self.anywhere(key):      # other rows have it: missing here reads as null (as Arrow reads JSON)
+            if self.anywhere(key):  # other rows have it: missing here reads as null (as Arrow reads JSON)
                 return None
             cols = ", ".join(sorted(row)) if isinstance(row, dict) else "?"
             raise self.error(f"row {n} has no column {key!r} (mapped to `{name}`); columns: {cols}", name) from None
 
     def text(self, n: int, value: Any, key: str, name: str) -> str:
         if isinstance(value, (dict, list, tuple)):
-            raise self.error(f"row {n}: {key!r} (mapped to `{name}`) holds a {type(value).__name__}, not text",
-                             name, hint=f"map fields.{name} to a column holding text (dotted keys reach inside)")
+            raise self.error(
+                f"row {n}: {key!r} (mapped to `{name}`) holds a {type(value).__name__}, not text",
+                name,
+                hint=f"map fields.{name} to a column holding text (dotted keys reach inside)",
+            )
         return str(value)
 
     def example(self, n: int, row: dict) -> Example:
@@ -150,9 +157,11 @@ class _Mapper:
             key = fm.id or "id"
             ex_id = self.need(n, row, key, "id")
             if ex_id is None:
-                raise self.error(f"row {n} has no value for {key!r} (mapped to `id`)", "id",
-                                 hint="give every row an id, or leave fields.id unset and remove the id column "
-                                      "to number the rows")
+                raise self.error(
+                    f"row {n} has no value for {key!r} (mapped to `id`)",
+                    "id",
+                    hint="give every row an id, or leave fields.id unset and remove the id column to number the rows",
+                )
             ex_id = self.text(n, ex_id, key, "id")
         else:
             ex_id = str(n)
@@ -163,11 +172,17 @@ class _Mapper:
         try:
             ans = _answers(self.need(n, row, fm.answers, "answers")) if fm.answers else ()
         except ValueError as e:
-            raise self.error(f"row {n}: {fm.answers!r} (mapped to `answers`) holds {e}", "answers",
-                             hint="every answer must be text; delete the broken ones (an empty list means no gold "
-                                  "answers)") from None
-        return Example(id=ex_id, question=self.text(n, q, fm.question, "question"),
-                       context="" if ctx is None else self.text(n, ctx, str(fm.context), "context"), answers=ans)
+            raise self.error(
+                f"row {n}: {fm.answers!r} (mapped to `answers`) holds {e}",
+                "answers",
+                hint="every answer must be text; delete the broken ones (an empty list means no gold answers)",
+            ) from None
+        return Example(
+            id=ex_id,
+            question=self.text(n, q, fm.question, "question"),
+            context="" if ctx is None else self.text(n, ctx, str(fm.context), "context"),
+            answers=ans,
+        )
 
 
 def normalize(rows: list[dict], spec: Any, where: str = "", *, field: str = "dataset") -> list[Example]:
@@ -181,15 +196,23 @@ def read_examples(spec: Any, base_dir: Path, where: str = "", *, field: str = "d
     rows, sha, path = _rows(spec, base_dir, where, field)
     if not rows:
         what = spec.path if path else f"hub dataset {spec.path!r} (split {spec.split!r})"
-        raise DatasetError(f"{what} holds no examples", file=where, field=f"{field}.path",
-                           hint=f"point {field}.path at a file with at least one example")
+        raise DatasetError(
+            f"{what} holds no examples",
+            file=where,
+            field=f"{field}.path",
+            hint=f"point {field}.path at a file with at least one example",
+        )
     examples = normalize(rows, spec, where, field=field)
     seen: set[str] = set()
     for ex in examples:
         if ex.id in seen:
-            raise DatasetError(f"example id {ex.id!r} appears more than once; ids must be unique (they pair "
-                               "samples across runs and recipes)", file=where, field=f"{field}.fields.id",
-                               hint="map fields.id to a unique column, or leave it unset to number the rows")
+            raise DatasetError(
+                f"example id {ex.id!r} appears more than once; ids must be unique (they pair "
+                "samples across runs and recipes)",
+                file=where,
+                field=f"{field}.fields.id",
+                hint="map fields.id to a unique column, or leave it unset to number the rows",
+            )
         seen.add(ex.id)
     if spec.shuffle:
         random.Random(spec.seed).shuffle(examples)

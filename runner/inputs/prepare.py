@@ -1,6 +1,7 @@
 """Everything before the model, done once in the parent: examples, rendered messages, counts and
 the hashes of the input files as read. The result is one frozen object handed as-is to the
 recipe's process, so the run uses (and records) exactly what `runner go` checked."""
+
 from __future__ import annotations
 
 import random
@@ -17,9 +18,9 @@ from runner.inputs.prompts import PromptBuilder
 class Prepared:
     examples: tuple[Example, ...]
     messages: tuple[Messages, ...]
-    n_dataset: int            # examples in the dataset
-    n_target: int             # examples the run stands for (after limits; more than `examples` for an estimate)
-    inputs: dict[str, str]    # input file -> sha256 (16 hex) of the bytes read
+    n_dataset: int  # examples in the dataset
+    n_target: int  # examples the run stands for (after limits; more than `examples` for an estimate)
+    inputs: dict[str, str]  # input file -> sha256 (16 hex) of the bytes read
 
 
 def _estimate_sample(examples: list[Example], n: int) -> list[Example]:
@@ -50,5 +51,4 @@ def prepare(lr: LoadedRecipe, limit: int | None = None, estimate: int | None = N
     inputs = dict(builder.sources)
     if loaded.sha256:
         inputs[f"dataset:{r.dataset.path}"] = loaded.sha256
-    return Prepared(examples=tuple(examples), messages=messages, n_dataset=n_dataset, n_target=n_target,
-                    inputs=inputs)
+    return Prepared(examples=tuple(examples), messages=messages, n_dataset=n_dataset, n_target=n_target, inputs=inputs)

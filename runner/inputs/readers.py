@@ -4,6 +4,7 @@ No cache sits between the file and the rows, so a file rewritten with the same m
 time (`cp -p`, `tar x`, `rsync -a`) is read as it is now, and the hash a run records is the hash
 of exactly the bytes it parsed. Every problem is a DatasetError naming the file (and the line or
 the place in it) and the recipe field to fix (`<prefix>.path`, `<prefix>.format`, ...)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -18,14 +19,13 @@ from typing import Any
 from runner.errors import DatasetError
 
 FORMATS_HINT = "dataset formats: squad, json, jsonl, csv, parquet (a file) or hub (a dataset name or folder)"
-COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"PK\x03\x04": "zip",
-              b"(\xb5/\xfd": "zstd"}
+COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"PK\x03\x04": "zip", b"(\xb5/\xfd": "zstd"}
 
 
 @dataclass(frozen=True)
 class FileBytes:
     data: bytes
-    sha256: str          # first 16 hex digits, as runner.files.file_sha256
+    sha256: str  # first 16 hex digits, as runner.files.file_sha256
     path: Path
 
 
@@ -34,7 +34,7 @@ class _Where:
 
     def __init__(self, where: str, prefix: str, path: Path, label: str | None = None, fmt: str = ""):
         self.where, self.prefix, self.path, self.fmt = where, prefix, path, fmt
-        self.name = label or str(path)          # the path as the recipe writes it
+        self.name = label or str(path)  # the path as the recipe writes it
 
     def error(self, message: str, field: str = "path", hint: str | None = None) -> DatasetError:
         return DatasetError(message, file=self.where, field=f"{self.prefix}.{field}", hint=hint)
@@ -51,12 +51,16 @@ def read_file(path: Path, where: str, prefix: str) -> FileBytes:
     try:
         data = _slurp(path)
     except OSError as e:
-        raise w.error(f"cannot read dataset file {path}: {e.strerror or e}",
-                      hint="check the file's permissions, or copy it somewhere readable") from None
+        raise w.error(
+            f"cannot read dataset file {path}: {e.strerror or e}",
+            hint="check the file's permissions, or copy it somewhere readable",
+        ) from None
     if _fingerprint(path, w) != before or len(data) != before[2]:
-        raise w.error(f"dataset file {path} changed while being read",
-                      hint="wait until whatever is writing it has finished (or point the recipe at a finished "
-                           "copy), then run again")
+        raise w.error(
+            f"dataset file {path} changed while being read",
+            hint="wait until whatever is writing it has finished (or point the recipe at a finished "
+            "copy), then run again",
+        )
     return FileBytes(data, hashlib.sha256(data).hexdigest()[:16], path)
 
 
@@ -69,24 +73,29 @@ def _fingerprint(path: Path, w: _Where) -> tuple[int, ...]:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise w.error(f"dataset file not found: {path}",
-                      hint="paths in a recipe are relative to the recipe file") from None
+        raise w.error(
+            f"dataset file not found: {path}", hint="paths in a recipe are relative to the recipe file"
+        ) from None
     except OSError as e:
         raise w.error(f"cannot read dataset file {path}: {e.strerror or e}") from None
     if stat.S_ISDIR(st.st_mode):
-        raise w.error(f"dataset path is a folder, not a file: {path}",
-                      hint=f"point {w.prefix}.path at a file inside it, or read a dataset folder with format: hub")
+        raise w.error(
+            f"dataset path is a folder, not a file: {path}",
+            hint=f"point {w.prefix}.path at a file inside it, or read a dataset folder with format: hub",
+        )
     if not stat.S_ISREG(st.st_mode):
         raise w.error(f"dataset path is not a regular file: {path}", hint=f"point {w.prefix}.path at a data file")
     if st.st_size == 0:
-        raise w.error(f"dataset file is empty: {path}",
-                      hint=f"point {w.prefix}.path at the file that holds the examples")
+        raise w.error(
+            f"dataset file is empty: {path}", hint=f"point {w.prefix}.path at the file that holds the examples"
+        )
     # ctime changes on every write (and cannot be set back), so a rewrite is seen even if mtime is restored
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def parse_rows(fmt: str, fb: FileBytes, json_field: str | None, where: str, prefix: str,
-               label: str | None = None) -> list[dict]:
+def parse_rows(
+    fmt: str, fb: FileBytes, json_field: str | None, where: str, prefix: str, label: str | None = None
+) -> list[dict]:
     """Rows of a local file in format squad/json/jsonl/csv/parquet, as plain dicts. `label`: the
     path as the recipe writes it (what messages call the file)."""
     w = _Where(where, prefix, fb.path, label, fmt)
@@ -104,68 +113,83 @@ def parse_rows(fmt: str, fb: FileBytes, json_field: str | None, where: str, pref
 def _decompress(data: bytes, w: _Where) -> bytes:
     kind = next((k for magic, k in COMPRESSED.items() if data.startswith(magic)), None)
     if kind == "bzip2" and not (data[3:4].isdigit() and data[4:10] in (b"1AY&SY", b"\x17rE8P\x90")):
-        kind = None                                     # text that happens to begin with "BZh"
+        kind = None  # text that happens to begin with "BZh"
     if kind is None:
         return data
     if kind in ("zip", "zstd"):
-        raise w.error(f"{w.name} is a {kind} archive, not a data file",
-                      hint=f"extract it and point {w.prefix}.path at the data file inside")
+        raise w.error(
+            f"{w.name} is a {kind} archive, not a data file",
+            hint=f"extract it and point {w.prefix}.path at the data file inside",
+        )
     import bz2
     import gzip
     import lzma
+
     try:
         return {"gzip": gzip.decompress, "bzip2": bz2.decompress, "xz": lzma.decompress}[kind](data)
     except (OSError, EOFError, ValueError, lzma.LZMAError) as e:
-        raise w.error(f"{w.name} looks {kind}-compressed but cannot be decompressed ({e})",
-                      hint="the file is damaged or cut short; copy it again") from None
+        raise w.error(
+            f"{w.name} looks {kind}-compressed but cannot be decompressed ({e})",
+            hint="the file is damaged or cut short; copy it again",
+        ) from None
 
 
 def _text(data: bytes, fmt: str, w: _Where) -> str:
     name = w.name
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        raise w.error(f"{name} is UTF-16 text; the runner reads UTF-8",
-                      hint="save it as UTF-8 (for example: iconv -f UTF-16 -t UTF-8 IN > OUT)")
+        raise w.error(
+            f"{name} is UTF-16 text; the runner reads UTF-8",
+            hint="save it as UTF-8 (for example: iconv -f UTF-16 -t UTF-8 IN > OUT)",
+        )
     if b"\x00" in data:
-        raise w.error(f"{name} is a binary file, not {fmt} text", field="format",
-                      hint=f"check {w.prefix}.format and {w.prefix}.path ({FORMATS_HINT})")
+        raise w.error(
+            f"{name} is a binary file, not {fmt} text",
+            field="format",
+            hint=f"check {w.prefix}.format and {w.prefix}.path ({FORMATS_HINT})",
+        )
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise w.error(f"{name} is not UTF-8 text: byte 0x{data[e.start]:02x} at line {line}, column {col} "
-                      "cannot be decoded",
-                      hint="save the file as UTF-8 (for example, from Shift-JIS: iconv -f CP932 -t UTF-8 IN > OUT)"
-                      ) from None
+        raise w.error(
+            f"{name} is not UTF-8 text: byte 0x{data[e.start]:02x} at line {line}, column {col} cannot be decoded",
+            hint="save the file as UTF-8 (for example, from Shift-JIS: iconv -f CP932 -t UTF-8 IN > OUT)",
+        ) from None
 
 
 def _json_doc(text: str, w: _Where) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise w.unreadable(f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}",
-                           hint="fix the file at that place (`python -m json.tool FILE` shows it too)") from None
+        raise w.unreadable(
+            f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}",
+            hint="fix the file at that place (`python -m json.tool FILE` shows it too)",
+        ) from None
     except RecursionError:
         raise w.error(f"{w.name} is nested too deeply to read as JSON") from None
 
 
 def _jsonl_records(text: str, w: _Where) -> list[dict]:
     rows = []
-    for n, line in enumerate(text.split("\n"), 1):      # not splitlines(): U+2028 may sit inside a JSON string
+    for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may sit inside a JSON string
         s = line.strip()
         if not s:
             continue
         try:
             obj = json.loads(s)
         except json.JSONDecodeError as e:
-            raise w.unreadable(f"line {n} is not valid JSON: {e.msg} (column {e.colno})",
-                               hint="each line of a JSONL file must be one complete JSON object; fix or delete "
-                                    "that line") from None
+            raise w.unreadable(
+                f"line {n} is not valid JSON: {e.msg} (column {e.colno})",
+                hint="each line of a JSONL file must be one complete JSON object; fix or delete that line",
+            ) from None
         except RecursionError:
             raise w.error(f"{w.name} line {n} is nested too deeply to read as JSON") from None
         if not isinstance(obj, dict):
-            raise w.unreadable(f"line {n} is a JSON {_kind(obj)}, not an object",
-                               hint='each line must be one record such as {"question": "...", "answers": ["..."]}')
+            raise w.unreadable(
+                f"line {n} is a JSON {_kind(obj)}, not an object",
+                hint='each line must be one record such as {"question": "...", "answers": ["..."]}',
+            )
         rows.append(obj)
     return rows
 
@@ -175,30 +199,40 @@ def _json_rows(text: str, fmt: str, json_field: str | None, w: _Where) -> list[d
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         if fmt == "jsonl" or (e.msg == "Extra data" and text.lstrip().startswith("{")):
-            return _jsonl_records(text, w)               # JSON Lines (also accepted as format: json)
-        return _json_doc(text, w)                        # raises, naming the line and column
+            return _jsonl_records(text, w)  # JSON Lines (also accepted as format: json)
+        return _json_doc(text, w)  # raises, naming the line and column
     except RecursionError:
         raise w.error(f"{w.name} is nested too deeply to read as JSON") from None
     if json_field:
         if not isinstance(doc, dict) or json_field not in doc:
             keys = ", ".join(sorted(doc)[:20]) if isinstance(doc, dict) else f"the file holds a JSON {_kind(doc)}"
-            raise w.error(f"{w.name} has no top-level key {json_field!r} ({keys})", field="json_field",
-                          hint="set json_field to the key that holds the list of records, or remove it")
+            raise w.error(
+                f"{w.name} has no top-level key {json_field!r} ({keys})",
+                field="json_field",
+                hint="set json_field to the key that holds the list of records, or remove it",
+            )
         doc = _columns_to_records(doc[json_field], w)
     elif isinstance(doc, dict):
         if fmt == "jsonl":
             return [doc]
         keys = ", ".join(sorted(doc)[:20])
-        raise w.error(f"{w.name} holds a JSON object (keys: {keys}), not a list of records", field="json_field",
-                      hint=f"set {w.prefix}.json_field to the key that holds the records"
-                           + ("; a SQuAD-style file needs format: squad" if "data" in doc else ""))
+        raise w.error(
+            f"{w.name} holds a JSON object (keys: {keys}), not a list of records",
+            field="json_field",
+            hint=f"set {w.prefix}.json_field to the key that holds the records"
+            + ("; a SQuAD-style file needs format: squad" if "data" in doc else ""),
+        )
     if not isinstance(doc, list):
-        raise w.error(f"{w.name} holds a JSON {_kind(doc)}, not a list of records",
-                      hint='a json dataset is a list of records such as [{"question": "...", "answers": ["..."]}]')
+        raise w.error(
+            f"{w.name} holds a JSON {_kind(doc)}, not a list of records",
+            hint='a json dataset is a list of records such as [{"question": "...", "answers": ["..."]}]',
+        )
     for i, r in enumerate(doc):
         if not isinstance(r, dict):
-            raise w.error(f"{w.name}: record {i} is a JSON {_kind(r)}, not an object",
-                          hint='records look like {"question": "...", "answers": ["..."]}')
+            raise w.error(
+                f"{w.name}: record {i} is a JSON {_kind(r)}, not an object",
+                hint='records look like {"question": "...", "answers": ["..."]}',
+            )
     return doc
 
 
@@ -208,8 +242,11 @@ def _columns_to_records(value: Any, w: _Where) -> Any:
         return value
     lengths = {len(v) for v in value.values()}
     if len(lengths) != 1:
-        raise w.error(f"{w.name}: the columns under the json_field have different lengths "
-                      f"({', '.join(f'{k}: {len(v)}' for k, v in value.items())})", field="json_field")
+        raise w.error(
+            f"{w.name}: the columns under the json_field have different lengths "
+            f"({', '.join(f'{k}: {len(v)}' for k, v in value.items())})",
+            field="json_field",
+        )
     return [dict(zip(value, vals, strict=True)) for vals in zip(*value.values(), strict=True)]
 
 
@@ -224,9 +261,11 @@ def _csv(text: str, w: _Where) -> list[dict]:
     except pd.errors.EmptyDataError:
         return []
     except (pd.errors.ParserError, ValueError, OverflowError) as e:
-        raise w.unreadable(_first_line(e), hint="the first line must name the columns, and every row must have as "
-                                                "many comma-separated fields (quote a field that holds a comma)"
-                           ) from None
+        raise w.unreadable(
+            _first_line(e),
+            hint="the first line must name the columns, and every row must have as "
+            "many comma-separated fields (quote a field that holds a comma)",
+        ) from None
     try:
         return pa.Table.from_pandas(df, preserve_index=False).to_pylist()
     except (pa.ArrowException, ValueError, TypeError) as e:
@@ -238,8 +277,11 @@ def _parquet(data: bytes, w: _Where) -> list[dict]:
     import pyarrow.parquet as pq
 
     if len(data) < 12 or data[:4] != b"PAR1" or data[-4:] != b"PAR1":
-        raise w.error(f"{w.name} is not a Parquet file (Parquet files begin and end with 'PAR1')",
-                      field="format", hint=f"check {w.prefix}.format and {w.prefix}.path ({FORMATS_HINT})")
+        raise w.error(
+            f"{w.name} is not a Parquet file (Parquet files begin and end with 'PAR1')",
+            field="format",
+            hint=f"check {w.prefix}.format and {w.prefix}.path ({FORMATS_HINT})",
+        )
     try:
         return pq.read_table(pa.BufferReader(data)).to_pylist()
     except (pa.ArrowException, OSError, ValueError) as e:
@@ -250,9 +292,12 @@ def squad_rows(doc: Any, w: _Where) -> list[dict]:
     """`data[].paragraphs[].qas[]` as flat rows; every structural problem names its place in the file."""
     data = doc.get("data") if isinstance(doc, dict) else None
     if not isinstance(data, list):
-        raise w.error(f'{w.name} is not SQuAD JSON: it has no top-level "data" list', field="format",
-                      hint='SQuAD files look like {"data": [{"title": ..., "paragraphs": [{"context": ..., '
-                           '"qas": [...]}]}]}; a plain list of records is format: json')
+        raise w.error(
+            f'{w.name} is not SQuAD JSON: it has no top-level "data" list',
+            field="format",
+            hint='SQuAD files look like {"data": [{"title": ..., "paragraphs": [{"context": ..., '
+            '"qas": [...]}]}]}; a plain list of records is format: json',
+        )
     rows = []
     for i, art in enumerate(data):
         at = f"data[{i}]"
@@ -262,9 +307,15 @@ def squad_rows(doc: Any, w: _Where) -> list[dict]:
             for k, qa in enumerate(_need(par, "qas", list, at_p, w)):
                 at_q = f"{at_p}.qas[{k}]"
                 qid = _need(qa, "id", (str, int), at_q, w)
-                rows.append({"id": qid, "question": _need(qa, "question", str, at_q, w), "context": ctx,
-                             "answers": _squad_answers(qa, f"{at_q} (id {qid!r})", w),
-                             "title": art.get("title")})
+                rows.append(
+                    {
+                        "id": qid,
+                        "question": _need(qa, "question", str, at_q, w),
+                        "context": ctx,
+                        "answers": _squad_answers(qa, f"{at_q} (id {qid!r})", w),
+                        "title": art.get("title"),
+                    }
+                )
     return rows
 
 
@@ -272,35 +323,45 @@ def _squad_answers(qa: dict, at: str, w: _Where) -> list[str]:
     answers = qa.get("answers", None)
     if not isinstance(answers, list):
         got = "has no answers" if "answers" not in qa else f'has "answers": {json.dumps(answers)[:40]}'
-        raise w.error(f"{w.name}: {at} {got}",
-                      hint='give "answers" as a list of {"text": "..."} objects ([] for a question without a gold '
-                           "answer)")
+        raise w.error(
+            f"{w.name}: {at} {got}",
+            hint='give "answers" as a list of {"text": "..."} objects ([] for a question without a gold answer)',
+        )
     out = []
     for m, a in enumerate(answers):
         text = a.get("text") if isinstance(a, dict) else a
         if not isinstance(text, str):
-            raise w.error(f'{w.name}: {at} answer {m} has "text": {json.dumps(text)[:40]}',
-                          hint='every answer needs a "text" string; delete answers that have none')
+            raise w.error(
+                f'{w.name}: {at} answer {m} has "text": {json.dumps(text)[:40]}',
+                hint='every answer needs a "text" string; delete answers that have none',
+            )
         out.append(text)
     return out
 
 
 def _need(obj: Any, key: str, types: type | tuple, at: str, w: _Where) -> Any:
     if not isinstance(obj, dict):
-        raise w.error(f"{w.name}: {at} is a JSON {_kind(obj)}, not an object", field="format",
-                      hint="check that the file is SQuAD JSON (format: squad)")
+        raise w.error(
+            f"{w.name}: {at} is a JSON {_kind(obj)}, not an object",
+            field="format",
+            hint="check that the file is SQuAD JSON (format: squad)",
+        )
     if key not in obj:
-        raise w.error(f"{w.name}: {at} has no {key!r}", field="format",
-                      hint="check that the file is SQuAD JSON (format: squad) and complete")
+        raise w.error(
+            f"{w.name}: {at} has no {key!r}",
+            field="format",
+            hint="check that the file is SQuAD JSON (format: squad) and complete",
+        )
     if not isinstance(obj[key], types) or isinstance(obj[key], bool):
-        raise w.error(f"{w.name}: {at}.{key} is a JSON {_kind(obj[key])}, which SQuAD does not allow there",
-                      hint="fix the file at that place")
+        raise w.error(
+            f"{w.name}: {at}.{key} is a JSON {_kind(obj[key])}, which SQuAD does not allow there",
+            hint="fix the file at that place",
+        )
     return obj[key]
 
 
 def _kind(v: Any) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
-        type(v), "number")
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(v), "number")
 
 
 def _first_line(e: BaseException) -> str:

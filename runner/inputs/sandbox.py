@@ -17,6 +17,7 @@ changing its inputs; BoundedSandbox also keeps it from running away:
 - nothing runs at compile time: `optimized=False`, intercepted operators are never folded, and the
   checked filters take the context, which keeps Jinja from folding them.
 """
+
 from __future__ import annotations
 
 import types
@@ -83,8 +84,9 @@ def _wordwrap_pre(value: Any, *args: Any, **kwargs: Any) -> None:
 
 def _replace_pre(value: Any, *args: Any, **kwargs: Any) -> None:
     count = _arg(args, kwargs, 2, "count", None)
-    check_replace(value, _arg(args, kwargs, 0, "old", ""), _arg(args, kwargs, 1, "new", ""),
-                  -1 if count is None else count)
+    check_replace(
+        value, _arg(args, kwargs, 0, "old", ""), _arg(args, kwargs, 1, "new", ""), -1 if count is None else count
+    )
 
 
 def _format_pre(value: Any, *args: Any, **kwargs: Any) -> None:
@@ -107,8 +109,7 @@ def _tojson_pre(value: Any, *args: Any, **kwargs: Any) -> None:
 def _batch_pre(value: Any, *args: Any, **kwargs: Any) -> None:
     n, fill = _arg(args, kwargs, 0, "linecount", 0), _arg(args, kwargs, 1, "fill_with", None)
     if isinstance(n, int) and (n > MAX_RANGE or fill is not None and n * size_of(fill) > MAX_CHARS):
-        raise refuse(f"batch/slice into {n:,} (at most {MAX_RANGE:,}, and padding of at most {MAX_CHARS:,} "
-                     "characters)")
+        raise refuse(f"batch/slice into {n:,} (at most {MAX_RANGE:,}, and padding of at most {MAX_CHARS:,} characters)")
 
 
 def _slice_pre(value: Any, *args: Any, **kwargs: Any) -> None:
@@ -120,25 +121,55 @@ def _sum_pre(value: Any, *args: Any, **kwargs: Any) -> None:
         raise refuse("sum() with a start that is not a number (sum adds numbers; use join for text)")
 
 
-_TEXT_FILTERS = {"capitalize", "e", "escape", "forceescape", "lower", "pprint", "safe", "string", "striptags",
-                 "title", "trim", "truncate", "upper", "urlencode", "urlize", "wordcount", "xmlattr", "list"}
-_SPECIAL = {"center": _center_pre, "indent": _indent_pre, "wordwrap": _wordwrap_pre, "replace": _replace_pre,
-            "format": _format_pre, "join": _join_pre, "tojson": _tojson_pre, "batch": _batch_pre,
-            "slice": _slice_pre, "sum": _sum_pre}
+_TEXT_FILTERS = {
+    "capitalize",
+    "e",
+    "escape",
+    "forceescape",
+    "lower",
+    "pprint",
+    "safe",
+    "string",
+    "striptags",
+    "title",
+    "trim",
+    "truncate",
+    "upper",
+    "urlencode",
+    "urlize",
+    "wordcount",
+    "xmlattr",
+    "list",
+}
+_SPECIAL = {
+    "center": _center_pre,
+    "indent": _indent_pre,
+    "wordwrap": _wordwrap_pre,
+    "replace": _replace_pre,
+    "format": _format_pre,
+    "join": _join_pre,
+    "tojson": _tojson_pre,
+    "batch": _batch_pre,
+    "slice": _slice_pre,
+    "sum": _sum_pre,
+}
 
 
 def _checked_filter(orig: Any, pre: Any) -> Any:
     pass_arg = _PassArg.from_obj(orig)
 
-    @pass_context            # context filters are never folded at compile time
+    @pass_context  # context filters are never folded at compile time
     def run(context: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
         tick()
         _text_pre(value, *args, **kwargs)
         if pre is not None:
             new = pre(value, *args, **kwargs)
             value = value if new is None else new
-        lead = {_PassArg.context: (context,), _PassArg.eval_context: (context.eval_ctx,),
-                _PassArg.environment: (context.environment,)}.get(pass_arg, ())   # type: ignore[arg-type]
+        lead = {
+            _PassArg.context: (context,),
+            _PassArg.eval_context: (context.eval_ctx,),
+            _PassArg.environment: (context.environment,),
+        }.get(pass_arg, ())  # type: ignore[arg-type]
         out = orig(*lead, value, *args, **kwargs)
         if isinstance(out, (str, list, tuple)):
             charge(len(out))
@@ -211,8 +242,9 @@ class _BoundLoops(NodeTransformer):
 
     def visit_Concat(self, node: nodes.Concat) -> nodes.Node:
         self.generic_visit(node)
-        return nodes.Filter(nodes.List(node.nodes, lineno=node.lineno), "runner_concat", [], [], None, None,
-                            lineno=node.lineno)
+        return nodes.Filter(
+            nodes.List(node.nodes, lineno=node.lineno), "runner_concat", [], [], None, None, lineno=node.lineno
+        )
 
 
 class BoundedSandbox(ImmutableSandboxedEnvironment):
@@ -222,7 +254,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
     concat = staticmethod(bounded_concat)
 
     def __init__(self, **kwargs: Any):
-        kwargs.setdefault("optimized", False)          # no constant folding at compile time
+        kwargs.setdefault("optimized", False)  # no constant folding at compile time
         super().__init__(finalize=_finalize, **kwargs)
         self.globals["range"] = bounded_range
         self.globals["lipsum"] = bounded_lipsum
@@ -265,8 +297,11 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
     def wrap_str_format(self, value: Any) -> Any:
         """str.format / format_map through BoundedFormatter (Jinja >= 3.1.5 calls this on attribute access)."""
-        if not isinstance(value, (types.MethodType, types.BuiltinMethodType)) \
-                or value.__name__ not in ("format", "format_map") or not isinstance(value.__self__, str):
+        if (
+            not isinstance(value, (types.MethodType, types.BuiltinMethodType))
+            or value.__name__ not in ("format", "format_map")
+            or not isinstance(value.__self__, str)
+        ):
             return None
         fmt_str, is_map = value.__self__, value.__name__ == "format_map"
 

@@ -9,6 +9,7 @@ Pure functions on token ids and a model's config.json: no torch, no vLLM, no GPU
 - ``floor``: the compute and bandwidth floor of a workload.
 - ``plan``: all of it for one recipe, as a ``Plan``.
 """
+
 from .floor import Floor, compute_floor, peak_tflops, workload_flops
 from .gpus import GPU, GPUS, find_gpu, get_gpu, gpu_from_nvml
 from .layout import LayoutAdvice, LayoutInputs, advise_layout, advise_layout_text, encode_examples
@@ -36,10 +37,38 @@ from .prefix_cache import (
 )
 
 __all__ = [
-    "DEFAULT_BLOCK_SIZE", "GPU", "GPUS", "Floor", "LayoutAdvice", "LayoutInputs", "MemoryPlan", "ModelShape",
-    "ParamCount", "Plan", "PrefixCacheCount", "Quantization", "TokenStats", "activation_bytes", "advise_layout",
-    "advise_layout_text", "batch_defaults", "cached_tokens_per_request", "compute_floor", "count_parameters",
-    "count_prefix_cache", "encode_examples", "find_gpu", "get_gpu", "gpu_from_nvml", "kv_bytes_per_token",
-    "make_plan", "model_shape", "peak_tflops", "plan_memory", "resolve_quantization", "simulate_prefix_cache",
-    "weight_bytes", "workload_flops",
+    "DEFAULT_BLOCK_SIZE",
+    "GPU",
+    "GPUS",
+    "Floor",
+    "LayoutAdvice",
+    "LayoutInputs",
+    "MemoryPlan",
+    "ModelShape",
+    "ParamCount",
+    "Plan",
+    "PrefixCacheCount",
+    "Quantization",
+    "TokenStats",
+    "activation_bytes",
+    "advise_layout",
+    "advise_layout_text",
+    "batch_defaults",
+    "cached_tokens_per_request",
+    "compute_floor",
+    "count_parameters",
+    "count_prefix_cache",
+    "encode_examples",
+    "find_gpu",
+    "get_gpu",
+    "gpu_from_nvml",
+    "kv_bytes_per_token",
+    "make_plan",
+    "model_shape",
+    "peak_tflops",
+    "plan_memory",
+    "resolve_quantization",
+    "simulate_prefix_cache",
+    "weight_bytes",
+    "workload_flops",
 ]

@@ -27,6 +27,7 @@ With ``cpu_offload_gb``: each forward pass (prefill and decode steps) brings the
   with 8 GiB offloaded, far below this floor's rate).
 floor_s = max(compute_s, memory_s, pcie_s); bound = the name of the largest.
 """
+
 from __future__ import annotations
 
 import math
@@ -69,8 +70,9 @@ def peak_tflops(gpu: GPU, quantization: str, dtype: str) -> float | None:
     return gpu.bf16_tflops
 
 
-def workload_flops(config: Mapping[str, Any], prompt_lens: Sequence[int], cached: Sequence[int],
-                   max_tokens: int) -> tuple[float, float]:
+def workload_flops(
+    config: Mapping[str, Any], prompt_lens: Sequence[int], cached: Sequence[int], max_tokens: int
+) -> tuple[float, float]:
     """(prefill FLOPs, decode FLOPs) for the workload (formulas in the module docstring)."""
     s, p = model_shape(config), count_parameters(config)
     att = 4 * s.layers * s.heads * s.head_dim
@@ -83,10 +85,21 @@ def workload_flops(config: Mapping[str, Any], prompt_lens: Sequence[int], cached
     return prefill, decode
 
 
-def compute_floor(config: Mapping[str, Any], prompt_lens: Sequence[int], cached: Sequence[int] | None,
-                  max_tokens: int, *, gpu: GPU, quantization: str, dtype: str, weight_gpu_bytes: float,
-                  kv_bytes_per_token: int, batch: int, max_num_batched_tokens: int,
-                  offload_bytes: float = 0.0) -> Floor | None:
+def compute_floor(
+    config: Mapping[str, Any],
+    prompt_lens: Sequence[int],
+    cached: Sequence[int] | None,
+    max_tokens: int,
+    *,
+    gpu: GPU,
+    quantization: str,
+    dtype: str,
+    weight_gpu_bytes: float,
+    kv_bytes_per_token: int,
+    batch: int,
+    max_num_batched_tokens: int,
+    offload_bytes: float = 0.0,
+) -> Floor | None:
     """The floor for the workload; None when the GPU's peak is unknown (a GPU outside the table)."""
     peak = peak_tflops(gpu, quantization, dtype)
     if peak is None:
@@ -107,7 +120,18 @@ def compute_floor(config: Mapping[str, Any], prompt_lens: Sequence[int], cached:
         pcie_s = (prefill_steps + decode_steps) * offload_bytes / (gpu.pcie_gbs * 1e9)
     bounds = {"compute": compute_s, "memory": memory_s or 0.0, "pcie": pcie_s}
     bound = max(bounds, key=lambda k: bounds[k])
-    return Floor(prefill_flops=prefill, decode_flops=decode, peak_tflops=peak, compute_s=compute_s,
-                 prefill_steps=prefill_steps, decode_steps=decode_steps, weight_read_bytes=weights_read,
-                 kv_read_bytes=kv_read, memory_s=memory_s, pcie_s=pcie_s, floor_s=bounds[bound], bound=bound,
-                 batch=b)
+    return Floor(
+        prefill_flops=prefill,
+        decode_flops=decode,
+        peak_tflops=peak,
+        compute_s=compute_s,
+        prefill_steps=prefill_steps,
+        decode_steps=decode_steps,
+        weight_read_bytes=weights_read,
+        kv_read_bytes=kv_read,
+        memory_s=memory_s,
+        pcie_s=pcie_s,
+        floor_s=bounds[bound],
+        bound=bound,
+        batch=b,
+    )

@@ -14,6 +14,7 @@ Grouping matters only to a cache that evicts: a cache that never evicts serves t
 (the only exception is the last-token rule of ``prefix_cache``), so without ``capacity_blocks`` the grouped
 figure equals the "first" figure up to a block per prompt.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -28,10 +29,12 @@ class LayoutInputs(StrictModel):
     """Examples as token ids per template variable, for the layout advice."""
 
     examples: list[dict[str, list[int]]] = Field(
-        description="Per example (in engine order), each template variable's value as token ids.")
+        description="Per example (in engine order), each template variable's value as token ids."
+    )
     order: list[str] = Field(description="The variables in the order the current template puts them.")
-    head_ids: list[int] = Field(default_factory=list,
-                                description="Token ids every prompt starts with (system prompt, worked examples).")
+    head_ids: list[int] = Field(
+        default_factory=list, description="Token ids every prompt starts with (system prompt, worked examples)."
+    )
 
 
 class LayoutAdvice(StrictModel):
@@ -44,8 +47,9 @@ class LayoutAdvice(StrictModel):
     prompt_tokens: int = Field(description="Tokens of the simulated prompts (head + concatenated variables).")
     current_cached_tokens: int = Field(description="Predicted cache hits with the current order.")
     first_cached_tokens: int = Field(description="Predicted cache hits with these variables first.")
-    grouped_cached_tokens: int = Field(description="Predicted cache hits with these variables first and the "
-                                                   "examples grouped by their values.")
+    grouped_cached_tokens: int = Field(
+        description="Predicted cache hits with these variables first and the examples grouped by their values."
+    )
     current_share: float = Field(description="current_cached_tokens / prompt_tokens.")
     first_share: float = Field(description="first_cached_tokens / prompt_tokens.")
     grouped_share: float = Field(description="grouped_cached_tokens / prompt_tokens.")
@@ -53,14 +57,15 @@ class LayoutAdvice(StrictModel):
     text: str = Field(description="The advice in one paragraph.")
 
 
-def encode_examples(examples: Sequence[Mapping[str, str]], encode: Callable[[str], list[int]],
-                    variables: Sequence[str] | None = None) -> list[dict[str, list[int]]]:
+def encode_examples(
+    examples: Sequence[Mapping[str, str]], encode: Callable[[str], list[int]], variables: Sequence[str] | None = None
+) -> list[dict[str, list[int]]]:
     """Token ids of each example's variables; each distinct value is encoded once."""
     memo: dict[str, list[int]] = {}
     out = []
     for ex in examples:
         row = {}
-        for var in (variables if variables is not None else ex.keys()):
+        for var in variables if variables is not None else ex.keys():
             value = str(ex[var])
             if value not in memo:
                 memo[value] = list(encode(value))
@@ -87,21 +92,25 @@ def _value_keys(inputs: LayoutInputs, var: str) -> list[int]:
     return [first.setdefault(tuple(ex[var]), len(first)) for ex in inputs.examples]
 
 
-def _text(lead: list[str], n: int, distinct: int, cur: float, first: float, grouped: float,
-          capacity: int | None) -> str:
+def _text(
+    lead: list[str], n: int, distinct: int, cur: float, first: float, grouped: float, capacity: int | None
+) -> str:
     names = ", ".join(f"`{v}`" for v in lead)
-    s = (f"{names} repeat{'s' if len(lead) == 1 else ''}: {distinct:,} distinct value{'s' if distinct != 1 else ''}"
-         f" over {n:,} examples ({n / distinct:.1f} uses each). Predicted share of prompt tokens served from the "
-         f"prefix cache: {cur:.1%} with the current order, {first:.1%} with {names} first, {grouped:.1%} with the "
-         f"examples also grouped by {'it' if len(lead) == 1 else 'them'}.")
+    s = (
+        f"{names} repeat{'s' if len(lead) == 1 else ''}: {distinct:,} distinct value{'s' if distinct != 1 else ''}"
+        f" over {n:,} examples ({n / distinct:.1f} uses each). Predicted share of prompt tokens served from the "
+        f"prefix cache: {cur:.1%} with the current order, {first:.1%} with {names} first, {grouped:.1%} with the "
+        f"examples also grouped by {'it' if len(lead) == 1 else 'them'}."
+    )
     if capacity is None:
         s += " (Grouping only matters when the KV cache cannot hold every block; here it never evicts.)"
-    return s + (" Approximate: the variables' tokens are concatenated without the template's text between them; "
-                "count the rendered prompts for the exact figure.")
+    return s + (
+        " Approximate: the variables' tokens are concatenated without the template's text between them; "
+        "count the rendered prompts for the exact figure."
+    )
 
 
-def _advise(inputs: LayoutInputs, lead: list[str], block_size: int, capacity: int | None,
-            current: int) -> LayoutAdvice:
+def _advise(inputs: LayoutInputs, lead: list[str], block_size: int, capacity: int | None, current: int) -> LayoutAdvice:
     n = len(inputs.examples)
     order = lead + [v for v in inputs.order if v not in lead]
     keys = [_value_keys(inputs, v) for v in lead]
@@ -117,17 +126,30 @@ def _advise(inputs: LayoutInputs, lead: list[str], block_size: int, capacity: in
         return x / total if total else 0.0
 
     return LayoutAdvice(
-        variables=lead, order=order, distinct_values=distinct, mean_repeats=n / distinct, prompt_tokens=total,
-        current_cached_tokens=current, first_cached_tokens=first.cached_tokens,
-        grouped_cached_tokens=grouped.cached_tokens, current_share=share(current),
-        first_share=share(first.cached_tokens), grouped_share=share(grouped.cached_tokens),
+        variables=lead,
+        order=order,
+        distinct_values=distinct,
+        mean_repeats=n / distinct,
+        prompt_tokens=total,
+        current_cached_tokens=current,
+        first_cached_tokens=first.cached_tokens,
+        grouped_cached_tokens=grouped.cached_tokens,
+        current_share=share(current),
+        first_share=share(first.cached_tokens),
+        grouped_share=share(grouped.cached_tokens),
         capacity_blocks=capacity,
-        text=_text(lead, n, distinct, share(current), share(first.cached_tokens), share(grouped.cached_tokens),
-                   capacity))
+        text=_text(
+            lead, n, distinct, share(current), share(first.cached_tokens), share(grouped.cached_tokens), capacity
+        ),
+    )
 
 
-def advise_layout(inputs: LayoutInputs, block_size: int = DEFAULT_BLOCK_SIZE, capacity_blocks: int | None = None,
-                  min_mean_repeats: float = 1.5) -> list[LayoutAdvice]:
+def advise_layout(
+    inputs: LayoutInputs,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    capacity_blocks: int | None = None,
+    min_mean_repeats: float = 1.5,
+) -> list[LayoutAdvice]:
     """One item per variable of ``inputs.order`` whose values repeat (examples / distinct values >=
     ``min_mean_repeats``; a few duplicate questions do not make a shared prefix), plus, when several repeat,
     one item putting all of them first (fewest distinct values first). Sorted by the grouped prediction, best
@@ -149,10 +171,16 @@ def advise_layout(inputs: LayoutInputs, block_size: int = DEFAULT_BLOCK_SIZE, ca
     return sorted(items, key=lambda a: -a.grouped_cached_tokens)
 
 
-def advise_layout_text(examples: Sequence[Mapping[str, str]], encode: Callable[[str], list[int]],
-                       order: Sequence[str], *, head_ids: Sequence[int] = (), block_size: int = DEFAULT_BLOCK_SIZE,
-                       capacity_blocks: int | None = None, min_mean_repeats: float = 1.5) -> list[LayoutAdvice]:
+def advise_layout_text(
+    examples: Sequence[Mapping[str, str]],
+    encode: Callable[[str], list[int]],
+    order: Sequence[str],
+    *,
+    head_ids: Sequence[int] = (),
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    capacity_blocks: int | None = None,
+    min_mean_repeats: float = 1.5,
+) -> list[LayoutAdvice]:
     """``advise_layout`` from text: examples as dicts of template variables, ``encode`` = str -> token ids."""
-    inputs = LayoutInputs(examples=encode_examples(examples, encode, order), order=list(order),
-                          head_ids=list(head_ids))
+    inputs = LayoutInputs(examples=encode_examples(examples, encode, order), order=list(order), head_ids=list(head_ids))
     return advise_layout(inputs, block_size, capacity_blocks, min_mean_repeats)

@@ -35,6 +35,7 @@ vLLM refuses to start when the KV cache cannot hold one ``max_model_len`` sequen
   u * total >= weights + A + N + G + max_model_len * kv/token; otherwise ``cpu_offload_gb`` must cover the
   difference (vLLM's cpu_offload_gb counts GiB, and offloads whole parameters, so it may overshoot slightly).
 """
+
 from __future__ import annotations
 
 import math
@@ -82,13 +83,22 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
     mt = str(c.get("model_type", ""))
     heads = int(c["num_attention_heads"])
     return ModelShape(
-        model_type=mt, hidden=int(c["hidden_size"]), layers=int(c["num_hidden_layers"]), heads=heads,
+        model_type=mt,
+        hidden=int(c["hidden_size"]),
+        layers=int(c["num_hidden_layers"]),
+        heads=heads,
         kv_heads=int(c.get("num_key_value_heads") or heads),
-        head_dim=int(c.get("head_dim") or c["hidden_size"] // heads), intermediate=int(c["intermediate_size"]),
-        vocab=int(c["vocab_size"]), tied=bool(c.get("tie_word_embeddings", mt.startswith("gemma"))),
-        qkv_bias=bool(c.get("attention_bias", False)) or mt == "qwen2", o_bias=bool(c.get("attention_bias", False)),
-        mlp_bias=bool(c.get("mlp_bias", False)), qk_norm=mt.startswith("qwen3"),
-        max_position=c.get("max_position_embeddings"), dtype=str(c.get("torch_dtype") or c.get("dtype") or "bfloat16"))
+        head_dim=int(c.get("head_dim") or c["hidden_size"] // heads),
+        intermediate=int(c["intermediate_size"]),
+        vocab=int(c["vocab_size"]),
+        tied=bool(c.get("tie_word_embeddings", mt.startswith("gemma"))),
+        qkv_bias=bool(c.get("attention_bias", False)) or mt == "qwen2",
+        o_bias=bool(c.get("attention_bias", False)),
+        mlp_bias=bool(c.get("mlp_bias", False)),
+        qk_norm=mt.startswith("qwen3"),
+        max_position=c.get("max_position_embeddings"),
+        dtype=str(c.get("torch_dtype") or c.get("dtype") or "bfloat16"),
+    )
 
 
 def linear_shapes(s: ModelShape) -> list[tuple[int, int]]:
@@ -113,14 +123,23 @@ def count_parameters(config: Mapping[str, Any]) -> ParamCount:
     s = model_shape(config)
     q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
     linear = s.layers * sum(a * b for a, b in linear_shapes(s))
-    per_layer_bias = ((q + 2 * kv) if s.qkv_bias else 0) + (s.hidden if s.o_bias else 0) \
+    per_layer_bias = (
+        ((q + 2 * kv) if s.qkv_bias else 0)
+        + (s.hidden if s.o_bias else 0)
         + ((2 * s.intermediate + s.hidden) if s.mlp_bias else 0)
+    )
     norms = s.layers * (2 * s.hidden + (2 * s.head_dim if s.qk_norm else 0)) + s.hidden
     emb = s.vocab * s.hidden
     head = 0 if s.tied else emb
     biases = s.layers * per_layer_bias
-    return ParamCount(embedding=emb, lm_head=head, linear=linear, biases=biases, norms=norms,
-                      total=emb + head + linear + biases + norms)
+    return ParamCount(
+        embedding=emb,
+        lm_head=head,
+        linear=linear,
+        biases=biases,
+        norms=norms,
+        total=emb + head + linear + biases + norms,
+    )
 
 
 class Quantization(StrictModel):
@@ -133,8 +152,14 @@ class Quantization(StrictModel):
     double_quant: bool = Field(False, description="bitsandbytes 4-bit double quantization.")
 
 
-_ALIASES = {"awq": "awq", "awq_marlin": "awq", "gptq": "gptq", "gptq_marlin": "gptq", "fp8": "fp8",
-            "bitsandbytes": "bitsandbytes"}
+_ALIASES = {
+    "awq": "awq",
+    "awq_marlin": "awq",
+    "gptq": "gptq",
+    "gptq_marlin": "gptq",
+    "fp8": "fp8",
+    "bitsandbytes": "bitsandbytes",
+}
 
 
 def resolve_quantization(config: Mapping[str, Any], quantization: str | None = None) -> Quantization:
@@ -150,13 +175,18 @@ def resolve_quantization(config: Mapping[str, Any], quantization: str | None = N
         return Quantization(method="fp8", bits=8)
     if method == "bitsandbytes":
         eight = bool(qc.get("load_in_8bit", False))
-        return Quantization(method=method, bits=8 if eight else 4,
-                            double_quant=bool(qc.get("bnb_4bit_use_double_quant", False)))
+        return Quantization(
+            method=method, bits=8 if eight else 4, double_quant=bool(qc.get("bnb_4bit_use_double_quant", False))
+        )
     if qc.get("quant_method") not in ("awq", "gptq"):
         raise ValueError(f"{method} needs a checkpoint whose config.json has an {method} quantization_config")
     zero = bool(qc.get("zero_point", True)) if method == "awq" else True
-    return Quantization(method=method, bits=int(qc.get("bits", qc.get("w_bit", 4))),
-                        group_size=int(qc.get("group_size", qc.get("q_group_size", 128))), zero_point=zero)
+    return Quantization(
+        method=method,
+        bits=int(qc.get("bits", qc.get("w_bit", 4))),
+        group_size=int(qc.get("group_size", qc.get("q_group_size", 128))),
+        zero_point=zero,
+    )
 
 
 def resolve_dtype(config: Mapping[str, Any], dtype: str = "auto") -> str:
@@ -179,9 +209,9 @@ def _linear_bytes(s: ModelShape, q: Quantization, dtype_bytes: int) -> float:
         for fan_in, fan_out in mats:
             groups = fan_out * math.ceil(fan_in / (q.group_size if q.group_size > 0 else fan_in))
             per_layer += fan_in * fan_out * q.bits / 8 + groups * (2 + (q.bits / 8 if q.zero_point else 0))
-    elif q.bits == 8:   # bitsandbytes LLM.int8: int8 weights + an fp32 scale per output row
+    elif q.bits == 8:  # bitsandbytes LLM.int8: int8 weights + an fp32 scale per output row
         per_layer = n + 4 * sum(out for _, out in mats)
-    else:               # bitsandbytes NF4, blocks of 64 weights
+    else:  # bitsandbytes NF4, blocks of 64 weights
         blocks = sum(math.ceil(a * b / 64) for a, b in mats)
         per_layer = n / 2 + (blocks + 4 * math.ceil(blocks / 256) if q.double_quant else 4 * blocks)
     return s.layers * per_layer
@@ -210,8 +240,13 @@ def kv_bytes_per_token(config: Mapping[str, Any], kv_cache_dtype: str = "auto", 
     return s.layers * s.kv_heads * s.head_dim * 2 * b
 
 
-def activation_bytes(config: Mapping[str, Any], max_num_batched_tokens: int, max_num_seqs: int,
-                     dtype: str = "auto", quantization: str | None = None) -> int:
+def activation_bytes(
+    config: Mapping[str, Any],
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    dtype: str = "auto",
+    quantization: str | None = None,
+) -> int:
     """Peak activation estimate of vLLM's profiling pass (formula in the module docstring)."""
     s = model_shape(config)
     a = _DTYPE_BYTES[resolve_dtype(config, dtype)]
@@ -247,16 +282,28 @@ class MemoryPlan(StrictModel):
     kv_capacity_tokens: int = Field(description="KV tokens that fit (blocks * block size).")
     max_model_len: int = Field(description="Context length the engine must hold one sequence of.")
     fits: bool = Field(description="Without offload: weights, overheads and one max_model_len sequence fit.")
-    cpu_offload_gb_needed: float = Field(description="cpu_offload_gb (vLLM's unit: GiB) needed to fit; 0 if it fits; "
-                                         "more than weights_gib: offload alone cannot make it fit.")
+    cpu_offload_gb_needed: float = Field(
+        description="cpu_offload_gb (vLLM's unit: GiB) needed to fit; 0 if it fits; "
+        "more than weights_gib: offload alone cannot make it fit."
+    )
     starts: bool = Field(description="With the given cpu_offload_gb, the KV cache holds one max_model_len sequence.")
 
 
-def plan_memory(config: Mapping[str, Any], *, gpu_memory_gib: float, gpu_memory_utilization: float = 0.9,
-                dtype: str = "auto", quantization: str | None = None, kv_cache_dtype: str = "auto",
-                max_model_len: int | None = None, block_size: int = 16, cpu_offload_gb: float = 0.0,
-                max_num_batched_tokens: int = 16384, max_num_seqs: int = 1024,
-                enforce_eager: bool = False) -> MemoryPlan:
+def plan_memory(
+    config: Mapping[str, Any],
+    *,
+    gpu_memory_gib: float,
+    gpu_memory_utilization: float = 0.9,
+    dtype: str = "auto",
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
+    max_model_len: int | None = None,
+    block_size: int = 16,
+    cpu_offload_gb: float = 0.0,
+    max_num_batched_tokens: int = 16384,
+    max_num_seqs: int = 1024,
+    enforce_eager: bool = False,
+) -> MemoryPlan:
     """vLLM's memory budget for one GPU (formulas in the module docstring)."""
     q = resolve_quantization(config, quantization)
     d = resolve_dtype(config, dtype)
@@ -271,8 +318,20 @@ def plan_memory(config: Mapping[str, Any], *, gpu_memory_gib: float, gpu_memory_
     blocks = int(kv // (block_size * kvb))
     short = weights + act + extra + mml * kvb - budget
     return MemoryPlan(
-        quantization=q.method, dtype=d, weights_gib=weights / GIB, weights_gpu_gib=gpu_weights / GIB,
-        activation_gib=act / GIB, non_torch_gib=NON_TORCH_GIB, cuda_graph_gib=0.0 if enforce_eager else CUDA_GRAPH_GIB,
-        budget_gib=budget / GIB, kv_bytes_per_token=kvb, kv_cache_gib=kv / GIB, kv_capacity_blocks=blocks,
-        kv_capacity_tokens=blocks * block_size, max_model_len=mml, fits=short <= 0,
-        cpu_offload_gb_needed=math.ceil(max(0.0, short) / GIB * 10) / 10, starts=blocks * block_size >= mml)
+        quantization=q.method,
+        dtype=d,
+        weights_gib=weights / GIB,
+        weights_gpu_gib=gpu_weights / GIB,
+        activation_gib=act / GIB,
+        non_torch_gib=NON_TORCH_GIB,
+        cuda_graph_gib=0.0 if enforce_eager else CUDA_GRAPH_GIB,
+        budget_gib=budget / GIB,
+        kv_bytes_per_token=kvb,
+        kv_cache_gib=kv / GIB,
+        kv_capacity_blocks=blocks,
+        kv_capacity_tokens=blocks * block_size,
+        max_model_len=mml,
+        fits=short <= 0,
+        cpu_offload_gb_needed=math.ceil(max(0.0, short) / GIB * 10) / 10,
+        starts=blocks * block_size >= mml,
+    )

@@ -23,6 +23,7 @@ Assumptions (each makes the count an upper bound if broken): the cache never evi
 not split by chunked prefill across a later request's lookup (only prompts longer than the step's token budget,
 16,384 on an H200, are); no LoRA, multimodal inputs or cache salt (their extra keys would split the hashes).
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -32,7 +33,7 @@ from pydantic import Field
 
 from ..strict import StrictModel
 
-DEFAULT_BLOCK_SIZE = 16   # vLLM's default block size for CUDA attention backends
+DEFAULT_BLOCK_SIZE = 16  # vLLM's default block size for CUDA attention backends
 
 
 class PrefixCacheCount(StrictModel):
@@ -42,8 +43,10 @@ class PrefixCacheCount(StrictModel):
     prompt_tokens: int = Field(description="All prompt tokens (what vLLM counts as prefix-cache queries).")
     cached_tokens: int = Field(description="Prompt tokens served from the cache (vLLM's prefix-cache hits).")
     block_size: int = Field(description="KV-cache block size in tokens.")
-    kv_blocks_needed: int = Field(description="Distinct full prompt blocks: what a cache that never evicts holds "
-                                              "at the end, the capacity needed for all of the reuse.")
+    kv_blocks_needed: int = Field(
+        description="Distinct full prompt blocks: what a cache that never evicts holds "
+        "at the end, the capacity needed for all of the reuse."
+    )
     capacity_blocks: int | None = Field(description="Cache capacity simulated (LRU); None = never evicts.")
     evicted_blocks: int = Field(description="Blocks the LRU simulation evicted (0 when it never evicts).")
 
@@ -52,8 +55,9 @@ class PrefixCacheCount(StrictModel):
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
-def simulate_prefix_cache(prompts: Sequence[Sequence[int]], block_size: int,
-            capacity_blocks: int | None) -> tuple[list[int], int, int]:
+def simulate_prefix_cache(
+    prompts: Sequence[Sequence[int]], block_size: int, capacity_blocks: int | None
+) -> tuple[list[int], int, int]:
     """(hits per request in tokens, distinct full blocks, evicted blocks).
 
     ``chain`` plays vLLM's hash function without collisions: (id of the parent block, block tokens) -> id, so an
@@ -74,7 +78,7 @@ def simulate_prefix_cache(prompts: Sequence[Sequence[int]], block_size: int,
         max_hit_blocks = (n - 1) // block_size if n else 0
         parent, hit_blocks, hitting, ids = 0, 0, True, []
         for b in range(n // block_size):
-            key = (parent, p[b * block_size:(b + 1) * block_size])
+            key = (parent, p[b * block_size : (b + 1) * block_size])
             bid = chain.get(key)
             if bid is None:
                 bid = chain[key] = len(chain) + 1
@@ -95,14 +99,16 @@ def simulate_prefix_cache(prompts: Sequence[Sequence[int]], block_size: int,
     return hits, len(chain), evicted
 
 
-def cached_tokens_per_request(prompts: Sequence[Sequence[int]], block_size: int = DEFAULT_BLOCK_SIZE,
-                              capacity_blocks: int | None = None) -> list[int]:
+def cached_tokens_per_request(
+    prompts: Sequence[Sequence[int]], block_size: int = DEFAULT_BLOCK_SIZE, capacity_blocks: int | None = None
+) -> list[int]:
     """Prompt tokens served from the cache for each request, in the given order."""
     return simulate_prefix_cache(prompts, block_size, capacity_blocks)[0]
 
 
-def count_prefix_cache(prompts: Sequence[Sequence[int]], block_size: int = DEFAULT_BLOCK_SIZE,
-                       capacity_blocks: int | None = None) -> PrefixCacheCount:
+def count_prefix_cache(
+    prompts: Sequence[Sequence[int]], block_size: int = DEFAULT_BLOCK_SIZE, capacity_blocks: int | None = None
+) -> PrefixCacheCount:
     """Count the prompt tokens vLLM's automatic prefix caching serves, prompts in engine order.
 
     Per request of n tokens: hits = block_size * k, k = the longest run of leading full blocks already cached,
@@ -111,6 +117,12 @@ def count_prefix_cache(prompts: Sequence[Sequence[int]], block_size: int = DEFAU
     cache of that many blocks (an estimate: vLLM also holds the running requests' blocks, which this ignores);
     a capacity >= ``kv_blocks_needed`` gives the same count as None."""
     hits, distinct, evicted = simulate_prefix_cache(prompts, block_size, capacity_blocks)
-    return PrefixCacheCount(requests=len(hits), prompt_tokens=sum(len(p) for p in prompts),
-                            cached_tokens=sum(hits), block_size=block_size, kv_blocks_needed=distinct,
-                            capacity_blocks=capacity_blocks, evicted_blocks=evicted)
+    return PrefixCacheCount(
+        requests=len(hits),
+        prompt_tokens=sum(len(p) for p in prompts),
+        cached_tokens=sum(hits),
+        block_size=block_size,
+        kv_blocks_needed=distinct,
+        capacity_blocks=capacity_blocks,
+        evicted_blocks=evicted,
+    )

@@ -1,4 +1,5 @@
 """Table cells and small text helpers shared by every Markdown writer."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,8 +29,7 @@ def secs(v: float | None) -> str:
 
 
 def table(rows: list[list[Any]], headers: list[str]) -> str:
-    return tabulate([[cell(c) for c in r] for r in rows], headers=headers, tablefmt="github",
-                    disable_numparse=True)
+    return tabulate([[cell(c) for c in r] for r in rows], headers=headers, tablefmt="github", disable_numparse=True)
 
 
 def gib(v: float | None) -> str | None:
@@ -54,10 +54,13 @@ def short(v: Any, width: int = 36) -> str:
     if v is None:
         return "(unset)"
     if isinstance(v, list):
-        return f"[{len(v)} item{'s' if len(v) != 1 else ''}]" if any(isinstance(x, (dict, list)) for x in v) \
+        return (
+            f"[{len(v)} item{'s' if len(v) != 1 else ''}]"
+            if any(isinstance(x, (dict, list)) for x in v)
             else short(",".join(map(str, v)), width)
+        )
     s = str(v)
-    return s if len(s) <= width else "…" + s[-(width - 1):]
+    return s if len(s) <= width else "…" + s[-(width - 1) :]
 
 
 def dflt(v: Any) -> str:

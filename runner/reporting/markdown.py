@@ -1,4 +1,5 @@
 """Markdown of one run: report.md. (All Markdown the runner writes lives in runner/reporting/.)"""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,6 +27,7 @@ def _interval(e: Any) -> str:
 
 def engine_label(r: RunResult) -> str:
     from runner.engines import spec_class
+
     cls = spec_class(r.recipe.get("engine", {}).get("kind"))
     return (cls.label if cls else "") or r.engine.name or str(r.recipe.get("engine", {}).get("kind"))
 
@@ -33,21 +35,28 @@ def engine_label(r: RunResult) -> str:
 def _banners(r: RunResult) -> list[str]:
     out = []
     from runner.engines import spec_class
+
     cls = spec_class(r.recipe.get("engine", {}).get("kind"))
     if cls is not None and cls.fake:
-        out.append(f"> **FAKE ENGINE**: `{cls.kind_name()}` made these outputs up from a template; no model ran. "
-                   "Times, tokens and scores test the pipeline only.")
+        out.append(
+            f"> **FAKE ENGINE**: `{cls.kind_name()}` made these outputs up from a template; no model ran. "
+            "Times, tokens and scores test the pipeline only."
+        )
     if r.status != "ok":
         out.append(f"> **FAILED**: {r.error}" + (f"\n>\n> Hint: {r.hint}" if r.hint else ""))
     if not r.scores_meaningful:
-        out.append("> **Scores are not meaningful**: this run used random weights "
-                   "(`load_format: dummy` or the builtin smoke-test model); read it for speed only.")
+        out.append(
+            "> **Scores are not meaningful**: this run used random weights "
+            "(`load_format: dummy` or the builtin smoke-test model); read it for speed only."
+        )
     for n in r.notes:
         out.append(f"> Note: {n}")
     if r.estimate:
         e = r.estimate
-        out.append(f"> **Estimate**: {e.n_measured} of {e.n_total} examples were run; the full time is "
-                   f"projected at {secs(e.projected_s)} ({_interval(e)}; {e.method}).")
+        out.append(
+            f"> **Estimate**: {e.n_measured} of {e.n_total} examples were run; the full time is "
+            f"projected at {secs(e.projected_s)} ({_interval(e)}; {e.method})."
+        )
     return out
 
 
@@ -56,62 +65,133 @@ def report_markdown(r: RunResult, samples: list[dict]) -> str:
     parts = [f"# {r.name}", "", *cell_line(r)]
     if rec.get("description"):
         parts += [rec["description"], ""]
-    parts += [f"Status: **{r.status}** · engine: {engine_label(r)} {r.engine.version} · "
-              f"model: `{rec['model']['id']}` · device: {r.engine.device or '–'} · "
-              f"samples: {r.n_samples} of {r.n_dataset} · finished {r.finished_at}", ""]
-    for b in _banners(r):                    # each its own block quote (adjacent ones would merge)
+    parts += [
+        f"Status: **{r.status}** · engine: {engine_label(r)} {r.engine.version} · "
+        f"model: `{rec['model']['id']}` · device: {r.engine.device or '–'} · "
+        f"samples: {r.n_samples} of {r.n_dataset} · finished {r.finished_at}",
+        "",
+    ]
+    for b in _banners(r):  # each its own block quote (adjacent ones would merge)
         parts += [b, ""]
     parts += ["", "## Time and throughput", ""]
     t, th = r.timings, r.throughput
     gen = secs(t.generate_s)
-    parts.append(table([[secs(t.load_s), gen, secs(t.total_s), cell(th.requests_per_s),
-                         cell(th.output_tokens_per_s), cell(th.total_tokens_per_s)]],
-                       ["engine start", "generation", "total", "requests/s", "output tok/s", "total tok/s"]))
+    parts.append(
+        table(
+            [
+                [
+                    secs(t.load_s),
+                    gen,
+                    secs(t.total_s),
+                    cell(th.requests_per_s),
+                    cell(th.output_tokens_per_s),
+                    cell(th.total_tokens_per_s),
+                ]
+            ],
+            ["engine start", "generation", "total", "requests/s", "output tok/s", "total tok/s"],
+        )
+    )
     if r.estimate:
         e = r.estimate
-        parts += ["", f"Projected full-dataset generation (**estimate**): ~{secs(e.projected_s)} "
-                      f"({_interval(e)}) from {e.n_measured} examples."]
+        parts += [
+            "",
+            f"Projected full-dataset generation (**estimate**): ~{secs(e.projected_s)} "
+            f"({_interval(e)}) from {e.n_measured} examples.",
+        ]
     parts += where_it_ran(r)
     parts += ["", "## Tokens", ""]
-    parts.append(table([[r.tokens.prompt, r.tokens.output, r.tokens.cached,
-                         f"{r.tokens.prompt / r.n_samples:.1f}" if r.n_samples else None,
-                         f"{r.tokens.output / r.n_samples:.1f}" if r.n_samples else None]],
-                       ["prompt", "output", "prompt from cache", "prompt / example", "output / example"]))
+    parts.append(
+        table(
+            [
+                [
+                    r.tokens.prompt,
+                    r.tokens.output,
+                    r.tokens.cached,
+                    f"{r.tokens.prompt / r.n_samples:.1f}" if r.n_samples else None,
+                    f"{r.tokens.output / r.n_samples:.1f}" if r.n_samples else None,
+                ]
+            ],
+            ["prompt", "output", "prompt from cache", "prompt / example", "output / example"],
+        )
+    )
     lat = [(n, p) for n, p in (("time to first token", r.latency.ttft_s), ("end-to-end", r.latency.e2e_s)) if p]
     if lat:
         parts += ["", "## Latency per request", ""]
-        parts.append(table([[n, secs(p.p50), secs(p.p90), secs(p.p99), secs(p.mean)] for n, p in lat],
-                           ["", "p50", "p90", "p99", "mean"]))
+        parts.append(
+            table(
+                [[n, secs(p.p50), secs(p.p90), secs(p.p99), secs(p.mean)] for n, p in lat],
+                ["", "p50", "p90", "p99", "mean"],
+            )
+        )
     parts += serving_section(r)
     m = r.memory
     parts += ["", "## Memory", ""]
-    parts.append(table([[gib(m.peak_gpu_gib), gib(m.baseline_gpu_gib), gib(m.weights_gib),
-                         f"{m.kv_cache_tokens:,}" if m.kv_cache_tokens else None, gib(m.kv_cache_gib)]],
-                       ["peak GPU (whole device)", "GPU before start", "weights", "KV cache (tokens)",
-                        "KV cache"]))
+    parts.append(
+        table(
+            [
+                [
+                    gib(m.peak_gpu_gib),
+                    gib(m.baseline_gpu_gib),
+                    gib(m.weights_gib),
+                    f"{m.kv_cache_tokens:,}" if m.kv_cache_tokens else None,
+                    gib(m.kv_cache_gib),
+                ]
+            ],
+            ["peak GPU (whole device)", "GPU before start", "weights", "KV cache (tokens)", "KV cache"],
+        )
+    )
     parts += ["", "## Scores", ""]
     if r.scores:
         parts += score_table(r)
     else:
         parts.append("No scores (no gold answers, or the run failed).")
     p = r.prefix
-    parts += [] if r.status != "ok" else ["", "## Prompt prefix", "",
-              f"Every prompt starts with the same {p.shared_prefix_tokens} tokens "
-              f"({p.shared_prefix_share:.1%} of all prompt tokens); a block-granular prefix cache also reuses "
-              "prefixes shared by some prompts only (see the prediction below)."
-              + (f" Measured hit rate: {p.hit_rate:.1%}." if p.hit_rate is not None else "")]
+    parts += (
+        []
+        if r.status != "ok"
+        else [
+            "",
+            "## Prompt prefix",
+            "",
+            f"Every prompt starts with the same {p.shared_prefix_tokens} tokens "
+            f"({p.shared_prefix_share:.1%} of all prompt tokens); a block-granular prefix cache also reuses "
+            "prefixes shared by some prompts only (see the prediction below)."
+            + (f" Measured hit rate: {p.hit_rate:.1%}." if p.hit_rate is not None else ""),
+        ]
+    )
     parts += predicted_vs_measured(r)
     if r.knobs:
         parts += ["", "## Knobs: requested and effective", ""]
-        parts.append(table([[k.name, dflt(k.requested), dflt(k.effective),
-                             ("**IGNORED**" if k.status == "ignored" else k.status), k.evidence]
-                            for k in r.knobs], ["knob", "requested", "effective", "status", "evidence"]))
+        parts.append(
+            table(
+                [
+                    [
+                        k.name,
+                        dflt(k.requested),
+                        dflt(k.effective),
+                        ("**IGNORED**" if k.status == "ignored" else k.status),
+                        k.evidence,
+                    ]
+                    for k in r.knobs
+                ],
+                ["knob", "requested", "effective", "status", "evidence"],
+            )
+        )
     if samples:
         parts += ["", "## Sample prompts and outputs", ""]
         for s in samples[:N_EXAMPLES_SHOWN]:
-            parts += [f"### {s['id']}", "", "Prompt:", "", "```text", s["prompt"].replace("```", "ˋˋˋ"), "```", "",
-                      f"Output: `{inline(s['output'])}` · gold: "
-                      + ", ".join(f"`{inline(a)}`" for a in s.get("answers", [])), ""]
+            parts += [
+                f"### {s['id']}",
+                "",
+                "Prompt:",
+                "",
+                "```text",
+                s["prompt"].replace("```", "ˋˋˋ"),
+                "```",
+                "",
+                f"Output: `{inline(s['output'])}` · gold: " + ", ".join(f"`{inline(a)}`" for a in s.get("answers", [])),
+                "",
+            ]
     parts += reproducibility(r)
     return "\n".join(parts)
 
@@ -119,6 +199,7 @@ def report_markdown(r: RunResult, samples: list[dict]) -> str:
 def score_table(r: RunResult) -> list[str]:
     """Each score with the convention it follows, and the recipe's gold policy and clean-up."""
     from runner.scoring import conventions
+
     note = " (not meaningful: random weights or a fake engine)" if not r.scores_meaningful else ""
     scoring = r.recipe.get("scoring") or {}
     gold = scoring.get("gold")
@@ -126,8 +207,13 @@ def score_table(r: RunResult) -> list[str]:
     rows = [[k, f"{v:.4f}", conv[k].name, gold or conv[k].gold, conv[k].formula] for k, v in r.scores.items()]
     out = [table(rows, ["metric", "score" + note, "convention", "gold answers", "formula"])]
     post = {k: v for k, v in (scoring.get("postprocess") or {}).items() if v}
-    out += ["", "Output clean-up before scoring: " + (", ".join(f"{k}={v!r}" for k, v in post.items()) or "none")
-            + (f"; gold policy set by the recipe: {gold}" if gold else "; gold policy: each metric's own") + "."]
+    out += [
+        "",
+        "Output clean-up before scoring: "
+        + (", ".join(f"{k}={v!r}" for k, v in post.items()) or "none")
+        + (f"; gold policy set by the recipe: {gold}" if gold else "; gold policy: each metric's own")
+        + ".",
+    ]
     return out
 
 
@@ -150,8 +236,15 @@ def reproducibility(r: RunResult) -> list[str]:
     out = ["", "## Reproduce", "", table(rows, ["", "value"]), ""]
     if r.command:
         out += ["Command (from the directory it was run in):", "", "```bash", r.command, "```"]
-    out += ["", "## Resolved recipe", "", "```yaml",
-            yaml.safe_dump(r.recipe, sort_keys=False, allow_unicode=True).rstrip(), "```", ""]
+    out += [
+        "",
+        "## Resolved recipe",
+        "",
+        "```yaml",
+        yaml.safe_dump(r.recipe, sort_keys=False, allow_unicode=True).rstrip(),
+        "```",
+        "",
+    ]
     return out
 
 

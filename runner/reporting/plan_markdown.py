@@ -1,4 +1,5 @@
 """Markdown for plans: `runner plan`'s tables, and predicted-vs-measured in reports."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -20,16 +21,42 @@ def _n(v: Any) -> str:
 def plan_table(plans: list[dict[str, Any]]) -> str:
     """One row per recipe: what `runner plan` predicts."""
     from runner.reporting.format import table
+
     rows = []
     for p in plans:
         st = p.get("prompt_tokens_per_example") or {}
         cached = f"{p['cached_prompt_tokens']:,} ({p['cached_share']:.1%})" + (" ≤" if p["cache_upper_bound"] else "")
-        rows.append([p["name"], p["gpu"], f"{p['prompt_tokens']:,}", f"{st.get('mean', 0):.0f} / {st.get('max', 0)}",
-                     f"{p['max_model_len']:,}", cached, _gib(p["weights_gib"]), f"{p['kv_bytes_per_token']:,}",
-                     f"{p['kv_capacity_tokens']:,}", "yes" if p["fits"] else f"no (offload ≥ {p['cpu_offload_gb_needed']} GiB)",
-                     "–" if p["floor_s"] is None else f"{p['floor_s']:.2f} s ({p['bound']})"])
-    return table(rows, ["recipe", "GPU", "prompt tokens", "mean / max per prompt", "context", "from prefix cache",
-                        "weights", "KV bytes/token", "KV capacity (tokens)", "fits", "floor"])
+        rows.append(
+            [
+                p["name"],
+                p["gpu"],
+                f"{p['prompt_tokens']:,}",
+                f"{st.get('mean', 0):.0f} / {st.get('max', 0)}",
+                f"{p['max_model_len']:,}",
+                cached,
+                _gib(p["weights_gib"]),
+                f"{p['kv_bytes_per_token']:,}",
+                f"{p['kv_capacity_tokens']:,}",
+                "yes" if p["fits"] else f"no (offload ≥ {p['cpu_offload_gb_needed']} GiB)",
+                "–" if p["floor_s"] is None else f"{p['floor_s']:.2f} s ({p['bound']})",
+            ]
+        )
+    return table(
+        rows,
+        [
+            "recipe",
+            "GPU",
+            "prompt tokens",
+            "mean / max per prompt",
+            "context",
+            "from prefix cache",
+            "weights",
+            "KV bytes/token",
+            "KV capacity (tokens)",
+            "fits",
+            "floor",
+        ],
+    )
 
 
 def plan_advice(plans: list[dict[str, Any]]) -> list[str]:
@@ -38,7 +65,7 @@ def plan_advice(plans: list[dict[str, Any]]) -> list[str]:
         for note in p.get("notes", []):
             out.append(f"- {p['name']}: {note}")
         for a in p.get("layout_advice", []):
-            if a["first_share"] > a["current_share"] + 0.01:       # only advice that would change something
+            if a["first_share"] > a["current_share"] + 0.01:  # only advice that would change something
                 out.append(f"- {p['name']} (layout): {a['text']}")
     return out
 
@@ -52,31 +79,56 @@ def _off(pred: float | None, meas: float | None) -> float | None:
 def predicted_vs_measured(r: RunResult) -> list[str]:
     """A report section: each prediction next to its measurement, with warnings beyond tolerance."""
     from runner.reporting.format import table
+
     p = r.plan
     if not p or r.status != "ok":
         return []
     rows, warn = [], []
-    pairs = [("cached prompt tokens", "cached_prompt_tokens", p.get("cached_prompt_tokens"), r.tokens.cached),
-             ("weights on the GPU (GiB)", "weights_gib", (p.get("memory") or {}).get("weights_gpu_gib", p.get("weights_gib")),
-              r.memory.weights_gib),
-             ("KV capacity (tokens)", "kv_capacity_tokens", p.get("kv_capacity_tokens"), r.memory.kv_cache_tokens)]
+    pairs = [
+        ("cached prompt tokens", "cached_prompt_tokens", p.get("cached_prompt_tokens"), r.tokens.cached),
+        (
+            "weights on the GPU (GiB)",
+            "weights_gib",
+            (p.get("memory") or {}).get("weights_gpu_gib", p.get("weights_gib")),
+            r.memory.weights_gib,
+        ),
+        ("KV capacity (tokens)", "kv_capacity_tokens", p.get("kv_capacity_tokens"), r.memory.kv_cache_tokens),
+    ]
     for label, key, pred, meas in pairs:
         off = _off(pred, meas)
-        rows.append([label, _n(pred) if isinstance(pred, int) else f"{pred:.2f}" if pred is not None else "–",
-                     _n(meas) if isinstance(meas, int) else f"{meas:.2f}" if meas is not None else "–",
-                     "–" if off is None else f"{off:+.2%}"])
+        rows.append(
+            [
+                label,
+                _n(pred) if isinstance(pred, int) else f"{pred:.2f}" if pred is not None else "–",
+                _n(meas) if isinstance(meas, int) else f"{meas:.2f}" if meas is not None else "–",
+                "–" if off is None else f"{off:+.2%}",
+            ]
+        )
         if off is not None and abs(off) > TOLERANCE[key]:
             warn.append(f"> **Warning**: predicted {label} off by {off:+.1%} (tolerance ±{TOLERANCE[key]:.1%}).")
     floor, gen = p.get("floor_s"), r.timings.generate_s
     roof = floor / gen if floor and gen else None
-    rows.append(["generation floor (s)", "–" if floor is None else f"{floor:.2f} ({p.get('bound')})",
-                 "–" if gen is None else f"{gen:.2f}", "–" if roof is None else f"roofline {roof:.0%}"])
+    rows.append(
+        [
+            "generation floor (s)",
+            "–" if floor is None else f"{floor:.2f} ({p.get('bound')})",
+            "–" if gen is None else f"{gen:.2f}",
+            "–" if roof is None else f"roofline {roof:.0%}",
+        ]
+    )
     if roof is not None and roof > 1:
-        warn.append("> **Warning**: the predicted floor is above the measured generation time: the floor's "
-                    "assumptions (peaks, batch) do not hold for this run.")
-    out = ["", "## Predicted and measured", "",
-           f"Predicted before the engine started (`runner plan`, GPU {p.get('gpu')}); measured in this run.", "",
-           table(rows, ["", "predicted", "measured", "off by"])]
+        warn.append(
+            "> **Warning**: the predicted floor is above the measured generation time: the floor's "
+            "assumptions (peaks, batch) do not hold for this run."
+        )
+    out = [
+        "",
+        "## Predicted and measured",
+        "",
+        f"Predicted before the engine started (`runner plan`, GPU {p.get('gpu')}); measured in this run.",
+        "",
+        table(rows, ["", "predicted", "measured", "off by"]),
+    ]
     for w in warn:
         out += ["", w]
     return out

@@ -1,4 +1,5 @@
 """PNG charts for the summary (matplotlib, headless). Drawn from results only."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -10,8 +11,10 @@ from runner.reporting.results import RunResult
 
 def _plt():
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -40,10 +43,16 @@ def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> 
         color = "#d62728" if r is base else "#1f77b4"
         ax.barh(y, t, color="white" if est else color, edgecolor=color, hatch="//" if est else None, linewidth=1.5)
         if has_ci:
-            ax.errorbar(t, y, xerr=[[t - max(r.estimate.low_s, 1e-9)], [r.estimate.high_s - t]], color="black",
-                        capsize=3)
-        ax.text(max(t, r.estimate.high_s) if has_ci else t, y, f" {t:,.0f} s" + (" (est.)" if est else ""),
-                va="center", fontsize=8)
+            ax.errorbar(
+                t, y, xerr=[[t - max(r.estimate.low_s, 1e-9)], [r.estimate.high_s - t]], color="black", capsize=3
+            )
+        ax.text(
+            max(t, r.estimate.high_s) if has_ci else t,
+            y,
+            f" {t:,.0f} s" + (" (est.)" if est else ""),
+            va="center",
+            fontsize=8,
+        )
     ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.set_xscale("log")
     ax.set_xlabel("generation time, s (log scale; hatched = projected from a partial run)")
@@ -60,8 +69,9 @@ def pareto(points: list[tuple[float, float]]) -> list[int]:
     return front
 
 
-def accuracy_chart(results: list[RunResult], metric: str, path: Path,
-                   label: Callable[[RunResult], str] | None = None, title: str = "") -> Path | None:
+def accuracy_chart(
+    results: list[RunResult], metric: str, path: Path, label: Callable[[RunResult], str] | None = None, title: str = ""
+) -> Path | None:
     """Score against generation time, the Pareto front in green; points named by `label` (default: run name)."""
     rs = [r for r in results if r.status == "ok" and r.scores_meaningful and metric in r.scores and _time(r)]
     if not rs:
@@ -112,7 +122,9 @@ def write_charts(results: list[RunResult], base: RunResult | None, out: Path) ->
         _plt()
     except ImportError:
         return []
-    made = [time_chart(results, base, chart_path(out, "time")),
-            accuracy_chart(results, "exact_match", chart_path(out, "accuracy")),
-            memory_chart(results, chart_path(out, "memory"))]
+    made = [
+        time_chart(results, base, chart_path(out, "time")),
+        accuracy_chart(results, "exact_match", chart_path(out, "accuracy")),
+        memory_chart(results, chart_path(out, "memory")),
+    ]
     return [p for p in made if p is not None]

@@ -1,4 +1,5 @@
 """report.md's "Where it ran" section: a run on Ray (`runner go --executor ray`), replica by replica."""
+
 from __future__ import annotations
 
 from runner.reporting.format import secs, table
@@ -17,17 +18,32 @@ def where_it_ran(r: RunResult) -> list[str]:
         return []
     ray = r.environment.get("ray", {})
     n = len(r.replicas)
-    out = ["", "## Where it ran", "",
-           f"Ray {ray.get('version', '?')} ({ray.get('address', '?')}), {n} data-parallel "
-           f"{'replica' if n == 1 else 'replicas'} (each on a contiguous share of the examples); the workers' files "
-           "came back to the machine that ran `runner go`."]
-    rows = [[f"{x.index + 1}" + (" (failed)" if x.status != "ok" else ""),
-             f"{x.examples[0] + 1}–{x.examples[1]}" if len(x.examples) == 2 else None, _node(x),
-             str(x.pid) if x.pid is not None else None, x.attempts, secs(x.load_s), secs(x.generate_s)]
-            for x in r.replicas]
+    out = [
+        "",
+        "## Where it ran",
+        "",
+        f"Ray {ray.get('version', '?')} ({ray.get('address', '?')}), {n} data-parallel "
+        f"{'replica' if n == 1 else 'replicas'} (each on a contiguous share of the examples); the workers' files "
+        "came back to the machine that ran `runner go`.",
+    ]
+    rows = [
+        [
+            f"{x.index + 1}" + (" (failed)" if x.status != "ok" else ""),
+            f"{x.examples[0] + 1}–{x.examples[1]}" if len(x.examples) == 2 else None,
+            _node(x),
+            str(x.pid) if x.pid is not None else None,
+            x.attempts,
+            secs(x.load_s),
+            secs(x.generate_s),
+        ]
+        for x in r.replicas
+    ]
     out += ["", table(rows, ["replica", "examples", "node", "pid", "attempts", "start", "generation"])]
     retried = [x.index + 1 for x in r.replicas if x.attempts > 1]
     if retried:
-        out += ["", f"Retried after its worker or node died: replica {', '.join(map(str, retried))} (each "
-                    "continued from the samples it had finished; see `reused_samples` in results.json)."]
+        out += [
+            "",
+            f"Retried after its worker or node died: replica {', '.join(map(str, retried))} (each "
+            "continued from the samples it had finished; see `reused_samples` in results.json).",
+        ]
     return out

@@ -1,4 +1,5 @@
 """What a run produced: the typed contract behind results.json (see schema/results.schema.json)."""
+
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -17,11 +18,15 @@ class _M(BaseModel):
 
 class Timings(_M):
     load_s: float | None = Field(None, description="Engine start: weights, compile, graph capture (s).")
-    generate_s: float | None = Field(None, description="Generation wall time: from submitting the prompts until the "
-                                     "last output is back (s).")
-    total_s: float | None = Field(None, description="The recipe's run: engine start, tokenizing, generation, "
-                                  "scoring, writing samples (s); loading the data and rendering the prompts "
-                                  "happen before, when `runner go` checks the recipe.")
+    generate_s: float | None = Field(
+        None, description="Generation wall time: from submitting the prompts until the last output is back (s)."
+    )
+    total_s: float | None = Field(
+        None,
+        description="The recipe's run: engine start, tokenizing, generation, "
+        "scoring, writing samples (s); loading the data and rendering the prompts "
+        "happen before, when `runner go` checks the recipe.",
+    )
 
 
 class Tokens(_M):
@@ -81,6 +86,7 @@ class EngineSummary(_M):
 
 class ReplicaRun(_M):
     """One data-parallel replica of a run on Ray (`runner go --executor ray`)."""
+
     index: int = Field(description="0-based replica number.")
     examples: list[int] = Field(description="[start, end) of the recipe's examples this replica ran (dataset order).")
     node_id: str = ""
@@ -122,18 +128,31 @@ class RunResult(_M):
     finished_at: str = ""
     reused_samples: int = Field(0, description="Samples taken from an earlier, interrupted run.")
     study: str | None = Field(None, description="The study this run is a cell of (the study file's `name`).")
-    cell: dict[str, Any] = Field(default_factory=dict, description="The cell's settings that vary across its study "
-                                 "(dotted key -> value; `variant` -> the variant's name).")
-    cell_labels: dict[str, str] = Field(default_factory=dict, description="The study file's short labels of those "
-                                        "values, where it gives them.")
+    cell: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The cell's settings that vary across its study "
+        "(dotted key -> value; `variant` -> the variant's name).",
+    )
+    cell_labels: dict[str, str] = Field(
+        default_factory=dict, description="The study file's short labels of those values, where it gives them."
+    )
     study_axes: dict[str, Any] | None = Field(None, description="The study's `report: {rows, columns}` pivot axes.")
-    plan: dict[str, Any] | None = Field(None, description="What `runner plan` predicted for this run before the "
-                                        "engine started (see `runner plan --json`); the report sets it next to "
-                                        "the measurement.")
-    run_key: str = Field("", description="Hash of the resolved recipe, its templates, dataset file and "
-                                         "limits: an unchanged recipe with complete results is skipped.")
-    serving: ServingResult | None = Field(None, description="A recipe with `load:`: the figures of every request "
-                                          "rate; the top-level fields describe its `headline_rate`.")
+    plan: dict[str, Any] | None = Field(
+        None,
+        description="What `runner plan` predicted for this run before the "
+        "engine started (see `runner plan --json`); the report sets it next to "
+        "the measurement.",
+    )
+    run_key: str = Field(
+        "",
+        description="Hash of the resolved recipe, its templates, dataset file and "
+        "limits: an unchanged recipe with complete results is skipped.",
+    )
+    serving: ServingResult | None = Field(
+        None,
+        description="A recipe with `load:`: the figures of every request "
+        "rate; the top-level fields describe its `headline_rate`.",
+    )
     executor: Literal["local", "ray"] = Field("local", description="Where the run ran.")
     replicas: list[ReplicaRun] = Field(default_factory=list, description="Ray only: each data-parallel replica.")
 

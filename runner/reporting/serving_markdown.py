@@ -1,5 +1,6 @@
 """The Markdown of serving runs (recipes with `load:`): report.md's per-rate section, with the formulas
 behind its numbers, and the summary's comparison of serving recipes."""
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,7 @@ FORMULAS = [
     "",
     "Per rate, with W = last response end − first request sent:",
     "",
-    "- achieved req/s = completed requests / W; output tok/s = Σ N / W; total tok/s = Σ (prompt + output "
-    "tokens) / W",
+    "- achieved req/s = completed requests / W; output tok/s = Σ N / W; total tok/s = Σ (prompt + output tokens) / W",
     "- goodput = completed requests meeting every SLO / W (a request without a TPOT meets a TPOT SLO)",
     "- mean and p50/p90/p99 over the completed requests, percentiles linearly interpolated; failed requests count "
     "as errors only (not in latencies, throughput or scores)",
@@ -49,29 +49,42 @@ def _intro(r: RunResult, sv: ServingResult) -> list[str]:
     load: dict[str, Any] = r.recipe.get("load") or {}
     n = load.get("num_requests") or (sv.rates[0].requests if sv.rates else 0)
     b = load.get("burstiness", 1.0)
-    arrivals = ("evenly spaced" if b == "inf" else
-                "Poisson arrivals" if b == 1 else f"gamma-distributed gaps, burstiness {b}")
+    arrivals = (
+        "evenly spaced" if b == "inf" else "Poisson arrivals" if b == 1 else f"gamma-distributed gaps, burstiness {b}"
+    )
     cap = load.get("max_concurrency")
-    out = [f"The recipe ran against the engine's OpenAI-compatible server (ready after "
-           f"{secs(sv.server_start_s)}), one measured run per offered request rate. Per rate: "
-           f"{load.get('warmup_requests', 0)} warmup requests (the first prompt; not measured), then the server's "
-           "prefix cache was emptied (`POST /reset_prefix_cache`) so that no rate is sped up by the cache of the "
-           f"rates before it, then {n} requests sent on a seeded arrival schedule (seed {load.get('seed', 0)}, "
-           f"{arrivals}, as `vllm bench serve` draws them), "
-           + (f"at most {cap} in flight" if cap else "with no cap on requests in flight")
-           + ". Prompts go to the server as the token ids the offline engine would get; sampling is the recipe's.",
-           ""]
+    out = [
+        f"The recipe ran against the engine's OpenAI-compatible server (ready after "
+        f"{secs(sv.server_start_s)}), one measured run per offered request rate. Per rate: "
+        f"{load.get('warmup_requests', 0)} warmup requests (the first prompt; not measured), then the server's "
+        "prefix cache was emptied (`POST /reset_prefix_cache`) so that no rate is sped up by the cache of the "
+        f"rates before it, then {n} requests sent on a seeded arrival schedule (seed {load.get('seed', 0)}, "
+        f"{arrivals}, as `vllm bench serve` draws them), "
+        + (f"at most {cap} in flight" if cap else "with no cap on requests in flight")
+        + ". Prompts go to the server as the token ids the offline engine would get; sampling is the recipe's.",
+        "",
+    ]
     not_reset = [rate_label(p.rate) for p in sv.rates if not p.cache_reset]
     if not_reset:
-        out += [f"> **The prefix cache was NOT emptied** before the rates {', '.join(not_reset)} (see the notes "
-                "above): their figures may include hits on earlier rates' prompts.", ""]
-    out.append(f"**Headline: {rate_label(sv.headline_rate)} req/s**, the highest rate below saturation: the "
-               "sections above (time, throughput, latency, tokens, scores) and samples.jsonl hold its figures.")
+        out += [
+            f"> **The prefix cache was NOT emptied** before the rates {', '.join(not_reset)} (see the notes "
+            "above): their figures may include hits on earlier rates' prompts.",
+            "",
+        ]
+    out.append(
+        f"**Headline: {rate_label(sv.headline_rate)} req/s**, the highest rate below saturation: the "
+        "sections above (time, throughput, latency, tokens, scores) and samples.jsonl hold its figures."
+    )
     out.append("")
     if sv.saturated_rate is not None:
-        out.append(f"**Saturated at {rate_label(sv.saturated_rate)} req/s**: {'; '.join(sv.saturation_reasons)}."
-                   + (f" Higher rates were not run: {', '.join(map(rate_label, sv.skipped_rates))}."
-                      if sv.skipped_rates else ""))
+        out.append(
+            f"**Saturated at {rate_label(sv.saturated_rate)} req/s**: {'; '.join(sv.saturation_reasons)}."
+            + (
+                f" Higher rates were not run: {', '.join(map(rate_label, sv.skipped_rates))}."
+                if sv.skipped_rates
+                else ""
+            )
+        )
     elif sv.skipped_rates:
         out.append(f"The sweep stopped early; rates not run: {', '.join(map(rate_label, sv.skipped_rates))}.")
     else:
@@ -82,13 +95,40 @@ def _intro(r: RunResult, sv: ServingResult) -> list[str]:
 def _throughput_table(sv: ServingResult, metrics: list[str]) -> str:
     rows = []
     for p in sv.rates:
-        cached = None if p.cached_tokens is None else f"{p.cached_tokens:,}" + (
-            f" ({p.cached_tokens / p.prompt_tokens:.0%})" if p.prompt_tokens else "")
-        rows.append([rate_label(p.rate), f"{p.request_throughput:.2f}", f"{p.output_throughput:,.0f}",
-                     None if p.goodput is None else f"{p.goodput:.2f}", f"{p.completed}/{p.requests}", p.errors,
-                     p.peak_concurrency, cached, *(_score(p, m) for m in metrics), _flag(sv, p)])
-    return table(rows, ["offered req/s", "achieved req/s", "output tok/s", "goodput req/s", "completed", "errors",
-                        "peak in flight", "prompt tokens from cache", *metrics, ""])
+        cached = (
+            None
+            if p.cached_tokens is None
+            else f"{p.cached_tokens:,}" + (f" ({p.cached_tokens / p.prompt_tokens:.0%})" if p.prompt_tokens else "")
+        )
+        rows.append(
+            [
+                rate_label(p.rate),
+                f"{p.request_throughput:.2f}",
+                f"{p.output_throughput:,.0f}",
+                None if p.goodput is None else f"{p.goodput:.2f}",
+                f"{p.completed}/{p.requests}",
+                p.errors,
+                p.peak_concurrency,
+                cached,
+                *(_score(p, m) for m in metrics),
+                _flag(sv, p),
+            ]
+        )
+    return table(
+        rows,
+        [
+            "offered req/s",
+            "achieved req/s",
+            "output tok/s",
+            "goodput req/s",
+            "completed",
+            "errors",
+            "peak in flight",
+            "prompt tokens from cache",
+            *metrics,
+            "",
+        ],
+    )
 
 
 def _score(p: RatePoint, m: str) -> str | None:
@@ -100,12 +140,40 @@ def _flag(sv: ServingResult, p: RatePoint) -> str:
 
 
 def _latency_table(sv: ServingResult) -> str:
-    rows = [[rate_label(p.rate), _ms(p.ttft_ms, "p50"), _ms(p.ttft_ms, "p90"), _ms(p.ttft_ms, "p99"),
-             _ms(p.tpot_ms, "p50"), _ms(p.tpot_ms, "p90"), _ms(p.tpot_ms, "p99"), _ms(p.itl_ms, "p50"),
-             _ms(p.itl_ms, "p99"), _ms(p.e2e_ms, "p50"), _ms(p.e2e_ms, "p99"), _ms(p.queue_ms, "p99")]
-            for p in sv.rates]
-    return table(rows, ["offered req/s", "TTFT p50", "TTFT p90", "TTFT p99", "TPOT p50", "TPOT p90", "TPOT p99",
-                        "ITL p50", "ITL p99", "E2E p50", "E2E p99", "client wait p99"])
+    rows = [
+        [
+            rate_label(p.rate),
+            _ms(p.ttft_ms, "p50"),
+            _ms(p.ttft_ms, "p90"),
+            _ms(p.ttft_ms, "p99"),
+            _ms(p.tpot_ms, "p50"),
+            _ms(p.tpot_ms, "p90"),
+            _ms(p.tpot_ms, "p99"),
+            _ms(p.itl_ms, "p50"),
+            _ms(p.itl_ms, "p99"),
+            _ms(p.e2e_ms, "p50"),
+            _ms(p.e2e_ms, "p99"),
+            _ms(p.queue_ms, "p99"),
+        ]
+        for p in sv.rates
+    ]
+    return table(
+        rows,
+        [
+            "offered req/s",
+            "TTFT p50",
+            "TTFT p90",
+            "TTFT p99",
+            "TPOT p50",
+            "TPOT p90",
+            "TPOT p99",
+            "ITL p50",
+            "ITL p99",
+            "E2E p50",
+            "E2E p99",
+            "client wait p99",
+        ],
+    )
 
 
 def serving_section(r: RunResult) -> list[str]:
@@ -115,8 +183,16 @@ def serving_section(r: RunResult) -> list[str]:
     if sv is None or not sv.rates:
         return []
     metrics = list(r.scores) or sorted({m for p in sv.rates for m in p.scores})
-    out = ["", "## Serving under load", "", *_intro(r, sv), "",
-           "### Throughput, accuracy and errors per rate", "", _throughput_table(sv, metrics)]
+    out = [
+        "",
+        "## Serving under load",
+        "",
+        *_intro(r, sv),
+        "",
+        "### Throughput, accuracy and errors per rate",
+        "",
+        _throughput_table(sv, metrics),
+    ]
     if not r.scores_meaningful and metrics:
         out += ["", "Scores are not meaningful here (random weights or a fake engine)."]
     out += ["", "### Latency per rate (ms)", "", _latency_table(sv)]
@@ -126,8 +202,14 @@ def serving_section(r: RunResult) -> list[str]:
     if errors:
         out += ["", "### Errors (up to 5 distinct messages per rate)", "", *errors]
     if sv.command:
-        out += ["", "Server command (its output is in engine.log):", "", "```bash",
-                " ".join(shlex.quote(c) for c in sv.command), "```"]
+        out += [
+            "",
+            "Server command (its output is in engine.log):",
+            "",
+            "```bash",
+            " ".join(shlex.quote(c) for c in sv.command),
+            "```",
+        ]
     return out + ["", "### How these are computed", "", *FORMULAS]
 
 
@@ -149,14 +231,41 @@ def serving_summary(results: list[RunResult]) -> list[str]:
         sv = r.serving
         assert sv is not None
         for p in sv.rates:
-            rows.append([r.name, rate_label(p.rate), f"{p.request_throughput:.2f}", _ms(p.ttft_ms, "p50"),
-                         _ms(p.ttft_ms, "p99"), _ms(p.tpot_ms, "p50"),
-                         None if p.goodput is None else f"{p.goodput:.2f}", p.errors,
-                         ", ".join(f"{m} {v:.3f}" for m, v in p.scores.items()) if r.scores_meaningful else None,
-                         _flag(sv, p)])
-    return ["", "## Serving under load", "",
-            "Every rate of every serving recipe (latencies in ms; TPOT = (E2E − TTFT) / (output tokens − 1); "
-            "each report has the formulas). The summary table's figures for these recipes are those of their "
-            "headline rate (the highest below saturation).", "",
-            table(rows, ["recipe", "offered req/s", "achieved req/s", "TTFT p50", "TTFT p99", "TPOT p50",
-                         "goodput req/s", "errors", "scores", ""])]
+            rows.append(
+                [
+                    r.name,
+                    rate_label(p.rate),
+                    f"{p.request_throughput:.2f}",
+                    _ms(p.ttft_ms, "p50"),
+                    _ms(p.ttft_ms, "p99"),
+                    _ms(p.tpot_ms, "p50"),
+                    None if p.goodput is None else f"{p.goodput:.2f}",
+                    p.errors,
+                    ", ".join(f"{m} {v:.3f}" for m, v in p.scores.items()) if r.scores_meaningful else None,
+                    _flag(sv, p),
+                ]
+            )
+    return [
+        "",
+        "## Serving under load",
+        "",
+        "Every rate of every serving recipe (latencies in ms; TPOT = (E2E − TTFT) / (output tokens − 1); "
+        "each report has the formulas). The summary table's figures for these recipes are those of their "
+        "headline rate (the highest below saturation).",
+        "",
+        table(
+            rows,
+            [
+                "recipe",
+                "offered req/s",
+                "achieved req/s",
+                "TTFT p50",
+                "TTFT p99",
+                "TPOT p50",
+                "goodput req/s",
+                "errors",
+                "scores",
+                "",
+            ],
+        ),
+    ]

@@ -1,5 +1,6 @@
 """The latency-throughput chart of a serving run (matplotlib, headless), beside its report.md:
 TTFT p50 and p99 and TPOT p50 against the achieved request rate, one point per offered rate."""
+
 from __future__ import annotations
 
 import math
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from runner.reporting.results import RunResult
 
-CHART = "latency_throughput.png"      # in the run's folder, next to report.md
+CHART = "latency_throughput.png"  # in the run's folder, next to report.md
 
 
 def _label(rate: float) -> str:
@@ -21,13 +22,17 @@ def latency_chart(r: RunResult, folder: Path) -> Path | None:
     if not pts:
         return None
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     x = [p.request_throughput for p in pts]
-    series = ((left, "TTFT p50", [p.ttft_ms.p50 for p in pts], "o-", "#1f77b4"),
-              (left, "TTFT p99", [p.ttft_ms.p99 for p in pts], "s--", "#ff7f0e"),
-              (right, "TPOT p50", [p.tpot_ms.p50 if p.tpot_ms else math.nan for p in pts], "o-", "#2ca02c"))
+    series = (
+        (left, "TTFT p50", [p.ttft_ms.p50 for p in pts], "o-", "#1f77b4"),
+        (left, "TTFT p99", [p.ttft_ms.p99 for p in pts], "s--", "#ff7f0e"),
+        (right, "TPOT p50", [p.tpot_ms.p50 if p.tpot_ms else math.nan for p in pts], "o-", "#2ca02c"),
+    )
     for ax, name, ys, style, color in series:
         ax.plot(x, ys, style, color=color, label=name)
     for ax, ys in ((left, [p.ttft_ms.p99 for p in pts]), (right, series[2][2])):

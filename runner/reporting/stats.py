@@ -1,8 +1,9 @@
 """Small statistics: percentiles, projections with intervals, shared prefixes, paired tests."""
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def percentile(xs: Sequence[float], q: float) -> float:
@@ -19,14 +20,31 @@ def summary(xs: Sequence[float]) -> dict[str, float] | None:
     xs = [x for x in xs if x is not None]
     if not xs:
         return None
-    return {"p50": percentile(xs, 50), "p90": percentile(xs, 90), "p99": percentile(xs, 99),
-            "mean": sum(xs) / len(xs)}
+    return {"p50": percentile(xs, 50), "p90": percentile(xs, 90), "p99": percentile(xs, 99), "mean": sum(xs) / len(xs)}
 
 
 # two-sided 95% Student t quantiles for small samples; normal beyond
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-        10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980,
-        1000: 1.962}
+_T95 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    12: 2.179,
+    15: 2.131,
+    20: 2.086,
+    25: 2.060,
+    30: 2.042,
+    40: 2.021,
+    60: 2.000,
+    120: 1.980,
+    1000: 1.962,
+}
 
 
 def t95(df: int) -> float:
@@ -45,8 +63,12 @@ def project(per_example_s: Sequence[float], n_total: int) -> dict[str, float]:
     mean = sum(per_example_s) / n
     sd = math.sqrt(sum((x - mean) ** 2 for x in per_example_s) / (n - 1)) if n > 1 else float("nan")
     half = t95(n - 1) * sd / math.sqrt(n) if n > 1 else float("nan")
-    return {"per_example_s": mean, "projected_s": mean * n_total,
-            "low_s": (mean - half) * n_total, "high_s": (mean + half) * n_total}
+    return {
+        "per_example_s": mean,
+        "projected_s": mean * n_total,
+        "low_s": (mean - half) * n_total,
+        "high_s": (mean + half) * n_total,
+    }
 
 
 def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
@@ -74,5 +96,5 @@ def mcnemar_exact(b: int, c: int) -> float:
     if n == 0:
         return 1.0
     k = min(b, c)
-    p = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    p = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
     return min(1.0, 2 * p)

@@ -2,6 +2,7 @@
 study file's `report: {rows, columns}`, else the two with the most distinct values), the effect of each axis
 alone, the fastest cell, wall time against the cells' generation and engine starts, and the chart
 (study_plots.py). An axis: a key of the cells' `cell` (dotted key or `variant`) with more than one value."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -16,7 +17,7 @@ from typing import Any
 from runner.reporting.format import cell, secs, short, table
 from runner.reporting.results import RunResult
 
-ABSENT: Any = type("Absent", (), {"__repr__": lambda _: "ABSENT"})()   # an axis the cell's variant has not got
+ABSENT: Any = type("Absent", (), {"__repr__": lambda _: "ABSENT"})()  # an axis the cell's variant has not got
 REUSED = re.compile(r"ran on the engine started for ([A-Za-z0-9][A-Za-z0-9._-]*)")
 Axes = dict[str, list[Any]]
 
@@ -39,7 +40,7 @@ def timed(r: RunResult) -> bool:
     return r.status == "ok" and bool(projected(r))
 
 
-_NAMES: dict[tuple[str, str], str] = {}      # (axis, value key) -> the study file's label, set per section
+_NAMES: dict[tuple[str, str], str] = {}  # (axis, value key) -> the study file's label, set per section
 
 
 def value_label(v: Any, width: int = 36, axis: str | None = None) -> str:
@@ -146,8 +147,11 @@ def pivot(cells: list[RunResult], axes: Axes, rows: str | None, cols: str | None
     """Generation time per cell: a row per value of `rows` and of the other axes, a column per value of `cols`."""
     lead = [k for k in axes if k == rows] + [k for k in axes if k not in (rows, cols)]
     col_keys = [_key(v) for v in axes[cols]] if cols else [""]
-    headers = lead + ([cell(f"{cols.rsplit('.', 1)[-1]}={value_label(v, axis=cols)}") for v in axes[cols]] if cols
-                      else ["generation time"])
+    headers = lead + (
+        [cell(f"{cols.rsplit('.', 1)[-1]}={value_label(v, axis=cols)}") for v in axes[cols]]
+        if cols
+        else ["generation time"]
+    )
     best = fastest(cells)
     grid: list[tuple[tuple[str, ...], dict[str, str | None]]] = []
     for r in cells:
@@ -161,8 +165,9 @@ def pivot(cells: list[RunResult], axes: Axes, rows: str | None, cols: str | None
     order = {k: [_key(v) for v in axes[k]] for k in lead}
     grid.sort(key=lambda g: [order[k].index(x) for k, x in zip(lead, g[0], strict=True)])
     labels = {(k, _key(v)): value_label(v, axis=k) for k in lead for v in axes[k]}
-    body = [[labels[k, x] for k, x in zip(lead, key, strict=True)] + [got.get(c) for c in col_keys]
-            for key, got in grid]
+    body = [
+        [labels[k, x] for k, x in zip(lead, key, strict=True)] + [got.get(c) for c in col_keys] for key, got in grid
+    ]
     return table(body, headers)
 
 
@@ -218,14 +223,23 @@ def effects_section(effects: list[Effect]) -> list[str]:
         med = times(e.median, e.approx) if e.median is not None else None
         rows.append([e.axis, change, med, len(e.pairs)])
         if e.pairs:
-            lines.append(f"- {e.axis} {change}: " + ", ".join(
-                f"{a.name} → {b.name} ({times(projected(a) / projected(b))})" for a, b in e.pairs))
-    return ["", "### What each setting bought", "",
-            "Speed-up of changing one setting alone, every other setting held fixed: generation time with the "
-            "first value ÷ time with the other value, the median over the pairs of cells that differ only in "
-            "that setting (above 1× the change is faster; failed cells take no part; across variants, settings "
-            "only one of the two cells has count as the variant's; `~`: a projected time).",
-            "", table(rows, ["setting", "change", "median speed-up", "pairs"]), "", *lines]
+            lines.append(
+                f"- {e.axis} {change}: "
+                + ", ".join(f"{a.name} → {b.name} ({times(projected(a) / projected(b))})" for a, b in e.pairs)
+            )
+    return [
+        "",
+        "### What each setting bought",
+        "",
+        "Speed-up of changing one setting alone, every other setting held fixed: generation time with the "
+        "first value ÷ time with the other value, the median over the pairs of cells that differ only in "
+        "that setting (above 1× the change is faster; failed cells take no part; across variants, settings "
+        "only one of the two cells has count as the variant's; `~`: a projected time).",
+        "",
+        table(rows, ["setting", "change", "median speed-up", "pairs"]),
+        "",
+        *lines,
+    ]
 
 
 def fastest_section(cells: list[RunResult], metric: str | None) -> list[str]:
@@ -239,8 +253,11 @@ def fastest_section(cells: list[RunResult], metric: str | None) -> list[str]:
         return f"{ratio} faster than {what} {other.name} ({time_text(other)})"
 
     base = next((r for r in cells if r.recipe.get("baseline")), None)
-    parts = [vs(slow, "the slowest" + (" (the study's baseline)," if slow is base else ","))] if slow is not best \
+    parts = (
+        [vs(slow, "the slowest" + (" (the study's baseline)," if slow is base else ","))]
+        if slow is not best
         else ["the only cell with a time"]
+    )
     if base is best:
         parts.append("it is the study's baseline")
     elif base is not None and base is not slow:
@@ -266,30 +283,49 @@ class Spent:
     generate_s: float
     load_s: float
     starts: int
-    reused: tuple[tuple[str, str | None], ...]     # (cell, the cell whose engine it ran on)
+    reused: tuple[tuple[str, str | None], ...]  # (cell, the cell whose engine it ran on)
 
 
 def time_spent(cells: list[RunResult]) -> Spent:
     starts = [t for t in (_when(r.started_at) for r in cells) if t]
     ends = [t for t in (_when(r.finished_at) for r in cells) if t]
     wall = (max(ends) - min(starts)).total_seconds() if starts and ends else None
-    reused = tuple((r.name, next((m.group(1) for n in r.notes if (m := REUSED.search(n))), None))
-                   for r in cells if r.timings.load_s == 0)
-    return Spent(wall, sum(r.timings.generate_s or 0 for r in cells), sum(r.timings.load_s or 0 for r in cells),
-                 sum(1 for r in cells if (r.timings.load_s or 0) > 0), reused)
+    reused = tuple(
+        (r.name, next((m.group(1) for n in r.notes if (m := REUSED.search(n))), None))
+        for r in cells
+        if r.timings.load_s == 0
+    )
+    return Spent(
+        wall,
+        sum(r.timings.generate_s or 0 for r in cells),
+        sum(r.timings.load_s or 0 for r in cells),
+        sum(1 for r in cells if (r.timings.load_s or 0) > 0),
+        reused,
+    )
 
 
 def spent_section(cells: list[RunResult]) -> list[str]:
     s = time_spent(cells)
     share = f" ({s.generate_s / s.wall_s:.0%} of the wall time)" if s.wall_s else ""
-    out = ["", "### Time spent", "",
-           "Wall time: from the first cell's start to the last cell's finish. Generation and engine start: "
-           "summed over the cells (as measured: an estimate counts its partial run).", "",
-           table([[secs(s.wall_s), secs(s.generate_s) + share, secs(s.load_s), s.starts, len(cells)]],
-                 ["wall time", "generation (sum)", "engine start (sum)", "engine starts", "cells"])]
+    out = [
+        "",
+        "### Time spent",
+        "",
+        "Wall time: from the first cell's start to the last cell's finish. Generation and engine start: "
+        "summed over the cells (as measured: an estimate counts its partial run).",
+        "",
+        table(
+            [[secs(s.wall_s), secs(s.generate_s) + share, secs(s.load_s), s.starts, len(cells)]],
+            ["wall time", "generation (sum)", "engine start (sum)", "engine starts", "cells"],
+        ),
+    ]
     if s.reused:
-        out += ["", "Cells that ran on an engine started for another cell: " + ", ".join(
-            f"{name} (on {host}'s)" if host else name for name, host in s.reused) + "."]
+        out += [
+            "",
+            "Cells that ran on an engine started for another cell: "
+            + ", ".join(f"{name} (on {host}'s)" if host else name for name, host in s.reused)
+            + ".",
+        ]
     return out
 
 
@@ -303,8 +339,11 @@ def study_section(study: str, cells: list[RunResult], chart: Path | None = None)
     out = ["", f"## Study {study}", ""]
     if axes:
         picked = f"rows: **{rows}**" + (f", columns: **{cols}**" if cols else "")
-        out += [f"{head}; {picked} ({how}). Generation time per cell (`~`: projected from a partial run; "
-                "fastest in bold).", "", pivot(cells, axes, rows, cols)]
+        out += [
+            f"{head}; {picked} ({how}). Generation time per cell (`~`: projected from a partial run; fastest in bold).",
+            "",
+            pivot(cells, axes, rows, cols),
+        ]
     else:
         out.append(f"{head}; no setting varies among them.")
     out += effects_section(axis_effects(cells, axes))
@@ -321,5 +360,8 @@ def study_section(study: str, cells: list[RunResult], chart: Path | None = None)
 def study_sections(results: Iterable[RunResult], charts: dict[str, Path] | None = None) -> list[str]:
     """summary.md's section for each study among `results`."""
     charts = charts or {}
-    return [line for study, cells in study_groups(results).items()
-            for line in study_section(study, cells, charts.get(study))]
+    return [
+        line
+        for study, cells in study_groups(results).items()
+        for line in study_section(study, cells, charts.get(study))
+    ]

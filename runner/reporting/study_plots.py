@@ -1,5 +1,6 @@
 """A study's chart for summary.md: its cells' score against generation time, the Pareto front marked.
 The file is `<out>/<study>-pareto.png` (runner/execution/layout.py spells it)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,7 +16,7 @@ def point_label(r: RunResult) -> str:
     """The cell's name without its study's prefix (the chart's title names the study); `(est.)` for estimates."""
     name = r.name
     if r.study and name.startswith(f"{r.study}-"):
-        name = name[len(r.study) + 1:]
+        name = name[len(r.study) + 1 :]
     return name + (" (est.)" if r.estimate else "")
 
 
@@ -28,8 +29,9 @@ def study_chart(study: str, cells: list[RunResult], out: Path) -> Path | None:
         path = study_chart_path(out, study)
     except RunnerError:
         return None
-    return accuracy_chart(cells, metric, path, label=point_label,
-                          title=f"{study}: {metric} against time (green: Pareto front)")
+    return accuracy_chart(
+        cells, metric, path, label=point_label, title=f"{study}: {metric} against time (green: Pareto front)"
+    )
 
 
 def write_study_charts(results: list[RunResult], out: Path) -> dict[str, Path]:

@@ -1,4 +1,5 @@
 """Markdown of a call: summary.md, comparing every recipe of the call (and each study's cells)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -7,8 +8,8 @@ from typing import Any
 
 from runner.execution.layout import RunFolder, summary_path
 from runner.files import write_text_atomic
-from runner.reporting.plan_markdown import roofline
 from runner.reporting.format import diff_cell, gib, inline, secs, table
+from runner.reporting.plan_markdown import roofline
 from runner.reporting.results import RunResult
 from runner.reporting.serving_markdown import serving_summary, summary_cells
 from runner.reporting.stored import load_samples
@@ -32,6 +33,7 @@ def _engine_view(engine: dict) -> dict:
     """An engine's kind plus only the fields set away from that kind's defaults, so engines of
     different kinds compare by what was chosen, not by every field either kind has."""
     from runner.engines import spec_class
+
     cls = spec_class(engine.get("kind"))
     if cls is None:
         return engine
@@ -48,7 +50,7 @@ def recipe_diff(rec: dict, base: dict) -> dict[str, Any]:
     other_kind = rec["engine"].get("kind") != base["engine"].get("kind")
     out = {}
     for k in sorted(set(a) | set(b)):
-        if k.split(".")[0] in SKIP_DIFF or k == "engine.kind":     # the kind has its own column
+        if k.split(".")[0] in SKIP_DIFF or k == "engine.kind":  # the kind has its own column
             continue
         if other_kind and k.startswith("engine.") and k not in a:  # a field the other engine does not have
             continue
@@ -66,6 +68,7 @@ def pick_baseline(results: list[RunResult], name: str | None = None) -> RunResul
 def _prefix_on(r: RunResult) -> bool:
     """The engine has a prefix cache and it was on (as measured where the engine said so)."""
     from runner.engines import spec_class
+
     eng = r.recipe.get("engine", {})
     cls = spec_class(eng.get("kind"))
     if cls is None or cls.prefix_cache_field is None:
@@ -95,26 +98,54 @@ def prefix_section(results: list[RunResult]) -> list[str]:
             d = partner.timings.generate_s - r.timings.generate_s
             saved = f"{d:.1f} s ({d / partner.timings.generate_s:.0%}) vs {partner.name}"
         pred = (r.plan or {}).get("cached_share")
-        rows.append([r.name, r.prefix.shared_prefix_tokens, f"{r.prefix.shared_prefix_share:.1%}",
-                     f"{pred:.1%}" if pred is not None else None,
-                     f"{r.prefix.hit_rate:.1%}" if r.prefix.hit_rate is not None else None, saved])
+        rows.append(
+            [
+                r.name,
+                r.prefix.shared_prefix_tokens,
+                f"{r.prefix.shared_prefix_share:.1%}",
+                f"{pred:.1%}" if pred is not None else None,
+                f"{r.prefix.hit_rate:.1%}" if r.prefix.hit_rate is not None else None,
+                saved,
+            ]
+        )
     if not rows:
         return []
-    return ["", "## Prefix caching", "",
-            "Shared by all: tokens every prompt starts with (share of all prompt tokens). Predicted: the prompt "
-            "tokens a prefix cache serves, counted block by block over the real token ids before the engine "
-            "started (`runner plan`); measured: what the engine reported.", "",
-            table(rows, ["recipe", "prefix shared by all (tokens)", "share", "predicted hit rate",
-                         "measured hit rate", "generation time saved"])]
+    return [
+        "",
+        "## Prefix caching",
+        "",
+        "Shared by all: tokens every prompt starts with (share of all prompt tokens). Predicted: the prompt "
+        "tokens a prefix cache serves, counted block by block over the real token ids before the engine "
+        "started (`runner plan`); measured: what the engine reported.",
+        "",
+        table(
+            rows,
+            [
+                "recipe",
+                "prefix shared by all (tokens)",
+                "share",
+                "predicted hit rate",
+                "measured hit rate",
+                "generation time saved",
+            ],
+        ),
+    ]
 
 
-def changed_answers_section(results: list[RunResult], base: RunResult | None, out: Path | None,
-                            n_show: int = 3) -> list[str]:
+def changed_answers_section(
+    results: list[RunResult], base: RunResult | None, out: Path | None, n_show: int = 3
+) -> list[str]:
     """Per recipe with real weights: examples whose exact match differs from the baseline's,
     with an exact McNemar test on the discordant pairs."""
     from runner.reporting.stats import mcnemar_exact
-    if base is None or out is None or base.status != "ok" or not base.scores_meaningful \
-            or "exact_match" not in base.scores:
+
+    if (
+        base is None
+        or out is None
+        or base.status != "ok"
+        or not base.scores_meaningful
+        or "exact_match" not in base.scores
+    ):
         return []
     bs = {s["id"]: s for s in load_samples(RunFolder.of(out, base.name))}
     lines: list[str] = []
@@ -130,16 +161,35 @@ def changed_answers_section(results: list[RunResult], base: RunResult | None, ou
         lost = [i for i in common if rs[i]["exact_match"] < bs[i]["exact_match"]]
         p = mcnemar_exact(len(gained), len(lost))
         diff = (sum(rs[i]["exact_match"] for i in common) - sum(bs[i]["exact_match"] for i in common)) / len(common)
-        rows.append([r.name, len(common), len(gained), len(lost), f"{diff:+.3f}", f"{p:.3g}",
-                     "yes" if p < 0.05 else "no"])
+        rows.append(
+            [r.name, len(common), len(gained), len(lost), f"{diff:+.3f}", f"{p:.3g}", "yes" if p < 0.05 else "no"]
+        )
         for i in (lost + gained)[:n_show]:
-            lines.append(f"- {r.name} · `{i}`: baseline `{inline(bs[i]['output'])}` → `{inline(rs[i]['output'])}` "
-                         f"(gold: {', '.join(inline(a) for a in rs[i]['answers'])})")
+            lines.append(
+                f"- {r.name} · `{i}`: baseline `{inline(bs[i]['output'])}` → `{inline(rs[i]['output'])}` "
+                f"(gold: {', '.join(inline(a) for a in rs[i]['answers'])})"
+            )
     if not rows:
         return []
-    return ["", f"## Answers that change against {base.name}", "",
-            table(rows, ["recipe", "paired examples", "now right", "now wrong", "EM difference",
-                         "McNemar p (exact)", "larger than chance (p<0.05)"]), "", *lines]
+    return [
+        "",
+        f"## Answers that change against {base.name}",
+        "",
+        table(
+            rows,
+            [
+                "recipe",
+                "paired examples",
+                "now right",
+                "now wrong",
+                "EM difference",
+                "McNemar p (exact)",
+                "larger than chance (p<0.05)",
+            ],
+        ),
+        "",
+        *lines,
+    ]
 
 
 def _metric_names(results: list[RunResult]) -> list[str]:
@@ -165,29 +215,76 @@ def _row(r: RunResult, base: RunResult | None, metric_names: list[str]) -> list:
     diff_s = diff_cell(diff) if diff else ("(baseline)" if r is base else "")
     knob_flags = [k.name for k in r.knobs if k.status == "ignored"]
     status = r.status if not knob_flags else f"{r.status}; ignored: {', '.join(knob_flags)}"
-    scores = [(f"{r.scores[m]:.3f}" if m in r.scores and r.scores_meaningful else
-               ("n/a (random weights)" if m in r.scores else None)) for m in metric_names]
+    scores = [
+        (
+            f"{r.scores[m]:.3f}"
+            if m in r.scores and r.scores_meaningful
+            else ("n/a (random weights)" if m in r.scores else None)
+        )
+        for m in metric_names
+    ]
     roof = roofline(r)
-    return [r.name, status, r.recipe.get("engine", {}).get("kind"), tcell, speed, r.throughput.requests_per_s,
-            r.throughput.output_tokens_per_s, gib(r.memory.peak_gpu_gib), f"{roof:.0%}" if roof is not None else None,
-            *scores, diff_s]
+    return [
+        r.name,
+        status,
+        r.recipe.get("engine", {}).get("kind"),
+        tcell,
+        speed,
+        r.throughput.requests_per_s,
+        r.throughput.output_tokens_per_s,
+        gib(r.memory.peak_gpu_gib),
+        f"{roof:.0%}" if roof is not None else None,
+        *scores,
+        diff_s,
+    ]
 
 
-def summary_markdown(results: list[RunResult], baseline: str | None = None, out: Path | None = None,
-                     study_charts: dict[str, Path] | None = None) -> str:
+def summary_markdown(
+    results: list[RunResult],
+    baseline: str | None = None,
+    out: Path | None = None,
+    study_charts: dict[str, Path] | None = None,
+) -> str:
     base = pick_baseline(results, baseline)
-    parts = ["# Summary", "", f"{len(results)} recipes; "
-             + (f"baseline: **{base.name}**." if base else "no baseline (mark one with `baseline: true` or "
-                "`--baseline NAME`).")]
+    parts = [
+        "# Summary",
+        "",
+        f"{len(results)} recipes; "
+        + (
+            f"baseline: **{base.name}**."
+            if base
+            else "no baseline (mark one with `baseline: true` or `--baseline NAME`)."
+        ),
+    ]
     metric_names = _metric_names(results)
     if metric_names and not any(r.scores_meaningful and r.scores for r in results):
         parts.append("Scores are left out: every recipe here ran with random weights (speed and memory only).")
         metric_names = []
     rows = [_row(r, base, metric_names) for r in results]
-    parts += ["", table(rows, ["recipe", "status", "engine", "generation time", "speed-up", "requests/s",
-                               "output tok/s", "peak GPU", "roofline", *metric_names, "differs from baseline"])]
-    parts += ["", "Roofline: the predicted floor of the generation time (compute, memory bandwidth or PCIe, "
-              "whichever binds; `runner plan`) ÷ the measured generation time."]
+    parts += [
+        "",
+        table(
+            rows,
+            [
+                "recipe",
+                "status",
+                "engine",
+                "generation time",
+                "speed-up",
+                "requests/s",
+                "output tok/s",
+                "peak GPU",
+                "roofline",
+                *metric_names,
+                "differs from baseline",
+            ],
+        ),
+    ]
+    parts += [
+        "",
+        "Roofline: the predicted floor of the generation time (compute, memory bandwidth or PCIe, "
+        "whichever binds; `runner plan`) ÷ the measured generation time.",
+    ]
     parts += study_sections(results, study_charts)
     parts += serving_summary(results)
     parts += prefix_section(results)
@@ -196,14 +293,19 @@ def summary_markdown(results: list[RunResult], baseline: str | None = None, out:
     if failed:
         parts += ["", "## Failures", ""]
         parts += [f"- **{r.name}**: {r.error}" + (f" — hint: {r.hint}" if r.hint else "") for r in failed]
-    parts += ["", "Times marked `~` are projections from a partial run (see each report). "
-              "Scores of runs with random weights are left out of comparisons.", ""]
+    parts += [
+        "",
+        "Times marked `~` are projections from a partial run (see each report). "
+        "Scores of runs with random weights are left out of comparisons.",
+        "",
+    ]
     return "\n".join(parts)
 
 
 def write_summary(results: Iterable[RunResult], out: Path, baseline: str | None = None) -> Path:
     from runner.reporting.plots import write_charts
     from runner.reporting.study_plots import write_study_charts
+
     results = list(results)
     path = summary_path(out)
     charts = write_charts(results, pick_baseline(results, baseline), out)

@@ -30,6 +30,7 @@ v1.3.0 and flexeval pin) is `Levenshtein.ratio`, i.e. rapidfuzz's `Indel.normali
 rounded with `int(round(100 * r))` (Python's round-half-to-even), with two guards applied first:
 equal strings score 100, then an empty string scores 0.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -43,17 +44,25 @@ from .normalize import aio_normalize, jglue_normalize, nfkc, runner_normalize, s
 
 GoldPolicy = Literal["max", "first"]
 
-JGLUE_SRC = ("https://github.com/yahoojapan/JGLUE/blob/6f071c09316baae89c3d083a90985b4b1cb9968c/"
-             "fine-tuning/patch/transformers-4.9.2_jglue-1.3.0.patch (patch of transformers v4.9.2 "
-             "src/transformers/data/metrics/squad_metrics.py: normalize_answer, compute_exact, compute_f1, "
-             "get_raw_scores)")
-LLMJP_SRC = ("https://github.com/swallow-llm/swallow-evaluation/blob/57c4ecdf989f708a54e84235621a6afdbcc28ddb/"
-             "llm-jp-eval/src/llm_jp_eval/utils.py (llm-jp-eval v1.3.0 as run by the Swallow leaderboard: "
-             "get_evaluation_result, normalize; fuzzywuzzy 0.18.0 + python-Levenshtein 0.21.1 per its poetry.lock)")
-FLEXEVAL_SRC = ("https://github.com/sbintuitions/flexeval/blob/8a07c3cad7449e4407860af100b3a57fbdda888a/"
-                "flexeval/core/metric/char_f1.py and exact_match.py")
-AIO_SRC = ("https://github.com/sbintuitions/flexeval/blob/8a07c3cad7449e4407860af100b3a57fbdda888a/"
-           "flexeval/core/string_processor/aio.py (AIONormalizer) with core/metric/char_f1.py")
+JGLUE_SRC = (
+    "https://github.com/yahoojapan/JGLUE/blob/6f071c09316baae89c3d083a90985b4b1cb9968c/"
+    "fine-tuning/patch/transformers-4.9.2_jglue-1.3.0.patch (patch of transformers v4.9.2 "
+    "src/transformers/data/metrics/squad_metrics.py: normalize_answer, compute_exact, compute_f1, "
+    "get_raw_scores)"
+)
+LLMJP_SRC = (
+    "https://github.com/swallow-llm/swallow-evaluation/blob/57c4ecdf989f708a54e84235621a6afdbcc28ddb/"
+    "llm-jp-eval/src/llm_jp_eval/utils.py (llm-jp-eval v1.3.0 as run by the Swallow leaderboard: "
+    "get_evaluation_result, normalize; fuzzywuzzy 0.18.0 + python-Levenshtein 0.21.1 per its poetry.lock)"
+)
+FLEXEVAL_SRC = (
+    "https://github.com/sbintuitions/flexeval/blob/8a07c3cad7449e4407860af100b3a57fbdda888a/"
+    "flexeval/core/metric/char_f1.py and exact_match.py"
+)
+AIO_SRC = (
+    "https://github.com/sbintuitions/flexeval/blob/8a07c3cad7449e4407860af100b3a57fbdda888a/"
+    "flexeval/core/string_processor/aio.py (AIONormalizer) with core/metric/char_f1.py"
+)
 
 
 @dataclass(frozen=True)
@@ -91,10 +100,11 @@ def _convention(family: str, formula: str) -> Convention:
 _RUNNER_NORM = "norm = NFKC, lower-case, no whitespace or punctuation"
 _JGLUE_NORM = "norm = lower-case, rstrip '。', collapse whitespace (no NFKC); golds with empty norm dropped"
 _LLMJP_PRED = "NFKC(output cut at the first '\\n\\n', stripped)"
-_AIO = ("AIONormalizer on both (NFKC, lower-case, 「」『』 unwrapped, ・ = - and whitespace and (…) removed)")
+_AIO = "AIONormalizer on both (NFKC, lower-case, 「」『』 unwrapped, ・ = - and whitespace and (…) removed)"
 
 
 # ---------------------------------------------------------------------------------------------- pair scores
+
 
 def _bag_f1(p: list[str], g: list[str]) -> float:
     common = sum((Counter(p) & Counter(g)).values())
@@ -128,7 +138,7 @@ def _jglue_em(pred: str, gold: str) -> float:
 
 def _jglue_f1(pred: str, gold: str) -> float:
     g, p = list(jglue_normalize(gold)), list(jglue_normalize(pred))
-    if not g or not p:             # SQuAD: F1 is 1 if both are empty, else 0
+    if not g or not p:  # SQuAD: F1 is 1 if both are empty, else 0
         return float(g == p)
     return _bag_f1(p, g)
 
@@ -140,7 +150,7 @@ def fuzzywuzzy_ratio(a: str, b: str) -> int:
         return 100
     if not a or not b:
         return 0
-    return round(100 * Indel.normalized_similarity(a, b))     # intr(n) = int(round(n)): half to even
+    return round(100 * Indel.normalized_similarity(a, b))  # intr(n) = int(round(n)): half to even
 
 
 def llmjp_prediction(output: str) -> str:
@@ -180,6 +190,7 @@ def _jglue_golds(golds: Sequence[str]) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- registry
 
+
 @dataclass(frozen=True)
 class Metric:
     """One named score: a (prediction, gold) function, the convention it follows, and how its golds
@@ -203,26 +214,55 @@ class Metric:
 
 _METRICS = [
     Metric("runner_exact_match", _runner_em, _convention("runner", f"norm(pred) == norm(gold), {_RUNNER_NORM}")),
-    Metric("runner_char_f1", _runner_f1, _convention(
-        "runner", f"F1 over the bags of characters of norm(pred) and norm(gold), {_RUNNER_NORM} (not JGLUE's, "
-        "not llm-jp-eval's char_f1)")),
-    Metric("runner_contains", _runner_contains, _convention(
-        "runner", f"norm(gold) is a non-empty substring of norm(pred), {_RUNNER_NORM}")),
-    Metric("jglue_exact_match", _jglue_em, _convention("JGLUE", f"norm(pred) == norm(gold), {_JGLUE_NORM}"),
-           _jglue_golds),
-    Metric("jglue_char_f1", _jglue_f1, _convention(
-        "JGLUE", f"F1 over the bags of characters (spaces count) of norm(pred) and norm(gold), {_JGLUE_NORM}"),
-        _jglue_golds),
+    Metric(
+        "runner_char_f1",
+        _runner_f1,
+        _convention(
+            "runner",
+            f"F1 over the bags of characters of norm(pred) and norm(gold), {_RUNNER_NORM} (not JGLUE's, "
+            "not llm-jp-eval's char_f1)",
+        ),
+    ),
+    Metric(
+        "runner_contains",
+        _runner_contains,
+        _convention("runner", f"norm(gold) is a non-empty substring of norm(pred), {_RUNNER_NORM}"),
+    ),
+    Metric(
+        "jglue_exact_match", _jglue_em, _convention("JGLUE", f"norm(pred) == norm(gold), {_JGLUE_NORM}"), _jglue_golds
+    ),
+    Metric(
+        "jglue_char_f1",
+        _jglue_f1,
+        _convention(
+            "JGLUE", f"F1 over the bags of characters (spaces count) of norm(pred) and norm(gold), {_JGLUE_NORM}"
+        ),
+        _jglue_golds,
+    ),
     Metric("llmjp_exact_match", _llmjp_em, _convention("llm-jp-eval", f"{_LLMJP_PRED} == NFKC(gold)")),
-    Metric("llmjp_char_f1", _llmjp_char_f1, _convention(
-        "llm-jp-eval", f"fuzzywuzzy token_sort_ratio({_LLMJP_PRED}, NFKC(gold)) / 100: lower-case, non-word "
-        "characters to spaces, tokens sorted, Indel ratio in whole percents")),
+    Metric(
+        "llmjp_char_f1",
+        _llmjp_char_f1,
+        _convention(
+            "llm-jp-eval",
+            f"fuzzywuzzy token_sort_ratio({_LLMJP_PRED}, NFKC(gold)) / 100: lower-case, non-word "
+            "characters to spaces, tokens sorted, Indel ratio in whole percents",
+        ),
+    ),
     Metric("flexeval_exact_match", _flexeval_em, _convention("flexeval", "output == gold (no normalization)")),
-    Metric("flexeval_char_f1", _flexeval_char_f1, _convention(
-        "flexeval", "fuzzywuzzy ratio(output, gold) / 100: Indel ratio in whole percents, no normalization")),
+    Metric(
+        "flexeval_char_f1",
+        _flexeval_char_f1,
+        _convention(
+            "flexeval", "fuzzywuzzy ratio(output, gold) / 100: Indel ratio in whole percents, no normalization"
+        ),
+    ),
     Metric("flexeval_exact_match_normalized", _aio_em, _convention("flexeval+AIO", f"output == gold after {_AIO}")),
-    Metric("flexeval_char_f1_normalized", _aio_char_f1, _convention(
-        "flexeval+AIO", f"fuzzywuzzy ratio(output, gold) / 100 after {_AIO}")),
+    Metric(
+        "flexeval_char_f1_normalized",
+        _aio_char_f1,
+        _convention("flexeval+AIO", f"fuzzywuzzy ratio(output, gold) / 100 after {_AIO}"),
+    ),
 ]
 
 #: Names kept for recipes written before conventions were named; they are the runner's metrics.

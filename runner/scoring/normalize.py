@@ -9,6 +9,7 @@
 
 The sources (file@commit) are in `runner.scoring.metrics`, on each metric's `Convention`.
 """
+
 from __future__ import annotations
 
 import re
@@ -18,13 +19,16 @@ from functools import lru_cache
 _PUNCT_EXTRA = set("、。，．・「」『』【】（）〔〕［］｛｝〈〉《》〜～！？：；…‥―\u3000")
 
 
-@lru_cache(maxsize=4096)    # else a prediction is normalized again for every gold and metric
+@lru_cache(maxsize=4096)  # else a prediction is normalized again for every gold and metric
 def runner_normalize(text: str) -> str:
     """The runner's own: NFKC (full-width ASCII and digits become half-width), lower-case, strip,
     then drop whitespace and punctuation (Unicode category P plus common Japanese marks)."""
     text = unicodedata.normalize("NFKC", text).lower().strip()
-    return "".join(ch for ch in text if not ch.isspace() and ch not in _PUNCT_EXTRA
-                   and not unicodedata.category(ch).startswith("P"))
+    return "".join(
+        ch
+        for ch in text
+        if not ch.isspace() and ch not in _PUNCT_EXTRA and not unicodedata.category(ch).startswith("P")
+    )
 
 
 def jglue_normalize(s: str) -> str:
@@ -38,7 +42,7 @@ def jglue_normalize(s: str) -> str:
     return " ".join(text.split())
 
 
-_LATIN1 = {i: None for i in range(128, 256)}   # fuzzywuzzy's `asciidammit` on Python 3: drop U+0080..U+00FF
+_LATIN1 = {i: None for i in range(128, 256)}  # fuzzywuzzy's `asciidammit` on Python 3: drop U+0080..U+00FF
 _NON_WORD = re.compile(r"(?ui)\W")
 
 

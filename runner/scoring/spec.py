@@ -10,6 +10,7 @@ Post-processing runs once, before every metric; each metric then applies its own
 (see `runner.scoring.metrics`). Nothing is post-processed by default, so the scores of a recipe
 without `scoring` are those of the metrics alone.
 """
+
 from __future__ import annotations
 
 import re
@@ -29,12 +30,18 @@ ANSWER_LABELS = ("回答:", "答え:", "解答:", "答:", "Answer:", "A:")
 class PostProcess(StrictModel):
     """Clean-up of the model output before any metric sees it."""
 
-    cut_at: list[str] = Field(default_factory=list, description="Keep only the text before the first occurrence "
-                              "of any of these strings (e.g. `\"\\n\\n\"`, `\"\\n\"`).")
-    strip_prefixes: list[str] = Field(default_factory=list, description="Labels removed from the start of the "
-                                      "output (after leading whitespace), with the whitespace after them, e.g. "
-                                      "`回答:`, `答え:`, `Answer:`. Case-insensitive; a `:` also matches the "
-                                      "full-width `：`. At most one label is removed (the longest that matches).")
+    cut_at: list[str] = Field(
+        default_factory=list,
+        description="Keep only the text before the first occurrence "
+        'of any of these strings (e.g. `"\\n\\n"`, `"\\n"`).',
+    )
+    strip_prefixes: list[str] = Field(
+        default_factory=list,
+        description="Labels removed from the start of the "
+        "output (after leading whitespace), with the whitespace after them, e.g. "
+        "`回答:`, `答え:`, `Answer:`. Case-insensitive; a `:` also matches the "
+        "full-width `：`. At most one label is removed (the longest that matches).",
+    )
     strip: bool = Field(False, description="Strip leading and trailing whitespace (after cutting and labels).")
 
     @field_validator("cut_at", "strip_prefixes")
@@ -57,6 +64,7 @@ class PostProcess(StrictModel):
 def _prefix_pattern(labels: tuple[str, ...]) -> re.Pattern[str]:
     def one(label: str) -> str:
         return "".join("[:：]" if ch in ":：" else re.escape(ch) for ch in label)
+
     alternatives = "|".join(one(lb) for lb in sorted(labels, key=len, reverse=True))
     return re.compile(rf"^\s*(?:{alternatives})\s*", re.IGNORECASE)
 
@@ -65,11 +73,14 @@ class ScoringSpec(StrictModel):
     """How outputs are scored against the gold answers."""
 
     gold: Literal["max", "first"] | None = Field(
-        None, description="Which gold answers count: `max` = the best score over all answers, `first` = the "
-                          "first answer only. Unset: each metric's own convention (JGLUE, flexeval and the "
-                          "runner's metrics take `max`; llm-jp-eval takes `first`).")
-    postprocess: PostProcess = Field(default_factory=PostProcess,
-                                     description="Clean-up of the model output before any metric.")
+        None,
+        description="Which gold answers count: `max` = the best score over all answers, `first` = the "
+        "first answer only. Unset: each metric's own convention (JGLUE, flexeval and the "
+        "runner's metrics take `max`; llm-jp-eval takes `first`).",
+    )
+    postprocess: PostProcess = Field(
+        default_factory=PostProcess, description="Clean-up of the model output before any metric."
+    )
 
 
 def postprocess(text: str, spec: ScoringSpec) -> str:
@@ -80,6 +91,6 @@ def postprocess(text: str, spec: ScoringSpec) -> str:
 def score_sample(pred: str, golds: Sequence[str], metrics: list[str], spec: ScoringSpec) -> dict[str, float]:
     """Post-process `pred` once, then score it with each named metric under `spec.gold`
     (or each metric's own gold policy). Keys are the names as given (aliases stay aliases)."""
-    chosen = [get_metric(m) for m in metrics]       # unknown names fail before any work
+    chosen = [get_metric(m) for m in metrics]  # unknown names fail before any work
     text = postprocess(pred, spec)
     return {name: m.score(text, golds, spec.gold) for name, m in zip(metrics, chosen, strict=True)}

@@ -17,6 +17,7 @@ as n scalar calls. `vllm bench serve --seed S` gives the same schedule as long a
 numpy's global generator between its seeding and `get_request` (its `random` dataset uses a
 `default_rng` of its own, so it does not).
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,9 @@ def inter_arrivals(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) 
     return rs.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n).tolist()
 
 
-def arrival_offsets(n: int, rate: float, burstiness: float = 1.0, seed: int = 0, *,
-                    normalize: bool = True) -> list[float]:
+def arrival_offsets(
+    n: int, rate: float, burstiness: float = 1.0, seed: int = 0, *, normalize: bool = True
+) -> list[float]:
     """Send time of each of n requests, in seconds from the start of the rate's run.
 
     offsets_i = sum(gaps_0..i), then (normalize=True, as vLLM 0.26) scaled by (n / rate) / offsets_{n-1}
@@ -54,7 +56,7 @@ def arrival_offsets(n: int, rate: float, burstiness: float = 1.0, seed: int = 0,
 def _check(n: int, rate: float, burstiness: float) -> None:
     if n < 0:
         raise ValueError(f"number of requests must be >= 0, not {n}")
-    if not rate > 0:       # also rejects NaN
+    if not rate > 0:  # also rejects NaN
         raise ValueError(f"request rate must be > 0 requests/s or inf, not {rate}")
     if not burstiness > 0:
         raise ValueError(f"burstiness must be > 0, not {burstiness}")

@@ -16,6 +16,7 @@ Per request (vllm bench serve's convention, vLLM 0.26.0 `vllm/benchmarks/lib/end
 A request is an error when the HTTP status is not 200, the stream carries an error event, no content
 event arrives, or the connection fails; its record keeps the message and the time it was seen.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -50,10 +51,10 @@ class SSEParser:
         pos = 0
         while m := _EOL.search(buf, pos):
             if m.group() == "\r" and m.end() == len(buf):
-                break                 # a CR at the very end may be half of a CRLF: wait for the next bytes
-            line, pos = buf[pos:m.start()], m.end()
+                break  # a CR at the very end may be half of a CRLF: wait for the next bytes
+            line, pos = buf[pos : m.start()], m.end()
             if line == "":
-                if self._data:        # a blank line ends the event
+                if self._data:  # a blank line ends the event
                     out.append("\n".join(self._data))
                     self._data = []
             elif line.startswith("data:"):
@@ -71,18 +72,18 @@ class SSEParser:
 class RequestRecord:
     """One request. Times are seconds on the client's perf_counter, relative to the rate's start."""
 
-    index: int                          # position in the prompts list
-    prompt_tokens: int                  # tokens sent (the server's usage.prompt_tokens when it reports one)
-    scheduled_s: float                  # when the arrival schedule made it due
-    sent_s: float | None = None         # when the POST went out (later than scheduled under max_concurrency)
+    index: int  # position in the prompts list
+    prompt_tokens: int  # tokens sent (the server's usage.prompt_tokens when it reports one)
+    scheduled_s: float  # when the arrival schedule made it due
+    sent_s: float | None = None  # when the POST went out (later than scheduled under max_concurrency)
     first_token_s: float | None = None
-    end_s: float | None = None          # last content chunk (success) or when the error was seen
+    end_s: float | None = None  # last content chunk (success) or when the error was seen
     itl_s: list[float] = field(default_factory=list)
     output_text: str = ""
     output_tokens: int = 0
-    tokens_from: str = "chunks"         # "usage" or "chunks"
+    tokens_from: str = "chunks"  # "usage" or "chunks"
     chunks: int = 0
-    cached_tokens: int | None = None    # usage.prompt_tokens_details.cached_tokens, when the server reports it
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, when the server reports it
     finish_reason: str | None = None
     error: str | None = None
 
@@ -113,8 +114,8 @@ class RateRun:
     max_concurrency: int | None
     seed: int
     records: list[RequestRecord]
-    elapsed_s: float                    # from the rate's start to the last request's end
-    t0: float = 0.0                     # the rate's start on time.perf_counter (records are relative to it)
+    elapsed_s: float  # from the rate's start to the last request's end
+    t0: float = 0.0  # the rate's start on time.perf_counter (records are relative to it)
     warmup: int = 0
     warmup_errors: list[str] = field(default_factory=list)
 
@@ -180,12 +181,18 @@ async def _stream(session: Any, url: str, body: dict[str, Any], rec: RequestReco
         rec.output_tokens = rec.chunks
 
 
-async def _request(session: Any, url: str, body: dict[str, Any], rec: RequestRecord, t0: float,
-                   gate: Any) -> RequestRecord:
+async def _request(
+    session: Any, url: str, body: dict[str, Any], rec: RequestRecord, t0: float, gate: Any
+) -> RequestRecord:
     async with gate:
         try:
             await _stream(session, url, body, rec, t0)
-        except (aiohttp.ClientError, OSError, ValueError, asyncio.TimeoutError) as e:   # refused, reset, timeout, bad JSON
+        except (
+            aiohttp.ClientError,
+            OSError,
+            ValueError,
+            asyncio.TimeoutError,
+        ) as e:  # refused, reset, timeout, bad JSON
             rec.error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             rec.end_s = time.perf_counter() - t0
             if rec.sent_s is None:
@@ -200,13 +207,24 @@ async def _warmup(session: Any, url: str, body: dict[str, Any], n: int, gate: An
     return [r.error for r in recs if r.error]
 
 
-async def arun_rate(base_url: str, model: str, prompts: list[list[int]], sampling: dict[str, Any],
-                    rate: float, burstiness: float = 1.0, max_concurrency: int | None = None, seed: int = 0,
-                    warmup: int = 0, *, on_warmed: Callable[[], Any] | None = None,
-                    request_timeout_s: float = 600.0, endpoint: str = "/v1/completions") -> RateRun:
+async def arun_rate(
+    base_url: str,
+    model: str,
+    prompts: list[list[int]],
+    sampling: dict[str, Any],
+    rate: float,
+    burstiness: float = 1.0,
+    max_concurrency: int | None = None,
+    seed: int = 0,
+    warmup: int = 0,
+    *,
+    on_warmed: Callable[[], Any] | None = None,
+    request_timeout_s: float = 600.0,
+    endpoint: str = "/v1/completions",
+) -> RateRun:
     """Send every prompt once on the arrival schedule of (rate, burstiness, seed); see `run_rate`."""
     url = base_url.rstrip("/") + endpoint
-    cap = max_concurrency or 0           # aiohttp's default pool would silently cap at 100 connections
+    cap = max_concurrency or 0  # aiohttp's default pool would silently cap at 100 connections
     connector = aiohttp.TCPConnector(limit=cap, limit_per_host=cap, keepalive_timeout=60)
     timeout = aiohttp.ClientTimeout(total=request_timeout_s)
     gate = asyncio.Semaphore(max_concurrency) if max_concurrency else contextlib.nullcontext()
@@ -227,18 +245,37 @@ async def arun_rate(base_url: str, model: str, prompts: list[list[int]], samplin
             tasks.append(asyncio.create_task(_request(session, url, body, rec, t0, gate)))
         records = list(await asyncio.gather(*tasks))
         elapsed = time.perf_counter() - t0
-    return RateRun(rate=rate, burstiness=burstiness, max_concurrency=max_concurrency, seed=seed,
-                   records=records, elapsed_s=elapsed, t0=t0, warmup=warmup, warmup_errors=warm_errors)
+    return RateRun(
+        rate=rate,
+        burstiness=burstiness,
+        max_concurrency=max_concurrency,
+        seed=seed,
+        records=records,
+        elapsed_s=elapsed,
+        t0=t0,
+        warmup=warmup,
+        warmup_errors=warm_errors,
+    )
 
 
-def run_rate(base_url: str, model: str, prompts: list[list[int]], sampling: dict[str, Any], rate: float,
-             burstiness: float = 1.0, max_concurrency: int | None = None, seed: int = 0, warmup: int = 0,
-             **kw: Any) -> RateRun:
+def run_rate(
+    base_url: str,
+    model: str,
+    prompts: list[list[int]],
+    sampling: dict[str, Any],
+    rate: float,
+    burstiness: float = 1.0,
+    max_concurrency: int | None = None,
+    seed: int = 0,
+    warmup: int = 0,
+    **kw: Any,
+) -> RateRun:
     """Run one rate: `warmup` unmeasured requests (prompts[0], all at once under the cap), then
     `on_warmed()` (e.g. reset the prefix cache; awaited when it returns an awaitable), then each prompt
     in order at its arrival time, at most `max_concurrency` in flight. Blocks; runs its own event loop.
 
     `sampling`: request-body fields (max_tokens, temperature, top_p, ignore_eos, stop, ...).
     Keywords: on_warmed, request_timeout_s (per request, default 600), endpoint."""
-    return asyncio.run(arun_rate(base_url, model, prompts, sampling, rate, burstiness, max_concurrency, seed,
-                                 warmup, **kw))
+    return asyncio.run(
+        arun_rate(base_url, model, prompts, sampling, rate, burstiness, max_concurrency, seed, warmup, **kw)
+    )

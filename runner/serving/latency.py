@@ -21,6 +21,7 @@ SLOs (ms), each met when the request's value is <= the SLO: ttft_ms on TTFT, tpo
 when TPOT is undefined, N_i <= 1, as vLLM counts it 0), itl_ms on the request's largest chunk gap
 (met when it has no gap), e2e_ms on E2E. Failed requests never count as good.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from runner.reporting.stats import percentile
 
-if TYPE_CHECKING:       # records come from client.py; this module needs neither aiohttp nor a server
+if TYPE_CHECKING:  # records come from client.py; this module needs neither aiohttp nor a server
     from runner.serving.client import RequestRecord
 
 
@@ -47,8 +48,7 @@ def stats_ms(values_s: Sequence[float]) -> dict[str, float] | None:
     xs = [v * 1000 for v in values_s]
     if not xs:
         return None
-    return {"mean": sum(xs) / len(xs), "p50": percentile(xs, 50), "p90": percentile(xs, 90),
-            "p99": percentile(xs, 99)}
+    return {"mean": sum(xs) / len(xs), "p50": percentile(xs, 50), "p90": percentile(xs, 90), "p99": percentile(xs, 99)}
 
 
 def meets_slo(rec: RequestRecord, slo: dict[str, float]) -> bool:
@@ -56,9 +56,12 @@ def meets_slo(rec: RequestRecord, slo: dict[str, float]) -> bool:
     if not rec.ok or rec.e2e_s is None:
         return False
     tp = tpot_s(rec)
-    value_ms = {"ttft_ms": rec.ttft_s * 1000, "e2e_ms": rec.e2e_s * 1000,
-                "tpot_ms": 0.0 if tp is None else tp * 1000,
-                "itl_ms": max(rec.itl_s, default=0.0) * 1000}
+    value_ms = {
+        "ttft_ms": rec.ttft_s * 1000,
+        "e2e_ms": rec.e2e_s * 1000,
+        "tpot_ms": 0.0 if tp is None else tp * 1000,
+        "itl_ms": max(rec.itl_s, default=0.0) * 1000,
+    }
     for k, limit in slo.items():
         if k not in value_ms:
             raise ValueError(f"unknown SLO metric {k!r}; allowed: {', '.join(value_ms)}")
@@ -81,15 +84,15 @@ def peak_concurrency(records: Sequence[RequestRecord]) -> int:
 
 @dataclass
 class RateSummary:
-    rate: float                              # offered request rate (req/s; inf = all at once)
+    rate: float  # offered request rate (req/s; inf = all at once)
     requests: int
     completed: int
     errors: int
     wall_s: float
-    request_throughput: float                # completed / wall_s
-    output_throughput: float                 # output tokens / wall_s
+    request_throughput: float  # completed / wall_s
+    output_throughput: float  # output tokens / wall_s
     output_tokens: int
-    goodput: float | None                    # None without SLOs
+    goodput: float | None  # None without SLOs
     good: int | None
     peak_concurrency: int
     ttft_ms: dict[str, float] | None = None
@@ -118,26 +121,36 @@ def summarize(records: Sequence[RequestRecord], rate: float, slo: dict[str, floa
         return x / wall if wall > 0 else 0.0
 
     return RateSummary(
-        rate=rate, requests=len(records), completed=len(ok), errors=len(records) - len(ok), wall_s=wall,
-        request_throughput=per_s(len(ok)), output_throughput=per_s(out_tokens), output_tokens=out_tokens,
-        goodput=None if good is None else per_s(good), good=good, peak_concurrency=peak_concurrency(records),
+        rate=rate,
+        requests=len(records),
+        completed=len(ok),
+        errors=len(records) - len(ok),
+        wall_s=wall,
+        request_throughput=per_s(len(ok)),
+        output_throughput=per_s(out_tokens),
+        output_tokens=out_tokens,
+        goodput=None if good is None else per_s(good),
+        good=good,
+        peak_concurrency=peak_concurrency(records),
         ttft_ms=stats_ms([r.ttft_s for r in ok if r.ttft_s is not None]),
         tpot_ms=stats_ms([t for r in ok if (t := tpot_s(r)) is not None]),
         itl_ms=stats_ms([g for r in ok for g in r.itl_s]),
         e2e_ms=stats_ms([r.e2e_s for r in ok if r.e2e_s is not None]),
         queue_ms=stats_ms([r.queue_s for r in records if r.queue_s is not None]),
-        error_samples=sorted({r.error for r in records if r.error})[:5])
+        error_samples=sorted({r.error for r in records if r.error})[:5],
+    )
 
 
 @dataclass
 class Saturation:
-    index: int              # position of the saturated rate in the sweep
+    index: int  # position of the saturated rate in the sweep
     rate: float
     reasons: list[str]
 
 
-def find_saturation(points: Sequence[RateSummary], *, follow: float = 0.9, min_gain: float = 0.05,
-                    ttft_growth: float = 2.0) -> Saturation | None:
+def find_saturation(
+    points: Sequence[RateSummary], *, follow: float = 0.9, min_gain: float = 0.05, ttft_growth: float = 2.0
+) -> Saturation | None:
     """The first rate at which the server stopped keeping up, or None.
 
     Rate i > 0 is saturated when both hold:
@@ -155,8 +168,10 @@ def find_saturation(points: Sequence[RateSummary], *, follow: float = 0.9, min_g
         if math.isfinite(p.rate) and p.request_throughput < follow * p.rate:
             stall.append(f"achieved {p.request_throughput:.2f} req/s < {follow:g} x offered {p.rate:g} req/s")
         if p.request_throughput < (1 + min_gain) * prev.request_throughput:
-            stall.append(f"achieved {p.request_throughput:.2f} req/s gains less than {min_gain:.0%} on "
-                         f"{prev.request_throughput:.2f} req/s at {_rate(prev.rate)}")
+            stall.append(
+                f"achieved {p.request_throughput:.2f} req/s gains less than {min_gain:.0%} on "
+                f"{prev.request_throughput:.2f} req/s at {_rate(prev.rate)}"
+            )
         base = [q.ttft_ms["p50"] for q in points[:i] if q.ttft_ms]
         if not stall or not base or not p.ttft_ms:
             continue

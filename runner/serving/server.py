@@ -17,6 +17,7 @@ Facts from vLLM 0.26.0's source (the wheel's `vllm/`):
   `model_name`/`engine` label per engine: `vllm:prefix_cache_queries_total`, `vllm:prefix_cache_hits_total`,
   `vllm:prompt_tokens_total`, `vllm:generation_tokens_total`, `vllm:num_preemptions_total`, ...
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,14 @@ from runner.errors import RunnerError
 DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 # vLLM 0.26.0 flags with no `--no-` form: `action="store_true"` (arg_utils.py, openai/cli_args.py) and
 # `hf_token` (bool | str | None: a bare flag means True). False leaves them out.
-_BARE_FLAGS = {"disable_log_stats", "data_parallel_multi_port_external_lb", "aggregate_engine_logging",
-               "headless", "grpc", "hf_token"}
+_BARE_FLAGS = {
+    "disable_log_stats",
+    "data_parallel_multi_port_external_lb",
+    "aggregate_engine_logging",
+    "headless",
+    "grpc",
+    "hf_token",
+}
 
 
 class ServerError(RunnerError):
@@ -67,17 +74,28 @@ def cli_args(kwargs: dict[str, Any]) -> list[str]:
             if v:
                 out += [flag, *(str(x) for x in v)]
         else:
-            out.append(f"{flag}={v}")      # `=`: a value starting with `-` is not read as a flag
+            out.append(f"{flag}={v}")  # `=`: a value starting with `-` is not read as a flag
     return out
 
 
-def serve_command(kwargs: dict[str, Any], port: int, host: str = "127.0.0.1",
-                  python: str = sys.executable) -> list[str]:
+def serve_command(
+    kwargs: dict[str, Any], port: int, host: str = "127.0.0.1", python: str = sys.executable
+) -> list[str]:
     """`python -m vllm.entrypoints.cli.main serve MODEL --host H --port P <flags>` from llm_kwargs-style
     kwargs (runner.engines.vllm.VLLMSpec.llm_kwargs). Arguments the installed vLLM lacks (`swap_space` on
     0.26) must be dropped by the caller: the server exits with an argparse error otherwise."""
-    return [python, "-m", "vllm.entrypoints.cli.main", "serve", str(kwargs["model"]),
-            "--host", host, "--port", str(port), *cli_args(kwargs)]
+    return [
+        python,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        str(kwargs["model"]),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        *cli_args(kwargs),
+    ]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -143,7 +161,7 @@ def _group_alive(pgid: int) -> bool:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
-        state, _ppid, pgrp = stat[stat.rindex(")") + 2:].split()[:3]
+        state, _ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
         if int(pgrp) == pgid and state not in ("Z", "X"):
             return True
     return False
@@ -158,7 +176,7 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
             break
         deadline = time.monotonic() + wait_s
         while True:
-            proc.poll()                      # reap the leader: a zombie leader keeps the group alive
+            proc.poll()  # reap the leader: a zombie leader keeps the group alive
             if not _group_alive(proc.pid):
                 proc.poll()
                 return
@@ -179,9 +197,18 @@ class Server:
     whole group, then SIGKILLs it after `grace_s` (keep it below the grace a parent gives this process:
     runner.isolate allows 10 s before its own SIGKILL, which the server's new session does not reach)."""
 
-    def __init__(self, command: list[str], base_url: str, log_path: str | Path, *, env: dict[str, str] | None = None,
-                 startup_timeout_s: float = 900.0, grace_s: float = 5.0, health_path: str = "/health",
-                 poll_s: float = 0.25):
+    def __init__(
+        self,
+        command: list[str],
+        base_url: str,
+        log_path: str | Path,
+        *,
+        env: dict[str, str] | None = None,
+        startup_timeout_s: float = 900.0,
+        grace_s: float = 5.0,
+        health_path: str = "/health",
+        poll_s: float = 0.25,
+    ):
         self.command, self.base_url = list(command), base_url.rstrip("/")
         self.log_path, self.env = Path(log_path), dict(env or {})
         self.startup_timeout_s, self.grace_s = startup_timeout_s, grace_s
@@ -211,21 +238,30 @@ class Server:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True,
-                                         env={**os.environ, **self.env})
+            self.proc = subprocess.Popen(
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, **self.env},
+            )
         while True:
             rc = self.proc.poll()
             if rc is not None:
-                raise ServerError(f"the server exited with code {rc} before it was ready; last lines of "
-                                  f"{self.log_path}:\n{_tail(self.log_path)}")
+                raise ServerError(
+                    f"the server exited with code {rc} before it was ready; last lines of "
+                    f"{self.log_path}:\n{_tail(self.log_path)}"
+                )
             if self._status(self.health_path, timeout=2.0) == 200:
                 self.startup_s = time.monotonic() - t0
                 return
             if time.monotonic() - t0 > self.startup_timeout_s:
-                raise ServerError(f"the server did not answer {self.health_path} within "
-                                  f"{self.startup_timeout_s:g} s; last lines of {self.log_path}:\n"
-                                  f"{_tail(self.log_path)}")
+                raise ServerError(
+                    f"the server did not answer {self.health_path} within "
+                    f"{self.startup_timeout_s:g} s; last lines of {self.log_path}:\n"
+                    f"{_tail(self.log_path)}"
+                )
             time.sleep(self.poll_s)
 
     def stop(self) -> None:
@@ -253,7 +289,7 @@ class Server:
 
     def _request(self, method: str, path: str, timeout: float) -> tuple[int, bytes]:
         req = urllib.request.Request(self.base_url + path, method=method, data=b"" if method == "POST" else None)
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))     # never via a proxy
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
         try:
             with opener.open(req, timeout=timeout) as r:
                 return r.status, r.read()
@@ -263,7 +299,7 @@ class Server:
     def _status(self, path: str, timeout: float) -> int | None:
         try:
             return self._request("GET", path, timeout)[0]
-        except (OSError, ValueError):     # refused, reset, timed out: not up yet
+        except (OSError, ValueError):  # refused, reset, timed out: not up yet
             return None
 
     def reset_prefix_cache(self, retries: int = 20, wait_s: float = 0.5) -> bool:
@@ -272,14 +308,16 @@ class Server:
         for attempt in range(retries):
             status, body = self._request("POST", "/reset_prefix_cache", timeout=30)
             if status == 404:
-                raise ServerError("POST /reset_prefix_cache: 404; vLLM mounts it only when the server runs "
-                                  "with VLLM_SERVER_DEV_MODE=1")
+                raise ServerError(
+                    "POST /reset_prefix_cache: 404; vLLM mounts it only when the server runs "
+                    "with VLLM_SERVER_DEV_MODE=1"
+                )
             if status != 200:
                 raise ServerError(f"POST /reset_prefix_cache: HTTP {status}: {body[:200]!r}")
             try:
                 ok = bool(json.loads(body or b"{}").get("success", True))
             except ValueError:
-                ok = True                    # older servers answer 200 with no body
+                ok = True  # older servers answer 200 with no body
             if ok:
                 return True
             if attempt + 1 < retries:
@@ -299,6 +337,7 @@ class Server:
 
         def on_term(signum: int, frame: Any) -> None:
             raise SystemExit(128 + signum)
+
         self._old_term, self._trapped = signal.signal(signal.SIGTERM, on_term), True
 
     def _restore_sigterm(self) -> None:

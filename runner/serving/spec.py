@@ -1,4 +1,5 @@
 """The recipe's `load:` section: the request rates, arrival process and SLOs of a serving run."""
+
 from __future__ import annotations
 
 import itertools
@@ -10,7 +11,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt, field_serializer, field
 from runner.strict import StrictModel
 
 SLO_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
-MAX_SEED = 2**32 - 1        # numpy's legacy RandomState (what vllm bench serve seeds) takes 0..2**32-1
+MAX_SEED = 2**32 - 1  # numpy's legacy RandomState (what vllm bench serve seeds) takes 0..2**32-1
 MAX_REQUESTS = 10_000_000
 _NUMBER_OR_INF = {"anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"const": "inf"}]}
 
@@ -55,25 +56,48 @@ class LoadSpec(StrictModel):
     """Serving-mode load: the recipe runs against vLLM's OpenAI-compatible server at each request rate."""
 
     request_rate: list[float] = Field(
-        json_schema_extra=_rates_schema, description="Offered load in requests/s, one measured run per value, in increasing order; `inf` "
-                    "(YAML `.inf` or the string `inf`) sends every request at once. A single number is one rate.")
+        json_schema_extra=_rates_schema,
+        description="Offered load in requests/s, one measured run per value, in increasing order; `inf` "
+        "(YAML `.inf` or the string `inf`) sends every request at once. A single number is one rate.",
+    )
     max_concurrency: PositiveInt | None = Field(
-        None, le=MAX_REQUESTS, description="Most requests in flight at once; a request due while the cap is reached waits on "
-                          "the client (its queue time is recorded). Default: no cap.")
+        None,
+        le=MAX_REQUESTS,
+        description="Most requests in flight at once; a request due while the cap is reached waits on "
+        "the client (its queue time is recorded). Default: no cap.",
+    )
     burstiness: float = Field(
-        1.0, gt=0, json_schema_extra=_burstiness_schema, description="Shape of the gamma distribution of the gaps between arrivals, > 0: 1 = Poisson "
-                               "arrivals, < 1 burstier, > 1 more even, `inf` = evenly spaced.")
+        1.0,
+        gt=0,
+        json_schema_extra=_burstiness_schema,
+        description="Shape of the gamma distribution of the gaps between arrivals, > 0: 1 = Poisson "
+        "arrivals, < 1 burstier, > 1 more even, `inf` = evenly spaced.",
+    )
     num_requests: PositiveInt | None = Field(
-        None, le=MAX_REQUESTS, description="Requests measured per rate (prompts reused in order when the dataset is smaller); "
-                          "default: the whole dataset once.")
+        None,
+        le=MAX_REQUESTS,
+        description="Requests measured per rate (prompts reused in order when the dataset is smaller); "
+        "default: the whole dataset once.",
+    )
     warmup_requests: NonNegativeInt = Field(
-        20, le=MAX_REQUESTS, description="Unmeasured requests sent before each rate's measured ones (the first prompt, "
-                        "repeated, under `max_concurrency`).")
+        20,
+        le=MAX_REQUESTS,
+        description="Unmeasured requests sent before each rate's measured ones (the first prompt, "
+        "repeated, under `max_concurrency`).",
+    )
     slo: dict[str, float] = Field(
-        default_factory=dict, json_schema_extra={"propertyNames": {"enum": list(SLO_METRICS)}}, description="Service-level objectives in milliseconds for goodput (requests "
-                                          "meeting every SLO per second); keys: " + ", ".join(SLO_METRICS) + ".")
-    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of the arrival schedule, 0 to 2**32-1 (numpy's legacy "
-                      "generator, as `vllm bench serve --seed`); the same seed gives the same schedule at every rate.")
+        default_factory=dict,
+        json_schema_extra={"propertyNames": {"enum": list(SLO_METRICS)}},
+        description="Service-level objectives in milliseconds for goodput (requests "
+        "meeting every SLO per second); keys: " + ", ".join(SLO_METRICS) + ".",
+    )
+    seed: int = Field(
+        0,
+        ge=0,
+        le=MAX_SEED,
+        description="Seed of the arrival schedule, 0 to 2**32-1 (numpy's legacy "
+        "generator, as `vllm bench serve --seed`); the same seed gives the same schedule at every rate.",
+    )
 
     @field_validator("request_rate", mode="before")
     @classmethod
@@ -84,8 +108,10 @@ class LoadSpec(StrictModel):
         rates = [_rate(x) for x in vals]
         for a, b in itertools.pairwise(rates):
             if not b > a:
-                raise ValueError(f"request rates must increase strictly (the sweep stops at saturation); "
-                                 f"got {_fmt(a)} then {_fmt(b)}")
+                raise ValueError(
+                    f"request rates must increase strictly (the sweep stops at saturation); "
+                    f"got {_fmt(a)} then {_fmt(b)}"
+                )
         return rates
 
     @field_validator("burstiness", mode="before")
