@@ -134,7 +134,7 @@ def test_gpus_needed_per_engine(tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="needs a Python without vLLM")
 def test_host_checks_are_left_to_the_worker(tmp_path):
     """The driver need not have the engine library (or a GPU for `device: cuda`); the worker says so."""
-    from runner.execution.ray_executor import _run_here
+    from runner.execution.ray_task import _run_here
 
     lr = load_recipe(_recipe(tmp_path, "v", engine={"kind": "vllm"}))
     opts = RunOptions(out=tmp_path / "out", limit=3)

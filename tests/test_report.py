@@ -19,17 +19,13 @@ from runner.config.recipe import Recipe
 from runner.engines.base import Knob as KnobResult
 from runner.execution.layout import RunFolder
 from runner.reporting import plots
+from runner.reporting.comparisons import changed_answers_section, prefix_section
 from runner.reporting.markdown import report_markdown, write_report
+from runner.reporting.recipe_diff import recipe_diff
 from runner.reporting.results import Estimate, Memory, Prefix, RunResult, Throughput, Timings, Tokens
 from runner.reporting.stats import mcnemar_exact
 from runner.reporting.stored import load_results, load_samples
-from runner.reporting.summary import (
-    changed_answers_section,
-    prefix_section,
-    recipe_diff,
-    summary_markdown,
-    write_summary,
-)
+from runner.reporting.summary import summary_markdown, write_summary
 
 # --------------------------------------------------------------------------- builders
 

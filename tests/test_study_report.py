@@ -17,18 +17,11 @@ from runner.errors import RunnerError
 from runner.execution.layout import study_chart_path
 from runner.reporting.markdown import report_markdown
 from runner.reporting.results import Estimate, RunResult, Timings
-from runner.reporting.study import (
-    ABSENT,
-    axes_of,
-    axis_effects,
-    pick_axes,
-    requested_axes,
-    study_section,
-    time_spent,
-    times,
-    value_label,
-)
+from runner.reporting.study import study_section
+from runner.reporting.study_axes import ABSENT, axes_of, pick_axes, requested_axes, value_label
+from runner.reporting.study_effects import axis_effects
 from runner.reporting.study_plots import write_study_charts
+from runner.reporting.study_times import time_spent, times
 from runner.reporting.summary import summary_markdown, write_summary
 
 BASE: dict[str, Any] = {

@@ -4,7 +4,8 @@ from types import SimpleNamespace
 
 from runner.config.common import ModelSpec, Sampling
 from runner.engines.base import EngineInfo, Request
-from runner.engines.vllm import VLLMEngine, VLLMSpec
+from runner.engines.vllm import VLLMSpec
+from runner.engines.vllm_engine import VLLMEngine
 from runner.engines.vllm_knobs import VLLMFacts
 from runner.inputs.datasets import Example
 

@@ -123,6 +123,17 @@ def go(
         sets = (*sets, f"replicas={replicas}")
     loaded = load_all(paths, sets, model_paths, only)
     ex.check_recipes(loaded)
+    _check_baseline_and_out(baseline, out, loaded)
+    opts = RunOptions(
+        out=Path(out), limit=limit, estimate=estimate, command=_command(), progress=not no_progress, timeout_s=timeout
+    )
+    units = [make_unit(lr, opts, host=not ex.on_ray) for lr in loaded]  # all checked before anything is written
+    results = _run_locked(units, opts, force, ex, baseline, _out_dir(out))
+    if any(r.status != "ok" for r in results):
+        sys.exit(EXIT_FAILED)
+
+
+def _check_baseline_and_out(baseline: str | None, out: str, loaded: list[LoadedRecipe]) -> None:
     if baseline and baseline not in {lr.recipe.name for lr in loaded}:
         raise RunnerError(
             f"--baseline {baseline!r} names no recipe of this call; recipes: "
@@ -130,18 +141,21 @@ def go(
         )
     if not out or not out.strip():
         raise RunnerError("--out is empty; give a folder for the reports", field="--out")
-    command = "runner go " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["go"] else ""
-    opts = RunOptions(
-        out=Path(out), limit=limit, estimate=estimate, command=command, progress=not no_progress, timeout_s=timeout
-    )
-    units = [make_unit(lr, opts, host=not ex.on_ray) for lr in loaded]  # all checked before anything is written
-    out_dir = _out_dir(out)
+
+
+def _command() -> str:
+    """This call's command line, for the reports (empty where `runner go` was not how it was called)."""
+    return "runner go " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["go"] else ""
+
+
+def _run_locked(
+    units: list[Unit], opts: RunOptions, force: bool, ex: Executor, baseline: str | None, out_dir: Path
+) -> list[RunResult]:
+    """Every unit's run folder locked while the units run."""
     with ExitStack() as locks:
         for u in units:
             locks.enter_context(_lock(RunFolder.of(out_dir, u.name)))
-        results = _run_all(units, opts, force, ex, baseline)
-    if any(r.status != "ok" for r in results):
-        sys.exit(EXIT_FAILED)
+        return _run_all(units, opts, force, ex, baseline)
 
 
 def _out_dir(out: str) -> Path:

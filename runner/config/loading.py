@@ -6,10 +6,7 @@
 - `load_recipe(path, overrides)`: a file that holds exactly one experiment (a study is an error).
 - `base:` chains are merged first (runner/config/merge.py); a study's cells are expanded and every cell is
   validated before anything runs; an invalid cell's error names the cell and its field.
-- `--set KEY=VALUE` applies to every cell, after expansion. A value for a text field (str, `str | None`,
-  a Literal of strings, a value of a `dict[str, str]` such as `engine.env`) is taken as written
-  (`--set name=2024`, `--set "prompt.system=#1 rule: be brief"`); `null` or `~` still clears a field
-  that may be null. Other fields parse the value as YAML (`5`, `true`, `[a, b]`, `{k: v}`).
+- `--set KEY=VALUE` and `--model-path` apply to every cell, after expansion (runner/config/overrides.py).
 - YAML is read with the safe loader, bounded in size, depth and alias expansion (yamlfile.py)."""
 
 from __future__ import annotations
@@ -20,70 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import ValidationError
 
 from runner.config.cells import Cell, check_report, describe, expand, parse_excludes
-from runner.config.keys import DictOf, KeyProblem, key_target, overlaps, set_dotted, text_field
+from runner.config.keys import overlaps
 from runner.config.merge import Source, with_bases
+from runner.config.overrides import apply_overrides, parse_set
 from runner.config.recipe import NAME_PATTERN, LoadedRecipe, Recipe
 from runner.config.study import STUDY_KEYS, Axis, ReportAxes, parse_axes, parse_variants
 from runner.config.validation import error_lines
 from runner.config.yamlfile import line_of as _line_of
 from runner.config.yamlfile import read_yaml
 from runner.errors import RecipeError
-
-PATH_KEYS = {"model.id", "model.tokenizer", "dataset.path", "prompt.template", "prompt.system_template"}
-
-
-def _parse_set(items: list[str]) -> dict[str, str]:
-    out = {}
-    for it in items:
-        if "=" not in it:
-            raise RecipeError(f"--set {it!r}: expected dotted.key=value", field="--set")
-        k, v = it.split("=", 1)
-        k = k.strip()
-        if not k:
-            raise RecipeError(f"--set {it!r}: the key before '=' is empty; expected dotted.key=value", field="--set")
-        if any(not p.strip() for p in k.split(".")):
-            raise RecipeError(f"--set {it!r}: {k!r} is not a dotted key (empty part)", field="--set")
-        out[k] = v
-    return out
-
-
-def _cli_path(key: str, value):
-    """Paths typed on the command line are relative to the current directory (in a file, to the file)."""
-    if key not in PATH_KEYS or not isinstance(value, str) or not value or Path(value).is_absolute():
-        return value
-    if key.startswith("model.") and not value.startswith(("./", "../", "~")):
-        return value  # a hub id
-    p = Path(value).expanduser()
-    return str(p.resolve()) if (p.exists() or key.startswith("model.")) else value
-
-
-def _set_value(data: dict, key: str, raw: str) -> Any:
-    """The value `--set key=raw` means for this recipe: text as written for text fields, else YAML."""
-    engine = data.get("engine")
-    kind = engine.get("kind") if isinstance(engine, dict) else None
-    try:
-        target = key_target(key, kind)
-    except KeyProblem:
-        target = None
-    if target is not None and not isinstance(target, (list, DictOf)):
-        text, nullable = text_field(target)
-        if text:
-            return None if nullable and raw.strip() in ("null", "~") else raw
-    try:
-        return yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        return raw
-
-
-def _apply_set(data: dict, key: str, raw: str, where: str) -> None:
-    try:
-        set_dotted(data, key, _cli_path(key, _set_value(data, key, raw)))
-    except TypeError as e:
-        raise RecipeError(f"--set {key}: {e}", file=where, field=key) from None
 
 
 @dataclass(frozen=True)
@@ -142,18 +87,6 @@ def _validate(
         ) from None
 
 
-def _model_paths(data: dict, mp: Mapping[str, str]) -> list[str]:
-    """`--model-path HUB_ID=PATH` as the --set items it stands for in this recipe."""
-    model = data.get("model")
-    if not mp or not isinstance(model, dict):
-        return []
-    mid, tok = model.get("id"), model.get("tokenizer")
-    extra = [f"model.{k}={mp[v]}" for k, v in (("id", mid), ("tokenizer", tok)) if isinstance(v, str) and v in mp]
-    if tok is None and isinstance(mid, str) and mid in mp:
-        extra.append(f"model.tokenizer={mp[mid]}")
-    return extra
-
-
 def _finish(
     data: dict,
     path: Path,
@@ -166,12 +99,7 @@ def _finish(
     title: str = "invalid recipe",
     hint: str | None = None,
 ) -> LoadedRecipe:
-    sets = _parse_set(overrides)
-    for k, v in sets.items():
-        _apply_set(data, k, v, where)
-    extra = _model_paths(data, mp)
-    for k, v in _parse_set(extra).items():
-        _apply_set(data, k, v, where)
+    sets, extra = apply_overrides(data, overrides, mp, where)
     recipe = _validate(data, where, sets, locate, title, hint)
     base_dir = path.resolve().parent
     named = (("id", recipe.model.id), ("tokenizer", recipe.model.tokenizer))
@@ -220,18 +148,28 @@ def _check_sets(sets: dict, axes: tuple[Axis, ...], where: str) -> None:
             )
 
 
-def load_study(
-    path: str | Path, overrides: list[str] | None = None, *, model_paths: Mapping[str, str] | None = None
-) -> Study:
-    """Everything one recipe file holds, validated. `model_paths`: hub id -> local folder (--model-path),
-    applied to each cell's model.id / model.tokenizer after the overrides."""
-    path = Path(path)
-    where = str(path)
-    overrides, mp = list(overrides or []), dict(model_paths or {})
-    sets = _parse_set(overrides)
-    data, node = read_yaml(path)
-    merged, sources = with_bases(path, data, node) if "base" in data else (data, [Source(path, node)])
-    keys = {k: merged.pop(k) for k in STUDY_KEYS if k in merged}
+@dataclass(frozen=True)
+class _Layout:
+    """A file's study keys, parsed and checked: its axes, variants, excludes and report axes."""
+
+    abstract: bool
+    axes: list[Axis]
+    variants: dict[str, dict]
+    excludes: list[dict]
+    report: ReportAxes | None
+
+    @property
+    def is_study(self) -> bool:
+        return bool(self.axes or self.variants)
+
+    @property
+    def all_axes(self) -> tuple[Axis, ...]:
+        """The matrix axes in file order, then `variant` when there are variants."""
+        variants = tuple(self.variants)
+        return tuple(self.axes) + ((Axis("variant", variants, variants),) if self.variants else ())
+
+
+def _layout(keys: dict[str, Any], where: str) -> _Layout:
     abstract = keys.get("abstract", False)
     if not isinstance(abstract, bool):
         raise RecipeError(f"expected true or false, got {abstract!r}", file=where, field="abstract")
@@ -248,19 +186,10 @@ def load_study(
                 )
     excludes = parse_excludes(keys.get("exclude"), axes, variants, where)
     report = check_report(keys.get("report"), axes, variants, where)
-    all_axes = tuple(axes) + ((Axis("variant", tuple(variants), tuple(variants)),) if variants else ())
-    name = merged.get("name") if isinstance(merged.get("name"), str) else None
-    if abstract:
-        _check_abstract(merged, where, _locator(sources, {}, None))
-        return Study(str(path.resolve()), "abstract", name, all_axes, report, ())
-    hint = (
-        None
-        if "name" in merged
-        else "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
-    )
-    if not axes and not variants:
-        lr = _finish(merged, path, where, overrides, mp, _locator(sources, sets, None), hint=hint)
-        return Study(lr.path, "recipe", lr.recipe.name, (), None, (lr,))
+    return _Layout(abstract, axes, variants, excludes, report)
+
+
+def _check_study_name(name: str | None, where: str, hint: str | None) -> None:
     if name is None or not re.match(NAME_PATTERN, name):
         raise RecipeError(
             "a study needs a `name` (letters, digits, ._-): its cells are named from it",
@@ -268,8 +197,35 @@ def load_study(
             field="name",
             hint=hint,
         )
-    _check_sets(sets, all_axes, where)
-    cells = expand(name, merged, axes, variants, excludes, where)
+
+
+def load_study(
+    path: str | Path, overrides: list[str] | None = None, *, model_paths: Mapping[str, str] | None = None
+) -> Study:
+    """Everything one recipe file holds, validated. `model_paths`: hub id -> local folder (--model-path),
+    applied to each cell's model.id / model.tokenizer after the overrides."""
+    path = Path(path)
+    where = str(path)
+    overrides, mp = list(overrides or []), dict(model_paths or {})
+    sets = parse_set(overrides)
+    data, node = read_yaml(path)
+    merged, sources = with_bases(path, data, node) if "base" in data else (data, [Source(path, node)])
+    layout = _layout({k: merged.pop(k) for k in STUDY_KEYS if k in merged}, where)
+    name = merged.get("name") if isinstance(merged.get("name"), str) else None
+    if layout.abstract:
+        _check_abstract(merged, where, _locator(sources, {}, None))
+        return Study(str(path.resolve()), "abstract", name, layout.all_axes, layout.report, ())
+    hint = (
+        None
+        if "name" in merged
+        else "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
+    )
+    if not layout.is_study:
+        lr = _finish(merged, path, where, overrides, mp, _locator(sources, sets, None), hint=hint)
+        return Study(lr.path, "recipe", lr.recipe.name, (), None, (lr,))
+    _check_study_name(name, where, hint)
+    _check_sets(sets, layout.all_axes, where)
+    cells = expand(name, merged, layout.axes, layout.variants, layout.excludes, where)
     loaded = tuple(
         _finish(
             c.data,
@@ -280,15 +236,20 @@ def load_study(
             _locator(sources, sets, c),
             study=name,
             cell=c,
-            title=f"cell {c.name!r} ({describe(c.cell, axes)}): invalid recipe",
+            title=f"cell {c.name!r} ({describe(c.cell, layout.axes)}): invalid recipe",
         )
         for c in cells
     )
-    axes_doc = report.model_dump() if report is not None else None
-    loaded = tuple(
-        lr.model_copy(update={"study_axes": axes_doc, "cell_labels": _labels(lr.cell, all_axes)}) for lr in loaded
+    return Study(str(path.resolve()), "study", name, layout.all_axes, layout.report, _with_labels(loaded, layout))
+
+
+def _with_labels(loaded: tuple[LoadedRecipe, ...], layout: _Layout) -> tuple[LoadedRecipe, ...]:
+    """Each cell with the study's report axes and the labels of its values (what reports show)."""
+    axes_doc = layout.report.model_dump() if layout.report is not None else None
+    return tuple(
+        lr.model_copy(update={"study_axes": axes_doc, "cell_labels": _labels(lr.cell, layout.all_axes)})
+        for lr in loaded
     )
-    return Study(str(path.resolve()), "study", name, all_axes, report, loaded)
 
 
 def _labels(cell: dict[str, Any], axes: tuple[Axis, ...]) -> dict[str, str]:

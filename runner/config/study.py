@@ -144,6 +144,60 @@ def _check_key(key: Any, what: str, where: str) -> str:
     return key
 
 
+def _axis_key(key: Any, where: str) -> str:
+    if key in ("variant", "name"):
+        raise RecipeError(
+            f"{key!r} cannot be an axis ("
+            + ("list variants under `variants`" if key == "variant" else "cell names are made from the study's name")
+            + ")",
+            file=where,
+            field="matrix",
+        )
+    return _check_key(key, "matrix", where)
+
+
+def _values_and_labels(key: str, spec: Any, where: str) -> tuple[list, list[str]]:
+    """An axis written as a list of values (labelled by `default_label`) or as a mapping label -> value."""
+    what = f"matrix.{key}"
+    if isinstance(spec, list):
+        labels = [default_label(key, v) for v in spec]
+        if any(lab is None for lab in labels):
+            raise RecipeError(
+                "these values need labels to name the cells",
+                file=where,
+                field=what,
+                hint=f"write the axis as label -> value: `{key}: {{small: ..., big: ...}}`",
+            )
+        return list(spec), labels
+    if isinstance(spec, dict):
+        labels = [_label_key(k, what, where) for k in spec]
+        bad = [lab for lab in labels if not LABEL_PATTERN.match(lab)]
+        if bad:
+            raise RecipeError(f"label {bad[0]!r}: labels may hold letters, digits and ._- only", file=where, field=what)
+        return list(spec.values()), labels
+    raise RecipeError(
+        f"expected a list of values or a mapping label -> value, got {spec!r}",
+        file=where,
+        field=what,
+        hint="a setting with one value belongs at its own key",
+    )
+
+
+def _check_distinct(values: list, labels: list[str], what: str, where: str) -> None:
+    if not values:
+        raise RecipeError("the axis has no values", file=where, field=what)
+    for i, v in enumerate(values):
+        if any(same(v, w) for w in values[:i]):
+            raise RecipeError(f"value {v!r} is listed twice", file=where, field=what)
+        if labels[i] in labels[:i]:
+            raise RecipeError(
+                f"two values have the label {labels[i]!r}",
+                file=where,
+                field=what,
+                hint="give the values distinct labels: `{label: value, ...}`",
+            )
+
+
 def parse_axes(matrix: Any, where: str) -> list[Axis]:
     if matrix is None:
         return []
@@ -151,57 +205,9 @@ def parse_axes(matrix: Any, where: str) -> list[Axis]:
         raise RecipeError("expected a mapping of dotted recipe key -> list of values", file=where, field="matrix")
     axes: list[Axis] = []
     for key, spec in matrix.items():
-        if key in ("variant", "name"):
-            raise RecipeError(
-                f"{key!r} cannot be an axis ("
-                + (
-                    "list variants under `variants`"
-                    if key == "variant"
-                    else "cell names are made from the study's name"
-                )
-                + ")",
-                file=where,
-                field="matrix",
-            )
-        key = _check_key(key, "matrix", where)
-        what = f"matrix.{key}"
-        if isinstance(spec, list):
-            values = list(spec)
-            labels = [default_label(key, v) for v in values]
-            if any(lab is None for lab in labels):
-                raise RecipeError(
-                    "these values need labels to name the cells",
-                    file=where,
-                    field=what,
-                    hint=f"write the axis as label -> value: `{key}: {{small: ..., big: ...}}`",
-                )
-        elif isinstance(spec, dict):
-            labels = [_label_key(k, what, where) for k in spec]
-            values = list(spec.values())
-            bad = [lab for lab in labels if not LABEL_PATTERN.match(lab)]
-            if bad:
-                raise RecipeError(
-                    f"label {bad[0]!r}: labels may hold letters, digits and ._- only", file=where, field=what
-                )
-        else:
-            raise RecipeError(
-                f"expected a list of values or a mapping label -> value, got {spec!r}",
-                file=where,
-                field=what,
-                hint="a setting with one value belongs at its own key",
-            )
-        if not values:
-            raise RecipeError("the axis has no values", file=where, field=what)
-        for i, v in enumerate(values):
-            if any(same(v, w) for w in values[:i]):
-                raise RecipeError(f"value {v!r} is listed twice", file=where, field=what)
-            if labels[i] in labels[:i]:
-                raise RecipeError(
-                    f"two values have the label {labels[i]!r}",
-                    file=where,
-                    field=what,
-                    hint="give the values distinct labels: `{label: value, ...}`",
-                )
+        key = _axis_key(key, where)
+        values, labels = _values_and_labels(key, spec, where)
+        _check_distinct(values, labels, f"matrix.{key}", where)
         clash = next((a.key for a in axes if overlaps(a.key, key)), None)
         if clash:
             raise RecipeError(

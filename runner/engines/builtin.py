@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 BUILTIN_PREFIX = "builtin:"
 BUILTINS = ("demo",)
@@ -82,21 +83,46 @@ def ensure_builtin(model_id: str) -> str:
     if _intact(out):
         return str(out)
     if out.exists():  # a cache cut short or damaged: build it again
-        import shutil
+        _remove_damaged(out)
+    _build(out)
+    return str(out)
 
-        try:
-            shutil.rmtree(out)
-        except OSError as e:
-            from runner.errors import RunnerError
 
-            raise RunnerError(
-                f"the cached builtin model is damaged and cannot be removed ({e.strerror})",
-                file=str(out),
-                hint="delete that folder; the runner builds it again",
-            ) from None
-    import torch
+def _remove_damaged(out: Path) -> None:
+    import shutil
+
+    try:
+        shutil.rmtree(out)
+    except OSError as e:
+        from runner.errors import RunnerError
+
+        raise RunnerError(
+            f"the cached builtin model is damaged and cannot be removed ({e.strerror})",
+            file=str(out),
+            hint="delete that folder; the runner builds it again",
+        ) from None
+
+
+def _build(out: Path) -> None:
+    """Train the tokenizer, initialise the model and save both to `out` (through a temporary folder, so a
+    killed build leaves no half-written `out`)."""
+    fast = _train_tokenizer()
+    model = _random_model(fast)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(tmp)
+    fast.save_pretrained(tmp)
+    _write_manifest(tmp)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process built it first
+        pass
+
+
+def _train_tokenizer() -> Any:
+    """A byte-level BPE tokenizer trained on the embedded sample, with ChatML specials and template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -110,6 +136,14 @@ def ensure_builtin(model_id: str) -> str:
     tok.train_from_iterator(_corpus_texts(), trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     fast.chat_template = CHATML
+    return fast
+
+
+def _random_model(fast: Any) -> Any:
+    """A tiny Qwen2-shaped model for the tokenizer, its weights drawn from a fixed seed."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
     torch.manual_seed(0)
     cfg = Qwen2Config(
         vocab_size=len(fast),
@@ -124,14 +158,4 @@ def ensure_builtin(model_id: str) -> str:
         bos_token_id=fast.convert_tokens_to_ids("<|endoftext|>"),
         tie_word_embeddings=True,
     )
-    model = Qwen2ForCausalLM(cfg)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(tmp)
-    fast.save_pretrained(tmp)
-    _write_manifest(tmp)
-    try:
-        tmp.rename(out)
-    except OSError:  # another process built it first
-        pass
-    return str(out)
+    return Qwen2ForCausalLM(cfg)

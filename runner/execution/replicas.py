@@ -1,9 +1,8 @@
 """Data-parallel replicas of a job, and what their runs hand back (no Ray here: see ray_executor.py).
 
-Each replica runs a contiguous share of every recipe's examples; the shares' samples are merged in
-dataset order, tokens, scores and latencies recomputed from them, generation time is the wall time
-from the first replica's generation start to the last one's end, engine start the slowest one's.
-A replica's finished samples are followed while it runs (`PartialTail`), so a retry continues them."""
+Each replica runs a contiguous share of every recipe's examples; the shares' results are merged into
+the recipe's in replica_merge.py. A replica's finished samples are followed while it runs
+(`PartialTail`), so a retry continues them."""
 
 from __future__ import annotations
 
@@ -18,11 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from runner.execution.assemble import Measured, _estimate, _pct, _throughput, mean_scores
 from runner.execution.job import Job, Unit
 from runner.execution.layout import RunFolder
 from runner.files import write_text_atomic
-from runner.reporting.results import Latency, Prefix, RunResult, Sample, Timings, Tokens
 
 Lines = dict[str, str]  # sample id -> its samples.jsonl line (no newline)
 WORKER_ROOT = "runner-ray"  # under the node's temp folder
@@ -239,143 +236,3 @@ class Board:
     def forget(self, names: list[str]) -> None:
         for name in names:
             self.seeds.pop(name, None)
-
-
-@dataclass(frozen=True)
-class Part:
-    """One replica's run of one recipe, as the driver received it."""
-
-    replica: Replica
-    where: dict  # node_id, node_ip, pid, attempts
-    result: RunResult
-    files: UnitFiles | None  # None when the task itself failed
-
-
-def replica_info(unit: Unit, p: Part) -> dict:
-    """A row of results.json's `replicas`."""
-    t = p.result.timings
-    return {
-        "index": p.replica.index,
-        "examples": list(p.replica.bounds[unit.name]),
-        **p.where,
-        "status": p.result.status,
-        "load_s": t.load_s,
-        "generate_s": t.generate_s,
-        "reused_samples": p.result.reused_samples,
-    }
-
-
-def merge_failed(unit: Unit, parts: list[Part]) -> RunResult:
-    """The recipe's failure: the first failed replica's, saying which share of the examples it had."""
-    bad = [p for p in parts if p.result.status != "ok"] or [p for p in parts if not (p.files and p.files.samples)]
-    first, n = bad[0], bad[0].replica.of
-    error = first.result.error or "the run wrote no samples.jsonl"
-    if n > 1:
-        a, b = first.replica.bounds[unit.name]
-        error = f"replica {first.replica.index + 1} of {n} (examples {a + 1}-{b}): {error}"
-        error += f" (and {len(bad) - 1} more of its replicas failed)" if len(bad) > 1 else ""
-    return first.result.model_copy(
-        update={"status": "failed", "error": error, "n_samples": 0, "n_dataset": unit.prepared.n_dataset}
-    )
-
-
-def _window(parts: list[Part], what: str) -> float:
-    """From the first replica's start of `what` (generation or the whole run) to the last one's end,
-    on each node's own clock; the longest replica's if an end is unknown."""
-    ends = [getattr(p.files, "generation_end" if what == "generate_s" else "run_end", None) for p in parts]
-    spans = [getattr(p.result.timings, what) or 0.0 for p in parts]
-    if any(e is None for e in ends):
-        return max(spans)
-    return max(ends) - min(e - s for e, s in zip(ends, spans, strict=True))  # type: ignore[operator]
-
-
-def _knobs(results: list[RunResult]) -> list:
-    """The first replica's knobs, except where another replica saw one not take effect."""
-    ignored = {k.name: k for res in results for k in res.knobs if k.status == "ignored"}
-    return [ignored.get(k.name, k) for k in results[0].knobs]
-
-
-def _prefix(
-    samples: list[Sample], results: list[RunResult], p_tok: int, cached: list[int], shards: list[list[Sample]]
-) -> tuple[Prefix, bool]:
-    """The shared prefix is the smallest of the replicas' (token ids do not come back): exact when the
-    replica with the smallest shares just the text prefix that all prompts share."""
-    ks = [r.prefix.shared_prefix_tokens for r in results]
-    k, text = min(ks), os.path.commonprefix([s.prompt for s in samples])
-    exact = any(
-        ki == k and os.path.commonprefix([s.prompt for s in sh]) == text for ki, sh in zip(ks, shards, strict=True)
-    )
-    return Prefix(
-        shared_prefix_tokens=k,
-        shared_prefix_share=k * len(samples) / p_tok if p_tok else 0.0,
-        hit_rate=sum(cached) / p_tok if cached and p_tok else None,
-    ), exact
-
-
-def _notes(parts: list[Part], exact_prefix: bool) -> list[str]:
-    """Notes every replica made once; the others each with the replica that made it."""
-    n = parts[0].replica.of
-    common = [x for x in parts[0].result.notes if all(x in p.result.notes for p in parts)]
-    notes = common + [
-        f"replica {p.replica.index + 1} of {n}: {x}" for p in parts for x in p.result.notes if x not in common
-    ]
-    notes.append(
-        f"ran as {n} data-parallel replicas on Ray, each on a contiguous share of the examples: "
-        "generation time is the wall time from the first replica's generation start to the last "
-        "one's end (each node's clock), engine start the slowest replica's; tokens, scores and "
-        "latencies are over the merged samples"
-    )
-    if not exact_prefix:
-        notes.append(
-            "shared prefix tokens: the smallest of the replicas' values, an upper bound here (the "
-            "replicas' prompts do not all share the text prefix all prompts share)"
-        )
-    return notes
-
-
-def merge_ok(unit: Unit, parts: list[Part]) -> tuple[RunResult, bytes]:
-    """The recipe's result and samples.jsonl from its replicas' (all ok), in dataset order."""
-    r = unit.loaded.recipe
-    results = [p.result for p in parts]
-    shards = [
-        [Sample.from_line(json.loads(x), r.metrics) for x in (p.files.samples or b"").splitlines() if x.strip()]
-        for p in parts
-        if p.files
-    ]
-    samples = [s for sh in shards for s in sh]
-    p_tok, o_tok = sum(s.prompt_tokens for s in samples), sum(s.output_tokens for s in samples)
-    cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
-    gen_s = _window(parts, "generate_s")
-    prefix, exact = _prefix(samples, results, p_tok, cached, shards)
-    peaks = [x.memory.peak_gpu_gib for x in results if x.memory.peak_gpu_gib is not None]
-    bases = [x.memory.baseline_gpu_gib for x in results if x.memory.baseline_gpu_gib is not None]
-    m = Measured(
-        generate_s=gen_s, peak_gpu_gib=None, baseline_gpu_gib=None, per_example=False, n_target=unit.prepared.n_target
-    )
-    memory = results[0].memory.model_copy(
-        update={"peak_gpu_gib": max(peaks) if peaks else None, "baseline_gpu_gib": max(bases) if bases else None}
-    )
-    res = results[0].model_copy(
-        update={
-            "n_samples": len(samples),
-            "n_dataset": unit.prepared.n_dataset,
-            "memory": memory,
-            "timings": Timings(
-                load_s=max(x.timings.load_s or 0.0 for x in results),
-                generate_s=gen_s,
-                total_s=max(_window(parts, "total_s"), gen_s),
-            ),  # gen_s counts reused samples' time
-            "tokens": Tokens(prompt=p_tok, output=o_tok, cached=sum(cached) if cached else None),
-            "throughput": _throughput(len(samples), p_tok, o_tok, gen_s),
-            "latency": Latency(ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct([s.latency_s for s in samples])),
-            "scores": mean_scores(samples, r.metrics),
-            "prefix": prefix,
-            "knobs": _knobs(results),
-            "estimate": _estimate(samples, m) if samples and len(samples) < m.n_target else None,
-            "notes": _notes(parts, exact),
-            "reused_samples": sum(x.reused_samples for x in results),
-            "started_at": min(x.started_at for x in results),
-            "finished_at": max(x.finished_at for x in results),
-        }
-    )
-    return res, b"".join(p.files.samples or b"" for p in parts if p.files)

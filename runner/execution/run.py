@@ -127,33 +127,11 @@ def _generate(
     todo = [i for i, ex in enumerate(examples) if ex.id not in done]
     reused = shared.users > 0
     engine = shared.get()
-    texts, ids = engine.encode(unit.prepared.messages)
-    if r.prompt.truncate:
-        from runner.inputs.context import context_length, truncate_left
-
-        ids, cut = truncate_left(ids, context_length(unit.loaded), r.sampling.max_tokens)
-        if cut:
-            base.notes.append(
-                f"{cut} prompt(s) were cut from the left to fit the model's context (prompt.truncate: true)"
-            )
+    texts, ids = _encode(unit, engine, base)
     base.plan = _plan(unit, ids, base)
     if not done:
         start_partial(folder.partial, unit.run_key)
-    bar = _progress_bar(len(ids), r.name, opts.progress, progress_file)
-    bar.update(len(done))
-    with PartialWriter(folder.partial) as writer:
-        sink = _Collector(unit, todo, texts, writer)
-        t0 = sink.clock = time.perf_counter()
-        engine.generate(
-            [Request(ids=ids[i], example=examples[i]) for i in todo],
-            r.sampling,
-            progress=bar.update if opts.progress else None,
-            sink=sink,
-        )
-    # generation ends when the last output is back (the sink's clock), as a plain generate() call
-    # would time it: what the engine does after handing over its last outputs counts in total only
-    gen_s = (sink.clock if sink.new else time.perf_counter()) - t0
-    bar.close()
+    sink, gen_s = _run_engine(unit, opts, engine, todo, texts, ids, len(done), progress_file)
     samples = [done[ex.id] if ex.id in done else sink.new[i] for i, ex in enumerate(examples)]
     write_jsonl_atomic(folder.samples, [s.to_line() for s in samples])
     folder.partial.unlink(missing_ok=True)
@@ -174,12 +152,62 @@ def _generate(
             f"({reused_s:.1f} s) to this run's ({gen_s:.1f} s)."
         )
     if reused:
-        result.timings.load_s = 0.0
-        result.notes.append(
-            f"this recipe ran on the engine started for {shared.unit.name} (engine start "
-            f"{engine.info.load_s:.1f} s, counted there); the prefix cache was reset before it"
-        )
+        _note_shared_engine(result, shared, engine)
     return result
+
+
+def _encode(unit: Unit, engine: Engine, base: RunResult) -> tuple[list[str], list[list[int]]]:
+    """The prompts as text and token ids, cut from the left where the recipe asks it (noted in `base`)."""
+    r = unit.loaded.recipe
+    texts, ids = engine.encode(unit.prepared.messages)
+    if r.prompt.truncate:
+        from runner.inputs.context import context_length, truncate_left
+
+        ids, cut = truncate_left(ids, context_length(unit.loaded), r.sampling.max_tokens)
+        if cut:
+            base.notes.append(
+                f"{cut} prompt(s) were cut from the left to fit the model's context (prompt.truncate: true)"
+            )
+    return texts, ids
+
+
+def _run_engine(
+    unit: Unit,
+    opts: RunOptions,
+    engine: Engine,
+    todo: list[int],
+    texts: list[str],
+    ids: list[list[int]],
+    n_done: int,
+    progress_file: IO[str] | None,
+) -> tuple[_Collector, float]:
+    """Generate the examples not yet done into the partial file; the sink and the generation time."""
+    r, examples = unit.loaded.recipe, unit.prepared.examples
+    bar = _progress_bar(len(ids), r.name, opts.progress, progress_file)
+    bar.update(n_done)
+    with PartialWriter(RunFolder.of(opts.out, unit.name).partial) as writer:
+        sink = _Collector(unit, todo, texts, writer)
+        t0 = sink.clock = time.perf_counter()
+        engine.generate(
+            [Request(ids=ids[i], example=examples[i]) for i in todo],
+            r.sampling,
+            progress=bar.update if opts.progress else None,
+            sink=sink,
+        )
+    # generation ends when the last output is back (the sink's clock), as a plain generate() call
+    # would time it: what the engine does after handing over its last outputs counts in total only
+    gen_s = (sink.clock if sink.new else time.perf_counter()) - t0
+    bar.close()
+    return sink, gen_s
+
+
+def _note_shared_engine(result: RunResult, shared: SharedEngine, engine: Engine) -> None:
+    """A recipe that ran on an engine another recipe started: its engine start counts there."""
+    result.timings.load_s = 0.0
+    result.notes.append(
+        f"this recipe ran on the engine started for {shared.unit.name} (engine start "
+        f"{engine.info.load_s:.1f} s, counted there); the prefix cache was reset before it"
+    )
 
 
 def _plan(unit: Unit, ids: list[list[int]], base: RunResult) -> dict[str, Any] | None:

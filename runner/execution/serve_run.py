@@ -146,7 +146,8 @@ def run_serving(unit: Unit, opts: RunOptions, base: RunResult, progress_file: IO
     """Run one `load:` recipe: start the server, sweep the rates, stop the server, assemble the result
     and write samples.jsonl (the headline rate's requests). Raises on failure (run_unit records it)."""
     from runner.execution.gpumem import PeakSampler, used_gib, wait_for_release
-    from runner.execution.serve_sweep import finish, sweep
+    from runner.execution.serve_result import finish
+    from runner.execution.serve_sweep import sweep
     from runner.serving.server import free_port
 
     r = unit.loaded.recipe

@@ -38,7 +38,7 @@ from pydantic import Field
 
 from ..strict import StrictModel
 from .gpus import GPU
-from .memory import count_parameters, model_shape
+from .shape import count_parameters, model_shape
 
 
 class Floor(StrictModel):

@@ -45,196 +45,23 @@ from typing import Any
 from pydantic import Field
 
 from ..strict import StrictModel
+from .shape import model_shape
+from .weights import DTYPE_BYTES, resolve_dtype, resolve_quantization, weight_bytes
 
 GIB = 2**30
 NON_TORCH_GIB = 0.25
 CUDA_GRAPH_GIB = 0.5
-_DTYPE_BYTES = {"float16": 2, "half": 2, "bfloat16": 2, "float32": 4, "float": 4}
-
-
-class ModelShape(StrictModel):
-    """The dimensions that size a dense decoder-only transformer."""
-
-    model_type: str = Field(description="config.json model_type.")
-    hidden: int = Field(description="hidden_size (H).")
-    layers: int = Field(description="num_hidden_layers (L).")
-    heads: int = Field(description="num_attention_heads (nh).")
-    kv_heads: int = Field(description="num_key_value_heads (kv); = heads without GQA.")
-    head_dim: int = Field(description="head_dim (d); hidden / heads when absent.")
-    intermediate: int = Field(description="intermediate_size (I).")
-    vocab: int = Field(description="vocab_size (V).")
-    tied: bool = Field(description="tie_word_embeddings: lm_head shares the embedding.")
-    qkv_bias: bool = Field(description="q/k/v projections have biases.")
-    o_bias: bool = Field(description="o projection has a bias.")
-    mlp_bias: bool = Field(description="MLP projections have biases.")
-    qk_norm: bool = Field(description="Per-head q/k RMSNorm (Qwen3).")
-    max_position: int | None = Field(description="max_position_embeddings.")
-    dtype: str = Field(description="Checkpoint dtype (torch_dtype).")
-
-
-def model_shape(config: Mapping[str, Any]) -> ModelShape:
-    """The shape from a config.json dict (a multimodal config's ``text_config`` when the top level has none)."""
-    c = config
-    if "hidden_size" not in c and isinstance(c.get("text_config"), Mapping):
-        c = {**c["text_config"], "quantization_config": config.get("quantization_config")}
-    for key in ("num_experts", "num_local_experts", "n_routed_experts"):
-        if c.get(key):
-            raise ValueError(f"mixture-of-experts configs ({key}={c[key]}) are not modelled")
-    mt = str(c.get("model_type", ""))
-    heads = int(c["num_attention_heads"])
-    return ModelShape(
-        model_type=mt,
-        hidden=int(c["hidden_size"]),
-        layers=int(c["num_hidden_layers"]),
-        heads=heads,
-        kv_heads=int(c.get("num_key_value_heads") or heads),
-        head_dim=int(c.get("head_dim") or c["hidden_size"] // heads),
-        intermediate=int(c["intermediate_size"]),
-        vocab=int(c["vocab_size"]),
-        tied=bool(c.get("tie_word_embeddings", mt.startswith("gemma"))),
-        qkv_bias=bool(c.get("attention_bias", False)) or mt == "qwen2",
-        o_bias=bool(c.get("attention_bias", False)),
-        mlp_bias=bool(c.get("mlp_bias", False)),
-        qk_norm=mt.startswith("qwen3"),
-        max_position=c.get("max_position_embeddings"),
-        dtype=str(c.get("torch_dtype") or c.get("dtype") or "bfloat16"),
-    )
-
-
-def linear_shapes(s: ModelShape) -> list[tuple[int, int]]:
-    """(in, out) of one decoder layer's matmuls: q, k, v, o, gate, up, down."""
-    q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
-    h, i = s.hidden, s.intermediate
-    return [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]
-
-
-class ParamCount(StrictModel):
-    """Parameters by kind."""
-
-    embedding: int = Field(description="Token embedding, V*H.")
-    lm_head: int = Field(description="Output projection, V*H; 0 when tied to the embedding.")
-    linear: int = Field(description="Decoder-layer matmul weights (what AWQ/GPTQ/fp8/bitsandbytes quantize).")
-    biases: int = Field(description="Bias vectors.")
-    norms: int = Field(description="Norm weights.")
-    total: int = Field(description="All parameters.")
-
-
-def count_parameters(config: Mapping[str, Any]) -> ParamCount:
-    s = model_shape(config)
-    q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
-    linear = s.layers * sum(a * b for a, b in linear_shapes(s))
-    per_layer_bias = (
-        ((q + 2 * kv) if s.qkv_bias else 0)
-        + (s.hidden if s.o_bias else 0)
-        + ((2 * s.intermediate + s.hidden) if s.mlp_bias else 0)
-    )
-    norms = s.layers * (2 * s.hidden + (2 * s.head_dim if s.qk_norm else 0)) + s.hidden
-    emb = s.vocab * s.hidden
-    head = 0 if s.tied else emb
-    biases = s.layers * per_layer_bias
-    return ParamCount(
-        embedding=emb,
-        lm_head=head,
-        linear=linear,
-        biases=biases,
-        norms=norms,
-        total=emb + head + linear + biases + norms,
-    )
-
-
-class Quantization(StrictModel):
-    """How the linear weights are stored."""
-
-    method: str = Field(description="none, fp8, awq, gptq or bitsandbytes.")
-    bits: int = Field(description="Bits per linear weight.")
-    group_size: int = Field(-1, description="AWQ/GPTQ group size along the input; -1 = one group per row.")
-    zero_point: bool = Field(True, description="AWQ/GPTQ store a zero point per group.")
-    double_quant: bool = Field(False, description="bitsandbytes 4-bit double quantization.")
-
-
-_ALIASES = {
-    "awq": "awq",
-    "awq_marlin": "awq",
-    "gptq": "gptq",
-    "gptq_marlin": "gptq",
-    "fp8": "fp8",
-    "bitsandbytes": "bitsandbytes",
-}
-
-
-def resolve_quantization(config: Mapping[str, Any], quantization: str | None = None) -> Quantization:
-    """The recipe's ``engine.quantization`` (vLLM's name), else the checkpoint's ``quantization_config``."""
-    qc = config.get("quantization_config") or {}
-    name = quantization or qc.get("quant_method")
-    if name is None:
-        return Quantization(method="none", bits=16)
-    method = _ALIASES.get(str(name).lower())
-    if method is None:
-        raise ValueError(f"quantization {name!r} is not modelled (known: {', '.join(sorted(set(_ALIASES)))})")
-    if method == "fp8":
-        return Quantization(method="fp8", bits=8)
-    if method == "bitsandbytes":
-        eight = bool(qc.get("load_in_8bit", False))
-        return Quantization(
-            method=method, bits=8 if eight else 4, double_quant=bool(qc.get("bnb_4bit_use_double_quant", False))
-        )
-    if qc.get("quant_method") not in ("awq", "gptq"):
-        raise ValueError(f"{method} needs a checkpoint whose config.json has an {method} quantization_config")
-    zero = bool(qc.get("zero_point", True)) if method == "awq" else True
-    return Quantization(
-        method=method,
-        bits=int(qc.get("bits", qc.get("w_bit", 4))),
-        group_size=int(qc.get("group_size", qc.get("q_group_size", 128))),
-        zero_point=zero,
-    )
-
-
-def resolve_dtype(config: Mapping[str, Any], dtype: str = "auto") -> str:
-    """vLLM's ``dtype=auto``: the checkpoint's dtype, float32 checkpoints run in bfloat16."""
-    d = model_shape(config).dtype if dtype == "auto" else dtype
-    if d not in _DTYPE_BYTES:
-        raise ValueError(f"dtype {d!r} is not modelled")
-    return "bfloat16" if dtype == "auto" and _DTYPE_BYTES[d] == 4 else d
-
-
-def _linear_bytes(s: ModelShape, q: Quantization, dtype_bytes: int) -> float:
-    mats = linear_shapes(s)
-    n = sum(a * b for a, b in mats)
-    if q.method == "none":
-        per_layer = n * dtype_bytes
-    elif q.method == "fp8":
-        per_layer = n
-    elif q.method in ("awq", "gptq"):
-        per_layer = 0.0
-        for fan_in, fan_out in mats:
-            groups = fan_out * math.ceil(fan_in / (q.group_size if q.group_size > 0 else fan_in))
-            per_layer += fan_in * fan_out * q.bits / 8 + groups * (2 + (q.bits / 8 if q.zero_point else 0))
-    elif q.bits == 8:  # bitsandbytes LLM.int8: int8 weights + an fp32 scale per output row
-        per_layer = n + 4 * sum(out for _, out in mats)
-    else:  # bitsandbytes NF4, blocks of 64 weights
-        blocks = sum(math.ceil(a * b / 64) for a, b in mats)
-        per_layer = n / 2 + (blocks + 4 * math.ceil(blocks / 256) if q.double_quant else 4 * blocks)
-    return s.layers * per_layer
-
-
-def weight_bytes(config: Mapping[str, Any], dtype: str = "auto", quantization: str | None = None) -> int:
-    """Bytes of the weights on the GPU (formulas in the module docstring)."""
-    s, p = model_shape(config), count_parameters(config)
-    q = resolve_quantization(config, quantization)
-    b = _DTYPE_BYTES[resolve_dtype(config, dtype)]
-    other = p.embedding + p.lm_head + p.biases + p.norms
-    return round(_linear_bytes(s, q, b) + other * b)
 
 
 def kv_bytes_per_token(config: Mapping[str, Any], kv_cache_dtype: str = "auto", dtype: str = "auto") -> int:
     """L * kv heads * head dim * 2 * bytes (``auto`` = the model dtype, ``fp8*`` = 1)."""
     s = model_shape(config)
     if kv_cache_dtype == "auto":
-        b = _DTYPE_BYTES[resolve_dtype(config, dtype)]
+        b = DTYPE_BYTES[resolve_dtype(config, dtype)]
     elif kv_cache_dtype.startswith("fp8"):
         b = 1
-    elif kv_cache_dtype in _DTYPE_BYTES:
-        b = _DTYPE_BYTES[kv_cache_dtype]
+    elif kv_cache_dtype in DTYPE_BYTES:
+        b = DTYPE_BYTES[kv_cache_dtype]
     else:
         raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r} is not modelled")
     return s.layers * s.kv_heads * s.head_dim * 2 * b
@@ -249,7 +76,7 @@ def activation_bytes(
 ) -> int:
     """Peak activation estimate of vLLM's profiling pass (formula in the module docstring)."""
     s = model_shape(config)
-    a = _DTYPE_BYTES[resolve_dtype(config, dtype)]
+    a = DTYPE_BYTES[resolve_dtype(config, dtype)]
     t = max_num_batched_tokens
     forward = t * (3 * s.intermediate + 4 * s.hidden) * a
     if resolve_quantization(config, quantization).method == "fp8":

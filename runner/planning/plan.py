@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field
@@ -154,30 +155,76 @@ def make_plan(
         enforce_eager=enforce_eager,
     )
     lens = [len(p) for p in prompt_ids]
-    hits, needed, _ = simulate_prefix_cache(prompt_ids, block_size, None)
-    upper = enable_prefix_caching and needed > mem.kv_capacity_blocks
-    lru = None
-    if upper and mem.kv_capacity_blocks > 0:
-        lru = sum(simulate_prefix_cache(prompt_ids, block_size, mem.kv_capacity_blocks)[0])
-    used = hits if enable_prefix_caching else [0] * len(lens)
+    reuse = _reuse(prompt_ids, block_size, mem.kv_capacity_blocks, enable_prefix_caching)
     b = batch or _default_batch(len(lens), seqs, mem.kv_capacity_tokens, sum(lens) / max(1, len(lens)), max_tokens)
-    fl = compute_floor(
+    fl = _floor(config, lens, reuse.used, max_tokens, g, mem, b, t)
+    advice = []
+    if layout is not None:
+        advice = advise_layout(layout, block_size, mem.kv_capacity_blocks if reuse.upper else None)
+    return _assemble(name, g, lens, max_tokens, block_size, reuse, mem, b, fl, advice)
+
+
+@dataclass(frozen=True)
+class _Reuse:
+    """What the prefix cache serves of the prompts."""
+
+    enabled: bool
+    hits: list[int]  # cached tokens per request with room for every block (what caching would serve)
+    needed: int  # distinct full prompt blocks all that reuse needs
+    upper: bool  # caching is on and the KV cache holds fewer blocks: hits are an upper bound
+    lru: int | None  # when upper: an LRU estimate at the KV capacity
+    used: list[int]  # cached tokens per request as planned (zeros when caching is off)
+
+
+def _reuse(prompt_ids: Sequence[Sequence[int]], block_size: int, capacity_blocks: int, enabled: bool) -> _Reuse:
+    hits, needed, _ = simulate_prefix_cache(prompt_ids, block_size, None)
+    upper = enabled and needed > capacity_blocks
+    lru = None
+    if upper and capacity_blocks > 0:
+        lru = sum(simulate_prefix_cache(prompt_ids, block_size, capacity_blocks)[0])
+    used = hits if enabled else [0] * len(prompt_ids)
+    return _Reuse(enabled=enabled, hits=hits, needed=needed, upper=upper, lru=lru, used=used)
+
+
+def _floor(
+    config: Mapping[str, Any],
+    lens: Sequence[int],
+    cached: Sequence[int],
+    max_tokens: int,
+    g: GPU,
+    mem: MemoryPlan,
+    batch: int,
+    max_num_batched_tokens: int,
+) -> Floor | None:
+    """The compute floor with the weights, offload and KV layout the memory plan found."""
+    return compute_floor(
         config,
         lens,
-        used,
+        cached,
         max_tokens,
         gpu=g,
         quantization=mem.quantization,
         dtype=mem.dtype,
         weight_gpu_bytes=mem.weights_gpu_gib * GIB,
         kv_bytes_per_token=mem.kv_bytes_per_token,
-        batch=b,
-        max_num_batched_tokens=t,
+        batch=batch,
+        max_num_batched_tokens=max_num_batched_tokens,
         offload_bytes=(mem.weights_gib - mem.weights_gpu_gib) * GIB,
     )
-    advice = []
-    if layout is not None:
-        advice = advise_layout(layout, block_size, mem.kv_capacity_blocks if upper else None)
+
+
+def _assemble(
+    name: str,
+    g: GPU,
+    lens: Sequence[int],
+    max_tokens: int,
+    block_size: int,
+    reuse: _Reuse,
+    mem: MemoryPlan,
+    batch: int,
+    fl: Floor | None,
+    advice: list[LayoutAdvice],
+) -> Plan:
     total = sum(lens)
     fields: dict[str, Any] = {
         "name": name,
@@ -188,23 +235,23 @@ def make_plan(
         "max_tokens": max_tokens,
         "max_model_len": mem.max_model_len,
         "over_context": sum(1 for n in lens if n + max_tokens > mem.max_model_len) if mem.max_model_len else 0,
-        "prefix_caching": enable_prefix_caching,
-        "cached_prompt_tokens": sum(used),
-        "cached_share": sum(used) / total if total else 0.0,
+        "prefix_caching": reuse.enabled,
+        "cached_prompt_tokens": sum(reuse.used),
+        "cached_share": sum(reuse.used) / total if total else 0.0,
         "block_size": block_size,
-        "kv_blocks_needed": needed,
-        "cache_upper_bound": upper,
-        "cached_prompt_tokens_lru": lru,
+        "kv_blocks_needed": reuse.needed,
+        "cache_upper_bound": reuse.upper,
+        "cached_prompt_tokens_lru": reuse.lru,
         "weights_gib": mem.weights_gib,
         "kv_bytes_per_token": mem.kv_bytes_per_token,
         "kv_capacity_tokens": mem.kv_capacity_tokens,
         "fits": mem.fits,
         "cpu_offload_gb_needed": mem.cpu_offload_gb_needed,
         "memory": mem,
-        "batch": b,
+        "batch": batch,
         "floor_s": fl.floor_s if fl else None,
         "bound": fl.bound if fl else None,
         "floor": fl,
         "layout_advice": advice,
     }
-    return Plan(**fields, notes=_notes(fields, g, sum(hits)))
+    return Plan(**fields, notes=_notes(fields, g, sum(reuse.hits)))

@@ -5,18 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from runner.execution.layout import RunFolder
 from runner.files import write_text_atomic
 from runner.reporting.format import N_EXAMPLES_SHOWN, cell, dflt, gib, inline, secs, table
 from runner.reporting.plan_markdown import predicted_vs_measured
 from runner.reporting.replicas_markdown import where_it_ran
+from runner.reporting.reproduce import reproducibility
 from runner.reporting.results import RunResult
 from runner.reporting.serving_markdown import serving_section
 from runner.reporting.serving_plots import latency_chart
 from runner.reporting.stored import load_samples
-from runner.reporting.study import cell_line
+from runner.reporting.study_axes import cell_line
 
 
 def _interval(e: Any) -> str:
@@ -61,6 +60,28 @@ def _banners(r: RunResult) -> list[str]:
 
 
 def report_markdown(r: RunResult, samples: list[dict]) -> str:
+    """report.md: its sections in order."""
+    sections = (
+        _header,
+        _time_section,
+        where_it_ran,
+        _tokens_section,
+        _latency_section,
+        serving_section,
+        _memory_section,
+        _scores_section,
+        _prefix_section,
+        predicted_vs_measured,
+        _knobs_section,
+    )
+    parts = [line for section in sections for line in section(r)]
+    parts += _samples_section(samples)
+    parts += reproducibility(r)
+    return "\n".join(parts)
+
+
+def _header(r: RunResult) -> list[str]:
+    """The title, the study cell line, the description, the status line and the banners."""
     rec = r.recipe
     parts = [f"# {r.name}", "", *cell_line(r)]
     if rec.get("description"):
@@ -73,15 +94,18 @@ def report_markdown(r: RunResult, samples: list[dict]) -> str:
     ]
     for b in _banners(r):  # each its own block quote (adjacent ones would merge)
         parts += [b, ""]
-    parts += ["", "## Time and throughput", ""]
+    return parts
+
+
+def _time_section(r: RunResult) -> list[str]:
+    parts = ["", "## Time and throughput", ""]
     t, th = r.timings, r.throughput
-    gen = secs(t.generate_s)
     parts.append(
         table(
             [
                 [
                     secs(t.load_s),
-                    gen,
+                    secs(t.generate_s),
                     secs(t.total_s),
                     cell(th.requests_per_s),
                     cell(th.output_tokens_per_s),
@@ -98,8 +122,11 @@ def report_markdown(r: RunResult, samples: list[dict]) -> str:
             f"Projected full-dataset generation (**estimate**): ~{secs(e.projected_s)} "
             f"({_interval(e)}) from {e.n_measured} examples.",
         ]
-    parts += where_it_ran(r)
-    parts += ["", "## Tokens", ""]
+    return parts
+
+
+def _tokens_section(r: RunResult) -> list[str]:
+    parts = ["", "## Tokens", ""]
     parts.append(
         table(
             [
@@ -114,18 +141,27 @@ def report_markdown(r: RunResult, samples: list[dict]) -> str:
             ["prompt", "output", "prompt from cache", "prompt / example", "output / example"],
         )
     )
+    return parts
+
+
+def _latency_section(r: RunResult) -> list[str]:
     lat = [(n, p) for n, p in (("time to first token", r.latency.ttft_s), ("end-to-end", r.latency.e2e_s)) if p]
-    if lat:
-        parts += ["", "## Latency per request", ""]
-        parts.append(
-            table(
-                [[n, secs(p.p50), secs(p.p90), secs(p.p99), secs(p.mean)] for n, p in lat],
-                ["", "p50", "p90", "p99", "mean"],
-            )
-        )
-    parts += serving_section(r)
+    if not lat:
+        return []
+    return [
+        "",
+        "## Latency per request",
+        "",
+        table(
+            [[n, secs(p.p50), secs(p.p90), secs(p.p99), secs(p.mean)] for n, p in lat],
+            ["", "p50", "p90", "p99", "mean"],
+        ),
+    ]
+
+
+def _memory_section(r: RunResult) -> list[str]:
     m = r.memory
-    parts += ["", "## Memory", ""]
+    parts = ["", "## Memory", ""]
     parts.append(
         table(
             [
@@ -140,60 +176,74 @@ def report_markdown(r: RunResult, samples: list[dict]) -> str:
             ["peak GPU (whole device)", "GPU before start", "weights", "KV cache (tokens)", "KV cache"],
         )
     )
-    parts += ["", "## Scores", ""]
+    return parts
+
+
+def _scores_section(r: RunResult) -> list[str]:
+    parts = ["", "## Scores", ""]
     if r.scores:
         parts += score_table(r)
     else:
         parts.append("No scores (no gold answers, or the run failed).")
+    return parts
+
+
+def _prefix_section(r: RunResult) -> list[str]:
+    if r.status != "ok":
+        return []
     p = r.prefix
-    parts += (
-        []
-        if r.status != "ok"
-        else [
-            "",
-            "## Prompt prefix",
-            "",
-            f"Every prompt starts with the same {p.shared_prefix_tokens} tokens "
-            f"({p.shared_prefix_share:.1%} of all prompt tokens); a block-granular prefix cache also reuses "
-            "prefixes shared by some prompts only (see the prediction below)."
-            + (f" Measured hit rate: {p.hit_rate:.1%}." if p.hit_rate is not None else ""),
-        ]
-    )
-    parts += predicted_vs_measured(r)
-    if r.knobs:
-        parts += ["", "## Knobs: requested and effective", ""]
-        parts.append(
-            table(
+    return [
+        "",
+        "## Prompt prefix",
+        "",
+        f"Every prompt starts with the same {p.shared_prefix_tokens} tokens "
+        f"({p.shared_prefix_share:.1%} of all prompt tokens); a block-granular prefix cache also reuses "
+        "prefixes shared by some prompts only (see the prediction below)."
+        + (f" Measured hit rate: {p.hit_rate:.1%}." if p.hit_rate is not None else ""),
+    ]
+
+
+def _knobs_section(r: RunResult) -> list[str]:
+    if not r.knobs:
+        return []
+    return [
+        "",
+        "## Knobs: requested and effective",
+        "",
+        table(
+            [
                 [
-                    [
-                        k.name,
-                        dflt(k.requested),
-                        dflt(k.effective),
-                        ("**IGNORED**" if k.status == "ignored" else k.status),
-                        k.evidence,
-                    ]
-                    for k in r.knobs
-                ],
-                ["knob", "requested", "effective", "status", "evidence"],
-            )
-        )
-    if samples:
-        parts += ["", "## Sample prompts and outputs", ""]
-        for s in samples[:N_EXAMPLES_SHOWN]:
-            parts += [
-                f"### {s['id']}",
-                "",
-                "Prompt:",
-                "",
-                "```text",
-                s["prompt"].replace("```", "ˋˋˋ"),
-                "```",
-                "",
-                f"Output: `{inline(s['output'])}` · gold: " + ", ".join(f"`{inline(a)}`" for a in s.get("answers", [])),
-                "",
-            ]
-    parts += reproducibility(r)
-    return "\n".join(parts)
+                    k.name,
+                    dflt(k.requested),
+                    dflt(k.effective),
+                    ("**IGNORED**" if k.status == "ignored" else k.status),
+                    k.evidence,
+                ]
+                for k in r.knobs
+            ],
+            ["knob", "requested", "effective", "status", "evidence"],
+        ),
+    ]
+
+
+def _samples_section(samples: list[dict]) -> list[str]:
+    if not samples:
+        return []
+    parts = ["", "## Sample prompts and outputs", ""]
+    for s in samples[:N_EXAMPLES_SHOWN]:
+        parts += [
+            f"### {s['id']}",
+            "",
+            "Prompt:",
+            "",
+            "```text",
+            s["prompt"].replace("```", "ˋˋˋ"),
+            "```",
+            "",
+            f"Output: `{inline(s['output'])}` · gold: " + ", ".join(f"`{inline(a)}`" for a in s.get("answers", [])),
+            "",
+        ]
+    return parts
 
 
 def score_table(r: RunResult) -> list[str]:
@@ -213,37 +263,6 @@ def score_table(r: RunResult) -> list[str]:
         + (", ".join(f"{k}={v!r}" for k, v in post.items()) or "none")
         + (f"; gold policy set by the recipe: {gold}" if gold else "; gold policy: each metric's own")
         + ".",
-    ]
-    return out
-
-
-REPRO_KEYS = ("runner", "git_commit", "python", "platform", "gpu", "driver", "cuda_driver", "gpu_memory_gib")
-
-
-def reproducibility(r: RunResult) -> list[str]:
-    """Everything needed to run this again and get comparable numbers."""
-    env = r.environment
-    rows = [["recipe hash", f"`{r.recipe_hash}`"], ["run key", f"`{r.run_key}`" if r.run_key else None]]
-    rows += [[k, f"`{v}`"] for k, v in env.get("inputs", {}).items()]
-    rows += [[k.replace("_", " "), env.get(k)] for k in REPRO_KEYS]
-    rows += [[k, v] for k, v in env.get("packages", {}).items()]
-    extra = env.get("engine_extra", {})
-    if extra.get("model_runner"):
-        rows.append(["vLLM model runner", extra["model_runner"]])
-    if extra.get("env"):
-        rows.append(["engine environment", ", ".join(f"{k}={v}" for k, v in extra["env"].items())])
-    rows.append(["started / finished", f"{r.started_at} / {r.finished_at}"])
-    out = ["", "## Reproduce", "", table(rows, ["", "value"]), ""]
-    if r.command:
-        out += ["Command (from the directory it was run in):", "", "```bash", r.command, "```"]
-    out += [
-        "",
-        "## Resolved recipe",
-        "",
-        "```yaml",
-        yaml.safe_dump(r.recipe, sort_keys=False, allow_unicode=True).rstrip(),
-        "```",
-        "",
     ]
     return out
 

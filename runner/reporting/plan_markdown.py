@@ -76,13 +76,8 @@ def _off(pred: float | None, meas: float | None) -> float | None:
     return (pred - meas) / meas
 
 
-def predicted_vs_measured(r: RunResult) -> list[str]:
-    """A report section: each prediction next to its measurement, with warnings beyond tolerance."""
-    from runner.reporting.format import table
-
-    p = r.plan
-    if not p or r.status != "ok":
-        return []
+def _measured_rows(r: RunResult, p: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
+    """A row per measured prediction (cached tokens, weights, KV capacity), and warnings beyond tolerance."""
     rows, warn = [], []
     pairs = [
         ("cached prompt tokens", "cached_prompt_tokens", p.get("cached_prompt_tokens"), r.tokens.cached),
@@ -106,30 +101,45 @@ def predicted_vs_measured(r: RunResult) -> list[str]:
         )
         if off is not None and abs(off) > TOLERANCE[key]:
             warn.append(f"> **Warning**: predicted {label} off by {off:+.1%} (tolerance ±{TOLERANCE[key]:.1%}).")
-    floor, gen = p.get("floor_s"), r.timings.generate_s
-    roof = floor / gen if floor and gen else None
-    rows.append(
-        [
-            "generation floor (s)",
-            "–" if floor is None else f"{floor:.2f} ({p.get('bound')})",
-            "–" if gen is None else f"{gen:.2f}",
-            "–" if roof is None else f"roofline {roof:.0%}",
-        ]
-    )
+    return rows, warn
+
+
+def _floor_row(r: RunResult, p: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The generation floor against the measured generation time (of a run that finished), and a warning
+    where it is above it."""
+    floor, gen, roof = p.get("floor_s"), r.timings.generate_s, roofline(r)
+    row = [
+        "generation floor (s)",
+        "–" if floor is None else f"{floor:.2f} ({p.get('bound')})",
+        "–" if gen is None else f"{gen:.2f}",
+        "–" if roof is None else f"roofline {roof:.0%}",
+    ]
     if roof is not None and roof > 1:
-        warn.append(
+        return row, [
             "> **Warning**: the predicted floor is above the measured generation time: the floor's "
             "assumptions (peaks, batch) do not hold for this run."
-        )
+        ]
+    return row, []
+
+
+def predicted_vs_measured(r: RunResult) -> list[str]:
+    """A report section: each prediction next to its measurement, with warnings beyond tolerance."""
+    from runner.reporting.format import table
+
+    p = r.plan
+    if not p or r.status != "ok":
+        return []
+    rows, warn = _measured_rows(r, p)
+    floor, floor_warn = _floor_row(r, p)
     out = [
         "",
         "## Predicted and measured",
         "",
         f"Predicted before the engine started (`runner plan`, GPU {p.get('gpu')}); measured in this run.",
         "",
-        table(rows, ["", "predicted", "measured", "off by"]),
+        table([*rows, floor], ["", "predicted", "measured", "off by"]),
     ]
-    for w in warn:
+    for w in warn + floor_warn:
         out += ["", w]
     return out
 

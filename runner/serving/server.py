@@ -37,6 +37,7 @@ from typing import Any
 from typing_extensions import Self
 
 from runner.errors import RunnerError
+from runner.serving.process_group import stop_group
 
 DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 # vLLM 0.26.0 flags with no `--no-` form: `action="store_true"` (arg_utils.py, openai/cli_args.py) and
@@ -142,50 +143,6 @@ def _tail(path: Path, n: int = 15) -> str:
     return "\n".join(lines)
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether the process group has a member that is not a zombie. Orphans of the group that a PID 1
-    which never reaps (common in containers) leaves as zombies keep `killpg(pgid, 0)` succeeding, so on
-    Linux the members of this one group are looked up in /proc and zombies are not counted."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        pids = [p for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return True
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        state, _ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
-        if int(pgrp) == pgid and state not in ("Z", "X"):
-            return True
-    return False
-
-
-def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
-    """SIGTERM the process group led by proc, SIGKILL what is left after grace_s; reap the leader."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + wait_s
-        while True:
-            proc.poll()  # reap the leader: a zombie leader keeps the group alive
-            if not _group_alive(proc.pid):
-                proc.poll()
-                return
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.05)
-    proc.poll()
-
-
 class Server:
     """A server process in its own process group, healthy between `__enter__` and `__exit__`.
 
@@ -267,22 +224,7 @@ class Server:
     def stop(self) -> None:
         """End the whole process group (idempotent). Ctrl-C or SIGTERM arriving meanwhile (main thread) is
         held until the group is gone, then raised; the SIGTERM handler from before `__enter__` is restored."""
-        pending: list[int] = []
-        held: dict[int, Any] = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                held[sig] = signal.signal(sig, lambda signum, frame: pending.append(signum))
-        try:
-            if self.proc is not None:
-                _kill_group(self.proc, self.grace_s)
-        finally:
-            for sig, handler in held.items():
-                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-            self._restore_sigterm()
-        if signal.SIGINT in pending:
-            raise KeyboardInterrupt
-        if pending:
-            raise SystemExit(128 + signal.SIGTERM)
+        stop_group(self.proc, self.grace_s, then=self._restore_sigterm)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

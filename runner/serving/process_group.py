@@ -1,0 +1,78 @@
+"""Ending a server's process group (server.py): SIGTERM, then SIGKILL, until no member is left; Ctrl-C and
+SIGTERM arriving meanwhile wait until it is gone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether the process group has a member that is not a zombie. Orphans of the group that a PID 1
+    which never reaps (common in containers) leaves as zombies keep `killpg(pgid, 0)` succeeding, so on
+    Linux the members of this one group are looked up in /proc and zombies are not counted."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return True
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        state, _ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
+        if int(pgrp) == pgid and state not in ("Z", "X"):
+            return True
+    return False
+
+
+def kill_group(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM the process group led by proc, SIGKILL what is left after grace_s; reap the leader."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait_s
+        while True:
+            proc.poll()  # reap the leader: a zombie leader keeps the group alive
+            if not group_alive(proc.pid):
+                proc.poll()
+                return
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+    proc.poll()
+
+
+def stop_group(proc: subprocess.Popen | None, grace_s: float, then: Callable[[], None]) -> None:
+    """kill_group (nothing without a process); Ctrl-C or SIGTERM arriving meanwhile (main thread) is held
+    until the group is gone, then raised, after the handlers from before are back and `then` has run."""
+    pending: list[int] = []
+    held: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            held[sig] = signal.signal(sig, lambda signum, frame: pending.append(signum))
+    try:
+        if proc is not None:
+            kill_group(proc, grace_s)
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        then()
+    if signal.SIGINT in pending:
+        raise KeyboardInterrupt
+    if pending:
+        raise SystemExit(128 + signal.SIGTERM)
