@@ -7,6 +7,7 @@ from typing import Any
 
 from runner.config.recipe import Recipe
 from runner.engines.base import EngineInfo, Generation
+from runner.execution.job import Unit
 from runner.inputs.datasets import Example
 from runner.reporting.results import (
     EngineSummary,
@@ -50,6 +51,26 @@ def make_sample(ex: Example, prompt: str, g: Generation, r: Recipe, seconds: flo
         ttft_s=g.ttft_s,
         latency_s=g.latency_s,
         seconds=seconds,
+    )
+
+
+def unit_result(unit: Unit, command: str, **fields: Any) -> RunResult:
+    """A recipe's RunResult before anything is measured (status failed until the run says otherwise)."""
+    lr, r = unit.loaded, unit.loaded.recipe
+    return RunResult(
+        name=r.name,
+        recipe=r.canonical(),
+        recipe_hash=r.digest(),
+        recipe_path=lr.path,
+        status="failed",
+        command=command,
+        run_key=unit.run_key,
+        n_dataset=unit.prepared.n_dataset,
+        study=lr.study,
+        cell=dict(lr.cell),
+        cell_labels=dict(lr.cell_labels),
+        study_axes=lr.study_axes,
+        **fields,
     )
 
 

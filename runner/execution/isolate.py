@@ -48,23 +48,9 @@ def kill_group(pgid: int, grace_s: float = 10.0, proc: subprocess.Popen | None =
 
 
 def failed_result(unit: Unit, error: str, hint: str | None, command: str) -> RunResult:
-    lr, r = unit.loaded, unit.loaded.recipe
-    return RunResult(
-        name=r.name,
-        recipe=r.canonical(),
-        recipe_hash=r.digest(),
-        recipe_path=lr.path,
-        status="failed",
-        error=error,
-        hint=hint,
-        command=command,
-        run_key=unit.run_key,
-        study=lr.study,
-        cell=dict(lr.cell),
-        cell_labels=dict(lr.cell_labels),
-        study_axes=lr.study_axes,
-        n_dataset=unit.prepared.n_dataset,
-    )
+    from runner.execution.assemble import unit_result
+
+    return unit_result(unit, command, error=error, hint=hint)
 
 
 def _evidence_from_log(res: RunResult, unit: Unit, log: Path) -> None:

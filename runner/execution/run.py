@@ -17,7 +17,7 @@ from typing import IO, Any
 from runner.engines.base import Engine, Generation, Request
 from runner.errors import RunnerError
 from runner.execution import environment
-from runner.execution.assemble import Measured, assemble, failure_hint, make_sample
+from runner.execution.assemble import Measured, assemble, failure_hint, make_sample, unit_result
 from runner.execution.gpumem import PeakSampler
 from runner.execution.job import Job, RunOptions, Unit
 from runner.execution.layout import RunFolder
@@ -99,23 +99,9 @@ class _Collector:
 
 
 def _base_result(unit: Unit, opts: RunOptions) -> RunResult:
-    lr, r = unit.loaded, unit.loaded.recipe
-    return RunResult(
-        name=r.name,
-        recipe=r.canonical(),
-        recipe_hash=r.digest(),
-        recipe_path=lr.path,
-        status="failed",
-        command=opts.command,
-        started_at=now(),
-        run_key=unit.run_key,
-        n_dataset=unit.prepared.n_dataset,
-        study=lr.study,
-        cell=dict(lr.cell),
-        cell_labels=dict(lr.cell_labels),
-        study_axes=lr.study_axes,
-        scores_meaningful=not (r.model.load_format == "dummy" or r.model.id.startswith("builtin:") or r.engine.fake),
-    )
+    r = unit.loaded.recipe
+    meaningful = not (r.model.load_format == "dummy" or r.model.id.startswith("builtin:") or r.engine.fake)
+    return unit_result(unit, opts.command, started_at=now(), scores_meaningful=meaningful)
 
 
 def _generate(
