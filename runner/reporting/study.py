@@ -15,9 +15,9 @@ from runner.reporting.study_axes import (
     Axes,
     axes_of,
     axis_value,
+    labels_of,
     pick_axes,
     requested_axes,
-    use_labels,
     value_key,
     value_label,
 )
@@ -45,9 +45,10 @@ def chart_metric(cells: list[RunResult]) -> str | None:
 def pivot(cells: list[RunResult], axes: Axes, rows: str | None, cols: str | None) -> str:
     """Generation time per cell: a row per value of `rows` and of the other axes, a column per value of `cols`."""
     lead = [k for k in axes if k == rows] + [k for k in axes if k not in (rows, cols)]
+    names = labels_of(cells)
     col_keys = [value_key(v) for v in axes[cols]] if cols else [""]
     headers = lead + (
-        [cell(f"{cols.rsplit('.', 1)[-1]}={value_label(v, axis=cols)}") for v in axes[cols]]
+        [cell(f"{cols.rsplit('.', 1)[-1]}={value_label(v, axis=cols, labels=names)}") for v in axes[cols]]
         if cols
         else ["generation time"]
     )
@@ -63,7 +64,7 @@ def pivot(cells: list[RunResult], axes: Axes, rows: str | None, cols: str | None
         slot[1][ck] = time_text(r, bold=r is best)
     order = {k: [value_key(v) for v in axes[k]] for k in lead}
     grid.sort(key=lambda g: [order[k].index(x) for k, x in zip(lead, g[0], strict=True)])
-    labels = {(k, value_key(v)): value_label(v, axis=k) for k in lead for v in axes[k]}
+    labels = {(k, value_key(v)): value_label(v, axis=k, labels=names) for k in lead for v in axes[k]}
     body = [
         [labels[k, x] for k, x in zip(lead, key, strict=True)] + [got.get(c) for c in col_keys] for key, got in grid
     ]
@@ -96,7 +97,6 @@ def fastest_section(cells: list[RunResult], metric: str | None) -> list[str]:
 
 
 def study_section(study: str, cells: list[RunResult], chart: Path | None = None) -> list[str]:
-    use_labels(cells)
     axes = axes_of(cells)
     rows, cols, how = pick_axes(axes, requested_axes(cells))
     failed = sum(r.status != "ok" for r in cells)
@@ -111,7 +111,7 @@ def study_section(study: str, cells: list[RunResult], chart: Path | None = None)
         ]
     else:
         out.append(f"{head}; no setting varies among them.")
-    out += effects_section(axis_effects(cells, axes))
+    out += effects_section(axis_effects(cells, axes), labels_of(cells))
     metric = chart_metric(cells)
     out += fastest_section(cells, metric)
     out += spent_section(cells)

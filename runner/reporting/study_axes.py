@@ -12,22 +12,21 @@ from runner.reporting.results import RunResult
 
 ABSENT: Any = type("Absent", (), {"__repr__": lambda _: "ABSENT"})()  # an axis the cell's variant has not got
 Axes = dict[str, list[Any]]
-_NAMES: dict[tuple[str, str], str] = {}  # (axis, value key) -> the study file's label, set per section
+Labels = dict[tuple[str, str], str]  # (axis, value key) -> the study file's label for that value
 
 
-def use_labels(cells: list[RunResult]) -> None:
-    """Make `value_label` show the labels the study file gives these cells' values (one section at a time)."""
-    _NAMES.clear()
-    _NAMES.update({(k, value_key(r.cell[k])): lab for r in cells for k, lab in r.cell_labels.items() if k in r.cell})
+def labels_of(cells: list[RunResult]) -> Labels:
+    """The labels the study file gives these cells' values."""
+    return {(k, value_key(r.cell[k])): lab for r in cells for k, lab in r.cell_labels.items() if k in r.cell}
 
 
-def value_label(v: Any, width: int = 36, axis: str | None = None) -> str:
-    """An axis value as a short label: the study file's own label where it gives one, else text as it
+def value_label(v: Any, width: int = 36, axis: str | None = None, labels: Labels | None = None) -> str:
+    """An axis value as a short label: the study file's own label where `labels` has one, else text as it
     is, mappings as k=v pairs, other values as JSON."""
     if v is ABSENT:
         return "n/a"
-    if axis is not None and (axis, value_key(v)) in _NAMES:
-        return _NAMES[axis, value_key(v)]
+    if labels and axis is not None and (axis, value_key(v)) in labels:
+        return labels[axis, value_key(v)]
     if isinstance(v, dict) and v:
         v = ",".join(f"{k}={x if isinstance(x, str) else json.dumps(x, ensure_ascii=False)}" for k, x in v.items())
     elif not isinstance(v, (str, list)):

@@ -9,7 +9,7 @@ from typing import Any
 
 from runner.reporting.format import table
 from runner.reporting.results import RunResult
-from runner.reporting.study_axes import ABSENT, Axes, axis_value, value_key, value_label
+from runner.reporting.study_axes import ABSENT, Axes, Labels, axis_value, value_key, value_label
 from runner.reporting.study_times import projected, timed, times
 
 
@@ -58,12 +58,12 @@ def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
     return out
 
 
-def effects_section(effects: list[Effect]) -> list[str]:
+def effects_section(effects: list[Effect], labels: Labels | None = None) -> list[str]:
     if not effects:
         return []
     rows, lines = [], []
     for e in effects:
-        change = f"{value_label(e.frm, axis=e.axis)} → {value_label(e.to, axis=e.axis)}"
+        change = f"{value_label(e.frm, axis=e.axis, labels=labels)} → {value_label(e.to, axis=e.axis, labels=labels)}"
         med = times(e.median, e.approx) if e.median is not None else None
         rows.append([e.axis, change, med, len(e.pairs)])
         if e.pairs:
