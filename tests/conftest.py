@@ -78,3 +78,16 @@ def write_recipe(tmp_path):
         return p
 
     return write
+
+
+@pytest.fixture(scope="module")
+def ray_local(tmp_path_factory):
+    """One local Ray instance (2 CPUs) per test module, its workers' temp folder the test's own; a module
+    that runs `runner go --executor ray` uses it instead of starting its own."""
+    ray = pytest.importorskip("ray", reason="the Ray executor needs ray")
+    workers_tmp = tmp_path_factory.mktemp("ray-workers")
+    ray.init(
+        num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"TMPDIR": str(workers_tmp)}}
+    )
+    yield workers_tmp
+    ray.shutdown()

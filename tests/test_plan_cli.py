@@ -10,20 +10,9 @@ from click.testing import CliRunner
 from runner.cli import cli
 from runner.reporting.plan_markdown import predicted_vs_measured, roofline
 from runner.reporting.results import Memory, RunResult, Timings, Tokens
+from tests.test_planning_plan import CONTRACT  # the documented `--json` keys
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
-CONTRACT = {
-    "name",
-    "prompt_tokens",
-    "cached_prompt_tokens",
-    "block_size",
-    "weights_gib",
-    "kv_bytes_per_token",
-    "kv_capacity_tokens",
-    "fits",
-    "floor_s",
-    "layout_advice",
-}
 
 
 def test_plan_json_keeps_the_contract(write_recipe, base_recipe):

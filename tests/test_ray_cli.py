@@ -152,18 +152,6 @@ def test_host_checks_are_left_to_the_worker(tmp_path):
 # ---------------------------------------------------------------- runs on Ray
 
 
-@pytest.fixture(scope="module")
-def ray_local(tmp_path_factory):
-    """One local Ray instance (2 CPUs) for the module: `runner go --executor ray` uses it, not its own."""
-    ray = pytest.importorskip("ray", reason="the Ray executor needs ray")
-    workers_tmp = tmp_path_factory.mktemp("ray-workers")
-    ray.init(
-        num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"TMPDIR": str(workers_tmp)}}
-    )
-    yield workers_tmp
-    ray.shutdown()
-
-
 @pytest.mark.slow
 def test_go_on_ray_writes_results_report_and_summary(tmp_path, ray_local):
     out = tmp_path / "out"

@@ -23,18 +23,6 @@ FAKE = {"kind": "fake", "reply": "{{ answers[0] }}", "delay_s": 0.0}
 COMPARED = ("id", "prompt", "output", "answers", "prompt_tokens", "output_tokens", "exact_match", "char_f1")
 
 
-@pytest.fixture(scope="module")
-def ray_local(tmp_path_factory):
-    """One local Ray instance (2 CPUs) for the module; its workers' temp folder is the test's own."""
-    ray = pytest.importorskip("ray", reason="the Ray executor needs ray")
-    workers_tmp = tmp_path_factory.mktemp("ray-workers")
-    ray.init(
-        num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"TMPDIR": str(workers_tmp)}}
-    )
-    yield workers_tmp
-    ray.shutdown()
-
-
 def _recipe(tmp_path: Path, name: str, engine: dict | None = None, model: str = "nobody/fake", **extra) -> Path:
     """A recipe file on the demo data; the fake engine with a model id that needs no tokenizer by default."""
     d = {
