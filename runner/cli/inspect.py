@@ -26,7 +26,7 @@ def check(paths, sets, model_paths, only, no_tokens):
     from runner.inputs.context import check_context
     from runner.inputs.prepare import prepare
 
-    first_of_study: dict[str, bool] = {}  # a study shows its first cell's prompt; the rest list what varies
+    shown: set[str] = set()  # a study shows its first cell's prompt; the rest list what varies
     for lr in load_all(paths, sets, model_paths, only):
         prepared = prepare(lr)
         check_model(lr)
@@ -41,10 +41,9 @@ def check(paths, sets, model_paths, only, no_tokens):
         if lr.study:
             cell = ", ".join(f"{k}={v}" for k, v in lr.cell.items()) or "(no varying settings)"
             click.echo(f"  cell of study {lr.study}: {cell}")
-            if not first_of_study.setdefault(lr.study, False):
-                first_of_study[lr.study] = True
-            else:
+            if lr.study in shown:
                 continue
+            shown.add(lr.study)
         click.echo("first prompt:")
         for m in prepared.messages[0]:
             click.echo(f"  [{m['role']}] " + m["content"].replace("\n", "\n    "))
@@ -54,11 +53,9 @@ def check(paths, sets, model_paths, only, no_tokens):
 
 def token_stats(r, messages) -> str:
     try:
-        from runner.engines.builtin import ensure_builtin, is_builtin
         from runner.engines.tokenizing import encode_prompts, load_tokenizer, uses_chat_template
 
-        builtin = ensure_builtin(r.model.id) if is_builtin(r.model.id) else None
-        tok = load_tokenizer(r.model, builtin, local_only=True)  # no hub retries: check is a quick look
+        tok = load_tokenizer(r.model, local_only=True)  # no hub retries: check is a quick look
         chat = uses_chat_template(tok, r.prompt.chat_template)
         lens = [len(i) for i in encode_prompts(tok, messages, chat)[1]]
     except Exception as e:  # no transformers here, or the tokenizer is not on this machine

@@ -32,7 +32,6 @@ def plan(paths, gpu, as_json, sets, model_paths, only):
     KV-cache capacity and the compute floor of each recipe or study cell, on the CPU: the tokenizer
     and the model's config.json are read, no weights. Prints Markdown, or JSON with --json."""
     from runner.cli.preflight import check_model
-    from runner.engines.builtin import ensure_builtin, is_builtin
     from runner.engines.tokenizing import encode_prompts, load_tokenizer, uses_chat_template
     from runner.inputs.prepare import prepare
     from runner.planning.recipe_plan import pick_gpu, plan_recipe
@@ -45,8 +44,7 @@ def plan(paths, gpu, as_json, sets, model_paths, only):
         r = lr.recipe
         key = (r.model.tokenizer_id, r.model.revision)
         if key not in tokenizers:
-            builtin = ensure_builtin(r.model.id) if is_builtin(r.model.id) else None
-            tokenizers[key] = load_tokenizer(r.model, builtin, local_only=True)
+            tokenizers[key] = load_tokenizer(r.model, local_only=True)
         tok = tokenizers[key]
         prepared = prepare(lr)
         _, ids = encode_prompts(tok, list(prepared.messages), uses_chat_template(tok, r.prompt.chat_template))

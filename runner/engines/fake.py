@@ -174,11 +174,9 @@ class FakeEngine:
         self.spec, self.template = spec, _template(spec.reply)
         self.tokenizer, self.chat = None, False
         if model.tokenizer or model.id.startswith("builtin:"):
-            from runner.engines.builtin import ensure_builtin, is_builtin
             from runner.engines.tokenizing import load_tokenizer, uses_chat_template
 
-            builtin = ensure_builtin(model.id) if is_builtin(model.id) and not model.tokenizer else None
-            self.tokenizer = load_tokenizer(model, builtin)
+            self.tokenizer = load_tokenizer(model)
             self.chat = uses_chat_template(self.tokenizer, chat)
         self.tokens = _HFTokens(self.tokenizer) if self.tokenizer is not None else _Words()
         self.info = EngineInfo(name="fake", version="-", device="none (fake engine)", load_s=time.perf_counter() - t0)

@@ -57,8 +57,15 @@ def check_model_source(model: Any) -> None:
 
 
 def load_tokenizer(model: Any, builtin_dir: str | None = None, local_only: bool = False):
+    """The recipe's tokenizer: `model.tokenizer`, else the model's. `builtin_dir`: the folder an engine
+    loads a builtin model's weights from (its tokenizer comes with them); without it, a builtin
+    `model.tokenizer_id` is built (once) and read from its folder."""
     from transformers import AutoTokenizer
 
+    from runner.engines.builtin import ensure_builtin, is_builtin
+
+    if builtin_dir is None and is_builtin(model.tokenizer_id):
+        builtin_dir = ensure_builtin(model.tokenizer_id)
     check_model_source(model)
     source = builtin_dir or model.tokenizer_id
     return AutoTokenizer.from_pretrained(

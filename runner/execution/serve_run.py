@@ -88,11 +88,9 @@ def request_sampling(s: Sampling) -> dict[str, Any]:
 def recipe_tokenizer(r: Recipe) -> tuple[Any, bool]:
     """The tokenizer the offline engines use for this recipe (`model.tokenizer`, else the model's, a
     builtin model's own) and whether its chat template applies."""
-    from runner.engines.builtin import ensure_builtin, is_builtin
     from runner.engines.tokenizing import load_tokenizer, uses_chat_template
 
-    builtin = ensure_builtin(r.model.id) if is_builtin(r.model.id) and not r.model.tokenizer else None
-    tok = load_tokenizer(r.model, builtin)
+    tok = load_tokenizer(r.model)
     return tok, uses_chat_template(tok, r.prompt.chat_template)
 
 

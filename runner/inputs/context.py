@@ -41,12 +41,11 @@ def too_long(lr: LoadedRecipe, messages: Sequence[Messages], limit: int) -> list
     maybe = [i for i, m in enumerate(messages) if token_bound(m) > room]
     if not maybe:
         return []
-    from runner.engines.builtin import ensure_builtin, is_builtin
     from runner.engines.tokenizing import encode_prompts, load_tokenizer, uses_chat_template
 
     r = lr.recipe
     try:
-        tok = load_tokenizer(r.model, ensure_builtin(r.model.id) if is_builtin(r.model.id) else None, local_only=True)
+        tok = load_tokenizer(r.model, local_only=True)
     except Exception:  # no tokenizer on this machine: the byte bound cannot be refined
         return []
     _, ids = encode_prompts(tok, [messages[i] for i in maybe], uses_chat_template(tok, r.prompt.chat_template))
