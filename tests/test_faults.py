@@ -62,7 +62,9 @@ def test_failing_recipe_does_not_lose_the_others(tmp_path):
     )
     assert res.exit_code == 1, res.output
     failed = json.loads((out / "bad" / "results.json").read_text())
-    assert failed["status"] == "failed" and "UndefinedError" in failed["error"]  # the engine's own error, kept
+    assert (
+        failed["status"] == "failed" and "reply (example 'demo-0001'): undefined variable" in failed["error"]
+    )  # the engine's own error, kept
     ok = json.loads((out / "good" / "results.json").read_text())
     assert ok["status"] == "ok" and ok["n_samples"] == 4
     summary = (out / "summary.md").read_text()

@@ -265,3 +265,20 @@ def test_a_damaged_builtin_model_cache_is_rebuilt(tmp_path, monkeypatch):
     (folder / "config.json").write_text("{ not json")  # a disk error, a killed copy
     again = Path(builtin.ensure_builtin("builtin:demo"))
     assert again == folder and json.loads((folder / "config.json").read_text())["model_type"] == "qwen2"
+
+
+def test_a_fake_reply_that_would_compute_without_bound_is_refused_in_seconds(write_recipe, base_recipe, tmp_path):
+    """The fake engine's reply is a template too: it compiles and renders in the prompts' bounded sandbox,
+    so `{{ 10**(10**8) }}` neither hangs validation (constant folding) nor the run."""
+    import time
+
+    d = _fake(base_recipe)
+    d["engine"]["reply"] = "{{ 10**(10**8) }}"
+    path = write_recipe(d)
+    t0 = time.perf_counter()
+    assert CliRunner().invoke(cli, ["check", str(path), "--no-tokens"]).exit_code == 0
+    r = _go(path, "--out", tmp_path / "o", "--in-process", "--set", "dataset.limit=1")
+    assert time.perf_counter() - t0 < 30
+    assert r.exit_code == 1, r.output
+    error = json.loads((tmp_path / "o" / "t" / "results.json").read_text())["error"]
+    assert "reply (example 'demo-0001'): `**` would give a number of about" in error

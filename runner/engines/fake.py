@@ -128,23 +128,25 @@ SETTINGS_MARK = "fake server settings: "
 def served_reply(reply: str) -> str:
     """What the fake server sends: the reply rendered when it is a template without variables, else
     DEFAULT_REPLY (the server gets token ids, not the example the template would need)."""
-    return DEFAULT_REPLY if _has_variables(reply) else _template(reply).render()
+    return DEFAULT_REPLY if _has_variables(reply) else _template(reply).render("", "engine.reply")
 
 
 def _has_variables(reply: str) -> bool:
     from jinja2 import meta
 
-    return bool(meta.find_undeclared_variables(_template(reply).environment.parse(reply)))
+    return bool(meta.find_undeclared_variables(_template(reply).template.environment.parse(reply)))
 
 
 def _template(text: str) -> Any:
-    from jinja2 import StrictUndefined, TemplateSyntaxError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    """The reply compiled in the prompts' bounded sandbox (a template that would compute or loop without
+    bound is refused in seconds, as a prompt template is)."""
+    from runner.errors import TemplateError
+    from runner.inputs.prompts import compile_text
 
     try:
-        return ImmutableSandboxedEnvironment(undefined=StrictUndefined, autoescape=False).from_string(text)
-    except TemplateSyntaxError as e:
-        raise ValueError(f"reply is not a valid Jinja template: {e.message} (line {e.lineno})") from None
+        return compile_text(text, "reply", "", "engine.reply")
+    except TemplateError as e:
+        raise ValueError(f"reply is not a usable Jinja template: {e.message}") from None
 
 
 class _Words:
@@ -220,7 +222,15 @@ class FakeEngine:
 
     def _reply(self, req: Request, sampling: Sampling) -> Generation:
         ex = req.example
-        text = self.template.render(question=ex.question, context=ex.context, answers=list(ex.answers), id=ex.id)
+        text = self.template.render(
+            "",
+            "engine.reply",
+            what=f"example {ex.id!r}",
+            question=ex.question,
+            context=ex.context,
+            answers=list(ex.answers),
+            id=ex.id,
+        )
         from runner.engines.tokenizing import truncate_at_stop
 
         text, _ = truncate_at_stop(text, sampling.stop)
