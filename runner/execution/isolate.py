@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import signal
 import subprocess
 import sys
 import time
@@ -22,29 +21,12 @@ from runner.execution.assemble import failure_hint
 from runner.execution.gpumem import used_gib, wait_for_release
 from runner.execution.job import Job, Unit
 from runner.execution.layout import RunFolder
+from runner.execution.process_group import kill_group
 from runner.execution.serve_run import end_recorded_server
 from runner.files import write_json_atomic
 from runner.reporting.results import RunResult
 
 LOG_MARK = "===== runner:"
-
-
-def kill_group(pgid: int, grace_s: float = 10.0, proc: subprocess.Popen | None = None) -> None:
-    """SIGTERM the group, then SIGKILL what is left; return once no member is alive."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5)
-        while time.monotonic() < deadline:
-            if proc is not None:
-                proc.poll()  # reap the leader: a zombie still counts as a group member
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.1)
 
 
 def failed_result(unit: Unit, error: str, hint: str | None, command: str) -> RunResult:

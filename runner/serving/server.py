@@ -37,7 +37,7 @@ from typing import Any
 from typing_extensions import Self
 
 from runner.errors import RunnerError
-from runner.serving.process_group import stop_group
+from runner.execution.process_group import stop_group
 
 DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 # vLLM 0.26.0 flags with no `--no-` form: `action="store_true"` (arg_utils.py, openai/cli_args.py) and

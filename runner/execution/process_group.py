@@ -38,23 +38,30 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
-def kill_group(proc: subprocess.Popen, grace_s: float) -> None:
-    """SIGTERM the process group led by proc, SIGKILL what is left after grace_s; reap the leader."""
+def _gone_within(pgid: int, wait_s: float, proc: subprocess.Popen | None) -> bool:
+    deadline = time.monotonic() + wait_s
+    while True:
+        if proc is not None:
+            proc.poll()  # reap the leader: a zombie leader keeps the group alive
+        if not group_alive(pgid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def kill_group(pgid: int, grace_s: float = 10.0, proc: subprocess.Popen | None = None) -> None:
+    """SIGTERM the process group, SIGKILL what is left after grace_s; return once no member is alive
+    (zombies left by a PID 1 that never reaps do not count). `proc`: the group's leader, reaped on the way."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
         try:
-            os.killpg(proc.pid, sig)
+            os.killpg(pgid, sig)
         except ProcessLookupError:
             break
-        deadline = time.monotonic() + wait_s
-        while True:
-            proc.poll()  # reap the leader: a zombie leader keeps the group alive
-            if not group_alive(proc.pid):
-                proc.poll()
-                return
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.05)
-    proc.poll()
+        if _gone_within(pgid, wait_s, proc):
+            break
+    if proc is not None:
+        proc.poll()
 
 
 def stop_group(proc: subprocess.Popen | None, grace_s: float, then: Callable[[], None]) -> None:
@@ -67,7 +74,7 @@ def stop_group(proc: subprocess.Popen | None, grace_s: float, then: Callable[[],
             held[sig] = signal.signal(sig, lambda signum, frame: pending.append(signum))
     try:
         if proc is not None:
-            kill_group(proc, grace_s)
+            kill_group(proc.pid, grace_s, proc)
     finally:
         for sig, handler in held.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
