@@ -108,7 +108,7 @@ def _pct(xs: list[float | None]) -> Percentiles | None:
     return Percentiles(**s) if s else None
 
 
-def _estimate(samples: list[Sample], m: Measured) -> Estimate:
+def project_estimate(samples: list[Sample], m: Measured) -> Estimate:
     n = len(samples)
     secs = [s.seconds for s in samples if s.seconds is not None]
     if m.per_example and len(secs) == n and n >= 2:
@@ -133,23 +133,33 @@ def _throughput(n: int, p_tok: int, o_tok: int, gen_s: float) -> Throughput:
     )
 
 
+def sample_figures(samples: list[Sample], metrics: list[str], generate_s: float) -> dict[str, Any]:
+    """What a run's samples add up to: sample count, tokens, throughput, latency percentiles, scores, and the
+    estimate when they stand for more examples (RunResult fields)."""
+    p_tok = sum(s.prompt_tokens for s in samples)
+    o_tok = sum(s.output_tokens for s in samples)
+    cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
+    return dict(
+        n_samples=len(samples),
+        tokens=Tokens(prompt=p_tok, output=o_tok, cached=sum(cached) if cached else None),
+        throughput=_throughput(len(samples), p_tok, o_tok, generate_s),
+        latency=Latency(ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct([s.latency_s for s in samples])),
+        scores=mean_scores(samples, metrics),
+    )
+
+
 def assemble(
     base: RunResult, r: Recipe, samples: list[Sample], ids: list[list[int]], info: EngineInfo, m: Measured
 ) -> RunResult:
     n = len(samples)
     p_tok = sum(s.prompt_tokens for s in samples)
-    o_tok = sum(s.output_tokens for s in samples)
     cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
     k, share = prefix_share(ids)
     res = base.model_copy(
         update=dict(
             status="ok",
-            n_samples=n,
             timings=Timings(load_s=info.load_s, generate_s=m.generate_s),
-            tokens=Tokens(prompt=p_tok, output=o_tok, cached=sum(cached) if cached else None),
-            throughput=_throughput(n, p_tok, o_tok, m.generate_s),
-            latency=Latency(ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct([s.latency_s for s in samples])),
-            scores=mean_scores(samples, r.metrics),
+            **sample_figures(samples, r.metrics, m.generate_s),
             memory=Memory(
                 peak_gpu_gib=m.peak_gpu_gib,
                 baseline_gpu_gib=m.baseline_gpu_gib,
@@ -170,7 +180,7 @@ def assemble(
         )
     )
     if n < m.n_target:
-        res.estimate = _estimate(samples, m)
+        res.estimate = project_estimate(samples, m)
     for kn in res.knobs:
         if kn.status == "ignored":
             res.notes.append(

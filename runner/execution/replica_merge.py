@@ -10,10 +10,10 @@ import json
 import os
 from dataclasses import dataclass
 
-from runner.execution.assemble import Measured, _estimate, _pct, _throughput, mean_scores
+from runner.execution.assemble import Measured, project_estimate, sample_figures
 from runner.execution.job import Unit
 from runner.execution.replicas import Replica, UnitFiles
-from runner.reporting.results import Latency, Memory, Prefix, RunResult, Sample, Timings, Tokens
+from runner.reporting.results import Memory, Prefix, RunResult, Sample, Timings
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def merge_ok(unit: Unit, parts: list[Part]) -> tuple[RunResult, bytes]:
     results = [p.result for p in parts]
     shards = _shards(parts, r.metrics)
     samples = [s for sh in shards for s in sh]
-    p_tok, o_tok = sum(s.prompt_tokens for s in samples), sum(s.output_tokens for s in samples)
+    p_tok = sum(s.prompt_tokens for s in samples)
     cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
     gen_s = _window(parts, "generate_s")
     prefix, exact = _prefix(samples, results, p_tok, cached, shards)
@@ -141,7 +141,7 @@ def merge_ok(unit: Unit, parts: list[Part]) -> tuple[RunResult, bytes]:
     )
     res = results[0].model_copy(
         update={
-            "n_samples": len(samples),
+            **sample_figures(samples, r.metrics, gen_s),
             "n_dataset": unit.prepared.n_dataset,
             "memory": _memory(results),
             "timings": Timings(
@@ -149,13 +149,9 @@ def merge_ok(unit: Unit, parts: list[Part]) -> tuple[RunResult, bytes]:
                 generate_s=gen_s,
                 total_s=max(_window(parts, "total_s"), gen_s),
             ),  # gen_s counts reused samples' time
-            "tokens": Tokens(prompt=p_tok, output=o_tok, cached=sum(cached) if cached else None),
-            "throughput": _throughput(len(samples), p_tok, o_tok, gen_s),
-            "latency": Latency(ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct([s.latency_s for s in samples])),
-            "scores": mean_scores(samples, r.metrics),
             "prefix": prefix,
             "knobs": _knobs(results),
-            "estimate": _estimate(samples, m) if samples and len(samples) < m.n_target else None,
+            "estimate": project_estimate(samples, m) if samples and len(samples) < m.n_target else None,
             "notes": _notes(parts, exact),
             "reused_samples": sum(x.reused_samples for x in results),
             "started_at": min(x.started_at for x in results),
