@@ -9,7 +9,7 @@ from runner.execution.layout import chart_path
 from runner.reporting.results import RunResult
 
 
-def _plt():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -33,7 +33,7 @@ def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> 
     rs = [r for r in results if r.status == "ok" and _time(r)]
     if not rs:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(rs) + 1.4))
     names = [r.name for r in rs][::-1]
     for y, r in enumerate(rs[::-1]):
@@ -76,7 +76,7 @@ def accuracy_chart(
     rs = [r for r in results if r.status == "ok" and r.scores_meaningful and metric in r.scores and _time(r)]
     if not rs:
         return None
-    plt = _plt()
+    plt = pyplot()
     pts = [(_time(r), r.scores[metric]) for r in rs]
     front = set(pareto(pts))
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -96,7 +96,7 @@ def memory_chart(results: list[RunResult], path: Path) -> Path | None:
     rs = [r for r in results if r.status == "ok" and r.memory.peak_gpu_gib is not None]
     if not rs:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(rs) + 1.4))
     for y, r in enumerate(rs[::-1]):
         m = r.memory
@@ -119,7 +119,7 @@ def memory_chart(results: list[RunResult], path: Path) -> Path | None:
 
 def write_charts(results: list[RunResult], base: RunResult | None, out: Path) -> list[Path]:
     try:
-        _plt()
+        pyplot()
     except ImportError:
         return []
     made = [

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from runner.errors import RunnerError
 from runner.execution.layout import study_chart_path
-from runner.reporting.plots import _plt, accuracy_chart
+from runner.reporting.plots import accuracy_chart, pyplot
 from runner.reporting.results import RunResult
 from runner.reporting.study import chart_metric, study_groups
 
@@ -37,7 +37,7 @@ def study_chart(study: str, cells: list[RunResult], out: Path) -> Path | None:
 def write_study_charts(results: list[RunResult], out: Path) -> dict[str, Path]:
     """study name -> its chart, for each study among `results` that has cells with meaningful scores."""
     try:
-        _plt()
+        pyplot()
     except ImportError:
         return {}
     charts = {}
