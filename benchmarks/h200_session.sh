@@ -1,31 +1,42 @@
 #!/usr/bin/env bash
-# One H200 session, step by step (each step fits one 10-minute device call; run them back to back).
+# One H200 session, step by step (each step fits one 10-minute device call; run them back to back: the
+# host is given back after 30 s idle and a fresh one needs the transfers again).
 #   bash benchmarks/h200_session.sh STEP OUT
-# STEP: unpack (parts under .gpu/c4 + /root/stage, shared copied to /root/shared) | check (GPU tests,
-# runner-vs-plain-vLLM, kill/resume) | study1 | study2 (the JSQuAD study in two halves) | serve
-# Output goes to OUT line by line.
+# Transfers (prepared here with benchmarks/h200_pack.sh): `stage` copies whatever .gpu/d*/ and .whl/ this
+# call carried to /root/stage (three calls: d1, d2, d3 + .whl); `unpack` (carrying .gpu/d4: the shared
+# folder and Ray) reassembles vLLM into /tmp/vllm-site, Ray into /tmp/ray-site, the wheels into /tmp/site.
+# Runs: check (GPU tests, runner-vs-plain-vLLM, kill/resume) | study1 | study2 (the JSQuAD study in two
+# halves) | fast (the fastest cells, the one-shot reference, vllm-bigbatch, hf-batched) | offload | ray
+# (ray_vs_local.py) | serve | report. Output goes to OUT line by line.
 set -uo pipefail
 step=$1; out=$2
 mkdir -p "$out"
-# wheels the host lacks (rapidfuzz, ...), carried in .whl/
-if [ -d .whl ] && [ ! -f /tmp/site/.done ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && touch /tmp/site/.done
-fi
+ST=/root/stage
 export PYTHONPATH=/tmp/vllm-site:/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 S=/root/shared
 MP=(--model-path Qwen/Qwen2.5-7B-Instruct=$S/models/qwen2.5-7b-instruct
     --model-path Qwen/Qwen2.5-7B-Instruct-AWQ=$S/models/qwen2.5-7b-instruct-awq)
 SETS=(--set dataset.path=$S/data/jsquad/valid-v1.3.json --set model.load_format=dummy
       --set sampling.max_tokens=16 --set sampling.ignore_eos=true)
-study() {
-  python3 -m runner go recipes/jsquad-study.yaml --out /root/h200 "${MP[@]}" "${SETS[@]}" --timeout 500 \
-    --no-progress --only "$1" 2>&1 | tee -a "$out/study.log"
+study() {  # study PATTERNS [SECONDS]
+  timeout "${2:-550}" python3 -m runner go recipes/jsquad-study.yaml --out /root/h200 "${MP[@]}" "${SETS[@]}" \
+    --timeout 500 --no-progress --only "$1" 2>&1 | tee -a "$out/study.log"
+}
+stage() {
+  mkdir -p $ST
+  for d in .gpu/d*/; do [ -d "$d" ] && cp -r "$d". $ST/; done
+  if [ -d .whl ]; then mkdir -p $ST/whl && cp .whl/*.whl $ST/whl/; fi
+  ls -la $ST | tee -a "$out/stage.log"
 }
 case $step in
+  stage) stage ;;
   unpack)
-    mkdir -p /root/stage && cp .gpu/c4/vllm.tar.xz.* /root/stage/ && rm -rf $S && cp -r .gpu/c4/shared $S \
-      && bash $S/gpu/unpack_vllm.sh /root/stage /tmp/vllm-site 2>&1 | tee "$out/unpack.log" ;;
+    stage
+    rm -rf $S && cp -r $ST/shared $S
+    bash $S/gpu/unpack_vllm.sh $ST /tmp/vllm-site 2>&1 | tee "$out/unpack.log"
+    mkdir -p /tmp/ray-site && tar -C /tmp/ray-site -xJf $ST/ray-site.tar.xz && echo "ray unpacked" | tee -a "$out/unpack.log"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+      $ST/whl/*.whl 2>&1 | tail -3 | tee -a "$out/unpack.log" ;;
   check)
     SHARED=$S timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$out/gpu-tests.log"
     timeout 250 python3 benchmarks/vllm_vs_runner.py recipes/jsquad-study.yaml --only jsquad-vllm --rounds 1 \
@@ -40,9 +51,21 @@ case $step in
     study 'jsquad-hf-*'; study 'jsquad-vllm'; study 'jsquad-vllm-bigbatch'; study 'jsquad-vllm-awq'
     study 'jsquad-vllm-offload'
     tar -C /root -czf "$out/h200-2.tgz" h200 ;;
+  fast)
+    study 'jsquad-vllm-fp8-graphs,jsquad-vllm-fp8-fast,jsquad-vllm-oneshot-cache,jsquad-vllm-bigbatch' 330
+    study 'jsquad-hf-batched' 200
+    tar -C /root -czf "$out/h200-fast.tgz" h200 ;;
+  offload)
+    study 'jsquad-vllm-offload' 330
+    tar -C /root -czf "$out/h200-offload.tgz" h200 ;;
+  ray)
+    PYTHONPATH=/tmp/vllm-site:/tmp/ray-site:/tmp/site:$PWD timeout "${RAY_SECONDS:-300}" python3 benchmarks/ray_vs_local.py \
+      recipes/jsquad-study.yaml --only jsquad-vllm --rounds "${ROUNDS:-1}" --out /root/ray "${MP[@]}" "${SETS[@]}" \
+      --timeout 300 2>&1 | tee "$out/ray_vs_local.log"
+    tar -C /root -czf "$out/ray.tgz" --exclude='*/samples.partial.jsonl' ray ;;
   serve)
-    SHARED=$S bash benchmarks/h200_serve.sh "$out" bench
-    SHARED=$S EXTRA="--set load.num_requests=400" bash benchmarks/h200_serve.sh "$out" sweep ;;
+    SHARED=$S timeout 250 bash benchmarks/h200_serve.sh "$out" bench
+    SHARED=$S EXTRA="--set load.num_requests=400" timeout 330 bash benchmarks/h200_serve.sh "$out" sweep ;;
   report)
     python3 -m runner report /root/h200 --baseline jsquad-hf-sequential 2>&1 | tee "$out/report.log"
     tar -C /root -czf "$out/h200.tgz" h200 ;;

@@ -427,13 +427,14 @@ JSQUAD_CELLS = {
     "jsquad-vllm-awq",
     "jsquad-vllm-fp8",
     "jsquad-vllm-fp8-fast",
+    "jsquad-vllm-fp8-graphs",
 }
 
 
 def test_project_jsquad_study():
     h200 = ["model.load_format=dummy", "sampling.max_tokens=16", "sampling.ignore_eos=true"]
     s = load_study(PROJECT / "recipes" / "jsquad-study.yaml", h200)
-    assert {lr.recipe.name for lr in s.cells} == JSQUAD_CELLS and len(s.cells) == 14
+    assert {lr.recipe.name for lr in s.cells} == JSQUAD_CELLS and len(s.cells) == 15
     by = {lr.recipe.name: lr.recipe for lr in s.cells}
     assert [n for n, r in by.items() if r.baseline] == ["jsquad-hf-sequential"]
     assert by["jsquad-hf-sequential"].estimate == 40 and by["jsquad-vllm-offload"].estimate == 1000
@@ -444,6 +445,7 @@ def test_project_jsquad_study():
         "max_num_seqs": 2048,
         "max_num_batched_tokens": 32768,
     }
+    assert [n for n, r in by.items() if getattr(r.engine, "enforce_eager", True) is False] == ["jsquad-vllm-fp8-graphs"]
     assert all(r.model.load_format == "dummy" and r.sampling.max_tokens == 16 for r in by.values())
     assert load_recipes(PROJECT / "recipes" / "jsquad-base.yaml") == []
 
@@ -460,3 +462,32 @@ def test_study_keys_model_lists_what_the_loader_reads():
 
     assert tuple(StudyKeys.model_fields) == STUDY_KEYS
     assert all(f.description for f in StudyKeys.model_fields.values())
+
+
+def test_only_takes_comma_separated_names_and_globs():
+    from runner.cli.loading import load_all
+    from runner.errors import RunnerError
+
+    path = str(PROJECT / "recipes" / "jsquad-study.yaml")
+    chosen = load_all((path,), (), only="jsquad-vllm-fp8-*, jsquad-hf-batched,jsquad-vllm")
+    assert [lr.recipe.name for lr in chosen] == [
+        "jsquad-hf-batched",
+        "jsquad-vllm",
+        "jsquad-vllm-fp8-fast",
+        "jsquad-vllm-fp8-graphs",
+    ]
+    with pytest.raises(RunnerError, match="--only 'nope,also-nope' matches no recipe"):
+        load_all((path,), (), only="nope,also-nope")
+
+
+def test_serving_cells_do_not_claim_a_shared_engine():
+    # each serving run starts its own server: cells that differ only in the prompt are separate jobs,
+    # while the same cells without `load:` share one engine
+    from runner.cli.loading import load_all
+    from runner.execution.job import engine_key
+
+    cells = load_all((str(PROJECT / "recipes" / "jsquad-serve.yaml"),), ())
+    assert [lr.recipe.name for lr in cells] == ["jsquad-serve-qfirst", "jsquad-serve-ctxfirst"]
+    assert engine_key(cells[0]) != engine_key(cells[1])
+    offline = load_all((str(PROJECT / "recipes" / "jsquad-serve.yaml"),), ("load=null",))
+    assert engine_key(offline[0]) == engine_key(offline[1])

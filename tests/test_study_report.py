@@ -78,8 +78,7 @@ def cell_result(
         estimate=estimate,
         notes=notes or [],
         started_at=f"2025-05-01T10:{minute:02d}:00+00:00",
-        finished_at=f"2025-05-01T10:{minute + 1:02d}:00+00:00",
-        **kw,
+        **{"finished_at": f"2025-05-01T10:{minute + 1:02d}:00+00:00", **kw},
     )
 
 
@@ -266,7 +265,7 @@ def test_speed_up_format_and_a_study_whose_cells_all_failed():
     part = re.sub(r" +\|", " |", study_part(summary_markdown(cells), "f"))
     assert "2 cells (2 failed)" in part and "| 1 | failed |" in part and "| 2 | failed |" in part
     assert "| x | 1 → 2 | – | 0 |" in part and "No cell finished with a generation time." in part
-    assert "| 60.0 s | 0.00 s (0% of the wall time) | 0.00 s | 0 | 2 |" in part
+    assert "| 60.0 s | 60.0 s | 0.00 s (0% of the running time) | 0.00 s | 0 | 2 |" in part
 
 
 def test_fastest_cell_against_the_slowest_and_the_baseline():
@@ -293,11 +292,39 @@ def test_wall_time_against_generation_and_engine_starts():
     assert spent.wall_s == 360.0 and spent.generate_s == 118.0 and spent.load_s == 15.0 and spent.starts == 3
     assert spent.reused == (("s-vllm-nocache-ctx", "s-vllm-nocache"), ("s-vllm-cache-ctx", "s-vllm-cache"))
     part = re.sub(r" +\|", " |", study_part(summary_markdown(study_cells())))
-    assert "| 360.0 s | 118.0 s (33% of the wall time) | 15.0 s | 3 | 6 |" in part
+    assert spent.running_s == 360.0  # the cells ran back to back
+    assert "| 360.0 s | 360.0 s | 118.0 s (33% of the running time) | 15.0 s | 3 | 6 |" in part
     assert (
         "Cells that ran on an engine started for another cell: s-vllm-nocache-ctx (on s-vllm-nocache's), "
         "s-vllm-cache-ctx (on s-vllm-cache's)." in part
     )
+
+
+def test_running_time_leaves_out_the_pauses_between_calls():
+    # cells in two calls: minutes 0-1 and 2-3, then 30-31 (overlapping spans count once)
+    cells = [
+        cell_result("w-a", {"x": 1}, 10.0, study="w", minute=0),
+        cell_result("w-b", {"x": 2}, 10.0, study="w", minute=2, finished_at="2025-05-01T10:03:30+00:00"),
+        cell_result("w-c", {"x": 3}, 10.0, study="w", minute=3),
+        cell_result("w-d", {"x": 4}, 10.0, study="w", minute=30),
+    ]
+    spent = time_spent(cells)
+    assert spent.wall_s == 31 * 60 and spent.running_s == 60 + 120 + 60
+    part = re.sub(r" +\|", " |", study_part(summary_markdown(cells), "w"))
+    assert "| 1,860.0 s | 240.0 s | 40.0 s (17% of the running time) |" in part
+
+
+def test_effects_start_from_the_baseline_cells_value():
+    # the baseline's variant ("slow") comes after "fast" in the cells' order: it is still the reference
+    cells = [
+        cell_result("r-fast", {"variant": "fast"}, 10.0, study="r"),
+        cell_result("r-mid", {"variant": "mid"}, 20.0, study="r"),
+        cell_result("r-slow", {"variant": "slow"}, 40.0, study="r", baseline=True),
+    ]
+    effects = [(e.frm, e.to, e.median) for e in axis_effects(cells, axes_of(cells))]
+    assert effects == [("slow", "fast", 4.0), ("slow", "mid", 2.0)]
+    no_base = [(e.frm, e.to) for e in axis_effects(cells[:2], axes_of(cells[:2]))]
+    assert no_base == [("fast", "mid")]
 
 
 def test_plain_recipes_stay_in_the_flat_table_and_each_study_has_its_section():

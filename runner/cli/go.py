@@ -35,7 +35,8 @@ from runner.reporting.results import RunResult
 @click.option(
     "--only",
     metavar="PATTERN",
-    help="Run only the recipes or study cells named PATTERN, or matching it as a glob (e.g. 'jsquad-vllm-*cache*').",
+    help="Run only the recipes or study cells named PATTERN, or matching it as a glob (e.g. 'jsquad-vllm-*cache*'); "
+    "several patterns separated by commas.",
 )
 @click.option(
     "--limit", type=click.IntRange(min=1, max=100_000_000), help="Run only the first N examples of each recipe."

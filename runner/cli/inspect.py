@@ -16,7 +16,11 @@ from runner.errors import RunnerError
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.option("--model-path", "model_paths", multiple=True, metavar="HUB_ID=PATH", help=MP_HELP)
-@click.option("--only", metavar="PATTERN", help="Check only the recipes or study cells whose name matches.")
+@click.option(
+    "--only",
+    metavar="PATTERN",
+    help="Check only the recipes or study cells whose name matches (a name or glob; several separated by commas).",
+)
 @click.option("--no-tokens", is_flag=True, help="Skip prompt-token statistics (they need the tokenizer).")
 @guard
 def check(paths, sets, model_paths, only, no_tokens):

@@ -84,7 +84,8 @@ def load_all(
 def _select(loaded: list[LoadedRecipe], pattern: str) -> list[LoadedRecipe]:
     import fnmatch
 
-    chosen = [lr for lr in loaded if fnmatch.fnmatchcase(lr.recipe.name, pattern)]  # a name, or a glob
+    patterns = [p.strip() for p in pattern.split(",") if p.strip()]  # names or globs, comma-separated
+    chosen = [lr for lr in loaded if any(fnmatch.fnmatchcase(lr.recipe.name, p) for p in patterns)]
     if not chosen:
         raise RunnerError(
             f"--only {pattern!r} matches no recipe; recipes: "

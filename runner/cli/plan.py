@@ -25,7 +25,11 @@ from runner.cli.loading import MP_HELP, SET_HELP, load_all
 )
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.option("--model-path", "model_paths", multiple=True, metavar="HUB_ID=PATH", help=MP_HELP)
-@click.option("--only", metavar="PATTERN", help="Plan only the recipes or study cells whose name matches.")
+@click.option(
+    "--only",
+    metavar="PATTERN",
+    help="Plan only the recipes or study cells whose name matches (a name or glob; several separated by commas).",
+)
 @guard
 def plan(paths, gpu, as_json, sets, model_paths, only):
     """Predict prompt tokens, prefix-cache hits (exact, block by block as vLLM counts them), memory fit,

@@ -60,12 +60,15 @@ class Job:
 
 
 def engine_key(lr: LoadedRecipe) -> str:
-    """Recipes with the same key can share one engine: same model, engine settings and chat template."""
+    """Recipes with the same key can share one engine: same model, engine settings and chat template.
+    A serving run (`load:`) starts a server of its own, so it shares with no other recipe."""
     import json
 
     rec: dict[str, Any] = lr.recipe.canonical()
     shared = {k: v for k, v in rec.items() if k not in REQUEST_SIDE}
     shared["chat_template"] = rec["prompt"].get("chat_template")
+    if lr.recipe.load is not None:
+        shared["serving_run"] = lr.recipe.name
     return json.dumps(shared, sort_keys=True)
 
 

@@ -44,11 +44,16 @@ def only_differ_in(a: RunResult, b: RunResult, axis: str) -> bool:
 
 
 def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
-    """For each axis, from its first value to each other value (cells without the axis take no part)."""
+    """For each axis, from its reference value to each other value (cells without the axis take no part).
+    The reference is the baseline cell's value (a study's `baseline: true` cell), else the first value."""
     ok = [r for r in cells if timed(r)]
+    base = next((r for r in cells if r.recipe.get("baseline")), None)
     out = []
     for axis, values in axes.items():
         vals = [v for v in values if v is not ABSENT]
+        ref = ABSENT if base is None else axis_value(base, axis)
+        if ref is not ABSENT and value_key(ref) in {value_key(v) for v in vals}:
+            vals = [ref] + [v for v in vals if value_key(v) != value_key(ref)]
         at = {value_key(v): [r for r in ok if value_key(axis_value(r, axis)) == value_key(v)] for v in vals}
         for v in vals[1:]:
             pairs = tuple(
@@ -76,7 +81,8 @@ def effects_section(effects: list[Effect], labels: Labels | None = None) -> list
         "### What each setting bought",
         "",
         "Speed-up of changing one setting alone, every other setting held fixed: generation time with the "
-        "first value ÷ time with the other value, the median over the pairs of cells that differ only in "
+        "first value (the baseline cell's, where the study has one) ÷ time with the other value, the median "
+        "over the pairs of cells that differ only in "
         "that setting (above 1× the change is faster; failed cells take no part; across variants, settings "
         "only one of the two cells has count as the variant's; `~`: a projected time).",
         "",

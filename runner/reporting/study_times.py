@@ -53,9 +53,12 @@ def _when(s: str) -> dt.datetime | None:
 
 @dataclass(frozen=True)
 class Spent:
-    """A study's time: wall (first start to last finish), generation and engine start summed over its cells."""
+    """A study's time: wall (first start to last finish), running (the time at least one cell was running:
+    less than the wall time when the cells ran in separate calls with pauses between), generation and
+    engine start summed over its cells."""
 
     wall_s: float | None
+    running_s: float | None
     generate_s: float
     load_s: float
     starts: int
@@ -66,6 +69,7 @@ def time_spent(cells: list[RunResult]) -> Spent:
     starts = [t for t in (_when(r.started_at) for r in cells) if t]
     ends = [t for t in (_when(r.finished_at) for r in cells) if t]
     wall = (max(ends) - min(starts)).total_seconds() if starts and ends else None
+    spans = sorted((a, b) for a, b in ((_when(r.started_at), _when(r.finished_at)) for r in cells) if a and b)
     reused = tuple(
         (r.name, next((m.group(1) for n in r.notes if (m := REUSED.search(n))), None))
         for r in cells
@@ -73,6 +77,7 @@ def time_spent(cells: list[RunResult]) -> Spent:
     )
     return Spent(
         wall,
+        _union_s(spans) if spans else None,
         sum(r.timings.generate_s or 0 for r in cells),
         sum(r.timings.load_s or 0 for r in cells),
         sum(1 for r in cells if (r.timings.load_s or 0) > 0),
@@ -80,19 +85,33 @@ def time_spent(cells: list[RunResult]) -> Spent:
     )
 
 
+def _union_s(spans: list[tuple[dt.datetime, dt.datetime]]) -> float:
+    """Seconds covered by the union of sorted [start, end] intervals."""
+    total, (cur_a, cur_b) = 0.0, spans[0]
+    for a, b in spans[1:]:
+        if a > cur_b:
+            total += (cur_b - cur_a).total_seconds()
+            cur_a, cur_b = a, b
+        else:
+            cur_b = max(cur_b, b)
+    return total + (cur_b - cur_a).total_seconds()
+
+
 def spent_section(cells: list[RunResult]) -> list[str]:
     s = time_spent(cells)
-    share = f" ({s.generate_s / s.wall_s:.0%} of the wall time)" if s.wall_s else ""
+    busy = s.running_s or s.wall_s
+    share = f" ({s.generate_s / busy:.0%} of the running time)" if busy else ""
     out = [
         "",
         "### Time spent",
         "",
-        "Wall time: from the first cell's start to the last cell's finish. Generation and engine start: "
+        "Wall time: from the first cell's start to the last cell's finish; running: the part of it in which "
+        "a cell was running (less when the cells ran in separate calls). Generation and engine start: "
         "summed over the cells (as measured: an estimate counts its partial run).",
         "",
         table(
-            [[secs(s.wall_s), secs(s.generate_s) + share, secs(s.load_s), s.starts, len(cells)]],
-            ["wall time", "generation (sum)", "engine start (sum)", "engine starts", "cells"],
+            [[secs(s.wall_s), secs(s.running_s), secs(s.generate_s) + share, secs(s.load_s), s.starts, len(cells)]],
+            ["wall time", "running", "generation (sum)", "engine start (sum)", "engine starts", "cells"],
         ),
     ]
     if s.reused:
