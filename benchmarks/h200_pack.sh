@@ -1,21 +1,18 @@
 #!/usr/bin/env bash
-# Here (with the package index), before an H200 session: what benchmarks/h200_session.sh carries, in four
-# calls of at most ~51 MiB each (the working tree, ~11 MiB, travels with every call; a call carries 64 MiB):
-#   .gpu/d1  vllm.tar.xz.00 (+ .sha256)   .gpu/d2  vllm.tar.xz.01   .gpu/d3  vllm.tar.xz.02   (+ .whl/ in call 3)
-#   .gpu/d4  shared/ (a copy of ../shared) and ray-site.tar.xz
-# vLLM: the bundle of ../shared/gpu/pack_vllm.py (.gpu/vllm.tar.xz.NN), re-cut into 50 MiB parts
-# (unpack_vllm.sh concatenates any number of parts and checks the whole against the .sha256).
-# Ray: the ray==2.60.0 cp312 wheel, unzipped without its Java jars, the dashboard's web client and
-# RLlib (none of which `runner go --executor ray` loads), as one xz tarball (~24 MiB instead of 76).
-#   usage: bash benchmarks/h200_pack.sh        (run in the project root; ~2 min for Ray's tarball)
+# Here (with the package index), before an H200 session: everything benchmarks/h200_session.sh needs on the
+# GPU host, as one uncompressed tar cut into parts that each fit one device call beside the working tree
+# (a call carries 64 MiB, the tree included): .gpu/p1/payload.tar.00, .gpu/p2/payload.tar.01, ...
+# The payload holds
+#   vllm.tar.xz.NN + .sha256   the bundle of ../shared/gpu/pack_vllm.py (vLLM 0.26.0 and what the host lacks)
+#   shared/                    a copy of ../shared (models' configs and tokenizers, JSQuAD, scripts)
+#   ray-site.tar.xz            the ray==2.60.0 cp312 wheel unzipped without its Java jars, the dashboard's
+#                              web client and RLlib (none of which `runner go --executor ray` loads): 24 MiB
+#   whl/                       the wheels in .whl/ (rapidfuzz, filelock: what the host lacks besides vLLM)
+# On the host: `bash benchmarks/h200_session.sh stage OUT` in every call but the last (carry .gpu/pN),
+# `bash benchmarks/h200_session.sh unpack OUT` in the last one (carry its part), then the runs.
+#   usage: bash benchmarks/h200_pack.sh        (in the project root; ~2 min for Ray's tarball)
 set -euo pipefail
 [ -f .gpu/vllm.tar.xz.sha256 ] || python3 ../shared/gpu/pack_vllm.py --part-mib 45
-rm -rf .gpu/d1 .gpu/d2 .gpu/d3 .gpu/d4 .gpu/resplit && mkdir -p .gpu/d1 .gpu/d2 .gpu/d3 .gpu/d4 .gpu/resplit
-cat .gpu/vllm.tar.xz.[0-9][0-9] | split -b 50M -d -a 2 - .gpu/resplit/vllm.tar.xz.
-[ "$(ls .gpu/resplit | wc -l)" = 3 ] || { echo "expected 3 parts of 50 MiB" >&2; exit 1; }
-mv .gpu/resplit/vllm.tar.xz.00 .gpu/d1/ && cp .gpu/vllm.tar.xz.sha256 .gpu/d1/
-mv .gpu/resplit/vllm.tar.xz.01 .gpu/d2/ && mv .gpu/resplit/vllm.tar.xz.02 .gpu/d3/ && rmdir .gpu/resplit
-cp -r ../shared .gpu/d4/shared && chmod -R u+w .gpu/d4/shared
 if [ ! -f .gpu/ray-site.tar.xz ]; then
   tmp=$(mktemp -d)
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -24,5 +21,18 @@ if [ ! -f .gpu/ray-site.tar.xz ]; then
   tar -C "$tmp/site" -cf - . | xz -9e -T0 > .gpu/ray-site.tar.xz
   rm -rf "$tmp"
 fi
-cp .gpu/ray-site.tar.xz .gpu/d4/
-du -sh .gpu/d1 .gpu/d2 .gpu/d3 .gpu/d4 .whl 2>/dev/null
+stage=$(mktemp -d)
+ln .gpu/vllm.tar.xz.[0-9][0-9] .gpu/vllm.tar.xz.sha256 .gpu/ray-site.tar.xz "$stage"/
+cp -r ../shared "$stage/shared" && chmod -R u+w "$stage/shared"
+mkdir "$stage/whl" && { cp .whl/*.whl "$stage/whl/" 2>/dev/null || true; }
+tree_mib=$(python3 -c 'import os,subprocess as s
+names = s.run(["git", "ls-files", "-z", "-c", "-o", "--exclude-standard"], capture_output=True).stdout.split(b"\0")
+print(sum(os.path.getsize(n) for n in names if n and os.path.isfile(n)) // 2**20 + 1)')
+part_mib=$(( 61 - tree_mib ))
+rm -rf .gpu/p[0-9]* && mkdir -p .gpu/parts
+tar -C "$stage" -cf - . | split -b "${part_mib}M" -d -a 2 - .gpu/parts/payload.tar.
+rm -rf "$stage"
+n=0
+for f in .gpu/parts/payload.tar.*; do n=$((n + 1)); mkdir -p ".gpu/p$n" && mv "$f" ".gpu/p$n/"; done
+rmdir .gpu/parts
+echo "working tree ${tree_mib} MiB; ${n} parts of at most ${part_mib} MiB: carry .gpu/p1 .. .gpu/p${n}, one per call"

@@ -2,9 +2,10 @@
 # One H200 session, step by step (each step fits one 10-minute device call; run them back to back: the
 # host is given back after 30 s idle and a fresh one needs the transfers again).
 #   bash benchmarks/h200_session.sh STEP OUT
-# Transfers (prepared here with benchmarks/h200_pack.sh): `stage` copies whatever .gpu/d*/ and .whl/ this
-# call carried to /root/stage (three calls: d1, d2, d3 + .whl); `unpack` (carrying .gpu/d4: the shared
-# folder and Ray) reassembles vLLM into /tmp/vllm-site, Ray into /tmp/ray-site, the wheels into /tmp/site.
+# Transfers (prepared here by benchmarks/h200_pack.sh: .gpu/p1 .. .gpu/pN): `stage` copies the payload part
+# this call carried to /root/stage/parts (every call but the last); `unpack` (the last part) stages it,
+# untars the payload (vLLM bundle, shared folder, Ray, wheels) and unpacks vLLM into /tmp/vllm-site, Ray
+# into /tmp/ray-site and the wheels into /tmp/site.
 # Runs: check (GPU tests, runner-vs-plain-vLLM, kill/resume) | study1 | study2 (the JSQuAD study in two
 # halves) | fast (the fastest cells, the one-shot reference, vllm-bigbatch, hf-batched) | offload | ray
 # (ray_vs_local.py) | serve | report. Output goes to OUT line by line.
@@ -23,15 +24,15 @@ study() {  # study PATTERNS [SECONDS]
     --timeout 500 --no-progress --only "$1" 2>&1 | tee -a "$out/study.log"
 }
 stage() {
-  mkdir -p $ST
-  for d in .gpu/d*/; do [ -d "$d" ] && cp -r "$d". $ST/; done
-  if [ -d .whl ]; then mkdir -p $ST/whl && cp .whl/*.whl $ST/whl/; fi
-  ls -la $ST | tee -a "$out/stage.log"
+  mkdir -p $ST/parts
+  for f in .gpu/p*/payload.tar.*; do [ -f "$f" ] && cp "$f" $ST/parts/; done
+  ls -la $ST/parts | tee -a "$out/stage.log"
 }
 case $step in
   stage) stage ;;
   unpack)
     stage
+    cat $ST/parts/payload.tar.* | tar -C $ST -xf - || { echo "payload incomplete: $(ls $ST/parts)"; exit 1; }
     rm -rf $S && cp -r $ST/shared $S
     bash $S/gpu/unpack_vllm.sh $ST /tmp/vllm-site 2>&1 | tee "$out/unpack.log"
     mkdir -p /tmp/ray-site && tar -C /tmp/ray-site -xJf $ST/ray-site.tar.xz && echo "ray unpacked" | tee -a "$out/unpack.log"
