@@ -91,3 +91,14 @@ def test_predictions_beyond_tolerance_and_a_floor_above_the_measurement_are_warn
     assert "predicted weights on the GPU (GiB) off by +10.0% (tolerance ±5.0%)" in md
     assert "predicted KV capacity (tokens) off by +20.0% (tolerance ±10.0%)" in md
     assert "the predicted floor is above the measured generation time" in md
+
+
+def test_plan_without_a_gpu_plans_for_the_h200_and_says_so(write_recipe, base_recipe, monkeypatch):
+    pytest.importorskip("transformers")
+    import runner.planning.recipe_plan as rp
+
+    monkeypatch.setattr(rp, "gpu_from_nvml", lambda: None)  # a laptop: NVML finds no GPU
+    r = CliRunner().invoke(cli, ["plan", str(write_recipe(base_recipe)), "--json"])
+    assert r.exit_code == 0, r.output
+    assert r.stderr == "no GPU on this machine: planning for the H200 (--gpu NAME picks another)\n"
+    assert json.loads(r.stdout)["recipes"][0]["gpu"] == "H200"

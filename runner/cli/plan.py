@@ -15,7 +15,8 @@ from runner.cli.loading import MP_HELP, SET_HELP, load_all
 @click.option(
     "--gpu",
     metavar="NAME",
-    help="Plan for this GPU (H100, H200, A100-80G, L40S, L4, RTX 4090); default: the GPU of this machine (NVML).",
+    help="Plan for this GPU (H100, H200, A100-80G, L40S, L4, RTX 4090); default: the GPU of this machine "
+    "(NVML), or the H200 on a machine without one.",
 )
 @click.option(
     "--json",
@@ -40,7 +41,9 @@ def plan(paths, gpu, as_json, sets, model_paths, only):
     from runner.inputs.prepare import prepare
     from runner.planning.recipe_plan import pick_gpu, plan_recipe
 
-    target = pick_gpu(gpu)
+    target, fallback = pick_gpu(gpu)
+    if fallback:
+        click.echo(f"no GPU on this machine: planning for the {target.name} (--gpu NAME picks another)", err=True)
     plans = []
     tokenizers: dict[tuple, object] = {}
     for lr in load_all(paths, sets, model_paths, only):

@@ -170,8 +170,8 @@ def plan_reference() -> list[str]:
         "## Plan",
         "",
         "`runner plan RECIPES... [--gpu NAME] [--json]` prints, per recipe or study cell, what it "
-        'predicts before any GPU time; `--json` prints `{"recipes": [PLAN, ...]}` with these keys (the '
-        "contract; more may be added):",
+        "predicts before any GPU time, for the named GPU, else this machine's (NVML), else the H200; "
+        '`--json` prints `{"recipes": [PLAN, ...]}` with these keys (the contract; more may be added):',
         "",
         "| key | meaning |",
         "| --- | --- |",

@@ -11,7 +11,7 @@ from typing import Any
 from runner.config.recipe import LoadedRecipe
 from runner.errors import RunnerError
 from runner.inputs.prepare import Prepared
-from runner.planning.gpus import GPU, GPUS, find_gpu, gpu_from_nvml
+from runner.planning.gpus import GPU, GPUS, find_gpu, get_gpu, gpu_from_nvml
 from runner.planning.layout import LayoutInputs, encode_examples
 from runner.planning.plan import Plan, make_plan
 
@@ -43,20 +43,21 @@ def model_config(lr: LoadedRecipe) -> dict[str, Any]:
     return json.loads(cfg.read_text(encoding="utf-8"))
 
 
-def pick_gpu(name: str | None) -> GPU:
+DEFAULT_GPU = "H200"  # the GPU this project's measurements come from
+
+
+def pick_gpu(name: str | None) -> tuple[GPU, bool]:
+    """The GPU to plan for: the named one, else this machine's (NVML), else the H200. The flag is True
+    when it fell back to the H200 because this machine has no GPU."""
     if name:
         g = find_gpu(name)
         if g is None:
             raise RunnerError(f"unknown GPU {name!r}; known: " + ", ".join(GPUS), field="--gpu")
-        return g
+        return g, False
     g = gpu_from_nvml()
     if g is None:
-        raise RunnerError(
-            "no GPU on this machine to plan for",
-            field="--gpu",
-            hint="name one: --gpu H200 (known: " + ", ".join(GPUS) + ")",
-        )
-    return g
+        return get_gpu(DEFAULT_GPU), True
+    return g, False
 
 
 def template_order(lr: LoadedRecipe) -> list[str]:
