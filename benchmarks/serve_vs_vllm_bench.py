@@ -131,6 +131,7 @@ def run_bench(a: argparse.Namespace, r, data: Path, port: int, work: Path, k: in
         "--result-filename",
         name,
         "--disable-tqdm",
+        "--save-detailed",
     ]
     if r.sampling.ignore_eos:
         cmd.append("--ignore-eos")
@@ -156,7 +157,62 @@ def run_bench(a: argparse.Namespace, r, data: Path, port: int, work: Path, k: in
         "output_throughput": res["output_throughput"],
         "completed": res["completed"],
         "output_tokens": res["total_output_tokens"],
+        "detail": bench_detail(res),
     }
+
+
+def bench_detail(res: dict) -> dict:
+    """Per request, in the order sent: send time (s, from the first send), TTFT and TPOT (ms), from the
+    `--save-detailed` fields of vllm bench's result (TPOT = sum of a request's ITLs / (output tokens - 1),
+    its own definition, since its E2E is TTFT plus those gaps)."""
+    starts = res.get("start_times") or []
+    if not starts:
+        return {}
+    t0 = min(starts)
+    tpot = [
+        sum(itl) * 1000 / (n - 1) if n and n > 1 and ttft else None
+        for itl, n, ttft in zip(res["itls"], res["output_lens"], res["ttfts"], strict=True)
+    ]
+    return {
+        "start_s": [t - t0 for t in starts],
+        "ttft_ms": [t * 1000 if t else None for t in res["ttfts"]],
+        "tpot_ms": tpot,
+    }
+
+
+def runner_detail(records: list) -> dict:
+    """The same per-request figures from the runner's records (sent_s is relative to the rate's start)."""
+    sent = [r.sent_s for r in records if r.sent_s is not None]
+    t0 = min(sent) if sent else 0.0
+    return {
+        "start_s": [None if r.sent_s is None else r.sent_s - t0 for r in records],
+        "ttft_ms": [None if r.ttft_s is None else r.ttft_s * 1000 for r in records],
+        "tpot_ms": [
+            (r.e2e_s - r.ttft_s) * 1000 / (r.output_tokens - 1)
+            if r.ok and r.e2e_s is not None and r.ttft_s is not None and r.output_tokens > 1
+            else None
+            for r in records
+        ],
+    }
+
+
+def paired(bench: dict, runner: dict) -> str:
+    """Request by request (both sides send the same prompts in the same order on the same schedule): the
+    median difference runner - bench of send time, TTFT and TPOT. A schedule that differs shows in the
+    first; a client that measures late shows as a difference in every request, noise as a spread."""
+    if not bench or not runner or len(bench["start_s"]) != len(runner["start_s"]):
+        return "paired: no per-request data on one side (or different counts)"
+    out = []
+    for key, label, scale in (("start_s", "send time", 1000.0), ("ttft_ms", "TTFT", 1.0), ("tpot_ms", "TPOT", 1.0)):
+        d = [(q - b) * scale for b, q in zip(bench[key], runner[key]) if b is not None and q is not None]
+        if not d:
+            continue
+        qs = statistics.quantiles(d, n=10) if len(d) > 1 else [d[0]] * 9
+        out.append(
+            f"  {label}: runner - bench median {statistics.median(d):+.2f} ms"
+            f" (10th {qs[0]:+.2f}, 90th {qs[-1]:+.2f}; {sum(x > 0 for x in d)}/{len(d)} requests later/higher)"
+        )
+    return "paired, request by request:\n" + "\n".join(out)
 
 
 def run_runner(a: argparse.Namespace, r, ids: list[list[int]], base_url: str) -> dict:
@@ -176,6 +232,7 @@ def run_runner(a: argparse.Namespace, r, ids: list[list[int]], base_url: str) ->
         "output_throughput": s.output_throughput,
         "completed": s.completed,
         "output_tokens": s.output_tokens,
+        "detail": runner_detail(run.records),
     }
 
 
@@ -192,7 +249,7 @@ def table(bench: dict, runner: dict) -> str:
 
 
 def median(runs: list[dict]) -> dict:
-    return {k: statistics.median(x[k] for x in runs) for k in runs[0]}
+    return {k: statistics.median(x[k] for x in runs) for k in runs[0] if k != "detail"}
 
 
 def args() -> argparse.Namespace:
@@ -256,7 +313,8 @@ def main() -> int:
             if len(got) == 2:
                 benches.append(got["bench"])
                 runners.append(got["runner"])
-                say(f"\nround {k} ({order[0]} first), {a.rate:g} req/s offered\n{table(got['bench'], got['runner'])}\n")
+                say(f"\nround {k} ({order[0]} first), {a.rate:g} req/s offered\n{table(got['bench'], got['runner'])}")
+                say(paired(got["bench"].pop("detail"), got["runner"].pop("detail")) + "\n")
     say(f"server stopped; {time.perf_counter() - t0:.0f} s in all")
     if not benches:
         say("no round completed on both sides")
