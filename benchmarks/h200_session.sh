@@ -8,7 +8,7 @@
 # into /tmp/ray-site and the wheels into /tmp/site.
 # Runs: check (GPU tests, runner-vs-plain-vLLM, kill/resume) | study1 | study2 (the JSQuAD study in two
 # halves) | fast (the fastest cells, the one-shot reference, vllm-bigbatch, hf-batched) | offload | ray
-# (ray_vs_local.py) | serve | report. Output goes to OUT line by line.
+# (ray_vs_local.py) | serve | sweep | report. Output goes to OUT line by line.
 set -uo pipefail
 step=$1; out=$2
 mkdir -p "$out"
@@ -64,9 +64,10 @@ case $step in
       recipes/jsquad-study.yaml --only jsquad-vllm --rounds "${ROUNDS:-1}" --out /root/ray "${MP[@]}" "${SETS[@]}" \
       --timeout 300 2>&1 | tee "$out/ray_vs_local.log"
     tar -C /root -czf "$out/ray.tgz" --exclude='*/samples.partial.jsonl' ray ;;
-  serve)
-    SHARED=$S timeout 250 bash benchmarks/h200_serve.sh "$out" bench
-    SHARED=$S EXTRA="--set load.num_requests=400" timeout 330 bash benchmarks/h200_serve.sh "$out" sweep ;;
+  serve)  # the client against vllm bench serve (~5 min with 3 rounds)
+    SHARED=$S timeout 500 bash benchmarks/h200_serve.sh "$out" bench ;;
+  sweep)  # the rate sweep of both layouts, 400 requests per rate (~4 min)
+    SHARED=$S EXTRA="--set load.num_requests=400" timeout 500 bash benchmarks/h200_serve.sh "$out" sweep ;;
   report)
     python3 -m runner report /root/h200 --baseline jsquad-hf-sequential 2>&1 | tee "$out/report.log"
     tar -C /root -czf "$out/h200.tgz" h200 ;;
