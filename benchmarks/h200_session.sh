@@ -7,7 +7,8 @@
 # untars the payload (vLLM bundle, shared folder, Ray, wheels) and unpacks vLLM into /tmp/vllm-site, Ray
 # into /tmp/ray-site and the wheels into /tmp/site.
 # Runs: check (GPU tests, runner-vs-plain-vLLM, kill/resume) | study1 | study2 (the JSQuAD study in two
-# halves) | fast (the fastest cells, the one-shot reference, vllm-bigbatch, hf-batched) | offload | ray
+# halves) | fast (the fastest cells, the one-shot reference, vllm-bigbatch, hf-batched) | probe (three
+# variations of the fastest cell) | offload | ray
 # (ray_vs_local.py) | serve | sweep | report. Output goes to OUT line by line.
 set -uo pipefail
 step=$1; out=$2
@@ -56,6 +57,16 @@ case $step in
     study 'jsquad-vllm-fp8-graphs,jsquad-vllm-fp8-fast,jsquad-vllm-oneshot-cache,jsquad-vllm-bigbatch' 330
     study 'jsquad-hf-batched' 200
     tar -C /root -czf "$out/h200-fast.tgz" h200 ;;
+  probe)  # candidates for a faster jsquad-vllm-fp8-graphs, each into its own folder (not the study's)
+    i=0
+    for extra in "--set engine.kv_cache_dtype=fp8" "--set engine.engine_args.max_num_batched_tokens=16384" \
+                 "--set engine.engine_args.max_num_seqs=1024"; do
+      i=$((i + 1))
+      # shellcheck disable=SC2086
+      timeout 170 python3 -m runner go recipes/jsquad-study.yaml --out /root/probe-$i "${MP[@]}" "${SETS[@]}" $extra \
+        --timeout 150 --no-progress --only jsquad-vllm-fp8-graphs 2>&1 | sed "s/^/[$extra] /" | tee -a "$out/probe.log"
+    done
+    tar -C /root -czf "$out/probe.tgz" probe-1 probe-2 probe-3 ;;
   offload)
     study 'jsquad-vllm-offload' 330
     tar -C /root -czf "$out/h200-offload.tgz" h200 ;;
