@@ -57,16 +57,10 @@ case $step in
     study 'jsquad-vllm-fp8-graphs,jsquad-vllm-fp8-fast,jsquad-vllm-oneshot-cache,jsquad-vllm-bigbatch' 330
     study 'jsquad-hf-batched' 200
     tar -C /root -czf "$out/h200-fast.tgz" h200 ;;
-  probe)  # candidates for a faster jsquad-vllm-fp8-graphs, each into its own folder (not the study's)
-    i=0
-    for extra in "--set engine.kv_cache_dtype=fp8" "--set engine.engine_args.max_num_batched_tokens=16384" \
-                 "--set engine.engine_args.max_num_seqs=1024"; do
-      i=$((i + 1))
-      # shellcheck disable=SC2086
-      timeout 170 python3 -m runner go recipes/jsquad-study.yaml --out /root/probe-$i "${MP[@]}" "${SETS[@]}" $extra \
-        --timeout 150 --no-progress --only jsquad-vllm-fp8-graphs 2>&1 | sed "s/^/[$extra] /" | tee -a "$out/probe.log"
-    done
-    tar -C /root -czf "$out/probe.tgz" probe-1 probe-2 probe-3 ;;
+  probe)  # benchmarks/fast-probe.yaml: the fastest study cell with one more change each (~5 min)
+    timeout 540 python3 -m runner go benchmarks/fast-probe.yaml --out /root/probe "${MP[@]}" "${SETS[@]}" \
+      --timeout 170 --no-progress 2>&1 | tee -a "$out/probe.log"
+    tar -C /root -czf "$out/probe.tgz" probe ;;
   offload)
     study 'jsquad-vllm-offload' 330
     tar -C /root -czf "$out/h200-offload.tgz" h200 ;;
