@@ -491,3 +491,14 @@ def test_serving_cells_do_not_claim_a_shared_engine():
     assert engine_key(cells[0]) != engine_key(cells[1])
     offline = load_all((str(PROJECT / "recipes" / "jsquad-serve.yaml"),), ("load=null",))
     assert engine_key(offline[0]) == engine_key(offline[1])
+
+
+def test_fast_probe_file_varies_one_setting_of_the_fastest_cell():
+    path = PROJECT / "benchmarks" / "fast-probe.yaml"
+    by = {lr.recipe.name: lr.recipe for lr in load_recipes(path)}
+    assert set(by) == {"probe-kv8", "probe-tokens16k", "probe-seqs4096"}
+    assert all(r.engine.quantization == "fp8" and r.engine.enforce_eager is False for r in by.values())
+    assert all(r.prompt.template == "jsquad-context-first.j2" for r in by.values())
+    assert all(len(r.prompt.shots.examples) == 1 for r in by.values())
+    assert by["probe-kv8"].engine.kv_cache_dtype == "fp8"
+    assert by["probe-seqs4096"].engine.engine_args == {"max_num_seqs": 4096, "max_num_batched_tokens": 65536}
