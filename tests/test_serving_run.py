@@ -267,7 +267,20 @@ def test_vllm_serve_evidence_from_the_server_log_and_counters():
     knobs = {k.name: k for k in ev.knobs}
     assert knobs["enable_prefix_caching"].status == "ignored" and knobs["enable_prefix_caching"].effective is False
     assert knobs["enforce_eager"].status == "applied" and knobs["load_format"].status == "applied"
-    assert knobs["gpu_memory_utilization"].status == "unverified"  # not in the config line
+    assert knobs["gpu_memory_utilization"].status == "unverified"  # no worker memory line in this log
     assert (ev.cached_tokens, ev.weights_gib, ev.kv_cache_tokens) == (0, 14.25, 1234567)
     none = spec.serve_evidence(ModelSpec(id="m"), "", {"vllm:prefix_cache_hits_total": 7.0})
     assert none.knobs == () and none.cached_tokens == 7 and "not verified" in none.notes[0]
+
+
+def test_vllm_serve_reads_the_utilization_the_worker_sized_the_kv_cache_for():
+    # vLLM 0.26.0's gpu_worker.py line, as the H200 server logged it (reports/h200-serve/bench/server.log.gz)
+    worker = (
+        "(EngineCore pid=2032) INFO 12-03 03:36:58 [gpu_worker.py:857] Free memory on device (139.29/139.8 GiB) "
+        "on startup. Desired GPU memory utilization is ({}, 125.82 GiB). Actual usage is 14.29 GiB for weight\n"
+    )
+    spec = VLLMSpec(kind="vllm", gpu_memory_utilization=0.9)
+    knob = {k.name: k for k in spec.serve_evidence(ModelSpec(id="m"), VLLM_LOG + worker.format(0.9), {}).knobs}
+    assert knob["gpu_memory_utilization"].status == "applied" and knob["gpu_memory_utilization"].effective == 0.9
+    knob = {k.name: k for k in spec.serve_evidence(ModelSpec(id="m"), VLLM_LOG + worker.format(0.5), {}).knobs}
+    assert knob["gpu_memory_utilization"].status == "ignored" and knob["gpu_memory_utilization"].effective == 0.5

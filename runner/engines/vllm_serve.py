@@ -28,19 +28,30 @@ def serve_evidence(spec: VLLMSpec, model: ModelSpec, log_text: str, counters: di
             notes=("the server's log has no engine config line: knobs not verified",),
         )
     knobs = vllm_knobs(spec, model.load_format, facts, cached=cached or 0, prompt=int(queries or 0))
-    unknown = Knob(
-        name="gpu_memory_utilization",
-        requested=spec.gpu_memory_utilization,
-        status="unverified",
-        evidence="not in the server's config line" + (f"; KV cache {int(kv):,} tokens" if kv else ""),
-    )
-    knobs = [unknown if k.name == "gpu_memory_utilization" else k for k in knobs]
+    if _desired_utilization(log_text) is None:  # the worker's memory line is missing: say so
+        unknown = Knob(
+            name="gpu_memory_utilization",
+            requested=spec.gpu_memory_utilization,
+            status="unverified",
+            evidence="not in the server's log" + (f"; KV cache {int(kv):,} tokens" if kv else ""),
+        )
+        knobs = [unknown if k.name == "gpu_memory_utilization" else k for k in knobs]
     return ServeEvidence(
         knobs=tuple(knobs),
         cached_tokens=cached,
         weights_gib=facts.weights_gib,
         kv_cache_tokens=facts.kv_cache_tokens,
     )
+
+
+_DESIRED = re.compile(r"Desired GPU memory utilization is \(([0-9.]+),")
+
+
+def _desired_utilization(log: str) -> float | None:
+    """The utilization the engine's worker sized its KV cache for: vLLM 0.26 logs `Free memory on device
+    (...) on startup. Desired GPU memory utilization is (0.9, 125.82 GiB). ...` (gpu_worker.py)."""
+    found = _DESIRED.findall(log)
+    return float(found[-1]) if found else None
 
 
 def _served_facts(spec: VLLMSpec, model: ModelSpec, log: str) -> tuple[VLLMFacts | None, dict[str, float]]:
@@ -57,7 +68,7 @@ def _served_facts(spec: VLLMSpec, model: ModelSpec, log: str) -> tuple[VLLMFacts
     return VLLMFacts(
         quantization=None if cfg.get("quantization", "None") == "None" else cfg["quantization"],
         prefix_caching=cfg.get("enable_prefix_caching") == "True",
-        gpu_memory_utilization=spec.gpu_memory_utilization,
+        gpu_memory_utilization=_desired_utilization(log) or spec.gpu_memory_utilization,  # else: unverified
         enforce_eager=cfg.get("enforce_eager") == "True",
         max_model_len=int(cfg["max_seq_len"]) if cfg.get("max_seq_len", "").isdigit() else None,
         tensor_parallel_size=int(cfg.get("tensor_parallel_size", "1")),
