@@ -27,7 +27,7 @@ class VLLMFacts:
 
     quantization: str | None = None
     prefix_caching: bool = False
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float | None = 0.9  # None: not known (a server log without the worker's line)
     enforce_eager: bool = False
     max_model_len: int | None = None
     tensor_parallel_size: int = 1
@@ -168,14 +168,19 @@ def vllm_knobs(spec: Any, load_format: str, f: VLLMFacts, cached: int, prompt: i
     swap = _swap_space(spec, f)
     if swap is not None:
         knobs.append(swap)
-    gmu_ok = abs(f.gpu_memory_utilization - spec.gpu_memory_utilization) < 1e-9
+    kv = f"KV cache {f.kv_cache_tokens:,} tokens" if f.kv_cache_tokens else ""
+    if f.gpu_memory_utilization is None:
+        gmu_status, kv = "unverified", "not in the server's log" + (f"; {kv}" if kv else "")
+    else:
+        gmu_ok = abs(f.gpu_memory_utilization - spec.gpu_memory_utilization) < 1e-9
+        gmu_status = "applied" if gmu_ok else "ignored"
     knobs.append(
         Knob(
             name="gpu_memory_utilization",
             requested=spec.gpu_memory_utilization,
             effective=f.gpu_memory_utilization,
-            status="applied" if gmu_ok else "ignored",
-            evidence=f"KV cache {f.kv_cache_tokens:,} tokens" if f.kv_cache_tokens else "",
+            status=gmu_status,
+            evidence=kv,
         )
     )
     knobs.append(_same("enforce_eager", spec.enforce_eager, f.enforce_eager, "model_config.enforce_eager"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from runner.config.common import ModelSpec
-from runner.engines.base import Knob, ServeEvidence
+from runner.engines.base import ServeEvidence
 from runner.engines.vllm import VLLMSpec, unquantized_gib
 from runner.engines.vllm_knobs import VLLMFacts, parse_engine_log, vllm_knobs
 
@@ -28,14 +28,6 @@ def serve_evidence(spec: VLLMSpec, model: ModelSpec, log_text: str, counters: di
             notes=("the server's log has no engine config line: knobs not verified",),
         )
     knobs = vllm_knobs(spec, model.load_format, facts, cached=cached or 0, prompt=int(queries or 0))
-    if _desired_utilization(log_text) is None:  # the worker's memory line is missing: say so
-        unknown = Knob(
-            name="gpu_memory_utilization",
-            requested=spec.gpu_memory_utilization,
-            status="unverified",
-            evidence="not in the server's log" + (f"; KV cache {int(kv):,} tokens" if kv else ""),
-        )
-        knobs = [unknown if k.name == "gpu_memory_utilization" else k for k in knobs]
     return ServeEvidence(
         knobs=tuple(knobs),
         cached_tokens=cached,
@@ -68,7 +60,7 @@ def _served_facts(spec: VLLMSpec, model: ModelSpec, log: str) -> tuple[VLLMFacts
     return VLLMFacts(
         quantization=None if cfg.get("quantization", "None") == "None" else cfg["quantization"],
         prefix_caching=cfg.get("enable_prefix_caching") == "True",
-        gpu_memory_utilization=_desired_utilization(log) or spec.gpu_memory_utilization,  # else: unverified
+        gpu_memory_utilization=_desired_utilization(log),  # None: vllm_knobs says unverified
         enforce_eager=cfg.get("enforce_eager") == "True",
         max_model_len=int(cfg["max_seq_len"]) if cfg.get("max_seq_len", "").isdigit() else None,
         tensor_parallel_size=int(cfg.get("tensor_parallel_size", "1")),
