@@ -66,10 +66,10 @@ class Spent:
 
 
 def time_spent(cells: list[RunResult]) -> Spent:
-    starts = [t for t in (_when(r.started_at) for r in cells) if t]
-    ends = [t for t in (_when(r.finished_at) for r in cells) if t]
+    times = [(_when(r.started_at), _when(r.finished_at)) for r in cells]
+    starts, ends = [a for a, _ in times if a], [b for _, b in times if b]
     wall = (max(ends) - min(starts)).total_seconds() if starts and ends else None
-    spans = sorted((a, b) for a, b in ((_when(r.started_at), _when(r.finished_at)) for r in cells) if a and b)
+    spans = sorted((a, b) for a, b in times if a and b)
     reused = tuple(
         (r.name, next((m.group(1) for n in r.notes if (m := REUSED.search(n))), None))
         for r in cells
