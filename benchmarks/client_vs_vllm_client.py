@@ -113,11 +113,12 @@ async def vllm_side(mod, url: str, n: int, rate: float, seed: int, trust_env: bo
 
 def runner_side(url: str, n: int, rate: float, seed: int) -> dict:
     from runner.serving.client import run_rate
+    from runner.serving.latency import tpot_s
 
     run = run_rate(url, "m", [[1] * 100] * n, {"max_tokens": TOKENS}, rate, 1.0, None, seed, 0)
     ok = [r for r in run.records if r.ok]
     ttft = [r.ttft_s * 1000 for r in ok]
-    tpot = [(r.e2e_s - r.ttft_s) * 1000 / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
+    tpot = [t * 1000 for r in ok if (t := tpot_s(r)) is not None]
     return _figures(ttft, tpot, len(ok))
 
 
@@ -149,10 +150,10 @@ def main() -> int:
         help="open vllm's session with trust_env=False, as the runner's (vllm bench serve: True)",
     )
     a = ap.parse_args()
+    from runner.serving.server import free_port
+
     mod = load_vllm_func(a.vllm_func)
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
+    port = free_port()
     proc = mp.get_context("spawn").Process(target=serve, args=(port, a.step_ms, a.per_seq_ms, a.prefill_ms))
     proc.start()
     url = f"http://127.0.0.1:{port}"

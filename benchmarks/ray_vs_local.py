@@ -25,6 +25,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from runner.execution.gpumem import used_gib  # noqa: E402  (NVML, whole device; None without a GPU)
+
 TARGET = 0.03
 MEMORY_SLACK_GIB = 1.0
 
@@ -33,29 +37,16 @@ def say(*a: object) -> None:
     print(*a, flush=True)
 
 
-def gpu_used_gib() -> float | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).used / 2**30
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no NVML here: memory is not checked
-        return None
-
-
 def run_once(a: argparse.Namespace, rest: list[str], executor: str, rnd: int) -> dict:
     out = Path(a.out) / f"{executor}-{rnd}"
     cmd = [sys.executable, "-m", "runner", "go", a.recipe, "--only", a.only, "--out", str(out), "--no-progress"]
     cmd += (["--executor", "ray"] if executor == "ray" else []) + rest
-    before = gpu_used_gib()
+    before = used_gib()
     t0 = time.perf_counter()
     with open(Path(a.out) / f"{executor}-{rnd}.log", "w") as log:
         rc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
     wall = time.perf_counter() - t0
-    after = gpu_used_gib()
+    after = used_gib()
     folder = out / a.only
     res = json.loads((folder / "results.json").read_text())
     samples = [json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines() if x.strip()]
@@ -118,7 +109,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1)
     a, rest = ap.parse_known_args()
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    baseline = gpu_used_gib()
+    baseline = used_gib()
     say(f"GPU used before: {baseline if baseline is None else round(baseline, 2)} GiB")
     rows = []
     for rnd in range(a.rounds):

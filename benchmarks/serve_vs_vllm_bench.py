@@ -182,17 +182,14 @@ def bench_detail(res: dict) -> dict:
 
 def runner_detail(records: list) -> dict:
     """The same per-request figures from the runner's records (sent_s is relative to the rate's start)."""
+    from runner.serving.latency import tpot_s
+
     sent = [r.sent_s for r in records if r.sent_s is not None]
     t0 = min(sent) if sent else 0.0
     return {
         "start_s": [None if r.sent_s is None else r.sent_s - t0 for r in records],
         "ttft_ms": [None if r.ttft_s is None else r.ttft_s * 1000 for r in records],
-        "tpot_ms": [
-            (r.e2e_s - r.ttft_s) * 1000 / (r.output_tokens - 1)
-            if r.ok and r.e2e_s is not None and r.ttft_s is not None and r.output_tokens > 1
-            else None
-            for r in records
-        ],
+        "tpot_ms": [None if (t := tpot_s(r)) is None else t * 1000 for r in records],
     }
 
 
