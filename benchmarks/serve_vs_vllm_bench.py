@@ -18,12 +18,21 @@
    Both draw the same arrival schedule (numpy's legacy generator seeded with S; runner/serving/arrivals.py)
    and send the same prompts in the same order; the one difference is that vllm bench sends text, which
    the server tokenizes (the script checks the text re-tokenizes to the runner's ids), while the runner
-   sends the ids. Why the JSQuAD prompts rather than vllm bench's `random` dataset: the runner cannot send
-   `random`'s prompts, and JSQuAD's shared one-shot head is what prefix caching works on in the study.
-4. Prints each round as it ends (TTFT p50, TPOT p50, request throughput of both and runner / vllm bench),
-   then the medians over rounds. Target: every ratio within 5% of 1.
+   sends the ids. Each round also runs the runner's client on the text (side `runner-text`; leave it
+   out with --no-text-side), so a difference that comes from ids vs text shows on its own. Why the JSQuAD
+   prompts rather than vllm bench's `random` dataset: the runner cannot send `random`'s prompts, and
+   JSQuAD's shared one-shot head is what prefix caching works on in the study.
+4. Prints each round as it ends (TTFT p50, TPOT p50, request throughput of each side and runner / vllm
+   bench, with per-request paired differences), then the medians over rounds. Target: every ratio
+   within 5% of 1.
+
+5. Prints the median over rounds of each round's ratio (side / vllm bench in the same round) and the
+   request-by-request differences pooled over all rounds: the server's latency drifts between rounds by
+   far more than 5% (its own TTFT p50 under vllm bench moved 45-81 ms on one server), so a round's ratio
+   is the figure that holds that drift fixed.
 
 GPU host only (vLLM importable); every line is flushed as it is written. Logs and results under --out.
+`--combine A/summary.json B/summary.json.gz ...` pools the rounds of earlier runs instead (no GPU).
 """
 
 from __future__ import annotations
@@ -212,12 +221,14 @@ def paired(bench: dict, runner: dict) -> str:
     return "paired, request by request:\n" + "\n".join(out)
 
 
-def run_runner(a: argparse.Namespace, r, ids: list[list[int]], base_url: str) -> dict:
+def run_runner(a: argparse.Namespace, r, prompts: list, base_url: str) -> dict:
+    """The runner's client on `prompts` (token ids, or the same prompts as text)."""
     from runner.execution.serve_run import request_sampling
     from runner.serving.client import run_rate
     from runner.serving.latency import summarize
 
-    run = run_rate(base_url, r.model.id, ids, request_sampling(r.sampling), a.rate, 1.0, None, a.seed, a.warmups + 1)
+    sampling = request_sampling(r.sampling)
+    run = run_rate(base_url, r.model.id, prompts, sampling, a.rate, 1.0, None, a.seed, a.warmups + 1)
     s = summarize(run.records, a.rate)
     if s.errors:
         say(f"  runner: {s.errors} failed requests, e.g. {s.error_samples[:2]}")
@@ -233,8 +244,8 @@ def run_runner(a: argparse.Namespace, r, ids: list[list[int]], base_url: str) ->
     }
 
 
-def table(bench: dict, runner: dict) -> str:
-    lines = [f"{'':16}{'vllm bench':>12}{'runner':>12}{'ratio':>9}  target: within {TARGET:.0%}"]
+def table(bench: dict, runner: dict, side: str = "runner") -> str:
+    lines = [f"{'':16}{'vllm bench':>12}{side:>12}{'ratio':>9}  target: within {TARGET:.0%}"]
     for label, key in ROWS:
         b, q = bench[key], runner[key]
         ratio = q / b if b else float("nan")
@@ -249,9 +260,75 @@ def median(runs: list[dict]) -> dict:
     return {k: statistics.median(x[k] for x in runs) for k in runs[0] if k != "detail"}
 
 
+def run_round(a, r, data: Path, port: int, work: Path, k: int, order: list[str], prompts: dict, server) -> dict:
+    """One run per side, in `order`, each after emptying the prefix cache; a failed side is reported."""
+    got = {}
+    for who in order:
+        server.reset_prefix_cache()
+        t = time.perf_counter()
+        try:
+            got[who] = (
+                run_bench(a, r, data, port, work, k)
+                if who == "bench"
+                else run_runner(a, r, prompts[who], server.base_url)
+            )
+        except Exception:  # one failed side: report it, keep the server and the other rounds
+            say(f"round {k}: {who} failed:\n{traceback.format_exc()}")
+            continue
+        say(f"round {k}: {who} done in {time.perf_counter() - t:.1f} s")
+    return got
+
+
+def pooled(done: dict[str, list[dict]]) -> str:
+    """Per side: the median over rounds of the round's ratio to vllm bench, and the request-by-request
+    differences (side - bench) pooled over all rounds."""
+    lines = []
+    for who in [k for k in done if k != "bench" and isinstance(done[k], list)]:
+        pairs = list(zip(done["bench"], done[who]))
+        if not pairs:
+            continue
+        lines.append(f"{who}: median over {len(pairs)} rounds of the round's ratio to vllm bench (target within 5%)")
+        for label, key in ROWS[:3]:
+            ratios = [q[key] / b[key] for b, q in pairs if b[key]]
+            med = statistics.median(ratios)
+            ok = "ok" if abs(med - 1) <= TARGET else "MISSED"
+            lines.append(f"  {label:16}{med:9.3f}  {ok}   rounds: {' '.join(f'{x:.3f}' for x in ratios)}")
+        details = [(b.get("detail") or {}, q.get("detail") or {}) for b, q in pairs]
+        for key, label, scale in (("start_s", "send time", 1000.0), ("ttft_ms", "TTFT", 1.0), ("tpot_ms", "TPOT", 1.0)):
+            d = [
+                (y - x) * scale
+                for b, q in details
+                for x, y in zip(b.get(key) or [], q.get(key) or [])
+                if x is not None and y is not None
+            ]
+            if d:
+                lines.append(f"  {label}: {who} - bench, median over {len(d)} requests {statistics.median(d):+.2f} ms")
+    return "\n".join(lines)
+
+
+def combine(paths: list[str]) -> int:
+    """Pool the rounds of earlier runs' summary.json files (plain or gzipped) and print `pooled`."""
+    import gzip
+
+    done: dict[str, list[dict]] = {}
+    for path in paths:
+        raw = gzip.open(path, "rt") if path.endswith(".gz") else open(path)
+        with raw as f:
+            one = json.load(f)
+        for k, v in one.items():
+            if isinstance(v, list):
+                done.setdefault(k, []).extend(v)
+    if not done.get("bench"):
+        say("no rounds in " + ", ".join(paths))
+        return 1
+    say(pooled(done))
+    return 0
+
+
 def args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("recipe")
+    ap.add_argument("recipe", nargs="?", help="the recipe (not with --combine)")
+    ap.add_argument("--combine", nargs="+", metavar="SUMMARY", help="pool earlier runs' summary.json files")
     ap.add_argument("--only", help="the study cell to use (default: the file's first)")
     ap.add_argument("--model-path", action="append", default=[])
     ap.add_argument("--set", dest="sets", action="append", default=[])
@@ -259,7 +336,13 @@ def args() -> argparse.Namespace:
     ap.add_argument("--num-prompts", type=int, default=1000)
     ap.add_argument("--warmups", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--rounds", type=int, default=2, help="pairs of runs, alternating which goes first")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of one run per side, rotating which goes first")
+    ap.add_argument(
+        "--no-text-side",
+        dest="text_side",
+        action="store_false",
+        help="leave out the runner's client on the text prompts (side runner-text)",
+    )
     ap.add_argument("--bench-timeout", type=float, default=600)
     ap.add_argument(
         "--bench-cmd",
@@ -272,6 +355,11 @@ def args() -> argparse.Namespace:
 
 def main() -> int:
     a = args()
+    if a.combine:
+        return combine(a.combine)
+    if not a.recipe:
+        say("a recipe is needed (or --combine SUMMARY ...)")
+        return 2
     from runner.serving.server import Server, free_port
 
     work = Path(a.out).resolve()
@@ -287,38 +375,37 @@ def main() -> int:
     port = free_port(HOST)
     cmd = r.engine.serve_command(r.model, HOST, port)
     say(f"server: {' '.join(cmd)}\n  log: {work / 'server.log'}")
-    benches, runners = [], []
+    sides = ["bench", "runner"] + (["runner-text"] if a.text_side else [])
+    prompts = {"runner": ids, "runner-text": texts}
+    done: dict[str, list[dict]] = {k: [] for k in sides}
     t0 = time.perf_counter()
     with Server(cmd, f"http://{HOST}:{port}", work / "server.log", env=r.engine.serve_env()) as server:
         say(f"server ready in {server.startup_s:.1f} s")
         for k in range(1, a.rounds + 1):
-            order = ("bench", "runner") if k % 2 else ("runner", "bench")
-            got = {}
-            for who in order:
-                server.reset_prefix_cache()
-                t = time.perf_counter()
-                try:
-                    got[who] = (
-                        run_bench(a, r, data, port, work, k)
-                        if who == "bench"
-                        else run_runner(a, r, ids, server.base_url)
-                    )
-                except Exception:  # one failed side: report it, keep the server and the other rounds
-                    say(f"round {k}: {who} failed:\n{traceback.format_exc()}")
-                    continue
-                say(f"round {k}: {who} done in {time.perf_counter() - t:.1f} s")
-            if len(got) == 2:
-                benches.append(got["bench"])
-                runners.append(got["runner"])
-                say(f"\nround {k} ({order[0]} first), {a.rate:g} req/s offered\n{table(got['bench'], got['runner'])}")
-                say(paired(got["bench"].pop("detail"), got["runner"].pop("detail")) + "\n")
+            order = sides[(k - 1) % len(sides) :] + sides[: (k - 1) % len(sides)]
+            got = run_round(a, r, data, port, work, k, order, prompts, server)
+            if len(got) < len(sides):  # the pooled figures pair sides round by round
+                say(f"round {k}: {', '.join(w for w in sides if w not in got)} failed; left out of the medians")
+            else:
+                for who in sides:
+                    done[who].append(got[who])
+            if "bench" not in got:
+                continue
+            say(f"\nround {k} (order: {', '.join(order)}), {a.rate:g} req/s offered")
+            for who in sides[1:]:
+                if who in got:
+                    say(table(got["bench"], got[who], who))
+                    say(paired(got["bench"]["detail"], got[who]["detail"]) + "\n")
     say(f"server stopped; {time.perf_counter() - t0:.0f} s in all")
-    if not benches:
-        say("no round completed on both sides")
+    if not done["bench"]:
+        say("no round completed")
         return 1
-    if len(benches) > 1:
-        say(f"\nmedian of {len(benches)} rounds\n{table(median(benches), median(runners))}")
-    (work / "summary.json").write_text(json.dumps({"bench": benches, "runner": runners, "rate": a.rate}, indent=1))
+    if len(done["bench"]) > 1:
+        for who in sides[1:]:
+            if done[who]:
+                say(f"\nmedian of {len(done[who])} rounds\n{table(median(done['bench']), median(done[who]), who)}")
+    say("\n" + pooled(done))
+    (work / "summary.json").write_text(json.dumps({**done, "rate": a.rate}, indent=1))
     return 0
 
 

@@ -49,6 +49,20 @@ def test_payload_sends_token_ids_and_streams_with_usage():
     json.dumps(body)
 
 
+def test_payload_sends_text_as_text():
+    # the benchmarks also send the rendered text (as vllm bench does), which the server tokenizes
+    body = build_payload("m", "<|im_start|>user\n問題", SAMPLING)
+    assert body["prompt"] == "<|im_start|>user\n問題" and body["max_tokens"] == 8
+
+
+def test_text_prompts_take_their_token_count_from_the_usage_event():
+    with SSEServer(lambda body: Plan(first_delay_s=0.01, gap_s=0.005, chunks=2)) as srv:
+        run = run_rate(srv.base_url, "m", ["abcd", "xy"], SAMPLING, rate=float("inf"), warmup=1)
+    assert [s.body["prompt"] for s in srv.seen] == ["abcd", "abcd", "xy"]  # the warmup repeats the first
+    # the stand-in counts a text prompt's characters as its tokens; before the answer the count is unknown (0)
+    assert sorted(r.prompt_tokens for r in run.records) == [2, 4] and all(r.ok for r in run.records)
+
+
 # --- one rate against the stand-in -----------------------------------------------------------------
 
 

@@ -428,13 +428,16 @@ JSQUAD_CELLS = {
     "jsquad-vllm-fp8",
     "jsquad-vllm-fp8-fast",
     "jsquad-vllm-fp8-graphs",
+    "jsquad-vllm-fp8-kv8",
+    "jsquad-vllm-fp8-wide",
+    "jsquad-vllm-fp8-kv8-wide",
 }
 
 
 def test_project_jsquad_study():
     h200 = ["model.load_format=dummy", "sampling.max_tokens=16", "sampling.ignore_eos=true"]
     s = load_study(PROJECT / "recipes" / "jsquad-study.yaml", h200)
-    assert {lr.recipe.name for lr in s.cells} == JSQUAD_CELLS and len(s.cells) == 15
+    assert {lr.recipe.name for lr in s.cells} == JSQUAD_CELLS and len(s.cells) == 18
     by = {lr.recipe.name: lr.recipe for lr in s.cells}
     assert [n for n, r in by.items() if r.baseline] == ["jsquad-hf-sequential"]
     assert by["jsquad-hf-sequential"].estimate == 40 and by["jsquad-vllm-offload"].estimate == 1000
@@ -445,7 +448,17 @@ def test_project_jsquad_study():
         "max_num_seqs": 2048,
         "max_num_batched_tokens": 32768,
     }
-    assert [n for n, r in by.items() if getattr(r.engine, "enforce_eager", True) is False] == ["jsquad-vllm-fp8-graphs"]
+    graphs = [n for n, r in by.items() if getattr(r.engine, "enforce_eager", True) is False]
+    assert graphs == [f"jsquad-vllm-fp8-{x}" for x in ("graphs", "kv8", "wide", "kv8-wide")]
+    assert [n for n, r in by.items() if getattr(r.engine, "kv_cache_dtype", "auto") == "fp8"] == [
+        "jsquad-vllm-fp8-kv8",
+        "jsquad-vllm-fp8-kv8-wide",
+    ]
+    assert by["jsquad-vllm-fp8-wide"].engine.engine_args == {"max_num_seqs": 4096, "max_num_batched_tokens": 65536}
+    # each of the three differs from vllm-fp8-graphs in the engine only
+    for n in graphs[1:]:
+        graphs_cell = by["jsquad-vllm-fp8-graphs"]
+        assert by[n].prompt == graphs_cell.prompt and by[n].engine != graphs_cell.engine
     assert all(r.model.load_format == "dummy" and r.sampling.max_tokens == 16 for r in by.values())
     assert load_recipes(PROJECT / "recipes" / "jsquad-base.yaml") == []
 
@@ -469,7 +482,7 @@ def test_only_takes_comma_separated_names_and_globs():
     from runner.errors import RunnerError
 
     path = str(PROJECT / "recipes" / "jsquad-study.yaml")
-    chosen = load_all((path,), (), only="jsquad-vllm-fp8-*, jsquad-hf-batched,jsquad-vllm")
+    chosen = load_all((path,), (), only="jsquad-vllm-fp8-[fg]*, jsquad-hf-batched,jsquad-vllm")
     assert [lr.recipe.name for lr in chosen] == [
         "jsquad-hf-batched",
         "jsquad-vllm",
@@ -491,14 +504,3 @@ def test_serving_cells_do_not_claim_a_shared_engine():
     assert engine_key(cells[0]) != engine_key(cells[1])
     offline = load_all((str(PROJECT / "recipes" / "jsquad-serve.yaml"),), ("load=null",))
     assert engine_key(offline[0]) == engine_key(offline[1])
-
-
-def test_fast_probe_file_varies_one_setting_of_the_fastest_cell():
-    path = PROJECT / "benchmarks" / "fast-probe.yaml"
-    by = {lr.recipe.name: lr.recipe for lr in load_recipes(path)}
-    assert set(by) == {"probe-kv8", "probe-tokens16k", "probe-seqs4096"}
-    assert all(r.engine.quantization == "fp8" and r.engine.enforce_eager is False for r in by.values())
-    assert all(r.prompt.template == "jsquad-context-first.j2" for r in by.values())
-    assert all(len(r.prompt.shots.examples) == 1 for r in by.values())
-    assert by["probe-kv8"].engine.kv_cache_dtype == "fp8"
-    assert by["probe-seqs4096"].engine.engine_args == {"max_num_seqs": 4096, "max_num_batched_tokens": 65536}

@@ -1,6 +1,7 @@
 """A streaming load client for an OpenAI-compatible `/v1/completions` endpoint (vLLM's server).
 
-Each request sends the prompt as token ids (the server sees exactly the ids the offline engine gets),
+Each request sends the prompt as token ids (the server sees exactly the ids the offline engine gets; a
+prompt given as text is sent as text, which the server tokenizes: the benchmarks compare the two),
 `stream: true` and `stream_options: {include_usage: true}`, and reads the server-sent events; every
 event is timestamped with `time.perf_counter()` when the bytes that complete it arrive.
 
@@ -26,7 +27,7 @@ import inspect
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,9 +121,10 @@ class RateRun:
     warmup_errors: list[str] = field(default_factory=list)
 
 
-def build_payload(model: str, prompt: list[int], sampling: dict[str, Any]) -> dict[str, Any]:
-    """The request body: sampling keys passed through (None values dropped), streaming with usage."""
-    body = {"model": model, "prompt": list(prompt)}
+def build_payload(model: str, prompt: list[int] | str, sampling: dict[str, Any]) -> dict[str, Any]:
+    """The request body: the prompt (token ids, or text), sampling keys passed through (None values
+    dropped), streaming with usage."""
+    body: dict[str, Any] = {"model": model, "prompt": prompt if isinstance(prompt, str) else list(prompt)}
     body.update({k: v for k, v in sampling.items() if v is not None})
     body.update({"stream": True, "stream_options": {"include_usage": True}})
     return body
@@ -200,9 +202,14 @@ async def _request(
     return rec
 
 
+def _known_tokens(prompt: list[int] | str) -> int:
+    """The prompt's token count before the server answers: 0 for text (the usage event tells it)."""
+    return 0 if isinstance(prompt, str) else len(prompt)
+
+
 async def _warmup(session: Any, url: str, body: dict[str, Any], n: int, gate: Any) -> list[str]:
     t0 = time.perf_counter()
-    recs = [RequestRecord(index=0, prompt_tokens=len(body["prompt"]), scheduled_s=0.0) for _ in range(n)]
+    recs = [RequestRecord(index=0, prompt_tokens=_known_tokens(body["prompt"]), scheduled_s=0.0) for _ in range(n)]
     await asyncio.gather(*(_request(session, url, body, r, t0, gate) for r in recs))
     return [r.error for r in recs if r.error]
 
@@ -210,7 +217,7 @@ async def _warmup(session: Any, url: str, body: dict[str, Any], n: int, gate: An
 async def arun_rate(
     base_url: str,
     model: str,
-    prompts: list[list[int]],
+    prompts: Sequence[list[int] | str],
     sampling: dict[str, Any],
     rate: float,
     burstiness: float = 1.0,
@@ -240,7 +247,7 @@ async def arun_rate(
         for i, (prompt, due) in enumerate(zip(prompts, offsets)):
             if (wait := t0 + due - time.perf_counter()) > 0:
                 await asyncio.sleep(wait)
-            rec = RequestRecord(index=i, prompt_tokens=len(prompt), scheduled_s=due)
+            rec = RequestRecord(index=i, prompt_tokens=_known_tokens(prompt), scheduled_s=due)
             body = build_payload(model, prompt, sampling)
             tasks.append(asyncio.create_task(_request(session, url, body, rec, t0, gate)))
         records = list(await asyncio.gather(*tasks))
@@ -261,7 +268,7 @@ async def arun_rate(
 def run_rate(
     base_url: str,
     model: str,
-    prompts: list[list[int]],
+    prompts: Sequence[list[int] | str],
     sampling: dict[str, Any],
     rate: float,
     burstiness: float = 1.0,
