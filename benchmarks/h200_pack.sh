@@ -11,9 +11,10 @@
 # On the host: `bash benchmarks/h200_session.sh stage OUT` in every call but the last (carry .gpu/pN),
 # `bash benchmarks/h200_session.sh unpack OUT` in the last one (carry its part), then the runs.
 #   usage: bash benchmarks/h200_pack.sh        (in the project root; ~2 min for Ray's tarball)
+#          NO_RAY=1 bash benchmarks/h200_pack.sh   leaves Ray out (one call fewer when the session needs no Ray)
 set -euo pipefail
 [ -f .gpu/vllm.tar.xz.sha256 ] || python3 ../shared/gpu/pack_vllm.py --part-mib 45
-if [ ! -f .gpu/ray-site.tar.xz ]; then
+if [ -z "${NO_RAY:-}" ] && [ ! -f .gpu/ray-site.tar.xz ]; then
   tmp=$(mktemp -d)
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux2014_x86_64 -d "$tmp" ray==2.60.0
@@ -22,7 +23,8 @@ if [ ! -f .gpu/ray-site.tar.xz ]; then
   rm -rf "$tmp"
 fi
 stage=$(mktemp -d)
-ln .gpu/vllm.tar.xz.[0-9][0-9] .gpu/vllm.tar.xz.sha256 .gpu/ray-site.tar.xz "$stage"/
+ln .gpu/vllm.tar.xz.[0-9][0-9] .gpu/vllm.tar.xz.sha256 "$stage"/
+[ -n "${NO_RAY:-}" ] || ln .gpu/ray-site.tar.xz "$stage"/
 cp -r ../shared "$stage/shared" && chmod -R u+w "$stage/shared"
 mkdir "$stage/whl" && { cp .whl/*.whl "$stage/whl/" 2>/dev/null || true; }
 tree_mib=$(python3 -c 'import os,subprocess as s

@@ -7,8 +7,8 @@
 # untars the payload (vLLM bundle, shared folder, Ray, wheels) and unpacks vLLM into /tmp/vllm-site, Ray
 # into /tmp/ray-site and the wheels into /tmp/site.
 # Runs: check (GPU tests, runner-vs-plain-vLLM, kill/resume) | study1 | study2 (the JSQuAD study in two
-# halves) | fast (the fastest cells, the one-shot reference, vllm-bigbatch, hf-batched) | probe (three
-# variations of the fastest cell) | offload | ray
+# halves) | fast (the fastest cells, the one-shot reference, vllm-bigbatch, hf-batched) | faster1 + faster2
+# (fp8-graphs and its three variations, with the one-shot reference on the same host) | offload | ray
 # (ray_vs_local.py) | serve | sweep | report. Output goes to OUT line by line.
 set -uo pipefail
 step=$1; out=$2
@@ -36,7 +36,8 @@ case $step in
     cat $ST/parts/payload.tar.* | tar -C $ST -xf - || { echo "payload incomplete: $(ls $ST/parts)"; exit 1; }
     rm -rf $S && cp -r $ST/shared $S
     bash $S/gpu/unpack_vllm.sh $ST /tmp/vllm-site 2>&1 | tee "$out/unpack.log"
-    mkdir -p /tmp/ray-site && tar -C /tmp/ray-site -xJf $ST/ray-site.tar.xz && echo "ray unpacked" | tee -a "$out/unpack.log"
+    [ -f $ST/ray-site.tar.xz ] && mkdir -p /tmp/ray-site && tar -C /tmp/ray-site -xJf $ST/ray-site.tar.xz \
+      && echo "ray unpacked" | tee -a "$out/unpack.log"
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
       $ST/whl/*.whl 2>&1 | tail -3 | tee -a "$out/unpack.log" ;;
   check)
@@ -57,10 +58,12 @@ case $step in
     study 'jsquad-vllm-fp8-graphs,jsquad-vllm-fp8-fast,jsquad-vllm-oneshot-cache,jsquad-vllm-bigbatch' 330
     study 'jsquad-hf-batched' 200
     tar -C /root -czf "$out/h200-fast.tgz" h200 ;;
-  probe)  # benchmarks/fast-probe.yaml: the fastest study cell with one more change each (~5 min)
-    timeout 540 python3 -m runner go benchmarks/fast-probe.yaml --out /root/probe "${MP[@]}" "${SETS[@]}" \
-      --timeout 170 --no-progress 2>&1 | tee -a "$out/probe.log"
-    tar -C /root -czf "$out/probe.tgz" probe ;;
+  faster1)  # the one-shot reference (question first), fp8-graphs and its fp8-KV-cache variation (~5 min)
+    study 'jsquad-vllm-oneshot-cache,jsquad-vllm-fp8-graphs,jsquad-vllm-fp8-kv8' 560
+    tar -C /root -czf "$out/h200-faster.tgz" h200 ;;
+  faster2)  # fp8-graphs with 4,096 sequences / 65,536 tokens per step, with and without the fp8 KV cache (~4 min)
+    study 'jsquad-vllm-fp8-wide,jsquad-vllm-fp8-kv8-wide' 560
+    tar -C /root -czf "$out/h200-faster.tgz" h200 ;;
   offload)
     study 'jsquad-vllm-offload' 330
     tar -C /root -czf "$out/h200-offload.tgz" h200 ;;
