@@ -35,6 +35,7 @@ class Measured:
     baseline_gpu_gib: float | None
     per_example: bool  # examples finished one by one: their wall times are real
     n_target: int
+    gpu_busy: float | None = None  # NVML utilization over the generation window (0..1)
 
 
 def make_sample(ex: Example, prompt: str, g: Generation, r: Recipe, seconds: float | None) -> Sample:
@@ -158,7 +159,7 @@ def assemble(
     res = base.model_copy(
         update=dict(
             status="ok",
-            timings=Timings(load_s=info.load_s, generate_s=m.generate_s),
+            timings=Timings(load_s=info.load_s, generate_s=m.generate_s, gpu_busy=m.gpu_busy),
             **sample_figures(samples, r.metrics, m.generate_s),
             memory=Memory(
                 peak_gpu_gib=m.peak_gpu_gib,

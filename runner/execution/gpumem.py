@@ -55,16 +55,26 @@ def device_facts(index: int = 0) -> dict:
 
 
 class PeakSampler:
-    """Samples whole-device used memory every `interval` seconds in a thread."""
+    """Samples whole-device used memory (its peak) and NVML's utilization counter every `interval` seconds
+    in a thread; `busy_share(t0, t1)` is the mean utilization over a window of time.perf_counter()."""
 
     def __init__(self, index: int = 0, interval: float = 0.05):
         self.nv, self.h = _handle(index)
         self.interval, self.peak, self.start_gib = interval, None, None
+        self.busy: list[tuple[float, float]] = []  # (time.perf_counter(), utilization %)
         self._stop = threading.Event()
         self._t: threading.Thread | None = None
 
     def _read(self) -> float:
         return self.nv.nvmlDeviceGetMemoryInfo(self.h).used / 2**30
+
+    def _sample(self) -> None:
+        self.peak = max(self.peak, self._read())
+        if self.busy is not None:
+            try:
+                self.busy.append((time.perf_counter(), float(self.nv.nvmlDeviceGetUtilizationRates(self.h).gpu)))
+            except Exception:  # a device without the counter: no busy share, the peak still counts
+                self.busy = None
 
     def __enter__(self) -> PeakSampler:
         if self.h is None:
@@ -73,7 +83,7 @@ class PeakSampler:
 
         def loop():
             while not self._stop.wait(self.interval):
-                self.peak = max(self.peak, self._read())
+                self._sample()
 
         self._t = threading.Thread(target=loop, daemon=True)
         self._t.start()
@@ -84,6 +94,12 @@ class PeakSampler:
             self._stop.set()
             self._t.join()
             self.peak = max(self.peak, self._read())
+
+    def busy_share(self, t0: float, t1: float, min_samples: int = 3) -> float | None:
+        """Mean utilization (0..1) of the samples taken between t0 and t1; None with fewer than
+        `min_samples` (a window too short to say) or without the counter."""
+        xs = [u for t, u in (self.busy or []) if t0 <= t <= t1]
+        return round(sum(xs) / len(xs) / 100, 3) if len(xs) >= min_samples else None
 
 
 def wait_for_release(

@@ -117,7 +117,7 @@ def _generate(
     base.plan = _plan(unit, ids, base)
     if not done:
         start_partial(folder.partial, unit.run_key)
-    sink, gen_s = _run_engine(unit, opts, engine, todo, texts, ids, len(done), progress_file)
+    sink, t0, gen_s = _run_engine(unit, opts, engine, todo, texts, ids, len(done), progress_file)
     samples = [done[ex.id] if ex.id in done else sink.new[i] for i, ex in enumerate(examples)]
     write_jsonl_atomic(folder.samples, [s.to_line() for s in samples])
     folder.partial.unlink(missing_ok=True)
@@ -128,6 +128,7 @@ def _generate(
         baseline_gpu_gib=shared.sampler.start_gib,
         per_example=sink.one_at_a_time,
         n_target=unit.prepared.n_target,
+        gpu_busy=shared.sampler.busy_share(t0, t0 + gen_s) if shared.sampler.h is not None else None,
     )
     result = assemble(base, r, samples, ids, engine.info, m)
     result.reused_samples = len(done)
@@ -166,8 +167,9 @@ def _run_engine(
     ids: list[list[int]],
     n_done: int,
     progress_file: IO[str] | None,
-) -> tuple[_Collector, float]:
-    """Generate the examples not yet done into the partial file; the sink and the generation time."""
+) -> tuple[_Collector, float, float]:
+    """Generate the examples not yet done into the partial file; the sink, the generation's start
+    (time.perf_counter()) and its duration."""
     r, examples = unit.loaded.recipe, unit.prepared.examples
     bar = _progress_bar(len(ids), r.name, opts.progress, progress_file)
     bar.update(n_done)
@@ -184,7 +186,7 @@ def _run_engine(
     # would time it: what the engine does after handing over its last outputs counts in total only
     gen_s = (sink.clock if sink.new else time.perf_counter()) - t0
     bar.close()
-    return sink, gen_s
+    return sink, t0, gen_s
 
 
 def _note_shared_engine(result: RunResult, shared: SharedEngine, engine: Engine) -> None:

@@ -100,21 +100,23 @@ def _header(r: RunResult) -> list[str]:
 def _time_section(r: RunResult) -> list[str]:
     parts = ["", "## Time and throughput", ""]
     t, th = r.timings, r.throughput
-    parts.append(
-        table(
-            [
-                [
-                    secs(t.load_s),
-                    secs(t.generate_s),
-                    secs(t.total_s),
-                    cell(th.requests_per_s),
-                    cell(th.output_tokens_per_s),
-                    cell(th.total_tokens_per_s),
-                ]
-            ],
-            ["engine start", "generation", "total", "requests/s", "output tok/s", "total tok/s"],
-        )
-    )
+    row = [
+        secs(t.load_s),
+        secs(t.generate_s),
+        secs(t.total_s),
+        cell(th.requests_per_s),
+        cell(th.output_tokens_per_s),
+        cell(th.total_tokens_per_s),
+    ]
+    head = ["engine start", "generation", "total", "requests/s", "output tok/s", "total tok/s"]
+    busy = t.gpu_busy is not None
+    parts.append(table([[*row, f"{t.gpu_busy:.0%}"] if busy else row], [*head, "GPU busy"] if busy else head))
+    if busy:
+        parts += [
+            "",
+            "GPU busy: the mean of NVML's utilization counter (share of time a kernel was running, whole "
+            "device) sampled every 50 ms during generation; it says whether the GPU waited, not how full it was.",
+        ]
     if r.estimate:
         e = r.estimate
         parts += [

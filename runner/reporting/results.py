@@ -27,6 +27,12 @@ class Timings(_M):
         "scoring, writing samples (s); loading the data and rendering the prompts "
         "happen before, when `runner go` checks the recipe.",
     )
+    gpu_busy: float | None = Field(
+        None,
+        description="Share of the generation time the GPU was running a kernel: the mean of NVML's utilization "
+        "counter, sampled every 50 ms during generation (whole device). 1.0 means a kernel ran at every sample, "
+        "not that the GPU's compute was saturated; well below 1 means the GPU waited (CPU, I/O).",
+    )
 
 
 class Tokens(_M):

@@ -1,0 +1,100 @@
+"""GPU busy: NVML's utilization counter sampled during generation, with a stand-in NVML (no GPU here)."""
+
+from __future__ import annotations
+
+import json
+import time
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+from runner.cli import cli
+from runner.execution import gpumem
+
+
+class FakeNVML:
+    """The two NVML calls the sampler makes; utilization follows `util` (a number or a callable)."""
+
+    def __init__(self, util=40.0, used_gib=1.0):
+        self.util, self.used_gib = util, used_gib
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return SimpleNamespace(used=int(self.used_gib * 2**30), total=int(80 * 2**30))
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        if isinstance(self.util, Exception):
+            raise self.util
+        return SimpleNamespace(gpu=self.util() if callable(self.util) else self.util, memory=0)
+
+
+def sampler(nv: FakeNVML, interval: float = 0.005) -> gpumem.PeakSampler:
+    s = gpumem.PeakSampler.__new__(gpumem.PeakSampler)
+    gpumem.PeakSampler.__init__(s, interval=interval)
+    s.nv, s.h = nv, "handle"
+    return s
+
+
+def test_busy_share_is_the_mean_of_the_samples_inside_the_window():
+    s = sampler(FakeNVML())
+    s.busy = [(1.0, 100.0), (2.0, 50.0), (3.0, 0.0), (4.0, 30.0), (5.0, 100.0)]
+    assert s.busy_share(2.0, 4.0) == pytest.approx(80 / 3 / 100, abs=1e-3)  # 50, 0, 30
+    assert s.busy_share(1.0, 5.0) == 0.56
+    assert s.busy_share(2.5, 4.5) is None  # two samples: too short a window to say
+    assert s.busy_share(2.5, 4.5, min_samples=2) == 0.15
+
+
+def test_the_sampler_thread_records_utilization_and_the_peak():
+    level = {"u": 20.0}
+    nv = FakeNVML(util=lambda: level["u"])
+    with sampler(nv) as s:
+        t0 = time.perf_counter()
+        time.sleep(0.1)
+        t1 = time.perf_counter()
+        level["u"] = 90.0
+        nv.used_gib = 5.0
+        time.sleep(0.1)
+        t2 = time.perf_counter()
+    assert s.busy_share(t0, t1) == pytest.approx(0.2, abs=0.01)
+    assert s.busy_share(t1 + 0.02, t2) == pytest.approx(0.9, abs=0.01)
+    assert s.peak == 5.0 and s.start_gib == 1.0
+
+
+def test_a_device_without_the_counter_has_no_busy_share_but_keeps_its_peak():
+    nv = FakeNVML(util=RuntimeError("NVML_ERROR_NOT_SUPPORTED"), used_gib=2.0)
+    with sampler(nv) as s:
+        time.sleep(0.05)
+        nv.used_gib = 3.0
+        time.sleep(0.05)
+    assert s.busy is None and s.busy_share(0, time.perf_counter()) is None and s.peak == 3.0
+
+
+def test_a_run_records_gpu_busy_in_results_and_report(write_recipe, base_recipe, tmp_path, monkeypatch):
+    from runner.execution import run
+
+    monkeypatch.setattr(run, "PeakSampler", lambda: sampler(FakeNVML(util=65.0)))
+    d = {
+        **base_recipe,
+        "model": {"id": "none"},
+        "engine": {"kind": "fake", "reply": "{{ answers[0] }}", "delay_s": 0.01},
+    }
+    out = tmp_path / "out"
+    r = CliRunner().invoke(cli, ["go", str(write_recipe(d)), "--out", str(out), "--no-progress", "--in-process"])
+    assert r.exit_code == 0, r.output
+    res = json.loads((out / "t" / "results.json").read_text())
+    assert res["timings"]["gpu_busy"] == 0.65
+    report = (out / "t" / "report.md").read_text()
+    assert "| GPU busy" in report and "65%" in report and "NVML's utilization counter" in report
+
+
+def test_without_a_gpu_there_is_no_busy_figure(write_recipe, base_recipe, tmp_path, monkeypatch):
+    from runner.execution import run
+
+    monkeypatch.setattr(gpumem, "_handle", lambda index=0: (None, None))
+    monkeypatch.setattr(run, "PeakSampler", lambda: gpumem.PeakSampler())
+    d = {**base_recipe, "model": {"id": "none"}, "engine": {"kind": "fake", "reply": "x"}}
+    out = tmp_path / "out"
+    r = CliRunner().invoke(cli, ["go", str(write_recipe(d)), "--out", str(out), "--no-progress", "--in-process"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "t" / "results.json").read_text())["timings"]["gpu_busy"] is None
+    assert "GPU busy" not in (out / "t" / "report.md").read_text()
