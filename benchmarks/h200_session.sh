@@ -8,7 +8,8 @@
 # into /tmp/ray-site and the wheels into /tmp/site.
 # Runs: check (GPU tests, runner-vs-plain-vLLM, kill/resume) | study1 | study2 (the JSQuAD study in two
 # halves) | fast (the fastest cells, the one-shot reference, vllm-bigbatch, hf-batched) | faster1 + faster2
-# (fp8-graphs and its three variations, with the one-shot reference on the same host) | offload | ray
+# (fp8-graphs and its three variations, with the one-shot reference on the same host) | busy (GPU busy of
+# jsquad-vllm-fp8-fast) | offload | ray
 # (ray_vs_local.py) | serve | sweep | report. Output goes to OUT line by line.
 set -uo pipefail
 step=$1; out=$2
@@ -64,6 +65,9 @@ case $step in
   faster2)  # fp8-graphs with 4,096 sequences / 65,536 tokens per step, with and without the fp8 KV cache (~4 min)
     study 'jsquad-vllm-fp8-wide,jsquad-vllm-fp8-kv8-wide' 560
     tar -C /root -czf "$out/h200-faster.tgz" h200 ;;
+  busy)  # GPU busy of the fastest eager cell (the first on a fresh host: ~2 min)
+    study 'jsquad-vllm-fp8-fast' 200
+    tar -C /root -czf "$out/h200-busy.tgz" h200 ;;
   offload)
     study 'jsquad-vllm-offload' 330
     tar -C /root -czf "$out/h200-offload.tgz" h200 ;;
