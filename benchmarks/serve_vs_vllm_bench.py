@@ -41,7 +41,6 @@ import argparse
 import json
 import os
 import shlex
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,20 +50,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-ROWS = [
-    ("TTFT p50 (ms)", "ttft_p50_ms"),
-    ("TPOT p50 (ms)", "tpot_p50_ms"),
-    ("requests/s", "request_throughput"),
-    ("TTFT p99 (ms)", "ttft_p99_ms"),
-    ("output tok/s", "output_throughput"),
-]
-TARGET = 0.05
+from serve_pairing import (  # noqa: E402  (benchmarks/ is not a package)
+    bench_detail,
+    combine,
+    median,
+    paired,
+    pooled,
+    runner_detail,
+    say,
+    table,
+)
+
 HOST = "127.0.0.1"
-
-
-def say(*a: object) -> None:
-    print(*a, flush=True)
 
 
 def workload(a: argparse.Namespace):
@@ -170,57 +169,6 @@ def run_bench(a: argparse.Namespace, r, data: Path, port: int, work: Path, k: in
     }
 
 
-def bench_detail(res: dict) -> dict:
-    """Per request, in the order sent: send time (s, from the first send), TTFT and TPOT (ms), from the
-    `--save-detailed` fields of vllm bench's result (TPOT = sum of a request's ITLs / (output tokens - 1),
-    its own definition, since its E2E is TTFT plus those gaps)."""
-    starts = res.get("start_times") or []
-    if not starts:
-        return {}
-    t0 = min(starts)
-    tpot = [
-        sum(itl) * 1000 / (n - 1) if n and n > 1 and ttft else None
-        for itl, n, ttft in zip(res["itls"], res["output_lens"], res["ttfts"], strict=True)
-    ]
-    return {
-        "start_s": [t - t0 for t in starts],
-        "ttft_ms": [t * 1000 if t else None for t in res["ttfts"]],
-        "tpot_ms": tpot,
-    }
-
-
-def runner_detail(records: list) -> dict:
-    """The same per-request figures from the runner's records (sent_s is relative to the rate's start)."""
-    from runner.serving.latency import tpot_s
-
-    sent = [r.sent_s for r in records if r.sent_s is not None]
-    t0 = min(sent) if sent else 0.0
-    return {
-        "start_s": [None if r.sent_s is None else r.sent_s - t0 for r in records],
-        "ttft_ms": [None if r.ttft_s is None else r.ttft_s * 1000 for r in records],
-        "tpot_ms": [None if (t := tpot_s(r)) is None else t * 1000 for r in records],
-    }
-
-
-def paired(bench: dict, runner: dict) -> str:
-    """Request by request (both sides send the same prompts in the same order on the same schedule): the
-    median difference runner - bench of send time, TTFT and TPOT. A schedule that differs shows in the
-    first; a client that measures late shows as a difference in every request, noise as a spread."""
-    if not bench or not runner or len(bench["start_s"]) != len(runner["start_s"]):
-        return "paired: no per-request data on one side (or different counts)"
-    out = []
-    for key, label, scale in (("start_s", "send time", 1000.0), ("ttft_ms", "TTFT", 1.0), ("tpot_ms", "TPOT", 1.0)):
-        d = [(q - b) * scale for b, q in zip(bench[key], runner[key]) if b is not None and q is not None]
-        if not d:
-            continue
-        qs = statistics.quantiles(d, n=10) if len(d) > 1 else [d[0]] * 9
-        out.append(
-            f"  {label}: runner - bench median {statistics.median(d):+.2f} ms"
-            f" (10th {qs[0]:+.2f}, 90th {qs[-1]:+.2f}; {sum(x > 0 for x in d)}/{len(d)} requests later/higher)"
-        )
-    return "paired, request by request:\n" + "\n".join(out)
-
-
 def run_runner(a: argparse.Namespace, r, prompts: list, base_url: str) -> dict:
     """The runner's client on `prompts` (token ids, or the same prompts as text)."""
     from runner.execution.serve_run import request_sampling
@@ -244,22 +192,6 @@ def run_runner(a: argparse.Namespace, r, prompts: list, base_url: str) -> dict:
     }
 
 
-def table(bench: dict, runner: dict, side: str = "runner") -> str:
-    lines = [f"{'':16}{'vllm bench':>12}{side:>12}{'ratio':>9}  target: within {TARGET:.0%}"]
-    for label, key in ROWS:
-        b, q = bench[key], runner[key]
-        ratio = q / b if b else float("nan")
-        ok = ("ok" if abs(ratio - 1) <= TARGET else "MISSED") if key in dict(ROWS[:3]).values() else ""
-        lines.append(f"{label:16}{b:12.2f}{q:12.2f}{ratio:9.3f}  {ok}")
-    lines.append(f"{'completed':16}{bench['completed']:12.0f}{runner['completed']:12.0f}")
-    lines.append(f"{'output tokens':16}{bench['output_tokens']:12.0f}{runner['output_tokens']:12.0f}")
-    return "\n".join(lines)
-
-
-def median(runs: list[dict]) -> dict:
-    return {k: statistics.median(x[k] for x in runs) for k in runs[0] if k != "detail"}
-
-
 def run_round(a, r, data: Path, port: int, work: Path, k: int, order: list[str], prompts: dict, server) -> dict:
     """One run per side, in `order`, each after emptying the prefix cache; a failed side is reported."""
     got = {}
@@ -277,52 +209,6 @@ def run_round(a, r, data: Path, port: int, work: Path, k: int, order: list[str],
             continue
         say(f"round {k}: {who} done in {time.perf_counter() - t:.1f} s")
     return got
-
-
-def pooled(done: dict[str, list[dict]]) -> str:
-    """Per side: the median over rounds of the round's ratio to vllm bench, and the request-by-request
-    differences (side - bench) pooled over all rounds."""
-    lines = []
-    for who in [k for k in done if k != "bench" and isinstance(done[k], list)]:
-        pairs = list(zip(done["bench"], done[who]))
-        if not pairs:
-            continue
-        lines.append(f"{who}: median over {len(pairs)} rounds of the round's ratio to vllm bench (target within 5%)")
-        for label, key in ROWS[:3]:
-            ratios = [q[key] / b[key] for b, q in pairs if b[key]]
-            med = statistics.median(ratios)
-            ok = "ok" if abs(med - 1) <= TARGET else "MISSED"
-            lines.append(f"  {label:16}{med:9.3f}  {ok}   rounds: {' '.join(f'{x:.3f}' for x in ratios)}")
-        details = [(b.get("detail") or {}, q.get("detail") or {}) for b, q in pairs]
-        for key, label, scale in (("start_s", "send time", 1000.0), ("ttft_ms", "TTFT", 1.0), ("tpot_ms", "TPOT", 1.0)):
-            d = [
-                (y - x) * scale
-                for b, q in details
-                for x, y in zip(b.get(key) or [], q.get(key) or [])
-                if x is not None and y is not None
-            ]
-            if d:
-                lines.append(f"  {label}: {who} - bench, median over {len(d)} requests {statistics.median(d):+.2f} ms")
-    return "\n".join(lines)
-
-
-def combine(paths: list[str]) -> int:
-    """Pool the rounds of earlier runs' summary.json files (plain or gzipped) and print `pooled`."""
-    import gzip
-
-    done: dict[str, list[dict]] = {}
-    for path in paths:
-        raw = gzip.open(path, "rt") if path.endswith(".gz") else open(path)
-        with raw as f:
-            one = json.load(f)
-        for k, v in one.items():
-            if isinstance(v, list):
-                done.setdefault(k, []).extend(v)
-    if not done.get("bench"):
-        say("no rounds in " + ", ".join(paths))
-        return 1
-    say(pooled(done))
-    return 0
 
 
 def args() -> argparse.Namespace:
