@@ -44,6 +44,16 @@ def test_busy_share_is_the_mean_of_the_samples_inside_the_window():
     assert s.busy_share(2.5, 4.5, min_samples=2) == 0.15
 
 
+def test_busy_parts_show_where_in_the_window_the_gpu_waited():
+    s = sampler(FakeNVML())
+    # 0..10 s, a sample every 0.1 s: idle for the first 2 s, then busy, half busy in the last second
+    s.busy = [(i / 10, 0.0 if i < 20 else 50.0 if i >= 90 else 100.0) for i in range(100)]
+    parts = s.busy_parts(0.0, 10.0)
+    assert parts is not None and len(parts) == 10
+    assert parts[:2] == [0.0, 0.0] and parts[2:9] == [1.0] * 7 and parts[9] == 0.5
+    assert s.busy_parts(0.0, 0.5) is None  # tenths of 50 ms: too few samples each
+
+
 def test_the_sampler_thread_records_utilization_and_the_peak():
     level = {"u": 20.0}
     nv = FakeNVML(util=lambda: level["u"])
@@ -76,15 +86,18 @@ def test_a_run_records_gpu_busy_in_results_and_report(write_recipe, base_recipe,
     d = {
         **base_recipe,
         "model": {"id": "none"},
-        "engine": {"kind": "fake", "reply": "{{ answers[0] }}", "delay_s": 0.01},
+        "engine": {"kind": "fake", "reply": "{{ answers[0] }}", "delay_s": 0.03},
     }
     out = tmp_path / "out"
     r = CliRunner().invoke(cli, ["go", str(write_recipe(d)), "--out", str(out), "--no-progress", "--in-process"])
     assert r.exit_code == 0, r.output
     res = json.loads((out / "t" / "results.json").read_text())
     assert res["timings"]["gpu_busy"] == 0.65
+    tenths = res["timings"]["gpu_busy_tenths"]
+    assert tenths == [0.65] * 10  # 36 requests x 30 ms: a tenth lasts ~100 ms, ~20 samples at 5 ms
     report = (out / "t" / "report.md").read_text()
     assert "| GPU busy" in report and "65%" in report and "NVML's utilization counter" in report
+    assert "By tenth of the generation time: " + " ".join(["65%"] * 10) + "." in report
 
 
 def test_without_a_gpu_there_is_no_busy_figure(write_recipe, base_recipe, tmp_path, monkeypatch):
@@ -96,5 +109,6 @@ def test_without_a_gpu_there_is_no_busy_figure(write_recipe, base_recipe, tmp_pa
     out = tmp_path / "out"
     r = CliRunner().invoke(cli, ["go", str(write_recipe(d)), "--out", str(out), "--no-progress", "--in-process"])
     assert r.exit_code == 0, r.output
-    assert json.loads((out / "t" / "results.json").read_text())["timings"]["gpu_busy"] is None
+    timings = json.loads((out / "t" / "results.json").read_text())["timings"]
+    assert timings["gpu_busy"] is None and timings["gpu_busy_tenths"] is None
     assert "GPU busy" not in (out / "t" / "report.md").read_text()

@@ -36,6 +36,7 @@ class Measured:
     per_example: bool  # examples finished one by one: their wall times are real
     n_target: int
     gpu_busy: float | None = None  # NVML utilization over the generation window (0..1)
+    gpu_busy_tenths: list[float] | None = None  # the same per tenth of the window
 
 
 def make_sample(ex: Example, prompt: str, g: Generation, r: Recipe, seconds: float | None) -> Sample:
@@ -159,7 +160,9 @@ def assemble(
     res = base.model_copy(
         update=dict(
             status="ok",
-            timings=Timings(load_s=info.load_s, generate_s=m.generate_s, gpu_busy=m.gpu_busy),
+            timings=Timings(
+                load_s=info.load_s, generate_s=m.generate_s, gpu_busy=m.gpu_busy, gpu_busy_tenths=m.gpu_busy_tenths
+            ),
             **sample_figures(samples, r.metrics, m.generate_s),
             memory=Memory(
                 peak_gpu_gib=m.peak_gpu_gib,

@@ -101,16 +101,17 @@ class PeakSampler:
         xs = [u for t, u in (self.busy or []) if t0 <= t <= t1]
         return round(sum(xs) / len(xs) / 100, 3) if len(xs) >= min_samples else None
 
-
-def wait_for_release(
-    baseline_gib: float | None, tolerance_gib: float = 1.0, timeout_s: float = 60, index: int = 0
-) -> float | None:
-    """Wait until the device's used memory is back near `baseline_gib`; return the last reading."""
-    if baseline_gib is None:
-        return None
-    deadline = time.monotonic() + timeout_s
-    now = used_gib(index)
-    while now is not None and now > baseline_gib + tolerance_gib and time.monotonic() < deadline:
-        time.sleep(0.1)
-        now = used_gib(index)
-    return now
+    def busy_parts(self, t0: float, t1: float, parts: int = 10, min_samples: int = 3) -> list[float] | None:
+        """The mean utilization (0..1) of each of `parts` equal slices of [t0, t1] (where in the run the GPU
+        waited); a sample on a boundary counts in the later slice. None unless every slice has
+        `min_samples` samples."""
+        step = (t1 - t0) / parts
+        if step <= 0:
+            return None
+        slices: list[list[float]] = [[] for _ in range(parts)]
+        for t, u in self.busy or []:
+            if t0 <= t <= t1:
+                slices[min(int((t - t0) / step), parts - 1)].append(u)
+        if any(len(x) < min_samples for x in slices):
+            return None
+        return [round(sum(x) / len(x) / 100, 3) for x in slices]

@@ -128,7 +128,7 @@ def _generate(
         baseline_gpu_gib=shared.sampler.start_gib,
         per_example=sink.one_at_a_time,
         n_target=unit.prepared.n_target,
-        gpu_busy=shared.sampler.busy_share(t0, t0 + gen_s) if shared.sampler.h is not None else None,
+        **_busy(shared, t0, gen_s),
     )
     result = assemble(base, r, samples, ids, engine.info, m)
     result.reused_samples = len(done)
@@ -212,6 +212,14 @@ def _plan(unit: Unit, ids: list[list[int]], base: RunResult) -> dict[str, Any] |
     except Exception as e:  # a prediction is evidence, never a reason to fail the run
         base.notes.append(f"no prediction: {type(e).__name__}: {e}")
         return None
+
+
+def _busy(shared: SharedEngine, t0: float, gen_s: float) -> dict[str, Any]:
+    """How busy the GPU was over the generation window, in all and per tenth (none without a GPU)."""
+    s = shared.sampler
+    if s.h is None:
+        return {}
+    return {"gpu_busy": s.busy_share(t0, t0 + gen_s), "gpu_busy_tenths": s.busy_parts(t0, t0 + gen_s)}
 
 
 def _peak(shared: SharedEngine) -> float | None:

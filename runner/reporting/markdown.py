@@ -115,7 +115,12 @@ def _time_section(r: RunResult) -> list[str]:
         parts += [
             "",
             "GPU busy: the mean of NVML's utilization counter (share of time a kernel was running, whole "
-            "device) sampled every 50 ms during generation; it says whether the GPU waited, not how full it was.",
+            "device) sampled every 50 ms during generation; it says whether the GPU waited, not how full it was."
+            + (
+                " By tenth of the generation time: " + " ".join(f"{x:.0%}" for x in t.gpu_busy_tenths) + "."
+                if t.gpu_busy_tenths
+                else ""
+            ),
         ]
     if r.estimate:
         e = r.estimate

@@ -33,6 +33,11 @@ class Timings(_M):
         "counter, sampled every 50 ms during generation (whole device). 1.0 means a kernel ran at every sample, "
         "not that the GPU's compute was saturated; well below 1 means the GPU waited (CPU, I/O).",
     )
+    gpu_busy_tenths: list[float] | None = Field(
+        None,
+        description="`gpu_busy` of each tenth of the generation time, in order (where the GPU waited: "
+        "at the start, throughout, at the tail); null when a tenth is too short to have 3 samples.",
+    )
 
 
 class Tokens(_M):
