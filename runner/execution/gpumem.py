@@ -115,3 +115,17 @@ class PeakSampler:
         if any(len(x) < min_samples for x in slices):
             return None
         return [round(sum(x) / len(x) / 100, 3) for x in slices]
+
+
+def wait_for_release(
+    baseline_gib: float | None, tolerance_gib: float = 1.0, timeout_s: float = 60, index: int = 0
+) -> float | None:
+    """Wait until the device's used memory is back near `baseline_gib`; return the last reading."""
+    if baseline_gib is None:
+        return None
+    deadline = time.monotonic() + timeout_s
+    now = used_gib(index)
+    while now is not None and now > baseline_gib + tolerance_gib and time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = used_gib(index)
+    return now
