@@ -28,9 +28,12 @@ class FakeNVML:
         return SimpleNamespace(gpu=self.util() if callable(self.util) else self.util, memory=0)
 
 
+_SAMPLER = gpumem.PeakSampler  # the class (tests replace the module's name with a factory)
+
+
 def sampler(nv: FakeNVML, interval: float = 0.005) -> gpumem.PeakSampler:
-    s = gpumem.PeakSampler.__new__(gpumem.PeakSampler)
-    gpumem.PeakSampler.__init__(s, interval=interval)
+    s = _SAMPLER.__new__(_SAMPLER)
+    _SAMPLER.__init__(s, interval=interval)
     s.nv, s.h = nv, "handle"
     return s
 
@@ -104,7 +107,7 @@ def test_without_a_gpu_there_is_no_busy_figure(write_recipe, base_recipe, tmp_pa
     from runner.execution import run
 
     monkeypatch.setattr(gpumem, "_handle", lambda index=0: (None, None))
-    monkeypatch.setattr(run, "PeakSampler", lambda: gpumem.PeakSampler())
+    monkeypatch.setattr(run, "PeakSampler", lambda: _SAMPLER())
     d = {**base_recipe, "model": {"id": "none"}, "engine": {"kind": "fake", "reply": "x"}}
     out = tmp_path / "out"
     r = CliRunner().invoke(cli, ["go", str(write_recipe(d)), "--out", str(out), "--no-progress", "--in-process"])
@@ -112,3 +115,23 @@ def test_without_a_gpu_there_is_no_busy_figure(write_recipe, base_recipe, tmp_pa
     timings = json.loads((out / "t" / "results.json").read_text())["timings"]
     assert timings["gpu_busy"] is None and timings["gpu_busy_tenths"] is None
     assert "GPU busy" not in (out / "t" / "report.md").read_text()
+
+
+def test_a_serving_run_records_gpu_busy_per_rate(tmp_path, monkeypatch):
+    import yaml
+
+    from runner.reporting.results import RunResult
+    from tests.test_serving_run import recipe
+
+    monkeypatch.setattr(gpumem, "PeakSampler", lambda: sampler(FakeNVML(util=30.0)))
+    d = recipe("busy", load={"request_rate": [20, "inf"], "num_requests": 6, "warmup_requests": 1})
+    path = tmp_path / "busy.yaml"
+    path.write_text(yaml.safe_dump(d, allow_unicode=True), encoding="utf-8")
+    out = tmp_path / "out"
+    r = CliRunner().invoke(cli, ["go", str(path), "--out", str(out), "--no-progress", "--in-process"])
+    assert r.exit_code == 0, r.output
+    res = RunResult.model_validate_json((out / "busy" / "results.json").read_bytes())
+    assert [p.gpu_busy for p in res.serving.rates] == [0.3, 0.3]
+    assert res.timings.gpu_busy == 0.3  # the headline rate's
+    report = (out / "busy" / "report.md").read_text()
+    assert "GPU busy" in report and "| 30%" in report

@@ -24,7 +24,7 @@ def _lat(d: dict[str, float] | None) -> LatencyMs | None:
     return LatencyMs(**d) if d else None
 
 
-def _point(unit: Unit, o: RateOutcome, saturated: bool) -> RatePoint:
+def _point(unit: Unit, o: RateOutcome, saturated: bool, gpu_busy: float | None = None) -> RatePoint:
     r, s = unit.loaded.recipe, o.summary
     ok = [(rec, smp) for rec, smp in zip(o.run.records, o.samples, strict=True) if rec.ok]
     prompt_tok = sum(rec.prompt_tokens for rec, _ in ok)
@@ -45,6 +45,7 @@ def _point(unit: Unit, o: RateOutcome, saturated: bool) -> RatePoint:
         goodput=s.goodput,
         good=s.good,
         peak_concurrency=s.peak_concurrency,
+        gpu_busy=gpu_busy,
         ttft_ms=_lat(s.ttft_ms),
         tpot_ms=_lat(s.tpot_ms),
         itl_ms=_lat(s.itl_ms),
@@ -103,7 +104,8 @@ def finish(
     h = _headline(out)
     head = out.outcomes[h]
     sat = out.saturation.index if out.saturation is not None else None
-    points = [_point(unit, o, k == sat) for k, o in enumerate(out.outcomes)]
+    busy = server.get("gpu_busy") or [None] * len(out.outcomes)
+    points = [_point(unit, o, k == sat, busy[k]) for k, o in enumerate(out.outcomes)]
     done = [smp for rec, smp in zip(head.run.records, head.samples, strict=True) if rec.ok]
     m = Measured(
         generate_s=head.summary.wall_s,
@@ -111,6 +113,7 @@ def finish(
         baseline_gpu_gib=server["start_gib"],
         per_example=False,
         n_target=len(done),
+        gpu_busy=busy[h],
     )
     result = assemble(base, r, done, [ids[i] for i in out.indices], _engine_info(unit, out, log_text, server), m)
     hp = points[h]

@@ -165,6 +165,10 @@ def run_serving(unit: Unit, opts: RunOptions, base: RunResult, progress_file: IO
             version = server_version(server.base_url)
             outcome = sweep(server, unit, texts, ids, say)
             start_s = server.startup_s
+        busy = [
+            sampler.busy_share(o.run.t0, o.run.t0 + o.run.elapsed_s) if sampler.h is not None else None
+            for o in outcome.outcomes
+        ]
     after = wait_for_release(baseline)
     log_text = _log_since(folder, log_start)
     result = finish(
@@ -181,6 +185,7 @@ def run_serving(unit: Unit, opts: RunOptions, base: RunResult, progress_file: IO
             "start_s": start_s,
             "peak_gib": sampler.peak,
             "start_gib": sampler.start_gib,
+            "gpu_busy": busy,
         },
     )
     if baseline is not None and after is not None and after > baseline + 1.0:

@@ -93,6 +93,7 @@ def _intro(r: RunResult, sv: ServingResult) -> list[str]:
 
 
 def _throughput_table(sv: ServingResult, metrics: list[str]) -> str:
+    busy = any(p.gpu_busy is not None for p in sv.rates)
     rows = []
     for p in sv.rates:
         cached = (
@@ -110,6 +111,7 @@ def _throughput_table(sv: ServingResult, metrics: list[str]) -> str:
                 p.errors,
                 p.peak_concurrency,
                 cached,
+                *([None if p.gpu_busy is None else f"{p.gpu_busy:.0%}"] if busy else []),
                 *(_score(p, m) for m in metrics),
                 _flag(sv, p),
             ]
@@ -125,6 +127,7 @@ def _throughput_table(sv: ServingResult, metrics: list[str]) -> str:
             "errors",
             "peak in flight",
             "prompt tokens from cache",
+            *(["GPU busy"] if busy else []),
             *metrics,
             "",
         ],

@@ -63,6 +63,11 @@ class RatePoint(_M):
     )
     good: int | None = None
     peak_concurrency: int = Field(description="Most requests in flight at once (client side).")
+    gpu_busy: float | None = Field(
+        None,
+        description="Mean of NVML's utilization counter (whole device, sampled every 50 ms) from this rate's "
+        "first send to its last response: the share of time a kernel was running; null without a GPU.",
+    )
     ttft_ms: LatencyMs | None = Field(None, description="Time to first token.")
     tpot_ms: LatencyMs | None = Field(
         None, description="Time per output token after the first: (E2E - TTFT) / (output tokens - 1)."
