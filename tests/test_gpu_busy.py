@@ -32,15 +32,15 @@ _SAMPLER = gpumem.PeakSampler  # the class (tests replace the module's name with
 
 
 def sampler(nv: FakeNVML, interval: float = 0.005) -> gpumem.PeakSampler:
-    s = _SAMPLER.__new__(_SAMPLER)
-    _SAMPLER.__init__(s, interval=interval)
+    s = _SAMPLER(interval=interval)
     s.nv, s.h = nv, "handle"
     return s
 
 
 def test_busy_share_is_the_mean_of_the_samples_inside_the_window():
     s = sampler(FakeNVML())
-    s.busy = [(1.0, 100.0), (2.0, 50.0), (3.0, 0.0), (4.0, 30.0), (5.0, 100.0)]
+    for t, u in [(1.0, 100.0), (2.0, 50.0), (3.0, 0.0), (4.0, 30.0), (5.0, 100.0)]:
+        s.record(t, u)
     assert s.busy_share(2.0, 4.0) == pytest.approx(80 / 3 / 100, abs=1e-3)  # 50, 0, 30
     assert s.busy_share(1.0, 5.0) == 0.56
     assert s.busy_share(2.5, 4.5) is None  # two samples: too short a window to say
@@ -50,7 +50,8 @@ def test_busy_share_is_the_mean_of_the_samples_inside_the_window():
 def test_busy_parts_show_where_in_the_window_the_gpu_waited():
     s = sampler(FakeNVML())
     # 0..10 s, a sample every 0.1 s: idle for the first 2 s, then busy, half busy in the last second
-    s.busy = [(i / 10, 0.0 if i < 20 else 50.0 if i >= 90 else 100.0) for i in range(100)]
+    for i in range(100):
+        s.record(i / 10, 0.0 if i < 20 else 50.0 if i >= 90 else 100.0)
     parts = s.busy_parts(0.0, 10.0)
     assert parts is not None and len(parts) == 10
     assert parts[:2] == [0.0, 0.0] and parts[2:9] == [1.0] * 7 and parts[9] == 0.5
@@ -79,7 +80,7 @@ def test_a_device_without_the_counter_has_no_busy_share_but_keeps_its_peak():
         time.sleep(0.05)
         nv.used_gib = 3.0
         time.sleep(0.05)
-    assert s.busy is None and s.busy_share(0, time.perf_counter()) is None and s.peak == 3.0
+    assert s.has_counter is False and s.busy_share(0, time.perf_counter()) is None and s.peak == 3.0
 
 
 def test_a_run_records_gpu_busy_in_results_and_report(write_recipe, base_recipe, tmp_path, monkeypatch):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
+from array import array
+from bisect import bisect_left, bisect_right
 
 
 def _handle(index: int = 0):
@@ -56,25 +58,32 @@ def device_facts(index: int = 0) -> dict:
 
 class PeakSampler:
     """Samples whole-device used memory (its peak) and NVML's utilization counter every `interval` seconds
-    in a thread; `busy_share(t0, t1)` is the mean utilization over a window of time.perf_counter()."""
+    in a thread; `busy_share(t0, t1)` is the mean utilization over a window of time.perf_counter().
+    The utilization samples are kept as two arrays of doubles (16 bytes a sample: ~1 MB an hour)."""
 
     def __init__(self, index: int = 0, interval: float = 0.05):
         self.nv, self.h = _handle(index)
         self.interval, self.peak, self.start_gib = interval, None, None
-        self.busy: list[tuple[float, float]] = []  # (time.perf_counter(), utilization %)
+        self.has_counter = True  # False once the device refuses the utilization counter
+        self._times, self._utils = array("d"), array("d")  # time.perf_counter(), utilization %
         self._stop = threading.Event()
         self._t: threading.Thread | None = None
 
     def _read(self) -> float:
         return self.nv.nvmlDeviceGetMemoryInfo(self.h).used / 2**30
 
+    def record(self, t: float, util: float) -> None:
+        """One utilization sample (%), taken at time.perf_counter() `t`, later than every earlier one."""
+        self._utils.append(util)  # first, so a reader never finds a time without its value
+        self._times.append(t)
+
     def _sample(self) -> None:
         self.peak = max(self.peak, self._read())
-        if self.busy is not None:
+        if self.has_counter:
             try:
-                self.busy.append((time.perf_counter(), float(self.nv.nvmlDeviceGetUtilizationRates(self.h).gpu)))
+                self.record(time.perf_counter(), float(self.nv.nvmlDeviceGetUtilizationRates(self.h).gpu))
             except Exception:  # a device without the counter: no busy share, the peak still counts
-                self.busy = None
+                self.has_counter = False
 
     def __enter__(self) -> PeakSampler:
         if self.h is None:
@@ -98,23 +107,20 @@ class PeakSampler:
     def busy_share(self, t0: float, t1: float, min_samples: int = 3) -> float | None:
         """Mean utilization (0..1) of the samples taken between t0 and t1; None with fewer than
         `min_samples` (a window too short to say) or without the counter."""
-        xs = [u for t, u in (self.busy or []) if t0 <= t <= t1]
-        return round(sum(xs) / len(xs) / 100, 3) if len(xs) >= min_samples else None
+        parts = self.busy_parts(t0, t1, 1, min_samples)
+        return parts[0] if parts else None
 
     def busy_parts(self, t0: float, t1: float, parts: int = 10, min_samples: int = 3) -> list[float] | None:
         """The mean utilization (0..1) of each of `parts` equal slices of [t0, t1] (where in the run the GPU
         waited); a sample on a boundary counts in the later slice. None unless every slice has
         `min_samples` samples."""
-        step = (t1 - t0) / parts
-        if step <= 0:
+        if t1 <= t0 or not self.has_counter:
             return None
-        slices: list[list[float]] = [[] for _ in range(parts)]
-        for t, u in self.busy or []:
-            if t0 <= t <= t1:
-                slices[min(int((t - t0) / step), parts - 1)].append(u)
-        if any(len(x) < min_samples for x in slices):
+        step, times = (t1 - t0) / parts, self._times
+        edges = [bisect_left(times, t0 + k * step) for k in range(parts)] + [bisect_right(times, t1)]
+        if any(b - a < min_samples for a, b in zip(edges, edges[1:])):
             return None
-        return [round(sum(x) / len(x) / 100, 3) for x in slices]
+        return [round(sum(self._utils[a:b]) / (b - a) / 100, 3) for a, b in zip(edges, edges[1:])]
 
 
 def wait_for_release(

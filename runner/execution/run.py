@@ -124,11 +124,12 @@ def _generate(
     reused_s = sum(d.seconds or 0.0 for d in done.values())
     m = Measured(
         generate_s=gen_s + reused_s,
-        peak_gpu_gib=_peak(shared),
+        peak_gpu_gib=shared.sampler.peak,  # None without a GPU
         baseline_gpu_gib=shared.sampler.start_gib,
         per_example=sink.one_at_a_time,
         n_target=unit.prepared.n_target,
-        **_busy(shared, t0, gen_s),
+        gpu_busy=shared.sampler.busy_share(t0, t0 + gen_s),  # None without a GPU
+        gpu_busy_tenths=shared.sampler.busy_parts(t0, t0 + gen_s),
     )
     result = assemble(base, r, samples, ids, engine.info, m)
     result.reused_samples = len(done)
@@ -212,18 +213,6 @@ def _plan(unit: Unit, ids: list[list[int]], base: RunResult) -> dict[str, Any] |
     except Exception as e:  # a prediction is evidence, never a reason to fail the run
         base.notes.append(f"no prediction: {type(e).__name__}: {e}")
         return None
-
-
-def _busy(shared: SharedEngine, t0: float, gen_s: float) -> dict[str, Any]:
-    """How busy the GPU was over the generation window, in all and per tenth (none without a GPU)."""
-    s = shared.sampler
-    if s.h is None:
-        return {}
-    return {"gpu_busy": s.busy_share(t0, t0 + gen_s), "gpu_busy_tenths": s.busy_parts(t0, t0 + gen_s)}
-
-
-def _peak(shared: SharedEngine) -> float | None:
-    return shared.sampler.peak if shared.sampler.h is not None else None
 
 
 def run_unit(unit: Unit, opts: RunOptions, shared: SharedEngine, progress_file: IO[str] | None = None) -> RunResult:

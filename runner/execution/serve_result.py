@@ -104,7 +104,7 @@ def finish(
     h = _headline(out)
     head = out.outcomes[h]
     sat = out.saturation.index if out.saturation is not None else None
-    busy = server.get("gpu_busy") or [None] * len(out.outcomes)
+    busy = server["gpu_busy"]  # per rate, None without a GPU
     points = [_point(unit, o, k == sat, busy[k]) for k, o in enumerate(out.outcomes)]
     done = [smp for rec, smp in zip(head.run.records, head.samples, strict=True) if rec.ok]
     m = Measured(

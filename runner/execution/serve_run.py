@@ -165,10 +165,7 @@ def run_serving(unit: Unit, opts: RunOptions, base: RunResult, progress_file: IO
             version = server_version(server.base_url)
             outcome = sweep(server, unit, texts, ids, say)
             start_s = server.startup_s
-        busy = [
-            sampler.busy_share(o.run.t0, o.run.t0 + o.run.elapsed_s) if sampler.h is not None else None
-            for o in outcome.outcomes
-        ]
+        busy = [sampler.busy_share(o.run.t0, o.run.t0 + o.run.elapsed_s) for o in outcome.outcomes]
     after = wait_for_release(baseline)
     log_text = _log_since(folder, log_start)
     result = finish(
