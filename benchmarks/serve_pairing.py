@@ -20,6 +20,24 @@ ROWS = [
     ("output tok/s", "output_throughput"),
 ]
 TARGET = 0.05
+TARGETED = {key for _, key in ROWS[:3]}  # the figures the target applies to
+# per-request figures compared request by request: key, label, scale to ms
+FIGURES = (("start_s", "send time", 1000.0), ("ttft_ms", "TTFT", 1.0), ("tpot_ms", "TPOT", 1.0))
+
+
+def verdict(ratio: float) -> str:
+    return "ok" if abs(ratio - 1) <= TARGET else "MISSED"
+
+
+def differences(pairs: list[tuple[dict, dict]], key: str, scale: float) -> list[float]:
+    """(side - bench) * scale of one per-request figure, request by request over (bench, side) details,
+    where both have it."""
+    return [
+        (q - b) * scale
+        for bench, side in pairs
+        for b, q in zip(bench.get(key) or [], side.get(key) or [])
+        if b is not None and q is not None
+    ]
 
 
 def bench_detail(res: dict) -> dict:
@@ -61,8 +79,8 @@ def paired(bench: dict, runner: dict) -> str:
     if not bench or not runner or len(bench["start_s"]) != len(runner["start_s"]):
         return "paired: no per-request data on one side (or different counts)"
     out = []
-    for key, label, scale in (("start_s", "send time", 1000.0), ("ttft_ms", "TTFT", 1.0), ("tpot_ms", "TPOT", 1.0)):
-        d = [(q - b) * scale for b, q in zip(bench[key], runner[key]) if b is not None and q is not None]
+    for key, label, scale in FIGURES:
+        d = differences([(bench, runner)], key, scale)
         if not d:
             continue
         qs = statistics.quantiles(d, n=10) if len(d) > 1 else [d[0]] * 9
@@ -78,7 +96,7 @@ def table(bench: dict, runner: dict, side: str = "runner") -> str:
     for label, key in ROWS:
         b, q = bench[key], runner[key]
         ratio = q / b if b else float("nan")
-        ok = ("ok" if abs(ratio - 1) <= TARGET else "MISSED") if key in dict(ROWS[:3]).values() else ""
+        ok = verdict(ratio) if key in TARGETED else ""
         lines.append(f"{label:16}{b:12.2f}{q:12.2f}{ratio:9.3f}  {ok}")
     lines.append(f"{'completed':16}{bench['completed']:12.0f}{runner['completed']:12.0f}")
     lines.append(f"{'output tokens':16}{bench['output_tokens']:12.0f}{runner['output_tokens']:12.0f}")
@@ -101,16 +119,10 @@ def pooled(done: dict[str, list[dict]]) -> str:
         for label, key in ROWS[:3]:
             ratios = [q[key] / b[key] for b, q in pairs if b[key]]
             med = statistics.median(ratios)
-            ok = "ok" if abs(med - 1) <= TARGET else "MISSED"
-            lines.append(f"  {label:16}{med:9.3f}  {ok}   rounds: {' '.join(f'{x:.3f}' for x in ratios)}")
+            lines.append(f"  {label:16}{med:9.3f}  {verdict(med)}   rounds: {' '.join(f'{x:.3f}' for x in ratios)}")
         details = [(b.get("detail") or {}, q.get("detail") or {}) for b, q in pairs]
-        for key, label, scale in (("start_s", "send time", 1000.0), ("ttft_ms", "TTFT", 1.0), ("tpot_ms", "TPOT", 1.0)):
-            d = [
-                (y - x) * scale
-                for b, q in details
-                for x, y in zip(b.get(key) or [], q.get(key) or [])
-                if x is not None and y is not None
-            ]
+        for key, label, scale in FIGURES:
+            d = differences(details, key, scale)
             if d:
                 lines.append(f"  {label}: {who} - bench, median over {len(d)} requests {statistics.median(d):+.2f} ms")
     return "\n".join(lines)
