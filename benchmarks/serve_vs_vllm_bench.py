@@ -25,7 +25,6 @@
 4. Prints each round as it ends (TTFT p50, TPOT p50, request throughput of each side and runner / vllm
    bench, with per-request paired differences), then the medians over rounds. Target: every ratio
    within 5% of 1.
-
 5. Prints the median over rounds of each round's ratio (side / vllm bench in the same round) and the
    request-by-request differences pooled over all rounds: the server's latency drifts between rounds by
    far more than 5% (its own TTFT p50 under vllm bench moved 45-81 ms on one server), so a round's ratio
