@@ -68,6 +68,30 @@ case $step in
   busy)  # GPU busy of the fastest eager cell (the first on a fresh host: ~2 min)
     study 'jsquad-vllm-fp8-fast' 200
     tar -C /root -czf "$out/h200-busy.tgz" h200 ;;
+  probe)  # where the fastest cell's time goes: plain vLLM under variations (benchmarks/step_probe.py; ~7 min)
+    E='"enforce_eager":true'
+    V=(--variant "eager:{\"llm\":{$E}}"
+       --variant "eager-nostats:{\"llm\":{$E,\"disable_log_stats\":true}}"
+       --variant "eager-nodetok:{\"llm\":{$E},\"sampling\":{\"detokenize\":false}}"
+       --variant "eager-seqs1024:{\"llm\":{$E,\"max_num_seqs\":1024}}"
+       --variant "eager-all:{\"llm\":{$E,\"max_num_seqs\":8192,\"max_num_batched_tokens\":131072}}"
+       --variant "eager-sync:{\"llm\":{$E,\"async_scheduling\":false}}"
+       --variant "eager-kernels:{\"llm\":{$E},\"mode\":\"kernels\"}"
+       --variant "eager-cpu:{\"llm\":{$E},\"mode\":\"cpu\"}")
+    timeout "${PROBE_SECONDS:-560}" python3 benchmarks/step_probe.py recipes/jsquad-study.yaml --only jsquad-vllm-fp8-wide \
+      "${MP[@]}" "${SETS[@]}" "${V[@]}" --out /root/probe 2>&1 | tee "$out/probe.log"
+    tar -C /root -czf "$out/probe.tgz" --exclude='*.json' probe ;;
+  probe2)  # the GPU timeline (vLLM's torch profiler) of the fastest cell, eager and compiled; repeats on one
+           # engine; chunked enqueue; no detokenizing; the engine core in-process (~6 min)
+    E='"enforce_eager":true'; R3='"rounds":[{},{},{}]'
+    V=(--variant "eager-trace:{\"llm\":{$E},\"mode\":\"trace\",\"rounds\":[{},{},{},{\"chunk\":512},{\"chunk\":512},{\"sampling\":{\"detokenize\":false}},{\"sampling\":{\"detokenize\":false}}]}"
+       --variant "eager:{\"llm\":{$E},$R3}"
+       --variant "eager-inproc:{\"llm\":{$E},\"env\":{\"VLLM_ENABLE_V1_MULTIPROCESSING\":\"0\"},\"rounds\":[{},{}]}"
+       --variant "graphs-trace:{\"mode\":\"trace\",$R3}")
+    timeout "${PROBE_SECONDS:-570}" python3 benchmarks/step_probe.py recipes/jsquad-study.yaml --only jsquad-vllm-fp8-wide \
+      "${MP[@]}" "${SETS[@]}" "${V[@]}" --out /root/probe2 2>&1 | tee "$out/probe2.log"
+    tar -C /root -czf "$out/probe2.tgz" --exclude='*.json' --exclude='*-trace' probe2
+    find /root/probe2/eager-trace -name '*.gz' -size -30M -exec cp {} "$out/" \; ;;
   offload)
     study 'jsquad-vllm-offload' 330
     tar -C /root -czf "$out/h200-offload.tgz" h200 ;;

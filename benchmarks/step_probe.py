@@ -1,0 +1,193 @@
+"""Where a fast vLLM cell's time goes: plain vLLM on a study cell's prompts, under variations, one fresh
+process each, with the engine's step cadence and the GPU's busy share.
+
+    python benchmarks/step_probe.py RECIPE --only CELL [--model-path ID=PATH] [--set k=v ...]
+                                    [--variant NAME:JSON ...] [--out DIR]
+
+Each variant is a name and a JSON object whose keys are `llm` (extra `vllm.LLM` arguments), `sampling`
+(extra SamplingParams), `env` (environment), `rounds` (a list: the workload runs once per entry on the same
+engine, the prefix cache emptied between; an entry may hold `sampling` and `chunk`: enqueue the prompts
+that many at a time, taking the outputs ready between chunks) and `mode`: `time` (default: the engine
+core in its own process, as the runner runs it), `trace` (as `time`, with vLLM's torch profiler on for
+the first round: prints the GPU timeline from the trace: kernel busy time, the first and last kernel,
+the largest idle gaps and the busy share per quarter second), `kernels` (the engine core in this process;
+torch.profiler's top GPU kernels) or `cpu` (engine core in this process under cProfile).
+
+Every round prints: time to enqueue the prompts, generation time (enqueue to the last output), the
+number of engine outputs the front end saw, the gaps between them (min/median/max and the slowest few),
+and NVML's GPU busy share (sampled every 20 ms; NVML averages over its own sample period, so short
+windows are smeared) overall and per tenth. GPU only; vLLM must be importable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHILD = Path(__file__).with_name("step_probe_child.py")
+sys.path.insert(0, str(ROOT))
+
+
+def timeline(trace_dir: str, wall0: float, gen_s: float) -> dict:
+    """The GPU kernel intervals of the largest torch trace under `trace_dir`, merged: busy time, the first
+    and last kernel and the idle gaps over 2 ms (seconds from `wall0`, the round's start by time.time()),
+    and the busy share of each quarter second of a round `gen_s` long."""
+    files = sorted(glob.glob(os.path.join(trace_dir, "**", "*.json*"), recursive=True), key=os.path.getsize)
+    if not files:
+        return {"trace": "no trace file"}
+    path = files[-1]
+    with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
+        tr = json.load(f)
+    base_us = int(tr.get("baseTimeNanoseconds", 0)) / 1e3
+    kern = sorted(
+        (e["ts"], e["ts"] + e.get("dur", 0))
+        for e in tr["traceEvents"]
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "ts" in e
+    )
+    if not kern:
+        return {"trace": path, "kernels": 0}
+    merged = []
+    for a, b in kern:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    origin = wall0 * 1e6 - base_us if base_us else merged[0][0]  # the round's start, in trace time
+    gaps = [
+        (round((merged[i][1] - origin) / 1e6, 3), round((merged[i + 1][0] - merged[i][1]) / 1e3, 1))
+        for i in range(len(merged) - 1)
+        if merged[i + 1][0] - merged[i][1] > 2000
+    ]
+    busy = sum(b - a for a, b in merged) / 1e6
+    bins = [0.0] * (int(gen_s / 0.25) + 1)
+    for a, b in merged:
+        a, b = (a - origin) / 1e6, (b - origin) / 1e6
+        k = max(int(a / 0.25), 0)
+        while k < len(bins) and a < b:
+            edge = (k + 1) * 0.25
+            bins[k] += max(min(b, edge) - max(a, k * 0.25), 0)
+            a, k = edge, k + 1
+    return {
+        "trace": os.path.basename(path),
+        "kernels": len(kern),
+        "kernel_busy_s": round(busy, 3),
+        "first_kernel_s": round((merged[0][0] - origin) / 1e6, 3),
+        "last_kernel_s": round((merged[-1][1] - origin) / 1e6, 3),
+        "gaps_over_2ms": len(gaps),
+        "gap_total_s": round(sum(g for _, g in gaps) / 1e3, 3),
+        "largest_gaps": sorted(gaps, key=lambda x: -x[1])[:12],
+        "busy_per_quarter_s": [round(x / 0.25, 2) for x in bins],
+    }
+
+
+def run_variant(work: Path, base: dict, name: str, spec: dict) -> list[dict] | None:
+    from runner.execution.gpumem import used_gib, wait_for_release
+
+    job = dict(base)
+    job["llm_kwargs"] = {**base["llm_kwargs"], **spec.get("llm", {})}
+    job["sampling"] = {**base["sampling"], **spec.get("sampling", {})}
+    job["env"] = {**base["env"], **spec.get("env", {})}
+    job["mode"] = spec.get("mode", "time")
+    job["rounds"] = spec.get("rounds", [{}])
+    job["trace_dir"] = str(work / f"{name}-trace")
+    (work / f"{name}.json").write_text(json.dumps(job))
+    before = used_gib()
+    t0 = time.perf_counter()
+    with open(work / f"{name}.log", "w") as log:
+        p = subprocess.Popen(
+            [sys.executable, str(CHILD), str(work / f"{name}.json"), str(work / f"{name}.out")],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        rc = p.wait()
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    wait_for_release(before)
+    if rc != 0 or not (work / f"{name}.out").exists():
+        tail = (work / f"{name}.log").read_text()[-1500:]
+        print(f"\n== {name}: failed (exit {rc}) after {time.perf_counter() - t0:.0f} s\n{tail}", flush=True)
+        return None
+    rounds = json.loads((work / f"{name}.out").read_text())
+    print(f"\n== {name} {json.dumps(spec)} (process wall {time.perf_counter() - t0:.0f} s)", flush=True)
+    return rounds
+
+
+def show(r: dict) -> None:
+    busy = "-" if r["busy"] is None else f"{r['busy']:.0%}"
+    tenths = " ".join(f"{x:.0%}" for x in r["tenths"] or [])
+    print(
+        f"-- round {json.dumps(r['round'])}: generation {r['generate_s']:.2f} s (enqueue {r['enqueue_s']:.2f} s, "
+        f"first output back at {r['first_step_s']:.2f} s), {r['n']} outputs / {r['output_tokens']:,} tokens, "
+        f"{r['steps']} outputs batches, gaps min/median/max {r['gap_min'] * 1e3:.0f}/{r['gap_med'] * 1e3:.0f}/"
+        f"{r['gap_max'] * 1e3:.0f} ms, slowest (s, batch) {r['slowest']}\n   NVML busy {busy}; per tenth: {tenths}",
+        flush=True,
+    )
+    if "kernel_busy_s" in r:
+        keys = ("kernels", "kernel_busy_s", "first_kernel_s", "last_kernel_s", "gaps_over_2ms", "gap_total_s")
+        print("   trace: " + ", ".join(f"{k} {r[k]}" for k in keys))
+        print(f"   largest idle gaps (ends at s, ms): {r['largest_gaps']}")
+        print(f"   kernel busy per 0.25 s: {r['busy_per_quarter_s']}")
+    elif "trace" in r:
+        print(f"   trace: {r['trace']}")
+    if "top_kernels" in r:
+        print(f"   GPU kernel time {r['kernel_total_s']:.2f} s; top kernels (s, calls):")
+        for k, s, c in r["top_kernels"]:
+            print(f"  {s:8.3f} {c:7d}  {k}")
+    if "cpu_profile" in r:
+        print(r["cpu_profile"])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("recipe")
+    ap.add_argument("--only", required=True)
+    ap.add_argument("--model-path", action="append", default=[])
+    ap.add_argument("--set", dest="sets", action="append", default=[])
+    ap.add_argument("--variant", action="append", default=[], help="NAME:JSON (see above); default: the cell as is")
+    ap.add_argument("--out", default=tempfile.mkdtemp())
+    a = ap.parse_args()
+
+    from runner.cli.loading import load_all
+    from runner.engines.tokenizing import encode_prompts, load_tokenizer, uses_chat_template
+    from runner.engines.vllm import sampling_params_kwargs
+    from runner.inputs.prepare import prepare
+
+    loaded = load_all((a.recipe,), tuple(a.sets), tuple(a.model_path), a.only)
+    lr = next(x for x in loaded if x.recipe.name == a.only)
+    r = lr.recipe
+    tok = load_tokenizer(r.model)
+    ids = encode_prompts(tok, list(prepare(lr).messages), uses_chat_template(tok, r.prompt.chat_template))[1]
+    work = Path(a.out)
+    work.mkdir(parents=True, exist_ok=True)
+    base = {
+        "llm_kwargs": r.engine.llm_kwargs(r.model),
+        "env": r.engine.engine_env(),
+        "sampling": sampling_params_kwargs(r.sampling),
+        "prompts": ids,
+    }
+    print(f"{r.name}: {len(ids)} prompts, {sum(map(len, ids)):,} prompt tokens; {base['llm_kwargs']}", flush=True)
+    variants = [v.split(":", 1) for v in a.variant] or [["as-is", "{}"]]
+    for name, text in variants:
+        spec = json.loads(text)
+        for res in run_variant(work, base, name, spec) or []:
+            if res.get("trace_dir"):
+                res.update(timeline(res["trace_dir"], res["wall0"], res["generate_s"]))
+            show(res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
