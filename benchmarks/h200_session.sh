@@ -9,7 +9,8 @@
 # Runs: check (GPU tests, runner-vs-plain-vLLM, kill/resume) | study1 | study2 (the JSQuAD study in two
 # halves) | fast (the fastest cells, the one-shot reference, vllm-bigbatch, hf-batched) | faster1 + faster2
 # (fp8-graphs and its three variations, with the one-shot reference on the same host) | busy (GPU busy of
-# jsquad-vllm-fp8-fast) | offload | ray
+# jsquad-vllm-fp8-fast) | probe, probe2 (benchmarks/step_probe.py on fp8-wide's prompts: variations, GPU timeline)
+# | onewave (fp8-onewave + the one-shot reference through the runner, then plain rounds) | offload | ray
 # (ray_vs_local.py) | serve | sweep | report. Output goes to OUT line by line.
 set -uo pipefail
 step=$1; out=$2
@@ -92,6 +93,16 @@ case $step in
       "${MP[@]}" "${SETS[@]}" "${V[@]}" --out /root/probe2 2>&1 | tee "$out/probe2.log"
     tar -C /root -czf "$out/probe2.tgz" --exclude='*.json' --exclude='*-trace' probe2
     find /root/probe2/eager-trace -name '*.gz' -size -30M -exec cp {} "$out/" \; ;;
+  onewave)  # the one-shot reference and fp8-onewave through the runner, then plain vLLM 5 rounds each on one
+            # engine: fp8-wide eager (4,096 sequences) against onewave (8,192) (~6 min)
+    study 'jsquad-vllm-oneshot-cache,jsquad-vllm-fp8-onewave' 240
+    tar -C /root -czf "$out/h200-onewave.tgz" h200
+    E='"enforce_eager":true'; R5='"rounds":[{},{},{},{},{}]'
+    timeout "${PROBE_SECONDS:-300}" python3 benchmarks/step_probe.py recipes/jsquad-study.yaml --only jsquad-vllm-fp8-wide \
+      "${MP[@]}" "${SETS[@]}" --variant "wide:{\"llm\":{$E},$R5}" \
+      --variant "onewave:{\"llm\":{$E,\"max_num_seqs\":8192},$R5}" \
+      --variant "onewave-nostats:{\"llm\":{$E,\"max_num_seqs\":8192,\"disable_log_stats\":true},\"rounds\":[{},{},{}]}" \
+      --out /root/probe3 2>&1 | tee "$out/probe3.log" ;;
   offload)
     study 'jsquad-vllm-offload' 330
     tar -C /root -czf "$out/h200-offload.tgz" h200 ;;

@@ -431,13 +431,14 @@ JSQUAD_CELLS = {
     "jsquad-vllm-fp8-kv8",
     "jsquad-vllm-fp8-wide",
     "jsquad-vllm-fp8-kv8-wide",
+    "jsquad-vllm-fp8-onewave",
 }
 
 
 def test_project_jsquad_study():
     h200 = ["model.load_format=dummy", "sampling.max_tokens=16", "sampling.ignore_eos=true"]
     s = load_study(PROJECT / "recipes" / "jsquad-study.yaml", h200)
-    assert {lr.recipe.name for lr in s.cells} == JSQUAD_CELLS and len(s.cells) == 18
+    assert {lr.recipe.name for lr in s.cells} == JSQUAD_CELLS and len(s.cells) == 19
     by = {lr.recipe.name: lr.recipe for lr in s.cells}
     assert [n for n, r in by.items() if r.baseline] == ["jsquad-hf-sequential"]
     assert by["jsquad-hf-sequential"].estimate == 40 and by["jsquad-vllm-offload"].estimate == 1000
@@ -459,6 +460,10 @@ def test_project_jsquad_study():
     for n in graphs[1:]:
         graphs_cell = by["jsquad-vllm-fp8-graphs"]
         assert by[n].prompt == graphs_cell.prompt and by[n].engine != graphs_cell.engine
+    # onewave: fp8-wide's prompt, eager, room for every one of the 4,442 sequences at once
+    onewave = by["jsquad-vllm-fp8-onewave"]
+    assert onewave.prompt == by["jsquad-vllm-fp8-wide"].prompt and onewave.engine.enforce_eager is True
+    assert onewave.engine.engine_args == {"max_num_seqs": 8192, "max_num_batched_tokens": 65536}
     assert all(r.model.load_format == "dummy" and r.sampling.max_tokens == 16 for r in by.values())
     assert load_recipes(PROJECT / "recipes" / "jsquad-base.yaml") == []
 

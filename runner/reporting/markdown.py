@@ -117,7 +117,9 @@ def _time_section(r: RunResult) -> list[str]:
             "GPU busy: the mean of NVML's utilization counter (share of time a kernel was running, whole "
             "device) sampled every 50 ms during generation; it says whether the GPU waited, not how full it was."
             + (
-                " By tenth of the generation time: " + " ".join(f"{x:.0%}" for x in t.gpu_busy_tenths) + "."
+                " By tenth of the generation time: "
+                + " ".join(f"{x:.0%}" for x in t.gpu_busy_tenths)
+                + " (NVML averages over its own window, up to a second: the tenths lag, the first reads low)."
                 if t.gpu_busy_tenths
                 else ""
             ),
