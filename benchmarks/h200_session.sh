@@ -103,6 +103,14 @@ case $step in
       --variant "onewave:{\"llm\":{$E,\"max_num_seqs\":8192},$R5}" \
       --variant "onewave-nostats:{\"llm\":{$E,\"max_num_seqs\":8192,\"disable_log_stats\":true},\"rounds\":[{},{},{}]}" \
       --out /root/probe3 2>&1 | tee "$out/probe3.log" ;;
+  probe4)  # not yet run: chunked enqueue and no detokenizing alternating with plain rounds on one engine (4 each),
+          # then no stats logging (5 rounds): medians instead of single runs (~5 min)
+    E='"enforce_eager":true'; W='"max_num_seqs":8192'
+    A='{},{"chunk":512},{"sampling":{"detokenize":false}}'
+    timeout "${PROBE_SECONDS:-560}" python3 benchmarks/step_probe.py recipes/jsquad-study.yaml --only jsquad-vllm-fp8-wide \
+      "${MP[@]}" "${SETS[@]}" --variant "alternating:{\"llm\":{$E,$W},\"rounds\":[$A,$A,$A,$A]}" \
+      --variant "nostats:{\"llm\":{$E,$W,\"disable_log_stats\":true},\"rounds\":[{},{},{},{},{}]}" \
+      --out /root/probe4 2>&1 | tee "$out/probe4.log" ;;
   offload)
     study 'jsquad-vllm-offload' 330
     tar -C /root -czf "$out/h200-offload.tgz" h200 ;;

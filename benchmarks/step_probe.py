@@ -16,7 +16,8 @@ torch.profiler's top GPU kernels) or `cpu` (engine core in this process under cP
 Every round prints: time to enqueue the prompts, generation time (enqueue to the last output), the
 number of engine outputs the front end saw, the gaps between them (min/median/max and the slowest few),
 and NVML's GPU busy share (sampled every 20 ms; NVML averages over its own sample period, so short
-windows are smeared) overall and per tenth. GPU only; vLLM must be importable.
+windows are smeared) overall and per tenth; each variant ends with the median generation time per round
+setting. GPU only; vLLM must be importable.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import gzip
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -88,6 +90,14 @@ def timeline(trace_dir: str, wall0: float, gen_s: float) -> dict:
         "largest_gaps": sorted(gaps, key=lambda x: -x[1])[:12],
         "busy_per_quarter_s": [round(x / 0.25, 2) for x in bins],
     }
+
+
+def medians(rounds: list[dict]) -> dict[str, list[float]]:
+    """Generation times grouped by the round's settings (JSON), in the order the settings first ran."""
+    out: dict[str, list[float]] = {}
+    for r in rounds:
+        out.setdefault(json.dumps(r["round"], sort_keys=True), []).append(r["generate_s"])
+    return out
 
 
 def run_variant(work: Path, base: dict, name: str, spec: dict) -> list[dict] | None:
@@ -182,10 +192,13 @@ def main() -> int:
     variants = [v.split(":", 1) for v in a.variant] or [["as-is", "{}"]]
     for name, text in variants:
         spec = json.loads(text)
-        for res in run_variant(work, base, name, spec) or []:
+        rounds = run_variant(work, base, name, spec) or []
+        for res in rounds:
             if res.get("trace_dir"):
                 res.update(timeline(res["trace_dir"], res["wall0"], res["generate_s"]))
             show(res)
+        for kind, times in medians(rounds).items():
+            print(f"   median of {len(times)} round(s) {kind}: {statistics.median(times):.2f} s", flush=True)
     return 0
 
 

@@ -41,3 +41,14 @@ def test_timeline_merges_overlaps_and_reports_gaps_on_the_rounds_clock(tmp_path)
 
 def test_timeline_without_a_trace_says_so(tmp_path):
     assert probe.timeline(str(tmp_path), 0.0, 1.0) == {"trace": "no trace file"}
+
+
+def test_medians_group_rounds_by_their_settings_in_first_run_order():
+    rounds = [
+        {"round": {}, "generate_s": 7.0},
+        {"round": {"chunk": 512}, "generate_s": 6.0},
+        {"round": {}, "generate_s": 7.4},
+        {"round": {"chunk": 512}, "generate_s": 6.6},
+        {"round": {}, "generate_s": 6.9},
+    ]
+    assert probe.medians(rounds) == {"{}": [7.0, 7.4, 6.9], '{"chunk": 512}': [6.0, 6.6]}
