@@ -27,9 +27,7 @@ import glob
 import gzip
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = Path(__file__).with_name("step_probe_child.py")
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from plain_vllm import cell_job, run_isolated  # noqa: E402  (benchmarks/ is not a package)
 
 
 def timeline(trace_dir: str, wall0: float, gen_s: float) -> dict:
@@ -101,8 +102,6 @@ def medians(rounds: list[dict]) -> dict[str, list[float]]:
 
 
 def run_variant(work: Path, base: dict, name: str, spec: dict) -> list[dict] | None:
-    from runner.execution.gpumem import used_gib, wait_for_release
-
     job = dict(base)
     job["llm_kwargs"] = {**base["llm_kwargs"], **spec.get("llm", {})}
     job["sampling"] = {**base["sampling"], **spec.get("sampling", {})}
@@ -111,21 +110,9 @@ def run_variant(work: Path, base: dict, name: str, spec: dict) -> list[dict] | N
     job["rounds"] = spec.get("rounds", [{}])
     job["trace_dir"] = str(work / f"{name}-trace")
     (work / f"{name}.json").write_text(json.dumps(job))
-    before = used_gib()
     t0 = time.perf_counter()
-    with open(work / f"{name}.log", "w") as log:
-        p = subprocess.Popen(
-            [sys.executable, str(CHILD), str(work / f"{name}.json"), str(work / f"{name}.out")],
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-        rc = p.wait()
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    wait_for_release(before)
+    cmd = [sys.executable, str(CHILD), str(work / f"{name}.json"), str(work / f"{name}.out")]
+    rc, _ = run_isolated(cmd, work / f"{name}.log")
     if rc != 0 or not (work / f"{name}.out").exists():
         tail = (work / f"{name}.log").read_text()[-1500:]
         print(f"\n== {name}: failed (exit {rc}) after {time.perf_counter() - t0:.0f} s\n{tail}", flush=True)
@@ -170,24 +157,10 @@ def main() -> int:
     ap.add_argument("--out", default=tempfile.mkdtemp())
     a = ap.parse_args()
 
-    from runner.cli.loading import load_all
-    from runner.engines.tokenizing import encode_prompts, load_tokenizer, uses_chat_template
-    from runner.engines.vllm import sampling_params_kwargs
-    from runner.inputs.prepare import prepare
-
-    loaded = load_all((a.recipe,), tuple(a.sets), tuple(a.model_path), a.only)
-    lr = next(x for x in loaded if x.recipe.name == a.only)
-    r = lr.recipe
-    tok = load_tokenizer(r.model)
-    ids = encode_prompts(tok, list(prepare(lr).messages), uses_chat_template(tok, r.prompt.chat_template))[1]
+    r, base = cell_job(a.recipe, a.sets, a.model_path, a.only)
+    ids = base["prompts"]
     work = Path(a.out)
     work.mkdir(parents=True, exist_ok=True)
-    base = {
-        "llm_kwargs": r.engine.llm_kwargs(r.model),
-        "env": r.engine.engine_env(),
-        "sampling": sampling_params_kwargs(r.sampling),
-        "prompts": ids,
-    }
     print(f"{r.name}: {len(ids)} prompts, {sum(map(len, ids)):,} prompt tokens; {base['llm_kwargs']}", flush=True)
     variants = [v.split(":", 1) for v in a.variant] or [["as-is", "{}"]]
     for name, text in variants:

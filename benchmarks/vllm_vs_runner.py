@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -30,6 +28,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from plain_vllm import cell_job, run_isolated  # noqa: E402  (benchmarks/ is not a package)
 
 PLAIN = r"""
 import json, sys, time, os
@@ -53,24 +54,8 @@ os._exit(0)
 
 
 def run_plain(work: Path, k: int) -> dict:
-    from runner.execution.gpumem import used_gib, wait_for_release
-
-    before = used_gib()
-    t0 = time.perf_counter()
-    with open(work / f"plain-{k}.log", "w") as log:
-        p = subprocess.Popen(
-            [sys.executable, str(work / "plain.py"), str(work / "job.json"), str(work / "plain.json")],
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-        rc = p.wait()
-    wall = time.perf_counter() - t0
-    try:
-        os.killpg(p.pid, signal.SIGKILL)  # anything the plain script left behind
-    except ProcessLookupError:
-        pass
-    wait_for_release(before)
+    cmd = [sys.executable, str(work / "plain.py"), str(work / "job.json"), str(work / "plain.json")]
+    rc, wall = run_isolated(cmd, work / f"plain-{k}.log")
     if rc != 0:
         sys.exit(f"plain vLLM script failed (exit {rc}); see {work / f'plain-{k}.log'}")
     res = json.loads((work / "plain.json").read_text())
@@ -135,25 +120,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1, help="pairs of runs, alternating which goes first")
     a = ap.parse_args()
 
-    from runner.cli.loading import load_all
-    from runner.engines.tokenizing import encode_prompts, load_tokenizer, uses_chat_template
-    from runner.engines.vllm import sampling_params_kwargs
-    from runner.inputs.prepare import prepare
-
-    loaded = load_all((a.recipe,), tuple(a.sets), tuple(a.model_path), a.only)
-    lr = next(x for x in loaded if a.only is None or x.recipe.name == a.only)
-    r = lr.recipe
-    messages = list(prepare(lr).messages)
-    tok = load_tokenizer(r.model)
-    chat = uses_chat_template(tok, r.prompt.chat_template)
-    ids = encode_prompts(tok, messages, chat)[1]
+    r, job = cell_job(a.recipe, a.sets, a.model_path, a.only)
+    ids = job["prompts"]
     work = Path(tempfile.mkdtemp())
-    job = {
-        "llm_kwargs": r.engine.llm_kwargs(r.model),
-        "env": r.engine.engine_env(),
-        "sampling": sampling_params_kwargs(r.sampling),
-        "prompts": ids,
-    }
     (work / "job.json").write_text(json.dumps(job))
     (work / "plain.py").write_text(PLAIN)
     print(f"workload: {r.name}, {len(ids)} prompts, {sum(map(len, ids)):,} prompt tokens; logs in {work}", flush=True)
