@@ -36,7 +36,8 @@ class Timings(_M):
     gpu_busy_tenths: list[float] | None = Field(
         None,
         description="`gpu_busy` of each tenth of the generation time, in order (where the GPU waited: "
-        "at the start, throughout, at the tail); null when a tenth is too short to have 3 samples.",
+        "at the start, throughout, at the tail); null when a tenth is too short to have 3 samples. NVML "
+        "averages over its own window (up to a second), so the tenths lag and the first reads low.",
     )
 
 
