@@ -10,7 +10,8 @@
 # halves) | fast (the fastest cells, the one-shot reference, vllm-bigbatch, hf-batched) | faster1 + faster2
 # (fp8-graphs and its three variations, with the one-shot reference on the same host) | busy (GPU busy of
 # jsquad-vllm-fp8-fast) | probe, probe2 (benchmarks/step_probe.py on fp8-wide's prompts: variations, GPU timeline)
-# | onewave (fp8-onewave + the one-shot reference through the runner, then plain rounds) | offload | ray
+# | onewave (fp8-onewave + the one-shot reference through the runner, then plain rounds) | probe4, probe5
+# (medians of knob variations on one engine; probe5 samples the engine core's threads) | offload | ray
 # (ray_vs_local.py) | serve | sweep | report. Output goes to OUT line by line.
 set -uo pipefail
 step=$1; out=$2
@@ -103,14 +104,26 @@ case $step in
       --variant "onewave:{\"llm\":{$E,\"max_num_seqs\":8192},$R5}" \
       --variant "onewave-nostats:{\"llm\":{$E,\"max_num_seqs\":8192,\"disable_log_stats\":true},\"rounds\":[{},{},{}]}" \
       --out /root/probe3 2>&1 | tee "$out/probe3.log" ;;
-  probe4)  # not yet run: chunked enqueue and no detokenizing alternating with plain rounds on one engine (4 each),
+  probe4)  # chunked enqueue and no detokenizing alternating with plain rounds on one engine (4 each),
           # then no stats logging (5 rounds): medians instead of single runs (~5 min)
     E='"enforce_eager":true'; W='"max_num_seqs":8192'
     A='{},{"chunk":512},{"sampling":{"detokenize":false}}'
     timeout "${PROBE_SECONDS:-560}" python3 benchmarks/step_probe.py recipes/jsquad-study.yaml --only jsquad-vllm-fp8-wide \
       "${MP[@]}" "${SETS[@]}" --variant "alternating:{\"llm\":{$E,$W},\"rounds\":[$A,$A,$A,$A]}" \
-      --variant "nostats:{\"llm\":{$E,$W,\"disable_log_stats\":true},\"rounds\":[{},{},{},{},{}]}" \
+      --variant "nostats:{\"llm\":{$E,$W,\"disable_log_stats\":true},\"rounds\":[{},{},{},{}]}" \
       --out /root/probe4 2>&1 | tee "$out/probe4.log" ;;
+  probe5)  # medians of 4 rounds each: the fastest cell's settings with and without a shallow SamplingParams
+           # copy per request (alternating on one engine), the V1 model runner, 16,384 tokens per step, no
+           # stats logging; then the engine core's threads sampled (core_sampler.py) over 3 rounds (~6 min)
+    E='"enforce_eager":true'; A='{},{"sampling":{"skip_clone":true}}'; R='"rounds":[{},{},{},{}]'
+    timeout "${PROBE_SECONDS:-480}" python3 benchmarks/step_probe.py recipes/jsquad-study.yaml --only jsquad-vllm-fp8-wide \
+      "${MP[@]}" "${SETS[@]}" --variant "ctl:{\"llm\":{$E},\"rounds\":[$A,$A,$A,$A]}" \
+      --variant "v1runner:{\"llm\":{$E},\"env\":{\"VLLM_USE_V2_MODEL_RUNNER\":\"0\"},$R}" \
+      --variant "tok16k:{\"llm\":{$E,\"max_num_batched_tokens\":16384},$R}" \
+      --variant "nostats:{\"llm\":{$E,\"disable_log_stats\":true},$R}" \
+      --variant "sampled:{\"llm\":{$E},\"mode\":\"coresample\",\"rounds\":[{},{},{}]}" \
+      --out /root/probe5 2>&1 | tee "$out/probe5.log"
+    tar -C /root -czf "$out/probe5.tgz" --exclude='*.json' probe5 ;;
   offload)
     study 'jsquad-vllm-offload' 330
     tar -C /root -czf "$out/h200-offload.tgz" h200 ;;

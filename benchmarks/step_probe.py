@@ -11,7 +11,10 @@ that many at a time, taking the outputs ready between chunks) and `mode`: `time`
 core in its own process, as the runner runs it), `trace` (as `time`, with vLLM's torch profiler on for
 the first round: prints the GPU timeline from the trace: kernel busy time, the first and last kernel,
 the largest idle gaps and the busy share per quarter second), `kernels` (the engine core in this process;
-torch.profiler's top GPU kernels) or `cpu` (engine core in this process under cProfile).
+torch.profiler's top GPU kernels), `cpu` (engine core in this process under cProfile) or `coresample`
+(as `time`, with benchmarks/core_sampler.py sampling the engine core process's threads every 2 ms: the
+main thread's phases — waiting for the GPU, scheduling, updating from the output, taking requests in —
+per round, overall and in the first 1.25 s / middle / last 2 s).
 
 Every round prints: time to enqueue the prompts, generation time (enqueue to the last output), the
 number of engine outputs the front end saw, the gaps between them (min/median/max and the slowest few),
@@ -39,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from plain_vllm import cell_job, run_isolated  # noqa: E402  (benchmarks/ is not a package)
+from core_sampler import summarize  # noqa: E402
 
 
 def timeline(trace_dir: str, wall0: float, gen_s: float) -> dict:
@@ -109,6 +113,7 @@ def run_variant(work: Path, base: dict, name: str, spec: dict) -> list[dict] | N
     job["mode"] = spec.get("mode", "time")
     job["rounds"] = spec.get("rounds", [{}])
     job["trace_dir"] = str(work / f"{name}-trace")
+    job["core_samples"] = str(work / f"{name}-core.jsonl")
     (work / f"{name}.json").write_text(json.dumps(job))
     t0 = time.perf_counter()
     cmd = [sys.executable, str(CHILD), str(work / f"{name}.json"), str(work / f"{name}.out")]
@@ -145,6 +150,12 @@ def show(r: dict) -> None:
             print(f"  {s:8.3f} {c:7d}  {k}")
     if "cpu_profile" in r:
         print(r["cpu_profile"])
+    if "core" in r:
+        c = r["core"]
+        print(f"   engine core main thread, {c['samples']} samples: phases {c.get('phases')}")
+        print(f"   by segment: {c.get('segments')}")
+        print(f"   innermost frames: {c.get('leaves')}")
+        print(f"   other threads (share of samples): {c.get('other_threads')}")
 
 
 def main() -> int:
@@ -169,6 +180,9 @@ def main() -> int:
         for res in rounds:
             if res.get("trace_dir"):
                 res.update(timeline(res["trace_dir"], res["wall0"], res["generate_s"]))
+            if spec.get("mode") == "coresample":
+                window = (res["wall0"], res["wall0"] + res["generate_s"])
+                res["core"] = summarize(str(work / f"{name}-core.jsonl"), *window)
             show(res)
         for kind, times in medians(rounds).items():
             print(f"   median of {len(times)} round(s) {kind}: {statistics.median(times):.2f} s", flush=True)

@@ -20,6 +20,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from runner.execution.gpumem import PeakSampler  # noqa: E402
 
 kwargs = dict(job["llm_kwargs"])
+if mode == "coresample":
+    from core_sampler import install  # noqa: E402  (benchmarks/ is on sys.path: this file's folder)
+
+    install(job["core_samples"])
 if mode == "trace":
     kwargs["profiler_config"] = {
         "profiler": "torch",
