@@ -41,8 +41,8 @@ CHILD = Path(__file__).with_name("step_probe_child.py")
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from plain_vllm import cell_job, run_isolated  # noqa: E402  (benchmarks/ is not a package)
 from core_sampler import summarize  # noqa: E402
+from plain_vllm import cell_job, run_isolated  # noqa: E402  (benchmarks/ is not a package)
 
 
 def timeline(trace_dir: str, wall0: float, gen_s: float) -> dict:

@@ -64,8 +64,10 @@ def test_sampler_thread_records_the_main_threads_phase(tmp_path):
 
 def test_summarize_keeps_the_window_and_splits_segments(tmp_path):
     path = tmp_path / "core.jsonl"
-    rows = [{"t": 100.0 + i * 0.5, "phase": "result" if i % 2 else "schedule", "leaf": "x:y", "others": {}}
-            for i in range(20)]
+    rows = [
+        {"t": 100.0 + i * 0.5, "phase": "result" if i % 2 else "schedule", "leaf": "x:y", "others": {}}
+        for i in range(20)
+    ]
     rows.append({"t": 50.0, "phase": "outside", "leaf": "x:y", "others": {"input": "a:b"}})
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\nnot json\n")
     s = cs.summarize(str(path), 100.0, 110.0)
