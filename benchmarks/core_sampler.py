@@ -64,6 +64,9 @@ def _sample_forever(main_ident: int, path: str, interval: float) -> None:
             if ident not in names:
                 names = {t.ident: t.name for t in threading.enumerate()}
             others[names.get(ident, str(ident))] = _where(fr.f_code)
+        # a held frame keeps its locals (activation tensors) alive after its function returns: the first
+        # version ran the engine out of GPU memory
+        frames = main = fr = None
         buf.append(json.dumps({"t": round(now, 4), "phase": phase, "leaf": leaf, "others": others}))
         if now - last_flush > 0.5:
             with open(path, "a") as out:

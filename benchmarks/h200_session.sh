@@ -124,6 +124,34 @@ case $step in
       --variant "sampled:{\"llm\":{$E},\"mode\":\"coresample\",\"rounds\":[{},{},{}]}" \
       --out /root/probe5 2>&1 | tee "$out/probe5.log"
     tar -C /root -czf "$out/probe5.tgz" --exclude='*.json' probe5 ;;
+  steps)  # the one-shot reference (question first) and fp8 with 16,384 / 8,192 tokens per step through the
+          # runner, three times each, alternating (~7 min)
+    for k in 1 2 3; do
+      timeout 180 python3 -m runner go recipes/jsquad-study.yaml --out /root/steps$k "${MP[@]}" "${SETS[@]}" \
+        --timeout 170 --no-progress --only 'jsquad-vllm-oneshot-cache,jsquad-vllm-fp8-16k,jsquad-vllm-fp8-8k' \
+        2>&1 | tee -a "$out/steps.log"
+      python3 -c "import glob, json, sys
+for f in sorted(glob.glob(sys.argv[1] + '/*/results.json')):
+    d = json.load(open(f)); print('generation', sys.argv[1], d['name'], d['status'], d['timings']['generate_s'])" \
+        /root/steps$k | tee -a "$out/steps.log"
+    done
+    tar -C /root -czf "$out/steps.tgz" steps1 steps2 steps3 ;;
+  warm)  # not yet run: with the vLLM engine's warm-up (engine.warmup=true): fp8-16k, then the one-shot reference
+    SETS+=(--set engine.warmup=true)
+    for cell in jsquad-vllm-fp8-16k jsquad-vllm-oneshot-cache; do
+      study "$cell" 150
+      python3 -c "import json, sys; d = json.load(open(sys.argv[1]))
+print('generation', d['name'], d['status'], d['timings']['generate_s'], d['environment']['engine_extra'].get('warmup'))" \
+        /root/h200/$cell/results.json | tee -a "$out/steps.log"
+    done
+    tar -C /root -czf "$out/h200-warm.tgz" h200 ;;
+  sampled)  # the engine core's threads sampled (core_sampler.py): fp8 eager with 65,536 and 16,384 tokens per step
+    E='"enforce_eager":true'; R='"rounds":[{},{},{}]'
+    timeout "${PROBE_SECONDS:-300}" python3 benchmarks/step_probe.py recipes/jsquad-study.yaml --only jsquad-vllm-fp8-wide \
+      "${MP[@]}" "${SETS[@]}" --variant "sampled:{\"llm\":{$E},\"mode\":\"coresample\",$R}" \
+      --variant "sampled16k:{\"llm\":{$E,\"max_num_batched_tokens\":16384},\"mode\":\"coresample\",$R}" \
+      --out /root/sampled 2>&1 | tee "$out/sampled.log"
+    tar -C /root -czf "$out/sampled.tgz" --exclude='*.json' sampled ;;
   offload)
     study 'jsquad-vllm-offload' 330
     tar -C /root -czf "$out/h200-offload.tgz" h200 ;;

@@ -452,7 +452,11 @@ ENV = {
     "driver": "580.159.04",
     "gpu_memory_gib": 140.4,
     "cuda_driver": "13.0",
-    "engine_extra": {"model_runner": "V2", "env": {"VLLM_USE_FLASHINFER_SAMPLER": "0"}},
+    "engine_extra": {
+        "model_runner": "V2",
+        "env": {"VLLM_USE_FLASHINFER_SAMPLER": "0"},
+        "warmup": "4,096 prompts of 4 tokens, 2 output tokens each, 1.2 s (part of the engine start)",
+    },
     "inputs": {
         "template:jsquad.j2": "0decf3a48250b0a4",
         "template:jsquad-system.j2": "9a8f64533e6b04b2",
@@ -501,6 +505,7 @@ def test_report_reproducibility_block():
         assert rows[p] == v
     assert rows["vLLM model runner"] == "V2"
     assert rows["engine environment"] == "VLLM_USE_FLASHINFER_SAMPLER=0"
+    assert rows["engine warm-up"] == ENV["engine_extra"]["warmup"]
     assert rows["started / finished"] == "2026-12-02T10:35:07+00:00 / 2026-12-02T10:36:04+00:00"
     assert f"```bash\n{COMMAND}\n```" in repro
     m = re.search(r"^## Resolved recipe\n\n```yaml\n(.*?)\n```", md, flags=re.S | re.M)

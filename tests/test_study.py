@@ -432,13 +432,15 @@ JSQUAD_CELLS = {
     "jsquad-vllm-fp8-wide",
     "jsquad-vllm-fp8-kv8-wide",
     "jsquad-vllm-fp8-onewave",
+    "jsquad-vllm-fp8-16k",
+    "jsquad-vllm-fp8-8k",
 }
 
 
 def test_project_jsquad_study():
     h200 = ["model.load_format=dummy", "sampling.max_tokens=16", "sampling.ignore_eos=true"]
     s = load_study(PROJECT / "recipes" / "jsquad-study.yaml", h200)
-    assert {lr.recipe.name for lr in s.cells} == JSQUAD_CELLS and len(s.cells) == 19
+    assert {lr.recipe.name for lr in s.cells} == JSQUAD_CELLS and len(s.cells) == 21
     by = {lr.recipe.name: lr.recipe for lr in s.cells}
     assert [n for n, r in by.items() if r.baseline] == ["jsquad-hf-sequential"]
     assert by["jsquad-hf-sequential"].estimate == 40 and by["jsquad-vllm-offload"].estimate == 1000
@@ -464,6 +466,13 @@ def test_project_jsquad_study():
     onewave = by["jsquad-vllm-fp8-onewave"]
     assert onewave.prompt == by["jsquad-vllm-fp8-wide"].prompt and onewave.engine.enforce_eager is True
     assert onewave.engine.engine_args == {"max_num_seqs": 8192, "max_num_batched_tokens": 65536}
+    # 16k / 8k: onewave's prompt and engine but for fewer tokens per step
+    for name, tokens in (("jsquad-vllm-fp8-16k", 16384), ("jsquad-vllm-fp8-8k", 8192)):
+        assert by[name].prompt == onewave.prompt and by[name].engine.enforce_eager is True
+        assert by[name].engine.engine_args == {"max_num_seqs": 4096, "max_num_batched_tokens": tokens}
+        assert by[name].engine.model_copy(update={"engine_args": {}}) == onewave.engine.model_copy(
+            update={"engine_args": {}}
+        )
     assert all(r.model.load_format == "dummy" and r.sampling.max_tokens == 16 for r in by.values())
     assert load_recipes(PROJECT / "recipes" / "jsquad-base.yaml") == []
 

@@ -141,3 +141,32 @@ def test_missing_vllm_is_a_clear_error(monkeypatch):
 
     with pytest.raises(RunnerError, match="vLLM is not installed"):
         spec().build(ModelSpec(id="m"), None)
+
+
+def test_warmup_is_off_by_default_and_never_reaches_vllm():
+    assert spec().warmup is False and spec(warmup=True).warmup is True
+    assert "warmup" not in spec(warmup=True).llm_kwargs(ModelSpec(id="m"))
+
+
+def test_warmup_batch_fills_the_largest_step_within_the_model_length():
+    from runner.engines.vllm import warmup_prompts
+
+    p = warmup_prompts(4096, 16384, 152064, 32768)
+    assert len(p) == 4096 and {len(x) for x in p} == {4}  # 4,096 x 4 tokens: one 16,384-token step
+    assert len({x[0] for x in p}) == 4096 and all(0 <= t < 152064 for x in p for t in x)
+    assert {len(x) for x in warmup_prompts(8, 1_000_000, 152064, 32768)} == {2048}  # capped
+    assert {len(x) for x in warmup_prompts(8, 8192, 152064, 100)} == {98}  # room for 2 output tokens
+    assert {len(x) for x in warmup_prompts(512, 256, 50, 4096)} == {1}  # at least one token
+    assert all(t < 50 for x in warmup_prompts(512, 256, 50, 4096) for t in x)
+
+
+def test_metrics_count_from_the_start_of_the_call():
+    from runner.engines.vllm_engine import counters_since
+
+    before = {"vllm:prompt_tokens": 16384.0, "vllm:prefix_cache_hits": 0.0}
+    after = {"vllm:prompt_tokens": 1_253_925.0, "vllm:prefix_cache_hits": 999_824.0, "vllm:num_preemptions": 0.0}
+    assert counters_since(before, after) == {
+        "vllm:prompt_tokens": 1_237_541.0,
+        "vllm:prefix_cache_hits": 999_824.0,
+        "vllm:num_preemptions": 0.0,
+    }

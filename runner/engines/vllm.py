@@ -67,6 +67,13 @@ class VLLMSpec(EngineSpecBase):
         default_factory=dict,
         description='Environment variables for the engine process (e.g. `VLLM_USE_V2_MODEL_RUNNER: "0"`).',
     )
+    warmup: bool = Field(
+        False,
+        description="Run one synthetic batch at the engine's own limits (its largest prefill step and decode "
+        "batch, 2 output tokens) at engine start, prefix cache emptied after, so the first measured steps "
+        "find the GPU memory allocator's cache and kernel choices warm. Offline runs only (a serving run has "
+        "`load.warmup_requests`).",
+    )
 
     def build(self, model: ModelSpec, chat: bool | None) -> VLLMEngine:
         from runner.engines.vllm_engine import VLLMEngine
@@ -156,6 +163,18 @@ class VLLMSpec(EngineSpecBase):
             env["VLLM_USE_V2_MODEL_RUNNER"] = "0"
         env.update(self.env)
         return env
+
+
+def warmup_prompts(
+    max_num_seqs: int, max_num_batched_tokens: int, vocab_size: int, max_model_len: int
+) -> list[list[int]]:
+    """The warm-up batch: as many prompts as the engine runs at once, together as long as its largest
+    step (at least one token each; at most 2,048, and room for 2 output tokens within `max_model_len`),
+    of token ids below `vocab_size`, the first token different for each where the vocabulary allows."""
+    n = max(1, max_num_seqs)
+    length = max(1, min(max_num_batched_tokens // n, 2048, max_model_len - 2))
+    top = max(2, min(vocab_size, 100_000))
+    return [[(i * 7919 + j * 104_729 + 1) % top for j in range(length)] for i in range(n)]
 
 
 def sampling_params_kwargs(s: Sampling) -> dict[str, Any]:

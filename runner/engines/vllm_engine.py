@@ -13,7 +13,14 @@ from typing import Any
 
 from runner.config.common import ModelSpec, Sampling
 from runner.engines.base import EngineInfo, Generation, Messages, ProgressFn, Request, SinkFn
-from runner.engines.vllm import VLLMSpec, accepted_args, check_args, sampling_params_kwargs, unquantized_gib
+from runner.engines.vllm import (
+    VLLMSpec,
+    accepted_args,
+    check_args,
+    sampling_params_kwargs,
+    unquantized_gib,
+    warmup_prompts,
+)
 from runner.engines.vllm_knobs import VLLMFacts, parse_engine_log, vllm_knobs
 from runner.errors import RunnerError
 
@@ -42,9 +49,27 @@ class VLLMEngine:
         log_start = Path(log_path).stat().st_size if log_path and Path(log_path).exists() else 0
         t0 = time.perf_counter()
         self.llm = LLM(**self.kwargs)
-        load_s = time.perf_counter() - t0
         self.facts, parsed = self._read_facts(vllm.__version__, _log_since(log_path, log_start))
-        self.info = self._engine_info(vllm.__version__, load_s, parsed)
+        warm = self._warm_up() if spec.warmup else "off"
+        self.info = self._engine_info(vllm.__version__, time.perf_counter() - t0, parsed)
+        self.info.extra["warmup"] = warm
+
+    def _warm_up(self) -> str:
+        """One synthetic batch at the engine's limits (`warmup_prompts`), part of the engine start; the
+        prefix cache is emptied after it. What ran, for the report."""
+        from vllm import SamplingParams
+
+        sc = self.llm.llm_engine.vllm_config.scheduler_config
+        mc = self.llm.llm_engine.vllm_config.model_config
+        prompts = warmup_prompts(sc.max_num_seqs, sc.max_num_batched_tokens, mc.get_vocab_size(), mc.max_model_len)
+        t0 = time.perf_counter()
+        sp = SamplingParams(max_tokens=2, ignore_eos=True, temperature=0.0)
+        self.llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
+        self.llm.reset_prefix_cache()
+        return (
+            f"{len(prompts):,} prompts of {len(prompts[0]):,} tokens, 2 output tokens each, "
+            f"{time.perf_counter() - t0:.1f} s (part of the engine start)"
+        )
 
     def _engine_info(self, version: str, load_s: float, parsed: dict[str, float]) -> EngineInfo:
         import torch
@@ -125,13 +150,14 @@ class VLLMEngine:
         from vllm import SamplingParams
 
         sp = SamplingParams(**sampling_params_kwargs(sampling))
+        before = self._read_metrics()
         ids = self.llm.enqueue([{"prompt_token_ids": r.ids} for r in requests], sp, use_tqdm=False)
         gens = self._stream(requests, ids, progress, sink)
         missing = [i for i, g in enumerate(gens) if g is None]
         if missing:
             raise RuntimeError(f"vLLM finished without outputs for {len(missing)} requests (first: {missing[0]})")
         out: list[Generation] = gens  # type: ignore[assignment]
-        self._collect_metrics()
+        self._collect_metrics(before)
         self.info.knobs = vllm_knobs(
             self.spec,
             self.model_spec.load_format,
@@ -166,15 +192,26 @@ class VLLMEngine:
         """Empty the prefix cache (between cells that share this engine)."""
         return bool(self.llm.reset_prefix_cache())
 
-    def _collect_metrics(self) -> None:
+    def _read_metrics(self) -> dict[str, float] | None:
+        """vLLM's counters kept for the report, summed over their labels (None where unavailable)."""
         metrics: dict[str, float] = {}
         try:
             for mt in self.llm.get_metrics():
-                if hasattr(mt, "value"):
+                if hasattr(mt, "value") and mt.name in _KEPT_METRICS:
                     metrics[mt.name] = metrics.get(mt.name, 0) + mt.value
         except Exception as e:  # metrics are evidence, not the result: record and go on
             self.info.notes.append(f"vLLM metrics unavailable: {e}")
-        self.info.extra["metrics"] = {k: v for k, v in metrics.items() if k in _KEPT_METRICS}
+            return None
+        return metrics
+
+    def _collect_metrics(self, before: dict[str, float] | None) -> None:
+        """The counters' growth over this generate call (not the warm-up's, nor an earlier cell's on a
+        shared engine)."""
+        after = self._read_metrics()
+        if after is None:
+            self.info.extra["metrics"] = {}
+            return
+        self.info.extra["metrics"] = counters_since(before or {}, after)
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)
@@ -254,3 +291,8 @@ def _log_since(log_path: str | None, start: int) -> str:
     with open(log_path, "rb") as f:
         f.seek(start)
         return f.read().decode("utf-8", "replace")
+
+
+def counters_since(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Each counter's growth from `before` to `after` (a counter absent before counts from 0)."""
+    return {k: v - before.get(k, 0) for k, v in after.items()}

@@ -23,6 +23,8 @@ def reproducibility(r: RunResult) -> list[str]:
         rows.append(["vLLM model runner", extra["model_runner"]])
     if extra.get("env"):
         rows.append(["engine environment", ", ".join(f"{k}={v}" for k, v in extra["env"].items())])
+    if extra.get("warmup"):
+        rows.append(["engine warm-up", extra["warmup"]])
     rows.append(["started / finished", f"{r.started_at} / {r.finished_at}"])
     out = ["", "## Reproduce", "", table(rows, ["", "value"]), ""]
     if r.command:
