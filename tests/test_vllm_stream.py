@@ -71,3 +71,55 @@ def test_outputs_in_request_order_and_each_handed_to_the_sink_once_as_it_finishe
     assert [[i for i, _ in d] for d in seen] == [[3, 0], [4, 1], [2]]  # as they finished, step by step
     assert progress == [2, 2, 1]
     assert {k.name: k.status for k in eng.info.knobs}["enable_prefix_caching"] == "default"
+
+
+class _Counter:
+    def __init__(self, name, value):
+        self.name, self.value = name, value
+
+
+class _CountingLLM(_StandInLLM):
+    """Counters that grow with every call to get_metrics (as if a warm-up or an earlier cell ran first)."""
+
+    def __init__(self, finish_order):
+        super().__init__(finish_order)
+        self.reads = 0
+
+    def get_metrics(self):
+        self.reads += 1
+        base = 1000.0 * self.reads
+        return [_Counter("vllm:prompt_tokens", base), _Counter("vllm:prompt_tokens", 5.0), _Counter("other", base)]
+
+
+def test_metrics_are_the_counters_growth_over_the_call(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kw: kw))
+    eng = _engine([0, 1])
+    eng.llm = _CountingLLM([0, 1])
+    reqs = [Request(ids=[7, 7], example=Example(id=str(i), question="q")) for i in range(2)]
+    eng.generate(reqs, Sampling(max_tokens=4))
+    # read once before enqueueing (1,005) and once after (2,005), labels summed; unkept names dropped
+    assert eng.info.extra["metrics"] == {"vllm:prompt_tokens": 1000.0}
+
+
+def test_warm_up_runs_one_batch_at_the_engines_limits_then_empties_the_prefix_cache(monkeypatch):
+    import sys
+
+    calls = []
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kw: kw))
+    eng = _engine([])
+    llm = eng.llm
+    llm.vllm_config = SimpleNamespace(
+        scheduler_config=SimpleNamespace(max_num_seqs=8, max_num_batched_tokens=64),
+        model_config=SimpleNamespace(get_vocab_size=lambda: 1000, max_model_len=4096),
+    )
+    llm.generate = lambda prompts, sp, use_tqdm=True: calls.append(("generate", prompts, sp, use_tqdm))
+    llm.reset_prefix_cache = lambda: calls.append(("reset",)) or True
+    text = eng._warm_up()
+    assert [c[0] for c in calls] == ["generate", "reset"]
+    _, prompts, sp, use_tqdm = calls[0]
+    assert len(prompts) == 8 and all(len(p["prompt_token_ids"]) == 8 for p in prompts)  # 8 x 8 = one 64-token step
+    assert sp == {"max_tokens": 2, "ignore_eos": True, "temperature": 0.0} and use_tqdm is False
+    assert text.startswith("8 prompts of 8 tokens, 2 output tokens each, ")
+    assert text.endswith("(part of the engine start)")
