@@ -6,7 +6,10 @@ the engine core is forked from the front end, so the patched loop is the one it 
 the engine core then records, every `interval` seconds, the main thread's phase (the function called
 from the step or the busy loop: `schedule`, `execute_model`, `result` = waiting for the GPU,
 `update_from_output`, `_process_input_queue`, ...) and its innermost frame, and the innermost frame of
-every other thread, appending one JSON line per sample to `path`. `summarize` reads them back for a
+every other thread, appending one JSON line per sample to `path` (every 0.5 s: the caller waits a
+second before shutting the engine down). vLLM forks the engine core only with
+`VLLM_WORKER_MULTIPROC_METHOD=fork` and CUDA not yet initialized in the front end (the caller sets the
+first); a spawned one, or the data-parallel engine core's own loop, records nothing. `summarize` reads them back for a
 time window. CPU-side; the sampling itself takes the GIL ~500 times a second (a few % of overhead).
 """
 
@@ -22,6 +25,7 @@ from pathlib import Path
 
 _STEP_FUNCS = ("step_with_batch_queue", "step", "_process_engine_step")
 _LOOP_FUNCS = ("run_busy_loop",)
+_CORE_FILE = "engine/core.py"  # vLLM's v1/engine/core.py: a `step` elsewhere (model code) is not one
 
 
 def _where(code) -> str:
@@ -40,16 +44,16 @@ def describe(frame) -> tuple[str, str]:
     stack.reverse()  # outermost first
     phase = "-"
     for i, code in enumerate(stack[:-1]):
-        if code.co_name in _STEP_FUNCS or code.co_name in _LOOP_FUNCS:
+        if code.co_name in _STEP_FUNCS + _LOOP_FUNCS and code.co_filename.replace("\\", "/").endswith(_CORE_FILE):
             phase = stack[i + 1].co_name
     return phase, _where(stack[-1]) if stack else "-"
 
 
-def _sample_forever(main_ident: int, path: str, interval: float) -> None:
+def _sample_forever(main_ident: int, path: str, interval: float, stop: threading.Event | None = None) -> None:
     names = {}
     buf: list[str] = []
     last_flush = time.time()
-    while True:
+    while not (stop and stop.is_set()):
         time.sleep(interval)
         now = time.time()
         frames = sys._current_frames()
@@ -69,10 +73,16 @@ def _sample_forever(main_ident: int, path: str, interval: float) -> None:
         frames = main = fr = None
         buf.append(json.dumps({"t": round(now, 4), "phase": phase, "leaf": leaf, "others": others}))
         if now - last_flush > 0.5:
-            with open(path, "a") as out:
-                out.write("\n".join(buf) + "\n")
-            buf.clear()
+            _flush(path, buf)
             last_flush = now
+    _flush(path, buf)
+
+
+def _flush(path: str, buf: list[str]) -> None:
+    if buf:
+        with open(path, "a") as out:
+            out.write("\n".join(buf) + "\n")
+        buf.clear()
 
 
 def install(path: str, interval: float = 0.002) -> None:
@@ -93,7 +103,7 @@ def install(path: str, interval: float = 0.002) -> None:
 def summarize(path: str, start: float, end: float, top: int = 12) -> dict:
     """Shares of the main thread's phases and leaves, and the busiest leaves of the other threads, over
     the samples taken in [start, end) (wall clock); also the phase shares per segment of the window:
-    the first 1.25 s, the middle and the last 2 s."""
+    the first 1.25 s, the middle and the last 2 s (the first and last overlap in windows under 3.25 s)."""
     rows = []
     if Path(path).exists():
         for line in Path(path).read_text().splitlines():

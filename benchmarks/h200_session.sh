@@ -104,8 +104,8 @@ case $step in
       --variant "onewave:{\"llm\":{$E,\"max_num_seqs\":8192},$R5}" \
       --variant "onewave-nostats:{\"llm\":{$E,\"max_num_seqs\":8192,\"disable_log_stats\":true},\"rounds\":[{},{},{}]}" \
       --out /root/probe3 2>&1 | tee "$out/probe3.log" ;;
-  probe4)  # chunked enqueue and no detokenizing alternating with plain rounds on one engine (4 each),
-          # then no stats logging (5 rounds): medians instead of single runs (~5 min)
+  probe4)  # not yet run: chunked enqueue and no detokenizing alternating with plain rounds on one engine
+          # (4 each), then no stats logging (4 rounds): medians instead of single runs (~5 min)
     E='"enforce_eager":true'; W='"max_num_seqs":8192'
     A='{},{"chunk":512},{"sampling":{"detokenize":false}}'
     timeout "${PROBE_SECONDS:-560}" python3 benchmarks/step_probe.py recipes/jsquad-study.yaml --only jsquad-vllm-fp8-wide \
@@ -125,11 +125,13 @@ case $step in
       --out /root/probe5 2>&1 | tee "$out/probe5.log"
     tar -C /root -czf "$out/probe5.tgz" --exclude='*.json' probe5 ;;
   steps)  # the one-shot reference (question first) and fp8 with 16,384 / 8,192 tokens per step through the
-          # runner, three times each, alternating (~7 min)
+          # runner, three times each, alternating (~7 min; run on 2026-12-03 with one `go` per round, whose
+          # 180 s limit cut the first round's third cell)
     for k in 1 2 3; do
-      timeout 180 python3 -m runner go recipes/jsquad-study.yaml --out /root/steps$k "${MP[@]}" "${SETS[@]}" \
-        --timeout 170 --no-progress --only 'jsquad-vllm-oneshot-cache,jsquad-vllm-fp8-16k,jsquad-vllm-fp8-8k' \
-        2>&1 | tee -a "$out/steps.log"
+      for cell in jsquad-vllm-oneshot-cache jsquad-vllm-fp8-16k jsquad-vllm-fp8-8k; do
+        timeout 120 python3 -m runner go recipes/jsquad-study.yaml --out /root/steps$k "${MP[@]}" "${SETS[@]}" \
+          --timeout 110 --no-progress --only "$cell" 2>&1 | tee -a "$out/steps.log"
+      done
       python3 -c "import glob, json, sys
 for f in sorted(glob.glob(sys.argv[1] + '/*/results.json')):
     d = json.load(open(f)); print('generation', sys.argv[1], d['name'], d['status'], d['timings']['generate_s'])" \
@@ -137,14 +139,14 @@ for f in sorted(glob.glob(sys.argv[1] + '/*/results.json')):
     done
     tar -C /root -czf "$out/steps.tgz" steps1 steps2 steps3 ;;
   warm)  # not yet run: with the vLLM engine's warm-up (engine.warmup=true): fp8-16k, then the one-shot reference
-    SETS+=(--set engine.warmup=true)
     for cell in jsquad-vllm-fp8-16k jsquad-vllm-oneshot-cache; do
-      study "$cell" 150
+      timeout 150 python3 -m runner go recipes/jsquad-study.yaml --out /root/warm "${MP[@]}" "${SETS[@]}" \
+        --set engine.warmup=true --timeout 140 --no-progress --only "$cell" 2>&1 | tee -a "$out/warm.log"
       python3 -c "import json, sys; d = json.load(open(sys.argv[1]))
 print('generation', d['name'], d['status'], d['timings']['generate_s'], d['environment']['engine_extra'].get('warmup'))" \
-        /root/h200/$cell/results.json | tee -a "$out/steps.log"
+        /root/warm/$cell/results.json | tee -a "$out/warm.log"
     done
-    tar -C /root -czf "$out/h200-warm.tgz" h200 ;;
+    tar -C /root -czf "$out/warm.tgz" warm ;;
   sampled)  # the engine core's threads sampled (core_sampler.py): fp8 eager with 65,536 and 16,384 tokens per step
     E='"enforce_eager":true'; R='"rounds":[{},{},{}]'
     timeout "${PROBE_SECONDS:-300}" python3 benchmarks/step_probe.py recipes/jsquad-study.yaml --only jsquad-vllm-fp8-wide \

@@ -152,6 +152,9 @@ def show(r: dict) -> None:
         print(r["cpu_profile"])
     if "core" in r:
         c = r["core"]
+        if not c["samples"]:
+            print("   engine core: no samples (a spawned engine core does not run the patched loop)")
+            return
         print(f"   engine core main thread, {c['samples']} samples: phases {c.get('phases')}")
         print(f"   by segment: {c.get('segments')}")
         print(f"   innermost frames: {c.get('leaves')}")

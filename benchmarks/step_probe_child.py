@@ -23,6 +23,7 @@ kwargs = dict(job["llm_kwargs"])
 if mode == "coresample":
     from core_sampler import install  # noqa: E402  (benchmarks/ is on sys.path: this file's folder)
 
+    os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "fork"  # the patched loop only reaches a forked core
     install(job["core_samples"])
 if mode == "trace":
     kwargs["profiler_config"] = {
@@ -124,6 +125,8 @@ with PeakSampler(interval=0.02) as sampler:
             res["cpu_profile"] = s.getvalue()[-12000:]
         rounds.append(res)
         json.dump(rounds, open(sys.argv[2], "w"))
+if mode == "coresample":
+    time.sleep(1.0)  # the sampler writes every 0.5 s: let it write the last round's end
 try:
     engine.engine_core.shutdown(timeout=10)
 except TypeError:

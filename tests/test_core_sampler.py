@@ -30,7 +30,7 @@ def run_busy_loop(seconds: float) -> None:
     step_with_batch_queue(seconds)
 
 
-def test_describe_names_the_function_called_from_the_innermost_step():
+def test_describe_names_the_function_called_from_the_innermost_step(monkeypatch):
     captured = {}
 
     def update_from_output():
@@ -43,22 +43,31 @@ def test_describe_names_the_function_called_from_the_innermost_step():
         step_with_batch_queue()
 
     run_busy_loop()
+    # not vLLM's engine/core.py: no phase
+    assert cs.describe(captured["frame"]) == ("-", "tests/test_core_sampler.py:update_from_output")
+    monkeypatch.setattr(cs, "_CORE_FILE", "tests/test_core_sampler.py")
     phase, leaf = cs.describe(captured["frame"])
     assert phase == "update_from_output"
     assert leaf == "tests/test_core_sampler.py:update_from_output"
 
 
-def test_sampler_thread_records_the_main_threads_phase(tmp_path):
+def test_sampler_thread_records_the_main_threads_phase(tmp_path, monkeypatch):
+    monkeypatch.setattr(cs, "_CORE_FILE", "tests/test_core_sampler.py")  # this file's loop stands in for vLLM's
     path = tmp_path / "core.jsonl"
-    args = (threading.get_ident(), str(path), 0.002)
-    threading.Thread(target=cs._sample_forever, args=args, daemon=True).start()
+    stop = threading.Event()
+    args = (threading.get_ident(), str(path), 0.002, stop)
+    sampler = threading.Thread(target=cs._sample_forever, args=args, daemon=True)
+    sampler.start()
     t0 = time.time()
-    run_busy_loop(1.2)  # past the sampler's 0.5 s flush
+    run_busy_loop(0.8)
     t1 = time.time()
+    stop.set()
+    sampler.join(5)
+    assert not sampler.is_alive()  # stopped, and wrote what it had left (less than 0.5 s of it here)
     s = cs.summarize(str(path), t0, t1)
     assert s["samples"] > 20
     phases = dict(s["phases"])
-    assert phases["schedule"] > 0.8
+    assert phases["schedule"] > 0.5
     assert dict(s["leaves"])["tests/test_core_sampler.py:schedule"] > 0.5
 
 

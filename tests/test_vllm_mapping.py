@@ -156,8 +156,7 @@ def test_warmup_batch_fills_the_largest_step_within_the_model_length():
     assert len({x[0] for x in p}) == 4096 and all(0 <= t < 152064 for x in p for t in x)
     assert {len(x) for x in warmup_prompts(8, 1_000_000, 152064, 32768)} == {2048}  # capped
     assert {len(x) for x in warmup_prompts(8, 8192, 152064, 100)} == {98}  # room for 2 output tokens
-    assert {len(x) for x in warmup_prompts(512, 256, 50, 4096)} == {1}  # at least one token
-    assert all(t < 50 for x in warmup_prompts(512, 256, 50, 4096) for t in x)
+    assert all(t < 50 for x in warmup_prompts(16, 256, 50, 4096) for t in x)  # a tiny vocabulary
 
 
 def test_metrics_count_from_the_start_of_the_call():

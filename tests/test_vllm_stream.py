@@ -79,28 +79,44 @@ class _Counter:
 
 
 class _CountingLLM(_StandInLLM):
-    """Counters that grow with every call to get_metrics (as if a warm-up or an earlier cell ran first)."""
-
-    def __init__(self, finish_order):
-        super().__init__(finish_order)
-        self.reads = 0
+    """Counters that grow with every engine step, from a start left by earlier work (a warm-up, a cell)."""
 
     def get_metrics(self):
-        self.reads += 1
-        base = 1000.0 * self.reads
-        return [_Counter("vllm:prompt_tokens", base), _Counter("vllm:prompt_tokens", 5.0), _Counter("other", base)]
+        tokens = 5000.0 + 1000.0 * self.steps
+        return [_Counter("vllm:prompt_tokens", tokens), _Counter("vllm:prompt_tokens", 5.0), _Counter("other", 1.0)]
+
+
+class _NoMetricsLLM(_StandInLLM):
+    def get_metrics(self):
+        raise AssertionError("stats logging is off")
+
+
+def _two_requests():
+    return [Request(ids=[7, 7], example=Example(id=str(i), question="q")) for i in range(2)]
 
 
 def test_metrics_are_the_counters_growth_over_the_call(monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kw: kw))
-    eng = _engine([0, 1])
+    eng = _engine([])
     eng.llm = _CountingLLM([0, 1])
-    reqs = [Request(ids=[7, 7], example=Example(id=str(i), question="q")) for i in range(2)]
-    eng.generate(reqs, Sampling(max_tokens=4))
-    # read once before enqueueing (1,005) and once after (2,005), labels summed; unkept names dropped
-    assert eng.info.extra["metrics"] == {"vllm:prompt_tokens": 1000.0}
+    eng.generate(_two_requests(), Sampling(max_tokens=4))
+    # two steps (one finishes nothing, one finishes both): 2,000 tokens over the call, labels summed,
+    # names the report does not keep dropped; not the 5,005 counted before it
+    assert eng.llm.steps == 2 and eng.info.extra["metrics"] == {"vllm:prompt_tokens": 2000.0}
+
+
+def test_unavailable_metrics_leave_one_note_and_no_figures(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kw: kw))
+    eng = _engine([])
+    for _ in range(2):  # two cells on one engine
+        eng.llm = _NoMetricsLLM([0, 1])
+        eng.generate(_two_requests(), Sampling(max_tokens=4))
+    assert eng.info.extra["metrics"] == {}
+    assert eng.info.notes == ["vLLM metrics unavailable: stats logging is off"]
 
 
 def test_warm_up_runs_one_batch_at_the_engines_limits_then_empties_the_prefix_cache(monkeypatch):
@@ -123,3 +139,5 @@ def test_warm_up_runs_one_batch_at_the_engines_limits_then_empties_the_prefix_ca
     assert sp == {"max_tokens": 2, "ignore_eos": True, "temperature": 0.0} and use_tqdm is False
     assert text.startswith("8 prompts of 8 tokens, 2 output tokens each, ")
     assert text.endswith("(part of the engine start)")
+    llm.reset_prefix_cache = lambda: False  # vLLM refuses while requests are still running
+    assert eng._warm_up().endswith("; vLLM did not empty the prefix cache after it")

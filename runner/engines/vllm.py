@@ -69,10 +69,11 @@ class VLLMSpec(EngineSpecBase):
     )
     warmup: bool = Field(
         False,
-        description="Run one synthetic batch at the engine's own limits (its largest prefill step and decode "
-        "batch, 2 output tokens) at engine start, prefix cache emptied after, so the first measured steps "
-        "find the GPU memory allocator's cache and kernel choices warm. Offline runs only (a serving run has "
-        "`load.warmup_requests`).",
+        description="At engine start, run one synthetic batch: as many prompts as the engine runs at once "
+        "(`max_num_seqs`), together about as long as its largest step (`max_num_batched_tokens`; at most 2,048 "
+        "tokens each), 2 output tokens each; the prefix cache is emptied after it. The first measured steps "
+        "then find the GPU memory allocator's cache and kernel choices warm. Offline runs only (a serving "
+        "run has `load.warmup_requests`).",
     )
 
     def build(self, model: ModelSpec, chat: bool | None) -> VLLMEngine:

@@ -50,9 +50,10 @@ class VLLMEngine:
         t0 = time.perf_counter()
         self.llm = LLM(**self.kwargs)
         self.facts, parsed = self._read_facts(vllm.__version__, _log_since(log_path, log_start))
-        warm = self._warm_up() if spec.warmup else "off"
+        warm = self._warm_up() if spec.warmup else None
         self.info = self._engine_info(vllm.__version__, time.perf_counter() - t0, parsed)
-        self.info.extra["warmup"] = warm
+        if warm:
+            self.info.extra["warmup"] = warm
 
     def _warm_up(self) -> str:
         """One synthetic batch at the engine's limits (`warmup_prompts`), part of the engine start; the
@@ -65,10 +66,11 @@ class VLLMEngine:
         t0 = time.perf_counter()
         sp = SamplingParams(max_tokens=2, ignore_eos=True, temperature=0.0)
         self.llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
-        self.llm.reset_prefix_cache()
+        emptied = self.llm.reset_prefix_cache()
         return (
             f"{len(prompts):,} prompts of {len(prompts[0]):,} tokens, 2 output tokens each, "
             f"{time.perf_counter() - t0:.1f} s (part of the engine start)"
+            + ("" if emptied else "; vLLM did not empty the prefix cache after it")
         )
 
     def _engine_info(self, version: str, load_s: float, parsed: dict[str, float]) -> EngineInfo:
@@ -200,18 +202,17 @@ class VLLMEngine:
                 if hasattr(mt, "value") and mt.name in _KEPT_METRICS:
                     metrics[mt.name] = metrics.get(mt.name, 0) + mt.value
         except Exception as e:  # metrics are evidence, not the result: record and go on
-            self.info.notes.append(f"vLLM metrics unavailable: {e}")
+            note = f"vLLM metrics unavailable: {e}"
+            if note not in self.info.notes:
+                self.info.notes.append(note)
             return None
         return metrics
 
     def _collect_metrics(self, before: dict[str, float] | None) -> None:
         """The counters' growth over this generate call (not the warm-up's, nor an earlier cell's on a
-        shared engine)."""
-        after = self._read_metrics()
-        if after is None:
-            self.info.extra["metrics"] = {}
-            return
-        self.info.extra["metrics"] = counters_since(before or {}, after)
+        shared engine); none where either reading failed."""
+        after = self._read_metrics() if before is not None else None
+        self.info.extra["metrics"] = counters_since(before, after) if before is not None and after is not None else {}
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)
