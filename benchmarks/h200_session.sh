@@ -138,15 +138,18 @@ for f in sorted(glob.glob(sys.argv[1] + '/*/results.json')):
         /root/steps$k | tee -a "$out/steps.log"
     done
     tar -C /root -czf "$out/steps.tgz" steps1 steps2 steps3 ;;
-  warm)  # not yet run: with the vLLM engine's warm-up (engine.warmup=true): fp8-16k, then the one-shot reference
-    for cell in jsquad-vllm-fp8-16k jsquad-vllm-oneshot-cache; do
-      timeout 150 python3 -m runner go recipes/jsquad-study.yaml --out /root/warm "${MP[@]}" "${SETS[@]}" \
-        --set engine.warmup=true --timeout 140 --no-progress --only "$cell" 2>&1 | tee -a "$out/warm.log"
-      python3 -c "import json, sys; d = json.load(open(sys.argv[1]))
-print('generation', d['name'], d['status'], d['timings']['generate_s'], d['environment']['engine_extra'].get('warmup'))" \
-        /root/warm/$cell/results.json | tee -a "$out/warm.log"
+  warm)  # not yet run: `steps` with the vLLM engine's warm-up (engine.warmup=true) in every cell: the one-shot
+         # reference, fp8-16k and fp8-8k, ROUNDS (3) alternating rounds, one `go` per cell (~6 min)
+    for k in $(seq "${ROUNDS:-3}"); do
+      for cell in jsquad-vllm-oneshot-cache jsquad-vllm-fp8-16k jsquad-vllm-fp8-8k; do
+        timeout 120 python3 -m runner go recipes/jsquad-study.yaml --out /root/warm$k "${MP[@]}" "${SETS[@]}" \
+          --set engine.warmup=true --timeout 110 --no-progress --only "$cell" 2>&1 | tee -a "$out/warm.log"
+        python3 -c "import json, sys; d = json.load(open(sys.argv[1])); e = d['environment']['engine_extra']
+print('generation', sys.argv[1], d['status'], d['timings']['generate_s'], e.get('warmup'))" \
+          /root/warm$k/$cell/results.json 2>&1 | tee -a "$out/warm.log"
+      done
     done
-    tar -C /root -czf "$out/warm.tgz" warm ;;
+    tar -C /root -czf "$out/warm.tgz" warm1 warm2 warm3 ;;
   sampled)  # the engine core's threads sampled (core_sampler.py): fp8 eager with 65,536 and 16,384 tokens per step
     E='"enforce_eager":true'; R='"rounds":[{},{},{}]'
     timeout "${PROBE_SECONDS:-300}" python3 benchmarks/step_probe.py recipes/jsquad-study.yaml --only jsquad-vllm-fp8-wide \
