@@ -11,8 +11,9 @@
 # (fp8-graphs and its three variations, with the one-shot reference on the same host) | busy (GPU busy of
 # jsquad-vllm-fp8-fast) | probe, probe2 (benchmarks/step_probe.py on fp8-wide's prompts: variations, GPU timeline)
 # | onewave (fp8-onewave + the one-shot reference through the runner, then plain rounds) | probe4, probe5
-# (medians of knob variations on one engine; probe5 samples the engine core's threads) | offload | ray
-# (ray_vs_local.py) | serve | sweep | report. Output goes to OUT line by line.
+# (medians of knob variations on one engine) | steps (fp8-16k / fp8-8k and the reference through the
+# runner, 3 rounds) | sampled (the engine core's threads sampled) | warm (steps with engine.warmup=true)
+# | offload | ray (ray_vs_local.py) | serve | sweep | report. Output goes to OUT line by line.
 set -uo pipefail
 step=$1; out=$2
 mkdir -p "$out"
