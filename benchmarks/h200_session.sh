@@ -13,6 +13,7 @@
 # | onewave (fp8-onewave + the one-shot reference through the runner, then plain rounds) | probe4, probe5
 # (medians of knob variations on one engine) | steps (fp8-16k / fp8-8k and the reference through the
 # runner, 3 rounds) | sampled (the engine core's threads sampled) | warm (steps with engine.warmup=true)
+# | firstround (a fresh engine's first round: as is, warmed up, 80% GPU memory)
 # | offload | ray (ray_vs_local.py) | serve | sweep | report. Output goes to OUT line by line.
 set -uo pipefail
 step=$1; out=$2
@@ -151,6 +152,16 @@ print('generation', sys.argv[1], d['status'], d['timings']['generate_s'], e.get(
       done
     done
     tar -C /root -czf "$out/warm.tgz" warm1 warm2 warm3 ;;
+  firstround)  # not yet run: the first round on a fresh engine (plain vLLM, fp8 eager, 16,384 tokens per step),
+               # as is / after the warm-up batch / with 80% of the GPU memory, twice each, interleaved (~4 min)
+    E='"enforce_eager":true,"max_num_batched_tokens":16384'; V=()
+    for k in a b; do
+      V+=(--variant "plain-$k:{\"llm\":{$E}}" --variant "warm-$k:{\"llm\":{$E},\"warmup\":true}"
+          --variant "mem80-$k:{\"llm\":{$E,\"gpu_memory_utilization\":0.8}}")
+    done
+    timeout "${PROBE_SECONDS:-400}" python3 benchmarks/step_probe.py recipes/jsquad-study.yaml --only jsquad-vllm-fp8-wide \
+      "${MP[@]}" "${SETS[@]}" "${V[@]}" --out /root/firstround 2>&1 | tee "$out/firstround.log"
+    tar -C /root -czf "$out/firstround.tgz" --exclude='*.json' firstround ;;
   sampled)  # the engine core's threads sampled (core_sampler.py): fp8 eager with 65,536 and 16,384 tokens per step
     E='"enforce_eager":true'; R='"rounds":[{},{},{}]'
     timeout "${PROBE_SECONDS:-300}" python3 benchmarks/step_probe.py recipes/jsquad-study.yaml --only jsquad-vllm-fp8-wide \

@@ -5,7 +5,8 @@ process each, with the engine's step cadence and the GPU's busy share.
                                     [--variant NAME:JSON ...] [--out DIR]
 
 Each variant is a name and a JSON object whose keys are `llm` (extra `vllm.LLM` arguments), `sampling`
-(extra SamplingParams), `env` (environment), `rounds` (a list: the workload runs once per entry on the same
+(extra SamplingParams), `env` (environment), `warmup` (true: the runner's `engine.warmup` batch before the
+first round), `rounds` (a list: the workload runs once per entry on the same
 engine, the prefix cache emptied between; an entry may hold `sampling` and `chunk`: enqueue the prompts
 that many at a time, taking the outputs ready between chunks) and `mode`: `time` (default: the engine
 core in its own process, as the runner runs it), `trace` (as `time`, with vLLM's torch profiler on for
@@ -112,6 +113,7 @@ def run_variant(work: Path, base: dict, name: str, spec: dict) -> list[dict] | N
     job["env"] = {**base["env"], **spec.get("env", {})}
     job["mode"] = spec.get("mode", "time")
     job["rounds"] = spec.get("rounds", [{}])
+    job["warmup"] = bool(spec.get("warmup", False))
     job["trace_dir"] = str(work / f"{name}-trace")
     job["core_samples"] = str(work / f"{name}-core.jsonl")
     (work / f"{name}.json").write_text(json.dumps(job))
