@@ -29,6 +29,20 @@ study() {  # study PATTERNS [SECONDS]
   timeout "${2:-550}" python3 -m runner go recipes/jsquad-study.yaml --out /root/h200 "${MP[@]}" "${SETS[@]}" \
     --timeout 500 --no-progress --only "$1" 2>&1 | tee -a "$out/study.log"
 }
+alternate() {  # alternate NAME ROUNDS [--set ...]: the one-shot reference, fp8-16k and fp8-8k through the runner,
+               # one `go` per cell, ROUNDS alternating rounds into /root/NAME1..; generation times to NAME.log
+  local name=$1 rounds=$2; shift 2
+  for k in $(seq "$rounds"); do
+    for cell in jsquad-vllm-oneshot-cache jsquad-vllm-fp8-16k jsquad-vllm-fp8-8k; do
+      timeout 120 python3 -m runner go recipes/jsquad-study.yaml --out /root/$name$k "${MP[@]}" "${SETS[@]}" "$@" \
+        --timeout 110 --no-progress --only "$cell" 2>&1 | tee -a "$out/$name.log"
+      python3 -c "import json, sys; d = json.load(open(sys.argv[1])); e = d['environment']['engine_extra']
+print('generation', sys.argv[1], d['status'], d['timings']['generate_s'], e.get('warmup') or '')" \
+        /root/$name$k/$cell/results.json 2>&1 | tee -a "$out/$name.log"
+    done
+  done
+  tar -C /root -czf "$out/$name.tgz" $(for k in $(seq "$rounds"); do echo $name$k; done)
+}
 stage() {
   mkdir -p $ST/parts
   for f in .gpu/p*/payload.tar.*; do [ -f "$f" ] && cp "$f" $ST/parts/; done
@@ -129,29 +143,9 @@ case $step in
   steps)  # the one-shot reference (question first) and fp8 with 16,384 / 8,192 tokens per step through the
           # runner, three times each, alternating (~7 min; run on 2026-12-03 with one `go` per round, whose
           # 180 s limit cut the first round's third cell)
-    for k in 1 2 3; do
-      for cell in jsquad-vllm-oneshot-cache jsquad-vllm-fp8-16k jsquad-vllm-fp8-8k; do
-        timeout 120 python3 -m runner go recipes/jsquad-study.yaml --out /root/steps$k "${MP[@]}" "${SETS[@]}" \
-          --timeout 110 --no-progress --only "$cell" 2>&1 | tee -a "$out/steps.log"
-      done
-      python3 -c "import glob, json, sys
-for f in sorted(glob.glob(sys.argv[1] + '/*/results.json')):
-    d = json.load(open(f)); print('generation', sys.argv[1], d['name'], d['status'], d['timings']['generate_s'])" \
-        /root/steps$k | tee -a "$out/steps.log"
-    done
-    tar -C /root -czf "$out/steps.tgz" steps1 steps2 steps3 ;;
-  warm)  # not yet run: `steps` with the vLLM engine's warm-up (engine.warmup=true) in every cell: the one-shot
-         # reference, fp8-16k and fp8-8k, ROUNDS (3) alternating rounds, one `go` per cell (~6 min)
-    for k in $(seq "${ROUNDS:-3}"); do
-      for cell in jsquad-vllm-oneshot-cache jsquad-vllm-fp8-16k jsquad-vllm-fp8-8k; do
-        timeout 120 python3 -m runner go recipes/jsquad-study.yaml --out /root/warm$k "${MP[@]}" "${SETS[@]}" \
-          --set engine.warmup=true --timeout 110 --no-progress --only "$cell" 2>&1 | tee -a "$out/warm.log"
-        python3 -c "import json, sys; d = json.load(open(sys.argv[1])); e = d['environment']['engine_extra']
-print('generation', sys.argv[1], d['status'], d['timings']['generate_s'], e.get('warmup'))" \
-          /root/warm$k/$cell/results.json 2>&1 | tee -a "$out/warm.log"
-      done
-    done
-    tar -C /root -czf "$out/warm.tgz" warm1 warm2 warm3 ;;
+    alternate steps 3 ;;
+  warm)  # not yet run: `steps` with the vLLM engine's warm-up (engine.warmup=true) in every cell (~6 min)
+    alternate warm "${ROUNDS:-3}" --set engine.warmup=true ;;
   firstround)  # not yet run: the first round on a fresh engine (plain vLLM, fp8 eager, 16,384 tokens per step),
                # as is / after the warm-up batch / with 80% of the GPU memory, twice each, interleaved (~4 min)
     E='"enforce_eager":true,"max_num_batched_tokens":16384'; V=()

@@ -34,19 +34,10 @@ if mode == "trace":
     }
 llm = LLM(**kwargs)
 engine = llm.llm_engine
-if job.get("warmup"):  # the runner's engine.warmup: one synthetic batch at the engine's limits, cache emptied
-    from runner.engines.vllm import warmup_prompts
+if job.get("warmup"):  # the runner's engine.warmup batch, on this plain engine
+    from runner.engines.vllm_engine import warm_up
 
-    sc, mc = engine.vllm_config.scheduler_config, engine.vllm_config.model_config
-    warm = warmup_prompts(sc.max_num_seqs, sc.max_num_batched_tokens, mc.get_vocab_size(), mc.max_model_len)
-    w0 = time.perf_counter()
-    llm.generate(
-        [{"prompt_token_ids": p} for p in warm],
-        SamplingParams(max_tokens=2, ignore_eos=True, temperature=0.0),
-        use_tqdm=False,
-    )
-    llm.reset_prefix_cache()
-    print(f"warm-up: {len(warm)} prompts of {len(warm[0])} tokens, {time.perf_counter() - w0:.2f} s", flush=True)
+    print(f"warm-up: {warm_up(llm)}", flush=True)
 
 
 def one_round(sp, chunk, sampler):

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 from runner.config.common import ModelSpec, Sampling
 from runner.engines.base import EngineInfo, Request
 from runner.engines.vllm import VLLMSpec
-from runner.engines.vllm_engine import VLLMEngine
+from runner.engines.vllm_engine import VLLMEngine, warm_up
 from runner.engines.vllm_knobs import VLLMFacts
 from runner.inputs.datasets import Example
 
@@ -132,7 +132,7 @@ def test_warm_up_runs_one_batch_at_the_engines_limits_then_empties_the_prefix_ca
     )
     llm.generate = lambda prompts, sp, use_tqdm=True: calls.append(("generate", prompts, sp, use_tqdm))
     llm.reset_prefix_cache = lambda: calls.append(("reset",)) or True
-    text = eng._warm_up()
+    text = warm_up(llm)
     assert [c[0] for c in calls] == ["generate", "reset"]
     _, prompts, sp, use_tqdm = calls[0]
     assert len(prompts) == 8 and all(len(p["prompt_token_ids"]) == 8 for p in prompts)  # 8 x 8 = one 64-token step
@@ -140,4 +140,4 @@ def test_warm_up_runs_one_batch_at_the_engines_limits_then_empties_the_prefix_ca
     assert text.startswith("8 prompts of 8 tokens, 2 output tokens each, ")
     assert text.endswith("(part of the engine start)")
     llm.reset_prefix_cache = lambda: False  # vLLM refuses while requests are still running
-    assert eng._warm_up().endswith("; vLLM did not empty the prefix cache after it")
+    assert warm_up(llm).endswith("; vLLM did not empty the prefix cache after it")

@@ -50,28 +50,10 @@ class VLLMEngine:
         t0 = time.perf_counter()
         self.llm = LLM(**self.kwargs)
         self.facts, parsed = self._read_facts(vllm.__version__, _log_since(log_path, log_start))
-        warm = self._warm_up() if spec.warmup else None
+        warm = warm_up(self.llm) if spec.warmup else None
         self.info = self._engine_info(vllm.__version__, time.perf_counter() - t0, parsed)
         if warm:
             self.info.extra["warmup"] = warm
-
-    def _warm_up(self) -> str:
-        """One synthetic batch at the engine's limits (`warmup_prompts`), part of the engine start; the
-        prefix cache is emptied after it. What ran, for the report."""
-        from vllm import SamplingParams
-
-        sc = self.llm.llm_engine.vllm_config.scheduler_config
-        mc = self.llm.llm_engine.vllm_config.model_config
-        prompts = warmup_prompts(sc.max_num_seqs, sc.max_num_batched_tokens, mc.get_vocab_size(), mc.max_model_len)
-        t0 = time.perf_counter()
-        sp = SamplingParams(max_tokens=2, ignore_eos=True, temperature=0.0)
-        self.llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
-        emptied = self.llm.reset_prefix_cache()
-        return (
-            f"{len(prompts):,} prompts of {len(prompts[0]):,} tokens, 2 output tokens each, "
-            f"{time.perf_counter() - t0:.1f} s (part of the engine start)"
-            + ("" if emptied else "; vLLM did not empty the prefix cache after it")
-        )
 
     def _engine_info(self, version: str, load_s: float, parsed: dict[str, float]) -> EngineInfo:
         import torch
@@ -211,8 +193,8 @@ class VLLMEngine:
     def _collect_metrics(self, before: dict[str, float] | None) -> None:
         """The counters' growth over this generate call (not the warm-up's, nor an earlier cell's on a
         shared engine); none where either reading failed."""
-        after = self._read_metrics() if before is not None else None
-        self.info.extra["metrics"] = counters_since(before, after) if before is not None and after is not None else {}
+        after = None if before is None else self._read_metrics()
+        self.info.extra["metrics"] = {} if before is None or after is None else counters_since(before, after)
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)
@@ -292,6 +274,25 @@ def _log_since(log_path: str | None, start: int) -> str:
     with open(log_path, "rb") as f:
         f.seek(start)
         return f.read().decode("utf-8", "replace")
+
+
+def warm_up(llm: Any) -> str:
+    """One synthetic batch at a `vllm.LLM`'s limits (`warmup_prompts`), 2 output tokens each, then its
+    prefix cache emptied; what ran, for the report. `engine.warmup` (part of the engine start), and
+    benchmarks/step_probe_child.py's `warmup` on plain vLLM."""
+    from vllm import SamplingParams
+
+    sc, mc = llm.llm_engine.vllm_config.scheduler_config, llm.llm_engine.vllm_config.model_config
+    prompts = warmup_prompts(sc.max_num_seqs, sc.max_num_batched_tokens, mc.get_vocab_size(), mc.max_model_len)
+    t0 = time.perf_counter()
+    sp = SamplingParams(max_tokens=2, ignore_eos=True, temperature=0.0)
+    llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
+    emptied = llm.reset_prefix_cache()
+    return (
+        f"{len(prompts):,} prompts of {len(prompts[0]):,} tokens, 2 output tokens each, "
+        f"{time.perf_counter() - t0:.1f} s (part of the engine start)"
+        + ("" if emptied else "; vLLM did not empty the prefix cache after it")
+    )
 
 
 def counters_since(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
