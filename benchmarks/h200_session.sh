@@ -33,11 +33,11 @@ alternate() {  # alternate NAME ROUNDS [--set ...]: the one-shot reference, fp8-
                # one `go` per cell, ROUNDS alternating rounds into /root/NAME1..; generation times to NAME.log
   local name=$1 rounds=$2; shift 2
   for k in $(seq "$rounds"); do
-    for cell in jsquad-vllm-oneshot-cache jsquad-vllm-fp8-16k jsquad-vllm-fp8-8k; do
-      timeout 120 python3 -m runner go recipes/jsquad-study.yaml --out /root/$name$k "${MP[@]}" "${SETS[@]}" "$@" \
-        --timeout 110 --no-progress --only "$cell" 2>&1 | tee -a "$out/$name.log"
-      python3 -c "import json, sys; d = json.load(open(sys.argv[1])); e = d['environment']['engine_extra']
-print('generation', sys.argv[1], d['status'], d['timings']['generate_s'], e.get('warmup') or '')" \
+    for cell in ${CELLS:-jsquad-vllm-oneshot-cache jsquad-vllm-fp8-16k jsquad-vllm-fp8-8k}; do
+      timeout "${GO_SECONDS:-120}" python3 -m runner go recipes/jsquad-study.yaml --out /root/$name$k "${MP[@]}" "${SETS[@]}" "$@" \
+        --timeout $(( ${GO_SECONDS:-120} - 10 )) --no-progress --only "$cell" 2>&1 | tee -a "$out/$name.log"
+      python3 -c "import json, sys; d = json.load(open(sys.argv[1])); e = d['environment'].get('engine_extra')
+print('generation', sys.argv[1], d['status'], d['timings']['generate_s'], (e or {}).get('warmup') or '')" \
         /root/$name$k/$cell/results.json 2>&1 | tee -a "$out/$name.log"
     done
   done
@@ -146,6 +146,9 @@ case $step in
     alternate steps 3 ;;
   warm)  # not yet run: `steps` with the vLLM engine's warm-up (engine.warmup=true) in every cell (~6 min)
     alternate warm "${ROUNDS:-3}" --set engine.warmup=true ;;
+  graphs8k)  # the one-shot reference, fp8-8k (eager) and fp8-8k-graphs through the runner with the warm-up, 2 rounds (~7 min)
+    CELLS="jsquad-vllm-oneshot-cache jsquad-vllm-fp8-8k jsquad-vllm-fp8-8k-graphs" GO_SECONDS=200 \
+      alternate graphs "${ROUNDS:-2}" --set engine.warmup=true ;;
   firstround)  # not yet run: the first round on a fresh engine (plain vLLM, fp8 eager, 16,384 tokens per step),
                # as is / after the warm-up batch / with 80% of the GPU memory, twice each, interleaved (~4 min)
     E='"enforce_eager":true,"max_num_batched_tokens":16384'; V=()

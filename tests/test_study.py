@@ -434,13 +434,14 @@ JSQUAD_CELLS = {
     "jsquad-vllm-fp8-onewave",
     "jsquad-vllm-fp8-16k",
     "jsquad-vllm-fp8-8k",
+    "jsquad-vllm-fp8-8k-graphs",
 }
 
 
 def test_project_jsquad_study():
     h200 = ["model.load_format=dummy", "sampling.max_tokens=16", "sampling.ignore_eos=true"]
     s = load_study(PROJECT / "recipes" / "jsquad-study.yaml", h200)
-    assert {lr.recipe.name for lr in s.cells} == JSQUAD_CELLS and len(s.cells) == 21
+    assert {lr.recipe.name for lr in s.cells} == JSQUAD_CELLS and len(s.cells) == 22
     by = {lr.recipe.name: lr.recipe for lr in s.cells}
     assert [n for n, r in by.items() if r.baseline] == ["jsquad-hf-sequential"]
     assert by["jsquad-hf-sequential"].estimate == 40 and by["jsquad-vllm-offload"].estimate == 1000
@@ -452,14 +453,14 @@ def test_project_jsquad_study():
         "max_num_batched_tokens": 32768,
     }
     graphs = [n for n, r in by.items() if getattr(r.engine, "enforce_eager", True) is False]
-    assert graphs == [f"jsquad-vllm-fp8-{x}" for x in ("graphs", "kv8", "wide", "kv8-wide")]
+    assert graphs == [f"jsquad-vllm-fp8-{x}" for x in ("graphs", "kv8", "wide", "kv8-wide", "8k-graphs")]
     assert [n for n, r in by.items() if getattr(r.engine, "kv_cache_dtype", "auto") == "fp8"] == [
         "jsquad-vllm-fp8-kv8",
         "jsquad-vllm-fp8-kv8-wide",
     ]
     assert by["jsquad-vllm-fp8-wide"].engine.engine_args == {"max_num_seqs": 4096, "max_num_batched_tokens": 65536}
     # each of the three differs from vllm-fp8-graphs in the engine only
-    for n in graphs[1:]:
+    for n in graphs[1:4]:
         graphs_cell = by["jsquad-vllm-fp8-graphs"]
         assert by[n].prompt == graphs_cell.prompt and by[n].engine != graphs_cell.engine
     # onewave: fp8-wide's prompt, eager, room for every one of the 4,442 sequences at once
@@ -473,6 +474,12 @@ def test_project_jsquad_study():
         assert by[name].engine.model_copy(update={"engine_args": {}}) == onewave.engine.model_copy(
             update={"engine_args": {}}
         )
+    # 8k-graphs: fp8-8k's prompt and limits, CUDA graphs captured up to the 8,192 tokens of a step
+    g8 = by["jsquad-vllm-fp8-8k-graphs"]
+    assert g8.prompt == by["jsquad-vllm-fp8-8k"].prompt and g8.engine.enforce_eager is False
+    sizes = g8.engine.engine_args["compilation_config"]["cudagraph_capture_sizes"]
+    assert sizes == sorted(set(sizes)) and sizes[-1] == g8.engine.engine_args["max_num_batched_tokens"] == 8192
+    assert g8.engine.engine_args["max_num_seqs"] == 4096
     assert all(r.model.load_format == "dummy" and r.sampling.max_tokens == 16 for r in by.values())
     assert load_recipes(PROJECT / "recipes" / "jsquad-base.yaml") == []
 

@@ -1,5 +1,6 @@
 """The vLLM engine's streaming loop, against a stand-in for `vllm.LLM` (vLLM itself is tested on the GPU)."""
 
+import time
 from types import SimpleNamespace
 
 from runner.config.common import ModelSpec, Sampling
@@ -20,6 +21,7 @@ class _StandInLLM:
         self.steps = 0
 
     def enqueue(self, prompts, sp, use_tqdm=False):
+        time.sleep(0.02)  # handing requests over takes time; the engine reports how long
         self.prompts = prompts
         self.ids = [str(100 + i) for i in range(len(prompts))]
         return [f"{x}-a1b2c3d4" for x in self.ids]  # internal ids, as vLLM 0.26 returns them
@@ -71,6 +73,7 @@ def test_outputs_in_request_order_and_each_handed_to_the_sink_once_as_it_finishe
     assert [[i for i, _ in d] for d in seen] == [[3, 0], [4, 1], [2]]  # as they finished, step by step
     assert progress == [2, 2, 1]
     assert {k.name: k.status for k in eng.info.knobs}["enable_prefix_caching"] == "default"
+    assert 0.02 <= eng.info.extra["enqueue_s"] < 1  # the hand-over, timed on its own
 
 
 class _Counter:

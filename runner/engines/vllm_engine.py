@@ -135,7 +135,9 @@ class VLLMEngine:
 
         sp = SamplingParams(**sampling_params_kwargs(sampling))
         before = self._read_metrics()
+        t0 = time.perf_counter()
         ids = self.llm.enqueue([{"prompt_token_ids": r.ids} for r in requests], sp, use_tqdm=False)
+        self.info.extra["enqueue_s"] = round(time.perf_counter() - t0, 3)  # handing the requests over
         gens = self._stream(requests, ids, progress, sink)
         missing = [i for i, g in enumerate(gens) if g is None]
         if missing:
