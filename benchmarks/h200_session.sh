@@ -146,9 +146,10 @@ case $step in
     alternate steps 3 ;;
   warm)  # not yet run: `steps` with the vLLM engine's warm-up (engine.warmup=true) in every cell (~6 min)
     alternate warm "${ROUNDS:-3}" --set engine.warmup=true ;;
-  graphs8k)  # the one-shot reference, fp8-8k (eager) and fp8-8k-graphs through the runner with the warm-up, 2 rounds (~7 min)
-    CELLS="jsquad-vllm-oneshot-cache jsquad-vllm-fp8-8k jsquad-vllm-fp8-8k-graphs" GO_SECONDS=200 \
-      alternate graphs "${ROUNDS:-2}" --set engine.warmup=true ;;
+  graphs8k)  # the one-shot reference and fp8-8k-graphs through the runner with the warm-up, 2 rounds (~6 min;
+             # CELLS, ROUNDS and NAME override: e.g. add jsquad-vllm-fp8-8k for the eager one)
+    CELLS="${CELLS:-jsquad-vllm-oneshot-cache jsquad-vllm-fp8-8k-graphs}" GO_SECONDS=200 \
+      alternate "${NAME:-graphs}" "${ROUNDS:-2}" --set engine.warmup=true ;;
   firstround)  # not yet run: the first round on a fresh engine (plain vLLM, fp8 eager, 16,384 tokens per step),
                # as is / after the warm-up batch / with 80% of the GPU memory, twice each, interleaved (~4 min)
     E='"enforce_eager":true,"max_num_batched_tokens":16384'; V=()
