@@ -1,11 +1,14 @@
 """Knob verdicts are pure functions of (spec, facts, generations): every row checked with plain data."""
 
+from enum import Enum
+from types import SimpleNamespace
+
 import pytest
 
 from runner.config.common import ModelSpec
 from runner.engines.transformers import TransformersFacts, TransformersSpec, transformers_knobs
 from runner.engines.vllm import VLLMSpec
-from runner.engines.vllm_knobs import VLLMFacts, crash_evidence, vllm_knobs
+from runner.engines.vllm_knobs import VLLMFacts, crash_evidence, effective_engine_args, vllm_knobs
 
 
 def verdicts(spec, facts, cached=0, prompt=100, load_format="auto"):
@@ -139,3 +142,60 @@ def test_transformers_knobs():
         )
     }
     assert v["device"] == v["dtype"] == v["attn_implementation"] == v["quantization"] == "applied"
+
+
+class _Mode(Enum):
+    FULL_AND_PIECEWISE = (2, 1)
+
+
+class _Cfg(SimpleNamespace):
+    def with_hf_config(self):  # a method named like a config is not one
+        return None
+
+
+def _vllm_config(**compilation):
+    return _Cfg(
+        scheduler_config=SimpleNamespace(max_num_seqs=4096, max_num_batched_tokens=8192),
+        compilation_config=SimpleNamespace(max_num_seqs=1, cudagraph_mode=_Mode.FULL_AND_PIECEWISE, **compilation),
+        cache_config=SimpleNamespace(block_size=16),
+        lora_config=None,
+    )
+
+
+def test_engine_args_are_read_back_from_the_config_that_holds_them():
+    args = {
+        "max_num_seqs": 4096,  # compilation_config has one too: the scheduler's is the one meant
+        "max_num_batched_tokens": 16384,  # asked for, not what the engine holds
+        "compilation_config": {"cudagraph_capture_sizes": [1, 2, 8192], "cudagraph_mode": "full_and_piecewise"},
+        "no_such_arg": 1,
+    }
+    found = effective_engine_args(_vllm_config(cudagraph_capture_sizes=(1, 2, 8192)), args)
+    assert found == {
+        "max_num_seqs": ("scheduler_config", 4096),
+        "max_num_batched_tokens": ("scheduler_config", 8192),
+        "compilation_config.cudagraph_capture_sizes": ("compilation_config", (1, 2, 8192)),
+        "compilation_config.cudagraph_mode": ("compilation_config", _Mode.FULL_AND_PIECEWISE),
+    }
+    knobs = {
+        k.name: k
+        for k in vllm_knobs(VLLMSpec(kind="vllm", engine_args=args), "auto", VLLMFacts(engine_args=found), 0, 1)
+    }
+    assert {n: k.status for n, k in knobs.items() if n.startswith("engine_args.")} == {
+        "engine_args.max_num_seqs": "applied",
+        "engine_args.max_num_batched_tokens": "ignored",
+        "engine_args.compilation_config.cudagraph_capture_sizes": "applied",
+        "engine_args.compilation_config.cudagraph_mode": "applied",
+        "engine_args.no_such_arg": "unverified",
+    }
+    sizes = knobs["engine_args.compilation_config.cudagraph_capture_sizes"]
+    assert sizes.effective == [1, 2, 8192] and sizes.evidence == "compilation_config"
+    assert knobs["engine_args.compilation_config.cudagraph_mode"].effective == "FULL_AND_PIECEWISE"
+    assert knobs["engine_args.max_num_batched_tokens"].effective == 8192
+
+
+def test_a_nested_engine_arg_the_engine_lacks_is_unverified():
+    args = {"compilation_config": {"no_such_field": 3}, "speculative": {"x": 1}}
+    assert effective_engine_args(_vllm_config(), args) == {}
+    assert verdicts(VLLMSpec(kind="vllm", engine_args=args), VLLMFacts())[
+        "engine_args.compilation_config.no_such_field"
+    ] == ("unverified")

@@ -312,6 +312,20 @@ def test_ignored_knob_is_flagged_in_status():
     assert "**IGNORED**" in report_markdown(result("x", knobs=[k]), [])
 
 
+def test_long_list_knob_values_are_cut_in_the_report_and_kept_whole_in_results():
+    sizes = list(range(16, 8193, 16))
+    k = KnobResult(
+        name="engine_args.compilation_config.cudagraph_capture_sizes",
+        requested=sizes,
+        effective=sizes,
+        status="applied",
+        evidence="compilation_config",
+    )
+    row = next(line for line in report_markdown(result("x", knobs=[k]), []).splitlines() if "cudagraph_capture" in line)
+    assert "…" in row and "8192" in row and "16,32," not in row and len(row) < 300
+    assert result("x", knobs=[k]).knobs[0].requested == sizes
+
+
 # --------------------------------------------------------------------------- prefix caching
 
 

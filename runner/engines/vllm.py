@@ -61,7 +61,9 @@ class VLLMSpec(EngineSpecBase):
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
         description="Any other `vllm.EngineArgs` field, "
-        "passed through; checked against the installed vLLM before start.",
+        "passed through; checked against the installed vLLM before start, and each key (nested ones such as "
+        "`compilation_config.cudagraph_capture_sizes` too) read back from the engine's config after it "
+        "starts: the report's knob table says applied, ignored or unverified.",
     )
     env: dict[str, str] = Field(
         default_factory=dict,

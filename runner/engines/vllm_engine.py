@@ -5,6 +5,7 @@ vllm is imported only inside VLLMEngine, in the recipe's child process."""
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections.abc import Sequence
@@ -21,7 +22,7 @@ from runner.engines.vllm import (
     unquantized_gib,
     warmup_prompts,
 )
-from runner.engines.vllm_knobs import VLLMFacts, parse_engine_log, vllm_knobs
+from runner.engines.vllm_knobs import VLLMFacts, effective_engine_args, parse_engine_log, vllm_knobs
 from runner.errors import RunnerError
 
 _KEPT_METRICS = (
@@ -114,6 +115,7 @@ class VLLMEngine:
             version=version,
             swap_space=getattr(cc, "swap_space", None),
             dropped=dict(self.dropped),
+            engine_args=effective_engine_args(vc, spec.engine_args),
         )
         return facts, parsed
 
@@ -199,18 +201,16 @@ class VLLMEngine:
         self.info.extra["metrics"] = {} if before is None or after is None else counters_since(before, after)
 
     def close(self) -> None:
-        llm = getattr(self, "llm", None)
-        if llm is None:
+        if getattr(self, "llm", None) is None:
             return
+        core = self.llm.llm_engine.engine_core
         try:
-            llm.llm_engine.engine_core.shutdown(timeout=10)
+            core.shutdown(timeout=10)
         except TypeError:
-            llm.llm_engine.engine_core.shutdown()
+            core.shutdown()
         except Exception:  # best effort: the isolating parent kills the process group anyway
             pass
         del self.llm
-        import gc
-
         gc.collect()
 
 
