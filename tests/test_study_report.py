@@ -224,6 +224,8 @@ def test_one_axis_study_and_list_and_mapping_values():
     )
     assert value_label(["a", "b"]) == "a,b" and value_label([{"x": 1}, {"y": 2}]) == "[2 items]"
     assert value_label(True) == "true" and value_label(None) == "null" and value_label("x" * 40) == "…" + "x" * 35
+    nested = {"max_num_seqs": 8, "compilation_config": {"cudagraph_capture_sizes": [1, 2, 4, 8, 16], "mode": [3]}}
+    assert value_label(nested, 80) == "max_num_seqs=8,compilation_config={cudagraph_capture_sizes=[5 values],mode=[3]}"
 
 
 # --------------------------------------------------------------------------- effects, fastest, time spent

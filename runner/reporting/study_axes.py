@@ -28,10 +28,25 @@ def value_label(v: Any, width: int = 36, axis: str | None = None, labels: Labels
     if labels and axis is not None and (axis, value_key(v)) in labels:
         return labels[axis, value_key(v)]
     if isinstance(v, dict) and v:
-        v = ",".join(f"{k}={x if isinstance(x, str) else json.dumps(x, ensure_ascii=False)}" for k, x in v.items())
+        v = _pairs(v)
     elif not isinstance(v, (str, list)):
         v = json.dumps(v, ensure_ascii=False, default=str)
     return short(v, width)
+
+
+def _pairs(v: dict[str, Any]) -> str:
+    """A mapping as k=v pairs; nested mappings in braces, lists of more than four values as a count."""
+
+    def one(x: Any) -> str:
+        if isinstance(x, str):
+            return x
+        if isinstance(x, dict):
+            return "{" + _pairs(x) + "}"
+        if isinstance(x, list) and len(x) > 4:
+            return f"[{len(x)} values]"
+        return json.dumps(x, ensure_ascii=False)
+
+    return ",".join(f"{k}={one(x)}" for k, x in v.items())
 
 
 def cell_line(r: RunResult) -> list[str]:
