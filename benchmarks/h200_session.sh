@@ -13,7 +13,8 @@
 # | onewave (fp8-onewave + the one-shot reference through the runner, then plain rounds) | probe4, probe5
 # (medians of knob variations on one engine) | steps (fp8-16k / fp8-8k and the reference through the
 # runner, 3 rounds) | sampled (the engine core's threads sampled) | warm (steps with engine.warmup=true)
-# | firstround (a fresh engine's first round: as is, warmed up, 80% GPU memory)
+# | firstround (a fresh engine's first round: as is, warmed up, 80% GPU memory) | graphs8k (fp8-8k-graphs
+# and the reference through the runner; CELLS, ROUNDS, NAME override)
 # | offload | ray (ray_vs_local.py) | serve | sweep | report. Output goes to OUT line by line.
 set -uo pipefail
 step=$1; out=$2
@@ -29,8 +30,10 @@ study() {  # study PATTERNS [SECONDS]
   timeout "${2:-550}" python3 -m runner go recipes/jsquad-study.yaml --out /root/h200 "${MP[@]}" "${SETS[@]}" \
     --timeout 500 --no-progress --only "$1" 2>&1 | tee -a "$out/study.log"
 }
-alternate() {  # alternate NAME ROUNDS [--set ...]: the one-shot reference, fp8-16k and fp8-8k through the runner,
-               # one `go` per cell, ROUNDS alternating rounds into /root/NAME1..; generation times to NAME.log
+alternate() {  # alternate NAME ROUNDS [--set ...]: the one-shot reference, fp8-16k and fp8-8k (or the cells in
+               # $CELLS) through the runner, one `go` per cell of at most $GO_SECONDS (120), ROUNDS alternating
+               # rounds into /root/NAME1..; generation times to NAME.log. Worst case cells x rounds x GO_SECONDS:
+               # more than one 600 s device call can hold, so wrap the step in `timeout` (typical runs: 40-75 s)
   local name=$1 rounds=$2; shift 2
   for k in $(seq "$rounds"); do
     for cell in ${CELLS:-jsquad-vllm-oneshot-cache jsquad-vllm-fp8-16k jsquad-vllm-fp8-8k}; do
@@ -146,8 +149,8 @@ case $step in
     alternate steps 3 ;;
   warm)  # not yet run: `steps` with the vLLM engine's warm-up (engine.warmup=true) in every cell (~6 min)
     alternate warm "${ROUNDS:-3}" --set engine.warmup=true ;;
-  graphs8k)  # the one-shot reference and fp8-8k-graphs through the runner with the warm-up, 2 rounds (~6 min;
-             # CELLS, ROUNDS and NAME override: e.g. add jsquad-vllm-fp8-8k for the eager one)
+  graphs8k)  # the one-shot reference and fp8-8k-graphs through the runner with the warm-up, 2 rounds (~6 min
+             # typical, the first compile on a host ~70 s; CELLS, ROUNDS and NAME override)
     CELLS="${CELLS:-jsquad-vllm-oneshot-cache jsquad-vllm-fp8-8k-graphs}" GO_SECONDS=200 \
       alternate "${NAME:-graphs}" "${ROUNDS:-2}" --set engine.warmup=true ;;
   firstround)  # not yet run: the first round on a fresh engine (plain vLLM, fp8 eager, 16,384 tokens per step),

@@ -1,6 +1,7 @@
 """Knob verdicts are pure functions of (spec, facts, generations): every row checked with plain data."""
 
 from enum import Enum
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -8,7 +9,8 @@ import pytest
 from runner.config.common import ModelSpec
 from runner.engines.transformers import TransformersFacts, TransformersSpec, transformers_knobs
 from runner.engines.vllm import VLLMSpec
-from runner.engines.vllm_knobs import VLLMFacts, crash_evidence, effective_engine_args, vllm_knobs
+from runner.engines.vllm_args import effective_engine_args, engine_arg_knobs
+from runner.engines.vllm_knobs import VLLMFacts, crash_evidence, vllm_knobs
 
 
 def verdicts(spec, facts, cached=0, prompt=100, load_format="auto"):
@@ -155,47 +157,87 @@ class _Cfg(SimpleNamespace):
 
 def _vllm_config(**compilation):
     return _Cfg(
-        scheduler_config=SimpleNamespace(max_num_seqs=4096, max_num_batched_tokens=8192),
-        compilation_config=SimpleNamespace(max_num_seqs=1, cudagraph_mode=_Mode.FULL_AND_PIECEWISE, **compilation),
+        scheduler_config=SimpleNamespace(max_model_len=4096, max_num_seqs=4096, max_num_batched_tokens=8192),
+        compilation_config=SimpleNamespace(cudagraph_mode=_Mode.FULL_AND_PIECEWISE, **compilation),
+        speculative_config=SimpleNamespace(max_model_len=1),  # a name that recurs: the scheduler's is the one meant
+        model_config=SimpleNamespace(hf_overrides={"rope_theta": 5.0}),
         cache_config=SimpleNamespace(block_size=16),
         lora_config=None,
+        optimization_level=2,  # VllmConfig's own field
     )
+
+
+def _knobs(args, held):
+    spec = VLLMSpec(kind="vllm", engine_args=args)
+    return {
+        k.name: k
+        for k in vllm_knobs(spec, "auto", VLLMFacts(engine_args=held), 0, 1)
+        if k.name.startswith("engine_args.")
+    }
 
 
 def test_engine_args_are_read_back_from_the_config_that_holds_them():
     args = {
-        "max_num_seqs": 4096,  # compilation_config has one too: the scheduler's is the one meant
+        "max_model_len": 4096,
+        "max_num_seqs": 4096,
         "max_num_batched_tokens": 16384,  # asked for, not what the engine holds
         "compilation_config": {"cudagraph_capture_sizes": [1, 2, 8192], "cudagraph_mode": "full_and_piecewise"},
+        "hf_overrides": {"rope_theta": 5.0},  # a mapping field, walked key by key
+        "optimization_level": 2,
         "no_such_arg": 1,
     }
     found = effective_engine_args(_vllm_config(cudagraph_capture_sizes=(1, 2, 8192)), args)
-    assert found == {
-        "max_num_seqs": ("scheduler_config", 4096),
-        "max_num_batched_tokens": ("scheduler_config", 8192),
-        "compilation_config.cudagraph_capture_sizes": ("compilation_config", (1, 2, 8192)),
-        "compilation_config.cudagraph_mode": ("compilation_config", _Mode.FULL_AND_PIECEWISE),
-    }
-    knobs = {
-        k.name: k
-        for k in vllm_knobs(VLLMSpec(kind="vllm", engine_args=args), "auto", VLLMFacts(engine_args=found), 0, 1)
-    }
-    assert {n: k.status for n, k in knobs.items() if n.startswith("engine_args.")} == {
+    assert (
+        found
+        == {
+            "max_model_len": ("scheduler_config", 4096),
+            "max_num_seqs": ("scheduler_config", 4096),
+            "max_num_batched_tokens": ("scheduler_config", 8192),
+            "compilation_config.cudagraph_capture_sizes": ("compilation_config", (1, 2, 8192)),
+            "compilation_config.cudagraph_mode": ("compilation_config", _Mode.FULL_AND_PIECEWISE),
+            "hf_overrides.rope_theta": ("hf_overrides", 5.0),
+            "optimization_level": ("vllm_config", 2),
+        }
+        or found
+    )
+    knobs = _knobs(args, found)
+    assert {n: k.status for n, k in knobs.items()} == {
+        "engine_args.max_model_len": "applied",
         "engine_args.max_num_seqs": "applied",
         "engine_args.max_num_batched_tokens": "ignored",
         "engine_args.compilation_config.cudagraph_capture_sizes": "applied",
         "engine_args.compilation_config.cudagraph_mode": "applied",
+        "engine_args.hf_overrides.rope_theta": "applied",
+        "engine_args.optimization_level": "applied",
         "engine_args.no_such_arg": "unverified",
     }
     sizes = knobs["engine_args.compilation_config.cudagraph_capture_sizes"]
-    assert sizes.effective == [1, 2, 8192] and sizes.evidence == "compilation_config"
+    assert sizes.effective == [1, 2, 8192] and sizes.evidence == "compilation_config, as the front end holds it"
     assert knobs["engine_args.compilation_config.cudagraph_mode"].effective == "FULL_AND_PIECEWISE"
     assert knobs["engine_args.max_num_batched_tokens"].effective == 8192
+    assert knobs["engine_args.no_such_arg"].evidence == "not found in the engine's config"
 
 
-def test_a_nested_engine_arg_the_engine_lacks_is_unverified():
+@pytest.mark.parametrize(
+    "requested,held,status,note",
+    [
+        ([8, 4, 2, 1, 1], [1, 2, 4, 8], "applied", "the same values, in vLLM's order"),  # vLLM sorts, drops repeats
+        (["+quant_fp8"], ["none", "+quant_fp8"], "applied", "vLLM added ['none']"),
+        ([1, 2, 3], [1, 2], "ignored", ""),
+        (None, 256, "default", "left to vLLM"),
+        ("/tmp/d", Path("/tmp/d"), "applied", ""),
+        ([[1, 2]], [(1, 2)], "applied", ""),
+        ("piecewise", _Mode.FULL_AND_PIECEWISE, "ignored", ""),
+    ],
+)
+def test_engine_arg_verdicts_see_through_vllms_forms(requested, held, status, note):
+    (k,) = engine_arg_knobs({"x": requested}, {"x": ("scheduler_config", held)})
+    assert k.status == status and k.evidence == "scheduler_config" + (f"; {note}" if note else "")
+
+
+def test_engine_args_of_a_served_engine_and_ones_the_engine_lacks_are_unverified():
     args = {"compilation_config": {"no_such_field": 3}, "speculative": {"x": 1}}
     assert effective_engine_args(_vllm_config(), args) == {}
-    assert verdicts(VLLMSpec(kind="vllm", engine_args=args), VLLMFacts())[
-        "engine_args.compilation_config.no_such_field"
-    ] == ("unverified")
+    assert _knobs(args, {})["engine_args.compilation_config.no_such_field"].status == "unverified"
+    served = _knobs({"max_num_seqs": 8}, None)["engine_args.max_num_seqs"]
+    assert served.status == "unverified" and served.evidence == "not read back (a served engine)"

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from runner.cli import cli
 from runner.config.recipe import Recipe
 from runner.engines.base import Knob as KnobResult
+from runner.execution.assemble import ignored_knob_notes
 from runner.execution.layout import RunFolder
 from runner.reporting import plots
 from runner.reporting.comparisons import changed_answers_section, prefix_section
@@ -323,7 +324,11 @@ def test_long_list_knob_values_are_cut_in_the_report_and_kept_whole_in_results()
     )
     row = next(line for line in report_markdown(result("x", knobs=[k]), []).splitlines() if "cudagraph_capture" in line)
     assert "…" in row and "8192" in row and "16,32," not in row and len(row) < 300
-    assert result("x", knobs=[k]).knobs[0].requested == sizes
+    whole = json.loads(result("x", knobs=[k]).model_dump_json())["knobs"][0]  # as results.json holds it
+    assert whole["requested"] == whole["effective"] == sizes and len(sizes) == 512
+    ignored = k.model_copy(update={"status": "ignored", "effective": sizes[:-1]})
+    (note,) = ignored_knob_notes([k, ignored])
+    assert "…" in note and len(note) < 250  # the warning cuts the list as the table does
 
 
 # --------------------------------------------------------------------------- prefix caching

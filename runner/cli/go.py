@@ -19,6 +19,7 @@ from runner.config.recipe import MAX_TIMEOUT_S, LoadedRecipe
 from runner.errors import RunnerError
 from runner.execution.job import RunOptions, Unit
 from runner.execution.layout import RunFolder
+from runner.reporting.format import brief
 from runner.reporting.results import RunResult
 
 
@@ -285,7 +286,7 @@ def one_line(res: RunResult, path: Path) -> str:
     for k in res.knobs:
         if k.status == "ignored":
             line += (
-                f"\n  WARNING: knob {k.name} did not take effect (requested {k.requested!r}, "
-                f"effective {k.effective!r}): {k.evidence}"
+                f"\n  WARNING: knob {k.name} did not take effect (requested {brief(k.requested)}, "
+                f"effective {brief(k.effective)}): {k.evidence}"
             )
     return line + f"\n  report: {path}"

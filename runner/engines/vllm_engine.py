@@ -22,7 +22,8 @@ from runner.engines.vllm import (
     unquantized_gib,
     warmup_prompts,
 )
-from runner.engines.vllm_knobs import VLLMFacts, effective_engine_args, parse_engine_log, vllm_knobs
+from runner.engines.vllm_args import effective_engine_args
+from runner.engines.vllm_knobs import VLLMFacts, parse_engine_log, vllm_knobs
 from runner.errors import RunnerError
 
 _KEPT_METRICS = (
@@ -203,11 +204,12 @@ class VLLMEngine:
     def close(self) -> None:
         if getattr(self, "llm", None) is None:
             return
-        core = self.llm.llm_engine.engine_core
         try:
-            core.shutdown(timeout=10)
-        except TypeError:
-            core.shutdown()
+            core = self.llm.llm_engine.engine_core
+            try:
+                core.shutdown(timeout=10)
+            except TypeError:
+                core.shutdown()
         except Exception:  # best effort: the isolating parent kills the process group anyway
             pass
         del self.llm

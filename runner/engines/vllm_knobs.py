@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from runner.engines.base import CrashEvidence, Knob
+from runner.engines.vllm_args import engine_arg_knobs
 
 # vLLM renames AWQ/GPTQ requests to the kernel it picks (config/model.py _verify_quantization)
 QUANT_ALIASES = {"awq": "auto_awq", "awq_marlin": "auto_awq", "gptq": "auto_gptq", "gptq_marlin": "auto_gptq"}
@@ -41,8 +41,9 @@ class VLLMFacts:
     version: str = ""
     swap_space: float | None = None  # as the engine's cache config holds it, when it has one
     dropped: dict[str, Any] = field(default_factory=dict)  # recipe arguments this vLLM has no field for
-    # engine_args as the engine holds them: dotted key -> (the config it was found in, its value)
-    engine_args: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    # engine_args as the engine holds them: dotted key -> (the config it was found in, its value);
+    # None where they were not read back (a served engine: only its log is seen)
+    engine_args: dict[str, tuple[str, Any]] | None = None
 
 
 def parse_engine_log(text: str) -> dict[str, float]:
@@ -205,88 +206,4 @@ def vllm_knobs(spec: Any, load_format: str, f: VLLMFacts, cached: int, prompt: i
         )
     )
     knobs.append(_same("load_format", load_format, f.load_format, "load_config"))
-    return knobs + engine_arg_knobs(spec.engine_args, f)
-
-
-def flat_args(args: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """engine_args as dotted keys, one level per nested mapping (compilation_config.cudagraph_capture_sizes)."""
-    out: dict[str, Any] = {}
-    for k, v in args.items():
-        if isinstance(v, dict) and v:
-            out.update(flat_args(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def effective_engine_args(vllm_config: Any, args: dict[str, Any]) -> dict[str, tuple[str, Any]]:
-    """Where each engine_args key lives in the engine's config and its value there: a top-level key in
-    whichever `*_config` has a field of that name, a dotted one by walking from its head config.
-    Keys found nowhere are left out (their knob reads "unverified")."""
-    names = [n for n in dir(vllm_config) if n.endswith("_config")]
-    configs = {n: c for n in names if (c := _attr(vllm_config, n)) is not None and not callable(c)}
-    found: dict[str, tuple[str, Any]] = {}
-    for key in flat_args(args):
-        head, *path = key.split(".")
-        if path:
-            obj: Any = configs.get(head)
-            for part in path:
-                obj = _attr(obj, part) if obj is not None and obj is not _MISSING else _MISSING
-            if obj is not _MISSING:
-                found[key] = (head, obj)
-            continue
-        order = sorted(configs, key=lambda n: (_FIRST.index(n) if n in _FIRST else len(_FIRST), n))
-        where = next((n for n in order if _attr(configs[n], key) is not _MISSING), None)
-        if where is not None:
-            found[key] = (where, getattr(configs[where], key))
-    return found
-
-
-_MISSING = object()
-# where an engine argument's name is looked for first (a few names recur, e.g. max_num_seqs in compilation)
-_FIRST = ("scheduler_config", "cache_config", "model_config", "parallel_config", "load_config")
-
-
-def _attr(obj: Any, name: str) -> Any:
-    try:
-        return getattr(obj, name, _MISSING)
-    except Exception:  # a property that cannot be read on this config
-        return _MISSING
-
-
-def _same_value(requested: Any, effective: Any) -> bool:
-    if isinstance(effective, Enum) and isinstance(requested, str):
-        return requested.lower() in (effective.name.lower(), str(effective.value).lower())
-    if isinstance(effective, (list, tuple)) and isinstance(requested, (list, tuple)):
-        return list(requested) == list(effective)
-    return bool(requested == effective)
-
-
-def _plain(v: Any) -> Any:
-    """A config value as results.json can hold it."""
-    if isinstance(v, Enum):
-        return v.name
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
-
-
-def engine_arg_knobs(engine_args: dict[str, Any], f: VLLMFacts) -> list[Knob]:
-    """One knob per engine_args key (nested mappings by dotted key), checked against the engine's config."""
-    knobs = []
-    for key, requested in flat_args(engine_args).items():
-        if key not in f.engine_args:
-            knobs.append(
-                Knob(
-                    name=f"engine_args.{key}",
-                    requested=requested,
-                    status="unverified",
-                    evidence="not read back from the engine",
-                )
-            )
-            continue
-        where, effective = f.engine_args[key]
-        status = "applied" if _same_value(requested, effective) else "ignored"
-        name, eff = f"engine_args.{key}", _plain(effective)
-        knobs.append(Knob(name=name, requested=requested, effective=eff, status=status, evidence=where))
-    return knobs
+    return knobs + engine_arg_knobs(spec.engine_args, f.engine_args)

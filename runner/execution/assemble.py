@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.config.recipe import Recipe
-from runner.engines.base import EngineInfo, Generation
+from runner.engines.base import EngineInfo, Generation, Knob
 from runner.execution.job import Unit
 from runner.inputs.datasets import Example
+from runner.reporting.format import brief
 from runner.reporting.results import (
     EngineSummary,
     Estimate,
@@ -185,14 +186,19 @@ def assemble(
     )
     if n < m.n_target:
         res.estimate = project_estimate(samples, m)
-    for kn in res.knobs:
-        if kn.status == "ignored":
-            res.notes.append(
-                f"knob `{kn.name}` did NOT take effect: requested {kn.requested!r}, "
-                f"effective {kn.effective!r} ({kn.evidence})"
-            )
+    res.notes += ignored_knob_notes(res.knobs)
     extra: dict[str, Any] = {k: v for k, v in info.extra.items() if k != "metrics"}
     res.environment = {"engine_extra": extra}
     if info.extra.get("metrics"):
         res.environment["vllm_metrics"] = info.extra["metrics"]
     return res
+
+
+def ignored_knob_notes(knobs: list[Knob]) -> list[str]:
+    """A note per knob the engine did not apply (long values cut as in the knob table)."""
+    return [
+        f"knob `{k.name}` did NOT take effect: requested {brief(k.requested)}, effective {brief(k.effective)} "
+        f"({k.evidence})"
+        for k in knobs
+        if k.status == "ignored"
+    ]

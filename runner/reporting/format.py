@@ -63,6 +63,11 @@ def short(v: Any, width: int = 36) -> str:
     return s if len(s) <= width else "…" + s[-(width - 1) :]
 
 
+def brief(v: Any) -> str:
+    """A value in a table or a warning: long lists (CUDA-graph sizes) cut, None as "(default)"."""
+    return short(v, 48) if isinstance(v, list) else dflt(v)
+
+
 def dflt(v: Any) -> str:
     return "(default)" if v is None else str(v)
 

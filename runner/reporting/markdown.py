@@ -7,7 +7,7 @@ from typing import Any
 
 from runner.execution.layout import RunFolder
 from runner.files import write_text_atomic
-from runner.reporting.format import N_EXAMPLES_SHOWN, cell, dflt, gib, inline, secs, short, table
+from runner.reporting.format import N_EXAMPLES_SHOWN, brief, cell, gib, inline, secs, table
 from runner.reporting.plan_markdown import predicted_vs_measured
 from runner.reporting.replicas_markdown import where_it_ran
 from runner.reporting.reproduce import reproducibility
@@ -223,8 +223,8 @@ def _knobs_section(r: RunResult) -> list[str]:
             [
                 [
                     k.name,
-                    _knob_value(k.requested),
-                    _knob_value(k.effective),
+                    brief(k.requested),
+                    brief(k.effective),
                     ("**IGNORED**" if k.status == "ignored" else k.status),
                     k.evidence,
                 ]
@@ -233,11 +233,6 @@ def _knobs_section(r: RunResult) -> list[str]:
             ["knob", "requested", "effective", "status", "evidence"],
         ),
     ]
-
-
-def _knob_value(v: object) -> str:
-    """A knob's value in the table: long lists (CUDA-graph sizes) cut, results.json has them whole."""
-    return short(v, 48) if isinstance(v, list) else dflt(v)
 
 
 def _samples_section(samples: list[dict]) -> list[str]:
