@@ -241,3 +241,12 @@ def test_engine_args_of_a_served_engine_and_ones_the_engine_lacks_are_unverified
     assert _knobs(args, {})["engine_args.compilation_config.no_such_field"].status == "unverified"
     served = _knobs({"max_num_seqs": 8}, None)["engine_args.max_num_seqs"]
     assert served.status == "unverified" and served.evidence == "not read back (a served engine)"
+
+
+def test_an_empty_nested_engine_arg_asks_for_nothing():
+    # `compilation_config: {}` names no setting: no row (it was once compared whole with the config object)
+    held = effective_engine_args(_vllm_config(), {"compilation_config": {}, "max_num_seqs": 4096})
+    assert held == {"max_num_seqs": ("scheduler_config", 4096)}
+    assert [k.name for k in engine_arg_knobs({"compilation_config": {}, "max_num_seqs": 4096}, held)] == [
+        "engine_args.max_num_seqs"
+    ]

@@ -155,3 +155,15 @@ def get_dotted(data: Any, key: str, default: Any = None) -> Any:
             return default
         cur = cur[p]
     return cur
+
+
+def flat_dotted(data: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as dotted keys to their leaf values (`{"a": {"b": 1}}` -> `{"a.b": 1}`); an empty
+    mapping has no leaves, so it names no key."""
+    out: dict[str, Any] = {}
+    if isinstance(data, dict):
+        for k, v in data.items():
+            out.update(flat_dotted(v, f"{prefix}{k}."))
+    else:
+        out[prefix[:-1]] = data
+    return out

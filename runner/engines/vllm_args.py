@@ -9,18 +9,8 @@ import os
 from enum import Enum
 from typing import Any
 
+from runner.config.keys import flat_dotted
 from runner.engines.base import Knob
-
-
-def flat_args(args: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """engine_args as dotted keys, one level per nested mapping (compilation_config.cudagraph_capture_sizes)."""
-    out: dict[str, Any] = {}
-    for k, v in args.items():
-        if isinstance(v, dict) and v:
-            out.update(flat_args(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def effective_engine_args(vllm_config: Any, args: dict[str, Any]) -> dict[str, tuple[str, Any]]:
@@ -32,7 +22,7 @@ def effective_engine_args(vllm_config: Any, args: dict[str, Any]) -> dict[str, t
     configs = {n: c for n in names if (c := _attr(vllm_config, n)) is not None and not callable(c)}
     order = sorted(configs, key=lambda n: (_FIRST.index(n) if n in _FIRST else len(_FIRST), n))
     found: dict[str, tuple[str, Any]] = {}
-    for key in flat_args(args):
+    for key in flat_dotted(args):
         head, *path = key.split(".")
         if head in configs:  # compilation_config.cudagraph_capture_sizes
             where, value = head, configs[head]
@@ -101,7 +91,7 @@ def engine_arg_knobs(engine_args: dict[str, Any], held: dict[str, tuple[str, Any
     """One knob per engine_args key (nested mappings by dotted key), checked against what the engine holds
     (`effective_engine_args`; None where it was not read back)."""
     knobs = []
-    for key, requested in flat_args(engine_args).items():
+    for key, requested in flat_dotted(engine_args).items():
         name = f"engine_args.{key}"
         if held is None or key not in held:
             why = "not read back (a served engine)" if held is None else "not found in the engine's config"

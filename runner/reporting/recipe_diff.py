@@ -5,16 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-    else:
-        out[prefix[:-1]] = d
-    return out
-
+from runner.config.keys import flat_dotted
 
 SKIP_DIFF = {"name", "description", "baseline", "timeout_s", "estimate"}
 
@@ -33,10 +24,10 @@ def _engine_view(engine: dict) -> dict:
 
 def recipe_diff(rec: dict, base: dict) -> dict[str, Any]:
     """Settings of `rec` that differ from `base` (dotted keys)."""
-    full = _flat(rec)
+    full = flat_dotted(rec)
     rec = {**rec, "engine": _engine_view(rec.get("engine", {}))}
     base = {**base, "engine": _engine_view(base.get("engine", {}))}
-    a, b = _flat(rec), _flat(base)
+    a, b = flat_dotted(rec), flat_dotted(base)
     other_kind = rec["engine"].get("kind") != base["engine"].get("kind")
     out = {}
     for k in sorted(set(a) | set(b)):
