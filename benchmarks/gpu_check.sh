@@ -1,18 +1,41 @@
 #!/usr/bin/env bash
-# On the GPU host, once vLLM is importable (../shared/gpu/README.md): the runner-vs-plain-vLLM
-# benchmark (--rounds pairs in alternating order, medians) and the GPU tests. Output goes straight
-# to files under OUT, line by line, so a run cut off by a time limit keeps what it printed.
-#   usage: SHARED=/root/shared bash benchmarks/gpu_check.sh OUT [ROUNDS]      (ROUNDS default 2)
-# About 2 minutes per round and 2 minutes for the tests on an H200.
+# The GPU checks on a host with torch + CUDA but no package index, one step per call (each fits 10 minutes; make
+# the calls back to back: a host given back needs the transfers again). Output goes to OUT line by line.
+#   bash benchmarks/gpu_check.sh stage OUT        every transfer call but the last: keeps the vLLM bundle part
+#                                                 carried in .gpu/ (../shared/gpu/pack_vllm.py --part-mib 45)
+#   bash benchmarks/gpu_check.sh unpack OUT       the last transfer (.gpu/ with the last part and a copy of
+#                                                 ../shared in .gpu/shared, .whl/ with the wheels the host lacks):
+#                                                 vLLM into /tmp/vllm-site, the wheels into /tmp/site, shared to
+#                                                 /root/shared; then the GPU tests (pytest -m gpu)
+#   bash benchmarks/gpu_check.sh bench OUT [N]    runner vs a plain vLLM script on the study's jsquad-vllm cell, N
+#                                                 alternating pairs (default 2), then kill/resume of a vLLM run
+#   bash benchmarks/gpu_check.sh serve OUT        the JSQuAD one-shot recipe under load (jsquad-serve.yaml, the
+#                                                 question-first cell, 400 requests at 25, 100 and inf req/s)
 set -uo pipefail
-S=$(cd "${SHARED:-../shared}" && pwd)
-out=$1
-rounds=${2:-2}
-mkdir -p "$out"
-PYTHONUNBUFFERED=1 python3 benchmarks/vllm_vs_runner.py recipes/jsquad-study.yaml --only jsquad-vllm --rounds "$rounds" \
-  --model-path Qwen/Qwen2.5-7B-Instruct="$S/models/qwen2.5-7b-instruct" \
-  --set dataset.path="$S/data/jsquad/valid-v1.3.json" \
-  --set model.load_format=dummy --set sampling.max_tokens=16 --set sampling.ignore_eos=true \
-  --out "$out/bench" > "$out/vllm_vs_runner.log" 2>&1
-SHARED="$S" python3 -m pytest -m gpu -q -p no:cacheprovider > "$out/gpu-tests.log" 2>&1
-tail -n 5 "$out/vllm_vs_runner.log" "$out/gpu-tests.log"
+step=$1; out=$2; mkdir -p "$out"
+ST=/root/stage S=/root/shared
+export PYTHONPATH=/tmp/vllm-site:/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+MP=(--model-path Qwen/Qwen2.5-7B-Instruct=$S/models/qwen2.5-7b-instruct)
+SETS=(--set dataset.path=$S/data/jsquad/valid-v1.3.json --set model.load_format=dummy
+      --set sampling.max_tokens=16 --set sampling.ignore_eos=true)
+stage() { mkdir -p $ST && cp .gpu/vllm.tar.xz.* $ST/ && ls -la $ST | tee -a "$out/stage.log"; }
+case $step in
+  stage) stage ;;
+  unpack)
+    stage
+    rm -rf $S && cp -r .gpu/shared $S
+    bash $S/gpu/unpack_vllm.sh $ST /tmp/vllm-site 2>&1 | tail -3 | tee "$out/unpack.log"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      2>&1 | tail -3 | tee -a "$out/unpack.log"
+    SHARED=$S timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$out/gpu-tests.log" ;;
+  bench)
+    timeout 400 python3 benchmarks/vllm_vs_runner.py recipes/jsquad-study.yaml --only jsquad-vllm --rounds "${3:-2}" \
+      "${MP[@]}" "${SETS[@]}" --out /root/bench 2>&1 | tee "$out/vllm_vs_runner.log"
+    timeout 150 python3 benchmarks/kill_resume.py recipes/jsquad-study.yaml --only jsquad-vllm-oneshot-cache \
+      --out /root/killres "${MP[@]}" "${SETS[@]}" 2>&1 | tee "$out/kill_resume.log" ;;
+  serve)
+    timeout 500 python3 -m runner go recipes/jsquad-serve.yaml --only jsquad-serve-qfirst --out /root/serve \
+      "${MP[@]}" "${SETS[@]}" --set load.num_requests=400 --set 'load.request_rate=[25, 100, inf]' \
+      2>&1 | tee "$out/serve.log"
+    tar -C /root -czf "$out/serve.tgz" serve ;;
+esac

@@ -16,7 +16,7 @@ def cell_job(recipe: str, sets: list[str], model_paths: list[str], only: str | N
     """The recipe (or study cell `only`) and its job: `llm_kwargs`, `env`, `sampling` (SamplingParams
     keyword arguments) and `prompts` (token ids, rendered and encoded as `runner go` does)."""
     from runner.cli.loading import load_all
-    from runner.engines.tokenizing import encode_prompts, load_tokenizer, uses_chat_template
+    from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
     from runner.engines.vllm import sampling_params_kwargs
     from runner.inputs.prepare import prepare
 
@@ -39,7 +39,7 @@ def run_isolated(cmd: list[str], log_path: Path) -> tuple[int, float]:
     process group (a vLLM engine core can outlive its parent, holding the GPU) and wait for the GPU
     memory used before it to come back. Its exit status and its wall time (start to exit: the cleanup
     after it does not count)."""
-    from runner.execution.gpumem import used_gib, wait_for_release
+    from runner.base.nvml import used_gib, wait_for_release
 
     before = used_gib()
     t0 = time.perf_counter()

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runner.execution.gpumem import used_gib  # noqa: E402  (NVML, whole device; None without a GPU)
+from runner.base.nvml import used_gib  # noqa: E402  (NVML, whole device; None without a GPU
 
 TARGET = 0.03
 MEMORY_SLACK_GIB = 1.0

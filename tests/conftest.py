@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -91,3 +94,31 @@ def ray_local(tmp_path_factory):
     )
     yield workers_tmp
     ray.shutdown()
+
+
+VLLM = "vllm==0.26.0"
+VLLM_CLIENT = "vllm/benchmarks/lib/endpoint_request_func.py"
+
+
+@pytest.fixture(scope="session")
+def vllm_client_dir() -> Path:
+    """A folder that holds, as an installed vLLM would, vLLM 0.26.0's benchmark client (the one file
+    `vllm/benchmarks/lib/endpoint_request_func.py`, taken from the wheel on PyPI: pip downloads it once into
+    ~/.cache/runner-tests) beside an empty `vllm/__init__.py`: on sys.path, the serving wing finds it there.
+    CI must have it; elsewhere a test without it skips, saying why."""
+    cache = Path(os.environ.get("RUNNER_TEST_CACHE", Path.home() / ".cache" / "runner-tests")) / "vllm-0.26.0-client"
+    if not (cache / VLLM_CLIENT).is_file():
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", VLLM, "-d", d]
+                subprocess.run(cmd, check=True, capture_output=True, timeout=900)
+                with zipfile.ZipFile(next(Path(d).glob("vllm-*.whl"))) as z:
+                    client = z.read(VLLM_CLIENT)
+            (cache / VLLM_CLIENT).parent.mkdir(parents=True, exist_ok=True)
+            (cache / "vllm" / "__init__.py").write_text("")
+            (cache / VLLM_CLIENT).write_bytes(client)
+        except (OSError, subprocess.SubprocessError, StopIteration, KeyError) as e:
+            if os.environ.get("CI"):
+                pytest.fail(f"vLLM's benchmark client ({VLLM} wheel) could not be fetched: {e}")
+            pytest.skip(f"vLLM's benchmark client is not here and `pip download {VLLM}` failed: {e}")
+    return cache

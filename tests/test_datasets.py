@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.config.recipe import DatasetSpec
-from runner.errors import DatasetError
-from runner.inputs.datasets import Example, _answers, load_examples
+from runner.base.errors import DatasetError
+from runner.base.types import Example
+from runner.inputs.datasets import _answers, load_examples
+from runner.recipe import DatasetSpec
 
 PROJECT = Path(__file__).resolve().parents[1]
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -256,8 +257,8 @@ def test_limit_must_be_positive():
 def test_hub_format_reads_a_local_dataset_folder(tmp_path):
     """`format: hub` goes through datasets.load_dataset(name); offline, a local folder is a valid name."""
     pd = pytest.importorskip("pandas")
-    from runner.config.recipe import DatasetSpec
     from runner.inputs.datasets import load_examples
+    from runner.recipe import DatasetSpec
 
     folder = tmp_path / "my-qa"
     folder.mkdir()
@@ -275,9 +276,9 @@ def test_hub_format_reads_a_local_dataset_folder(tmp_path):
 
 
 def test_hub_dataset_that_cannot_load_is_a_dataset_error(tmp_path):
-    from runner.config.recipe import DatasetSpec
-    from runner.errors import DatasetError
+    from runner.base.errors import DatasetError
     from runner.inputs.datasets import load_examples
+    from runner.recipe import DatasetSpec
 
     with pytest.raises(DatasetError, match="could not load hub dataset"):
         load_examples(DatasetSpec(format="hub", path=str(tmp_path / "nothing-here")), tmp_path)

@@ -15,7 +15,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def engine():
     pytest.importorskip("torch")
-    from runner.config.common import ModelSpec
+    from runner.base.types import ModelSpec
     from runner.engines.transformers import TransformersSpec
 
     eng = TransformersSpec(kind="transformers", device="cpu").build(ModelSpec(id=str(STORIES)), None)
@@ -24,14 +24,13 @@ def engine():
 
 
 def _reqs(prompts):
-    from runner.engines.base import Request
-    from runner.inputs.datasets import Example
+    from runner.base.types import Example, Request
 
     return [Request(ids=p, example=Example(id=str(i), question="")) for i, p in enumerate(prompts)]
 
 
 def test_greedy_from_bos_reproduces_reference(engine):
-    from runner.config.common import Sampling
+    from runner.base.types import Sampling
 
     ref = (STORIES / "reference_greedy_from_bos.txt").read_text()
     ids = engine.encode([[{"role": "user", "content": ""}]])[1][0]
@@ -43,7 +42,7 @@ def test_greedy_from_bos_reproduces_reference(engine):
 
 def test_batched_equals_sequential_greedy(engine):
     """Left padding + length sorting must not change greedy outputs."""
-    from runner.config.common import Sampling
+    from runner.base.types import Sampling
 
     prompts = [engine.tokenizer(t)["input_ids"] for t in ["Once upon a time", "Tom had a red ball. One day", "The cat"]]
     s = Sampling(max_tokens=12)
@@ -58,7 +57,7 @@ def test_batched_equals_sequential_greedy(engine):
 
 
 def test_ignore_eos_and_stop(engine):
-    from runner.config.common import Sampling
+    from runner.base.types import Sampling
 
     ids = [1]
     g = engine.generate(_reqs([ids]), Sampling(max_tokens=40, ignore_eos=True))[0]

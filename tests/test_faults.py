@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli import cli
+from tests.cli_output import user_error
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "recipes" / "demo.yaml"
@@ -83,7 +84,11 @@ def test_missing_model_folder_is_bad_input_before_anything_runs(tmp_path):
         .replace("../runner/demo/demo-ja.json", str(ROOT / "runner/demo/demo-ja.json"))
     )
     res = CliRunner().invoke(cli, ["go", str(bad), "--out", str(tmp_path / "out")])
-    assert res.exit_code == 2
+    assert user_error(res) == (
+        "Error: {tmp}/bad.yaml: model.id: model folder not found: {tmp}/no-such-model\n"
+        "  hint: give a hub id (needs network) or an existing local folder; --model-path HUB_ID=PATH "
+        "maps hub ids to folders\n"
+    )
     assert f"model.id: model folder not found: {tmp_path / 'no-such-model'}" in res.output  # relative to the recipe
     assert "--model-path" in res.output and not (tmp_path / "out" / "demo").exists()
 
@@ -123,14 +128,14 @@ def test_killed_midway_then_resumed(tmp_path):
 
 
 def test_a_partial_line_that_is_not_a_sample_says_what_to_do(tmp_path):
-    from runner.execution.resume import load_partial
+    from runner.run.resume import load_partial
 
     p = tmp_path / "samples.partial.jsonl"
     p.write_text(
         '{"_run_key": "k"}\n{"id": "a", "prompt": "p", "output": "o", "answers": [], "prompt_tokens": 1, '
         '"output_tokens": 1}\n[1, 2]\n'
     )
-    from runner.errors import RunnerError
+    from runner.base.errors import RunnerError
 
     with pytest.raises(RunnerError) as e:
         load_partial(p, "k", [])
@@ -142,6 +147,7 @@ def test_a_partial_line_that_is_not_a_sample_says_what_to_do(tmp_path):
     assert list(load_partial(p, "k", [])) == ["a"] and p.read_text().endswith('"output_tokens": 1}\n')
 
 
+@pytest.mark.slow
 def test_timeout_ends_the_run_and_records_failure(tmp_path):
     out = tmp_path / "out"
     res = CliRunner().invoke(
@@ -156,7 +162,7 @@ def test_timeout_ends_the_run_and_records_failure(tmp_path):
 
 
 def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
-    from runner import files
+    from runner.base import files
 
     p = tmp_path / "results.json"
     files.write_json_atomic(p, {"status": "ok"})
@@ -183,6 +189,6 @@ def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
     ],
 )
 def test_failure_hints(error, needle):
-    from runner.execution.assemble import failure_hint
+    from runner.run.result import failure_hint
 
     assert needle in failure_hint(error)

@@ -17,9 +17,9 @@ def tiny(tmp_path_factory):
 
 
 def _messages():
-    from runner.config.recipe import DatasetSpec, PromptSpec
     from runner.inputs.datasets import load_examples
     from runner.inputs.prompts import PromptBuilder
+    from runner.recipe import DatasetSpec, PromptSpec
 
     root = Path(__file__).resolve().parents[1]
     exs = load_examples(DatasetSpec(format="squad", path=str(root / "runner/demo/demo-ja.json"), limit=5), root)
@@ -28,7 +28,7 @@ def _messages():
 
 
 def test_same_prompt_ids_in_vllm_and_transformers(tiny):
-    from runner.config.common import ModelSpec, Sampling
+    from runner.base.types import ModelSpec, Sampling
     from runner.engines.transformers import TransformersSpec
     from runner.engines.vllm import VLLMSpec
 
@@ -49,8 +49,7 @@ def test_same_prompt_ids_in_vllm_and_transformers(tiny):
         assert [list(o.prompt_token_ids) for o in outs] == hf_ids
         outs = eng.llm.generate([{"prompt_token_ids": i} for i in hf_ids], SamplingParams(max_tokens=1), use_tqdm=False)
         assert [list(o.prompt_token_ids) for o in outs] == hf_ids
-        from runner.engines.base import Request
-        from runner.inputs.datasets import Example
+        from runner.base.types import Example, Request
 
         reqs = [Request(ids=i, example=Example(id=str(n), question="")) for n, i in enumerate(v_ids)]
         finished = []
@@ -64,30 +63,26 @@ def test_same_prompt_ids_in_vllm_and_transformers(tiny):
 
 
 def _job(path, out, **opts):
-    from runner.cli.go import make_unit
-    from runner.config.loading import load_recipe
-    from runner.execution.job import Job, RunOptions
+    from runner.run.job import Job, RunOptions, make_unit
+    from runner.study.load import load_recipe
 
     o = RunOptions(out=out, progress=False, **opts)
     return Job(units=(make_unit(load_recipe(path), o),), options=o)
 
 
 def _group_gone(log: Path) -> bool:
-    """The recipe's process group (pid recorded in its engine.log) has no member left."""
-    import os
+    """The recipe's process group (recorded in its engine.log) has no live member (a zombie that a PID 1 which
+    never reaps leaves behind does not count, as in run_isolated itself)."""
     import re
 
-    pgid = int(re.findall(r"process group (\d+)", log.read_text())[-1])
-    try:
-        os.killpg(pgid, 0)
-        return False
-    except ProcessLookupError:
-        return True
+    from runner.base.procs import group_alive
+
+    return not group_alive(int(re.findall(r"process group (\d+)", log.read_text())[-1]))
 
 
 def test_isolated_run_gives_the_gpu_back(tiny, tmp_path):
-    from runner.execution.gpumem import used_gib
-    from runner.execution.isolate import run_isolated
+    from runner.base.nvml import used_gib
+    from runner.run.isolate import run_isolated
 
     p = tmp_path / "r.yaml"
     p.write_text(recipe_yaml(tiny, "iso", extra_engine="  enable_prefix_caching: true"))
@@ -105,8 +100,8 @@ def test_isolated_run_gives_the_gpu_back(tiny, tmp_path):
 
 
 def test_timeout_ends_the_engine_and_records_failure(tiny, tmp_path):
-    from runner.execution.gpumem import used_gib
-    from runner.execution.isolate import run_isolated
+    from runner.base.nvml import used_gib
+    from runner.run.isolate import run_isolated
 
     p = tmp_path / "r.yaml"
     p.write_text(
@@ -121,9 +116,9 @@ def test_timeout_ends_the_engine_and_records_failure(tiny, tmp_path):
 
 
 def test_unknown_engine_arg_rejected_before_start(tiny):
-    from runner.config.common import ModelSpec
+    from runner.base.errors import RunnerError
+    from runner.base.types import ModelSpec
     from runner.engines.vllm import VLLMSpec
-    from runner.errors import RunnerError
 
     with pytest.raises(RunnerError, match="does not accept no_such_arg; it accepts: .*enable_prefix_caching"):
         VLLMSpec(kind="vllm", engine_args={"no_such_arg": 1}).build(ModelSpec(id=str(tiny), load_format="dummy"), None)
@@ -132,8 +127,8 @@ def test_unknown_engine_arg_rejected_before_start(tiny):
 def test_recipes_sharing_an_engine_start_from_an_empty_prefix_cache(tiny, tmp_path):
     """Two recipes on one engine: the second's cache hits are those it gets alone (the cache is reset
     between them), though it asks for exactly the prompts the first just cached."""
-    from runner.execution.isolate import run_isolated
-    from runner.execution.job import Job
+    from runner.run.isolate import run_isolated
+    from runner.run.job import Job
 
     paths = []
     for name in ("first", "second"):
@@ -146,4 +141,30 @@ def test_recipes_sharing_an_engine_start_from_an_empty_prefix_cache(tiny, tmp_pa
     assert [r.status for r in together] == ["ok", "ok"] and alone.status == "ok"
     assert together[1].tokens.cached == alone.tokens.cached > 0
     assert together[1].tokens.cached < together[1].tokens.prompt * 0.9  # not everything from the first's cache
-    assert together[1].timings.load_s == 0 and "ran on the engine started for first" in " ".join(together[1].notes)
+    assert together[1].timings.load_s == 0 and together[1].engine_of == "first"
+
+
+def test_serving_sweep_against_a_real_vllm_server(tiny, tmp_path):
+    """The serving wing against `vllm serve` (the tiny model, random weights) under vLLM's own benchmark client:
+    every request of both rates completes, the knobs are read back from the server's log, the prefix-cache hits
+    from its /metrics, and the server is gone afterwards."""
+    from click.testing import CliRunner
+
+    from runner.base.nvml import used_gib
+    from runner.cli import cli
+    from runner.results import RunResult
+
+    p = tmp_path / "s.yaml"
+    load = "load: {request_rate: [4, inf], num_requests: 16, warmup_requests: 2}\n"
+    p.write_text(recipe_yaml(tiny, "srv", extra_engine="  enable_prefix_caching: true", limit=16) + load)
+    before = used_gib()
+    r = CliRunner().invoke(cli, ["go", str(p), "--out", str(tmp_path / "out"), "--no-progress"])
+    res = RunResult.model_validate_json((tmp_path / "out" / "srv" / "results.json").read_bytes())
+    assert res.status == "ok", (res.error, r.output)
+    assert [pt.completed for pt in res.serving.rates] == [16, 16] and res.serving.headline_rate in (4, float("inf"))
+    first = res.serving.rates[0]
+    assert first.ttft_ms.p50 > 0 and first.output_tokens == 16 * 8 and first.cached_tokens > 0  # shared system prompt
+    knobs = {k.name: k.status for k in res.knobs}
+    assert knobs["enforce_eager"] == knobs["max_model_len"] == knobs["enable_prefix_caching"] == "applied"
+    assert knobs["gpu_memory_utilization"] == "applied"
+    assert used_gib() < before + 1.0  # the server's GPU memory is back

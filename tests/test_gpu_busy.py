@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
+from runner.base import nvml as gpumem
 from runner.cli import cli
-from runner.execution import gpumem
 
 
 class FakeNVML:
@@ -84,7 +84,7 @@ def test_a_device_without_the_counter_has_no_busy_share_but_keeps_its_peak():
 
 
 def test_a_run_records_gpu_busy_in_results_and_report(write_recipe, base_recipe, tmp_path, monkeypatch):
-    from runner.execution import run
+    from runner.run import loop as run
 
     monkeypatch.setattr(run, "PeakSampler", lambda: sampler(FakeNVML(util=65.0)))
     d = {
@@ -105,7 +105,7 @@ def test_a_run_records_gpu_busy_in_results_and_report(write_recipe, base_recipe,
 
 
 def test_without_a_gpu_there_is_no_busy_figure(write_recipe, base_recipe, tmp_path, monkeypatch):
-    from runner.execution import run
+    from runner.run import loop as run
 
     monkeypatch.setattr(gpumem, "_handle", lambda index=0: (None, None))
     monkeypatch.setattr(run, "PeakSampler", lambda: _SAMPLER())
@@ -118,13 +118,16 @@ def test_without_a_gpu_there_is_no_busy_figure(write_recipe, base_recipe, tmp_pa
     assert "GPU busy" not in (out / "t" / "report.md").read_text()
 
 
-def test_a_serving_run_records_gpu_busy_per_rate(tmp_path, monkeypatch):
+@pytest.mark.slow
+def test_a_serving_run_records_gpu_busy_per_rate(tmp_path, monkeypatch, vllm_client_dir):
     import yaml
 
-    from runner.reporting.results import RunResult
-    from tests.test_serving_run import recipe
+    from runner.results import RunResult
+    from runner.serve import run as serve_run
+    from tests.test_serving import recipe
 
-    monkeypatch.setattr(gpumem, "PeakSampler", lambda: sampler(FakeNVML(util=30.0)))
+    monkeypatch.syspath_prepend(str(vllm_client_dir))
+    monkeypatch.setattr(serve_run, "PeakSampler", lambda: sampler(FakeNVML(util=30.0)))
     d = recipe("busy", load={"request_rate": [20, "inf"], "num_requests": 6, "warmup_requests": 1})
     path = tmp_path / "busy.yaml"
     path.write_text(yaml.safe_dump(d, allow_unicode=True), encoding="utf-8")

@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli import cli
+from tests.cli_output import user_error
 
 
 def _check(path):
@@ -17,7 +18,10 @@ def _check(path):
 def test_duplicate_yaml_key_is_an_error_with_both_lines(write_recipe):
     p = write_recipe("name: t\nsampling: {max_tokens: 3}\nsampling: {temperature: 0.5}\n")
     r = _check(p)
-    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert user_error(r) == (
+        "Error: {tmp}/recipe.yaml:3: key 'sampling' appears twice (first on line 2); the second would "
+        "silently replace the first\n"
+    )
     assert "recipe.yaml:3: key 'sampling' appears twice (first on line 2)" in r.output
 
 
@@ -28,39 +32,49 @@ def test_duplicate_example_ids_are_rejected(write_recipe, base_recipe, tmp_path)
     )
     base_recipe["dataset"] = {"format": "jsonl", "path": "d.jsonl", "fields": {"id": "id"}}
     r = _check(write_recipe(base_recipe))
-    assert r.exit_code == 2 and "example id '1' appears more than once" in r.output
+    assert user_error(r) == (
+        "Error: {tmp}/recipe.yaml: dataset.fields.id: example id '1' appears more than once; ids must be "
+        "unique (they pair samples across runs and recipes)\n"
+        "  hint: map fields.id to a unique column, or leave it unset to number the rows\n"
+    )
 
 
 def test_include_in_a_template_is_a_clear_error(write_recipe, base_recipe, tmp_path):
     (tmp_path / "t.j2").write_text('{% include "other.j2" %}{{ question }}')
     base_recipe["prompt"]["template"] = str(tmp_path / "t.j2")
     r = _check(write_recipe(base_recipe))
-    assert r.exit_code == 2 and "cannot include, import or extend other files" in r.output
+    assert user_error(r) == (
+        "Error: {tmp}/recipe.yaml: prompt.template: {tmp}/t.j2: templates cannot include, import or "
+        "extend other files; put the whole prompt in one template\n"
+    )
 
 
 @pytest.mark.parametrize("name", ["summary.md", "time.png"])
 def test_names_of_summary_files_are_reserved(write_recipe, base_recipe, name):
     base_recipe["name"] = name
     r = _check(write_recipe(base_recipe))
-    assert r.exit_code == 2 and f"name: {name!r} is not a valid run name" in r.output
-    assert "not one of accuracy_vs_time.png, memory.png, summary.md, time.png" in r.output
+    rules = "letters, digits, `._-`, at most 100 characters, not starting with `.` or `-`, not one of "
+    rules += "accuracy_vs_time.png, memory.png, summary.md, time.png"
+    assert user_error(r) == f"Error: {{tmp}}/recipe.yaml: name: {name!r} is not a valid run name ({rules})\n"
 
 
 def test_out_that_is_a_file_is_bad_input(write_recipe, base_recipe, tmp_path):
     (tmp_path / "afile").write_text("x")
     r = CliRunner().invoke(cli, ["go", str(write_recipe(base_recipe)), "--out", str(tmp_path / "afile" / "sub")])
-    assert r.exit_code == 2 and "--out: cannot create the report folder" in r.output and "Traceback" not in r.output
+    assert user_error(r) == ("Error: {tmp}/afile/sub: --out: cannot create the report folder: Not a directory\n")
 
 
 def test_unknown_builtin_model_is_bad_input_for_go(write_recipe, base_recipe, tmp_path):
     base_recipe["model"]["id"] = "builtin:nope"
     r = CliRunner().invoke(cli, ["go", str(write_recipe(base_recipe)), "--out", str(tmp_path / "o")])
-    assert r.exit_code == 2 and "unknown builtin model 'builtin:nope'; allowed: builtin:demo" in r.output
+    assert user_error(r) == (
+        "Error: {tmp}/recipe.yaml: model.id: unknown builtin model 'builtin:nope'; allowed: builtin:demo\n"
+    )
 
 
 def test_run_key_ignores_description_but_not_sampling(write_recipe, base_recipe, tmp_path):
-    from runner.config.loading import load_recipe
-    from runner.execution.resume import run_key
+    from runner.run.resume import run_key
+    from runner.study.load import load_recipe
 
     def key(d, name, inputs=None, limit=None):
         return run_key(load_recipe(write_recipe(d, name)).recipe.canonical(), inputs or {"dataset": "a"}, limit, None)
@@ -73,8 +87,8 @@ def test_run_key_ignores_description_but_not_sampling(write_recipe, base_recipe,
 
 
 def test_scores_average_only_examples_with_gold_answers():
-    from runner.execution.assemble import mean_scores
-    from runner.reporting.results import Sample
+    from runner.results import Sample
+    from runner.run.result import mean_scores
 
     s = [
         Sample(id="a", prompt="", output="", answers=[], prompt_tokens=1, output_tokens=1),
@@ -90,7 +104,7 @@ def test_scores_average_only_examples_with_gold_answers():
 
 
 def test_written_files_are_readable_by_others(tmp_path):
-    from runner.files import write_json_atomic
+    from runner.base.files import write_json_atomic
 
     old = os.umask(0o022)
     try:
@@ -102,7 +116,7 @@ def test_written_files_are_readable_by_others(tmp_path):
 
 
 def test_set_paths_are_relative_to_the_current_directory(write_recipe, base_recipe, tmp_path, monkeypatch):
-    from runner.config.loading import load_recipe
+    from runner.study.load import load_recipe
 
     sub = tmp_path / "recipes"
     p = write_recipe(base_recipe, "recipes/r.yaml")

@@ -20,12 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from runner.config.recipe import DatasetSpec, PromptSpec
-from runner.errors import DatasetError, RunnerError, TemplateError
-from runner.files import file_sha256
+from runner.base.errors import DatasetError, RunnerError, TemplateError
+from runner.base.files import file_sha256
+from runner.base.jinja import compile_text
+from runner.base.types import Example
 from runner.inputs import readers
-from runner.inputs.datasets import Example, LoadedExamples, load_examples, read_examples
-from runner.inputs.prompts import PromptBuilder, compile_text
+from runner.inputs.datasets import LoadedExamples, load_examples, read_examples
+from runner.inputs.prompts import PromptBuilder
+from runner.recipe import DatasetSpec, PromptSpec
 
 PROJECT = Path(__file__).resolve().parents[1]
 EX = Example(id="x1", question="Q", context="C", answers=("A",))
@@ -162,10 +164,11 @@ CHILD = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
     import runner.inputs.prompts as prompts
-    from runner.config.recipe import PromptSpec
-    from runner.errors import TemplateError
-    from runner.inputs.datasets import Example
-    prompts.RENDER_SECONDS = 0.5
+    from runner.recipe import PromptSpec
+    from runner.base.errors import TemplateError
+    from runner.base.types import Example
+    import runner.base.jinja as jinja
+    jinja.RENDER_SECONDS = 0.5
     folder, cases = Path(sys.argv[1]), json.loads(sys.argv[2])
     ex = Example(id="ex7", question="q" * 1000, context="c", answers=("a",))
     out = []

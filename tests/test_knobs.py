@@ -6,11 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from runner.config.common import ModelSpec
+from runner.base.types import ModelSpec
 from runner.engines.transformers import TransformersFacts, TransformersSpec, transformers_knobs
-from runner.engines.vllm import VLLMSpec
-from runner.engines.vllm_args import effective_engine_args, engine_arg_knobs
-from runner.engines.vllm_knobs import VLLMFacts, crash_evidence, vllm_knobs
+from runner.engines.vllm import VLLMFacts, VLLMSpec, crash_evidence, effective_engine_args, engine_arg_knobs, vllm_knobs
 
 
 def verdicts(spec, facts, cached=0, prompt=100, load_format="auto"):
@@ -114,7 +112,7 @@ def test_crash_evidence_from_a_vllm_log():
     )
     assert (ev.weights_gib, ev.kv_cache_tokens) == (6.1, 1000)
     assert any("8.09 GiB of parameters were offloaded" in n for n in ev.notes)
-    assert VLLMSpec.crash_evidence("nothing here").notes == ()
+    assert VLLMSpec.crash_evidence("nothing here").notes == []
 
 
 def _tf(**kw):

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner.config.loading import load_recipe, load_recipes
-from runner.errors import RecipeError
+from runner.base.errors import RecipeError
+from runner.study.load import load_recipe, load_recipes
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -30,8 +30,8 @@ def load_in_child(path: Path, timeout: float = 60) -> tuple[dict, float]:
     """load_recipe(path) in a fresh interpreter: the RecipeError's parts, and the seconds it took."""
     code = (
         "import json, sys, time\n"
-        "from runner.config.loading import load_recipe\n"
-        "from runner.errors import RecipeError\n"
+        "from runner.study.load import load_recipe\n"
+        "from runner.base.errors import RecipeError\n"
         "t = time.perf_counter()\n"
         "try:\n"
         "    load_recipe(sys.argv[1]); out = {'ok': True}\n"
@@ -121,11 +121,11 @@ def test_set_number_for_a_number_field_is_still_checked(write_recipe, base_recip
 @pytest.mark.parametrize(
     "item, message",
     [
-        ("", "--set '': expected dotted.key=value"),
-        ("=1", "--set '=1': the key before '=' is empty; expected dotted.key=value"),
-        (" =1", "--set ' =1': the key before '=' is empty; expected dotted.key=value"),
-        ("a..b=1", "--set 'a..b=1': 'a..b' is not a dotted key (empty part)"),
-        ("sampling.=1", "--set 'sampling.=1': 'sampling.' is not a dotted key (empty part)"),
+        ("", "'': expected dotted.key=value"),
+        ("=1", "'=1': the key before '=' is empty; expected dotted.key=value"),
+        (" =1", "' =1': the key before '=' is empty; expected dotted.key=value"),
+        ("a..b=1", "'a..b=1': 'a..b' is not a dotted key (empty part)"),
+        ("sampling.=1", "'sampling.=1': 'sampling.' is not a dotted key (empty part)"),
     ],
 )
 def test_set_without_a_key_is_a_clear_error(write_recipe, base_recipe, item, message):

@@ -9,6 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli import cli
+from tests.cli_output import user_error
+from tests.wired import a_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -27,14 +29,35 @@ def _fake(base_recipe, **engine):
 @pytest.mark.parametrize(
     "key,value,needle",
     [
-        ("sampling.stop", [""], "sampling.stop.0: String should have at least 1 character"),
-        ("sampling.temperature", float("inf"), "sampling.temperature: Input should be a finite number"),
-        ("sampling.temperature", float("nan"), "sampling.temperature: Input should be a finite number"),
-        ("sampling.max_tokens", 10**300, "sampling.max_tokens: Input should be less than or equal to 1048576"),
-        ("sampling.seed", 2**64, "sampling.seed: Input should be less than or equal to 9223372036854775807"),
-        ("sampling.seed", -1, "sampling.seed: Input should be greater than or equal to 0"),
-        ("timeout_s", 10**12, "timeout_s: Input should be less than or equal to 2592000"),
-        ("dataset.limit", 10**20, "dataset.limit: Input should be less than or equal to 100000000"),
+        ("sampling.stop", [""], "line 17, sampling.stop.0: String should have at least 1 character (got '')"),
+        (
+            "sampling.temperature",
+            float("inf"),
+            "line 14, sampling.temperature: Input should be a finite number (got inf)",
+        ),
+        (
+            "sampling.temperature",
+            float("nan"),
+            "line 14, sampling.temperature: Input should be a finite number (got nan)",
+        ),
+        (
+            "sampling.max_tokens",
+            10**300,
+            "line 15, sampling.max_tokens: Input should be less than or equal to 1048576 (got " + "1" + "0" * 59 + ")",
+        ),
+        (
+            "sampling.seed",
+            2**64,
+            "line 16, sampling.seed: Input should be less than or equal to 9223372036854775807 "
+            "(got 18446744073709551616)",
+        ),
+        ("sampling.seed", -1, "line 16, sampling.seed: Input should be greater than or equal to 0 (got -1)"),
+        ("timeout_s", 10**12, "line 19, timeout_s: Input should be less than or equal to 2592000 (got 1000000000000)"),
+        (
+            "dataset.limit",
+            10**20,
+            "line 10, dataset.limit: Input should be less than or equal to 100000000 (got 100000000000000000000)",
+        ),
     ],
 )
 def test_values_that_would_empty_or_garble_outputs_are_refused(write_recipe, base_recipe, key, value, needle):
@@ -48,21 +71,31 @@ def test_values_that_would_empty_or_garble_outputs_are_refused(write_recipe, bas
     if isinstance(value, float) and value != value:  # YAML has .nan but safe_dump writes it as such
         p.write_text(p.read_text().replace("temperature: .nan", "temperature: .nan"))
     r = CliRunner().invoke(cli, ["check", str(p), "--no-tokens"])
-    assert r.exit_code == 2, r.output
-    assert needle in r.output and "Traceback" not in r.output
+    assert user_error(r) == f"Error: {{tmp}}/recipe.yaml: invalid recipe\n  {needle}\n"
 
 
 def test_engine_vllm_numbers_are_bounded(write_recipe, base_recipe):
     d = {**base_recipe, "engine": {"kind": "vllm", "cpu_offload_gb": float("inf"), "seed": 2**70}}
     r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
-    assert r.exit_code == 2
+    assert user_error(r) == (
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 6, engine.cpu_offload_gb: Input should be a finite number (got inf)\n"
+        "  line 7, engine.seed: Input should be less than or equal to 9223372036854775807 (got "
+        "1180591620717411303424)\n"
+    )
     assert "engine.cpu_offload_gb: Input should be a finite number" in r.output
     assert "engine.seed: Input should be less than or equal to" in r.output
 
 
 def test_cli_timeout_is_bounded(write_recipe, base_recipe, tmp_path):
     r = _go(write_recipe(base_recipe), "--out", tmp_path / "o", "--timeout", 10**12)
-    assert r.exit_code == 2 and "--timeout" in r.output and not (tmp_path / "o").exists()
+    assert not (tmp_path / "o").exists()
+    assert user_error(r) == (
+        "Usage: cli go [OPTIONS] PATHS...\n"
+        "Try 'cli go --help' for help.\n"
+        "\n"
+        "Error: Invalid value for '--timeout': 1000000000000 is not in the range 1<=x<=2592000.\n"
+    )
 
 
 def test_a_second_writer_of_the_same_folder_is_refused(write_recipe, base_recipe, tmp_path):
@@ -76,7 +109,10 @@ def test_a_second_writer_of_the_same_folder_is_refused(write_recipe, base_recipe
         r = _go(write_recipe(_fake(base_recipe)), "--out", out)
     finally:
         held.release()
-    assert r.exit_code == 2
+    assert user_error(r) == (
+        "Error: {tmp}/out/t: another `runner go` is writing this recipe's folder right now; wait for it "
+        "to finish, or use another --out\n"
+    )
     assert f"{out / 't'}: another `runner go` is writing this recipe's folder right now" in r.output
     assert not (out / "t" / "results.json").exists() and not (out / "t" / "samples.partial.jsonl").exists()
     assert _go(write_recipe(_fake(base_recipe)), "--out", out, "--set", "dataset.limit=2").exit_code == 0
@@ -87,28 +123,38 @@ def test_report_never_writes_outside_out_for_a_name_read_from_disk(tmp_path, nam
     out = tmp_path / "deep" / "out"
     d = out / "run"
     d.mkdir(parents=True)
-    (d / "results.json").write_text(json.dumps({"name": name, "recipe": {}, "status": "ok"}))
+    (d / "results.json").write_text(json.dumps({"name": name, "recipe": a_recipe(), "status": "ok"}))
     r = CliRunner().invoke(cli, ["report", str(out)])
-    assert r.exit_code == 2 and "is not a valid run name" in r.output, r.output
+    rules = "letters, digits, `._-`, at most 100 characters, not starting with `.` or `-`, not one of "
+    rules += "accuracy_vs_time.png, memory.png, summary.md, time.png"
+    why = f"name: {name!r} is not a valid run name ({rules})"
+    assert user_error(r) == f"Error: {{tmp}}/deep/out/run/results.json: {why}\n"
     assert sorted(p.name for p in tmp_path.rglob("*.md")) == []
 
 
 def test_report_refuses_a_results_json_that_names_another_folder(tmp_path):
     d = tmp_path / "run"
     d.mkdir()
-    (d / "results.json").write_text(json.dumps({"name": "other", "recipe": {}, "status": "ok"}))
+    (d / "results.json").write_text(json.dumps({"name": "other", "recipe": a_recipe("other"), "status": "ok"}))
     r = CliRunner().invoke(cli, ["report", str(tmp_path)])
-    assert r.exit_code == 2 and "names the run 'other' but lies in the folder 'run'" in r.output
+    assert user_error(r) == (
+        "Error: {tmp}/run/results.json: name: names the run 'other' but lies in the folder 'run'\n"
+        "  hint: move the folder back to its run's name, or remove it\n"
+    )
     assert not (tmp_path / "other").exists()
 
 
 @pytest.mark.parametrize(
     "content,needle",
     [
-        (b"\xff\xfe not utf-8", "not a valid results.json"),
-        (b'{"name": "run"}', "not a valid results.json"),
-        (b"[1, 2]", "not a valid results.json"),
-        (None, "results.json: is not a file"),
+        (
+            b"\xff\xfe not utf-8",
+            "not a valid results.json (1 problem(s); first: (top level): Invalid JSON: expected value at line 1 "
+            "column 1)",
+        ),
+        (b'{"name": "run"}', "not a valid results.json (2 problem(s); first: recipe: Field required)"),
+        (b"[1, 2]", "not a valid results.json (1 problem(s); first: (top level): Input should be an object)"),
+        (None, "is not a file"),
     ],
 )
 def test_report_on_broken_results_is_one_screen(tmp_path, content, needle):
@@ -119,26 +165,34 @@ def test_report_on_broken_results_is_one_screen(tmp_path, content, needle):
     else:
         (d / "results.json").write_bytes(content)
     r = CliRunner().invoke(cli, ["report", str(tmp_path)])
-    assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, r.output
+    hint = "remove it, or rerun that recipe" if content is None else "rerun that recipe, or remove its folder"
+    assert user_error(r) == f"Error: {{tmp}}/run/results.json: {needle}\n  hint: {hint}\n"
 
 
 def test_report_on_broken_samples_names_the_file_and_line(tmp_path):
-    from runner.reporting.results import RunResult
+    from runner.results import RunResult
 
     d = tmp_path / "run"
     d.mkdir()
-    (d / "results.json").write_text(RunResult(name="run", recipe={"model": {"id": "m"}}, status="ok").model_dump_json())
+    (d / "results.json").write_text(RunResult(name="run", recipe=a_recipe(), status="ok").model_dump_json())
     (d / "samples.jsonl").write_text('{"id": "a", "output": "x"}\n{"oops": 1}\n')
     r = CliRunner().invoke(cli, ["report", str(tmp_path)])
-    assert r.exit_code == 2 and f"{d / 'samples.jsonl'}: line 2 is not a sample" in r.output
+    assert user_error(r) == (
+        "Error: {tmp}/run/samples.jsonl: line 2 is not a sample\n"
+        "  hint: delete the file and rerun the recipe (runner go ... --force)\n"
+    )
     (d / "samples.jsonl").write_bytes(b'{"id": "a", "output": "\xff"}\n')
     r = CliRunner().invoke(cli, ["report", str(tmp_path)])
-    assert r.exit_code == 2 and "cannot read the samples (UnicodeDecodeError" in r.output
+    assert user_error(r) == (
+        "Error: {tmp}/run/samples.jsonl: cannot read the samples (UnicodeDecodeError: 'utf-8' codec "
+        "can't decode byte 0xff in position 23: invalid start byte)\n"
+        "  hint: delete the file and rerun the recipe (runner go ... --force)\n"
+    )
 
 
 def test_empty_out_is_bad_input(write_recipe, base_recipe):
     r = _go(write_recipe(base_recipe), "--out", "")
-    assert r.exit_code == 2 and "--out: --out is empty; give a folder for the reports" in r.output
+    assert user_error(r) == ("Error: --out: is empty; give a folder for the reports\n")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
@@ -150,7 +204,10 @@ def test_read_only_out_is_bad_input(write_recipe, base_recipe, tmp_path):
         r = _go(write_recipe(base_recipe), "--out", out)
     finally:
         out.chmod(0o755)
-    assert r.exit_code == 2 and "the report folder is not writable" in r.output
+    assert user_error(r) == (
+        "Error: {tmp}/ro: --out: the report folder is not writable\n"
+        "  hint: choose another --out, or make this one writable\n"
+    )
 
 
 def test_read_only_out_is_detected_without_relying_on_permissions(write_recipe, base_recipe, tmp_path, monkeypatch):
@@ -158,7 +215,10 @@ def test_read_only_out_is_detected_without_relying_on_permissions(write_recipe, 
 
     monkeypatch.setattr(go.os, "access", lambda *a, **k: False)
     r = _go(write_recipe(base_recipe), "--out", tmp_path / "o")
-    assert r.exit_code == 2 and "the report folder is not writable" in r.output
+    assert user_error(r) == (
+        "Error: {tmp}/o: --out: the report folder is not writable\n"
+        "  hint: choose another --out, or make this one writable\n"
+    )
 
 
 def test_a_run_leaves_no_temporary_files(write_recipe, base_recipe, tmp_path, monkeypatch):
@@ -177,20 +237,28 @@ def test_a_run_leaves_no_temporary_files(write_recipe, base_recipe, tmp_path, mo
 def test_chat_template_on_a_tokenizer_without_one_is_bad_input(write_recipe, base_recipe):
     d = {**base_recipe, "model": {"id": str(STORIES)}, "prompt": {**base_recipe["prompt"], "chat_template": True}}
     r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
-    assert r.exit_code == 2
+    assert user_error(r) == (
+        "Error: {tmp}/recipe.yaml: prompt.chat_template: chat_template is true but the tokenizer in "
+        "{shared}/models/stories260K has no chat template\n"
+        "  hint: set prompt.chat_template: false (plain text prompts), or use a tokenizer with a chat "
+        "template\n"
+    )
     assert (
         f"prompt.chat_template: chat_template is true but the tokenizer in {STORIES} has no chat template" in r.output
     )
 
 
 def test_device_cuda_without_a_gpu_is_bad_input(write_recipe, base_recipe):
-    from runner.execution.gpumem import has_cuda_device
+    from runner.base.nvml import has_cuda_device
 
     if has_cuda_device():
         pytest.skip("this machine has a GPU")
     d = {**base_recipe, "engine": {"kind": "transformers", "device": "cuda"}}
     r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
-    assert r.exit_code == 2 and "engine.device: device is cuda but this machine has no NVIDIA GPU" in r.output
+    assert user_error(r) == (
+        "Error: {tmp}/recipe.yaml: engine.device: device is cuda but this machine has no NVIDIA GPU\n"
+        "  hint: use `device: auto` (cuda when there is one, else cpu) or `device: cpu`\n"
+    )
 
 
 @pytest.mark.skipif(not STORIES.exists(), reason="../shared/models/stories260K absent")
@@ -199,7 +267,12 @@ def test_prompts_longer_than_the_context_are_refused_naming_the_example(write_re
     # stories260K: a 512-token context; the demo's passages are a few hundred characters
     d = {**base_recipe, "model": {"id": str(STORIES)}, "sampling": {"max_tokens": 480}}
     r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
-    assert r.exit_code == 2, r.output
+    assert user_error(r) == (
+        "Error: {tmp}/recipe.yaml: prompt: 36 prompt(s) do not fit the model's context of 512 tokens "
+        "with max_tokens 480: example demo-0001, demo-0002, demo-0003, demo-0004, demo-0005 and 31 more\n"
+        "  hint: shorten the template or shots, lower sampling.max_tokens, raise engine.max_model_len, "
+        "or set prompt.truncate: true to cut such prompts from the left\n"
+    )
     assert "do not fit the model's context of 512 tokens with max_tokens 480: example demo-" in r.output
     assert "prompt.truncate: true" in r.output
     d["prompt"] = {**d["prompt"], "truncate": True}
@@ -234,7 +307,7 @@ def test_disk_full_while_writing_is_one_screen_and_keeps_finished_samples(
 ):
     import errno
 
-    from runner import files
+    from runner.base import files
 
     real = files.os.fsync
     calls = {"n": 0}
@@ -250,7 +323,12 @@ def test_disk_full_while_writing_is_one_screen_and_keeps_finished_samples(
     r = CliRunner().invoke(
         cli, ["go", str(write_recipe(_fake(base_recipe))), "--out", str(out), "--no-progress", "--in-process"]
     )
-    assert r.exit_code == 2, r.output
+    assert user_error(r) == (
+        "[1] t (fake, none)\n"
+        "Error: {tmp}/out/t/results.json: cannot write it: No space left on device\n"
+        "  hint: free disk space or choose another --out; finished samples are kept, and the same "
+        "command continues from them\n"
+    )
     assert "cannot write it: No space left on device" in r.output and "Traceback" not in r.output
     assert "the same command continues from them" in r.output
     assert (out / "t" / "samples.partial.jsonl").read_text().count("\n") >= 2  # key line + samples kept

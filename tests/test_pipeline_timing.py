@@ -14,9 +14,9 @@ DEMO = ROOT / "recipes" / "demo.yaml"
 
 
 def _messages(n=12):
-    from runner.config.recipe import DatasetSpec, PromptSpec
     from runner.inputs.datasets import load_examples
     from runner.inputs.prompts import PromptBuilder
+    from runner.recipe import DatasetSpec, PromptSpec
 
     exs = load_examples(DatasetSpec(format="squad", path=str(ROOT / "runner/demo/demo-ja.json"), limit=n), ROOT)
     b = PromptBuilder(PromptSpec(template="jsquad.j2", system_template="jsquad-system-oneshot.j2"), ROOT)
@@ -29,7 +29,7 @@ def test_batch_encode_gives_each_prompts_own_ids(chat):
     pytest.importorskip("transformers")
     from transformers import AutoTokenizer
 
-    from runner.engines.tokenizing import encode_prompts, messages_to_text
+    from runner.engines.hf import encode_prompts, messages_to_text
 
     tok = AutoTokenizer.from_pretrained(str(QWEN))
     msgs = _messages()
@@ -49,7 +49,7 @@ class _SlowScoringEngine:
     reading metrics and knobs) before returning."""
 
     def __init__(self, gen_s, after_s):
-        from runner.engines.base import EngineInfo
+        from runner.base.types import EngineInfo
 
         self.gen_s, self.after_s = gen_s, after_s
         self.info = EngineInfo(name="slow", version="0")
@@ -58,7 +58,7 @@ class _SlowScoringEngine:
         return [f"p{i}" for i in range(len(messages))], [[1, 2, 3]] * len(messages)
 
     def generate(self, requests, sampling, progress=None, sink=None):
-        from runner.engines.base import Generation
+        from runner.base.types import Generation
 
         time.sleep(self.gen_s)
         gens = [Generation(text="x", prompt_tokens=3, output_tokens=1) for _ in requests]
@@ -74,16 +74,15 @@ class _SlowScoringEngine:
 
 
 def _unit(path, out, limit=None, **kw):
-    from runner.cli.go import make_unit
-    from runner.config.loading import load_recipe
-    from runner.execution.job import RunOptions
+    from runner.run.job import RunOptions, make_unit
+    from runner.study.load import load_recipe
 
     opts = RunOptions(out=out, limit=limit, progress=False, **kw)
     return make_unit(load_recipe(path), opts), opts
 
 
 def test_generation_time_ends_when_the_last_output_is_back(tmp_path):
-    from runner.execution.run import SharedEngine, run_unit
+    from runner.run.loop import SharedEngine, run_unit
 
     unit, opts = _unit(DEMO, tmp_path, limit=4)
     shared = SharedEngine(unit)
@@ -111,8 +110,8 @@ def _fake_recipe(write_recipe, base_recipe, **engine):
 def test_isolated_run_uses_the_examples_the_parent_prepared(tmp_path, write_recipe, base_recipe):
     import dataclasses
 
-    from runner.execution.isolate import run_isolated
-    from runner.execution.job import Job, Unit
+    from runner.run.isolate import run_isolated
+    from runner.run.job import Job, Unit
 
     unit, opts = _unit(_fake_recipe(write_recipe, base_recipe), tmp_path / "out", limit=5)
     pick = [1, 3]  # a selection the worker could not come up with by loading the dataset itself
@@ -133,8 +132,8 @@ def test_a_recipe_whose_process_cannot_start_fails_alone_and_leaves_no_temp_file
 ):
     import tempfile
 
-    import runner.execution.isolate as iso
-    from runner.execution.job import Job
+    import runner.run.isolate as iso
+    from runner.run.job import Job
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
@@ -154,8 +153,8 @@ def test_a_recipe_whose_process_cannot_start_fails_alone_and_leaves_no_temp_file
 def test_input_hashes_taken_at_check_time_are_the_ones_recorded(tmp_path, write_recipe, base_recipe):
     import dataclasses
 
-    from runner.execution.job import Job
-    from runner.execution.run import run_job
+    from runner.run.job import Job
+    from runner.run.loop import run_job
 
     unit, opts = _unit(_fake_recipe(write_recipe, base_recipe), tmp_path, limit=2)
     unit = dataclasses.replace(unit, prepared=dataclasses.replace(unit.prepared, inputs={"dataset:x.json": "0" * 16}))

@@ -8,9 +8,11 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli import cli
-from runner.reporting.plan_markdown import predicted_vs_measured, roofline
-from runner.reporting.results import Memory, RunResult, Timings, Tokens
+from runner.plan.plan import predicted_vs_measured, roofline
+from runner.results import Memory, RunResult, Timings, Tokens
+from tests.cli_output import user_error
 from tests.test_planning_plan import CONTRACT  # the documented `--json` keys
+from tests.wired import a_recipe
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
@@ -30,7 +32,7 @@ def test_plan_markdown_and_unknown_gpu(write_recipe, base_recipe):
     r = CliRunner().invoke(cli, ["plan", path, "--gpu", "L4"])
     assert r.exit_code == 0 and r.output.startswith("# Plan (L4") and "| t " in r.output
     r = CliRunner().invoke(cli, ["plan", path, "--gpu", "TPU9"])
-    assert r.exit_code == 2 and "--gpu: unknown GPU 'TPU9'; known: " in r.output and "H200" in r.output
+    assert user_error(r) == ("Error: --gpu: unknown GPU 'TPU9'; known: H100 SXM, H200, A100-80G, L40S, L4, RTX 4090\n")
 
 
 @pytest.mark.slow
@@ -61,7 +63,7 @@ def test_plan_counts_the_context_first_jsquad_cache_hits_exactly():
 def _run(**plan):
     return RunResult(
         name="r",
-        recipe={},
+        recipe=a_recipe("r"),
         status="ok",
         plan={"gpu": "H200", **plan},
         tokens=Tokens(prompt=1000, output=10, cached=500),
@@ -95,10 +97,39 @@ def test_predictions_beyond_tolerance_and_a_floor_above_the_measurement_are_warn
 
 def test_plan_without_a_gpu_plans_for_the_h200_and_says_so(write_recipe, base_recipe, monkeypatch):
     pytest.importorskip("transformers")
-    import runner.planning.recipe_plan as rp
+    import runner.plan.plan as rp
 
     monkeypatch.setattr(rp, "gpu_from_nvml", lambda: None)  # a laptop: NVML finds no GPU
     r = CliRunner().invoke(cli, ["plan", str(write_recipe(base_recipe)), "--json"])
     assert r.exit_code == 0, r.output
     assert r.stderr == "no GPU on this machine: planning for the H200 (--gpu NAME picks another)\n"
     assert json.loads(r.stdout)["recipes"][0]["gpu"] == "H200"
+
+
+def test_go_makes_each_plan_in_the_background_before_its_job_and_none_for_a_skipped_recipe(
+    write_recipe, base_recipe, tmp_path, monkeypatch
+):
+    """On a GPU `runner go` sets the plan beside the measurement; plans are made in one background thread in run
+    order (the next job's while the current one runs), and a recipe skipped as unchanged gets none."""
+    pytest.importorskip("transformers")
+    import threading
+
+    import runner.cli.wings as wings
+    import runner.plan.plan as plan
+    from runner.plan.floor import find_gpu
+
+    monkeypatch.setattr(plan, "gpu_from_nvml", lambda: find_gpu("H200"))
+    made, real = [], wings.plan_for
+    monkeypatch.setattr(wings, "plan_for", lambda u: made.append((u.name, threading.current_thread().name)) or real(u))
+    for name, reply in (("a", "x"), ("b", "y")):  # two engines: two jobs
+        write_recipe({**base_recipe, "name": name, "engine": {"kind": "fake", "reply": reply}}, f"{name}.yaml")
+    out, args = tmp_path / "out", ["--out", str(tmp_path / "out"), "--no-progress", "--in-process"]
+    r = CliRunner().invoke(cli, ["go", str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml"), *args])
+    assert r.exit_code == 0, r.output
+    assert [m[0] for m in made] == ["a", "b"] and all(m[1].startswith("runner-plan") for m in made)
+    for name in "ab":
+        res = RunResult.model_validate_json((out / name / "results.json").read_bytes())
+        assert res.plan["gpu"] == "H200" and res.plan["prompt_tokens"] == res.tokens.prompt > 0
+        assert "## Predicted and measured" in (out / name / "report.md").read_text()
+    r = CliRunner().invoke(cli, ["go", str(tmp_path / "a.yaml"), *args])
+    assert r.exit_code == 0 and "skip a: unchanged" in r.output and len(made) == 2

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner.planning import GPU, compute_floor, count_parameters, get_gpu, peak_tflops, workload_flops
+from runner.plan.floor import GPU, compute_floor, get_gpu, peak_tflops, workload_flops
+from runner.plan.memory import count_parameters
 
 TINY = {
     "model_type": "llama",

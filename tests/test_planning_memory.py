@@ -9,14 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.planning import (
-    GPUS,
+from runner.plan.floor import GPUS, find_gpu, get_gpu, gpu_from_nvml
+from runner.plan.memory import (
     activation_bytes,
     batch_defaults,
     count_parameters,
-    find_gpu,
-    get_gpu,
-    gpu_from_nvml,
     kv_bytes_per_token,
     model_shape,
     plan_memory,

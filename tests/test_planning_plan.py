@@ -9,7 +9,10 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from runner.planning import GPU, LayoutInputs, count_prefix_cache, make_plan, plan_memory
+from runner.plan.floor import GPU
+from runner.plan.memory import plan_memory
+from runner.plan.plan import make_plan
+from runner.plan.prefix_cache import LayoutInputs, count_prefix_cache
 
 CONTRACT = {
     "name",

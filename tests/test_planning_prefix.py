@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from runner.planning import (
+from runner.plan.prefix_cache import (
     LayoutInputs,
     advise_layout,
     advise_layout_text,

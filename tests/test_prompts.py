@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.config.recipe import PromptSpec
-from runner.errors import TemplateError
-from runner.inputs.datasets import Example
-from runner.inputs.prompts import PROJECT_TEMPLATES, PromptBuilder, compile_text, find_template
+from runner.base.errors import TemplateError
+from runner.base.jinja import compile_text
+from runner.base.types import Example
+from runner.inputs.prompts import PROJECT_TEMPLATES, PromptBuilder, find_template
+from runner.recipe import PromptSpec
 
 PROJECT = Path(__file__).resolve().parents[1]
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -121,7 +122,7 @@ def test_oneshot_template_without_shots_is_plain_system_prompt(tmp_path):
 
 
 def test_project_oneshot_recipe_renders_the_worked_example():
-    from runner.config.loading import load_recipes
+    from runner.study.load import load_recipes
 
     lr = next(
         x

@@ -1,4 +1,4 @@
-"""`runner go --executor ray` (runner/cli/executors.py): what it refuses before anything runs, and runs
+"""`runner go --executor ray` (runner/cli/go.py, the Executor): what it refuses before anything runs, and runs
 of the fake engine on one local Ray instance of 2 CPUs shared by the module (slow)."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from runner.base.errors import RunnerError
 from runner.cli import cli
-from runner.cli.go import make_unit
-from runner.config.loading import load_recipe
-from runner.errors import RunnerError
-from runner.execution.job import Job, RunOptions, engine_key
+from runner.run.job import Job, RunOptions, engine_key, make_unit
+from runner.study.load import load_recipe
+from tests.cli_output import user_error
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_DATA = ROOT / "runner" / "demo" / "demo-ja.json"
@@ -55,8 +55,7 @@ def _samples(out: Path, name: str = "fk") -> list[dict]:
 
 
 def _refused(r, out: Path, message: str) -> None:
-    assert r.exit_code == 2, r.output
-    assert message in r.output
+    assert user_error(r) == message
     assert not out.exists()  # nothing written
 
 
@@ -64,7 +63,7 @@ def test_replicas_without_ray_is_bad_input(tmp_path):
     _refused(
         _go(_recipe(tmp_path), tmp_path / "out", "--replicas", "2"),
         tmp_path / "out",
-        "--replicas: only the Ray executor runs data-parallel replicas; add --executor ray",
+        "Error: --replicas: only the Ray executor runs data-parallel replicas; add --executor ray\n",
     )
 
 
@@ -72,7 +71,7 @@ def test_address_without_ray_is_bad_input(tmp_path):
     _refused(
         _go(_recipe(tmp_path), tmp_path / "out", "--address", "x"),
         tmp_path / "out",
-        "--address: names a Ray cluster, which only the Ray executor uses; add --executor ray",
+        "Error: --address: names a Ray cluster, which only the Ray executor uses; add --executor ray\n",
     )
 
 
@@ -80,7 +79,7 @@ def test_in_process_with_ray_is_bad_input(tmp_path):
     _refused(
         _go(_recipe(tmp_path), tmp_path / "out", "--executor", "ray", "--in-process"),
         tmp_path / "out",
-        "--in-process: runs the recipes in this process; the Ray executor runs them in Ray tasks",
+        "Error: --in-process: runs the recipes in this process; the Ray executor runs them in Ray tasks\n",
     )
 
 
@@ -89,8 +88,9 @@ def test_a_recipe_with_replicas_on_the_local_executor_is_bad_input(tmp_path):
     _refused(
         _go(p, tmp_path / "out"),
         tmp_path / "out",
-        f"{p}: replicas: 2 data-parallel replicas run only on Ray; the local executor runs one engine per "
-        "recipe\n  hint: add --executor ray, or set replicas: 1",
+        "Error: {tmp}/fk.yaml: replicas: 2 data-parallel replicas run only on Ray; the local executor runs one "
+        "engine per recipe\n"
+        "  hint: add --executor ray, or set replicas: 1\n",
     )
 
 
@@ -100,14 +100,19 @@ def test_ray_missing_is_bad_input(tmp_path, monkeypatch):
     _refused(
         _go(_recipe(tmp_path), tmp_path / "out", "--executor", "ray"),
         tmp_path / "out",
-        "--executor: ray is not installed in this Python, so `--executor ray` cannot run here\n"
-        "  hint: pip install -e '.[ray]'",
+        "Error: --executor: ray is not installed in this Python, so `--executor ray` cannot run here\n"
+        "  hint: pip install -e '.[ray]'\n",
     )
 
 
 def test_replicas_out_of_range_is_bad_input(tmp_path):
     r = _go(_recipe(tmp_path), tmp_path / "out", "--executor", "ray", "--replicas", "0")
-    assert r.exit_code == 2 and "--replicas" in r.output
+    assert user_error(r) == (
+        "Usage: cli go [OPTIONS] PATHS...\n"
+        "Try 'cli go --help' for help.\n"
+        "\n"
+        "Error: Invalid value for '--replicas': 0 is not in the range 1<=x<=1024.\n"
+    )
 
 
 def test_replicas_one_keeps_recipe_hashes_and_run_keys(tmp_path):
@@ -134,7 +139,7 @@ def test_gpus_needed_per_engine(tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="needs a Python without vLLM")
 def test_host_checks_are_left_to_the_worker(tmp_path):
     """The driver need not have the engine library (or a GPU for `device: cuda`); the worker says so."""
-    from runner.execution.ray_task import _run_here
+    from runner.cluster.ray import run_here as _run_here
 
     lr = load_recipe(_recipe(tmp_path, "v", engine={"kind": "vllm"}))
     opts = RunOptions(out=tmp_path / "out", limit=3)

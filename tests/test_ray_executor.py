@@ -1,4 +1,4 @@
-"""The Ray executor (runner/execution/ray_executor.py): jobs and data-parallel replicas as Ray tasks
+"""The Ray executor (runner/cluster/ray.py): jobs and data-parallel replicas as Ray tasks
 on a local Ray instance of 2 CPUs, compared with the local executor; a killed worker is retried."""
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner.cli.go import make_unit
-from runner.config.loading import load_recipe
-from runner.execution.isolate import run_isolated
-from runner.execution.job import Job, RunOptions, Unit, group_by_engine
-from runner.execution.replicas import split
+from runner.cluster.ray import split
+from runner.run.isolate import run_isolated
+from runner.run.job import Job, RunOptions, Unit, group_by_engine, make_unit
+from runner.study.load import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_DATA = ROOT / "runner" / "demo" / "demo-ja.json"
@@ -60,7 +59,7 @@ def _ray_facts(d: dict) -> tuple[str, list[dict]]:
 
 
 def _run(jobs: list[Job], **kw):
-    from runner.execution.ray_executor import run_jobs_on_ray
+    from runner.cluster.ray import run_jobs_on_ray
 
     return run_jobs_on_ray(jobs, **kw)
 
@@ -108,8 +107,8 @@ def test_job_on_ray_writes_what_the_local_executor_writes(tmp_path, ray_local):
 
 @pytest.mark.slow
 def test_study_of_several_jobs_runs_side_by_side(tmp_path, ray_local):
-    from runner.execution.resume import run_key
     from runner.inputs.prepare import prepare
+    from runner.run.resume import run_key
 
     slow = {**FAKE, "delay_s": 0.05}
     paths = [
@@ -147,7 +146,7 @@ def test_study_of_several_jobs_runs_side_by_side(tmp_path, ray_local):
     assert "undefined variable: list object has no element 7" in res[3].error and "needs 2 GPU(s)" in res[4].error
     assert seen[0] == ("result", "tp2")  # failed before anything ran
     assert [k for k, _ in seen[1:3]] == ["started", "started"]  # then two jobs at once on 2 CPUs
-    assert res[1].timings.load_s == 0.0 and "engine started for a" in " ".join(res[1].notes)  # one engine, shared
+    assert res[1].timings.load_s == 0.0 and res[1].engine_of == "a"  # one engine, shared
     assert {d["output"] for d in _samples(out, "b")} == {"b"} and len(_samples(out, "a-short")) == 12
     for name in ("a", "a-short", "b", "bad", "tp2"):
         assert _stored(out, name)["status"] == ("ok" if name in ("a", "a-short", "b") else "failed")
@@ -263,10 +262,10 @@ DRIVER = """
 import json, sys
 from pathlib import Path
 import ray
-from runner.cli.go import make_unit
-from runner.config.loading import load_recipe
-from runner.execution.job import Job, RunOptions
-from runner.execution.ray_executor import run_jobs_on_ray
+from runner.run.job import make_unit
+from runner.study.load import load_recipe
+from runner.run.job import Job, RunOptions
+from runner.cluster.ray import run_jobs_on_ray
 recipe, out, address = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 for where in ("local", "cluster"):
     opts = RunOptions(out=out / where, limit=6, progress=False)

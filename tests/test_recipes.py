@@ -15,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli import cli
-from runner.config.loading import load_recipe
+from runner.study.load import load_recipe
+from tests.cli_output import user_error
 
 PROJECT = Path(__file__).resolve().parents[1]
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -33,16 +34,10 @@ def check(*paths, extra: tuple[str, ...] = ()):
     return invoke("check", *paths, "--no-tokens", *extra)
 
 
-def assert_user_error(result, *fragments: str) -> str:
-    """Exit code 2, no traceback, and every fragment present in the output."""
-    out = result.output
-    assert result.exit_code == 2, f"exit {result.exit_code}, output:\n{out}\nexception: {result.exception!r}"
-    # a ClickException ends in SystemExit(2); anything else is an unhandled crash
-    assert isinstance(result.exception, SystemExit), repr(result.exception)
-    assert "Traceback" not in out
-    for frag in fragments:
-        assert frag in out, f"{frag!r} not in output:\n{out}"
-    return out
+def assert_user_error(result, expected: str) -> str:
+    """Exit code 2, no traceback, and exactly the expected output (paths as `tests/cli_output.py` writes them)."""
+    assert user_error(result) == expected
+    return result.output
 
 
 def line_of(text: str, needle: str) -> int:
@@ -127,12 +122,19 @@ def test_set_override_is_applied(base_recipe, write_recipe):
 def test_set_override_that_is_invalid_is_reported(base_recipe, write_recipe):
     p = write_recipe(base_recipe)
     r = check(p, extra=("--set", "sampling.max_tokens=0"))
-    assert_user_error(r, "sampling.max_tokens", "greater than 0")
+    assert_user_error(
+        r,
+        "Error: {tmp}/recipe.yaml: invalid recipe\n  sampling.max_tokens: Input should be greater than 0 (got 0)\n",
+    )
 
 
 def test_set_without_equals_sign(base_recipe, write_recipe):
     p = write_recipe(base_recipe)
-    assert_user_error(check(p, extra=("--set", "sampling.max_tokens")), "expected dotted.key=value")
+    assert_user_error(
+        check(p, extra=("--set", "sampling.max_tokens")),
+        "Error: --set: 'sampling.max_tokens': expected dotted.key=value\n"
+        "  hint: write --set key.path=value, e.g. --set sampling.max_tokens=64\n",
+    )
 
 
 PROJECT_RECIPES = sorted((PROJECT / "recipes").glob("*.yaml"))
@@ -140,8 +142,8 @@ PROJECT_RECIPES = sorted((PROJECT / "recipes").glob("*.yaml"))
 
 @pytest.mark.parametrize("recipe", PROJECT_RECIPES, ids=lambda p: p.name)
 def test_project_recipes_validate(recipe):
-    from runner.config.loading import load_recipes
     from runner.inputs.prompts import find_template
+    from runner.study.load import load_recipes
 
     for lr in load_recipes(recipe):  # a study: every cell; a base-only file: none
         assert lr.path == str(recipe.resolve())
@@ -160,7 +162,7 @@ def test_project_recipe_names_are_unique():
 
     if not PROJECT_RECIPES:
         pytest.skip("no project recipes")
-    from runner.config.loading import load_recipes
+    from runner.study.load import load_recipes
 
     loaded = load_all((str(PROJECT / "recipes"),), ())
     assert len(loaded) == sum(len(load_recipes(p)) for p in PROJECT_RECIPES) > len(PROJECT_RECIPES)
@@ -199,7 +201,14 @@ def test_unknown_engine_key_suggests_quantization(write_recipe, base_recipe):
         "  template: jsquad.j2\n"
     )
     p = write_recipe(text)
-    out = assert_user_error(check(p), "engine.quantizaton", "unknown key 'quantizaton'", "did you mean 'quantization'?")
+    out = assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 6, engine.quantizaton: unknown key 'quantizaton'; did you mean 'quantization'? Allowed "
+        "here: cpu_offload_gb, enable_prefix_caching, enforce_eager, engine_args, env, "
+        "gpu_memory_utilization, kind, kv_cache_dtype, max_model_len, quantization, seed, swap_space, "
+        "tensor_parallel_size, warmup\n",
+    )
     assert f"line {line_of(text, 'quantizaton')}, engine.quantizaton" in out
     assert "line 6" in out
 
@@ -207,13 +216,29 @@ def test_unknown_engine_key_suggests_quantization(write_recipe, base_recipe):
 def test_unknown_engine_key_inline_mapping(write_recipe, base_recipe):
     d = with_changes(base_recipe, engine={"kind": "vllm", "quantizaton": "awq"})
     p = write_recipe(d)
-    assert_user_error(check(p), "quantizaton", "did you mean 'quantization'?")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 6, engine.device: unknown key 'device'. Allowed here: cpu_offload_gb, "
+        "enable_prefix_caching, enforce_eager, engine_args, env, gpu_memory_utilization, kind, "
+        "kv_cache_dtype, max_model_len, quantization, seed, swap_space, tensor_parallel_size, warmup\n"
+        "  line 7, engine.quantizaton: unknown key 'quantizaton'; did you mean 'quantization'? Allowed "
+        "here: cpu_offload_gb, enable_prefix_caching, enforce_eager, engine_args, env, "
+        "gpu_memory_utilization, kind, kv_cache_dtype, max_model_len, quantization, seed, swap_space, "
+        "tensor_parallel_size, warmup\n",
+    )
 
 
 def test_unknown_top_level_key_suggests(write_recipe, base_recipe):
     d = copy.deepcopy(base_recipe)
     d["sampilng"] = d.pop("sampling")
-    assert_user_error(check(write_recipe(d)), "unknown key 'sampilng'", "did you mean 'sampling'?")
+    assert_user_error(
+        check(write_recipe(d)),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 16, sampilng: unknown key 'sampilng'; did you mean 'sampling'? Allowed here: abstract, "
+        "base, baseline, dataset, description, engine, estimate, exclude, load, matrix, metrics, model, "
+        "name, prompt, replicas, report, sampling, scoring, timeout_s, variants\n",
+    )
 
 
 def test_unknown_key_through_go_is_rejected_before_running(write_recipe, base_recipe, tmp_path):
@@ -221,7 +246,14 @@ def test_unknown_key_through_go_is_rejected_before_running(write_recipe, base_re
     d["engine"].pop("device")
     out_dir = tmp_path / "reports"
     r = invoke("go", write_recipe(d), "--out", out_dir, "--no-progress")
-    assert_user_error(r, "did you mean 'quantization'?")
+    assert_user_error(
+        r,
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 6, engine.quantizaton: unknown key 'quantizaton'; did you mean 'quantization'? Allowed "
+        "here: cpu_offload_gb, enable_prefix_caching, enforce_eager, engine_args, env, "
+        "gpu_memory_utilization, kind, kv_cache_dtype, max_model_len, quantization, seed, swap_space, "
+        "tensor_parallel_size, warmup\n",
+    )
     assert not out_dir.exists()
 
 
@@ -229,13 +261,22 @@ def test_wrong_type_names_field_and_line(write_recipe, base_recipe):
     d = with_changes(base_recipe, sampling={"max_tokens": "many"})
     p = write_recipe(d)
     text = p.read_text(encoding="utf-8")
-    out = assert_user_error(check(p), "sampling.max_tokens", "valid integer", "'many'")
+    out = assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 15, sampling.max_tokens: Input should be a valid integer, unable to parse string as an "
+        "integer (got 'many')\n",
+    )
     assert f"line {line_of(text, 'max_tokens')}, sampling.max_tokens" in out
 
 
 def test_negative_max_tokens(write_recipe, base_recipe):
     p = write_recipe(with_changes(base_recipe, sampling={"max_tokens": -3}))
-    assert_user_error(check(p), "sampling.max_tokens", "greater than 0", "-3")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 15, sampling.max_tokens: Input should be greater than 0 (got -3)\n",
+    )
 
 
 def test_gpu_memory_utilization_above_one(write_recipe, base_recipe):
@@ -243,80 +284,134 @@ def test_gpu_memory_utilization_above_one(write_recipe, base_recipe):
     d["engine"].pop("device")
     p = write_recipe(d)
     text = p.read_text(encoding="utf-8")
-    out = assert_user_error(check(p), "engine.gpu_memory_utilization", "less than or equal to 1", "1.5")
+    out = assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 6, engine.gpu_memory_utilization: Input should be less than or equal to 1 (got 1.5)\n",
+    )
     assert f"line {line_of(text, 'gpu_memory_utilization')}, engine.gpu_memory_utilization" in out
 
 
 @pytest.mark.parametrize(
-    "value, words", [(0, "greater than 0"), (1.5, "less than or equal to 1"), (-0.1, "greater than 0")]
+    "value, why",
+    [(0, "greater than 0 (got 0)"), (1.5, "less than or equal to 1 (got 1.5)"), (-0.1, "greater than 0 (got -0.1)")],
 )
-def test_top_p_out_of_range(write_recipe, base_recipe, value, words):
+def test_top_p_out_of_range(write_recipe, base_recipe, value, why):
     p = write_recipe(with_changes(base_recipe, sampling={"top_p": value}))
-    assert_user_error(check(p), "sampling.top_p", words)
+    assert_user_error(
+        check(p), f"Error: {{tmp}}/recipe.yaml: invalid recipe\n  line 16, sampling.top_p: Input should be {why}\n"
+    )
 
 
-def test_top_p_one_is_allowed(write_recipe, base_recipe):
+def test_unknown_shot_key_suggests_answer(write_recipe, base_recipe):
     p = write_recipe(with_changes(base_recipe, sampling={"top_p": 1.0}))
     assert load_recipe(p).recipe.sampling.top_p == 1.0
 
 
 def test_unknown_metric_suggests(write_recipe, base_recipe):
     p = write_recipe(with_changes(base_recipe, metrics=["exact_macth"]))
-    assert_user_error(check(p), "unknown metric 'exact_macth'", "did you mean 'exact_match'?", "char_f1")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 17, metrics.0: unknown metric 'exact_macth'; did you mean 'exact_match'? Allowed: "
+        "runner_exact_match, runner_char_f1, runner_contains, jglue_exact_match, jglue_char_f1, "
+        "llmjp_exact_match, llmjp_char_f1, flexeval_exact_match, flexeval_char_f1, "
+        "flexeval_exact_match_normalized, flexeval_char_f1_normalized, exact_match, char_f1, contains\n",
+    )
 
 
 def test_duplicate_metric(write_recipe, base_recipe):
     p = write_recipe(with_changes(base_recipe, metrics=["char_f1", "char_f1"]))
-    assert_user_error(check(p), "metrics", "listed twice")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 16, metrics: metrics are listed twice (got ['char_f1', 'char_f1'])\n",
+    )
 
 
 def test_unknown_engine_kind(write_recipe, base_recipe):
     p = write_recipe(with_changes(base_recipe, engine={"kind": "tensorrt"}))
-    assert_user_error(check(p), "engine.kind", "unknown engine kind 'tensorrt'", "'transformers'", "'vllm'")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 5, engine.kind: unknown engine kind 'tensorrt'; allowed: 'transformers', 'vllm', 'fake'\n",
+    )
 
 
 def test_missing_engine_kind(write_recipe, base_recipe):
     d = copy.deepcopy(base_recipe)
     d["engine"] = {"device": "cpu"}
-    assert_user_error(check(write_recipe(d)), "missing `kind`")
+    assert_user_error(
+        check(write_recipe(d)),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 4, engine.kind: missing `kind`; allowed: 'transformers', 'vllm', 'fake'\n",
+    )
 
 
 def test_missing_required_section(write_recipe, base_recipe):
     d = copy.deepcopy(base_recipe)
     del d["model"]
-    assert_user_error(check(write_recipe(d)), "model", "required field is missing")
+    assert_user_error(
+        check(write_recipe(d)),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n  line 1, model: required field is missing\n",
+    )
 
 
 def test_set_on_nonexistent_key(write_recipe, base_recipe):
     p = write_recipe(base_recipe)
-    assert_user_error(check(p, extra=("--set", "engine.nope=3")), "--set engine.nope: no such key")
+    assert_user_error(
+        check(p, extra=("--set", "engine.nope=3")),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  engine.nope: --set engine.nope: no such key. Allowed here: attn_implementation, batch_size, "
+        "device, kind, quantization, warmup\n",
+    )
 
 
 def test_set_on_nonexistent_key_suggests(write_recipe, base_recipe):
     p = write_recipe(base_recipe)
     assert_user_error(
-        check(p, extra=("--set", "sampling.max_token=5")), "--set sampling.max_token", "did you mean 'max_tokens'?"
+        check(p, extra=("--set", "sampling.max_token=5")),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  sampling.max_token: --set sampling.max_token: no such key; did you mean 'max_tokens'? Allowed "
+        "here: ignore_eos, max_tokens, seed, stop, temperature, top_k, top_p\n",
     )
 
 
 def test_set_below_a_scalar(write_recipe, base_recipe):
     p = write_recipe(base_recipe)
-    assert_user_error(check(p, extra=("--set", "model.id.x=1")), "'id' is not a mapping")
+    assert_user_error(
+        check(p, extra=("--set", "model.id.x=1")),
+        "Error: {tmp}/recipe.yaml: model.id.x: --set model.id.x: 'id' is not a mapping\n",
+    )
 
 
 def test_system_and_system_template_both_given(write_recipe, base_recipe):
     p = write_recipe(with_changes(base_recipe, prompt={"system": "hi"}))
-    assert_user_error(check(p), "either `system` or `system_template`")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 10, prompt: give either `system` or `system_template`, not both\n",
+    )
 
 
 def test_shots_k_without_source(write_recipe, base_recipe):
     p = write_recipe(with_changes(base_recipe, prompt={"shots": {"k": 2}}))
-    assert_user_error(check(p), "k > 0 needs `source`")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 13, prompt.shots: k > 0 needs `source`, the dataset the shots are drawn from\n",
+    )
 
 
 def test_typo_inside_shot_example_suggests(write_recipe, base_recipe):
     p = write_recipe(with_changes(base_recipe, prompt={"shots": {"examples": [{"question": "q", "anwser": "a"}]}}))
-    assert_user_error(check(p), "unknown key 'anwser'", "did you mean 'answer'?")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 15, prompt.shots.examples.0.answer: required field is missing\n"
+        "  line 16, prompt.shots.examples.0.anwser: unknown key 'anwser'; did you mean 'answer'? Allowed "
+        "here: answer, context, question\n",
+    )
 
 
 # --------------------------------------------------------------------------- recipe names
@@ -325,27 +420,40 @@ def test_typo_inside_shot_example_suggests(write_recipe, base_recipe):
 @pytest.mark.parametrize("name", ["../../x", "a/b", ".hidden", "x y", "ok\n", ""])
 def test_bad_recipe_names_rejected(write_recipe, base_recipe, name):
     p = write_recipe(with_changes(base_recipe, name=name))
-    assert_user_error(check(p), "name", "pattern")
+    why = f"name: String should match pattern '^[A-Za-z0-9][A-Za-z0-9._-]*$' (got {name!r})"
+    assert_user_error(check(p), f"Error: {{tmp}}/recipe.yaml: invalid recipe\n  line 1, {why}\n")
 
 
 def test_path_traversal_name_rejected_by_go(write_recipe, base_recipe, tmp_path):
     out_dir = tmp_path / "a" / "b" / "reports"
     r = invoke("go", write_recipe(with_changes(base_recipe, name="../../x")), "--out", out_dir)
-    assert_user_error(r, "name", "pattern")
+    assert_user_error(
+        r,
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 1, name: String should match pattern '^[A-Za-z0-9][A-Za-z0-9._-]*$' (got '../../x')\n",
+    )
     assert not (tmp_path / "a" / "x").exists() and not out_dir.exists()
 
 
 def test_two_recipes_with_same_name(write_recipe, base_recipe):
     p1 = write_recipe(base_recipe, name="one.yaml")
     p2 = write_recipe(base_recipe, name="two.yaml")
-    assert_user_error(check(p1, p2), "two recipes are named 't'", "one.yaml", "two.yaml")
+    assert_user_error(
+        check(p1, p2),
+        "Error: name: two recipes are named 't': {tmp}/one.yaml and {tmp}/two.yaml; names must be unique "
+        "in one call (they name the report folders)\n",
+    )
 
 
 def test_two_recipes_with_same_name_in_go(write_recipe, base_recipe, tmp_path):
     p1 = write_recipe(base_recipe, name="one.yaml")
     p2 = write_recipe(base_recipe, name="sub/one.yaml")
     out_dir = tmp_path / "reports"
-    assert_user_error(invoke("go", p1, p2, "--out", out_dir), "two recipes are named 't'")
+    assert_user_error(
+        invoke("go", p1, p2, "--out", out_dir),
+        "Error: name: two recipes are named 't': {tmp}/one.yaml and {tmp}/sub/one.yaml; names must be "
+        "unique in one call (they name the report folders)\n",
+    )
     assert not out_dir.exists()
 
 
@@ -359,7 +467,10 @@ def test_same_file_twice_is_not_a_duplicate(write_recipe, base_recipe):
 def test_go_baseline_naming_no_recipe(write_recipe, base_recipe, tmp_path):
     out_dir = tmp_path / "reports"
     r = invoke("go", write_recipe(base_recipe), "--out", out_dir, "--baseline", "nosuch")
-    assert_user_error(r, "--baseline 'nosuch' names no recipe", "t")
+    assert_user_error(
+        r,
+        "Error: --baseline 'nosuch' names no recipe of this call; recipes: t\n",
+    )
     assert not out_dir.exists()
 
 
@@ -367,34 +478,56 @@ def test_go_baseline_naming_no_recipe(write_recipe, base_recipe, tmp_path):
 
 
 def test_empty_file(write_recipe):
-    assert_user_error(check(write_recipe("")), "file is empty")
+    assert_user_error(
+        check(write_recipe("")),
+        "Error: {tmp}/recipe.yaml: file is empty; a recipe needs at least name, model, engine, dataset, prompt\n",
+    )
 
 
 def test_whitespace_only_file(write_recipe):
-    assert_user_error(check(write_recipe("\n   \n")), "file is empty")
+    assert_user_error(
+        check(write_recipe("\n   \n")),
+        "Error: {tmp}/recipe.yaml: file is empty; a recipe needs at least name, model, engine, dataset, prompt\n",
+    )
 
 
 def test_non_utf8_file(write_recipe):
     p = write_recipe(b"name: \xff\xfe caf\xe9\n")
-    assert_user_error(check(p), "not UTF-8", "offset 6", "hint: save the recipe as UTF-8")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: not UTF-8 text (bad byte at offset 6)\n  hint: save the recipe as UTF-8\n",
+    )
 
 
 def test_yaml_syntax_error_has_line_number(write_recipe):
     text = "name: x\nmodel:\n  id: [a\n  b: c\n"
     p = write_recipe(text)
-    assert_user_error(check(p), f"{p}:4: YAML syntax error")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml:4: YAML syntax error: expected ',' or ']', but got ':' (while parsing "
+        "a flow sequence)\n",
+    )
 
 
 def test_yaml_that_is_not_a_mapping(write_recipe):
-    assert_user_error(check(write_recipe("- a\n- b\n")), "must be a mapping", "list")
+    assert_user_error(
+        check(write_recipe("- a\n- b\n")),
+        "Error: {tmp}/recipe.yaml: a recipe must be a mapping of keys, got list\n",
+    )
 
 
 def test_recipe_file_not_found(tmp_path):
-    assert_user_error(check(tmp_path / "nope.yaml"), "nope.yaml", "file not found")
+    assert_user_error(
+        check(tmp_path / "nope.yaml"),
+        "Error: {tmp}/nope.yaml: file not found\n",
+    )
 
 
 def test_glob_matching_nothing(tmp_path):
-    assert_user_error(check(str(tmp_path / "nomatch-*.yaml")), "glob matches no file")
+    assert_user_error(
+        check(str(tmp_path / "nomatch-*.yaml")),
+        "Error: {tmp}/nomatch-*.yaml: glob matches no file\n",
+    )
 
 
 def test_glob_expands(write_recipe, base_recipe, tmp_path):
@@ -407,7 +540,10 @@ def test_glob_expands(write_recipe, base_recipe, tmp_path):
 
 def test_folder_without_recipes(tmp_path):
     (tmp_path / "empty").mkdir()
-    assert_user_error(check(tmp_path / "empty"), "folder has no .yaml/.yml recipes")
+    assert_user_error(
+        check(tmp_path / "empty"),
+        "Error: {tmp}/empty: folder has no .yaml/.yml recipes\n",
+    )
 
 
 # --------------------------------------------------------------------------- templates
@@ -415,18 +551,30 @@ def test_folder_without_recipes(tmp_path):
 
 def test_missing_template_file(write_recipe, base_recipe):
     p = write_recipe(with_changes(base_recipe, prompt={"template": "missing.j2"}))
-    assert_user_error(check(p), "prompt.template", "template not found: 'missing.j2'")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: prompt.template: template not found: 'missing.j2' (looked beside the "
+        "recipe and in templates/)\n",
+    )
 
 
 def test_missing_system_template_file(write_recipe, base_recipe):
     p = write_recipe(with_changes(base_recipe, prompt={"system_template": "nosys.j2"}))
-    assert_user_error(check(p), "prompt.system_template", "template not found: 'nosys.j2'")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: prompt.system_template: template not found: 'nosys.j2' (looked beside "
+        "the recipe and in templates/)\n",
+    )
 
 
 def test_template_syntax_error(write_recipe, base_recipe, tmp_path):
     (tmp_path / "bad.j2").write_text("Question: {{ question \n", encoding="utf-8")
     p = write_recipe(with_changes(base_recipe, prompt={"template": "bad.j2"}))
-    assert_user_error(check(p), "prompt.template", "bad.j2 line 1: syntax error")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: prompt.template: {tmp}/bad.j2 line 1: syntax error: unexpected end of "
+        "template, expected 'end of print statement'.\n",
+    )
 
 
 def test_template_undefined_variable(write_recipe, base_recipe, tmp_path):
@@ -434,10 +582,9 @@ def test_template_undefined_variable(write_recipe, base_recipe, tmp_path):
     p = write_recipe(with_changes(base_recipe, prompt={"template": "undef.j2"}))
     assert_user_error(
         check(p),
-        "prompt.template",
-        "undefined variable",
-        "'questoin' is undefined",
-        "available: answers, context, example, id, question",
+        "Error: {tmp}/recipe.yaml: prompt.template: {tmp}/undef.j2 (example 'demo-0001'): undefined "
+        "variable: 'questoin' is undefined\n"
+        "  hint: available: answers, context, example, id, question, shots\n",
     )
 
 
@@ -454,14 +601,22 @@ def test_template_by_absolute_path(write_recipe, base_recipe, tmp_path):
 def test_template_sandbox_escape_refused(write_recipe, base_recipe, tmp_path):
     (tmp_path / "esc.j2").write_text("{{ cycler.__init__.__globals__ }}", encoding="utf-8")
     p = write_recipe(with_changes(base_recipe, prompt={"template": "esc.j2"}))
-    out = assert_user_error(check(p), "prompt.template", "unsafe operation refused by the sandbox")
+    out = assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: prompt.template: {tmp}/esc.j2 (example 'demo-0001'): unsafe operation "
+        "refused by the sandbox: access to attribute '__init__' of 'type' object is unsafe.\n",
+    )
     assert "<module" not in out and "__builtins__" not in out
 
 
 def test_template_runtime_error_is_a_user_error(write_recipe, base_recipe, tmp_path):
     (tmp_path / "te.j2").write_text("Q {{ question + 1 }}", encoding="utf-8")
     p = write_recipe(with_changes(base_recipe, prompt={"template": "te.j2"}))
-    assert_user_error(check(p), "prompt.template", "te.j2")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: prompt.template: {tmp}/te.j2 (example 'demo-0001'): error while "
+        'rendering: TypeError: can only concatenate str (not "int") to str\n',
+    )
 
 
 # --------------------------------------------------------------------------- datasets
@@ -469,26 +624,42 @@ def test_template_runtime_error_is_a_user_error(write_recipe, base_recipe, tmp_p
 
 def test_dataset_file_missing(write_recipe, base_recipe):
     p = write_recipe(with_changes(base_recipe, dataset={"path": "nothere.json"}))
-    assert_user_error(check(p), "dataset.path", "dataset file not found", "nothere.json")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: dataset.path: dataset file not found: {tmp}/nothere.json\n"
+        "  hint: paths in a recipe are relative to the recipe file\n",
+    )
 
 
 def test_dataset_file_missing_through_go(write_recipe, base_recipe, tmp_path):
     out_dir = tmp_path / "reports"
     p = write_recipe(with_changes(base_recipe, dataset={"path": "nothere.json"}))
-    assert_user_error(invoke("go", p, "--out", out_dir), "dataset file not found")
+    assert_user_error(
+        invoke("go", p, "--out", out_dir),
+        "Error: {tmp}/recipe.yaml: dataset.path: dataset file not found: {tmp}/nothere.json\n"
+        "  hint: paths in a recipe are relative to the recipe file\n",
+    )
     assert not out_dir.exists()
 
 
 def test_dataset_file_empty(write_recipe, base_recipe, tmp_path):
     (tmp_path / "empty.json").write_text("")
     p = write_recipe(with_changes(base_recipe, dataset={"path": "empty.json"}))
-    assert_user_error(check(p), "dataset.path", "dataset file is empty", "empty.json")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: dataset.path: dataset file is empty: {tmp}/empty.json\n"
+        "  hint: point dataset.path at the file that holds the examples\n",
+    )
 
 
 def test_dataset_path_is_a_folder(write_recipe, base_recipe, tmp_path):
     (tmp_path / "dir.json").mkdir()
     p = write_recipe(with_changes(base_recipe, dataset={"path": "dir.json"}))
-    assert_user_error(check(p), "dataset.path", "is a folder")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: dataset.path: dataset path is a folder, not a file: {tmp}/dir.json\n"
+        "  hint: point dataset.path at a file inside it, or read a dataset folder with format: hub\n",
+    )
 
 
 def test_dataset_lacking_mapped_field(write_recipe, base_recipe, tmp_path):
@@ -496,18 +667,32 @@ def test_dataset_lacking_mapped_field(write_recipe, base_recipe, tmp_path):
     p = write_recipe(
         with_changes(base_recipe, dataset={"format": "jsonl", "path": "d.jsonl", "fields": {"question": "nope"}})
     )
-    assert_user_error(check(p), "dataset.fields.question", "row 0 has no column 'nope'", "columns: answers, context, q")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: dataset.fields.question: row 0 has no column 'nope' (mapped to "
+        "`question`); columns: answers, context, q\n",
+    )
 
 
 def test_dataset_unreadable_as_format(write_recipe, base_recipe, tmp_path):
     (tmp_path / "bad.jsonl").write_text("{not json\n")
     p = write_recipe(with_changes(base_recipe, dataset={"format": "jsonl", "path": "bad.jsonl"}))
-    assert_user_error(check(p), "dataset.format", "cannot read bad.jsonl as jsonl")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: dataset.format: cannot read bad.jsonl as jsonl: line 1 is not valid "
+        "JSON: Expecting property name enclosed in double quotes (column 2)\n"
+        "  hint: each line of a JSONL file must be one complete JSON object; fix or delete that line\n",
+    )
 
 
 def test_dataset_unknown_format(write_recipe, base_recipe):
     p = write_recipe(with_changes(base_recipe, dataset={"format": "xml"}))
-    assert_user_error(check(p), "dataset.format", "'squad'", "'jsonl'")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 8, dataset.format: Input should be 'squad', 'json', 'jsonl', 'csv', 'parquet' or 'hub' "
+        "(got 'xml')\n",
+    )
 
 
 # --------------------------------------------------------------------------- presentation

@@ -14,19 +14,17 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from runner.base.stats import mcnemar_exact
+from runner.base.types import Knob as KnobResult
 from runner.cli import cli
-from runner.config.recipe import Recipe
-from runner.engines.base import Knob as KnobResult
-from runner.execution.assemble import ignored_knob_notes
-from runner.execution.layout import RunFolder
-from runner.reporting import plots
-from runner.reporting.comparisons import changed_answers_section, prefix_section
-from runner.reporting.markdown import report_markdown, write_report
-from runner.reporting.recipe_diff import recipe_diff
-from runner.reporting.results import Estimate, Memory, Prefix, RunResult, Throughput, Timings, Tokens
-from runner.reporting.stats import mcnemar_exact
-from runner.reporting.stored import load_results, load_samples
-from runner.reporting.summary import summary_markdown, write_summary
+from runner.folder import RunFolder, load_results, load_samples
+from runner.recipe import Recipe
+from runner.report import plots
+from runner.report.summary import changed_answers_section, prefix_section, recipe_diff
+from runner.results import Estimate, Memory, Prefix, RunResult, Throughput, Timings, Tokens
+from runner.run.result import ignored_knob_notes
+from tests.cli_output import user_error
+from tests.wired import report_markdown, summary_markdown, write_report, write_summary
 
 # --------------------------------------------------------------------------- builders
 
@@ -53,7 +51,7 @@ def recipe(name: str, *, baseline: bool = False, **changes) -> dict:
     """A resolved recipe (as results.json stores it): BASE with `changes` merged in (`engine` replaced)."""
     d = _merge(copy.deepcopy(BASE), changes)
     d.update(name=name, baseline=baseline)
-    return Recipe.model_validate(d).canonical()
+    return Recipe.model_validate(d)
 
 
 def vllm(**engine) -> dict:
@@ -98,7 +96,7 @@ def result(
         prefix=prefix or Prefix(),
         estimate=estimate,
         knobs=knobs or [],
-        engine={"name": rec["engine"]["kind"], "version": "1.0"},
+        engine={"name": rec.engine.kind, "version": "1.0"},
         **kw,
     )
 
@@ -529,7 +527,7 @@ def test_report_reproducibility_block():
     assert f"```bash\n{COMMAND}\n```" in repro
     m = re.search(r"^## Resolved recipe\n\n```yaml\n(.*?)\n```", md, flags=re.S | re.M)
     assert m, md
-    assert yaml.safe_load(m.group(1)) == r.recipe
+    assert yaml.safe_load(m.group(1)) == r.recipe.canonical()
 
 
 def test_report_reproducibility_without_optional_facts():
@@ -908,7 +906,7 @@ def test_cli_report_with_baseline_option(tmp_path):
 
 def test_cli_report_on_empty_folder_is_a_user_error(tmp_path):
     res = invoke("report", tmp_path)
-    assert res.exit_code == 2, res.output
+    assert user_error(res) == ("Error: {tmp}: no */results.json here\n")
     assert isinstance(res.exception, SystemExit)
     assert "no */results.json here" in res.output and str(tmp_path) in res.output
     assert "Traceback" not in res.output
@@ -917,14 +915,19 @@ def test_cli_report_on_empty_folder_is_a_user_error(tmp_path):
 
 def test_cli_report_on_missing_folder_is_a_user_error(tmp_path):
     res = invoke("report", tmp_path / "nope")
-    assert res.exit_code == 2
+    assert user_error(res) == (
+        "Usage: cli report [OPTIONS] OUT\n"
+        "Try 'cli report --help' for help.\n"
+        "\n"
+        "Error: Invalid value for 'OUT': Directory '{tmp}/nope' does not exist.\n"
+    )
     assert "does not exist" in res.output
 
 
 def test_cli_report_unknown_baseline_is_a_user_error(tmp_path):
     _stored(tmp_path)
     res = invoke("report", tmp_path, "--baseline", "fsat")
-    assert res.exit_code == 2, res.output
+    assert user_error(res) == ("Error: --baseline 'fsat' names no stored result; results: base, broken, fast\n")
     assert "fsat" in res.output and "base" in res.output
 
 
@@ -933,7 +936,11 @@ def test_cli_report_malformed_results_is_a_user_error(tmp_path):
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "results.json").write_text('{"name": "bad", "status": "maybe"}', encoding="utf-8")
     res = invoke("report", tmp_path)
-    assert res.exit_code == 2, (res.output, res.exception)
+    assert user_error(res) == (
+        "Error: {tmp}/bad/results.json: not a valid results.json (2 problem(s); first: recipe: Field "
+        "required)\n"
+        "  hint: rerun that recipe, or remove its folder\n"
+    )
     assert isinstance(res.exception, SystemExit)
     assert "bad/results.json" in res.output
 
@@ -941,7 +948,7 @@ def test_cli_report_malformed_results_is_a_user_error(tmp_path):
 def test_compressed_samples_are_read_like_plain_ones(tmp_path):
     import gzip
 
-    from runner.reporting.stored import load_samples
+    from runner.folder import load_samples
 
     rows = [{"id": "a", "output": "x"}, {"id": "b", "output": "ｙ"}]
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.config.recipe import PromptSpec
-from runner.inputs.datasets import Example
+from runner.base.stats import common_prefix_len, mcnemar_exact, percentile, prefix_share, project, summary, t95
+from runner.base.types import Example
 from runner.inputs.prompts import PromptBuilder
-from runner.reporting.stats import common_prefix_len, mcnemar_exact, percentile, prefix_share, project, summary, t95
+from runner.recipe import PromptSpec
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 

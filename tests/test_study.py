@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner.config.loading import load_recipe, load_recipes, load_study
-from runner.errors import RecipeError
+from runner.base.errors import RecipeError
+from runner.study.load import load_recipe, load_recipes, load_study
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -492,15 +492,16 @@ def test_context_first_template_puts_the_passage_first():
 
 
 def test_study_keys_model_lists_what_the_loader_reads():
-    from runner.config.study import STUDY_KEYS, StudyKeys
+    from runner.config.loading import FILE_KEYS as STUDY_KEYS
+    from runner.study.load import StudyKeys
 
     assert tuple(StudyKeys.model_fields) == STUDY_KEYS
     assert all(f.description for f in StudyKeys.model_fields.values())
 
 
 def test_only_takes_comma_separated_names_and_globs():
+    from runner.base.errors import RunnerError
     from runner.cli.loading import load_all
-    from runner.errors import RunnerError
 
     path = str(PROJECT / "recipes" / "jsquad-study.yaml")
     chosen = load_all((path,), (), only="jsquad-vllm-fp8-[fg]*, jsquad-hf-batched,jsquad-vllm")
@@ -518,7 +519,7 @@ def test_serving_cells_do_not_claim_a_shared_engine():
     # each serving run starts its own server: cells that differ only in the prompt are separate jobs,
     # while the same cells without `load:` share one engine
     from runner.cli.loading import load_all
-    from runner.execution.job import engine_key
+    from runner.run.job import engine_key
 
     cells = load_all((str(PROJECT / "recipes" / "jsquad-serve.yaml"),), ())
     assert [lr.recipe.name for lr in cells] == ["jsquad-serve-qfirst", "jsquad-serve-ctxfirst"]

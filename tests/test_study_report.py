@@ -1,4 +1,4 @@
-"""A study's section of summary.md (runner/reporting/study.py), its chart (study_plots.py) and the cell
+"""A study's section of summary.md (runner/study/study.py), its chart and the cell
 line of report.md, from RunResult objects built here: a 2x2 study (prefix caching x prompt template) of
 the `vllm` variant, an `hf` baseline variant (an estimate; its engine has no prefix-caching key), an
 `fp8` variant that failed, and a plain recipe outside the study."""
@@ -12,17 +12,23 @@ from typing import Any
 
 import pytest
 
-from runner.config.recipe import Recipe
-from runner.errors import RunnerError
-from runner.execution.layout import study_chart_path
-from runner.reporting.markdown import report_markdown
-from runner.reporting.results import Estimate, RunResult, Timings
-from runner.reporting.study import study_section
-from runner.reporting.study_axes import ABSENT, axes_of, pick_axes, requested_axes, value_label
-from runner.reporting.study_effects import axis_effects
-from runner.reporting.study_plots import write_study_charts
-from runner.reporting.study_times import time_spent, times
-from runner.reporting.summary import summary_markdown, write_summary
+from runner.base.errors import RunnerError
+from runner.folder import study_chart_path
+from runner.recipe import Recipe
+from runner.results import Estimate, RunResult, Timings
+from runner.study.study import (
+    ABSENT,
+    axes_of,
+    axis_effects,
+    pick_axes,
+    requested_axes,
+    study_section,
+    time_spent,
+    times,
+    value_label,
+    write_study_charts,
+)
+from tests.wired import report_markdown, summary_markdown, write_summary
 
 BASE: dict[str, Any] = {
     "model": {"id": "Qwen/Qwen2.5-7B-Instruct"},
@@ -33,7 +39,6 @@ BASE: dict[str, Any] = {
     "metrics": ["exact_match"],
 }
 CACHE, TEMPLATE = "engine.enable_prefix_caching", "prompt.template"
-HOST = "this recipe ran on the engine started for {} (engine start 5.0 s, counted there); the prefix cache was reset"
 
 
 def _recipe(name: str, cell: dict, baseline: bool) -> dict:
@@ -100,7 +105,7 @@ def study_cells(cls: type[RunResult] = RunResult, **kw) -> list[RunResult]:
             40.0,
             minute=2,
             load_s=0.0,
-            notes=[HOST.format("s-vllm-nocache")],
+            engine_of="s-vllm-nocache",
             em=0.7,
             cls=cls,
             **kw,
@@ -112,7 +117,7 @@ def study_cells(cls: type[RunResult] = RunResult, **kw) -> list[RunResult]:
             10.0,
             minute=4,
             load_s=0.0,
-            notes=[HOST.format("s-vllm-cache")],
+            engine_of="s-vllm-cache",
             em=0.7,
             cls=cls,
             **kw,

@@ -4,9 +4,8 @@ import sys
 
 import pytest
 
-from runner.config.common import ModelSpec, Sampling
-from runner.engines.vllm import VLLMSpec, check_args, sampling_params_kwargs
-from runner.engines.vllm_knobs import parse_engine_log
+from runner.base.types import ModelSpec, Sampling
+from runner.engines.vllm import VLLMSpec, check_args, parse_engine_log, sampling_params_kwargs
 
 
 def spec(**kw):
@@ -60,7 +59,7 @@ def test_prefix_caching_left_to_vllm_when_unset():
 
 
 def test_engine_args_may_not_shadow_fields():
-    from runner.errors import RunnerError
+    from runner.base.errors import RunnerError
 
     with pytest.raises(RunnerError, match="enforce_eager"):
         spec(engine_args={"enforce_eager": True}).llm_kwargs(ModelSpec(id="m"))
@@ -115,9 +114,9 @@ def test_parent_never_imports_engine_libraries():
     code = (
         "import sys\n"
         "from runner.cli.loading import load_all\n"
-        "from runner.cli.go import make_unit\n"
-        "from runner.execution.job import RunOptions\n"
-        "import runner.execution.isolate, runner.reporting.markdown, runner.cli.inspect\n"
+        "from runner.run.job import make_unit\n"
+        "from runner.run.job import RunOptions\n"
+        "import runner.run.isolate, runner.report.markdown, runner.cli.inspect, runner.cli.go\n"
         f"[make_unit(lr, RunOptions(out='.')) for lr in load_all(({str(root / 'recipes' / 'demo.yaml')!r},), ())]\n"
         "print(sorted(m for m in ('torch', 'vllm', 'transformers') if m in sys.modules))"
     )
@@ -137,7 +136,7 @@ def test_missing_vllm_is_a_clear_error(monkeypatch):
         return real_import(name, *a, **kw)
 
     monkeypatch.setattr(builtins, "__import__", fake)
-    from runner.errors import RunnerError
+    from runner.base.errors import RunnerError
 
     with pytest.raises(RunnerError, match="vLLM is not installed"):
         spec().build(ModelSpec(id="m"), None)
@@ -160,7 +159,7 @@ def test_warmup_batch_fills_the_largest_step_within_the_model_length():
 
 
 def test_metrics_count_from_the_start_of_the_call():
-    from runner.engines.vllm_engine import counters_since
+    from runner.engines.vllm import counters_since
 
     before = {"vllm:prompt_tokens": 16384.0, "vllm:prefix_cache_hits": 0.0}
     after = {"vllm:prompt_tokens": 1_253_925.0, "vllm:prefix_cache_hits": 999_824.0, "vllm:num_preemptions": 0.0}

@@ -3,12 +3,8 @@
 import time
 from types import SimpleNamespace
 
-from runner.config.common import ModelSpec, Sampling
-from runner.engines.base import EngineInfo, Request
-from runner.engines.vllm import VLLMSpec
-from runner.engines.vllm_engine import VLLMEngine, warm_up
-from runner.engines.vllm_knobs import VLLMFacts
-from runner.inputs.datasets import Example
+from runner.base.types import EngineInfo, Example, ModelSpec, Request, Sampling
+from runner.engines.vllm import VLLMEngine, VLLMFacts, VLLMSpec, warm_up
 
 
 class _StandInLLM:

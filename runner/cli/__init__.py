@@ -7,17 +7,14 @@ import functools
 
 import click
 
-from runner import __version__
-from runner.errors import RunnerError
+from runner.base import __version__
+from runner.base.errors import RunnerError
 
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
 
 
 class UserError(click.ClickException):
     exit_code = EXIT_BAD_INPUT
-
-    def format_message(self) -> str:
-        return self.message
 
 
 def guard(fn):
@@ -50,4 +47,4 @@ def main():
     cli()
 
 
-from runner.cli import go, inspect, plan  # noqa: E402, F401  (registers the commands on `cli`)
+from runner.cli import go, inspect  # noqa: E402, F401  (registers the commands on `cli`)

@@ -1,112 +1,146 @@
-"""`runner go`: check every recipe, then run each (or each group that shares an engine) in its own
-process, or as a Ray task (`--executor ray`), and write the reports."""
+"""`runner go`: check every recipe, then run each (or each group that shares an engine) in its own process, a
+serving run against its engine's server, or each as a Ray task (`--executor ray`), and write the reports."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 import signal
 import sys
+from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
+from runner.base.errors import RunnerError
+from runner.base.format import brief, secs
 from runner.cli import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard
-from runner.cli.executors import EXECUTORS, Executor
 from runner.cli.loading import MP_HELP, SET_HELP, load_all
-from runner.config.recipe import MAX_TIMEOUT_S, LoadedRecipe
-from runner.errors import RunnerError
-from runner.execution.job import RunOptions, Unit
-from runner.execution.layout import RunFolder
-from runner.reporting.format import brief
-from runner.reporting.results import RunResult
+from runner.cli.wings import Plans, report_sections, summary_sections
+from runner.folder import RunFolder, previous_result
+from runner.recipe import MAX_TIMEOUT_S, LoadedRecipe
+from runner.report.markdown import write_report
+from runner.report.summary import write_summary
+from runner.results import RunResult
+from runner.run.isolate import run_isolated
+from runner.run.job import Job, RunOptions, Unit, group_by_engine, make_unit
+from runner.run.loop import run_job
+
+
+@dataclass(frozen=True)
+class Executor:
+    kind: str = "local"
+    address: str | None = None  # ray: an existing cluster (None: a local Ray instance for the call)
+    in_process: bool = False  # local: run the jobs in this process (tests)
+
+    @property
+    def on_ray(self) -> bool:
+        return self.kind == "ray"
+
+    def check_options(self, replicas: int | None) -> None:
+        """Options that do not go together, and a missing ray: bad input before any recipe is read."""
+        if not self.on_ray and replicas is not None:
+            why = "only the Ray executor runs data-parallel replicas; add --executor ray"
+            raise RunnerError(why, field="--replicas")
+        if not self.on_ray and self.address is not None:
+            why = "names a Ray cluster, which only the Ray executor uses; add --executor ray"
+            raise RunnerError(why, field="--address")
+        if self.on_ray and self.in_process:
+            why = "runs the recipes in this process; the Ray executor runs them in Ray tasks"
+            raise RunnerError(why, field="--in-process")
+        if self.on_ray and importlib.util.find_spec("ray") is None:
+            why = "ray is not installed in this Python, so `--executor ray` cannot run here"
+            raise RunnerError(why, field="--executor", hint="pip install -e '.[ray]'")
+
+    def check_recipes(self, loaded: list[LoadedRecipe]) -> None:
+        for lr in loaded:
+            if (n := lr.recipe.replicas) > 1 and not self.on_ray:
+                why = f"{n} data-parallel replicas run only on Ray; the local executor runs one engine per recipe"
+                raise RunnerError(why, file=lr.path, field="replicas", hint="add --executor ray, or set replicas: 1")
+
+    def run(self, todo: list[Unit], opts: RunOptions, done: Callable[[RunResult], None], plans: Plans) -> None:
+        """Run the units, those that share an engine as one job; `done` gets each result as it is written. Each job
+        takes its units' plans just before it starts."""
+        groups = group_by_engine(todo)
+        if self.on_ray:
+            from runner.cluster.ray import run_jobs_on_ray
+
+            groups = [plans.attach(g) for g in groups]
+            for n, group in enumerate(groups, 1):
+                self._announce(group, n, opts)
+            run_jobs_on_ray([Job(units=g, options=opts) for g in groups], address=self.address, on_result=done)
+            return
+        for n, group in enumerate(groups, 1):
+            self._announce(group, n, opts)
+            group = plans.attach(group)
+            job = Job(units=group, options=opts)
+            if group[0].loaded.recipe.load is not None:  # a serving run: the recipe against its engine's server
+                from runner.serve.run import run_serving
+
+                results = [run_serving(group[0], opts)]
+            elif self.in_process:
+                results = run_job(job)
+            else:
+                results = run_isolated(job, warn=lambda line: click.echo(line, err=True))
+            for res in results:
+                done(res)
+
+    def _announce(self, group: tuple[Unit, ...], n: int, opts: RunOptions) -> None:
+        r = group[0].loaded.recipe
+        names = ", ".join(u.name for u in group)
+        shared = f" ({len(group)} recipes on one engine)" if len(group) > 1 else ""
+        reps = f", {r.replicas} replicas" if r.replicas > 1 else ""
+        click.echo(f"[{n}] {names} ({r.engine.kind}, {r.model.id}{reps}){shared}", err=True)
+        log = RunFolder.of(opts.out, group[0].name).engine_log
+        if self.on_ray:
+            click.echo(f"  engine output: {log} (from the Ray worker, when the job ends)", err=True)
+        elif not self.in_process:  # engine start can take a minute with nothing on screen: say where to look
+            click.echo(f"  engine output: {log}", err=True)
+
+
+EXECUTORS = ("local", "ray")
+HELP = {  # the options' help, where it does not fit on the option's line
+    "out": "Folder for the reports; nothing is written outside it.",
+    "limit": "Run only the first N examples of each recipe.",
+    "only": "Run only the recipes or study cells named PATTERN, or matching it as a glob (e.g. "
+    "'jsquad-vllm-*cache*'); several patterns separated by commas.",
+    "estimate": "Run N randomly chosen examples (fixed seed) and project the full-dataset time, with a 95% interval; "
+    "marked as an estimate everywhere it is shown.",
+    "timeout": "Seconds per recipe before it is ended and recorded failed (a recipe's own timeout_s wins).",
+    "baseline": "Name of the recipe the summary compares against (default: the recipe with `baseline: true`).",
+    "force": "Rerun recipes whose complete results are already in --out (default: an unchanged recipe is skipped; "
+    "an interrupted one continues from its finished samples).",
+    "executor": "Where jobs run: `local` (one after another, each in its own process on this machine) or `ray` (each "
+    "a Ray task asking for the engine's GPUs, as many at once as the cluster holds; reports are still written "
+    "under --out here).",
+    "address": "With --executor ray: the Ray cluster to run on (e.g. HEAD:6379, or `auto`); default: a local Ray "
+    "instance started for this call.",
+    "replicas": "With --executor ray: split each recipe's examples into N contiguous shares, each run by its own "
+    "engine (the same as --set replicas=N: it is recorded in the recipe and its run key).",
+}
 
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option(
-    "--out",
-    "out",
-    default="reports",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="Folder for the reports; nothing is written outside it.",
-)
-@click.option(
-    "--only",
-    metavar="PATTERN",
-    help="Run only the recipes or study cells named PATTERN, or matching it as a glob (e.g. 'jsquad-vllm-*cache*'); "
-    "several patterns separated by commas.",
-)
-@click.option(
-    "--limit", type=click.IntRange(min=1, max=100_000_000), help="Run only the first N examples of each recipe."
-)
-@click.option(
-    "--estimate",
-    type=click.IntRange(min=2, max=100_000_000),
-    help="Run N randomly chosen examples (fixed seed) and project the full-dataset time, with a 95% "
-    "interval; marked as an estimate everywhere it is shown.",
-)
+@click.option("--out", default="reports", show_default=True, type=click.Path(file_okay=False), help=HELP["out"])
+@click.option("--only", metavar="PATTERN", help=HELP["only"])
+@click.option("--limit", type=click.IntRange(min=1, max=100_000_000), help=HELP["limit"])
+@click.option("--estimate", type=click.IntRange(min=2, max=100_000_000), help=HELP["estimate"])
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.option("--model-path", "model_paths", multiple=True, metavar="HUB_ID=PATH", help=MP_HELP)
-@click.option(
-    "--timeout",
-    type=click.IntRange(min=1, max=MAX_TIMEOUT_S),
-    help="Seconds per recipe before it is ended and recorded failed (a recipe's own timeout_s wins).",
-)
-@click.option(
-    "--baseline", help="Name of the recipe the summary compares against (default: the recipe with `baseline: true`)."
-)
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Rerun recipes whose complete results are already in --out "
-    "(default: an unchanged recipe is skipped; an interrupted one continues from its finished samples).",
-)
+@click.option("--timeout", "timeout_s", type=click.IntRange(min=1, max=MAX_TIMEOUT_S), help=HELP["timeout"])
+@click.option("--baseline", help=HELP["baseline"])
+@click.option("--force", is_flag=True, help=HELP["force"])
 @click.option("--in-process", is_flag=True, hidden=True, help="Run recipes in this process (tests).")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
-@click.option(
-    "--executor",
-    type=click.Choice(EXECUTORS),
-    default="local",
-    show_default=True,
-    help="Where jobs run: `local` (one after another, each in its own process on this machine) or "
-    "`ray` (each a Ray task asking for the engine's GPUs, as many at once as the cluster holds; "
-    "reports are still written under --out here).",
-)
-@click.option(
-    "--address",
-    metavar="ADDR",
-    help="With --executor ray: the Ray cluster to run on (e.g. HEAD:6379, "
-    "or `auto`); default: a local Ray instance started for this call.",
-)
-@click.option(
-    "--replicas",
-    type=click.IntRange(min=1, max=1024),
-    metavar="N",
-    help="With --executor ray: split "
-    "each recipe's examples into N contiguous shares, each run by its own engine (the same as "
-    "--set replicas=N: it is recorded in the recipe and its run key).",
-)
+@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True, help=HELP["executor"])
+@click.option("--address", metavar="ADDR", help=HELP["address"])
+@click.option("--replicas", type=click.IntRange(min=1, max=1024), metavar="N", help=HELP["replicas"])
 @guard
-def go(
-    paths,
-    out,
-    only,
-    limit,
-    estimate,
-    sets,
-    model_paths,
-    timeout,
-    baseline,
-    force,
-    in_process,
-    no_progress,
-    executor,
-    address,
-    replicas,
-):
+def go(paths, out, only, sets, model_paths, baseline, force, executor, address, replicas, in_process, **run):
     """Run recipes and study files (files, folders or globs) and write Markdown reports.
 
     Every recipe is checked before anything runs (bad input: exit 2). Each
@@ -125,39 +159,23 @@ def go(
         sets = (*sets, f"replicas={replicas}")
     loaded = load_all(paths, sets, model_paths, only)
     ex.check_recipes(loaded)
-    _check_baseline_and_out(baseline, out, loaded)
-    opts = RunOptions(
-        out=Path(out), limit=limit, estimate=estimate, command=_command(), progress=not no_progress, timeout_s=timeout
-    )
-    units = [make_unit(lr, opts, host=not ex.on_ray) for lr in loaded]  # all checked before anything is written
-    results = _run_locked(units, opts, force, ex, baseline, _out_dir(out))
-    if any(r.status != "ok" for r in results):
-        sys.exit(EXIT_FAILED)
-
-
-def _check_baseline_and_out(baseline: str | None, out: str, loaded: list[LoadedRecipe]) -> None:
-    if baseline and baseline not in {lr.recipe.name for lr in loaded}:
-        raise RunnerError(
-            f"--baseline {baseline!r} names no recipe of this call; recipes: "
-            + ", ".join(lr.recipe.name for lr in loaded)
-        )
+    names = [lr.recipe.name for lr in loaded]
+    if baseline and baseline not in names:
+        raise RunnerError(f"--baseline {baseline!r} names no recipe of this call; recipes: " + ", ".join(names))
     if not out or not out.strip():
-        raise RunnerError("--out is empty; give a folder for the reports", field="--out")
-
-
-def _command() -> str:
-    """This call's command line, for the reports (empty where `runner go` was not how it was called)."""
-    return "runner go " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["go"] else ""
-
-
-def _run_locked(
-    units: list[Unit], opts: RunOptions, force: bool, ex: Executor, baseline: str | None, out_dir: Path
-) -> list[RunResult]:
-    """Every unit's run folder locked while the units run."""
-    with ExitStack() as locks:
+        raise RunnerError("is empty; give a folder for the reports", field="--out")
+    argv = sys.argv  # this call's command line, for the reports (none where `runner go` was not how it was called)
+    command = "runner go " + shlex.join(argv[2:]) if argv[1:2] == ["go"] else ""
+    progress = not run.pop("no_progress")
+    opts = RunOptions(out=Path(out), command=command, progress=progress, **run)  # and --limit, --estimate, --timeout
+    units = [make_unit(lr, opts, host=not ex.on_ray) for lr in loaded]  # all checked before anything is written
+    out_dir = _out_dir(out)
+    with ExitStack() as locks:  # every unit's run folder locked while the units run
         for u in units:
             locks.enter_context(_lock(RunFolder.of(out_dir, u.name)))
-        return _run_all(units, opts, force, ex, baseline)
+        results = _run_all(units, opts, force, ex, baseline)
+    if any(r.status != "ok" for r in results):
+        sys.exit(EXIT_FAILED)
 
 
 def _out_dir(out: str) -> Path:
@@ -167,12 +185,8 @@ def _out_dir(out: str) -> Path:
     except OSError as e:
         raise RunnerError(f"cannot create the report folder: {e.strerror}", file=out, field="--out") from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise RunnerError(
-            "the report folder is not writable",
-            file=out,
-            field="--out",
-            hint="choose another --out, or make this one writable",
-        )
+        hint = "choose another --out, or make this one writable"
+        raise RunnerError("the report folder is not writable", file=out, field="--out", hint=hint)
     return path
 
 
@@ -185,98 +199,57 @@ def _lock(folder: RunFolder):
     try:
         lock.acquire()
     except Timeout:
-        raise RunnerError(
-            "another `runner go` is writing this recipe's folder right now; wait for it to "
-            "finish, or use another --out",
-            file=str(folder.root),
-        ) from None
+        busy = "another `runner go` is writing this recipe's folder right now"
+        raise RunnerError(f"{busy}; wait for it to finish, or use another --out", file=str(folder.root)) from None
     return lock
 
 
-def make_unit(lr: LoadedRecipe, opts: RunOptions, host: bool = True) -> Unit:
-    """Everything checkable without a model, done now: bad input stops the call before anything runs.
-    `host`: also what this machine needs to run it (False: it runs on Ray workers, which check that)."""
-    from runner.cli.preflight import check_runnable
-    from runner.execution.resume import run_key
-    from runner.inputs.prepare import prepare
-
-    prepared = prepare(lr, opts.limit, opts.estimate)
-    check_runnable(lr, prepared, host=host)
-    key = run_key(lr.recipe.canonical(), prepared.inputs, opts.limit, opts.estimate)
-    return Unit(loaded=lr, prepared=prepared, run_key=key)
-
-
 def _run_all(units: list[Unit], opts: RunOptions, force: bool, ex: Executor, baseline: str | None):
-    from runner.reporting.summary import write_summary
-
     results: list[RunResult] = []
 
     def done(res: RunResult) -> None:
         results.append(res)
-        click.echo(one_line(res, _report(res, opts.out)))
+        click.echo(one_line(res, write_report(res, opts.out, report_sections(opts.out))))
 
-    old_handler = signal.signal(signal.SIGTERM, _sigterm)
+    old_handler = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM: as Ctrl-C
     try:
-        ex.run(_skip_finished(units, opts, force, results), opts, done)
+        todo = []
+        for u in units:  # an unchanged recipe whose results are complete is skipped
+            folder = RunFolder.of(opts.out, u.name)
+            prev = None if force else previous_result(folder, u.run_key)
+            if prev is not None:
+                results.append(prev)
+                click.echo(f"skip {u.name}: unchanged since {prev.finished_at} (results complete; --force reruns)")
+                continue
+            if force:
+                folder.partial.unlink(missing_ok=True)
+            todo.append(u)
+        plans = Plans(todo)  # made in the background, the next job's while the current one runs
+        try:
+            ex.run(todo, opts, done, plans)
+        finally:
+            plans.close()
     except KeyboardInterrupt:
         if results:
-            write_summary(results, opts.out, baseline)
-        click.echo(
-            f"interrupted: {len(results)} of {len(units)} recipes finished; finished samples of the "
-            "interrupted recipe are kept, and the same command resumes",
-            err=True,
-        )
+            write_summary(results, opts.out, baseline, summary_sections())
+        kept = "finished samples of the interrupted recipe are kept, and the same command resumes"
+        click.echo(f"interrupted: {len(results)} of {len(units)} recipes finished; {kept}", err=True)
         sys.exit(EXIT_INTERRUPTED)
     finally:
         signal.signal(signal.SIGTERM, old_handler)
     order = {u.name: i for i, u in enumerate(units)}
     results.sort(key=lambda r: order.get(r.name, len(order)))
-    click.echo(f"summary: {write_summary(results, opts.out, baseline)}")
+    click.echo(f"summary: {write_summary(results, opts.out, baseline, summary_sections())}")
     return results
-
-
-def _skip_finished(units: list[Unit], opts: RunOptions, force: bool, results: list[RunResult]) -> list[Unit]:
-    from runner.execution.resume import previous_result
-
-    todo = []
-    for u in units:
-        folder = RunFolder.of(opts.out, u.name)
-        prev = None if force else previous_result(folder, u.run_key)
-        if prev is not None:
-            results.append(prev)
-            click.echo(f"skip {u.name}: unchanged since {prev.finished_at} (results complete; --force reruns)")
-            continue
-        if force:
-            folder.partial.unlink(missing_ok=True)
-        todo.append(u)
-    return todo
-
-
-def _report(res: RunResult, out: Path) -> Path:
-    from runner.reporting.markdown import write_report
-
-    return write_report(res, out)
-
-
-def _sigterm(signum, frame):
-    raise KeyboardInterrupt
 
 
 def one_line(res: RunResult, path: Path) -> str:
     if res.status != "ok":
-        line = f"FAILED {res.name}: {res.error}"
-        if res.hint:
-            line += f"\n  hint: {res.hint}"
-        return line + f"\n  report: {path}"
-    from runner.reporting.format import secs
-
+        hint = f"\n  hint: {res.hint}" if res.hint else ""
+        return f"FAILED {res.name}: {res.error}{hint}\n  report: {path}"
     t = res.timings
-    bits = [
-        f"ok {res.name}: {res.n_samples} examples",
-        f"generation {secs(t.generate_s)}",
-        f"start {secs(t.load_s)}",
-        f"{res.throughput.requests_per_s or 0:.2f} req/s",
-    ]
+    bits = [f"ok {res.name}: {res.n_samples} examples", f"generation {secs(t.generate_s)}", f"start {secs(t.load_s)}"]
+    bits.append(f"{res.throughput.requests_per_s or 0:.2f} req/s")
     if res.estimate:
         bits.append(f"projected full run ~{secs(res.estimate.projected_s)} (estimate)")
     if res.scores:
@@ -285,8 +258,6 @@ def one_line(res: RunResult, path: Path) -> str:
     line = "; ".join(bits)
     for k in res.knobs:
         if k.status == "ignored":
-            line += (
-                f"\n  WARNING: knob {k.name} did not take effect (requested {brief(k.requested)}, "
-                f"effective {brief(k.effective)}): {k.evidence}"
-            )
+            took = f"requested {brief(k.requested)}, effective {brief(k.effective)}"
+            line += f"\n  WARNING: knob {k.name} did not take effect ({took}): {k.evidence}"
     return line + f"\n  report: {path}"

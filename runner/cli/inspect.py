@@ -1,4 +1,4 @@
-"""`runner check`, `runner report`, `runner schema`: look at recipes and results without running."""
+"""`runner check`, `runner plan`, `runner report`, `runner schema`: look at recipes and results without running."""
 
 from __future__ import annotations
 
@@ -7,41 +7,37 @@ from pathlib import Path
 
 import click
 
+from runner.base.errors import RunnerError
 from runner.cli import cli, guard
-from runner.cli.loading import MP_HELP, SET_HELP, load_all
-from runner.errors import RunnerError
+from runner.cli.loading import MP_HELP, ONLY_HELP, SET_HELP, load_all
+from runner.recipe import Recipe
+from runner.results import RunResult
+from runner.study.load import add_study_keys
 
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.option("--model-path", "model_paths", multiple=True, metavar="HUB_ID=PATH", help=MP_HELP)
-@click.option(
-    "--only",
-    metavar="PATTERN",
-    help="Check only the recipes or study cells whose name matches (a name or glob; several separated by commas).",
-)
+@click.option("--only", metavar="PATTERN", help=f"Check {ONLY_HELP}")
 @click.option("--no-tokens", is_flag=True, help="Skip prompt-token statistics (they need the tokenizer).")
 @guard
 def check(paths, sets, model_paths, only, no_tokens):
     """Validate recipes and study files without loading a model; show each recipe's first prompt
     (a study's cells with the settings that vary) and prompt-token statistics."""
-    from runner.cli.preflight import check_model
     from runner.inputs.context import check_context
     from runner.inputs.prepare import prepare
+    from runner.run.job import check_model
 
     shown: set[str] = set()  # a study shows its first cell's prompt; the rest list what varies
     for lr in load_all(paths, sets, model_paths, only):
         prepared = prepare(lr)
         check_model(lr)
         check_context(lr, prepared.examples, prepared.messages)
-        r = lr.recipe
-        n = len(prepared.examples)
+        r, n = lr.recipe, len(prepared.examples)
         est = f" (an estimate: runs {n}, projects {prepared.n_target})" if n < prepared.n_target else ""
-        click.echo(
-            f"ok {lr.path}: {r.name} — {r.engine.kind}, {r.model.id}, {prepared.n_target} of "
-            f"{prepared.n_dataset} examples{est}"
-        )
+        of = f"{prepared.n_target} of {prepared.n_dataset} examples{est}"
+        click.echo(f"ok {lr.path}: {r.name} — {r.engine.kind}, {r.model.id}, {of}")
         if lr.study:
             cell = ", ".join(f"{k}={v}" for k, v in lr.cell.items()) or "(no varying settings)"
             click.echo(f"  cell of study {lr.study}: {cell}")
@@ -57,14 +53,14 @@ def check(paths, sets, model_paths, only, no_tokens):
 
 def token_stats(r, messages) -> str:
     try:
-        from runner.engines.tokenizing import encode_prompts, load_tokenizer, uses_chat_template
+        from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
 
         tok = load_tokenizer(r.model, local_only=True)  # no hub retries: check is a quick look
         chat = uses_chat_template(tok, r.prompt.chat_template)
         lens = [len(i) for i in encode_prompts(tok, messages, chat)[1]]
     except Exception as e:  # no transformers here, or the tokenizer is not on this machine
         return f"prompt tokens: unavailable ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
-    from runner.reporting.stats import percentile
+    from runner.base.stats import percentile
 
     return (
         f"prompt tokens over {len(lens)} prompts: mean {sum(lens) / len(lens):.1f}, "
@@ -73,33 +69,91 @@ def token_stats(r, messages) -> str:
     )
 
 
+GPU_HELP = (
+    "Plan for this GPU (H100, H200, A100-80G, L40S, L4, RTX 4090); default: the GPU of this machine (NVML), or the "
+    "H200 on a machine without one."
+)
+DRAFT = {"$schema": "https://json-schema.org/draft/2020-12/schema"}  # of both schemas
+JSON_HELP = 'Print the plans as JSON: {"recipes": [...]} (keys: docs/recipe-reference.md, section Plan).'
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--gpu", metavar="NAME", help=GPU_HELP)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
+@click.option("--model-path", "model_paths", multiple=True, metavar="HUB_ID=PATH", help=MP_HELP)
+@click.option("--only", metavar="PATTERN", help=f"Plan {ONLY_HELP}")
+@guard
+def plan(paths, gpu, as_json, sets, model_paths, only):
+    """Predict prompt tokens, prefix-cache hits (exact, block by block as vLLM counts them), memory fit,
+    KV-cache capacity and the compute floor of each recipe or study cell, on the CPU: the tokenizer
+    and the model's config.json are read, no weights. Prints Markdown, or JSON with --json."""
+    from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
+    from runner.inputs.prepare import prepare
+    from runner.plan.plan import pick_gpu, plan_advice, plan_recipe, plan_table
+    from runner.run.job import check_model
+
+    target, fallback = pick_gpu(gpu)
+    if fallback:
+        click.echo(f"no GPU on this machine: planning for the {target.name} (--gpu NAME picks another)", err=True)
+    plans = []
+    tokenizers: dict[tuple, object] = {}
+    for lr in load_all(paths, sets, model_paths, only):
+        check_model(lr)
+        r = lr.recipe
+        key = (r.model.tokenizer_id, r.model.revision)
+        if key not in tokenizers:
+            tokenizers[key] = load_tokenizer(r.model, local_only=True)
+        tok = tokenizers[key]
+        prepared = prepare(lr)
+        _, ids = encode_prompts(tok, list(prepared.messages), uses_chat_template(tok, r.prompt.chat_template))
+        encode = lambda text, t=tok: list(t(text, add_special_tokens=False)["input_ids"])
+        plans.append(plan_recipe(lr, prepared, ids, target, encode).model_dump(mode="json"))
+    if as_json:
+        click.echo(json.dumps({"recipes": plans}, indent=2, ensure_ascii=False))
+        return
+    click.echo(f"# Plan ({target.name}, {target.memory_gib:.0f} GiB)\n")
+    click.echo(plan_table(plans))
+    if advice := plan_advice(plans):
+        click.echo("\n" + "\n".join(advice))
+
+
 @cli.command()
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
 @click.option("--baseline", help="Recipe name to compare against.")
 @guard
 def report(out, baseline):
     """Rebuild every report.md and summary.md from stored results.json files (runs nothing)."""
-    from runner.reporting.markdown import write_report
-    from runner.reporting.stored import load_results
-    from runner.reporting.summary import write_summary
+    from runner.cli.wings import report_sections, summary_sections
+    from runner.folder import load_results
+    from runner.report.markdown import write_report
+    from runner.report.summary import write_summary
 
     out_dir = Path(out)
     results = load_results(out_dir)
     if not results:
         raise RunnerError("no */results.json here", file=out)
-    if baseline and baseline not in {r.name for r in results}:
-        raise RunnerError(
-            f"--baseline {baseline!r} names no stored result; results: " + ", ".join(r.name for r in results)
-        )
+    names = [r.name for r in results]
+    if baseline and baseline not in names:
+        raise RunnerError(f"--baseline {baseline!r} names no stored result; results: " + ", ".join(names))
     for r in results:
-        write_report(r, out_dir)
-    click.echo(f"summary: {write_summary(results, out_dir, baseline)} ({len(results)} recipes)")
+        write_report(r, out_dir, report_sections(out_dir))
+    summary = write_summary(results, out_dir, baseline, summary_sections())
+    click.echo(f"summary: {summary} ({len(results)} recipes)")
 
 
 @cli.command()
 @click.argument("what", type=click.Choice(["recipe", "results"]), default="recipe")
 def schema(what):
     """Print the JSON Schema of recipe files or of results.json."""
-    from runner.config.schema import recipe_schema, results_schema
-
     click.echo(json.dumps(recipe_schema() if what == "recipe" else results_schema(), indent=2, ensure_ascii=False))
+
+
+def recipe_schema() -> dict:
+    """Recipe files' JSON Schema, the study wing's keys included (schema/recipe.schema.json)."""
+    return {**add_study_keys(Recipe.model_json_schema(by_alias=False)), **DRAFT, "title": "runner recipe"}
+
+
+def results_schema() -> dict:
+    return {**RunResult.model_json_schema(), **DRAFT, "title": "runner results.json"}

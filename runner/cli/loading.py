@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 from pathlib import Path
 
-from runner.config.recipe import LoadedRecipe
-from runner.errors import RunnerError
-from runner.execution.layout import check_name
+from runner.base.errors import RunnerError
+from runner.folder import check_name
+from runner.recipe import LoadedRecipe
 
 MP_HELP = (
     "Load a hub model from a local folder instead: HUB_ID=PATH (repeatable; applies to model.id and "
@@ -17,6 +18,7 @@ SET_HELP = (
     "Override a recipe field, e.g. --set model.id=../shared/models/x (repeatable). A value for a text "
     "field is taken as written; other values are read as YAML (numbers, true/false, lists)."
 )
+ONLY_HELP = "only the recipes or study cells whose name matches (a name or glob; several separated by commas)."
 
 
 def expand_paths(paths: tuple[str, ...]) -> list[Path]:
@@ -25,25 +27,20 @@ def expand_paths(paths: tuple[str, ...]) -> list[Path]:
     for p in paths:
         path = Path(p)
         if path.is_dir():
-            found = sorted([*path.glob("*.yaml"), *path.glob("*.yml")])
-            if not found:
-                raise RunnerError("folder has no .yaml/.yml recipes", file=p)
-            out += found
+            found, why = sorted([*path.glob("*.yaml"), *path.glob("*.yml")]), "folder has no .yaml/.yml recipes"
         elif path.exists():
-            out.append(path)
+            found, why = [path], ""
         elif any(ch in p for ch in "*?["):
-            found = sorted(Path(x) for x in glob.glob(p))
-            if not found:
-                raise RunnerError("glob matches no file", file=p)
-            out += found
+            found, why = sorted(Path(x) for x in glob.glob(p)), "glob matches no file"
         else:
-            raise RunnerError("file not found", file=p)
-    seen, unique = set(), []
+            found, why = [], "file not found"
+        if not found:
+            raise RunnerError(why, file=p)
+        out += found
+    unique: dict[Path, Path] = {}  # the first of the names of one file
     for p in out:
-        if p.resolve() not in seen:
-            seen.add(p.resolve())
-            unique.append(p)
-    return unique
+        unique.setdefault(p.resolve(), p)
+    return list(unique.values())
 
 
 def parse_model_paths(items: tuple[str, ...]) -> dict[str, str]:
@@ -60,37 +57,24 @@ def load_all(
     paths: tuple[str, ...], sets: tuple[str, ...], model_paths: tuple[str, ...] = (), only: str | None = None
 ) -> list[LoadedRecipe]:
     """Every recipe (or study cell) of the named files, checked for unique, safe names."""
-    from runner.config.loading import load_recipes
+    from runner.study.load import load_recipes
 
     mp = parse_model_paths(model_paths)
     loaded: list[LoadedRecipe] = []
     for p in expand_paths(paths):
         loaded += load_recipes(p, list(sets), model_paths=mp)
-    if only is not None:
-        loaded = _select(loaded, only)
+    if only is not None:  # names or globs, comma-separated
+        patterns = [p.strip() for p in only.split(",") if p.strip()]
+        chosen = [lr for lr in loaded if any(fnmatch.fnmatchcase(lr.recipe.name, p) for p in patterns)]
+        if not chosen:
+            names = ", ".join(lr.recipe.name for lr in loaded[:20]) + (" ..." if len(loaded) > 20 else "")
+            raise RunnerError(f"--only {only!r} matches no recipe; recipes: {names}", field="--only")
+        loaded = chosen
     names: dict[str, str] = {}
     for lr in loaded:
         n = check_name(lr.recipe.name, lr.path)
         if n in names:
-            raise RunnerError(
-                f"two recipes are named {n!r}: {names[n]} and {lr.path}; names must be unique "
-                "in one call (they name the report folders)",
-                field="name",
-            )
+            why = f"two recipes are named {n!r}: {names[n]} and {lr.path}; names must be unique in one call"
+            raise RunnerError(why + " (they name the report folders)", field="name")
         names[n] = lr.path
     return loaded
-
-
-def _select(loaded: list[LoadedRecipe], pattern: str) -> list[LoadedRecipe]:
-    import fnmatch
-
-    patterns = [p.strip() for p in pattern.split(",") if p.strip()]  # names or globs, comma-separated
-    chosen = [lr for lr in loaded if any(fnmatch.fnmatchcase(lr.recipe.name, p) for p in patterns)]
-    if not chosen:
-        raise RunnerError(
-            f"--only {pattern!r} matches no recipe; recipes: "
-            + ", ".join(lr.recipe.name for lr in loaded[:20])
-            + (" ..." if len(loaded) > 20 else ""),
-            field="--only",
-        )
-    return chosen

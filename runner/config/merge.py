@@ -16,14 +16,15 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from runner.config.keys import get_dotted, set_dotted
-from runner.config.yamlfile import read_yaml
-from runner.errors import RecipeError
+from runner.base.dotted import get_dotted, set_dotted
+from runner.base.errors import RecipeError
+from runner.config.yamlfile import line_of, read_yaml
 
 MAX_BASES = 16
 ONE_LEVEL = ("matrix", "variants")
@@ -48,87 +49,61 @@ def deep_merge(base: Any, over: Any) -> Any:
 
 
 def merge_layer(base: dict, over: dict) -> dict:
-    out = deep_merge(
-        {k: v for k, v in base.items() if k not in ONE_LEVEL}, {k: v for k, v in over.items() if k not in ONE_LEVEL}
-    )
+    rest = lambda d: {k: v for k, v in d.items() if k not in ONE_LEVEL}
+    out = deep_merge(rest(base), rest(over))
     for k in ONE_LEVEL:
         b, o = base.get(k), over.get(k)
         if isinstance(b, dict) and isinstance(o, dict):
             out[k] = {**copy.deepcopy(b), **copy.deepcopy(o)}
-        elif k in over:
-            out[k] = copy.deepcopy(o)
-        elif k in base:
-            out[k] = copy.deepcopy(b)
+        elif k in over or k in base:
+            out[k] = copy.deepcopy(o if k in over else b)
     return out
-
-
-def _rel(value: str, src: Path, dst: Path) -> str:
-    return os.path.relpath(os.path.normpath(src / value), dst)
 
 
 def rebase_paths(data: dict, src: Path, dst: Path) -> dict:
     """Relative paths of a file in folder `src`, rewritten for a file in folder `dst` (lexically)."""
     if src == dst:
         return data
-    data = copy.deepcopy(data)
+    data, rel = copy.deepcopy(data), lambda v: os.path.relpath(os.path.normpath(src / v), dst)
     for sect in ("dataset", "prompt.shots.source"):
         spec = get_dotted(data, sect)
         if isinstance(spec, dict) and spec.get("format") != "hub":
             p = spec.get("path")
             if isinstance(p, str) and p and not p.startswith("~") and not Path(p).is_absolute():
-                spec["path"] = _rel(p, src, dst)
+                spec["path"] = rel(p)
     for key in ("model.id", "model.tokenizer", "prompt.template", "prompt.system_template"):
         v = get_dotted(data, key)
         if not isinstance(v, str) or Path(v).is_absolute():
             continue
         explicit = v.startswith(("./", "../")) if key.startswith("model.") else "/" in v and not v.startswith("~")
         if explicit:
-            set_dotted(data, key, _rel(v, src, dst))
+            set_dotted(data, key, rel(v))
     return data
-
-
-def _key_line(node: yaml.Node | None, key: str) -> int | None:
-    if isinstance(node, yaml.MappingNode):
-        for k, _ in node.value:
-            if k.value == key:
-                return k.start_mark.line + 1
-    return None
 
 
 def with_bases(path: Path, data: dict, node: yaml.Node | None) -> tuple[dict, list[Source]]:
     """The file's data merged over its chain of bases, and the chain (the file first)."""
     top_dir = path.resolve().parent
-    sources = [Source(path, node)]
-    layers = [data]
-    seen = [path.resolve()]
+    sources, layers, seen = [Source(path, node)], [data], [path.resolve()]
     cur_path, cur, cur_node = path, data, node
     while "base" in cur:
         ref = cur["base"]
-        line = _key_line(cur_node, "base")
+        bad = partial(RecipeError, file=str(cur_path), field="base", line=line_of(cur_node, ("base",), exact=True))
         if not isinstance(ref, str) or not ref.strip():
-            raise RecipeError(
-                f"expected the path of another recipe file, got {ref!r}", file=str(cur_path), field="base", line=line
-            )
-        bpath = Path(ref).expanduser()
-        if not bpath.is_absolute():
-            bpath = cur_path.parent / bpath
+            raise bad(f"expected the path of another recipe file, got {ref!r}")
+        bpath = cur_path.parent / Path(ref).expanduser()  # an absolute path stays itself
         if bpath.resolve() in seen:
-            loop = " -> ".join(str(p) for p in [*seen, bpath.resolve()])
-            raise RecipeError(f"base chain loops: {loop}", file=str(cur_path), field="base", line=line)
+            raise bad(f"base chain loops: {' -> '.join(str(p) for p in [*seen, bpath.resolve()])}")
         if not bpath.is_file():
-            what = "is not a file" if bpath.exists() else "not found"
-            raise RecipeError(
-                f"base file {ref!r} {what} (looked for {bpath})", file=str(cur_path), field="base", line=line
-            )
+            raise bad(f"base file {ref!r} {'is not a file' if bpath.exists() else 'not found'} (looked for {bpath})")
         if len(seen) >= MAX_BASES:
-            raise RecipeError(f"more than {MAX_BASES} files in the base chain", file=str(cur_path), field="base")
+            raise bad(f"more than {MAX_BASES} files in the base chain", line=None)
         seen.append(bpath.resolve())
-        cur, cur_node = read_yaml(bpath)
-        cur_path = bpath
+        (cur, cur_node), cur_path = read_yaml(bpath), bpath
         sources.append(Source(bpath, cur_node))
         layers.append(rebase_paths(cur, bpath.resolve().parent, top_dir))
     merged: dict = {}
     for i, layer in enumerate(reversed(layers)):
-        top = i == len(layers) - 1
+        top = i == len(layers) - 1  # the file itself: its `abstract` counts
         merged = merge_layer(merged, {k: v for k, v in layer.items() if k != "base" and (top or k != "abstract")})
     return merged, sources

@@ -1,4 +1,5 @@
-"""`--set KEY=VALUE` and `--model-path HUB_ID=PATH`: changes to a recipe's data before it is validated.
+"""`--set KEY=VALUE` and `--model-path HUB_ID=PATH`: changes to a recipe's data before it is validated, at dotted
+keys (`engine.engine_args.max_num_seqs`) checked against the recipe models (`key_target`).
 
 A value for a text field (str, `str | None`, a Literal of strings, a value of a `dict[str, str]` such as
 `engine.env`) is taken as written (`--set name=2024`, `--set "prompt.system=#1 rule: be brief"`); `null` or
@@ -7,36 +8,127 @@ A value for a text field (str, `str | None`, a Literal of strings, a value of a 
 
 from __future__ import annotations
 
+import difflib
+import types
+import typing
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Union
 
 import yaml
+from pydantic import BaseModel
 
-from runner.config.keys import DictOf, KeyProblem, key_target, set_dotted, text_field
-from runner.errors import RecipeError
+from runner.base.dotted import set_dotted
+from runner.base.errors import RecipeError
+from runner.engines import spec_class
+from runner.recipe import Recipe
 
 PATH_KEYS = {"model.id", "model.tokenizer", "dataset.path", "prompt.template", "prompt.system_template"}
+
+
+class KeyProblem(ValueError):
+    """A dotted key that names no recipe field; the message says what is allowed."""
+
+
+@dataclass(frozen=True)
+class DictOf:
+    """A free-form mapping field (`engine_args`, `env`): any subkey, values of `value`."""
+
+    value: Any
+
+
+def _unwrap(ann: Any) -> Any:
+    while typing.get_origin(ann) is typing.Annotated:
+        ann = typing.get_args(ann)[0]
+    return ann
+
+
+def _union_args(ann: Any) -> tuple | None:
+    return typing.get_args(ann) if typing.get_origin(ann) in (Union, types.UnionType) else None
+
+
+def _models(ann: Any) -> list[type[BaseModel]]:
+    ann = _unwrap(ann)
+    if (args := _union_args(ann)) is not None:
+        return [m for a in args for m in _models(a)]
+    return [ann] if isinstance(ann, type) and issubclass(ann, BaseModel) else []
+
+
+def _step(ann: Any, kind: Any, is_engine: bool) -> Any:
+    """What lies below a field of annotation `ann`: model classes, a DictOf, or the plain annotation."""
+    if models := _models(ann):
+        return [spec_class(kind)] if is_engine and spec_class(kind) is not None else models
+    bare = inner = _unwrap(ann)
+    if (args := _union_args(bare)) is not None:  # `dict[str, str] | None` and the like
+        rest = [a for a in args if a is not type(None)]
+        inner = _unwrap(rest[0]) if len(rest) == 1 else bare
+    if typing.get_origin(inner) is dict:
+        args = typing.get_args(inner)
+        return DictOf(args[1] if len(args) == 2 else Any)
+    return bare
+
+
+def key_target(key: str, kind: Any = None) -> Any:
+    """The annotation a dotted key sets (a list of model classes for a section, DictOf for a free-form
+    mapping, `Any` below one). `kind` picks the engine spec for `engine.*` keys; without it, a key
+    is valid when any engine has it. Raises KeyProblem for a key that is not a recipe field."""
+    parts = key.split(".")
+    if not key or any(not p for p in parts):
+        raise KeyProblem(f"{key!r} is not a dotted key (empty part)")
+    cur: Any = [Recipe]
+    for i, part in enumerate(parts):
+        done = ".".join(parts[:i])
+        if isinstance(cur, list):
+            fields = sorted({n for m in cur for n in m.model_fields})
+            if part not in fields:
+                close = difflib.get_close_matches(part, fields, n=1)
+                msg = f"{key!r} is not a recipe field ({f'{done!r} has' if done else 'a recipe has'} no key {part!r})"
+                if close:
+                    msg += f"; did you mean {'.'.join([*filter(None, [done]), close[0]])!r}?"
+                raise KeyProblem(msg + " Allowed here: " + ", ".join(fields))
+            holder = next(m for m in cur if part in m.model_fields)
+            cur = _step(holder.model_fields[part].annotation, kind, is_engine=(i == 0 and part == "engine"))
+        elif isinstance(cur, DictOf):
+            cur = _step(cur.value, kind, False) if cur.value is not Any else Any
+        elif cur is not Any:
+            raise KeyProblem(f"{key!r}: {done!r} is a single value, not a mapping with keys")
+    return cur
+
+
+def text_field(target: Any) -> tuple[bool, bool]:
+    """(takes text, also takes null) for a key_target result: str, `str | None`, Literal of strings."""
+    ann = _unwrap(target)
+    if ann is str:
+        return True, False
+    if typing.get_origin(ann) is Literal:
+        return all(isinstance(a, str) for a in typing.get_args(ann)), False
+    if args := _union_args(ann):
+        rest = [a for a in args if a is not type(None)]
+        return bool(rest) and all(text_field(a)[0] for a in rest), len(rest) < len(args)
+    return False, False
 
 
 def parse_set(items: list[str]) -> dict[str, str]:
     """The --set items as dotted key -> the value as typed."""
     out = {}
     for it in items:
-        if "=" not in it:
-            raise RecipeError(f"--set {it!r}: expected dotted.key=value", field="--set")
-        k, v = it.split("=", 1)
+        k, eq, v = it.partition("=")
         k = k.strip()
+        hint = "write --set key.path=value, e.g. --set sampling.max_tokens=64"
+        if not eq:
+            raise RecipeError(f"{it!r}: expected dotted.key=value", field="--set", hint=hint)
         if not k:
-            raise RecipeError(f"--set {it!r}: the key before '=' is empty; expected dotted.key=value", field="--set")
+            raise RecipeError(
+                f"{it!r}: the key before '=' is empty; expected dotted.key=value", field="--set", hint=hint
+            )
         if any(not p.strip() for p in k.split(".")):
-            raise RecipeError(f"--set {it!r}: {k!r} is not a dotted key (empty part)", field="--set")
+            raise RecipeError(f"{it!r}: {k!r} is not a dotted key (empty part)", field="--set", hint=hint)
         out[k] = v
     return out
 
 
 def _cli_path(key: str, value):
-    """Paths typed on the command line are relative to the current directory (in a file, to the file)."""
     if key not in PATH_KEYS or not isinstance(value, str) or not value or Path(value).is_absolute():
         return value
     if key.startswith("model.") and not value.startswith(("./", "../", "~")):
@@ -48,47 +140,37 @@ def _cli_path(key: str, value):
 def _set_value(data: dict, key: str, raw: str) -> Any:
     """The value `--set key=raw` means for this recipe: text as written for text fields, else YAML."""
     engine = data.get("engine")
-    kind = engine.get("kind") if isinstance(engine, dict) else None
     try:
-        target = key_target(key, kind)
+        target = key_target(key, engine.get("kind") if isinstance(engine, dict) else None)
     except KeyProblem:
         target = None
-    if target is not None and not isinstance(target, (list, DictOf)):
-        text, nullable = text_field(target)
-        if text:
-            return None if nullable and raw.strip() in ("null", "~") else raw
+    text, nullable = text_field(target)  # (False, False) for None, a section or a free-form mapping
+    if text:
+        return None if nullable and raw.strip() in ("null", "~") else raw
     try:
         return yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         return raw
 
 
-def _apply_set(data: dict, key: str, raw: str, where: str) -> None:
-    try:
-        set_dotted(data, key, _cli_path(key, _set_value(data, key, raw)))
-    except TypeError as e:
-        raise RecipeError(f"--set {key}: {e}", file=where, field=key) from None
-
-
-def _model_paths(data: dict, mp: Mapping[str, str]) -> list[str]:
-    """`--model-path HUB_ID=PATH` as the --set items it stands for in this recipe."""
-    model = data.get("model")
-    if not mp or not isinstance(model, dict):
-        return []
-    mid, tok = model.get("id"), model.get("tokenizer")
-    extra = [f"model.{k}={mp[v]}" for k, v in (("id", mid), ("tokenizer", tok)) if isinstance(v, str) and v in mp]
-    if tok is None and isinstance(mid, str) and mid in mp:
-        extra.append(f"model.tokenizer={mp[mid]}")
-    return extra
+def _apply(data: dict, items: dict[str, str], where: str) -> None:
+    for key, raw in items.items():
+        try:
+            set_dotted(data, key, _cli_path(key, _set_value(data, key, raw)))
+        except TypeError as e:
+            raise RecipeError(f"--set {key}: {e}", file=where, field=key) from None
 
 
 def apply_overrides(data: dict, overrides: list[str], mp: Mapping[str, str], where: str) -> tuple[dict, list[str]]:
     """Apply the --set items, then the --model-path ones, to `data`; (the --set items parsed, the --set items
     --model-path stood for)."""
-    sets = parse_set(overrides)
-    for k, v in sets.items():
-        _apply_set(data, k, v, where)
-    extra = _model_paths(data, mp)
-    for k, v in parse_set(extra).items():
-        _apply_set(data, k, v, where)
+    sets, extra = parse_set(overrides), []
+    _apply(data, sets, where)
+    model = data.get("model")
+    if mp and isinstance(model, dict):  # each hub id --model-path names, as the --set items it stands for
+        mid, tok = model.get("id"), model.get("tokenizer")
+        extra = [f"model.{k}={mp[v]}" for k, v in (("id", mid), ("tokenizer", tok)) if isinstance(v, str) and v in mp]
+        if tok is None and isinstance(mid, str) and mid in mp:
+            extra.append(f"model.tokenizer={mp[mid]}")
+    _apply(data, parse_set(extra), where)
     return sets, extra

@@ -13,12 +13,14 @@ Only the safe loader is used."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from runner.errors import RecipeError
+from runner.base.errors import RecipeError
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 50
@@ -26,16 +28,11 @@ MAX_VALUES = 100_000
 
 
 class _TooDeep(Exception):
-    def __init__(self, line: int):
-        self.line = line
+    """args[0]: the line that goes one level too deep."""
 
 
 class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader that refuses nesting deeper than MAX_DEPTH while composing."""
-
-    def __init__(self, stream: str):
-        super().__init__(stream)
-        self._depth = 0
+    _depth = 0
 
     def compose_node(self, parent, index):  # type: ignore[override]
         self._depth += 1
@@ -51,52 +48,37 @@ def _line(node: yaml.Node) -> int:
     return node.start_mark.line + 1
 
 
-def _count_values(root: yaml.Node, where: str) -> None:
+def _count_values(root: yaml.Node, err: Callable[..., RecipeError]) -> None:
     """Values in the tree with aliases expanded, counted in time linear in the file (memoized per node)."""
-    sizes: dict[int, int] = {}
-    active: set[int] = set()
+    sizes, active = {}, set()  # id(node) -> values below it; the nodes being counted
 
     def size(node: yaml.Node) -> int:
         key = id(node)
         if key in sizes:
             return sizes[key]
         if key in active:
-            raise RecipeError(
-                "an alias (*name) refers to a mapping or list that contains it; a recipe cannot contain itself",
-                file=where,
-                line=_line(node),
-            )
+            msg = "an alias (*name) refers to a mapping or list that contains it; a recipe cannot contain itself"
+            raise err(msg, line=_line(node))
         active.add(key)
         n = 1
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                n += size(k) + size(v)
-                if n > MAX_VALUES:
-                    break
-        elif isinstance(node, yaml.SequenceNode):
-            for v in node.value:
-                n += size(v)
-                if n > MAX_VALUES:
-                    break
+        for item in node.value if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) else ():
+            n += size(item[0]) + size(item[1]) if isinstance(item, tuple) else size(item)  # (key, value) or value
+            if n > MAX_VALUES:
+                break
         active.discard(key)
         if n > MAX_VALUES:
-            raise RecipeError(
-                f"the YAML holds more than {MAX_VALUES:,} values once its aliases (*name) are "
-                "expanded; a recipe is far smaller",
-                file=where,
-                line=_line(node),
-                hint="write the values out instead of nesting aliases",
-            )
+            msg = f"the YAML holds more than {MAX_VALUES:,} values once its aliases (*name) are expanded"
+            hint = "write the values out instead of nesting aliases"
+            raise err(f"{msg}; a recipe is far smaller", line=_line(node), hint=hint)
         sizes[key] = n
         return n
 
     size(root)
 
 
-def _no_duplicate_keys(root: yaml.Node, where: str) -> None:
+def _no_duplicate_keys(root: yaml.Node, err: Callable[..., RecipeError]) -> None:
     """Each mapping node is checked once, however many aliases point at it."""
-    seen_nodes: set[int] = set()
-    stack = [root]
+    seen_nodes, stack = set(), [root]
     while stack:
         node = stack.pop()
         if id(node) in seen_nodes:
@@ -107,67 +89,52 @@ def _no_duplicate_keys(root: yaml.Node, where: str) -> None:
             for k, v in node.value:
                 key = str(k.value)
                 if key in seen and key != "<<":
-                    raise RecipeError(
-                        f"key {key!r} appears twice (first on line {seen[key]}); the second would "
-                        "silently replace the first",
-                        file=where,
-                        line=_line(k),
-                    )
+                    msg = f"key {key!r} appears twice (first on line {seen[key]}); the second would silently replace"
+                    raise err(f"{msg} the first", line=_line(k))
                 seen[key] = _line(k)
                 stack.append(v)
         elif isinstance(node, yaml.SequenceNode):
             stack.extend(node.value)
 
 
-def _read_text(path: Path, where: str) -> str:
+def read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
+    """(data, root node) of a recipe file; RecipeError naming the file for anything else."""
+    err = partial(RecipeError, file=str(path))
     if not path.exists():
-        raise RecipeError("file not found", file=where)
+        raise err("file not found")
     if path.is_dir():
-        raise RecipeError("is a folder, not a recipe file", file=where)
+        raise err("is a folder, not a recipe file")
     with path.open("rb") as f:
         raw = f.read(MAX_BYTES + 1)
     if len(raw) > MAX_BYTES:
-        raise RecipeError(f"file is larger than {MAX_BYTES // (1 << 20)} MiB; a recipe is a few kilobytes", file=where)
+        raise err(f"file is larger than {MAX_BYTES // (1 << 20)} MiB; a recipe is a few kilobytes")
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise RecipeError(
-            f"not UTF-8 text (bad byte at offset {e.start})", file=where, hint="save the recipe as UTF-8"
-        ) from None
-
-
-def read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
-    """(data, root node) of a recipe file; RecipeError naming the file for anything else."""
-    where = str(path)
-    text = _read_text(path, where)
+        raise err(f"not UTF-8 text (bad byte at offset {e.start})", hint="save the recipe as UTF-8") from None
     if not text.strip():
-        raise RecipeError("file is empty; a recipe needs at least name, model, engine, dataset, prompt", file=where)
+        raise err("file is empty; a recipe needs at least name, model, engine, dataset, prompt")
     loader = _BoundedLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
-            raise RecipeError("file holds no YAML document", file=where)
-        _count_values(node, where)
-        _no_duplicate_keys(node, where)
+            raise err("file holds no YAML document")
+        _count_values(node, err)
+        _no_duplicate_keys(node, err)
         data = loader.construct_document(node)
     except _TooDeep as e:
-        raise RecipeError(
-            f"nested more than {MAX_DEPTH} levels deep; a recipe needs fewer than 10", file=where, line=e.line
-        ) from None
+        raise err(f"nested more than {MAX_DEPTH} levels deep; a recipe needs fewer than 10", line=e.args[0]) from None
     except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark
-        line = mark.line + 1 if mark else None
-        raise RecipeError(
-            f"YAML syntax error: {e.problem}" + (f" ({e.context})" if e.context else ""), file=where, line=line
-        ) from None
+        line = e.problem_mark.line + 1 if e.problem_mark else None
+        raise err(f"YAML syntax error: {e.problem}" + (f" ({e.context})" if e.context else ""), line=line) from None
     except yaml.YAMLError as e:
-        raise RecipeError(f"YAML error: {e}", file=where) from None
+        raise err(f"YAML error: {e}") from None
     except (ValueError, OverflowError) as e:  # e.g. an integer of more than 4,300 digits
-        raise RecipeError(f"YAML value cannot be read: {e}", file=where) from None
+        raise err(f"YAML value cannot be read: {e}") from None
     finally:
         loader.dispose()
     if not isinstance(data, dict):
-        raise RecipeError(f"a recipe must be a mapping of keys, got {type(data).__name__}", file=where)
+        raise err(f"a recipe must be a mapping of keys, got {type(data).__name__}")
     return data, node
 
 
@@ -176,22 +143,14 @@ def line_of(root: yaml.Node | None, loc: tuple, exact: bool = False) -> int | No
     with `exact`, None unless the whole of `loc` is there."""
     node, line = root, None
     for part in loc:
+        hit = None  # (the node whose line counts, the node to go on from)
         if isinstance(node, yaml.MappingNode):
-            nxt = None
-            for k, v in node.value:
-                if k.value == str(part):
-                    line, nxt = k.start_mark.line + 1, v
-                    break
-            if nxt is None:
-                return None if exact else _fallback(line, root)
-            node = nxt
+            hit = next(((k, v) for k, v in node.value if k.value == str(part)), None)
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-            line = node.start_mark.line + 1
-        else:
-            return None if exact else _fallback(line, root)
-    return _fallback(line, root)
-
-
-def _fallback(line: int | None, root: yaml.Node | None) -> int | None:
-    return line if line is not None else (root.start_mark.line + 1 if root is not None else None)
+            hit = (node.value[part], node.value[part])
+        if hit is None:
+            if exact:
+                return None
+            break
+        line, node = _line(hit[0]), hit[1]
+    return line if line is not None or root is None else _line(root)

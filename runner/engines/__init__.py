@@ -1,7 +1,6 @@
-"""Engines. `ENGINES` is the registry: a new engine is one module with a spec class (a
-`kind` literal, its fields, `build()` and the class facts of `EngineSpecBase`) and one entry
-in this tuple. The recipe's discriminated union, the allowed kinds, error messages, the
-reference, reports and the environment record are all derived from it."""
+"""Engines. `ENGINES` is the registry: a new engine is one module with a spec class (a `kind` literal, its fields,
+`build()` and the class facts of `EngineSpecBase`) and one entry in this tuple. The recipe's discriminated union, the
+allowed kinds, error messages, the reference, reports and the environment record are all derived from it."""
 
 from __future__ import annotations
 
@@ -9,29 +8,22 @@ from typing import Annotated, Union
 
 from pydantic import Field
 
-from runner.engines.base import EngineSpecBase
+from runner.base.types import EngineSpecBase
 from runner.engines.fake import FakeSpec
 from runner.engines.transformers import TransformersSpec
 from runner.engines.vllm import VLLMSpec
 
 ENGINES: tuple[type[EngineSpecBase], ...] = (TransformersSpec, VLLMSpec, FakeSpec)
-
 EngineSpec = Annotated[Union[ENGINES], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007
-
 ENGINE_KINDS: tuple[str, ...] = tuple(e.kind_name() for e in ENGINES)
 
 
 def spec_class(kind: object) -> type[EngineSpecBase] | None:
-    """The spec class registered for `kind`, or None."""
     return next((e for e in ENGINES if e.kind_name() == kind), None)
 
 
 def engine_packages() -> tuple[str, ...]:
-    """Every distribution an engine asks to have its version recorded."""
-    out: list[str] = []
-    for e in ENGINES:
-        out += [p for p in e.packages if p not in out]
-    return tuple(out)
+    return tuple(dict.fromkeys(p for e in ENGINES for p in e.packages))
 
 
 __all__ = ["ENGINES", "ENGINE_KINDS", "EngineSpec", "EngineSpecBase", "engine_packages", "spec_class"]

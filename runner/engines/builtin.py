@@ -1,14 +1,16 @@
-"""`model.id: builtin:demo`: a tiny random Qwen2-shaped model with a BPE tokenizer
-trained on the embedded Japanese sample, built offline in a second. Smoke tests
-only: its answers are noise and its scores mean nothing."""
+"""`model.id: builtin:demo`: a tiny random Qwen2-shaped model with a BPE tokenizer trained on the embedded Japanese
+sample, built offline in a second. Smoke tests only: its answers are noise and its scores mean nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
-from typing import Any
+
+from runner.base.errors import RunnerError
 
 BUILTIN_PREFIX = "builtin:"
 BUILTINS = ("demo",)
@@ -22,44 +24,30 @@ CHATML = (
 )
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 VERSION = "1"
+MANIFEST = "runner-manifest.json"
+CORPUS = Path(__file__).resolve().parent.parent / "demo" / "demo-ja.json"
 
 
 def is_builtin(model_id: str) -> bool:
     return model_id.startswith(BUILTIN_PREFIX)
 
 
-def corpus_file() -> Path:
-    return Path(__file__).resolve().parent.parent / "demo" / "demo-ja.json"
-
-
 def _corpus_texts() -> list[str]:
-    data = json.loads(corpus_file().read_text(encoding="utf-8"))
+    data = json.loads(CORPUS.read_text(encoding="utf-8"))
     texts = []
-    for art in data["data"]:
-        for par in art["paragraphs"]:
-            texts.append(par["context"])
-            for qa in par["qas"]:
-                texts.append(qa["question"])
-    texts += ["Contextを参考にして、問題に回答してください。", "Question:", "Context:", "Output:"]
-    return texts
+    for par in (par for art in data["data"] for par in art["paragraphs"]):
+        texts += [par["context"], *(qa["question"] for qa in par["qas"])]
+    return texts + ["Contextを参考にして、問題に回答してください。", "Question:", "Context:", "Output:"]
 
 
 def cache_dir() -> Path:
     root = Path(os.environ.get("RUNNER_CACHE", Path.home() / ".cache" / "runner"))
-    digest = hashlib.sha256(corpus_file().read_bytes() + VERSION.encode()).hexdigest()[:12]
+    digest = hashlib.sha256(CORPUS.read_bytes() + VERSION.encode()).hexdigest()[:12]
     return root / f"builtin-demo-{digest}"
-
-
-MANIFEST = "runner-manifest.json"
 
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _write_manifest(folder: Path) -> None:
-    files = {p.name: _digest(p) for p in sorted(folder.iterdir()) if p.is_file()}
-    (folder / MANIFEST).write_text(json.dumps(files, indent=1))
 
 
 def _intact(folder: Path) -> bool:
@@ -74,88 +62,49 @@ def _intact(folder: Path) -> bool:
 
 def ensure_builtin(model_id: str) -> str:
     """Build (once) and return the folder of a builtin model."""
-    name = model_id[len(BUILTIN_PREFIX) :]
-    if name not in BUILTINS:
-        raise ValueError(
-            f"unknown builtin model {model_id!r}; allowed: " + ", ".join(BUILTIN_PREFIX + b for b in BUILTINS)
-        )
+    if model_id[len(BUILTIN_PREFIX) :] not in BUILTINS:
+        allowed = ", ".join(BUILTIN_PREFIX + b for b in BUILTINS)
+        raise ValueError(f"unknown builtin model {model_id!r}; allowed: {allowed}")
     out = cache_dir()
     if _intact(out):
         return str(out)
     if out.exists():  # a cache cut short or damaged: build it again
-        _remove_damaged(out)
+        try:
+            shutil.rmtree(out)
+        except OSError as e:
+            msg = f"the cached builtin model is damaged and cannot be removed ({e.strerror})"
+            raise RunnerError(msg, file=str(out), hint="delete that folder; the runner builds it again") from None
     _build(out)
     return str(out)
 
 
-def _remove_damaged(out: Path) -> None:
-    import shutil
-
-    try:
-        shutil.rmtree(out)
-    except OSError as e:
-        from runner.errors import RunnerError
-
-        raise RunnerError(
-            f"the cached builtin model is damaged and cannot be removed ({e.strerror})",
-            file=str(out),
-            hint="delete that folder; the runner builds it again",
-        ) from None
-
-
 def _build(out: Path) -> None:
-    """Train the tokenizer, initialise the model and save both to `out` (through a temporary folder, so a
-    killed build leaves no half-written `out`)."""
-    fast = _train_tokenizer()
-    model = _random_model(fast)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(tmp)
-    fast.save_pretrained(tmp)
-    _write_manifest(tmp)
-    try:
-        tmp.rename(out)
-    except OSError:  # another process built it first
-        pass
-
-
-def _train_tokenizer() -> Any:
-    """A byte-level BPE tokenizer trained on the embedded sample, with ChatML specials and template."""
+    """Train a byte-level BPE tokenizer on the embedded sample (ChatML specials and template), initialise the model
+    and save both to `out` (through a temporary folder, so a killed build leaves no half-written `out`), with a
+    manifest of what was written."""
+    import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=1200,
-        special_tokens=SPECIALS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
+    alphabet = dict(special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(vocab_size=1200, show_progress=False, **alphabet)
     tok.train_from_iterator(_corpus_texts(), trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     fast.chat_template = CHATML
-    return fast
-
-
-def _random_model(fast: Any) -> Any:
-    """A tiny Qwen2-shaped model for the tokenizer, its weights drawn from a fixed seed."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    cfg = Qwen2Config(
-        vocab_size=len(fast),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        eos_token_id=fast.eos_token_id,
-        pad_token_id=fast.pad_token_id,
-        bos_token_id=fast.convert_tokens_to_ids("<|endoftext|>"),
-        tie_word_embeddings=True,
-    )
-    return Qwen2ForCausalLM(cfg)
+    torch.manual_seed(0)  # a tiny Qwen2-shaped model for the tokenizer, its weights drawn from a fixed seed
+    shape = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, max_position_embeddings=2048)
+    heads = dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    bos = fast.convert_tokens_to_ids("<|endoftext|>")
+    ids = dict(eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id, bos_token_id=bos)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(fast), **shape, **heads, **ids))
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(tmp)
+    fast.save_pretrained(tmp)
+    files = {p.name: _digest(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+    (tmp / MANIFEST).write_text(json.dumps(files, indent=1))
+    with contextlib.suppress(OSError):  # another process built it first
+        tmp.rename(out)

@@ -1,22 +1,27 @@
 """Hugging Face transformers `generate`: the baseline engine.
 
-`batch_size: 1` is the plain one-prompt-at-a-time loop; larger batches pad on the
-left and run length-sorted. torch/transformers are imported only when built (the engine object is in
-`transformers_engine.py`)."""
+`batch_size: 1` is the plain one-prompt-at-a-time loop; larger batches pad on the left and run length-sorted.
+torch/transformers are imported only when the engine is built."""
 
 from __future__ import annotations
 
+import gc
+import platform
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt
 
-from runner.config.common import ModelSpec
-from runner.engines.base import EngineSpecBase, Knob
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
+from runner.base.nvml import has_cuda_device
+from runner.base.types import EngineInfo, EngineSpecBase, Generation, Knob
+from runner.engines.builtin import SMOKE_NOTE, ensure_builtin, is_builtin
+from runner.engines.hf import encode_prompts, load_tokenizer, truncate_at_stop, uses_chat_template
 
 if TYPE_CHECKING:
-    from runner.engines.transformers_engine import TransformersEngine
+    from runner.base.types import Advance, Messages, ModelSpec, Request, Sampling, Sink
 
 
 class TransformersSpec(EngineSpecBase):
@@ -29,9 +34,8 @@ class TransformersSpec(EngineSpecBase):
     kind: Literal["transformers"] = Field(description="Engine selector.")
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto",
-        description="`auto` = cuda when available, else cpu. "
-        "On Ray (`--executor ray`) `cuda` reserves a GPU; `auto` "
-        "reserves none.",
+        description="`auto` = cuda when available, else cpu. On Ray (`--executor ray`) `cuda` reserves a GPU; "
+        "`auto` reserves none.",
     )
     batch_size: PositiveInt = Field(
         1, le=65536, description="1 = one prompt at a time; larger = left-padded, length-sorted batches."
@@ -51,8 +55,6 @@ class TransformersSpec(EngineSpecBase):
     )
 
     def build(self, model: ModelSpec, chat: bool | None) -> TransformersEngine:
-        from runner.engines.transformers_engine import TransformersEngine
-
         return TransformersEngine(self, model, chat)
 
     def gpus_needed(self) -> int:
@@ -62,14 +64,9 @@ class TransformersSpec(EngineSpecBase):
         return 1 if self.device == "cuda" else 0
 
     def preflight(self, model: ModelSpec) -> None:
-        from runner.execution.gpumem import has_cuda_device
-
         if self.device == "cuda" and not has_cuda_device():
-            raise RunnerError(
-                "device is cuda but this machine has no NVIDIA GPU",
-                field="engine.device",
-                hint="use `device: auto` (cuda when there is one, else cpu) or `device: cpu`",
-            )
+            hint = "use `device: auto` (cuda when there is one, else cpu) or `device: cpu`"
+            raise RunnerError("device is cuda but this machine has no NVIDIA GPU", field="engine.device", hint=hint)
 
 
 @dataclass(frozen=True)
@@ -88,39 +85,175 @@ class TransformersFacts:
 def transformers_knobs(spec: TransformersSpec, model: ModelSpec, f: TransformersFacts) -> list[Knob]:
     """Every knob of a transformers recipe with its verdict (pure: facts given as data)."""
 
-    def knob(name: str, requested: Any, effective: Any, status: str, evidence: str) -> Knob:
+    def knob(name: str, requested: Any, effective: Any, ok: bool, evidence: str, default: bool = False) -> Knob:
+        status = "default" if default else ("applied" if ok else "ignored")
         return Knob(name=name, requested=requested, effective=effective, status=status, evidence=evidence)
 
+    attn, quant = spec.attn_implementation, spec.quantization
+    weights = f"model.config.quantization_config; weights {f.weights_gib:.2f} GiB"
     return [
-        knob(
-            "device",
-            spec.device,
-            f.device,
-            "applied" if spec.device in ("auto", f.device) else "ignored",
-            f"parameters on {f.param_device}",
-        ),
-        knob(
-            "dtype",
-            model.dtype,
-            f.dtype,
-            "applied" if model.dtype in ("auto", f.dtype) else "ignored",
-            "dtype of the loaded parameters",
-        ),
-        knob("batch_size", spec.batch_size, spec.batch_size, "applied", "batches built by the runner"),
-        knob(
-            "attn_implementation",
-            spec.attn_implementation,
-            f.attn,
-            "default"
-            if spec.attn_implementation is None
-            else ("applied" if f.attn == spec.attn_implementation else "ignored"),
-            "model.config._attn_implementation",
-        ),
-        knob(
-            "quantization",
-            spec.quantization,
-            f.quantization,
-            "default" if spec.quantization is None else ("applied" if f.quantization else "ignored"),
-            f"model.config.quantization_config; weights {f.weights_gib:.2f} GiB",
-        ),
+        knob("device", spec.device, f.device, spec.device in ("auto", f.device), f"parameters on {f.param_device}"),
+        knob("dtype", model.dtype, f.dtype, model.dtype in ("auto", f.dtype), "dtype of the loaded parameters"),
+        knob("batch_size", spec.batch_size, spec.batch_size, True, "batches built by the runner"),
+        knob("attn_implementation", attn, f.attn, f.attn == attn, "model.config._attn_implementation", attn is None),
+        knob("quantization", quant, f.quantization, bool(f.quantization), weights, quant is None),
     ]
+
+
+class TransformersEngine:
+    def __init__(self, spec: TransformersSpec, model: ModelSpec, chat: bool | None):
+        import torch
+        import transformers
+
+        self.spec, self.model_spec, self.torch = spec, model, torch
+        t0 = time.perf_counter()
+        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if spec.device == "auto" else spec.device
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise RunnerError("device is cuda but torch sees no CUDA device", field="engine.device")
+        builtin_dir = ensure_builtin(model.id) if is_builtin(model.id) else None
+        self.tokenizer = load_tokenizer(model, builtin_dir)
+        self.chat = uses_chat_template(self.tokenizer, chat)
+        self.model = self._load_model(builtin_dir)
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        load_s = time.perf_counter() - t0
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        eos = self.model.generation_config.eos_token_id  # its end-of-sequence ids and the tokenizer's
+        self.eos_ids = set(eos if isinstance(eos, list) else ([eos] if eos is not None else []))
+        if self.tokenizer.eos_token_id is not None:
+            self.eos_ids.add(self.tokenizer.eos_token_id)
+        self.info = self._engine_info(transformers.__version__, load_s, builtin_dir is not None)
+        if spec.warmup:  # part of engine start: first-call kernel selection/JIT stays out of generation time
+            pad, dev = self.tokenizer.pad_token_id, self.device
+            warm = self.tokenizer("Hello", add_special_tokens=True)["input_ids"] or [pad]
+            ids, mask = torch.tensor([warm], device=dev), torch.ones(1, len(warm), dtype=torch.long, device=dev)
+            self._model_generate(ids, mask, max_new_tokens=2, do_sample=False, pad_token_id=pad)
+            self.info.load_s = time.perf_counter() - t0
+        if self.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+
+    def _load_model(self, builtin_dir: str | None) -> Any:
+        """The model, in eval mode on self.device: random weights from its config (`load_format: dummy`),
+        else the checkpoint's."""
+        from transformers import AutoConfig, AutoModelForCausalLM, BitsAndBytesConfig
+
+        torch, model, device, spec = self.torch, self.model_spec, self.device, self.spec
+        source, revision = builtin_dir or model.id, None if builtin_dir else model.revision
+        dtype = "float32" if model.dtype == "auto" and device == "cpu" else model.dtype  # auto: the checkpoint's
+        torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
+        kwargs: dict[str, Any] = {"trust_remote_code": model.trust_remote_code}  # and the spec's kernel, bitsandbytes
+        if spec.attn_implementation:
+            kwargs["attn_implementation"] = spec.attn_implementation
+        if spec.quantization:
+            bits = spec.quantization.removeprefix("bitsandbytes-")
+            kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=bits == "4bit", load_in_8bit=bits == "8bit")
+        if model.load_format == "dummy":
+            config = AutoConfig.from_pretrained(source, revision=revision, trust_remote_code=model.trust_remote_code)
+            unquantized = {k: v for k, v in kwargs.items() if k != "quantization_config"}
+            with torch.device(device):
+                random_dtype = (config.dtype if torch_dtype == "auto" else torch_dtype) or torch.float32
+                loaded = AutoModelForCausalLM.from_config(config, dtype=random_dtype, **unquantized)
+        else:
+            device_map = device if device == "cuda" else None
+            loaded = AutoModelForCausalLM.from_pretrained(
+                source, revision=revision, dtype=torch_dtype, device_map=device_map, **kwargs
+            )
+            if device == "cpu":
+                loaded.to("cpu")
+        loaded.eval()
+        return loaded
+
+    def _engine_info(self, version: str, load_s: float, builtin: bool) -> EngineInfo:
+        q = qcfg = getattr(self.model.config, "quantization_config", None)  # its quant_method; None: unquantized
+        if qcfg is not None:
+            q = qcfg.get("quant_method") if isinstance(qcfg, dict) else str(getattr(qcfg, "quant_method", qcfg))
+            q = getattr(q, "value", q)
+        weights, m = self.model.get_memory_footprint() / 2**30, self.model
+        cpu = f"cpu ({platform.processor() or platform.machine()})"
+        device = self.torch.cuda.get_device_name(0) if self.device == "cuda" else cpu
+        info = EngineInfo("transformers", version, device, load_s, weights, quantization=q)
+        info.extra["torch"] = self.torch.__version__
+        info.notes += [SMOKE_NOTE] if builtin else []
+        dtype, attn = str(m.dtype).replace("torch.", ""), getattr(m.config, "_attn_implementation", None)
+        facts = TransformersFacts(self.device, str(next(m.parameters()).device), dtype, attn, q, weights)
+        info.knobs = transformers_knobs(self.spec, self.model_spec, facts)
+        return info
+
+    def _model_generate(self, ids: Any, mask: Any, **kw: Any) -> Any:
+        with self.torch.inference_mode():
+            gen = self.model.generate(ids.to(self.device), attention_mask=mask.to(self.device), **kw)
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+        return gen
+
+    def encode(self, messages: Sequence[Messages]) -> tuple[list[str], list[list[int]]]:
+        return encode_prompts(self.tokenizer, list(messages), self.chat)
+
+    def _gen_kwargs(self, s: Sampling) -> dict[str, Any]:
+        from transformers import GenerationConfig
+
+        # a fresh config: the checkpoint's generation_config.json (e.g. repetition_penalty 1.05) must not
+        # change decoding behind the recipe's back; vLLM gets exactly the recipe's settings too
+        config = GenerationConfig(eos_token_id=sorted(self.eos_ids) or None, pad_token_id=self.tokenizer.pad_token_id)
+        kw: dict[str, Any] = {"generation_config": config, "max_new_tokens": s.max_tokens}
+        if s.temperature > 0:
+            kw.update(do_sample=True, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k or None)
+        else:
+            kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if s.ignore_eos:
+            kw["min_new_tokens"] = s.max_tokens
+        if s.stop:
+            kw.update(stop_strings=list(s.stop), tokenizer=self.tokenizer)
+        return kw
+
+    def _padded(self, prompts: Sequence[list[int]], idx: list[int]) -> tuple[Any, Any]:
+        """The prompts at idx, padded on the left to the longest, and their attention mask."""
+        torch = self.torch
+        width = max(len(prompts[i]) for i in idx)
+        ids = torch.full((len(idx), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(idx), width), dtype=torch.long)
+        for r, p in enumerate(prompts[i] for i in idx):
+            ids[r, width - len(p) :] = torch.tensor(p)
+            mask[r, width - len(p) :] = 1
+        return ids, mask
+
+    def generate(
+        self, requests: Sequence[Request], sampling: Sampling, progress: Advance | None = None, sink: Sink | None = None
+    ) -> list[Generation]:
+        prompts = [r.ids for r in requests]
+        if sampling.seed is not None:
+            self.torch.manual_seed(sampling.seed)
+        kw = self._gen_kwargs(sampling)
+        out: list[Generation | None] = [None] * len(prompts)
+        bs = self.spec.batch_size
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i])) if bs > 1 else list(range(len(prompts)))
+        for start in range(0, len(order), bs):
+            idx = order[start : start + bs]
+            ids, mask = self._padded(prompts, idx)
+            t0 = time.perf_counter()
+            gen = self._model_generate(ids, mask, **kw)
+            dt = time.perf_counter() - t0
+            new = gen[:, ids.shape[1] :].tolist()
+            for r, i in enumerate(idx):
+                n = len(new[r])
+                if not sampling.ignore_eos:  # up to and including the first end-of-sequence token
+                    n = next((k + 1 for k, t in enumerate(new[r]) if t in self.eos_ids), n)
+                text, _ = truncate_at_stop(self.tokenizer.decode(new[r][:n], skip_special_tokens=True), sampling.stop)
+                out[i] = Generation(text=text, prompt_tokens=len(prompts[i]), output_tokens=n, latency_s=dt)
+            if sink:
+                sink([(i, out[i]) for i in idx])
+            if progress:
+                progress(len(idx))
+        if self.device == "cuda":
+            self.info.extra["torch_peak_allocated_gib"] = self.torch.cuda.max_memory_allocated() / 2**30
+        return out  # type: ignore[return-value]
+
+    def reset_prefix_cache(self) -> bool:
+        return False  # no prefix cache
+
+    def close(self) -> None:
+        del self.model
+        gc.collect()
+        if self.device == "cuda":
+            self.torch.cuda.empty_cache()

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from runner.config.recipe import LoadedRecipe
-from runner.engines.base import Messages
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
+from runner.base.types import Messages
+from runner.recipe import LoadedRecipe
 
 # chat-template text around each message (role markers, separators), in tokens: generous
 PER_MESSAGE, PER_PROMPT = 16, 16
@@ -16,13 +16,12 @@ PER_MESSAGE, PER_PROMPT = 16, 16
 
 def context_length(lr: LoadedRecipe) -> int | None:
     """The engine's context limit if the recipe sets one, else the model config's; None if unknown here."""
-    limit = lr.recipe.engine.context_limit()
-    if limit:
+    if limit := lr.recipe.engine.context_limit():
         return limit
     try:
-        from runner.planning.recipe_plan import model_config
+        from runner.engines.hf import model_config
 
-        cfg = model_config(lr)
+        cfg = model_config(lr.recipe.model, lr.path)
     except (RunnerError, OSError, ValueError):
         return None
     n = cfg.get("max_position_embeddings") or cfg.get("n_positions") or cfg.get("max_sequence_length")
@@ -34,41 +33,31 @@ def token_bound(messages: Messages) -> int:
     return sum(len(m["content"].encode("utf-8")) + PER_MESSAGE for m in messages) + PER_PROMPT
 
 
-def too_long(lr: LoadedRecipe, messages: Sequence[Messages], limit: int) -> list[int]:
-    """Indices of the prompts whose token count + max_tokens exceeds `limit`, counted with the
-    tokenizer for the few whose byte bound does not already prove they fit."""
-    room = limit - lr.recipe.sampling.max_tokens
-    maybe = [i for i, m in enumerate(messages) if token_bound(m) > room]
-    if not maybe:
-        return []
-    from runner.engines.tokenizing import encode_prompts, load_tokenizer, uses_chat_template
-
+def check_context(lr: LoadedRecipe, examples: Sequence[Any], messages: Sequence[Messages]) -> None:
+    """Refuses the prompts whose token count + max_tokens exceeds the context, counted with the tokenizer for the
+    few whose byte bound does not already prove they fit."""
     r = lr.recipe
+    limit = None if r.prompt.truncate else context_length(lr)
+    room = (limit or 0) - r.sampling.max_tokens
+    maybe = [i for i, m in enumerate(messages) if token_bound(m) > room] if limit else []
+    if not maybe:
+        return
+    from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
+
     try:
         tok = load_tokenizer(r.model, local_only=True)
     except Exception:  # no tokenizer on this machine: the byte bound cannot be refined
-        return []
+        return
     _, ids = encode_prompts(tok, [messages[i] for i in maybe], uses_chat_template(tok, r.prompt.chat_template))
-    return [i for i, x in zip(maybe, ids) if len(x) > room]
-
-
-def check_context(lr: LoadedRecipe, examples: Sequence[Any], messages: Sequence[Messages]) -> None:
-    if lr.recipe.prompt.truncate:
-        return
-    limit = context_length(lr)
-    if not limit:
-        return
-    over = too_long(lr, messages, limit)
+    over = [i for i, x in zip(maybe, ids) if len(x) > room]
     if over:
-        ids = ", ".join(str(examples[i].id) for i in over[:5]) + (f" and {len(over) - 5} more" if len(over) > 5 else "")
-        raise RunnerError(
-            f"{len(over)} prompt(s) do not fit the model's context of {limit:,} tokens with "
-            f"max_tokens {lr.recipe.sampling.max_tokens:,}: example {ids}",
-            file=lr.path,
-            field="prompt",
-            hint="shorten the template or shots, lower sampling.max_tokens, raise "
-            "engine.max_model_len, or set prompt.truncate: true to cut such prompts from the left",
+        names = ", ".join(str(examples[i].id) for i in over[:5]) + (
+            f" and {len(over) - 5} more" if len(over) > 5 else ""
         )
+        msg = f"{len(over)} prompt(s) do not fit the model's context of {limit:,} tokens with max_tokens"
+        hint = "shorten the template or shots, lower sampling.max_tokens, raise engine.max_model_len, or set "
+        hint += "prompt.truncate: true to cut such prompts from the left"
+        raise RunnerError(f"{msg} {r.sampling.max_tokens:,}: example {names}", file=lr.path, field="prompt", hint=hint)
 
 
 def truncate_left(ids: list[list[int]], limit: int | None, max_tokens: int) -> tuple[list[list[int]], int]:

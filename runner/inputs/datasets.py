@@ -13,41 +13,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.errors import DatasetError
+from runner.base.errors import DatasetError
+from runner.base.types import Example
 from runner.inputs.readers import parse_rows, read_file
-
-
-@dataclass(frozen=True)
-class Example:
-    id: str
-    question: str
-    context: str = ""
-    answers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class LoadedExamples:
     examples: tuple[Example, ...]
-    sha256: str | None  # of the file's bytes as read (16 hex digits, as runner.files.file_sha256); None: hub
+    sha256: str | None  # of the file's bytes as read (16 hex digits, as runner.base.files.file_sha256); None: hub
     path: str | None  # the file that was read; None for a hub dataset
 
 
+_MISSING = object()
+_ID_HINT = "give every row an id, or leave fields.id unset and remove the id column to number the rows"
+
+
 def _get(row: dict, dotted: str) -> Any:
+    """The value at a dotted key, or _MISSING."""
     cur: Any = row
     for part in dotted.split("."):
-        if isinstance(cur, dict) and part in cur:
-            cur = cur[part]
-        else:
-            raise KeyError(dotted)
+        if not isinstance(cur, dict) or part not in cur:
+            return _MISSING
+        cur = cur[part]
     return cur
-
-
-def _has(row: dict, dotted: str) -> bool:
-    try:
-        _get(row, dotted)
-        return True
-    except KeyError:
-        return False
 
 
 def _answers(value: Any, nested: bool = False) -> tuple[str, ...]:
@@ -62,58 +51,32 @@ def _answers(value: Any, nested: bool = False) -> tuple[str, ...]:
     if isinstance(value, dict) and "text" in value:
         return _answers(value["text"], nested=True)
     if isinstance(value, (list, tuple)):
-        out: list[str] = []
-        for v in value:
-            out.extend(_answers(v, nested=True))
-        return tuple(out)
+        return tuple(a for v in value for a in _answers(v, nested=True))
     if isinstance(value, dict):
         raise ValueError("an object without a 'text' key")
     return (str(value),)
 
 
-def _quiet_datasets() -> None:
+def _hub_rows(spec: Any, where: str, field: str) -> list[dict]:
     import datasets
 
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
-
-
-def _hub_rows(spec: Any, where: str, field: str) -> list[dict]:
-    from datasets import load_dataset
-
-    _quiet_datasets()
-    tmp = None
-    kwargs: dict[str, Any] = {}
+    tmp, kwargs = None, {}
     if Path(spec.path).expanduser().is_dir():
         # a local dataset folder: a private cache, removed afterwards, so no stale copy can serve it
         tmp = tempfile.mkdtemp(prefix="runner-dataset-")
         kwargs = {"cache_dir": tmp, "keep_in_memory": True}
     try:
-        ds = load_dataset(spec.path, spec.name, split=spec.split, **kwargs)
-        return [dict(r) for r in ds]
+        return [dict(r) for r in datasets.load_dataset(spec.path, spec.name, split=spec.split, **kwargs)]
     except Exception as e:  # the hub library raises many kinds; all mean "could not load"
-        msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
-        raise DatasetError(
-            f"could not load hub dataset {spec.path!r} ({type(e).__name__}: {msg})",
-            file=where,
-            field=f"{field}.path",
-            hint="without network access use a local file (format: squad/json/jsonl/csv/parquet)",
-        ) from None
+        detail = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+        msg = f"could not load hub dataset {spec.path!r} ({type(e).__name__}: {detail})"
+        hint = "without network access use a local file (format: squad/json/jsonl/csv/parquet)"
+        raise DatasetError(msg, file=where, field=f"{field}.path", hint=hint) from None
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def load_rows(spec: Any, base_dir: Path, where: str = "", *, field: str = "dataset") -> list[dict]:
-    """The raw rows (see read_examples for the hash of what was read)."""
-    return _rows(spec, base_dir, where, field)[0]
-
-
-def _rows(spec: Any, base_dir: Path, where: str, field: str) -> tuple[list[dict], str | None, str | None]:
-    if spec.format == "hub":
-        return _hub_rows(spec, where, field), None, None
-    fb = read_file(dataset_file(spec, base_dir), where, field)
-    return parse_rows(spec.format, fb, spec.json_field, where, field, spec.path), fb.sha256, str(fb.path)
 
 
 class _Mapper:
@@ -128,106 +91,74 @@ class _Mapper:
 
     def anywhere(self, key: str) -> bool:
         if key not in self._present:
-            self._present[key] = any(_has(r, key) for r in self.rows)
+            self._present[key] = any(_get(r, key) is not _MISSING for r in self.rows)
         return self._present[key]
 
     def need(self, n: int, row: dict, key: str | None, name: str) -> Any:
-        if key is None:
+        value = _MISSING if key is None else _get(row, key)
+        if value is not _MISSING:
+            return value
+        if key is None or self.anywhere(key):  # other rows have it: missing here reads as null (as Arrow reads JSON)
             return None
-        try:
-            return _get(row, key)
-        except KeyError:
-            if self.anywhere(key):  # other rows have it: missing here reads as null (as Arrow reads JSON)
-                return None
-            cols = ", ".join(sorted(row)) if isinstance(row, dict) else "?"
-            raise self.error(f"row {n} has no column {key!r} (mapped to `{name}`); columns: {cols}", name) from None
+        cols = ", ".join(sorted(row)) if isinstance(row, dict) else "?"
+        raise self.error(f"row {n} has no column {key!r} (mapped to `{name}`); columns: {cols}", name)
+
+    def required(self, n: int, row: dict, key: str, name: str) -> Any:
+        value = self.need(n, row, key, name)
+        if value is None:
+            msg = f"row {n} has no value for {key!r} (mapped to `{name}`)"
+            raise self.error(msg, name, _ID_HINT if name == "id" else None)
+        return value
 
     def text(self, n: int, value: Any, key: str, name: str) -> str:
         if isinstance(value, (dict, list, tuple)):
-            raise self.error(
-                f"row {n}: {key!r} (mapped to `{name}`) holds a {type(value).__name__}, not text",
-                name,
-                hint=f"map fields.{name} to a column holding text (dotted keys reach inside)",
-            )
+            msg = f"row {n}: {key!r} (mapped to `{name}`) holds a {type(value).__name__}, not text"
+            raise self.error(msg, name, f"map fields.{name} to a column holding text (dotted keys reach inside)")
         return str(value)
 
     def example(self, n: int, row: dict) -> Example:
         fm = self.fm
-        if fm.id or self.anywhere("id"):
-            key = fm.id or "id"
-            ex_id = self.need(n, row, key, "id")
-            if ex_id is None:
-                raise self.error(
-                    f"row {n} has no value for {key!r} (mapped to `id`)",
-                    "id",
-                    hint="give every row an id, or leave fields.id unset and remove the id column to number the rows",
-                )
-            ex_id = self.text(n, ex_id, key, "id")
-        else:
-            ex_id = str(n)
-        q = self.need(n, row, fm.question, "question")
-        if q is None:
-            raise self.error(f"row {n} has no value for {fm.question!r} (mapped to `question`)", "question")
+        key = fm.id or "id"
+        ex_id = self.text(n, self.required(n, row, key, "id"), key, "id") if fm.id or self.anywhere("id") else str(n)
+        q = self.required(n, row, fm.question, "question")
         ctx = self.need(n, row, fm.context, "context") if fm.context else None
         try:
             ans = _answers(self.need(n, row, fm.answers, "answers")) if fm.answers else ()
         except ValueError as e:
-            raise self.error(
-                f"row {n}: {fm.answers!r} (mapped to `answers`) holds {e}",
-                "answers",
-                hint="every answer must be text; delete the broken ones (an empty list means no gold answers)",
-            ) from None
-        return Example(
-            id=ex_id,
-            question=self.text(n, q, fm.question, "question"),
-            context="" if ctx is None else self.text(n, ctx, str(fm.context), "context"),
-            answers=ans,
-        )
-
-
-def normalize(rows: list[dict], spec: Any, where: str = "", *, field: str = "dataset") -> list[Example]:
-    m = _Mapper(rows, spec, where, field)
-    return [m.example(n, row) for n, row in enumerate(rows)]
+            hint = "every answer must be text; delete the broken ones (an empty list means no gold answers)"
+            raise self.error(f"row {n}: {fm.answers!r} (mapped to `answers`) holds {e}", "answers", hint) from None
+        q = self.text(n, q, fm.question, "question")
+        ctx = "" if ctx is None else self.text(n, ctx, str(fm.context), "context")
+        return Example(id=ex_id, question=q, context=ctx, answers=ans)
 
 
 def read_examples(spec: Any, base_dir: Path, where: str = "", *, field: str = "dataset") -> LoadedExamples:
     """The examples `spec` names (shuffled and limited as it says), with the hash of the file they came from.
     `field`: the recipe field `spec` sits at (`dataset`, or `prompt.shots.source`), named by every error."""
-    rows, sha, path = _rows(spec, base_dir, where, field)
+    if spec.format == "hub":
+        rows, sha, path = _hub_rows(spec, where, field), None, None
+    else:  # a path relative to the recipe file (an absolute one stays itself)
+        fb = read_file(base_dir / Path(spec.path).expanduser(), where, field)
+        rows, sha, path = parse_rows(spec, fb, where, field), fb.sha256, str(fb.path)
     if not rows:
         what = spec.path if path else f"hub dataset {spec.path!r} (split {spec.split!r})"
-        raise DatasetError(
-            f"{what} holds no examples",
-            file=where,
-            field=f"{field}.path",
-            hint=f"point {field}.path at a file with at least one example",
-        )
-    examples = normalize(rows, spec, where, field=field)
+        hint = f"point {field}.path at a file with at least one example"
+        raise DatasetError(f"{what} holds no examples", file=where, field=f"{field}.path", hint=hint)
+    mapper = _Mapper(rows, spec, where, field)
+    examples = [mapper.example(n, row) for n, row in enumerate(rows)]
     seen: set[str] = set()
     for ex in examples:
         if ex.id in seen:
-            raise DatasetError(
-                f"example id {ex.id!r} appears more than once; ids must be unique (they pair "
-                "samples across runs and recipes)",
-                file=where,
-                field=f"{field}.fields.id",
-                hint="map fields.id to a unique column, or leave it unset to number the rows",
-            )
+            msg = f"example id {ex.id!r} appears more than once; ids must be unique (they pair samples across runs"
+            hint = "map fields.id to a unique column, or leave it unset to number the rows"
+            raise DatasetError(f"{msg} and recipes)", file=where, field=f"{field}.fields.id", hint=hint)
         seen.add(ex.id)
     if spec.shuffle:
         random.Random(spec.seed).shuffle(examples)
-    if spec.limit:
-        examples = examples[: spec.limit]
+    examples = examples[: spec.limit or None]
     return LoadedExamples(tuple(examples), sha, path)
 
 
 def load_examples(spec: Any, base_dir: Path, where: str = "", *, field: str = "dataset") -> list[Example]:
     """read_examples without the hash (for callers that only need the examples)."""
     return list(read_examples(spec, base_dir, where, field=field).examples)
-
-
-def dataset_file(spec: Any, base_dir: Path) -> Path | None:
-    if spec.format == "hub":
-        return None
-    p = Path(spec.path).expanduser()
-    return p if p.is_absolute() else base_dir / p

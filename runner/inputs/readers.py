@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from runner.errors import DatasetError
-from runner.inputs.json_formats import json_doc, json_rows, squad_rows
+from runner.base.errors import DatasetError
 
 FORMATS_HINT = "dataset formats: squad, json, jsonl, csv, parquet (a file) or hub (a dataset name or folder)"
 COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"PK\x03\x04": "zip", b"(\xb5/\xfd": "zstd"}
@@ -24,7 +25,7 @@ COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"PK\
 @dataclass(frozen=True)
 class FileBytes:
     data: bytes
-    sha256: str  # first 16 hex digits, as runner.files.file_sha256
+    sha256: str  # first 16 hex digits, as runner.base.files.file_sha256
     path: Path
 
 
@@ -39,8 +40,10 @@ class _Where:
         return DatasetError(message, file=self.where, field=f"{self.prefix}.{field}", hint=hint)
 
     def unreadable(self, detail: str, hint: str | None = None) -> DatasetError:
-        """The file cannot be read in the format the recipe names."""
         return self.error(f"cannot read {self.name} as {self.fmt}: {detail}", "format", hint)
+
+    def wrong_format(self, message: str) -> DatasetError:
+        return self.error(message, "format", f"check {self.prefix}.format and {self.prefix}.path ({FORMATS_HINT})")
 
 
 def read_file(path: Path, where: str, prefix: str) -> FileBytes:
@@ -50,16 +53,11 @@ def read_file(path: Path, where: str, prefix: str) -> FileBytes:
     try:
         data = _slurp(path)
     except OSError as e:
-        raise w.error(
-            f"cannot read dataset file {path}: {e.strerror or e}",
-            hint="check the file's permissions, or copy it somewhere readable",
-        ) from None
+        hint = "check the file's permissions, or copy it somewhere readable"
+        raise w.error(f"cannot read dataset file {path}: {e.strerror or e}", hint=hint) from None
     if _fingerprint(path, w) != before or len(data) != before[2]:
-        raise w.error(
-            f"dataset file {path} changed while being read",
-            hint="wait until whatever is writing it has finished (or point the recipe at a finished "
-            "copy), then run again",
-        )
+        hint = "wait until whatever is writing it has finished (or point the recipe at a finished copy), then run again"
+        raise w.error(f"dataset file {path} changed while being read", hint=hint)
     return FileBytes(data, hashlib.sha256(data).hexdigest()[:16], path)
 
 
@@ -72,32 +70,26 @@ def _fingerprint(path: Path, w: _Where) -> tuple[int, ...]:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise w.error(
-            f"dataset file not found: {path}", hint="paths in a recipe are relative to the recipe file"
-        ) from None
+        hint = "paths in a recipe are relative to the recipe file"
+        raise w.error(f"dataset file not found: {path}", hint=hint) from None
     except OSError as e:
         raise w.error(f"cannot read dataset file {path}: {e.strerror or e}") from None
     if stat.S_ISDIR(st.st_mode):
-        raise w.error(
-            f"dataset path is a folder, not a file: {path}",
-            hint=f"point {w.prefix}.path at a file inside it, or read a dataset folder with format: hub",
-        )
+        hint = f"point {w.prefix}.path at a file inside it, or read a dataset folder with format: hub"
+        raise w.error(f"dataset path is a folder, not a file: {path}", hint=hint)
     if not stat.S_ISREG(st.st_mode):
         raise w.error(f"dataset path is not a regular file: {path}", hint=f"point {w.prefix}.path at a data file")
     if st.st_size == 0:
-        raise w.error(
-            f"dataset file is empty: {path}", hint=f"point {w.prefix}.path at the file that holds the examples"
-        )
+        hint = f"point {w.prefix}.path at the file that holds the examples"
+        raise w.error(f"dataset file is empty: {path}", hint=hint)
     # ctime changes on every write (and cannot be set back), so a rewrite is seen even if mtime is restored
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def parse_rows(
-    fmt: str, fb: FileBytes, json_field: str | None, where: str, prefix: str, label: str | None = None
-) -> list[dict]:
-    """Rows of a local file in format squad/json/jsonl/csv/parquet, as plain dicts. `label`: the
-    path as the recipe writes it (what messages call the file)."""
-    w = _Where(where, prefix, fb.path, label, fmt)
+def parse_rows(spec: Any, fb: FileBytes, where: str, prefix: str) -> list[dict]:
+    """Rows of a local file in format squad/json/jsonl/csv/parquet, as plain dicts; messages call the file by the
+    path the recipe writes (`spec.path`)."""
+    fmt, w = spec.format, _Where(where, prefix, fb.path, spec.path, spec.format)
     data = _decompress(fb.data, w)
     if fmt == "parquet":
         return _parquet(data, w)
@@ -106,7 +98,7 @@ def parse_rows(
         return squad_rows(json_doc(text, w), w)
     if fmt == "csv":
         return _csv(text, w)
-    return json_rows(text, fmt, json_field, w)
+    return json_rows(text, fmt, spec.json_field, w)
 
 
 def _decompress(data: bytes, w: _Where) -> bytes:
@@ -116,10 +108,8 @@ def _decompress(data: bytes, w: _Where) -> bytes:
     if kind is None:
         return data
     if kind in ("zip", "zstd"):
-        raise w.error(
-            f"{w.name} is a {kind} archive, not a data file",
-            hint=f"extract it and point {w.prefix}.path at the data file inside",
-        )
+        hint = f"extract it and point {w.prefix}.path at the data file inside"
+        raise w.error(f"{w.name} is a {kind} archive, not a data file", hint=hint)
     import bz2
     import gzip
     import lzma
@@ -127,34 +117,25 @@ def _decompress(data: bytes, w: _Where) -> bytes:
     try:
         return {"gzip": gzip.decompress, "bzip2": bz2.decompress, "xz": lzma.decompress}[kind](data)
     except (OSError, EOFError, ValueError, lzma.LZMAError) as e:
-        raise w.error(
-            f"{w.name} looks {kind}-compressed but cannot be decompressed ({e})",
-            hint="the file is damaged or cut short; copy it again",
-        ) from None
+        hint = "the file is damaged or cut short; copy it again"
+        raise w.error(f"{w.name} looks {kind}-compressed but cannot be decompressed ({e})", hint=hint) from None
 
 
 def _text(data: bytes, fmt: str, w: _Where) -> str:
     name = w.name
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        raise w.error(
-            f"{name} is UTF-16 text; the runner reads UTF-8",
-            hint="save it as UTF-8 (for example: iconv -f UTF-16 -t UTF-8 IN > OUT)",
-        )
+        hint = "save it as UTF-8 (for example: iconv -f UTF-16 -t UTF-8 IN > OUT)"
+        raise w.error(f"{name} is UTF-16 text; the runner reads UTF-8", hint=hint)
     if b"\x00" in data:
-        raise w.error(
-            f"{name} is a binary file, not {fmt} text",
-            field="format",
-            hint=f"check {w.prefix}.format and {w.prefix}.path ({FORMATS_HINT})",
-        )
+        raise w.wrong_format(f"{name} is a binary file, not {fmt} text")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise w.error(
-            f"{name} is not UTF-8 text: byte 0x{data[e.start]:02x} at line {line}, column {col} cannot be decoded",
-            hint="save the file as UTF-8 (for example, from Shift-JIS: iconv -f CP932 -t UTF-8 IN > OUT)",
-        ) from None
+        msg = f"{name} is not UTF-8 text: byte 0x{data[e.start]:02x} at line {line}, column {col} cannot be decoded"
+        hint = "save the file as UTF-8 (for example, from Shift-JIS: iconv -f CP932 -t UTF-8 IN > OUT)"
+        raise w.error(msg, hint=hint) from None
 
 
 def _csv(text: str, w: _Where) -> list[dict]:
@@ -168,11 +149,8 @@ def _csv(text: str, w: _Where) -> list[dict]:
     except pd.errors.EmptyDataError:
         return []
     except (pd.errors.ParserError, ValueError, OverflowError) as e:
-        raise w.unreadable(
-            _first_line(e),
-            hint="the first line must name the columns, and every row must have as "
-            "many comma-separated fields (quote a field that holds a comma)",
-        ) from None
+        hint = "the first line must name the columns, and every row must have as many comma-separated fields"
+        raise w.unreadable(_first_line(e), hint=f"{hint} (quote a field that holds a comma)") from None
     try:
         return pa.Table.from_pandas(df, preserve_index=False).to_pylist()
     except (pa.ArrowException, ValueError, TypeError) as e:
@@ -184,11 +162,7 @@ def _parquet(data: bytes, w: _Where) -> list[dict]:
     import pyarrow.parquet as pq
 
     if len(data) < 12 or data[:4] != b"PAR1" or data[-4:] != b"PAR1":
-        raise w.error(
-            f"{w.name} is not a Parquet file (Parquet files begin and end with 'PAR1')",
-            field="format",
-            hint=f"check {w.prefix}.format and {w.prefix}.path ({FORMATS_HINT})",
-        )
+        raise w.wrong_format(f"{w.name} is not a Parquet file (Parquet files begin and end with 'PAR1')")
     try:
         return pq.read_table(pa.BufferReader(data)).to_pylist()
     except (pa.ArrowException, OSError, ValueError) as e:
@@ -198,3 +172,129 @@ def _parquet(data: bytes, w: _Where) -> list[dict]:
 def _first_line(e: BaseException) -> str:
     s = str(e).strip()
     return (s.splitlines()[0] if s else type(e).__name__)[:300]
+
+
+def json_doc(text: str, w: _Where) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        hint = "fix the file at that place (`python -m json.tool FILE` shows it too)"
+        raise w.unreadable(f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}", hint=hint) from None
+    except RecursionError:
+        raise w.error(f"{w.name} is nested too deeply to read as JSON") from None
+
+
+def _jsonl_records(text: str, w: _Where) -> list[dict]:
+    rows = []
+    for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may sit inside a JSON string
+        s = line.strip()
+        if not s:
+            continue
+        try:
+            obj = json.loads(s)
+        except json.JSONDecodeError as e:
+            hint = "each line of a JSONL file must be one complete JSON object; fix or delete that line"
+            raise w.unreadable(f"line {n} is not valid JSON: {e.msg} (column {e.colno})", hint=hint) from None
+        except RecursionError:
+            raise w.error(f"{w.name} line {n} is nested too deeply to read as JSON") from None
+        if not isinstance(obj, dict):
+            hint = 'each line must be one record such as {"question": "...", "answers": ["..."]}'
+            raise w.unreadable(f"line {n} is a JSON {_kind(obj)}, not an object", hint=hint)
+        rows.append(obj)
+    return rows
+
+
+def json_rows(text: str, fmt: str, json_field: str | None, w: _Where) -> list[dict]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        if fmt == "jsonl" or (e.msg == "Extra data" and text.lstrip().startswith("{")):
+            return _jsonl_records(text, w)  # JSON Lines (also accepted as format: json)
+        return json_doc(text, w)  # raises, naming the line and column
+    except RecursionError:
+        raise w.error(f"{w.name} is nested too deeply to read as JSON") from None
+    if json_field:
+        if not isinstance(doc, dict) or json_field not in doc:
+            keys = ", ".join(sorted(doc)[:20]) if isinstance(doc, dict) else f"the file holds a JSON {_kind(doc)}"
+            hint = "set json_field to the key that holds the list of records, or remove it"
+            raise w.error(f"{w.name} has no top-level key {json_field!r} ({keys})", field="json_field", hint=hint)
+        doc = _columns_to_records(doc[json_field], w)
+    elif isinstance(doc, dict):
+        if fmt == "jsonl":
+            return [doc]
+        msg = f"{w.name} holds a JSON object (keys: {', '.join(sorted(doc)[:20])}), not a list of records"
+        hint = f"set {w.prefix}.json_field to the key that holds the records"
+        hint += "; a SQuAD-style file needs format: squad" if "data" in doc else ""
+        raise w.error(msg, field="json_field", hint=hint)
+    if not isinstance(doc, list):
+        hint = 'a json dataset is a list of records such as [{"question": "...", "answers": ["..."]}]'
+        raise w.error(f"{w.name} holds a JSON {_kind(doc)}, not a list of records", hint=hint)
+    for i, r in enumerate(doc):
+        if not isinstance(r, dict):
+            hint = 'records look like {"question": "...", "answers": ["..."]}'
+            raise w.error(f"{w.name}: record {i} is a JSON {_kind(r)}, not an object", hint=hint)
+    return doc
+
+
+def _columns_to_records(value: Any, w: _Where) -> Any:
+    """`{"question": [...], "answers": [...]}` (columns of equal length) as records; anything else unchanged."""
+    if not isinstance(value, dict) or not value or not all(isinstance(v, list) for v in value.values()):
+        return value
+    if len({len(v) for v in value.values()}) != 1:
+        lengths = ", ".join(f"{k}: {len(v)}" for k, v in value.items())
+        msg = f"{w.name}: the columns under the json_field have different lengths ({lengths})"
+        raise w.error(msg, field="json_field")
+    return [dict(zip(value, vals, strict=True)) for vals in zip(*value.values(), strict=True)]
+
+
+def squad_rows(doc: Any, w: _Where) -> list[dict]:
+    """`data[].paragraphs[].qas[]` as flat rows; every structural problem names its place in the file."""
+    data = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(data, list):
+        hint = 'SQuAD files look like {"data": [{"title": ..., "paragraphs": [{"context": ..., "qas": [...]}]}]}'
+        msg = f'{w.name} is not SQuAD JSON: it has no top-level "data" list'
+        raise w.error(msg, field="format", hint=f"{hint}; a plain list of records is format: json")
+    rows = []
+    for i, art in enumerate(data):
+        at = f"data[{i}]"
+        for j, par in enumerate(_need(art, "paragraphs", list, at, w)):
+            at_p = f"{at}.paragraphs[{j}]"
+            ctx = _need(par, "context", str, at_p, w)
+            for k, qa in enumerate(_need(par, "qas", list, at_p, w)):
+                at_q = f"{at_p}.qas[{k}]"
+                qid = _need(qa, "id", (str, int), at_q, w)
+                q, answers = _need(qa, "question", str, at_q, w), _squad_answers(qa, f"{at_q} (id {qid!r})", w)
+                rows.append({"id": qid, "question": q, "context": ctx, "answers": answers, "title": art.get("title")})
+    return rows
+
+
+def _squad_answers(qa: dict, at: str, w: _Where) -> list[str]:
+    answers = qa.get("answers", None)
+    if not isinstance(answers, list):
+        got = "has no answers" if "answers" not in qa else f'has "answers": {json.dumps(answers)[:40]}'
+        hint = 'give "answers" as a list of {"text": "..."} objects ([] for a question without a gold answer)'
+        raise w.error(f"{w.name}: {at} {got}", hint=hint)
+    out = []
+    for m, a in enumerate(answers):
+        text = a.get("text") if isinstance(a, dict) else a
+        if not isinstance(text, str):
+            hint = 'every answer needs a "text" string; delete answers that have none'
+            raise w.error(f'{w.name}: {at} answer {m} has "text": {json.dumps(text)[:40]}', hint=hint)
+        out.append(text)
+    return out
+
+
+def _need(obj: Any, key: str, types: type | tuple, at: str, w: _Where) -> Any:
+    hint = "check that the file is SQuAD JSON (format: squad)"
+    if not isinstance(obj, dict):
+        raise w.error(f"{w.name}: {at} is a JSON {_kind(obj)}, not an object", field="format", hint=hint)
+    if key not in obj:
+        raise w.error(f"{w.name}: {at} has no {key!r}", field="format", hint=f"{hint} and complete")
+    if not isinstance(obj[key], types) or isinstance(obj[key], bool):
+        msg = f"{w.name}: {at}.{key} is a JSON {_kind(obj[key])}, which SQuAD does not allow there"
+        raise w.error(msg, hint="fix the file at that place")
+    return obj[key]
+
+
+def _kind(v: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(v), "number")

@@ -44,26 +44,6 @@ from .normalize import aio_normalize, jglue_normalize, nfkc, runner_normalize, s
 
 GoldPolicy = Literal["max", "first"]
 
-JGLUE_SRC = (
-    "https://github.com/yahoojapan/JGLUE/blob/6f071c09316baae89c3d083a90985b4b1cb9968c/"
-    "fine-tuning/patch/transformers-4.9.2_jglue-1.3.0.patch (patch of transformers v4.9.2 "
-    "src/transformers/data/metrics/squad_metrics.py: normalize_answer, compute_exact, compute_f1, "
-    "get_raw_scores)"
-)
-LLMJP_SRC = (
-    "https://github.com/swallow-llm/swallow-evaluation/blob/57c4ecdf989f708a54e84235621a6afdbcc28ddb/"
-    "llm-jp-eval/src/llm_jp_eval/utils.py (llm-jp-eval v1.3.0 as run by the Swallow leaderboard: "
-    "get_evaluation_result, normalize; fuzzywuzzy 0.18.0 + python-Levenshtein 0.21.1 per its poetry.lock)"
-)
-FLEXEVAL_SRC = (
-    "https://github.com/sbintuitions/flexeval/blob/8a07c3cad7449e4407860af100b3a57fbdda888a/"
-    "flexeval/core/metric/char_f1.py and exact_match.py"
-)
-AIO_SRC = (
-    "https://github.com/sbintuitions/flexeval/blob/8a07c3cad7449e4407860af100b3a57fbdda888a/"
-    "flexeval/core/string_processor/aio.py (AIONormalizer) with core/metric/char_f1.py"
-)
-
 
 @dataclass(frozen=True)
 class Convention:
@@ -82,65 +62,36 @@ class Convention:
         return f"{self.name} (gold: {self.gold}): {self.formula} [{self.source}]"
 
 
-#: Each convention's source and default gold policy; the formula is per metric (see `_METRICS`).
-_FAMILIES: dict[str, tuple[str, GoldPolicy]] = {
-    "runner": ("runner/scoring/normalize.py (this project)", "max"),
-    "JGLUE": (JGLUE_SRC, "max"),
-    "llm-jp-eval": (LLMJP_SRC, "first"),
-    "flexeval": (FLEXEVAL_SRC, "max"),
-    "flexeval+AIO": (AIO_SRC, "max"),
-}
+Pair = Callable[[str, str], float]
 
 
-def _convention(family: str, formula: str) -> Convention:
-    source, gold = _FAMILIES[family]
-    return Convention(family, formula, source, gold)
+def _em(norm: Callable[[str], str] = str, norm_gold: Callable[[str], str] | None = None) -> Pair:
+    return lambda pred, gold: float(norm(pred) == (norm_gold or norm)(gold))
 
 
-_RUNNER_NORM = "norm = NFKC, lower-case, no whitespace or punctuation"
-_JGLUE_NORM = "norm = lower-case, rstrip '。', collapse whitespace (no NFKC); golds with empty norm dropped"
-_LLMJP_PRED = "NFKC(output cut at the first '\\n\\n', stripped)"
-_AIO = "AIONormalizer on both (NFKC, lower-case, 「」『』 unwrapped, ・ = - and whitespace and (…) removed)"
+def _f1(norm: Callable[[str], str]) -> Pair:
+    """F1 over the bags of characters of norm(pred) and norm(gold)."""
+
+    def f1(pred: str, gold: str) -> float:
+        p, g = list(norm(pred)), list(norm(gold))
+        if not p or not g:  # SQuAD: F1 is 1 if both are empty, else 0
+            return float(p == g)
+        common = sum((Counter(p) & Counter(g)).values())
+        if common == 0:
+            return 0.0
+        precision, recall = common / len(p), common / len(g)
+        return 2 * precision * recall / (precision + recall)
+
+    return f1
 
 
-# ---------------------------------------------------------------------------------------------- pair scores
+def _ratio(norm: Callable[[str], str] = str) -> Pair:
+    return lambda pred, gold: fuzzywuzzy_ratio(norm(pred), norm(gold)) / 100
 
 
-def _bag_f1(p: list[str], g: list[str]) -> float:
-    common = sum((Counter(p) & Counter(g)).values())
-    if common == 0:
-        return 0.0
-    precision, recall = common / len(p), common / len(g)
-    return 2 * precision * recall / (precision + recall)
-
-
-def _runner_em(pred: str, gold: str) -> float:
-    return float(runner_normalize(pred) == runner_normalize(gold))
-
-
-def _runner_f1(pred: str, gold: str) -> float:
-    p, g = list(runner_normalize(pred)), list(runner_normalize(gold))
-    if not p and not g:
-        return 1.0
-    if not p or not g:
-        return 0.0
-    return _bag_f1(p, g)
-
-
-def _runner_contains(pred: str, gold: str) -> float:
+def _contains(pred: str, gold: str) -> float:
     g = runner_normalize(gold)
     return float(bool(g) and g in runner_normalize(pred))
-
-
-def _jglue_em(pred: str, gold: str) -> float:
-    return float(jglue_normalize(gold) == jglue_normalize(pred))
-
-
-def _jglue_f1(pred: str, gold: str) -> float:
-    g, p = list(jglue_normalize(gold)), list(jglue_normalize(pred))
-    if not g or not p:  # SQuAD: F1 is 1 if both are empty, else 0
-        return float(g == p)
-    return _bag_f1(p, g)
 
 
 def fuzzywuzzy_ratio(a: str, b: str) -> int:
@@ -158,37 +109,14 @@ def llmjp_prediction(output: str) -> str:
     return nfkc(output.split("\n\n")[0].strip())
 
 
-def _llmjp_em(pred: str, gold: str) -> float:
-    return float(llmjp_prediction(pred) == nfkc(gold))
-
-
 def _llmjp_char_f1(pred: str, gold: str) -> float:
     # fuzz.token_sort_ratio -> _token_sort(partial=False): full_process + sort both, then fuzz.ratio
     return fuzzywuzzy_ratio(sorted_tokens(llmjp_prediction(pred)), sorted_tokens(nfkc(gold))) / 100
 
 
-def _flexeval_em(pred: str, gold: str) -> float:
-    return float(pred == gold)
-
-
-def _flexeval_char_f1(pred: str, gold: str) -> float:
-    return fuzzywuzzy_ratio(pred, gold) / 100
-
-
-def _aio_em(pred: str, gold: str) -> float:
-    return float(aio_normalize(pred) == aio_normalize(gold))
-
-
-def _aio_char_f1(pred: str, gold: str) -> float:
-    return fuzzywuzzy_ratio(aio_normalize(pred), aio_normalize(gold)) / 100
-
-
 def _jglue_golds(golds: Sequence[str]) -> list[str]:
     """JGLUE `get_raw_scores`: golds that normalize to "" are dropped; none left means the gold is ""."""
     return [g for g in golds if jglue_normalize(g)] or [""]
-
-
-# ---------------------------------------------------------------------------------------------- registry
 
 
 @dataclass(frozen=True)
@@ -197,7 +125,7 @@ class Metric:
     are prepared. Calling it as `metric(pred, golds)` scores with the convention's gold policy."""
 
     name: str
-    pair: Callable[[str, str], float]
+    pair: Pair
     convention: Convention
     prepare_golds: Callable[[Sequence[str]], list[str]] = list
 
@@ -212,57 +140,62 @@ class Metric:
         return self.score(pred, golds)
 
 
+_FLEXEVAL = "https://github.com/sbintuitions/flexeval/blob/8a07c3cad7449e4407860af100b3a57fbdda888a/flexeval/"
+#: Each convention's source and default gold policy; the formula is per metric (see `_METRICS`).
+_FAMILIES: dict[str, tuple[str, GoldPolicy]] = {
+    "runner": ("runner/scoring/normalize.py (this project)", "max"),
+    "JGLUE": (
+        "https://github.com/yahoojapan/JGLUE/blob/6f071c09316baae89c3d083a90985b4b1cb9968c/fine-tuning/patch/"
+        "transformers-4.9.2_jglue-1.3.0.patch (patch of transformers v4.9.2 src/transformers/data/metrics/"
+        "squad_metrics.py: normalize_answer, compute_exact, compute_f1, get_raw_scores)",
+        "max",
+    ),
+    "llm-jp-eval": (
+        "https://github.com/swallow-llm/swallow-evaluation/blob/57c4ecdf989f708a54e84235621a6afdbcc28ddb/"
+        "llm-jp-eval/src/llm_jp_eval/utils.py (llm-jp-eval v1.3.0 as run by the Swallow leaderboard: "
+        "get_evaluation_result, normalize; fuzzywuzzy 0.18.0 + python-Levenshtein 0.21.1 per its poetry.lock)",
+        "first",
+    ),
+    "flexeval": (f"{_FLEXEVAL}core/metric/char_f1.py and exact_match.py", "max"),
+    "flexeval+AIO": (f"{_FLEXEVAL}core/string_processor/aio.py (AIONormalizer) with core/metric/char_f1.py", "max"),
+}
+_RUNNER_NORM = "norm = NFKC, lower-case, no whitespace or punctuation"
+_RUNNER_F1 = f"F1 over the bags of characters of norm(pred) and norm(gold), {_RUNNER_NORM}"
+_JGLUE_NORM = "norm = lower-case, rstrip '。', collapse whitespace (no NFKC); golds with empty norm dropped"
+_JGLUE_F1 = f"F1 over the bags of characters (spaces count) of norm(pred) and norm(gold), {_JGLUE_NORM}"
+_LLMJP_PRED = "NFKC(output cut at the first '\\n\\n', stripped)"
+_AIO = "AIONormalizer on both (NFKC, lower-case, 「」『』 unwrapped, ・ = - and whitespace and (…) removed)"
+_FUZZ = "fuzzywuzzy ratio(output, gold) / 100"
+
+
+def _metric(name: str, pair: Pair, family: str, formula: str) -> Metric:
+    source, gold = _FAMILIES[family]
+    golds = _jglue_golds if family == "JGLUE" else list  # JGLUE alone drops the golds that normalize to ""
+    return Metric(name, pair, Convention(family, formula, source, gold), golds)
+
+
 _METRICS = [
-    Metric("runner_exact_match", _runner_em, _convention("runner", f"norm(pred) == norm(gold), {_RUNNER_NORM}")),
-    Metric(
-        "runner_char_f1",
-        _runner_f1,
-        _convention(
-            "runner",
-            f"F1 over the bags of characters of norm(pred) and norm(gold), {_RUNNER_NORM} (not JGLUE's, "
-            "not llm-jp-eval's char_f1)",
-        ),
+    _metric("runner_exact_match", _em(runner_normalize), "runner", f"norm(pred) == norm(gold), {_RUNNER_NORM}"),
+    _metric(
+        "runner_char_f1", _f1(runner_normalize), "runner", f"{_RUNNER_F1} (not JGLUE's, not llm-jp-eval's char_f1)"
     ),
-    Metric(
-        "runner_contains",
-        _runner_contains,
-        _convention("runner", f"norm(gold) is a non-empty substring of norm(pred), {_RUNNER_NORM}"),
+    _metric(
+        "runner_contains", _contains, "runner", f"norm(gold) is a non-empty substring of norm(pred), {_RUNNER_NORM}"
     ),
-    Metric(
-        "jglue_exact_match", _jglue_em, _convention("JGLUE", f"norm(pred) == norm(gold), {_JGLUE_NORM}"), _jglue_golds
-    ),
-    Metric(
-        "jglue_char_f1",
-        _jglue_f1,
-        _convention(
-            "JGLUE", f"F1 over the bags of characters (spaces count) of norm(pred) and norm(gold), {_JGLUE_NORM}"
-        ),
-        _jglue_golds,
-    ),
-    Metric("llmjp_exact_match", _llmjp_em, _convention("llm-jp-eval", f"{_LLMJP_PRED} == NFKC(gold)")),
-    Metric(
+    _metric("jglue_exact_match", _em(jglue_normalize), "JGLUE", f"norm(pred) == norm(gold), {_JGLUE_NORM}"),
+    _metric("jglue_char_f1", _f1(jglue_normalize), "JGLUE", _JGLUE_F1),
+    _metric("llmjp_exact_match", _em(llmjp_prediction, nfkc), "llm-jp-eval", f"{_LLMJP_PRED} == NFKC(gold)"),
+    _metric(
         "llmjp_char_f1",
         _llmjp_char_f1,
-        _convention(
-            "llm-jp-eval",
-            f"fuzzywuzzy token_sort_ratio({_LLMJP_PRED}, NFKC(gold)) / 100: lower-case, non-word "
-            "characters to spaces, tokens sorted, Indel ratio in whole percents",
-        ),
+        "llm-jp-eval",
+        f"fuzzywuzzy token_sort_ratio({_LLMJP_PRED}, NFKC(gold)) / 100: lower-case, non-word "
+        "characters to spaces, tokens sorted, Indel ratio in whole percents",
     ),
-    Metric("flexeval_exact_match", _flexeval_em, _convention("flexeval", "output == gold (no normalization)")),
-    Metric(
-        "flexeval_char_f1",
-        _flexeval_char_f1,
-        _convention(
-            "flexeval", "fuzzywuzzy ratio(output, gold) / 100: Indel ratio in whole percents, no normalization"
-        ),
-    ),
-    Metric("flexeval_exact_match_normalized", _aio_em, _convention("flexeval+AIO", f"output == gold after {_AIO}")),
-    Metric(
-        "flexeval_char_f1_normalized",
-        _aio_char_f1,
-        _convention("flexeval+AIO", f"fuzzywuzzy ratio(output, gold) / 100 after {_AIO}"),
-    ),
+    _metric("flexeval_exact_match", _em(), "flexeval", "output == gold (no normalization)"),
+    _metric("flexeval_char_f1", _ratio(), "flexeval", f"{_FUZZ}: Indel ratio in whole percents, no normalization"),
+    _metric("flexeval_exact_match_normalized", _em(aio_normalize), "flexeval+AIO", f"output == gold after {_AIO}"),
+    _metric("flexeval_char_f1_normalized", _ratio(aio_normalize), "flexeval+AIO", f"{_FUZZ} after {_AIO}"),
 ]
 
 #: Names kept for recipes written before conventions were named; they are the runner's metrics.

@@ -1,14 +1,5 @@
-"""Text normalizations, one per scoring convention, each written as its source writes it.
-
-- `runner_normalize`: the runner's own (NFKC, lower-case, no whitespace, no punctuation).
-- `jglue_normalize`: JGLUE's patched SQuAD `normalize_answer` (lower-case, strip trailing `。`,
-  collapse whitespace; no NFKC, no punctuation removal).
-- `fuzzywuzzy_full_process`: fuzzywuzzy 0.18.0 `utils.full_process(s, force_ascii=True)`, the
-  default processing inside `fuzz.token_sort_ratio` (what llm-jp-eval's char_f1 calls).
-- `aio_normalize`: flexeval's `AIONormalizer` (after the AI王 official scorer).
-
-The sources (file@commit) are in `runner.scoring.metrics`, on each metric's `Convention`.
-"""
+"""Text normalizations, one per scoring convention, each written as its source writes it; the sources
+(file@commit) are in `runner.scoring.metrics`, on each metric's `Convention`."""
 
 from __future__ import annotations
 
@@ -17,6 +8,8 @@ import unicodedata
 from functools import lru_cache
 
 _PUNCT_EXTRA = set("、。，．・「」『』【】（）〔〕［］｛｝〈〉《》〜～！？：；…‥―\u3000")
+_LATIN1 = {i: None for i in range(128, 256)}  # fuzzywuzzy's `asciidammit` on Python 3: drop U+0080..U+00FF
+_NON_WORD = re.compile(r"(?ui)\W")
 
 
 @lru_cache(maxsize=4096)  # else a prediction is normalized again for every gold and metric
@@ -24,34 +17,23 @@ def runner_normalize(text: str) -> str:
     """The runner's own: NFKC (full-width ASCII and digits become half-width), lower-case, strip,
     then drop whitespace and punctuation (Unicode category P plus common Japanese marks)."""
     text = unicodedata.normalize("NFKC", text).lower().strip()
-    return "".join(
-        ch
-        for ch in text
-        if not ch.isspace() and ch not in _PUNCT_EXTRA and not unicodedata.category(ch).startswith("P")
-    )
+    return "".join(ch for ch in text if not (ch.isspace() or ch in _PUNCT_EXTRA or unicodedata.category(ch)[0] == "P"))
 
 
 def jglue_normalize(s: str) -> str:
-    """JGLUE `normalize_answer`: `white_space_fix(remove_articles(remove_punc(lower(s))))` where
-    JGLUE's patch turns `remove_punc` into a no-op and `remove_articles` into `rstrip("。")`.
+    """JGLUE's patched SQuAD `normalize_answer`: `white_space_fix(remove_articles(remove_punc(lower(s))))`
+    where `remove_punc` is a no-op and `remove_articles` is `rstrip("。")` (no NFKC).
 
     The order matters: the trailing `。` is stripped *before* whitespace is collapsed, so `"東京。 "`
     keeps its `。` (the string ends with a space when `rstrip` runs)."""
-    text = s.lower()
-    text = text.rstrip("。")
-    return " ".join(text.split())
-
-
-_LATIN1 = {i: None for i in range(128, 256)}  # fuzzywuzzy's `asciidammit` on Python 3: drop U+0080..U+00FF
-_NON_WORD = re.compile(r"(?ui)\W")
+    return " ".join(s.lower().rstrip("。").split())
 
 
 def fuzzywuzzy_full_process(s: str) -> str:
-    """fuzzywuzzy 0.18.0 `full_process(s, force_ascii=True)`: drop U+0080..U+00FF (so `é` vanishes,
-    while kana and kanji stay), replace every non-word character (`\\W`: punctuation, symbols,
-    whitespace) with a space, lower-case, strip."""
-    s = s.translate(_LATIN1)
-    return _NON_WORD.sub(" ", s).lower().strip()
+    """fuzzywuzzy 0.18.0 `full_process(s, force_ascii=True)`, the default processing inside `fuzz.token_sort_ratio`
+    (what llm-jp-eval's char_f1 calls): drop U+0080..U+00FF (so `é` vanishes, while kana and kanji stay), replace
+    every non-word character (`\\W`: punctuation, symbols, whitespace) with a space, lower-case, strip."""
+    return _NON_WORD.sub(" ", s.translate(_LATIN1)).lower().strip()
 
 
 def sorted_tokens(s: str) -> str:
@@ -64,13 +46,9 @@ def nfkc(text: str) -> str:
 
 
 def aio_normalize(text: str) -> str:
-    """flexeval `AIONormalizer`: `～`→`〜`, NFKC, lower-case, unwrap 「…」 and 『…』, drop `・ = -`,
-    drop all whitespace, then drop `(…)` with its content (after NFKC, full-width （） are ASCII)."""
-    text = text.replace("～", "〜")
-    text = unicodedata.normalize("NFKC", text)
-    text = text.lower()
-    text = re.sub(r"「(.*?)」", r"\1", text)
-    text = re.sub(r"『(.*?)』", r"\1", text)
-    text = text.replace("・", "").replace("=", "").replace("-", "")
-    text = re.sub(r"\s+", "", text).strip()
+    """flexeval `AIONormalizer` (after the AI王 official scorer): `～`→`〜`, NFKC, lower-case, unwrap 「…」 and 『…』,
+    drop `・ = -`, drop all whitespace, then drop `(…)` with its content (after NFKC, full-width （） are ASCII)."""
+    text = nfkc(text.replace("～", "〜")).lower()
+    text = re.sub(r"『(.*?)』", r"\1", re.sub(r"「(.*?)」", r"\1", text))
+    text = re.sub(r"\s+", "", text.replace("・", "").replace("=", "").replace("-", "")).strip()
     return re.sub(r"\((.*?)\)", "", text)

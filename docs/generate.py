@@ -1,0 +1,188 @@
+"""The generated files, from the models (never by hand): schema/recipe.schema.json and schema/results.schema.json
+(what `runner schema` prints) and docs/recipe-reference.md (the recipe's models, the study wing's keys, the metrics
+and the plan wing's contract). `python docs/generate.py` rewrites them; tests/test_schema.py fails when they are out
+of date."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from anywhere: the runner beside this folder
+    sys.path.insert(0, str(ROOT))
+
+from runner.cli.inspect import recipe_schema, results_schema  # noqa: E402
+
+
+def _type_name(ann: Any) -> str:
+    origin = typing.get_origin(ann)
+    args = typing.get_args(ann)
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{a}`" for a in args)
+    if origin in (typing.Union, types.UnionType):
+        parts = [a for a in args if a is not type(None)]
+        s = " \\| ".join(_type_name(a) for a in parts)
+        return s + (" \\| null" if len(parts) < len(args) else "")
+    if origin is typing.Annotated:
+        return _type_name(args[0])
+    if origin in (list, tuple):
+        return f"list of {_type_name(args[0])}" if args else "list"
+    if origin is dict:
+        return "mapping"
+    if isinstance(ann, type):
+        if issubclass(ann, BaseModel):
+            return f"[{ann.__name__}](#{ann.__name__.lower()})"
+        return {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}.get(ann.__name__, ann.__name__)
+    return str(ann).replace("typing.", "")
+
+
+def _default(f: Any) -> str:
+    if f.default is PydanticUndefined and f.default_factory is None:
+        return "**required**"
+    if f.default_factory is not None:
+        v = f.default_factory()
+        if isinstance(v, BaseModel):
+            return "(see section)"
+        return f"`{json.dumps(v)}`"
+    return f"`{json.dumps(f.default)}`"
+
+
+def _constraints(f: Any) -> str:
+    bits = []
+    for m in f.metadata:
+        for attr, sym in (("gt", ">"), ("ge", "≥"), ("lt", "<"), ("le", "≤")):
+            v = getattr(m, attr, None)
+            if v is not None:
+                bits.append(f"{sym} {v}")
+        if getattr(m, "pattern", None):
+            bits.append(f"pattern `{m.pattern}`")
+    return (" (" + ", ".join(bits) + ")") if bits else ""
+
+
+def _reference_models() -> list[tuple[type[BaseModel], str]]:
+    """Every model a recipe can hold, with where it sits; the engines come from the registry."""
+    from runner.engines import ENGINES
+    from runner.recipe import (
+        DatasetSpec,
+        FieldMap,
+        LoadSpec,
+        ModelSpec,
+        PromptSpec,
+        Recipe,
+        Sampling,
+        ShotExample,
+        ShotsSpec,
+    )
+    from runner.scoring import PostProcess, ScoringSpec
+    from runner.study.load import ReportAxes, StudyKeys
+
+    engines = [(e, f"`engine` with `kind: {e.kind_name()}`") for e in ENGINES]
+    return [
+        (Recipe, "top level"),
+        (StudyKeys, "top level, in study files and files other files build on"),
+        (ReportAxes, "`report`"),
+        (ModelSpec, "`model`"),
+        *engines,
+        (DatasetSpec, "`dataset`"),
+        (FieldMap, "`dataset.fields`"),
+        (PromptSpec, "`prompt`"),
+        (ShotsSpec, "`prompt.shots`"),
+        (ShotExample, "`prompt.shots.examples[]`"),
+        (Sampling, "`sampling`"),
+        (ScoringSpec, "`scoring`"),
+        (PostProcess, "`scoring.postprocess`"),
+        (LoadSpec, "`load`"),
+    ]
+
+
+def reference_markdown() -> str:
+    models = _reference_models()
+    out = [
+        "# Recipe reference",
+        "",
+        "Generated from the Pydantic models in `runner/` by `python docs/generate.py`; do not edit by hand.",
+        "Unknown keys are errors. Paths are relative to the recipe file. Editors validate recipes with",
+        "`schema/recipe.schema.json` (first line of a recipe: "
+        "`# yaml-language-server: $schema=../schema/recipe.schema.json`).",
+        "",
+    ]
+    for m, where in models:
+        doc = (m.__doc__ or "").strip().splitlines()[0] if m.__doc__ else ""
+        out += [f"## {m.__name__}", ""]
+        if where:
+            out.append(f"Where: {where}.")
+        if doc:
+            out.append(doc)
+        out += ["", "| field | type | default | meaning |", "| --- | --- | --- | --- |"]
+        for name, f in m.model_fields.items():
+            desc = (f.description or "").replace("|", "\\|")
+            out.append(f"| `{name}` | {_type_name(f.annotation)}{_constraints(f)} | {_default(f)} | {desc} |")
+        out.append("")
+    from runner.scoring import ALIASES, METRICS, conventions, metrics
+
+    out += [
+        "## Metrics",
+        "",
+        "Names allowed in `metrics`, each with its convention (the formula, normalization "
+        "and default gold policy it follows, and where that comes from):",
+        "",
+        "| metric | convention | gold | formula | source |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, c in conventions(list(METRICS)).items():
+        alias = f" (alias of `{ALIASES[name]}`)" if name in ALIASES else ""
+        formula = c.formula.replace("|", "\\|")
+        out.append(f"| `{name}`{alias} | {c.name} | {c.gold} | {formula} | {c.source} |")
+    out += ["", (metrics.__doc__ or "").strip(), ""]
+    out += plan_reference()
+    return "\n".join(out)
+
+
+def plan_reference() -> list[str]:
+    """`runner plan --json`'s keys (the contract) and the formulas behind them."""
+    from runner.plan import floor, memory, prefix_cache
+    from runner.plan.plan import Plan
+
+    out = [
+        "## Plan",
+        "",
+        "`runner plan RECIPES... [--gpu NAME] [--json]` prints, per recipe or study cell, what it "
+        "predicts before any GPU time, for the named GPU, else this machine's (NVML), else the H200; "
+        '`--json` prints `{"recipes": [PLAN, ...]}` with these keys (the contract; more may be added):',
+        "",
+        "| key | meaning |",
+        "| --- | --- |",
+    ]
+    for name, f in Plan.model_fields.items():
+        out.append(f"| `{name}` | {(f.description or '').replace('|', chr(92) + '|')} |")
+    for title, mod in (("Prefix caching", prefix_cache), ("Memory", memory), ("Compute floor", floor)):
+        out += ["", f"### {title}", "", (mod.__doc__ or "").strip()]
+    return out + [""]
+
+
+def write_all(root: Path = ROOT) -> list[Path]:
+    from runner.base.files import write_text_atomic
+
+    paths = []
+    for rel, text in (
+        ("schema/recipe.schema.json", json.dumps(recipe_schema(), indent=2, ensure_ascii=False) + "\n"),
+        ("schema/results.schema.json", json.dumps(results_schema(), indent=2, ensure_ascii=False) + "\n"),
+        ("docs/recipe-reference.md", reference_markdown()),
+    ):
+        p = root / rel
+        write_text_atomic(p, text)
+        paths.append(p)
+    return paths
+
+
+if __name__ == "__main__":
+    for p in write_all():
+        print(p)

@@ -1,0 +1,117 @@
+"""Whole-device GPU memory through NVML (counts every process, the engine core too).
+Optional: without nvidia-ml-py or a GPU every function returns None."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from array import array
+from bisect import bisect_left, bisect_right
+
+
+def _handle(index: int = 0):
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception:  # no library, no driver, no device: memory is simply not known
+        return None, None
+
+
+def has_cuda_device() -> bool:
+    """An NVIDIA GPU is present (NVML sees one, or the driver's device node exists); no torch needed."""
+    return _handle(0)[1] is not None or os.path.exists("/dev/nvidia0") or os.path.isdir("/proc/driver/nvidia/gpus")
+
+
+def used_gib(index: int = 0) -> float | None:
+    nv, h = _handle(index)
+    return None if h is None else nv.nvmlDeviceGetMemoryInfo(h).used / 2**30
+
+
+def device_facts(index: int = 0) -> dict:
+    nv, h = _handle(index)
+    if h is None:
+        return {}
+    text = lambda x: x.decode() if isinstance(x, bytes) else x
+    facts = {"gpu": text(nv.nvmlDeviceGetName(h)), "driver": text(nv.nvmlSystemGetDriverVersion())}
+    facts["gpu_memory_gib"] = round(nv.nvmlDeviceGetMemoryInfo(h).total / 2**30, 1)
+    with contextlib.suppress(Exception):
+        v = nv.nvmlSystemGetCudaDriverVersion()
+        facts["cuda_driver"] = f"{v // 1000}.{(v % 1000) // 10}"
+    return facts
+
+
+class PeakSampler:
+    """Samples whole-device used memory (its peak) and NVML's utilization counter every `interval` seconds
+    in a thread; `busy_share(t0, t1)` is the mean utilization over a window of time.perf_counter().
+    The utilization samples are kept as two arrays of doubles (16 bytes a sample: ~1 MB an hour)."""
+
+    def __init__(self, index: int = 0, interval: float = 0.05):
+        self.nv, self.h = _handle(index)
+        self.interval, self.peak, self.start_gib = interval, None, None
+        self.has_counter = True  # False once the device refuses the utilization counter
+        self._times, self._utils = array("d"), array("d")  # time.perf_counter(), utilization %
+        self._stop, self._t = threading.Event(), None
+
+    def _read(self) -> float:
+        return self.nv.nvmlDeviceGetMemoryInfo(self.h).used / 2**30
+
+    def record(self, t: float, util: float) -> None:
+        """One utilization sample (%), taken at time.perf_counter() `t`, later than every earlier one."""
+        self._utils.append(util)  # first, so a reader never finds a time without its value
+        self._times.append(t)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, self._read())
+            if self.has_counter:
+                try:
+                    self.record(time.perf_counter(), float(self.nv.nvmlDeviceGetUtilizationRates(self.h).gpu))
+                except Exception:  # a device without the counter: no busy share, the peak still counts
+                    self.has_counter = False
+
+    def __enter__(self) -> PeakSampler:
+        if self.h is None:
+            return self
+        self.start_gib = self.peak = self._read()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._t and not self._stop.is_set():
+            self._stop.set()
+            self._t.join()
+            self.peak = max(self.peak, self._read())
+
+    def busy_share(self, t0: float, t1: float, min_samples: int = 3) -> float | None:
+        """Mean utilization (0..1) of the samples taken between t0 and t1; None with fewer than
+        `min_samples` (a window too short to say) or without the counter."""
+        parts = self.busy_parts(t0, t1, 1, min_samples)
+        return parts[0] if parts else None
+
+    def busy_parts(self, t0: float, t1: float, parts: int = 10, min_samples: int = 3) -> list[float] | None:
+        """The mean utilization (0..1) of each of `parts` equal slices of [t0, t1] (where in the run the GPU waited); a
+        sample on a boundary counts in the later slice. None unless every slice has `min_samples` samples."""
+        if t1 <= t0 or not self.has_counter:
+            return None
+        step, times = (t1 - t0) / parts, self._times
+        edges = [bisect_left(times, t0 + k * step) for k in range(parts)] + [bisect_right(times, t1)]
+        if any(b - a < min_samples for a, b in zip(edges, edges[1:])):
+            return None
+        return [round(sum(self._utils[a:b]) / (b - a) / 100, 3) for a, b in zip(edges, edges[1:])]
+
+
+def wait_for_release(baseline_gib: float | None, tolerance_gib: float = 1.0, timeout_s: float = 60) -> float | None:
+    """Wait until the device's used memory is back near `baseline_gib`; return the last reading."""
+    if baseline_gib is None:
+        return None
+    deadline = time.monotonic() + timeout_s
+    now = used_gib()
+    while now is not None and now > baseline_gib + tolerance_gib and time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = used_gib()
+    return now

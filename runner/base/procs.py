@@ -1,0 +1,81 @@
+"""Ending a process group (a recipe's process, a model server): SIGTERM, then SIGKILL, until no member is left;
+Ctrl-C and SIGTERM arriving meanwhile wait until it is gone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether the process group has a member that is not a zombie. Orphans of the group that a PID 1
+    which never reaps (common in containers) leaves as zombies keep `killpg(pgid, 0)` succeeding, so on
+    Linux the members of this one group are looked up in /proc and zombies are not counted."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return True
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        state, _ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
+        if int(pgrp) == pgid and state not in ("Z", "X"):
+            return True
+    return False
+
+
+def kill_group(pgid: int, grace_s: float = 10.0, proc: subprocess.Popen | None = None, kill_s: float = 60.0) -> None:
+    """SIGTERM the process group, SIGKILL what is left after grace_s; return once no member is alive (zombies
+    left by a PID 1 that never reaps do not count), or `kill_s` after the SIGKILL (a process stuck in the
+    kernel). `proc`: the group's leader, reaped on the way."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, kill_s)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait_s
+        while True:
+            if proc is not None:
+                proc.poll()  # reap the leader: a zombie leader keeps the group alive
+            if not (alive := group_alive(pgid)) or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        if not alive:
+            break
+    if proc is not None:
+        proc.poll()
+
+
+def stop_group(proc: subprocess.Popen | None, grace_s: float, then: Callable[[], None]) -> None:
+    """kill_group (nothing without a process); Ctrl-C or SIGTERM arriving meanwhile (main thread) is held
+    until the group is gone, then raised, after the handlers from before are back and `then` has run."""
+    pending: list[int] = []
+    held: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            held[sig] = signal.signal(sig, lambda signum, frame: pending.append(signum))
+    try:
+        if proc is not None:
+            kill_group(proc.pid, grace_s, proc)
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        then()
+    if signal.SIGINT in pending:
+        raise KeyboardInterrupt
+    if pending:
+        raise SystemExit(128 + signal.SIGTERM)

@@ -1,0 +1,66 @@
+"""Small statistics: percentiles, projections with intervals, shared prefixes, paired tests."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def percentile(xs: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..100), as numpy's default."""
+    s = sorted(xs)
+    if not s:
+        raise ValueError("no values")
+    pos = (len(s) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summary(xs: Sequence[float]) -> dict[str, float] | None:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return {"p50": percentile(xs, 50), "p90": percentile(xs, 90), "p99": percentile(xs, 99), "mean": sum(xs) / len(xs)}
+
+
+# two-sided 95% Student t quantiles for small samples; normal beyond
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+_T95 |= {12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980, 1000: 1.962}
+
+
+def t95(df: int) -> float:
+    """Conservative two-sided 95% t quantile: the table row at or below df (never too small)."""
+    if df <= 0:
+        return float("inf")
+    return _T95[max(k for k in _T95 if k <= df)]
+
+
+def project(per_example_s: Sequence[float], n_total: int) -> dict[str, float]:
+    """The time for n_total examples from a sample of per-example times: n_total * mean, with a 95% interval from
+    the t-distribution of the mean (assumes the measured examples are representative of the rest)."""
+    n = len(per_example_s)
+    mean = sum(per_example_s) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in per_example_s) / (n - 1)) if n > 1 else float("nan")
+    half = t95(n - 1) * sd / math.sqrt(n) if n > 1 else float("nan")
+    low, high = (mean - half) * n_total, (mean + half) * n_total
+    return {"per_example_s": mean, "projected_s": mean * n_total, "low_s": low, "high_s": high}
+
+
+def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+    n = min((len(s) for s in seqs), default=0)
+    return next((i for i in range(n) if any(s[i] != seqs[0][i] for s in seqs)), n)
+
+
+def prefix_share(seqs: Sequence[Sequence[int]]) -> tuple[int, float]:
+    """(tokens every prompt shares at its start, share of all prompt tokens that prefix covers)."""
+    total, k = sum(len(s) for s in seqs), common_prefix_len(seqs)
+    return k, (k * len(seqs) / total if total else 0.0)
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value: b, c = discordant pair counts."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    p = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2**n
+    return min(1.0, 2 * p)

@@ -1,0 +1,189 @@
+"""The engine seam and the settings it speaks: which model, how to sample, an example, a request, a
+generation, a knob, what an engine reports about itself, and the base of every engine's recipe section.
+
+Engines import these (and nothing above them); recipes embed ModelSpec and Sampling."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+
+MAX_TOKENS = 1_048_576  # 2**20: more than any model's context
+MAX_SEED = 2**63 - 1  # what every engine's RNG takes
+Messages = list[dict[str, str]]
+
+
+class StrictModel(BaseModel):
+    """The base of every configuration model: unknown keys are errors; instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=False)
+
+
+class ModelSpec(StrictModel):
+    """Which model to load."""
+
+    id: str = Field(
+        description="Hub id (`Qwen/Qwen2.5-7B-Instruct`), a local folder, or `builtin:demo` "
+        "(a tiny random model built offline for smoke tests)."
+    )
+    revision: str | None = Field(None, description="Hub revision (branch, tag or commit) to load.")
+    tokenizer: str | None = Field(None, description="Tokenizer id or folder; defaults to `id`.")
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(
+        "auto", description="Weight and activation dtype; `auto` takes the checkpoint's (float32 on CPU)."
+    )
+    load_format: Literal["auto", "dummy"] = Field(
+        "auto", description="`dummy` = random weights with the real shapes: speed only, scores mean nothing."
+    )
+    trust_remote_code: bool = Field(False, description="Allow code shipped with the checkpoint to run. Off unless set.")
+
+    @property
+    def tokenizer_id(self) -> str:
+        return self.tokenizer or self.id
+
+
+class Sampling(StrictModel):
+    """Engine-neutral sampling; each engine translates it into its own arguments."""
+
+    temperature: float = Field(0.0, ge=0, le=100, allow_inf_nan=False, description="0 = greedy decoding.")
+    top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False, description="Nucleus sampling mass, in (0, 1].")
+    top_k: NonNegativeInt = Field(0, le=MAX_TOKENS, description="Keep the k most likely tokens; 0 = off.")
+    max_tokens: PositiveInt = Field(64, le=MAX_TOKENS, description="Most output tokens per example.")
+    stop: list[Annotated[str, Field(min_length=1, max_length=1000)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Strings that end the output (not included); none may be empty (an empty stop string "
+        "would end every output before it starts).",
+    )
+    ignore_eos: bool = Field(False, description="Keep generating past end-of-sequence (speed runs: fixed length).")
+    seed: int | None = Field(
+        None, ge=0, le=MAX_SEED, description="Sampling seed (only matters when temperature > 0), 0 to 2**63-1."
+    )
+
+
+@dataclass(frozen=True)
+class Example:
+    """One normalized dataset row."""
+
+    id: str
+    question: str
+    context: str = ""
+    answers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Request:
+    """One prompt as the engine receives it: its token ids, and the example it was rendered from (only the
+    fake engine reads it: its reply template may use the example's fields)."""
+
+    ids: list[int]
+    example: Example
+
+
+@dataclass
+class Generation:
+    text: str
+    prompt_tokens: int
+    output_tokens: int
+    cached_tokens: int | None = None  # prompt tokens served from the prefix cache
+    ttft_s: float | None = None  # time to first token, per request
+    latency_s: float | None = None  # end-to-end latency, per request
+
+
+class Knob(BaseModel):
+    """A setting the recipe asked for, and what the run shows took effect (a row of results.json)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    requested: Any = None
+    effective: Any = None
+    status: Literal["applied", "ignored", "default", "unverified"]
+    evidence: str = ""
+
+
+@dataclass
+class EngineInfo:
+    """Facts the engine measured or reported about itself (or, for a run that ended early, that its log shows)."""
+
+    name: str = ""
+    version: str = ""
+    device: str = ""
+    load_s: float = 0.0
+    weights_gib: float | None = None
+    kv_cache_tokens: int | None = None
+    quantization: str | None = None
+    knobs: list[Knob] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Advance = Callable[[int], None]  # a progress bar's update: how many more requests finished
+Sink = Callable[[list[tuple[int, Generation]]], None]  # (request index, generation) pairs as they finish
+
+
+class Engine(Protocol):
+    info: EngineInfo
+
+    def encode(self, messages: Sequence[Messages]) -> tuple[list[str], list[list[int]]]:
+        """Each prompt's text and token ids, exactly as generate() will see them."""
+
+    def generate(
+        self, requests: Sequence[Request], sampling: Sampling, progress: Advance | None, sink: Sink | None
+    ) -> list[Generation]:
+        """One completion per request, in order; finished ones go to `sink` as soon as they are done (so an
+        interrupted run keeps them)."""
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget cached prefixes (between recipes that share this engine); False if it keeps none."""
+
+    def close(self) -> None:
+        """Release the model and every resource the engine holds."""
+
+
+class EngineSpecBase(StrictModel):
+    """Base of every engine's recipe section. Subclasses add `kind: Literal[...]`, their fields and `build()`,
+    and set the class facts below; the registry tuple in `runner/engines/__init__.py` is the only list."""
+
+    library: ClassVar[str | None] = None  # module that must be importable for `go` to run it
+    packages: ClassVar[tuple[str, ...]] = ()  # distributions whose versions results.json records
+    prefix_cache_field: ClassVar[str | None] = None  # this spec's automatic-prefix-caching knob, if any
+    prefix_cache_default: ClassVar[bool] = False  # what the engine does when that field is unset
+    fake: ClassVar[bool] = False  # outputs are made up: label reports, scores mean nothing
+    serves: ClassVar[bool] = False  # has an OpenAI-compatible server mode (`load:` recipes)
+    label: ClassVar[str] = ""  # how reports name the engine
+
+    @classmethod
+    def kind_name(cls) -> str:
+        return cls.model_fields["kind"].annotation.__args__[0]  # type: ignore[union-attr]
+
+    def build(self, model: ModelSpec, chat: bool | None) -> Engine:
+        raise NotImplementedError
+
+    def preflight(self, model: ModelSpec) -> None:
+        """User errors this engine can see on the host that runs it before anything runs (pure of engine
+        libraries); raise RunnerError naming the field."""
+
+    def gpus_needed(self) -> int:
+        """GPUs one engine needs, all on one node (0: CPU only)."""
+        return 0
+
+    def context_limit(self) -> int | None:
+        """The context length this engine is told to use (None: the model's own)."""
+        return None
+
+    def plan_settings(self, model: ModelSpec) -> dict[str, Any]:
+        """The settings `runner plan` predicts with (keyword arguments of its `make_plan`). Default: no prefix cache."""
+        return {"dtype": model.dtype, "enable_prefix_caching": False}
+
+    def prefix_caching_requested(self) -> bool:
+        if self.prefix_cache_field is None:
+            return False
+        value = getattr(self, self.prefix_cache_field)
+        return self.prefix_cache_default if value is None else bool(value)
+
+    @classmethod
+    def crash_evidence(cls, log_text: str) -> EngineInfo:
+        """What the engine's log shows it had done, read when a run ended before it could report."""
+        return EngineInfo()

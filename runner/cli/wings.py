@@ -1,0 +1,48 @@
+"""The one place the wings are wired into a call: the plan a run's report sets beside its measurement, and the
+sections the plan, serving, Ray and study wings add to report.md and summary.md. Deleting a wing's folder
+means deleting its lines here (and its recipe field); nothing below the CLI imports a wing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from runner.cluster.ray import where_it_ran
+from runner.plan.plan import plan_for_run, predicted_vs_measured
+from runner.report.markdown import Section
+from runner.report.summary import Sections
+from runner.run.job import Unit
+from runner.serve.report import serving_section, serving_summary
+from runner.study.study import study_summary
+
+
+def plan_for(unit: Unit) -> dict[str, Any] | None:
+    """The prediction for this run, made before it starts, for the GPU of this machine (none without one)."""
+    return plan_for_run(unit.loaded, unit.prepared)
+
+
+class Plans:
+    """The plans of the units about to run, made in one background thread in run order: a plan loads the tokenizer
+    (transformers, torch) and encodes every prompt, seconds per recipe, so the next job's plans are made while the
+    current job runs and only the first job waits for its own."""
+
+    def __init__(self, units: Sequence[Unit]):
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="runner-plan")
+        self._futures = {u.name: self._pool.submit(plan_for, u) for u in units}
+
+    def attach(self, units: Sequence[Unit]) -> tuple[Unit, ...]:
+        return tuple(replace(u, plan=self._futures[u.name].result()) for u in units)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def report_sections(out: Path | None) -> list[Section]:
+    return [where_it_ran, serving_section(out), predicted_vs_measured]
+
+
+def summary_sections() -> list[Sections]:
+    return [study_summary, serving_summary]

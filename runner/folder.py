@@ -1,0 +1,128 @@
+"""The run folder: its layout (the one place its file names are spelled) and reading a stored run back; below the
+pipeline, so the run writes it and the reports read it without the reports importing the run.
+
+    <out>/summary.md, <out>/*.png            the call's summary and charts
+    <out>/<study>-pareto.png                 a study's accuracy-vs-time chart
+    <out>/<name>/results.json               what the run produced (schema: schema/results.schema.json)
+    <out>/<name>/samples.jsonl[.gz]         one line per example, written when the run completes
+    <out>/<name>/samples.partial.jsonl      finished samples of a run in progress (resume reads it)
+    <out>/<name>/engine.log                 the engine's own output
+    <out>/<name>/report.md                  the recipe's report
+    <out>/<name>/.runner.lock               held by the one `runner go` writing this folder
+
+Every name read back from disk goes through `RunFolder.of`, which checks it like a recipe name,
+so a `results.json` that says `name: ../../x` cannot make the runner write outside `--out`."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from runner.base.errors import RunnerError
+from runner.results import RunResult
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+NAME_MAX = 100
+SUMMARY = "summary.md"
+CHARTS = {"time": "time.png", "accuracy": "accuracy_vs_time.png", "memory": "memory.png"}
+RESERVED = frozenset({SUMMARY, *CHARTS.values()})
+RERUN = "delete the file and rerun the recipe (runner go ... --force)"
+
+
+def check_name(name: object, where: str = "") -> str:
+    """A run name that is safe as one folder under --out (no separators, no `..`, not reserved)."""
+    if not isinstance(name, str) or not NAME_RE.match(name) or len(name) > NAME_MAX or name in RESERVED:
+        rules = f"letters, digits, `._-`, at most {NAME_MAX} characters, not starting with `.` or `-`, not one of"
+        why = f"{name!r} is not a valid run name ({rules} {', '.join(sorted(RESERVED))})"
+        raise RunnerError(why, file=where or None, field="name")
+    return name
+
+
+def _file(filename: str) -> property:
+    """A file of the run folder: `folder.results` is `folder.root / "results.json"`."""
+    return property(lambda folder: folder.root / filename)
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    root: Path
+
+    results = _file("results.json")
+    samples = _file("samples.jsonl")
+    samples_gz = _file("samples.jsonl.gz")
+    partial = _file("samples.partial.jsonl")
+    engine_log = _file("engine.log")
+    report = _file("report.md")
+    lock = _file(".runner.lock")
+
+    @classmethod
+    def of(cls, out: Path, name: str, where: str = "") -> RunFolder:
+        return cls(Path(out) / check_name(name, where))
+
+
+def study_chart_path(out: Path, study: str) -> Path:
+    """A study's accuracy-vs-time chart: `<out>/<study>-pareto.png` (the study's name checked like a run name)."""
+    return Path(out) / f"{check_name(study)}-pareto.png"
+
+
+def previous_result(folder: RunFolder, key: str) -> RunResult | None:
+    if not folder.results.is_file():
+        return None
+    try:
+        prev = RunResult.model_validate_json(folder.results.read_bytes())
+    except ValueError:
+        return None
+    return prev if prev.status == "ok" and prev.run_key == key else None
+
+
+def load_samples(folder: RunFolder) -> list[dict]:
+    """samples.jsonl, or samples.jsonl.gz where an archive was compressed to keep it small."""
+    path = folder.samples if folder.samples.is_file() else folder.samples_gz
+    if not path.is_file():
+        return []
+    try:
+        raw = path.read_bytes()
+        text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise RunnerError(f"cannot read the samples ({type(e).__name__}: {e})", file=str(path), hint=RERUN) from None
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError:
+            d = None
+        if not isinstance(d, dict) or not isinstance(d.get("id"), (str, int)):
+            raise RunnerError(f"line {n} is not a sample", file=str(path), hint=RERUN)
+        out.append(d)
+    return out
+
+
+def load_results(out: Path) -> list[RunResult]:
+    """Every stored `<out>/*/results.json`, in name order, each checked (schema, and a name that is its folder's)."""
+    res = []
+    for p in sorted(Path(out).glob("*/results.json")):
+        if not p.is_file():
+            raise RunnerError("is not a file", file=str(p), hint="remove it, or rerun that recipe")
+        try:
+            r = RunResult.model_validate_json(p.read_bytes())
+        except ValidationError as e:
+            first = e.errors()[0]
+            loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
+            why = f"not a valid results.json ({e.error_count()} problem(s); first: {loc}: {first['msg']})"
+            raise RunnerError(why, file=str(p), hint="rerun that recipe, or remove its folder") from None
+        except OSError as e:
+            raise RunnerError(f"cannot read it: {e.strerror}", file=str(p)) from None
+        check_name(r.name, str(p))
+        if r.name != p.parent.name:
+            why = f"names the run {r.name!r} but lies in the folder {p.parent.name!r}"
+            hint = "move the folder back to its run's name, or remove it"
+            raise RunnerError(why, file=str(p), field="name", hint=hint)
+        res.append(r)
+    return res

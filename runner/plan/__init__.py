@@ -1,0 +1,1 @@
+"""Planning before running (`runner plan`): what a recipe will need and can reach on a GPU."""

@@ -1,0 +1,307 @@
+"""One recipe's plan: prompt tokens, prefix-cache reuse, memory, the compute floor and layout advice.
+
+``make_plan`` is pure: token ids and a config.json dict in, a ``Plan`` out; no torch, no vLLM, no GPU needed.
+``plan_recipe`` makes it from what the runner has before the engine starts: the rendered prompts' token ids, the
+model's config.json, the engine's settings and the GPU (NVML, else `--gpu NAME`). Then the Markdown: `runner
+plan`'s table, and predicted-vs-measured in reports.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from runner.base.errors import RunnerError
+from runner.base.format import table
+from runner.base.types import StrictModel
+from runner.engines.hf import encode_prompts, load_tokenizer, model_config, uses_chat_template
+from runner.inputs.context import context_length, truncate_left
+from runner.inputs.prepare import Prepared
+from runner.recipe import LoadedRecipe
+from runner.results import RunResult
+
+from .floor import GPU, GPUS, Floor, compute_floor, find_gpu, get_gpu, gpu_from_nvml
+from .memory import GIB, MemoryPlan, batch_defaults, plan_memory
+from .prefix_cache import DEFAULT_BLOCK_SIZE, LayoutAdvice, LayoutInputs, advise_layout, simulate_prefix_cache
+
+LAYOUT_VARIABLES = ("context", "question")
+DEFAULT_GPU = "H200"  # the GPU this project's measurements come from
+# how far a measurement may be from its prediction before the report warns (issue-set tolerances)
+TOLERANCE = {"cached_prompt_tokens": 0.005, "weights_gib": 0.05, "kv_capacity_tokens": 0.10}
+PLAN_HEADERS = ["recipe", "GPU", "prompt tokens", "mean / max per prompt", "context", "from prefix cache", "weights"]
+PLAN_HEADERS += ["KV bytes/token", "KV capacity (tokens)", "fits", "floor"]
+_TOKENIZERS: dict = {}  # (tokenizer id, revision) -> tokenizer, for plan_for_run
+
+
+class TokenStats(StrictModel):
+    """Distribution of prompt lengths, tokens per example."""
+
+    mean: float = Field(description="Mean.")
+    p50: float = Field(description="Median.")
+    p90: float = Field(description="90th percentile.")
+    max: int = Field(description="Longest.")
+
+
+class Plan(StrictModel):
+    """What a recipe will need and can reach on a GPU, before running it."""
+
+    name: str = Field(description="Recipe name.")
+    gpu: str = Field(description="GPU planned for.")
+    requests: int = Field(description="Prompts.")
+    prompt_tokens: int = Field(description="All prompt tokens.")
+    prompt_tokens_per_example: TokenStats | None = Field(
+        description="Prompt length distribution; None without prompts."
+    )
+    max_tokens: int = Field(description="Output tokens per request assumed (sampling.max_tokens).")
+    max_model_len: int = Field(description="Context length (the recipe's, else the model's).")
+    over_context: int = Field(description="Prompts whose length + max_tokens exceeds max_model_len.")
+    prefix_caching: bool = Field(description="Whether prefix caching is on.")
+    cached_prompt_tokens: int = Field(
+        description="Prompt tokens served from the prefix cache (0 when off); exact "
+        "for vLLM V1 unless cache_upper_bound."
+    )
+    cached_share: float = Field(description="cached_prompt_tokens / prompt_tokens.")
+    block_size: int = Field(description="KV-cache block size, tokens.")
+    kv_blocks_needed: int = Field(description="Distinct full prompt blocks a cache must hold for all the reuse.")
+    cache_upper_bound: bool = Field(
+        description="The KV cache holds fewer blocks than kv_blocks_needed: blocks get "
+        "evicted and cached_prompt_tokens is an upper bound."
+    )
+    cached_prompt_tokens_lru: int | None = Field(
+        description="When cache_upper_bound: an LRU estimate at the KV "
+        "capacity (ignores blocks held by running requests)."
+    )
+    weights_gib: float = Field(description="Weights, GiB.")
+    kv_bytes_per_token: int = Field(description="KV-cache bytes per token.")
+    kv_capacity_tokens: int = Field(description="KV-cache capacity, tokens.")
+    fits: bool = Field(description="Fits without CPU offload (weights, overheads, one max_model_len sequence).")
+    cpu_offload_gb_needed: float = Field(description="cpu_offload_gb needed to fit (GiB, vLLM's unit); 0 if it fits.")
+    memory: MemoryPlan = Field(description="The memory budget in detail.")
+    batch: int = Field(description="Sequences decoded together assumed for the floor.")
+    floor_s: float | None = Field(
+        description="Lower bound on generation time, seconds; None if the GPU's peaks are unknown."
+    )
+    bound: str | None = Field(description="What sets the floor: compute, memory or pcie.")
+    floor: Floor | None = Field(description="The floor in detail.")
+    layout_advice: list[LayoutAdvice] = Field(description="Template layout advice (empty without layout inputs).")
+    notes: list[str] = Field(description="Caveats in words.")
+
+
+def _stats(lens: Sequence[int]) -> TokenStats | None:
+    if not lens:
+        return None
+    s, pct = sorted(lens), {}
+    for q in (50, 90):  # linear interpolation between sorted values, as numpy's default
+        pos = (len(s) - 1) * q / 100
+        lo, hi = math.floor(pos), math.ceil(pos)
+        pct[q] = s[lo] + (s[hi] - s[lo]) * (pos - lo)
+    return TokenStats(mean=sum(s) / len(s), p50=pct[50], p90=pct[90], max=s[-1])
+
+
+def _notes(p: dict[str, Any], gpu: GPU, caching_would: int) -> list[str]:
+    notes = []
+    if not p["prefix_caching"] and caching_would:
+        notes.append(f"prefix caching is off; on, it would serve {caching_would:,} prompt tokens.")
+    if p["cache_upper_bound"]:
+        notes.append(
+            f"the KV cache holds {p['memory'].kv_capacity_blocks:,} blocks but full reuse needs "
+            f"{p['kv_blocks_needed']:,}: blocks get evicted, the cached count is an upper bound."
+        )
+    if not p["fits"]:
+        notes.append(f"does not fit without offload: cpu_offload_gb >= {p['cpu_offload_gb_needed']} needed.")
+    if p["over_context"]:
+        notes.append(f"{p['over_context']:,} prompts + max_tokens exceed max_model_len {p['max_model_len']:,}.")
+    if gpu.bf16_tflops is None:
+        notes.append(f"{gpu.name}: peak FLOP/s unknown, no floor.")
+    return notes
+
+
+def make_plan(
+    name: str,
+    prompt_ids: Sequence[Sequence[int]],
+    config: Mapping[str, Any],
+    *,
+    gpu: GPU | str,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    max_tokens: int = 64,
+    batch: int | None = None,
+    enable_prefix_caching: bool = True,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    layout: LayoutInputs | None = None,
+    **other: Any,
+) -> Plan:
+    """Plan one recipe. ``prompt_ids``: the token ids in the order the engine receives them; ``config``: the
+    model's config.json; the keyword arguments mirror the recipe's engine settings (vLLM defaults), ``other``
+    goes to ``plan_memory`` (dtype, quantization, kv_cache_dtype, gpu_memory_utilization, max_model_len,
+    cpu_offload_gb, enforce_eager). ``max_num_batched_tokens``/``max_num_seqs``: vLLM's defaults for the GPU when
+    None. ``batch``: sequences decoded together; default min(requests, max_num_seqs, KV capacity / (mean prompt +
+    max_tokens))."""
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    d_tokens, d_seqs = batch_defaults(g.memory_gib, g.name)
+    t, seqs = max_num_batched_tokens or d_tokens, max_num_seqs or d_seqs
+    mem = plan_memory(
+        config, gpu_memory_gib=g.memory_gib, block_size=block_size, max_num_batched_tokens=t, max_num_seqs=seqs, **other
+    )
+    lens = [len(p) for p in prompt_ids]
+    # what caching would serve with room for every block; with fewer blocks than needed an upper bound
+    hits, needed, _ = simulate_prefix_cache(prompt_ids, block_size, None)
+    cap = mem.kv_capacity_blocks
+    upper = enable_prefix_caching and needed > cap
+    lru = sum(simulate_prefix_cache(prompt_ids, block_size, cap)[0]) if upper and cap > 0 else None  # LRU estimate
+    used = hits if enable_prefix_caching else [0] * len(lens)
+    per_seq = max(1, math.ceil(sum(lens) / max(1, len(lens)) + max_tokens))  # mean prompt + max_tokens
+    b = batch or max(1, min(len(lens), seqs, mem.kv_capacity_tokens // per_seq))
+    kw = mem.model_dump(include={"quantization", "dtype", "kv_bytes_per_token"})
+    kw |= dict(weight_gpu_bytes=mem.weights_gpu_gib * GIB, offload_bytes=(mem.weights_gib - mem.weights_gpu_gib) * GIB)
+    fl = compute_floor(config, lens, used, max_tokens, gpu=g, batch=b, max_num_batched_tokens=t, **kw)
+    advice = advise_layout(layout, block_size, cap if upper else None) if layout is not None else []
+    total, cached, mml = sum(lens), sum(used), mem.max_model_len
+    fields: dict[str, Any] = {"name": name, "gpu": g.name, "requests": len(lens), "prompt_tokens": total}
+    fields |= {"prompt_tokens_per_example": _stats(lens), "max_tokens": max_tokens}
+    fields |= {"over_context": sum(1 for n in lens if n + max_tokens > mml) if mml else 0}
+    fields |= {"prefix_caching": enable_prefix_caching, "cached_prompt_tokens": cached}
+    fields |= {"cached_share": cached / total if total else 0.0, "block_size": block_size, "kv_blocks_needed": needed}
+    fields |= {"cache_upper_bound": upper, "cached_prompt_tokens_lru": lru}
+    fields |= mem.model_dump(include={"max_model_len", "weights_gib", "kv_bytes_per_token", "kv_capacity_tokens"})
+    fields |= mem.model_dump(include={"fits", "cpu_offload_gb_needed"}) | {"memory": mem, "batch": b}
+    fields |= {"floor_s": fl.floor_s if fl else None, "bound": fl.bound if fl else None, "floor": fl}
+    fields |= {"layout_advice": advice}
+    return Plan(**fields, notes=_notes(fields, g, sum(hits)))
+
+
+def pick_gpu(name: str | None) -> tuple[GPU, bool]:
+    """The GPU to plan for: the named one, else this machine's (NVML), else the H200. The flag is True
+    when it fell back to the H200 because this machine has no GPU."""
+    if name:
+        if (g := find_gpu(name)) is None:
+            raise RunnerError(f"unknown GPU {name!r}; known: " + ", ".join(GPUS), field="--gpu")
+        return g, False
+    g = gpu_from_nvml()
+    return (get_gpu(DEFAULT_GPU), True) if g is None else (g, False)
+
+
+def _layout(lr: LoadedRecipe, prepared: Prepared, ids: list[list[int]], encode) -> LayoutInputs | None:
+    """The layout inputs when the user template uses both example variables (in the order it first uses them)."""
+    from runner.base.stats import common_prefix_len
+    from runner.inputs.prompts import find_template
+
+    from .prefix_cache import encode_examples
+
+    path = find_template(lr.recipe.prompt.template, Path(lr.base_dir))
+    text = path.read_text(encoding="utf-8") if path else ""
+    found = {v: m.start() for v in LAYOUT_VARIABLES if (m := re.search(r"\b" + v + r"\b", text))}
+    order = sorted(found, key=found.get)
+    if len(order) < 2:
+        return None
+    rows = [{"question": e.question, "context": e.context} for e in prepared.examples]
+    head = list(ids[0][: common_prefix_len(ids)]) if ids else []
+    return LayoutInputs(examples=encode_examples(rows, encode, order), order=order, head_ids=head)
+
+
+def plan_recipe(lr: LoadedRecipe, prepared: Prepared, ids: list[list[int]], gpu: GPU, encode=None) -> Plan:
+    """`ids`: the prompts' token ids in engine order; `encode`: text -> ids, for the layout advice."""
+    r = lr.recipe
+    engine = r.engine.plan_settings(r.model)
+    layout = _layout(lr, prepared, ids, encode) if encode is not None else None
+    plan = make_plan(
+        r.name, ids, model_config(r.model, lr.path), gpu=gpu, max_tokens=r.sampling.max_tokens, layout=layout, **engine
+    )
+    if r.engine.prefix_cache_field is None:  # an engine without a prefix cache: no "turn it on" advice
+        plan = plan.model_copy(update={"notes": [n for n in plan.notes if not n.startswith("prefix caching is off")]})
+    return plan
+
+
+def plan_for_run(lr: LoadedRecipe, prepared: Prepared, tokenizers: dict | None = None) -> dict[str, Any] | None:
+    """What `runner go` shows beside the measurement: the plan for this machine's GPU (NVML), made in the
+    parent before the run starts, from the prompts as the engine will get them (the recipe's tokenizer and
+    chat template, cut like the run where `prompt.truncate` asks it); None without a GPU. A prediction is
+    evidence, never a reason to stop: where it cannot be made, `{"error": ...}` says why."""
+    gpu = gpu_from_nvml()
+    if gpu is None:
+        return None
+    try:
+        r, cache = lr.recipe, tokenizers if tokenizers is not None else _TOKENIZERS
+        if (key := (r.model.tokenizer_id, r.model.revision)) not in cache:
+            cache[key] = load_tokenizer(r.model, local_only=True)
+        tok = cache[key]
+        _, ids = encode_prompts(tok, list(prepared.messages), uses_chat_template(tok, r.prompt.chat_template))
+        if r.prompt.truncate:
+            ids = truncate_left(ids, context_length(lr), r.sampling.max_tokens)[0]
+        return plan_recipe(lr, prepared, ids, gpu).model_dump(mode="json")
+    except Exception as e:  # a prediction is evidence, never a reason to fail the run
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def plan_table(plans: list[dict[str, Any]]) -> str:
+    """One row per recipe: what `runner plan` predicts."""
+    rows = []
+    for p in plans:
+        st = p.get("prompt_tokens_per_example") or {}
+        cached = f"{p['cached_prompt_tokens']:,} ({p['cached_share']:.1%})" + (" ≤" if p["cache_upper_bound"] else "")
+        tokens = f"{p['prompt_tokens']:,}", f"{st.get('mean', 0):.0f} / {st.get('max', 0)}", f"{p['max_model_len']:,}"
+        weights = "–" if p["weights_gib"] is None else f"{p['weights_gib']:.2f} GiB"
+        kv = f"{p['kv_bytes_per_token']:,}", f"{p['kv_capacity_tokens']:,}"
+        fits = "yes" if p["fits"] else f"no (offload ≥ {p['cpu_offload_gb_needed']} GiB)"
+        floor = "–" if p["floor_s"] is None else f"{p['floor_s']:.2f} s ({p['bound']})"
+        rows.append([p["name"], p["gpu"], *tokens, cached, weights, *kv, fits, floor])
+    return table(rows, PLAN_HEADERS)
+
+
+def plan_advice(plans: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for p in plans:
+        out += [f"- {p['name']}: {note}" for note in p.get("notes", [])]
+        for a in p.get("layout_advice", []):
+            if a["first_share"] > a["current_share"] + 0.01:  # only advice that would change something
+                out.append(f"- {p['name']} (layout): {a['text']}")
+    return out
+
+
+def predicted_vs_measured(r: RunResult) -> list[str]:
+    """A report section: each prediction (cached tokens, weights, KV capacity) next to its measurement, with
+    warnings beyond tolerance, and the generation floor against the measured generation time, with a warning
+    where it is above it."""
+    p = r.plan
+    if not p or r.status != "ok":
+        return []
+    if p.get("error"):
+        return ["", "## Predicted and measured", "", f"No prediction: {p['error']}"]
+    rows, warn = [], []
+    weights = (p.get("memory") or {}).get("weights_gpu_gib", p.get("weights_gib"))
+    pairs = [
+        ("cached prompt tokens", "cached_prompt_tokens", p.get("cached_prompt_tokens"), r.tokens.cached),
+        ("weights on the GPU (GiB)", "weights_gib", weights, r.memory.weights_gib),
+        ("KV capacity (tokens)", "kv_capacity_tokens", p.get("kv_capacity_tokens"), r.memory.kv_cache_tokens),
+    ]
+    fmt = lambda v: "–" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:.2f}"
+    for label, key, pred, meas in pairs:
+        off = None if pred is None or meas is None or not meas else (pred - meas) / meas
+        rows.append([label, fmt(pred), fmt(meas), "–" if off is None else f"{off:+.2%}"])
+        if off is not None and abs(off) > TOLERANCE[key]:
+            warn.append(f"> **Warning**: predicted {label} off by {off:+.1%} (tolerance ±{TOLERANCE[key]:.1%}).")
+    floor, gen, roof = p.get("floor_s"), r.timings.generate_s, roofline(r)
+    floor_cell = "–" if floor is None else f"{floor:.2f} ({p.get('bound')})"
+    roof_cell = "–" if roof is None else f"roofline {roof:.0%}"
+    rows.append(["generation floor (s)", floor_cell, "–" if gen is None else f"{gen:.2f}", roof_cell])
+    if roof is not None and roof > 1:
+        warn.append(
+            "> **Warning**: the predicted floor is above the measured generation time: the floor's "
+            "assumptions (peaks, batch) do not hold for this run."
+        )
+    head = f"Predicted before the engine started (`runner plan`, GPU {p.get('gpu')}); measured in this run."
+    out = ["", "## Predicted and measured", "", head, "", table(rows, ["", "predicted", "measured", "off by"])]
+    for w in warn:
+        out += ["", w]
+    return out
+
+
+def roofline(r: RunResult) -> float | None:
+    floor = (r.plan or {}).get("floor_s")
+    gen = r.timings.generate_s
+    return floor / gen if floor and gen and r.status == "ok" else None

@@ -1,0 +1,329 @@
+"""Recipes: one YAML file = one experiment. The models here are the reference: every field is documented
+once, in its `Field(description=...)`; the recipe reference (docs/recipe-reference.md) and the JSON Schema
+(schema/recipe.schema.json) are generated from them."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, NonNegativeInt, PlainSerializer, PositiveInt, field_validator, model_validator
+
+from runner.base.types import MAX_SEED, ModelSpec, Sampling, StrictModel
+from runner.engines import ENGINES, EngineSpec
+from runner.scoring import METRICS, ScoringSpec
+
+MAX_EXAMPLES = 100_000_000
+MAX_TIMEOUT_S = 30 * 24 * 3600
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+class FieldMap(StrictModel):
+    """Where each part of a normalized example comes from in a dataset row (dotted keys allowed)."""
+
+    id: str | None = Field(None, description="Column holding a unique id; row number when unset.")
+    question: str = Field("question", description="Column holding the question.")
+    context: str | None = Field("context", description="Column holding the passage; null for none.")
+    answers: str | None = Field(
+        "answers",
+        description="Column holding gold answers: a string, a list of "
+        "strings, `{text: [...]}` or a list of `{text: ...}`; null for none.",
+    )
+
+
+class DatasetSpec(StrictModel):
+    """Where the examples come from."""
+
+    format: Literal["squad", "json", "jsonl", "csv", "parquet", "hub"] = Field(
+        description="`squad` = nested SQuAD/JGLUE JSON (`data[].paragraphs[].qas[]`); `json` = a list of "
+        "records (or records under `json_field`); `jsonl`, `csv`, `parquet` = one row per "
+        "example; `hub` = a Hugging Face dataset by name."
+    )
+    path: str = Field(description="File path (relative to the recipe file) or, for `hub`, the dataset name.")
+    name: str | None = Field(None, description="Hub dataset configuration name (`hub` only).")
+    split: str = Field("validation", description="Split to read (`hub`), or a label for files.")
+    json_field: str | None = Field(None, description="For `json`: the top-level key that holds the records.")
+    fields: FieldMap = Field(
+        default_factory=FieldMap, description="Mapping from dataset columns onto id/question/context/answers."
+    )
+    limit: PositiveInt | None = Field(
+        None, le=MAX_EXAMPLES, description="Use only the first N examples (after shuffling)."
+    )
+    shuffle: bool = Field(False, description="Shuffle the examples before `limit`.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed for `shuffle`.")
+
+
+class ShotExample(StrictModel):
+    question: str = Field(description="Worked example question.")
+    context: str = Field("", description="Worked example passage.")
+    answer: str = Field(description="Worked example answer.")
+
+
+class ShotsSpec(StrictModel):
+    """Worked examples shown to the model before the question."""
+
+    examples: list[ShotExample] = Field(default_factory=list, description="Inline worked examples.")
+    k: NonNegativeInt = Field(0, le=1000, description="Also draw k examples from `source` (fixed `seed`).")
+    source: DatasetSpec | None = Field(None, description="Dataset to draw the k examples from (e.g. a train split).")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed for drawing the k examples.")
+    placement: Literal["turns", "system"] = Field(
+        "turns",
+        description="`turns`: each shot is a user/assistant exchange rendered with `template`; "
+        "`system`: shots are only given to the system template as `shots`.",
+    )
+
+    @model_validator(mode="after")
+    def _source_when_k(self) -> ShotsSpec:
+        if self.k and self.source is None:
+            raise ValueError("k > 0 needs `source`, the dataset the shots are drawn from")
+        return self
+
+
+class PromptSpec(StrictModel):
+    """How an example becomes a prompt."""
+
+    template: str = Field(
+        description="Jinja template file for the user message (relative to the recipe file, or a name in the project's "
+        "`templates/`). Variables: `question`, `context`, `answers`, `id`, `example`, `shots`."
+    )
+    system: str | None = Field(None, description="System prompt text (itself a Jinja template; may use `shots`).")
+    system_template: str | None = Field(None, description="System prompt from a template file instead of `system`.")
+    shots: ShotsSpec = Field(default_factory=ShotsSpec, description="Worked examples (few-shot).")
+    chat_template: bool | None = Field(
+        None, description="Apply the tokenizer's chat template; default: yes when the tokenizer has one."
+    )
+    truncate: bool = Field(
+        False,
+        description="A prompt that does not fit the model's context with `max_tokens` is cut from the left to fit (its "
+        "start is lost). Off: such a recipe is refused before it runs (exit 2), naming the example.",
+    )
+
+    @model_validator(mode="after")
+    def _one_system(self) -> PromptSpec:
+        if self.system is not None and self.system_template is not None:
+            raise ValueError("give either `system` or `system_template`, not both")
+        return self
+
+
+SLO_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+LOAD_MAX_SEED = 2**32 - 1  # numpy's legacy RandomState (what vllm bench serve seeds) takes 0..2**32-1
+MAX_REQUESTS = 10_000_000
+NUMBER_OR_INF = {"anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"const": "inf"}]}
+INF_WORDS = ("inf", ".inf", "+inf", "infinity")
+InfFloat = Annotated[float, PlainSerializer(lambda x: "inf" if math.isinf(x) else x, when_used="json")]
+
+
+def _rates_schema(schema: dict[str, Any]) -> None:
+    schema["items"] = dict(NUMBER_OR_INF)
+    schema.pop("type", None)
+    schema["anyOf"] = [{"type": "array", "minItems": 1}, NUMBER_OR_INF]
+
+
+def _burstiness_schema(schema: dict[str, Any]) -> None:
+    schema.pop("type", None)
+    schema.pop("exclusiveMinimum", None)
+    schema.update(NUMBER_OR_INF)
+
+
+def read_inf(v: Any) -> Any:
+    """`inf` written as a string -> math.inf; anything else as it is."""
+    return math.inf if isinstance(v, str) and v.strip().lower() in INF_WORDS else v
+
+
+class LoadSpec(StrictModel):
+    """Serving-mode load: the recipe runs against vLLM's OpenAI-compatible server at each request rate."""
+
+    request_rate: list[InfFloat] = Field(
+        json_schema_extra=_rates_schema,
+        description="Offered load in requests/s, one measured run per value, in increasing order; `inf` "
+        "(YAML `.inf` or the string `inf`) sends every request at once. A single number is one rate.",
+    )
+    max_concurrency: PositiveInt | None = Field(
+        None,
+        le=MAX_REQUESTS,
+        description="Most requests in flight at once; a request due while the cap is reached waits on "
+        "the client (its queue time is recorded). Default: no cap.",
+    )
+    burstiness: InfFloat = Field(
+        1.0,
+        gt=0,
+        json_schema_extra=_burstiness_schema,
+        description="Shape of the gamma distribution of the gaps between arrivals, > 0: 1 = Poisson "
+        "arrivals, < 1 burstier, > 1 more even, `inf` = evenly spaced.",
+    )
+    num_requests: PositiveInt | None = Field(
+        None,
+        le=MAX_REQUESTS,
+        description="Requests measured per rate (prompts reused in order when the dataset is smaller); "
+        "default: the whole dataset once.",
+    )
+    warmup_requests: NonNegativeInt = Field(
+        20,
+        le=MAX_REQUESTS,
+        description="Unmeasured requests sent before each rate's measured ones (the first prompt, "
+        "repeated, under `max_concurrency`).",
+    )
+    slo: dict[str, float] = Field(
+        default_factory=dict,
+        json_schema_extra={"propertyNames": {"enum": list(SLO_METRICS)}},
+        description="Service-level objectives in milliseconds for goodput (requests "
+        "meeting every SLO per second); keys: " + ", ".join(SLO_METRICS) + ".",
+    )
+    seed: int = Field(
+        0,
+        ge=0,
+        le=LOAD_MAX_SEED,
+        description="Seed of the arrival schedule, 0 to 2**32-1 (numpy's legacy "
+        "generator, as `vllm bench serve --seed`); the same seed gives the same schedule at every rate.",
+    )
+
+    @field_validator("request_rate", mode="before")
+    @classmethod
+    def _rates(cls, v: Any) -> list[float]:
+        vals = v if isinstance(v, (list, tuple)) else [v]
+        if not vals:
+            raise ValueError("give at least one request rate (requests/s > 0, or `inf`)")
+        rates = []
+        for x in map(read_inf, vals):  # a number, or `inf` written as a string (booleans are not numbers), > 0
+            try:
+                r = float(x) if isinstance(x, (int, float, str)) and not isinstance(x, bool) else None
+            except ValueError:
+                r = None
+            if r is None:
+                raise ValueError(f"a request rate is a number of requests per second or `inf`, not {x!r}")
+            if math.isnan(r) or r <= 0:
+                raise ValueError(f"request rate {x!r} is out of range: each rate must be > 0 requests/s, or `inf`")
+            rates.append(r)
+        for a, b in itertools.pairwise(rates):
+            if not b > a:
+                why = "request rates must increase strictly (the sweep stops at saturation)"
+                raise ValueError(f"{why}; got {a:g} then {b:g}")
+        return rates
+
+    @field_validator("burstiness", mode="before")
+    @classmethod
+    def _burstiness(cls, v: Any) -> Any:
+        v = read_inf(v)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isnan(v):
+            raise ValueError("burstiness must be > 0 (1 = Poisson, `inf` = evenly spaced), not NaN")
+        return v
+
+    @field_validator("slo")
+    @classmethod
+    def _slo(cls, v: dict[str, float]) -> dict[str, float]:
+        for k, x in v.items():
+            if k not in SLO_METRICS:
+                raise ValueError(f"unknown SLO metric {k!r}; allowed: {', '.join(SLO_METRICS)}")
+            if not (x > 0 and math.isfinite(x)):
+                raise ValueError(f"SLO {k} must be a finite number of milliseconds > 0, not {x!r}")
+        return v
+
+    def request_indices(self, n_prompts: int) -> list[int]:
+        """Which prompt each measured request sends: the first `num_requests`, cycling when there are fewer."""
+        if n_prompts <= 0:
+            raise ValueError("no prompts to send")
+        return [i % n_prompts for i in range(self.num_requests or n_prompts)]
+
+
+MetricName = Literal[tuple(METRICS)]  # type: ignore[valid-type]
+
+
+class Recipe(StrictModel):
+    """One experiment."""
+
+    name: str = Field(
+        pattern=NAME_PATTERN,
+        max_length=100,
+        description="Unique name; the report folder is `<out>/<name>/`. Letters, digits, `._-`.",
+    )
+    description: str = Field("", description="One line saying what this recipe tests.")
+    model: ModelSpec = Field(description="Which model to load.")
+    engine: EngineSpec = Field(description="Which engine runs the model, chosen by `kind`.")
+    replicas: PositiveInt = Field(
+        1,
+        le=1024,
+        description="Data-parallel copies of the engine (`runner go --executor ray`): the examples are split into this "
+        "many contiguous shares, each run by its own engine; outputs are one engine's, generation time is the wall "
+        "time over all.",
+    )
+    dataset: DatasetSpec = Field(description="Where the examples come from.")
+    prompt: PromptSpec = Field(description="How an example becomes a prompt.")
+    sampling: Sampling = Field(default_factory=Sampling, description="Decoding settings, engine-neutral.")
+    metrics: list[MetricName] = Field(
+        default_factory=lambda: ["exact_match", "char_f1"],
+        description="Scores to compute; each metric names its convention (formula, "
+        "normalization, gold policy): see the Metrics section.",
+    )
+    scoring: ScoringSpec = Field(
+        default_factory=ScoringSpec, description="Gold policy and clean-up of the model output before scoring."
+    )
+    load: LoadSpec | None = Field(
+        None,
+        description="Run the recipe under serving load instead of as an offline batch: the engine's OpenAI-compatible "
+        "server at each request rate, with latency percentiles, goodput and accuracy under load.",
+    )
+    baseline: bool = Field(False, description="This recipe is the reference the summary compares against.")
+    estimate: PositiveInt | None = Field(
+        None,
+        le=MAX_EXAMPLES,
+        description="Run only N examples and project the full-dataset time (reported as an estimate).",
+    )
+    timeout_s: PositiveInt | None = Field(
+        None,
+        le=MAX_TIMEOUT_S,
+        description="End the run and record it failed after this many seconds (at most 30 days).",
+    )
+
+    @model_validator(mode="after")
+    def _load_needs_a_server(self) -> Recipe:
+        if self.load is not None and not self.engine.serves:
+            kinds = ", ".join(e.kind_name() for e in ENGINES if e.serves)
+            why = f"`load` runs the engine as a server; engine kind {self.engine.kind!r} has no server mode"
+            raise ValueError(f"{why} (kinds with one: {kinds})")
+        return self
+
+    @field_validator("metrics")
+    @classmethod
+    def _unique_metrics(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("metrics are listed twice")
+        return v
+
+    def canonical(self) -> dict[str, Any]:
+        """The recipe as results record it and its hashes see it; `replicas: 1` (the default) is left out,
+        so results stored before the field existed keep their run keys."""
+        d = self.model_dump(mode="json")
+        if d.get("replicas") == 1:
+            del d["replicas"]
+        return d
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.canonical(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+class LoadedRecipe(StrictModel):
+    """A validated recipe with where it came from (paths resolve against `base_dir`)."""
+
+    recipe: Recipe
+    path: str
+    base_dir: str
+    overrides: list[str] = Field(default_factory=list)
+    study: str | None = Field(None, description="The study this recipe is a cell of (its file's `name`).")
+    cell: dict[str, Any] = Field(
+        default_factory=dict,
+        description="A study cell's settings that vary across the "
+        "study (dotted key -> value; `variant` -> the variant's name).",
+    )
+    cell_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="The study file's short labels of the cell's values (dotted key -> label), where it gives them.",
+    )
+    study_axes: dict[str, Any] | None = Field(None, description="The study's `report: {rows, columns}`.")
+
+    def resolve(self, p: str) -> Path:
+        q = Path(p).expanduser()
+        return q if q.is_absolute() else (Path(self.base_dir) / q)

@@ -1,0 +1,205 @@
+"""Markdown of one run: report.md, its sections in order; a wing adds its own (Ray replicas, serving rates,
+the plan against the measurement) through `extra`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runner.base.files import write_text_atomic
+from runner.base.format import N_EXAMPLES_SHOWN, brief, cell, gib, inline, secs, short, table
+from runner.folder import RunFolder, load_samples
+from runner.results import RunResult
+from runner.scoring import conventions
+
+Section = Callable[[RunResult], list[str]]
+REPRO_KEYS = ("runner", "git_commit", "python", "platform", "gpu", "driver", "cuda_driver", "gpu_memory_gib")
+
+
+def _interval(e: Any) -> str:
+    if e.low_s is None or e.high_s is None:
+        return "no interval"
+    return f"95% interval {secs(e.low_s)} – {secs(e.high_s)}"
+
+
+def _banners(r: RunResult) -> list[str]:
+    out = []
+    if r.recipe.engine.fake:
+        fake = f"> **FAKE ENGINE**: `{r.recipe.engine.kind}` made these outputs up from a template; no model ran. "
+        out.append(fake + "Times, tokens and scores test the pipeline only.")
+    if r.status != "ok":
+        out.append(f"> **FAILED**: {r.error}" + (f"\n>\n> Hint: {r.hint}" if r.hint else ""))
+    if not r.scores_meaningful:
+        dummy = "random weights (`load_format: dummy` or the builtin smoke-test model)"
+        out.append(f"> **Scores are not meaningful**: this run used {dummy}; read it for speed only.")
+    if r.engine_of:
+        shared = f"this recipe ran on the engine started for {r.engine_of} (engine start counted there)"
+        out.append(f"> Note: {shared}; the prefix cache was reset before it")
+    out += [f"> Note: {n}" for n in r.notes]
+    if e := r.estimate:
+        at = f"projected at {secs(e.projected_s)} ({_interval(e)}; {e.method})"
+        out.append(f"> **Estimate**: {e.n_measured} of {e.n_total} examples were run; the full time is {at}.")
+    return out
+
+
+def report_markdown(r: RunResult, samples: list[dict], extra: Sequence[Section] = ()) -> str:
+    sections = (_header, _time_section, _tokens_section, _latency_section, *extra)
+    sections += (_memory_section, _scores_section, _prefix_section, _knobs_section)
+    return "\n".join([line for section in sections for line in section(r)] + _samples_section(samples) + _reproduce(r))
+
+
+def cell_value(v: Any, width: int = 80) -> str:
+    """A study cell's value in a line or table cell: text as it is, mappings as k=v pairs (nested ones in
+    braces, lists of more than four values as a count), other values as JSON."""
+
+    def one(x: Any) -> str:
+        if isinstance(x, dict):
+            return "{" + ",".join(f"{k}={one(y)}" for k, y in x.items()) + "}"
+        if isinstance(x, list) and len(x) > 4:
+            return f"[{len(x)} values]"
+        return x if isinstance(x, str) else json.dumps(x, ensure_ascii=False, default=str)
+
+    if isinstance(v, dict) and v:
+        v = one(v)[1:-1]
+    elif not isinstance(v, (str, list)):
+        v = one(v)
+    return short(v, width)
+
+
+def _header(r: RunResult) -> list[str]:
+    rec = r.recipe
+    parts = [f"# {r.name}", ""]
+    if r.study:
+        what = ", ".join(f"{k}={r.cell_labels.get(k) or cell_value(v)}" for k, v in r.cell.items())
+        parts += [f"Cell of study **{r.study}**" + (f": {what}" if what else ""), ""]
+    if rec.description:
+        parts += [rec.description, ""]
+    engine = rec.engine.label or r.engine.name or rec.engine.kind
+    parts += [
+        f"Status: **{r.status}** · engine: {engine} {r.engine.version} · model: `{rec.model.id}` · "
+        f"device: {r.engine.device or '–'} · samples: {r.n_samples} of {r.n_dataset} · finished {r.finished_at}",
+        "",
+    ]
+    for b in _banners(r):  # each its own block quote (adjacent ones would merge)
+        parts += [b, ""]
+    return parts
+
+
+def _time_section(r: RunResult) -> list[str]:
+    parts = ["", "## Time and throughput", ""]
+    t, th = r.timings, r.throughput
+    row = [secs(t.load_s), secs(t.generate_s), secs(t.total_s)]
+    row += [cell(th.requests_per_s), cell(th.output_tokens_per_s), cell(th.total_tokens_per_s)]
+    head = ["engine start", "generation", "total", "requests/s", "output tok/s", "total tok/s"]
+    busy = t.gpu_busy is not None
+    parts.append(table([[*row, f"{t.gpu_busy:.0%}"] if busy else row], [*head, "GPU busy"] if busy else head))
+    if busy:
+        tenths = " ".join(f"{x:.0%}" for x in t.gpu_busy_tenths or [])
+        lag = "NVML averages over its own window, up to a second: the tenths lag, the first reads low"
+        text = "GPU busy: the mean of NVML's utilization counter (share of time a kernel was running, whole device) "
+        text += "sampled every 50 ms during generation; it says whether the GPU waited, not how full it was."
+        parts += ["", text + (f" By tenth of the generation time: {tenths} ({lag})." if t.gpu_busy_tenths else "")]
+    if e := r.estimate:
+        when = f"~{secs(e.projected_s)} ({_interval(e)}) from {e.n_measured} examples."
+        parts += ["", f"Projected full-dataset generation (**estimate**): {when}"]
+    return parts
+
+
+def _tokens_section(r: RunResult) -> list[str]:
+    t, n = r.tokens, r.n_samples
+    row = [t.prompt, t.output, t.cached, f"{t.prompt / n:.1f}" if n else None, f"{t.output / n:.1f}" if n else None]
+    head = ["prompt", "output", "prompt from cache", "prompt / example", "output / example"]
+    return ["", "## Tokens", "", table([row], head)]
+
+
+def _latency_section(r: RunResult) -> list[str]:
+    lat = [(n, p) for n, p in (("time to first token", r.latency.ttft_s), ("end-to-end", r.latency.e2e_s)) if p]
+    if not lat:
+        return []
+    rows = [[n, secs(p.p50), secs(p.p90), secs(p.p99), secs(p.mean)] for n, p in lat]
+    return ["", "## Latency per request", "", table(rows, ["", "p50", "p90", "p99", "mean"])]
+
+
+def _memory_section(r: RunResult) -> list[str]:
+    m = r.memory
+    kv_tokens = f"{m.kv_cache_tokens:,}" if m.kv_cache_tokens else None
+    row = [gib(m.peak_gpu_gib), gib(m.baseline_gpu_gib), gib(m.weights_gib), kv_tokens, gib(m.kv_cache_gib)]
+    head = ["peak GPU (whole device)", "GPU before start", "weights", "KV cache (tokens)", "KV cache"]
+    return ["", "## Memory", "", table([row], head)]
+
+
+def _scores_section(r: RunResult) -> list[str]:
+    """Each score with the convention it follows, and the recipe's gold policy and clean-up."""
+    if not r.scores:
+        return ["", "## Scores", "", "No scores (no gold answers, or the run failed)."]
+    note = " (not meaningful: random weights or a fake engine)" if not r.scores_meaningful else ""
+    gold = r.recipe.scoring.gold
+    conv = conventions(list(r.scores))
+    rows = [[k, f"{v:.4f}", conv[k].name, gold or conv[k].gold, conv[k].formula] for k, v in r.scores.items()]
+    scores = table(rows, ["metric", "score" + note, "convention", "gold answers", "formula"])
+    post = {k: v for k, v in r.recipe.scoring.postprocess.model_dump().items() if v}
+    cleanup = ", ".join(f"{k}={v!r}" for k, v in post.items()) or "none"
+    policy = f"; gold policy set by the recipe: {gold}" if gold else "; gold policy: each metric's own"
+    return ["", "## Scores", "", scores, "", f"Output clean-up before scoring: {cleanup}{policy}."]
+
+
+def _prefix_section(r: RunResult) -> list[str]:
+    if r.status != "ok":
+        return []
+    p = r.prefix
+    text = f"Every prompt starts with the same {p.shared_prefix_tokens} tokens ({p.shared_prefix_share:.1%} of all "
+    text += "prompt tokens); a block-granular prefix cache also reuses prefixes shared by some prompts only (see the "
+    text += "prediction below)." + (f" Measured hit rate: {p.hit_rate:.1%}." if p.hit_rate is not None else "")
+    return ["", "## Prompt prefix", "", text]
+
+
+def _knobs_section(r: RunResult) -> list[str]:
+    if not r.knobs:
+        return []
+    status = lambda k: "**IGNORED**" if k.status == "ignored" else k.status
+    rows = [[k.name, brief(k.requested), brief(k.effective), status(k), k.evidence] for k in r.knobs]
+    head = ["knob", "requested", "effective", "status", "evidence"]
+    return ["", "## Knobs: requested and effective", "", table(rows, head)]
+
+
+def _samples_section(samples: list[dict]) -> list[str]:
+    if not samples:
+        return []
+    parts = ["", "## Sample prompts and outputs", ""]
+    for s in samples[:N_EXAMPLES_SHOWN]:
+        gold = ", ".join(f"`{inline(a)}`" for a in s.get("answers", []))
+        parts += [f"### {s['id']}", "", "Prompt:", "", "```text", s["prompt"].replace("```", "ˋˋˋ"), "```", ""]
+        parts += [f"Output: `{inline(s['output'])}` · gold: " + gold, ""]
+    return parts
+
+
+def _reproduce(r: RunResult) -> list[str]:
+    """Everything needed to run this again and get comparable numbers."""
+    env = r.environment
+    rows = [["recipe hash", f"`{r.recipe_hash}`"], ["run key", f"`{r.run_key}`" if r.run_key else None]]
+    rows += [[k, f"`{v}`"] for k, v in env.get("inputs", {}).items()]
+    rows += [[k.replace("_", " "), env.get(k)] for k in REPRO_KEYS]
+    rows += [[k, v] for k, v in env.get("packages", {}).items()]
+    extra = env.get("engine_extra", {})
+    if extra.get("model_runner"):
+        rows.append(["vLLM model runner", extra["model_runner"]])
+    if extra.get("env"):
+        rows.append(["engine environment", ", ".join(f"{k}={v}" for k, v in extra["env"].items())])
+    if extra.get("warmup"):
+        rows.append(["engine warm-up", extra["warmup"]])
+    rows.append(["started / finished", f"{r.started_at} / {r.finished_at}"])
+    out = ["", "## Reproduce", "", table(rows, ["", "value"]), ""]
+    if r.command:
+        out += ["Command (from the directory it was run in):", "", "```bash", r.command, "```"]
+    recipe = yaml.safe_dump(r.recipe.canonical(), sort_keys=False, allow_unicode=True).rstrip()
+    return [*out, "", "## Resolved recipe", "", "```yaml", recipe, "```", ""]
+
+
+def write_report(r: RunResult, out: Path, extra: Sequence[Section] = ()) -> Path:
+    folder = RunFolder.of(out, r.name)
+    write_text_atomic(folder.report, report_markdown(r, load_samples(folder), extra))
+    return folder.report

@@ -1,0 +1,198 @@
+"""Markdown of a call: summary.md, comparing every recipe of the call (and each study's cells), with the sections
+that pair recipes: what sets one recipe apart from another, prefix caching on against off, and the answers that
+change against the baseline (with an exact McNemar test)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from runner.base.dotted import flat_dotted
+from runner.base.files import write_text_atomic
+from runner.base.format import N_EXAMPLES_SHOWN, diff_cell, gib, inline, secs, table
+from runner.base.stats import mcnemar_exact
+from runner.folder import SUMMARY, RunFolder, load_samples
+from runner.recipe import Recipe
+from runner.report.plots import write_charts
+from runner.results import RunResult
+
+# a wing's sections of summary.md (studies, serving runs): results, the --out folder -> Markdown lines
+Sections = Callable[[list[RunResult], Path | None], list[str]]
+SKIP_DIFF = {"name", "description", "baseline", "timeout_s", "estimate"}
+
+
+def _engine_view(r: Recipe) -> dict:
+    """An engine's kind plus only the fields set away from that kind's defaults, so engines of different kinds
+    compare by what was chosen, not by every field either kind has."""
+    engine = r.engine.model_dump(mode="json")
+    defaults = type(r.engine).model_validate({"kind": r.engine.kind}).model_dump(mode="json")
+    return {k: v for k, v in engine.items() if k == "kind" or defaults.get(k) != v}
+
+
+def recipe_diff(r: Recipe, base: Recipe) -> dict[str, Any]:
+    """Settings of `r` that differ from `base` (dotted keys)."""
+    rec, full = r.canonical(), flat_dotted(r.canonical())
+    rec = {**rec, "engine": _engine_view(r)}
+    base = {**base.canonical(), "engine": _engine_view(base)}
+    a, b = flat_dotted(rec), flat_dotted(base)
+    other_kind = rec["engine"].get("kind") != base["engine"].get("kind")
+    out = {}
+    for k in sorted(set(a) | set(b)):
+        if k.split(".")[0] in SKIP_DIFF or k == "engine.kind":  # the kind has its own column
+            continue
+        if other_kind and k.startswith("engine.") and k not in a:  # a field the other engine does not have
+            continue
+        if a.get(k) != b.get(k):
+            out[k] = a.get(k, full.get(k))
+    return out
+
+
+def _prefix_on(r: RunResult) -> bool:
+    """The engine has a prefix cache and it was on (as measured where the engine said so)."""
+    field = r.recipe.engine.prefix_cache_field
+    eff = next((k.effective for k in r.knobs if k.name == field), None)
+    return field is not None and (bool(eff) if eff is not None else r.recipe.engine.prefix_caching_requested())
+
+
+def _prefix_row(r: RunResult, results: list[RunResult]) -> list:
+    others = [o for o in results if o is not r and o.status == "ok"]
+    partners = [o for o in others if set(recipe_diff(r.recipe, o.recipe)) == {"engine.enable_prefix_caching"}]
+    partner = partners[-1] if partners else None  # the last other finished recipe that differs only in that
+    saved = None
+    if partner and partner.timings.generate_s and r.timings.generate_s:
+        d = partner.timings.generate_s - r.timings.generate_s
+        saved = f"{d:.1f} s ({d / partner.timings.generate_s:.0%}) vs {partner.name}"
+    pred, p = (r.plan or {}).get("cached_share"), r.prefix
+    pct = lambda x: f"{x:.1%}" if x is not None else None
+    return [r.name, p.shared_prefix_tokens, f"{p.shared_prefix_share:.1%}", pct(pred), pct(p.hit_rate), saved]
+
+
+def prefix_section(results: list[RunResult]) -> list[str]:
+    """Shared prefix (from the prompts), measured hit rate, and time saved against the same recipe
+    with caching off, for each recipe with prefix caching on."""
+    rows = [_prefix_row(r, results) for r in results if r.status == "ok" and _prefix_on(r)]
+    if not rows:
+        return []
+    head = ["recipe", "prefix shared by all (tokens)", "share", "predicted hit rate", "measured hit rate"]
+    note = "Shared by all: tokens every prompt starts with (share of all prompt tokens). Predicted: the prompt tokens "
+    note += "a prefix cache serves, counted block by block over the real token ids before the engine started "
+    note += "(`runner plan`); measured: what the engine reported."
+    return ["", "## Prefix caching", "", note, "", table(rows, [*head, "generation time saved"])]
+
+
+def _changed_answers(r: RunResult, rs: dict, bs: dict) -> tuple[list, list[str]] | None:
+    """`r`'s row of the table (against the baseline's samples `bs`) and its first changed answers."""
+    common = [i for i in rs if i in bs and "exact_match" in rs[i] and "exact_match" in bs[i]]
+    if not common:
+        return None
+    gained = [i for i in common if rs[i]["exact_match"] > bs[i]["exact_match"]]
+    lost = [i for i in common if rs[i]["exact_match"] < bs[i]["exact_match"]]
+    p = mcnemar_exact(len(gained), len(lost))
+    diff = (sum(rs[i]["exact_match"] for i in common) - sum(bs[i]["exact_match"] for i in common)) / len(common)
+    row = [r.name, len(common), len(gained), len(lost), f"{diff:+.3f}", f"{p:.3g}", "yes" if p < 0.05 else "no"]
+    lines = [
+        f"- {r.name} · `{i}`: baseline `{inline(bs[i]['output'])}` → `{inline(rs[i]['output'])}` "
+        f"(gold: {', '.join(inline(a) for a in rs[i]['answers'])})"
+        for i in (lost + gained)[:N_EXAMPLES_SHOWN]
+    ]
+    return row, lines
+
+
+def changed_answers_section(results: list[RunResult], base: RunResult | None, out: Path | None) -> list[str]:
+    """Per recipe with real weights: examples whose exact match differs from the baseline's, with an exact
+    McNemar test on the discordant pairs."""
+    has_em = lambda r: r.status == "ok" and r.scores_meaningful and "exact_match" in r.scores
+    by_id = lambda r: {s["id"]: s for s in load_samples(RunFolder.of(out, r.name))}
+    if base is None or out is None or not has_em(base):
+        return []
+    bs = by_id(base)
+    found = [_changed_answers(r, by_id(r), bs) for r in results if r is not base and has_em(r)]
+    changed = [c for c in found if c is not None]
+    if not changed:
+        return []
+    head = ["recipe", "paired examples", "now right", "now wrong", "EM difference", "McNemar p (exact)"]
+    table_md = table([row for row, _ in changed], [*head, "larger than chance (p<0.05)"])
+    lines = [line for _, shown in changed for line in shown]
+    return ["", f"## Answers that change against {base.name}", "", table_md, "", *lines]
+
+
+def pick_baseline(results: list[RunResult], name: str | None = None) -> RunResult | None:
+    """The run named `name`, else the first marked `baseline: true`."""
+    return next((r for r in results if (r.name == name if name else r.recipe.baseline)), None)
+
+
+def _row(r: RunResult, base: RunResult | None, metric_names: list[str]) -> list:
+    t = r.projected_s
+    bt = base.projected_s if base is not None and base.status == "ok" else None
+    approx = "~" if (r.estimate or (base is not None and base.estimate)) else ""
+    speed = f"{approx}{bt / t:.1f}×" if (t and bt and r.status == "ok") else None
+    tcell = secs(t) if t is not None else None
+    if r.estimate and t is not None:
+        tcell = f"~{secs(t)} (est. from {r.estimate.n_measured})"
+    if r.serving is not None and r.serving.headline_rate is not None:  # its time is set by the offered rate
+        rate = "inf" if r.serving.headline_rate == float("inf") else f"{r.serving.headline_rate:g}"
+        tcell, speed = f"{tcell} at {rate} req/s (serving)", None
+    diff = recipe_diff(r.recipe, base.recipe) if base is not None and r is not base else {}
+    diff_s = diff_cell(diff) if diff else ("(baseline)" if r is base else "")
+    knob_flags = [k.name for k in r.knobs if k.status == "ignored"]
+    status = r.status if not knob_flags else f"{r.status}; ignored: {', '.join(knob_flags)}"
+    score = lambda m: f"{r.scores[m]:.3f}" if r.scores_meaningful else "n/a (random weights)"
+    scores = [score(m) if m in r.scores else None for m in metric_names]
+    floor = (r.plan or {}).get("floor_s")  # `runner plan`'s floor of the generation time, when it made one
+    roof = floor / r.timings.generate_s if floor and r.status == "ok" and r.timings.generate_s else None
+    row = [r.name, status, r.recipe.engine.kind, tcell, speed, r.throughput.requests_per_s]
+    row += [r.throughput.output_tokens_per_s, gib(r.memory.peak_gpu_gib), f"{roof:.0%}" if roof is not None else None]
+    return [*row, *scores, diff_s]
+
+
+def summary_markdown(
+    results: list[RunResult], baseline: str | None = None, out: Path | None = None, extra: Sequence[Sections] = ()
+) -> str:
+    base = pick_baseline(results, baseline)
+    parts = _overview(results, base)
+    for section in extra:
+        parts += section(results, out)
+    parts += prefix_section(results)
+    parts += changed_answers_section(results, base, out)
+    parts += _failures(results)
+    note = "Times marked `~` are projections from a partial run (see each report). "
+    note += "Scores of runs with random weights are left out of comparisons."
+    return "\n".join([*parts, "", note, ""])
+
+
+def _overview(results: list[RunResult], base: RunResult | None) -> list[str]:
+    none = "no baseline (mark one with `baseline: true` or `--baseline NAME`)."
+    which = f"baseline: **{base.name}**." if base else none
+    parts = ["# Summary", "", f"{len(results)} recipes; {which}"]
+    metric_names = list(dict.fromkeys(m for r in results for m in r.scores))  # in order of first appearance
+    if metric_names and not any(r.scores_meaningful and r.scores for r in results):
+        parts.append("Scores are left out: every recipe here ran with random weights (speed and memory only).")
+        metric_names = []
+    rows = [_row(r, base, metric_names) for r in results]
+    headers = ["recipe", "status", "engine", "generation time", "speed-up", "requests/s", "output tok/s"]
+    headers += ["peak GPU", "roofline", *metric_names, "differs from baseline"]
+    roof = "Roofline: the predicted floor of the generation time (compute, memory bandwidth or PCIe, whichever binds; "
+    roof += "`runner plan`) ÷ the measured generation time."
+    return [*parts, "", table(rows, headers), "", roof]
+
+
+def _failures(results: list[RunResult]) -> list[str]:
+    failed = [r for r in results if r.status != "ok"]
+    if not failed:
+        return []
+    hint = lambda r: f" — hint: {r.hint}" if r.hint else ""
+    return ["", "## Failures", "", *(f"- **{r.name}**: {r.error}{hint(r)}" for r in failed)]
+
+
+def write_summary(
+    results: Iterable[RunResult], out: Path, baseline: str | None = None, extra: Sequence[Sections] = ()
+) -> Path:
+    results = list(results)
+    path = Path(out) / SUMMARY
+    charts = write_charts(results, pick_baseline(results, baseline), out)
+    text = summary_markdown(results, baseline, out, extra)
+    if charts:
+        text += "\n## Charts\n\n" + "\n\n".join(f"![{c.stem}]({c.name})" for c in charts) + "\n"
+    write_text_atomic(path, text)
+    return path

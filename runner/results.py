@@ -1,0 +1,286 @@
+"""What a run produced: the typed contract behind results.json (see schema/results.schema.json)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_serializer
+
+from runner.base.types import Knob
+from runner.recipe import NUMBER_OR_INF, InfFloat, Recipe, read_inf
+
+SCHEMA_VERSION = 1
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Timings(_M):
+    load_s: float | None = Field(None, description="Engine start: weights, compile, graph capture (s).")
+    generate_s: float | None = Field(
+        None, description="Generation wall time: from submitting the prompts until the last output is back (s)."
+    )
+    total_s: float | None = Field(
+        None,
+        description="The recipe's run: engine start, tokenizing, generation, scoring, writing samples (s); loading the "
+        "data and rendering the prompts happen before, when `runner go` checks the recipe.",
+    )
+    gpu_busy: float | None = Field(
+        None,
+        description="Share of the generation time the GPU was running a kernel: the mean of NVML's utilization "
+        "counter, sampled every 50 ms during generation (whole device). 1.0 means a kernel ran at every sample, "
+        "not that the GPU's compute was saturated; well below 1 means the GPU waited (CPU, I/O).",
+    )
+    gpu_busy_tenths: list[float] | None = Field(
+        None,
+        description="`gpu_busy` of each tenth of the generation time, in order (where the GPU waited: "
+        "at the start, throughout, at the tail); null when a tenth is too short to have 3 samples. NVML "
+        "averages over its own window (up to a second), so the tenths lag and the first reads low.",
+    )
+
+
+class Tokens(_M):
+    prompt: int = 0
+    output: int = 0
+    cached: int | None = Field(None, description="Prompt tokens served from the prefix cache.")
+
+
+class Throughput(_M):
+    requests_per_s: float | None = None
+    output_tokens_per_s: float | None = None
+    total_tokens_per_s: float | None = None
+
+
+class Percentiles(_M):
+    p50: float
+    p90: float
+    p99: float
+    mean: float
+
+
+class Latency(_M):
+    ttft_s: Percentiles | None = Field(None, description="Time to first token per request (s).")
+    e2e_s: Percentiles | None = Field(None, description="End-to-end latency per request (s).")
+
+
+class Memory(_M):
+    peak_gpu_gib: float | None = Field(None, description="Peak used memory of the whole GPU during the run (NVML).")
+    baseline_gpu_gib: float | None = Field(None, description="GPU memory in use before the engine started (NVML).")
+    weights_gib: float | None = Field(None, description="Model weight memory as the engine reports it.")
+    kv_cache_tokens: int | None = Field(None, description="KV-cache capacity in tokens as the engine reports it.")
+    kv_cache_gib: float | None = None
+
+
+class Prefix(_M):
+    shared_prefix_tokens: int = Field(0, description="Tokens every prompt starts with.")
+    shared_prefix_share: float = Field(0.0, description="Common-prefix tokens / all prompt tokens.")
+    hit_rate: float | None = Field(None, description="Measured: cached prompt tokens / prompt tokens.")
+
+
+class Estimate(_M):
+    n_measured: int
+    n_total: int
+    per_example_s: float
+    projected_s: float
+    low_s: float | None = Field(None, description="95% interval; null when the engine ran batches.")
+    high_s: float | None = None
+    method: str
+
+
+class EngineSummary(_M):
+    name: str = ""
+    version: str = ""
+    device: str = ""
+    quantization: str | None = None
+
+
+Rate = Annotated[InfFloat, BeforeValidator(read_inf), WithJsonSchema(dict(NUMBER_OR_INF))]
+
+
+class LatencyMs(_M):
+    """One latency over the requests of a rate, in milliseconds (percentiles linearly interpolated)."""
+
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+
+
+class RatePoint(_M):
+    """The measured requests of one offered rate (warmup excluded)."""
+
+    rate: Rate = Field(description="Offered request rate (req/s); `inf` = every request sent at once.")
+    requests: int = Field(description="Measured requests sent.")
+    completed: int
+    errors: int
+    wall_s: float = Field(description="W: last response end - first request send (s).")
+    request_throughput: float = Field(description="Achieved: completed requests / W (req/s).")
+    output_throughput: float = Field(description="Output tokens of completed requests / W (tok/s).")
+    total_token_throughput: float = Field(description="(Prompt + output tokens) of completed requests / W (tok/s).")
+    prompt_tokens: int = Field(description="Prompt tokens of the completed requests.")
+    output_tokens: int = Field(description="Output tokens of the completed requests.")
+    cached_tokens: int | None = Field(
+        None,
+        description="Prompt tokens served from the prefix cache during the "
+        "measured requests, as the server reports them; null when it does not.",
+    )
+    goodput: float | None = Field(
+        None, description="Completed requests meeting every SLO / W (req/s); null without SLOs."
+    )
+    good: int | None = None
+    peak_concurrency: int = Field(description="Most requests in flight at once (client side).")
+    gpu_busy: float | None = Field(
+        None,
+        description="Mean of NVML's utilization counter (whole device, sampled every 50 ms) from this rate's "
+        "first send to its last response: the share of time a kernel was running; null without a GPU.",
+    )
+    ttft_ms: LatencyMs | None = Field(None, description="Time to first token.")
+    tpot_ms: LatencyMs | None = Field(
+        None, description="Time per output token after the first: (E2E - TTFT) / (output tokens - 1)."
+    )
+    itl_ms: LatencyMs | None = Field(None, description="Gaps between consecutive streamed chunks, pooled.")
+    e2e_ms: LatencyMs | None = Field(None, description="End-to-end latency: last chunk - send.")
+    queue_ms: LatencyMs | None = Field(None, description="Client-side wait before sending (max_concurrency).")
+    scores: dict[str, float] = Field(
+        default_factory=dict,
+        description="Each metric averaged over the completed "
+        "requests with gold answers (a repeated prompt counts once per request).",
+    )
+    saturated: bool = Field(False, description="The sweep found the server saturated at this rate and stopped.")
+    cache_reset: bool | None = Field(
+        None,
+        description="The prefix cache was emptied after this rate's warmup (null: the server has no reset endpoint).",
+    )
+    warmup_errors: list[str] = Field(default_factory=list)
+    error_samples: list[str] = Field(default_factory=list, description="Up to 5 distinct error messages.")
+    server_counters: dict[str, float] = Field(
+        default_factory=dict,
+        description="Counters of the server's /metrics (`*_total`) that grew during the measured requests: end minus "
+        "start.",
+    )
+
+
+class ServingResult(_M):
+    """A recipe run against the engine's OpenAI-compatible server at each rate of `load.request_rate`."""
+
+    headline_rate: Rate | None = Field(
+        None,
+        description="The rate whose figures fill the run's top-level fields "
+        "and samples.jsonl: the highest rate below saturation.",
+    )
+    saturated_rate: Rate | None = Field(None, description="The first rate at which the server stopped keeping up.")
+    saturation_reasons: list[str] = Field(default_factory=list)
+    skipped_rates: list[Rate] = Field(default_factory=list, description="Rates above the saturated one, not run.")
+    server_start_s: float | None = Field(None, description="From launching the server until /health answered (s).")
+    command: list[str] = Field(default_factory=list, description="The server's command line.")
+    rates: list[RatePoint] = Field(default_factory=list)
+
+
+class ReplicaRun(_M):
+    """One data-parallel replica of a run on Ray (`runner go --executor ray`)."""
+
+    index: int = Field(description="0-based replica number.")
+    examples: list[int] = Field(description="[start, end) of the recipe's examples this replica ran (dataset order).")
+    node_id: str = ""
+    node_ip: str = ""
+    pid: int | None = Field(None, description="Ray worker process of the last attempt.")
+    attempts: int = Field(1, description="Times Ray started it; >1 = retried after its worker or node died.")
+    status: Literal["ok", "failed"]
+    load_s: float | None = None
+    generate_s: float | None = None
+    reused_samples: int = 0
+
+
+class RunResult(_M):
+    schema_version: int = SCHEMA_VERSION
+    name: str
+    recipe: Recipe
+    recipe_hash: str = ""
+    recipe_path: str = ""
+    status: Literal["ok", "failed"]
+    error: str | None = None
+    hint: str | None = None
+    n_samples: int = 0
+    n_dataset: int = 0
+    scores_meaningful: bool = True
+    timings: Timings = Field(default_factory=Timings)
+    tokens: Tokens = Field(default_factory=Tokens)
+    throughput: Throughput = Field(default_factory=Throughput)
+    latency: Latency = Field(default_factory=Latency)
+    scores: dict[str, float] = Field(default_factory=dict)
+    memory: Memory = Field(default_factory=Memory)
+    prefix: Prefix = Field(default_factory=Prefix)
+    estimate: Estimate | None = None
+    knobs: list[Knob] = Field(default_factory=list)
+    engine: EngineSummary = Field(default_factory=EngineSummary)
+    environment: dict[str, Any] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+    command: str = ""
+    started_at: str = ""
+    finished_at: str = ""
+    reused_samples: int = Field(0, description="Samples taken from an earlier, interrupted run.")
+    study: str | None = Field(None, description="The study this run is a cell of (the study file's `name`).")
+    cell: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The cell's settings that vary across its study "
+        "(dotted key -> value; `variant` -> the variant's name).",
+    )
+    cell_labels: dict[str, str] = Field(
+        default_factory=dict, description="The study file's short labels of those values, where it gives them."
+    )
+    study_axes: dict[str, Any] | None = Field(None, description="The study's `report: {rows, columns}` pivot axes.")
+    plan: dict[str, Any] | None = Field(
+        None,
+        description="What `runner plan` predicted for this run before the engine started (see `runner plan --json`); "
+        "the report sets it next to the measurement.",
+    )
+    run_key: str = Field(
+        "",
+        description="Hash of the resolved recipe, its templates, dataset file and "
+        "limits: an unchanged recipe with complete results is skipped.",
+    )
+    serving: ServingResult | None = Field(
+        None,
+        description="A recipe with `load:`: the figures of every request "
+        "rate; the top-level fields describe its `headline_rate`.",
+    )
+    executor: Literal["local", "ray"] = Field("local", description="Where the run ran.")
+    replicas: list[ReplicaRun] = Field(default_factory=list, description="Ray only: each data-parallel replica.")
+    engine_of: str | None = Field(
+        None, description="The recipe whose engine this run used (cells that share one engine); null: its own."
+    )
+
+    @field_serializer("recipe")
+    def _canonical(self, recipe: Recipe) -> dict[str, Any]:
+        return recipe.canonical()
+
+    @property
+    def projected_s(self) -> float | None:
+        """Generation time, projected to the full dataset for an estimate (the time summaries compare)."""
+        return self.estimate.projected_s if self.estimate else self.timings.generate_s
+
+
+class Sample(_M):
+    id: str
+    prompt: str
+    output: str
+    answers: list[str]
+    prompt_tokens: int
+    output_tokens: int
+    scores: dict[str, float] = Field(default_factory=dict)
+    cached_tokens: int | None = None
+    ttft_s: float | None = None
+    latency_s: float | None = None
+    seconds: float | None = None
+
+    @classmethod
+    def from_line(cls, d: dict[str, Any], metrics: list[str]) -> Sample:
+        scores = {m: d[m] for m in metrics if m in d}  # no metric is named as a field
+        return cls(**{k: v for k, v in d.items() if k in cls.model_fields}, scores=scores)
+
+    def to_line(self) -> dict[str, Any]:
+        """samples.jsonl layout: one key per metric at the top level."""
+        d = self.model_dump(exclude={"scores"})
+        d.update(self.scores)
+        return d

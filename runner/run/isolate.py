@@ -1,0 +1,180 @@
+"""Run each job in its own process group; end it and everything it started.
+
+The parent never imports torch or vLLM. The job (recipes, prepared inputs, options) goes to the child through its
+standard input, so no temporary file is left behind even if the runner is killed. When a job ends (done, error,
+timeout, Ctrl-C) the whole process group is killed, and `run_isolated` returns only once no member of it is left, so
+an engine core that outlives its parent cannot hold the GPU; GPU memory is checked to be back (NVML) before the next
+job starts. If a job's process dies in one recipe, that recipe is recorded failed (with what its log shows) and the
+recipes after it run again in a fresh process. The child is this module (`python -m runner.run.isolate`): its
+stdout/stderr (and those of every process the engine starts) go to the running recipe's `engine.log`; the progress
+bar goes to the terminal."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+from runner.base.files import write_json_atomic
+from runner.base.nvml import used_gib, wait_for_release
+from runner.base.procs import kill_group
+from runner.folder import RunFolder
+from runner.results import RunResult, Timings
+from runner.run.job import Job, Unit
+from runner.run.result import Measured, failure_hint, run_result
+
+LOG_MARK = "===== runner:"
+
+
+def failed_result(unit: Unit, error: str, hint: str | None, command: str, log: Path | None = None) -> RunResult:
+    """A recipe that ended before it could report: what its engine's log (this run's part) shows it had done."""
+    text = ""
+    with contextlib.suppress(OSError):
+        text = log.read_text(errors="replace").rsplit(LOG_MARK, 1)[-1] if log is not None else ""
+    evidence = unit.loaded.recipe.engine.crash_evidence(text)
+    return run_result(unit, command, [], evidence, Measured(Timings()), error=error, hint=hint)
+
+
+def _start(job: Job) -> subprocess.Popen:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2]) + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable, "-m", "runner.run.isolate"]
+    proc = subprocess.Popen(cmd, start_new_session=True, env=env, stdin=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(pickle.dumps(job, pickle.HIGHEST_PROTOCOL))
+        proc.stdin.close()
+    except BrokenPipeError:  # the child died before reading its job: its exit code tells
+        pass
+    except BaseException:
+        kill_group(proc.pid, grace_s=2, proc=proc)
+        raise
+    return proc
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float | None) -> str | None:
+    try:
+        proc.wait(timeout=timeout_s)
+        return None
+    except subprocess.TimeoutExpired:
+        return f"timed out after {timeout_s:.0f} s (recipe timeout); the run was ended"
+    except KeyboardInterrupt:
+        kill_group(proc.pid, grace_s=5, proc=proc)
+        raise
+    finally:
+        kill_group(proc.pid, proc=proc)
+        proc.wait()
+
+
+def _process_error(proc: subprocess.Popen, log: Path) -> str:
+    error = f"the recipe's process ended with exit code {proc.returncode} before writing results"
+    tail: list[str] = []
+    with contextlib.suppress(OSError):
+        tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+    return error + (": " + " | ".join(t.strip() for t in tail)[-600:] if tail else "")
+
+
+def _collect(job: Job, proc: subprocess.Popen, error: str | None) -> tuple[list[RunResult], tuple[Unit, ...]]:
+    """Results of the units that finished, a failure for the one that was running, and the units that never
+    started (to run again)."""
+    out: list[RunResult] = []
+    for i, unit in enumerate(job.units):
+        folder = RunFolder.of(job.options.out, unit.name)
+        if folder.results.is_file():
+            out.append(RunResult.model_validate_json(folder.results.read_bytes()))
+            continue
+        why = error or _process_error(proc, folder.engine_log)
+        hint = failure_hint(why) or f"see {folder.engine_log}"
+        res = failed_result(unit, why, hint, job.options.command, folder.engine_log)
+        write_json_atomic(folder.results, res.model_dump(mode="json"))
+        return [*out, res], job.units[i + 1 :]
+    return out, ()
+
+
+def run_isolated(job: Job, warn=print) -> list[RunResult]:
+    """Run a job's recipes in their own process group; one result per recipe, in order. `warn` gets a line
+    when GPU memory is not back after the job (it goes to the last recipe's engine.log too)."""
+    first = job.units[0].name
+    for unit in job.units:
+        folder = RunFolder.of(job.options.out, unit.name)
+        folder.root.mkdir(parents=True, exist_ok=True)
+        folder.results.unlink(missing_ok=True)
+        with open(folder.engine_log, "a", encoding="utf-8") as f:  # a resumed run keeps the earlier log above
+            f.write(f"\n{LOG_MARK} {unit.name} started {time.strftime('%Y-%m-%d %H:%M:%S')} =====\n")
+            if unit.name != first:
+                first_log = RunFolder.of(job.options.out, first).engine_log
+                f.write(f"(runs on the engine started for {first}: the engine's own output is in {first_log})\n")
+    baseline = used_gib()
+    try:
+        proc = _start(job)
+    except OSError as e:  # the recipes fail; the others still run
+        why = f"could not start the recipe's process: {type(e).__name__}: {e}"
+        results = [failed_result(u, why, None, job.options.command) for u in job.units]
+        for u, res in zip(job.units, results):
+            write_json_atomic(RunFolder.of(job.options.out, u.name).results, res.model_dump(mode="json"))
+        return results
+    error = _wait(proc, job.timeout_s())
+    after = wait_for_release(baseline)
+    results, rest = _collect(job, proc, error)
+    if baseline is not None and after is not None and after > baseline + 1.0:
+        line = f"GPU memory not fully released after the run: {after:.1f} GiB used vs {baseline:.1f} GiB before"
+        with open(RunFolder.of(job.options.out, results[-1].name).engine_log, "a", encoding="utf-8") as f:
+            f.write(f"{LOG_MARK} {line}\n")
+        warn(f"WARNING: {results[-1].name}: {line}")
+    if rest:
+        results += run_isolated(Job(units=rest, options=job.options, env=job.env), warn)
+    return results
+
+
+def main() -> int:
+    """The child: run the job on its stdin, one engine for all its recipes."""
+    job = pickle.load(sys.stdin.buffer)
+    parent = os.getppid()
+
+    def watch_parent() -> None:
+        """If the runner that started us dies (even by SIGKILL), end this process group: the engine and every
+        process it started go with it, so nothing keeps holding the GPU."""
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch_parent, daemon=True, name="watch-parent").start()
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))  # SystemExit: `finally` blocks shut the engine down
+    from runner.run.loop import SharedEngine, run_unit
+
+    progress: IO[str] = os.fdopen(os.dup(2), "w", buffering=1)
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+    os.environ.update(job.env)
+    shared = SharedEngine(job.units[0])
+    ok = True
+    try:
+        for unit in job.units:  # this process's stdout/stderr (fds 1 and 2) appended to the recipe's engine.log
+            log = str(RunFolder.of(job.options.out, unit.name).engine_log)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.close(fd)
+            os.environ["RUNNER_ENGINE_LOG"] = log
+            print(f"runner worker pid {os.getpid()} (process group {os.getpgrp()})", flush=True)
+            ok &= run_unit(unit, job.options, shared, progress).status == "ok"
+    finally:
+        shared.close()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # skip interpreter teardown: vLLM can hang there for minutes

@@ -1,0 +1,144 @@
+"""What travels from `runner go` to a recipe's process: the options of the call and, per recipe, its validated
+recipe, prepared inputs, run key and the plan made for it. Several recipes that share an engine (study cells
+that differ only in request-side settings) travel in one job and run on one engine, in order. Before that, what
+`go` and `check` can refuse before anything runs, without importing an engine library."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.base.errors import RunnerError
+from runner.engines.builtin import BUILTIN_PREFIX, BUILTINS, is_builtin
+from runner.engines.hf import check_model_source, looks_local
+from runner.inputs.context import check_context
+from runner.inputs.prepare import Prepared, prepare
+from runner.recipe import LoadedRecipe
+from runner.run.resume import NOT_IN_KEY, run_key
+
+# what a recipe may change and still run on the same engine (the request side)
+REQUEST_SIDE = {*NOT_IN_KEY, "name", "prompt", "sampling", "dataset", "metrics", "scoring", "estimate"}
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    out: Path
+    limit: int | None = None
+    estimate: int | None = None  # overrides the recipe's `estimate`
+    command: str = ""
+    progress: bool = True
+    timeout_s: float | None = None  # the call's --timeout (a recipe's own timeout_s wins)
+
+
+@dataclass(frozen=True)
+class Unit:
+    loaded: LoadedRecipe
+    prepared: Prepared
+    run_key: str
+    plan: dict[str, Any] | None = None  # what `runner plan` predicted for it, made in the parent (JSON)
+
+    @property
+    def name(self) -> str:
+        return self.loaded.recipe.name
+
+
+@dataclass(frozen=True)
+class Job:
+    units: tuple[Unit, ...]
+    options: RunOptions
+    env: dict[str, str] = field(default_factory=dict)
+
+    def timeout_s(self) -> float | None:
+        """The sum of the units' timeouts (each its recipe's, else the call's); none if any has none."""
+        each = [u.loaded.recipe.timeout_s or self.options.timeout_s for u in self.units]
+        return None if any(t is None for t in each) else float(sum(each))  # type: ignore[arg-type]
+
+
+def make_unit(lr: LoadedRecipe, opts: RunOptions, host: bool = True) -> Unit:
+    """Everything checkable without a model, done now: bad input stops the call before anything runs.
+    `host`: also what this machine needs to run it (the engine's library, the engine's own checks); False where
+    the recipe runs elsewhere (`--executor ray`: the worker checks them, see `check_host`)."""
+    prepared = prepare(lr, opts.limit, opts.estimate)
+    check_model(lr, host=host)
+    check_context(lr, prepared.examples, prepared.messages)
+    if host:
+        check_library(lr)
+    return Unit(lr, prepared, run_key(lr.recipe.canonical(), prepared.inputs, opts.limit, opts.estimate))
+
+
+def engine_key(lr: LoadedRecipe) -> str:
+    """Recipes with the same key can share one engine: same model, engine settings and chat template.
+    A serving run (`load:`) starts a server of its own, so it shares with no other recipe."""
+    rec: dict[str, Any] = lr.recipe.canonical()
+    shared = {k: v for k, v in rec.items() if k not in REQUEST_SIDE}
+    shared["chat_template"] = rec["prompt"].get("chat_template")
+    if lr.recipe.load is not None:
+        shared["serving_run"] = lr.recipe.name
+    return json.dumps(shared, sort_keys=True)
+
+
+def group_by_engine(units: list[Unit]) -> list[tuple[Unit, ...]]:
+    """Units in groups that share an engine, in the order each group first appears."""
+    groups: dict[str, list[Unit]] = {}
+    for u in units:
+        groups.setdefault(engine_key(u.loaded), []).append(u)
+    return [tuple(g) for g in groups.values()]
+
+
+def _named(e: RunnerError, lr: LoadedRecipe) -> RunnerError:
+    e.file = e.file or lr.path
+    return e
+
+
+def check_model(lr: LoadedRecipe, host: bool = True) -> None:
+    """`host`: also the engine's checks of this machine (e.g. `device: cuda` needs a GPU here)."""
+    r = lr.recipe
+    if is_builtin(r.model.id) and r.model.id[len(BUILTIN_PREFIX) :] not in BUILTINS:
+        allowed = ", ".join(BUILTIN_PREFIX + b for b in BUILTINS)
+        raise RunnerError(f"unknown builtin model {r.model.id!r}; allowed: {allowed}", file=lr.path, field="model.id")
+    try:
+        check_model_source(r.model)
+        if host:
+            r.engine.preflight(r.model)
+        check_chat_template(lr)
+    except RunnerError as e:
+        raise _named(e, lr) from None
+
+
+def check_chat_template(lr: LoadedRecipe) -> None:
+    """A chat template asked of a local tokenizer folder that ships none (a builtin has one; a hub tokenizer is not
+    on this machine to look at)."""
+    r, ref = lr.recipe, lr.recipe.model.tokenizer_id
+    if not r.prompt.chat_template or is_builtin(ref) or not looks_local(ref):
+        return
+    folder = Path(ref).expanduser()
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return
+    try:
+        has = bool(json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("chat_template"))
+    except (OSError, ValueError):
+        return  # cannot tell
+    if not has:
+        hint = "set prompt.chat_template: false (plain text prompts), or use a tokenizer with a chat template"
+        why = f"chat_template is true but the tokenizer in {ref} has no chat template"
+        raise RunnerError(why, field="prompt.chat_template", hint=hint)
+
+
+def check_library(lr: LoadedRecipe) -> None:
+    lib, kind = lr.recipe.engine.library, lr.recipe.engine.kind
+    if lib and importlib.util.find_spec(lib) is None:
+        why = f"{lib} is not installed in this Python, so `engine: kind: {kind}` cannot run here"
+        hint = "run on a host with it installed (`runner check` works anywhere)"
+        raise RunnerError(why, file=lr.path, field="engine.kind", hint=hint)
+
+
+def check_host(lr: LoadedRecipe) -> None:
+    """What the machine running the recipe must have: the engine's library and what its checks ask for."""
+    check_library(lr)
+    try:
+        lr.recipe.engine.preflight(lr.recipe.model)
+    except RunnerError as e:
+        raise _named(e, lr) from None

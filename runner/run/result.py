@@ -1,0 +1,185 @@
+"""The one constructor of RunResult: a prepared unit, its samples, the engine's facts and what the run measured
+-> the RunResult that results.json holds. Every result is made here (a finished run, a failed one, a run
+that died before it could report, a serving run, replicas merged on Ray), and nothing changes it after."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import importlib.metadata as md
+import platform
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.base import __version__
+from runner.base.format import brief
+from runner.base.nvml import device_facts
+from runner.base.stats import prefix_share, project, summary
+from runner.base.types import EngineInfo, Example, Generation, Knob
+from runner.engines import engine_packages
+from runner.recipe import Recipe
+from runner.results import Estimate, Percentiles, RunResult, Sample, Timings
+from runner.run.job import Unit
+from runner.scoring import score_sample
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def environment() -> dict:
+    """Facts about where a run happened (read without importing torch or vLLM)."""
+    root = str(Path(__file__).resolve().parents[2])
+    git = lambda *args: subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=5)
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        commit = head.stdout.strip() if head.returncode == 0 else None
+        if commit is not None and git("status", "--porcelain", "--untracked-files=no").stdout.strip():
+            commit += "-dirty"
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    env = {"python": sys.version.split()[0], "platform": platform.platform(), "runner": __version__}
+    packages = {}
+    for p in (*engine_packages(), "datasets", "pydantic", "jinja2", "tabulate"):
+        with contextlib.suppress(md.PackageNotFoundError):
+            packages[p] = md.version(p)
+    return {**env, "git_commit": commit, "packages": packages, **device_facts()}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the run measured around the engine (all optional: a run that failed measured little)."""
+
+    timings: Timings = field(default_factory=Timings)
+    peak_gpu_gib: float | None = None
+    baseline_gpu_gib: float | None = None
+    per_example: bool = False  # examples finished one by one: their wall times are real
+    started_at: str = ""
+    reused_s: float = 0.0  # recorded wall time of the samples reused from an interrupted run (in generate_s)
+
+
+def make_sample(ex: Example, prompt: str, g: Generation, r: Recipe, seconds: float | None) -> Sample:
+    scores = score_sample(g.text, ex.answers, list(r.metrics), r.scoring) if ex.answers else {}
+    facts = {k: getattr(g, k) for k in ("prompt_tokens", "output_tokens", "cached_tokens", "ttft_s", "latency_s")}
+    answers = list(ex.answers)
+    return Sample(id=ex.id, prompt=prompt, output=g.text, answers=answers, scores=scores, seconds=seconds, **facts)
+
+
+def merge_samples(examples: Sequence[Example], *parts: dict[str, Sample]) -> list[Sample]:
+    """The samples of every example in dataset order, from several sets by id (the first that has it wins): an
+    interrupted run's and this run's, or the shares of data-parallel replicas."""
+    return [next(p[ex.id] for p in parts if ex.id in p) for ex in examples if any(ex.id in p for p in parts)]
+
+
+def failure_hint(error: str) -> str | None:
+    e = error.lower()
+    if any(s in e for s in ("out of memory", "outofmemory", "less than desired gpu memory", "cuda oom")):
+        fix = "lower engine.gpu_memory_utilization or engine.max_model_len, use a quantized checkpoint"
+        fix += " (engine.quantization), set engine.cpu_offload_gb, or a smaller engine.batch_size (transformers)"
+        return f"GPU memory ran out: {fix}"
+    missing = ("not a valid model identifier", "repository not found", "no such file", "can't load")
+    if any(s in e for s in (*missing, "does not appear to have", "repo id must be", "model folder not found")):
+        return "check model.id (a hub id needs network access; here pass a local folder with --set model.id=PATH)"
+    return None
+
+
+def mean_scores(samples: list[Sample], metrics: list[str]) -> dict[str, float]:
+    """Each metric averaged over the examples that have gold answers (others are not scored)."""
+    scored = [s for s in samples if s.scores]
+    return {m: sum(s.scores[m] for s in scored) / len(scored) for m in metrics} if scored else {}
+
+
+def _pct(xs: list[float | None]) -> Percentiles | None:
+    s = summary([x for x in xs if x is not None])
+    return Percentiles(**s) if s else None
+
+
+def project_estimate(samples: list[Sample], generate_s: float, per_example: bool, n_target: int) -> Estimate:
+    n = len(samples)
+    secs = [s.seconds for s in samples if s.seconds is not None]
+    if per_example and len(secs) == n and n >= 2:
+        p = project(secs, n_target)
+        p["low_s"] = max(p["low_s"], 0.0)
+        method = "per-example wall times of a random sample, mean x N, 95% t-interval"
+    else:
+        per = generate_s / n
+        p = {"per_example_s": per, "projected_s": per * n_target, "low_s": None, "high_s": None}
+        method = "generation time of a random sample scaled linearly (examples ran in batches: no per-example times, "
+        method += "no interval)"
+    return Estimate(n_measured=n, n_total=n_target, method=method, **p)
+
+
+def ignored_knob_notes(knobs: list[Knob]) -> list[str]:
+    """A note per knob the engine did not apply (long values cut as in the knob table)."""
+    took = lambda k: f"requested {brief(k.requested)}, effective {brief(k.effective)} ({k.evidence})"
+    return [f"knob `{k.name}` did NOT take effect: {took(k)}" for k in knobs if k.status == "ignored"]
+
+
+def run_result(
+    unit: Unit,
+    command: str,
+    samples: list[Sample],
+    engine: EngineInfo | None,
+    m: Measured,
+    *,
+    ids: list[list[int]] | None = None,
+    error: str | None = None,
+    hint: str | None = None,
+    notes: Sequence[str] = (),
+    reused: int = 0,
+    env: dict[str, Any] | None = None,
+    **facts: Any,
+) -> RunResult:
+    """`ids`: the prompts' token ids (the shared prefix is counted on them); `env`: facts of where it ran, beside
+    the host's (`ray`); `facts`: RunResult fields only some runs have (engine_of, serving, executor, replicas) or
+    that they know better than the samples tell (prefix, tokens). A result with an `error` is failed. A run of
+    fewer examples than it stands for (an estimate) gets the projection; a serving run never does."""
+    lr, r, eng = unit.loaded, unit.loaded.recipe, engine or EngineInfo()
+    n, gen_s = len(samples), m.timings.generate_s or 0.0
+    p_tok, o_tok = sum(s.prompt_tokens for s in samples), sum(s.output_tokens for s in samples)
+    cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
+    k, share = prefix_share(ids) if ids else (0, 0.0)
+    rate = (lambda x: x / gen_s) if gen_s and n else (lambda x: None)
+    extra = {key: v for key, v in eng.extra.items() if key != "metrics"}
+    env = {**environment(), **(env or {}), "inputs": unit.prepared.inputs, "engine_extra": extra}
+    if eng.extra.get("metrics"):
+        env["vllm_metrics"] = eng.extra["metrics"]
+    notes = list(dict.fromkeys([*notes, *eng.notes, *ignored_knob_notes(eng.knobs)]))
+    if reused:
+        was = f"{reused} of {n} samples were reused from an earlier, interrupted run of the same recipe"
+        took = f"their recorded wall time ({m.reused_s:.1f} s) to this run's ({gen_s - m.reused_s:.1f} s)"
+        notes.append(f"{was}; generation time adds {took}.")
+    if r.model.trust_remote_code:
+        notes.append("trust_remote_code was ON: code shipped with the checkpoint was allowed to run.")
+    # the nested parts of the result (Tokens, Throughput, Latency, Memory, Prefix, EngineSummary), checked by RunResult
+    tokens = dict(prompt=p_tok, output=o_tok, cached=sum(cached) if cached else None)
+    per_s = dict(requests_per_s=rate(n), output_tokens_per_s=rate(o_tok), total_tokens_per_s=rate(p_tok + o_tok))
+    latency = dict(ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct([s.latency_s for s in samples]))
+    memory = dict(peak_gpu_gib=m.peak_gpu_gib, baseline_gpu_gib=m.baseline_gpu_gib, weights_gib=eng.weights_gib)
+    memory.update(kv_cache_tokens=eng.kv_cache_tokens, kv_cache_gib=eng.extra.get("kv_cache_gib"))
+    hit = sum(cached) / p_tok if cached and p_tok else None
+    prefix = dict(shared_prefix_tokens=k, shared_prefix_share=share, hit_rate=hit)
+    about = dict(name=eng.name, version=eng.version, device=eng.device, quantization=eng.quantization)
+    meaningful = not (r.model.load_format == "dummy" or r.model.id.startswith("builtin:") or r.engine.fake)
+    fields: dict[str, Any] = dict(name=r.name, recipe=r, recipe_hash=r.digest(), recipe_path=lr.path, command=command)
+    fields.update(status="failed" if error is not None else "ok", error=error, hint=hint, run_key=unit.run_key)
+    fields.update(n_samples=n, n_dataset=unit.prepared.n_dataset, scores_meaningful=meaningful, plan=unit.plan)
+    fields.update(study=lr.study, cell=dict(lr.cell), cell_labels=dict(lr.cell_labels), study_axes=lr.study_axes)
+    fields.update(timings=m.timings, tokens=tokens, throughput=per_s, latency=latency, memory=memory)
+    fields.update(scores=mean_scores(samples, list(r.metrics)), prefix=prefix, knobs=list(eng.knobs), engine=about)
+    fields.update(environment=env, notes=notes, started_at=m.started_at, finished_at=now(), reused_samples=reused)
+    if error is None and 0 < n < unit.prepared.n_target and "serving" not in facts:
+        fields["estimate"] = project_estimate(samples, gen_s, m.per_example, unit.prepared.n_target)
+    return RunResult(**(fields | facts))
+
+
+def engine_facts(res: RunResult) -> EngineInfo:
+    """What a stored result says of its engine, as the EngineInfo it was made from (for merging replicas)."""
+    mem = res.memory
+    extra = {**res.environment.get("engine_extra", {}), "kv_cache_gib": mem.kv_cache_gib}
+    facts = dict(weights_gib=mem.weights_gib, kv_cache_tokens=mem.kv_cache_tokens, knobs=list(res.knobs), extra=extra)
+    return EngineInfo(**res.engine.model_dump(), load_s=res.timings.load_s or 0.0, **facts)

@@ -1,0 +1,69 @@
+"""Resuming a run: the run key that says whether stored results or finished samples belong to this very run, and the
+partial samples file (`samples.partial.jsonl`, its first line the key) that an interrupted run left behind."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from runner.base.errors import RunnerError
+from runner.base.files import write_text_atomic
+from runner.results import Sample
+
+NOT_IN_KEY = {"description", "baseline", "timeout_s"}  # change nothing a run produces
+
+
+def run_key(recipe: dict[str, Any], inputs: dict[str, str], limit: int | None, estimate: int | None) -> str:
+    """A hash of the resolved recipe (canonical dict) less the fields that change nothing it produces, the hashes of its
+    input files as read, and the call's limits. A complete result with the same key is skipped; a partial samples file
+    whose first line carries the same key is continued: its finished samples are kept and only the rest run."""
+    kept = {k: v for k, v in recipe.items() if k not in NOT_IN_KEY}
+    blob = json.dumps({"recipe": kept, "inputs": inputs, "limit": limit, "estimate": estimate}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _bad_line(path: Path, n: int, why: str) -> RunnerError:
+    why = f"line {n} {why}, so the finished samples of the interrupted run cannot be trusted"
+    return RunnerError(why, file=str(path), hint=f"delete {path} (its samples run again), or rerun with --force")
+
+
+def load_partial(path: Path, key: str, metrics: list[str]) -> dict[str, Sample]:
+    """Samples finished by an earlier, interrupted run of the same recipe (same key), by id.
+    A file of another run (other key) is removed; a cut last line is repaired in place."""
+    if not path.is_file():
+        return {}
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):  # cut off by an interruption: dropped, so the next append starts afresh
+        data = data[: data.rfind(b"\n") + 1]
+        with open(path, "r+b") as f:
+            f.truncate(len(data))
+            f.flush()
+            os.fsync(f.fileno())
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    try:
+        head = json.loads(lines[0]) if lines else {}
+    except json.JSONDecodeError:
+        head = {}
+    if not isinstance(head, dict) or head.get("_run_key") != key:
+        path.unlink()
+        return {}
+    out: dict[str, Sample] = {}
+    for n, line in enumerate(lines[1:], 2):
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError:
+            raise _bad_line(path, n, "is not JSON") from None
+        if not isinstance(d, dict) or "id" not in d:
+            raise _bad_line(path, n, "is JSON but not a sample")
+        try:
+            out[str(d["id"])] = Sample.from_line(d, metrics)
+        except ValueError as e:
+            raise _bad_line(path, n, f"is not a valid sample ({str(e).splitlines()[0]})") from None
+    return out
+
+
+def start_partial(path: Path, key: str) -> None:
+    write_text_atomic(path, json.dumps({"_run_key": key}) + "\n")

@@ -1,0 +1,433 @@
+"""Study files: one file, many experiments (cells).
+
+    base: jsquad-base.yaml          # start from another file (see runner/config/merge.py)
+    name: jsquad
+    matrix:                         # every combination of these values
+      engine.enable_prefix_caching: {nocache: false, cache: true}    # label -> value
+      prompt.template: {"": jsquad.j2, ctxfirst: jsquad-context-first.j2}
+    variants:                       # named overlays, each combined with the grid
+      vllm: {}
+      fp8: {engine.quantization: fp8}
+    exclude:                        # drop the cells that have every setting of an entry
+      - {variant: fp8, engine.enable_prefix_caching: nocache}
+
+Rules:
+- Keys of `matrix`, of a variant and of `exclude` are dotted recipe keys (`engine.engine_args.max_num_seqs`; below a
+  free-form mapping any subkey). A matrix or variant value is *set* at its key, replacing what is there (a mapping value
+  replaces the whole section; use dotted keys to change one field).
+- An axis is a list of values or a mapping label -> value. A label names the value in cell names; an empty label ("")
+  leaves the value out of names (use it for the default). Without labels a value is labelled by itself: text by its last
+  path part without a file extension (`jsquad-context-first`), numbers, booleans and null by the key's last part and the
+  value (`max_num_seqs-32`, `enable_prefix_caching-on`); lists and mappings need labels.
+- A variant that sets an axis's key (or a key inside it, or a section holding it) fixes that axis for its cells: they do
+  not vary along it. This is how a transformers variant (`engine: {kind: transformers}`) escapes vLLM axes.
+- Cell name: the study's `name`, the variant's name (when there is more than one variant), then the labels of the axes
+  with more than one value that the cell varies along, in matrix order, joined with `-`. Names must fit the recipe name
+  rules (letters, digits, `._-`, at most 100 characters) and be unique.
+- `exclude` entries: mappings of axis key (or `variant`) -> value or label. Every entry must name axes and values the
+  study has.
+- `abstract: true` marks a file that only holds shared settings for other files' `base:`: it is never run, and
+  `runner go recipes/*.yaml` passes over it. Its recipe fields may be incomplete.
+- `report: {rows: AXIS, columns: AXIS}` picks the summary's pivot axes (a matrix key or `variant`).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from itertools import product
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+from pydantic import Field
+
+from runner.base.dotted import overlaps, set_dotted
+from runner.base.errors import RecipeError
+from runner.base.types import StrictModel
+from runner.config.loading import check_abstract, finish, load_file, locator, read_recipe_file
+from runner.config.overrides import KeyProblem, key_target, parse_set
+from runner.recipe import NAME_PATTERN, LoadedRecipe
+
+LABEL_PATTERN = re.compile(r"^[A-Za-z0-9._-]*$")
+VARIANT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+FILE_SUFFIXES = {"j2", "jinja", "jinja2", "txt", "json", "jsonl", "csv", "parquet", "yaml", "yml"}
+MAX_CELLS, MAX_NAME = 1000, 100  # cells of a study (before `exclude`), characters of a cell name
+
+
+class ReportAxes(StrictModel):
+    """Which study axes the summary's pivot table puts on rows and columns."""
+
+    rows: str | None = Field(None, description="Axis whose values label the rows: a `matrix` key or `variant`.")
+    columns: str | None = Field(None, description="Axis whose values label the columns: a `matrix` key or `variant`.")
+
+
+class StudyKeys(StrictModel):
+    """Top-level keys that let one file share settings (`base`) or describe many experiments (a study)."""
+
+    base: str | None = Field(
+        None,
+        description="Another recipe file (relative to this one) to start from; this file "
+        "overrides it: mappings merge, lists and other values are replaced.",
+    )
+    abstract: bool = Field(
+        False,
+        description="This file only holds shared settings for other files' `base:`; "
+        "it is never run (and may leave out required fields). Not inherited.",
+    )
+    matrix: dict[str, list[Any] | dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Grid axes: dotted recipe key -> list of values, or label -> value "
+        "(labels name the cells; an empty label leaves a value out of names). Every combination is a cell.",
+    )
+    variants: dict[str, dict[str, Any] | None] = Field(
+        default_factory=dict,
+        description="Named overlays (dotted recipe key -> value), each combined with the "
+        "grid. A variant that sets an axis's key fixes that axis for its cells.",
+    )
+    exclude: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Drop the cells that have every setting of an entry (axis key or `variant` -> value or label).",
+    )
+    report: ReportAxes | None = Field(None, description="The summary's pivot axes.")
+
+
+def _relax(node: Any) -> Any:
+    """A JSON Schema fragment with nothing required (a file with a base may leave anything to it); refs point
+    at the relaxed copies; a discriminated `oneOf` becomes `anyOf` (a section without `kind` may fit several)."""
+    if isinstance(node, list):
+        return [_relax(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for k, v in node.items():
+        if k in ("default", "const", "enum", "examples"):
+            out[k] = v
+        elif k == "$ref" and isinstance(v, str) and v.startswith("#/$defs/"):
+            out[k] = v + "Partial"
+        elif k in ("properties", "$defs"):
+            out[k] = {name: _relax(sub) for name, sub in v.items()}
+        elif k not in ("required", "discriminator"):
+            out["anyOf" if k == "oneOf" else k] = _relax(v)
+    return out
+
+
+def add_study_keys(schema: dict) -> dict:
+    """The recipe JSON Schema (`Recipe.model_json_schema()`) with the study keys added. A file with `base`,
+    `matrix`, `variants` or `abstract: true` is checked with nothing required (its fields may come from a
+    base or a variant); any other file is checked in full, required fields included."""
+    keys = StudyKeys.model_json_schema(ref_template="#/$defs/{model}")
+    defs = schema.get("$defs", {})
+    out = {k: v for k, v in schema.items() if k not in ("properties", "required", "$defs")}
+    out["properties"] = {**_relax(schema.get("properties", {})), **keys["properties"]}
+    out["$defs"] = {**defs, **{f"{k}Partial": _relax(v) for k, v in defs.items()}, **keys.get("$defs", {})}
+    partial = [{"required": [k]} for k in ("base", "matrix", "variants")]
+    out["if"] = {"anyOf": [*partial, {"required": ["abstract"], "properties": {"abstract": {"const": True}}}]}
+    out["else"] = {"required": schema.get("required", []), "properties": schema.get("properties", {})}
+    return out
+
+
+def _err(where: str, field: str, message: str, hint: str | None = None) -> RecipeError:
+    return RecipeError(message, file=where, field=field, hint=hint)
+
+
+def _clash(keys: Any, key: str) -> str | None:  # the first of `keys` that is `key` or one inside the other
+    return next((k for k in keys if overlaps(k, key)), None)
+
+
+def same(a: Any, b: Any) -> bool:
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One varying setting: a matrix key (or `variant`), its values and their labels."""
+
+    key: str
+    values: tuple
+    labels: tuple[str, ...]
+
+    def label(self, value: Any) -> str | None:
+        return next((lab for v, lab in zip(self.values, self.labels, strict=True) if same(v, value)), None)
+
+
+def default_label(key: str, value: Any) -> str | None:
+    if value is None or isinstance(value, (bool, int, float)):
+        shown = "none" if value is None else ("on" if value else "off") if isinstance(value, bool) else value
+        return f"{key.rsplit('.', 1)[-1]}-{shown}"
+    if isinstance(value, str):
+        s = value.rstrip("/").rsplit("/", 1)[-1]
+        stem, dot, ext = s.rpartition(".")
+        if dot and stem and ext.lower() in FILE_SUFFIXES:
+            s = stem
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", s).strip("._-") or None
+    return None
+
+
+def _label_key(k: Any, what: str, where: str) -> str:
+    if isinstance(k, bool) or k is None:
+        msg = f"label {k!r}: YAML reads an unquoted on/off/yes/no/true/false/null as a boolean or null; quote it"
+        raise _err(where, what, msg)
+    return str(k)
+
+
+def _check_key(key: Any, what: str, where: str) -> str:
+    if not isinstance(key, str):
+        raise _err(where, what, f"key {key!r} is not a dotted recipe key")
+    try:
+        key_target(key)
+    except KeyProblem as e:
+        raise _err(where, what, str(e)) from None
+    return key
+
+
+def parse_axes(matrix: Any, where: str) -> list[Axis]:
+    """Each axis written as a list of values (labelled by `default_label`) or as a mapping label -> value."""
+    if matrix is None:
+        return []
+    if not isinstance(matrix, dict):
+        raise _err(where, "matrix", "expected a mapping of dotted recipe key -> list of values")
+    axes: list[Axis] = []
+    for key, spec in matrix.items():
+        if key in ("variant", "name"):
+            why = "list variants under `variants`" if key == "variant" else "cell names are made from the study's name"
+            raise _err(where, "matrix", f"{key!r} cannot be an axis ({why})")
+        what = "matrix." + _check_key(key, "matrix", where)
+        if isinstance(spec, list):
+            values, labels = list(spec), [default_label(key, v) for v in spec]
+            if any(lab is None for lab in labels):
+                hint = f"write the axis as label -> value: `{key}: {{small: ..., big: ...}}`"
+                raise _err(where, what, "these values need labels to name the cells", hint)
+        elif isinstance(spec, dict):
+            values, labels = list(spec.values()), [_label_key(k, what, where) for k in spec]
+            if bad := [lab for lab in labels if not LABEL_PATTERN.match(lab)]:
+                raise _err(where, what, f"label {bad[0]!r}: labels may hold letters, digits and ._- only")
+        else:
+            msg = f"expected a list of values or a mapping label -> value, got {spec!r}"
+            raise _err(where, what, msg, "a setting with one value belongs at its own key")
+        if not values:
+            raise _err(where, what, "the axis has no values")
+        for i, v in enumerate(values):
+            if any(same(v, w) for w in values[:i]):
+                raise _err(where, what, f"value {v!r} is listed twice")
+            if labels[i] in labels[:i]:
+                hint = "give the values distinct labels: `{label: value, ...}`"
+                raise _err(where, what, f"two values have the label {labels[i]!r}", hint)
+        if clash := _clash([a.key for a in axes], key):
+            raise _err(where, "matrix", f"axes {clash!r} and {key!r} overlap (one is inside the other)")
+        axes.append(Axis(key, tuple(values), tuple(labels)))
+    return axes
+
+
+def parse_variants(variants: Any, where: str) -> dict[str, dict]:
+    if variants is None:
+        return {}
+    if not isinstance(variants, dict):
+        raise _err(where, "variants", "expected a mapping of variant name -> settings")
+    out: dict[str, dict] = {}
+    for name, overlay in variants.items():
+        name = _label_key(name, "variants", where)
+        if not VARIANT_PATTERN.match(name):
+            msg = f"variant name {name!r}: letters, digits and ._- only, starting with a letter or digit"
+            raise _err(where, "variants", msg)
+        what, overlay = f"variants.{name}", {} if overlay is None else overlay
+        if not isinstance(overlay, dict):
+            raise _err(where, what, f"expected a mapping of dotted recipe key -> value, got {overlay!r}")
+        keys = [_check_key(k, what, where) for k in overlay]
+        for i, k in enumerate(keys):
+            if clash := _clash(keys[:i], k):
+                raise _err(where, what, f"{clash!r} and {k!r} overlap (one is inside the other)")
+            if k == "name":
+                raise _err(where, what, "a variant cannot set `name` (cell names are made from the study's name)")
+        out[name] = overlay
+    return out
+
+
+def _not_an_axis(v: Any, names: list[str]) -> str:
+    close = difflib.get_close_matches(str(v), names, n=1)
+    mean = f"; did you mean {close[0]!r}?" if close else "."
+    return f"{v!r} is not an axis of this study{mean} Axes: {', '.join(names)}"
+
+
+def parse_excludes(exclude: Any, all_axes: tuple[Axis, ...], where: str) -> list[dict]:
+    """Each entry with its values resolved (a label stands for its value)."""
+    if exclude is None:
+        return []
+    if not isinstance(exclude, list):
+        raise _err(where, "exclude", "expected a list of mappings (axis key or `variant` -> value)")
+    by_key = {a.key: a for a in all_axes}
+    out = []
+    for i, entry in enumerate(exclude):
+        what = f"exclude[{i}]"
+        if not isinstance(entry, dict) or not entry:
+            raise _err(where, what, f"expected a mapping of axis key -> value, got {entry!r}")
+        norm = {}
+        for k, v in entry.items():
+            if (axis := by_key.get(k)) is None:
+                raise _err(where, what, _not_an_axis(k, list(by_key)))
+            pairs = list(zip(axis.values, axis.labels, strict=True))
+            found = [w for w in axis.values if same(w, v)] or [w for w, lab in pairs if lab and lab == v]
+            if not found:
+                shown = ", ".join(repr(w) + (f" ({lab})" if lab and lab != w else "") for w, lab in pairs)
+                raise _err(where, what, f"{k}: {v!r} is none of the axis's values: {shown}")
+            norm[k] = found[0]
+        out.append(norm)
+    return out
+
+
+def check_report(report: Any, all_axes: tuple[Axis, ...], where: str) -> ReportAxes | None:
+    if report is None:
+        return None
+    if not isinstance(report, dict) or set(report) - {"rows", "columns"}:
+        raise _err(where, "report", "expected `{rows: AXIS, columns: AXIS}`")
+    names = [a.key for a in all_axes]
+    for k, v in report.items():
+        if v is not None and v not in names:
+            raise _err(where, f"report.{k}", _not_an_axis(v, names))
+    return ReportAxes(**report)
+
+
+class Cell(NamedTuple):
+    name: str
+    cell: dict[str, Any]  # the settings that vary (LoadedRecipe.cell)
+    data: dict  # the cell's recipe data (before --set)
+    origins: tuple[tuple, ...]  # YAML locations of the settings the cell's overlays set
+
+
+def describe(cell: dict[str, Any], axes: Iterable[Axis]) -> str:
+    """`variant=vllm-oneshot, engine.enable_prefix_caching=true (cache)` for listings and errors."""
+    by_key = {a.key: a for a in axes}
+    out = []
+    for k, v in cell.items():
+        text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+        lab = by_key[k].label(v) if k in by_key else None
+        shown = lab and lab != text and lab != default_label(k, v)
+        out.append(f"{k}={text}" + (f" ({lab})" if shown else ""))
+    return ", ".join(out)
+
+
+def expand(
+    name: str, data: dict, axes: list[Axis], variants: dict[str, dict], excludes: list[dict], where: str
+) -> list[Cell]:
+    vnames: list[str | None] = list(variants) or [None]
+    total = len(vnames) * math.prod(len(a.values) for a in axes)
+    if total > MAX_CELLS:
+        msg = f"the study makes {total:,} cells before `exclude`; at most {MAX_CELLS:,}"
+        raise _err(where, "matrix", msg, "fewer axes or values, or split the study into files")
+    varying, cells = {"variant", *(a.key for a in axes if len(a.values) > 1)}, []
+    for v in vnames:
+        overlay = variants.get(v, {}) if v is not None else {}
+        free = [a for a in axes if _clash(overlay, a.key) is None]
+        origins = tuple(("variants", v, k) for k in overlay) + tuple(("matrix", a.key) for a in free)
+        for combo in product(*(a.values for a in free)):
+            chosen = dict(zip((a.key for a in free), combo, strict=True))
+            setting = {**overlay, **chosen}  # a variant that sets an axis's own key fixes it at that value
+            match = {"variant": v} if v is not None else {}  # what `exclude` entries are matched against
+            match |= {a.key: setting[a.key] for a in axes if a.key in setting}
+            if any(all(k in match and same(match[k], x) for k, x in e.items()) for e in excludes):
+                continue
+            labels = [lab for a in free if len(a.values) > 1 and (lab := a.label(chosen[a.key]))]
+            cell_name = "-".join([name, *([v] if v is not None and len(variants) > 1 else []), *labels])
+            d = copy.deepcopy(data)
+            for k, val in setting.items():
+                try:
+                    set_dotted(d, k, copy.deepcopy(val))
+                except TypeError as e:
+                    raise _err(where, k, f"cell {cell_name!r}: cannot set {k}: {e}") from None
+            cell = {k: x for k, x in match.items() if k in varying}
+            cells.append(Cell(cell_name, cell, d | {"name": cell_name}, origins))
+    if not cells:
+        raise _err(where, "exclude", "`exclude` drops every cell of the study")
+    seen: dict[str, Cell] = {}
+    for c in cells:
+        if len(c.name) > MAX_NAME or not re.match(NAME_PATTERN, c.name):
+            msg = f"cell name {c.name!r} ({describe(c.cell, axes)}) is not a valid recipe name "
+            msg += f"(letters, digits, ._-, at most {MAX_NAME} characters)"
+            hint = "shorten the study's name, or give the axis values short labels: `matrix: {key: {label: value}}`"
+            raise _err(where, "name", msg, hint)
+        if c.name in seen:
+            msg = f"two cells are named {c.name!r}: ({describe(seen[c.name].cell, axes)}) and "
+            msg += f"({describe(c.cell, axes)})"
+            hint = "give the axis values distinct labels: `matrix: {key: {label: value}}` (an empty label leaves a "
+            hint += "value out of names)"
+            raise _err(where, "matrix", msg, hint)
+        seen[c.name] = c
+    return cells
+
+
+@dataclass(frozen=True)
+class Study:
+    """What one file holds. `kind`: "recipe" (one experiment), "study" (cells) or "abstract" (none)."""
+
+    path: str
+    kind: Literal["recipe", "study", "abstract"]
+    name: str | None
+    axes: tuple[Axis, ...]  # matrix axes in file order, then `variant` when there are variants
+    report: ReportAxes | None
+    cells: tuple[LoadedRecipe, ...]
+
+    def describe(self, lr: LoadedRecipe) -> str:
+        return describe(lr.cell, self.axes)
+
+
+def load_study(
+    path: str | Path, overrides: list[str] | None = None, *, model_paths: Mapping[str, str] | None = None
+) -> Study:
+    """Everything one recipe file holds, validated: a plain file through runner.config, a study's cells each
+    validated as a full recipe before anything runs (an invalid cell's error names the cell and its field)."""
+    f = read_recipe_file(path)
+    where, overrides, mp = str(f.path), list(overrides or []), dict(model_paths or {})
+    axes, variants = parse_axes(f.keys.get("matrix"), where), parse_variants(f.keys.get("variants"), where)
+    name = f.data.get("name") if isinstance(f.data.get("name"), str) else None
+    if not f.is_study:
+        loaded = tuple(load_file(f, overrides, model_paths=mp))
+        return Study(str(f.path.resolve()), "recipe" if loaded else "abstract", name, (), None, loaded)
+    all_axes = tuple(axes) + ((Axis("variant", tuple(variants), tuple(variants)),) if variants else ())
+    excludes = parse_excludes(f.keys.get("exclude"), all_axes, where)
+    report = check_report(f.keys.get("report"), all_axes, where)
+    if f.keys.get("abstract"):
+        check_abstract(f)
+        return Study(str(f.path.resolve()), "abstract", name, all_axes, report, ())
+    if name is None or not re.match(NAME_PATTERN, name):
+        hint = "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
+        msg = "a study needs a `name` (letters, digits, ._-): its cells are named from it"
+        raise _err(where, "name", msg, None if "name" in f.data else hint)
+    sets = parse_set(overrides)  # applies to every cell: it may not rename the study or pin a setting it varies
+    for k in sets:
+        if k == "name":
+            msg = "--set name: a study's cells are named from its `name`; rename the study in the file"
+            raise _err(where, "--set", msg)
+        if clash := _clash([a.key for a in all_axes], k):
+            msg = f"--set {k}: the study varies {clash!r} across its cells; setting it for every cell would make "
+            raise _err(where, "--set", msg + "cells the same", "pick cells by name, or change the study's matrix")
+    by_key, kw = {a.key: a for a in all_axes}, {"study": name, "study_axes": report and report.model_dump()}
+    loaded = []
+    for c in expand(name, f.data, axes, variants, excludes, where):
+        title, at = f"cell {c.name!r} ({describe(c.cell, axes)}): invalid recipe", locator(f.sources, sets, c.origins)
+        # the study file's short label of each varying value (what reports show), where it has one
+        labels = {k: lab for k, v in c.cell.items() if k in by_key and (lab := by_key[k].label(v))}
+        loaded.append(finish(f, c.data, overrides, mp, at, title=title, cell=dict(c.cell), cell_labels=labels, **kw))
+    return Study(str(f.path.resolve()), "study", name, all_axes, report, tuple(loaded))
+
+
+def load_recipes(
+    path: str | Path, overrides: list[str] | None = None, *, model_paths: Mapping[str, str] | None = None
+) -> list[LoadedRecipe]:
+    """One LoadedRecipe per experiment in the file: 1 (recipe), one per cell (study), 0 (abstract)."""
+    return list(load_study(path, overrides, model_paths=model_paths).cells)
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None) -> LoadedRecipe:
+    """The one experiment a recipe file holds; a study or a base-only file is a RecipeError."""
+    s = load_study(path, overrides)
+    if s.kind == "abstract":
+        msg = "holds shared settings for other files' `base:` (abstract: true); it is not an experiment"
+        raise RecipeError(msg, file=str(path))
+    if s.kind == "study":
+        msg = f"is a study of {len(s.cells)} experiments ({', '.join(c.recipe.name for c in s.cells)}); "
+        raise RecipeError(msg + "load it with load_recipes", file=str(path))
+    return s.cells[0]

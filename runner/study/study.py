@@ -1,0 +1,342 @@
+"""A study's section of summary.md, what each knob bought: a pivot of generation times over two axes (the
+study file's `report: {rows, columns}`, else the two with the most distinct values), the effect of each axis
+alone (over the pairs of cells that differ only there), the fastest cell, wall time against the cells'
+generation and engine starts, and the accuracy-vs-time chart. An axis: a key of the cells' `cell` (dotted key
+or `variant`) with more than one value. A cell's time: its generation time, projected for an estimate."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.base.errors import RunnerError
+from runner.base.format import cell, secs, short, table
+from runner.folder import study_chart_path
+from runner.report.plots import accuracy_chart, pyplot
+from runner.results import RunResult
+
+ABSENT: Any = type("Absent", (), {"__repr__": lambda _: "ABSENT"})()  # an axis the cell's variant has not got
+Axes = dict[str, list[Any]]
+Labels = dict[tuple[str, str], str]  # (axis, value key) -> the study file's label for that value
+
+
+def value_key(v: Any) -> str:
+    return "\0absent" if v is ABSENT else json.dumps(v, sort_keys=True, default=str)
+
+
+def axis_value(r: RunResult, axis: str) -> Any:
+    return r.cell.get(axis, ABSENT)
+
+
+def labels_of(cells: list[RunResult]) -> Labels:
+    return {(k, value_key(r.cell[k])): lab for r in cells for k, lab in r.cell_labels.items() if k in r.cell}
+
+
+def value_label(v: Any, width: int = 36, axis: str | None = None, labels: Labels | None = None) -> str:
+    """An axis value as a short label: the study file's own label where `labels` has one, else text as it is,
+    mappings as k=v pairs (nested ones in braces, lists of more than four values as a count), others as JSON."""
+    if v is ABSENT:
+        return "n/a"
+    if (own := (labels or {}).get((axis, value_key(v)))) is not None:
+        return own
+
+    def one(x: Any) -> str:
+        if isinstance(x, dict):
+            return "{" + ",".join(f"{k}={one(y)}" for k, y in x.items()) + "}"
+        if isinstance(x, list) and len(x) > 4:
+            return f"[{len(x)} values]"
+        return x if isinstance(x, str) else json.dumps(x, ensure_ascii=False)
+
+    if isinstance(v, dict) and v:
+        v = one(v)[1:-1]
+    elif not isinstance(v, (str, list)):
+        v = json.dumps(v, ensure_ascii=False, default=str)
+    return short(v, width)
+
+
+def axes_of(cells: list[RunResult]) -> Axes:
+    """axis -> its distinct values in the order the cells bring them (ABSENT last); keys in the order of the
+    cells with the most keys (the study's)."""
+    out: Axes = {}
+    for k in dict.fromkeys(k for r in sorted(cells, key=lambda r: -len(r.cell)) for k in r.cell):
+        seen: dict[str, Any] = {}
+        for r in cells:
+            seen.setdefault(value_key(axis_value(r, k)), axis_value(r, k))
+        vals = [v for v in seen.values() if v is not ABSENT] + [v for v in seen.values() if v is ABSENT]
+        if len(vals) > 1:
+            out[k] = vals
+    return out
+
+
+def requested_axes(cells: list[RunResult]) -> dict[str, str | None] | None:
+    """The study file's `report: {rows, columns}` as its cells carry it (`study_axes`), if they do."""
+    return next((dict(r.study_axes) for r in cells if r.study_axes is not None), None)
+
+
+def pick_axes(axes: Axes, requested: dict[str, str | None] | None) -> tuple[str | None, str | None, str]:
+    """(rows axis, columns axis, how they were picked): the requested ones where they vary here, the rest
+    from the axes with the most distinct values (ties: the earlier axis)."""
+    req = requested or {}
+    rows = req.get("rows") if req.get("rows") in axes else None
+    cols = req.get("columns") if req.get("columns") in axes and req.get("columns") != rows else None
+    unknown = [f"`{k}`" for k in (req.get("rows"), req.get("columns")) if k and k not in axes]
+    auto = sorted((k for k in axes if k not in (rows, cols)), key=lambda k: -sum(v is not ABSENT for v in axes[k]))
+    how = "from the study's `report`" if (rows or cols) else "picked automatically: most distinct values"
+    if rows is None and auto:
+        rows = auto.pop(0)
+    if cols is None and auto:
+        cols = auto.pop(0)
+    if unknown:
+        how += f"; {', '.join(unknown)} asked for by `report` but not varying here"
+    return rows, cols, how
+
+
+def timed(r: RunResult) -> bool:
+    return r.status == "ok" and bool(r.projected_s)
+
+
+def fastest(cells: list[RunResult]) -> RunResult | None:
+    return min((r for r in cells if timed(r)), key=lambda r: r.projected_s, default=None)
+
+
+def times(x: float, approx: bool = False) -> str:
+    """A speed-up: `2.50×`, `12.5×`, `1,234×` (`~` where a projected time went into it)."""
+    return ("~" if approx else "") + (f"{x:,.0f}×" if x >= 100 else f"{x:.1f}×" if x >= 10 else f"{x:.2f}×")
+
+
+def time_text(r: RunResult, bold: bool = False) -> str | None:
+    """`12.0 s`, `~12.0 s` for a projection, `failed`; in bold for the fastest cell."""
+    if r.status != "ok":
+        return "failed"
+    if r.projected_s is None:
+        return None
+    s = ("~" if r.estimate else "") + secs(r.projected_s)
+    return f"**{s}**" if bold else s
+
+
+def pivot(cells: list[RunResult], axes: Axes, rows: str | None, cols: str | None) -> str:
+    """Generation time per cell: a row per value of `rows` and of the other axes, a column per value of `cols`."""
+    lead = [k for k in axes if k == rows] + [k for k in axes if k not in (rows, cols)]
+    names = labels_of(cells)
+    col_keys = [value_key(v) for v in axes[cols]] if cols else [""]
+    heads = [cell(f"{cols.rsplit('.', 1)[-1]}={value_label(v, axis=cols, labels=names)}") for v in axes.get(cols, [])]
+    headers = lead + (heads if cols else ["generation time"])
+    best = fastest(cells)
+    grid: list[tuple[tuple[str, ...], dict[str, str | None]]] = []
+    for r in cells:
+        key = tuple(value_key(axis_value(r, k)) for k in lead)
+        ck = value_key(axis_value(r, cols)) if cols else ""
+        if (slot := next((g for g in grid if g[0] == key and ck not in g[1]), None)) is None:
+            grid.append(slot := (key, {}))
+        slot[1][ck] = time_text(r, bold=r is best)
+    order = {k: [value_key(v) for v in axes[k]] for k in lead}
+    grid.sort(key=lambda g: [order[k].index(x) for k, x in zip(lead, g[0], strict=True)])
+    labels = {(k, value_key(v)): value_label(v, axis=k, labels=names) for k in lead for v in axes[k]}
+    row = lambda key, got: [labels[k, x] for k, x in zip(lead, key, strict=True)] + [got.get(c) for c in col_keys]
+    return table([row(key, got) for key, got in grid], headers)
+
+
+@dataclass(frozen=True)
+class Effect:
+    """Changing `axis` alone from `frm` to `to`: the pairs of timed cells (from, to) that differ only there, the
+    median of their speed-ups, and whether a projected time went into it."""
+
+    axis: str
+    frm: Any
+    to: Any
+    pairs: tuple[tuple[RunResult, RunResult], ...]
+    median: float | None
+    approx: bool
+
+
+def only_differ_in(a: RunResult, b: RunResult, axis: str) -> bool:
+    """Every other setting is the same. Across variants a setting only one of the cells has (the other's
+    variant replaced the section that holds it) is no difference: it belongs to the variant."""
+    shared, keys = a.cell.keys() & b.cell.keys(), (a.cell.keys() | b.cell.keys()) - {axis}
+    return all(value_key(a.cell[k]) == value_key(b.cell[k]) if k in shared else axis == "variant" for k in keys)
+
+
+def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
+    """For each axis, from its reference value to each other value (cells without the axis take no part).
+    The reference is the baseline cell's value (a study's `baseline: true` cell), else the first value."""
+    ok = [r for r in cells if timed(r)]
+    base = next((r for r in cells if r.recipe.baseline), None)
+    out = []
+    for axis, values in axes.items():
+        vals = [v for v in values if v is not ABSENT]
+        ref = ABSENT if base is None else axis_value(base, axis)
+        if ref is not ABSENT and value_key(ref) in {value_key(v) for v in vals}:
+            vals = [ref] + [v for v in vals if value_key(v) != value_key(ref)]
+        at = [[r for r in ok if value_key(axis_value(r, axis)) == value_key(v)] for v in vals]
+        for v, group in zip(vals[1:], at[1:]):
+            pairs = tuple((a, b) for a in at[0] for b in group if only_differ_in(a, b, axis))
+            median = statistics.median(a.projected_s / b.projected_s for a, b in pairs) if pairs else None
+            out.append(Effect(axis, vals[0], v, pairs, median, any(a.estimate or b.estimate for a, b in pairs)))
+    return out
+
+
+def effects_section(effects: list[Effect], labels: Labels | None = None) -> list[str]:
+    if not effects:
+        return []
+    rows, lines = [], []
+    for e in effects:
+        change = f"{value_label(e.frm, axis=e.axis, labels=labels)} → {value_label(e.to, axis=e.axis, labels=labels)}"
+        rows.append([e.axis, change, times(e.median, e.approx) if e.median is not None else None, len(e.pairs)])
+        if e.pairs:
+            each = (f"{a.name} → {b.name} ({times(a.projected_s / b.projected_s)})" for a, b in e.pairs)
+            lines.append(f"- {e.axis} {change}: " + ", ".join(each))
+    note = (
+        "Speed-up of changing one setting alone, every other setting held fixed: generation time with the first value "
+        "(the baseline cell's, where the study has one) ÷ time with the other value, the median over the pairs of "
+        "cells that differ only in that setting (above 1× the change is faster; failed cells take no part; across "
+        "variants, settings only one of the two cells has count as the variant's; `~`: a projected time)."
+    )
+    effects_table = table(rows, ["setting", "change", "median speed-up", "pairs"])
+    return ["", "### What each setting bought", "", note, "", effects_table, "", *lines]
+
+
+def fastest_section(cells: list[RunResult], metric: str | None) -> list[str]:
+    best = fastest(cells)
+    if best is None:
+        return ["", "### Fastest cell", "", "No cell finished with a generation time."]
+    slow = max((r for r in cells if timed(r)), key=lambda r: r.projected_s)
+
+    def vs(other: RunResult, what: str) -> str:
+        ratio = times(other.projected_s / best.projected_s, bool(best.estimate or other.estimate))
+        return f"{ratio} faster than {what} {other.name} ({time_text(other)})"
+
+    base = next((r for r in cells if r.recipe.baseline), None)
+    slowest = "the slowest" + (" (the study's baseline)," if slow is base else ",")
+    parts = [vs(slow, slowest) if slow is not best else "the only cell with a time"]
+    if base is best:
+        parts.append("it is the study's baseline")
+    elif base is not None and base is not slow:
+        parts.append(vs(base, "the baseline,") if timed(base) else f"the baseline, {base.name}, has no time")
+    scored = metric and best.scores_meaningful and metric in best.scores
+    score = f"; {metric} {best.scores[metric]:.3f}" if scored else ""
+    return ["", "### Fastest cell", "", f"**{best.name}** ({time_text(best)}{score}): " + "; ".join(parts) + "."]
+
+
+@dataclass(frozen=True)
+class Spent:
+    """A study's time: wall (first start to last finish), running (the time at least one cell was running: less
+    when the cells ran in separate calls with pauses between), generation and engine start summed over its cells."""
+
+    wall_s: float | None
+    running_s: float | None
+    generate_s: float
+    load_s: float
+    starts: int
+    reused: tuple[tuple[str, str | None], ...]  # (cell, the cell whose engine it ran on)
+
+
+def _when(s: str) -> dt.datetime | None:
+    try:
+        t = dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
+
+def time_spent(cells: list[RunResult]) -> Spent:
+    spans = [(_when(r.started_at), _when(r.finished_at)) for r in cells]
+    starts, ends = [a for a, _ in spans if a], [b for _, b in spans if b]
+    running = None
+    if both := sorted((a, b) for a, b in spans if a and b):  # seconds covered by the union of the spans
+        running, (cur_a, cur_b) = 0.0, both[0]
+        for a, b in both[1:]:
+            if a > cur_b:
+                running += (cur_b - cur_a).total_seconds()
+                cur_a = a
+            cur_b = max(cur_b, b)
+        running += (cur_b - cur_a).total_seconds()
+    return Spent(
+        (max(ends) - min(starts)).total_seconds() if starts and ends else None,
+        running,
+        sum(r.timings.generate_s or 0 for r in cells),
+        sum(r.timings.load_s or 0 for r in cells),
+        sum(1 for r in cells if (r.timings.load_s or 0) > 0),
+        tuple((r.name, r.engine_of) for r in cells if r.timings.load_s == 0),
+    )
+
+
+def spent_section(cells: list[RunResult]) -> list[str]:
+    s = time_spent(cells)
+    busy = s.running_s or s.wall_s
+    share = f" ({s.generate_s / busy:.0%} of the running time)" if busy else ""
+    note = (
+        "Wall time: from the first cell's start to the last cell's finish; running: the part of it in which a cell was "
+        "running (less when the cells ran in separate calls). Generation and engine start: summed over the cells (as "
+        "measured: an estimate counts its partial run)."
+    )
+    row = [secs(s.wall_s), secs(s.running_s), secs(s.generate_s) + share, secs(s.load_s), s.starts, len(cells)]
+    heads = ["wall time", "running", "generation (sum)", "engine start (sum)", "engine starts", "cells"]
+    out = ["", "### Time spent", "", note, "", table([row], heads)]
+    if s.reused:
+        reused = ", ".join(f"{name} (on {host}'s)" if host else name for name, host in s.reused)
+        out += ["", f"Cells that ran on an engine started for another cell: {reused}."]
+    return out
+
+
+def chart_metric(cells: list[RunResult]) -> str | None:
+    """`exact_match` where a cell with meaningful scores has it, else the first such cell's first metric."""
+    scored = [r.scores for r in cells if r.status == "ok" and r.scores_meaningful and r.scores]
+    return "exact_match" if any("exact_match" in s for s in scored) else next((next(iter(s)) for s in scored), None)
+
+
+def study_section(study: str, cells: list[RunResult], chart: Path | None = None) -> list[str]:
+    axes = axes_of(cells)
+    rows, cols, how = pick_axes(axes, requested_axes(cells))
+    failed = sum(r.status != "ok" for r in cells)
+    head = f"{len(cells)} cells" + (f" ({failed} failed)" if failed else "")
+    out = ["", f"## Study {study}", ""]
+    if axes:
+        picked = f"rows: **{rows}**" + (f", columns: **{cols}**" if cols else "")
+        note = "Generation time per cell (`~`: projected from a partial run; fastest in bold)."
+        out += [f"{head}; {picked} ({how}). {note}", "", pivot(cells, axes, rows, cols)]
+    else:
+        out.append(f"{head}; no setting varies among them.")
+    out += effects_section(axis_effects(cells, axes), labels_of(cells))
+    metric = chart_metric(cells)
+    out += fastest_section(cells, metric) + spent_section(cells)
+    if chart is not None:
+        out += ["", f"![{study}: accuracy against time]({chart.name})"]
+    elif metric is None:
+        out += ["", "No accuracy chart: no cell of this study has meaningful scores."]
+    return out
+
+
+def study_groups(results: list[RunResult]) -> dict[str, list[RunResult]]:
+    """study name -> its cells, in the order they come (runs without a study are left out)."""
+    return {s: [r for r in results if r.study == s] for s in dict.fromkeys(r.study for r in results if r.study)}
+
+
+def study_summary(results: list[RunResult], out: Path | None) -> list[str]:
+    """summary.md's sections of the studies among `results`, each with its accuracy-vs-time chart in `out`."""
+    charts = write_study_charts(results, out) if out is not None else {}
+    return sum((study_section(s, cells, charts.get(s)) for s, cells in study_groups(results).items()), [])
+
+
+def write_study_charts(results: list[RunResult], out: Path) -> dict[str, Path]:
+    """study name -> its accuracy-vs-time chart, for each study among `results` with meaningful scores."""
+    try:
+        pyplot()
+    except ImportError:
+        return {}
+    charts = {}
+    for study, cells in study_groups(results).items():
+        if (metric := chart_metric(cells)) is None:
+            continue
+        try:
+            path = study_chart_path(out, study)
+        except RunnerError:
+            continue
+        label = lambda r: r.name.removeprefix(f"{r.study}-") + (" (est.)" if r.estimate else "")
+        title = f"{study}: {metric} against time (green: Pareto front)"
+        if (chart := accuracy_chart(cells, metric, path, label=label, title=title)) is not None:
+            charts[study] = chart
+    return charts

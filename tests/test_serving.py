@@ -1,0 +1,493 @@
+"""The serving wing (recipes with `load:`) on a CPU: `runner go` against the fake engine's server under vLLM 0.26.0's
+own benchmark client (its one file, taken from the vLLM wheel: see conftest.vllm_client), a server that fails
+before it is ready, a sweep that saturates at its second rate (the fake server answers one request at a time,
+each taking `delay_s`), a `runner go` killed by SIGKILL whose server must not outlive it, and the arithmetic.
+
+Only process groups these tests can name are checked (the pgid the fake server prints); nothing scans the machine."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+from pydantic import ValidationError
+
+from runner.base.types import Sampling
+from runner.cli import cli
+from runner.engines.fake import DEFAULT_REPLY
+from runner.engines.vllm import VLLMSpec
+from runner.recipe import LoadSpec, Recipe
+from runner.results import RunResult
+from runner.serve.fake_server import reply_words
+from runner.serve.run import RateRun, Record, arrival_offsets, peak_concurrency, rate_point, request_body, saturation
+from runner.serve.server import Server, ServerError, cli_args, command, counters, evidence, free_port, served_reply
+from tests.cli_output import user_error
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO_DATA = ROOT / "runner" / "demo" / "demo-ja.json"
+REPLY = "東京 です よ ね"  # four words: four streamed chunks, so TPOT is defined
+
+
+def recipe(name: str, *, load: dict | None = None, **engine) -> dict:
+    return {
+        "name": name,
+        "model": {"id": "builtin:demo"},
+        "engine": {"kind": "fake", "reply": REPLY, "delay_s": 0.02, **engine},
+        "dataset": {"format": "squad", "path": str(DEMO_DATA)},
+        "prompt": {"template": "jsquad.j2", "system_template": "jsquad-system.j2"},
+        "sampling": {"temperature": 0, "max_tokens": 16},
+        "metrics": ["exact_match", "char_f1"],
+        "load": load
+        or {
+            "request_rate": [20, 200, "inf"],
+            "num_requests": 8,
+            "warmup_requests": 2,
+            "slo": {"ttft_ms": 50, "tpot_ms": 50},
+        },
+    }
+
+
+def write(path: Path, d: dict) -> Path:
+    path.write_text(yaml.safe_dump(d, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def group_gone(pgid: int, wait_s: float = 10.0) -> bool:
+    """No live (non-zombie) member of the group, within wait_s."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+            state = Path(f"/proc/{pgid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state in ("Z", "X"):
+                return True
+        except (ProcessLookupError, OSError, IndexError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def server_pgid(log: Path) -> int:
+    return int(re.findall(r"fake server pid \d+ \(process group (\d+)\)", log.read_text())[-1])
+
+
+@pytest.fixture(scope="module")
+def call(tmp_path_factory, vllm_client_dir):
+    """One `runner go`: `crash` (its server exits before /health answers), then `serve` (a 3-rate sweep)."""
+    tmp = tmp_path_factory.mktemp("serving")
+    crash = write(tmp / "crash.yaml", recipe("crash", serve_fail=True))
+    serve = write(tmp / "serve.yaml", recipe("serve"))
+    out = tmp / "out"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(vllm_client_dir))
+        res = CliRunner().invoke(cli, ["go", str(crash), str(serve), "--out", str(out), "--no-progress"])
+    return res, out
+
+
+def result(out: Path, name: str) -> RunResult:
+    return RunResult.model_validate_json((out / name / "results.json").read_bytes())
+
+
+def test_per_rate_figures_saturation_and_headline(call):
+    res, out = call
+    r = result(out, "serve")
+    assert r.status == "ok", r.error
+    sv = r.serving
+    assert [p.rate for p in sv.rates] == [20, 200] and sv.skipped_rates == [float("inf")]
+    assert sv.saturated_rate == 200 and [p.saturated for p in sv.rates] == [False, True]
+    assert any("TTFT p50" in x for x in sv.saturation_reasons)
+    low, high = sv.rates
+    for p in sv.rates:
+        assert p.requests == p.completed == 8 and p.errors == 0 and p.cache_reset is True
+        assert p.ttft_ms.p50 > 0 and p.tpot_ms.p50 > 0 and p.e2e_ms.p99 >= p.e2e_ms.p50 and p.itl_ms is not None
+        assert p.output_tokens == 8 * 4 and p.prompt_tokens > 0 and p.good is not None and p.goodput is not None
+        assert set(p.scores) == {"exact_match", "char_f1"} and p.cached_tokens is None  # no cache to report
+        assert p.server_counters["fake:requests_total"] == 8  # the measured requests only, not the warmup
+    assert high.request_throughput < 0.9 * 200 and high.ttft_ms.p50 > 2 * low.ttft_ms.p50
+    assert sv.headline_rate == 20 and sv.command[:3] == [sys.executable, "-m", "runner.serve.fake_server"]
+    # the top-level figures are the headline rate's
+    assert r.throughput.requests_per_s == pytest.approx(low.request_throughput)
+    assert r.timings.generate_s == pytest.approx(low.wall_s) and r.n_samples == 8 and r.estimate is None
+    assert r.latency.ttft_s.p50 * 1000 == pytest.approx(low.ttft_ms.p50)
+    assert r.scores == low.scores and r.timings.load_s == sv.server_start_s > 0
+    assert {k.name: k.status for k in r.knobs} == {"reply": "applied", "delay_s": "applied"}
+    raw = json.loads((out / "serve" / "results.json").read_text())
+    assert raw["serving"]["skipped_rates"] == ["inf"]  # JSON has no infinity
+
+
+def test_report_has_latency_per_rate_formulas_and_chart(call):
+    _, out = call
+    report = (out / "serve" / "report.md").read_text()
+    section = report[report.index("## Serving under load") :]
+    assert "### Latency per rate (ms)" in section and "### Throughput, accuracy and errors per rate" in section
+    assert "TPOT = (E2E − TTFT) / (N − 1)" in section and "TTFT = t(first streamed chunk" in section
+    assert "prefix cache was emptied (`POST /reset_prefix_cache`)" in section
+    assert "**Headline: 20 req/s**" in section and "**Saturated at 200 req/s**" in section
+    assert "Higher rates were not run: inf." in section
+    assert "![TTFT p50/p99 and TPOT p50 against achieved requests/s](latency_throughput.png)" in section
+    assert (out / "serve" / "latency_throughput.png").read_bytes()[:4] == b"\x89PNG"
+    summary = (out / "summary.md").read_text()
+    assert "## Serving under load" in summary and "at 20 req/s (serving)" in summary
+    assert "## Failures" in summary and "**crash**" in summary
+
+
+def test_samples_hold_per_request_timings(call):
+    _, out = call
+    lines = [json.loads(x) for x in (out / "serve" / "samples.jsonl").read_text().splitlines()]
+    assert len(lines) == 8 and [d["request"] for d in lines] == list(range(8))
+    for d in lines:
+        assert d["rate"] == "20" and d["error"] is None and d["output"] == REPLY and d["output_tokens"] == 4
+        assert 0 < d["ttft_s"] <= d["latency_s"] == d["e2e_s"] and d["tpot_s"] > 0 and d["queue_s"] >= 0
+        assert "exact_match" in d and "char_f1" in d and d["prompt"].startswith("<|im_start|>system")
+
+
+def test_server_is_gone_and_a_crashing_one_fails_its_recipe_only(call):
+    res, out = call
+    assert res.exit_code == 1, res.output
+    assert group_gone(server_pgid(out / "serve" / "engine.log"))
+    crash = result(out, "crash")
+    assert crash.status == "failed" and crash.serving is None
+    assert "the server exited with code 1 before it was ready" in crash.error
+    assert "failing before it is ready" in crash.error  # the server's own last words
+    assert "FAILED crash" in res.output and "ok serve" in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.slow
+def test_a_killed_runner_takes_its_server_with_it(tmp_path, vllm_client_dir):
+    """SIGKILL `runner go` mid-sweep: the server's watcher ends the server's session."""
+    d = recipe("slow", load={"request_rate": [2], "num_requests": 40, "warmup_requests": 0})
+    out, env = tmp_path / "out", {**os.environ, "PYTHONPATH": f"{vllm_client_dir}{os.pathsep}{ROOT}"}
+    cmd = [sys.executable, "-m", "runner", "go", str(write(tmp_path / "slow.yaml", d)), "--out", str(out)]
+    go = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    try:
+        log, deadline = out / "slow" / "engine.log", time.monotonic() + 60
+        while not (log.exists() and "listening" in log.read_text()):
+            assert time.monotonic() < deadline and go.poll() is None, "the server never started"
+            time.sleep(0.1)
+        pgid = server_pgid(log)
+        time.sleep(1.0)
+        go.kill()
+        go.wait(10)
+        assert group_gone(pgid)
+    finally:
+        if go.poll() is None:
+            go.kill()
+
+
+def test_load_needs_an_engine_with_a_server_mode(tmp_path):
+    d = recipe("hf")
+    d["engine"] = {"kind": "transformers", "device": "cpu"}
+    res = CliRunner().invoke(cli, ["go", str(write(tmp_path / "hf.yaml", d)), "--out", str(tmp_path / "out")])
+    assert user_error(res) == (
+        "Error: {tmp}/hf.yaml: invalid recipe\n"
+        "  line 1, (top level): `load` runs the engine as a server; engine kind 'transformers' has no "
+        "server mode (kinds with one: vllm, fake)\n"
+    )
+    assert "`load` runs the engine as a server" in res.output and "'transformers' has no server mode" in res.output
+    assert not (tmp_path / "out" / "hf").exists()
+
+
+def test_fake_server_reply_and_request_body():
+    assert served_reply("{{ answers[0] }}") == DEFAULT_REPLY and served_reply("東京 です") == "東京 です"
+    assert reply_words("a b c d", {"max_tokens": 2}) == (["a", " b"], "length")
+    assert reply_words("a b. c", {"stop": ["."], "max_tokens": 9}) == (["a", " b"], "stop")
+    greedy = request_body(Sampling(temperature=0, top_p=0.5, top_k=5, max_tokens=7, stop=["\n"]))
+    assert greedy == {
+        "max_tokens": 7,
+        "temperature": 0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+        "stop": ["\n"],
+    }
+    hot = request_body(Sampling(temperature=0.7, top_p=0.5, top_k=5, ignore_eos=True, seed=3))
+    assert (hot["top_p"], hot["top_k"], hot["ignore_eos"], hot["seed"], "stop" in hot) == (0.5, 5, True, 3, False)
+
+
+def test_vllm_server_command_from_the_recipes_engine_settings():
+    d = recipe("v", enable_prefix_caching=False)
+    args = {"max_num_seqs": 8, "compilation_config": {"level": 0}}
+    d["engine"] = {
+        "kind": "vllm",
+        "enable_prefix_caching": False,
+        "enforce_eager": True,
+        "swap_space": 4,
+        "engine_args": args,
+    }
+    d["model"] = {"id": "Qwen/Q", "load_format": "dummy"}
+    cmd, env = command(Recipe.model_validate(d), "127.0.0.1", 8001)
+    assert cmd[:5] == [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", "Qwen/Q"]
+    assert cmd[5:9] == ["--host", "127.0.0.1", "--port", "8001"] and env["VLLM_SERVER_DEV_MODE"] == "1"
+    flags = cmd[9:]
+    assert "--no-enable-prefix-caching" in flags and "--enforce-eager" in flags and "--load-format=dummy" in flags
+    assert "--max-num-seqs=8" in flags and '--compilation-config={"level": 0}' in flags
+    assert not any("swap" in f for f in flags)  # vLLM 0.26's server has no such flag
+    assert cli_args({"disable_log_stats": False, "x": [], "hf_token": True, "y": [1, 2]}) == [
+        "--hf-token",
+        "--y",
+        "1",
+        "2",
+    ]
+
+
+def test_counters_sum_label_sets_of_totals_only():
+    text = textwrap.dedent("""\
+        # TYPE vllm:prefix_cache_queries counter
+        vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1200.0
+        vllm:prefix_cache_queries_created{engine="0",model_name="m"} 1.7e9
+        # TYPE vllm:prompt_tokens counter
+        vllm:prompt_tokens_total{engine="0",model_name="m"} 1200.0
+        vllm:prompt_tokens_total{engine="1",model_name="a {b} \\"c\\" d"} 300.0
+        # TYPE vllm:num_requests_running gauge
+        vllm:num_requests_running{engine="0"} 2.0
+        """)
+    assert counters(text) == {"vllm:prefix_cache_queries_total": 1200.0, "vllm:prompt_tokens_total": 1500.0}
+
+
+VLLM_LOG = (
+    "(EngineCore_DP0 pid=9) INFO [core.py:93] Initializing a V1 LLM engine (v0.26.0) with config: model='m', "
+    "tokenizer='m', dtype=torch.bfloat16, max_seq_len=32768, load_format=dummy, tensor_parallel_size=1, "
+    "quantization=None, enforce_eager=True, kv_cache_dtype=auto, device_config=cuda, seed=0, served_model_name=m, "
+    'enable_prefix_caching=False, chunked_prefill_enabled=True, compilation_config={"level": 0}\n'
+    "(EngineCore_DP0 pid=9) INFO Model loading took 14.25 GiB memory and 3.1 seconds\n"
+    "(EngineCore_DP0 pid=9) INFO GPU KV cache size: 1,234,567 tokens\n"
+)
+WORKER = (
+    "(EngineCore pid=2032) INFO 12-03 03:36:58 [gpu_worker.py:857] Free memory on device (139.29/139.8 GiB) "
+    "on startup. Desired GPU memory utilization is ({}, 125.82 GiB). Actual usage is 14.29 GiB for weight\n"
+)
+
+
+def test_vllm_evidence_from_the_server_log_and_counters():
+    d = recipe("v")
+    d["engine"], d["model"] = (
+        {"kind": "vllm", "enable_prefix_caching": True, "enforce_eager": True},
+        {"id": "m", "load_format": "dummy"},
+    )
+    r = Recipe.model_validate(d)
+    grown = {"vllm:prefix_cache_hits_total": 0.0, "vllm:prefix_cache_queries_total": 1000.0}
+    info = evidence(r, VLLM_LOG, grown, "0.26.0")
+    knobs = {k.name: k for k in info.knobs}
+    assert knobs["enable_prefix_caching"].status == "ignored" and knobs["enable_prefix_caching"].effective is False
+    assert knobs["enforce_eager"].status == "applied" and knobs["load_format"].status == "applied"
+    assert knobs["gpu_memory_utilization"].status == "unverified"  # no worker memory line in this log
+    assert (info.weights_gib, info.kv_cache_tokens, info.version) == (14.25, 1234567, "0.26.0")
+    assert "not verified" in evidence(r, "", {}, "").notes[0]
+    for asked, logged, status in ((0.9, 0.9, "applied"), (0.9, 0.5, "ignored")):
+        r = r.model_copy(update={"engine": VLLMSpec(kind="vllm", gpu_memory_utilization=asked)})
+        knob = {k.name: k for k in evidence(r, VLLM_LOG + WORKER.format(logged), {}, "").knobs}[
+            "gpu_memory_utilization"
+        ]
+        assert (knob.status, knob.effective) == (status, logged)
+
+
+# --- the server process ---------------------------------------------------------------------------------
+
+STANDIN = textwrap.dedent("""\
+    import json, os, sys, time
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    port, mode = int(sys.argv[1]), sys.argv[2]
+    print("stand-in", os.getpid(), "group", os.getpgrp(), flush=True)
+    if mode == "crash":
+        print("boom: failing on purpose", flush=True)
+        sys.exit(3)
+    if mode == "never-ready":
+        time.sleep(120)
+    if mode == "stubborn":  # ignores SIGTERM: only the SIGKILL after the grace ends it
+        import signal
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    resets = []
+    class H(BaseHTTPRequestHandler):
+        def reply(self, code, body):
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        def do_GET(self):
+            body = b"fake:x_total 3.0\\n" if self.path == "/metrics" else b""
+            self.reply(200 if self.path in ("/health", "/metrics") else 404, body)
+        def do_POST(self):
+            if self.path == "/reset_prefix_cache" and os.environ.get("VLLM_SERVER_DEV_MODE") == "1":
+                resets.append(1)
+                self.reply(200, json.dumps({"success": mode != "busy" or len(resets) > 1}).encode())
+            else:
+                self.reply(404, b'{"detail":"Not Found"}')
+        def log_message(self, *a):
+            pass
+    HTTPServer(("127.0.0.1", port), H).serve_forever()
+    """)
+
+
+@pytest.fixture
+def standin(tmp_path):
+    script, log, made = tmp_path / "standin.py", tmp_path / "server.log", []
+    script.write_text(STANDIN)
+
+    def make(mode: str = "ok", env: dict | None = None, timeout_s: float = 30.0) -> Server:
+        port = free_port()
+        srv = Server(
+            [sys.executable, str(script), str(port), mode], f"http://127.0.0.1:{port}", log, env or {}, timeout_s
+        )
+        srv.grace_s = 2.0
+        made.append(srv)
+        return srv
+
+    make.log = log
+    yield make
+    for srv in made:  # a failed test must not leave its stand-in running
+        if srv.proc is not None and not group_gone(srv.proc.pid, 0.1):
+            os.killpg(srv.proc.pid, signal.SIGKILL)
+
+
+def test_healthy_start_reset_counters_and_clean_stop(standin):
+    srv = standin(env={"VLLM_SERVER_DEV_MODE": "1"})
+    with srv:
+        assert srv.alive() and srv.startup_s > 0 and srv.reset_prefix_cache() is True
+        assert srv.counters() == {"fake:x_total": 3.0}
+        pgid = srv.proc.pid
+    assert group_gone(pgid) and not srv.alive()
+
+
+def test_reset_without_dev_mode_and_a_busy_cache(standin):
+    with standin() as srv, pytest.raises(ServerError, match="only with VLLM_SERVER_DEV_MODE=1"):
+        srv.reset_prefix_cache()
+    with standin("busy", env={"VLLM_SERVER_DEV_MODE": "1"}) as srv:
+        assert srv.reset_prefix_cache() is True  # refused once (busy), then done
+
+
+def test_crash_before_ready_and_health_timeout_name_what_happened(standin):
+    with pytest.raises(ServerError, match=r"(?s)exited with code 3 before it was ready.*boom: failing on purpose"):
+        with standin("crash"):
+            pass
+    srv = standin("never-ready", timeout_s=1.0)
+    with pytest.raises(ServerError, match="did not answer /health within 1 s"):
+        with srv:
+            pass
+    assert group_gone(srv.proc.pid)
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, RuntimeError])
+def test_ctrl_c_or_an_error_inside_ends_the_whole_group_even_a_stubborn_one(standin, exc):
+    srv = standin("stubborn")
+    with pytest.raises(exc):
+        with srv:
+            raise exc()
+    assert group_gone(srv.proc.pid)
+
+
+# --- the arithmetic ----------------------------------------------------------------------------------
+
+
+def vllm_get_request_delays(n, rate, burstiness, seed):
+    """vLLM 0.26.0 vllm/benchmarks/serve.py: main_async seeds, get_request draws, sums and rescales."""
+    np.random.seed(seed)
+    delay_ts = [
+        0 if rate == float("inf") else np.random.gamma(shape=burstiness, scale=1.0 / (rate * burstiness))
+        for _ in range(n)
+    ]
+    for i in range(1, len(delay_ts)):
+        delay_ts[i] += delay_ts[i - 1]
+    if delay_ts[-1] != 0:
+        delay_ts = [delay * ((n / rate) / delay_ts[-1]) for delay in delay_ts]
+    return delay_ts
+
+
+@pytest.mark.parametrize("rate,burstiness,seed", [(10.0, 1.0, 0), (3.5, 0.3, 42), (100.0, 4.0, 7), (math.inf, 1.0, 0)])
+def test_schedule_is_vllm_bench_serves_bit_for_bit(rate, burstiness, seed):
+    assert arrival_offsets(500, rate, burstiness, seed) == vllm_get_request_delays(500, rate, burstiness, seed)
+
+
+def test_schedule_seeds_spread_and_even_spacing():
+    a = arrival_offsets(100, 20.0, 1.0, seed=3)
+    assert a == arrival_offsets(100, 20.0, 1.0, seed=3) and a != arrival_offsets(100, 20.0, 1.0, seed=4)
+    assert a == sorted(a) and a[-1] == pytest.approx(100 / 20.0)
+    gaps = np.diff([0.0, *arrival_offsets(40_000, 8.0, 0.25, seed=1)])
+    assert gaps.std() / gaps.mean() == pytest.approx(2.0, rel=0.05)  # gamma CV = 1/sqrt(burstiness)
+    assert arrival_offsets(4, 2.0, math.inf) == pytest.approx([0.5, 1.0, 1.5, 2.0]) and arrival_offsets(0, 5.0) == []
+
+
+def rec(i: int, sent: float, ttft: float, latency: float, tokens: int, ok: bool = True, itl=(), due: float = 0.0):
+    out = SimpleNamespace(success=ok, ttft=ttft, latency=latency, output_tokens=tokens, prompt_len=10, itl=list(itl))
+    out.error = "" if ok else "Traceback ...\nClientConnectorError: refused"
+    return Record(i, due, sent, out)
+
+
+def test_rate_figures_exact():
+    records = [
+        rec(0, 0.0, 0.1, 0.5, 5, itl=[0.1, 0.1, 0.1, 0.1]),
+        rec(1, 0.2, 0.3, 1.3, 11, itl=[0.1] * 10, due=0.1),
+        rec(2, 0.4, 0.0, 0.0, 0, ok=False),
+    ]
+    p = rate_point(RateRun(5.0, records, 0.0), [], ["exact_match"], {"ttft_ms": 200, "tpot_ms": 100})
+    assert (p.requests, p.completed, p.errors, p.wall_s) == (3, 2, 1, pytest.approx(1.5))
+    assert p.request_throughput == pytest.approx(2 / 1.5) and p.output_throughput == pytest.approx(16 / 1.5)
+    assert p.ttft_ms.mean == pytest.approx(200) and p.ttft_ms.p50 == pytest.approx(200)
+    assert p.tpot_ms.p50 == pytest.approx(100) and p.e2e_ms.p99 == pytest.approx(1292)
+    assert p.good == 1 and p.goodput == pytest.approx(1 / 1.5)  # the second misses the TTFT SLO
+    assert p.queue_ms.p99 == pytest.approx(394) and p.error_samples == ["ClientConnectorError: refused"]
+    assert peak_concurrency(records) == 2  # [0, .5), [.2, 1.5), [.4, .4): the failed one ends as it starts
+
+
+def _point(rate: float, achieved: float, ttft: float):
+    run = RateRun(rate, [rec(0, 0.0, ttft / 1000, 1.0, 2)], 0.0)
+    return rate_point(run, [], [], {}).model_copy(update={"request_throughput": achieved})
+
+
+def test_saturation_needs_stalled_throughput_and_growing_ttft():
+    assert saturation([_point(10, 9.9, 50), _point(20, 12.0, 400)])[-1].startswith("TTFT p50 400.0 ms > 2 x 50.0 ms")
+    assert saturation([_point(10, 9.9, 50), _point(20, 12.0, 90)]) == []  # throughput stalls, TTFT does not grow
+    assert saturation([_point(10, 9.9, 50), _point(20, 19.5, 400)]) == []  # TTFT grows, throughput keeps up
+    inf = saturation([_point(10, 9.9, 50), _point(math.inf, 10.2, 900)])
+    assert "gains less than 5% on 9.90 req/s at 10 req/s" in inf[0]
+
+
+def test_load_spec_from_yaml_with_inf_and_round_trip():
+    spec = LoadSpec.model_validate(
+        yaml.safe_load("request_rate: [10, 25, 50, .inf]\nmax_concurrency: 64\nslo: {ttft_ms: 200, tpot_ms: 50}\n")
+    )
+    assert spec.request_rate == [10, 25, 50, math.inf] and spec.burstiness == 1.0 and spec.warmup_requests == 20
+    dumped = spec.model_dump(mode="json")
+    assert dumped["request_rate"][-1] == "inf"  # JSON has no infinity
+    assert LoadSpec.model_validate(dumped) == spec
+    assert LoadSpec(request_rate="inf").request_rate == [math.inf]
+    assert LoadSpec(request_rate=5, num_requests=5).request_indices(3) == [0, 1, 2, 0, 1]
+    assert LoadSpec(request_rate=5).request_indices(3) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    "fields,where,says",
+    [
+        ({"request_rate": [10, 0]}, "request_rate", "> 0"),
+        ({"request_rate": [-1]}, "request_rate", "> 0"),
+        ({"request_rate": [float("nan")]}, "request_rate", "> 0"),
+        ({"request_rate": ["fast"]}, "request_rate", "`inf`"),
+        ({"request_rate": []}, "request_rate", "at least one"),
+        ({"request_rate": [50, 10]}, "request_rate", "increase"),
+        ({"request_rate": [1], "burstiness": 0}, "burstiness", "greater than 0"),
+        ({"request_rate": [1], "burstiness": float("nan")}, "burstiness", "> 0"),
+        ({"request_rate": [1], "slo": {"ttfb_ms": 1}}, "slo", "ttft_ms, tpot_ms, itl_ms, e2e_ms"),
+        ({"request_rate": [1], "slo": {"ttft_ms": 0}}, "slo", "> 0"),
+        ({"request_rate": [1], "max_concurrency": 0}, "max_concurrency", "greater than 0"),
+        ({"request_rate": [1], "seed": 2**32}, "seed", "less than or equal"),
+        ({"request_rate": [1], "rate": 3}, "rate", "Extra inputs"),
+    ],
+)
+def test_load_spec_rejects(fields, where, says):
+    with pytest.raises(ValidationError) as e:
+        LoadSpec.model_validate(fields)
+    err = e.value.errors()[0]
+    assert err["loc"][0] == where and says in str(e.value)

@@ -1,0 +1,128 @@
+"""The vLLM engine's start, against a stand-in `vllm` package (vLLM itself is tested on the GPU): the arguments it
+hands `vllm.LLM`, which it drops or refuses, and the facts it reads back from the engine's configs and log, the
+figures the knob verdicts and the report stand on."""
+
+import dataclasses
+import sys
+import time
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+from runner.base.errors import RunnerError
+from runner.base.types import ModelSpec
+from runner.engines import vllm as vllm_engine
+from runner.engines.vllm import VLLMEngine, VLLMSpec
+
+LOG = (
+    "INFO Model loading took 14.25 GiB memory and 3.50 seconds\n"
+    "INFO Available KV cache memory: 101.37 GiB\n"
+    "INFO GPU KV cache size: 1,898,208 tokens\n"
+    "INFO Using V2 Model Runner\n"
+)
+
+
+def _stand_in(monkeypatch, tmp_path, *, cache=None, quantization=None, accepted=None, log=LOG):
+    """A `vllm` package whose LLM() writes `log` to the engine log (as vLLM's own output would land there),
+    sleeps 50 ms, and holds a config shaped like vLLM 0.26's VllmConfig."""
+    made = {}
+
+    class LLM:
+        def __init__(self, **kwargs):
+            made.update(kwargs)
+            with open(tmp_path / "engine.log", "a") as f:
+                f.write(log)
+            time.sleep(0.05)
+            cc = cache or SimpleNamespace(
+                block_size=16,
+                num_gpu_blocks=1000,
+                enable_prefix_caching=True,
+                gpu_memory_utilization=0.85,
+                cache_dtype="fp8",
+                swap_space=None,
+            )
+            mc = SimpleNamespace(quantization=quantization, enforce_eager=False, max_model_len=4096)
+            self.llm_engine = SimpleNamespace(
+                vllm_config=SimpleNamespace(
+                    cache_config=cc,
+                    model_config=mc,
+                    parallel_config=SimpleNamespace(tensor_parallel_size=1),
+                    load_config=SimpleNamespace(load_format=SimpleNamespace(value="DUMMY")),
+                )
+            )
+
+    every = VLLMSpec(kind="vllm", enable_prefix_caching=True, seed=0).llm_kwargs(_model())  # every argument we pass
+    names = accepted if accepted is not None else set(every) - {"swap_space"}
+    args = dataclasses.make_dataclass("EngineArgs", sorted(names))
+    vllm = ModuleType("vllm")
+    vllm.__version__, vllm.LLM = "0.26.0", LLM
+    arg_utils = ModuleType("vllm.engine.arg_utils")
+    arg_utils.EngineArgs = args
+    for name, mod in (("vllm", vllm), ("vllm.engine", ModuleType("vllm.engine")), ("vllm.engine.arg_utils", arg_utils)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setenv("RUNNER_ENGINE_LOG", str(tmp_path / "engine.log"))
+    (tmp_path / "engine.log").write_text("earlier recipe: Model loading took 99.0 GiB memory and 1.0 seconds\n")
+    monkeypatch.setattr(vllm_engine, "device_facts", lambda: {"gpu": "NVIDIA H200"})
+    return made
+
+
+def _model():
+    return ModelSpec(id="builtin:demo")
+
+
+def test_facts_come_from_the_engines_config_and_this_starts_part_of_the_log(monkeypatch, tmp_path):
+    pytest.importorskip("transformers")
+    _stand_in(monkeypatch, tmp_path)
+    monkeypatch.setattr(vllm_engine, "unquantized_gib", lambda *a: pytest.fail("no knob needs the full size here"))
+    eng = VLLMEngine(VLLMSpec(kind="vllm", enable_prefix_caching=True), _model(), chat=None)
+    f = eng.facts
+    assert f.kv_cache_tokens == 16_000  # num_gpu_blocks x block_size, ahead of the log's figure
+    assert f.weights_gib == 14.25  # this start's line, not the earlier recipe's 99.0 in the same log
+    assert (f.prefix_caching, f.gpu_memory_utilization, f.cache_dtype) == (True, 0.85, "fp8")
+    assert (f.load_format, f.model_runner, f.version, f.max_model_len) == ("dummy", "V2", "0.26.0", 4096)
+    assert eng.info.kv_cache_tokens == 16_000 and eng.info.weights_gib == 14.25 and eng.info.device == "NVIDIA H200"
+    assert eng.info.extra["kv_cache_gib"] == 101.37 and eng.info.extra["block_size"] == 16
+    assert 0.05 <= eng.info.load_s < 5  # the LLM() call, timed
+
+
+def test_kv_capacity_falls_back_to_the_log_and_a_quantized_model_gets_its_full_size(monkeypatch, tmp_path):
+    pytest.importorskip("transformers")
+    cache = SimpleNamespace(
+        block_size=16, num_gpu_blocks=None, enable_prefix_caching=False, gpu_memory_utilization=0.9, cache_dtype="auto"
+    )
+    _stand_in(monkeypatch, tmp_path, cache=cache, quantization="awq")
+    monkeypatch.setattr(vllm_engine, "unquantized_gib", lambda source, trust: 14.19)
+    f = VLLMEngine(VLLMSpec(kind="vllm"), _model(), chat=None).facts
+    assert f.kv_cache_tokens == 1_898_208 and f.quantization == "awq" and f.unquantized_gib == 14.19
+    assert f.swap_space is None and f.prefix_caching is False
+
+
+def test_the_sampler_switch_is_set_only_where_the_user_left_it_unset(monkeypatch, tmp_path):
+    pytest.importorskip("transformers")
+    import os
+
+    made = _stand_in(monkeypatch, tmp_path)
+    monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "1")
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    VLLMEngine(VLLMSpec(kind="vllm", cpu_offload_gb=4), _model(), chat=None)
+    assert os.environ["VLLM_USE_FLASHINFER_SAMPLER"] == "1"  # the user's choice kept
+    assert os.environ["VLLM_USE_V2_MODEL_RUNNER"] == "0"  # offload needs the V1 runner: always set
+    assert made["cpu_offload_gb"] == 4 and made["model"] == "builtin:demo"
+
+
+def test_swap_space_is_dropped_where_vllm_has_none_and_an_unknown_argument_is_refused(monkeypatch, tmp_path):
+    _stand_in(monkeypatch, tmp_path, accepted={"model", "dtype"})
+    kept, dropped = vllm_engine._accepted_kwargs({"model": "m", "swap_space": 4}, "0.26.0")
+    assert kept == {"model": "m"} and dropped == {"swap_space": 4}
+    with pytest.raises(RunnerError) as e:
+        vllm_engine._accepted_kwargs({"model": "m", "max_num_seqz": 8}, "0.26.0")
+    assert e.value.field == "engine.engine_args"
+    assert e.value.message == "vLLM 0.26.0 does not accept max_num_seqz; it accepts: dtype, model"
+
+
+def test_without_vllm_the_engine_says_how_to_get_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
+    with pytest.raises(RunnerError) as e:
+        VLLMEngine(VLLMSpec(kind="vllm"), _model(), chat=None)
+    assert e.value.field == "engine.kind" and "vLLM is not installed in this Python" in e.value.message
+    assert "use `engine: kind: transformers`" in e.value.message

@@ -1,0 +1,39 @@
+"""report.md and summary.md as `runner go` writes them: the core's writers with every wing's sections."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runner.cli.wings import report_sections, summary_sections
+from runner.report import markdown, summary
+
+
+def report_markdown(r, samples, out: Path | None = None) -> str:
+    return markdown.report_markdown(r, samples, report_sections(out))
+
+
+def write_report(r, out: Path) -> Path:
+    return markdown.write_report(r, out, report_sections(out))
+
+
+def summary_markdown(results, baseline=None, out: Path | None = None) -> str:
+    return summary.summary_markdown(results, baseline, out, summary_sections())
+
+
+def write_summary(results, out: Path, baseline=None) -> Path:
+    return summary.write_summary(results, out, baseline, summary_sections())
+
+
+def a_recipe(name: str = "run", **over) -> dict:
+    """A valid recipe as results.json stores it (the fake engine on the demo data), for stored results in tests."""
+    from runner.recipe import Recipe
+
+    d = {
+        "name": name,
+        "model": {"id": "m"},
+        "engine": {"kind": "fake"},
+        "dataset": {"format": "squad", "path": "demo.json"},
+        "prompt": {"template": "jsquad.j2"},
+        **over,
+    }
+    return Recipe.model_validate(d).canonical()
