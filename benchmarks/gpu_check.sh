@@ -6,11 +6,16 @@
 #   bash benchmarks/gpu_check.sh unpack OUT       the last transfer (.gpu/ with the last part and a copy of
 #                                                 ../shared in .gpu/shared, .whl/ with the wheels the host lacks):
 #                                                 vLLM into /tmp/vllm-site, the wheels into /tmp/site, shared to
-#                                                 /root/shared; then the GPU tests (pytest -m gpu)
+#                                                 /root/shared
+#   bash benchmarks/gpu_check.sh tests OUT        the GPU tests (pytest -m gpu)
 #   bash benchmarks/gpu_check.sh bench OUT [N]    runner vs a plain vLLM script on the study's jsquad-vllm cell, N
 #                                                 alternating pairs (default 2), then kill/resume of a vLLM run
 #   bash benchmarks/gpu_check.sh serve OUT        the JSQuAD one-shot recipe under load (jsquad-serve.yaml, the
 #                                                 question-first cell, 400 requests at 25, 100 and inf req/s)
+#   bash benchmarks/gpu_check.sh gguf OUT         keeps the SmolLM2 GGUF part carried in .gpu/gguf/ (the file is 94 MiB,
+#                                                 over one call's 64: `split -b 47M` it into .gpu/gguf/ first)
+#   bash benchmarks/gpu_check.sh xquad OUT [ROUND] the XQuAD study on real weights (recipes/xquad-smollm2-study.yaml,
+#                                                 all 1,190 questions) into /root/xquad-ROUND, its folder tarred to OUT
 set -uo pipefail
 step=$1; out=$2; mkdir -p "$out"
 ST=/root/stage S=/root/shared
@@ -18,6 +23,7 @@ export PYTHONPATH=/tmp/vllm-site:/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PY
 MP=(--model-path Qwen/Qwen2.5-7B-Instruct=$S/models/qwen2.5-7b-instruct)
 SETS=(--set dataset.path=$S/data/jsquad/valid-v1.3.json --set model.load_format=dummy
       --set sampling.max_tokens=16 --set sampling.ignore_eos=true)
+G=/root/models/SmolLM2-135M-Instruct.Q4_1.gguf
 stage() { mkdir -p $ST && cp .gpu/vllm.tar.xz.* $ST/ && ls -la $ST | tee -a "$out/stage.log"; }
 case $step in
   stage) stage ;;
@@ -26,7 +32,8 @@ case $step in
     rm -rf $S && cp -r .gpu/shared $S
     bash $S/gpu/unpack_vllm.sh $ST /tmp/vllm-site 2>&1 | tail -3 | tee "$out/unpack.log"
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-      2>&1 | tail -3 | tee -a "$out/unpack.log"
+      2>&1 | tail -3 | tee -a "$out/unpack.log" ;;
+  tests)
     SHARED=$S timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$out/gpu-tests.log" ;;
   bench)
     timeout 400 python3 benchmarks/vllm_vs_runner.py recipes/jsquad-study.yaml --only jsquad-vllm --rounds "${3:-2}" \
@@ -38,4 +45,11 @@ case $step in
       "${MP[@]}" "${SETS[@]}" --set load.num_requests=400 --set 'load.request_rate=[25, 100, inf]' \
       2>&1 | tee "$out/serve.log"
     tar -C /root -czf "$out/serve.tgz" serve ;;
+  gguf) mkdir -p $ST && cp .gpu/gguf/* $ST/ && ls -la $ST | tee -a "$out/stage.log" ;;
+  xquad)
+    if [ ! -f $G ]; then mkdir -p /root/models && cat $ST/smollm2.gguf.part-* > $G; fi
+    sha256sum $G | tee "$out/gguf.sha256"
+    timeout 560 python3 -m runner go recipes/xquad-smollm2-study.yaml --out /root/xquad-"${3:-1}" --no-progress \
+      --set model.id=$G --set dataset.path=$S/data/xquad/xquad.en.json --timeout 400 2>&1 | tee "$out/xquad.log"
+    tar -C /root -czf "$out/xquad-${3:-1}.tgz" xquad-"${3:-1}" ;;
 esac

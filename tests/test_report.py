@@ -429,11 +429,36 @@ def test_changed_answers_counts_and_mcnemar(paired):
     assert (g["paired examples"], g["now right"], g["now wrong"]) == ("10", "6", "0")
     assert float(g["McNemar p (exact)"]) == pytest.approx(0.03125, rel=0.01)
     assert g["larger than chance (p<0.05)"] == "yes"
-    assert g["EM difference"] == "+0.600"
+    assert g["EM difference"] == "+0.600" and g["char_f1 difference"] == "+0.600"
+    assert g["outputs differ"] == "10"  # every output's text names its recipe here
     assert (o["now right"], o["now wrong"]) == ("1", "1")
     assert float(o["McNemar p (exact)"]) == 1.0
     assert o["larger than chance (p<0.05)"] == "no"
     assert o["EM difference"] == "+0.000"
+
+
+def test_changed_answers_with_squad_metrics_count_changed_outputs(tmp_path):
+    """The EM is whichever `*_exact_match` the baseline has; outputs that differ are counted by their text, also
+    where no score moved; the graded score's paired difference has its own column."""
+    scores = {"squad_exact_match": 0.0, "squad_f1": 0.5}
+    base = result("base", recipe("base", baseline=True), scores=scores)
+    fp8 = result("fp8", recipe("fp8", engine=vllm(quantization="fp8")), scores=scores)
+    texts = ["Paris", "It is Paris.", "London", "in 1990"]
+    rows_b = [
+        {"id": f"q{i}", "output": t, "answers": ["x"], "squad_exact_match": 0.0, "squad_f1": 0.5}
+        for i, t in enumerate(texts)
+    ]
+    rows_f = [
+        dict(r, output=r["output"] + ("!" if i % 2 else ""), squad_f1=0.25 if i == 3 else 0.5)
+        for i, r in enumerate(rows_b)
+    ]
+    store(tmp_path, base, rows_b)
+    store(tmp_path, fp8, rows_f)
+    md = "\n".join(changed_answers_section([base, fp8], base, tmp_path))
+    assert "EM is `squad_exact_match`" in md
+    (row,) = table_with(md, "McNemar p (exact)")
+    assert (row["paired examples"], row["outputs differ"], row["now right"], row["now wrong"]) == ("4", "2", "0", "0")
+    assert row["squad_f1 difference"] == "-0.062" and row["EM difference"] == "+0.000"
 
 
 def test_changed_answers_lists_a_few_examples(paired):

@@ -5,6 +5,7 @@ figures the knob verdicts and the report stand on."""
 import dataclasses
 import sys
 import time
+from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
@@ -126,3 +127,25 @@ def test_without_vllm_the_engine_says_how_to_get_it(monkeypatch):
         VLLMEngine(VLLMSpec(kind="vllm"), _model(), chat=None)
     assert e.value.field == "engine.kind" and "vLLM is not installed in this Python" in e.value.message
     assert "use `engine: kind: transformers`" in e.value.message
+
+
+def test_a_gguf_model_runs_from_its_safetensors_copy_and_says_so(monkeypatch, tmp_path):
+    """vLLM has no GGUF loader: it gets the copy's folder as model and tokenizer, and the report a note."""
+    pytest.importorskip("transformers")
+    from runner.engines import gguf
+    from runner.engines.builtin import ensure_builtin
+
+    made = _stand_in(monkeypatch, tmp_path)
+    copy = ensure_builtin("builtin:demo")  # stands in for the converted folder (config, weights, tokenizer)
+    facts = {"file": str(tmp_path / "m.Q4_1.gguf"), "sha256": "ab", "quantization": "Q4_1", "copy": copy}
+    facts |= {"converted": True, "convert_s": 12.34}
+    (tmp_path / "m.Q4_1.gguf").write_bytes(b"GGUF")
+    monkeypatch.setattr(gguf, "safetensors_dir", lambda m: (Path(copy), facts))
+    monkeypatch.setattr(gguf, "tokenizer_dir", lambda m: Path(copy))
+    eng = VLLMEngine(VLLMSpec(kind="vllm"), ModelSpec(id=str(tmp_path / "m.Q4_1.gguf")), chat=None)
+    assert made["model"] == copy and made["tokenizer"] == copy
+    assert eng.info.extra["gguf"] == facts
+    assert eng.info.notes[-1] == (
+        f"Weights dequantized from Q4_1 (m.Q4_1.gguf) into a float32 safetensors copy (converted in this run, "
+        f"12.3 s: {copy}); vLLM has no GGUF loader."
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
@@ -26,8 +27,14 @@ class ModelSpec(StrictModel):
     """Which model to load."""
 
     id: str = Field(
-        description="Hub id (`Qwen/Qwen2.5-7B-Instruct`), a local folder, or `builtin:demo` "
+        description="Hub id (`Qwen/Qwen2.5-7B-Instruct`), a local folder, a local `.gguf` file, or `builtin:demo` "
         "(a tiny random model built offline for smoke tests)."
+    )
+    gguf_file: str | None = Field(
+        None,
+        description="A GGUF file inside the `id` folder (or give the `.gguf` path as `id`). Its weights are "
+        "dequantized on load; its tokenizer and chat template are used unless `tokenizer` names others. Needs "
+        "`pip install 'runner[gguf]'`.",
     )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit) to load.")
     tokenizer: str | None = Field(None, description="Tokenizer id or folder; defaults to `id`.")
@@ -42,6 +49,13 @@ class ModelSpec(StrictModel):
     @property
     def tokenizer_id(self) -> str:
         return self.tokenizer or self.id
+
+    @property
+    def gguf_path(self) -> Path | None:
+        """The GGUF file this model is loaded from, or None for any other model."""
+        if self.gguf_file:
+            return Path(self.id).expanduser() / self.gguf_file
+        return Path(self.id).expanduser() if self.id.lower().endswith(".gguf") else None
 
 
 class Sampling(StrictModel):

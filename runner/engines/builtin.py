@@ -3,11 +3,11 @@ sample, built offline in a second. Smoke tests only: its answers are noise and i
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from runner.base.errors import RunnerError
@@ -40,17 +40,21 @@ def _corpus_texts() -> list[str]:
     return texts + ["Contextを参考にして、問題に回答してください。", "Question:", "Context:", "Output:"]
 
 
+def cache_root() -> Path:
+    """Where the runner keeps what it builds once (builtin models, GGUF conversions): $RUNNER_CACHE."""
+    return Path(os.environ.get("RUNNER_CACHE", Path.home() / ".cache" / "runner"))
+
+
 def cache_dir() -> Path:
-    root = Path(os.environ.get("RUNNER_CACHE", Path.home() / ".cache" / "runner"))
     digest = hashlib.sha256(CORPUS.read_bytes() + VERSION.encode()).hexdigest()[:12]
-    return root / f"builtin-demo-{digest}"
+    return cache_root() / f"builtin-demo-{digest}"
 
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _intact(folder: Path) -> bool:
+def intact(folder: Path) -> bool:
     """Every file the build wrote is there with the bytes it wrote (a killed build or a damaged disk
     leaves a folder that would fail to load)."""
     try:
@@ -65,23 +69,33 @@ def ensure_builtin(model_id: str) -> str:
     if model_id[len(BUILTIN_PREFIX) :] not in BUILTINS:
         allowed = ", ".join(BUILTIN_PREFIX + b for b in BUILTINS)
         raise ValueError(f"unknown builtin model {model_id!r}; allowed: {allowed}")
-    out = cache_dir()
-    if _intact(out):
-        return str(out)
+    return str(cached(cache_dir(), _build))
+
+
+def cached(out: Path, build: Callable[[Path], None]) -> Path:
+    """`out`, built once: `build(folder)` writes into a temporary folder that is published as `out` whole
+    (with a manifest of its files' hashes); a folder cut short or damaged is built again."""
+    if intact(out):
+        return out
     if out.exists():  # a cache cut short or damaged: build it again
         try:
             shutil.rmtree(out)
         except OSError as e:
-            msg = f"the cached builtin model is damaged and cannot be removed ({e.strerror})"
+            msg = f"a cached build is damaged and cannot be removed ({e.strerror})"
             raise RunnerError(msg, file=str(out), hint="delete that folder; the runner builds it again") from None
-    _build(out)
-    return str(out)
+    tmp = building(out)
+    try:
+        build(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    publish(tmp, out)
+    return out
 
 
-def _build(out: Path) -> None:
+def _build(tmp: Path) -> None:
     """Train a byte-level BPE tokenizer on the embedded sample (ChatML specials and template), initialise the model
-    and save both to `out` (through a temporary folder, so a killed build leaves no half-written `out`), with a
-    manifest of what was written."""
+    and save both to `tmp`."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -100,11 +114,24 @@ def _build(out: Path) -> None:
     bos = fast.convert_tokens_to_ids("<|endoftext|>")
     ids = dict(eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id, bos_token_id=bos)
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(fast), **shape, **heads, **ids))
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(tmp)
     fast.save_pretrained(tmp)
+
+
+def building(out: Path) -> Path:
+    """A fresh temporary folder beside `out` for a build that `publish` then moves into place."""
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def publish(tmp: Path, out: Path) -> None:
+    """Write the manifest of what the build wrote into `tmp`, then rename it to `out` in one step (a killed
+    build leaves no half-written `out`; where another process published first, its copy stays)."""
     files = {p.name: _digest(p) for p in sorted(tmp.iterdir()) if p.is_file()}
     (tmp / MANIFEST).write_text(json.dumps(files, indent=1))
-    with contextlib.suppress(OSError):  # another process built it first
+    try:
         tmp.rename(out)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)

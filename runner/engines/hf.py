@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.errors import RunnerError
+from runner.engines import gguf
 from runner.engines.builtin import ensure_builtin, is_builtin
 
 
@@ -45,6 +46,8 @@ def looks_local(ref: str) -> bool:
 
 def check_model_source(model: Any) -> None:
     """A model or tokenizer named by a local path must exist (else the hub client's error is cryptic)."""
+    if model.gguf_path is not None:
+        gguf.check_file(model)
     for field, ref in (("model.id", model.id), ("model.tokenizer", model.tokenizer)):
         if ref and not ref.startswith("builtin:") and looks_local(ref) and not Path(ref).expanduser().exists():
             hint = "give a hub id (needs network) or an existing local folder; "
@@ -61,6 +64,8 @@ def load_tokenizer(model: Any, builtin_dir: str | None = None, local_only: bool 
     if builtin_dir is None and is_builtin(model.tokenizer_id):
         builtin_dir = ensure_builtin(model.tokenizer_id)
     check_model_source(model)
+    if builtin_dir is None and model.tokenizer is None and model.gguf_path is not None:
+        builtin_dir = str(gguf.tokenizer_dir(model))  # the file's own tokenizer and chat template, converted once
     kw = dict(revision=None if builtin_dir else model.revision, trust_remote_code=model.trust_remote_code)
     return AutoTokenizer.from_pretrained(builtin_dir or model.tokenizer_id, local_files_only=local_only, **kw)
 
@@ -71,7 +76,10 @@ def truncate_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
 
 
 def model_config(m: Any, where: str | None = None) -> dict[str, Any]:
-    """The model's config.json: a local folder, a builtin, or the hub cache (never the network)."""
+    """The model's config.json: a local folder, a builtin, the hub cache (never the network), or a GGUF file's
+    metadata."""
+    if m.gguf_path is not None:
+        return gguf.config(m)
     folder = Path(ensure_builtin(m.id)) if is_builtin(m.id) else Path(m.id).expanduser()
     cfg = folder / "config.json"
     if not cfg.is_file():

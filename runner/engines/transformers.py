@@ -17,6 +17,7 @@ from pydantic import Field, PositiveInt
 from runner.base.errors import RunnerError
 from runner.base.nvml import has_cuda_device
 from runner.base.types import EngineInfo, EngineSpecBase, Generation, Knob
+from runner.engines import gguf
 from runner.engines.builtin import SMOKE_NOTE, ensure_builtin, is_builtin
 from runner.engines.hf import encode_prompts, load_tokenizer, truncate_at_stop, uses_chat_template
 
@@ -140,6 +141,11 @@ class TransformersEngine:
 
         torch, model, device, spec = self.torch, self.model_spec, self.device, self.spec
         source, revision = builtin_dir or model.id, None if builtin_dir else model.revision
+        file = {}
+        if model.gguf_path is not None:  # transformers reads the file itself, dequantizing on load
+            gguf.require_packages()
+            path = gguf.check_file(model)
+            source, file = str(path.parent), {"gguf_file": path.name}
         dtype = "float32" if model.dtype == "auto" and device == "cpu" else model.dtype  # auto: the checkpoint's
         torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
         kwargs: dict[str, Any] = {"trust_remote_code": model.trust_remote_code}  # and the spec's kernel, bitsandbytes
@@ -149,7 +155,9 @@ class TransformersEngine:
             bits = spec.quantization.removeprefix("bitsandbytes-")
             kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=bits == "4bit", load_in_8bit=bits == "8bit")
         if model.load_format == "dummy":
-            config = AutoConfig.from_pretrained(source, revision=revision, trust_remote_code=model.trust_remote_code)
+            config = AutoConfig.from_pretrained(
+                source, revision=revision, trust_remote_code=model.trust_remote_code, **file
+            )
             unquantized = {k: v for k, v in kwargs.items() if k != "quantization_config"}
             with torch.device(device):
                 random_dtype = (config.dtype if torch_dtype == "auto" else torch_dtype) or torch.float32
@@ -157,7 +165,7 @@ class TransformersEngine:
         else:
             device_map = device if device == "cuda" else None
             loaded = AutoModelForCausalLM.from_pretrained(
-                source, revision=revision, dtype=torch_dtype, device_map=device_map, **kwargs
+                source, revision=revision, dtype=torch_dtype, device_map=device_map, **kwargs, **file
             )
             if device == "cpu":
                 loaded.to("cpu")
@@ -167,14 +175,18 @@ class TransformersEngine:
     def _engine_info(self, version: str, load_s: float, builtin: bool) -> EngineInfo:
         q = qcfg = getattr(self.model.config, "quantization_config", None)  # its quant_method; None: unquantized
         if qcfg is not None:
-            q = qcfg.get("quant_method") if isinstance(qcfg, dict) else str(getattr(qcfg, "quant_method", qcfg))
-            q = getattr(q, "value", q)
+            q = qcfg.get("quant_method") if isinstance(qcfg, dict) else getattr(qcfg, "quant_method", qcfg)
+            q = str(getattr(q, "value", q))
         weights, m = self.model.get_memory_footprint() / 2**30, self.model
         cpu = f"cpu ({platform.processor() or platform.machine()})"
         device = self.torch.cuda.get_device_name(0) if self.device == "cuda" else cpu
         info = EngineInfo("transformers", version, device, load_s, weights, quantization=q)
         info.extra["torch"] = self.torch.__version__
         info.notes += [SMOKE_NOTE] if builtin else []
+        if (path := self.model_spec.gguf_path) is not None:
+            facts = {"file": str(path), "sha256": gguf.sha256(path), "quantization": gguf.quant_type(path)}
+            info.extra["gguf"] = facts
+            info.notes.append(gguf.note(facts, "transformers"))
         dtype, attn = str(m.dtype).replace("torch.", ""), getattr(m.config, "_attn_implementation", None)
         facts = TransformersFacts(self.device, str(next(m.parameters()).device), dtype, attn, q, weights)
         info.knobs = transformers_knobs(self.spec, self.model_spec, facts)

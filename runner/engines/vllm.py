@@ -24,6 +24,7 @@ from runner.base.dotted import flat_dotted
 from runner.base.errors import RunnerError
 from runner.base.nvml import device_facts
 from runner.base.types import MAX_SEED, MAX_TOKENS, EngineInfo, EngineSpecBase, Generation, Knob
+from runner.engines import gguf
 from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
 
 if TYPE_CHECKING:
@@ -184,7 +185,8 @@ class VLLMEngine:
         import torch
 
         self.spec, self.model_spec = spec, model
-        self.kwargs, self.dropped = _accepted_kwargs(spec.llm_kwargs(model), vllm.__version__)
+        self.loaded, converted = gguf.vllm_model(model)  # a GGUF file: its safetensors copy, made once
+        self.kwargs, self.dropped = _accepted_kwargs(spec.llm_kwargs(self.loaded), vllm.__version__)
         self.tokenizer = load_tokenizer(model)
         self.chat = uses_chat_template(self.tokenizer, chat)
         log_path = os.environ.get("RUNNER_ENGINE_LOG")
@@ -200,6 +202,9 @@ class VLLMEngine:
         self.info.extra |= {"model_runner": f.model_runner, "env": spec.engine_env(), "block_size": self._block_size}
         if warm:
             self.info.extra["warmup"] = warm
+        if converted:
+            self.info.extra["gguf"] = converted
+            self.info.notes.append(gguf.note(converted, "vllm"))
 
     def _read_facts(self, version: str, log: str) -> tuple[VLLMFacts, dict[str, float]]:
         parsed = parse_engine_log(log)
@@ -214,7 +219,7 @@ class VLLMEngine:
         spec, model = self.spec, self.model_spec
         # the full-size reference only matters for knobs that shrink the weights on the GPU
         shrinks = spec.quantization or mc.quantization or spec.cpu_offload_gb > 0
-        full = unquantized_gib(model.id, model.trust_remote_code) if shrinks else None
+        full = unquantized_gib(self.loaded.id, model.trust_remote_code) if shrinks else None
         lf = getattr(vc.load_config, "load_format", "")
         env_runner = "V1" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "0" else "unknown"  # unless the log says V2
         facts = VLLMFacts(

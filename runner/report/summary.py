@@ -81,16 +81,23 @@ def prefix_section(results: list[RunResult]) -> list[str]:
     return ["", "## Prefix caching", "", note, "", table(rows, [*head, "generation time saved"])]
 
 
-def _changed_answers(r: RunResult, rs: dict, bs: dict) -> tuple[list, list[str]] | None:
+def _em_metric(names: Iterable[str]) -> str | None:
+    """The run's exact-match score: `exact_match` or a `*_exact_match` (the first such)."""
+    return next((m for m in names if m == "exact_match" or m.endswith("_exact_match")), None)
+
+
+def _changed_answers(r: RunResult, rs: dict, bs: dict, em: str, graded: list[str]) -> tuple[list, list[str]] | None:
     """`r`'s row of the table (against the baseline's samples `bs`) and its first changed answers."""
-    common = [i for i in rs if i in bs and "exact_match" in rs[i] and "exact_match" in bs[i]]
+    common = [i for i in rs if i in bs and em in rs[i] and em in bs[i]]
     if not common:
         return None
-    gained = [i for i in common if rs[i]["exact_match"] > bs[i]["exact_match"]]
-    lost = [i for i in common if rs[i]["exact_match"] < bs[i]["exact_match"]]
+    differ = sum(rs[i]["output"] != bs[i]["output"] for i in common)
+    gained = [i for i in common if rs[i][em] > bs[i][em]]
+    lost = [i for i in common if rs[i][em] < bs[i][em]]
     p = mcnemar_exact(len(gained), len(lost))
-    diff = (sum(rs[i]["exact_match"] for i in common) - sum(bs[i]["exact_match"] for i in common)) / len(common)
-    row = [r.name, len(common), len(gained), len(lost), f"{diff:+.3f}", f"{p:.3g}", "yes" if p < 0.05 else "no"]
+    mean_diff = lambda m: sum(rs[i].get(m, 0) - bs[i].get(m, 0) for i in common) / len(common)
+    row = [r.name, len(common), differ, len(gained), len(lost), f"{mean_diff(em):+.3f}", f"{p:.3g}"]
+    row += ["yes" if p < 0.05 else "no", *(f"{mean_diff(m):+.3f}" for m in graded)]
     lines = [
         f"- {r.name} · `{i}`: baseline `{inline(bs[i]['output'])}` → `{inline(rs[i]['output'])}` "
         f"(gold: {', '.join(inline(a) for a in rs[i]['answers'])})"
@@ -100,21 +107,26 @@ def _changed_answers(r: RunResult, rs: dict, bs: dict) -> tuple[list, list[str]]
 
 
 def changed_answers_section(results: list[RunResult], base: RunResult | None, out: Path | None) -> list[str]:
-    """Per recipe with real weights: examples whose exact match differs from the baseline's, with an exact
-    McNemar test on the discordant pairs."""
-    has_em = lambda r: r.status == "ok" and r.scores_meaningful and "exact_match" in r.scores
+    """Per recipe with real weights: how many outputs differ from the baseline's on the same examples, the examples
+    whose exact match rose or fell, with an exact McNemar test on those discordant pairs, and the mean paired
+    difference of every other score."""
+    em = _em_metric(base.scores) if base is not None else None
+    has_em = lambda r: r.status == "ok" and r.scores_meaningful and em in r.scores
     by_id = lambda r: {s["id"]: s for s in load_samples(RunFolder.of(out, r.name))}
-    if base is None or out is None or not has_em(base):
+    if base is None or out is None or em is None or not has_em(base):
         return []
-    bs = by_id(base)
-    found = [_changed_answers(r, by_id(r), bs) for r in results if r is not base and has_em(r)]
+    bs, graded = by_id(base), [m for m in base.scores if m != em]
+    found = [_changed_answers(r, by_id(r), bs, em, graded) for r in results if r is not base and has_em(r)]
     changed = [c for c in found if c is not None]
     if not changed:
         return []
-    head = ["recipe", "paired examples", "now right", "now wrong", "EM difference", "McNemar p (exact)"]
-    table_md = table([row for row, _ in changed], [*head, "larger than chance (p<0.05)"])
+    head = ["recipe", "paired examples", "outputs differ", "now right", "now wrong", "EM difference"]
+    head += ["McNemar p (exact)", "larger than chance (p<0.05)", *(f"{m} difference" for m in graded)]
+    note = f"EM is `{em}`; now right / now wrong: examples whose EM rose / fell against the baseline's on the same "
+    note += "example; differences are means over the paired examples (this recipe's score minus the baseline's)."
     lines = [line for _, shown in changed for line in shown]
-    return ["", f"## Answers that change against {base.name}", "", table_md, "", *lines]
+    table_md = table([row for row, _ in changed], head)
+    return ["", f"## Answers that change against {base.name}", "", note, "", table_md, "", *lines]
 
 
 def pick_baseline(results: list[RunResult], name: str | None = None) -> RunResult | None:

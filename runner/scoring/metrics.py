@@ -24,6 +24,11 @@ flexeval (`flexeval_char_f1`, `flexeval_exact_match`): `fuzz.ratio(output, gold)
   ratio, whole percent, no normalization) and string equality; max over golds.
 flexeval+AIO (`flexeval_char_f1_normalized`, `flexeval_exact_match_normalized`): the same after
   flexeval's `AIONormalizer` on both sides.
+SQuAD v1.1 (`squad_exact_match`, `squad_f1`): the official evaluation script (evaluate-v1.1.py):
+  normalize = lower-case, drop ASCII punctuation, the articles a/an/the become spaces, collapse
+  whitespace; EM = equality; F1 over the bags of whitespace tokens (0 when none are shared);
+  max over golds. `squad_contains` (this project, for models that answer in sentences): the
+  normalized gold's tokens appear, in order and adjacent, among the normalized prediction's tokens.
 
 fuzzywuzzy is not needed: its `ratio` with python-Levenshtein installed (as both llm-jp-eval
 v1.3.0 and flexeval pin) is `Levenshtein.ratio`, i.e. rapidfuzz's `Indel.normalized_similarity`,
@@ -40,7 +45,7 @@ from typing import Literal
 
 from rapidfuzz.distance import Indel
 
-from .normalize import aio_normalize, jglue_normalize, nfkc, runner_normalize, sorted_tokens
+from .normalize import aio_normalize, jglue_normalize, nfkc, runner_normalize, sorted_tokens, squad_normalize
 
 GoldPolicy = Literal["max", "first"]
 
@@ -83,6 +88,22 @@ def _f1(norm: Callable[[str], str]) -> Pair:
         return 2 * precision * recall / (precision + recall)
 
     return f1
+
+
+def _squad_f1(pred: str, gold: str) -> float:
+    """evaluate-v1.1.py `f1_score`: F1 over the bags of normalized whitespace tokens (v1.1 has no rule for two
+    empty answers: no shared token scores 0)."""
+    p, g = squad_normalize(pred).split(), squad_normalize(gold).split()
+    common = sum((Counter(p) & Counter(g)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(p), common / len(g)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _squad_contains(pred: str, gold: str) -> float:
+    p, g = squad_normalize(pred).split(), squad_normalize(gold).split()
+    return float(bool(g) and any(p[i : i + len(g)] == g for i in range(len(p) - len(g) + 1)))
 
 
 def _ratio(norm: Callable[[str], str] = str) -> Pair:
@@ -158,6 +179,13 @@ _FAMILIES: dict[str, tuple[str, GoldPolicy]] = {
     ),
     "flexeval": (f"{_FLEXEVAL}core/metric/char_f1.py and exact_match.py", "max"),
     "flexeval+AIO": (f"{_FLEXEVAL}core/string_processor/aio.py (AIONormalizer) with core/metric/char_f1.py", "max"),
+    "SQuAD v1.1": (
+        "the official evaluate-v1.1.py (https://rajpurkar.github.io/SQuAD-explorer/; the same functions as "
+        "huggingface/evaluate metrics/squad/compute_score.py): normalize_answer, exact_match_score, f1_score, "
+        "metric_max_over_ground_truths",
+        "max",
+    ),
+    "runner on SQuAD": ("runner/scoring/metrics.py (this project) with SQuAD v1.1's normalize_answer", "max"),
 }
 _RUNNER_NORM = "norm = NFKC, lower-case, no whitespace or punctuation"
 _RUNNER_F1 = f"F1 over the bags of characters of norm(pred) and norm(gold), {_RUNNER_NORM}"
@@ -166,6 +194,7 @@ _JGLUE_F1 = f"F1 over the bags of characters (spaces count) of norm(pred) and no
 _LLMJP_PRED = "NFKC(output cut at the first '\\n\\n', stripped)"
 _AIO = "AIONormalizer on both (NFKC, lower-case, 「」『』 unwrapped, ・ = - and whitespace and (…) removed)"
 _FUZZ = "fuzzywuzzy ratio(output, gold) / 100"
+_SQUAD_NORM = "norm = lower-case, no ASCII punctuation, articles a/an/the removed, whitespace collapsed"
 
 
 def _metric(name: str, pair: Pair, family: str, formula: str) -> Metric:
@@ -196,6 +225,20 @@ _METRICS = [
     _metric("flexeval_char_f1", _ratio(), "flexeval", f"{_FUZZ}: Indel ratio in whole percents, no normalization"),
     _metric("flexeval_exact_match_normalized", _em(aio_normalize), "flexeval+AIO", f"output == gold after {_AIO}"),
     _metric("flexeval_char_f1_normalized", _ratio(aio_normalize), "flexeval+AIO", f"{_FUZZ} after {_AIO}"),
+    _metric("squad_exact_match", _em(squad_normalize), "SQuAD v1.1", f"norm(pred) == norm(gold), {_SQUAD_NORM}"),
+    _metric(
+        "squad_f1",
+        _squad_f1,
+        "SQuAD v1.1",
+        f"F1 over the bags of whitespace tokens of norm(pred) and norm(gold) (0 when none shared), {_SQUAD_NORM}",
+    ),
+    _metric(
+        "squad_contains",
+        _squad_contains,
+        "runner on SQuAD",
+        f"the tokens of norm(gold) appear in order and adjacent among those of norm(pred) (for answers written as "
+        f"sentences; an empty norm(gold) scores 0), {_SQUAD_NORM}",
+    ),
 ]
 
 #: Names kept for recipes written before conventions were named; they are the runner's metrics.

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import string
 import unicodedata
 from functools import lru_cache
 
@@ -52,3 +53,14 @@ def aio_normalize(text: str) -> str:
     text = re.sub(r"『(.*?)』", r"\1", re.sub(r"「(.*?)」", r"\1", text))
     text = re.sub(r"\s+", "", text.replace("・", "").replace("=", "").replace("-", "")).strip()
     return re.sub(r"\((.*?)\)", "", text)
+
+
+_SQUAD_PUNCT = set(string.punctuation)
+_SQUAD_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def squad_normalize(s: str) -> str:
+    """SQuAD v1.1's official `normalize_answer`: `white_space_fix(remove_articles(remove_punc(lower(s))))`, where
+    punctuation is ASCII `string.punctuation` and the articles `a`, `an`, `the` become spaces (whole words only)."""
+    s = "".join(ch for ch in s.lower() if ch not in _SQUAD_PUNCT)
+    return " ".join(_SQUAD_ARTICLES.sub(" ", s).split())

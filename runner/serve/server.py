@@ -26,6 +26,7 @@ import jinja2.meta
 from runner.base.errors import RunnerError
 from runner.base.procs import stop_group
 from runner.base.types import EngineInfo, Knob
+from runner.engines import gguf
 from runner.engines.fake import DEFAULT_REPLY, FakeSpec, reply_template
 from runner.engines.vllm import VLLMSpec, parse_engine_log, served_facts, vllm_knobs
 from runner.recipe import Recipe
@@ -80,7 +81,10 @@ def command(r: Recipe, host: str, port: int) -> tuple[list[str], dict[str, str]]
     """The command line and environment that start the recipe's engine as a server."""
     e = r.engine
     if isinstance(e, VLLMSpec):
-        kwargs = {k: v for k, v in e.llm_kwargs(r.model).items() if k != "swap_space"}  # no such flag in 0.26
+        model, converted = gguf.vllm_model(r.model)  # a GGUF file is served from its safetensors copy
+        kwargs = {k: v for k, v in e.llm_kwargs(model).items() if k != "swap_space"}  # no such flag in 0.26
+        if converted:
+            kwargs["served_model_name"] = r.model.id  # the name the load generator asks for
         cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(kwargs["model"])]
         return [*cmd, "--host", host, "--port", str(port), *cli_args(kwargs)], {**e.engine_env(), **DEV_MODE_ENV}
     if isinstance(e, FakeSpec):

@@ -1,0 +1,139 @@
+"""GGUF model files (`model.id: x.gguf`, or a folder plus `model.gguf_file`).
+
+transformers reads them itself (`gguf_file=`), dequantizing the weights on load. vLLM 0.26 has no GGUF loader, so
+it gets a safetensors copy, converted once into the runner's cache ($RUNNER_CACHE) under the file's SHA-256 and
+reused; the tokenizer (with the file's chat template) is converted once the same way, so every engine and
+`runner plan` encode prompts with the very same tokenizer files. Needs the `gguf` and `accelerate` packages
+(`pip install 'runner[gguf]'`)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import time
+from collections import Counter
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from runner.base.errors import RunnerError
+from runner.base.types import ModelSpec
+from runner.engines.builtin import cache_root, cached
+
+PACKAGES = ("gguf", "accelerate")
+INSTALL = "pip install 'runner[gguf]'  (the gguf and accelerate packages)"
+FORMAT = "1"  # bump when what a conversion writes changes
+
+
+def require_packages() -> None:
+    """A GGUF model without the packages transformers needs to read it: exit 2 with the install line."""
+    missing = [p for p in PACKAGES if importlib.util.find_spec(p) is None]
+    if missing:
+        msg = f"a GGUF model needs the Python package{'s' * (len(missing) > 1)} {', '.join(missing)}, not installed"
+        raise RunnerError(msg, field="model.id", hint=INSTALL)
+
+
+def check_file(model: ModelSpec) -> Path:
+    """The model's GGUF file, which must exist."""
+    path = model.gguf_path
+    assert path is not None
+    if not path.is_file():
+        field = "model.gguf_file" if model.gguf_file else "model.id"
+        hint = "give the path of a .gguf file (a relative path starts with ./ or ../, from the recipe's folder)"
+        raise RunnerError(f"GGUF file not found: {path}", field=field, hint=hint)
+    return path
+
+
+@lru_cache(maxsize=16)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256(path: Path) -> str:
+    st = path.stat()
+    return _sha256(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+def quant_type(path: Path) -> str:
+    """The file's quantization as llama.cpp names it (`Q4_1`): the type most of its weight matrices have."""
+    from gguf import GGUFReader
+
+    kinds = Counter(t.tensor_type.name for t in GGUFReader(str(path)).tensors if len(t.shape) > 1)
+    return kinds.most_common(1)[0][0] if kinds else "unknown"
+
+
+def _folder(path: Path) -> Path:
+    return cache_root() / f"gguf-{sha256(path)[:16]}-v{FORMAT}"
+
+
+def tokenizer_dir(model: ModelSpec) -> Path:
+    """The file's tokenizer and chat template as a tokenizer folder (converted once)."""
+    path = check_file(model)
+    require_packages()
+
+    def build(tmp: Path) -> None:
+        from transformers import AutoTokenizer
+
+        AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(tmp)
+
+    return cached(_folder(path) / "tokenizer", build)
+
+
+def safetensors_dir(model: ModelSpec) -> tuple[Path, dict[str, Any]]:
+    """A float32 safetensors copy of the file's dequantized weights with its config and tokenizer (converted
+    once, reused), and what to report about it: file, sha256, quantization, copy, seconds spent getting
+    it, and whether this call did the conversion (`converted`)."""
+    path = check_file(model)
+    require_packages()
+    t0, built = time.perf_counter(), []
+
+    def build(tmp: Path) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        loaded = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+        loaded.hf_quantizer = None  # saved as plain weights: no GGUF quantizer, no quantization_config
+        if hasattr(loaded.config, "quantization_config"):
+            del loaded.config.quantization_config
+        loaded.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(str(tokenizer_dir(model))).save_pretrained(tmp)
+        built.append(tmp)
+
+    folder = cached(_folder(path) / "safetensors", build)
+    facts = {"file": str(path), "sha256": sha256(path), "quantization": quant_type(path), "copy": str(folder)}
+    return folder, facts | {"converted": bool(built), "convert_s": round(time.perf_counter() - t0, 3)}
+
+
+def config(model: ModelSpec) -> dict[str, Any]:
+    """The model's config (shapes, context length) as transformers reads it from the GGUF file's metadata."""
+    path = check_file(model)
+    require_packages()
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name).to_dict()
+
+
+def note(facts: dict[str, Any], engine: str) -> str:
+    """One line for the report: where the weights the engine ran came from."""
+    name = Path(facts["file"]).name
+    if engine == "vllm":
+        done = f"converted in this run, {facts['convert_s']:.1f} s" if facts["converted"] else "converted before"
+        return (
+            f"Weights dequantized from {facts['quantization']} ({name}) into a float32 safetensors copy "
+            f"({done}: {facts['copy']}); vLLM has no GGUF loader."
+        )
+    return f"Weights dequantized from {facts['quantization']} ({name}) by transformers' GGUF loader."
+
+
+def vllm_model(model: ModelSpec) -> tuple[ModelSpec, dict[str, Any] | None]:
+    """The model as vLLM is to load it: for a GGUF file, its safetensors copy (with the copy's tokenizer unless
+    the recipe names one) and the conversion's facts; any other model as it is, and None."""
+    if model.gguf_path is None:
+        return model, None
+    folder, facts = safetensors_dir(model)
+    update = {"id": str(folder), "gguf_file": None, "tokenizer": model.tokenizer or str(folder)}
+    return model.model_copy(update=update), facts
