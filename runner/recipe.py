@@ -266,7 +266,11 @@ class Recipe(StrictModel):
         description="Run the recipe under serving load instead of as an offline batch: the engine's OpenAI-compatible "
         "server at each request rate, with latency percentiles, goodput and accuracy under load.",
     )
-    baseline: bool = Field(False, description="This recipe is the reference the summary compares against.")
+    baseline: bool = Field(
+        False,
+        description="This recipe is the reference the summary compares against. A study file may instead name "
+        "its one baseline cell (`baseline: study-variant-label`).",
+    )
     estimate: PositiveInt | None = Field(
         None,
         le=MAX_EXAMPLES,

@@ -316,7 +316,8 @@ def test_unknown_metric_suggests(write_recipe, base_recipe):
         "  line 17, metrics.0: unknown metric 'exact_macth'; did you mean 'exact_match'? Allowed: "
         "runner_exact_match, runner_char_f1, runner_contains, jglue_exact_match, jglue_char_f1, "
         "llmjp_exact_match, llmjp_char_f1, flexeval_exact_match, flexeval_char_f1, "
-        "flexeval_exact_match_normalized, flexeval_char_f1_normalized, exact_match, char_f1, contains\n",
+        "flexeval_exact_match_normalized, flexeval_char_f1_normalized, squad_exact_match, squad_f1, squad_contains, "
+        "exact_match, char_f1, contains\n",
     )
 
 

@@ -122,6 +122,18 @@ def test_matrix_expands_every_combination_with_names(write_recipe, base_recipe):
     assert last.cell == {"sampling.max_tokens": 16, "engine.batch_size": 4}  # one-value axes do not vary
 
 
+def test_a_study_names_its_one_baseline_cell(write_recipe, base_recipe):
+    grid = {"sampling.max_tokens": [8, 16]}
+    p = write_recipe(study(base_recipe, matrix=grid, baseline="t-max_tokens-16"))
+    assert [(lr.recipe.name, lr.recipe.baseline) for lr in load_recipes(p)] == [
+        ("t-max_tokens-8", False),
+        ("t-max_tokens-16", True),
+    ]
+    p = write_recipe(study(base_recipe, matrix=grid, baseline="t-16"))
+    e = error(load_recipes, p)
+    assert e.render() == f"{p}: baseline: 't-16' names no cell of the study; its cells: t-max_tokens-8, t-max_tokens-16"
+
+
 def test_default_labels_of_text_bool_and_null(write_recipe, base_recipe):
     p = write_recipe(
         study(

@@ -20,6 +20,7 @@ from runner.study.study import (
     ABSENT,
     axes_of,
     axis_effects,
+    effects_section,
     pick_axes,
     requested_axes,
     study_section,
@@ -332,6 +333,33 @@ def test_effects_start_from_the_baseline_cells_value():
     assert effects == [("slow", "fast", 4.0), ("slow", "mid", 2.0)]
     no_base = [(e.frm, e.to) for e in axis_effects(cells[:2], axes_of(cells[:2]))]
     assert no_base == [("fast", "mid")]
+
+
+def test_effects_show_what_the_change_did_to_each_score():
+    """Time and accuracy side by side: the score change is the median over the pairs of (other - first); a pair
+    with random weights leaves the score blank."""
+    cells = [
+        cell_result("r-a", {"variant": "v", "q": "bf16", "t": "x"}, 10.0, study="r", em=0.50, baseline=True),
+        cell_result("r-b", {"variant": "v", "q": "fp8", "t": "x"}, 5.0, study="r", em=0.40),
+        cell_result("r-c", {"variant": "v", "q": "bf16", "t": "y"}, 8.0, study="r", em=0.60),
+        cell_result("r-d", {"variant": "v", "q": "fp8", "t": "y"}, 4.0, study="r", em=0.30),
+    ]
+    md = "\n".join(effects_section(axis_effects(cells, axes_of(cells))))
+    rows = {(r["setting"], r["change"]): r for r in table_rows(md, "exact_match change")}
+    assert rows[("q", "bf16 → fp8")]["exact_match change"] == "-0.200"  # median of -0.1 and -0.3
+    assert rows[("q", "bf16 → fp8")]["median speed-up"] == "2.00×"
+    assert rows[("t", "x → y")]["exact_match change"] == "+0.000"  # median of +0.1 and -0.1
+    dummy = [c.model_copy(update={"scores_meaningful": False}) if c.name == "r-b" else c for c in cells]
+    md = "\n".join(effects_section(axis_effects(dummy, axes_of(dummy))))
+    rows = {(r["setting"], r["change"]): r for r in table_rows(md, "exact_match change")}
+    assert rows[("q", "bf16 → fp8")]["exact_match change"] == "-0.300"  # the random-weights pair takes no part
+
+
+def table_rows(md: str, column: str) -> list[dict[str, str]]:
+    lines = [ln for ln in md.splitlines() if ln.startswith("|")]
+    start = next(i for i, ln in enumerate(lines) if column in ln)
+    head = [c.strip() for c in lines[start].strip("|").split("|")]
+    return [dict(zip(head, (c.strip() for c in ln.strip("|").split("|")), strict=True)) for ln in lines[start + 2 :]]
 
 
 def test_plain_recipes_stay_in_the_flat_table_and_each_study_has_its_section():

@@ -180,9 +180,9 @@ _FAMILIES: dict[str, tuple[str, GoldPolicy]] = {
     "flexeval": (f"{_FLEXEVAL}core/metric/char_f1.py and exact_match.py", "max"),
     "flexeval+AIO": (f"{_FLEXEVAL}core/string_processor/aio.py (AIONormalizer) with core/metric/char_f1.py", "max"),
     "SQuAD v1.1": (
-        "the official evaluate-v1.1.py (https://rajpurkar.github.io/SQuAD-explorer/; the same functions as "
-        "huggingface/evaluate metrics/squad/compute_score.py): normalize_answer, exact_match_score, f1_score, "
-        "metric_max_over_ground_truths",
+        "https://github.com/huggingface/evaluate/blob/b6e7c3b0ed02444f1b3f4f1eb48a39f27af321ec/metrics/squad/"
+        "compute_score.py (the official evaluate-v1.1.py: normalize_answer, exact_match_score, f1_score, "
+        "metric_max_over_ground_truths)",
         "max",
     ),
     "runner on SQuAD": ("runner/scoring/metrics.py (this project) with SQuAD v1.1's normalize_answer", "max"),

@@ -124,6 +124,9 @@ def add_study_keys(schema: dict) -> dict:
     defs = schema.get("$defs", {})
     out = {k: v for k, v in schema.items() if k not in ("properties", "required", "$defs")}
     out["properties"] = {**_relax(schema.get("properties", {})), **keys["properties"]}
+    if "baseline" in out["properties"]:  # a study may name its baseline cell
+        cell = {"type": "string", "description": "In a study: the name of the one cell that is the baseline."}
+        out["properties"]["baseline"] = {"anyOf": [out["properties"]["baseline"], cell]}
     out["$defs"] = {**defs, **{f"{k}Partial": _relax(v) for k, v in defs.items()}, **keys.get("$defs", {})}
     partial = [{"required": [k]} for k in ("base", "matrix", "variants")]
     out["if"] = {"anyOf": [*partial, {"required": ["abstract"], "properties": {"abstract": {"const": True}}}]}
@@ -405,8 +408,12 @@ def load_study(
             msg = f"--set {k}: the study varies {clash!r} across its cells; setting it for every cell would make "
             raise _err(where, "--set", msg + "cells the same", "pick cells by name, or change the study's matrix")
     by_key, kw = {a.key: a for a in all_axes}, {"study": name, "study_axes": report and report.model_dump()}
-    loaded = []
-    for c in expand(name, f.data, axes, variants, excludes, where):
+    cells, loaded = expand(name, f.data, axes, variants, excludes, where), []
+    if isinstance(base := f.data.get("baseline"), str):  # `baseline: CELL`: that cell alone is the baseline
+        if base not in (names := [c.name for c in cells]):
+            raise _err(where, "baseline", f"{base!r} names no cell of the study; its cells: {', '.join(names)}")
+        cells = [c._replace(data={**c.data, "baseline": c.name == base}) for c in cells]
+    for c in cells:
         title, at = f"cell {c.name!r} ({describe(c.cell, axes)}): invalid recipe", locator(f.sources, sets, c.origins)
         # the study file's short label of each varying value (what reports show), where it has one
         labels = {k: lab for k, v in c.cell.items() if k in by_key and (lab := by_key[k].label(v))}

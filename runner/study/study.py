@@ -179,13 +179,26 @@ def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
     return out
 
 
+def score_change(e: Effect, metric: str) -> float | None:
+    """What changing the setting did to a score: the median over the pairs of (score with the other value - score
+    with the first); None where a pair lacks the score or ran with random weights."""
+    pairs = [(a, b) for a, b in e.pairs if a.scores_meaningful and b.scores_meaningful]
+    if not pairs or any(metric not in a.scores or metric not in b.scores for a, b in pairs):
+        return None
+    return statistics.median(b.scores[metric] - a.scores[metric] for a, b in pairs)
+
+
 def effects_section(effects: list[Effect], labels: Labels | None = None) -> list[str]:
     if not effects:
         return []
+    cells = [r for e in effects for pair in e.pairs for r in pair]
+    metrics = list(dict.fromkeys(m for r in cells if r.scores_meaningful for m in r.scores))
     rows, lines = [], []
     for e in effects:
         change = f"{value_label(e.frm, axis=e.axis, labels=labels)} → {value_label(e.to, axis=e.axis, labels=labels)}"
-        rows.append([e.axis, change, times(e.median, e.approx) if e.median is not None else None, len(e.pairs)])
+        row = [e.axis, change, times(e.median, e.approx) if e.median is not None else None, len(e.pairs)]
+        changes = [score_change(e, m) for m in metrics]
+        rows.append(row + [f"{round(d, 3) + 0.0:+.3f}" if d is not None else None for d in changes])
         if e.pairs:
             each = (f"{a.name} → {b.name} ({times(a.projected_s / b.projected_s)})" for a, b in e.pairs)
             lines.append(f"- {e.axis} {change}: " + ", ".join(each))
@@ -195,8 +208,13 @@ def effects_section(effects: list[Effect], labels: Labels | None = None) -> list
         "cells that differ only in that setting (above 1× the change is faster; failed cells take no part; across "
         "variants, settings only one of the two cells has count as the variant's; `~`: a projected time)."
     )
-    effects_table = table(rows, ["setting", "change", "median speed-up", "pairs"])
-    return ["", "### What each setting bought", "", note, "", effects_table, "", *lines]
+    if metrics:
+        note += (
+            " Beside it, what the change did to each score: the median over the same pairs of (score with the other "
+            "value − score with the first); cells with random weights take no part."
+        )
+    head = ["setting", "change", "median speed-up", "pairs", *(f"{m} change" for m in metrics)]
+    return ["", "### What each setting bought", "", note, "", table(rows, head), "", *lines]
 
 
 def fastest_section(cells: list[RunResult], metric: str | None) -> list[str]:
