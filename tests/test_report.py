@@ -423,42 +423,51 @@ def test_changed_answers_counts_and_mcnemar(paired):
     out, rs = paired
     md = "\n".join(changed_answers_section(rs, rs[0], out))
     assert md.lstrip().startswith("## Answers that change against base")
-    rows = {r["recipe"]: r for r in table_with(md, "McNemar p (exact)")}
+    rows = {r["recipe"]: r for r in table_with(md, "McNemar p (EM)")}
     assert set(rows) == {"gain", "one"}  # random weights are left out
     g, o = rows["gain"], rows["one"]
-    assert (g["paired examples"], g["now right"], g["now wrong"]) == ("10", "6", "0")
-    assert float(g["McNemar p (exact)"]) == pytest.approx(0.03125, rel=0.01)
-    assert g["larger than chance (p<0.05)"] == "yes"
-    assert g["EM difference"] == "+0.600" and g["char_f1 difference"] == "+0.600"
+    assert (g["paired examples"], g["EM now right"], g["EM now wrong"]) == ("10", "6", "0")
+    assert float(g["McNemar p (EM)"]) == pytest.approx(0.03125, rel=0.01)
+    assert g["exact_match difference (95% CI)"].startswith("+0.600 (+0.")
+    assert g["clear differences"] == "exact_match higher, char_f1 higher"
     assert g["outputs differ"] == "10"  # every output's text names its recipe here
-    assert (o["now right"], o["now wrong"]) == ("1", "1")
-    assert float(o["McNemar p (exact)"]) == 1.0
-    assert o["larger than chance (p<0.05)"] == "no"
-    assert o["EM difference"] == "+0.000"
+    assert (o["EM now right"], o["EM now wrong"]) == ("1", "1")
+    assert float(o["McNemar p (EM)"]) == 1.0
+    assert o["exact_match difference (95% CI)"].startswith("+0.000 (-0.")
+    assert o["clear differences"] == "no clear difference"
 
 
 def test_changed_answers_with_squad_metrics_count_changed_outputs(tmp_path):
     """The EM is whichever `*_exact_match` the baseline has; outputs that differ are counted by their text, also
-    where no score moved; the graded score's paired difference has its own column."""
+    where no score moved; every score gets its paired difference with an interval, a clear drop is named."""
     scores = {"squad_exact_match": 0.0, "squad_f1": 0.5}
     base = result("base", recipe("base", baseline=True), scores=scores)
     fp8 = result("fp8", recipe("fp8", engine=vllm(quantization="fp8")), scores=scores)
-    texts = ["Paris", "It is Paris.", "London", "in 1990"]
+    n = 200
     rows_b = [
-        {"id": f"q{i}", "output": t, "answers": ["x"], "squad_exact_match": 0.0, "squad_f1": 0.5}
-        for i, t in enumerate(texts)
+        {"id": f"q{i}", "output": f"a{i}", "answers": ["x"], "squad_exact_match": 0.0, "squad_f1": 0.5}
+        for i in range(n)
     ]
     rows_f = [
-        dict(r, output=r["output"] + ("!" if i % 2 else ""), squad_f1=0.25 if i == 3 else 0.5)
+        dict(r, output=r["output"] + ("!" if i % 2 else ""), squad_f1=0.4 if i % 4 == 0 else 0.5)
         for i, r in enumerate(rows_b)
     ]
     store(tmp_path, base, rows_b)
     store(tmp_path, fp8, rows_f)
     md = "\n".join(changed_answers_section([base, fp8], base, tmp_path))
-    assert "EM is `squad_exact_match`" in md
-    (row,) = table_with(md, "McNemar p (exact)")
-    assert (row["paired examples"], row["outputs differ"], row["now right"], row["now wrong"]) == ("4", "2", "0", "0")
-    assert row["squad_f1 difference"] == "-0.062" and row["EM difference"] == "+0.000"
+    assert "EM is `squad_exact_match`" in md and "paired bootstrap over the examples, 2,000 resamples, seed 0" in md
+    (row,) = table_with(md, "McNemar p (EM)")
+    assert (row["paired examples"], row["outputs differ"], row["EM now right"], row["EM now wrong"]) == (
+        "200",
+        "100",
+        "0",
+        "0",
+    )
+    assert row["squad_exact_match difference (95% CI)"] == "+0.000 (+0.000 to +0.000)"
+    f1 = row["squad_f1 difference (95% CI)"]  # 50 of 200 examples lose 0.1: mean -0.025
+    mean, lo, hi = (float(x) for x in re.fullmatch(r"(\S+) \((\S+) to (\S+)\)", f1).groups())
+    assert mean == -0.025 and -0.033 <= lo <= -0.029 and -0.021 <= hi <= -0.017, f1  # +-1.96 SE: 0.006
+    assert row["clear differences"] == "squad_f1 lower"
 
 
 def test_changed_answers_lists_a_few_examples(paired):

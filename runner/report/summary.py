@@ -11,7 +11,7 @@ from typing import Any
 from runner.base.dotted import flat_dotted
 from runner.base.files import write_text_atomic
 from runner.base.format import N_EXAMPLES_SHOWN, diff_cell, gib, inline, secs, table
-from runner.base.stats import mcnemar_exact
+from runner.base.stats import BOOTSTRAP, mcnemar_exact, paired_bootstrap
 from runner.folder import SUMMARY, RunFolder, load_samples
 from runner.recipe import Recipe
 from runner.report.plots import write_charts
@@ -86,18 +86,31 @@ def _em_metric(names: Iterable[str]) -> str | None:
     return next((m for m in names if m == "exact_match" or m.endswith("_exact_match")), None)
 
 
-def _changed_answers(r: RunResult, rs: dict, bs: dict, em: str, graded: list[str]) -> tuple[list, list[str]] | None:
+def _interval(diffs: list[float]) -> tuple[str, str | None]:
+    """`+0.004 (-0.002 to +0.010)` and the direction when the interval excludes 0 (`lower` / `higher`)."""
+    mean, lo, hi = paired_bootstrap(diffs)
+    r = lambda x: round(x, 3) + 0.0  # no "-0.000"
+    way = "higher" if lo > 0 else "lower" if hi < 0 else None
+    return f"{r(mean):+.3f} ({r(lo):+.3f} to {r(hi):+.3f})", way
+
+
+def _changed_answers(r: RunResult, rs: dict, bs: dict, metrics: list[str]) -> tuple[list, list[str]] | None:
     """`r`'s row of the table (against the baseline's samples `bs`) and its first changed answers."""
-    common = [i for i in rs if i in bs and em in rs[i] and em in bs[i]]
+    em = metrics[0]
+    common = [i for i in rs if i in bs and all(m in rs[i] and m in bs[i] for m in metrics)]
     if not common:
         return None
     differ = sum(rs[i]["output"] != bs[i]["output"] for i in common)
     gained = [i for i in common if rs[i][em] > bs[i][em]]
     lost = [i for i in common if rs[i][em] < bs[i][em]]
     p = mcnemar_exact(len(gained), len(lost))
-    mean_diff = lambda m: sum(rs[i].get(m, 0) - bs[i].get(m, 0) for i in common) / len(common)
-    row = [r.name, len(common), differ, len(gained), len(lost), f"{mean_diff(em):+.3f}", f"{p:.3g}"]
-    row += ["yes" if p < 0.05 else "no", *(f"{mean_diff(m):+.3f}" for m in graded)]
+    cells, clear = [], []
+    for m in metrics:
+        text, way = _interval([rs[i][m] - bs[i][m] for i in common])
+        cells.append(text)
+        clear += [f"{m} {way}"] if way else []
+    row = [r.name, len(common), differ, len(gained), len(lost), f"{p:.3g}", *cells]
+    row.append(", ".join(clear) or "no clear difference")
     lines = [
         f"- {r.name} · `{i}`: baseline `{inline(bs[i]['output'])}` → `{inline(rs[i]['output'])}` "
         f"(gold: {', '.join(inline(a) for a in rs[i]['answers'])})"
@@ -107,23 +120,25 @@ def _changed_answers(r: RunResult, rs: dict, bs: dict, em: str, graded: list[str
 
 
 def changed_answers_section(results: list[RunResult], base: RunResult | None, out: Path | None) -> list[str]:
-    """Per recipe with real weights: how many outputs differ from the baseline's on the same examples, the examples
-    whose exact match rose or fell, with an exact McNemar test on those discordant pairs, and the mean paired
-    difference of every other score."""
+    """Per recipe with real weights against the baseline, on the same examples: how many outputs differ, the
+    examples whose exact match rose or fell (exact McNemar test), and every score's mean paired difference with
+    a paired bootstrap 95% interval; a difference whose interval holds 0 is no clear difference."""
     em = _em_metric(base.scores) if base is not None else None
     has_em = lambda r: r.status == "ok" and r.scores_meaningful and em in r.scores
     by_id = lambda r: {s["id"]: s for s in load_samples(RunFolder.of(out, r.name))}
     if base is None or out is None or em is None or not has_em(base):
         return []
-    bs, graded = by_id(base), [m for m in base.scores if m != em]
-    found = [_changed_answers(r, by_id(r), bs, em, graded) for r in results if r is not base and has_em(r)]
+    bs, metrics = by_id(base), [em, *(m for m in base.scores if m != em)]
+    found = [_changed_answers(r, by_id(r), bs, metrics) for r in results if r is not base and has_em(r)]
     changed = [c for c in found if c is not None]
     if not changed:
         return []
-    head = ["recipe", "paired examples", "outputs differ", "now right", "now wrong", "EM difference"]
-    head += ["McNemar p (exact)", "larger than chance (p<0.05)", *(f"{m} difference" for m in graded)]
+    head = ["recipe", "paired examples", "outputs differ", "EM now right", "EM now wrong", "McNemar p (EM)"]
+    head += [f"{m} difference (95% CI)" for m in metrics] + ["clear differences"]
     note = f"EM is `{em}`; now right / now wrong: examples whose EM rose / fell against the baseline's on the same "
-    note += "example; differences are means over the paired examples (this recipe's score minus the baseline's)."
+    note += "example (McNemar: exact test on those). Differences: this recipe's score minus the baseline's, the mean "
+    note += f"over the paired examples, with a 95% interval ({BOOTSTRAP}); an interval that holds 0 is no clear "
+    note += "difference."
     lines = [line for _, shown in changed for line in shown]
     table_md = table([row for row, _ in changed], head)
     return ["", f"## Answers that change against {base.name}", "", note, "", table_md, "", *lines]
