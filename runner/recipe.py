@@ -327,6 +327,7 @@ class LoadedRecipe(StrictModel):
         description="The study file's short labels of the cell's values (dotted key -> label), where it gives them.",
     )
     study_axes: dict[str, Any] | None = Field(None, description="The study's `report: {rows, columns}`.")
+    cell_index: int | None = Field(None, description="The cell's place in its study's order of cells (0 first).")
 
     def resolve(self, p: str) -> Path:
         q = Path(p).expanduser()

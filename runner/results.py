@@ -230,6 +230,9 @@ class RunResult(_M):
         default_factory=dict, description="The study file's short labels of those values, where it gives them."
     )
     study_axes: dict[str, Any] | None = Field(None, description="The study's `report: {rows, columns}` pivot axes.")
+    cell_index: int | None = Field(
+        None, description="The cell's place in its study's order of cells: reports list values in that order."
+    )
     plan: dict[str, Any] | None = Field(
         None,
         description="What `runner plan` predicted for this run before the engine started (see `runner plan --json`); "

@@ -240,15 +240,15 @@ def test_one_axis_study_and_list_and_mapping_values():
 def test_axis_effects_medians_and_the_cells_they_come_from():
     effects = {(e.axis, e.to): e for e in axis_effects(study_cells(), axes_of(study_cells()))}
     assert set(effects) == {("variant", "vllm"), ("variant", "fp8"), (CACHE, True), (TEMPLATE, "ctx.j2")}
-    assert effects[CACHE, True].median == 3.0  # 40/20 and 40/10
-    assert effects[TEMPLATE, "ctx.j2"].median == 1.5  # 40/40 and 20/10
+    assert effects[CACHE, True].speedup == pytest.approx(8**0.5)  # 40/20 and 40/10: geometric mean
+    assert effects[TEMPLATE, "ctx.j2"].speedup == pytest.approx(2**0.5)  # 40/40 and 20/10
     assert effects["variant", "fp8"].pairs == ()  # its one cell failed
-    assert effects["variant", "vllm"].median == 15.0 and effects["variant", "vllm"].approx  # 400/40 and 400/20
+    assert effects["variant", "vllm"].speedup == pytest.approx(200**0.5) and effects["variant", "vllm"].approx
     part = re.sub(r" +\|", " |", study_part(summary_markdown(study_cells())))
-    assert "| variant | hf → vllm | ~15.0× | 2 |" in part and "| variant | hf → fp8 | – | 0 |" in part
+    assert "| variant | hf → vllm | ~14.1× | 2 |" in part and "| variant | hf → fp8 | – | 0 |" in part
     assert "- variant hf → vllm: s-hf → s-vllm-nocache (10.0×), s-hf → s-vllm-cache (20.0×)" in part
-    assert "| engine.enable_prefix_caching | false → true | 3.00× | 2 |" in part
-    assert "| prompt.template | jsquad.j2 → ctx.j2 | 1.50× | 2 |" in part
+    assert "| engine.enable_prefix_caching | false → true | 2.83× | 2 |" in part
+    assert "| prompt.template | jsquad.j2 → ctx.j2 | 1.41× | 2 |" in part
     assert (
         "- engine.enable_prefix_caching false → true: s-vllm-nocache → s-vllm-cache (2.00×), "
         "s-vllm-nocache-ctx → s-vllm-cache-ctx (4.00×)" in part
@@ -329,7 +329,7 @@ def test_effects_start_from_the_baseline_cells_value():
         cell_result("r-mid", {"variant": "mid"}, 20.0, study="r"),
         cell_result("r-slow", {"variant": "slow"}, 40.0, study="r", baseline=True),
     ]
-    effects = [(e.frm, e.to, e.median) for e in axis_effects(cells, axes_of(cells))]
+    effects = [(e.frm, e.to, e.speedup) for e in axis_effects(cells, axes_of(cells))]
     assert effects == [("slow", "fast", 4.0), ("slow", "mid", 2.0)]
     no_base = [(e.frm, e.to) for e in axis_effects(cells[:2], axes_of(cells[:2]))]
     assert no_base == [("fast", "mid")]
@@ -346,9 +346,9 @@ def test_effects_show_what_the_change_did_to_each_score():
     ]
     md = "\n".join(effects_section(axis_effects(cells, axes_of(cells))))
     rows = {(r["setting"], r["change"]): r for r in table_rows(md, "exact_match change")}
-    assert rows[("q", "bf16 → fp8")]["exact_match change"] == "-0.200"  # median of -0.1 and -0.3
-    assert rows[("q", "bf16 → fp8")]["median speed-up"] == "2.00×"
-    assert rows[("t", "x → y")]["exact_match change"] == "+0.000"  # median of +0.1 and -0.1
+    assert rows[("q", "bf16 → fp8")]["exact_match change"] == "-0.200"  # mean of -0.1 and -0.3
+    assert rows[("q", "bf16 → fp8")]["speed-up"] == "2.00×"
+    assert rows[("t", "x → y")]["exact_match change"] == "+0.000"  # mean of +0.1 and -0.1
     dummy = [c.model_copy(update={"scores_meaningful": False}) if c.name == "r-b" else c for c in cells]
     md = "\n".join(effects_section(axis_effects(dummy, axes_of(dummy))))
     rows = {(r["setting"], r["change"]): r for r in table_rows(md, "exact_match change")}
@@ -408,3 +408,28 @@ def test_report_names_its_study_and_cell():
         "Cell of study **s**: variant=vllm, engine.enable_prefix_caching=true, prompt.template=ctx.j2",
     ]
     assert "Cell of study" not in report_markdown(plain(), [])
+
+
+def test_the_study_section_is_the_same_in_run_order_and_in_name_order():
+    """`runner report` reads results in name order, `runner go` has them in run order: with each cell's place in
+    its study recorded, both write the same section (values in the study's order, the same direction)."""
+    cells = [c.model_copy(update={"cell_index": i}) for i, c in enumerate(study_cells())]
+    by_name = sorted(cells, key=lambda r: r.name)
+    assert [c.name for c in by_name] != [c.name for c in cells]
+    assert study_section("s", by_name) == study_section("s", cells)
+
+
+def test_a_change_and_its_reverse_are_reciprocal_speedups():
+    """Speed-ups over several pairs are a geometric mean: 0.949x and 7.287x one way is 2.63x, the other way 0.38x
+    (an arithmetic mean gave 4.12x and 0.60x, which are not each other's reciprocal)."""
+    a = [
+        cell_result("r-a1", {"x": "a", "y": 1}, 10.0, study="r"),
+        cell_result("r-a2", {"x": "a", "y": 2}, 10.0, study="r"),
+    ]
+    b = [
+        cell_result("r-b1", {"x": "b", "y": 1}, 10.0 / 0.949, study="r"),
+        cell_result("r-b2", {"x": "b", "y": 2}, 10.0 / 7.287, study="r"),
+    ]
+    ab = {(e.frm, e.to): e.speedup for e in axis_effects(a + b, axes_of(a + b))}
+    ba = {(e.frm, e.to): e.speedup for e in axis_effects(b + a, axes_of(b + a))}
+    assert ab["a", "b"] == pytest.approx((0.949 * 7.287) ** 0.5) and ab["a", "b"] * ba["b", "a"] == pytest.approx(1.0)

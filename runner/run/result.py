@@ -169,6 +169,7 @@ def run_result(
     fields.update(status="failed" if error is not None else "ok", error=error, hint=hint, run_key=unit.run_key)
     fields.update(n_samples=n, n_dataset=unit.prepared.n_dataset, scores_meaningful=meaningful, plan=unit.plan)
     fields.update(study=lr.study, cell=dict(lr.cell), cell_labels=dict(lr.cell_labels), study_axes=lr.study_axes)
+    fields.update(cell_index=lr.cell_index)
     fields.update(timings=m.timings, tokens=tokens, throughput=per_s, latency=latency, memory=memory)
     fields.update(scores=mean_scores(samples, list(r.metrics)), prefix=prefix, knobs=list(eng.knobs), engine=about)
     fields.update(environment=env, notes=notes, started_at=m.started_at, finished_at=now(), reused_samples=reused)

@@ -413,11 +413,12 @@ def load_study(
         if base not in (names := [c.name for c in cells]):
             raise _err(where, "baseline", f"{base!r} names no cell of the study; its cells: {', '.join(names)}")
         cells = [c._replace(data={**c.data, "baseline": c.name == base}) for c in cells]
-    for c in cells:
+    for index, c in enumerate(cells):
         title, at = f"cell {c.name!r} ({describe(c.cell, axes)}): invalid recipe", locator(f.sources, sets, c.origins)
         # the study file's short label of each varying value (what reports show), where it has one
         labels = {k: lab for k, v in c.cell.items() if k in by_key and (lab := by_key[k].label(v))}
-        loaded.append(finish(f, c.data, overrides, mp, at, title=title, cell=dict(c.cell), cell_labels=labels, **kw))
+        cell = {"cell": dict(c.cell), "cell_labels": labels, "cell_index": index}
+        loaded.append(finish(f, c.data, overrides, mp, at, title=title, **cell, **kw))
     return Study(str(f.path.resolve()), "study", name, all_axes, report, tuple(loaded))
 
 

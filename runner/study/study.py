@@ -143,13 +143,14 @@ def pivot(cells: list[RunResult], axes: Axes, rows: str | None, cols: str | None
 @dataclass(frozen=True)
 class Effect:
     """Changing `axis` alone from `frm` to `to`: the pairs of timed cells (from, to) that differ only there, the
-    median of their speed-ups, and whether a projected time went into it."""
+    geometric mean of their speed-ups (so the change back is its reciprocal), and whether a projected time went
+    into it."""
 
     axis: str
     frm: Any
     to: Any
     pairs: tuple[tuple[RunResult, RunResult], ...]
-    median: float | None
+    speedup: float | None
     approx: bool
 
 
@@ -174,18 +175,18 @@ def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
         at = [[r for r in ok if value_key(axis_value(r, axis)) == value_key(v)] for v in vals]
         for v, group in zip(vals[1:], at[1:]):
             pairs = tuple((a, b) for a in at[0] for b in group if only_differ_in(a, b, axis))
-            median = statistics.median(a.projected_s / b.projected_s for a, b in pairs) if pairs else None
-            out.append(Effect(axis, vals[0], v, pairs, median, any(a.estimate or b.estimate for a, b in pairs)))
+            speedup = statistics.geometric_mean([a.projected_s / b.projected_s for a, b in pairs]) if pairs else None
+            out.append(Effect(axis, vals[0], v, pairs, speedup, any(a.estimate or b.estimate for a, b in pairs)))
     return out
 
 
 def score_change(e: Effect, metric: str) -> float | None:
-    """What changing the setting did to a score: the median over the pairs of (score with the other value - score
+    """What changing the setting did to a score: the mean over the pairs of (score with the other value - score
     with the first); None where a pair lacks the score or ran with random weights."""
     pairs = [(a, b) for a, b in e.pairs if a.scores_meaningful and b.scores_meaningful]
     if not pairs or any(metric not in a.scores or metric not in b.scores for a, b in pairs):
         return None
-    return statistics.median(b.scores[metric] - a.scores[metric] for a, b in pairs)
+    return statistics.fmean(b.scores[metric] - a.scores[metric] for a, b in pairs)
 
 
 def effects_section(effects: list[Effect], labels: Labels | None = None) -> list[str]:
@@ -196,7 +197,7 @@ def effects_section(effects: list[Effect], labels: Labels | None = None) -> list
     rows, lines = [], []
     for e in effects:
         change = f"{value_label(e.frm, axis=e.axis, labels=labels)} → {value_label(e.to, axis=e.axis, labels=labels)}"
-        row = [e.axis, change, times(e.median, e.approx) if e.median is not None else None, len(e.pairs)]
+        row = [e.axis, change, times(e.speedup, e.approx) if e.speedup is not None else None, len(e.pairs)]
         changes = [score_change(e, m) for m in metrics]
         rows.append(row + [f"{round(d, 3) + 0.0:+.3f}" if d is not None else None for d in changes])
         if e.pairs:
@@ -204,16 +205,16 @@ def effects_section(effects: list[Effect], labels: Labels | None = None) -> list
             lines.append(f"- {e.axis} {change}: " + ", ".join(each))
     note = (
         "Speed-up of changing one setting alone, every other setting held fixed: generation time with the first value "
-        "(the baseline cell's, where the study has one) ÷ time with the other value, the median over the pairs of "
-        "cells that differ only in that setting (above 1× the change is faster; failed cells take no part; across "
-        "variants, settings only one of the two cells has count as the variant's; `~`: a projected time)."
+        "(the baseline cell's, where the study has one) ÷ time with the other value, the geometric mean over the "
+        "pairs of cells that differ only in that setting (above 1× the change is faster; failed cells take no part; "
+        "across variants, settings only one of the two cells has count as the variant's; `~`: a projected time)."
     )
     if metrics:
         note += (
-            " Beside it, what the change did to each score: the median over the same pairs of (score with the other "
+            " Beside it, what the change did to each score: the mean over the same pairs of (score with the other "
             "value − score with the first); cells with random weights take no part."
         )
-    head = ["setting", "change", "median speed-up", "pairs", *(f"{m} change" for m in metrics)]
+    head = ["setting", "change", "speed-up", "pairs", *(f"{m} change" for m in metrics)]
     return ["", "### What each setting bought", "", note, "", table(rows, head), "", *lines]
 
 
@@ -306,7 +307,14 @@ def chart_metric(cells: list[RunResult]) -> str | None:
     return "exact_match" if any("exact_match" in s for s in scored) else next((next(iter(s)) for s in scored), None)
 
 
+def in_study_order(cells: list[RunResult]) -> list[RunResult]:
+    """The cells in their study's order (how `runner go` ran them), whatever order they were read in; cells stored
+    before the order was recorded keep theirs, after the others."""
+    return sorted(cells, key=lambda r: (r.cell_index is None, r.cell_index or 0))
+
+
 def study_section(study: str, cells: list[RunResult], chart: Path | None = None) -> list[str]:
+    cells = in_study_order(cells)
     axes = axes_of(cells)
     rows, cols, how = pick_axes(axes, requested_axes(cells))
     failed = sum(r.status != "ok" for r in cells)
