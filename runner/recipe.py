@@ -232,6 +232,33 @@ class LoadSpec(StrictModel):
 MetricName = Literal[tuple(METRICS)]  # type: ignore[valid-type]
 
 
+class GateSpec(StrictModel):
+    """The accuracy a recipe must keep against the baseline to count as a candidate: it passes when the lower end of
+    the 95% interval of its paired difference from the baseline (this recipe's score minus the baseline's, over the
+    same examples) is above the allowed drop."""
+
+    metric: MetricName = Field(description="The score the gate checks (one of the recipe's `metrics`).")
+    max_drop: float | None = Field(
+        None, ge=0, le=1, allow_inf_nan=False, description="Largest allowed drop, in absolute points (0.01 on 0-1)."
+    )
+    relative: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Keep at least this share of the baseline's score (0.99: 99%, as MLPerf's accuracy targets).",
+    )
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> GateSpec:
+        if (self.max_drop is None) == (self.relative is None):
+            raise ValueError("give either `max_drop` or `relative`")
+        return self
+
+    def allowed_drop(self, baseline_score: float) -> float:
+        return self.max_drop if self.max_drop is not None else (1 - (self.relative or 1)) * baseline_score
+
+
 class Recipe(StrictModel):
     """One experiment."""
 
@@ -271,6 +298,10 @@ class Recipe(StrictModel):
         description="This recipe is the reference the summary compares against. A study file may instead name "
         "its one baseline cell (`baseline: study-variant-label`).",
     )
+    gate: GateSpec | None = Field(
+        None,
+        description="Accuracy to keep against the baseline: the summary ranks speed only among recipes that pass.",
+    )
     estimate: PositiveInt | None = Field(
         None,
         le=MAX_EXAMPLES,
@@ -288,6 +319,12 @@ class Recipe(StrictModel):
             kinds = ", ".join(e.kind_name() for e in ENGINES if e.serves)
             why = f"`load` runs the engine as a server; engine kind {self.engine.kind!r} has no server mode"
             raise ValueError(f"{why} (kinds with one: {kinds})")
+        return self
+
+    @model_validator(mode="after")
+    def _gate_metric_is_scored(self) -> Recipe:
+        if self.gate is not None and self.gate.metric not in self.metrics:
+            raise ValueError(f"gate.metric {self.gate.metric!r} is not among `metrics` ({', '.join(self.metrics)})")
         return self
 
     @field_validator("metrics")

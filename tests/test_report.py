@@ -990,3 +990,46 @@ def test_compressed_samples_are_read_like_plain_ones(tmp_path):
     assert load_samples(RunFolder(tmp_path)) == rows
     (tmp_path / "samples.jsonl").write_text(text[: text.index("\n") + 1], encoding="utf-8")
     assert load_samples(RunFolder(tmp_path)) == rows[:1]  # the plain file wins
+
+
+# --------------------------------------------------------------------------- quality gate
+
+
+def test_gate_passes_fails_and_leaves_unscored_runs_out(tmp_path):
+    """char_f1 may drop at most 0.05: a recipe 0.10 lower on every example fails, one that only moves inside the
+    noise passes and, being the fastest that passed, is named; a random-weights run is not scored; a relative gate
+    allows (1 - 0.5) x the baseline's mean."""
+    from runner.report.summary import gate_section
+
+    gate = {"gate": {"metric": "char_f1", "max_drop": 0.05}}
+    n = 100
+    base = result("base", recipe("base", baseline=True, **gate), generate_s=20.0)
+    worse = result("worse", recipe("worse", engine=vllm(quantization="fp8"), **gate), generate_s=5.0)
+    same = result("same", recipe("same", engine=vllm(), **gate), generate_s=8.0)
+    dummy = result("dummy", recipe("dummy", engine=vllm(enforce_eager=True), **gate), generate_s=1.0, meaningful=False)
+    rows = lambda f: [
+        {"id": f"q{i}", "output": "o", "answers": ["g"], "exact_match": 0.0, "char_f1": f(i)} for i in range(n)
+    ]
+    store(tmp_path, base, rows(lambda i: 0.6))
+    store(tmp_path, worse, rows(lambda i: 0.5))
+    store(tmp_path, same, rows(lambda i: 0.6 + (0.02 if i % 2 else -0.02)))
+    store(tmp_path, dummy, rows(lambda i: 0.0))
+    md = "\n".join(gate_section([base, worse, same, dummy], base, tmp_path))
+    got = {r["recipe"]: r for r in table_with(md, "allowed")}
+    assert got["worse"]["gate"] == "fail" and got["worse"]["difference from the baseline (95% CI)"].startswith("-0.100")
+    assert got["same"]["gate"] == "pass" and got["same"]["allowed"] == "-0.050"
+    assert got["dummy"]["gate"] == "not scored" and got["dummy"]["why"] == "random weights or the fake engine"
+    assert md.rstrip().endswith("Fastest that passed: **same** (8.00 s).")
+    rel = {"gate": {"metric": "char_f1", "relative": 0.5}}  # allowed drop 0.3: -0.1 passes
+    base2 = result("base", recipe("base", baseline=True, **rel), generate_s=20.0)
+    worse2 = result("worse", recipe("worse", engine=vllm(quantization="fp8"), **rel), generate_s=5.0)
+    md = "\n".join(gate_section([base2, worse2], base2, tmp_path))
+    (row,) = table_with(md, "allowed")
+    assert (row["gate"], row["allowed"]) == ("pass", "-0.300") and "**worse** (5.00 s)" in md
+
+
+def test_gate_metric_must_be_scored():
+    with pytest.raises(Exception, match="gate.metric 'squad_f1' is not among `metrics`"):
+        recipe("x", gate={"metric": "squad_f1", "max_drop": 0.1})
+    with pytest.raises(Exception, match="give either `max_drop` or `relative`"):
+        recipe("x", gate={"metric": "char_f1"})

@@ -144,6 +144,47 @@ def changed_answers_section(results: list[RunResult], base: RunResult | None, ou
     return ["", f"## Answers that change against {base.name}", "", note, "", table_md, "", *lines]
 
 
+def gate_section(results: list[RunResult], base: RunResult | None, out: Path | None) -> list[str]:
+    """Each recipe with a `gate` against the baseline: passed, failed (and by how much) or not scored; then the
+    fastest recipe among those that passed (the baseline passes its own gate)."""
+    gated = [r for r in results if r.recipe.gate is not None and r is not base]
+    if not gated or base is None or out is None:
+        return []
+    by_id = lambda r: {s["id"]: s for s in load_samples(RunFolder.of(out, r.name))}
+    scored = lambda r: r.status == "ok" and r.scores_meaningful and r.recipe.engine.kind != "fake"
+    bs = by_id(base) if scored(base) else {}
+    rows, passed = [], [base] if scored(base) else []
+    for r in gated:
+        g = r.recipe.gate
+        m = g.metric
+        rs = by_id(r) if scored(r) else {}
+        common = [i for i, s in rs.items() if i in bs and m in s and m in bs[i]]
+        if not common:
+            why = "baseline not scored" if not bs else f"status {r.status}" if r.status != "ok" else "no scores to pair"
+            why = "random weights or the fake engine" if r.status == "ok" and not scored(r) else why
+            rows.append([r.name, m, None, None, "not scored", why])
+            continue
+        mean, lo, hi = paired_bootstrap([rs[i][m] - bs[i][m] for i in common])
+        allowed = g.allowed_drop(sum(bs[i][m] for i in common) / len(common))
+        ok = lo > -allowed
+        passed += [r] if ok else []
+        how = f"lower end {lo:+.3f} {'above' if ok else 'at or below'} -{allowed:.3f}"
+        rows.append(
+            [r.name, m, f"{mean:+.3f} ({lo:+.3f} to {hi:+.3f})", f"-{allowed:.3f}", "pass" if ok else "fail", how]
+        )
+    head = ["recipe", "metric", "difference from the baseline (95% CI)", "allowed", "gate", "why"]
+    note = f"A recipe passes its `gate` when the lower end of its paired 95% interval ({BOOTSTRAP}) against "
+    note += f"**{base.name}** is above the allowed drop (`max_drop`, or 1 - `relative` times the baseline's score)."
+    timed = [r for r in passed if r.projected_s]
+    best = min(timed, key=lambda r: r.projected_s) if timed else None
+    last = (
+        f"Fastest that passed: **{best.name}** ({secs(best.projected_s)})."
+        if best
+        else "No recipe that passed has a time."
+    )
+    return ["", "## Quality gate", "", note, "", table(rows, head), "", last]
+
+
 def pick_baseline(results: list[RunResult], name: str | None = None) -> RunResult | None:
     """The run named `name`, else the first marked `baseline: true`."""
     return next((r for r in results if (r.name == name if name else r.recipe.baseline)), None)
@@ -182,6 +223,7 @@ def summary_markdown(
         parts += section(results, out)
     parts += prefix_section(results)
     parts += changed_answers_section(results, base, out)
+    parts += gate_section(results, base, out)
     parts += _failures(results)
     note = "Times marked `~` are projections from a partial run (see each report). "
     note += "Scores of runs with random weights are left out of comparisons."
