@@ -62,12 +62,13 @@ def write_jsonl_atomic(path: Path, rows: Iterable[dict]) -> None:
     write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: Path, digits: int = 16) -> str:
+    """The SHA-256 of the file's bytes, read in chunks, as its first `digits` hex digits (64: all of it)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
-    return h.hexdigest()[:16]
+    return h.hexdigest()[:digits]
 
 
 class PartialWriter:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runner.base.errors import RunnerError
+from runner.base.files import file_sha256
 
 BUILTIN_PREFIX = "builtin:"
 BUILTINS = ("demo",)
@@ -50,16 +51,12 @@ def cache_dir() -> Path:
     return cache_root() / f"builtin-demo-{digest}"
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def intact(folder: Path) -> bool:
     """Every file the build wrote is there with the bytes it wrote (a killed build or a damaged disk
     leaves a folder that would fail to load)."""
     try:
         files = json.loads((folder / MANIFEST).read_text())
-        return bool(files) and all(_digest(folder / name) == h for name, h in files.items())
+        return bool(files) and all(file_sha256(folder / name, 64) == h for name, h in files.items())
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -129,7 +126,7 @@ def building(out: Path) -> Path:
 def publish(tmp: Path, out: Path) -> None:
     """Write the manifest of what the build wrote into `tmp`, then rename it to `out` in one step (a killed
     build leaves no half-written `out`; where another process published first, its copy stays)."""
-    files = {p.name: _digest(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+    files = {p.name: file_sha256(p, 64) for p in sorted(tmp.iterdir()) if p.is_file()}
     (tmp / MANIFEST).write_text(json.dumps(files, indent=1))
     try:
         tmp.rename(out)

@@ -8,7 +8,6 @@ reused; the tokenizer (with the file's chat template) is converted once the same
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import time
 from collections import Counter
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.errors import RunnerError
+from runner.base.files import file_sha256
 from runner.base.types import ModelSpec
 from runner.engines.builtin import cache_root, cached
 
@@ -44,16 +44,20 @@ def check_file(model: ModelSpec) -> Path:
     return path
 
 
+def readable(model: ModelSpec) -> Path:
+    """The model's GGUF file, which must exist, with the packages that read it installed."""
+    path = check_file(model)
+    require_packages()
+    return path
+
+
 @lru_cache(maxsize=16)
 def _sha256(path: str, size: int, mtime_ns: int) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
+    return file_sha256(Path(path), 64)
 
 
 def sha256(path: Path) -> str:
+    """The file's whole SHA-256, hashed once per process while its size and mtime stay."""
     st = path.stat()
     return _sha256(str(path.resolve()), st.st_size, st.st_mtime_ns)
 
@@ -72,8 +76,7 @@ def _folder(path: Path) -> Path:
 
 def tokenizer_dir(model: ModelSpec) -> Path:
     """The file's tokenizer and chat template as a tokenizer folder (converted once)."""
-    path = check_file(model)
-    require_packages()
+    path = readable(model)
 
     def build(tmp: Path) -> None:
         from transformers import AutoTokenizer
@@ -87,8 +90,7 @@ def safetensors_dir(model: ModelSpec) -> tuple[Path, dict[str, Any]]:
     """A float32 safetensors copy of the file's dequantized weights with its config and tokenizer (converted
     once, reused), and what to report about it: file, sha256, quantization, copy, seconds spent getting
     it, and whether this call did the conversion (`converted`)."""
-    path = check_file(model)
-    require_packages()
+    path = readable(model)
     t0, built = time.perf_counter(), []
 
     def build(tmp: Path) -> None:
@@ -110,8 +112,7 @@ def safetensors_dir(model: ModelSpec) -> tuple[Path, dict[str, Any]]:
 
 def config(model: ModelSpec) -> dict[str, Any]:
     """The model's config (shapes, context length) as transformers reads it from the GGUF file's metadata."""
-    path = check_file(model)
-    require_packages()
+    path = readable(model)
     from transformers import AutoConfig
 
     return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name).to_dict()

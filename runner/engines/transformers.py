@@ -143,8 +143,7 @@ class TransformersEngine:
         source, revision = builtin_dir or model.id, None if builtin_dir else model.revision
         file = {}
         if model.gguf_path is not None:  # transformers reads the file itself, dequantizing on load
-            gguf.require_packages()
-            path = gguf.check_file(model)
+            path = gguf.readable(model)
             source, file = str(path.parent), {"gguf_file": path.name}
         dtype = "float32" if model.dtype == "auto" and device == "cpu" else model.dtype  # auto: the checkpoint's
         torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)

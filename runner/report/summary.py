@@ -81,6 +81,11 @@ def prefix_section(results: list[RunResult]) -> list[str]:
     return ["", "## Prefix caching", "", note, "", table(rows, [*head, "generation time saved"])]
 
 
+def samples_by_id(out: Path, r: RunResult) -> dict[str, dict]:
+    """The run's stored samples by example id (how two runs are paired)."""
+    return {s["id"]: s for s in load_samples(RunFolder.of(out, r.name))}
+
+
 def _em_metric(names: Iterable[str]) -> str | None:
     """The run's exact-match score: `exact_match` or a `*_exact_match` (the first such)."""
     return next((m for m in names if m == "exact_match" or m.endswith("_exact_match")), None)
@@ -125,11 +130,10 @@ def changed_answers_section(results: list[RunResult], base: RunResult | None, ou
     a paired bootstrap 95% interval; a difference whose interval holds 0 is no clear difference."""
     em = _em_metric(base.scores) if base is not None else None
     has_em = lambda r: r.status == "ok" and r.scores_meaningful and em in r.scores
-    by_id = lambda r: {s["id"]: s for s in load_samples(RunFolder.of(out, r.name))}
     if base is None or out is None or em is None or not has_em(base):
         return []
-    bs, metrics = by_id(base), [em, *(m for m in base.scores if m != em)]
-    found = [_changed_answers(r, by_id(r), bs, metrics) for r in results if r is not base and has_em(r)]
+    bs, metrics = samples_by_id(out, base), [em, *(m for m in base.scores if m != em)]
+    found = [_changed_answers(r, samples_by_id(out, r), bs, metrics) for r in results if r is not base and has_em(r)]
     changed = [c for c in found if c is not None]
     if not changed:
         return []
@@ -150,14 +154,13 @@ def gate_section(results: list[RunResult], base: RunResult | None, out: Path | N
     gated = [r for r in results if r.recipe.gate is not None and r is not base]
     if not gated or base is None or out is None:
         return []
-    by_id = lambda r: {s["id"]: s for s in load_samples(RunFolder.of(out, r.name))}
     scored = lambda r: r.status == "ok" and r.scores_meaningful and r.recipe.engine.kind != "fake"
-    bs = by_id(base) if scored(base) else {}
+    bs = samples_by_id(out, base) if scored(base) else {}
     rows, passed = [], [base] if scored(base) else []
     for r in gated:
         g = r.recipe.gate
         m = g.metric
-        rs = by_id(r) if scored(r) else {}
+        rs = samples_by_id(out, r) if scored(r) else {}
         common = [i for i, s in rs.items() if i in bs and m in s and m in bs[i]]
         if not common:
             why = "baseline not scored" if not bs else f"status {r.status}" if r.status != "ok" else "no scores to pair"
