@@ -6,6 +6,7 @@ pipeline, so the run writes it and the reports read it without the reports impor
     <out>/<name>/results.json               what the run produced (schema: schema/results.schema.json)
     <out>/<name>/samples.jsonl[.gz]         one line per example, written when the run completes
     <out>/<name>/samples.partial.jsonl      finished samples of a run in progress (resume reads it)
+    <out>/<name>/repeats.jsonl              each measured repeat as it finishes (resume skips those done)
     <out>/<name>/engine.log                 the engine's own output
     <out>/<name>/report.md                  the recipe's report
     <out>/<name>/.runner.lock               held by the one `runner go` writing this folder
@@ -56,6 +57,7 @@ class RunFolder:
     samples = _file("samples.jsonl")
     samples_gz = _file("samples.jsonl.gz")
     partial = _file("samples.partial.jsonl")
+    repeats = _file("repeats.jsonl")
     engine_log = _file("engine.log")
     report = _file("report.md")
     lock = _file(".runner.lock")
@@ -70,14 +72,15 @@ def study_chart_path(out: Path, study: str) -> Path:
     return Path(out) / f"{check_name(study)}-pareto.png"
 
 
-def previous_result(folder: RunFolder, key: str) -> RunResult | None:
+def previous_result(folder: RunFolder, key: str, repeat: int = 1) -> RunResult | None:
+    """The stored result of this very run (same key) when it is complete: ok, with at least `repeat` repeats."""
     if not folder.results.is_file():
         return None
     try:
         prev = RunResult.model_validate_json(folder.results.read_bytes())
     except ValueError:
         return None
-    return prev if prev.status == "ok" and prev.run_key == key else None
+    return prev if prev.status == "ok" and prev.run_key == key and len(prev.times) >= repeat else None
 
 
 def load_samples(folder: RunFolder) -> list[dict]:

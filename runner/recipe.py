@@ -19,6 +19,7 @@ from runner.scoring import METRICS, ScoringSpec
 
 MAX_EXAMPLES = 100_000_000
 MAX_TIMEOUT_S = 30 * 24 * 3600
+MAX_REPEAT = 100
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
@@ -306,6 +307,26 @@ class Recipe(StrictModel):
         None,
         le=MAX_EXAMPLES,
         description="Run only N examples and project the full-dataset time (reported as an estimate).",
+    )
+    repeat: PositiveInt = Field(
+        1,
+        le=MAX_REPEAT,
+        description="Measure the generation this many times on its engine (the prefix cache emptied before each): "
+        "reports give the median time with a 95% interval. Samples and scores are the first repeat's; the others "
+        "count the outputs that changed. `runner go --repeat N` sets it for every recipe.",
+    )
+    warmup: int = Field(
+        0,
+        ge=0,
+        le=MAX_REPEAT,
+        description="Uncounted generations of all the examples after each engine start, before the measured ones.",
+    )
+    interleave: Literal["auto", "restarts", "off"] = Field(
+        "auto",
+        description="How repeats of several recipes are ordered. Recipes on one engine always take turns (A B A B). "
+        "`auto`: recipes on different engines run their repeats back to back, unless every engine starts in seconds "
+        "(the fake engine, builtin models); then they take turns, each turn on a freshly started engine. `restarts`: "
+        "take turns with a fresh engine per turn however long it takes to start. `off`: back to back.",
     )
     timeout_s: PositiveInt | None = Field(
         None,

@@ -192,6 +192,43 @@ class ReplicaRun(_M):
     reused_samples: int = 0
 
 
+class Noise(_M):
+    """How busy the machine was during one measured generation (null: not readable here)."""
+
+    load_avg: float | None = Field(None, description="1-minute load average at the end of the generation.")
+    cpus: int | None = Field(None, description="CPUs this process may run on.")
+    cpu_pressure: float | None = Field(
+        None, description="Share of the generation time some task waited for a CPU (/proc/pressure/cpu `some`)."
+    )
+    process_cpu_s: float | None = Field(
+        None, description="CPU time of the runner's process and the engine's processes during the generation (s)."
+    )
+    gpu_other_processes: list[int] | None = Field(
+        None,
+        description="PIDs of processes of other process groups on the GPU at the end (NVML); null: none listed "
+        "were visible from here (another PID namespace) or no NVML.",
+    )
+    gpu_sm_clock_mhz: int | None = Field(None, description="SM clock at the end of the generation (recorded only).")
+    gpu_max_sm_clock_mhz: int | None = None
+    busy: list[str] = Field(
+        default_factory=list, description="What made this a busy machine, in words (load, CPU pressure, other GPU use)."
+    )
+
+
+class Repeat(_M):
+    """One measured generation of all the run's examples (`repeat: N` makes N of them)."""
+
+    index: int = Field(description="1-based; the first repeat's outputs are the run's samples.")
+    generate_s: float = Field(description="Generation wall time of this repeat (s).")
+    load_s: float | None = Field(None, description="Engine start before this repeat, when it started one (s).")
+    started_at: str = ""
+    call: str = Field("", description="The `runner go` call that measured it (repeats of one call share it).")
+    changed: int | None = Field(None, description="Outputs that differ from the first repeat's.")
+    reused_samples: int = Field(0, description="First repeat only: samples reused from an interrupted run.")
+    reused_s: float = Field(0.0, description="Their recorded wall time, included in generate_s.")
+    noise: Noise = Field(default_factory=Noise)
+
+
 class RunResult(_M):
     schema_version: int = SCHEMA_VERSION
     name: str
@@ -250,6 +287,16 @@ class RunResult(_M):
     )
     executor: Literal["local", "ray"] = Field("local", description="Where the run ran.")
     replicas: list[ReplicaRun] = Field(default_factory=list, description="Ray only: each data-parallel replica.")
+    repeats: list[Repeat] = Field(
+        default_factory=list,
+        description="Every measured generation; `timings.generate_s` is their median. Empty in results stored before "
+        "repeats existed (one run: `timings.generate_s`).",
+    )
+    repeat_order: str | None = Field(
+        None,
+        description="How the repeats were ordered: `interleaved` (taking turns with other recipes on one engine), "
+        "`interleaved with restarts` (taking turns, a fresh engine each turn), `back to back`, or null for one run.",
+    )
     engine_of: str | None = Field(
         None, description="The recipe whose engine this run used (cells that share one engine); null: its own."
     )
@@ -257,6 +304,13 @@ class RunResult(_M):
     @field_serializer("recipe")
     def _canonical(self, recipe: Recipe) -> dict[str, Any]:
         return recipe.canonical()
+
+    @property
+    def times(self) -> list[float]:
+        """The measured generation times (one for a run stored before repeats existed)."""
+        if self.repeats:
+            return [r.generate_s for r in self.repeats]
+        return [self.timings.generate_s] if self.timings.generate_s else []
 
     @property
     def projected_s(self) -> float | None:

@@ -82,12 +82,13 @@ def _unit(path, out, limit=None, **kw):
 
 
 def test_generation_time_ends_when_the_last_output_is_back(tmp_path):
-    from runner.run.loop import SharedEngine, run_unit
+    from runner.run.job import Job
+    from runner.run.loop import SharedEngine, run_rounds
 
     unit, opts = _unit(DEMO, tmp_path, limit=4)
     shared = SharedEngine(unit)
     shared.engine = _SlowScoringEngine(0.3, 1.5)
-    res = run_unit(unit, opts, shared)
+    [res] = run_rounds(Job(units=(unit,), options=opts), shared)
     assert res.status == "ok", res.error
     assert 0.3 <= res.timings.generate_s < 1.0  # the engine's 1.5 s of work after the outputs is not generation
     assert res.timings.total_s >= 1.8  # ... but it is in the total

@@ -236,8 +236,8 @@ def test_unknown_top_level_key_suggests(write_recipe, base_recipe):
         check(write_recipe(d)),
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
         "  line 16, sampilng: unknown key 'sampilng'; did you mean 'sampling'? Allowed here: abstract, "
-        "base, baseline, dataset, description, engine, estimate, exclude, gate, load, matrix, metrics, model, "
-        "name, prompt, replicas, report, sampling, scoring, timeout_s, variants\n",
+        "base, baseline, dataset, description, engine, estimate, exclude, gate, interleave, load, matrix, metrics, "
+        "model, name, prompt, repeat, replicas, report, sampling, scoring, timeout_s, variants, warmup\n",
     )
 
 

@@ -263,10 +263,10 @@ def test_speed_up_is_baseline_time_over_recipe_time(base_rec):
     ]
     rows = summary_rows(summary_markdown(rs))
     assert rows["base"]["speed-up"] == "1.0×"
-    assert rows["fast"]["speed-up"] == "5.0×"
-    assert rows["slow"]["speed-up"] == "0.2×"
+    assert rows["fast"]["speed-up"] == "5.00× (1 run: no interval)"
+    assert rows["slow"]["speed-up"] == "0.25× (1 run: no interval)"
     assert rows["broken"]["speed-up"] == "–"
-    assert rows["fast"]["generation time"] == "20.0 s"
+    assert rows["fast"]["generation time"] == "20.0 s (1 run: no interval)"
 
 
 def test_estimated_baseline_uses_projected_time_and_is_marked(base_rec):
@@ -281,7 +281,7 @@ def test_estimated_baseline_uses_projected_time_and_is_marked(base_rec):
     )
     rs = [result("base", base_rec, generate_s=28.0, estimate=est), result("fast", generate_s=20.0)]
     rows = summary_rows(summary_markdown(rs))
-    assert rows["fast"]["speed-up"] == "~150.0×"  # 3000 / 20, not 28 / 20; ~ as the baseline is estimated
+    assert rows["fast"]["speed-up"] == "~150× (1 run: no interval)"  # 3000 / 20, not 28 / 20; ~ as the baseline is estimated
     assert rows["base"]["generation time"].startswith("~")
     assert "est." in rows["base"]["generation time"] and "40" in rows["base"]["generation time"]
     assert "3,000" in rows["base"]["generation time"]
@@ -919,7 +919,7 @@ def test_cli_report_rebuilds_reports_and_summary(tmp_path):
     s = (tmp_path / "summary.md").read_text(encoding="utf-8")
     assert "3 recipes; baseline: **base**." in s
     rows = summary_rows(s)
-    assert rows["fast"]["speed-up"] == "10.0×" and rows["base"][DIFF] == "(baseline)"
+    assert rows["fast"]["speed-up"] == "10.0× (1 run: no interval)" and rows["base"][DIFF] == "(baseline)"
     assert "## Failures" in s and "- **broken**: boom — hint: look at engine.log" in s
     assert "## Answers that change against base" in s
     assert "![time](time.png)" in s and (tmp_path / "time.png").exists()
@@ -934,7 +934,7 @@ def test_cli_report_with_baseline_option(tmp_path):
     assert "baseline: **fast**." in s
     rows = summary_rows(s)
     assert rows["fast"][DIFF] == "(baseline)"
-    assert rows["base"]["speed-up"] == "0.1×"
+    assert rows["base"]["speed-up"] == "0.10× (1 run: no interval)"
     assert "## Answers that change against fast" in s
 
 

@@ -25,10 +25,10 @@ from runner.study.study import (
     requested_axes,
     study_section,
     time_spent,
-    times,
     value_label,
     write_study_charts,
 )
+from runner.report.spread import ratio_text
 from tests.wired import report_markdown, summary_markdown, write_summary
 
 BASE: dict[str, Any] = {
@@ -225,7 +225,7 @@ def test_one_axis_study_and_list_and_mapping_values():
         "| {}                                   | 30.0 s            |",
         "| …s=2048,max_num_batched_tokens=32768 | **15.0 s**        |",
     ]
-    assert "| engine.engine_args | {} → …s=2048,max_num_batched_tokens=32768 | 2.00× | 1 |" in re.sub(
+    assert "| engine.engine_args | {} → …s=2048,max_num_batched_tokens=32768 | 2.00× (1 run: no interval) | 1 |" in re.sub(
         r" +\|", " |", part
     )
     assert value_label(["a", "b"]) == "a,b" and value_label([{"x": 1}, {"y": 2}]) == "[2 items]"
@@ -245,9 +245,9 @@ def test_axis_effects_medians_and_the_cells_they_come_from():
     assert effects["variant", "fp8"].pairs == ()  # its one cell failed
     assert effects["variant", "vllm"].speedup == pytest.approx(200**0.5) and effects["variant", "vllm"].approx
     part = re.sub(r" +\|", " |", study_part(summary_markdown(study_cells())))
-    assert "| variant | hf → vllm | ~14.1× | 2 |" in part and "| variant | hf → fp8 | – | 0 |" in part
-    assert "- variant hf → vllm: s-hf → s-vllm-nocache (10.0×), s-hf → s-vllm-cache (20.0×)" in part
-    assert "| engine.enable_prefix_caching | false → true | 2.83× | 2 |" in part
+    assert "| variant | hf → vllm | ~14.1× (1 run: no interval) | 2 |" in part and "| variant | hf → fp8 | – | 0 |" in part
+    assert "- variant hf → vllm: s-hf → s-vllm-nocache (10.0× (1 run: no interval)), s-hf → s-vllm-cache (20.0× (1 run: no interval))" in part
+    assert "| engine.enable_prefix_caching | false → true | 2.83× (1 run: no interval) | 2 |" in part
     assert "| prompt.template | jsquad.j2 → ctx.j2 | 1.41× | 2 |" in part
     assert (
         "- engine.enable_prefix_caching false → true: s-vllm-nocache → s-vllm-cache (2.00×), "
@@ -261,11 +261,15 @@ def test_axis_effects_medians_and_the_cells_they_come_from():
 
 def test_estimated_pair_is_marked():
     cells = [cell_result("e-a", {"x": 1}, 9.0, study="e", estimate=EST), cell_result("e-b", {"x": 2}, 100.0, study="e")]
-    assert "| x | 1 → 2 | ~4.00× | 1 |" in re.sub(r" +\|", " |", study_part(summary_markdown(cells), "e"))
+    assert "| x | 1 → 2 | ~4.00× (1 run: no interval) | 1 |" in re.sub(r" +\|", " |", study_part(summary_markdown(cells), "e"))
 
 
 def test_speed_up_format_and_a_study_whose_cells_all_failed():
-    assert (times(1.5), times(13.41), times(2095.24, True)) == ("1.50×", "13.4×", "~2,095×")
+    assert ratio_text(1.5, 1.2, 1.9) == "1.50× (1.20–1.90)"
+    assert ratio_text(13.41, 11.0, 16.2) == "13.4× (11.0–16.2)"
+    assert ratio_text(2095.24, 1500, 3000, "~") == "~2,095× (1,500–3,000)"
+    assert ratio_text(1.05, 0.93, 1.18) == "no clear difference (0.93–1.18×)"
+    assert ratio_text(1.5, None, None) == "1.50× (1 run: no interval)"
     cells = [
         cell_result("f-a", {"x": 1}, None, study="f", status="failed", load_s=None),
         cell_result("f-b", {"x": 2}, None, study="f", status="failed", load_s=None),
@@ -279,7 +283,7 @@ def test_speed_up_format_and_a_study_whose_cells_all_failed():
 def test_fastest_cell_against_the_slowest_and_the_baseline():
     part = study_part(summary_markdown(study_cells()))
     assert (
-        "**s-vllm-cache-ctx** (10.0 s; exact_match 0.700): ~40.0× faster than the slowest (the study's "
+        "**s-vllm-cache-ctx** (10.0 s; exact_match 0.700): ~40.0× (1 run: no interval) faster than the slowest (the study's "
         "baseline), s-hf (~400.0 s)." in part
     )
     cells = [
@@ -288,7 +292,7 @@ def test_fastest_cell_against_the_slowest_and_the_baseline():
         cell_result("b-fast", {"x": 3}, 10.0, study="b"),
     ]
     assert (
-        "**b-fast** (10.0 s; exact_match 0.500): 4.00× faster than the slowest, b-slow (40.0 s); 2.00× faster "
+        "**b-fast** (10.0 s; exact_match 0.500): 4.00× (1 run: no interval) faster than the slowest, b-slow (40.0 s); 2.00× (1 run: no interval) faster "
         "than the baseline, b-base (20.0 s)." in study_part(summary_markdown(cells), "b")
     )
     alone = study_part(summary_markdown(study_cells()[:1]))
@@ -347,7 +351,7 @@ def test_effects_show_what_the_change_did_to_each_score():
     md = "\n".join(effects_section(axis_effects(cells, axes_of(cells))))
     rows = {(r["setting"], r["change"]): r for r in table_rows(md, "exact_match change")}
     assert rows[("q", "bf16 → fp8")]["exact_match change"] == "-0.200"  # mean of -0.1 and -0.3
-    assert rows[("q", "bf16 → fp8")]["speed-up"] == "2.00×"
+    assert rows[("q", "bf16 → fp8")]["speed-up"] == "2.00× (1 run: no interval)"
     assert rows[("t", "x → y")]["exact_match change"] == "+0.000"  # mean of +0.1 and -0.1
     dummy = [c.model_copy(update={"scores_meaningful": False}) if c.name == "r-b" else c for c in cells]
     md = "\n".join(effects_section(axis_effects(dummy, axes_of(dummy))))

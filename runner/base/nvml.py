@@ -115,3 +115,27 @@ def wait_for_release(baseline_gib: float | None, tolerance_gib: float = 1.0, tim
         time.sleep(0.1)
         now = used_gib()
     return now
+
+
+def gpu_processes(index: int = 0) -> list[int] | None:
+    """PIDs of the processes using the GPU (compute and graphics), as NVML lists them; None without NVML."""
+    nv, h = _handle(index)
+    if h is None:
+        return None
+    pids: set[int] = set()
+    for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        with contextlib.suppress(Exception):
+            pids |= {p.pid for p in getattr(nv, fn)(h)}
+    return sorted(pids)
+
+
+def sm_clocks(index: int = 0) -> tuple[int, int] | None:
+    """(the SM clock now, its maximum) in MHz; None without NVML."""
+    nv, h = _handle(index)
+    if h is None:
+        return None
+    try:
+        sm = nv.NVML_CLOCK_SM
+        return int(nv.nvmlDeviceGetClockInfo(h, sm)), int(nv.nvmlDeviceGetMaxClockInfo(h, sm))
+    except Exception:
+        return None

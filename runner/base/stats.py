@@ -87,3 +87,58 @@ def paired_bootstrap(diffs: Sequence[float], level: float = 0.95) -> tuple[float
     )
     lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
     return float(d.mean()), float(lo), float(hi)
+
+
+TIME_CI = "Student t on the log times: timing noise taken as log-normal, whose median is exp(mean log)"
+
+
+def median_interval(xs: Sequence[float]) -> tuple[float, float | None, float | None]:
+    """The median of repeated times and a 95% interval for the median of the process that made them: Student t on
+    the logs (timing noise is skewed and multiplicative; the median of a log-normal is exp of the mean log). No
+    interval from fewer than 2 times."""
+    if not xs or any(x <= 0 for x in xs):
+        raise ValueError("times must be positive")
+    med = percentile(xs, 50)
+    if len(xs) < 2:
+        return med, None, None
+    logs = [math.log(x) for x in xs]
+    n, m = len(logs), sum(logs) / len(logs)
+    half = t95(n - 1) * math.sqrt(sum((v - m) ** 2 for v in logs) / (n - 1) / n)
+    return med, math.exp(m - half), math.exp(m + half)
+
+
+def log_ratio(a: Sequence[float], b: Sequence[float], paired: bool) -> tuple[float, float | None, float]:
+    """(mean log a - mean log b, its standard error, degrees of freedom): from the log ratios of the pairs
+    (`paired`: a[i] and b[i] were measured side by side, turn i of an interleaved run) or Welch's t; no error
+    unless each side has 2 times."""
+    if paired and len(a) == len(b) >= 2:
+        d = [math.log(x / y) for x, y in zip(a, b)]
+        m = sum(d) / len(d)
+        return m, math.sqrt(sum((v - m) ** 2 for v in d) / (len(d) - 1) / len(d)), len(d) - 1
+    la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
+    ma, mb = sum(la) / len(la), sum(lb) / len(lb)
+    if len(a) < 2 or len(b) < 2:
+        return ma - mb, None, 0
+    va = sum((v - ma) ** 2 for v in la) / (len(la) - 1) / len(la)
+    vb = sum((v - mb) ** 2 for v in lb) / (len(lb) - 1) / len(lb)
+    if va + vb == 0:
+        return ma - mb, 0.0, len(a) + len(b) - 2
+    df = (va + vb) ** 2 / (va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1))  # Welch-Satterthwaite
+    return ma - mb, math.sqrt(va + vb), df
+
+
+def combined_interval(parts: Sequence[tuple[float, float | None, float]]) -> tuple[float | None, float | None]:
+    """95% interval of the geometric mean of several ratios from their `log_ratio`s (independent pairs; the
+    fewest degrees of freedom among them, which errs wide); none if any part has none."""
+    if not parts or any(se is None for _, se, _ in parts):
+        return None, None
+    k = len(parts)
+    m = sum(e for e, _, _ in parts) / k
+    half = t95(int(min(df for _, _, df in parts))) * math.sqrt(sum(se**2 for _, se, _ in parts)) / k  # type: ignore[operator]
+    return math.exp(m - half), math.exp(m + half)
+
+
+def ratio_interval(a: Sequence[float], b: Sequence[float], paired: bool) -> tuple[float, float | None, float | None]:
+    """median(a) / median(b) with a 95% interval for the ratio of the two medians (`log_ratio`: t on the pairs'
+    log ratios, or Welch's t on the logs)."""
+    return (percentile(a, 50) / percentile(b, 50), *combined_interval([log_ratio(a, b, paired)]))

@@ -3,6 +3,7 @@ serving run against its engine's server, or each as a Ray task (`--executor ray`
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.util
 import os
 import shlex
@@ -20,8 +21,9 @@ from runner.base.format import brief, secs
 from runner.cli import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard
 from runner.cli.loading import MP_HELP, SET_HELP, load_all
 from runner.cli.wings import Plans, report_sections, summary_sections
+from runner.engines.builtin import is_builtin
 from runner.folder import RunFolder, previous_result
-from runner.recipe import MAX_TIMEOUT_S, LoadedRecipe
+from runner.recipe import MAX_REPEAT, MAX_TIMEOUT_S, LoadedRecipe
 from runner.report.markdown import write_report
 from runner.report.summary import write_summary
 from runner.results import RunResult
@@ -57,13 +59,18 @@ class Executor:
 
     def check_recipes(self, loaded: list[LoadedRecipe]) -> None:
         for lr in loaded:
+            if (n := lr.recipe.repeat) > 1 and (self.on_ray or lr.recipe.load is not None):
+                where = "on Ray" if self.on_ray else "in a serving run (`load` measures each rate once)"
+                why = f"repeat: {n} is for offline runs on the local executor, not {where}"
+                raise RunnerError(why, file=lr.path, field="repeat", hint="set repeat: 1 (--set repeat=1)")
             if (n := lr.recipe.replicas) > 1 and not self.on_ray:
                 why = f"{n} data-parallel replicas run only on Ray; the local executor runs one engine per recipe"
                 raise RunnerError(why, file=lr.path, field="replicas", hint="add --executor ray, or set replicas: 1")
 
     def run(self, todo: list[Unit], opts: RunOptions, done: Callable[[RunResult], None], plans: Plans) -> None:
         """Run the units, those that share an engine as one job; `done` gets each result as it is written. Each job
-        takes its units' plans just before it starts."""
+        takes its units' plans just before it starts. With repeats taken in turns across engines (`interleave`),
+        each turn is a job of its own: repeat 1 of every job, then repeat 2, each on a freshly started engine."""
         groups = group_by_engine(todo)
         if self.on_ray:
             from runner.cluster.ray import run_jobs_on_ray
@@ -73,20 +80,31 @@ class Executor:
                 self._announce(group, n, opts)
             run_jobs_on_ray([Job(units=g, options=opts) for g in groups], address=self.address, on_result=done)
             return
-        for n, group in enumerate(groups, 1):
-            self._announce(group, n, opts)
-            group = plans.attach(group)
-            job = Job(units=group, options=opts)
-            if group[0].loaded.recipe.load is not None:  # a serving run: the recipe against its engine's server
-                from runner.serve.run import run_serving
+        turns = max((u.loaded.recipe.repeat for u in todo), default=1) if takes_turns(groups) else 1
+        if turns > 1:
+            click.echo(f"repeats take turns across the {len(groups)} engines, each turn on a fresh engine", err=True)
+        finished: set[str] = set()
+        for turn in range(1, turns + 1):
+            for n, group in enumerate(groups, 1):
+                if turn == 1:
+                    self._announce(group, n, opts)
+                    group = groups[n - 1] = plans.attach(group)
+                live = tuple(u for u in group if u.name not in finished and turn <= u.loaded.recipe.repeat)
+                if not live:
+                    continue
+                job = Job(units=live, options=opts, rounds=(turn,), restarts=True) if turns > 1 else Job(live, opts)
+                for res in self._run_job(job):
+                    finished.add(res.name)
+                    done(res)
 
-                results = [run_serving(group[0], opts)]
-            elif self.in_process:
-                results = run_job(job)
-            else:
-                results = run_isolated(job, warn=lambda line: click.echo(line, err=True))
-            for res in results:
-                done(res)
+    def _run_job(self, job: Job) -> list[RunResult]:
+        if job.units[0].loaded.recipe.load is not None:  # a serving run: the recipe against its engine's server
+            from runner.serve.run import run_serving
+
+            return [run_serving(job.units[0], job.options)]
+        if self.in_process:
+            return run_job(job)
+        return run_isolated(job, warn=lambda line: click.echo(line, err=True))
 
     def _announce(self, group: tuple[Unit, ...], n: int, opts: RunOptions) -> None:
         r = group[0].loaded.recipe
@@ -118,6 +136,14 @@ HELP = {  # the options' help, where it does not fit on the option's line
     "under --out here).",
     "address": "With --executor ray: the Ray cluster to run on (e.g. HEAD:6379, or `auto`); default: a local Ray "
     "instance started for this call.",
+    "repeat": "Measure each recipe's generation N times (the same as --set repeat=N): reports give the median with a "
+    "95% interval, and a speed-up whose interval holds 1 is 'no clear difference'. Repeats already measured by an "
+    "earlier call of the same recipe are kept.",
+    "warmup": "Uncounted generations after each engine start (the same as --set warmup=N).",
+    "interleave": "How repeats of recipes on different engines are ordered (--set interleave=...): `restarts` takes "
+    "turns (A B A B), starting each engine afresh every turn; `off` runs each recipe's repeats back to back; `auto` "
+    "(the recipes' default) takes turns only where every engine starts in seconds. Recipes on one engine always take "
+    "turns.",
     "replicas": "With --executor ray: split each recipe's examples into N contiguous shares, each run by its own "
     "engine (the same as --set replicas=N: it is recorded in the recipe and its run key).",
 }
@@ -139,6 +165,9 @@ HELP = {  # the options' help, where it does not fit on the option's line
 @click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True, help=HELP["executor"])
 @click.option("--address", metavar="ADDR", help=HELP["address"])
 @click.option("--replicas", type=click.IntRange(min=1, max=1024), metavar="N", help=HELP["replicas"])
+@click.option("--repeat", type=click.IntRange(min=1, max=MAX_REPEAT), metavar="N", help=HELP["repeat"])
+@click.option("--warmup", type=click.IntRange(min=0, max=MAX_REPEAT), metavar="N", help=HELP["warmup"])
+@click.option("--interleave", type=click.Choice(["auto", "restarts", "off"]), help=HELP["interleave"])
 @guard
 def go(paths, out, only, sets, model_paths, baseline, force, executor, address, replicas, in_process, **run):
     """Run recipes and study files (files, folders or globs) and write Markdown reports.
@@ -157,6 +186,9 @@ def go(paths, out, only, sets, model_paths, baseline, force, executor, address, 
     ex.check_options(replicas)
     if replicas is not None:
         sets = (*sets, f"replicas={replicas}")
+    for key in ("repeat", "warmup", "interleave"):  # call-wide settings of every recipe
+        if (value := run.pop(key)) is not None:
+            sets = (*sets, f"{key}={value}")
     loaded = load_all(paths, sets, model_paths, only)
     ex.check_recipes(loaded)
     names = [lr.recipe.name for lr in loaded]
@@ -167,7 +199,10 @@ def go(paths, out, only, sets, model_paths, baseline, force, executor, address, 
     argv = sys.argv  # this call's command line, for the reports (none where `runner go` was not how it was called)
     command = "runner go " + shlex.join(argv[2:]) if argv[1:2] == ["go"] else ""
     progress = not run.pop("no_progress")
-    opts = RunOptions(out=Path(out), command=command, progress=progress, **run)  # and --limit, --estimate, --timeout
+    call = f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-{os.getpid()}"
+    opts = RunOptions(
+        out=Path(out), command=command, progress=progress, call=call, **run
+    )  # --limit, --estimate, --timeout
     units = [make_unit(lr, opts, host=not ex.on_ray) for lr in loaded]  # all checked before anything is written
     out_dir = _out_dir(out)
     with ExitStack() as locks:  # every unit's run folder locked while the units run
@@ -176,6 +211,20 @@ def go(paths, out, only, sets, model_paths, baseline, force, executor, address, 
         results = _run_all(units, opts, force, ex, baseline)
     if any(r.status != "ok" for r in results):
         sys.exit(EXIT_FAILED)
+
+
+def takes_turns(groups: list[tuple[Unit, ...]]) -> bool:
+    """Repeats of recipes on different engines take turns (each turn on a fresh engine): when any recipe asks for it
+    (`interleave: restarts`), or by default when every engine starts in seconds (the fake engine, builtin models);
+    never when one says `off`. Recipes on one engine always take turns, within their job."""
+    recipes = [u.loaded.recipe for g in groups for u in g]
+    if max((r.repeat for r in recipes), default=1) == 1 or any(r.load is not None for r in recipes):
+        return False
+    modes = {r.interleave for r in recipes}
+    if "off" in modes:
+        return False
+    quick = all(r.engine.fake or is_builtin(r.model.id) for r in recipes)
+    return "restarts" in modes or (quick and len(groups) > 1)
 
 
 def _out_dir(out: str) -> Path:
@@ -216,13 +265,14 @@ def _run_all(units: list[Unit], opts: RunOptions, force: bool, ex: Executor, bas
         todo = []
         for u in units:  # an unchanged recipe whose results are complete is skipped
             folder = RunFolder.of(opts.out, u.name)
-            prev = None if force else previous_result(folder, u.run_key)
+            prev = None if force else previous_result(folder, u.run_key, u.loaded.recipe.repeat)
             if prev is not None:
                 results.append(prev)
                 click.echo(f"skip {u.name}: unchanged since {prev.finished_at} (results complete; --force reruns)")
                 continue
             if force:
                 folder.partial.unlink(missing_ok=True)
+                folder.repeats.unlink(missing_ok=True)
             todo.append(u)
         plans = Plans(todo)  # made in the background, the next job's while the current one runs
         try:

@@ -7,6 +7,8 @@ label it as fake and its scores are marked not meaningful. Its server mode (`loa
 
 from __future__ import annotations
 
+import math
+import random
 import time
 import zlib
 from collections.abc import Sequence
@@ -42,6 +44,14 @@ class FakeSpec(EngineSpecBase):
         allow_inf_nan=False,
         description="Seconds each request takes (requests run one after another).",
     )
+    jitter: float = Field(
+        0.0,
+        ge=0,
+        le=3,
+        allow_inf_nan=False,
+        description="Noise of a busy machine: each generate() call's delays are all multiplied by one log-normal "
+        "factor exp(N(0, jitter)), drawn afresh every call (median 1: the median time stays len x delay_s).",
+    )
     serve_fail: bool = Field(
         False,
         description="Server mode (`load:`): the fake server exits with an error "
@@ -71,6 +81,11 @@ def reply_template(text: str) -> CompiledTemplate:
         raise ValueError(f"reply is not a usable Jinja template: {e.message}") from None
 
 
+def jitter_factor(jitter: float, rng: random.Random) -> float:
+    """One generate() call's slow-down: log-normal with median 1 (a busy machine's multiplicative noise)."""
+    return math.exp(rng.gauss(0.0, jitter)) if jitter else 1.0
+
+
 class FakeEngine:
     def __init__(self, spec: FakeSpec, model: ModelSpec, chat: bool | None):
         t0 = time.perf_counter()
@@ -83,6 +98,7 @@ class FakeEngine:
         knobs = [
             Knob(name="reply", requested=spec.reply, effective=spec.reply, status="applied", evidence="per example"),
             Knob(name="delay_s", requested=spec.delay_s, effective=spec.delay_s, status="applied", evidence="slept"),
+            Knob(name="jitter", requested=spec.jitter, effective=spec.jitter, status="applied", evidence="per call"),
             Knob(name="tokens", effective=counted, status="default", evidence="how tokens are counted"),
         ]
         note = "fake engine: replies are rendered from a template, no model ran; times and scores say nothing"
@@ -102,10 +118,10 @@ class FakeEngine:
     def generate(
         self, requests: Sequence[Request], sampling: Sampling, progress: Advance | None = None, sink: Sink | None = None
     ) -> list[Generation]:
-        out = []
+        out, delay = [], self.spec.delay_s * jitter_factor(self.spec.jitter, random.SystemRandom())
         for i, req in enumerate(requests):
-            if self.spec.delay_s:
-                time.sleep(self.spec.delay_s)
+            if delay:
+                time.sleep(delay)
             ex = req.example
             fields = dict(question=ex.question, context=ex.context, answers=list(ex.answers), id=ex.id)
             text = self.template.render("", "engine.reply", what=f"example {ex.id!r}", **fields)

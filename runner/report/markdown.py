@@ -13,6 +13,7 @@ import yaml
 from runner.base.files import write_text_atomic
 from runner.base.format import N_EXAMPLES_SHOWN, brief, cell, gib, inline, secs, short, table
 from runner.folder import RunFolder, load_samples
+from runner.report.spread import LEGEND, busy, time_cell
 from runner.results import RunResult
 from runner.scoring import conventions
 
@@ -40,6 +41,8 @@ def _banners(r: RunResult) -> list[str]:
         shared = f"this recipe ran on the engine started for {r.engine_of} (engine start counted there)"
         out.append(f"> Note: {shared}; the prefix cache was reset before it")
     out += [f"> Note: {n}" for n in r.notes]
+    if where := busy(r):
+        out.append("> **Busy machine**: the time may be off: " + "; ".join(where))
     if e := r.estimate:
         at = f"projected at {secs(e.projected_s)} ({_interval(e)}; {e.method})"
         out.append(f"> **Estimate**: {e.n_measured} of {e.n_total} examples were run; the full time is {at}.")
@@ -92,7 +95,7 @@ def _header(r: RunResult) -> list[str]:
 def _time_section(r: RunResult) -> list[str]:
     parts = ["", "## Time and throughput", ""]
     t, th = r.timings, r.throughput
-    row = [secs(t.load_s), secs(t.generate_s), secs(t.total_s)]
+    row = [secs(t.load_s), time_cell(r) or secs(t.generate_s), secs(t.total_s)]
     row += [cell(th.requests_per_s), cell(th.output_tokens_per_s), cell(th.total_tokens_per_s)]
     head = ["engine start", "generation", "total", "requests/s", "output tok/s", "total tok/s"]
     busy = t.gpu_busy is not None
@@ -106,7 +109,48 @@ def _time_section(r: RunResult) -> list[str]:
     if e := r.estimate:
         when = f"~{secs(e.projected_s)} ({_interval(e)}) from {e.n_measured} examples."
         parts += ["", f"Projected full-dataset generation (**estimate**): {when}"]
-    return parts
+    return parts + _repeats_section(r)
+
+
+def _repeats_section(r: RunResult) -> list[str]:
+    """Every measured repeat with how busy the machine was, and how the repeats were ordered."""
+    if not r.repeats:
+        return []
+    order = {
+        "interleaved": "taking turns with the other recipes on its engine (A B A B)",
+        "interleaved with restarts": "taking turns with the other recipes, each turn on a freshly started engine",
+        "back to back": "back to back on one engine",
+    }.get(r.repeat_order or "", "")
+    n = len(r.repeats)
+    how = f"{n} repeats, {order}" if n > 1 else "1 run: no interval"
+    warm = f"; {r.recipe.warmup} uncounted warm-up generation(s) after each engine start" if r.recipe.warmup else ""
+    pct = lambda v: f"{v:.0%}" if v is not None else None
+    rows = [
+        [
+            x.index,
+            secs(x.generate_s),
+            secs(x.load_s) if x.load_s is not None else "(running)",
+            x.changed,
+            x.noise.load_avg,
+            pct(x.noise.cpu_pressure),
+            x.noise.process_cpu_s,
+            "cannot tell"
+            if x.noise.gpu_other_processes is None and x.noise.gpu_sm_clock_mhz
+            else len(x.noise.gpu_other_processes)
+            if x.noise.gpu_other_processes is not None
+            else None,
+            x.noise.gpu_sm_clock_mhz,
+            "; ".join(x.noise.busy) or "no",
+            x.call,
+        ]
+        for x in r.repeats
+    ]
+    head = ["repeat", "generation", "engine start", "outputs changed", "load avg", "CPU pressure", "CPU s"]
+    head += ["other GPU processes", "SM MHz", "busy", "call"]
+    note = f"{how}{warm}; the prefix cache was emptied before each. {LEGEND} Outputs changed: against repeat 1 "
+    note += "(its outputs are the samples). Busy: load average above the CPUs, tasks waiting for a CPU over 10% of "
+    note += "the time (/proc/pressure/cpu), or another process on the GPU (NVML)."
+    return ["", "### Repeats", "", note, "", table(rows, head)]
 
 
 def _tokens_section(r: RunResult) -> list[str]:

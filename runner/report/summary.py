@@ -15,6 +15,7 @@ from runner.base.stats import BOOTSTRAP, mcnemar_exact, paired_bootstrap
 from runner.folder import SUMMARY, RunFolder, load_samples
 from runner.recipe import Recipe
 from runner.report.plots import write_charts
+from runner.report.spread import LEGEND, busy, calls, ratio_text, speedup, time_cell
 from runner.results import RunResult
 
 # a wing's sections of summary.md (studies, serving runs): results, the --out folder -> Markdown lines
@@ -194,16 +195,21 @@ def pick_baseline(results: list[RunResult], name: str | None = None) -> RunResul
 
 
 def _row(r: RunResult, base: RunResult | None, metric_names: list[str]) -> list:
-    t = r.projected_s
-    bt = base.projected_s if base is not None and base.status == "ok" else None
     approx = "~" if (r.estimate or (base is not None and base.estimate)) else ""
-    speed = f"{approx}{bt / t:.1f}×" if (t and bt and r.status == "ok") else None
-    tcell = secs(t) if t is not None else None
-    if r.estimate and t is not None:
-        tcell = f"~{secs(t)} (est. from {r.estimate.n_measured})"
+    speed = "1.0×" if r is base and r.status == "ok" else None
+    if base is not None and base.status == "ok" and r.status == "ok" and r is not base:
+        if (ratio := speedup(base, r)) is not None:
+            speed = ratio_text(*ratio, approx=approx)
+    tcell = time_cell(r, "~" if r.estimate else "")
+    if r.estimate and tcell is not None:
+        tcell += f" (est. from {r.estimate.n_measured})"
     if r.serving is not None and r.serving.headline_rate is not None:  # its time is set by the offered rate
         rate = "inf" if r.serving.headline_rate == float("inf") else f"{r.serving.headline_rate:g}"
-        tcell, speed = f"{tcell} at {rate} req/s (serving)", None
+        tcell, speed = f"{secs(r.projected_s)} at {rate} req/s (serving)", None
+    if tcell is not None and busy(r):
+        tcell += " busy"
+    if base is not None and r is not base and calls(r) and calls(base) and calls(r) != calls(base):
+        tcell = f"{tcell} †"
     diff = recipe_diff(r.recipe, base.recipe) if base is not None and r is not base else {}
     diff_s = diff_cell(diff) if diff else ("(baseline)" if r is base else "")
     knob_flags = [k.name for k in r.knobs if k.status == "ignored"]
@@ -246,7 +252,16 @@ def _overview(results: list[RunResult], base: RunResult | None) -> list[str]:
     headers += ["peak GPU", "roofline", *metric_names, "differs from baseline"]
     roof = "Roofline: the predicted floor of the generation time (compute, memory bandwidth or PCIe, whichever binds; "
     roof += "`runner plan`) ÷ the measured generation time."
-    return [*parts, "", table(rows, headers), "", roof]
+    marks = []
+    if any(busy(r) for r in results):
+        marks.append(
+            "`busy`: measured while the machine was busy (load, CPU pressure or another process on the GPU: "
+            "see the recipe's report)"
+        )
+    if base is not None and any(calls(r) and calls(base) and calls(r) != calls(base) for r in results):
+        marks.append("`†`: measured in another `runner go` call than the baseline; the machine may have differed")
+    legend = [LEGEND + " Speed-up: against the baseline.", *(f"{m}." for m in marks)]
+    return [*parts, "", table(rows, headers), "", roof, "", " ".join(legend)]
 
 
 def _failures(results: list[RunResult]) -> list[str]:

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
@@ -83,12 +84,15 @@ def _process_error(proc: subprocess.Popen, log: Path) -> str:
 
 def _collect(job: Job, proc: subprocess.Popen, error: str | None) -> tuple[list[RunResult], tuple[Unit, ...]]:
     """Results of the units that finished, a failure for the one that was running, and the units that never
-    started (to run again)."""
+    started (to run again). A process that ended well leaves no failure: a unit without results then has repeats
+    still to measure in a later turn (interleaving with restarts)."""
     out: list[RunResult] = []
     for i, unit in enumerate(job.units):
         folder = RunFolder.of(job.options.out, unit.name)
         if folder.results.is_file():
             out.append(RunResult.model_validate_json(folder.results.read_bytes()))
+            continue
+        if error is None and proc.returncode == 0:
             continue
         why = error or _process_error(proc, folder.engine_log)
         hint = failure_hint(why) or f"see {folder.engine_log}"
@@ -125,16 +129,18 @@ def run_isolated(job: Job, warn=print) -> list[RunResult]:
     results, rest = _collect(job, proc, error)
     if baseline is not None and after is not None and after > baseline + 1.0:
         line = f"GPU memory not fully released after the run: {after:.1f} GiB used vs {baseline:.1f} GiB before"
-        with open(RunFolder.of(job.options.out, results[-1].name).engine_log, "a", encoding="utf-8") as f:
+        last = job.units[-1].name
+        with open(RunFolder.of(job.options.out, last).engine_log, "a", encoding="utf-8") as f:
             f.write(f"{LOG_MARK} {line}\n")
-        warn(f"WARNING: {results[-1].name}: {line}")
+        warn(f"WARNING: {last}: {line}")
     if rest:
-        results += run_isolated(Job(units=rest, options=job.options, env=job.env), warn)
+        results += run_isolated(replace(job, units=rest), warn)
     return results
 
 
 def main() -> int:
-    """The child: run the job on its stdin, one engine for all its recipes."""
+    """The child: run the job on its stdin, one engine for all its recipes; exit 0 unless the process itself fails
+    (a recipe that fails is recorded in its results.json)."""
     job = pickle.load(sys.stdin.buffer)
     parent = os.getppid()
 
@@ -148,29 +154,31 @@ def main() -> int:
 
     threading.Thread(target=watch_parent, daemon=True, name="watch-parent").start()
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))  # SystemExit: `finally` blocks shut the engine down
-    from runner.run.loop import SharedEngine, run_unit
+    from runner.run.loop import SharedEngine, run_rounds
 
     progress: IO[str] = os.fdopen(os.dup(2), "w", buffering=1)
     sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
     sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
     os.environ.update(job.env)
+
+    def to_log(unit: Unit) -> None:
+        """This process's stdout/stderr (fds 1 and 2) appended to the recipe's engine.log while it generates."""
+        log = str(RunFolder.of(job.options.out, unit.name).engine_log)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        os.environ["RUNNER_ENGINE_LOG"] = log
+        print(f"runner worker pid {os.getpid()} (process group {os.getpgrp()})", flush=True)
+
     shared = SharedEngine(job.units[0])
-    ok = True
     try:
-        for unit in job.units:  # this process's stdout/stderr (fds 1 and 2) appended to the recipe's engine.log
-            log = str(RunFolder.of(job.options.out, unit.name).engine_log)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            os.dup2(fd, 1)
-            os.dup2(fd, 2)
-            os.close(fd)
-            os.environ["RUNNER_ENGINE_LOG"] = log
-            print(f"runner worker pid {os.getpid()} (process group {os.getpgrp()})", flush=True)
-            ok &= run_unit(unit, job.options, shared, progress).status == "ok"
+        run_rounds(job, shared, progress, before=to_log)  # each recipe's result is in its results.json
     finally:
         shared.close()
-    return 0 if ok else 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ class RunOptions:
     command: str = ""
     progress: bool = True
     timeout_s: float | None = None  # the call's --timeout (a recipe's own timeout_s wins)
+    call: str = ""  # names this `runner go` call in every repeat it measures
 
 
 @dataclass(frozen=True)
@@ -50,9 +51,12 @@ class Job:
     units: tuple[Unit, ...]
     options: RunOptions
     env: dict[str, str] = field(default_factory=dict)
+    rounds: tuple[int, ...] | None = None  # the repeats to measure (1-based); None: all each recipe asks for
+    restarts: bool = False  # one turn of an interleaving with engine restarts (the other turns in other jobs)
 
     def timeout_s(self) -> float | None:
-        """The sum of the units' timeouts (each its recipe's, else the call's); none if any has none."""
+        """The sum of the units' timeouts (each its recipe's, else the call's); none if any has none. A recipe's
+        timeout covers all its repeats."""
         each = [u.loaded.recipe.timeout_s or self.options.timeout_s for u in self.units]
         return None if any(t is None for t in each) else float(sum(each))  # type: ignore[arg-type]
 

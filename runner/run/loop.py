@@ -1,8 +1,12 @@
 """Running recipes on an engine: token ids -> generate -> score -> results files.
 
 Runs inside the recipes' own process (see isolate.py), or in the caller's. Recipes of one job share one engine (built
-for the first); the prefix cache is reset between them, so no recipe is sped up by another's cache. Samples are appended
-to the partial file as they finish; results.json and samples.jsonl are written atomically at the end."""
+for the first); the prefix cache is emptied before every generation but the engine's first, so no recipe or repeat is
+sped up by another's cache. A recipe with `repeat: N` is generated N times; the recipes of a job take turns, repeat by
+repeat (A B A B), so drift and load hit them alike, after the warm-up generations each asks for. The first repeat's
+samples are appended to the partial file as they finish (an interrupted run continues from them) and become
+samples.jsonl; every repeat is appended to repeats.jsonl when it ends (a later call skips those); results.json is
+written when the recipe has all its repeats."""
 
 from __future__ import annotations
 
@@ -10,25 +14,31 @@ import json
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from contextlib import nullcontext
 from typing import IO
 
 from runner.base.errors import RunnerError
 from runner.base.files import PartialWriter, write_json_atomic, write_jsonl_atomic
+from runner.base.noise import Probe, busy_reasons
 from runner.base.nvml import PeakSampler
+from runner.base.stats import percentile
 from runner.base.types import Engine, Generation, Request
-from runner.folder import RunFolder
+from runner.folder import RunFolder, load_samples
 from runner.inputs.context import context_length, truncate_left
-from runner.results import RunResult, Sample, Timings
+from runner.results import Noise, Repeat, RunResult, Sample, Timings
 from runner.run.job import Job, RunOptions, Unit
 from runner.run.result import Measured, failure_hint, make_sample, merge_samples, now, run_result
-from runner.run.resume import load_partial, start_partial
+from runner.run.resume import add_repeat, load_partial, load_repeats, start_partial
 
 
 class SharedEngine:
-    """The job's one engine, built when the first recipe needs it; later recipes reuse it."""
+    """The job's one engine, built when the first recipe needs it; later generations reuse it, their prefix cache
+    emptied first."""
 
     def __init__(self, unit: Unit):
         self.unit, self.engine, self.error, self.users, self.sampler = unit, None, None, 0, PeakSampler()
+        self.unclaimed_start = False  # the engine's start is not yet counted by a measured repeat
 
     def get(self) -> Engine:
         if self.error is not None:
@@ -38,6 +48,7 @@ class SharedEngine:
             self.sampler.__enter__()  # whole device, from before the engine starts
             try:
                 self.engine = r.engine.build(r.model, r.prompt.chat_template)
+                self.unclaimed_start = True
             except BaseException as e:
                 self.error = e
                 raise
@@ -55,9 +66,9 @@ class SharedEngine:
 
 class _Collector:
     """The sink engines hand finished generations to: scores them, appends their lines to the partial file
-    (made durable at most every second), and keeps the clock of the last output."""
+    (made durable at most every second; the first repeat only), and keeps the clock of the last output."""
 
-    def __init__(self, unit: Unit, todo: list[int], texts: list[str], writer: PartialWriter):
+    def __init__(self, unit: Unit, todo: list[int], texts: list[str], writer: PartialWriter | None):
         self.unit, self.todo, self.texts, self.writer = unit, todo, texts, writer
         self.new: dict[str, Sample] = {}
         self.clock = time.perf_counter()
@@ -73,7 +84,8 @@ class _Collector:
             ex = self.unit.prepared.examples[i]
             s = self.new[ex.id] = make_sample(ex, self.texts[i], g, self.unit.loaded.recipe, seconds=wall)
             lines.append(json.dumps(s.to_line(), ensure_ascii=False) + "\n")
-        self.writer.append(lines)
+        if self.writer is not None:
+            self.writer.append(lines)
 
 
 def _encode(unit: Unit, engine: Engine) -> tuple[list[str], list[list[int]], list[str]]:
@@ -87,68 +99,171 @@ def _encode(unit: Unit, engine: Engine) -> tuple[list[str], list[list[int]], lis
     return texts, ids, [note] if cut else []
 
 
-def _generate(unit: Unit, opts: RunOptions, shared: SharedEngine, progress_file: IO[str] | None) -> RunResult:
-    t_start, started = time.perf_counter(), now()
-    r, folder = unit.loaded.recipe, RunFolder.of(opts.out, unit.name)
-    done = load_partial(folder.partial, unit.run_key, r.metrics)
-    examples = unit.prepared.examples
-    todo = [i for i, ex in enumerate(examples) if ex.id not in done]
-    engine_of = shared.unit.name if shared.users else None  # a later recipe on the job's engine
-    engine = shared.get()
-    texts, ids, notes = _encode(unit, engine)
-    if not done:
-        start_partial(folder.partial, unit.run_key)
-    from tqdm import tqdm
+class UnitRun:
+    """One recipe's repeats in this process: those an earlier call measured (repeats.jsonl), each generation run
+    here, and the facts of the last one, from which the result is made once every repeat is measured."""
 
-    shown = dict(disable=not opts.progress, file=progress_file or sys.stderr, dynamic_ncols=True, mininterval=0.5)
-    bar = tqdm(total=len(ids), desc=r.name, unit="ex", **shown)
-    bar.update(len(done))
-    with PartialWriter(folder.partial) as writer:
-        sink = _Collector(unit, todo, texts, writer)
-        t0 = sink.clock = time.perf_counter()
-        requests = [Request(ids=ids[i], example=examples[i]) for i in todo]
-        engine.generate(requests, r.sampling, bar.update if opts.progress else None, sink)
-    # generation ends when the last output is back (the sink's clock), as a plain generate() call would time
-    # it: what the engine does after handing over its last outputs counts in total only
-    gen_s = (sink.clock if sink.new else time.perf_counter()) - t0
-    bar.close()
-    samples = merge_samples(examples, done, sink.new)
-    write_jsonl_atomic(folder.samples, [s.to_line() for s in samples])
-    folder.partial.unlink(missing_ok=True)
-    reused_s = sum(d.seconds or 0.0 for d in done.values())
-    total_s, end, sampler = time.perf_counter() - t_start, t0 + gen_s, shared.sampler
-    load_s = 0.0 if engine_of else engine.info.load_s  # a shared engine's start counts where it started
-    busy = dict(gpu_busy=sampler.busy_share(t0, end), gpu_busy_tenths=sampler.busy_parts(t0, end))  # None: no GPU
-    timings = Timings(load_s=load_s, generate_s=gen_s + reused_s, total_s=total_s, **busy)
-    m = Measured(timings, sampler.peak, sampler.start_gib, sink.one_at_a_time, started, reused_s)
-    facts = dict(ids=ids, notes=notes, reused=len(done), engine_of=engine_of)
-    return run_result(unit, opts.command, samples, engine.info, m, **facts)
+    def __init__(self, unit: Unit, opts: RunOptions, restarts: bool):
+        self.unit, self.opts, self.r = unit, opts, unit.loaded.recipe
+        self.folder = RunFolder.of(opts.out, unit.name)
+        self.folder.root.mkdir(parents=True, exist_ok=True)
+        has_samples = self.folder.samples.is_file()
+        self.repeats = load_repeats(self.folder.repeats, unit.run_key) if has_samples else []
+        if not has_samples:
+            self.folder.repeats.unlink(missing_ok=True)  # repeats without the first one's samples: measured again
+        self.restarts, self.started, self.t_start = restarts, now(), time.perf_counter()
+        self.work_s, self.result, self.last, self.engine_of = 0.0, None, None, None
+        self.per_example = False
 
+    @property
+    def wanted(self) -> int:
+        return self.r.repeat
 
-def run_unit(unit: Unit, opts: RunOptions, shared: SharedEngine, progress_file: IO[str] | None = None) -> RunResult:
-    """Run one recipe on the job's engine; always writes and returns a RunResult (failed on error)."""
-    folder = RunFolder.of(opts.out, unit.name)
-    folder.root.mkdir(parents=True, exist_ok=True)
-    t_start, started = time.perf_counter(), now()
-    try:
-        result = _generate(unit, opts, shared, progress_file)
-    except Exception as e:  # a user error, an engine crash, OOM, ...: recorded as this recipe's failure
-        if isinstance(e, RunnerError):
-            error, hint = e.render(with_hint=False), e.hint
+    def has(self, index: int) -> bool:
+        return any(rep.index == index for rep in self.repeats)
+
+    @property
+    def complete(self) -> bool:
+        return all(self.has(i) for i in range(1, self.wanted + 1))
+
+    def order(self, sharing: int) -> str | None:
+        if self.wanted == 1:
+            return None
+        return "interleaved with restarts" if self.restarts else "interleaved" if sharing > 1 else "back to back"
+
+    def generate(self, index: int, shared: SharedEngine, progress_file: IO[str] | None) -> None:
+        """Generation `index` of the recipe (0: a warm-up, not kept); on error the recipe's failed result."""
+        t_start = time.perf_counter()
+        try:
+            self._generate(index, shared, progress_file)
+        except Exception as e:  # a user error, an engine crash, OOM, ...: recorded as this recipe's failure
+            if isinstance(e, RunnerError):
+                error, hint = e.render(with_hint=False), e.hint
+            else:
+                traceback.print_exc()
+                error = f"{type(e).__name__}: {e}"
+                hint = failure_hint(error)
+            m = Measured(Timings(total_s=time.perf_counter() - t_start), started_at=self.started)
+            self.result = run_result(self.unit, self.opts.command, [], None, m, error=error, hint=hint)
+            write_json_atomic(self.folder.results, self.result.model_dump(mode="json"))
+
+    def _generate(self, index: int, shared: SharedEngine, progress_file: IO[str] | None) -> None:
+        t_start, started, r, opts, unit = time.perf_counter(), now(), self.r, self.opts, self.unit
+        first = index == 1
+        done = load_partial(self.folder.partial, unit.run_key, r.metrics) if first else {}
+        examples = unit.prepared.examples
+        todo = [i for i, ex in enumerate(examples) if ex.id not in done]
+        if shared.engine is not None and shared.unit.name != unit.name:
+            self.engine_of = shared.unit.name  # a later recipe on the engine started for the job's first
+        engine = shared.get()
+        texts, ids, notes = _encode(unit, engine)
+        if first and not done:
+            start_partial(self.folder.partial, unit.run_key)
+        from tqdm import tqdm
+
+        shown = dict(disable=not opts.progress, file=progress_file or sys.stderr, dynamic_ncols=True, mininterval=0.5)
+        turn = " (warm-up)" if index == 0 else f" ({index}/{self.wanted})" if self.wanted > 1 else ""
+        bar = tqdm(total=len(ids), desc=r.name + turn, unit="ex", **shown)
+        bar.update(len(done))
+        probe = Probe()
+        with PartialWriter(self.folder.partial) if first else nullcontext() as writer:
+            sink = _Collector(unit, todo, texts, writer)
+            t0 = sink.clock = time.perf_counter()
+            requests = [Request(ids=ids[i], example=examples[i]) for i in todo]
+            engine.generate(requests, r.sampling, bar.update if opts.progress else None, sink)
+        # generation ends when the last output is back (the sink's clock), as a plain generate() call would time
+        # it: what the engine does after handing over its last outputs counts in total only
+        gen_s = (sink.clock if sink.new else time.perf_counter()) - t0
+        noise = probe.read()
+        bar.close()
+        if index == 0:
+            return
+        changed = None
+        if first:
+            samples = merge_samples(examples, done, sink.new)
+            write_jsonl_atomic(self.folder.samples, [s.to_line() for s in samples])
+            self.folder.partial.unlink(missing_ok=True)
+            self.per_example = sink.one_at_a_time
         else:
-            traceback.print_exc()
-            error = f"{type(e).__name__}: {e}"
-            hint = failure_hint(error)
-        m = Measured(Timings(total_s=time.perf_counter() - t_start), started_at=started)
-        result = run_result(unit, opts.command, [], None, m, error=error, hint=hint)
-    write_json_atomic(folder.results, result.model_dump(mode="json"))
-    return result
+            before = {str(s["id"]): s["output"] for s in load_samples(self.folder)}
+            changed = sum(before.get(i) != s.output for i, s in sink.new.items())
+        reused_s = sum(d.seconds or 0.0 for d in done.values())
+        load = engine.info.load_s if shared.unclaimed_start else None
+        shared.unclaimed_start = False
+        rep = Repeat(
+            index=index,
+            generate_s=gen_s + reused_s,
+            load_s=load,
+            started_at=started,
+            call=opts.call,
+            changed=changed,
+            reused_samples=len(done),
+            reused_s=reused_s,
+            noise=Noise(**noise, busy=busy_reasons(noise)),
+        )
+        add_repeat(self.folder.repeats, unit.run_key, rep)
+        self.repeats = sorted([*(x for x in self.repeats if x.index != index), rep], key=lambda x: x.index)
+        self.work_s += time.perf_counter() - t_start
+        busy = dict(gpu_busy=shared.sampler.busy_share(t0, t0 + gen_s))
+        busy["gpu_busy_tenths"] = shared.sampler.busy_parts(t0, t0 + gen_s)
+        self.last = (engine, ids, notes, busy)
+
+    def finish(self, shared: SharedEngine, sharing: int) -> RunResult | None:
+        """The recipe's result once every repeat is measured (written to results.json); None while some are not."""
+        if self.result is not None or not self.complete or self.last is None:
+            return self.result
+        engine, ids, notes, busy = self.last
+        reps = [x for x in self.repeats if x.index <= self.wanted]
+        first = reps[0]
+        loads = [x.load_s for x in reps if x.load_s is not None]
+        load_s = 0.0 if self.engine_of else percentile(loads, 50) if loads else engine.info.load_s
+        gen_s = percentile([x.generate_s for x in reps], 50)
+        timings = Timings(load_s=load_s, generate_s=gen_s, total_s=load_s + self.work_s, **busy)
+        metrics = list(self.r.metrics)
+        samples = [Sample.from_line(d, metrics) for d in load_samples(self.folder)]
+        sampler = shared.sampler
+        m = Measured(timings, sampler.peak, sampler.start_gib, self.per_example, first.started_at, first.reused_s)
+        facts = dict(ids=ids, notes=notes, reused=first.reused_samples, engine_of=self.engine_of)
+        facts.update(repeats=reps, repeat_order=self.order(sharing))
+        self.result = run_result(self.unit, self.opts.command, samples, engine.info, m, **facts)
+        write_json_atomic(self.folder.results, self.result.model_dump(mode="json"))
+        return self.result
+
+
+def run_rounds(
+    job: Job,
+    shared: SharedEngine,
+    progress_file: IO[str] | None = None,
+    before: Callable[[Unit], None] = lambda unit: None,
+) -> list[RunResult]:
+    """The job's generations on its one engine: each recipe's warm-ups, then the repeats in turns (repeat 1 of
+    every recipe, then repeat 2, ...), skipping those measured before; `before(unit)` runs before each generation.
+    Returns the results written: recipes that failed or have every repeat."""
+    runs = [UnitRun(u, job.options, job.restarts) for u in job.units]
+    rounds = job.rounds or tuple(range(1, max(u.wanted for u in runs) + 1))
+    todo = lambda u: [i for i in rounds if i <= u.wanted and not u.has(i)]
+    for u in runs:
+        for _ in range(u.r.warmup if todo(u) else 0):
+            if u.result is None:
+                before(u.unit)
+                u.generate(0, shared, progress_file)
+    for i in rounds:
+        for u in runs:
+            if u.result is None and i in todo(u):
+                before(u.unit)
+                u.generate(i, shared, progress_file)
+    for u in runs:  # measured before but never reported (the call ended first): the last repeat measured again
+        if u.result is None and u.last is None and u.complete and max(rounds) >= u.wanted:
+            before(u.unit)
+            u.generate(u.wanted, shared, progress_file)
+    sharing = len(runs)
+    return [res for u in runs if (res := u.finish(shared, sharing)) is not None]
 
 
 def run_job(job: Job) -> list[RunResult]:
-    """Run a job's recipes in order on one engine, in this process."""
+    """Run a job's recipes on one engine, in this process."""
     shared = SharedEngine(job.units[0])
     try:
-        return [run_unit(unit, job.options, shared) for unit in job.units]
+        return run_rounds(job, shared)
     finally:
         shared.close()

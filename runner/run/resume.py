@@ -11,9 +11,10 @@ from typing import Any
 
 from runner.base.errors import RunnerError
 from runner.base.files import write_text_atomic
-from runner.results import Sample
+from runner.results import Repeat, Sample
 
-NOT_IN_KEY = {"description", "baseline", "timeout_s"}  # change nothing a run produces
+# change nothing a run produces (repeats are kept one by one: asking for more runs only the missing ones)
+NOT_IN_KEY = {"description", "baseline", "gate", "timeout_s", "repeat", "warmup", "interleave"}
 
 
 def run_key(recipe: dict[str, Any], inputs: dict[str, str], limit: int | None, estimate: int | None) -> str:
@@ -67,3 +68,29 @@ def load_partial(path: Path, key: str, metrics: list[str]) -> dict[str, Sample]:
 
 def start_partial(path: Path, key: str) -> None:
     write_text_atomic(path, json.dumps({"_run_key": key}) + "\n")
+
+
+def load_repeats(path: Path, key: str) -> list[Repeat]:
+    """The repeats an earlier call measured of this very run (first line: its key), by index; a file of another
+    run, or one unreadable, is removed (those repeats run again)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        if not lines or json.loads(lines[0]).get("_run_key") != key:
+            raise ValueError("another run")
+        reps = {r.index: r for r in (Repeat.model_validate_json(x) for x in lines[1:] if x.strip())}
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, AttributeError):
+        path.unlink(missing_ok=True)
+        return []
+    return [reps[i] for i in sorted(reps)]
+
+
+def add_repeat(path: Path, key: str, rep: Repeat) -> None:
+    """Append a finished repeat (the file started with the run's key when it has none)."""
+    if not path.is_file():
+        start_partial(path, key)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(rep.model_dump_json() + "\n")
+        f.flush()
+        os.fsync(f.fileno())

@@ -17,6 +17,7 @@ from runner.base.errors import RunnerError
 from runner.base.format import cell, secs, short, table
 from runner.folder import study_chart_path
 from runner.report.plots import accuracy_chart, pyplot
+from runner.report.spread import clear, ratio_text, speedup, speedup_parts, time_cell
 from runner.results import RunResult
 
 ABSENT: Any = type("Absent", (), {"__repr__": lambda _: "ABSENT"})()  # an axis the cell's variant has not got
@@ -103,19 +104,15 @@ def fastest(cells: list[RunResult]) -> RunResult | None:
     return min((r for r in cells if timed(r)), key=lambda r: r.projected_s, default=None)
 
 
-def times(x: float, approx: bool = False) -> str:
-    """A speed-up: `2.50×`, `12.5×`, `1,234×` (`~` where a projected time went into it)."""
-    return ("~" if approx else "") + (f"{x:,.0f}×" if x >= 100 else f"{x:.1f}×" if x >= 10 else f"{x:.2f}×")
-
-
 def time_text(r: RunResult, bold: bool = False) -> str | None:
-    """`12.0 s`, `~12.0 s` for a projection, `failed`; in bold for the fastest cell."""
+    """`12.0 s (11.2 s–12.9 s, n=5)`, `~12.0 s` for a projection of one run, `failed`; the time in bold for the
+    fastest cell."""
     if r.status != "ok":
         return "failed"
-    if r.projected_s is None:
+    if (s := time_cell(r, "~" if r.estimate else "", compact=True)) is None:
         return None
-    s = ("~" if r.estimate else "") + secs(r.projected_s)
-    return f"**{s}**" if bold else s
+    med, _, rest = s.partition(" (")
+    return (f"**{med}**" if bold else med) + (f" ({rest}" if rest else "")
 
 
 def pivot(cells: list[RunResult], axes: Axes, rows: str | None, cols: str | None) -> str:
@@ -152,6 +149,8 @@ class Effect:
     pairs: tuple[tuple[RunResult, RunResult], ...]
     speedup: float | None
     approx: bool
+    low: float | None = None  # the 95% interval of the speed-up (none from single runs)
+    high: float | None = None
 
 
 def only_differ_in(a: RunResult, b: RunResult, axis: str) -> bool:
@@ -176,7 +175,9 @@ def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
         for v, group in zip(vals[1:], at[1:]):
             pairs = tuple((a, b) for a in at[0] for b in group if only_differ_in(a, b, axis))
             speedup = statistics.geometric_mean([a.projected_s / b.projected_s for a, b in pairs]) if pairs else None
-            out.append(Effect(axis, vals[0], v, pairs, speedup, any(a.estimate or b.estimate for a, b in pairs)))
+            approx = any(a.estimate or b.estimate for a, b in pairs)
+            lo, hi = speedup_parts(pairs) if pairs else (None, None)
+            out.append(Effect(axis, vals[0], v, pairs, speedup, approx, lo, hi))
     return out
 
 
@@ -197,17 +198,21 @@ def effects_section(effects: list[Effect], labels: Labels | None = None) -> list
     rows, lines = [], []
     for e in effects:
         change = f"{value_label(e.frm, axis=e.axis, labels=labels)} → {value_label(e.to, axis=e.axis, labels=labels)}"
-        row = [e.axis, change, times(e.speedup, e.approx) if e.speedup is not None else None, len(e.pairs)]
+        approx = "~" if e.approx else ""
+        speed = ratio_text(e.speedup, e.low, e.high, approx) if e.speedup is not None else None
+        row = [e.axis, change, speed, len(e.pairs)]
         changes = [score_change(e, m) for m in metrics]
         rows.append(row + [f"{round(d, 3) + 0.0:+.3f}" if d is not None else None for d in changes])
         if e.pairs:
-            each = (f"{a.name} → {b.name} ({times(a.projected_s / b.projected_s)})" for a, b in e.pairs)
+            each = (f"{a.name} → {b.name} ({ratio_text(*speedup(a, b))})" for a, b in e.pairs)  # type: ignore[misc]
             lines.append(f"- {e.axis} {change}: " + ", ".join(each))
     note = (
         "Speed-up of changing one setting alone, every other setting held fixed: generation time with the first value "
         "(the baseline cell's, where the study has one) ÷ time with the other value, the geometric mean over the "
         "pairs of cells that differ only in that setting (above 1× the change is faster; failed cells take no part; "
-        "across variants, settings only one of the two cells has count as the variant's; `~`: a projected time)."
+        "across variants, settings only one of the two cells has count as the variant's; `~`: a projected time), "
+        "with its 95% interval (over several pairs, of their geometric mean); an interval that holds 1 is no clear "
+        "difference."
     )
     if metrics:
         note += (
@@ -225,8 +230,11 @@ def fastest_section(cells: list[RunResult], metric: str | None) -> list[str]:
     slow = max((r for r in cells if timed(r)), key=lambda r: r.projected_s)
 
     def vs(other: RunResult, what: str) -> str:
-        ratio = times(other.projected_s / best.projected_s, bool(best.estimate or other.estimate))
-        return f"{ratio} faster than {what} {other.name} ({time_text(other)})"
+        ratio, lo, hi = speedup(other, best)  # type: ignore[misc]
+        text = ratio_text(ratio, lo, hi, "~" if (best.estimate or other.estimate) else "")
+        if lo is not None and lo <= 1 <= hi:  # type: ignore[operator]
+            return f"{text} against {what} {other.name} ({time_text(other)})"
+        return f"{text} faster than {what} {other.name} ({time_text(other)})"
 
     base = next((r for r in cells if r.recipe.baseline), None)
     slowest = "the slowest" + (" (the study's baseline)," if slow is base else ",")
@@ -235,6 +243,11 @@ def fastest_section(cells: list[RunResult], metric: str | None) -> list[str]:
         parts.append("it is the study's baseline")
     elif base is not None and base is not slow:
         parts.append(vs(base, "the baseline,") if timed(base) else f"the baseline, {base.name}, has no time")
+    runner_up = min((r for r in cells if timed(r) and r is not best), key=lambda r: r.projected_s, default=None)
+    if runner_up is not None and (ratio := speedup(runner_up, best)) and ratio[1] is not None and not clear(*ratio[1:]):
+        parts.append(
+            f"not clearly faster than the next, {runner_up.name} ({time_text(runner_up)}: {ratio_text(*ratio)})"
+        )
     scored = metric and best.scores_meaningful and metric in best.scores
     score = f"; {metric} {best.scores[metric]:.3f}" if scored else ""
     return ["", "### Fastest cell", "", f"**{best.name}** ({time_text(best)}{score}): " + "; ".join(parts) + "."]
@@ -322,7 +335,8 @@ def study_section(study: str, cells: list[RunResult], chart: Path | None = None)
     out = ["", f"## Study {study}", ""]
     if axes:
         picked = f"rows: **{rows}**" + (f", columns: **{cols}**" if cols else "")
-        note = "Generation time per cell (`~`: projected from a partial run; fastest in bold)."
+        note = "Generation time per cell (`~`: projected from a partial run; fastest in bold): the median with its 95% "
+        note += "interval and the number of repeats; a time alone is one run, with no interval."
         out += [f"{head}; {picked} ({how}). {note}", "", pivot(cells, axes, rows, cols)]
     else:
         out.append(f"{head}; no setting varies among them.")

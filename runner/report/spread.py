@@ -1,0 +1,85 @@
+"""How much a time moves: a run's median generation time with its 95% interval over the repeats, a speed-up as a
+ratio of medians with its interval ("no clear difference" where the interval holds 1), and what made the machine
+busy while it was measured. A run stored before repeats existed is one run: no interval."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from runner.base.format import secs
+from runner.base.stats import TIME_CI, combined_interval, log_ratio, median_interval, percentile
+from runner.results import RunResult
+
+ONE_RUN = "1 run: no interval"
+INTERLEAVED = ("interleaved", "interleaved with restarts")
+LEGEND = (
+    f"Times are medians over the repeats with a 95% interval ({TIME_CI}; n = repeats). A speed-up is the ratio of "
+    "two medians with its 95% interval: t on the log ratios of the turns where the two recipes took turns in one "
+    "call (paired), else Welch's t on the log times; an interval that holds 1 is written as no clear difference."
+)
+
+
+def times(r: RunResult) -> list[float]:
+    """The run's measured generation times; an estimate's scaled to the full dataset as its projection is."""
+    t = r.times
+    if r.estimate and r.timings.generate_s:
+        k = r.estimate.projected_s / r.timings.generate_s
+        return [x * k for x in t]
+    return t
+
+
+def time_cell(r: RunResult, approx: str = "", compact: bool = False) -> str | None:
+    """`2.05 s (1.90–2.31 s, n=5)`, or `2.05 s (1 run: no interval)` (`compact`: `2.05 s`, where a note says it)."""
+    t = times(r)
+    if not t:
+        return None
+    med, lo, hi = median_interval(t)
+    if lo is None or hi is None:
+        return f"{approx}{secs(med)}" + ("" if compact else f" ({ONE_RUN})")
+    return f"{approx}{secs(med)} ({secs(lo)}–{secs(hi)}, n={len(t)})"
+
+
+def paired(a: RunResult, b: RunResult) -> bool:
+    """The two runs took turns in one call: repeat i of each was measured side by side."""
+    if a.repeat_order not in INTERLEAVED or b.repeat_order not in INTERLEAVED or len(a.repeats) != len(b.repeats):
+        return False
+    return all(x.call and x.call == y.call and x.index == y.index for x, y in zip(a.repeats, b.repeats))
+
+
+def speedup(slow: RunResult, fast: RunResult) -> tuple[float, float | None, float | None] | None:
+    """time(slow) / time(fast): the ratio of the medians and its 95% interval (None without times)."""
+    a, b = times(slow), times(fast)
+    if not a or not b:
+        return None
+    part = log_ratio(a, b, paired(slow, fast))
+    return (percentile(a, 50) / percentile(b, 50), *combined_interval([part]))
+
+
+def speedup_parts(pairs: Sequence[tuple[RunResult, RunResult]]) -> tuple[float | None, float | None]:
+    """The 95% interval of the geometric mean of several pairs' speed-ups."""
+    parts = [log_ratio(times(a), times(b), paired(a, b)) for a, b in pairs if times(a) and times(b)]
+    return combined_interval(parts) if len(parts) == len(pairs) else (None, None)
+
+
+def ratio_text(ratio: float, lo: float | None, hi: float | None, approx: str = "") -> str:
+    """`1.80× (1.52–2.13)`, `no clear difference (0.91–1.12×)`, `1.80× (1 run: no interval)`."""
+    x = lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+    if lo is None or hi is None:
+        return f"{approx}{x(ratio)}× ({ONE_RUN})"
+    if lo <= 1 <= hi:
+        return f"no clear difference ({x(lo)}–{x(hi)}×)"
+    return f"{approx}{x(ratio)}× ({x(lo)}–{x(hi)})"
+
+
+def clear(lo: float | None, hi: float | None) -> bool:
+    return lo is not None and hi is not None and not lo <= 1 <= hi
+
+
+def busy(r: RunResult) -> list[str]:
+    """`repeat 2: load average 3.1 on 2 CPUs` for each measured repeat the machine was busy in."""
+    return [f"repeat {x.index}: {'; '.join(x.noise.busy)}" for x in r.repeats if x.noise.busy]
+
+
+def calls(r: RunResult) -> frozenset[str]:
+    """The `runner go` calls that measured the run (empty for a run stored before calls were recorded)."""
+    return frozenset(x.call for x in r.repeats if x.call)
