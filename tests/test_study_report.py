@@ -248,14 +248,14 @@ def test_axis_effects_medians_and_the_cells_they_come_from():
     assert "| variant | hf → vllm | ~14.1× (1 run: no interval) | 2 |" in part and "| variant | hf → fp8 | – | 0 |" in part
     assert "- variant hf → vllm: s-hf → s-vllm-nocache (10.0× (1 run: no interval)), s-hf → s-vllm-cache (20.0× (1 run: no interval))" in part
     assert "| engine.enable_prefix_caching | false → true | 2.83× (1 run: no interval) | 2 |" in part
-    assert "| prompt.template | jsquad.j2 → ctx.j2 | 1.41× | 2 |" in part
+    assert "| prompt.template | jsquad.j2 → ctx.j2 | 1.41× (1 run: no interval) | 2 |" in part
     assert (
-        "- engine.enable_prefix_caching false → true: s-vllm-nocache → s-vllm-cache (2.00×), "
-        "s-vllm-nocache-ctx → s-vllm-cache-ctx (4.00×)" in part
+        "- engine.enable_prefix_caching false → true: s-vllm-nocache → s-vllm-cache (2.00× (1 run: no interval)), "
+        "s-vllm-nocache-ctx → s-vllm-cache-ctx (4.00× (1 run: no interval))" in part
     )
     assert (
-        "- prompt.template jsquad.j2 → ctx.j2: s-vllm-nocache → s-vllm-nocache-ctx (1.00×), "
-        "s-vllm-cache → s-vllm-cache-ctx (2.00×)" in part
+        "- prompt.template jsquad.j2 → ctx.j2: s-vllm-nocache → s-vllm-nocache-ctx (1.00× (1 run: no interval)), "
+        "s-vllm-cache → s-vllm-cache-ctx (2.00× (1 run: no interval))" in part
     )
 
 
