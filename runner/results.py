@@ -224,6 +224,9 @@ class Repeat(_M):
     started_at: str = ""
     call: str = Field("", description="The `runner go` call that measured it (repeats of one call share it).")
     changed: int | None = Field(None, description="Outputs that differ from the first repeat's.")
+    cached_tokens: int | None = Field(
+        None, description="Prompt tokens served from the prefix cache in this repeat (emptied before each)."
+    )
     reused_samples: int = Field(0, description="First repeat only: samples reused from an interrupted run.")
     reused_s: float = Field(0.0, description="Their recorded wall time, included in generate_s.")
     noise: Noise = Field(default_factory=Noise)

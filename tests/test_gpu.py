@@ -144,6 +144,25 @@ def test_recipes_sharing_an_engine_start_from_an_empty_prefix_cache(tiny, tmp_pa
     assert together[1].timings.load_s == 0 and together[1].engine_of == "first"
 
 
+def test_repeats_on_one_vllm_engine_each_start_from_an_empty_prefix_cache(tiny, tmp_path):
+    """repeat: 3 on a real engine: three generations, each with the cache hits of the first (the cache is emptied
+    before each, though each asks for the prompts the one before just cached); the time is their median."""
+    import statistics
+
+    from runner.run.isolate import run_isolated
+
+    p = tmp_path / "rep.yaml"
+    p.write_text(recipe_yaml(tiny, "rep", extra_engine="  enable_prefix_caching: true") + "repeat: 3\n")
+    [res] = run_isolated(_job(p, tmp_path / "out"))
+    assert res.status == "ok", res.error
+    assert [x.index for x in res.repeats] == [1, 2, 3] and res.repeat_order == "back to back"
+    cached = [x.cached_tokens for x in res.repeats]
+    assert cached[0] and cached[0] < res.tokens.prompt and len(set(cached)) == 1, cached
+    assert res.repeats[0].load_s and res.repeats[1].load_s is None  # one engine start, counted by the first
+    assert res.timings.generate_s == statistics.median(x.generate_s for x in res.repeats)
+    assert all(x.changed is not None for x in res.repeats[1:])
+
+
 def test_serving_sweep_against_a_real_vllm_server(tiny, tmp_path):
     """The serving wing against `vllm serve` (the tiny model, random weights) under vLLM's own benchmark client:
     every request of both rates completes, the knobs are read back from the server's log, the prefix-cache hits

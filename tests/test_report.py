@@ -281,7 +281,9 @@ def test_estimated_baseline_uses_projected_time_and_is_marked(base_rec):
     )
     rs = [result("base", base_rec, generate_s=28.0, estimate=est), result("fast", generate_s=20.0)]
     rows = summary_rows(summary_markdown(rs))
-    assert rows["fast"]["speed-up"] == "~150× (1 run: no interval)"  # 3000 / 20, not 28 / 20; ~ as the baseline is estimated
+    assert (
+        rows["fast"]["speed-up"] == "~150× (1 run: no interval)"
+    )  # 3000 / 20, not 28 / 20; ~ as the baseline is estimated
     assert rows["base"]["generation time"].startswith("~")
     assert "est." in rows["base"]["generation time"] and "40" in rows["base"]["generation time"]
     assert "3,000" in rows["base"]["generation time"]

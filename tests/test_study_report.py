@@ -15,6 +15,7 @@ import pytest
 from runner.base.errors import RunnerError
 from runner.folder import study_chart_path
 from runner.recipe import Recipe
+from runner.report.spread import ratio_text
 from runner.results import Estimate, RunResult, Timings
 from runner.study.study import (
     ABSENT,
@@ -28,7 +29,6 @@ from runner.study.study import (
     value_label,
     write_study_charts,
 )
-from runner.report.spread import ratio_text
 from tests.wired import report_markdown, summary_markdown, write_summary
 
 BASE: dict[str, Any] = {
@@ -225,8 +225,9 @@ def test_one_axis_study_and_list_and_mapping_values():
         "| {}                                   | 30.0 s            |",
         "| …s=2048,max_num_batched_tokens=32768 | **15.0 s**        |",
     ]
-    assert "| engine.engine_args | {} → …s=2048,max_num_batched_tokens=32768 | 2.00× (1 run: no interval) | 1 |" in re.sub(
-        r" +\|", " |", part
+    assert (
+        "| engine.engine_args | {} → …s=2048,max_num_batched_tokens=32768 | 2.00× (1 run: no interval) | 1 |"
+        in re.sub(r" +\|", " |", part)
     )
     assert value_label(["a", "b"]) == "a,b" and value_label([{"x": 1}, {"y": 2}]) == "[2 items]"
     assert value_label(True) == "true" and value_label(None) == "null" and value_label("x" * 40) == "…" + "x" * 35
@@ -245,8 +246,13 @@ def test_axis_effects_medians_and_the_cells_they_come_from():
     assert effects["variant", "fp8"].pairs == ()  # its one cell failed
     assert effects["variant", "vllm"].speedup == pytest.approx(200**0.5) and effects["variant", "vllm"].approx
     part = re.sub(r" +\|", " |", study_part(summary_markdown(study_cells())))
-    assert "| variant | hf → vllm | ~14.1× (1 run: no interval) | 2 |" in part and "| variant | hf → fp8 | – | 0 |" in part
-    assert "- variant hf → vllm: s-hf → s-vllm-nocache (10.0× (1 run: no interval)), s-hf → s-vllm-cache (20.0× (1 run: no interval))" in part
+    assert (
+        "| variant | hf → vllm | ~14.1× (1 run: no interval) | 2 |" in part and "| variant | hf → fp8 | – | 0 |" in part
+    )
+    assert (
+        "- variant hf → vllm: s-hf → s-vllm-nocache (10.0× (1 run: no interval)), "
+        "s-hf → s-vllm-cache (20.0× (1 run: no interval))" in part
+    )
     assert "| engine.enable_prefix_caching | false → true | 2.83× (1 run: no interval) | 2 |" in part
     assert "| prompt.template | jsquad.j2 → ctx.j2 | 1.41× (1 run: no interval) | 2 |" in part
     assert (
@@ -261,7 +267,9 @@ def test_axis_effects_medians_and_the_cells_they_come_from():
 
 def test_estimated_pair_is_marked():
     cells = [cell_result("e-a", {"x": 1}, 9.0, study="e", estimate=EST), cell_result("e-b", {"x": 2}, 100.0, study="e")]
-    assert "| x | 1 → 2 | ~4.00× (1 run: no interval) | 1 |" in re.sub(r" +\|", " |", study_part(summary_markdown(cells), "e"))
+    assert "| x | 1 → 2 | ~4.00× (1 run: no interval) | 1 |" in re.sub(
+        r" +\|", " |", study_part(summary_markdown(cells), "e")
+    )
 
 
 def test_speed_up_format_and_a_study_whose_cells_all_failed():
@@ -283,7 +291,8 @@ def test_speed_up_format_and_a_study_whose_cells_all_failed():
 def test_fastest_cell_against_the_slowest_and_the_baseline():
     part = study_part(summary_markdown(study_cells()))
     assert (
-        "**s-vllm-cache-ctx** (10.0 s; exact_match 0.700): ~40.0× (1 run: no interval) faster than the slowest (the study's "
+        "**s-vllm-cache-ctx** (10.0 s; exact_match 0.700): ~40.0× (1 run: no interval) faster than the slowest "
+        "(the study's "
         "baseline), s-hf (~400.0 s)." in part
     )
     cells = [
@@ -292,7 +301,8 @@ def test_fastest_cell_against_the_slowest_and_the_baseline():
         cell_result("b-fast", {"x": 3}, 10.0, study="b"),
     ]
     assert (
-        "**b-fast** (10.0 s; exact_match 0.500): 4.00× (1 run: no interval) faster than the slowest, b-slow (40.0 s); 2.00× (1 run: no interval) faster "
+        "**b-fast** (10.0 s; exact_match 0.500): 4.00× (1 run: no interval) faster than the slowest, b-slow (40.0 s); "
+        "2.00× (1 run: no interval) faster "
         "than the baseline, b-base (20.0 s)." in study_part(summary_markdown(cells), "b")
     )
     alone = study_part(summary_markdown(study_cells()[:1]))

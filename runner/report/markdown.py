@@ -145,7 +145,8 @@ def _repeats_section(r: RunResult) -> list[str]:
         ]
         for x in r.repeats
     ]
-    head = ["repeat", "generation", "engine start", "outputs changed", "load avg", "CPU pressure", "CPU s"]
+    head = ["repeat", "generation", "engine start", "outputs changed", "prompt tokens from cache", "load avg"]
+    head += ["CPU pressure", "CPU s"]
     head += ["other GPU processes", "SM MHz", "busy", "call"]
     note = f"{how}{warm}; the prefix cache was emptied before each. {LEGEND} Outputs changed: against repeat 1 "
     note += "(its outputs are the samples). Busy: load average above the CPUs, tasks waiting for a CPU over 10% of "

@@ -178,7 +178,7 @@ class UnitRun:
         bar.close()
         if index == 0:
             return
-        changed = None
+        changed, cached = None, [s.cached_tokens for s in sink.new.values() if s.cached_tokens is not None]
         if first:
             samples = merge_samples(examples, done, sink.new)
             write_jsonl_atomic(self.folder.samples, [s.to_line() for s in samples])
@@ -197,6 +197,7 @@ class UnitRun:
             started_at=started,
             call=opts.call,
             changed=changed,
+            cached_tokens=sum(cached) if cached else None,
             reused_samples=len(done),
             reused_s=reused_s,
             noise=Noise(**noise, busy=busy_reasons(noise)),
