@@ -14,6 +14,10 @@
 #                                                 question-first cell, 400 requests at 25, 100 and inf req/s)
 #   bash benchmarks/gpu_check.sh gguf OUT         keeps the SmolLM2 GGUF part carried in .gpu/gguf/ (the file is 94 MiB,
 #                                                 over one call's 64: `split -b 47M` it into .gpu/gguf/ first)
+#   bash benchmarks/gpu_check.sh repeat OUT [N]   the JSQuAD study's reference cell (jsquad-vllm-oneshot-cache, the seed's
+#                                                 best technique) and fastest cell (jsquad-vllm-fp8-graphs), N repeats
+#                                                 each (default 5), taking turns with an engine restart every turn, in
+#                                                 one call; the folder tarred to OUT (run again to finish if cut off)
 #   bash benchmarks/gpu_check.sh xquad OUT [ROUND] the XQuAD study on real weights (recipes/xquad-smollm2-study.yaml,
 #                                                 all 1,190 questions) into /root/xquad-ROUND, its folder tarred to OUT
 set -uo pipefail
@@ -45,6 +49,11 @@ case $step in
       "${MP[@]}" "${SETS[@]}" --set load.num_requests=400 --set 'load.request_rate=[25, 100, inf]' \
       2>&1 | tee "$out/serve.log"
     tar -C /root -czf "$out/serve.tgz" serve ;;
+  repeat)
+    timeout 585 python3 -m runner go recipes/jsquad-study.yaml --only jsquad-vllm-oneshot-cache,jsquad-vllm-fp8-graphs \
+      --repeat "${3:-5}" --interleave restarts --baseline jsquad-vllm-oneshot-cache --out /root/repeat --no-progress \
+      "${MP[@]}" "${SETS[@]}" 2>&1 | tee -a "$out/repeat.log"
+    tar -C /root -czf "$out/repeat.tgz" --exclude='*.lock' repeat ;;
   gguf) mkdir -p $ST && cp .gpu/gguf/* $ST/ && ls -la $ST | tee -a "$out/stage.log" ;;
   xquad)
     if [ ! -f $G ]; then mkdir -p /root/models && cat $ST/smollm2.gguf.part-* > $G; fi

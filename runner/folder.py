@@ -3,6 +3,7 @@ pipeline, so the run writes it and the reports read it without the reports impor
 
     <out>/summary.md, <out>/*.png            the call's summary and charts
     <out>/<study>-pareto.png                 a study's accuracy-vs-time chart
+    <out>/<study>/summary.md                 a study's summary of all its stored cells, from every call
     <out>/<name>/results.json               what the run produced (schema: schema/results.schema.json)
     <out>/<name>/samples.jsonl[.gz]         one line per example, written when the run completes
     <out>/<name>/samples.partial.jsonl      finished samples of a run in progress (resume reads it)
@@ -70,6 +71,11 @@ class RunFolder:
 def study_chart_path(out: Path, study: str) -> Path:
     """A study's accuracy-vs-time chart: `<out>/<study>-pareto.png` (the study's name checked like a run name)."""
     return Path(out) / f"{check_name(study)}-pareto.png"
+
+
+def study_summary_path(out: Path, study: str) -> Path:
+    """A study's own summary, of every stored cell whichever call ran it: `<out>/<study>/summary.md`."""
+    return Path(out) / check_name(study) / SUMMARY
 
 
 def previous_result(folder: RunFolder, key: str, repeat: int = 1) -> RunResult | None:

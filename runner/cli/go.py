@@ -20,7 +20,7 @@ from runner.base.errors import RunnerError
 from runner.base.format import brief, secs
 from runner.cli import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard
 from runner.cli.loading import MP_HELP, SET_HELP, load_all
-from runner.cli.wings import Plans, report_sections, summary_sections
+from runner.cli.wings import Plans, report_sections, study_summaries, summary_sections
 from runner.engines.builtin import is_builtin
 from runner.folder import RunFolder, previous_result
 from runner.recipe import MAX_REPEAT, MAX_TIMEOUT_S, LoadedRecipe
@@ -82,7 +82,8 @@ class Executor:
             return
         turns = max((u.loaded.recipe.repeat for u in todo), default=1) if takes_turns(groups) else 1
         if turns > 1:
-            click.echo(f"repeats take turns across the {len(groups)} engines, each turn on a fresh engine", err=True)
+            across = f"take turns across the {len(groups)} engines" if len(groups) > 1 else "run one at a time"
+            click.echo(f"repeats {across}, each on a freshly started engine", err=True)
         finished: set[str] = set()
         for turn in range(1, turns + 1):
             for n, group in enumerate(groups, 1):
@@ -290,6 +291,8 @@ def _run_all(units: list[Unit], opts: RunOptions, force: bool, ex: Executor, bas
     order = {u.name: i for i, u in enumerate(units)}
     results.sort(key=lambda r: order.get(r.name, len(order)))
     click.echo(f"summary: {write_summary(results, opts.out, baseline, summary_sections())}")
+    for path in study_summaries(results, opts.out, baseline):
+        click.echo(f"study summary (every stored cell): {path}")
     return results
 
 

@@ -10,7 +10,7 @@ import click
 from runner.base.errors import RunnerError
 from runner.cli import cli, guard
 from runner.cli.loading import MP_HELP, ONLY_HELP, SET_HELP, load_all
-from runner.recipe import Recipe
+from runner.recipe import GateSpec, Recipe
 from runner.results import RunResult
 from runner.study.load import add_study_keys
 
@@ -119,13 +119,21 @@ def plan(paths, gpu, as_json, sets, model_paths, only):
         click.echo("\n" + "\n".join(advice))
 
 
+GATE_HELP = (
+    "A quality gate for every recipe that has none of its own: METRIC:DROP, the largest allowed drop in absolute "
+    "points (squad_f1:0.01), or METRIC:PCT% to keep that share of the baseline's score (squad_f1:99%)."
+)
+
+
 @cli.command()
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
 @click.option("--baseline", help="Recipe name to compare against.")
+@click.option("--gate", "gate_text", metavar="METRIC:DROP", help=GATE_HELP)
 @guard
-def report(out, baseline):
-    """Rebuild every report.md and summary.md from stored results.json files (runs nothing)."""
-    from runner.cli.wings import report_sections, summary_sections
+def report(out, baseline, gate_text):
+    """Rebuild every report.md and summary.md (and each study's own summary) from stored results.json files (runs
+    nothing)."""
+    from runner.cli.wings import report_sections, study_summaries, summary_sections
     from runner.folder import load_results
     from runner.report.markdown import write_report
     from runner.report.summary import write_summary
@@ -139,8 +147,28 @@ def report(out, baseline):
         raise RunnerError(f"--baseline {baseline!r} names no stored result; results: " + ", ".join(names))
     for r in results:
         write_report(r, out_dir, report_sections(out_dir))
-    summary = write_summary(results, out_dir, baseline, summary_sections())
+    gate = parse_gate(gate_text, results) if gate_text else None
+    summary = write_summary(results, out_dir, baseline, summary_sections(), gate)
     click.echo(f"summary: {summary} ({len(results)} recipes)")
+    for path in study_summaries(results, out_dir, baseline, gate):
+        click.echo(f"study summary: {path}")
+
+
+def parse_gate(text: str, results: list) -> GateSpec:
+    metric, _, bound = text.partition(":")
+    scored = sorted({m for r in results for m in r.scores})
+    hint = "e.g. --gate squad_f1:0.01 or --gate squad_f1:99%" + (
+        f"; scores here: {', '.join(scored)}" if scored else ""
+    )
+    try:
+        if bound.endswith("%"):
+            return GateSpec(metric=metric, relative=float(bound[:-1]) / 100)
+        return GateSpec(metric=metric, max_drop=float(bound))
+    except ValueError:  # pydantic's ValidationError is one
+        why = (
+            f"{text!r} is not METRIC:DROP (a drop from 0 to 1) or METRIC:PCT% (above 0, at most 100) of a known metric"
+        )
+        raise RunnerError(why, field="--gate", hint=hint) from None
 
 
 @cli.command()

@@ -16,7 +16,7 @@ from runner.report.markdown import Section
 from runner.report.summary import Sections
 from runner.run.job import Unit
 from runner.serve.report import serving_section, serving_summary
-from runner.study.study import study_summary
+from runner.study.study import study_summary, write_study_summaries
 
 
 def plan_for(unit: Unit) -> dict[str, Any] | None:
@@ -46,3 +46,8 @@ def report_sections(out: Path | None) -> list[Section]:
 
 def summary_sections() -> list[Sections]:
     return [study_summary, serving_summary]
+
+
+def study_summaries(results, out: Path, baseline: str | None = None, gate=None) -> list[Path]:
+    """Each study's own summary of all its stored cells (`<out>/<study>/summary.md`)."""
+    return write_study_summaries(results, out, baseline, gate, [serving_summary])

@@ -13,7 +13,7 @@ from runner.base.files import write_text_atomic
 from runner.base.format import N_EXAMPLES_SHOWN, diff_cell, gib, inline, secs, table
 from runner.base.stats import BOOTSTRAP, mcnemar_exact, paired_bootstrap
 from runner.folder import SUMMARY, RunFolder, load_samples
-from runner.recipe import Recipe
+from runner.recipe import GateSpec, Recipe
 from runner.report.plots import write_charts
 from runner.report.spread import LEGEND, busy, calls, ratio_text, speedup, time_cell
 from runner.results import RunResult
@@ -149,17 +149,21 @@ def changed_answers_section(results: list[RunResult], base: RunResult | None, ou
     return ["", f"## Answers that change against {base.name}", "", note, "", table_md, "", *lines]
 
 
-def gate_section(results: list[RunResult], base: RunResult | None, out: Path | None) -> list[str]:
-    """Each recipe with a `gate` against the baseline: passed, failed (and by how much) or not scored; then the
-    fastest recipe among those that passed (the baseline passes its own gate)."""
-    gated = [r for r in results if r.recipe.gate is not None and r is not base]
+def gate_section(
+    results: list[RunResult], base: RunResult | None, out: Path | None, default: GateSpec | None = None
+) -> list[str]:
+    """Each recipe with a `gate` (its own, else `default`: `runner report --gate`) against the baseline: passed,
+    failed (and by how much) or not scored; then the fastest recipe among those that passed (the baseline passes
+    its own gate)."""
+    gate_of = lambda r: r.recipe.gate or default
+    gated = [r for r in results if gate_of(r) is not None and r is not base]
     if not gated or base is None or out is None:
         return []
     scored = lambda r: r.status == "ok" and r.scores_meaningful and r.recipe.engine.kind != "fake"
     bs = samples_by_id(out, base) if scored(base) else {}
     rows, passed = [], [base] if scored(base) else []
     for r in gated:
-        g = r.recipe.gate
+        g = gate_of(r)
         m = g.metric
         rs = samples_by_id(out, r) if scored(r) else {}
         common = [i for i, s in rs.items() if i in bs and m in s and m in bs[i]]
@@ -181,11 +185,12 @@ def gate_section(results: list[RunResult], base: RunResult | None, out: Path | N
     note += f"**{base.name}** is above the allowed drop (`max_drop`, or 1 - `relative` times the baseline's score)."
     timed = [r for r in passed if r.projected_s]
     best = min(timed, key=lambda r: r.projected_s) if timed else None
-    last = (
-        f"Fastest that passed: **{best.name}** ({secs(best.projected_s)})."
-        if best
-        else "No recipe that passed has a time."
-    )
+    last = "No recipe that passed has a time."
+    if best is not None:
+        last = f"Fastest that passed: **{best.name}** ({time_cell(best, '~' if best.estimate else '')})"
+        if best is not base and (ratio := speedup(base, best)) is not None:
+            last += f"; against the baseline: {ratio_text(*ratio)}"
+        last += "."
     return ["", "## Quality gate", "", note, "", table(rows, head), "", last]
 
 
@@ -223,26 +228,40 @@ def _row(r: RunResult, base: RunResult | None, metric_names: list[str]) -> list:
     return [*row, *scores, diff_s]
 
 
+def in_order(results: Iterable[RunResult]) -> list[RunResult]:
+    """The one order of a summary, however its results were read: recipes by name, a study's cells together in the
+    study's own order (so `runner go` and `runner report` write the same summary; cells stored before that order was
+    recorded keep the order they come in)."""
+    key = lambda r: (r.study or "", r.cell_index is None, r.cell_index or 0, "" if r.study else r.name)
+    return sorted(results, key=key)
+
+
 def summary_markdown(
-    results: list[RunResult], baseline: str | None = None, out: Path | None = None, extra: Sequence[Sections] = ()
+    results: list[RunResult],
+    baseline: str | None = None,
+    out: Path | None = None,
+    extra: Sequence[Sections] = (),
+    gate: GateSpec | None = None,
+    title: str = "Summary",
 ) -> str:
+    results = in_order(results)
     base = pick_baseline(results, baseline)
-    parts = _overview(results, base)
+    parts = _overview(results, base, title)
     for section in extra:
         parts += section(results, out)
     parts += prefix_section(results)
     parts += changed_answers_section(results, base, out)
-    parts += gate_section(results, base, out)
+    parts += gate_section(results, base, out, gate)
     parts += _failures(results)
     note = "Times marked `~` are projections from a partial run (see each report). "
     note += "Scores of runs with random weights are left out of comparisons."
     return "\n".join([*parts, "", note, ""])
 
 
-def _overview(results: list[RunResult], base: RunResult | None) -> list[str]:
+def _overview(results: list[RunResult], base: RunResult | None, title: str = "Summary") -> list[str]:
     none = "no baseline (mark one with `baseline: true` or `--baseline NAME`)."
     which = f"baseline: **{base.name}**." if base else none
-    parts = ["# Summary", "", f"{len(results)} recipes; {which}"]
+    parts = [f"# {title}", "", f"{len(results)} recipes; {which}"]
     metric_names = list(dict.fromkeys(m for r in results for m in r.scores))  # in order of first appearance
     if metric_names and not any(r.scores_meaningful and r.scores for r in results):
         parts.append("Scores are left out: every recipe here ran with random weights (speed and memory only).")
@@ -259,7 +278,10 @@ def _overview(results: list[RunResult], base: RunResult | None) -> list[str]:
             "see the recipe's report)"
         )
     if base is not None and any(calls(r) and calls(base) and calls(r) != calls(base) for r in results):
-        marks.append("`†`: measured in another `runner go` call than the baseline; the machine may have differed")
+        marks.append(
+            "`†`: measured, wholly or in part, in another `runner go` call than the baseline; the machine "
+            "may have differed"
+        )
     legend = [LEGEND + " Speed-up: against the baseline.", *(f"{m}." for m in marks)]
     return [*parts, "", table(rows, headers), "", roof, "", " ".join(legend)]
 
@@ -273,12 +295,16 @@ def _failures(results: list[RunResult]) -> list[str]:
 
 
 def write_summary(
-    results: Iterable[RunResult], out: Path, baseline: str | None = None, extra: Sequence[Sections] = ()
+    results: Iterable[RunResult],
+    out: Path,
+    baseline: str | None = None,
+    extra: Sequence[Sections] = (),
+    gate: GateSpec | None = None,
 ) -> Path:
-    results = list(results)
+    results = in_order(results)
     path = Path(out) / SUMMARY
     charts = write_charts(results, pick_baseline(results, baseline), out)
-    text = summary_markdown(results, baseline, out, extra)
+    text = summary_markdown(results, baseline, out, extra, gate)
     if charts:
         text += "\n## Charts\n\n" + "\n\n".join(f"![{c.stem}]({c.name})" for c in charts) + "\n"
     write_text_atomic(path, text)

@@ -9,15 +9,19 @@ from __future__ import annotations
 import datetime as dt
 import json
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner.base.errors import RunnerError
+from runner.base.files import write_text_atomic
 from runner.base.format import cell, secs, short, table
-from runner.folder import study_chart_path
+from runner.folder import SUMMARY, load_results, study_chart_path, study_summary_path
+from runner.recipe import GateSpec
 from runner.report.plots import accuracy_chart, pyplot
 from runner.report.spread import clear, ratio_text, speedup, speedup_parts, time_cell
+from runner.report.summary import Sections, summary_markdown
 from runner.results import RunResult
 
 ABSENT: Any = type("Absent", (), {"__repr__": lambda _: "ABSENT"})()  # an axis the cell's variant has not got
@@ -326,13 +330,19 @@ def in_study_order(cells: list[RunResult]) -> list[RunResult]:
     return sorted(cells, key=lambda r: (r.cell_index is None, r.cell_index or 0))
 
 
-def study_section(study: str, cells: list[RunResult], chart: Path | None = None) -> list[str]:
+def study_section(
+    study: str, cells: list[RunResult], chart: Path | None = None, link: str | None = None, up: str = ""
+) -> list[str]:
+    """`link`: where the study's own summary is (from the call's summary); `up`: the way from this summary's folder
+    to the chart's."""
     cells = in_study_order(cells)
     axes = axes_of(cells)
     rows, cols, how = pick_axes(axes, requested_axes(cells))
     failed = sum(r.status != "ok" for r in cells)
     head = f"{len(cells)} cells" + (f" ({failed} failed)" if failed else "")
     out = ["", f"## Study {study}", ""]
+    if link:
+        out += [f"Every stored cell of this study, whichever call ran it: [{link}]({link}).", ""]
     if axes:
         picked = f"rows: **{rows}**" + (f", columns: **{cols}**" if cols else "")
         note = "Generation time per cell (`~`: projected from a partial run; fastest in bold): the median with its 95% "
@@ -344,7 +354,7 @@ def study_section(study: str, cells: list[RunResult], chart: Path | None = None)
     metric = chart_metric(cells)
     out += fastest_section(cells, metric) + spent_section(cells)
     if chart is not None:
-        out += ["", f"![{study}: accuracy against time]({chart.name})"]
+        out += ["", f"![{study}: accuracy against time]({up}{chart.name})"]
     elif metric is None:
         out += ["", "No accuracy chart: no cell of this study has meaningful scores."]
     return out
@@ -356,9 +366,38 @@ def study_groups(results: list[RunResult]) -> dict[str, list[RunResult]]:
 
 
 def study_summary(results: list[RunResult], out: Path | None) -> list[str]:
-    """summary.md's sections of the studies among `results`, each with its accuracy-vs-time chart in `out`."""
+    """summary.md's sections of the studies among `results`, each with its accuracy-vs-time chart in `out` and a
+    link to the study's own summary (`write_study_summaries`)."""
     charts = write_study_charts(results, out) if out is not None else {}
-    return sum((study_section(s, cells, charts.get(s)) for s, cells in study_groups(results).items()), [])
+    link = lambda s: f"{s}/{SUMMARY}" if out is not None else None
+    return sum((study_section(s, c, charts.get(s), link(s)) for s, c in study_groups(results).items()), [])
+
+
+def write_study_summaries(
+    results: list[RunResult],
+    out: Path,
+    baseline: str | None = None,
+    gate: GateSpec | None = None,
+    others: Sequence[Sections] = (),
+) -> list[Path]:
+    """Each study among `results` gets `<out>/<study>/summary.md`, of every cell of it stored in `out` (the cells a
+    call with `--only` did not run included), in the study's order; `others`: the other wings' sections."""
+    try:
+        stored = load_results(out)
+    except RunnerError:  # a damaged results.json elsewhere in --out: the cells of this call only
+        stored = results
+    paths = []
+    for study in study_groups(results):
+        cells = [r for r in stored if r.study == study]
+        charts = write_study_charts(cells, out)
+        section = lambda rs, o, s=study, c=charts.get(study): study_section(s, rs, c, up="../")
+        base = baseline if any(c.name == baseline for c in cells) else None
+        text = summary_markdown(cells, base, out, [section, *others], gate, title=f"Study {study}: every stored cell")
+        path = study_summary_path(out, study)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, text)
+        paths.append(path)
+    return paths
 
 
 def write_study_charts(results: list[RunResult], out: Path) -> dict[str, Path]:
