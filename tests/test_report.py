@@ -1029,7 +1029,7 @@ def test_gate_passes_fails_and_leaves_unscored_runs_out(tmp_path):
     worse2 = result("worse", recipe("worse", engine=vllm(quantization="fp8"), **rel), generate_s=5.0)
     md = "\n".join(gate_section([base2, worse2], base2, tmp_path))
     (row,) = table_with(md, "allowed")
-    assert (row["gate"], row["allowed"]) == ("pass", "-0.300") and "**worse** (5.00 s)" in md
+    assert (row["gate"], row["allowed"]) == ("pass", "-0.300") and "**worse** (5.00 s (1 run: no interval))" in md
 
 
 def test_gate_metric_must_be_scored():
