@@ -9,6 +9,7 @@ import os
 import shlex
 import signal
 import sys
+import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -61,7 +62,7 @@ class Executor:
         for lr in loaded:
             if (n := lr.recipe.repeat) > 1 and (self.on_ray or lr.recipe.load is not None):
                 where = "on Ray" if self.on_ray else "in a serving run (`load` measures each rate once)"
-                why = f"repeat: {n} is for offline runs on the local executor, not {where}"
+                why = f"{n} repeats are for offline runs on the local executor, not {where}"
                 raise RunnerError(why, file=lr.path, field="repeat", hint="set repeat: 1 (--set repeat=1)")
             if (n := lr.recipe.replicas) > 1 and not self.on_ray:
                 why = f"{n} data-parallel replicas run only on Ray; the local executor runs one engine per recipe"
@@ -200,7 +201,7 @@ def go(paths, out, only, sets, model_paths, baseline, force, executor, address, 
     argv = sys.argv  # this call's command line, for the reports (none where `runner go` was not how it was called)
     command = "runner go " + shlex.join(argv[2:]) if argv[1:2] == ["go"] else ""
     progress = not run.pop("no_progress")
-    call = f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-{os.getpid()}"
+    call = f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
     opts = RunOptions(
         out=Path(out), command=command, progress=progress, call=call, **run
     )  # --limit, --estimate, --timeout

@@ -148,7 +148,7 @@ class UnitRun:
             write_json_atomic(self.folder.results, self.result.model_dump(mode="json"))
 
     def _generate(self, index: int, shared: SharedEngine, progress_file: IO[str] | None) -> None:
-        t_start, started, r, opts, unit = time.perf_counter(), now(), self.r, self.opts, self.unit
+        t_start, started, r, opts, unit = time.perf_counter(), now("milliseconds"), self.r, self.opts, self.unit
         first = index == 1
         done = load_partial(self.folder.partial, unit.run_key, r.metrics) if first else {}
         examples = unit.prepared.examples

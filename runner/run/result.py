@@ -27,8 +27,8 @@ from runner.run.job import Unit
 from runner.scoring import score_sample
 
 
-def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+def now(timespec: str = "seconds") -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec=timespec)
 
 
 def environment() -> dict:
