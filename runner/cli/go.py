@@ -181,6 +181,9 @@ def go(paths, out, only, sets, model_paths, baseline, force, executor, address, 
     a Ray task instead (several at once, on any node of the cluster), and its
     files come back here. An unchanged recipe whose results are complete in
     --out is skipped, an interrupted one continues from its finished samples.
+    With --repeat N each recipe's generation is measured N times (recipes
+    on one engine take turns; see --interleave) and reports give medians
+    with 95% intervals.
     Exit code 0 when every recipe succeeded, 1 when any failed (the others
     still run and report), 2 for bad input (nothing is run), 130 when
     interrupted."""
