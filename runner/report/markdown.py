@@ -11,9 +11,9 @@ from typing import Any
 import yaml
 
 from runner.base.files import write_text_atomic
-from runner.base.format import N_EXAMPLES_SHOWN, brief, cell, gib, inline, secs, short, table
+from runner.base.format import N_EXAMPLES_SHOWN, brief, gib, inline, secs, short, table
 from runner.folder import RunFolder, load_samples
-from runner.report.spread import LEGEND, busy, time_cell
+from runner.report.spread import LEGEND, busy, rate_cell, time_cell
 from runner.results import RunResult
 from runner.scoring import conventions
 
@@ -96,7 +96,8 @@ def _time_section(r: RunResult) -> list[str]:
     parts = ["", "## Time and throughput", ""]
     t, th = r.timings, r.throughput
     row = [secs(t.load_s), time_cell(r) or secs(t.generate_s), secs(t.total_s)]
-    row += [cell(th.requests_per_s), cell(th.output_tokens_per_s), cell(th.total_tokens_per_s)]
+    row += [rate_cell(r, th.requests_per_s), rate_cell(r, th.output_tokens_per_s)]
+    row.append(rate_cell(r, th.total_tokens_per_s))
     head = ["engine start", "generation", "total", "requests/s", "output tok/s", "total tok/s"]
     busy = t.gpu_busy is not None
     parts.append(table([[*row, f"{t.gpu_busy:.0%}"] if busy else row], [*head, "GPU busy"] if busy else head))

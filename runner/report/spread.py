@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runner.base.format import secs
+from runner.base.format import cell, secs
 from runner.base.stats import TIME_CI, combined_interval, log_ratio, median_interval, percentile
 from runner.results import RunResult
 
@@ -37,6 +37,17 @@ def time_cell(r: RunResult, approx: str = "", compact: bool = False) -> str | No
     if lo is None or hi is None:
         return f"{approx}{secs(med)}" + ("" if compact else f" ({ONE_RUN})")
     return f"{approx}{secs(med)} ({secs(lo)}–{secs(hi)}, n={len(t)})"
+
+
+def rate_cell(r: RunResult, rate: float | None) -> str:
+    """A throughput at the median time, with the interval the time's gives it (`229 (226–234)`)."""
+    if rate is None:
+        return cell(rate)
+    t = times(r)
+    if len(t) < 2 or r.estimate:
+        return cell(rate)
+    med, lo, hi = median_interval(t)
+    return f"{cell(rate)} ({cell(rate * med / hi)}–{cell(rate * med / lo)})"  # type: ignore[operator]
 
 
 def paired(a: RunResult, b: RunResult) -> bool:

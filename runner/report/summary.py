@@ -15,7 +15,7 @@ from runner.base.stats import BOOTSTRAP, mcnemar_exact, paired_bootstrap
 from runner.folder import SUMMARY, RunFolder, load_samples
 from runner.recipe import GateSpec, Recipe
 from runner.report.plots import write_charts
-from runner.report.spread import LEGEND, busy, calls, ratio_text, speedup, time_cell
+from runner.report.spread import LEGEND, busy, calls, rate_cell, ratio_text, speedup, time_cell
 from runner.results import RunResult
 
 # a wing's sections of summary.md (studies, serving runs): results, the --out folder -> Markdown lines
@@ -223,8 +223,10 @@ def _row(r: RunResult, base: RunResult | None, metric_names: list[str]) -> list:
     scores = [score(m) if m in r.scores else None for m in metric_names]
     floor = (r.plan or {}).get("floor_s")  # `runner plan`'s floor of the generation time, when it made one
     roof = floor / r.timings.generate_s if floor and r.status == "ok" and r.timings.generate_s else None
-    row = [r.name, status, r.recipe.engine.kind, tcell, speed, r.throughput.requests_per_s]
-    row += [r.throughput.output_tokens_per_s, gib(r.memory.peak_gpu_gib), f"{roof:.0%}" if roof is not None else None]
+    th = r.throughput
+    row = [r.name, status, r.recipe.engine.kind, tcell, speed, rate_cell(r, th.requests_per_s)]
+    roof_cell = f"{roof:.0%}" if roof is not None else None
+    row += [rate_cell(r, th.output_tokens_per_s), gib(r.memory.peak_gpu_gib), roof_cell]
     return [*row, *scores, diff_s]
 
 
