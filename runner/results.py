@@ -19,12 +19,15 @@ class _M(BaseModel):
 class Timings(_M):
     load_s: float | None = Field(None, description="Engine start: weights, compile, graph capture (s).")
     generate_s: float | None = Field(
-        None, description="Generation wall time: from submitting the prompts until the last output is back (s)."
+        None,
+        description="Generation wall time: from submitting the prompts until the last output is back (s); with "
+        "repeats, their median.",
     )
     total_s: float | None = Field(
         None,
-        description="The recipe's run: engine start, tokenizing, generation, scoring, writing samples (s); loading the "
-        "data and rendering the prompts happen before, when `runner go` checks the recipe.",
+        description="The recipe's run: engine start, tokenizing, generation, scoring, writing samples (s), summed over "
+        "its repeats and engine starts; loading the data and rendering the prompts happen before, when `runner go` "
+        "checks the recipe.",
     )
     gpu_busy: float | None = Field(
         None,
@@ -220,6 +223,7 @@ class Repeat(_M):
 
     index: int = Field(description="1-based; the first repeat's outputs are the run's samples.")
     generate_s: float = Field(description="Generation wall time of this repeat (s).")
+    wall_s: float | None = Field(None, description="The whole repeat: tokenizing, generation, scoring, writing (s).")
     load_s: float | None = Field(None, description="Engine start before this repeat, when it started one (s).")
     started_at: str = ""
     call: str = Field("", description="The `runner go` call that measured it (repeats of one call share it).")

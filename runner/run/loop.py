@@ -111,8 +111,8 @@ class UnitRun:
         self.repeats = load_repeats(self.folder.repeats, unit.run_key) if has_samples else []
         if not has_samples:
             self.folder.repeats.unlink(missing_ok=True)  # repeats without the first one's samples: measured again
-        self.restarts, self.started, self.t_start = restarts, now(), time.perf_counter()
-        self.work_s, self.result, self.last, self.engine_of = 0.0, None, None, None
+        self.restarts, self.started = restarts, now()
+        self.result, self.last, self.engine_of = None, None, None
         self.per_example = False
 
     @property
@@ -193,6 +193,7 @@ class UnitRun:
         rep = Repeat(
             index=index,
             generate_s=gen_s + reused_s,
+            wall_s=time.perf_counter() - t_start,
             load_s=load,
             started_at=started,
             call=opts.call,
@@ -204,7 +205,6 @@ class UnitRun:
         )
         add_repeat(self.folder.repeats, unit.run_key, rep)
         self.repeats = sorted([*(x for x in self.repeats if x.index != index), rep], key=lambda x: x.index)
-        self.work_s += time.perf_counter() - t_start
         busy = dict(gpu_busy=shared.sampler.busy_share(t0, t0 + gen_s))
         busy["gpu_busy_tenths"] = shared.sampler.busy_parts(t0, t0 + gen_s)
         self.last = (engine, ids, notes, busy)
@@ -219,7 +219,8 @@ class UnitRun:
         loads = [x.load_s for x in reps if x.load_s is not None]
         load_s = 0.0 if self.engine_of else percentile(loads, 50) if loads else engine.info.load_s
         gen_s = percentile([x.generate_s for x in reps], 50)
-        timings = Timings(load_s=load_s, generate_s=gen_s, total_s=load_s + self.work_s, **busy)
+        total_s = sum(loads) + sum(x.wall_s or x.generate_s for x in reps)
+        timings = Timings(load_s=load_s, generate_s=gen_s, total_s=total_s, **busy)
         metrics = list(self.r.metrics)
         samples = [Sample.from_line(d, metrics) for d in load_samples(self.folder)]
         sampler = shared.sampler
