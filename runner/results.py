@@ -227,6 +227,11 @@ class Repeat(_M):
     load_s: float | None = Field(None, description="Engine start before this repeat, when it started one (s).")
     started_at: str = ""
     call: str = Field("", description="The `runner go` call that measured it (repeats of one call share it).")
+    turns: str | None = Field(
+        None,
+        description="The turn-taking this repeat was part of: repeats of two recipes with the same `turns` and "
+        "`index` were measured side by side (paired); null: it took turns with nothing.",
+    )
     changed: int | None = Field(None, description="Outputs that differ from the first repeat's.")
     cached_tokens: int | None = Field(
         None, description="Prompt tokens served from the prefix cache in this repeat (emptied before each)."
@@ -296,8 +301,8 @@ class RunResult(_M):
     replicas: list[ReplicaRun] = Field(default_factory=list, description="Ray only: each data-parallel replica.")
     repeats: list[Repeat] = Field(
         default_factory=list,
-        description="Every measured generation; `timings.generate_s` is their median. Empty in results stored before "
-        "repeats existed (one run: `timings.generate_s`).",
+        description="Every measured generation; `timings.generate_s` is their median (exp of the mean log time). Empty "
+        "in results stored before repeats existed (one run: `timings.generate_s`).",
     )
     repeat_order: str | None = Field(
         None,

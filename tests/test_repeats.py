@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import statistics
+import time
 from pathlib import Path
 
 import pytest
@@ -123,7 +124,7 @@ def test_recipes_on_two_engines_take_turns_with_a_fresh_engine_each_turn(tmp_pat
     assert all(x["load_s"] is not None for x in ra + rb)  # a fresh engine every turn
     res = {x.name: x for x in load_results(out)}
     assert res["a"].repeat_order == res["b"].repeat_order == "interleaved with restarts"
-    assert res["a"].timings.generate_s == statistics.median(x["generate_s"] for x in ra)
+    assert res["a"].timings.generate_s == pytest.approx(statistics.geometric_mean(x["generate_s"] for x in ra))
     assert paired(res["a"], res["b"]) and [x["changed"] for x in rb] == [None, 0, 0]
     report = (out / "b" / "report.md").read_text()
     assert "3 repeats, taking turns with the other recipes, each turn on a freshly started engine" in report
@@ -231,3 +232,68 @@ def test_report_writes_the_summaries_go_wrote_and_only_keeps_the_study(tmp_path,
     assert all(f"| st-{c} " in own for c in ("m4", "m8", "m16")) and own.startswith("# Study st: every stored cell")
     rows = [line.split("|")[1].strip() for line in own.splitlines() if line.startswith("| st-")]
     assert rows[:3] == ["st-m4", "st-m8", "st-m16"]  # the study's order, not the names'
+
+
+def test_turns_pair_only_runs_that_took_turns(tmp_path, write_recipe, base_recipe):
+    a = write_recipe(_fake(base_recipe, "a", delay=0.001, baseline=True), "a.yaml")
+    b = write_recipe(_fake(base_recipe, "b", delay=0.002), "b.yaml")
+    for mode, want in (("off", False), ("restarts", True)):
+        out = tmp_path / mode
+        assert _go(a, b, "--out", out, "--repeat", "2", "--limit", "2", "--interleave", mode).exit_code == 0
+        res = {x.name: x for x in load_results(out)}
+        assert paired(res["a"], res["b"]) is want, mode
+        assert res["b"].repeat_order == ("back to back" if mode == "off" else "interleaved with restarts")
+
+
+def test_repeats_table_has_a_cell_per_column_and_an_estimate_projects_the_median(tmp_path, write_recipe, base_recipe):
+    out = tmp_path / "out"
+    path = write_recipe(_fake(base_recipe, "e", delay=0.002, jitter=0.2), "e.yaml")
+    assert _go(path, "--out", out, "--repeat", "3", "--estimate", "4").exit_code == 0
+    [res] = load_results(out)
+    assert res.estimate.projected_s == pytest.approx(res.timings.generate_s * 36 / 4)  # the median, scaled
+    after = (out / "e" / "report.md").read_text().split("### Repeats", 1)[1].split("\n\n|", 1)[1]
+    table = ("|" + after.split("\n\n", 1)[0]).splitlines()
+    head = [c.strip() for c in table[0].strip("|").split("|")]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
+    assert head[:5] == ["repeat", "generation", "engine start", "outputs changed", "prompt tokens from cache"]
+    assert len(rows) == 3 and all(len(r) == len(head) for r in rows)
+    assert [r[head.index("call")] for r in rows] == [x.call for x in res.repeats]
+
+
+def test_engine_start_counts_for_the_recipe_that_started_it(tmp_path, write_recipe, base_recipe, monkeypatch):
+    """The job's first recipe has all its repeats (only its results.json is missing); the second recipe's generation
+    starts the engine, so the start is the second's and the first ran on the second's engine. The start is counted
+    once in total_s (a repeat's wall time begins after it)."""
+    from runner.engines import fake
+
+    build = fake.FakeEngine.__init__
+    monkeypatch.setattr(fake.FakeEngine, "__init__", lambda self, *a: (time.sleep(0.3), build(self, *a))[1])
+    d = _fake(base_recipe, "x")
+    study = {**{k: v for k, v in d.items() if k != "name"}, "name": "st"}
+    study["matrix"] = {"sampling.max_tokens": {"m4": 4, "m8": 8}}
+    path, out = write_recipe(study, "st.yaml"), tmp_path / "out"
+    assert _go(path, "--out", out, "--limit", "2").exit_code == 0
+    (out / "st-m4" / "results.json").unlink()
+    for f in (out / "st-m8").iterdir():
+        f.unlink()
+    assert _go(path, "--out", out, "--limit", "2").exit_code == 0
+    res = {x.name: x for x in load_results(out)}
+    m4, m8 = res["st-m4"], res["st-m8"]
+    assert m8.engine_of is None and m8.timings.load_s > 0 and m4.engine_of == "st-m8" and m4.timings.load_s == 0
+    rep = m8.repeats[0]
+    assert rep.wall_s < 0.3 and m8.timings.total_s == pytest.approx(rep.load_s + rep.wall_s)  # the start once
+
+
+@pytest.mark.slow
+def test_a_job_ended_while_one_recipe_runs_fails_that_recipe_only(tmp_path, write_recipe, base_recipe):
+    """Two recipes on one engine taking turns; the job is ended (timeout) during the slow one's first repeat. That
+    one is recorded failed; the other, whose first repeat was done, runs its second in a fresh process and is ok."""
+    d = _fake(base_recipe, "x", delay=0.25)
+    study = {**{k: v for k, v in d.items() if k != "name"}, "name": "st", "repeat": 2, "timeout_s": 4}
+    study["matrix"] = {"dataset.limit": {"quick": 1, "slow": 36}}
+    out = tmp_path / "out"
+    r = CliRunner().invoke(cli, ["go", str(write_recipe(study, "st.yaml")), "--out", str(out), "--no-progress"])
+    res = {x.name: x for x in load_results(out)}
+    assert r.exit_code == 1, r.output
+    assert res["st-quick"].status == "ok" and [x.index for x in res["st-quick"].repeats] == [1, 2]
+    assert res["st-slow"].status == "failed" and "timed out" in res["st-slow"].error

@@ -89,22 +89,21 @@ def paired_bootstrap(diffs: Sequence[float], level: float = 0.95) -> tuple[float
     return float(d.mean()), float(lo), float(hi)
 
 
-TIME_CI = "Student t on the log times: timing noise taken as log-normal, whose median is exp(mean log)"
+TIME_CI = "the median of log-normal timing noise, exp(mean log time), with a Student t interval on the log times"
 
 
 def median_interval(xs: Sequence[float]) -> tuple[float, float | None, float | None]:
-    """The median of repeated times and a 95% interval for the median of the process that made them: Student t on
-    the logs (timing noise is skewed and multiplicative; the median of a log-normal is exp of the mean log). No
-    interval from fewer than 2 times."""
+    """A typical time from repeated times, with its 95% interval: timing noise is skewed and multiplicative, taken as
+    log-normal, whose median is exp(mean log); estimated as exp of the mean of the logs, with Student t on the logs
+    (so the interval always holds the estimate). One time: itself, no interval."""
     if not xs or any(x <= 0 for x in xs):
         raise ValueError("times must be positive")
-    med = percentile(xs, 50)
     if len(xs) < 2:
-        return med, None, None
+        return xs[0], None, None
     logs = [math.log(x) for x in xs]
     n, m = len(logs), sum(logs) / len(logs)
     half = t95(n - 1) * math.sqrt(sum((v - m) ** 2 for v in logs) / (n - 1) / n)
-    return med, math.exp(m - half), math.exp(m + half)
+    return math.exp(m), math.exp(m - half), math.exp(m + half)
 
 
 def log_ratio(a: Sequence[float], b: Sequence[float], paired: bool) -> tuple[float, float | None, float]:
@@ -139,6 +138,6 @@ def combined_interval(parts: Sequence[tuple[float, float | None, float]]) -> tup
 
 
 def ratio_interval(a: Sequence[float], b: Sequence[float], paired: bool) -> tuple[float, float | None, float | None]:
-    """median(a) / median(b) with a 95% interval for the ratio of the two medians (`log_ratio`: t on the pairs'
-    log ratios, or Welch's t on the logs)."""
-    return (percentile(a, 50) / percentile(b, 50), *combined_interval([log_ratio(a, b, paired)]))
+    """The ratio of the two medians (each exp(mean log), as `median_interval`) with its 95% interval (`log_ratio`: t
+    on the pairs' log ratios, or Welch's t on the logs)."""
+    return (math.exp(log_ratio(a, b, paired)[0]), *combined_interval([log_ratio(a, b, paired)]))

@@ -132,6 +132,7 @@ def _repeats_section(r: RunResult) -> list[str]:
             secs(x.generate_s),
             secs(x.load_s) if x.load_s is not None else "(running)",
             x.changed,
+            x.cached_tokens,
             x.noise.load_avg,
             pct(x.noise.cpu_pressure),
             x.noise.process_cpu_s,

@@ -7,11 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from runner.base.format import cell, secs
-from runner.base.stats import TIME_CI, combined_interval, log_ratio, median_interval, percentile
+from runner.base.stats import TIME_CI, combined_interval, log_ratio, median_interval, ratio_interval
 from runner.results import RunResult
 
 ONE_RUN = "1 run: no interval"
-INTERLEAVED = ("interleaved", "interleaved with restarts")
 LEGEND = (
     f"Times are medians over the repeats with a 95% interval ({TIME_CI}; n = repeats). A speed-up is the ratio of "
     "two medians with its 95% interval: t on the log ratios of the turns where the two recipes took turns in one "
@@ -51,10 +50,10 @@ def rate_cell(r: RunResult, rate: float | None) -> str:
 
 
 def paired(a: RunResult, b: RunResult) -> bool:
-    """The two runs took turns in one call: repeat i of each was measured side by side."""
-    if a.repeat_order not in INTERLEAVED or b.repeat_order not in INTERLEAVED or len(a.repeats) != len(b.repeats):
+    """The two runs took turns: repeat i of each was measured side by side, in the same turns of one call."""
+    if len(a.repeats) != len(b.repeats) or len(a.repeats) < 2:
         return False
-    return all(x.call and x.call == y.call and x.index == y.index for x, y in zip(a.repeats, b.repeats))
+    return all(x.turns and x.turns == y.turns and x.index == y.index for x, y in zip(a.repeats, b.repeats))
 
 
 def speedup(slow: RunResult, fast: RunResult) -> tuple[float, float | None, float | None] | None:
@@ -62,8 +61,7 @@ def speedup(slow: RunResult, fast: RunResult) -> tuple[float, float | None, floa
     a, b = times(slow), times(fast)
     if not a or not b:
         return None
-    part = log_ratio(a, b, paired(slow, fast))
-    return (percentile(a, 50) / percentile(b, 50), *combined_interval([part]))
+    return ratio_interval(a, b, paired(slow, fast))
 
 
 def speedup_parts(pairs: Sequence[tuple[RunResult, RunResult]]) -> tuple[float | None, float | None]:
@@ -74,7 +72,7 @@ def speedup_parts(pairs: Sequence[tuple[RunResult, RunResult]]) -> tuple[float |
 
 def ratio_text(ratio: float, lo: float | None, hi: float | None, approx: str = "") -> str:
     """`1.80× (1.52–2.13)`, `no clear difference (0.91–1.12×)`, `1.80× (1 run: no interval)`."""
-    x = lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+    x = lambda v: (lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}")(float(f"{v:.9g}"))
     if lo is None or hi is None:
         return f"{approx}{x(ratio)}× ({ONE_RUN})"
     if lo <= 1 <= hi:

@@ -82,24 +82,40 @@ def _process_error(proc: subprocess.Popen, log: Path) -> str:
     return error + (": " + " | ".join(t.strip() for t in tail)[-600:] if tail else "")
 
 
-def _collect(job: Job, proc: subprocess.Popen, error: str | None) -> tuple[list[RunResult], tuple[Unit, ...]]:
-    """Results of the units that finished, a failure for the one that was running, and the units that never
-    started (to run again). A process that ended well leaves no failure: a unit without results then has repeats
-    still to measure in a later turn (interleaving with restarts)."""
+def _collect(
+    job: Job, proc: subprocess.Popen, error: str | None, since: int = 0
+) -> tuple[list[RunResult], tuple[Unit, ...]]:
+    """Results of the units that finished, a failure for the one that was running, and the others without results
+    (to run again in a fresh process: their finished repeats are kept). The one running is the one whose engine.log
+    was written last after `since` (the worker writes a line there before each generation; none written: the first
+    pending one). A process that ended well leaves no
+    failure: a unit without results then has repeats still to measure in a later turn."""
     out: list[RunResult] = []
-    for i, unit in enumerate(job.units):
+    pending: list[Unit] = []
+    for unit in job.units:
         folder = RunFolder.of(job.options.out, unit.name)
         if folder.results.is_file():
             out.append(RunResult.model_validate_json(folder.results.read_bytes()))
-            continue
-        if error is None and proc.returncode == 0:
-            continue
-        why = error or _process_error(proc, folder.engine_log)
-        hint = failure_hint(why) or f"see {folder.engine_log}"
-        res = failed_result(unit, why, hint, job.options.command, folder.engine_log)
-        write_json_atomic(folder.results, res.model_dump(mode="json"))
-        return [*out, res], job.units[i + 1 :]
-    return out, ()
+        else:
+            pending.append(unit)
+    if not pending or (error is None and proc.returncode == 0):
+        return out, ()
+    logged = {u.name: _mtime(RunFolder.of(job.options.out, u.name).engine_log) for u in pending}
+    started = [u for u in pending if logged[u.name] > since]
+    running = max(started, key=lambda u: logged[u.name]) if started else pending[0]
+    folder = RunFolder.of(job.options.out, running.name)
+    why = error or _process_error(proc, folder.engine_log)
+    hint = failure_hint(why) or f"see {folder.engine_log}"
+    res = failed_result(running, why, hint, job.options.command, folder.engine_log)
+    write_json_atomic(folder.results, res.model_dump(mode="json"))
+    return [*out, res], tuple(u for u in pending if u is not running)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
 
 
 def run_isolated(job: Job, warn=print) -> list[RunResult]:
@@ -115,7 +131,7 @@ def run_isolated(job: Job, warn=print) -> list[RunResult]:
             if unit.name != first:
                 first_log = RunFolder.of(job.options.out, first).engine_log
                 f.write(f"(runs on the engine started for {first}: the engine's own output is in {first_log})\n")
-    baseline = used_gib()
+    baseline, since = used_gib(), time.time_ns()
     try:
         proc = _start(job)
     except OSError as e:  # the recipes fail; the others still run
@@ -126,7 +142,7 @@ def run_isolated(job: Job, warn=print) -> list[RunResult]:
         return results
     error = _wait(proc, job.timeout_s())
     after = wait_for_release(baseline)
-    results, rest = _collect(job, proc, error)
+    results, rest = _collect(job, proc, error, since)
     if baseline is not None and after is not None and after > baseline + 1.0:
         line = f"GPU memory not fully released after the run: {after:.1f} GiB used vs {baseline:.1f} GiB before"
         last = job.units[-1].name

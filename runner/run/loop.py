@@ -11,6 +11,7 @@ written when the recipe has all its repeats."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import traceback
@@ -22,7 +23,7 @@ from runner.base.errors import RunnerError
 from runner.base.files import PartialWriter, write_json_atomic, write_jsonl_atomic
 from runner.base.noise import Probe, busy_reasons
 from runner.base.nvml import PeakSampler
-from runner.base.stats import percentile
+from runner.base.stats import median_interval, percentile
 from runner.base.types import Engine, Generation, Request
 from runner.folder import RunFolder, load_samples
 from runner.inputs.context import context_length, truncate_left
@@ -39,8 +40,9 @@ class SharedEngine:
     def __init__(self, unit: Unit):
         self.unit, self.engine, self.error, self.users, self.sampler = unit, None, None, 0, PeakSampler()
         self.unclaimed_start = False  # the engine's start is not yet counted by a measured repeat
+        self.started_by: str | None = None  # the recipe whose generation built the engine
 
-    def get(self) -> Engine:
+    def get(self, by: str = "") -> Engine:
         if self.error is not None:
             raise self.error
         if self.engine is None:
@@ -48,7 +50,7 @@ class SharedEngine:
             self.sampler.__enter__()  # whole device, from before the engine starts
             try:
                 self.engine = r.engine.build(r.model, r.prompt.chat_template)
-                self.unclaimed_start = True
+                self.unclaimed_start, self.started_by = True, by or self.unit.name
             except BaseException as e:
                 self.error = e
                 raise
@@ -103,7 +105,7 @@ class UnitRun:
     """One recipe's repeats in this process: those an earlier call measured (repeats.jsonl), each generation run
     here, and the facts of the last one, from which the result is made once every repeat is measured."""
 
-    def __init__(self, unit: Unit, opts: RunOptions, restarts: bool):
+    def __init__(self, unit: Unit, opts: RunOptions, restarts: bool, turns: str | None = None, sharing: int = 1):
         self.unit, self.opts, self.r = unit, opts, unit.loaded.recipe
         self.folder = RunFolder.of(opts.out, unit.name)
         self.folder.root.mkdir(parents=True, exist_ok=True)
@@ -111,7 +113,7 @@ class UnitRun:
         self.repeats = load_repeats(self.folder.repeats, unit.run_key) if has_samples else []
         if not has_samples:
             self.folder.repeats.unlink(missing_ok=True)  # repeats without the first one's samples: measured again
-        self.restarts, self.started = restarts, now()
+        self.restarts, self.turns, self.sharing, self.started = restarts, turns, sharing, now()
         self.result, self.last, self.engine_of = None, None, None
         self.per_example = False
 
@@ -126,10 +128,10 @@ class UnitRun:
     def complete(self) -> bool:
         return all(self.has(i) for i in range(1, self.wanted + 1))
 
-    def order(self, sharing: int) -> str | None:
+    def order(self) -> str | None:
         if self.wanted == 1:
             return None
-        return "interleaved with restarts" if self.restarts else "interleaved" if sharing > 1 else "back to back"
+        return "interleaved with restarts" if self.restarts else "interleaved" if self.sharing > 1 else "back to back"
 
     def generate(self, index: int, shared: SharedEngine, progress_file: IO[str] | None) -> None:
         """Generation `index` of the recipe (0: a warm-up, not kept); on error the recipe's failed result."""
@@ -148,14 +150,15 @@ class UnitRun:
             write_json_atomic(self.folder.results, self.result.model_dump(mode="json"))
 
     def _generate(self, index: int, shared: SharedEngine, progress_file: IO[str] | None) -> None:
-        t_start, started, r, opts, unit = time.perf_counter(), now("milliseconds"), self.r, self.opts, self.unit
+        started, r, opts, unit = now("milliseconds"), self.r, self.opts, self.unit
         first = index == 1
         done = load_partial(self.folder.partial, unit.run_key, r.metrics) if first else {}
         examples = unit.prepared.examples
         todo = [i for i, ex in enumerate(examples) if ex.id not in done]
-        if shared.engine is not None and shared.unit.name != unit.name:
-            self.engine_of = shared.unit.name  # a later recipe on the engine started for the job's first
-        engine = shared.get()
+        engine = shared.get(unit.name)
+        t_start = time.perf_counter()  # after the engine start, which is counted on its own
+        if shared.started_by != unit.name:
+            self.engine_of = shared.started_by  # a recipe on the engine another recipe's generation started
         texts, ids, notes = _encode(unit, engine)
         if first and not done:
             start_partial(self.folder.partial, unit.run_key)
@@ -197,6 +200,7 @@ class UnitRun:
             load_s=load,
             started_at=started,
             call=opts.call,
+            turns=self.turns,
             changed=changed,
             cached_tokens=sum(cached) if cached else None,
             reused_samples=len(done),
@@ -208,8 +212,9 @@ class UnitRun:
         busy = dict(gpu_busy=shared.sampler.busy_share(t0, t0 + gen_s))
         busy["gpu_busy_tenths"] = shared.sampler.busy_parts(t0, t0 + gen_s)
         self.last = (engine, ids, notes, busy)
+        self.finish(shared)
 
-    def finish(self, shared: SharedEngine, sharing: int) -> RunResult | None:
+    def finish(self, shared: SharedEngine) -> RunResult | None:
         """The recipe's result once every repeat is measured (written to results.json); None while some are not."""
         if self.result is not None or not self.complete or self.last is None:
             return self.result
@@ -218,15 +223,16 @@ class UnitRun:
         first = reps[0]
         loads = [x.load_s for x in reps if x.load_s is not None]
         load_s = 0.0 if self.engine_of else percentile(loads, 50) if loads else engine.info.load_s
-        gen_s = percentile([x.generate_s for x in reps], 50)
+        gen_s = median_interval([x.generate_s for x in reps])[0]
         total_s = sum(loads) + sum(x.wall_s or x.generate_s for x in reps)
         timings = Timings(load_s=load_s, generate_s=gen_s, total_s=total_s, **busy)
         metrics = list(self.r.metrics)
         samples = [Sample.from_line(d, metrics) for d in load_samples(self.folder)]
         sampler = shared.sampler
-        m = Measured(timings, sampler.peak, sampler.start_gib, self.per_example, first.started_at, first.reused_s)
+        per_example = self.per_example and len(reps) == 1  # with repeats an estimate scales the median linearly
+        m = Measured(timings, sampler.peak, sampler.start_gib, per_example, first.started_at, first.reused_s)
         facts = dict(ids=ids, notes=notes, reused=first.reused_samples, engine_of=self.engine_of)
-        facts.update(repeats=reps, repeat_order=self.order(sharing))
+        facts.update(repeats=reps, repeat_order=self.order())
         self.result = run_result(self.unit, self.opts.command, samples, engine.info, m, **facts)
         write_json_atomic(self.folder.results, self.result.model_dump(mode="json"))
         return self.result
@@ -241,7 +247,9 @@ def run_rounds(
     """The job's generations on its one engine: each recipe's warm-ups, then the repeats in turns (repeat 1 of
     every recipe, then repeat 2, ...), skipping those measured before; `before(unit)` runs before each generation.
     Returns the results written: recipes that failed or have every repeat."""
-    runs = [UnitRun(u, job.options, job.restarts) for u in job.units]
+    many, call = len(job.units) > 1, job.options.call or "call"
+    turns = f"{call}/turns" if job.restarts else f"{call}/{os.getpid()}/{job.units[0].name}" if many else None
+    runs = [UnitRun(u, job.options, job.restarts, turns, len(job.units)) for u in job.units]
     rounds = job.rounds or tuple(range(1, max(u.wanted for u in runs) + 1))
     todo = lambda u: [i for i in rounds if i <= u.wanted and not u.has(i)]
     for u in runs:
@@ -256,10 +264,12 @@ def run_rounds(
                 u.generate(i, shared, progress_file)
     for u in runs:  # measured before but never reported (the call ended first): the last repeat measured again
         if u.result is None and u.last is None and u.complete and max(rounds) >= u.wanted:
+            for _ in range(u.r.warmup):
+                before(u.unit)
+                u.generate(0, shared, progress_file)
             before(u.unit)
             u.generate(u.wanted, shared, progress_file)
-    sharing = len(runs)
-    return [res for u in runs if (res := u.finish(shared, sharing)) is not None]
+    return [u.result for u in runs if u.result is not None]
 
 
 def run_job(job: Job) -> list[RunResult]:

@@ -330,11 +330,8 @@ def in_study_order(cells: list[RunResult]) -> list[RunResult]:
     return sorted(cells, key=lambda r: (r.cell_index is None, r.cell_index or 0))
 
 
-def study_section(
-    study: str, cells: list[RunResult], chart: Path | None = None, link: str | None = None, up: str = ""
-) -> list[str]:
-    """`link`: where the study's own summary is (from the call's summary); `up`: the way from this summary's folder
-    to the chart's."""
+def study_section(study: str, cells: list[RunResult], chart: Path | None = None, link: str | None = None) -> list[str]:
+    """`link`: where the study's own summary is (from the call's summary); the chart lies beside the summary."""
     cells = in_study_order(cells)
     axes = axes_of(cells)
     rows, cols, how = pick_axes(axes, requested_axes(cells))
@@ -354,7 +351,7 @@ def study_section(
     metric = chart_metric(cells)
     out += fastest_section(cells, metric) + spent_section(cells)
     if chart is not None:
-        out += ["", f"![{study}: accuracy against time]({up}{chart.name})"]
+        out += ["", f"![{study}: accuracy against time]({chart.name})"]
     elif metric is None:
         out += ["", "No accuracy chart: no cell of this study has meaningful scores."]
     return out
@@ -389,19 +386,20 @@ def write_study_summaries(
     paths = []
     for study in study_groups(results):
         cells = [r for r in stored if r.study == study]
-        charts = write_study_charts(cells, out)
-        section = lambda rs, o, s=study, c=charts.get(study): study_section(s, rs, c, up="../")
-        base = baseline if any(c.name == baseline for c in cells) else None
-        text = summary_markdown(cells, base, out, [section, *others], gate, title=f"Study {study}: every stored cell")
         path = study_summary_path(out, study)
         path.parent.mkdir(parents=True, exist_ok=True)
+        charts = write_study_charts(cells, out, dest=path.parent)  # its own: the call's chart shows the call's cells
+        section = lambda rs, o, s=study, c=charts.get(study): study_section(s, rs, c)
+        base = baseline if any(c.name == baseline for c in cells) else None
+        text = summary_markdown(cells, base, out, [section, *others], gate, title=f"Study {study}: every stored cell")
         write_text_atomic(path, text)
         paths.append(path)
     return paths
 
 
-def write_study_charts(results: list[RunResult], out: Path) -> dict[str, Path]:
-    """study name -> its accuracy-vs-time chart, for each study among `results` with meaningful scores."""
+def write_study_charts(results: list[RunResult], out: Path, dest: Path | None = None) -> dict[str, Path]:
+    """study name -> its accuracy-vs-time chart, for each study among `results` with meaningful scores (in `out`,
+    or in `dest`: a study's own summary's folder)."""
     try:
         pyplot()
     except ImportError:
@@ -411,7 +409,7 @@ def write_study_charts(results: list[RunResult], out: Path) -> dict[str, Path]:
         if (metric := chart_metric(cells)) is None:
             continue
         try:
-            path = study_chart_path(out, study)
+            path = study_chart_path(dest or out, study)
         except RunnerError:
             continue
         label = lambda r: r.name.removeprefix(f"{r.study}-") + (" (est.)" if r.estimate else "")
