@@ -46,6 +46,7 @@ def rate_cell(r: RunResult, rate: float | None) -> str:
     if len(t) < 2 or r.estimate:
         return cell(rate)
     med, lo, hi = median_interval(t)
+    rate *= (r.timings.generate_s or med) / med  # at the time shown (results stored before it was exp(mean log))
     return f"{cell(rate)} ({cell(rate * med / hi)}–{cell(rate * med / lo)})"  # type: ignore[operator]
 
 
