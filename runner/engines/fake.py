@@ -101,8 +101,8 @@ class FakeEngine:
             Knob(name="jitter", requested=spec.jitter, effective=spec.jitter, status="applied", evidence="per call"),
             Knob(name="tokens", effective=counted, status="default", evidence="how tokens are counted"),
         ]
-        note = "fake engine: replies are rendered from a template, no model ran; times and scores say nothing"
-        self.info = EngineInfo("fake", "-", "none (fake engine)", time.perf_counter() - t0, knobs=knobs, notes=[note])
+        self.info = EngineInfo("fake", "", "none (fake engine)", time.perf_counter() - t0, knobs=knobs)  # the report
+        # says it is fake in its own banner
 
     def encode(self, messages: Sequence[Messages]) -> tuple[list[str], list[list[int]]]:
         if self.tokenizer is not None:

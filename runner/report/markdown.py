@@ -34,7 +34,7 @@ def _banners(r: RunResult) -> list[str]:
         out.append(fake + "Times, tokens and scores test the pipeline only.")
     if r.status != "ok":
         out.append(f"> **FAILED**: {r.error}" + (f"\n>\n> Hint: {r.hint}" if r.hint else ""))
-    if not r.scores_meaningful:
+    if not r.scores_meaningful and not r.recipe.engine.fake:  # the fake engine's banner says it already
         dummy = "random weights (`load_format: dummy` or the builtin smoke-test model)"
         out.append(f"> **Scores are not meaningful**: this run used {dummy}; read it for speed only.")
     if r.engine_of:
@@ -83,7 +83,8 @@ def _header(r: RunResult) -> list[str]:
         parts += [rec.description, ""]
     engine = rec.engine.label or r.engine.name or rec.engine.kind
     parts += [
-        f"Status: **{r.status}** · engine: {engine} {r.engine.version} · model: `{rec.model.id}` · "
+        f"Status: **{r.status}** · engine: {' '.join(x for x in (engine, r.engine.version) if x not in ('', '-'))} · "
+        f"model: `{rec.model.id}` · "
         f"device: {r.engine.device or '–'} · samples: {r.n_samples} of {r.n_dataset} · finished {r.finished_at}",
         "",
     ]
