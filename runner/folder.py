@@ -67,6 +67,13 @@ class RunFolder:
     def of(cls, out: Path, name: str, where: str = "") -> RunFolder:
         return cls(Path(out) / check_name(name, where))
 
+    def check_files(self) -> None:
+        """Each file the run writes is a file or absent: a folder (or other non-file) in its place is refused."""
+        for path in (self.results, self.samples, self.partial, self.repeats, self.report, self.engine_log):
+            if path.exists() and not path.is_file():
+                hint = f"remove it (rm -r '{path}') and rerun; the run writes a file there"
+                raise RunnerError("is not a file", file=str(path), hint=hint)
+
 
 def study_chart_path(out: Path, study: str) -> Path:
     """A study's accuracy-vs-time chart: `<out>/<study>-pareto.png` (the study's name checked like a run name)."""

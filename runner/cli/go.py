@@ -213,6 +213,7 @@ def go(paths, out, only, sets, model_paths, baseline, force, executor, address, 
     with ExitStack() as locks:  # every unit's run folder locked while the units run
         for u in units:
             locks.enter_context(_lock(RunFolder.of(out_dir, u.name)))
+            RunFolder.of(out_dir, u.name).check_files()
         results = _run_all(units, opts, force, ex, baseline)
     if any(r.status != "ok" for r in results):
         sys.exit(EXIT_FAILED)
@@ -273,6 +274,7 @@ def _run_all(units: list[Unit], opts: RunOptions, force: bool, ex: Executor, bas
             prev = None if force else previous_result(folder, u.run_key, u.loaded.recipe.repeat)
             if prev is not None:
                 results.append(prev)
+                write_report(prev, opts.out, report_sections(opts.out))  # a report.md deleted since is back
                 click.echo(f"skip {u.name}: unchanged since {prev.finished_at} (results complete; --force reruns)")
                 continue
             if force:
