@@ -36,3 +36,16 @@ def test_a_skipped_run_writes_its_deleted_report_again(tmp_path, write_recipe, b
     (out / "f" / "report.md").unlink()
     r = _go(path, "--out", out, "--limit", "2")
     assert "skip f: unchanged since" in r.output and (out / "f" / "report.md").read_text().startswith("# f\n")
+
+
+def test_json_lines_read_as_squad_hint_the_format(tmp_path, write_recipe, base_recipe):
+    data = tmp_path / "d.jsonl"
+    rows = ['{"id": "1", "question": "q", "context": "c", "answers": ["a"]}', '{"id": "2", "question": "r"}']
+    data.write_text("\n".join(rows) + "\n")
+    d = {**_fake(base_recipe), "dataset": {"format": "squad", "path": str(data)}}
+    r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
+    assert user_error(r) == (
+        "Error: {tmp}/recipe.yaml: dataset.format: cannot read {tmp}/d.jsonl as squad: not valid JSON: Extra data at "
+        "line 2, column 1\n"
+        "  hint: the file holds one JSON object per line (JSON Lines): set dataset.format: jsonl\n"
+    )

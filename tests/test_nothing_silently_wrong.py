@@ -270,9 +270,9 @@ def test_prompts_longer_than_the_context_are_refused_naming_the_example(write_re
     assert user_error(r) == (
         "Error: {tmp}/recipe.yaml: prompt: 36 prompt(s) do not fit the model's context of 512 tokens "
         "with max_tokens 480: example demo-0001, demo-0002, demo-0003, demo-0004, demo-0005 and 31 more\n"
-        "  hint: shorten the template or shots, lower sampling.max_tokens, raise engine.max_model_len, "
+        "  hint: shorten the template or shots, lower sampling.max_tokens, use a model with a longer context, "
         "or set prompt.truncate: true to cut such prompts from the left\n"
-    )
+    )  # the transformers engine has no max_model_len: its context is the model's
     assert "do not fit the model's context of 512 tokens with max_tokens 480: example demo-" in r.output
     assert "prompt.truncate: true" in r.output
     d["prompt"] = {**d["prompt"], "truncate": True}

@@ -55,7 +55,12 @@ def check_context(lr: LoadedRecipe, examples: Sequence[Any], messages: Sequence[
             f" and {len(over) - 5} more" if len(over) > 5 else ""
         )
         msg = f"{len(over)} prompt(s) do not fit the model's context of {limit:,} tokens with max_tokens"
-        hint = "shorten the template or shots, lower sampling.max_tokens, raise engine.max_model_len, or set "
+        longer = (  # only an engine with the field can be given a longer context; otherwise it is the model's
+            "raise engine.max_model_len"
+            if "max_model_len" in type(r.engine).model_fields
+            else "use a model with a longer context"
+        )
+        hint = f"shorten the template or shots, lower sampling.max_tokens, {longer}, or set "
         hint += "prompt.truncate: true to cut such prompts from the left"
         raise RunnerError(f"{msg} {r.sampling.max_tokens:,}: example {names}", file=lr.path, field="prompt", hint=hint)
 

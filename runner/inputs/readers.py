@@ -179,9 +179,20 @@ def json_doc(text: str, w: _Where) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         hint = "fix the file at that place (`python -m json.tool FILE` shows it too)"
+        if _json_lines(text):
+            hint = "the file holds one JSON object per line (JSON Lines): set dataset.format: jsonl"
         raise w.unreadable(f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}", hint=hint) from None
     except RecursionError:
         raise w.error(f"{w.name} is nested too deeply to read as JSON") from None
+
+
+def _json_lines(text: str) -> bool:
+    """The text reads as JSON Lines: its first two non-empty lines are each a JSON object."""
+    lines = [x for x in text.split("\n") if x.strip()][:2]
+    try:
+        return len(lines) == 2 and all(isinstance(json.loads(x), dict) for x in lines)
+    except json.JSONDecodeError:
+        return False
 
 
 def _jsonl_records(text: str, w: _Where) -> list[dict]:
