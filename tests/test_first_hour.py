@@ -49,3 +49,36 @@ def test_json_lines_read_as_squad_hint_the_format(tmp_path, write_recipe, base_r
         "line 2, column 1\n"
         "  hint: the file holds one JSON object per line (JSON Lines): set dataset.format: jsonl\n"
     )
+
+
+def _check(path, *args):
+    return CliRunner().invoke(cli, ["check", str(path), "--no-tokens", *args])
+
+
+def test_did_you_mean_for_a_metric_a_template_a_dataset_file_and_a_top_level_set(
+    tmp_path, write_recipe, base_recipe, demo_data
+):
+    path = write_recipe(_fake(base_recipe))
+    r = _check(path, "--set", 'metrics=["f1"]')
+    assert "unknown metric 'f1'; did you mean 'char_f1' or 'squad_f1' or 'jglue_char_f1'? Allowed:" in r.output
+    assert user_error(_check(path, "--set", "prompt.template=jsquad-contxt-first.j2")) == (
+        "Error: {tmp}/recipe.yaml: prompt.template: template not found: 'jsquad-contxt-first.j2' (looked beside the "
+        "recipe and in templates/)\n"
+        "  hint: did you mean 'jsquad-context-first.j2'?\n"
+    )
+    wrong = demo_data.parent / "demo-jp.json"
+    assert user_error(_check(path, "--set", f"dataset.path={wrong}")) == (
+        "Error: {tmp}/recipe.yaml: dataset.path: dataset file not found: {project}/runner/demo/demo-jp.json\n"
+        "  hint: did you mean 'demo-ja.json' (in {project}/runner/demo)? paths in a recipe are relative to the "
+        "recipe file\n"
+    )
+    r = _check(path, "--set", "max_tokens=8")
+    assert "max_tokens: --set max_tokens: no such key; did you mean 'sampling.max_tokens'? Allowed here:" in r.output
+
+
+def test_a_bad_name_says_the_rule_with_an_example(write_recipe, base_recipe):
+    r = _check(write_recipe({**_fake(base_recipe), "name": "bad name"}))
+    assert user_error(r).endswith(
+        "name: 'bad name' is not a valid name: letters, digits and `._-`, starting with a letter or digit, e.g. "
+        "`jsquad-vllm-fp8`\n"
+    )

@@ -421,7 +421,8 @@ def test_typo_inside_shot_example_suggests(write_recipe, base_recipe):
 @pytest.mark.parametrize("name", ["../../x", "a/b", ".hidden", "x y", "ok\n", ""])
 def test_bad_recipe_names_rejected(write_recipe, base_recipe, name):
     p = write_recipe(with_changes(base_recipe, name=name))
-    why = f"name: String should match pattern '^[A-Za-z0-9][A-Za-z0-9._-]*$' (got {name!r})"
+    rule = "letters, digits and `._-`, starting with a letter or digit, e.g. `jsquad-vllm-fp8`"
+    why = f"name: {name!r} is not a valid name: {rule}"
     assert_user_error(check(p), f"Error: {{tmp}}/recipe.yaml: invalid recipe\n  line 1, {why}\n")
 
 
@@ -431,7 +432,8 @@ def test_path_traversal_name_rejected_by_go(write_recipe, base_recipe, tmp_path)
     assert_user_error(
         r,
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
-        "  line 1, name: String should match pattern '^[A-Za-z0-9][A-Za-z0-9._-]*$' (got '../../x')\n",
+        "  line 1, name: '../../x' is not a valid name: letters, digits and `._-`, starting with a letter or digit, "
+        "e.g. `jsquad-vllm-fp8`\n",
     )
     assert not (tmp_path / "a" / "x").exists() and not out_dir.exists()
 

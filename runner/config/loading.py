@@ -24,7 +24,7 @@ from runner.base.errors import RecipeError
 from runner.config.merge import Source, with_bases
 from runner.config.overrides import apply_overrides, parse_set
 from runner.config.yamlfile import line_of, read_yaml
-from runner.engines import ENGINE_KINDS, spec_class
+from runner.engines import ENGINE_KINDS, ENGINES, spec_class
 from runner.recipe import LoadedRecipe, Recipe
 
 Locate = Callable[[tuple, str], str]
@@ -103,8 +103,23 @@ def _submodel(loc: tuple, data: Any) -> type[BaseModel] | None:
 
 
 def _did_you_mean(value: str, allowed: list[str]) -> str:
-    close = difflib.get_close_matches(value, allowed, n=1)
-    return f"; did you mean {close[0]!r}?" if close else "."
+    """The closest allowed spelling, else the allowed names that end with it (`f1` -> `squad_f1`, `char_f1`)."""
+    ends = sorted((a for a in allowed if a.endswith("_" + value)), key=len)[:3]
+    close = difflib.get_close_matches(value, allowed, n=1) or ends
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."
+
+
+def _home_of(key: str) -> list[str]:
+    """The sections of a recipe that have a field `key` (`max_tokens` -> `sampling.max_tokens`)."""
+    homes = []
+    for name, f in Recipe.model_fields.items():
+        ann = f.annotation
+        models = [a for a in (typing.get_args(ann) or (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if name == "engine":
+            models = list(ENGINES)
+        if any(key in m.model_fields for m in models):
+            homes.append(f"{name}.{key}")
+    return homes
 
 
 def describe_error(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, str]:
@@ -119,10 +134,14 @@ def describe_error(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, s
         if len(loc) == 1:  # a file's top level also takes the study keys
             allowed = sorted([*allowed, *FILE_KEYS])
         msg = f"--set {dotted}: no such key" if dotted in sets else f"unknown key {str(loc[-1])!r}"
-        msg += _did_you_mean(str(loc[-1]), allowed)
+        homes = _home_of(str(loc[-1])) if len(loc) == 1 else []
+        msg += f"; did you mean {' or '.join(map(repr, homes))}?" if homes else _did_you_mean(str(loc[-1]), allowed)
         return loc, msg + (" Allowed here: " + ", ".join(allowed) if allowed else "")
     if typ == "missing":
         return loc, "required field is missing"
+    if typ == "string_pattern_mismatch" and loc == ("name",):
+        rule = "letters, digits and `._-`, starting with a letter or digit, e.g. `jsquad-vllm-fp8`"
+        return loc, f"{given!r} is not a valid name: {rule}"
     if typ == "union_tag_invalid":
         msg = f"unknown engine kind {given.get('kind')!r}; allowed: {kinds}" if isinstance(given, dict) else err["msg"]
         return loc + ("kind",), msg

@@ -4,6 +4,7 @@ and the variable, not an empty string, and `render_all` bounds the time for all 
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import random
 from dataclasses import replace
@@ -30,7 +31,20 @@ def find_template(name: str, base_dir: Path) -> Path | None:
 def compile_file(name: str, base_dir: Path, where: str, field: str) -> jinja.CompiledTemplate:
     path, err = find_template(name, base_dir), partial(TemplateError, file=where, field=field)
     if path is None:
-        raise err(f"template not found: {name!r} (looked beside the recipe and in templates/)")
+        p = Path(name).expanduser()
+        folders = {
+            c.parent
+            for c in (
+                base_dir / p,
+                base_dir / "templates" / p,
+                base_dir.parent / "templates" / p,
+                PROJECT_TEMPLATES / p,
+            )
+        }
+        near = sorted({f.name for d in folders if d.is_dir() for f in d.iterdir() if f.is_file()})
+        close = difflib.get_close_matches(p.name, near, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else None
+        raise err(f"template not found: {name!r} (looked beside the recipe and in templates/)", hint=hint)
     try:
         if path.stat().st_size > 4 * jinja.MAX_CHARS:
             hint = "a prompt template this large is almost certainly the wrong file"

@@ -7,6 +7,7 @@ the place in it) and the recipe field to fix (`<prefix>.path`, `<prefix>.format`
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import io
 import json
@@ -71,6 +72,9 @@ def _fingerprint(path: Path, w: _Where) -> tuple[int, ...]:
         st = os.stat(path)
     except FileNotFoundError:
         hint = "paths in a recipe are relative to the recipe file"
+        near = sorted(f.name for f in Path(path).parent.iterdir()) if Path(path).parent.is_dir() else []
+        if close := difflib.get_close_matches(Path(path).name, near, n=1):
+            hint = f"did you mean {close[0]!r} (in {Path(path).parent})? {hint}"
         raise w.error(f"dataset file not found: {path}", hint=hint) from None
     except OSError as e:
         raise w.error(f"cannot read dataset file {path}: {e.strerror or e}") from None
