@@ -82,3 +82,14 @@ def test_a_bad_name_says_the_rule_with_an_example(write_recipe, base_recipe):
         "name: 'bad name' is not a valid name: letters, digits and `._-`, starting with a letter or digit, e.g. "
         "`jsquad-vllm-fp8`\n"
     )
+
+
+def test_set_is_checked_against_the_cells_only_keeps(project_root):
+    """`--set engine.device=cpu` fits the transformers cells and not the vLLM ones: with --only naming a
+    transformers cell, the vLLM cells are not validated."""
+    study = project_root / "recipes" / "jsquad-study.yaml"
+    r = _check(study, "--only", "jsquad-hf-batched", "--set", "engine.device=cpu")
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith(f"ok {study}: jsquad-hf-batched — transformers")
+    r = _check(study, "--only", "jsquad-vllm", "--set", "engine.device=cpu")
+    assert r.exit_code == 2 and "cell 'jsquad-vllm'" in r.output

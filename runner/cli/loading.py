@@ -60,16 +60,16 @@ def load_all(
     from runner.study.load import load_recipes
 
     mp = parse_model_paths(model_paths)
+    patterns = [p.strip() for p in (only or "").split(",") if p.strip()]
+    keep = (lambda name: any(fnmatch.fnmatchcase(name, p) for p in patterns)) if only is not None else None
     loaded: list[LoadedRecipe] = []
-    for p in expand_paths(paths):
-        loaded += load_recipes(p, list(sets), model_paths=mp)
-    if only is not None:  # names or globs, comma-separated
-        patterns = [p.strip() for p in only.split(",") if p.strip()]
-        chosen = [lr for lr in loaded if any(fnmatch.fnmatchcase(lr.recipe.name, p) for p in patterns)]
-        if not chosen:
-            names = ", ".join(lr.recipe.name for lr in loaded[:20]) + (" ..." if len(loaded) > 20 else "")
-            raise RunnerError(f"--only {only!r} matches no recipe; recipes: {names}", field="--only")
-        loaded = chosen
+    files = expand_paths(paths)
+    for p in files:  # with --only, the recipes it leaves out are not validated (nor checked against --set)
+        loaded += load_recipes(p, list(sets), model_paths=mp, keep=keep)
+    if only is not None and not loaded:
+        every = [lr.recipe.name for p in files for lr in load_recipes(p, [], model_paths=mp)]
+        names = ", ".join(every[:20]) + (" ..." if len(every) > 20 else "")
+        raise RunnerError(f"--only {only!r} matches no recipe; recipes: {names}", field="--only")
     names: dict[str, str] = {}
     for lr in loaded:
         n = check_name(lr.recipe.name, lr.path)

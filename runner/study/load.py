@@ -38,7 +38,7 @@ import difflib
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
@@ -378,15 +378,23 @@ class Study:
 
 
 def load_study(
-    path: str | Path, overrides: list[str] | None = None, *, model_paths: Mapping[str, str] | None = None
+    path: str | Path,
+    overrides: list[str] | None = None,
+    *,
+    model_paths: Mapping[str, str] | None = None,
+    keep: Callable[[str], bool] | None = None,
 ) -> Study:
     """Everything one recipe file holds, validated: a plain file through runner.config, a study's cells each
-    validated as a full recipe before anything runs (an invalid cell's error names the cell and its field)."""
+    validated as a full recipe before anything runs (an invalid cell's error names the cell and its field).
+    `keep`: only the experiments whose name it keeps are validated and returned (`--only`: a `--set` is not checked
+    against cells the call does not run)."""
     f = read_recipe_file(path)
     where, overrides, mp = str(f.path), list(overrides or []), dict(model_paths or {})
     axes, variants = parse_axes(f.keys.get("matrix"), where), parse_variants(f.keys.get("variants"), where)
     name = f.data.get("name") if isinstance(f.data.get("name"), str) else None
     if not f.is_study:
+        if keep is not None and name is not None and not keep(name):
+            return Study(str(f.path.resolve()), "recipe", name, (), None, ())
         loaded = tuple(load_file(f, overrides, model_paths=mp))
         return Study(str(f.path.resolve()), "recipe" if loaded else "abstract", name, (), None, loaded)
     all_axes = tuple(axes) + ((Axis("variant", tuple(variants), tuple(variants)),) if variants else ())
@@ -414,6 +422,8 @@ def load_study(
             raise _err(where, "baseline", f"{base!r} names no cell of the study; its cells: {', '.join(names)}")
         cells = [c._replace(data={**c.data, "baseline": c.name == base}) for c in cells]
     for index, c in enumerate(cells):
+        if keep is not None and not keep(c.name):
+            continue
         title, at = f"cell {c.name!r} ({describe(c.cell, axes)}): invalid recipe", locator(f.sources, sets, c.origins)
         # the study file's short label of each varying value (what reports show), where it has one
         labels = {k: lab for k, v in c.cell.items() if k in by_key and (lab := by_key[k].label(v))}
@@ -423,10 +433,15 @@ def load_study(
 
 
 def load_recipes(
-    path: str | Path, overrides: list[str] | None = None, *, model_paths: Mapping[str, str] | None = None
+    path: str | Path,
+    overrides: list[str] | None = None,
+    *,
+    model_paths: Mapping[str, str] | None = None,
+    keep: Callable[[str], bool] | None = None,
 ) -> list[LoadedRecipe]:
-    """One LoadedRecipe per experiment in the file: 1 (recipe), one per cell (study), 0 (abstract)."""
-    return list(load_study(path, overrides, model_paths=model_paths).cells)
+    """One LoadedRecipe per experiment in the file: 1 (recipe), one per cell (study), 0 (abstract); `keep`: only
+    those whose name it keeps."""
+    return list(load_study(path, overrides, model_paths=model_paths, keep=keep).cells)
 
 
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> LoadedRecipe:
