@@ -93,3 +93,15 @@ def test_set_is_checked_against_the_cells_only_keeps(project_root):
     assert r.output.startswith(f"ok {study}: jsquad-hf-batched — transformers")
     r = _check(study, "--only", "jsquad-vllm", "--set", "engine.device=cpu")
     assert r.exit_code == 2 and "cell 'jsquad-vllm'" in r.output
+
+
+def test_check_of_a_folder_reports_every_files_first_error(tmp_path, write_recipe, base_recipe):
+    write_recipe(_fake(base_recipe, "good"), "recipes/a.yaml")
+    write_recipe({**_fake(base_recipe, "bad"), "nonsense": 1}, "recipes/b.yaml")
+    write_recipe({"name": "c", "model": {"id": "none"}}, "recipes/c.yaml")
+    r = _check(tmp_path / "recipes")
+    out = user_error(r)
+    assert out.startswith("ok {tmp}/recipes/a.yaml: good — fake")
+    assert "Error: {tmp}/recipes/b.yaml: invalid recipe\n  line " in out and "nonsense: unknown key 'nonsense'" in out
+    assert "\n\nError: {tmp}/recipes/c.yaml: invalid recipe\n  line 1, engine: required field is missing\n" in out
+    assert out.endswith("\n\n2 of 3 files have errors\n")

@@ -441,10 +441,11 @@ def test_path_traversal_name_rejected_by_go(write_recipe, base_recipe, tmp_path)
 def test_two_recipes_with_same_name(write_recipe, base_recipe):
     p1 = write_recipe(base_recipe, name="one.yaml")
     p2 = write_recipe(base_recipe, name="two.yaml")
-    assert_user_error(
-        check(p1, p2),
-        "Error: name: two recipes are named 't': {tmp}/one.yaml and {tmp}/two.yaml; names must be unique "
-        "in one call (they name the report folders)\n",
+    out = user_error(check(p1, p2))  # the first file is fine, the second's name clashes with it
+    assert out.startswith("ok {tmp}/one.yaml: t — transformers")
+    assert out.endswith(
+        "Error: {tmp}/two.yaml: name: two recipes are named 't': {tmp}/one.yaml and {tmp}/two.yaml; names must be "
+        "unique in one call (they name the report folders)\n\n1 of 2 files have errors\n"
     )
 
 

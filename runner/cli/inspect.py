@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from runner.base.errors import RunnerError
-from runner.cli import cli, guard
-from runner.cli.loading import MP_HELP, ONLY_HELP, SET_HELP, load_all
+from runner.cli import UserError, cli, guard
+from runner.cli.loading import MP_HELP, ONLY_HELP, SET_HELP, expand_paths, load_all
 from runner.recipe import GateSpec, Recipe
 from runner.results import RunResult
 from runner.study.load import add_study_keys
@@ -25,30 +25,49 @@ from runner.study.load import add_study_keys
 def check(paths, sets, model_paths, only, no_tokens):
     """Validate recipes and study files without loading a model; show each recipe's first prompt
     (a study's cells with the settings that vary) and prompt-token statistics."""
+    shown: set[str] = set()  # a study shows its first cell's prompt; the rest list what varies
+    files, errors, names = expand_paths(paths), [], {}
+    for f in files:  # each file to its first error; the others are still checked
+        try:
+            for lr in load_all((str(f),), sets, model_paths, only, none_ok=True):
+                if lr.recipe.name in names:
+                    why = f"two recipes are named {lr.recipe.name!r}: {names[lr.recipe.name]} and {lr.path}"
+                    why += "; names must be unique in one call (they name the report folders)"
+                    raise RunnerError(why, file=lr.path, field="name")
+                names[lr.recipe.name] = lr.path
+                _check_one(lr, shown, no_tokens)
+        except RunnerError as e:
+            errors.append(e.render())
+    if only is not None and not names and not errors:
+        load_all(paths, sets, model_paths, only)  # raises: --only matches no recipe (and lists them)
+    if errors:
+        of = f"\n\n{len(errors)} of {len(files)} files have errors" if len(files) > 1 else ""
+        raise UserError("\n\nError: ".join(errors) + of)
+
+
+def _check_one(lr, shown: set[str], no_tokens: bool) -> None:
     from runner.inputs.context import check_context
     from runner.inputs.prepare import prepare
     from runner.run.job import check_model
 
-    shown: set[str] = set()  # a study shows its first cell's prompt; the rest list what varies
-    for lr in load_all(paths, sets, model_paths, only):
-        prepared = prepare(lr)
-        check_model(lr)
-        check_context(lr, prepared.examples, prepared.messages)
-        r, n = lr.recipe, len(prepared.examples)
-        est = f" (an estimate: runs {n}, projects {prepared.n_target})" if n < prepared.n_target else ""
-        of = f"{prepared.n_target} of {prepared.n_dataset} examples{est}"
-        click.echo(f"ok {lr.path}: {r.name} — {r.engine.kind}, {r.model.id}, {of}")
-        if lr.study:
-            cell = ", ".join(f"{k}={v}" for k, v in lr.cell.items()) or "(no varying settings)"
-            click.echo(f"  cell of study {lr.study}: {cell}")
-            if lr.study in shown:
-                continue
-            shown.add(lr.study)
-        click.echo("first prompt:")
-        for m in prepared.messages[0]:
-            click.echo(f"  [{m['role']}] " + m["content"].replace("\n", "\n    "))
-        if not no_tokens:
-            click.echo("  " + token_stats(r, list(prepared.messages)))
+    prepared = prepare(lr)
+    check_model(lr)
+    check_context(lr, prepared.examples, prepared.messages)
+    r, n = lr.recipe, len(prepared.examples)
+    est = f" (an estimate: runs {n}, projects {prepared.n_target})" if n < prepared.n_target else ""
+    of = f"{prepared.n_target} of {prepared.n_dataset} examples{est}"
+    click.echo(f"ok {lr.path}: {r.name} — {r.engine.kind}, {r.model.id}, {of}")
+    if lr.study:
+        cell = ", ".join(f"{k}={v}" for k, v in lr.cell.items()) or "(no varying settings)"
+        click.echo(f"  cell of study {lr.study}: {cell}")
+        if lr.study in shown:
+            return
+        shown.add(lr.study)
+    click.echo("first prompt:")
+    for m in prepared.messages[0]:
+        click.echo(f"  [{m['role']}] " + m["content"].replace("\n", "\n    "))
+    if not no_tokens:
+        click.echo("  " + token_stats(r, list(prepared.messages)))
 
 
 def token_stats(r, messages) -> str:

@@ -54,9 +54,14 @@ def parse_model_paths(items: tuple[str, ...]) -> dict[str, str]:
 
 
 def load_all(
-    paths: tuple[str, ...], sets: tuple[str, ...], model_paths: tuple[str, ...] = (), only: str | None = None
+    paths: tuple[str, ...],
+    sets: tuple[str, ...],
+    model_paths: tuple[str, ...] = (),
+    only: str | None = None,
+    none_ok: bool = False,
 ) -> list[LoadedRecipe]:
-    """Every recipe (or study cell) of the named files, checked for unique, safe names."""
+    """Every recipe (or study cell) of the named files, checked for unique, safe names (`none_ok`: --only may match
+    none of these files' recipes)."""
     from runner.study.load import load_recipes
 
     mp = parse_model_paths(model_paths)
@@ -66,7 +71,7 @@ def load_all(
     files = expand_paths(paths)
     for p in files:  # with --only, the recipes it leaves out are not validated (nor checked against --set)
         loaded += load_recipes(p, list(sets), model_paths=mp, keep=keep)
-    if only is not None and not loaded:
+    if only is not None and not loaded and not none_ok:
         every = [lr.recipe.name for p in files for lr in load_recipes(p, [], model_paths=mp)]
         names = ", ".join(every[:20]) + (" ..." if len(every) > 20 else "")
         raise RunnerError(f"--only {only!r} matches no recipe; recipes: {names}", field="--only")
