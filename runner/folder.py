@@ -11,6 +11,7 @@ pipeline, so the run writes it and the reports read it without the reports impor
     <out>/<name>/engine.log                 the engine's own output
     <out>/<name>/report.md                  the recipe's report
     <out>/<name>/.runner.lock               held by the one `runner go` writing this folder
+    <out>/<name>/replaced/<time>-<key>/     what an earlier, different run of this name left (never lost)
 
 Every name read back from disk goes through `RunFolder.of`, which checks it like a recipe name,
 so a `results.json` that says `name: ../../x` cannot make the runner write outside `--out`."""
@@ -20,6 +21,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +69,26 @@ class RunFolder:
     def of(cls, out: Path, name: str, where: str = "") -> RunFolder:
         return cls(Path(out) / check_name(name, where))
 
+    def set_aside(self, key: str, force: bool = False) -> Path | None:
+        """Before a run: what another run of this name left here (complete results of another run key, or finished
+        samples or repeats of another key), or with `force` any complete results and finished samples, moved into
+        `replaced/<time>-<key>/` so that nothing finished is lost; returns that folder when something moved."""
+        prev = _key_of(self.results, "run_key", ok_only=True)
+        moving = [self.results, self.samples, self.samples_gz, self.report] if prev and (force or prev != key) else []
+        for path in (self.partial, self.repeats):
+            other = _key_of(path, "_run_key")
+            if other and (force or other != key):
+                moving.append(path)
+        moving = [p for p in moving if p.is_file()]
+        if not moving:
+            return None
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        dest = self.root / "replaced" / f"{stamp}-{prev or _key_of(moving[0], '_run_key') or 'unknown'}"
+        dest.mkdir(parents=True, exist_ok=True)
+        for path in moving:
+            path.rename(dest / path.name)
+        return dest
+
     def check_files(self) -> None:
         """Each file the run writes is a file or absent: a folder (or other non-file) in its place is refused."""
         for path in (self.results, self.samples, self.partial, self.repeats, self.report, self.engine_log):
@@ -78,6 +100,19 @@ class RunFolder:
 def study_chart_path(out: Path, study: str) -> Path:
     """A study's accuracy-vs-time chart: `<out>/<study>-pareto.png` (the study's name checked like a run name)."""
     return Path(out) / f"{check_name(study)}-pareto.png"
+
+
+def _key_of(path: Path, field: str, ok_only: bool = False) -> str | None:
+    """The run key a stored file belongs to: results.json's `run_key` (only an ok run's with `ok_only`), or the first
+    line's `_run_key` of a partial samples or repeats file; None when absent or unreadable."""
+    try:
+        if field == "run_key":
+            d = json.loads(path.read_bytes())
+            return (d.get("run_key") or None) if (d.get("status") == "ok" or not ok_only) else None
+        with open(path, encoding="utf-8") as f:
+            return json.loads(f.readline()).get("_run_key") or None
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def study_summary_path(out: Path, study: str) -> Path:

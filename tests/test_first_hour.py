@@ -105,3 +105,42 @@ def test_check_of_a_folder_reports_every_files_first_error(tmp_path, write_recip
     assert "Error: {tmp}/recipes/b.yaml: invalid recipe\n  line " in out and "nonsense: unknown key 'nonsense'" in out
     assert "\n\nError: {tmp}/recipes/c.yaml: invalid recipe\n  line 1, engine: required field is missing\n" in out
     assert out.endswith("\n\n2 of 3 files have errors\n")
+
+
+def test_another_recipe_of_the_same_name_keeps_the_earlier_results_and_says_where(tmp_path, write_recipe, base_recipe):
+    out = tmp_path / "out"
+    first = write_recipe(_fake(base_recipe, "x"), "one.yaml")
+    assert _go(first, "--out", out, "--limit", "2").exit_code == 0
+    before = (out / "x" / "results.json").read_text()
+    other = write_recipe({**_fake(base_recipe, "x"), "sampling": {"max_tokens": 4}}, "two.yaml")
+    r = _go(other, "--out", out, "--limit", "2")
+    assert r.exit_code == 0, r.output
+    [kept] = (out / "x" / "replaced").iterdir()
+    assert r.output.startswith(
+        f"kept x's earlier results in {kept} (the recipe, its inputs or --limit changed since); this run replaces "
+        "them\n"
+    )
+    assert (kept / "results.json").read_text() == before and (kept / "samples.jsonl").is_file()
+    assert (out / "x" / "results.json").read_text() != before  # the new run's
+
+
+def test_force_keeps_the_results_it_replaces(tmp_path, write_recipe, base_recipe):
+    out, path = tmp_path / "out", write_recipe(_fake(base_recipe, "x"))
+    assert _go(path, "--out", out, "--limit", "2").exit_code == 0
+    r = _go(path, "--out", out, "--limit", "2", "--force")
+    [kept] = (out / "x" / "replaced").iterdir()
+    assert f"kept x's earlier results in {kept} (--force); this run replaces them" in r.output
+    assert {p.name for p in kept.iterdir()} >= {"results.json", "samples.jsonl", "report.md"}
+    again = _go(path, "--out", out, "--limit", "2")  # the same run again: skipped, nothing more set aside
+    assert "skip x: unchanged" in again.output and len(list((out / "x" / "replaced").iterdir())) == 1
+
+
+def test_finished_samples_of_another_run_are_moved_aside_not_deleted(tmp_path, write_recipe, base_recipe):
+    out, path = tmp_path / "out", write_recipe(_fake(base_recipe, "x"))
+    (out / "x").mkdir(parents=True)
+    partial = '{"_run_key": "another"}\n{"id": "demo-0001", "output": "kept"}\n'
+    (out / "x" / "samples.partial.jsonl").write_text(partial)
+    r = _go(path, "--out", out, "--limit", "2")
+    [kept] = (out / "x" / "replaced").iterdir()
+    assert kept.name.endswith("-another") and (kept / "samples.partial.jsonl").read_text() == partial
+    assert f"kept x's earlier results in {kept}" in r.output

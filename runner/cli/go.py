@@ -277,9 +277,9 @@ def _run_all(units: list[Unit], opts: RunOptions, force: bool, ex: Executor, bas
                 write_report(prev, opts.out, report_sections(opts.out))  # a report.md deleted since is back
                 click.echo(f"skip {u.name}: unchanged since {prev.finished_at} (results complete; --force reruns)")
                 continue
-            if force:
-                folder.partial.unlink(missing_ok=True)
-                folder.repeats.unlink(missing_ok=True)
+            if (kept := folder.set_aside(u.run_key, force)) is not None:
+                why = "--force" if force else "the recipe, its inputs or --limit changed since"
+                click.echo(f"kept {u.name}'s earlier results in {kept} ({why}); this run replaces them")
             todo.append(u)
         plans = Plans(todo)  # made in the background, the next job's while the current one runs
         try:
@@ -289,7 +289,8 @@ def _run_all(units: list[Unit], opts: RunOptions, force: bool, ex: Executor, bas
     except KeyboardInterrupt:
         if results:
             write_summary(results, opts.out, baseline, summary_sections())
-        kept = "finished samples of the interrupted recipe are kept, and the same command resumes"
+        kept = "finished samples of an interrupted recipe are kept; the same command without --force continues"
+        kept += " from them"
         click.echo(f"interrupted: {len(results)} of {len(units)} recipes finished; {kept}", err=True)
         sys.exit(EXIT_INTERRUPTED)
     finally:
