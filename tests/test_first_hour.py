@@ -144,3 +144,14 @@ def test_finished_samples_of_another_run_are_moved_aside_not_deleted(tmp_path, w
     [kept] = (out / "x" / "replaced").iterdir()
     assert kept.name.endswith("-another") and (kept / "samples.partial.jsonl").read_text() == partial
     assert f"kept x's earlier results in {kept}" in r.output
+
+
+def test_report_names_a_run_folder_without_results(tmp_path, write_recipe, base_recipe):
+    out, path = tmp_path / "out", write_recipe(_fake(base_recipe, "x"))
+    assert _go(path, "--out", out, "--limit", "2").exit_code == 0
+    (out / "y").mkdir()
+    (out / "y" / "engine.log").write_text("started\n")
+    r = CliRunner().invoke(cli, ["report", str(out)])
+    assert r.exit_code == 0 and r.output.endswith(
+        f"no results.json in {out / 'y'}: a run that did not finish (left out; rerun it to report it)\n"
+    )

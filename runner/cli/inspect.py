@@ -171,6 +171,10 @@ def report(out, baseline, gate_text):
     click.echo(f"summary: {summary} ({len(results)} recipes)")
     for path in study_summaries(results, out_dir, baseline, gate):
         click.echo(f"study summary: {path}")
+    have = {r.name for r in results}
+    for folder in sorted(p for p in out_dir.iterdir() if p.is_dir() and p.name not in have):
+        if (folder / "engine.log").is_file() or (folder / "replaced").is_dir():  # a run folder without a result
+            click.echo(f"no results.json in {folder}: a run that did not finish (left out; rerun it to report it)")
 
 
 def parse_gate(text: str, results: list) -> GateSpec:
