@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from runner.cli import cli
@@ -154,4 +155,51 @@ def test_report_names_a_run_folder_without_results(tmp_path, write_recipe, base_
     r = CliRunner().invoke(cli, ["report", str(out)])
     assert r.exit_code == 0 and r.output.endswith(
         f"no results.json in {out / 'y'}: a run that did not finish (left out; rerun it to report it)\n"
+    )
+
+
+def test_a_recipe_whose_engine_is_not_installed_fails_alone(tmp_path, write_recipe, base_recipe, monkeypatch):
+    """Where vLLM is not installed, `check` says the vLLM recipe cannot run here, and `go` records it failed with
+    the hint and runs the others."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    good = write_recipe(_fake(base_recipe, "good"), "good.yaml")
+    v = write_recipe({**base_recipe, "name": "v", "engine": {"kind": "vllm"}}, "v.yaml")
+    r = _check(v)
+    assert (
+        r.exit_code == 0
+        and (
+            "  note: cannot run on this machine: vllm is not installed in this Python, so `engine: kind: vllm` cannot "
+            "run here\n"
+        )
+        in r.output
+    )
+    out = tmp_path / "out"
+    r = _go(good, v, "--out", out, "--limit", "2")
+    assert r.exit_code == 1, r.output
+    assert (
+        f"FAILED v: {v}: engine.kind: vllm is not installed in this Python, so `engine: kind: vllm` cannot run here\n"
+        "  hint: run on a host with it installed (`runner check` works anywhere)\n"
+    ) in r.output
+    assert "ok good: 2 examples" in r.output and (out / "v" / "results.json").is_file()
+
+
+def test_a_hub_id_not_in_the_cache_gets_a_note_naming_model_path(write_recipe, base_recipe):
+    pytest.importorskip("huggingface_hub")
+    r = _check(write_recipe({**base_recipe, "model": {"id": "nobody/no-such-model-xyz"}}), "--no-tokens")
+    assert (
+        "  note: model.id 'nobody/no-such-model-xyz' is a hub id that is not in this machine's Hugging Face cache: "
+        "runner go downloads it (needs network); without network, pass a local copy with --model-path "
+        "nobody/no-such-model-xyz=PATH\n"
+    ) in r.output
+
+
+def test_a_hub_connection_failure_hints_model_path():
+    from runner.run.result import failure_hint
+
+    err = "OSError: We couldn't connect to 'https://huggingface.co' to load the files"
+    assert failure_hint(err) == (
+        "this machine cannot reach the model hub: pass a local copy with --model-path HUB_ID=PATH"
     )

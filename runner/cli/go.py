@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 
 from runner.base.errors import RunnerError
+from runner.base.files import write_json_atomic
 from runner.base.format import brief, secs
 from runner.cli import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard
 from runner.cli.loading import MP_HELP, SET_HELP, load_all
@@ -28,7 +29,7 @@ from runner.recipe import MAX_REPEAT, MAX_TIMEOUT_S, LoadedRecipe
 from runner.report.markdown import write_report
 from runner.report.summary import write_summary
 from runner.results import RunResult
-from runner.run.isolate import run_isolated
+from runner.run.isolate import failed_result, run_isolated
 from runner.run.job import Job, RunOptions, Unit, group_by_engine, make_unit
 from runner.run.loop import run_job
 
@@ -208,13 +209,21 @@ def go(paths, out, only, sets, model_paths, baseline, force, executor, address, 
     opts = RunOptions(
         out=Path(out), command=command, progress=progress, call=call, **run
     )  # --limit, --estimate, --timeout
-    units = [make_unit(lr, opts, host=not ex.on_ray) for lr in loaded]  # all checked before anything is written
+    units, cannot = [], {}  # all checked before anything is written
+    for lr in loaded:
+        try:
+            units.append(make_unit(lr, opts, host=not ex.on_ray))
+        except RunnerError as e:  # an engine library this machine lacks: that recipe fails, the others run
+            if not (e.field == "engine.kind" and "is not installed in this Python" in e.message):
+                raise
+            units.append(make_unit(lr, opts, host=False))
+            cannot[lr.recipe.name] = e
     out_dir = _out_dir(out)
     with ExitStack() as locks:  # every unit's run folder locked while the units run
         for u in units:
             locks.enter_context(_lock(RunFolder.of(out_dir, u.name)))
             RunFolder.of(out_dir, u.name).check_files()
-        results = _run_all(units, opts, force, ex, baseline)
+        results = _run_all(units, opts, force, ex, baseline, cannot)
     if any(r.status != "ok" for r in results):
         sys.exit(EXIT_FAILED)
 
@@ -259,7 +268,14 @@ def _lock(folder: RunFolder):
     return lock
 
 
-def _run_all(units: list[Unit], opts: RunOptions, force: bool, ex: Executor, baseline: str | None):
+def _run_all(
+    units: list[Unit],
+    opts: RunOptions,
+    force: bool,
+    ex: Executor,
+    baseline: str | None,
+    cannot: dict[str, RunnerError] | None = None,
+):
     results: list[RunResult] = []
 
     def done(res: RunResult) -> None:
@@ -280,6 +296,11 @@ def _run_all(units: list[Unit], opts: RunOptions, force: bool, ex: Executor, bas
             if (kept := folder.set_aside(u.run_key, force)) is not None:
                 why = "--force" if force else "the recipe, its inputs or --limit changed since"
                 click.echo(f"kept {u.name}'s earlier results in {kept} ({why}); this run replaces them")
+            if (e := (cannot or {}).get(u.name)) is not None:  # recorded failed without running
+                res = failed_result(u, e.render(with_hint=False), e.hint, opts.command)
+                write_json_atomic(folder.results, res.model_dump(mode="json"))
+                done(res)
+                continue
             todo.append(u)
         plans = Plans(todo)  # made in the background, the next job's while the current one runs
         try:

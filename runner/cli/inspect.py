@@ -48,7 +48,7 @@ def check(paths, sets, model_paths, only, no_tokens):
 def _check_one(lr, shown: set[str], no_tokens: bool) -> None:
     from runner.inputs.context import check_context
     from runner.inputs.prepare import prepare
-    from runner.run.job import check_model
+    from runner.run.job import check_library, check_model
 
     prepared = prepare(lr)
     check_model(lr)
@@ -57,6 +57,14 @@ def _check_one(lr, shown: set[str], no_tokens: bool) -> None:
     est = f" (an estimate: runs {n}, projects {prepared.n_target})" if n < prepared.n_target else ""
     of = f"{prepared.n_target} of {prepared.n_dataset} examples{est}"
     click.echo(f"ok {lr.path}: {r.name} — {r.engine.kind}, {r.model.id}, {of}")
+    from runner.engines.hf import hub_note
+
+    if not r.engine.fake and (note := hub_note(r.model)):
+        click.echo(f"  note: {note}")
+    try:
+        check_library(lr)
+    except RunnerError as e:  # `runner go` records such a recipe failed and runs the others
+        click.echo(f"  note: cannot run on this machine: {e.message}")
     if lr.study:
         cell = ", ".join(f"{k}={v}" for k, v in lr.cell.items()) or "(no varying settings)"
         click.echo(f"  cell of study {lr.study}: {cell}")

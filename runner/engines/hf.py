@@ -55,6 +55,24 @@ def check_model_source(model: Any) -> None:
             raise RunnerError(f"model folder not found: {ref}", field=field, hint=hint)
 
 
+def hub_note(model: Any) -> str | None:
+    """A model named by a hub id that is not in this machine's Hugging Face cache: running it downloads it, which
+    needs network (None: local, builtin, cached, or huggingface_hub absent)."""
+    ref = model.id
+    if ref.startswith("builtin:") or looks_local(ref) or model.gguf_path is not None:
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    if isinstance(try_to_load_from_cache(ref, "config.json", revision=model.revision), str):
+        return None
+    return (
+        f"model.id {ref!r} is a hub id that is not in this machine's Hugging Face cache: runner go downloads it "
+        f"(needs network); without network, pass a local copy with --model-path {ref}=PATH"
+    )
+
+
 def load_tokenizer(model: Any, builtin_dir: str | None = None, local_only: bool = False):
     """The recipe's tokenizer: `model.tokenizer`, else the model's. `builtin_dir`: the folder an engine
     loads a builtin model's weights from (its tokenizer comes with them); without it, a builtin

@@ -81,6 +81,8 @@ def failure_hint(error: str) -> str | None:
         fix = "lower engine.gpu_memory_utilization or engine.max_model_len, use a quantized checkpoint"
         fix += " (engine.quantization), set engine.cpu_offload_gb, or a smaller engine.batch_size (transformers)"
         return f"GPU memory ran out: {fix}"
+    if any(s in e for s in ("couldn't connect to", "connection error", "offline mode is enabled", "max retries")):
+        return "this machine cannot reach the model hub: pass a local copy with --model-path HUB_ID=PATH"
     missing = ("not a valid model identifier", "repository not found", "no such file", "can't load")
     if any(s in e for s in (*missing, "does not appear to have", "repo id must be", "model folder not found")):
         return "check model.id (a hub id needs network access; here pass a local folder with --set model.id=PATH)"
