@@ -203,3 +203,17 @@ def test_a_hub_connection_failure_hints_model_path():
     assert failure_hint(err) == (
         "this machine cannot reach the model hub: pass a local copy with --model-path HUB_ID=PATH"
     )
+
+
+def test_summary_opens_with_a_verdict_and_hides_columns_empty_in_every_row(tmp_path, write_recipe, base_recipe):
+    out = tmp_path / "out"
+    base = write_recipe({**_fake(base_recipe, "base"), "baseline": True}, "a.yaml")
+    other = write_recipe(_fake(base_recipe, "other"), "b.yaml")
+    assert _go(base, other, "--out", out, "--limit", "2", "--repeat", "2").exit_code == 0
+    text = (out / "summary.md").read_text()
+    fastest = next(line for line in text.splitlines() if line.startswith("Fastest: **"))
+    assert text.index(fastest) < text.index("| recipe ")
+    assert "against the baseline base:" in fastest or fastest.startswith("Fastest: **base**")
+    head = next(line for line in text.splitlines() if line.startswith("| recipe "))
+    assert "peak GPU" not in head and "roofline" not in head and "Roofline:" not in text  # no GPU here
+    assert "generation time" in head and "differs from baseline" in head

@@ -264,7 +264,7 @@ def test_speed_up_is_baseline_time_over_recipe_time(base_rec):
     rows = summary_rows(summary_markdown(rs))
     assert rows["base"]["speed-up"] == "1.0×"
     assert rows["fast"]["speed-up"] == "5.00× (1 run: no interval)"
-    assert rows["slow"]["speed-up"] == "0.25× (1 run: no interval)"
+    assert rows["slow"]["speed-up"] == "4.00× slower (1 run: no interval)"
     assert rows["broken"]["speed-up"] == "–"
     assert rows["fast"]["generation time"] == "20.0 s (1 run: no interval)"
 
@@ -936,7 +936,7 @@ def test_cli_report_with_baseline_option(tmp_path):
     assert "baseline: **fast**." in s
     rows = summary_rows(s)
     assert rows["fast"][DIFF] == "(baseline)"
-    assert rows["base"]["speed-up"] == "0.10× (1 run: no interval)"
+    assert rows["base"]["speed-up"] == "10.0× slower (1 run: no interval)"
     assert "## Answers that change against fast" in s
 
 

@@ -278,6 +278,7 @@ def test_speed_up_format_and_a_study_whose_cells_all_failed():
     assert ratio_text(2095.24, 1500, 3000, "~") == "~2,095× (1,500–3,000)"
     assert ratio_text(1.05, 0.93, 1.18) == "no clear difference (0.93–1.18×)"
     assert ratio_text(1.5, None, None) == "1.50× (1 run: no interval)"
+    assert ratio_text(1 / 34, 1 / 40, 1 / 30) == "34.0× slower (30.0–40.0)"  # not "0.03×"
     cells = [
         cell_result("f-a", {"x": 1}, None, study="f", status="failed", load_s=None),
         cell_result("f-b", {"x": 2}, None, study="f", status="failed", load_s=None),

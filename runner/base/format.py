@@ -27,8 +27,13 @@ def secs(v: float | None) -> str:
     return f"{v:,.1f} s" if v >= 10 else f"{v:.2f} s"
 
 
-def table(rows: list[list[Any]], headers: list[str]) -> str:
-    return tabulate([[cell(c) for c in r] for r in rows], headers=headers, tablefmt="github", disable_numparse=True)
+def table(rows: list[list[Any]], headers: list[str], optional: frozenset[str] = frozenset()) -> str:
+    """A GitHub Markdown table. `optional`: columns left out when they are empty in every row."""
+    cells = [[cell(c) for c in r] for r in rows]
+    if optional and cells:
+        shown = [i for i, h in enumerate(headers) if h not in optional or any(r[i] not in ("–", "") for r in cells)]
+        cells, headers = [[r[i] for i in shown] for r in cells], [headers[i] for i in shown]
+    return tabulate(cells, headers=headers, tablefmt="github", disable_numparse=True)
 
 
 def gib(v: float | None) -> str | None:

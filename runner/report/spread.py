@@ -72,13 +72,16 @@ def speedup_parts(pairs: Sequence[tuple[RunResult, RunResult]]) -> tuple[float |
 
 
 def ratio_text(ratio: float, lo: float | None, hi: float | None, approx: str = "") -> str:
-    """`1.80× (1.52–2.13)`, `no clear difference (0.91–1.12×)`, `1.80× (1 run: no interval)`."""
+    """`1.80× (1.52–2.13)`, `3.4× slower (3.1–3.8)`, `no clear difference (0.91–1.12×)`, `1.80× (1 run: no
+    interval)`."""
     x = lambda v: (lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}")(float(f"{v:.9g}"))
-    if lo is None or hi is None:
-        return f"{approx}{x(ratio)}× ({ONE_RUN})"
-    if lo <= 1 <= hi:
+    if lo is not None and hi is not None and lo <= 1 <= hi:
         return f"no clear difference ({x(lo)}–{x(hi)}×)"
-    return f"{approx}{x(ratio)}× ({x(lo)}–{x(hi)})"
+    if ratio < 1:  # slower: said as such, not as a speed-up below 1
+        spread = ONE_RUN if lo is None or hi is None else f"{x(1 / hi)}–{x(1 / lo)}"
+        return f"{approx}{x(1 / ratio)}× slower ({spread})"
+    spread = ONE_RUN if lo is None or hi is None else f"{x(lo)}–{x(hi)}"
+    return f"{approx}{x(ratio)}× ({spread})"
 
 
 def clear(lo: float | None, hi: float | None) -> bool:

@@ -268,6 +268,7 @@ def _overview(results: list[RunResult], base: RunResult | None, title: str = "Su
     if metric_names and not any(r.scores_meaningful and r.scores for r in results):
         parts.append("Scores are left out: every recipe here ran with random weights (speed and memory only).")
         metric_names = []
+    parts += _verdict(results, base)
     rows = [_row(r, base, metric_names) for r in results]
     headers = ["recipe", "status", "engine", "generation time", "speed-up", "requests/s", "output tok/s"]
     headers += ["peak GPU", "roofline", *metric_names, "differs from baseline"]
@@ -285,7 +286,23 @@ def _overview(results: list[RunResult], base: RunResult | None, title: str = "Su
             "may have differed"
         )
     legend = [LEGEND + " Speed-up: against the baseline.", *(f"{m}." for m in marks)]
-    return [*parts, "", table(rows, headers), "", roof, "", " ".join(legend)]
+    optional = frozenset({"speed-up", "requests/s", "output tok/s", "peak GPU", "roofline"})  # CPU runs: no GPU
+    roofs = any(row[8] is not None for row in rows)
+    return [*parts, "", table(rows, headers, optional), *(["", roof] if roofs else []), "", " ".join(legend)]
+
+
+def _verdict(results: list[RunResult], base: RunResult | None) -> list[str]:
+    """The answer first: the fastest recipe, and against the baseline by how much and how sure."""
+    timed = [r for r in results if r.status == "ok" and r.projected_s and r.serving is None]
+    if not timed:
+        return []
+    best = min(timed, key=lambda r: r.projected_s)  # type: ignore[arg-type, return-value]
+    line = f"Fastest: **{best.name}**, {time_cell(best, '~' if best.estimate else '')}"
+    if base is not None and base is not best and base in timed and (ratio := speedup(base, best)) is not None:
+        line += f"; against the baseline {base.name}: {ratio_text(*ratio)}"
+    elif base is best:
+        line += " (the baseline)"
+    return ["", line + "."]
 
 
 def _failures(results: list[RunResult]) -> list[str]:
