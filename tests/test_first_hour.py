@@ -217,3 +217,19 @@ def test_summary_opens_with_a_verdict_and_hides_columns_empty_in_every_row(tmp_p
     head = next(line for line in text.splitlines() if line.startswith("| recipe "))
     assert "peak GPU" not in head and "roofline" not in head and "Roofline:" not in text  # no GPU here
     assert "generation time" in head and "differs from baseline" in head
+
+
+def test_a_list_valued_axis_reads_once_and_check_shows_each_distinct_prompt(
+    tmp_path, write_recipe, base_recipe, project_root
+):
+    study = {**{k: v for k, v in _fake(base_recipe).items() if k != "name"}, "name": "ls"}
+    templates = [str(project_root / "templates" / t) for t in ("jsquad.j2", "jsquad-context-first.j2")]
+    study["matrix"] = {"engine.delay_s": [0.0, 0.001], "prompt.template": templates}
+    study["report"] = {"columns": "engine.delay_s"}
+    path = write_recipe(study, "ls.yaml")
+    r = _check(path)
+    assert r.exit_code == 0 and r.output.count("first prompt:") == 2  # one per template, not one per study
+    out = tmp_path / "out"
+    assert _go(path, "--out", out, "--limit", "2").exit_code == 0
+    head = next(line for line in (out / "summary.md").read_text().splitlines() if line.startswith("| prompt.template"))
+    assert [c.strip() for c in head.strip("|").split("|")] == ["prompt.template", "delay_s-0.0", "delay_s-0.001"]

@@ -25,7 +25,7 @@ from runner.study.load import add_study_keys
 def check(paths, sets, model_paths, only, no_tokens):
     """Validate recipes and study files without loading a model; show each recipe's first prompt
     (a study's cells with the settings that vary) and prompt-token statistics."""
-    shown: set[str] = set()  # a study shows its first cell's prompt; the rest list what varies
+    shown: set[tuple[str, str]] = set()  # a study shows the first prompt of each distinct prompt setting once
     files, errors, names = expand_paths(paths), [], {}
     for f in files:  # each file to its first error; the others are still checked
         try:
@@ -45,7 +45,7 @@ def check(paths, sets, model_paths, only, no_tokens):
         raise UserError("\n\nError: ".join(errors) + of)
 
 
-def _check_one(lr, shown: set[str], no_tokens: bool) -> None:
+def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool) -> None:
     from runner.inputs.context import check_context
     from runner.inputs.prepare import prepare
     from runner.run.job import check_library, check_model
@@ -68,9 +68,10 @@ def _check_one(lr, shown: set[str], no_tokens: bool) -> None:
     if lr.study:
         cell = ", ".join(f"{k}={v}" for k, v in lr.cell.items()) or "(no varying settings)"
         click.echo(f"  cell of study {lr.study}: {cell}")
-        if lr.study in shown:
+        prompt = json.dumps(r.prompt.model_dump(mode="json"), sort_keys=True)  # one first prompt per distinct prompt
+        if (lr.study, prompt) in shown:
             return
-        shown.add(lr.study)
+        shown.add((lr.study, prompt))
     click.echo("first prompt:")
     for m in prepared.messages[0]:
         click.echo(f"  [{m['role']}] " + m["content"].replace("\n", "\n    "))

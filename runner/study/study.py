@@ -124,7 +124,9 @@ def pivot(cells: list[RunResult], axes: Axes, rows: str | None, cols: str | None
     lead = [k for k in axes if k == rows] + [k for k in axes if k not in (rows, cols)]
     names = labels_of(cells)
     col_keys = [value_key(v) for v in axes[cols]] if cols else [""]
-    heads = [cell(f"{cols.rsplit('.', 1)[-1]}={value_label(v, axis=cols, labels=names)}") for v in axes.get(cols, [])]
+    short_key = (cols or "").rsplit(".", 1)[-1]
+    named = lambda lab: lab if lab.startswith(f"{short_key}-") else f"{short_key}={lab}"  # a label that has the key
+    heads = [cell(named(value_label(v, axis=cols, labels=names))) for v in axes.get(cols, [])]
     headers = lead + (heads if cols else ["generation time"])
     best = fastest(cells)
     grid: list[tuple[tuple[str, ...], dict[str, str | None]]] = []
