@@ -233,3 +233,13 @@ def test_a_list_valued_axis_reads_once_and_check_shows_each_distinct_prompt(
     assert _go(path, "--out", out, "--limit", "2").exit_code == 0
     head = next(line for line in (out / "summary.md").read_text().splitlines() if line.startswith("| prompt.template"))
     assert [c.strip() for c in head.strip("|").split("|")] == ["prompt.template", "delay_s-0.0", "delay_s-0.001"]
+
+
+def test_shots_drawn_from_the_evaluated_file_are_refused(write_recipe, base_recipe, demo_data):
+    d = _fake(base_recipe)
+    d["prompt"] = {**d["prompt"], "shots": {"k": 2, "source": {"format": "squad", "path": str(demo_data)}}}
+    assert user_error(_check(write_recipe(d))) == (
+        f"Error: {{tmp}}/recipe.yaml: prompt.shots.source: prompt.shots.source is the evaluated dataset itself "
+        f"({demo_data}): its 2 drawn shots would be evaluated examples, with their answers in every prompt\n"
+        "  hint: draw the shots from another split (e.g. a train file), or write them under prompt.shots.examples\n"
+    ).replace(str(demo_data.parents[2]), "{project}")

@@ -8,6 +8,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.base.errors import DatasetError
 from runner.base.types import Example, Messages
 from runner.inputs.datasets import read_examples
 from runner.inputs.prompts import PromptBuilder
@@ -35,8 +36,27 @@ def prepare(lr: LoadedRecipe, limit: int | None = None, estimate: int | None = N
         # not representative of the rest
         examples = [examples[i] for i in sorted(random.Random(0).sample(range(len(examples)), est))]
     builder = PromptBuilder(r.prompt, base, lr.path)
+    _shots_not_from_the_evaluated_set(lr, loaded.sha256, builder.sources)
     messages = tuple(builder.render_all(examples))
     inputs = dict(builder.sources)
     if loaded.sha256:
         inputs[f"dataset:{r.dataset.path}"] = loaded.sha256
     return Prepared(tuple(examples), messages, n_dataset=len(loaded.examples), n_target=n_target, inputs=inputs)
+
+
+def _shots_not_from_the_evaluated_set(lr: LoadedRecipe, dataset_sha: str | None, sources: dict[str, str]) -> None:
+    """Shots drawn from the very file being evaluated would put evaluated examples, answers included, into every
+    prompt: refused (the same bytes under any path; a hub dataset: the same name, config and split)."""
+    r = lr.recipe
+    shots = r.prompt.shots
+    if not shots.k or shots.source is None:
+        return
+    same = dataset_sha is not None and sources.get(f"shots:{shots.source.path}") == dataset_sha
+    if r.dataset.format == "hub" and shots.source.format == "hub":
+        keys = ("path", "name", "split")
+        same = all(getattr(r.dataset, k, None) == getattr(shots.source, k, None) for k in keys)
+    if same:
+        why = f"prompt.shots.source is the evaluated dataset itself ({shots.source.path}): its {shots.k} drawn shots "
+        why += "would be evaluated examples, with their answers in every prompt"
+        hint = "draw the shots from another split (e.g. a train file), or write them under prompt.shots.examples"
+        raise DatasetError(why, file=lr.path, field="prompt.shots.source", hint=hint)
