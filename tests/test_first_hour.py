@@ -243,3 +243,10 @@ def test_shots_drawn_from_the_evaluated_file_are_refused(write_recipe, base_reci
         f"({demo_data}): its 2 drawn shots would be evaluated examples, with their answers in every prompt\n"
         "  hint: draw the shots from another split (e.g. a train file), or write them under prompt.shots.examples\n"
     ).replace(str(demo_data.parents[2]), "{project}")
+
+
+def test_a_fake_reply_that_fails_on_one_row_is_found_by_check(write_recipe, base_recipe):
+    d = _fake(base_recipe)
+    d["engine"] = {"kind": "fake", "reply": "{{ answers[5] }}"}  # the demo's answers lists are shorter
+    out = user_error(_check(write_recipe(d)))
+    assert out.startswith("Error: {tmp}/recipe.yaml: engine.reply:") and "example 'demo-0001'" in out

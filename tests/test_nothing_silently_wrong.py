@@ -354,9 +354,8 @@ def test_a_fake_reply_that_would_compute_without_bound_is_refused_in_seconds(wri
     d["engine"]["reply"] = "{{ 10**(10**8) }}"
     path = write_recipe(d)
     t0 = time.perf_counter()
-    assert CliRunner().invoke(cli, ["check", str(path), "--no-tokens"]).exit_code == 0
+    r = CliRunner().invoke(cli, ["check", str(path), "--no-tokens"])  # rendered for every example before a run
+    assert r.exit_code == 2 and "reply (example 'demo-0001'): `**` would give a number of about" in r.output
     r = _go(path, "--out", tmp_path / "o", "--in-process", "--set", "dataset.limit=1")
     assert time.perf_counter() - t0 < 30
-    assert r.exit_code == 1, r.output
-    error = json.loads((tmp_path / "o" / "t" / "results.json").read_text())["error"]
-    assert "reply (example 'demo-0001'): `**` would give a number of about" in error
+    assert r.exit_code == 2 and not (tmp_path / "o" / "t" / "results.json").exists(), r.output

@@ -131,7 +131,7 @@ def test_recipes_on_two_engines_take_turns_with_a_fresh_engine_each_turn(tmp_pat
 
 
 def test_recipes_on_one_engine_take_turns_on_it(tmp_path, write_recipe, base_recipe):
-    d = _fake(base_recipe, "s")
+    d = _fake(base_recipe, "s", delay=0.002)  # milliseconds apart: started_at orders them
     study = {
         "name": "st",
         **{k: v for k, v in d.items() if k != "name"},

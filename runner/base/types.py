@@ -179,6 +179,10 @@ class EngineSpecBase(StrictModel):
         """User errors this engine can see on the host that runs it before anything runs (pure of engine
         libraries); raise RunnerError naming the field."""
 
+    def check_examples(self, examples: Sequence[Example]) -> None:
+        """User errors this engine would meet on some example, found before anything runs (the fake engine renders
+        its reply for each); raise RunnerError naming the field."""
+
     def gpus_needed(self) -> int:
         """GPUs one engine needs, all on one node (0: CPU only)."""
         return 0

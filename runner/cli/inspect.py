@@ -48,11 +48,12 @@ def check(paths, sets, model_paths, only, no_tokens):
 def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool) -> None:
     from runner.inputs.context import check_context
     from runner.inputs.prepare import prepare
-    from runner.run.job import check_library, check_model
+    from runner.run.job import check_engine_examples, check_library, check_model
 
     prepared = prepare(lr)
     check_model(lr)
     check_context(lr, prepared.examples, prepared.messages)
+    check_engine_examples(lr, prepared.examples)
     r, n = lr.recipe, len(prepared.examples)
     est = f" (an estimate: runs {n}, projects {prepared.n_target})" if n < prepared.n_target else ""
     of = f"{prepared.n_target} of {prepared.n_dataset} examples{est}"

@@ -22,7 +22,7 @@ from runner.base.types import EngineInfo, EngineSpecBase, Generation, Knob
 from runner.engines.hf import encode_prompts, load_tokenizer, messages_to_text, truncate_at_stop, uses_chat_template
 
 if TYPE_CHECKING:
-    from runner.base.types import Advance, Messages, ModelSpec, Request, Sampling, Sink
+    from runner.base.types import Advance, Example, Messages, ModelSpec, Request, Sampling, Sink
 
 DEFAULT_REPLY = "fake reply"
 
@@ -67,6 +67,13 @@ class FakeSpec(EngineSpecBase):
     def _compiles(cls, v: str) -> str:
         reply_template(v)
         return v
+
+    def check_examples(self, examples: Sequence[Example]) -> None:
+        """The reply rendered for every example now, so a template that fails on one row is found by `check`."""
+        template = reply_template(self.reply)
+        for ex in examples:
+            fields = dict(question=ex.question, context=ex.context, answers=list(ex.answers), id=ex.id)
+            template.render("", "engine.reply", what=f"example {ex.id!r}", **fields)
 
     def build(self, model: ModelSpec, chat: bool | None) -> FakeEngine:
         return FakeEngine(self, model, chat)

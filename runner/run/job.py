@@ -68,6 +68,7 @@ def make_unit(lr: LoadedRecipe, opts: RunOptions, host: bool = True) -> Unit:
     prepared = prepare(lr, opts.limit, opts.estimate)
     check_model(lr, host=host)
     check_context(lr, prepared.examples, prepared.messages)
+    check_engine_examples(lr, prepared.examples)
     if host:
         check_library(lr)
     return Unit(lr, prepared, run_key(lr.recipe.canonical(), prepared.inputs, opts.limit, opts.estimate))
@@ -129,6 +130,14 @@ def check_chat_template(lr: LoadedRecipe) -> None:
         hint = "set prompt.chat_template: false (plain text prompts), or use a tokenizer with a chat template"
         why = f"chat_template is true but the tokenizer in {ref} has no chat template"
         raise RunnerError(why, field="prompt.chat_template", hint=hint)
+
+
+def check_engine_examples(lr: LoadedRecipe, examples) -> None:
+    """What the engine would fail on for some example (the fake engine's reply template), named by the recipe."""
+    try:
+        lr.recipe.engine.check_examples(examples)
+    except RunnerError as e:
+        raise _named(e, lr) from None
 
 
 def check_library(lr: LoadedRecipe) -> None:
