@@ -69,6 +69,9 @@ class Latency(_M):
 
 class Memory(_M):
     peak_gpu_gib: float | None = Field(None, description="Peak used memory of the whole GPU during the run (NVML).")
+    peak_rss_gib: float | None = Field(
+        None, description="Peak resident memory of the run's process (and children it waited for), CPU side."
+    )
     baseline_gpu_gib: float | None = Field(None, description="GPU memory in use before the engine started (NVML).")
     weights_gib: float | None = Field(None, description="Model weight memory as the engine reports it.")
     kv_cache_tokens: int | None = Field(None, description="KV-cache capacity in tokens as the engine reports it.")

@@ -250,3 +250,14 @@ def test_a_fake_reply_that_fails_on_one_row_is_found_by_check(write_recipe, base
     d["engine"] = {"kind": "fake", "reply": "{{ answers[5] }}"}  # the demo's answers lists are shorter
     out = user_error(_check(write_recipe(d)))
     assert out.startswith("Error: {tmp}/recipe.yaml: engine.reply:") and "example 'demo-0001'" in out
+
+
+def test_a_cpu_report_shows_cpu_figures_not_empty_gpu_columns(tmp_path, project_root):
+    out = tmp_path / "out"
+    assert _go(project_root / "recipes" / "demo.yaml", "--out", out, "--limit", "2").exit_code == 0
+    report = (out / "demo" / "report.md").read_text()
+    memory = report.split("## Memory", 1)[1].split("##", 1)[0]
+    head = next(line for line in memory.splitlines() if line.startswith("| "))
+    assert "peak process memory (RSS)" in head and "CPU" in head and "peak GPU" not in head
+    assert "(see the prediction below)" not in report or "## Predicted and measured" in report
+    assert "Total: engine start, tokenizing, generation, scoring and writing the samples." in report

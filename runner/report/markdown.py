@@ -102,6 +102,8 @@ def _time_section(r: RunResult) -> list[str]:
     head = ["engine start", "generation", "total", "requests/s", "output tok/s", "total tok/s"]
     busy = t.gpu_busy is not None
     parts.append(table([[*row, f"{t.gpu_busy:.0%}"] if busy else row], [*head, "GPU busy"] if busy else head))
+    total = "Total: engine start, tokenizing, generation, scoring and writing the samples"
+    parts += ["", total + (", over every repeat and engine start." if len(r.repeats) > 1 else ".")]
     if busy:
         tenths = " ".join(f"{x:.0%}" for x in t.gpu_busy_tenths or [])
         lag = "NVML averages over its own window, up to a second: the tenths lag, the first reads low"
@@ -177,7 +179,12 @@ def _memory_section(r: RunResult) -> list[str]:
     kv_tokens = f"{m.kv_cache_tokens:,}" if m.kv_cache_tokens else None
     row = [gib(m.peak_gpu_gib), gib(m.baseline_gpu_gib), gib(m.weights_gib), kv_tokens, gib(m.kv_cache_gib)]
     head = ["peak GPU (whole device)", "GPU before start", "weights", "KV cache (tokens)", "KV cache"]
-    return ["", "## Memory", "", table([row], head)]
+    env = r.environment
+    cpu = f"{env.get('cpu', 'CPU')}, {env['cpus']} CPUs" if env.get("cpus") else env.get("cpu")
+    threads = f", torch threads {env['torch_threads']}" if env.get("torch_threads") else ""
+    row += [gib(m.peak_rss_gib), f"{cpu}{threads}" if cpu else None]
+    head += ["peak process memory (RSS)", "CPU"]
+    return ["", "## Memory", "", table([row], head, frozenset(head))]  # columns empty here (no GPU) left out
 
 
 def _scores_section(r: RunResult) -> list[str]:
@@ -200,8 +207,9 @@ def _prefix_section(r: RunResult) -> list[str]:
         return []
     p = r.prefix
     text = f"Every prompt starts with the same {p.shared_prefix_tokens} tokens ({p.shared_prefix_share:.1%} of all "
-    text += "prompt tokens); a block-granular prefix cache also reuses prefixes shared by some prompts only (see the "
-    text += "prediction below)." + (f" Measured hit rate: {p.hit_rate:.1%}." if p.hit_rate is not None else "")
+    text += "prompt tokens); a block-granular prefix cache also reuses prefixes shared by some prompts only"
+    text += " (see the prediction below)." if r.plan and not r.plan.get("error") else "."
+    text += f" Measured hit rate: {p.hit_rate:.1%}." if p.hit_rate is not None else ""
     return ["", "## Prompt prefix", "", text]
 
 

@@ -90,6 +90,18 @@ class _Collector:
             self.writer.append(lines)
 
 
+def peak_rss() -> float | None:
+    """Peak resident memory (GiB) of this process or the children it has waited for, whichever is larger."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return None
+    kib = max(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    )
+    return round(kib / 2**20, 3)  # Linux reports KiB
+
+
 def _encode(unit: Unit, engine: Engine) -> tuple[list[str], list[list[int]], list[str]]:
     """The prompts as text and token ids, cut from the left where the recipe asks it (and a note saying so)."""
     r = unit.loaded.recipe
@@ -230,7 +242,9 @@ class UnitRun:
         samples = [Sample.from_line(d, metrics) for d in load_samples(self.folder)]
         sampler = shared.sampler
         per_example = self.per_example and len(reps) == 1  # with repeats an estimate scales the median linearly
-        m = Measured(timings, sampler.peak, sampler.start_gib, per_example, first.started_at, first.reused_s)
+        m = Measured(
+            timings, sampler.peak, sampler.start_gib, per_example, first.started_at, first.reused_s, peak_rss()
+        )
         facts = dict(ids=ids, notes=notes, reused=first.reused_samples, engine_of=self.engine_of)
         facts.update(repeats=reps, repeat_order=self.order())
         self.result = run_result(self.unit, self.opts.command, samples, engine.info, m, **facts)

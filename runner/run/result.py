@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import importlib.metadata as md
+import os
 import platform
 import subprocess
 import sys
@@ -47,7 +48,21 @@ def environment() -> dict:
     for p in (*engine_packages(), "datasets", "pydantic", "jinja2", "tabulate"):
         with contextlib.suppress(md.PackageNotFoundError):
             packages[p] = md.version(p)
-    return {**env, "git_commit": commit, "packages": packages, **device_facts()}
+    return {**env, "git_commit": commit, "packages": packages, **cpu_facts(), **device_facts()}
+
+
+def cpu_facts() -> dict:
+    """The CPU: its model name (/proc/cpuinfo) and the CPUs this process may use; torch's threads where torch ran."""
+    facts: dict[str, Any] = {}
+    with contextlib.suppress(OSError, StopIteration):
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            facts["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    with contextlib.suppress(AttributeError, OSError):
+        facts["cpus"] = len(os.sched_getaffinity(0))
+    if (torch := sys.modules.get("torch")) is not None:
+        with contextlib.suppress(Exception):
+            facts["torch_threads"] = torch.get_num_threads()
+    return facts
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,7 @@ class Measured:
     per_example: bool = False  # examples finished one by one: their wall times are real
     started_at: str = ""
     reused_s: float = 0.0  # recorded wall time of the samples reused from an interrupted run (in generate_s)
+    peak_rss_gib: float | None = None  # the process's peak resident memory
 
 
 def make_sample(ex: Example, prompt: str, g: Generation, r: Recipe, seconds: float | None) -> Sample:
@@ -162,6 +178,7 @@ def run_result(
     per_s = dict(requests_per_s=rate(n), output_tokens_per_s=rate(o_tok), total_tokens_per_s=rate(p_tok + o_tok))
     latency = dict(ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct([s.latency_s for s in samples]))
     memory = dict(peak_gpu_gib=m.peak_gpu_gib, baseline_gpu_gib=m.baseline_gpu_gib, weights_gib=eng.weights_gib)
+    memory["peak_rss_gib"] = m.peak_rss_gib
     memory.update(kv_cache_tokens=eng.kv_cache_tokens, kv_cache_gib=eng.extra.get("kv_cache_gib"))
     hit = sum(cached) / p_tok if cached and p_tok else None
     prefix = dict(shared_prefix_tokens=k, shared_prefix_share=share, hit_rate=hit)
