@@ -261,3 +261,14 @@ def test_a_cpu_report_shows_cpu_figures_not_empty_gpu_columns(tmp_path, project_
     assert "peak process memory (RSS)" in head and "CPU" in head and "peak GPU" not in head
     assert "(see the prediction below)" not in report or "## Predicted and measured" in report
     assert "Total: engine start, tokenizing, generation, scoring and writing the samples." in report
+
+
+def test_charts_label_two_digits_use_a_linear_axis_when_they_can_and_need_two_points(tmp_path):
+    from runner.report.plots import accuracy_chart, scale_of, two_digits
+    from tests.test_report import result
+
+    assert [two_digits(v) for v in (0.13, 6.93, 19.3, 1234.5)] == ["0.13", "6.9", "19", "1,234"]
+    assert scale_of([0.13, 0.5, 2.0]) == "linear" and scale_of([1.0, 300.0]) == "log"
+    one = [result("a", generate_s=2.0)]
+    one[0].scores["exact_match"] = 0.5
+    assert accuracy_chart(one, "exact_match", tmp_path / "a.png") is None and not (tmp_path / "a.png").exists()

@@ -25,6 +25,32 @@ def _save(plt, fig, path: Path) -> Path:
     return path
 
 
+LOG_ABOVE = 30  # times spanning more than this factor get a log axis; closer ones a linear axis from 0
+
+
+def scale_of(values: list[float]) -> str:
+    """`linear` (an axis from 0) where the values are within a factor LOG_ABOVE of each other, else `log`."""
+    return "log" if max(values) / min(values) > LOG_ABOVE else "linear"
+
+
+def two_digits(v: float) -> str:
+    """A number to two significant digits, without exponents: 0.13, 6.9, 19, 1,234."""
+    return f"{v:,.0f}" if v >= 100 else f"{float(f'{v:.2g}'):g}"
+
+
+def _interval(r: RunResult) -> tuple[float, float] | None:
+    """The run's 95% interval of its time: from its repeats, else an estimate's projection interval."""
+    from runner.base.stats import median_interval
+    from runner.report.spread import times
+
+    t = times(r)
+    if len(t) >= 2:
+        _, lo, hi = median_interval(t)
+        return (lo, hi) if lo is not None and hi is not None else None
+    e = r.estimate
+    return (max(e.low_s, 1e-9), e.high_s) if e is not None and e.low_s is not None and e.high_s is not None else None
+
+
 def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> Path | None:
     rs = [r for r in results if r.status == "ok" and r.projected_s]
     if not rs:
@@ -32,17 +58,21 @@ def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(rs) + 1.4))
     for y, r in enumerate(rs[::-1]):
-        t, e = r.projected_s, r.estimate
-        has_ci = e is not None and e.low_s is not None and e.high_s is not None
+        t, e, ci = r.projected_s, r.estimate, _interval(r)
         color = "#d62728" if r is base else "#1f77b4"
         ax.barh(y, t, color="white" if e else color, edgecolor=color, hatch="//" if e else None, linewidth=1.5)
-        if has_ci:
-            ax.errorbar(t, y, xerr=[[t - max(e.low_s, 1e-9)], [e.high_s - t]], color="black", capsize=3)
-        label = f" {t:,.0f} s" + (" (est.)" if e else "")
-        ax.text(max(t, e.high_s) if has_ci else t, y, label, va="center", fontsize=8)
+        if ci is not None:
+            ax.errorbar(t, y, xerr=[[max(t - ci[0], 0)], [max(ci[1] - t, 0)]], color="black", capsize=3)
+        label = f" {two_digits(t)} s" + (" (est.)" if e else "")
+        ax.text(max(t, ci[1]) if ci else t, y, label, va="center", fontsize=8)
     ax.set_yticks(range(len(rs)), [r.name for r in rs][::-1], fontsize=8)
-    ax.set_xscale("log")
-    ax.set_xlabel("generation time, s (log scale; hatched = projected from a partial run)")
+    scale = scale_of([r.projected_s for r in rs])  # type: ignore[misc]
+    ax.set_xscale(scale)
+    if scale == "linear":
+        ax.set_xlim(0, max((_interval(r) or (0, r.projected_s))[1] for r in rs) * 1.2)  # type: ignore[type-var]
+    bars = "bars: 95% interval" if any(_interval(r) for r in rs) else ""
+    what = ", ".join(x for x in (f"{scale} scale" if scale == "log" else "", bars, "hatched: projected") if x)
+    ax.set_xlabel(f"generation time, s ({what})")
     ax.set_title("Time per recipe" + (f" (red: baseline {base.name})" if base else ""), fontsize=10)
     return _save(plt, fig, path)
 
@@ -58,7 +88,7 @@ def accuracy_chart(
 ) -> Path | None:
     """Score against generation time, the Pareto front in green; points named by `label` (default: run name)."""
     rs = [r for r in results if r.status == "ok" and r.scores_meaningful and metric in r.scores and r.projected_s]
-    if not rs:
+    if len(rs) < 2:  # one point says nothing a table does not
         return None
     plt = pyplot()
     pts = [(r.projected_s, r.scores[metric]) for r in rs]
@@ -69,8 +99,15 @@ def accuracy_chart(
         ax.annotate(label(r) if label else r.name, (t, s), fontsize=7, xytext=(4, 4), textcoords="offset points")
     fp = sorted(pts[i] for i in front)
     ax.plot([p[0] for p in fp], [p[1] for p in fp], color="#2ca02c", linestyle="--", zorder=2)
-    ax.set_xscale("log")
-    ax.set_xlabel("generation time, s (log)")
+    ts, ss = [t for t, _ in pts], [v for _, v in pts]
+    log = scale_of(ts) == "log"
+    ax.set_xscale("log" if log else "linear")
+    if not log:
+        ax.set_xlim(0, max(ts) * 1.15)
+    pad = max((max(ss) - min(ss)) * 0.15, 0.01)
+    if 0 <= min(ss) and max(ss) <= 1:  # a score on 0..1: the axis stays within it
+        ax.set_ylim(max(0.0, min(ss) - pad), min(1.0, max(ss) + pad))
+    ax.set_xlabel("generation time, s" + (" (log)" if log else ""))
     ax.set_ylabel(metric)
     ax.set_title(title or f"{metric} against time (green: Pareto front)", fontsize=10)
     return _save(plt, fig, path)
