@@ -85,15 +85,17 @@ def test_a_bad_name_says_the_rule_with_an_example(write_recipe, base_recipe):
     )
 
 
-def test_set_is_checked_against_the_cells_only_keeps(project_root):
-    """`--set engine.device=cpu` fits the transformers cells and not the vLLM ones: with --only naming a
-    transformers cell, the vLLM cells are not validated."""
-    study = project_root / "recipes" / "jsquad-study.yaml"
-    r = _check(study, "--only", "jsquad-hf-batched", "--set", "engine.device=cpu")
+def test_set_is_checked_against_the_cells_only_keeps(write_recipe, base_recipe):
+    """`--set engine.device=cpu` fits the transformers cell and not the vLLM one: with --only naming the
+    transformers cell, the vLLM cell is not validated."""
+    study = {k: v for k, v in base_recipe.items() if k not in ("name", "engine")} | {"name": "st"}
+    study["variants"] = {"hf": {"engine": {"kind": "transformers"}}, "vllm": {"engine": {"kind": "vllm"}}}
+    path = write_recipe(study, "st.yaml")
+    r = _check(path, "--only", "st-hf", "--set", "engine.device=cpu")
     assert r.exit_code == 0, r.output
-    assert r.output.startswith(f"ok {study}: jsquad-hf-batched — transformers")
-    r = _check(study, "--only", "jsquad-vllm", "--set", "engine.device=cpu")
-    assert r.exit_code == 2 and "cell 'jsquad-vllm'" in r.output
+    assert r.output.startswith(f"ok {path}: st-hf — transformers")
+    r = _check(path, "--only", "st-vllm", "--set", "engine.device=cpu")
+    assert r.exit_code == 2 and "cell 'st-vllm'" in r.output
 
 
 def test_check_of_a_folder_reports_every_files_first_error(tmp_path, write_recipe, base_recipe):
