@@ -115,7 +115,7 @@ def test_study_of_several_jobs_runs_side_by_side(tmp_path, ray_local):
         _recipe(tmp_path, "a", engine=slow),
         _recipe(tmp_path, "a-short", engine=slow, sampling={"temperature": 0, "max_tokens": 2}),
         _recipe(tmp_path, "b", engine={**slow, "reply": "b"}),
-        _recipe(tmp_path, "bad", engine={**FAKE, "reply": "{{ answers[7] }}"}),
+        _recipe(tmp_path, "bad", engine={**FAKE, "delay_s": 2.0}, timeout_s=1),  # ended by its timeout on the worker
     ]
     opts = RunOptions(out=tmp_path / "out", limit=12, progress=False)
     out = opts.out
@@ -143,7 +143,7 @@ def test_study_of_several_jobs_runs_side_by_side(tmp_path, ray_local):
         ("bad", "failed"),
         ("tp2", "failed"),
     ]
-    assert "undefined variable: list object has no element 7" in res[3].error and "needs 2 GPU(s)" in res[4].error
+    assert "timed out after 1 s" in res[3].error and "needs 2 GPU(s)" in res[4].error
     assert seen[0] == ("result", "tp2")  # failed before anything ran
     assert [k for k, _ in seen[1:3]] == ["started", "started"]  # then two jobs at once on 2 CPUs
     assert res[1].timings.load_s == 0.0 and res[1].engine_of == "a"  # one engine, shared
