@@ -274,3 +274,15 @@ def test_charts_label_two_digits_use_a_linear_axis_when_they_can_and_need_two_po
     one = [result("a", generate_s=2.0)]
     one[0].scores["exact_match"] = 0.5
     assert accuracy_chart(one, "exact_match", tmp_path / "a.png") is None and not (tmp_path / "a.png").exists()
+
+
+def test_a_fake_engine_report_says_so_once(tmp_path, write_recipe, base_recipe):
+    out = tmp_path / "out"
+    assert _go(write_recipe(_fake(base_recipe, "f"), "f.yaml"), "--out", out, "--limit", "2").exit_code == 0
+    head = (out / "f" / "report.md").read_text().split("## Time and throughput")[0]
+    banners = [line for line in head.splitlines() if line.startswith("> ")]
+    assert banners == [
+        "> **FAKE ENGINE**: `fake` made these outputs up from a template; no model ran. Times, tokens and scores test "
+        "the pipeline only."
+    ]
+    assert "· engine: fake (no model: replies are made up) · model:" in head

@@ -297,15 +297,3 @@ def test_a_job_ended_while_one_recipe_runs_fails_that_recipe_only(tmp_path, writ
     assert r.exit_code == 1, r.output
     assert res["st-quick"].status == "ok" and [x.index for x in res["st-quick"].repeats] == [1, 2]
     assert res["st-slow"].status == "failed" and "timed out" in res["st-slow"].error
-
-
-def test_a_fake_engine_report_says_so_once(tmp_path, write_recipe, base_recipe):
-    out = tmp_path / "out"
-    assert _go(write_recipe(_fake(base_recipe, "f"), "f.yaml"), "--out", out, "--limit", "2").exit_code == 0
-    head = (out / "f" / "report.md").read_text().split("## Time and throughput")[0]
-    banners = [line for line in head.splitlines() if line.startswith("> ")]
-    assert banners == [
-        "> **FAKE ENGINE**: `fake` made these outputs up from a template; no model ran. Times, tokens and scores test "
-        "the pipeline only."
-    ]
-    assert "· engine: fake (no model: replies are made up) · model:" in head
