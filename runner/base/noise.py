@@ -47,6 +47,18 @@ def _cpu_s() -> float:
     return total
 
 
+def peak_rss() -> float | None:
+    """Peak resident memory (GiB) of this process or the children it has waited for, whichever is larger."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return None
+    kib = max(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    )
+    return round(kib / 2**20, 3)  # Linux reports KiB
+
+
 def _ours(pid: int) -> bool | None:
     """The process is this run's (its process group), another's (False), or not visible from here (None)."""
     try:

@@ -21,7 +21,7 @@ from typing import IO
 
 from runner.base.errors import RunnerError
 from runner.base.files import PartialWriter, write_json_atomic, write_jsonl_atomic
-from runner.base.noise import Probe, busy_reasons
+from runner.base.noise import Probe, busy_reasons, peak_rss
 from runner.base.nvml import PeakSampler
 from runner.base.stats import median_interval, percentile
 from runner.base.types import Engine, Generation, Request
@@ -88,18 +88,6 @@ class _Collector:
             lines.append(json.dumps(s.to_line(), ensure_ascii=False) + "\n")
         if self.writer is not None:
             self.writer.append(lines)
-
-
-def peak_rss() -> float | None:
-    """Peak resident memory (GiB) of this process or the children it has waited for, whichever is larger."""
-    try:
-        import resource
-    except ImportError:  # not on this platform
-        return None
-    kib = max(
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    )
-    return round(kib / 2**20, 3)  # Linux reports KiB
 
 
 def _encode(unit: Unit, engine: Engine) -> tuple[list[str], list[list[int]], list[str]]:

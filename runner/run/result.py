@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import importlib.metadata as md
-import os
 import platform
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from typing import Any
 
 from runner.base import __version__
 from runner.base.format import brief
+from runner.base.noise import cpus
 from runner.base.nvml import device_facts
 from runner.base.stats import prefix_share, project, summary
 from runner.base.types import EngineInfo, Example, Generation, Knob
@@ -57,8 +57,7 @@ def cpu_facts() -> dict:
     with contextlib.suppress(OSError, StopIteration):
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             facts["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    with contextlib.suppress(AttributeError, OSError):
-        facts["cpus"] = len(os.sched_getaffinity(0))
+    facts["cpus"] = cpus()
     if (torch := sys.modules.get("torch")) is not None:
         with contextlib.suppress(Exception):
             facts["torch_threads"] = torch.get_num_threads()
