@@ -27,15 +27,18 @@ def times(r: RunResult) -> list[float]:
     return t
 
 
-def time_cell(r: RunResult, approx: str = "", compact: bool = False) -> str | None:
-    """`2.05 s (1.90–2.31 s, n=5)`, or `2.05 s (1 run: no interval)` (`compact`: `2.05 s`, where a note says it)."""
+def time_cell(r: RunResult, approx: str = "", compact: bool = False, bold: bool = False) -> str | None:
+    """`2.05 s (1.90–2.31 s, n=5)`, or `2.05 s (1 run: no interval)` (`compact`: `2.05 s`, where a note says it;
+    `bold`: the time in bold, the interval not)."""
     t = times(r)
     if not t:
         return None
     med, lo, hi = median_interval(t)
+    head = f"{approx}{secs(med)}"
+    head = f"**{head}**" if bold else head
     if lo is None or hi is None:
-        return f"{approx}{secs(med)}" + ("" if compact else f" ({ONE_RUN})")
-    return f"{approx}{secs(med)} ({secs(lo)}–{secs(hi)}, n={len(t)})"
+        return head + ("" if compact else f" ({ONE_RUN})")
+    return f"{head} ({secs(lo)}–{secs(hi)}, n={len(t)})"
 
 
 def rate_cell(r: RunResult, rate: float | None) -> str:

@@ -113,10 +113,7 @@ def time_text(r: RunResult, bold: bool = False) -> str | None:
     fastest cell."""
     if r.status != "ok":
         return "failed"
-    if (s := time_cell(r, "~" if r.estimate else "", compact=True)) is None:
-        return None
-    med, _, rest = s.partition(" (")
-    return (f"**{med}**" if bold else med) + (f" ({rest}" if rest else "")
+    return time_cell(r, "~" if r.estimate else "", compact=True, bold=bold)
 
 
 def pivot(cells: list[RunResult], axes: Axes, rows: str | None, cols: str | None) -> str:
