@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runner.folder import CHARTS
+from runner.report.spread import estimate
 from runner.results import RunResult
 
 
@@ -40,13 +41,8 @@ def two_digits(v: float) -> str:
 
 def _interval(r: RunResult) -> tuple[float, float] | None:
     """The run's 95% interval of its time: from its repeats, else an estimate's projection interval."""
-    from runner.base.stats import median_interval
-    from runner.report.spread import times
-
-    t = times(r)
-    if len(t) >= 2:
-        _, lo, hi = median_interval(t)
-        return (lo, hi) if lo is not None and hi is not None else None
+    if (est := estimate(r)) is not None and est[1] is not None and est[2] is not None:
+        return est[1], est[2]
     e = r.estimate
     return (max(e.low_s, 1e-9), e.high_s) if e is not None and e.low_s is not None and e.high_s is not None else None
 

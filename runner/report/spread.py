@@ -27,28 +27,34 @@ def times(r: RunResult) -> list[float]:
     return t
 
 
+def estimate(r: RunResult) -> tuple[float, float | None, float | None] | None:
+    """The run's time (median over its repeats, projected for an estimate) and its 95% interval; None without a
+    time."""
+    t = times(r)
+    return median_interval(t) if t else None
+
+
 def time_cell(r: RunResult, approx: str = "", compact: bool = False, bold: bool = False) -> str | None:
     """`2.05 s (1.90–2.31 s, n=5)`, or `2.05 s (1 run: no interval)` (`compact`: `2.05 s`, where a note says it;
     `bold`: the time in bold, the interval not)."""
-    t = times(r)
-    if not t:
+    if (est := estimate(r)) is None:
         return None
-    med, lo, hi = median_interval(t)
+    med, lo, hi = est
     head = f"{approx}{secs(med)}"
     head = f"**{head}**" if bold else head
     if lo is None or hi is None:
         return head + ("" if compact else f" ({ONE_RUN})")
-    return f"{head} ({secs(lo)}–{secs(hi)}, n={len(t)})"
+    return f"{head} ({secs(lo)}–{secs(hi)}, n={len(r.times)})"
 
 
 def rate_cell(r: RunResult, rate: float | None) -> str:
     """A throughput at the median time, with the interval the time's gives it (`229 (226–234)`)."""
     if rate is None:
         return cell(rate)
-    t = times(r)
-    if len(t) < 2 or r.estimate:
+    est = estimate(r)
+    if est is None or est[1] is None or r.estimate:
         return cell(rate)
-    med, lo, hi = median_interval(t)
+    med, lo, hi = est
     rate *= (r.timings.generate_s or med) / med  # at the time shown (results stored before it was exp(mean log))
     return f"{cell(rate)} ({cell(rate * med / hi)}–{cell(rate * med / lo)})"  # type: ignore[operator]
 
