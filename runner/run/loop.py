@@ -116,6 +116,14 @@ class UnitRun:
         self.restarts, self.turns, self.sharing, self.started = restarts, turns, sharing, now()
         self.result, self.last, self.engine_of = None, None, None
         self.per_example = False
+        self._samples: list[Sample] | None = None  # repeat 1's, read from samples.jsonl at most once
+
+    @property
+    def samples(self) -> list[Sample]:
+        """The first repeat's samples (its outputs are the run's; later repeats are compared with them)."""
+        if self._samples is None:
+            self._samples = [Sample.from_line(d, list(self.r.metrics)) for d in load_samples(self.folder)]
+        return self._samples
 
     @property
     def wanted(self) -> int:
@@ -186,9 +194,10 @@ class UnitRun:
             samples = merge_samples(examples, done, sink.new)
             write_jsonl_atomic(self.folder.samples, [s.to_line() for s in samples])
             self.folder.partial.unlink(missing_ok=True)
+            self._samples = samples
             self.per_example = sink.one_at_a_time
         else:
-            before = {str(s["id"]): s["output"] for s in load_samples(self.folder)}
+            before = {s.id: s.output for s in self.samples}
             changed = sum(before.get(i) != s.output for i, s in sink.new.items())
         reused_s = sum(d.seconds or 0.0 for d in done.values())
         load = engine.info.load_s if shared.unclaimed_start else None
@@ -226,8 +235,6 @@ class UnitRun:
         gen_s = median_interval([x.generate_s for x in reps])[0]
         total_s = sum(loads) + sum(x.wall_s or x.generate_s for x in reps)
         timings = Timings(load_s=load_s, generate_s=gen_s, total_s=total_s, **busy)
-        metrics = list(self.r.metrics)
-        samples = [Sample.from_line(d, metrics) for d in load_samples(self.folder)]
         sampler = shared.sampler
         per_example = self.per_example and len(reps) == 1  # with repeats an estimate scales the median linearly
         m = Measured(
@@ -235,7 +242,7 @@ class UnitRun:
         )
         facts = dict(ids=ids, notes=notes, reused=first.reused_samples, engine_of=self.engine_of)
         facts.update(repeats=reps, repeat_order=self.order())
-        self.result = run_result(self.unit, self.opts.command, samples, engine.info, m, **facts)
+        self.result = run_result(self.unit, self.opts.command, self.samples, engine.info, m, **facts)
         write_json_atomic(self.folder.results, self.result.model_dump(mode="json"))
         return self.result
 
