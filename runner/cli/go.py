@@ -30,7 +30,7 @@ from runner.report.markdown import write_report
 from runner.report.summary import write_summary
 from runner.results import RunResult
 from runner.run.isolate import failed_result, run_isolated
-from runner.run.job import Job, RunOptions, Unit, group_by_engine, make_unit
+from runner.run.job import Job, RunOptions, Unit, check_library, group_by_engine, make_unit
 from runner.run.loop import run_job
 
 
@@ -211,12 +211,11 @@ def go(paths, out, only, sets, model_paths, baseline, force, executor, address, 
     )  # --limit, --estimate, --timeout
     units, cannot = [], {}  # all checked before anything is written
     for lr in loaded:
+        units.append(make_unit(lr, opts, host=not ex.on_ray, library=False))
         try:
-            units.append(make_unit(lr, opts, host=not ex.on_ray))
+            if not ex.on_ray:
+                check_library(lr)
         except RunnerError as e:  # an engine library this machine lacks: that recipe fails, the others run
-            if not (e.field == "engine.kind" and "is not installed in this Python" in e.message):
-                raise
-            units.append(make_unit(lr, opts, host=False))
             cannot[lr.recipe.name] = e
     out_dir = _out_dir(out)
     with ExitStack() as locks:  # every unit's run folder locked while the units run

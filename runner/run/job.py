@@ -61,15 +61,16 @@ class Job:
         return None if any(t is None for t in each) else float(sum(each))  # type: ignore[arg-type]
 
 
-def make_unit(lr: LoadedRecipe, opts: RunOptions, host: bool = True) -> Unit:
+def make_unit(lr: LoadedRecipe, opts: RunOptions, host: bool = True, library: bool = True) -> Unit:
     """Everything checkable without a model, done now: bad input stops the call before anything runs.
     `host`: also what this machine needs to run it (the engine's library, the engine's own checks); False where
-    the recipe runs elsewhere (`--executor ray`: the worker checks them, see `check_host`)."""
+    the recipe runs elsewhere (`--executor ray`: the worker checks them, see `check_host`). `library`: False where
+    the caller checks the engine's library itself (`runner go`: a missing one fails that recipe only)."""
     prepared = prepare(lr, opts.limit, opts.estimate)
     check_model(lr, host=host)
     check_context(lr, prepared.examples, prepared.messages)
     check_engine_examples(lr, prepared.examples)
-    if host:
+    if host and library:
         check_library(lr)
     return Unit(lr, prepared, run_key(lr.recipe.canonical(), prepared.inputs, opts.limit, opts.estimate))
 
