@@ -154,8 +154,14 @@ def plan_reference() -> list[str]:
     out = [
         "## Plan",
         "",
-        "`runner plan RECIPES... [--gpu NAME] [--json]` prints, per recipe or study cell, what it "
-        "predicts before any GPU time, for the named GPU, else this machine's (NVML), else the H200; "
+        "`runner plan RECIPES... [--gpu NAME|cpu] [--json]` prints, per recipe or study cell, what it "
+        "predicts before any GPU time, for the named GPU, else this machine's (NVML), else the H200. "
+        "vLLM recipes on a GPU get every key; a recipe of another engine (no paged KV-cache pool) gets its "
+        "prompt tokens, context fit, weights and KV bytes per token, and a recipe on the CPU (`engine.device: "
+        "cpu`, or `--gpu cpu`) the same with `gpu` null; keys that do not apply are null and a note says why "
+        "(a note shared by several recipes is printed once). Token counts are those of the engines' tokenizer "
+        "(transformers), kept by the hash of their inputs under `$RUNNER_CACHE/prompt-tokens`, so a later "
+        "`check` or `plan` of the same prompts counts without loading transformers. "
         '`--json` prints `{"recipes": [PLAN, ...]}` with these keys (the contract; more may be added):',
         "",
         "| key | meaning |",

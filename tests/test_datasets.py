@@ -282,3 +282,19 @@ def test_hub_dataset_that_cannot_load_is_a_dataset_error(tmp_path):
 
     with pytest.raises(DatasetError, match="could not load hub dataset"):
         load_examples(DatasetSpec(format="hub", path=str(tmp_path / "nothing-here")), tmp_path)
+
+
+def test_a_file_read_again_is_parsed_once_and_again_when_its_bytes_change(tmp_path, monkeypatch):
+    """A study's cells read one dataset many times: parsed once per content (the bytes are hashed on every read)."""
+    import runner.inputs.datasets as ds
+
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
+    parsed, real = [], ds.parse_rows
+    monkeypatch.setattr(ds, "parse_rows", lambda *a: parsed.append(1) or real(*a))
+    s = spec(format="jsonl", path="d.jsonl", fields=DOTTED)
+    assert load_examples(s, tmp_path) == load_examples(s, tmp_path) == EXPECTED and len(parsed) == 1
+    path.write_text(json.dumps(ROWS[0]) + "\n", encoding="utf-8")
+    assert load_examples(s, tmp_path) == EXPECTED[:1] and len(parsed) == 2
+    assert load_examples(spec(format="jsonl", path="d.jsonl", fields=DOTTED, limit=1), tmp_path) == EXPECTED[:1]
+    assert len(parsed) == 3  # another spec of the same bytes: mapped again

@@ -286,3 +286,97 @@ def test_a_fake_engine_report_says_so_once(tmp_path, write_recipe, base_recipe):
         "the pipeline only."
     ]
     assert "· engine: fake (no model: replies are made up) · model:" in head
+
+
+# --------------------------------------------------------------------------- 10: plan what applies, fast
+
+
+def _plan(*args):
+    return CliRunner().invoke(cli, ["plan", *map(str, args)])
+
+
+def test_plan_of_cpu_and_transformers_recipes_plans_what_applies_and_says_the_rest_once(
+    tmp_path, write_recipe, base_recipe
+):
+    pytest.importorskip("transformers")
+    import json
+
+    cpu = [write_recipe({**base_recipe, "name": n}, f"{n}.yaml") for n in ("a", "b")]  # engine.device: cpu
+    auto = write_recipe({**base_recipe, "name": "c", "engine": {"kind": "transformers"}}, "c.yaml")
+    r = _plan(*cpu, auto, "--gpu", "H200")
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("# Plan (H200, 140 GiB)\n")
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in r.output.splitlines()
+        if line.startswith("| ") and not line.startswith("| recipe")
+    }
+    assert rows["a"][0] == "CPU" and rows["c"][0] == "H200"
+    assert rows["a"][4] == "–" and rows["a"][7:] == ["–", "–", "–"]  # no prefix cache, KV capacity, fit, floor
+    notes = [line for line in r.output.splitlines() if line.startswith("- ")]
+    assert notes == [
+        "- a, b: runs on the CPU: GPU memory, KV cache, prefix-cache hits and the floor do not apply; prompt tokens,"
+        " context fit and weights (in CPU memory) are planned.",
+        "- c: transformers has no paged KV-cache pool: KV capacity, prefix-cache hits, memory fit and the floor are"
+        " vLLM's and not planned; prompt tokens, context fit and weights are.",
+    ]
+    [p] = json.loads(_plan(cpu[0], "--json").output)["recipes"]  # no GPU needed, none named
+    assert p["gpu"] is None and p["prompt_tokens"] > 36 * 20 and p["max_model_len"] == 2048
+    assert p["cached_prompt_tokens"] is p["kv_capacity_tokens"] is p["fits"] is p["floor_s"] is None
+    assert p["weights_gib"] > 0 and p["kv_bytes_per_token"] > 0
+
+
+def test_plan_for_the_cpu_is_accepted_and_a_vllm_recipe_says_what_it_leaves_out(write_recipe, base_recipe):
+    pytest.importorskip("transformers")
+    path = write_recipe({**base_recipe, "engine": {"kind": "vllm"}})
+    r = _plan(path, "--gpu", "cpu")
+    assert r.exit_code == 0 and r.output.startswith("# Plan (CPU)\n"), r.output
+    assert r.output.splitlines()[-1] == (
+        "- t: vLLM runs on a GPU only: --gpu cpu plans its prompt tokens, context fit and weights, not its KV cache,"
+        " prefix-cache hits, memory fit or floor."
+    )
+
+
+def test_plan_counts_prompts_over_the_context(write_recipe, base_recipe):
+    pytest.importorskip("transformers")
+    r = _plan(write_recipe({**base_recipe, "sampling": {"temperature": 0, "max_tokens": 1990}}), "--gpu", "cpu")
+    assert r.exit_code == 0 and "| 2,048 (" in r.output and " over) " in r.output
+    assert "prompts + max_tokens exceed the context of 2,048." in r.output
+
+
+def test_plan_of_a_hub_model_not_on_this_machine_names_the_fix(write_recipe, base_recipe):
+    pytest.importorskip("transformers")
+    path = write_recipe({**base_recipe, "model": {"id": "nobody-here/not-a-model"}})
+    assert user_error(_plan(path)) == (
+        "Error: {tmp}/recipe.yaml: model.id: no tokenizer for nobody-here/not-a-model on this machine: a hub id that"
+        " is not in the Hugging Face cache, and check and plan never download\n"
+        "  hint: pass a local copy with --model-path nobody-here/not-a-model=PATH\n"
+    )
+
+
+def test_token_counts_are_kept_by_their_inputs_and_reused_without_the_tokenizer(monkeypatch):
+    """The second count of the same prompts reads them back (no tokenizer loaded, so no transformers import);
+    a damaged kept file, or other prompts, are counted again with the engines' tokenizer."""
+    pytest.importorskip("transformers")
+    import uuid
+
+    import runner.engines.hf as hf
+    from runner.base.types import ModelSpec
+
+    model = ModelSpec(id="builtin:demo")
+    msgs = [[{"role": "user", "content": f"質問 {i}: 琵琶湖はどこ？"}] for i in range(3)]
+    chat, ids = hf.count_prompts(model, msgs, None)
+    assert (chat, ids) == (True, hf.encode_prompts(hf.load_tokenizer(model, local_only=True), msgs, True)[1])
+    kept = hf._counts_path(hf._count_key(hf.tokenizer_folder(model), "prompts", None, msgs))
+    assert kept.is_file()
+    hf._COUNTED.clear()
+    monkeypatch.setattr(hf, "counting_tokenizer", lambda m: pytest.fail("counted again"))
+    assert hf.count_prompts(model, msgs, None) == (chat, ids)
+    monkeypatch.undo()
+    calls, real = [], hf.counting_tokenizer
+    monkeypatch.setattr(hf, "counting_tokenizer", lambda m: calls.append(m) or real(m))
+    hf._COUNTED.clear()
+    kept.write_bytes(b"damaged")
+    assert hf.count_prompts(model, msgs, None) == (chat, ids) and len(calls) == 1
+    other = [[{"role": "user", "content": f"another prompt {uuid.uuid4()}"}]]  # never counted before
+    assert hf.count_prompts(model, other, None)[1] != ids[:1] and len(calls) == 2

@@ -17,9 +17,13 @@ from tests.wired import a_recipe
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
+VLLM = {"kind": "vllm"}  # planned whole: the other engines get what applies to them
+
+
 def test_plan_json_keeps_the_contract(write_recipe, base_recipe):
     pytest.importorskip("transformers")
-    r = CliRunner().invoke(cli, ["plan", str(write_recipe(base_recipe)), "--gpu", "H200", "--json"])
+    recipe = write_recipe({**base_recipe, "engine": VLLM})
+    r = CliRunner().invoke(cli, ["plan", str(recipe), "--gpu", "H200", "--json"])
     assert r.exit_code == 0, r.output
     [p] = json.loads(r.output)["recipes"]
     assert CONTRACT <= set(p) and p["name"] == "t" and p["gpu"] == "H200" and p["block_size"] == 16
@@ -28,11 +32,12 @@ def test_plan_json_keeps_the_contract(write_recipe, base_recipe):
 
 def test_plan_markdown_and_unknown_gpu(write_recipe, base_recipe):
     pytest.importorskip("transformers")
-    path = str(write_recipe(base_recipe))
+    path = str(write_recipe({**base_recipe, "engine": VLLM}))
     r = CliRunner().invoke(cli, ["plan", path, "--gpu", "L4"])
     assert r.exit_code == 0 and r.output.startswith("# Plan (L4") and "| t " in r.output
     r = CliRunner().invoke(cli, ["plan", path, "--gpu", "TPU9"])
-    assert user_error(r) == ("Error: --gpu: unknown GPU 'TPU9'; known: H100 SXM, H200, A100-80G, L40S, L4, RTX 4090\n")
+    known = "H100 SXM, H200, A100-80G, L40S, L4, RTX 4090, or cpu"
+    assert user_error(r) == f"Error: --gpu: unknown GPU 'TPU9'; known: {known}\n"
 
 
 @pytest.mark.slow
@@ -100,7 +105,7 @@ def test_plan_without_a_gpu_plans_for_the_h200_and_says_so(write_recipe, base_re
     import runner.plan.plan as rp
 
     monkeypatch.setattr(rp, "gpu_from_nvml", lambda: None)  # a laptop: NVML finds no GPU
-    r = CliRunner().invoke(cli, ["plan", str(write_recipe(base_recipe)), "--json"])
+    r = CliRunner().invoke(cli, ["plan", str(write_recipe({**base_recipe, "engine": VLLM})), "--json"])
     assert r.exit_code == 0, r.output
     assert r.stderr == "no GPU on this machine: planning for the H200 (--gpu NAME picks another)\n"
     assert json.loads(r.stdout)["recipes"][0]["gpu"] == "H200"
@@ -129,7 +134,9 @@ def test_go_makes_each_plan_in_the_background_before_its_job_and_none_for_a_skip
     assert [m[0] for m in made] == ["a", "b"] and all(m[1].startswith("runner-plan") for m in made)
     for name in "ab":
         res = RunResult.model_validate_json((out / name / "results.json").read_bytes())
-        assert res.plan["gpu"] == "H200" and res.plan["prompt_tokens"] == res.tokens.prompt > 0
-        assert "## Predicted and measured" in (out / name / "report.md").read_text()
+        # the fake engine runs on the CPU: its plan is the prompt tokens, context and weights, not the H200's
+        assert res.plan["gpu"] is None and res.plan["prompt_tokens"] == res.tokens.prompt > 0
+        assert res.plan["kv_capacity_tokens"] is None and res.plan["floor_s"] is None
+        assert "(`runner plan`, on the CPU)" in (out / name / "report.md").read_text()
     r = CliRunner().invoke(cli, ["go", str(tmp_path / "a.yaml"), *args])
     assert r.exit_code == 0 and "skip a: unchanged" in r.output and len(made) == 2

@@ -167,6 +167,9 @@ class EngineSpecBase(StrictModel):
     fake: ClassVar[bool] = False  # outputs are made up: label reports, scores mean nothing
     serves: ClassVar[bool] = False  # has an OpenAI-compatible server mode (`load:` recipes)
     label: ClassVar[str] = ""  # how reports name the engine
+    # a paged KV-cache pool sized from free GPU memory (vLLM): `runner plan` predicts its capacity, the prefix-cache
+    # hits, the memory fit and the compute floor; for other engines it plans prompt tokens, context fit and weights
+    kv_pool: ClassVar[bool] = False
 
     @classmethod
     def kind_name(cls) -> str:
@@ -192,8 +195,9 @@ class EngineSpecBase(StrictModel):
         return None
 
     def plan_settings(self, model: ModelSpec) -> dict[str, Any]:
-        """The settings `runner plan` predicts with (keyword arguments of its `make_plan`). Default: no prefix cache."""
-        return {"dtype": model.dtype, "enable_prefix_caching": False}
+        """The settings `runner plan` predicts with (keyword arguments of its `make_plan`), and `device`: where the
+        model runs, `cpu`, `gpu`, or None for the machine planned for. Default: on the CPU, no prefix cache."""
+        return {"dtype": model.dtype, "enable_prefix_caching": False, "device": "cpu"}
 
     def prefix_caching_requested(self) -> bool:
         if self.prefix_cache_field is None:

@@ -82,11 +82,10 @@ def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool) -> None:
 
 def token_stats(r, messages) -> str:
     try:
-        from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
+        from runner.engines.hf import count_prompts
 
-        tok = load_tokenizer(r.model, local_only=True)  # no hub retries: check is a quick look
-        chat = uses_chat_template(tok, r.prompt.chat_template)
-        lens = [len(i) for i in encode_prompts(tok, messages, chat)[1]]
+        chat, ids = count_prompts(r.model, messages, r.prompt.chat_template)  # local files only: a quick look
+        lens = [len(i) for i in ids]
     except Exception as e:  # no transformers here, or the tokenizer is not on this machine
         return f"prompt tokens: unavailable ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
     from runner.base.stats import percentile
@@ -99,8 +98,8 @@ def token_stats(r, messages) -> str:
 
 
 GPU_HELP = (
-    "Plan for this GPU (H100, H200, A100-80G, L40S, L4, RTX 4090); default: the GPU of this machine (NVML), or the "
-    "H200 on a machine without one."
+    "Plan for this GPU (H100, H200, A100-80G, L40S, L4, RTX 4090), or cpu; default: the GPU of this machine (NVML), "
+    "or the H200 on a machine without one. A recipe that runs on the CPU (engine.device: cpu) is planned for the CPU."
 )
 DRAFT = {"$schema": "https://json-schema.org/draft/2020-12/schema"}  # of both schemas
 JSON_HELP = 'Print the plans as JSON: {"recipes": [...]} (keys: docs/recipe-reference.md, section Plan).'
@@ -115,34 +114,32 @@ JSON_HELP = 'Print the plans as JSON: {"recipes": [...]} (keys: docs/recipe-refe
 @click.option("--only", metavar="PATTERN", help=f"Plan {ONLY_HELP}")
 @guard
 def plan(paths, gpu, as_json, sets, model_paths, only):
-    """Predict prompt tokens, prefix-cache hits (exact, block by block as vLLM counts them), memory fit,
-    KV-cache capacity and the compute floor of each recipe or study cell, on the CPU: the tokenizer
-    and the model's config.json are read, no weights. Prints Markdown, or JSON with --json."""
-    from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
+    """Predict prompt tokens and context fit of each recipe or study cell and, for vLLM on a GPU, prefix-cache hits
+    (exact, block by block as vLLM counts them), memory fit, KV-cache capacity and the compute floor, on the CPU:
+    the tokenizer and the model's config.json are read, no weights. Prints Markdown, or JSON with --json."""
+    from runner.engines.hf import count_prompts
     from runner.inputs.prepare import prepare
     from runner.plan.plan import pick_gpu, plan_advice, plan_recipe, plan_table
     from runner.run.job import check_model
 
     target, fallback = pick_gpu(gpu)
-    if fallback:
-        click.echo(f"no GPU on this machine: planning for the {target.name} (--gpu NAME picks another)", err=True)
     plans = []
-    tokenizers: dict[tuple, object] = {}
     for lr in load_all(paths, sets, model_paths, only):
         check_model(lr)
         r = lr.recipe
-        key = (r.model.tokenizer_id, r.model.revision)
-        if key not in tokenizers:
-            tokenizers[key] = load_tokenizer(r.model, local_only=True)
-        tok = tokenizers[key]
         prepared = prepare(lr)
-        _, ids = encode_prompts(tok, list(prepared.messages), uses_chat_template(tok, r.prompt.chat_template))
-        encode = lambda text, t=tok: list(t(text, add_special_tokens=False)["input_ids"])
-        plans.append(plan_recipe(lr, prepared, ids, target, encode).model_dump(mode="json"))
+        try:
+            _, ids = count_prompts(r.model, list(prepared.messages), r.prompt.chat_template)
+        except RunnerError as e:
+            raise RunnerError(e.message, file=lr.path, field=e.field, hint=e.hint) from None
+        plans.append(plan_recipe(lr, prepared, ids, target, layout=True).model_dump(mode="json"))
+    if fallback and any(p["gpu"] for p in plans):
+        click.echo(f"no GPU on this machine: planning for the {target.name} (--gpu NAME picks another)", err=True)
     if as_json:
         click.echo(json.dumps({"recipes": plans}, indent=2, ensure_ascii=False))
         return
-    click.echo(f"# Plan ({target.name}, {target.memory_gib:.0f} GiB)\n")
+    on = f"{target.name}, {target.memory_gib:.0f} GiB" if target and any(p["gpu"] for p in plans) else "CPU"
+    click.echo(f"# Plan ({on})\n")
     click.echo(plan_table(plans))
     if advice := plan_advice(plans):
         click.echo("\n" + "\n".join(advice))

@@ -3,7 +3,11 @@ identical ids) and config.json, read from a local folder, a builtin or the hub c
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import zlib
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +90,148 @@ def load_tokenizer(model: Any, builtin_dir: str | None = None, local_only: bool 
         builtin_dir = str(gguf.tokenizer_dir(model))  # the file's own tokenizer and chat template, converted once
     kw = dict(revision=None if builtin_dir else model.revision, trust_remote_code=model.trust_remote_code)
     return AutoTokenizer.from_pretrained(builtin_dir or model.tokenizer_id, local_files_only=local_only, **kw)
+
+
+def tokenizer_folder(model: Any) -> Path | None:
+    """Where the recipe's tokenizer files are on this machine: a builtin's folder, a GGUF file's converted
+    tokenizer, a local folder, or the hub cache's snapshot (never the network); None when they are not here."""
+    ref = model.tokenizer_id
+    if is_builtin(ref):
+        return Path(ensure_builtin(ref))
+    if model.tokenizer is None and model.gguf_path is not None:
+        return gguf.tokenizer_dir(model)
+    if (path := Path(ref).expanduser()).is_dir():
+        return path
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        hit = try_to_load_from_cache(ref, "tokenizer.json", revision=model.revision)
+    except Exception:  # no hub library, or not a repo id
+        return None
+    return Path(hit).parent if isinstance(hit, str) else None
+
+
+_COUNTING: dict[tuple, Any] = {}  # (tokenizer id, revision, GGUF file) -> the tokenizer check and plan count with
+
+
+def counting_tokenizer(model: Any) -> Any:
+    """The tokenizer `runner check` and `runner plan` count prompt tokens with when their counts are not kept:
+    the engines' (transformers' AutoTokenizer), from local files only, loaded once per process."""
+    key = (model.tokenizer_id, model.revision, str(model.gguf_path))
+    if key not in _COUNTING:
+        check_model_source(model)
+        try:
+            _COUNTING[key] = load_tokenizer(model, local_only=True)
+        except RunnerError:
+            raise
+        except Exception as e:  # transformers' "couldn't connect to huggingface.co" and kin: not here, and no network
+            field = "model.tokenizer" if model.tokenizer else "model.id"
+            why = f"no tokenizer for {model.tokenizer_id} on this machine"
+            if looks_local(model.tokenizer_id) or tokenizer_folder(model) is not None:  # there, yet unreadable
+                why += f" ({type(e).__name__}: {_first_line(e)})"
+            else:
+                why += ": a hub id that is not in the Hugging Face cache, and check and plan never download"
+            hint = f"pass a local copy with --model-path {model.tokenizer_id}=PATH"
+            raise RunnerError(why, field=field, hint=hint) from None
+    return _COUNTING[key]
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [""])[0][:160]
+
+
+COUNTS_FOLDER = "prompt-tokens"  # under $RUNNER_CACHE: token ids by input hash, for check and plan
+_COUNTED: dict[str, tuple[bool, list[list[int]]]] = {}  # the same, in this process
+_WEIGHTS = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".msgpack", ".h5")
+
+
+def count_prompts(model: Any, messages: list[list[dict]], chat_template: bool | None) -> tuple[bool, list[list[int]]]:
+    """Whether the chat template is used, and each prompt's token ids as the engine gets them (transformers'
+    AutoTokenizer and `encode_prompts`, as every engine encodes): what `check` and `plan` count. Kept by the hash
+    of their inputs (the tokenizer's files, the transformers and tokenizers versions, the messages), in this
+    process and in $RUNNER_CACHE, so a study's cells that share prompts, and every later `check` or `plan` of the
+    same prompts, count without importing transformers (seconds) or encoding again."""
+    return _counted(model, "prompts", chat_template, messages)
+
+
+def count_texts(model: Any, texts: list[str]) -> list[list[int]]:
+    """Token ids of plain texts (no special tokens), kept like `count_prompts`' (the plan's layout advice)."""
+    return _counted(model, "texts", None, texts)[1]
+
+
+def _counted(model: Any, kind: str, chat_template: bool | None, inputs: list) -> tuple[bool, list[list[int]]]:
+    folder = tokenizer_folder(model)
+    key = None if folder is None else _count_key(folder, kind, chat_template, inputs)
+    if key is not None and (hit := _COUNTED.get(key) or _read_counts(key)) is not None:
+        _COUNTED[key] = hit
+        return hit
+    tok = counting_tokenizer(model)
+    if kind == "texts":
+        got = False, [list(x) for x in tok(inputs, add_special_tokens=False)["input_ids"]] if inputs else []
+    else:
+        chat = uses_chat_template(tok, chat_template)
+        got = chat, encode_prompts(tok, inputs, chat)[1]
+    if key is not None:
+        _COUNTED[key] = got
+        _write_counts(key, *got)
+    return got
+
+
+def _count_key(folder: Path, kind: str, chat_template: bool | None, inputs: list) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    h = hashlib.sha256()
+    for pkg in ("transformers", "tokenizers"):
+        try:
+            h.update(f"{pkg}={version(pkg)};".encode())
+        except PackageNotFoundError:
+            h.update(f"{pkg}=none;".encode())
+    for f in sorted(folder.iterdir()):  # the tokenizer's files and config.json (transformers 5 picks its class by it)
+        if f.is_file() and not f.name.endswith(_WEIGHTS) and f.stat().st_size < 64 << 20:
+            h.update(f.name.encode() + b"\x00" + hashlib.sha256(f.read_bytes()).digest())
+    h.update(json.dumps([kind, chat_template, inputs], ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    return h.hexdigest()[:40]
+
+
+def _counts_path(key: str) -> Path:
+    from runner.engines.builtin import cache_root
+
+    return cache_root() / COUNTS_FOLDER / f"{key}.bin"
+
+
+def _write_counts(key: str, chat: bool, ids: list[list[int]]) -> None:
+    """zlib(4-byte header length, JSON header, uint32 lengths, uint32 ids); a cache that cannot be written is
+    skipped."""
+    lens, flat = array("I", map(len, ids)), array("I", (t for x in ids for t in x))
+    head = json.dumps({"chat": chat, "n": len(ids)}).encode()
+    path = _counts_path(key)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(zlib.compress(len(head).to_bytes(4, "little") + head + lens.tobytes() + flat.tobytes(), 1))
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def _read_counts(key: str) -> tuple[bool, list[list[int]]] | None:
+    """None when absent or damaged (then counted again)."""
+    try:
+        data = zlib.decompress(_counts_path(key).read_bytes())
+        n_head = int.from_bytes(data[:4], "little")
+        head = json.loads(data[4 : 4 + n_head])
+        lens, flat = array("I"), array("I")
+        lens.frombytes(data[4 + n_head : 4 + n_head + 4 * head["n"]])
+        flat.frombytes(data[4 + n_head + 4 * head["n"] :])
+    except (OSError, ValueError, KeyError, zlib.error):
+        return None
+    if len(lens) != head["n"] or sum(lens) != len(flat):
+        return None
+    ids, at = [], 0
+    for n in lens:
+        ids.append(flat[at : at + n].tolist())
+        at += n
+    return bool(head["chat"]), ids
 
 
 def truncate_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:

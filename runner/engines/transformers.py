@@ -64,6 +64,11 @@ class TransformersSpec(EngineSpecBase):
         it is for tasks that ask for none; set `device: cuda` to have one reserved."""
         return 1 if self.device == "cuda" else 0
 
+    def plan_settings(self, model: ModelSpec) -> dict[str, Any]:
+        device = {"cpu": "cpu", "cuda": "gpu"}.get(self.device)  # auto: the machine planned for
+        cpu_dtype = "float32" if model.dtype == "auto" else model.dtype  # as build() loads it on a CPU
+        return {"dtype": model.dtype, "cpu_dtype": cpu_dtype, "quantization": self.quantization, "device": device}
+
     def preflight(self, model: ModelSpec) -> None:
         if self.device == "cuda" and not has_cuda_device():
             hint = "use `device: auto` (cuda when there is one, else cpu) or `device: cpu`"

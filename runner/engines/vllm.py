@@ -42,6 +42,7 @@ class VLLMSpec(EngineSpecBase):
     library: ClassVar[str | None] = "vllm"
     packages: ClassVar[tuple[str, ...]] = ("vllm", "torch", "transformers")
     prefix_cache_field: ClassVar[str | None] = "enable_prefix_caching"
+    kv_pool: ClassVar[bool] = True
     prefix_cache_default: ClassVar[bool] = True
     label: ClassVar[str] = "vLLM"
     serves: ClassVar[bool] = True
@@ -109,7 +110,7 @@ class VLLMSpec(EngineSpecBase):
         s |= {"block_size": int(args.get("block_size") or 16), "cpu_offload_gb": self.cpu_offload_gb}
         s |= {"enable_prefix_caching": self.prefix_caching_requested(), "enforce_eager": self.enforce_eager}
         s |= {"max_num_batched_tokens": args.get("max_num_batched_tokens"), "max_num_seqs": args.get("max_num_seqs")}
-        return s
+        return s | {"device": "gpu"}
 
     def llm_kwargs(self, model: ModelSpec) -> dict[str, Any]:
         """The recipe mapped onto `vllm.LLM(**kwargs)` (pure: no vLLM needed)."""

@@ -42,13 +42,12 @@ def check_context(lr: LoadedRecipe, examples: Sequence[Any], messages: Sequence[
     maybe = [i for i, m in enumerate(messages) if token_bound(m) > room] if limit else []
     if not maybe:
         return
-    from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
+    from runner.engines.hf import count_prompts
 
     try:
-        tok = load_tokenizer(r.model, local_only=True)
+        _, ids = count_prompts(r.model, [messages[i] for i in maybe], r.prompt.chat_template)
     except Exception:  # no tokenizer on this machine: the byte bound cannot be refined
         return
-    _, ids = encode_prompts(tok, [messages[i] for i in maybe], uses_chat_template(tok, r.prompt.chat_template))
     over = [i for i, x in zip(maybe, ids) if len(x) > room]
     if over:
         names = ", ".join(str(examples[i].id) for i in over[:5]) + (

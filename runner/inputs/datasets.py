@@ -139,7 +139,21 @@ def read_examples(spec: Any, base_dir: Path, where: str = "", *, field: str = "d
         rows, sha, path = _hub_rows(spec, where, field), None, None
     else:  # a path relative to the recipe file (an absolute one stays itself)
         fb = read_file(base_dir / Path(spec.path).expanduser(), where, field)
+        key = (fb.sha256, str(fb.path), spec.model_dump_json(), field)
+        if (kept := _READ.get(key)) is not None:  # a study's cells read one file many times: parsed once
+            return kept
         rows, sha, path = parse_rows(spec, fb, where, field), fb.sha256, str(fb.path)
+        if len(_READ) >= 8:
+            _READ.clear()
+        _READ[key] = loaded = _examples(rows, spec, where, field, sha, path)
+        return loaded
+    return _examples(rows, spec, where, field, sha, path)
+
+
+_READ: dict[tuple, LoadedExamples] = {}  # (file sha256, path, spec, field) -> examples: files are read, bytes hashed
+
+
+def _examples(rows: list, spec: Any, where: str, field: str, sha: str | None, path: str | None) -> LoadedExamples:
     if not rows:
         what = spec.path if path else f"hub dataset {spec.path!r} (split {spec.split!r})"
         hint = f"point {field}.path at a file with at least one example"

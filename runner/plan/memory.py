@@ -140,6 +140,7 @@ class Quantization(StrictModel):
 
 
 _ALIASES = dict(awq="awq", awq_marlin="awq", gptq="gptq", gptq_marlin="gptq", fp8="fp8", bitsandbytes="bitsandbytes")
+_ALIASES |= {"bitsandbytes-4bit": "bitsandbytes", "bitsandbytes-8bit": "bitsandbytes"}  # the transformers engine's
 
 
 def resolve_quantization(config: Mapping[str, Any], quantization: str | None = None) -> Quantization:
@@ -154,7 +155,8 @@ def resolve_quantization(config: Mapping[str, Any], quantization: str | None = N
     if method == "fp8":
         return Quantization(method="fp8", bits=8)
     if method == "bitsandbytes":
-        bits, double = 8 if qc.get("load_in_8bit", False) else 4, bool(qc.get("bnb_4bit_use_double_quant", False))
+        eight = str(name).lower().endswith("-8bit") or bool(qc.get("load_in_8bit", False))
+        bits, double = 8 if eight else 4, bool(qc.get("bnb_4bit_use_double_quant", False))
         return Quantization(method=method, bits=bits, double_quant=double)
     if qc.get("quant_method") not in ("awq", "gptq"):
         raise ValueError(f"{method} needs a checkpoint whose config.json has an {method} quantization_config")

@@ -19,23 +19,22 @@ from pydantic import Field
 from runner.base.errors import RunnerError
 from runner.base.format import table
 from runner.base.types import StrictModel
-from runner.engines.hf import encode_prompts, load_tokenizer, model_config, uses_chat_template
+from runner.engines.hf import count_prompts, count_texts, model_config
 from runner.inputs.context import context_length, truncate_left
 from runner.inputs.prepare import Prepared
 from runner.recipe import LoadedRecipe
 from runner.results import RunResult
 
 from .floor import GPU, GPUS, Floor, compute_floor, find_gpu, get_gpu, gpu_from_nvml
-from .memory import GIB, MemoryPlan, batch_defaults, plan_memory
+from .memory import GIB, MemoryPlan, batch_defaults, kv_bytes_per_token, plan_memory, weight_bytes
 from .prefix_cache import DEFAULT_BLOCK_SIZE, LayoutAdvice, LayoutInputs, advise_layout, simulate_prefix_cache
 
 LAYOUT_VARIABLES = ("context", "question")
 DEFAULT_GPU = "H200"  # the GPU this project's measurements come from
 # how far a measurement may be from its prediction before the report warns (issue-set tolerances)
 TOLERANCE = {"cached_prompt_tokens": 0.005, "weights_gib": 0.05, "kv_capacity_tokens": 0.10}
-PLAN_HEADERS = ["recipe", "GPU", "prompt tokens", "mean / max per prompt", "context", "from prefix cache", "weights"]
+PLAN_HEADERS = ["recipe", "on", "prompt tokens", "mean / max per prompt", "context", "from prefix cache", "weights"]
 PLAN_HEADERS += ["KV bytes/token", "KV capacity (tokens)", "fits", "floor"]
-_TOKENIZERS: dict = {}  # (tokenizer id, revision) -> tokenizer, for plan_for_run
 
 
 class TokenStats(StrictModel):
@@ -51,23 +50,23 @@ class Plan(StrictModel):
     """What a recipe will need and can reach on a GPU, before running it."""
 
     name: str = Field(description="Recipe name.")
-    gpu: str = Field(description="GPU planned for.")
+    gpu: str | None = Field(description="GPU planned for; None: the recipe runs on the CPU.")
     requests: int = Field(description="Prompts.")
     prompt_tokens: int = Field(description="All prompt tokens.")
     prompt_tokens_per_example: TokenStats | None = Field(
         description="Prompt length distribution; None without prompts."
     )
     max_tokens: int = Field(description="Output tokens per request assumed (sampling.max_tokens).")
-    max_model_len: int = Field(description="Context length (the recipe's, else the model's).")
+    max_model_len: int | None = Field(description="Context length (the recipe's, else the model's); None if unknown.")
     over_context: int = Field(description="Prompts whose length + max_tokens exceeds max_model_len.")
     prefix_caching: bool = Field(description="Whether prefix caching is on.")
-    cached_prompt_tokens: int = Field(
+    cached_prompt_tokens: int | None = Field(
         description="Prompt tokens served from the prefix cache (0 when off); exact "
-        "for vLLM V1 unless cache_upper_bound."
+        "for vLLM V1 unless cache_upper_bound. None: not planned (an engine without vLLM's KV-cache pool, or the CPU)."
     )
-    cached_share: float = Field(description="cached_prompt_tokens / prompt_tokens.")
-    block_size: int = Field(description="KV-cache block size, tokens.")
-    kv_blocks_needed: int = Field(description="Distinct full prompt blocks a cache must hold for all the reuse.")
+    cached_share: float | None = Field(description="cached_prompt_tokens / prompt_tokens.")
+    block_size: int | None = Field(description="KV-cache block size, tokens.")
+    kv_blocks_needed: int | None = Field(description="Distinct full prompt blocks a cache must hold for all the reuse.")
     cache_upper_bound: bool = Field(
         description="The KV cache holds fewer blocks than kv_blocks_needed: blocks get "
         "evicted and cached_prompt_tokens is an upper bound."
@@ -76,13 +75,15 @@ class Plan(StrictModel):
         description="When cache_upper_bound: an LRU estimate at the KV "
         "capacity (ignores blocks held by running requests)."
     )
-    weights_gib: float = Field(description="Weights, GiB.")
+    weights_gib: float | None = Field(description="Weights, GiB (in CPU memory for a recipe on the CPU).")
     kv_bytes_per_token: int = Field(description="KV-cache bytes per token.")
-    kv_capacity_tokens: int = Field(description="KV-cache capacity, tokens.")
-    fits: bool = Field(description="Fits without CPU offload (weights, overheads, one max_model_len sequence).")
-    cpu_offload_gb_needed: float = Field(description="cpu_offload_gb needed to fit (GiB, vLLM's unit); 0 if it fits.")
-    memory: MemoryPlan = Field(description="The memory budget in detail.")
-    batch: int = Field(description="Sequences decoded together assumed for the floor.")
+    kv_capacity_tokens: int | None = Field(description="KV-cache capacity, tokens (this and below: vLLM on a GPU).")
+    fits: bool | None = Field(description="Fits without CPU offload (weights, overheads, one max_model_len sequence).")
+    cpu_offload_gb_needed: float | None = Field(
+        description="cpu_offload_gb needed to fit (GiB, vLLM's unit); 0 if it fits."
+    )
+    memory: MemoryPlan | None = Field(description="The memory budget in detail.")
+    batch: int | None = Field(description="Sequences decoded together assumed for the floor.")
     floor_s: float | None = Field(
         description="Lower bound on generation time, seconds; None if the GPU's peaks are unknown."
     )
@@ -150,17 +151,23 @@ def make_plan(
     )
     lens = [len(p) for p in prompt_ids]
     # what caching would serve with room for every block; with fewer blocks than needed an upper bound
-    hits, needed, _ = simulate_prefix_cache(prompt_ids, block_size, None)
+    simulate = lambda cap: simulate_prefix_cache(prompt_ids, block_size, cap)  # noqa: E731
+    hits, needed, _ = _once("cache", prompt_ids, (block_size, None), lambda: simulate(None))
     cap = mem.kv_capacity_blocks
     upper = enable_prefix_caching and needed > cap
-    lru = sum(simulate_prefix_cache(prompt_ids, block_size, cap)[0]) if upper and cap > 0 else None  # LRU estimate
+    lru = None  # an LRU estimate at the capacity
+    if upper and cap > 0:
+        lru = sum(_once("cache", prompt_ids, (block_size, cap), lambda: simulate(cap))[0])
     used = hits if enable_prefix_caching else [0] * len(lens)
     per_seq = max(1, math.ceil(sum(lens) / max(1, len(lens)) + max_tokens))  # mean prompt + max_tokens
     b = batch or max(1, min(len(lens), seqs, mem.kv_capacity_tokens // per_seq))
     kw = mem.model_dump(include={"quantization", "dtype", "kv_bytes_per_token"})
     kw |= dict(weight_gpu_bytes=mem.weights_gpu_gib * GIB, offload_bytes=(mem.weights_gib - mem.weights_gpu_gib) * GIB)
     fl = compute_floor(config, lens, used, max_tokens, gpu=g, batch=b, max_num_batched_tokens=t, **kw)
-    advice = advise_layout(layout, block_size, cap if upper else None) if layout is not None else []
+    evicts = cap if upper else None
+    advice = []
+    if layout is not None:
+        advice = _once("advice", prompt_ids, (block_size, evicts), lambda: advise_layout(layout, block_size, evicts))
     total, cached, mml = sum(lens), sum(used), mem.max_model_len
     fields: dict[str, Any] = {"name": name, "gpu": g.name, "requests": len(lens), "prompt_tokens": total}
     fields |= {"prompt_tokens_per_example": _stats(lens), "max_tokens": max_tokens}
@@ -175,19 +182,36 @@ def make_plan(
     return Plan(**fields, notes=_notes(fields, g, sum(hits)))
 
 
-def pick_gpu(name: str | None) -> tuple[GPU, bool]:
-    """The GPU to plan for: the named one, else this machine's (NVML), else the H200. The flag is True
-    when it fell back to the H200 because this machine has no GPU."""
+_ONCE: dict[tuple, tuple[Any, Any]] = {}  # (what, id(ids), args) -> (ids, result)
+
+
+def _once(what: str, ids: Any, args: tuple, compute: Any) -> Any:
+    """`compute()` once per prompts object: the cells of a study that send the same prompts share one token-id list
+    (`count_prompts` keeps one object per distinct prompts), so their cache simulations and layout advice are made
+    once. The entry holds `ids` itself, so its id cannot be reused by another object."""
+    key = (what, id(ids), *args)
+    hit = _ONCE.get(key)
+    if hit is None or hit[0] is not ids:
+        hit = _ONCE[key] = (ids, compute())
+    return hit[1]
+
+
+def pick_gpu(name: str | None) -> tuple[GPU | None, bool]:
+    """The GPU to plan for: the named one (None for `cpu`: every recipe planned on the CPU), else this machine's
+    (NVML), else the H200. The flag is True when it fell back to the H200 because this machine has no GPU."""
     if name:
+        if name.strip().lower() == "cpu":
+            return None, False
         if (g := find_gpu(name)) is None:
-            raise RunnerError(f"unknown GPU {name!r}; known: " + ", ".join(GPUS), field="--gpu")
+            raise RunnerError(f"unknown GPU {name!r}; known: " + ", ".join(GPUS) + ", or cpu", field="--gpu")
         return g, False
     g = gpu_from_nvml()
     return (get_gpu(DEFAULT_GPU), True) if g is None else (g, False)
 
 
-def _layout(lr: LoadedRecipe, prepared: Prepared, ids: list[list[int]], encode) -> LayoutInputs | None:
-    """The layout inputs when the user template uses both example variables (in the order it first uses them)."""
+def _layout(lr: LoadedRecipe, prepared: Prepared, ids: list[list[int]]) -> LayoutInputs | None:
+    """The layout inputs when the user template uses both example variables (in the order it first uses them);
+    each distinct value encoded once, in one batch (and kept, see `count_texts`)."""
     from runner.base.stats import common_prefix_len
     from runner.inputs.prompts import find_template
 
@@ -200,24 +224,81 @@ def _layout(lr: LoadedRecipe, prepared: Prepared, ids: list[list[int]], encode) 
     if len(order) < 2:
         return None
     rows = [{"question": e.question, "context": e.context} for e in prepared.examples]
+    values = list(dict.fromkeys(str(row[v]) for row in rows for v in order))
+    encoded = dict(zip(values, count_texts(lr.recipe.model, values)))
     head = list(ids[0][: common_prefix_len(ids)]) if ids else []
-    return LayoutInputs(examples=encode_examples(rows, encode, order), order=order, head_ids=head)
+    return LayoutInputs(examples=encode_examples(rows, encoded.__getitem__, order), order=order, head_ids=head)
 
 
-def plan_recipe(lr: LoadedRecipe, prepared: Prepared, ids: list[list[int]], gpu: GPU, encode=None) -> Plan:
-    """`ids`: the prompts' token ids in engine order; `encode`: text -> ids, for the layout advice."""
+def plan_recipe(lr: LoadedRecipe, prepared: Prepared, ids: list[list[int]], gpu: GPU | None, layout=False) -> Plan:
+    """`ids`: the prompts' token ids in engine order; `gpu`: None plans for the CPU; `layout`: with the template
+    layout advice. vLLM on a GPU gets the whole plan; any other engine, or the CPU, what applies to it."""
     r = lr.recipe
-    engine = r.engine.plan_settings(r.model)
-    layout = _layout(lr, prepared, ids, encode) if encode is not None else None
-    plan = make_plan(
-        r.name, ids, model_config(r.model, lr.path), gpu=gpu, max_tokens=r.sampling.max_tokens, layout=layout, **engine
-    )
+    settings = r.engine.plan_settings(r.model)
+    device, cpu_dtype = settings.pop("device", None), settings.pop("cpu_dtype", None)
+    config = model_config(r.model, lr.path)
+    if gpu is None or device == "cpu" or not r.engine.kv_pool:
+        on = None if gpu is None or device == "cpu" else gpu
+        dtype = (cpu_dtype or settings.get("dtype") or "auto") if on is None else settings.get("dtype") or "auto"
+        why = _not_planned(r.engine, on, gpu)
+        return tokens_plan(r.name, ids, config, on, r.sampling.max_tokens, context_length(lr), dtype, settings, why)
+    inputs = _once("layout", ids, (), lambda: _layout(lr, prepared, ids)) if layout else None
+    plan = make_plan(r.name, ids, config, gpu=gpu, max_tokens=r.sampling.max_tokens, layout=inputs, **settings)
     if r.engine.prefix_cache_field is None:  # an engine without a prefix cache: no "turn it on" advice
         plan = plan.model_copy(update={"notes": [n for n in plan.notes if not n.startswith("prefix caching is off")]})
     return plan
 
 
-def plan_for_run(lr: LoadedRecipe, prepared: Prepared, tokenizers: dict | None = None) -> dict[str, Any] | None:
+def _not_planned(engine: Any, on: GPU | None, asked: GPU | None) -> str:
+    """What the plan of a recipe without vLLM's KV-cache pool on a GPU leaves out, and why: one sentence, the same
+    for every such recipe, so that `runner plan` prints it once for all of them."""
+    if on is not None:
+        return (
+            f"{engine.label} has no paged KV-cache pool: KV capacity, prefix-cache hits, memory fit and the floor are "
+            "vLLM's and not planned; prompt tokens, context fit and weights are."
+        )
+    if engine.kv_pool:
+        return (
+            f"{engine.label} runs on a GPU only: --gpu cpu plans its prompt tokens, context fit and weights, not its "
+            "KV cache, prefix-cache hits, memory fit or floor."
+        )
+    where = "planned for the CPU (--gpu cpu)" if asked is None else "runs on the CPU"
+    return (
+        f"{where}: GPU memory, KV cache, prefix-cache hits and the floor do not apply; prompt tokens, context fit "
+        "and weights (in CPU memory) are planned."
+    )
+
+
+def tokens_plan(
+    name: str,
+    ids: Sequence[Sequence[int]],
+    config: Mapping[str, Any],
+    gpu: GPU | None,
+    max_tokens: int,
+    max_model_len: int | None,
+    dtype: str,
+    settings: Mapping[str, Any],
+    why: str,
+) -> Plan:
+    """What applies to any engine on any device: prompt tokens, context fit, the weights and KV bytes per token;
+    the rest None, and `why` in the notes."""
+    lens = [len(p) for p in ids]
+    over = sum(1 for n in lens if n + max_tokens > max_model_len) if max_model_len else 0
+    quant = settings.get("quantization")
+    fields: dict[str, Any] = {"name": name, "gpu": gpu.name if gpu else None, "requests": len(lens)}
+    fields |= {"prompt_tokens": sum(lens), "prompt_tokens_per_example": _stats(lens), "max_tokens": max_tokens}
+    fields |= {"max_model_len": max_model_len, "over_context": over, "prefix_caching": False}
+    fields |= dict.fromkeys(("cached_prompt_tokens", "cached_share", "block_size", "kv_blocks_needed"))
+    fields |= {"cache_upper_bound": False, "cached_prompt_tokens_lru": None}
+    fields |= {"weights_gib": weight_bytes(config, dtype, quant) / GIB}
+    fields |= {"kv_bytes_per_token": kv_bytes_per_token(config, "auto", dtype)}
+    fields |= dict.fromkeys(("kv_capacity_tokens", "fits", "cpu_offload_gb_needed", "memory", "batch", "floor_s"))
+    fields |= {"bound": None, "floor": None, "layout_advice": []}
+    notes = [why] + ([f"{over:,} prompts + max_tokens exceed the context of {max_model_len:,}."] if over else [])
+    return Plan(**fields, notes=notes)
+
+
+def plan_for_run(lr: LoadedRecipe, prepared: Prepared) -> dict[str, Any] | None:
     """What `runner go` shows beside the measurement: the plan for this machine's GPU (NVML), made in the
     parent before the run starts, from the prompts as the engine will get them (the recipe's tokenizer and
     chat template, cut like the run where `prompt.truncate` asks it); None without a GPU. A prediction is
@@ -226,11 +307,8 @@ def plan_for_run(lr: LoadedRecipe, prepared: Prepared, tokenizers: dict | None =
     if gpu is None:
         return None
     try:
-        r, cache = lr.recipe, tokenizers if tokenizers is not None else _TOKENIZERS
-        if (key := (r.model.tokenizer_id, r.model.revision)) not in cache:
-            cache[key] = load_tokenizer(r.model, local_only=True)
-        tok = cache[key]
-        _, ids = encode_prompts(tok, list(prepared.messages), uses_chat_template(tok, r.prompt.chat_template))
+        r = lr.recipe
+        _, ids = count_prompts(r.model, list(prepared.messages), r.prompt.chat_template)
         if r.prompt.truncate:
             ids = truncate_left(ids, context_length(lr), r.sampling.max_tokens)[0]
         return plan_recipe(lr, prepared, ids, gpu).model_dump(mode="json")
@@ -239,28 +317,45 @@ def plan_for_run(lr: LoadedRecipe, prepared: Prepared, tokenizers: dict | None =
 
 
 def plan_table(plans: list[dict[str, Any]]) -> str:
-    """One row per recipe: what `runner plan` predicts."""
+    """One row per recipe: what `runner plan` predicts ("–": not planned for that recipe, see its note)."""
     rows = []
+    num = lambda v, fmt="{:,}": "–" if v is None else fmt.format(v)
     for p in plans:
         st = p.get("prompt_tokens_per_example") or {}
-        cached = f"{p['cached_prompt_tokens']:,} ({p['cached_share']:.1%})" + (" ≤" if p["cache_upper_bound"] else "")
-        tokens = f"{p['prompt_tokens']:,}", f"{st.get('mean', 0):.0f} / {st.get('max', 0)}", f"{p['max_model_len']:,}"
-        weights = "–" if p["weights_gib"] is None else f"{p['weights_gib']:.2f} GiB"
-        kv = f"{p['kv_bytes_per_token']:,}", f"{p['kv_capacity_tokens']:,}"
-        fits = "yes" if p["fits"] else f"no (offload ≥ {p['cpu_offload_gb_needed']} GiB)"
+        cached = "–"
+        if p["cached_prompt_tokens"] is not None:
+            cached = f"{p['cached_prompt_tokens']:,} ({p['cached_share']:.1%})"
+            cached += " ≤" if p["cache_upper_bound"] else ""
+        context = num(p["max_model_len"]) + (f" ({p['over_context']:,} over)" if p["over_context"] else "")
+        tokens = f"{p['prompt_tokens']:,}", f"{st.get('mean', 0):.0f} / {st.get('max', 0)}", context
+        kv = num(p["kv_bytes_per_token"]), num(p["kv_capacity_tokens"])
+        fits = {None: "–", True: "yes", False: f"no (offload ≥ {p['cpu_offload_gb_needed']} GiB)"}[p["fits"]]
         floor = "–" if p["floor_s"] is None else f"{p['floor_s']:.2f} s ({p['bound']})"
-        rows.append([p["name"], p["gpu"], *tokens, cached, weights, *kv, fits, floor])
+        weights = "–" if p["weights_gib"] is None else _gib(p["weights_gib"])
+        rows.append([p["name"], p["gpu"] or "CPU", *tokens, cached, weights, *kv, fits, floor])
     return table(rows, PLAN_HEADERS)
 
 
+def _gib(x: float) -> str:
+    return f"{x:.2f} GiB" if x >= 0.1 else f"{x * 1024:.2g} MiB"
+
+
 def plan_advice(plans: list[dict[str, Any]]) -> list[str]:
-    out = []
+    """The plans' notes, a note shared by several recipes written once with all their names, then layout advice."""
+    by_note: dict[str, list[str]] = {}
     for p in plans:
-        out += [f"- {p['name']}: {note}" for note in p.get("notes", [])]
+        for note in p.get("notes", []):
+            by_note.setdefault(note, []).append(p["name"])
+    out = [f"- {_names(names)}: {note}" for note, names in by_note.items()]
+    for p in plans:
         for a in p.get("layout_advice", []):
             if a["first_share"] > a["current_share"] + 0.01:  # only advice that would change something
                 out.append(f"- {p['name']} (layout): {a['text']}")
     return out
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names) if len(names) <= 4 else ", ".join(names[:3]) + f" and {len(names) - 3} more"
 
 
 def predicted_vs_measured(r: RunResult) -> list[str]:
@@ -281,20 +376,25 @@ def predicted_vs_measured(r: RunResult) -> list[str]:
     ]
     fmt = lambda v: "–" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:.2f}"
     for label, key, pred, meas in pairs:
+        if pred is None:  # not planned for this engine or device (the plan's notes say why)
+            continue
         off = None if pred is None or meas is None or not meas else (pred - meas) / meas
         rows.append([label, fmt(pred), fmt(meas), "–" if off is None else f"{off:+.2%}"])
         if off is not None and abs(off) > TOLERANCE[key]:
             warn.append(f"> **Warning**: predicted {label} off by {off:+.1%} (tolerance ±{TOLERANCE[key]:.1%}).")
     floor, gen, roof = p.get("floor_s"), r.timings.generate_s, roofline(r)
-    floor_cell = "–" if floor is None else f"{floor:.2f} ({p.get('bound')})"
-    roof_cell = "–" if roof is None else f"roofline {roof:.0%}"
-    rows.append(["generation floor (s)", floor_cell, "–" if gen is None else f"{gen:.2f}", roof_cell])
+    if floor is not None:
+        roof_cell = "–" if roof is None else f"roofline {roof:.0%}"
+        rows.append(["generation floor (s)", f"{floor:.2f} ({p.get('bound')})", fmt(gen), roof_cell])
+    if not rows:
+        return []
     if roof is not None and roof > 1:
         warn.append(
             "> **Warning**: the predicted floor is above the measured generation time: the floor's "
             "assumptions (peaks, batch) do not hold for this run."
         )
-    head = f"Predicted before the engine started (`runner plan`, GPU {p.get('gpu')}); measured in this run."
+    on = f"GPU {p['gpu']}" if p.get("gpu") else "on the CPU"
+    head = f"Predicted before the engine started (`runner plan`, {on}); measured in this run."
     out = ["", "## Predicted and measured", "", head, "", table(rows, ["", "predicted", "measured", "off by"])]
     for w in warn:
         out += ["", w]
