@@ -255,6 +255,7 @@ class RunResult(_M):
     hint: str | None = None
     n_samples: int = 0
     n_dataset: int = 0
+    n_scored: int | None = None  # samples with gold answers (the scores' mean is over these); None in older results
     scores_meaningful: bool = True
     timings: Timings = Field(default_factory=Timings)
     tokens: Tokens = Field(default_factory=Tokens)

@@ -298,3 +298,31 @@ def test_a_file_read_again_is_parsed_once_and_again_when_its_bytes_change(tmp_pa
     assert load_examples(s, tmp_path) == EXPECTED[:1] and len(parsed) == 2
     assert load_examples(spec(format="jsonl", path="d.jsonl", fields=DOTTED, limit=1), tmp_path) == EXPECTED[:1]
     assert len(parsed) == 3  # another spec of the same bytes: mapped again
+
+
+def test_csv_cells_are_read_as_the_text_they_are(tmp_path):
+    """Numbers stay as written (`1945`, not 1945.0, even with an empty cell in the column; `0012` keeps its zeros, so
+    `007` and `7` are two ids); the words NA, None, null, n/a are answers; only an empty cell is missing."""
+    text = "id,question,context,answer\n0012,Q1,C,1945\n007,Q2,C,NA\n7,Q3,C,\n8,Q4,C,None\n9,Q5,C,null\n10,Q6,C,n/a\n"
+    (tmp_path / "d.csv").write_text(text, encoding="utf-8")
+    fields = {"id": "id", "question": "question", "context": "context", "answers": "answer"}
+    got = load_examples(spec(format="csv", path="d.csv", fields=fields), tmp_path)
+    assert [(e.id, e.answers) for e in got] == [
+        ("0012", ("1945",)),
+        ("007", ("NA",)),
+        ("7", ()),
+        ("8", ("None",)),
+        ("9", ("null",)),
+        ("10", ("n/a",)),
+    ]
+
+
+def test_a_nan_answer_in_parquet_is_no_gold_and_a_whole_float_its_integer(tmp_path):
+    """A number column with a missing cell is float in parquet (pandas writes it so): 1945.0 was written 1945."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"question": ["Q0", "Q1"], "context": ["C", "C"], "answers": [1945.0, float("nan")]})
+    pq.write_table(table, tmp_path / "d.parquet")
+    got = load_examples(spec(format="parquet", path="d.parquet", fields={"answers": "answers"}), tmp_path)
+    assert [e.answers for e in got] == [("1945",), ()]

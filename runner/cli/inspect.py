@@ -58,6 +58,8 @@ def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool) -> None:
     est = f" (an estimate: runs {n}, projects {prepared.n_target})" if n < prepared.n_target else ""
     of = f"{prepared.n_target} of {prepared.n_dataset} examples{est}"
     click.echo(f"ok {lr.path}: {r.name} — {r.engine.kind}, {r.model.id}, {of}")
+    if r.metrics and (no_gold := sum(1 for e in prepared.examples if not e.answers)):
+        click.echo(f"  note: {no_gold} of {n} examples have no gold answers: they are left out of every score")
     from runner.engines.hf import hub_note
 
     if not r.engine.fake and (note := hub_note(r.model)):

@@ -6,6 +6,7 @@ cache, so what a run uses and what it records are the same file contents."""
 
 from __future__ import annotations
 
+import math
 import random
 import shutil
 import tempfile
@@ -42,7 +43,7 @@ def _get(row: dict, dotted: str) -> Any:
 def _answers(value: Any, nested: bool = False) -> tuple[str, ...]:
     """Gold answers from a string, a list, `{text: ...}` or a list of those. A null at the top means
     "no gold answers"; a null inside (`[null]`, `{"text": null}`) is a broken row (ValueError)."""
-    if value is None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):  # NaN: a missing cell of a number column
         if nested:
             raise ValueError("null answer")
         return ()
@@ -54,7 +55,15 @@ def _answers(value: Any, nested: bool = False) -> tuple[str, ...]:
         return tuple(a for v in value for a in _answers(v, nested=True))
     if isinstance(value, dict):
         raise ValueError("an object without a 'text' key")
-    return (str(value),)
+    return (as_text(value),)
+
+
+def as_text(value: Any) -> str:
+    """A cell as text; a whole float as the integer it holds (a number column with a missing cell is float: 1945.0
+    was written 1945)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def _hub_rows(spec: Any, where: str, field: str) -> list[dict]:
@@ -114,7 +123,7 @@ class _Mapper:
         if isinstance(value, (dict, list, tuple)):
             msg = f"row {n}: {key!r} (mapped to `{name}`) holds a {type(value).__name__}, not text"
             raise self.error(msg, name, f"map fields.{name} to a column holding text (dotted keys reach inside)")
-        return str(value)
+        return as_text(value)
 
     def example(self, n: int, row: dict) -> Example:
         fm = self.fm

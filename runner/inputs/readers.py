@@ -149,7 +149,9 @@ def _csv(text: str, w: _Where) -> list[dict]:
     if text.lstrip()[:1] in ("{", "["):
         raise w.error(f"{w.name} looks like JSON, not CSV", field="format", hint="set format: json or jsonl")
     try:
-        df = pd.read_csv(io.StringIO(text))
+        # every cell as the text it is (`1945` stays "1945", `0012` stays "0012", `NA`/`None`/`null` stay words);
+        # only an empty cell is missing
+        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, na_values=[""])
     except pd.errors.EmptyDataError:
         return []
     except (pd.errors.ParserError, ValueError, OverflowError) as e:

@@ -189,8 +189,13 @@ def _memory_section(r: RunResult) -> list[str]:
 
 def _scores_section(r: RunResult) -> list[str]:
     """Each score with the convention it follows, and the recipe's gold policy and clean-up."""
+    unscored = r.n_samples - r.n_scored if r.n_scored is not None else 0
+    left = f"{unscored} of {r.n_samples} examples have no gold answers: they are left out of every score" + (
+        f" (scores are over the other {r.n_scored})." if r.n_scored else "."
+    )
     if not r.scores:
-        return ["", "## Scores", "", "No scores (no gold answers, or the run failed)."]
+        none = "No scores (no gold answers, or the run failed)."
+        return ["", "## Scores", "", left if unscored and r.n_samples else none]
     note = " (not meaningful: random weights or a fake engine)" if not r.scores_meaningful else ""
     gold = r.recipe.scoring.gold
     conv = conventions(list(r.scores))
@@ -199,7 +204,8 @@ def _scores_section(r: RunResult) -> list[str]:
     post = {k: v for k, v in r.recipe.scoring.postprocess.model_dump().items() if v}
     cleanup = ", ".join(f"{k}={v!r}" for k, v in post.items()) or "none"
     policy = f"; gold policy set by the recipe: {gold}" if gold else "; gold policy: each metric's own"
-    return ["", "## Scores", "", scores, "", f"Output clean-up before scoring: {cleanup}{policy}."]
+    out = ["", "## Scores", "", scores, "", f"Output clean-up before scoring: {cleanup}{policy}."]
+    return out + (["", f"> **Note**: {left}"] if unscored else [])
 
 
 def _prefix_section(r: RunResult) -> list[str]:

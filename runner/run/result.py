@@ -186,6 +186,7 @@ def run_result(
     fields: dict[str, Any] = dict(name=r.name, recipe=r, recipe_hash=r.digest(), recipe_path=lr.path, command=command)
     fields.update(status="failed" if error is not None else "ok", error=error, hint=hint, run_key=unit.run_key)
     fields.update(n_samples=n, n_dataset=unit.prepared.n_dataset, scores_meaningful=meaningful, plan=unit.plan)
+    fields.update(n_scored=sum(1 for s in samples if s.answers))
     fields.update(study=lr.study, cell=dict(lr.cell), cell_labels=dict(lr.cell_labels), study_axes=lr.study_axes)
     fields.update(cell_index=lr.cell_index)
     fields.update(timings=m.timings, tokens=tokens, throughput=per_s, latency=latency, memory=memory)

@@ -1,0 +1,46 @@
+"""Nothing lost, nothing mis-scored (issue 29): each case with the exact message or behaviour."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from runner.cli import cli
+
+CSV = "id,question,context,answer\n1,Q1,C1,1945\n2,Q2,C2,NA\n3,Q3,C3,\n"
+
+
+def _csv_recipe(tmp_path, base_recipe, **kw):
+    (tmp_path / "d.csv").write_text(CSV, encoding="utf-8")
+    fields = {"id": "id", "question": "question", "context": "context", "answers": "answer"}
+    return {
+        **base_recipe,
+        "name": "c",
+        "model": {"id": "none"},
+        "engine": {"kind": "fake", "reply": "{{ answers[0] if answers else 'x' }}"},
+        "dataset": {"format": "csv", "path": str(tmp_path / "d.csv"), "fields": fields},
+        "metrics": ["exact_match"],
+        **kw,
+    }
+
+
+def _go(*args):
+    return CliRunner().invoke(cli, ["go", *map(str, args), "--no-progress", "--in-process"])
+
+
+def test_csv_numbers_and_na_words_score_as_written_and_examples_without_gold_are_named(
+    tmp_path, write_recipe, base_recipe
+):
+    path, out = write_recipe(_csv_recipe(tmp_path, base_recipe)), tmp_path / "out"
+    r = CliRunner().invoke(cli, ["check", str(path), "--no-tokens"])
+    assert (
+        r.exit_code == 0
+        and "  note: 1 of 3 examples have no gold answers: they are left out of every score\n" in r.output
+    )
+    assert _go(path, "--out", out).exit_code == 0
+    res = json.loads((out / "c" / "results.json").read_text())
+    assert res["scores"] == {"exact_match": 1.0} and res["n_scored"] == 2  # "1945" and "NA" both right
+    report = (out / "c" / "report.md").read_text()
+    note = "1 of 3 examples have no gold answers: they are left out of every score (scores are over the other 2)."
+    assert f"> **Note**: {note}" in report
