@@ -7,6 +7,7 @@ import json
 from click.testing import CliRunner
 
 from runner.cli import cli
+from tests.cli_output import user_error
 
 CSV = "id,question,context,answer\n1,Q1,C1,1945\n2,Q2,C2,NA\n3,Q3,C3,\n"
 
@@ -44,3 +45,15 @@ def test_csv_numbers_and_na_words_score_as_written_and_examples_without_gold_are
     report = (out / "c" / "report.md").read_text()
     note = "1 of 3 examples have no gold answers: they are left out of every score (scores are over the other 2)."
     assert f"> **Note**: {note}" in report
+
+
+def test_truncate_with_max_tokens_over_the_context_is_refused(tmp_path, write_recipe, base_recipe):
+    recipe = {**base_recipe, "sampling": {"temperature": 0, "max_tokens": 4096}}
+    path = write_recipe({**recipe, "prompt": {**base_recipe["prompt"], "truncate": True}})
+    expected = (
+        "Error: {tmp}/recipe.yaml: sampling.max_tokens: sampling.max_tokens 4,096 leaves no room for a prompt in the"
+        " model's context of 2,048 tokens, so prompt.truncate would cut every prompt to nothing\n"
+        "  hint: lower sampling.max_tokens below 2,048 (the answer and the prompt share the context)\n"
+    )
+    assert user_error(CliRunner().invoke(cli, ["check", str(path), "--no-tokens"])) == expected
+    assert user_error(_go(path, "--out", tmp_path / "out")) == expected

@@ -37,6 +37,11 @@ def check_context(lr: LoadedRecipe, examples: Sequence[Any], messages: Sequence[
     """Refuses the prompts whose token count + max_tokens exceeds the context, counted with the tokenizer for the
     few whose byte bound does not already prove they fit."""
     r = lr.recipe
+    if r.prompt.truncate and (ctx := context_length(lr)) and r.sampling.max_tokens >= ctx:
+        why = f"sampling.max_tokens {r.sampling.max_tokens:,} leaves no room for a prompt in the model's context of "
+        why += f"{ctx:,} tokens, so prompt.truncate would cut every prompt to nothing"
+        hint = f"lower sampling.max_tokens below {ctx:,} (the answer and the prompt share the context)"
+        raise RunnerError(why, file=lr.path, field="sampling.max_tokens", hint=hint)
     limit = None if r.prompt.truncate else context_length(lr)
     room = (limit or 0) - r.sampling.max_tokens
     maybe = [i for i, m in enumerate(messages) if token_bound(m) > room] if limit else []
