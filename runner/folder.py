@@ -89,6 +89,40 @@ class RunFolder:
             path.rename(dest / path.name)
         return dest
 
+    def take_back(self, key: str) -> Path | None:
+        """Before a run: the newest files an earlier call set aside for this very run key (a quick `--limit 2` or
+        `--set` run in between moved them to `replaced/`) come back, so the run resumes or is skipped as before;
+        what this folder holds of another key is set aside first. Returns the folder they came from."""
+        if _key_of(self.results, "run_key", ok_only=True) == key or _key_of(self.partial, "_run_key") == key:
+            return None
+        kept = sorted(self.root.glob(f"replaced/*-{key}"), reverse=True)
+        src = next((d for d in kept if any((d / f.name).is_file() for f in (self.results, self.partial))), None)
+        if (
+            src is None
+            or (_key_of(src / self.results.name, "run_key") or _key_of(src / self.partial.name, "_run_key")) != key
+        ):
+            return None
+        self.set_aside(key)
+        for f in src.iterdir():
+            if f.is_file() and not (self.root / f.name).exists():
+                f.rename(self.root / f.name)
+        if not any(src.iterdir()):
+            src.rmdir()
+        return src
+
+    def samples_short(self, n_samples: int) -> str | None:
+        """Why complete results cannot stand: their samples file is gone or holds fewer lines than `n_samples`
+        (deleted or cut short since); None when it holds them all."""
+        path = self.samples if self.samples.is_file() else self.samples_gz
+        if not path.is_file():
+            return f"its {self.samples.name} is gone"
+        try:
+            raw = path.read_bytes()
+            lines = (gzip.decompress(raw) if path.suffix == ".gz" else raw).count(b"\n")
+        except (OSError, EOFError):
+            return f"its {path.name} cannot be read"
+        return None if lines >= n_samples else f"its {path.name} holds {lines} of {n_samples} samples"
+
     def check_files(self) -> None:
         """Each file the run writes is a file or absent: a folder (or other non-file) in its place is refused."""
         for path in (self.results, self.samples, self.partial, self.repeats, self.report, self.engine_log):
@@ -128,7 +162,9 @@ def previous_result(folder: RunFolder, key: str, repeat: int = 1) -> RunResult |
         prev = RunResult.model_validate_json(folder.results.read_bytes())
     except ValueError:
         return None
-    return prev if prev.status == "ok" and prev.run_key == key and len(prev.times) >= repeat else None
+    if prev.status != "ok" or prev.run_key != key or len(prev.times) < repeat or folder.samples_short(prev.n_samples):
+        return None
+    return prev
 
 
 def load_samples(folder: RunFolder) -> list[dict]:

@@ -57,3 +57,40 @@ def test_truncate_with_max_tokens_over_the_context_is_refused(tmp_path, write_re
     )
     assert user_error(CliRunner().invoke(cli, ["check", str(path), "--no-tokens"])) == expected
     assert user_error(_go(path, "--out", tmp_path / "out")) == expected
+
+
+def _fake(base_recipe, name="f"):
+    return {
+        **base_recipe,
+        "name": name,
+        "model": {"id": "none"},
+        "engine": {"kind": "fake", "reply": "{{ answers[0] }}"},
+    }
+
+
+def test_a_quick_run_in_between_does_not_cost_the_full_run_its_results(tmp_path, write_recipe, base_recipe):
+    path, out = write_recipe(_fake(base_recipe)), tmp_path / "out"
+    assert _go(path, "--out", out).exit_code == 0
+    full = (out / "f" / "results.json").read_bytes()
+    r = _go(path, "--out", out, "--limit", "2")
+    assert r.exit_code == 0 and "kept f's earlier results in " in r.output
+    r = _go(path, "--out", out)
+    assert "took f's results of this very run back from " in r.output and "skip f: unchanged since" in r.output
+    assert (out / "f" / "results.json").read_bytes() == full and len(list((out / "f" / "replaced").iterdir())) == 1
+
+
+def test_samples_deleted_or_cut_short_after_a_complete_run_are_run_again(tmp_path, write_recipe, base_recipe):
+    path, out = write_recipe(_fake(base_recipe)), tmp_path / "out"
+    assert _go(path, "--out", out).exit_code == 0
+    samples = out / "f" / "samples.jsonl"
+    samples.write_text("".join(samples.read_text().splitlines(keepends=True)[:2]))
+    r = CliRunner().invoke(cli, ["report", str(out)])
+    assert (
+        "f: its samples.jsonl holds 2 of 36 samples (deleted or cut short since the run): `runner go` runs it again"
+        in r.output
+    )
+    r = _go(path, "--out", out)
+    assert "rerun f: its results were complete but its samples.jsonl holds 2 of 36 samples (kept in " in r.output
+    assert len(samples.read_text().splitlines()) == 36 and "skip f" not in r.output
+    samples.unlink()
+    assert "rerun f: its results were complete but its samples.jsonl is gone" in _go(path, "--out", out).output

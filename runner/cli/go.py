@@ -286,7 +286,12 @@ def _run_all(
         todo = []
         for u in units:  # an unchanged recipe whose results are complete is skipped
             folder = RunFolder.of(opts.out, u.name)
+            if not force and (back := folder.take_back(u.run_key)) is not None:
+                click.echo(f"took {u.name}'s results of this very run back from {back} (set aside by an earlier call)")
             prev = None if force else previous_result(folder, u.run_key, u.loaded.recipe.repeat)
+            if prev is None and not force and (short := _short(folder, u.run_key)):
+                kept = folder.set_aside(u.run_key, force=True)  # results, samples and repeats: run again whole
+                click.echo(f"rerun {u.name}: its results were complete but {short} (kept in {kept})")
             if prev is not None:
                 results.append(prev)
                 write_report(prev, opts.out, report_sections(opts.out))  # a report.md deleted since is back
@@ -341,3 +346,14 @@ def one_line(res: RunResult, path: Path) -> str:
             took = f"requested {brief(k.requested)}, effective {brief(k.effective)}"
             line += f"\n  WARNING: knob {k.name} did not take effect ({took}): {k.evidence}"
     return line + f"\n  report: {path}"
+
+
+def _short(folder: RunFolder, key: str) -> str | None:
+    """Why this run's complete stored results are run again: their samples are gone or cut short."""
+    try:
+        prev = RunResult.model_validate_json(folder.results.read_bytes()) if folder.results.is_file() else None
+    except ValueError:
+        return None
+    if prev is None or prev.status != "ok" or prev.run_key != key:
+        return None
+    return folder.samples_short(prev.n_samples)

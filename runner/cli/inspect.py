@@ -162,7 +162,7 @@ def report(out, baseline, gate_text):
     """Rebuild every report.md and summary.md (and each study's own summary) from stored results.json files (runs
     nothing)."""
     from runner.cli.wings import report_sections, study_summaries, summary_sections
-    from runner.folder import load_results
+    from runner.folder import RunFolder, load_results
     from runner.report.markdown import write_report
     from runner.report.summary import write_summary
 
@@ -175,6 +175,8 @@ def report(out, baseline, gate_text):
         raise RunnerError(f"--baseline {baseline!r} names no stored result; results: " + ", ".join(names))
     for r in results:
         write_report(r, out_dir, report_sections(out_dir))
+        if r.status == "ok" and (short := RunFolder.of(out_dir, r.name).samples_short(r.n_samples)):
+            click.echo(f"{r.name}: {short} (deleted or cut short since the run): `runner go` runs it again")
     gate = parse_gate(gate_text, results) if gate_text else None
     summary = write_summary(results, out_dir, baseline, summary_sections(), gate)
     click.echo(f"summary: {summary} ({len(results)} recipes)")
