@@ -312,8 +312,16 @@ def _run_all(
         finally:
             plans.close()
     except KeyboardInterrupt:
+        have = {r.name for r in results}
+        for u in units:  # recipes of the interrupted job that finished before it (complete ones were skipped above)
+            if u.name not in have and (prev := previous_result(RunFolder.of(opts.out, u.name), u.run_key, 1)):
+                done(prev)
         if results:
-            write_summary(results, opts.out, baseline, summary_sections())
+            order = {u.name: i for i, u in enumerate(units)}
+            results.sort(key=lambda r: order.get(r.name, len(order)))
+            click.echo(f"summary: {write_summary(results, opts.out, baseline, summary_sections())}", err=True)
+            for path in study_summaries(results, opts.out, baseline):
+                click.echo(f"study summary (every stored cell): {path}", err=True)
         kept = "finished samples of an interrupted recipe are kept; the same command without --force continues"
         kept += " from them"
         click.echo(f"interrupted: {len(results)} of {len(units)} recipes finished; {kept}", err=True)
