@@ -115,3 +115,19 @@ def test_a_study_interrupted_in_its_second_cell_reports_the_first(tmp_path, writ
     assert "interrupted: 1 of 2 recipes finished;" in r.stderr
     assert (out / "s-a" / "report.md").is_file() and (out / "summary.md").is_file()
     assert "s-a" in (out / "s" / "summary.md").read_text()
+
+
+def test_a_recipe_with_a_timeout_does_not_share_an_engine_with_one_without(write_recipe, base_recipe, tmp_path):
+    """A shared job's timeout is the sum of its recipes'; one recipe without would have left the other unbounded."""
+    from types import SimpleNamespace
+
+    from runner.cli.loading import load_all
+    from runner.run.job import Job, RunOptions, group_by_engine
+
+    a = write_recipe({**_fake(base_recipe, "a"), "timeout_s": 60}, "a.yaml")
+    b = write_recipe(_fake(base_recipe, "b"), "b.yaml")
+    units = [SimpleNamespace(loaded=lr, name=lr.recipe.name) for lr in load_all((str(a), str(b)), (), (), None)]
+    assert [[u.name for u in g] for g in group_by_engine(units)] == [["a"], ["b"]]
+    [both] = group_by_engine(units, call_timeout_s=30)
+    assert Job(both, RunOptions(out=tmp_path, timeout_s=30)).timeout_s() == 90.0
+    assert Job(tuple(units[:1]), RunOptions(out=tmp_path)).timeout_s() == 60.0

@@ -86,11 +86,14 @@ def engine_key(lr: LoadedRecipe) -> str:
     return json.dumps(shared, sort_keys=True)
 
 
-def group_by_engine(units: list[Unit]) -> list[tuple[Unit, ...]]:
-    """Units in groups that share an engine, in the order each group first appears."""
-    groups: dict[str, list[Unit]] = {}
+def group_by_engine(units: list[Unit], call_timeout_s: float | None = None) -> list[tuple[Unit, ...]]:
+    """Units in groups that share an engine, in the order each group first appears. A recipe with a timeout (its
+    own, else the call's) does not share with one without: a shared job's timeout is the sum of its recipes', so
+    one without would leave the other's unbounded."""
+    groups: dict[tuple[str, bool], list[Unit]] = {}
     for u in units:
-        groups.setdefault(engine_key(u.loaded), []).append(u)
+        bounded = (u.loaded.recipe.timeout_s or call_timeout_s) is not None
+        groups.setdefault((engine_key(u.loaded), bounded), []).append(u)
     return [tuple(g) for g in groups.values()]
 
 
