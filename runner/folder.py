@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -124,8 +125,16 @@ class RunFolder:
         return None if lines >= n_samples else f"its {path.name} holds {lines} of {n_samples} samples"
 
     def check_files(self) -> None:
-        """Each file the run writes is a file or absent: a folder (or other non-file) in its place is refused."""
-        for path in (self.results, self.samples, self.partial, self.repeats, self.report, self.engine_log):
+        """Each file the run writes is a file or absent: a folder (or other non-file) in its place is refused, and
+        so is a symbolic link (the run would write through it, outside --out)."""
+        files = (self.results, self.samples, self.partial, self.repeats, self.report, self.engine_log, self.lock)
+        for path in files:
+            if path.is_symlink():
+                target = os.readlink(path)
+                hint = f"remove the link (rm '{path}') and rerun; the run writes its own file there"
+                raise RunnerError(
+                    f"is a symbolic link (to {target}): the run would write through it", file=str(path), hint=hint
+                )
             if path.exists() and not path.is_file():
                 hint = f"remove it (rm -r '{path}') and rerun; the run writes a file there"
                 raise RunnerError("is not a file", file=str(path), hint=hint)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from runner.cli import cli
@@ -131,3 +132,37 @@ def test_a_recipe_with_a_timeout_does_not_share_an_engine_with_one_without(write
     [both] = group_by_engine(units, call_timeout_s=30)
     assert Job(both, RunOptions(out=tmp_path, timeout_s=30)).timeout_s() == 90.0
     assert Job(tuple(units[:1]), RunOptions(out=tmp_path)).timeout_s() == 60.0
+
+
+def test_links_planted_inside_out_are_never_written_through(tmp_path, write_recipe, base_recipe):
+    path, out, outside = write_recipe(_fake(base_recipe)), tmp_path / "out", tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    (out / "f").mkdir(parents=True)
+    (out / "f" / "engine.log").symlink_to(outside)
+    assert user_error(_go(path, "--out", out)) == (
+        "Error: {tmp}/out/f/engine.log: is a symbolic link (to {tmp}/outside.txt): the run would write through it\n"
+        "  hint: remove the link (rm '{tmp}/out/f/engine.log') and rerun; the run writes its own file there\n"
+    )
+    (out / "f" / "engine.log").unlink()
+    (out / "time.png").symlink_to(outside)  # a chart: replaced by the run's own file, not written through
+    assert _go(path, "--out", out).exit_code == 0
+    assert outside.read_text() == "keep me" and not (out / "time.png").is_symlink()
+    (out / "time.png").unlink()
+    (out / "time.png").symlink_to(outside)
+    assert CliRunner().invoke(cli, ["report", str(out)]).exit_code == 0
+    assert outside.read_text() == "keep me" and not (out / "time.png").is_symlink()
+
+
+def test_a_large_study_raises_the_open_files_limit_for_its_locks(monkeypatch):
+    import resource
+
+    from runner.cli import go
+
+    set_to = []
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (256, 4096))
+    monkeypatch.setattr(resource, "setrlimit", lambda _, v: set_to.append(v))
+    go._room_for_locks(1000)
+    assert set_to == [(1256, 4096)]
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (256, 512))
+    with pytest.raises(Exception, match="1000 recipes hold 1000 lock files open, and this shell allows 512"):
+        go._room_for_locks(1000)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import tempfile
@@ -52,6 +53,15 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
 
 def write_text_atomic(path: Path, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 110) -> Path:
+    """A matplotlib figure saved atomically (rendered in memory, then renamed over the path): a symbolic link at the
+    path is replaced, never written through."""
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=dpi, format=Path(path).suffix.lstrip(".") or "png")
+    write_bytes_atomic(path, buf.getvalue())
+    return path
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

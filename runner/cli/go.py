@@ -219,9 +219,10 @@ def go(paths, out, only, sets, model_paths, baseline, force, executor, address, 
             cannot[lr.recipe.name] = e
     out_dir = _out_dir(out)
     with ExitStack() as locks:  # every unit's run folder locked while the units run
+        _room_for_locks(len(units))
         for u in units:
+            RunFolder.of(out_dir, u.name).check_files()  # before the lock: a linked lock file is refused, not opened
             locks.enter_context(_lock(RunFolder.of(out_dir, u.name)))
-            RunFolder.of(out_dir, u.name).check_files()
         results = _run_all(units, opts, force, ex, baseline, cannot)
     if any(r.status != "ok" for r in results):
         sys.exit(EXIT_FAILED)
@@ -251,6 +252,23 @@ def _out_dir(out: str) -> Path:
         hint = "choose another --out, or make this one writable"
         raise RunnerError("the report folder is not writable", file=out, field="--out", hint=hint)
     return path
+
+
+def _room_for_locks(n: int) -> None:
+    """One lock file is held open per recipe for the whole call: raise the open-files limit to the hard limit when a
+    large study needs it (an ordinary 256 or 1,024 is below a big matrix), or say why it cannot run."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return
+    need = n + 256  # the locks, and room for what the run itself opens
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        why = f"{n} recipes hold {n} lock files open, and this shell allows {hard} open files (ulimit -Hn)"
+        raise RunnerError(why, hint="run fewer recipes per call (--only), or raise the hard limit (ulimit -Hn)")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else min(need, hard), hard))
 
 
 def _lock(folder: RunFolder):

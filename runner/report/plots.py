@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from runner.base.files import save_figure
 from runner.folder import CHARTS
 from runner.report.spread import estimate
 from runner.results import RunResult
@@ -21,7 +22,7 @@ def pyplot():
 
 def _save(plt, fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
     return path
 

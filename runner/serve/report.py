@@ -7,6 +7,7 @@ import math
 import shlex
 from pathlib import Path
 
+from runner.base.files import save_figure
 from runner.base.format import secs, table
 from runner.folder import RunFolder
 from runner.report.plots import pyplot
@@ -137,7 +138,7 @@ def _chart(r: RunResult, path: Path) -> None:
         ax.grid(alpha=0.3)
     fig.suptitle(f"{r.name}: latency against throughput (labels: offered req/s; red ring: saturated)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
 
 
