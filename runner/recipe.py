@@ -340,6 +340,9 @@ class Recipe(StrictModel):
             kinds = ", ".join(e.kind_name() for e in ENGINES if e.serves)
             why = f"`load` runs the engine as a server; engine kind {self.engine.kind!r} has no server mode"
             raise ValueError(f"{why} (kinds with one: {kinds})")
+        if self.load is not None and self.replicas > 1:  # the sweep of one server would report one replica's load
+            why = f"`load` measures one server under load; replicas: {self.replicas} would offer each replica the rates"
+            raise ValueError(f"{why} and report one replica's requests: set replicas: 1 (one server per serving run)")
         return self
 
     @model_validator(mode="after")

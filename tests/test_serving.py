@@ -491,3 +491,14 @@ def test_load_spec_rejects(fields, where, says):
         LoadSpec.model_validate(fields)
     err = e.value.errors()[0]
     assert err["loc"][0] == where and says in str(e.value)
+
+
+def test_load_with_replicas_is_refused(tmp_path):
+    """A sweep of one server would report one replica's requests while offering each replica the rates."""
+    path = write(tmp_path / "s.yaml", recipe("s"))
+    res = CliRunner().invoke(cli, ["check", str(path), "--set", "replicas=2", "--no-tokens"])
+    assert user_error(res) == (
+        "Error: {tmp}/s.yaml: invalid recipe\n"
+        "  line 1, (top level): `load` measures one server under load; replicas: 2 would offer each replica the rates"
+        " and report one replica's requests: set replicas: 1 (one server per serving run)\n"
+    )
