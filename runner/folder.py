@@ -200,25 +200,45 @@ def load_samples(folder: RunFolder) -> list[dict]:
     return out
 
 
-def load_results(out: Path) -> list[RunResult]:
-    """Every stored `<out>/*/results.json`, in name order, each checked (schema, and a name that is its folder's)."""
+def load_results(out: Path, skipped: list[str] | None = None) -> list[RunResult]:
+    """Every stored `<out>/*/results.json`, in name order, each checked (schema, finite numbers, and a name that is
+    its folder's). A bad one raises, or with `skipped` is left out and its error appended there (one bad file does
+    not stop the report of the others)."""
     res = []
     for p in sorted(Path(out).glob("*/results.json")):
-        if not p.is_file():
-            raise RunnerError("is not a file", file=str(p), hint="remove it, or rerun that recipe")
         try:
-            r = RunResult.model_validate_json(p.read_bytes())
-        except ValidationError as e:
-            first = e.errors()[0]
-            loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
-            why = f"not a valid results.json ({e.error_count()} problem(s); first: {loc}: {first['msg']})"
-            raise RunnerError(why, file=str(p), hint="rerun that recipe, or remove its folder") from None
-        except OSError as e:
-            raise RunnerError(f"cannot read it: {e.strerror}", file=str(p)) from None
-        check_name(r.name, str(p))
-        if r.name != p.parent.name:
-            why = f"names the run {r.name!r} but lies in the folder {p.parent.name!r}"
-            hint = "move the folder back to its run's name, or remove it"
-            raise RunnerError(why, file=str(p), field="name", hint=hint)
-        res.append(r)
+            res.append(_load_result(p))
+        except RunnerError as e:
+            if skipped is None:
+                raise
+            skipped.append(e.render())
     return res
+
+
+def _not_finite(constant: str) -> float:
+    raise ValueError(f'holds {constant}, which results.json never does (it writes an infinite rate as "inf")')
+
+
+def _load_result(p: Path) -> RunResult:
+    if not p.is_file():
+        raise RunnerError("is not a file", file=str(p), hint="remove it, or rerun that recipe")
+    try:
+        raw = p.read_bytes()
+        r = RunResult.model_validate_json(raw)
+        json.loads(raw, parse_constant=_not_finite)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
+        why = f"not a valid results.json ({e.error_count()} problem(s); first: {loc}: {first['msg']})"
+        raise RunnerError(why, file=str(p), hint="rerun that recipe, or remove its folder") from None
+    except ValueError as e:  # not JSON, or Infinity/NaN
+        why = f"not a valid results.json ({str(e).splitlines()[0][:200]})"
+        raise RunnerError(why, file=str(p), hint="rerun that recipe, or remove its folder") from None
+    except OSError as e:
+        raise RunnerError(f"cannot read it: {e.strerror}", file=str(p)) from None
+    check_name(r.name, str(p))
+    if r.name != p.parent.name:
+        why = f"names the run {r.name!r} but lies in the folder {p.parent.name!r}"
+        hint = "move the folder back to its run's name, or remove it"
+        raise RunnerError(why, file=str(p), field="name", hint=hint)
+    return r

@@ -348,8 +348,8 @@ def test_plan_of_a_hub_model_not_on_this_machine_names_the_fix(write_recipe, bas
     pytest.importorskip("transformers")
     path = write_recipe({**base_recipe, "model": {"id": "nobody-here/not-a-model"}})
     assert user_error(_plan(path)) == (
-        "Error: {tmp}/recipe.yaml: model.id: no tokenizer for nobody-here/not-a-model on this machine: a hub id that"
-        " is not in the Hugging Face cache, and check and plan never download\n"
+        "Error: {tmp}/recipe.yaml: model.id: no config.json for nobody-here/not-a-model on this machine (plan reads"
+        " the model's config, never the network)\n"
         "  hint: pass a local copy with --model-path nobody-here/not-a-model=PATH\n"
     )
 

@@ -166,3 +166,104 @@ def test_a_large_study_raises_the_open_files_limit_for_its_locks(monkeypatch):
     monkeypatch.setattr(resource, "getrlimit", lambda _: (256, 512))
     with pytest.raises(Exception, match="1000 recipes hold 1000 lock files open, and this shell allows 512"):
         go._room_for_locks(1000)
+
+
+# --------------------------------------------------------------------------- 12, 13: one-screen errors, not tracebacks
+
+
+def test_a_control_character_in_a_recipe_is_named_with_its_place(write_recipe):
+    path = write_recipe('name: f\ndescription: "\x1b[31mred\x1b[0m"\n')
+    assert user_error(CliRunner().invoke(cli, ["check", str(path)])) == (
+        "Error: {tmp}/recipe.yaml:2: a control character (0x1b) at column 15: YAML allows none there\n"
+        "  hint: delete it (text pasted from a colored terminal carries them; `cat -v FILE` shows them as ^[)\n"
+    )
+
+
+def _model_folder(tmp_path, config: dict | None, tokenizer: bool = True):
+    import shutil
+    from pathlib import Path
+
+    from runner.engines.builtin import ensure_builtin
+
+    src, dst = Path(ensure_builtin("builtin:demo")), tmp_path / "m"
+    dst.mkdir()
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja") if tokenizer else ():
+        shutil.copy(src / f, dst / f)
+    if config is not None:
+        (dst / "config.json").write_text(json.dumps(config))
+    return dst
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({"num_hidden_layers": 0}, "config.json's num_hidden_layers is 0: a whole number from 1 to 10,000 is expected"),
+        ({"hidden_size": "big"}, "config.json's hidden_size is 'big': a whole number from 1 to 1,048,576 is expected"),
+        (
+            {"vocab_size": 10**15},
+            "config.json's vocab_size is 1000000000000000: a whole number from 1 to 16,777,216 is",
+        ),
+    ],
+)
+def test_plan_on_a_config_with_wrong_types_zeros_or_absurd_sizes_names_the_key(
+    tmp_path, write_recipe, base_recipe, change, says
+):
+    pytest.importorskip("transformers")
+    from pathlib import Path
+
+    from runner.engines.builtin import ensure_builtin
+
+    config = {**json.loads((Path(ensure_builtin("builtin:demo")) / "config.json").read_text()), **change}
+    folder = _model_folder(tmp_path, config)
+    err = user_error(
+        CliRunner().invoke(cli, ["plan", str(write_recipe({**base_recipe, "model": {"id": str(folder)}}))])
+    )
+    assert (
+        err.startswith(f"Error: {{tmp}}/recipe.yaml: model.id: {says}") and "hint: fix the model's config.json" in err
+    )
+
+
+def test_a_folder_without_a_tokenizer_or_without_weights_is_named_by_check_and_plan(
+    tmp_path, write_recipe, base_recipe
+):
+    pytest.importorskip("transformers")
+    from pathlib import Path
+
+    from runner.engines.builtin import ensure_builtin
+
+    config = json.loads((Path(ensure_builtin("builtin:demo")) / "config.json").read_text())
+    folder = _model_folder(tmp_path, config, tokenizer=False)
+    path = write_recipe({**base_recipe, "model": {"id": str(folder)}})
+    no_tok = (
+        "Error: {tmp}/recipe.yaml: model.id: {tmp}/m holds no tokenizer (none of tokenizer.json,"
+        " tokenizer_config.json, tokenizer.model, vocab.json, spiece.model)\n"
+        "  hint: set model.tokenizer to the folder (or hub id) of the model's tokenizer\n"
+    )
+    assert user_error(CliRunner().invoke(cli, ["plan", str(path)])) == no_tok
+    assert user_error(CliRunner().invoke(cli, ["check", str(path)])) == no_tok
+    path = write_recipe({**base_recipe, "model": {"id": str(folder), "tokenizer": "builtin:demo"}})
+    assert user_error(CliRunner().invoke(cli, ["check", str(path)])) == (
+        "Error: {tmp}/recipe.yaml: model.id: {tmp}/m holds no weights (no *.safetensors, *.bin, *.pt, *.pth files)\n"
+        "  hint: point model.id at the folder with the weights, or set model.load_format: dummy for random weights\n"
+    )
+    assert CliRunner().invoke(cli, ["plan", str(path)]).exit_code == 0  # plan reads config.json only
+
+
+def test_report_leaves_out_a_results_json_with_infinity_or_a_wrong_section_and_reports_the_others(
+    tmp_path, write_recipe, base_recipe
+):
+    out = tmp_path / "out"
+    for name in ("a", "b", "c"):
+        assert _go(write_recipe(_fake(base_recipe, name), f"{name}.yaml"), "--out", out).exit_code == 0
+    a, b = json.loads((out / "a" / "results.json").read_text()), json.loads((out / "b" / "results.json").read_text())
+    a["timings"]["generate_s"] = float("inf")
+    b["recipe"] = "oops"
+    (out / "a" / "results.json").write_text(json.dumps(a))
+    (out / "b" / "results.json").write_text(json.dumps(b))
+    r = CliRunner().invoke(cli, ["report", str(out)])
+    assert r.exit_code == 0 and "summary: " in r.output and "(1 recipes)" in r.output
+    assert "left out: " in r.stderr and "a/results.json: not a valid results.json (holds Infinity" in r.stderr
+    assert (
+        "b/results.json: not a valid results.json (1 problem(s); first: recipe: Input should be an object)" in r.stderr
+    )
+    assert "no results.json in" not in r.output

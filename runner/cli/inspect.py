@@ -121,13 +121,14 @@ def plan(paths, gpu, as_json, sets, model_paths, only):
     the tokenizer and the model's config.json are read, no weights. Prints Markdown, or JSON with --json."""
     from runner.engines.hf import count_prompts
     from runner.inputs.prepare import prepare
-    from runner.plan.plan import pick_gpu, plan_advice, plan_recipe, plan_table
+    from runner.plan.plan import check_config, pick_gpu, plan_advice, plan_recipe, plan_table
     from runner.run.job import check_model
 
     target, fallback = pick_gpu(gpu)
     plans = []
     for lr in load_all(paths, sets, model_paths, only):
-        check_model(lr)
+        check_model(lr, weights=False)
+        check_config(lr)  # before the tokenizer, which reads config.json too
         r = lr.recipe
         prepared = prepare(lr)
         try:
@@ -166,10 +167,14 @@ def report(out, baseline, gate_text):
     from runner.report.markdown import write_report
     from runner.report.summary import write_summary
 
-    out_dir = Path(out)
-    results = load_results(out_dir)
+    out_dir, skipped = Path(out), []
+    results = load_results(out_dir, skipped)
     if not results:
+        if skipped:
+            raise UserError("\n\nError: ".join(skipped))
         raise RunnerError("no */results.json here", file=out)
+    for why in skipped:  # one bad file does not stop the others' reports
+        click.echo(f"left out: {why}", err=True)
     names = [r.name for r in results]
     if baseline and baseline not in names:
         raise RunnerError(f"--baseline {baseline!r} names no stored result; results: " + ", ".join(names))
@@ -184,6 +189,8 @@ def report(out, baseline, gate_text):
         click.echo(f"study summary: {path}")
     have = {r.name for r in results}
     for folder in sorted(p for p in out_dir.iterdir() if p.is_dir() and p.name not in have):
+        if (folder / "results.json").exists():  # there, and left out above
+            continue
         if (folder / "engine.log").is_file() or (folder / "replaced").is_dir():  # a run folder without a result
             click.echo(f"no results.json in {folder}: a run that did not finish (left out; rerun it to report it)")
 

@@ -114,7 +114,14 @@ def read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
         raise err(f"not UTF-8 text (bad byte at offset {e.start})", hint="save the recipe as UTF-8") from None
     if not text.strip():
         raise err("file is empty; a recipe needs at least name, model, engine, dataset, prompt")
-    loader = _BoundedLoader(text)
+    try:
+        loader = _BoundedLoader(text)
+    except yaml.reader.ReaderError as e:  # a control character: PyYAML checks the whole text first
+        line = text.count("\n", 0, e.position) + 1
+        col = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
+        why = f"a control character (0x{e.character:02x}) at column {col}: YAML allows none there"
+        hint = "delete it (text pasted from a colored terminal carries them; `cat -v FILE` shows them as ^[)"
+        raise err(why, line=line, hint=hint) from None
     try:
         node = loader.get_single_node()
         if node is None:

@@ -48,8 +48,13 @@ def looks_local(ref: str) -> bool:
     return ref.startswith(("/", "./", "../", "~")) or ref.count("/") > 1
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth")
+
+
 def check_model_source(model: Any) -> None:
-    """A model or tokenizer named by a local path must exist (else the hub client's error is cryptic)."""
+    """A model or tokenizer named by a local path must exist (else the hub client's error is cryptic), and the
+    folder the tokenizer is read from must hold one (transformers makes an empty tokenizer of a folder without)."""
     if model.gguf_path is not None:
         gguf.check_file(model)
     for field, ref in (("model.id", model.id), ("model.tokenizer", model.tokenizer)):
@@ -57,6 +62,28 @@ def check_model_source(model: Any) -> None:
             hint = "give a hub id (needs network) or an existing local folder; "
             hint += "--model-path HUB_ID=PATH maps hub ids to folders"
             raise RunnerError(f"model folder not found: {ref}", field=field, hint=hint)
+    ref = model.tokenizer_id
+    folder = Path(ref).expanduser()
+    if model.gguf_path is None and looks_local(ref) and folder.is_dir():
+        if not any((folder / f).is_file() for f in TOKENIZER_FILES):
+            field = "model.tokenizer" if model.tokenizer else "model.id"
+            why = f"{ref} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)})"
+            hint = "set model.tokenizer to the folder (or hub id) of the model's tokenizer"
+            raise RunnerError(why, field=field, hint=hint)
+
+
+def check_model_files(model: Any) -> None:
+    """A local model folder an engine loads weights from holds a config.json and weights (else the engine fails
+    minutes later, after its start)."""
+    folder = Path(model.id).expanduser()
+    if model.gguf_path is not None or not looks_local(model.id) or not folder.is_dir():
+        return
+    if not (folder / "config.json").is_file():
+        raise RunnerError(f"{model.id} holds no config.json: it is not a model folder", field="model.id")
+    if model.load_format != "dummy" and not any(next(folder.glob(p), None) for p in WEIGHT_FILES):
+        why = f"{model.id} holds no weights (no {', '.join(WEIGHT_FILES)} files)"
+        hint = "point model.id at the folder with the weights, or set model.load_format: dummy for random weights"
+        raise RunnerError(why, field="model.id", hint=hint)
 
 
 def hub_note(model: Any) -> str | None:
@@ -132,6 +159,8 @@ def counting_tokenizer(model: Any) -> Any:
             else:
                 why += ": a hub id that is not in the Hugging Face cache, and check and plan never download"
             hint = f"pass a local copy with --model-path {model.tokenizer_id}=PATH"
+            if looks_local(model.tokenizer_id):
+                hint = "point model.tokenizer (or model.id) at a folder with the model's tokenizer files"
             raise RunnerError(why, field=field, hint=hint) from None
     return _COUNTING[key]
 
@@ -255,7 +284,7 @@ def model_config(m: Any, where: str | None = None) -> dict[str, Any]:
             hit = None
         if not isinstance(hit, str):
             msg = f"no config.json for {m.id} on this machine (plan reads the model's config, never the network)"
-            hint = "pass the model folder with --model-path HUB_ID=PATH"
+            hint = f"pass a local copy with --model-path {m.id}=PATH"
             raise RunnerError(msg, file=where, field="model.id", hint=hint)
         cfg = Path(hit)
     return json.loads(cfg.read_text(encoding="utf-8"))

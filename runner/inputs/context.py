@@ -25,7 +25,7 @@ def context_length(lr: LoadedRecipe) -> int | None:
     except (RunnerError, OSError, ValueError):
         return None
     n = cfg.get("max_position_embeddings") or cfg.get("n_positions") or cfg.get("max_sequence_length")
-    return int(n) if n else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None  # else: plan names the bad key
 
 
 def token_bound(messages: Messages) -> int:

@@ -81,24 +81,37 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
         if c.get(key):
             raise ValueError(f"mixture-of-experts configs ({key}={c[key]}) are not modelled")
     mt = str(c.get("model_type", ""))
-    heads = int(c["num_attention_heads"])
+    heads, hidden = _size(c, "num_attention_heads", 1 << 14), _size(c, "hidden_size", 1 << 20)
+    max_position = (
+        _size(c, "max_position_embeddings", 1 << 26) if c.get("max_position_embeddings") is not None else None
+    )
     return ModelShape(
         model_type=mt,
-        hidden=int(c["hidden_size"]),
-        layers=int(c["num_hidden_layers"]),
+        hidden=hidden,
+        layers=_size(c, "num_hidden_layers", 10_000),
         heads=heads,
-        kv_heads=int(c.get("num_key_value_heads") or heads),
-        head_dim=int(c.get("head_dim") or c["hidden_size"] // heads),
-        intermediate=int(c["intermediate_size"]),
-        vocab=int(c["vocab_size"]),
+        kv_heads=_size(c, "num_key_value_heads", heads) if c.get("num_key_value_heads") else heads,
+        head_dim=_size(c, "head_dim", 1 << 16) if c.get("head_dim") else max(1, hidden // heads),
+        intermediate=_size(c, "intermediate_size", 1 << 24),
+        vocab=_size(c, "vocab_size", 1 << 24),
         tied=bool(c.get("tie_word_embeddings", mt.startswith("gemma"))),
         qkv_bias=bool(c.get("attention_bias", False)) or mt == "qwen2",
         o_bias=bool(c.get("attention_bias", False)),
         mlp_bias=bool(c.get("mlp_bias", False)),
         qk_norm=mt.startswith("qwen3"),
-        max_position=c.get("max_position_embeddings"),
+        max_position=max_position,
         dtype=str(c.get("torch_dtype") or c.get("dtype") or "bfloat16"),
     )
+
+
+def _size(c: Mapping[str, Any], key: str, most: int) -> int:
+    """A size from config.json: a whole number from 1 to `most` (ValueError naming the key otherwise)."""
+    v = c.get(key)
+    whole = isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()
+    if not whole or not 1 <= v <= most:
+        what = "missing" if v is None else f"{v!r}"
+        raise ValueError(f"config.json's {key} is {what}: a whole number from 1 to {most:,} is expected")
+    return int(v)
 
 
 def linear_shapes(s: ModelShape) -> list[tuple[int, int]]:

@@ -26,7 +26,16 @@ from runner.recipe import LoadedRecipe
 from runner.results import RunResult
 
 from .floor import GPU, GPUS, Floor, compute_floor, find_gpu, get_gpu, gpu_from_nvml
-from .memory import GIB, MemoryPlan, batch_defaults, kv_bytes_per_token, plan_memory, weight_bytes
+from .memory import (
+    GIB,
+    MemoryPlan,
+    batch_defaults,
+    kv_bytes_per_token,
+    model_shape,
+    plan_memory,
+    resolve_quantization,
+    weight_bytes,
+)
 from .prefix_cache import DEFAULT_BLOCK_SIZE, LayoutAdvice, LayoutInputs, advise_layout, simulate_prefix_cache
 
 LAYOUT_VARIABLES = ("context", "question")
@@ -230,13 +239,26 @@ def _layout(lr: LoadedRecipe, prepared: Prepared, ids: list[list[int]]) -> Layou
     return LayoutInputs(examples=encode_examples(rows, encoded.__getitem__, order), order=order, head_ids=head)
 
 
+def check_config(lr: LoadedRecipe) -> dict[str, Any]:
+    """The model's config.json, its sizes checked (whole numbers in range), as a plan reads it: bad ones are the
+    user's to fix, named with the key."""
+    config = model_config(lr.recipe.model, lr.path)
+    try:
+        model_shape(config)
+        resolve_quantization(config, lr.recipe.engine.plan_settings(lr.recipe.model).get("quantization"))
+    except (ValueError, TypeError, KeyError) as e:
+        hint = "fix the model's config.json, or point model.id at the model's own folder"
+        raise RunnerError(str(e), file=lr.path, field="model.id", hint=hint) from None
+    return config
+
+
 def plan_recipe(lr: LoadedRecipe, prepared: Prepared, ids: list[list[int]], gpu: GPU | None, layout=False) -> Plan:
     """`ids`: the prompts' token ids in engine order; `gpu`: None plans for the CPU; `layout`: with the template
     layout advice. vLLM on a GPU gets the whole plan; any other engine, or the CPU, what applies to it."""
     r = lr.recipe
     settings = r.engine.plan_settings(r.model)
     device, cpu_dtype = settings.pop("device", None), settings.pop("cpu_dtype", None)
-    config = model_config(r.model, lr.path)
+    config = check_config(lr)
     if gpu is None or device == "cpu" or not r.engine.kv_pool:
         on = None if gpu is None or device == "cpu" else gpu
         dtype = (cpu_dtype or settings.get("dtype") or "auto") if on is None else settings.get("dtype") or "auto"

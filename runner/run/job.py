@@ -13,7 +13,7 @@ from typing import Any
 
 from runner.base.errors import RunnerError
 from runner.engines.builtin import BUILTIN_PREFIX, BUILTINS, is_builtin
-from runner.engines.hf import check_model_source, looks_local
+from runner.engines.hf import check_model_files, check_model_source, looks_local
 from runner.inputs.context import check_context
 from runner.inputs.prepare import Prepared, prepare
 from runner.recipe import LoadedRecipe
@@ -102,14 +102,17 @@ def _named(e: RunnerError, lr: LoadedRecipe) -> RunnerError:
     return e
 
 
-def check_model(lr: LoadedRecipe, host: bool = True) -> None:
-    """`host`: also the engine's checks of this machine (e.g. `device: cuda` needs a GPU here)."""
+def check_model(lr: LoadedRecipe, host: bool = True, weights: bool = True) -> None:
+    """`host`: also the engine's checks of this machine (e.g. `device: cuda` needs a GPU here); `weights`: a local
+    model folder must hold a config.json and weights (False for `runner plan`, which reads config.json only)."""
     r = lr.recipe
     if is_builtin(r.model.id) and r.model.id[len(BUILTIN_PREFIX) :] not in BUILTINS:
         allowed = ", ".join(BUILTIN_PREFIX + b for b in BUILTINS)
         raise RunnerError(f"unknown builtin model {r.model.id!r}; allowed: {allowed}", file=lr.path, field="model.id")
     try:
         check_model_source(r.model)
+        if weights and not r.engine.fake:
+            check_model_files(r.model)
         if host:
             r.engine.preflight(r.model)
         check_chat_template(lr)
