@@ -267,3 +267,27 @@ def test_report_leaves_out_a_results_json_with_infinity_or_a_wrong_section_and_r
         "b/results.json: not a valid results.json (1 problem(s); first: recipe: Input should be an object)" in r.stderr
     )
     assert "no results.json in" not in r.output
+
+
+def test_a_model_path_that_maps_no_recipe_is_refused_with_the_id_it_likely_meant(write_recipe, base_recipe, tmp_path):
+    path = write_recipe({**base_recipe, "model": {"id": "Org/Model-7B"}})
+    args = ["--model-path", f"org/model-7b={tmp_path}", "--no-tokens"]
+    assert user_error(CliRunner().invoke(cli, ["check", str(path), *args])).endswith(
+        "Error: --model-path: org/model-7b=...: no recipe here names 'org/model-7b' (model.id or model.tokenizer)\n"
+        "  hint: did you mean 'Org/Model-7B'? (hub ids match exactly, case included)\n"
+    )
+    assert "no recipe here names 'org/model-7b'" in user_error(_go(path, "--out", tmp_path / "out", *args[:2]))
+
+
+def test_a_serving_recipe_without_a_tokenizer_is_refused_before_it_runs(write_recipe, base_recipe, tmp_path):
+    load = {"request_rate": [10], "num_requests": 4, "warmup_requests": 1}
+    path = write_recipe({**_fake(base_recipe), "load": load})
+    expected = (
+        "Error: {tmp}/recipe.yaml: model.id: a serving run (`load`) counts its prompts with the model's tokenizer,"
+        " and no tokenizer for none on this machine: a hub id that is not in the Hugging Face cache (read from local"
+        " files only)\n"
+        "  hint: set model.tokenizer to a local tokenizer folder (the fake engine can use builtin:demo), or map the"
+        " hub id with --model-path ID=PATH\n"
+    )
+    assert user_error(CliRunner().invoke(cli, ["check", str(path), "--no-tokens"])) == expected
+    assert user_error(_go(path, "--out", tmp_path / "out")) == expected

@@ -9,7 +9,7 @@ import click
 
 from runner.base.errors import RunnerError
 from runner.cli import UserError, cli, guard
-from runner.cli.loading import MP_HELP, ONLY_HELP, SET_HELP, expand_paths, load_all
+from runner.cli.loading import MP_HELP, ONLY_HELP, SET_HELP, check_model_paths, expand_paths, load_all
 from runner.recipe import GateSpec, Recipe
 from runner.results import RunResult
 from runner.study.load import add_study_keys
@@ -26,10 +26,11 @@ def check(paths, sets, model_paths, only, no_tokens):
     """Validate recipes and study files without loading a model; show each recipe's first prompt
     (a study's cells with the settings that vary) and prompt-token statistics."""
     shown: set[tuple[str, str]] = set()  # a study shows the first prompt of each distinct prompt setting once
-    files, errors, names = expand_paths(paths), [], {}
+    files, errors, names, every = expand_paths(paths), [], {}, []
     for f in files:  # each file to its first error; the others are still checked
         try:
-            for lr in load_all((str(f),), sets, model_paths, only, none_ok=True):
+            for lr in load_all((str(f),), sets, model_paths, only, none_ok=True, unused_ok=True):
+                every.append(lr)
                 if lr.recipe.name in names:
                     why = f"two recipes are named {lr.recipe.name!r}: {names[lr.recipe.name]} and {lr.path}"
                     why += "; names must be unique in one call (they name the report folders)"
@@ -40,6 +41,8 @@ def check(paths, sets, model_paths, only, no_tokens):
             errors.append(e.render())
     if only is not None and not names and not errors:
         load_all(paths, sets, model_paths, only)  # raises: --only matches no recipe (and lists them)
+    if not errors:
+        check_model_paths(model_paths, every)
     if errors:
         of = f"\n\n{len(errors)} of {len(files)} files have errors" if len(files) > 1 else ""
         raise UserError("\n\nError: ".join(errors) + of)

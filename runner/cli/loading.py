@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import glob
 from pathlib import Path
 
 from runner.base.errors import RunnerError
+from runner.engines.hf import looks_local
 from runner.folder import check_name
 from runner.recipe import LoadedRecipe
 
@@ -59,9 +61,11 @@ def load_all(
     model_paths: tuple[str, ...] = (),
     only: str | None = None,
     none_ok: bool = False,
+    unused_ok: bool = False,
 ) -> list[LoadedRecipe]:
     """Every recipe (or study cell) of the named files, checked for unique, safe names (`none_ok`: --only may match
-    none of these files' recipes)."""
+    none of these files' recipes) and for --model-path mappings that map nothing (`unused_ok`: the caller checks
+    them over several calls, see `check_model_paths`)."""
     from runner.study.load import load_recipes
 
     mp = parse_model_paths(model_paths)
@@ -82,4 +86,21 @@ def load_all(
             why = f"two recipes are named {n!r}: {names[n]} and {lr.path}; names must be unique in one call"
             raise RunnerError(why + " (they name the report folders)", field="name")
         names[n] = lr.path
+    if not unused_ok and (only is None or loaded):
+        check_model_paths(model_paths, loaded)
     return loaded
+
+
+def check_model_paths(model_paths: tuple[str, ...], loaded: list[LoadedRecipe]) -> None:
+    """A --model-path whose hub id is no recipe's model.id or model.tokenizer (a typo, a case slip) would leave
+    the recipe on the hub id, sending a download to the hub: refused, with the ids the recipes do name."""
+    used = {v for lr in loaded for v in (lr.recipe.model.id, lr.recipe.model.tokenizer) if v}
+    for hub_id, path in parse_model_paths(model_paths).items():
+        if path in used:
+            continue
+        ids = sorted({lr.recipe.model.id for lr in loaded if not looks_local(lr.recipe.model.id)})
+        near = [i for i in ids if i.lower() == hub_id.lower()] or difflib.get_close_matches(hub_id, ids, 1, 0.6)
+        why = f"{hub_id}=...: no recipe here names {hub_id!r} (model.id or model.tokenizer)"
+        hint = f"did you mean {near[0]!r}? (hub ids match exactly, case included)" if near else None
+        hint = hint or ("hub ids of these recipes: " + ", ".join(ids) if ids else "no recipe here names a hub id")
+        raise RunnerError(why, field="--model-path", hint=hint)

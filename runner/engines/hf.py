@@ -157,7 +157,7 @@ def counting_tokenizer(model: Any) -> Any:
             if looks_local(model.tokenizer_id) or tokenizer_folder(model) is not None:  # there, yet unreadable
                 why += f" ({type(e).__name__}: {_first_line(e)})"
             else:
-                why += ": a hub id that is not in the Hugging Face cache, and check and plan never download"
+                why += ": a hub id that is not in the Hugging Face cache (read from local files only)"
             hint = f"pass a local copy with --model-path {model.tokenizer_id}=PATH"
             if looks_local(model.tokenizer_id):
                 hint = "point model.tokenizer (or model.id) at a folder with the model's tokenizer files"

@@ -13,7 +13,7 @@ from typing import Any
 
 from runner.base.errors import RunnerError
 from runner.engines.builtin import BUILTIN_PREFIX, BUILTINS, is_builtin
-from runner.engines.hf import check_model_files, check_model_source, looks_local
+from runner.engines.hf import check_model_files, check_model_source, counting_tokenizer, looks_local
 from runner.inputs.context import check_context
 from runner.inputs.prepare import Prepared, prepare
 from runner.recipe import LoadedRecipe
@@ -116,8 +116,21 @@ def check_model(lr: LoadedRecipe, host: bool = True, weights: bool = True) -> No
         if host:
             r.engine.preflight(r.model)
         check_chat_template(lr)
+        if r.load is not None:
+            check_serving_tokenizer(r.model)
     except RunnerError as e:
         raise _named(e, lr) from None
+
+
+def check_serving_tokenizer(model) -> None:
+    """A serving run tokenizes its prompts in the runner (token counts, the benchmark client): its tokenizer must be
+    on this machine, checked now rather than found missing after the server started (or asked of the hub)."""
+    try:
+        counting_tokenizer(model)
+    except RunnerError as e:
+        why = f"a serving run (`load`) counts its prompts with the model's tokenizer, and {e.message}"
+        hint = "set model.tokenizer to a local tokenizer folder (the fake engine can use builtin:demo)"
+        raise RunnerError(why, field=e.field, hint=f"{hint}, or map the hub id with --model-path ID=PATH") from None
 
 
 def check_chat_template(lr: LoadedRecipe) -> None:
