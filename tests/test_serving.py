@@ -25,6 +25,7 @@ import yaml
 from click.testing import CliRunner
 from pydantic import ValidationError
 
+from runner.base.procs import session_members
 from runner.base.types import Sampling
 from runner.cli import cli
 from runner.engines.fake import DEFAULT_REPLY
@@ -502,3 +503,25 @@ def test_load_with_replicas_is_refused(tmp_path):
         "  line 1, (top level): `load` measures one server under load; replicas: 2 would offer each replica the rates"
         " and report one replica's requests: set replicas: 1 (one server per serving run)\n"
     )
+
+
+def test_a_server_left_running_by_a_killed_call_is_ended_by_the_next_start(standin):
+    """kill -9 of the runner and of the server's watcher leaves the server in its session: the next start ends it."""
+    srv = standin()
+    srv.__enter__()
+    sid = srv.proc.pid
+    server = next(p for p in session_members(sid) if p != sid)  # the stand-in under the watcher
+    os.kill(sid, signal.SIGKILL)  # the watcher (and the runner before it) killed: the server runs on
+    srv.proc.wait()
+    assert server in session_members(sid) and srv.session_file.is_file()
+    again = standin()
+    assert again.end_leftover() == sid and not session_members(sid) and not again.session_file.exists()
+    assert again.end_leftover() is None  # nothing left: nothing to end
+
+
+def test_a_leftover_session_file_of_another_command_ends_nothing(standin):
+    """A session id taken since by other processes (here: this test's own session) is left alone."""
+    srv = standin()
+    srv.session_file.write_text(json.dumps({"session": os.getsid(0), "cmd": ["not", "this"]}))
+    assert os.getpid() in session_members(os.getsid(0))
+    assert srv.end_leftover() is None and not srv.session_file.exists()

@@ -79,3 +79,16 @@ def stop_group(proc: subprocess.Popen | None, grace_s: float, then: Callable[[],
         raise KeyboardInterrupt
     if pending:
         raise SystemExit(128 + signal.SIGTERM)
+
+
+def session_members(sid: int) -> list[int]:
+    """The live processes of session `sid` (Linux /proc; none elsewhere)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp session ...
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 3 and fields[3] == str(sid) and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out

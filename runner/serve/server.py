@@ -24,7 +24,7 @@ from typing import Any
 import jinja2.meta
 
 from runner.base.errors import RunnerError
-from runner.base.procs import stop_group
+from runner.base.procs import kill_group, session_members, stop_group
 from runner.base.types import EngineInfo, Knob
 from runner.engines import gguf
 from runner.engines.fake import DEFAULT_REPLY, FakeSpec, reply_template
@@ -43,6 +43,13 @@ while p.poll() is None:
         os.killpg(0, signal.SIGKILL)
     time.sleep(0.2)
 sys.exit(p.returncode)"""
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 class ServerError(RunnerError):
@@ -138,7 +145,31 @@ class Server:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
+    def session_file(self) -> Path:
+        """Beside the log while the server runs: its session id, so that a later call can end a server that a
+        killed call left running (the watcher ends it when the runner dies; this covers the watcher's own death)."""
+        return self.log.with_name(".server-session.json")
+
+    def end_leftover(self) -> int | None:
+        """End the server session an earlier call left running here (a process of that session still runs the
+        command it recorded, so not one that took its ids since); returns the session id when it ended one."""
+        try:
+            kept = json.loads(self.session_file.read_text())
+            sid, cmd = int(kept["session"]), "\0".join(kept["cmd"]).encode()
+        except (OSError, ValueError, KeyError, TypeError):
+            self.session_file.unlink(missing_ok=True)
+            return None
+        self.session_file.unlink(missing_ok=True)
+        if not any(_cmdline(pid).startswith(cmd) for pid in session_members(sid)):
+            return None
+        kill_group(sid, self.grace_s)
+        return sid
+
     def _start(self) -> None:
+        if (sid := self.end_leftover()) is not None:
+            with open(self.log, "a", encoding="utf-8") as f:
+                f.write(f"ended the server session {sid} that an earlier, killed call left running\n")
         t0 = time.monotonic()
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
@@ -149,6 +180,7 @@ class Server:
                 start_new_session=True,
                 env={**os.environ, **self.env},
             )
+        self.session_file.write_text(json.dumps({"session": self.proc.pid, "cmd": self.cmd}))
         while self._status("/health") != 200:
             code = self.proc.poll()
             if code is not None or time.monotonic() - t0 > self.timeout_s:
@@ -162,6 +194,8 @@ class Server:
     def stop(self) -> None:
         """End the whole session (idempotent); Ctrl-C or SIGTERM arriving meanwhile waits until it is gone."""
         stop_group(self.proc, self.grace_s, then=getattr(self, "_restore", lambda: None))
+        if self.proc is not None:
+            self.session_file.unlink(missing_ok=True)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
