@@ -322,6 +322,9 @@ STANDIN = textwrap.dedent("""\
             body = b"fake:x_total 3.0\\n" if self.path == "/metrics" else b""
             self.reply(200 if self.path in ("/health", "/metrics") else 404, body)
         def do_POST(self):
+            if mode == "dies":  # dies as a server out of memory would, mid warm-up
+                print("CUDA out of memory: the stand-in dies", flush=True)
+                os._exit(9)
             if self.path == "/reset_prefix_cache" and os.environ.get("VLLM_SERVER_DEV_MODE") == "1":
                 resets.append(1)
                 self.reply(200, json.dumps({"success": mode != "busy" or len(resets) > 1}).encode())
@@ -525,3 +528,24 @@ def test_a_leftover_session_file_of_another_command_ends_nothing(standin):
     srv.session_file.write_text(json.dumps({"session": os.getsid(0), "cmd": ["not", "this"]}))
     assert os.getpid() in session_members(os.getsid(0))
     assert srv.end_leftover() is None and not srv.session_file.exists()
+
+
+def test_a_server_that_dies_during_warm_up_is_reported_as_its_death_with_its_log(standin, monkeypatch):
+    """Not as the `Connection refused` its client then sees."""
+    import runner.serve.run as sr
+
+    srv = standin("dies", env={"VLLM_SERVER_DEV_MODE": "1"})
+    with srv:
+
+        def run_rate(url, model, prompts, sampling, rate, load, warmed):
+            warmed()  # the prefix-cache reset after the warm-up: the server dies answering it
+            raise AssertionError("not reached")
+
+        monkeypatch.setattr(sr, "run_rate", run_rate)
+        load, model = SimpleNamespace(request_indices=lambda n: [0]), SimpleNamespace(id="m")
+        recipe = SimpleNamespace(load=load, model=model, sampling=None)
+        unit = SimpleNamespace(loaded=SimpleNamespace(recipe=recipe), prepared=None)
+        with pytest.raises(sr.ServerError) as e:
+            sr._rate(srv, unit, ["t"], [[1, 2]], 10.0, sr.Sweep(), None)
+    assert e.value.message.startswith("the server exited during rate 10 (its warm-up or requests) (code 9); last lines")
+    assert "CUDA out of memory: the stand-in dies" in e.value.message and "refused" not in e.value.message

@@ -252,7 +252,12 @@ def _rate(server: Server, unit: Unit, texts: list[str], ids: list[list[int]], ra
         state["before"] = server.counters()
 
     url, prompts = f"{server.base_url}/v1/completions", [ids[i] for i in indices]
-    run = run_rate(url, r.model.id, prompts, r.sampling, rate, load, warmed)
+    try:
+        run = run_rate(url, r.model.id, prompts, r.sampling, rate, load, warmed)
+    except OSError:  # refused or reset: a dead server says why in its log, not in the connection error
+        if not server.exits_within(2.0):
+            raise
+        raise server.died(f"during rate {rate_label(rate)} (its warm-up or requests)") from None
     before = state["before"]
     grown = {n: v - before.get(n, 0.0) for n, v in server.counters().items() if v > before.get(n, 0.0)}
     sw.grown |= {n: sw.grown.get(n, 0.0) + v for n, v in grown.items()}
@@ -280,7 +285,7 @@ def _sweep(server: Server, unit: Unit, texts: list[str], ids: list[list[int]], s
         sw.points.append(p.model_copy(update={"saturated": bool(sw.reasons)}))
         say(f"{unit.name}: rate {at}: {p.completed}/{p.requests} completed, {p.request_throughput:.2f} req/s")
         if not server.alive():
-            raise ServerError(f"the server exited during rate {at} (code {server.proc.returncode}); see {server.log}")
+            raise server.died(f"during rate {at}")
         stop = f"saturated at {at} req/s: " + "; ".join(sw.reasons) if sw.reasons else None
         if not stop and p.completed == 0:
             stop = f"every request failed at {at} req/s"

@@ -186,8 +186,7 @@ class Server:
             if code is not None or time.monotonic() - t0 > self.timeout_s:
                 what = f"did not answer /health within {self.timeout_s:g} s"
                 what = what if code is None else f"exited with code {code} before it was ready"
-                tail = "\n".join(self.log.read_text(errors="replace").strip().splitlines()[-15:])
-                raise ServerError(f"the server {what}; last lines of {self.log}:\n{tail}")
+                raise ServerError(f"the server {what}; {self.tail()}")
             time.sleep(0.25)
         self.startup_s = time.monotonic() - t0
 
@@ -196,6 +195,23 @@ class Server:
         stop_group(self.proc, self.grace_s, then=getattr(self, "_restore", lambda: None))
         if self.proc is not None:
             self.session_file.unlink(missing_ok=True)
+
+    def tail(self, n: int = 15) -> str:
+        lines = self.log.read_text(errors="replace").strip().splitlines()[-n:]
+        return f"last lines of {self.log}:\n" + "\n".join(lines)
+
+    def died(self, when: str) -> ServerError:
+        """The server's death as the error to report, with its exit code and its last words (not the connection
+        error its clients saw)."""
+        code = self.proc.returncode if self.proc else None
+        return ServerError(f"the server exited {when} (code {code}); {self.tail()}")
+
+    def exits_within(self, seconds: float) -> bool:
+        """Whether the server has exited, or does within `seconds` (a connection error can come just before)."""
+        end = time.monotonic() + seconds
+        while self.alive() and time.monotonic() < end:
+            time.sleep(0.05)
+        return not self.alive()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
