@@ -291,3 +291,25 @@ def test_a_serving_recipe_without_a_tokenizer_is_refused_before_it_runs(write_re
     )
     assert user_error(CliRunner().invoke(cli, ["check", str(path), "--no-tokens"])) == expected
     assert user_error(_go(path, "--out", tmp_path / "out")) == expected
+
+
+# --------------------------------------------------------------------------- 11: signals
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_while_the_datasets_load_exits_130(write_recipe, base_recipe, tmp_path, monkeypatch, how):
+    import os
+    import signal
+
+    import runner.run.job as job
+
+    def interrupted(*a, **kw):
+        if how == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler turns it into KeyboardInterrupt here
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(job, "prepare", interrupted)
+    before = signal.getsignal(signal.SIGTERM)
+    r = _go(write_recipe(_fake(base_recipe)), "--out", tmp_path / "out")
+    assert r.exit_code == 130 and r.stderr == "interrupted\n" and not (tmp_path / "out" / "f" / "results.json").exists()
+    assert signal.getsignal(signal.SIGTERM) is before  # put back

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import functools
+import signal
+import sys
+import threading
 
 import click
 
@@ -18,14 +21,23 @@ class UserError(click.ClickException):
 
 
 def guard(fn):
-    """Turn user errors into one-screen messages with exit code 2."""
+    """Turn user errors into one-screen messages with exit code 2, and Ctrl-C or SIGTERM that arrive before a
+    command handles them itself (while recipes and datasets load) into exit code 130."""
 
     @functools.wraps(fn)
     def wrapper(*a, **kw):
+        main = threading.current_thread() is threading.main_thread()
+        old = signal.signal(signal.SIGTERM, signal.default_int_handler) if main else None  # SIGTERM: as Ctrl-C
         try:
             return fn(*a, **kw)
         except RunnerError as e:
             raise UserError(e.render()) from None
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
 
     return wrapper
 
