@@ -313,3 +313,44 @@ def test_ctrl_c_or_sigterm_while_the_datasets_load_exits_130(write_recipe, base_
     r = _go(write_recipe(_fake(base_recipe)), "--out", tmp_path / "out")
     assert r.exit_code == 130 and r.stderr == "interrupted\n" and not (tmp_path / "out" / "f" / "results.json").exists()
     assert signal.getsignal(signal.SIGTERM) is before  # put back
+
+
+def test_sigterm_while_ray_starts_is_held_until_it_is_up_then_ends_the_call(monkeypatch):
+    """Interrupted midway, Ray's start left its agents running or exited 15 through Ray's own handler: the signal is
+    held, Ray shut down whole, and the call interrupted (exit 130 upstream); the handlers from before are back."""
+    import os
+    import signal
+
+    pytest.importorskip("ray")
+    import runner.cluster.ray as cr
+
+    shut = []
+    monkeypatch.setattr(cr, "shutdown", lambda: shut.append(1))
+    before = signal.getsignal(signal.SIGTERM)
+
+    def connect(address, runtime_env):
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives while Ray starts: held, not raised inside the start
+        shut.append("still starting")
+
+    monkeypatch.setattr(cr, "_connect", connect)
+    with pytest.raises(KeyboardInterrupt):
+        cr._start_ray(None, None)
+    assert shut == ["still starting", 1] and signal.getsignal(signal.SIGTERM) is before
+
+    def ray_handler_exits(address, runtime_env):  # Ray's own SIGTERM handler: sys.exit(15)
+        raise SystemExit(signal.SIGTERM)
+
+    monkeypatch.setattr(cr, "_connect", ray_handler_exits)
+    with pytest.raises(KeyboardInterrupt):
+        cr._start_ray(None, None)
+
+
+def test_sigterm_cancels_the_abort_alarm_ray_arms():
+    import signal
+
+    from runner.cli import sigterm_as_ctrl_c
+
+    signal.alarm(30)
+    with pytest.raises(KeyboardInterrupt):
+        sigterm_as_ctrl_c(signal.SIGTERM, None)
+    assert signal.alarm(0) == 0  # no alarm was left pending

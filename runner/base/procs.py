@@ -92,3 +92,33 @@ def session_members(sid: int) -> list[int]:
         if len(fields) > 3 and fields[3] == str(sid) and fields[0] != "Z":
             out.append(int(stat.parent.name))
     return out
+
+
+def descendants(pid: int) -> list[int]:
+    """The live processes below `pid` (children, theirs, ...), from /proc (none elsewhere)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+def end_stragglers(pids: list[int]) -> int:
+    """SIGKILL those of `pids` still alive (processes a shutdown left behind); how many there were."""
+    n = 0
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+            n += 1
+        except OSError:  # gone already
+            pass
+    return n

@@ -20,6 +20,13 @@ class UserError(click.ClickException):
     exit_code = EXIT_BAD_INPUT
 
 
+def sigterm_as_ctrl_c(signum, frame):
+    """SIGTERM handled as Ctrl-C. It also cancels an alarm: Ray's C++ core handles SIGTERM first (abseil's failure
+    handler) and arms a 3-second SIGALRM that aborts the process (exit 134) if the shutdown takes longer."""
+    signal.alarm(0)
+    raise KeyboardInterrupt
+
+
 def guard(fn):
     """Turn user errors into one-screen messages with exit code 2, and Ctrl-C or SIGTERM that arrive before a
     command handles them itself (while recipes and datasets load) into exit code 130."""
@@ -27,7 +34,7 @@ def guard(fn):
     @functools.wraps(fn)
     def wrapper(*a, **kw):
         main = threading.current_thread() is threading.main_thread()
-        old = signal.signal(signal.SIGTERM, signal.default_int_handler) if main else None  # SIGTERM: as Ctrl-C
+        old = signal.signal(signal.SIGTERM, sigterm_as_ctrl_c) if main else None
         try:
             return fn(*a, **kw)
         except RunnerError as e:

@@ -20,7 +20,7 @@ import click
 from runner.base.errors import RunnerError
 from runner.base.files import write_json_atomic
 from runner.base.format import brief, secs
-from runner.cli import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard
+from runner.cli import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard, sigterm_as_ctrl_c
 from runner.cli.loading import MP_HELP, SET_HELP, load_all
 from runner.cli.wings import Plans, report_sections, study_summaries, summary_sections
 from runner.engines.builtin import is_builtin
@@ -299,7 +299,7 @@ def _run_all(
         results.append(res)
         click.echo(one_line(res, write_report(res, opts.out, report_sections(opts.out))))
 
-    old_handler = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM: as Ctrl-C
+    old_handler = signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)
     try:
         todo = []
         for u in units:  # an unchanged recipe whose results are complete is skipped

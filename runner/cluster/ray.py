@@ -21,6 +21,7 @@ from typing import Any
 from runner.base.errors import RunnerError
 from runner.base.files import write_bytes_atomic, write_json_atomic, write_jsonl_atomic
 from runner.base.format import secs, table
+from runner.base.procs import descendants, end_stragglers
 from runner.folder import RunFolder
 from runner.results import Prefix, ReplicaRun, RunResult, Sample, Timings
 from runner.run.isolate import LOG_MARK, failed_result, run_isolated
@@ -170,6 +171,53 @@ def _connect(address: str | None, runtime_env: dict | None) -> None:
         raise RunnerError(f"cannot connect to the Ray cluster: {e}", field="--address", hint=hint) from None
 
 
+def _start_ray(address: str | None, runtime_env: dict | None) -> None:
+    """ray.init with Ctrl-C and SIGTERM held until it returns (interrupted midway, Ray's start left its agents
+    running or aborted the process; its own SIGTERM handler exits 15), then raised as KeyboardInterrupt once Ray
+    is up and can be shut down whole. Our SIGTERM handler is put back over Ray's."""
+
+    main = threading.current_thread() is threading.main_thread()
+    pending: list[int] = []
+
+    def hold(signum, frame) -> None:
+        signal.alarm(0)  # the abort Ray's C++ SIGTERM handler arms for 3 s later (see cli.sigterm_as_ctrl_c)
+        pending.append(signum)
+
+    held = {sig: signal.signal(sig, hold) for sig in HELD} if main else {}
+    try:
+        _connect(address, runtime_env)
+    except SystemExit as e:  # Ray's own SIGTERM handler, installed during init, caught a SIGTERM in its window
+        if e.code != signal.SIGTERM:
+            raise
+        pending.append(signal.SIGTERM)
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    if pending:
+        shutdown()
+        raise KeyboardInterrupt
+
+
+def shutdown() -> None:
+    """ray.shutdown, then an end to what the local instance started and left behind (its dashboard and runtime-env
+    agents outlive a shutdown that comes right after the start)."""
+    import ray
+
+    below = [p for p in descendants(os.getpid()) if b"ray" in _cmdline(p)]
+    ray.shutdown()
+    end_stragglers([p for p in below if b"ray" in _cmdline(p)])
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+HELD = (signal.SIGINT, signal.SIGTERM)
+
+
 def run_jobs_on_ray(
     jobs: list[Job],
     *,
@@ -186,16 +234,13 @@ def run_jobs_on_ray(
 
     started = not ray.is_initialized()
     if started:
-        on_term = signal.getsignal(signal.SIGTERM)
-        _connect(address, runtime_env)
-        if callable(on_term) and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, on_term)  # Ray's own handler would abort the call, not end it
+        _start_ray(address, runtime_env)
     env = {"version": ray.__version__, "address": address or "local instance"}
     try:
         return _Call(jobs, replicas, on_result or (lambda r: None), on_event or (lambda e: None), env).run()
     finally:
         if started:
-            ray.shutdown()
+            shutdown()
 
 
 class _Call:
