@@ -143,7 +143,24 @@ def reference_markdown() -> str:
         out.append(f"| `{name}`{alias} | {c.name} | {c.gold} | {formula} | {c.source} |")
     out += ["", (metrics.__doc__ or "").strip(), ""]
     out += plan_reference()
+    out += tune_reference()
     return "\n".join(out)
+
+
+def tune_reference() -> list[str]:
+    """`runner tune`'s block and its method (runner/tune/spec.py)."""
+    from runner.tune import spec
+
+    out = ["## Tune", "", "`runner tune FILE [--out DIR] [--dry-run]` searches the `tune:` block of a recipe file.", ""]
+    out += [(spec.__doc__ or "").strip(), ""]
+    for m in (spec.TuneSpec, spec.Range, spec.Screen, spec.Confirm, spec.Budget):
+        out += [f"### {m.__name__}", "", (m.__doc__ or "").strip().splitlines()[0] if m.__doc__ else "", ""]
+        out += ["| field | type | default | meaning |", "| --- | --- | --- | --- |"]
+        for name, f in m.model_fields.items():
+            desc = (f.description or "").replace("|", "\\|")
+            out.append(f"| `{name}` | {_type_name(f.annotation)}{_constraints(f)} | {_default(f)} | {desc} |")
+        out.append("")
+    return out
 
 
 def plan_reference() -> list[str]:

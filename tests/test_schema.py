@@ -126,7 +126,7 @@ def test_every_recipe_field_is_in_the_reference_with_a_description(model):
 def test_reference_lists_the_models_in_order():
     md = gen.reference_markdown()
     heads = re.findall(r"^## (\w+)$", md, flags=re.M)
-    assert heads == [m.__name__ for m in RECIPE_MODELS] + ["Metrics", "Plan"]
+    assert heads == [m.__name__ for m in RECIPE_MODELS] + ["Metrics", "Plan", "Tune"]
 
 
 # --------------------------------------------------------------------------- recipes against the schema

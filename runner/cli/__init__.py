@@ -66,4 +66,4 @@ def main():
     cli()
 
 
-from runner.cli import go, inspect  # noqa: E402, F401  (registers the commands on `cli`)
+from runner.cli import go, inspect, tune  # noqa: E402, F401  (registers the commands on `cli`)

@@ -205,10 +205,25 @@ def go(paths, out, only, sets, model_paths, baseline, force, executor, address, 
     argv = sys.argv  # this call's command line, for the reports (none where `runner go` was not how it was called)
     command = "runner go " + shlex.join(argv[2:]) if argv[1:2] == ["go"] else ""
     progress = not run.pop("no_progress")
-    call = f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
+    call = new_call()
     opts = RunOptions(
         out=Path(out), command=command, progress=progress, call=call, **run
     )  # --limit, --estimate, --timeout
+    results = run_loaded(loaded, opts, ex, force, baseline)
+    if any(r.status != "ok" for r in results):
+        sys.exit(EXIT_FAILED)
+
+
+def new_call() -> str:
+    """An id for one call (its repeats are marked with it)."""
+    return f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
+
+
+def run_loaded(
+    loaded: list[LoadedRecipe], opts: RunOptions, ex: Executor, force: bool = False, baseline: str | None = None
+) -> list[RunResult]:
+    """Run loaded recipes as `runner go` does (checked first, each folder locked, unchanged ones skipped, reports
+    and the summary written); one result per recipe. `runner tune` runs its stages through it."""
     units, cannot = [], {}  # all checked before anything is written
     for lr in loaded:
         units.append(make_unit(lr, opts, host=not ex.on_ray, library=False))
@@ -217,15 +232,13 @@ def go(paths, out, only, sets, model_paths, baseline, force, executor, address, 
                 check_library(lr)
         except RunnerError as e:  # an engine library this machine lacks: that recipe fails, the others run
             cannot[lr.recipe.name] = e
-    out_dir = _out_dir(out)
+    out_dir = _out_dir(str(opts.out))
     with ExitStack() as locks:  # every unit's run folder locked while the units run
         _room_for_locks(len(units))
         for u in units:
             RunFolder.of(out_dir, u.name).check_files()  # before the lock: a linked lock file is refused, not opened
             locks.enter_context(_lock(RunFolder.of(out_dir, u.name)))
-        results = _run_all(units, opts, force, ex, baseline, cannot)
-    if any(r.status != "ok" for r in results):
-        sys.exit(EXIT_FAILED)
+        return _run_all(units, opts, force, ex, baseline, cannot)
 
 
 def takes_turns(groups: list[tuple[Unit, ...]]) -> bool:

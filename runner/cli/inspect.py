@@ -223,8 +223,16 @@ def schema(what):
 
 
 def recipe_schema() -> dict:
-    """Recipe files' JSON Schema, the study wing's keys included (schema/recipe.schema.json)."""
-    return {**add_study_keys(Recipe.model_json_schema(by_alias=False)), **DRAFT, "title": "runner recipe"}
+    """Recipe files' JSON Schema, the study wing's keys and the tune wing's `tune:` block included
+    (schema/recipe.schema.json)."""
+    from runner.tune.spec import TuneSpec
+
+    out = add_study_keys(Recipe.model_json_schema(by_alias=False))
+    tune = TuneSpec.model_json_schema(ref_template="#/$defs/{model}")
+    out["$defs"] = {**out.get("$defs", {}), **tune.pop("$defs", {}), "TuneSpec": tune}
+    described = "`runner tune`: the settings to search, the objective, the gate and the budget (runner/tune/spec.py)."
+    out["properties"]["tune"] = {"$ref": "#/$defs/TuneSpec", "description": described}
+    return {**out, **DRAFT, "title": "runner recipe"}
 
 
 def results_schema() -> dict:

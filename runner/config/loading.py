@@ -31,7 +31,7 @@ Locate = Callable[[tuple, str], str]
 MAX_ERRORS = 8
 # top-level keys of a recipe file besides the recipe's own: `base`, `abstract` (config/merge.py) and the
 # study keys (runner/study/load.py)
-FILE_KEYS = ("base", "abstract", "matrix", "variants", "exclude", "report")
+FILE_KEYS = ("base", "abstract", "matrix", "variants", "exclude", "report", "tune")  # tune: runner/tune/spec.py
 
 
 @dataclass(frozen=True)

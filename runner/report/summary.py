@@ -165,16 +165,13 @@ def gate_section(
     for r in gated:
         g = gate_of(r)
         m = g.metric
-        rs = samples_by_id(out, r) if scored(r) else {}
-        common = [i for i, s in rs.items() if i in bs and m in s and m in bs[i]]
-        if not common:
+        verdict = gate_verdict(samples_by_id(out, r) if scored(r) else {}, bs, g)
+        if verdict is None:
             why = "baseline not scored" if not bs else f"status {r.status}" if r.status != "ok" else "no scores to pair"
             why = "random weights or the fake engine" if r.status == "ok" and not scored(r) else why
             rows.append([r.name, m, None, None, "not scored", why])
             continue
-        mean, lo, hi = paired_bootstrap([rs[i][m] - bs[i][m] for i in common])
-        allowed = g.allowed_drop(sum(bs[i][m] for i in common) / len(common))
-        ok = lo > -allowed
+        ok, mean, lo, hi, allowed = verdict
         passed += [r] if ok else []
         how = f"lower end {lo:+.3f} {'above' if ok else 'at or below'} -{allowed:.3f}"
         rows.append(
@@ -192,6 +189,18 @@ def gate_section(
             last += f"; against the baseline: {ratio_text(*ratio)}"
         last += "."
     return ["", "## Quality gate", "", note, "", table(rows, head), "", last]
+
+
+def gate_verdict(rs: dict, bs: dict, g: GateSpec) -> tuple[bool, float, float, float, float] | None:
+    """A run's samples `rs` against the baseline's `bs` (by example id) under gate `g`: (passed, mean difference, its
+    95% interval's ends, the allowed drop); None when no example is scored in both."""
+    m = g.metric
+    common = [i for i, s in rs.items() if i in bs and m in s and m in bs[i]]
+    if not common:
+        return None
+    mean, lo, hi = paired_bootstrap([rs[i][m] - bs[i][m] for i in common])
+    allowed = g.allowed_drop(sum(bs[i][m] for i in common) / len(common))
+    return lo > -allowed, mean, lo, hi, allowed
 
 
 def pick_baseline(results: list[RunResult], name: str | None = None) -> RunResult | None:

@@ -1,0 +1,128 @@
+"""`runner tune FILE`: the fastest settings that keep accuracy, searched over the file's `tune:` block (the method is
+in runner/tune/spec.py); every run is an ordinary cell under --out, so an interrupted tune continues."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from pydantic import ValidationError
+
+from runner.base.errors import RunnerError
+from runner.cli import EXIT_FAILED, cli, guard
+from runner.cli.loading import MP_HELP, SET_HELP, load_all
+
+
+@cli.command()
+@click.argument("path")
+@click.option("--out", default="reports", show_default=True, help="Folder for the runs and the tune report.")
+@click.option("--dry-run", is_flag=True, help="List the candidates and the budget; run nothing.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
+@click.option("--model-path", "model_paths", multiple=True, metavar="HUB_ID=PATH", help=MP_HELP)
+@click.option("--no-progress", is_flag=True, help="No progress bars.")
+@click.option("--in-process", is_flag=True, hidden=True, help="Run recipes in this process (tests).")
+@guard
+def tune(path, out, dry_run, sets, model_paths, no_progress, in_process):
+    """Search the `tune:` block of a recipe file for the fastest settings that keep its accuracy: every candidate
+    screened on the first examples, the best confirmed on every example with repeats against the recipe as
+    written, the gate checked on every example; writes <out>/<name>-tune.md with the trajectory, the winner (or
+    the candidates within noise of each other) and its recipe as YAML. Exit 1 when a run failed."""
+    from runner.config.loading import read_recipe_file
+    from runner.tune.spec import TuneSpec
+
+    f = read_recipe_file(path)
+    if f.is_study or "tune" not in f.keys:
+        why = "is a study file" if f.is_study else "has no `tune:` block"
+        hint = "runner tune takes a recipe file with a `tune:` block (axes, objective, gate, budget); see "
+        raise RunnerError(why, file=str(path), field="tune", hint=hint + "docs/recipe-reference.md, section Tune")
+    try:
+        spec = TuneSpec.model_validate(f.keys["tune"])
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(x) for x in ("tune", *first["loc"]))
+        raise RunnerError(first["msg"], file=str(path), field=loc) from None
+    [base] = load_all((path,), sets, model_paths)
+    name = base.recipe.name
+    cands = spec.candidates()
+    width = len(str(len(cands)))
+    names = [f"{name}-t{i:0{width}d}" for i in range(1, len(cands) + 1)]
+    screened, confirmed = spec.plan(len(cands))
+    plan = _plan_words(spec, len(cands), screened, confirmed)
+    if dry_run:
+        from runner.base.format import table
+        from runner.tune.report import settings_text
+
+        click.echo(f"# Tune: {name} (dry run)\n\n{plan}\n")
+        rows = [
+            [n, settings_text(c), "screen" if i < screened else "not screened (budget)"]
+            for i, (n, c) in enumerate(zip(names, cands))
+        ]
+        click.echo(table(rows, ["cell", "settings", "stage"]))
+        return
+    run = dict(progress=not no_progress, in_process=in_process)
+    _run(path, f, spec, base, cands[:screened], names[:screened], sets, model_paths, Path(out), plan, run)
+
+
+def _plan_words(spec, n: int, screened: int, confirmed: int) -> str:
+    cut = f" (the budget of {spec.budget.cells} runs leaves {screened})" if screened < n else ""
+    words = f"{n} candidates{cut}: each screened once on the first {spec.screen.examples} examples with the recipe "
+    words += f"as written (the baseline); the best {confirmed} then run on every example {spec.confirm.repeat} times "
+    words += f"each, with the baseline, taking turns: at most {2 + screened + confirmed} runs. Objective: "
+    words += "generation time" if spec.objective == "generate_s" else "output tokens per second"
+    gate = spec.gate
+    if gate is not None:
+        bound = f"drop at most {gate.max_drop}" if gate.max_drop is not None else f"keep {gate.relative:.0%}"
+        words += f"; gate: {gate.metric}, {bound} (paired 95% interval, on every example)"
+    if spec.budget.minutes:
+        words += f"; the screening stops after {spec.budget.minutes:g} minutes of measured runs"
+    return words + "."
+
+
+def _run(path, f, spec, base_lr, cands, names, sets, model_paths, out, plan, run) -> None:
+    from runner.base.files import write_text_atomic
+    from runner.cli.go import Executor, new_call, run_loaded
+    from runner.report.summary import samples_by_id
+    from runner.run.job import RunOptions
+    from runner.tune.report import cost_s, tune_markdown, tune_report_path, winner_yaml
+    from runner.tune.search import Cell, decide, keep_after_screen
+
+    name = base_lr.recipe.name
+    ex = Executor(kind="local", in_process=run["in_process"])
+    samples = lambda r: samples_by_id(out, r) if r is not None else {}
+
+    def load(settings: dict, cell: str, repeat: int = 1):
+        extra = [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in settings.items()]
+        [lr] = load_all((path,), (*sets, *extra, f"name={cell}", f"repeat={repeat}"), model_paths)
+        return lr
+
+    def stage(loaded, limit):
+        opts = RunOptions(out=out, command="", progress=run["progress"], call=new_call(), limit=limit)
+        return {r.name: r for r in run_loaded(loaded, opts, ex)}
+
+    base = Cell(0, name, {})
+    cells = [Cell(i + 1, n, c) for i, (n, c) in enumerate(zip(names, cands))]
+    lim, chunk = spec.screen.examples, spec.screen.chunk
+    got = stage([load({}, f"{name}-screen")], lim)  # the baseline's screen first: the gate's reference
+    base.screen = got.get(f"{name}-screen")
+    for start in range(0, len(cells), chunk):
+        if spec.budget.minutes and cost_s([base, *cells]) > spec.budget.minutes * 60:
+            click.echo(f"tune {name}: the minutes budget is spent; screening stops at {start} of {len(cells)}")
+            break
+        part = cells[start : start + chunk]
+        got = stage([load(c.settings, f"{c.name}-screen") for c in part], lim)
+        for c in part:
+            c.screen = got.get(f"{c.name}-screen")
+    kept = keep_after_screen(cells, base, spec, samples)
+    r = spec.confirm.repeat
+    got = stage([load({}, name, r), *(load(c.settings, c.name, r) for c in kept)], None)
+    base.full = got.get(name)
+    for c in kept:
+        c.full = got.get(c.name)
+    decision = decide(kept, base, spec, samples)
+    recipe = winner_yaml(f.data, decision.winners[0].settings, name) if decision.winners else None
+    report = tune_report_path(out, name)
+    write_text_atomic(report, tune_markdown(name, spec, base, cells, decision, plan, recipe))
+    click.echo(f"tune {name}: {decision.words.replace('**', '')}\ntune report: {report}")
+    if any(x.status != "ok" for c in [base, *cells] for x in (c.screen, c.full) if x is not None):
+        raise SystemExit(EXIT_FAILED)

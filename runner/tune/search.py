@@ -1,0 +1,119 @@
+"""The tune's decisions, from stored results and samples (no engine here): which screened candidates go on, which
+confirmed one wins (spec.py has the method in words)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.recipe import GateSpec
+from runner.report.spread import clear, estimate, speedup
+from runner.report.summary import gate_verdict
+from runner.results import RunResult
+
+from .spec import TuneSpec
+
+
+@dataclass
+class Cell:
+    """One candidate (or the baseline: `index` 0, no settings) and what became of it."""
+
+    index: int
+    name: str
+    settings: dict[str, Any]
+    screen: RunResult | None = None
+    full: RunResult | None = None
+    verdict: str = "not screened (budget)"
+    gate: str = ""  # the gate's words on the full set (or the screen's when it dropped the cell)
+    passed: bool | None = None
+    order: list[str] = field(default_factory=list)  # the stages it ran in, in order
+
+
+def objective(r: RunResult | None, spec: TuneSpec) -> float | None:
+    """Lower is better: the median generation time (exp of the mean log over repeats), or minus the output
+    throughput; None for a run without it."""
+    if r is None or r.status != "ok":
+        return None
+    if spec.objective == "throughput":
+        tps = r.throughput.output_tokens_per_s
+        return -tps if tps else None
+    got = estimate(r)
+    return got[0] if got else r.timings.generate_s
+
+
+def gate_words(rs: dict, bs: dict, gate: GateSpec | None) -> tuple[bool | None, str]:
+    if gate is None:
+        return None, "no gate"
+    v = gate_verdict(rs, bs, gate)
+    if v is None:
+        return None, "not scored"
+    ok, mean, lo, hi, allowed = v
+    return ok, f"{gate.metric} {mean:+.3f} ({lo:+.3f} to {hi:+.3f}), allowed -{allowed:.3f}"
+
+
+def keep_after_screen(cells: list[Cell], base: Cell, spec: TuneSpec, samples: Any) -> list[Cell]:
+    """The screened candidates that go on to the confirmation: those that finished and are not clearly below the
+    gate (their whole interval under the allowed drop), best screen objective first, the `keep` share (at least
+    `min_keep`). `samples(result)` gives a run's samples by example id."""
+    bs = samples(base.screen) if base.screen is not None and base.screen.status == "ok" else {}
+    ranked = []
+    for c in cells:
+        if c.screen is None:
+            continue
+        if (value := objective(c.screen, spec)) is None:
+            c.verdict = f"screen run {c.screen.status}"
+            continue
+        if spec.gate is not None and bs and (v := gate_verdict(samples(c.screen), bs, spec.gate)) is not None:
+            ok, mean, lo, hi, allowed = v
+            if hi < -allowed:  # clearly worse, even with the subset's noise
+                c.verdict, c.passed = "dropped at the screen: clearly below the gate", False
+                c.gate = f"{spec.gate.metric} {mean:+.3f} ({lo:+.3f} to {hi:+.3f}), allowed -{allowed:.3f}"
+                continue
+        ranked.append((value, c))
+    ranked.sort(key=lambda vc: vc[0])
+    n = len(ranked)
+    k = max(min(spec.screen.min_keep, n), math.ceil(spec.screen.keep * n)) if n else 0
+    for i, (_, c) in enumerate(ranked):
+        c.verdict = "confirmed" if i < k else "not kept (slower at the screen)"
+    return [c for _, c in ranked[:k]]
+
+
+@dataclass
+class Decision:
+    winners: list[Cell]  # one, or the ones within noise of each other (fastest first); empty when none passed
+    against_baseline: tuple[float, float | None, float | None] | None
+    words: str
+
+
+def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any) -> Decision:
+    """Gate each confirmed candidate on the full set against the baseline, then the fastest that passed; the
+    runner-up is named with it when their ratio's 95% interval holds 1 (no clear difference)."""
+    bs = samples(base.full) if base.full is not None and base.full.status == "ok" else {}
+    ok_cells = []
+    for c in confirmed:
+        if objective(c.full, spec) is None:
+            c.verdict = "confirmation run " + (c.full.status if c.full is not None else "missing")
+            continue
+        c.passed, c.gate = gate_words(samples(c.full), bs, spec.gate)
+        if c.passed is False:
+            c.verdict = "failed the gate on every example"
+            continue
+        ok_cells.append(c)
+    ok_cells.sort(key=lambda c: objective(c.full, spec))  # type: ignore[arg-type, return-value]
+    if not ok_cells:
+        return Decision([], None, "No candidate passed: the recipe as written stays.")
+    best, winners = ok_cells[0], [ok_cells[0]]
+    for other in ok_cells[1:]:
+        ratio = speedup(other.full, best.full)  # type: ignore[arg-type]
+        if ratio is not None and not clear(ratio[1], ratio[2]):
+            winners.append(other)
+    for c in ok_cells:
+        c.verdict = "winner" if c is best and len(winners) == 1 else "tied for fastest" if c in winners else "passed"
+    vs = speedup(base.full, best.full) if base.full is not None else None  # type: ignore[arg-type]
+    words = f"**{best.name}** is the fastest that passed."
+    if len(winners) > 1:
+        others = ", ".join(f"**{c.name}**" for c in winners[1:])
+        words = f"No single winner: **{best.name}** and {others} are within each other's noise (the 95% interval of "
+        words += "their time ratio holds 1); any of them will do, measured more repeats would tell them apart."
+    return Decision(winners, vs, words)

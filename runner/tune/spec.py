@@ -1,0 +1,120 @@
+"""The `tune:` block of a recipe file, and the candidates it spans.
+
+The method:
+1. **Screen**: the recipe as written (the baseline) and every candidate (one value per axis, the product of the
+   axes in the order written) run once on the first `screen.examples` examples; each is an ordinary run folder
+   (`<name>-screen`, `<name>-tNN-screen`). Candidates beyond the `budget.cells` left after the confirmation are
+   not screened (the list is cut in its order, and the report says so).
+2. **Keep**: candidates that finished, ranked by their screen time; a candidate whose paired 95% interval against
+   the baseline's screen score is wholly below the allowed drop is out (clearly worse); the best `screen.keep`
+   share (at least `screen.min_keep`) go on.
+3. **Confirm**: those and the baseline on every example, `confirm.repeat` times each, taking turns; the gate is
+   checked on the full set (paired interval, as `gate:`), and a winner is the fastest that passed; when its time
+   is not clearly below the runner-up's (the 95% interval of their ratio holds 1), both are named and no single
+   winner is crowned.
+4. `budget.minutes` stops the screening (between chunks of `screen.chunk` cells) once the runs' measured total
+   time passes it; the confirmation runs regardless (what was screened is confirmed).
+Every run is an ordinary cell with its own folder: an interrupted tune continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, Literal
+
+from pydantic import Field, PositiveInt, field_validator
+
+from runner.base.types import StrictModel
+from runner.recipe import GateSpec
+
+
+class Range(StrictModel):
+    """An axis written as a range: every power of two (`log2`) or every `step` (`linear`) from low to high."""
+
+    low: float = Field(description="First value.")
+    high: float = Field(description="Last value (included when the steps land on it).")
+    scale: Literal["log2", "linear"] = Field("log2", description="`log2`: low, 2 low, 4 low, ...; `linear`: by step.")
+    step: float | None = Field(None, gt=0, description="The step of a linear range.")
+
+    def values(self) -> list[float | int]:
+        if self.low <= 0 and self.scale == "log2":
+            raise ValueError("a log2 range needs low > 0")
+        if self.high < self.low:
+            raise ValueError("high is below low")
+        out, v = [], self.low
+        while v <= self.high * (1 + 1e-9) and len(out) < 1000:
+            out.append(int(v) if float(v).is_integer() else v)
+            v = v * 2 if self.scale == "log2" else v + (self.step or math.inf)
+        return out
+
+
+class Screen(StrictModel):
+    """The first pass: every candidate once, on the first examples."""
+
+    examples: PositiveInt = Field(200, description="Examples each candidate is screened on (the first ones).")
+    keep: float = Field(0.25, gt=0, le=1, description="Share of the screened candidates confirmed on every example.")
+    min_keep: PositiveInt = Field(2, description="Confirm at least this many (when that many were screened).")
+    chunk: PositiveInt = Field(4, description="Candidates screened per call (the minutes budget is checked between).")
+
+
+class Confirm(StrictModel):
+    """The second pass: the kept candidates and the baseline on every example, with repeats."""
+
+    repeat: int = Field(3, ge=1, le=100, description="Repeats of each confirmed candidate and of the baseline.")
+
+
+class Budget(StrictModel):
+    """How much the tune may spend."""
+
+    cells: PositiveInt = Field(40, le=10_000, description="Most runs in all (screen and confirmation).")
+    minutes: float | None = Field(
+        None, gt=0, description="Stop screening once the runs' measured total time passes this many minutes."
+    )
+
+
+class TuneSpec(StrictModel):
+    """What `runner tune` searches: the axes, the objective, the gate against the recipe as written, the budget.
+
+    `axes` take any recipe field, as in `matrix:`; a candidate sets one value of each."""
+
+    axes: dict[str, list[Any] | Range] = Field(
+        description="Dotted recipe key -> its values (a list) or a range ({low, high, scale})."
+    )
+    objective: Literal["generate_s", "throughput"] = Field(
+        "generate_s", description="What to minimize: generation time (or maximize output tokens/s: `throughput`)."
+    )
+    gate: GateSpec | None = Field(None, description="The accuracy a candidate must keep against the baseline.")
+    screen: Screen = Field(default_factory=Screen, description="The first pass, on a subset of the examples.")
+    confirm: Confirm = Field(default_factory=Confirm, description="The second pass, on every example, with repeats.")
+    budget: Budget = Field(default_factory=Budget, description="How much to spend.")
+
+    @field_validator("axes")
+    @classmethod
+    def _some_axes(cls, v: dict) -> dict:
+        if not v:
+            raise ValueError("name at least one axis (dotted recipe key -> values)")
+        for key, values in v.items():
+            if key in ("name", "tune", "matrix", "variants") or key.startswith("tune."):
+                raise ValueError(f"{key!r} cannot be an axis")
+            n = len(values.values()) if isinstance(values, Range) else len(values)
+            if n == 0:
+                raise ValueError(f"axis {key!r} has no values")
+        return v
+
+    def axis_values(self) -> dict[str, list[Any]]:
+        return {k: v.values() if isinstance(v, Range) else list(v) for k, v in self.axes.items()}
+
+    def candidates(self) -> list[dict[str, Any]]:
+        """Each combination of one value per axis, in the order the axes and values are written."""
+        values = self.axis_values()
+        return [dict(zip(values, combo)) for combo in itertools.product(*values.values())]
+
+    def plan(self, n_candidates: int) -> tuple[int, int]:
+        """(candidates screened, candidates confirmed) within `budget.cells`: the baseline's screen and confirm
+        runs, the confirmed candidates' runs, then as many screens as are left."""
+        confirm = lambda screened: max(min(self.screen.min_keep, screened), math.ceil(self.screen.keep * screened))
+        screened = n_candidates
+        while screened > 0 and 2 + screened + confirm(screened) > self.budget.cells:
+            screened -= 1
+        return screened, confirm(screened) if screened else 0

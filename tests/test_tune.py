@@ -1,0 +1,120 @@
+"""`runner tune` (issue 30): the search on the fake engine, whose time is a known function of its settings
+(delay_s per request, with log-normal jitter)."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from runner.cli import cli
+from runner.results import Repeat, RunResult, Timings
+from runner.tune.search import Cell, decide
+from runner.tune.spec import TuneSpec
+from tests.cli_output import user_error
+from tests.wired import a_recipe
+
+RIGHT, WRONG = "{{ answers[0] }}", "wrong"
+
+
+def _tune_file(write_recipe, base_recipe, axes, **tune):
+    recipe = {
+        **base_recipe,
+        "name": "tu",
+        "model": {"id": "none"},
+        "engine": {"kind": "fake", "reply": RIGHT, "delay_s": 0.004, "jitter": 0.05},
+        "metrics": ["exact_match"],
+        "tune": {
+            "axes": axes,
+            "gate": {"metric": "exact_match", "max_drop": 0.05},
+            "screen": {"examples": 12, "keep": 0.5},
+            "confirm": {"repeat": 3},
+            **tune,
+        },
+    }
+    return write_recipe(recipe, "tu.yaml")
+
+
+def _tune(*args):
+    return CliRunner().invoke(cli, ["tune", *map(str, args), "--no-progress", "--in-process"])
+
+
+def _engine(delay, reply=RIGHT):
+    return {"kind": "fake", "reply": reply, "delay_s": delay, "jitter": 0.05}
+
+
+def test_tune_finds_the_fastest_and_never_crowns_a_faster_one_that_fails_the_gate(tmp_path, write_recipe, base_recipe):
+    """The fastest candidate answers wrong: dropped; the fastest right one wins, with its interval against the
+    recipe as written, and its recipe is written out as YAML."""
+    axes = {"engine": [_engine(0.004), _engine(0.002), _engine(0.001), _engine(0.0005, WRONG)]}
+    path, out = _tune_file(write_recipe, base_recipe, axes), tmp_path / "out"
+    r = _tune(path, "--out", out)
+    assert r.exit_code == 0, r.output
+    assert "tune tu: tu-t3 is the fastest that passed." in r.output
+    report = (out / "tu-tune.md").read_text()
+    assert "Against the recipe as written (tu): " in report and "×" in report
+    rows = {line.split("|")[2].strip(): line for line in report.splitlines() if line.startswith("| ")}
+    assert "dropped at the screen: clearly below the gate" in rows["tu-t4"] and "winner" in rows["tu-t3"]
+    assert "delay_s: 0.001" in report.split("## The winner's recipe")[1] and "name: tu-tuned" in report
+    assert json.loads((out / "tu-t3" / "results.json").read_text())["n_samples"] == 36  # confirmed on every example
+    assert json.loads((out / "tu-t3-screen" / "results.json").read_text())["n_samples"] == 12
+
+
+def test_an_interrupted_or_repeated_tune_reuses_every_finished_run(tmp_path, write_recipe, base_recipe):
+    axes = {"engine.delay_s": [0.002, 0.001]}
+    path, out = _tune_file(write_recipe, base_recipe, axes), tmp_path / "out"
+    assert _tune(path, "--out", out).exit_code == 0
+    first = (out / "tu-tune.md").read_text()
+    r = _tune(path, "--out", out)
+    assert r.exit_code == 0 and "[1]" not in r.output  # nothing ran again: every cell skipped as unchanged
+    assert r.output.count("skip ") == 6 and (out / "tu-tune.md").read_text() == first
+
+
+def test_the_budget_cuts_the_screen_and_dry_run_lists_it(tmp_path, write_recipe, base_recipe):
+    axes = {"engine.delay_s": [0.004, 0.003, 0.002, 0.001]}
+    path = _tune_file(write_recipe, base_recipe, axes, budget={"cells": 6})
+    r = _tune(path, "--out", tmp_path / "out", "--dry-run")
+    assert r.exit_code == 0 and not (tmp_path / "out").exists()
+    assert "4 candidates (the budget of 6 runs leaves 2): " in r.output and "at most 6 runs" in r.output
+    stages = [line.split("|")[3].strip() for line in r.output.splitlines() if line.startswith("| tu-")]
+    assert stages == ["screen", "screen", "not screened (budget)", "not screened (budget)"]
+    assert _tune(path, "--out", tmp_path / "out").exit_code == 0
+    runs = [p.name for p in (tmp_path / "out").iterdir() if (p / "results.json").is_file()]
+    assert len(runs) == 6 and "tu-t3-screen" not in runs
+
+
+def test_a_file_without_a_tune_block_or_with_a_bad_one_is_refused(write_recipe, base_recipe):
+    path = write_recipe(base_recipe)
+    assert user_error(_tune(path)).startswith("Error: {tmp}/recipe.yaml: tune: has no `tune:` block\n")
+    path = write_recipe({**base_recipe, "tune": {"axes": {}}})
+    assert "tune.axes: Value error, name at least one axis" in user_error(_tune(path))
+
+
+def _timed(name, times, turns="t"):
+    reps = [Repeat(index=i + 1, generate_s=t, turns=turns) for i, t in enumerate(times)]
+    return RunResult(name=name, recipe=a_recipe(name), status="ok", repeats=reps, timings=Timings(generate_s=times[0]))
+
+
+def test_no_winner_is_crowned_inside_the_noise_of_the_runner_up():
+    spec = TuneSpec(axes={"engine.delay_s": [1, 2]})
+    base = Cell(0, "b", {}, full=_timed("b", [2.0, 2.1, 1.9]))
+    a, b = Cell(1, "a", {}, full=_timed("a", [1.0, 1.3, 0.8])), Cell(2, "c", {}, full=_timed("c", [1.05, 0.9, 1.2]))
+    d = decide([a, b], base, spec, lambda r: {})
+    assert [c.name for c in d.winners] == ["a", "c"] and d.words.startswith("No single winner: **a** and **c**")
+    clear_win = Cell(3, "e", {}, full=_timed("e", [0.50, 0.51, 0.49]))
+    d = decide([a, clear_win], base, spec, lambda r: {})
+    assert [c.name for c in d.winners] == ["e"] and clear_win.verdict == "winner" and a.verdict == "passed"
+
+
+def test_axes_as_ranges_and_the_budget_plan():
+    spec = TuneSpec.model_validate(
+        {"axes": {"engine.engine_args.max_num_seqs": {"low": 256, "high": 2048}, "engine.enforce_eager": [True, False]}}
+    )
+    assert spec.axis_values()["engine.engine_args.max_num_seqs"] == [256, 512, 1024, 2048]
+    assert len(spec.candidates()) == 8 and spec.candidates()[1] == {
+        "engine.engine_args.max_num_seqs": 256,
+        "engine.enforce_eager": False,
+    }
+    assert spec.plan(8) == (8, 2)  # 8 screens + 2 confirmed (25%, at least 2) + the baseline's 2 runs = 12 <= 40
+    linear = TuneSpec.model_validate({"axes": {"x": {"low": 1, "high": 2, "scale": "linear", "step": 0.5}}})
+    assert linear.axis_values()["x"] == [1, 1.5, 2]
