@@ -118,3 +118,13 @@ def test_axes_as_ranges_and_the_budget_plan():
     assert spec.plan(8) == (8, 2)  # 8 screens + 2 confirmed (25%, at least 2) + the baseline's 2 runs = 12 <= 40
     linear = TuneSpec.model_validate({"axes": {"x": {"low": 1, "high": 2, "scale": "linear", "step": 0.5}}})
     assert linear.axis_values()["x"] == [1, 1.5, 2]
+
+
+def test_check_says_a_tune_block_is_for_runner_tune(write_recipe, base_recipe):
+    path = _tune_file(write_recipe, base_recipe, {"engine.delay_s": [0.001]})
+    r = CliRunner().invoke(cli, ["check", str(path), "--no-tokens"])
+    assert r.exit_code == 0
+    assert (
+        "  note: this file has a `tune:` block: runner go runs the recipe as written, runner tune searches it\n"
+        in r.output
+    )

@@ -71,6 +71,12 @@ def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool) -> None:
         check_library(lr)
     except RunnerError as e:  # `runner go` records such a recipe failed and runs the others
         click.echo(f"  note: cannot run on this machine: {e.message}")
+    from runner.config.loading import read_recipe_file
+
+    if not lr.study and "tune" in read_recipe_file(lr.path).keys:
+        click.echo(
+            "  note: this file has a `tune:` block: runner go runs the recipe as written, runner tune searches it"
+        )
     if lr.study:
         cell = ", ".join(f"{k}={v}" for k, v in lr.cell.items()) or "(no varying settings)"
         click.echo(f"  cell of study {lr.study}: {cell}")

@@ -62,9 +62,10 @@ def tune_markdown(
         screen = "–" if c.screen is None or c.screen.status != "ok" else secs(c.screen.timings.generate_s)
         full = "–" if c.full is None else (time_cell(c.full) or c.full.status)
         rows.append([c.index or "base", c.name, settings_text(c.settings), screen, _score(c.screen, metric), full])
-        rows[-1] += [_score(c.full, metric), c.gate or "–", "baseline" if c is base else c.verdict]
+        rows[-1] += [_score(c.full, metric), c.gate or "–", secs(cost_s([c])) if c.screen or c.full else "–"]
+        rows[-1].append("baseline" if c is base else c.verdict)
     head = ["#", "cell", "settings", f"screen time ({spec.screen.examples} ex.)", "screen score"]
-    head += ["time on every example (95% CI)", "score", "gate against the baseline", "verdict"]
+    head += ["time on every example (95% CI)", "score", "gate against the baseline", "cost", "verdict"]
     runs = sum(1 for c in [base, *cells] for r in (c.screen, c.full) if r is not None)
     out = [f"# Tune: {name}", "", plan, "", f"Spent: {runs} runs, {secs(cost_s([base, *cells]))} measured in all.", ""]
     out += ["## Verdict", "", decision.words]
@@ -74,7 +75,8 @@ def tune_markdown(
         out += ["", "> Scores here are not meaningful (random weights or the fake engine): the gate is exercised, "]
         out[-1] += "not evidence."
     out += ["", "## Trajectory", "", "In the order tried: the screen (first examples, one run each), then the "]
-    out[-1] += "confirmation (every example, repeats taking turns)."
+    out[-1] += "confirmation (every example, repeats taking turns). Cost: the cell's measured total time (engine "
+    out[-1] += "starts, generations, repeats)."
     out += ["", table(rows, head)]
     if recipe_yaml:
         out += ["", "## The winner's recipe", "", "```yaml", recipe_yaml.rstrip(), "```"]
