@@ -18,6 +18,8 @@
 #                                                 best technique) and fastest cell (jsquad-vllm-fp8-graphs), N repeats
 #                                                 each (default 5), taking turns with an engine restart every turn, in
 #                                                 one call; the folder tarred to OUT (run again to finish if cut off)
+#   bash benchmarks/gpu_check.sh tune OUT         runner tune recipes/jsquad-tune.yaml (the step size around the best
+#                                                 hand-written cell), its folder tarred to OUT (run again to resume)
 #   bash benchmarks/gpu_check.sh xquad OUT [ROUND] the XQuAD study on real weights (recipes/xquad-smollm2-study.yaml,
 #                                                 all 1,190 questions) into /root/xquad-ROUND, its folder tarred to OUT
 set -uo pipefail
@@ -54,6 +56,10 @@ case $step in
       --repeat "${3:-5}" --interleave restarts --baseline jsquad-vllm-oneshot-cache --out /root/repeat --no-progress \
       "${MP[@]}" "${SETS[@]}" 2>&1 | tee -a "$out/repeat.log"
     tar -C /root -czf "$out/repeat.tgz" --exclude='*.lock' repeat ;;
+  tune)
+    timeout 570 python3 -m runner tune recipes/jsquad-tune.yaml --out /root/tune --no-progress \
+      "${MP[@]}" "${SETS[@]}" 2>&1 | tee -a "$out/tune.log"
+    tar -C /root -czf "$out/tune.tgz" --exclude='*.lock' tune ;;
   gguf) mkdir -p $ST && cp .gpu/gguf/* $ST/ && ls -la $ST | tee -a "$out/stage.log" ;;
   xquad)
     if [ ! -f $G ]; then mkdir -p /root/models && cat $ST/smollm2.gguf.part-* > $G; fi
