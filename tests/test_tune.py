@@ -50,7 +50,7 @@ def test_tune_finds_the_fastest_and_never_crowns_a_faster_one_that_fails_the_gat
     path, out = _tune_file(write_recipe, base_recipe, axes), tmp_path / "out"
     r = _tune(path, "--out", out)
     assert r.exit_code == 0, r.output
-    assert "tune tu: tu-t3 is the fastest that passed." in r.output
+    assert "tune tu: tu-t3 is the fastest that passed, clearly faster than the recipe as written." in r.output
     report = (out / "tu-tune.md").read_text()
     assert "Against the recipe as written (tu): " in report and "×" in report
     rows = {line.split("|")[2].strip(): line for line in report.splitlines() if line.startswith("| ")}
@@ -68,6 +68,9 @@ def test_an_interrupted_or_repeated_tune_reuses_every_finished_run(tmp_path, wri
     r = _tune(path, "--out", out)
     assert r.exit_code == 0 and "[1]" not in r.output  # nothing ran again: every cell skipped as unchanged
     assert r.output.count("skip ") == 6 and (out / "tu-tune.md").read_text() == first
+    (out / "tu-tune.md").unlink()
+    r = _tune(path, "--out", out, "--report-only")
+    assert r.exit_code == 0 and "skip " not in r.output and (out / "tu-tune.md").read_text() == first
 
 
 def test_the_budget_cuts_the_screen_and_dry_run_lists_it(tmp_path, write_recipe, base_recipe):
@@ -128,3 +131,34 @@ def test_check_says_a_tune_block_is_for_runner_tune(write_recipe, base_recipe):
         "  note: this file has a `tune:` block: runner go runs the recipe as written, runner tune searches it\n"
         in r.output
     )
+
+
+def test_a_candidate_inside_the_noise_of_the_recipe_as_written_is_not_crowned():
+    """As on the H200: the fastest candidate's interval against the recipe as written holds 1: it stays."""
+    spec = TuneSpec(axes={"engine.delay_s": [1, 2]})
+    base = Cell(0, "b", {}, full=_timed("b", [5.94, 5.5, 6.4]))
+    a = Cell(1, "a", {}, full=_timed("a", [5.85, 5.3, 6.5]))
+    d = decide([a], base, spec, lambda r: {})
+    assert d.winners == [] and a.verdict == "passed; not clearly faster than the recipe as written"
+    assert d.words.startswith("No candidate is clearly faster than the recipe as written; the fastest that passed, ")
+    assert "no clear difference (" in d.words and d.words.endswith("The recipe as written stays.")
+
+
+def test_a_vllm_step_smaller_than_its_sequences_is_refused_before_it_starts(write_recipe, base_recipe):
+    """Seen on the H200: a tune candidate with 2,048 tokens and 4,096 sequences per step failed at engine start."""
+    engine = {"kind": "vllm", "engine_args": {"max_num_seqs": 4096, "max_num_batched_tokens": 2048}}
+    err = user_error(CliRunner().invoke(cli, ["check", str(write_recipe({**base_recipe, "engine": engine}))]))
+    assert "max_num_batched_tokens (2048) is below max_num_seqs (4096); vLLM refuses to start" in err
+
+
+def test_combinations_the_recipe_refuses_are_listed_and_left_out(tmp_path, write_recipe, base_recipe):
+    path = _tune_file(write_recipe, base_recipe, {"engine.delay_s": [0.001, -1.0]})
+    r = _tune(path, "--dry-run")
+    assert "2 candidates, 1 of them refused by the recipe's checks: " in r.output
+    assert (
+        "| tu-t2  | engine.delay_s=-1.0  | invalid: invalid recipe " in r.output
+        and "greater than or equal to 0" in r.output
+    )
+    r = _tune(path, "--out", tmp_path / "out")
+    assert r.exit_code == 0 and not (tmp_path / "out" / "tu-t2-screen").exists()
+    assert "| 2    | tu-t2  | engine.delay_s=-1.0" in (tmp_path / "out" / "tu-tune.md").read_text()

@@ -21,9 +21,10 @@ from runner.cli.loading import MP_HELP, SET_HELP, load_all
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.option("--model-path", "model_paths", multiple=True, metavar="HUB_ID=PATH", help=MP_HELP)
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
+@click.option("--report-only", is_flag=True, help="Rebuild <out>/<name>-tune.md from the stored runs; run nothing.")
 @click.option("--in-process", is_flag=True, hidden=True, help="Run recipes in this process (tests).")
 @guard
-def tune(path, out, dry_run, sets, model_paths, no_progress, in_process):
+def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, in_process):
     """Search the `tune:` block of a recipe file for the fastest settings that keep its accuracy: every candidate
     screened on the first examples, the best confirmed on every example with repeats against the recipe as
     written, the gate checked on every example; writes <out>/<name>-tune.md with the trajectory, the winner (or
@@ -47,26 +48,41 @@ def tune(path, out, dry_run, sets, model_paths, no_progress, in_process):
     cands = spec.candidates()
     width = len(str(len(cands)))
     names = [f"{name}-t{i:0{width}d}" for i in range(1, len(cands) + 1)]
-    screened, confirmed = spec.plan(len(cands))
-    plan = _plan_words(spec, len(cands), screened, confirmed)
+    invalid = {}  # a combination the recipe's checks refuse (e.g. vLLM's step smaller than its sequences)
+    for n, c in zip(names, cands):
+        try:
+            load_cell(path, sets, model_paths, c, n)
+        except RunnerError as e:
+            invalid[n] = " ".join(line.strip() for line in e.message.splitlines())[:300]
+    valid = [n for n in names if n not in invalid]
+    screened, confirmed = spec.plan(len(valid))
+    plan = _plan_words(spec, len(cands), screened, confirmed, len(invalid))
+    stage = {n: "screen" for n in valid[:screened]} | {n: f"invalid: {why}" for n, why in invalid.items()}
     if dry_run:
         from runner.base.format import table
         from runner.tune.report import settings_text
 
         click.echo(f"# Tune: {name} (dry run)\n\n{plan}\n")
-        rows = [
-            [n, settings_text(c), "screen" if i < screened else "not screened (budget)"]
-            for i, (n, c) in enumerate(zip(names, cands))
-        ]
+        rows = [[n, settings_text(c), stage.get(n, "not screened (budget)")] for n, c in zip(names, cands)]
         click.echo(table(rows, ["cell", "settings", "stage"]))
         return
-    run = dict(progress=not no_progress, in_process=in_process)
-    _run(path, f, spec, base, cands[:screened], names[:screened], sets, model_paths, Path(out), plan, run)
+    run = dict(progress=not no_progress, in_process=in_process, report_only=report_only)
+    _run(path, f, spec, base, list(zip(names, cands)), stage, sets, model_paths, Path(out), plan, run)
 
 
-def _plan_words(spec, n: int, screened: int, confirmed: int) -> str:
-    cut = f" (the budget of {spec.budget.cells} runs leaves {screened})" if screened < n else ""
-    words = f"{n} candidates{cut}: each screened once on the first {spec.screen.examples} examples with the recipe "
+def load_cell(path, sets, model_paths, settings: dict, cell: str, repeat: int = 1):
+    """The recipe file with one candidate's settings, named `cell`."""
+    extra = [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in settings.items()]
+    [lr] = load_all((path,), (*sets, *extra, f"name={cell}", f"repeat={repeat}"), model_paths)
+    return lr
+
+
+def _plan_words(spec, n: int, screened: int, confirmed: int, invalid: int = 0) -> str:
+    bad = f", {invalid} of them refused by the recipe's checks" if invalid else ""
+    cut = f" (the budget of {spec.budget.cells} runs leaves {screened})" if screened < n - invalid else ""
+    words = (
+        f"{n} candidates{bad}{cut}: each screened once on the first {spec.screen.examples} examples with the recipe "
+    )
     words += f"as written (the baseline); the best {confirmed} then run on every example {spec.confirm.repeat} times "
     words += f"each, with the baseline, taking turns: at most {2 + screened + confirmed} runs. Objective: "
     words += "generation time" if spec.objective == "generate_s" else "output tokens per second"
@@ -79,7 +95,7 @@ def _plan_words(spec, n: int, screened: int, confirmed: int) -> str:
     return words + "."
 
 
-def _run(path, f, spec, base_lr, cands, names, sets, model_paths, out, plan, run) -> None:
+def _run(path, f, spec, base_lr, cands, stage_of, sets, model_paths, out, plan, run) -> None:
     from runner.base.files import write_text_atomic
     from runner.cli.go import Executor, new_call, run_loaded
     from runner.report.summary import samples_by_id
@@ -92,16 +108,20 @@ def _run(path, f, spec, base_lr, cands, names, sets, model_paths, out, plan, run
     samples = lambda r: samples_by_id(out, r) if r is not None else {}
 
     def load(settings: dict, cell: str, repeat: int = 1):
-        extra = [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in settings.items()]
-        [lr] = load_all((path,), (*sets, *extra, f"name={cell}", f"repeat={repeat}"), model_paths)
-        return lr
+        return load_cell(path, sets, model_paths, settings, cell, repeat)
 
     def stage(loaded, limit):
+        if run["report_only"]:  # what is stored, complete or not
+            return {lr.recipe.name: r for lr in loaded if (r := stored(out, lr.recipe.name)) is not None}
         opts = RunOptions(out=out, command="", progress=run["progress"], call=new_call(), limit=limit)
         return {r.name: r for r in run_loaded(loaded, opts, ex)}
 
     base = Cell(0, name, {})
-    cells = [Cell(i + 1, n, c) for i, (n, c) in enumerate(zip(names, cands))]
+    every = [Cell(i + 1, n, c) for i, (n, c) in enumerate(cands)]
+    for c in every:
+        if stage_of.get(c.name, "").startswith("invalid"):
+            c.verdict = stage_of[c.name]
+    cells = [c for c in every if stage_of.get(c.name) == "screen"]
     lim, chunk = spec.screen.examples, spec.screen.chunk
     got = stage([load({}, f"{name}-screen")], lim)  # the baseline's screen first: the gate's reference
     base.screen = got.get(f"{name}-screen")
@@ -122,7 +142,19 @@ def _run(path, f, spec, base_lr, cands, names, sets, model_paths, out, plan, run
     decision = decide(kept, base, spec, samples)
     recipe = winner_yaml(f.data, decision.winners[0].settings, name) if decision.winners else None
     report = tune_report_path(out, name)
-    write_text_atomic(report, tune_markdown(name, spec, base, cells, decision, plan, recipe))
+    write_text_atomic(report, tune_markdown(name, spec, base, every, decision, plan, recipe))
     click.echo(f"tune {name}: {decision.words.replace('**', '')}\ntune report: {report}")
     if any(x.status != "ok" for c in [base, *cells] for x in (c.screen, c.full) if x is not None):
         raise SystemExit(EXIT_FAILED)
+
+
+def stored(out: Path, name: str):
+    """A cell's stored result, or None (absent or unreadable)."""
+    from runner.folder import RunFolder
+    from runner.results import RunResult
+
+    path = RunFolder.of(out, name).results
+    try:
+        return RunResult.model_validate_json(path.read_bytes())
+    except (OSError, ValueError):
+        return None

@@ -18,7 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, field_validator
 
 from runner.base.dotted import flat_dotted
 from runner.base.errors import RunnerError
@@ -89,6 +89,19 @@ class VLLMSpec(EngineSpecBase):
         "then find the GPU memory allocator's cache and kernel choices warm. Offline runs only (a serving "
         "run has `load.warmup_requests`).",
     )
+
+    @field_validator("engine_args")
+    @classmethod
+    def _step_holds_the_sequences(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """vLLM refuses to start when a step's tokens cannot hold one token of each sequence (its SchedulerConfig
+        check); found here instead of after the engine process started."""
+        seqs, tokens = v.get("max_num_seqs"), v.get("max_num_batched_tokens")
+        if isinstance(seqs, int) and isinstance(tokens, int) and tokens < seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({tokens}) is below max_num_seqs ({seqs}); vLLM refuses to start: raise "
+                "max_num_batched_tokens or lower max_num_seqs"
+            )
+        return v
 
     def build(self, model: ModelSpec, chat: bool | None) -> VLLMEngine:
         return VLLMEngine(self, model, chat)

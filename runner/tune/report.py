@@ -69,7 +69,7 @@ def tune_markdown(
     runs = sum(1 for c in [base, *cells] for r in (c.screen, c.full) if r is not None)
     out = [f"# Tune: {name}", "", plan, "", f"Spent: {runs} runs, {secs(cost_s([base, *cells]))} measured in all.", ""]
     out += ["## Verdict", "", decision.words]
-    if decision.winners and decision.against_baseline is not None:
+    if decision.winners and decision.against_baseline is not None:  # (without a winner the words say it)
         out += ["", f"Against the recipe as written ({base.name}): {ratio_text(*decision.against_baseline)}."]
     if not all(r.scores_meaningful for c in [base, *cells] for r in (c.screen, c.full) if r is not None):
         out += ["", "> Scores here are not meaningful (random weights or the fake engine): the gate is exercised, "]

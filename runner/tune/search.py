@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.recipe import GateSpec
-from runner.report.spread import clear, estimate, speedup
+from runner.report.spread import clear, estimate, ratio_text, speedup
 from runner.report.summary import gate_verdict
 from runner.results import RunResult
 
@@ -103,17 +103,26 @@ def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any) -> D
     ok_cells.sort(key=lambda c: objective(c.full, spec))  # type: ignore[arg-type, return-value]
     if not ok_cells:
         return Decision([], None, "No candidate passed: the recipe as written stays.")
-    best, winners = ok_cells[0], [ok_cells[0]]
+    best = ok_cells[0]
+    vs = speedup(base.full, best.full) if base.full is not None and base.full.status == "ok" else None  # type: ignore[arg-type]
+    if vs is None or vs[0] <= 1 or not clear(vs[1], vs[2]):  # the recipe as written is the one to beat
+        for c in ok_cells:
+            c.verdict = "passed; not clearly faster than the recipe as written"
+        against = f": {ratio_text(*vs)}" if vs is not None else " (no time to compare)"
+        words = f"No candidate is clearly faster than the recipe as written; the fastest that passed, **{best.name}**, "
+        words += f"against it{against}. The recipe as written stays."
+        return Decision([], vs, words)
+    winners = [best]
     for other in ok_cells[1:]:
         ratio = speedup(other.full, best.full)  # type: ignore[arg-type]
         if ratio is not None and not clear(ratio[1], ratio[2]):
             winners.append(other)
     for c in ok_cells:
         c.verdict = "winner" if c is best and len(winners) == 1 else "tied for fastest" if c in winners else "passed"
-    vs = speedup(base.full, best.full) if base.full is not None else None  # type: ignore[arg-type]
-    words = f"**{best.name}** is the fastest that passed."
+    words = f"**{best.name}** is the fastest that passed, clearly faster than the recipe as written."
     if len(winners) > 1:
         others = ", ".join(f"**{c.name}**" for c in winners[1:])
         words = f"No single winner: **{best.name}** and {others} are within each other's noise (the 95% interval of "
-        words += "their time ratio holds 1); any of them will do, measured more repeats would tell them apart."
+        words += "their time ratio holds 1), and both clearly faster than the recipe as written; more repeats would "
+        words += "tell them apart."
     return Decision(winners, vs, words)
