@@ -12,6 +12,8 @@ pipeline, so the run writes it and the reports read it without the reports impor
     <out>/<name>/report.md                  the recipe's report
     <out>/<name>/.runner.lock               held by the one `runner go` writing this folder
     <out>/<name>/replaced/<time>-<key>/     what an earlier, different run of this name left (never lost)
+    <out>/<name>/.server-session.json       a serving run's server session while it runs (serve/server.py)
+    <out>/<name>-tune.md                     `runner tune`'s report (runner/tune/report.py)
 
 Every name read back from disk goes through `RunFolder.of`, which checks it like a recipe name,
 so a `results.json` that says `name: ../../x` cannot make the runner write outside `--out`."""
