@@ -70,10 +70,11 @@ def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, in_pro
     _run(path, f, spec, base, list(zip(names, cands)), stage, sets, model_paths, Path(out), plan, run)
 
 
-def load_cell(path, sets, model_paths, settings: dict, cell: str, repeat: int = 1):
+def load_cell(path, sets, model_paths, settings: dict, cell: str, repeat: int = 1, interleave: str = "auto"):
     """The recipe file with one candidate's settings, named `cell`."""
     extra = [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in settings.items()]
-    [lr] = load_all((path,), (*sets, *extra, f"name={cell}", f"repeat={repeat}"), model_paths)
+    run = (f"name={cell}", f"repeat={repeat}", f"interleave={interleave}")
+    [lr] = load_all((path,), (*sets, *extra, *run), model_paths)
     return lr
 
 
@@ -108,7 +109,7 @@ def _run(path, f, spec, base_lr, cands, stage_of, sets, model_paths, out, plan, 
     samples = lambda r: samples_by_id(out, r) if r is not None else {}
 
     def load(settings: dict, cell: str, repeat: int = 1):
-        return load_cell(path, sets, model_paths, settings, cell, repeat)
+        return load_cell(path, sets, model_paths, settings, cell, repeat, spec.confirm.interleave)
 
     def stage(loaded, limit):
         if run["report_only"]:  # what is stored, complete or not

@@ -62,6 +62,12 @@ class Confirm(StrictModel):
     """The second pass: the kept candidates and the baseline on every example, with repeats."""
 
     repeat: int = Field(3, ge=1, le=100, description="Repeats of each confirmed candidate and of the baseline.")
+    interleave: Literal["auto", "restarts", "off"] = Field(
+        "auto",
+        description="How the repeats take turns, as a recipe's `interleave`: `restarts` restarts each engine every "
+        "turn so the intervals are paired (an engine start per repeat); `auto` does so only for engines that start in "
+        "seconds (vLLM's repeats then run back to back, compared unpaired).",
+    )
 
 
 class Budget(StrictModel):
