@@ -162,3 +162,13 @@ def test_combinations_the_recipe_refuses_are_listed_and_left_out(tmp_path, write
     r = _tune(path, "--out", tmp_path / "out")
     assert r.exit_code == 0 and not (tmp_path / "out" / "tu-t2-screen").exists()
     assert "| 2    | tu-t2  | engine.delay_s=-1.0" in (tmp_path / "out" / "tu-tune.md").read_text()
+
+
+def test_the_confirmation_takes_turns_as_confirm_interleave_says(tmp_path, write_recipe, base_recipe):
+    for mode, order in (("auto", "interleaved with restarts"), ("off", "back to back")):
+        path = _tune_file(
+            write_recipe, base_recipe, {"engine.delay_s": [0.001]}, confirm={"repeat": 2, "interleave": mode}
+        )
+        out = tmp_path / mode
+        assert _tune(path, "--out", out).exit_code == 0
+        assert json.loads((out / "tu-t1" / "results.json").read_text())["repeat_order"] == order
