@@ -192,7 +192,7 @@ def _counted(model: Any, kind: str, chat_template: bool | None, inputs: list) ->
     folder = tokenizer_folder(model)
     key = None if folder is None else _count_key(folder, kind, chat_template, inputs)
     if key is not None and (hit := _COUNTED.get(key) or _read_counts(key)) is not None:
-        _COUNTED[key] = hit
+        _remember(key, hit)
         return hit
     tok = counting_tokenizer(model)
     if kind == "texts":
@@ -201,9 +201,17 @@ def _counted(model: Any, kind: str, chat_template: bool | None, inputs: list) ->
         chat = uses_chat_template(tok, chat_template)
         got = chat, encode_prompts(tok, inputs, chat)[1]
     if key is not None:
-        _COUNTED[key] = got
+        _remember(key, got)
         _write_counts(key, *got)
     return got
+
+
+def _remember(key: str, got: tuple[bool, list[list[int]]]) -> None:
+    """Keep the newest few in memory (a study's distinct prompt lists; each can be tens of MB as Python lists)."""
+    _COUNTED.pop(key, None)
+    _COUNTED[key] = got
+    while len(_COUNTED) > 8:
+        _COUNTED.pop(next(iter(_COUNTED)))
 
 
 def _count_key(folder: Path, kind: str, chat_template: bool | None, inputs: list) -> str:

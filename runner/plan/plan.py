@@ -202,6 +202,8 @@ def _once(what: str, ids: Any, args: tuple, compute: Any) -> Any:
     hit = _ONCE.get(key)
     if hit is None or hit[0] is not ids:
         hit = _ONCE[key] = (ids, compute())
+        while len(_ONCE) > 32:  # the oldest go (with their hold on the ids)
+            _ONCE.pop(next(iter(_ONCE)))
     return hit[1]
 
 
