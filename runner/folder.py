@@ -25,6 +25,7 @@ import json
 import os
 import re
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,6 +107,12 @@ class RunFolder:
         ):
             return None
         self.set_aside(key)
+        if self.results.is_file() and _key_of(self.results, "run_key") != key:  # a failed run of another key
+            failed = self.root / "replaced" / f"{time.strftime('%Y%m%d-%H%M%S')}-{_key_of(self.results, 'run_key')}"
+            failed.mkdir(parents=True, exist_ok=True)
+            for path in (self.results, self.report):
+                if path.is_file():
+                    path.rename(failed / path.name)
         for f in src.iterdir():
             if f.is_file() and not (self.root / f.name).exists():
                 f.rename(self.root / f.name)
@@ -122,7 +129,7 @@ class RunFolder:
         try:
             raw = path.read_bytes()
             lines = (gzip.decompress(raw) if path.suffix == ".gz" else raw).count(b"\n")
-        except (OSError, EOFError):
+        except (OSError, EOFError, zlib.error):
             return f"its {path.name} cannot be read"
         return None if lines >= n_samples else f"its {path.name} holds {lines} of {n_samples} samples"
 

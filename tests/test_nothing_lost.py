@@ -354,3 +354,27 @@ def test_sigterm_cancels_the_abort_alarm_ray_arms():
     with pytest.raises(KeyboardInterrupt):
         sigterm_as_ctrl_c(signal.SIGTERM, None)
     assert signal.alarm(0) == 0  # no alarm was left pending
+
+
+@pytest.mark.slow
+def test_a_failed_quick_run_in_between_does_not_block_taking_the_full_results_back(tmp_path, write_recipe, base_recipe):
+    """Found in review: a quick run that failed left its results.json, so the full run's came back without it and
+    the full run ran again."""
+    path, out = write_recipe(_fake(base_recipe)), tmp_path / "out"
+    assert _go(path, "--out", out).exit_code == 0
+    full = (out / "f" / "results.json").read_bytes()
+    quick = ["--limit", "2", "--set", "engine.delay_s=3", "--timeout", "1", "--no-progress"]
+    r = CliRunner().invoke(cli, ["go", str(path), "--out", str(out), *quick])  # a real process: the timeout ends it
+    assert r.exit_code == 1 and json.loads((out / "f" / "results.json").read_text())["status"] == "failed"
+    r = _go(path, "--out", out)
+    assert "took f's results of this very run back" in r.output and "skip f: unchanged since" in r.output
+    assert (out / "f" / "results.json").read_bytes() == full
+
+
+def test_a_corrupt_compressed_samples_file_is_named_not_a_traceback(tmp_path, write_recipe, base_recipe):
+    path, out = write_recipe(_fake(base_recipe)), tmp_path / "out"
+    assert _go(path, "--out", out).exit_code == 0
+    (out / "f" / "samples.jsonl").unlink()
+    (out / "f" / "samples.jsonl.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
+    r = _go(path, "--out", out)
+    assert "rerun f: its results were complete but its samples.jsonl.gz cannot be read" in r.output

@@ -50,14 +50,14 @@ def test_tune_finds_the_fastest_and_never_crowns_a_faster_one_that_fails_the_gat
     path, out = _tune_file(write_recipe, base_recipe, axes), tmp_path / "out"
     r = _tune(path, "--out", out)
     assert r.exit_code == 0, r.output
-    assert "tune tu: tu-t3 is the fastest that passed, clearly faster than the recipe as written." in r.output
+    assert "tune tu: tu-t03 is the fastest that passed, clearly faster than the recipe as written." in r.output
     report = (out / "tu-tune.md").read_text()
     assert "Against the recipe as written (tu): " in report and "×" in report
     rows = {line.split("|")[2].strip(): line for line in report.splitlines() if line.startswith("| ")}
-    assert "dropped at the screen: clearly below the gate" in rows["tu-t4"] and "winner" in rows["tu-t3"]
+    assert "dropped at the screen: clearly below the gate" in rows["tu-t04"] and "winner" in rows["tu-t03"]
     assert "delay_s: 0.001" in report.split("## The winner's recipe")[1] and "name: tu-tuned" in report
-    assert json.loads((out / "tu-t3" / "results.json").read_text())["n_samples"] == 36  # confirmed on every example
-    assert json.loads((out / "tu-t3-screen" / "results.json").read_text())["n_samples"] == 12
+    assert json.loads((out / "tu-t03" / "results.json").read_text())["n_samples"] == 36  # confirmed on every example
+    assert json.loads((out / "tu-t03-screen" / "results.json").read_text())["n_samples"] == 12
 
 
 def test_an_interrupted_or_repeated_tune_reuses_every_finished_run(tmp_path, write_recipe, base_recipe):
@@ -75,15 +75,16 @@ def test_an_interrupted_or_repeated_tune_reuses_every_finished_run(tmp_path, wri
 
 def test_the_budget_cuts_the_screen_and_dry_run_lists_it(tmp_path, write_recipe, base_recipe):
     axes = {"engine.delay_s": [0.004, 0.003, 0.002, 0.001]}
-    path = _tune_file(write_recipe, base_recipe, axes, budget={"cells": 6})
+    path = _tune_file(write_recipe, base_recipe, axes, budget={"cells": 9}, confirm={"repeat": 2})
     r = _tune(path, "--out", tmp_path / "out", "--dry-run")
     assert r.exit_code == 0 and not (tmp_path / "out").exists()
-    assert "4 candidates (the budget of 6 runs leaves 2): " in r.output and "at most 6 runs" in r.output
+    assert "4 candidates (the budget of 9 runs leaves 2): " in r.output and "at most 9 measured runs" in r.output
     stages = [line.split("|")[3].strip() for line in r.output.splitlines() if line.startswith("| tu-")]
     assert stages == ["screen", "screen", "not screened (budget)", "not screened (budget)"]
     assert _tune(path, "--out", tmp_path / "out").exit_code == 0
     runs = [p.name for p in (tmp_path / "out").iterdir() if (p / "results.json").is_file()]
-    assert len(runs) == 6 and "tu-t3-screen" not in runs
+    assert len(runs) == 6 and "tu-t03-screen" not in runs  # 3 screens, 3 confirmations of 2 repeats: 9 measured
+    assert "Spent: 9 measured runs" in (tmp_path / "out" / "tu-tune.md").read_text()
 
 
 def test_a_file_without_a_tune_block_or_with_a_bad_one_is_refused(write_recipe, base_recipe):
@@ -156,12 +157,12 @@ def test_combinations_the_recipe_refuses_are_listed_and_left_out(tmp_path, write
     r = _tune(path, "--dry-run")
     assert "2 candidates, 1 of them refused by the recipe's checks: " in r.output
     assert (
-        "| tu-t2  | engine.delay_s=-1.0  | invalid: invalid recipe " in r.output
+        "| tu-t02 | engine.delay_s=-1.0  | invalid: invalid recipe " in r.output
         and "greater than or equal to 0" in r.output
     )
     r = _tune(path, "--out", tmp_path / "out")
-    assert r.exit_code == 0 and not (tmp_path / "out" / "tu-t2-screen").exists()
-    assert "| 2    | tu-t2  | engine.delay_s=-1.0" in (tmp_path / "out" / "tu-tune.md").read_text()
+    assert r.exit_code == 0 and not (tmp_path / "out" / "tu-t02-screen").exists()
+    assert "| 2    | tu-t02 | engine.delay_s=-1.0" in (tmp_path / "out" / "tu-tune.md").read_text()
 
 
 def test_the_confirmation_takes_turns_as_confirm_interleave_says(tmp_path, write_recipe, base_recipe):
@@ -171,4 +172,87 @@ def test_the_confirmation_takes_turns_as_confirm_interleave_says(tmp_path, write
         )
         out = tmp_path / mode
         assert _tune(path, "--out", out).exit_code == 0
-        assert json.loads((out / "tu-t1" / "results.json").read_text())["repeat_order"] == order
+        assert json.loads((out / "tu-t01" / "results.json").read_text())["repeat_order"] == order
+
+
+# --------------------------------------------------------------------------- found in review
+
+
+def test_gate_problems_are_never_a_pass(write_recipe, base_recipe):
+    path = _tune_file(write_recipe, base_recipe, {"engine.delay_s": [0.001]}, gate={"metric": "char_f1", "max_drop": 0})
+    assert "tune.gate.metric: 'char_f1' is not among the recipe's metrics (exact_match)" in user_error(_tune(path))
+    spec = TuneSpec(axes={"x": [1]}, gate={"metric": "exact_match", "max_drop": 0.01})
+    base = Cell(0, "b", {}, full=_timed("b", [2.0, 2.1, 1.9]))
+    fast = Cell(1, "a", {}, full=_timed("a", [0.5, 0.51, 0.49]))
+    d = decide([fast], base, spec, lambda r: {})  # no samples to pair: the gate cannot be checked
+    assert d.winners == [] and fast.verdict == "gate not checked (no paired scores): not a candidate"
+
+
+def test_a_tie_counts_only_when_it_also_beats_the_recipe_as_written():
+    spec = TuneSpec(axes={"x": [1]})
+    base = Cell(0, "b", {}, full=_timed("b", [2.0, 2.1, 1.9]))
+    a = Cell(1, "a", {}, full=_timed("a", [1.0, 1.02, 0.98]))
+    c = Cell(2, "c", {}, full=_timed("c", [0.9, 2.6, 1.2]))  # within a's noise, and within the baseline's
+    d = decide([a, c], base, spec, lambda r: {})
+    assert [x.name for x in d.winners] == ["a"] and a.verdict == "winner"
+
+
+def test_throughput_is_judged_as_throughput():
+    from runner.results import Tokens
+    from runner.tune.search import gain
+
+    spec = TuneSpec(axes={"x": [1]}, objective="throughput")
+    slow_but_wordy = _timed("w", [1.0, 1.01, 0.99]).model_copy(update={"tokens": Tokens(output=300)})
+    base = _timed("b", [1.0, 1.01, 0.99]).model_copy(update={"tokens": Tokens(output=100)})
+    ratio, lo, hi = gain(base, slow_but_wordy, spec)
+    assert 2.9 < ratio < 3.1 and lo > 2.5  # the same time, three times the tokens per second
+
+
+def test_report_only_never_pins_a_stored_run_of_other_settings_on_a_candidate(tmp_path, write_recipe, base_recipe):
+    path, out = _tune_file(write_recipe, base_recipe, {"engine.delay_s": [0.002, 0.001]}), tmp_path / "out"
+    assert _tune(path, "--out", out).exit_code == 0
+    path = _tune_file(write_recipe, base_recipe, {"engine.delay_s": [0.002, 0.01]})  # t02 changed
+    assert _tune(path, "--out", out, "--report-only").exit_code == 0
+    t02 = next(line for line in (out / "tu-tune.md").read_text().splitlines() if "| tu-t02 |" in line)
+    assert "engine.delay_s=0.01" in t02 and "winner" not in t02 and "passed" not in t02
+
+
+def test_degenerate_tunes_are_refused_with_the_reason(tmp_path, write_recipe, base_recipe):
+    path = _tune_file(write_recipe, base_recipe, {"engine.dealy_s": [0.001]})
+    assert "tune.axes: all 1 candidates are refused by the recipe's checks; the first: " in user_error(_tune(path))
+    path = _tune_file(write_recipe, base_recipe, {"engine.delay_s": [0.001]}, budget={"cells": 3})
+    assert "tune.budget.cells: budget.cells 3 leaves no room for a candidate (one needs 8 measured runs" in user_error(
+        _tune(path)
+    )
+    path = _tune_file(write_recipe, base_recipe, {"engine.delay_s": [0.001]})
+    assert "--report-only: no stored run of this tune in " in user_error(
+        _tune(path, "--out", tmp_path, "--report-only")
+    )
+    path = _tune_file(write_recipe, base_recipe, {"engine.delay_s": [0.001]}, confirm={"repeat": 1})
+    assert "tune.confirm.repeat: Input should be greater than or equal to 2" in user_error(_tune(path))
+
+
+def test_range_edges():
+    import pytest
+    from pydantic import ValidationError
+
+    from runner.tune.spec import Range
+
+    assert Range(low=0.1, high=0.3, scale="linear", step=0.1).values() == [0.1, 0.2, 0.3]
+    assert Range(low=-3, high=-1, scale="linear", step=1).values() == [-3, -2, -1]
+    with pytest.raises(ValidationError, match="a linear range needs a step"):
+        Range(low=1, high=2, scale="linear")
+
+
+def test_the_winners_recipe_carries_the_calls_set_overrides(tmp_path, write_recipe, base_recipe):
+    path, out = _tune_file(write_recipe, base_recipe, {"engine.delay_s": [0.0005]}), tmp_path / "out"
+    assert _tune(path, "--out", out, "--set", "sampling.max_tokens=4").exit_code == 0
+    recipe = (out / "tu-tune.md").read_text().split("## The winner's recipe")[1]
+    assert "max_tokens: 4" in recipe and "delay_s: 0.0005" in recipe
+
+
+def test_a_failed_run_costs_its_wall_time():
+    from runner.tune.report import _run_s
+
+    r = RunResult(name="f", recipe=a_recipe("f"), status="failed", started_at="2026-12-04T10:00:00+00:00")
+    assert _run_s(r.model_copy(update={"finished_at": "2026-12-04T10:00:08+00:00"})) == 8.0

@@ -45,8 +45,11 @@ def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, in_pro
         raise RunnerError(first["msg"], file=str(path), field=loc) from None
     [base] = load_all((path,), sets, model_paths)
     name = base.recipe.name
+    if spec.gate is not None and spec.gate.metric not in base.recipe.metrics:
+        why = f"{spec.gate.metric!r} is not among the recipe's metrics ({', '.join(base.recipe.metrics)})"
+        raise RunnerError(why, file=str(path), field="tune.gate.metric", hint="gate a metric the recipe scores")
     cands = spec.candidates()
-    width = len(str(len(cands)))
+    width = max(2, len(str(len(cands))))  # t01..t99: names stay when a few candidates are added
     names = [f"{name}-t{i:0{width}d}" for i in range(1, len(cands) + 1)]
     invalid = {}  # a combination the recipe's checks refuse (e.g. vLLM's step smaller than its sequences)
     for n, c in zip(names, cands):
@@ -55,7 +58,19 @@ def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, in_pro
         except RunnerError as e:
             invalid[n] = " ".join(line.strip() for line in e.message.splitlines())[:300]
     valid = [n for n in names if n not in invalid]
+    if not valid:
+        why = (
+            f"all {len(names)} candidates are refused by the recipe's checks; the first: {next(iter(invalid.values()))}"
+        )
+        raise RunnerError(why, file=str(path), field="tune.axes", hint="fix the axes' keys or values (runner check)")
     screened, confirmed = spec.plan(len(valid))
+    if screened == 0:
+        need = spec.runs(1, 1)
+        why = (
+            f"budget.cells {spec.budget.cells} leaves no room for a candidate (one needs {need} measured runs with the "
+        )
+        why += "baseline's)"
+        raise RunnerError(why, file=str(path), field="tune.budget.cells", hint=f"set budget.cells to {need} or more")
     plan = _plan_words(spec, len(cands), screened, confirmed, len(invalid))
     stage = {n: "screen" for n in valid[:screened]} | {n: f"invalid: {why}" for n, why in invalid.items()}
     if dry_run:
@@ -85,7 +100,7 @@ def _plan_words(spec, n: int, screened: int, confirmed: int, invalid: int = 0) -
         f"{n} candidates{bad}{cut}: each screened once on the first {spec.screen.examples} examples with the recipe "
     )
     words += f"as written (the baseline); the best {confirmed} then run on every example {spec.confirm.repeat} times "
-    words += f"each, with the baseline, taking turns: at most {2 + screened + confirmed} runs. Objective: "
+    words += f"each, with the baseline: at most {spec.runs(screened, confirmed)} measured runs. Objective: "
     words += "generation time" if spec.objective == "generate_s" else "output tokens per second"
     gate = spec.gate
     if gate is not None:
@@ -100,7 +115,7 @@ def _run(path, f, spec, base_lr, cands, stage_of, sets, model_paths, out, plan, 
     from runner.base.files import write_text_atomic
     from runner.cli.go import Executor, new_call, run_loaded
     from runner.report.summary import samples_by_id
-    from runner.run.job import RunOptions
+    from runner.run.job import RunOptions, make_unit
     from runner.tune.report import cost_s, tune_markdown, tune_report_path, winner_yaml
     from runner.tune.search import Cell, decide, keep_after_screen
 
@@ -112,9 +127,11 @@ def _run(path, f, spec, base_lr, cands, stage_of, sets, model_paths, out, plan, 
         return load_cell(path, sets, model_paths, settings, cell, repeat, spec.confirm.interleave)
 
     def stage(loaded, limit):
-        if run["report_only"]:  # what is stored, complete or not
-            return {lr.recipe.name: r for lr in loaded if (r := stored(out, lr.recipe.name)) is not None}
         opts = RunOptions(out=out, command="", progress=run["progress"], call=new_call(), limit=limit)
+        if run["report_only"]:  # what is stored of these very runs (a stored run of other settings is not theirs)
+            keys = {lr.recipe.name: make_unit(lr, opts, host=False, library=False).run_key for lr in loaded}
+            got = {n: r for n in keys if (r := stored(out, n)) is not None and r.run_key == keys[n]}
+            return got
         return {r.name: r for r in run_loaded(loaded, opts, ex)}
 
     base = Cell(0, name, {})
@@ -140,8 +157,12 @@ def _run(path, f, spec, base_lr, cands, stage_of, sets, model_paths, out, plan, 
     base.full = got.get(name)
     for c in kept:
         c.full = got.get(c.name)
+    if run["report_only"] and base.screen is None and base.full is None:
+        raise RunnerError(f"no stored run of this tune in {out}", field="--report-only", hint="run the tune first")
     decision = decide(kept, base, spec, samples)
-    recipe = winner_yaml(f.data, decision.winners[0].settings, name) if decision.winners else None
+    recipe = (
+        winner_yaml(f.data, {**set_values(sets), **decision.winners[0].settings}, name) if decision.winners else None
+    )
     report = tune_report_path(out, name)
     write_text_atomic(report, tune_markdown(name, spec, base, every, decision, plan, recipe))
     click.echo(f"tune {name}: {decision.words.replace('**', '')}\ntune report: {report}")
@@ -159,3 +180,18 @@ def stored(out: Path, name: str):
         return RunResult.model_validate_json(path.read_bytes())
     except (OSError, ValueError):
         return None
+
+
+def set_values(sets) -> dict:
+    """The call's --set overrides as dotted key -> value (read as YAML, a value that is not YAML as text)."""
+    import yaml
+
+    from runner.config.overrides import parse_set
+
+    out = {}
+    for k, v in parse_set(list(sets)).items():
+        try:
+            out[k] = yaml.safe_load(v)
+        except yaml.YAMLError:
+            out[k] = v
+    return out

@@ -224,8 +224,11 @@ def _count_key(folder: Path, kind: str, chat_template: bool | None, inputs: list
         except PackageNotFoundError:
             h.update(f"{pkg}=none;".encode())
     for f in sorted(folder.iterdir()):  # the tokenizer's files and config.json (transformers 5 picks its class by it)
-        if f.is_file() and not f.name.endswith(_WEIGHTS) and f.stat().st_size < 64 << 20:
-            h.update(f.name.encode() + b"\x00" + hashlib.sha256(f.read_bytes()).digest())
+        if not f.is_file() or f.name.endswith(_WEIGHTS):
+            continue
+        st = f.stat()  # a large file by its size and time (hashing it would cost more than counting)
+        digest = hashlib.sha256(f.read_bytes()).digest() if st.st_size < 64 << 20 else f"{st.st_size}:{st.st_mtime_ns}"
+        h.update(f.name.encode() + b"\x00" + (digest if isinstance(digest, bytes) else digest.encode()))
     h.update(json.dumps([kind, chat_template, inputs], ensure_ascii=False).encode("utf-8", "surrogatepass"))
     return h.hexdigest()[:40]
 

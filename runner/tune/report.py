@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 from typing import Any
@@ -33,9 +34,25 @@ def _score(r: RunResult | None, metric: str | None) -> str:
 
 
 def cost_s(cells: list[Cell]) -> float:
-    """The measured total time of every run of the tune (engine starts, generations, repeats)."""
-    runs = [r for c in cells for r in (c.screen, c.full) if r is not None]
-    return sum(r.timings.total_s or 0.0 for r in runs)
+    """The measured total time of every run of the tune (engine starts, generations, repeats); a run that failed
+    before it measured one counts from its start to its end."""
+    return sum(_run_s(r) for c in cells for r in (c.screen, c.full) if r is not None)
+
+
+def _run_s(r: RunResult) -> float:
+    if r.timings.total_s:
+        return r.timings.total_s
+    try:
+        return max(
+            0.0, (dt.datetime.fromisoformat(r.finished_at) - dt.datetime.fromisoformat(r.started_at)).total_seconds()
+        )
+    except ValueError:
+        return 0.0
+
+
+def measured_runs(cells: list[Cell]) -> int:
+    """Runs as the budget counts them: each repeat of a run (a run that failed: one)."""
+    return sum(max(1, len(r.repeats)) for c in cells for r in (c.screen, c.full) if r is not None)
 
 
 def winner_yaml(data: dict[str, Any], settings: dict[str, Any], name: str) -> str:
@@ -50,7 +67,8 @@ def winner_yaml(data: dict[str, Any], settings: dict[str, Any], name: str) -> st
             node = node[p]
         node[last] = value
     out["name"] = f"{name}-tuned"
-    return yaml.safe_dump(out, sort_keys=False, allow_unicode=True, width=100)
+    head = "# the recipe as written with the winner's settings and this call's --set overrides\n"
+    return head + yaml.safe_dump(out, sort_keys=False, allow_unicode=True, width=100)
 
 
 def tune_markdown(
@@ -66,8 +84,8 @@ def tune_markdown(
         rows[-1].append("baseline" if c is base else c.verdict)
     head = ["#", "cell", "settings", f"screen time ({spec.screen.examples} ex.)", "screen score"]
     head += ["time on every example (95% CI)", "score", "gate against the baseline", "cost", "verdict"]
-    runs = sum(1 for c in [base, *cells] for r in (c.screen, c.full) if r is not None)
-    out = [f"# Tune: {name}", "", plan, "", f"Spent: {runs} runs, {secs(cost_s([base, *cells]))} measured in all.", ""]
+    runs = measured_runs([base, *cells])
+    out = [f"# Tune: {name}", "", plan, "", f"Spent: {runs} measured runs, {secs(cost_s([base, *cells]))} in all.", ""]
     out += ["## Verdict", "", decision.words]
     if decision.winners and decision.against_baseline is not None:  # (without a winner the words say it)
         out += ["", f"Against the recipe as written ({base.name}): {ratio_text(*decision.against_baseline)}."]

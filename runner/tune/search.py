@@ -64,7 +64,10 @@ def keep_after_screen(cells: list[Cell], base: Cell, spec: TuneSpec, samples: An
         if (value := objective(c.screen, spec)) is None:
             c.verdict = f"screen run {c.screen.status}"
             continue
-        if spec.gate is not None and bs and (v := gate_verdict(samples(c.screen), bs, spec.gate)) is not None:
+        if spec.gate is not None:
+            if not bs or (v := gate_verdict(samples(c.screen), bs, spec.gate)) is None:
+                c.verdict, c.gate = "dropped at the screen: its gate cannot be checked (no paired scores)", "not scored"
+                continue
             ok, mean, lo, hi, allowed = v
             if hi < -allowed:  # clearly worse, even with the subset's noise
                 c.verdict, c.passed = "dropped at the screen: clearly below the gate", False
@@ -77,6 +80,20 @@ def keep_after_screen(cells: list[Cell], base: Cell, spec: TuneSpec, samples: An
     for i, (_, c) in enumerate(ranked):
         c.verdict = "confirmed" if i < k else "not kept (slower at the screen)"
     return [c for _, c in ranked[:k]]
+
+
+def gain(a: RunResult | None, b: RunResult | None, spec: TuneSpec) -> tuple[float, float | None, float | None] | None:
+    """How much better b is than a in the objective's terms, with its 95% interval: the speed-up time(a)/time(b),
+    or for `throughput` the same ratio scaled by b's output tokens over a's (each run's tokens are the same in
+    every repeat); above 1: b is better."""
+    if a is None or b is None or a.status != "ok" or b.status != "ok" or (ratio := speedup(a, b)) is None:
+        return None
+    if spec.objective != "throughput":
+        return ratio
+    if not a.tokens.output or not b.tokens.output:
+        return None
+    k = b.tokens.output / a.tokens.output
+    return ratio[0] * k, None if ratio[1] is None else ratio[1] * k, None if ratio[2] is None else ratio[2] * k
 
 
 @dataclass
@@ -99,12 +116,15 @@ def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any) -> D
         if c.passed is False:
             c.verdict = "failed the gate on every example"
             continue
+        if c.passed is None and spec.gate is not None:  # a gate that cannot be checked is not passed
+            c.verdict = "gate not checked (no paired scores): not a candidate"
+            continue
         ok_cells.append(c)
     ok_cells.sort(key=lambda c: objective(c.full, spec))  # type: ignore[arg-type, return-value]
     if not ok_cells:
         return Decision([], None, "No candidate passed: the recipe as written stays.")
     best = ok_cells[0]
-    vs = speedup(base.full, best.full) if base.full is not None and base.full.status == "ok" else None  # type: ignore[arg-type]
+    vs = gain(base.full, best.full, spec)
     if vs is None or vs[0] <= 1 or not clear(vs[1], vs[2]):  # the recipe as written is the one to beat
         for c in ok_cells:
             c.verdict = "passed; not clearly faster than the recipe as written"
@@ -113,9 +133,10 @@ def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any) -> D
         words += f"against it{against}. The recipe as written stays."
         return Decision([], vs, words)
     winners = [best]
-    for other in ok_cells[1:]:
-        ratio = speedup(other.full, best.full)  # type: ignore[arg-type]
-        if ratio is not None and not clear(ratio[1], ratio[2]):
+    for other in ok_cells[1:]:  # within the best's noise, and itself clearly better than the recipe as written
+        ratio, over_base = gain(other.full, best.full, spec), gain(base.full, other.full, spec)
+        tied = ratio is not None and not clear(ratio[1], ratio[2])
+        if tied and over_base is not None and over_base[0] > 1 and clear(over_base[1], over_base[2]):
             winners.append(other)
     for c in ok_cells:
         c.verdict = "winner" if c is best and len(winners) == 1 else "tied for fastest" if c in winners else "passed"

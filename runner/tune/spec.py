@@ -23,7 +23,7 @@ import itertools
 import math
 from typing import Any, Literal
 
-from pydantic import Field, PositiveInt, field_validator
+from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from runner.base.types import StrictModel
 from runner.recipe import GateSpec
@@ -37,15 +37,25 @@ class Range(StrictModel):
     scale: Literal["log2", "linear"] = Field("log2", description="`log2`: low, 2 low, 4 low, ...; `linear`: by step.")
     step: float | None = Field(None, gt=0, description="The step of a linear range.")
 
-    def values(self) -> list[float | int]:
-        if self.low <= 0 and self.scale == "log2":
+    @model_validator(mode="after")
+    def _sound(self) -> Range:
+        if self.scale == "log2" and self.low <= 0:
             raise ValueError("a log2 range needs low > 0")
+        if self.scale == "linear" and self.step is None:
+            raise ValueError("a linear range needs a step")
         if self.high < self.low:
             raise ValueError("high is below low")
-        out, v = [], self.low
-        while v <= self.high * (1 + 1e-9) and len(out) < 1000:
+        return self
+
+    def values(self) -> list[float | int]:
+        out, i, slack = [], 0, 1e-9 * max(1.0, abs(self.high))
+        while len(out) < 1000:
+            v = self.low * 2**i if self.scale == "log2" else self.low + i * (self.step or 0)
+            if v > self.high + slack:
+                break
+            v = round(v, 10)  # 0.1 + 0.2 is 0.3 here
             out.append(int(v) if float(v).is_integer() else v)
-            v = v * 2 if self.scale == "log2" else v + (self.step or math.inf)
+            i += 1
         return out
 
 
@@ -61,7 +71,12 @@ class Screen(StrictModel):
 class Confirm(StrictModel):
     """The second pass: the kept candidates and the baseline on every example, with repeats."""
 
-    repeat: int = Field(3, ge=1, le=100, description="Repeats of each confirmed candidate and of the baseline.")
+    repeat: int = Field(
+        3,
+        ge=2,
+        le=100,
+        description="Repeats of each confirmed candidate and of the baseline (2 or more: a winner needs an interval).",
+    )
     interleave: Literal["auto", "restarts", "off"] = Field(
         "auto",
         description="How the repeats take turns, as a recipe's `interleave`: `restarts` restarts each engine every "
@@ -73,7 +88,9 @@ class Confirm(StrictModel):
 class Budget(StrictModel):
     """How much the tune may spend."""
 
-    cells: PositiveInt = Field(40, le=10_000, description="Most runs in all (screen and confirmation).")
+    cells: PositiveInt = Field(
+        40, le=10_000, description="Most measured runs in all: the screens, and every repeat of the confirmation."
+    )
     minutes: float | None = Field(
         None, gt=0, description="Stop screening once the runs' measured total time passes this many minutes."
     )
@@ -116,11 +133,14 @@ class TuneSpec(StrictModel):
         values = self.axis_values()
         return [dict(zip(values, combo)) for combo in itertools.product(*values.values())]
 
+    def runs(self, screened: int, confirmed: int) -> int:
+        """Measured runs: one screen each (the baseline's too), `confirm.repeat` for each confirmed and the baseline."""
+        return 1 + screened + (1 + confirmed) * self.confirm.repeat
+
     def plan(self, n_candidates: int) -> tuple[int, int]:
-        """(candidates screened, candidates confirmed) within `budget.cells`: the baseline's screen and confirm
-        runs, the confirmed candidates' runs, then as many screens as are left."""
+        """(candidates screened, candidates confirmed) within `budget.cells` measured runs (repeats count)."""
         confirm = lambda screened: max(min(self.screen.min_keep, screened), math.ceil(self.screen.keep * screened))
         screened = n_candidates
-        while screened > 0 and 2 + screened + confirm(screened) > self.budget.cells:
+        while screened > 0 and self.runs(screened, confirm(screened)) > self.budget.cells:
             screened -= 1
         return screened, confirm(screened) if screened else 0
