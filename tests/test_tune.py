@@ -50,14 +50,14 @@ def test_tune_finds_the_fastest_and_never_crowns_a_faster_one_that_fails_the_gat
     path, out = _tune_file(write_recipe, base_recipe, axes), tmp_path / "out"
     r = _tune(path, "--out", out)
     assert r.exit_code == 0, r.output
-    assert "tune tu: tu-t03 is the fastest that passed, clearly faster than the recipe as written." in r.output
+    assert "tune tu: tu-t3 is the fastest that passed, clearly faster than the recipe as written." in r.output
     report = (out / "tu-tune.md").read_text()
     assert "Against the recipe as written (tu): " in report and "×" in report
     rows = {line.split("|")[2].strip(): line for line in report.splitlines() if line.startswith("| ")}
-    assert "dropped at the screen: clearly below the gate" in rows["tu-t04"] and "winner" in rows["tu-t03"]
+    assert "dropped at the screen: clearly below the gate" in rows["tu-t4"] and "winner" in rows["tu-t3"]
     assert "delay_s: 0.001" in report.split("## The winner's recipe")[1] and "name: tu-tuned" in report
-    assert json.loads((out / "tu-t03" / "results.json").read_text())["n_samples"] == 36  # confirmed on every example
-    assert json.loads((out / "tu-t03-screen" / "results.json").read_text())["n_samples"] == 12
+    assert json.loads((out / "tu-t3" / "results.json").read_text())["n_samples"] == 36  # confirmed on every example
+    assert json.loads((out / "tu-t3-screen" / "results.json").read_text())["n_samples"] == 12
 
 
 def test_an_interrupted_or_repeated_tune_reuses_every_finished_run(tmp_path, write_recipe, base_recipe):
@@ -83,7 +83,7 @@ def test_the_budget_cuts_the_screen_and_dry_run_lists_it(tmp_path, write_recipe,
     assert stages == ["screen", "screen", "not screened (budget)", "not screened (budget)"]
     assert _tune(path, "--out", tmp_path / "out").exit_code == 0
     runs = [p.name for p in (tmp_path / "out").iterdir() if (p / "results.json").is_file()]
-    assert len(runs) == 6 and "tu-t03-screen" not in runs  # 3 screens, 3 confirmations of 2 repeats: 9 measured
+    assert len(runs) == 6 and "tu-t3-screen" not in runs  # 3 screens, 3 confirmations of 2 repeats: 9 measured
     assert "Spent: 9 measured runs" in (tmp_path / "out" / "tu-tune.md").read_text()
 
 
@@ -157,12 +157,12 @@ def test_combinations_the_recipe_refuses_are_listed_and_left_out(tmp_path, write
     r = _tune(path, "--dry-run")
     assert "2 candidates, 1 of them refused by the recipe's checks: " in r.output
     assert (
-        "| tu-t02 | engine.delay_s=-1.0  | invalid: invalid recipe " in r.output
+        "| tu-t2  | engine.delay_s=-1.0  | invalid: invalid recipe " in r.output
         and "greater than or equal to 0" in r.output
     )
     r = _tune(path, "--out", tmp_path / "out")
-    assert r.exit_code == 0 and not (tmp_path / "out" / "tu-t02-screen").exists()
-    assert "| 2    | tu-t02 | engine.delay_s=-1.0" in (tmp_path / "out" / "tu-tune.md").read_text()
+    assert r.exit_code == 0 and not (tmp_path / "out" / "tu-t2-screen").exists()
+    assert "| 2    | tu-t2  | engine.delay_s=-1.0" in (tmp_path / "out" / "tu-tune.md").read_text()
 
 
 def test_the_confirmation_takes_turns_as_confirm_interleave_says(tmp_path, write_recipe, base_recipe):
@@ -172,7 +172,7 @@ def test_the_confirmation_takes_turns_as_confirm_interleave_says(tmp_path, write
         )
         out = tmp_path / mode
         assert _tune(path, "--out", out).exit_code == 0
-        assert json.loads((out / "tu-t01" / "results.json").read_text())["repeat_order"] == order
+        assert json.loads((out / "tu-t1" / "results.json").read_text())["repeat_order"] == order
 
 
 # --------------------------------------------------------------------------- found in review
@@ -213,7 +213,7 @@ def test_report_only_never_pins_a_stored_run_of_other_settings_on_a_candidate(tm
     assert _tune(path, "--out", out).exit_code == 0
     path = _tune_file(write_recipe, base_recipe, {"engine.delay_s": [0.002, 0.01]})  # t02 changed
     assert _tune(path, "--out", out, "--report-only").exit_code == 0
-    t02 = next(line for line in (out / "tu-tune.md").read_text().splitlines() if "| tu-t02 |" in line)
+    t02 = next(line for line in (out / "tu-tune.md").read_text().splitlines() if "| tu-t2  |" in line)
     assert "engine.delay_s=0.01" in t02 and "winner" not in t02 and "passed" not in t02
 
 

@@ -49,7 +49,7 @@ def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, in_pro
         why = f"{spec.gate.metric!r} is not among the recipe's metrics ({', '.join(base.recipe.metrics)})"
         raise RunnerError(why, file=str(path), field="tune.gate.metric", hint="gate a metric the recipe scores")
     cands = spec.candidates()
-    width = max(2, len(str(len(cands))))  # t01..t99: names stay when a few candidates are added
+    width = len(str(len(cands)))  # t1..t9, t01..t10, ...: more candidates later rename them (their runs start over)
     names = [f"{name}-t{i:0{width}d}" for i in range(1, len(cands) + 1)]
     invalid = {}  # a combination the recipe's checks refuse (e.g. vLLM's step smaller than its sequences)
     for n, c in zip(names, cands):
