@@ -83,11 +83,14 @@ class RunFolder:
             other = _key_of(path, "_run_key")
             if other and (force or other != key):
                 moving.append(path)
-        moving = [p for p in moving if p.is_file()]
+        return self._move_aside(moving, prev or _key_of(moving[0], "_run_key") if moving else None)
+
+    def _move_aside(self, paths: list[Path], key: str | None) -> Path | None:
+        """Move the files of `paths` that exist into `replaced/<time>-<key>/`; that folder, or None when none did."""
+        moving = [p for p in paths if p.is_file()]
         if not moving:
             return None
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        dest = self.root / "replaced" / f"{stamp}-{prev or _key_of(moving[0], '_run_key') or 'unknown'}"
+        dest = self.root / "replaced" / f"{time.strftime('%Y%m%d-%H%M%S')}-{key or 'unknown'}"
         dest.mkdir(parents=True, exist_ok=True)
         for path in moving:
             path.rename(dest / path.name)
@@ -107,12 +110,9 @@ class RunFolder:
         ):
             return None
         self.set_aside(key)
-        if self.results.is_file() and _key_of(self.results, "run_key") != key:  # a failed run of another key
-            failed = self.root / "replaced" / f"{time.strftime('%Y%m%d-%H%M%S')}-{_key_of(self.results, 'run_key')}"
-            failed.mkdir(parents=True, exist_ok=True)
-            for path in (self.results, self.report):
-                if path.is_file():
-                    path.rename(failed / path.name)
+        if self.results.is_file() and (other := _key_of(self.results, "run_key")) != key:  # a failed run of another
+            # key: set_aside leaves those (a run overwrites them), but the results coming back must not be blocked
+            self._move_aside([self.results, self.report], other)
         for f in src.iterdir():
             if f.is_file() and not (self.root / f.name).exists():
                 f.rename(self.root / f.name)
@@ -172,15 +172,25 @@ def study_summary_path(out: Path, study: str) -> Path:
     return Path(out) / check_name(study) / SUMMARY
 
 
-def previous_result(folder: RunFolder, key: str, repeat: int = 1) -> RunResult | None:
-    """The stored result of this very run (same key) when it is complete: ok, with at least `repeat` repeats."""
-    if not folder.results.is_file():
-        return None
+def read_result(folder: RunFolder) -> RunResult | None:
+    """The stored results.json, or None when absent or unreadable."""
     try:
-        prev = RunResult.model_validate_json(folder.results.read_bytes())
-    except ValueError:
+        return RunResult.model_validate_json(folder.results.read_bytes())
+    except (OSError, ValueError):
         return None
-    if prev.status != "ok" or prev.run_key != key or len(prev.times) < repeat or folder.samples_short(prev.n_samples):
+
+
+def stored_ok(folder: RunFolder, key: str) -> RunResult | None:
+    """The stored result of this very run (same key) when it ended ok, complete or not."""
+    prev = read_result(folder)
+    return prev if prev is not None and prev.status == "ok" and prev.run_key == key else None
+
+
+def previous_result(folder: RunFolder, key: str, repeat: int = 1) -> RunResult | None:
+    """The stored result of this very run (same key) when it is complete: ok, with at least `repeat` repeats and
+    every sample."""
+    prev = stored_ok(folder, key)
+    if prev is None or len(prev.times) < repeat or folder.samples_short(prev.n_samples):
         return None
     return prev
 

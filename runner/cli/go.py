@@ -24,7 +24,7 @@ from runner.cli import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard, sigterm_as_ctr
 from runner.cli.loading import MP_HELP, SET_HELP, load_all
 from runner.cli.wings import Plans, report_sections, study_summaries, summary_sections
 from runner.engines.builtin import is_builtin
-from runner.folder import RunFolder, previous_result
+from runner.folder import RunFolder, previous_result, stored_ok
 from runner.recipe import MAX_REPEAT, MAX_TIMEOUT_S, LoadedRecipe
 from runner.report.markdown import write_report
 from runner.report.summary import write_summary
@@ -320,7 +320,8 @@ def _run_all(
             if not force and (back := folder.take_back(u.run_key)) is not None:
                 click.echo(f"took {u.name}'s results of this very run back from {back} (set aside by an earlier call)")
             prev = None if force else previous_result(folder, u.run_key, u.loaded.recipe.repeat)
-            if prev is None and not force and (short := _short(folder, u.run_key)):
+            stored = None if force or prev is not None else stored_ok(folder, u.run_key)
+            if stored is not None and (short := folder.samples_short(stored.n_samples)):
                 kept = folder.set_aside(u.run_key, force=True)  # results, samples and repeats: run again whole
                 click.echo(f"rerun {u.name}: its results were complete but {short} (kept in {kept})")
             if prev is not None:
@@ -385,14 +386,3 @@ def one_line(res: RunResult, path: Path) -> str:
             took = f"requested {brief(k.requested)}, effective {brief(k.effective)}"
             line += f"\n  WARNING: knob {k.name} did not take effect ({took}): {k.evidence}"
     return line + f"\n  report: {path}"
-
-
-def _short(folder: RunFolder, key: str) -> str | None:
-    """Why this run's complete stored results are run again: their samples are gone or cut short."""
-    try:
-        prev = RunResult.model_validate_json(folder.results.read_bytes()) if folder.results.is_file() else None
-    except ValueError:
-        return None
-    if prev is None or prev.status != "ok" or prev.run_key != key:
-        return None
-    return folder.samples_short(prev.n_samples)

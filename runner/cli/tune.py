@@ -72,17 +72,23 @@ def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, in_pro
         why += "baseline's)"
         raise RunnerError(why, file=str(path), field="tune.budget.cells", hint=f"set budget.cells to {need} or more")
     plan = _plan_words(spec, len(cands), screened, confirmed, len(invalid))
-    stage = {n: "screen" for n in valid[:screened]} | {n: f"invalid: {why}" for n, why in invalid.items()}
+    from runner.tune.search import Cell
+
+    cells = [Cell(i + 1, n, c) for i, (n, c) in enumerate(zip(names, cands))]
+    for c in cells:
+        if c.name in invalid:
+            c.verdict = f"invalid: {invalid[c.name]}"
+    to_screen = [c for c in cells if c.name not in invalid][:screened]
     if dry_run:
         from runner.base.format import table
         from runner.tune.report import settings_text
 
         click.echo(f"# Tune: {name} (dry run)\n\n{plan}\n")
-        rows = [[n, settings_text(c), stage.get(n, "not screened (budget)")] for n, c in zip(names, cands)]
+        rows = [[c.name, settings_text(c.settings), "screen" if c in to_screen else c.verdict] for c in cells]
         click.echo(table(rows, ["cell", "settings", "stage"]))
         return
     run = dict(progress=not no_progress, in_process=in_process, report_only=report_only)
-    _run(path, f, spec, base, list(zip(names, cands)), stage, sets, model_paths, Path(out), plan, run)
+    _run(path, f, spec, base, cells, to_screen, sets, model_paths, Path(out), plan, run)
 
 
 def load_cell(path, sets, model_paths, settings: dict, cell: str, repeat: int = 1, interleave: str = "auto"):
@@ -111,9 +117,12 @@ def _plan_words(spec, n: int, screened: int, confirmed: int, invalid: int = 0) -
     return words + "."
 
 
-def _run(path, f, spec, base_lr, cands, stage_of, sets, model_paths, out, plan, run) -> None:
+def _run(path, f, spec, base_lr, every, cells, sets, model_paths, out, plan, run) -> None:
+    """Screen `cells` (of `every` candidate), confirm the best, decide, write the report."""
     from runner.base.files import write_text_atomic
     from runner.cli.go import Executor, new_call, run_loaded
+    from runner.config.overrides import apply_overrides
+    from runner.folder import RunFolder, read_result
     from runner.report.summary import samples_by_id
     from runner.run.job import RunOptions, make_unit
     from runner.tune.report import cost_s, tune_markdown, tune_report_path, winner_yaml
@@ -130,16 +139,10 @@ def _run(path, f, spec, base_lr, cands, stage_of, sets, model_paths, out, plan, 
         opts = RunOptions(out=out, command="", progress=run["progress"], call=new_call(), limit=limit)
         if run["report_only"]:  # what is stored of these very runs (a stored run of other settings is not theirs)
             keys = {lr.recipe.name: make_unit(lr, opts, host=False, library=False).run_key for lr in loaded}
-            got = {n: r for n in keys if (r := stored(out, n)) is not None and r.run_key == keys[n]}
-            return got
+            return {n: r for n in keys if (r := read_result(RunFolder.of(out, n))) is not None and r.run_key == keys[n]}
         return {r.name: r for r in run_loaded(loaded, opts, ex)}
 
     base = Cell(0, name, {})
-    every = [Cell(i + 1, n, c) for i, (n, c) in enumerate(cands)]
-    for c in every:
-        if stage_of.get(c.name, "").startswith("invalid"):
-            c.verdict = stage_of[c.name]
-    cells = [c for c in every if stage_of.get(c.name) == "screen"]
     lim, chunk = spec.screen.examples, spec.screen.chunk
     got = stage([load({}, f"{name}-screen")], lim)  # the baseline's screen first: the gate's reference
     base.screen = got.get(f"{name}-screen")
@@ -160,38 +163,13 @@ def _run(path, f, spec, base_lr, cands, stage_of, sets, model_paths, out, plan, 
     if run["report_only"] and base.screen is None and base.full is None:
         raise RunnerError(f"no stored run of this tune in {out}", field="--report-only", hint="run the tune first")
     decision = decide(kept, base, spec, samples)
-    recipe = (
-        winner_yaml(f.data, {**set_values(sets), **decision.winners[0].settings}, name) if decision.winners else None
-    )
+    recipe = None
+    if decision.winners:  # the file's recipe with this call's --set (as `runner go` applies them), then the winner's
+        data = json.loads(json.dumps(f.data))
+        apply_overrides(data, list(sets), {}, str(path))
+        recipe = winner_yaml(data, decision.winners[0].settings, name)
     report = tune_report_path(out, name)
     write_text_atomic(report, tune_markdown(name, spec, base, every, decision, plan, recipe))
     click.echo(f"tune {name}: {decision.words.replace('**', '')}\ntune report: {report}")
     if any(x.status != "ok" for c in [base, *cells] for x in (c.screen, c.full) if x is not None):
         raise SystemExit(EXIT_FAILED)
-
-
-def stored(out: Path, name: str):
-    """A cell's stored result, or None (absent or unreadable)."""
-    from runner.folder import RunFolder
-    from runner.results import RunResult
-
-    path = RunFolder.of(out, name).results
-    try:
-        return RunResult.model_validate_json(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-
-
-def set_values(sets) -> dict:
-    """The call's --set overrides as dotted key -> value (read as YAML, a value that is not YAML as text)."""
-    import yaml
-
-    from runner.config.overrides import parse_set
-
-    out = {}
-    for k, v in parse_set(list(sets)).items():
-        try:
-            out[k] = yaml.safe_load(v)
-        except yaml.YAMLError:
-            out[k] = v
-    return out

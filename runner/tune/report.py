@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from runner.base.dotted import set_dotted
 from runner.base.format import secs, table
 from runner.folder import check_name
 from runner.report.spread import ratio_text, time_cell
@@ -59,13 +60,7 @@ def winner_yaml(data: dict[str, Any], settings: dict[str, Any], name: str) -> st
     """The recipe file's own settings (without `tune:`) with the winner's values set at their dotted keys."""
     out = json.loads(json.dumps({k: v for k, v in data.items() if k != "tune"}))
     for key, value in settings.items():
-        *parents, last = key.split(".")
-        node = out
-        for p in parents:
-            if not isinstance(node.get(p), dict):
-                node[p] = {}
-            node = node[p]
-        node[last] = value
+        set_dotted(out, key, value)
     out["name"] = f"{name}-tuned"
     head = "# the recipe as written with the winner's settings and this call's --set overrides\n"
     return head + yaml.safe_dump(out, sort_keys=False, allow_unicode=True, width=100)

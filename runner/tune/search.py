@@ -3,8 +3,7 @@ confirmed one wins (spec.py has the method in words)."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from runner.recipe import GateSpec
@@ -27,7 +26,6 @@ class Cell:
     verdict: str = "not screened (budget)"
     gate: str = ""  # the gate's words on the full set (or the screen's when it dropped the cell)
     passed: bool | None = None
-    order: list[str] = field(default_factory=list)  # the stages it ran in, in order
 
 
 def objective(r: RunResult | None, spec: TuneSpec) -> float | None:
@@ -46,10 +44,12 @@ def gate_words(rs: dict, bs: dict, gate: GateSpec | None) -> tuple[bool | None, 
     if gate is None:
         return None, "no gate"
     v = gate_verdict(rs, bs, gate)
-    if v is None:
-        return None, "not scored"
-    ok, mean, lo, hi, allowed = v
-    return ok, f"{gate.metric} {mean:+.3f} ({lo:+.3f} to {hi:+.3f}), allowed -{allowed:.3f}"
+    return (None, "not scored") if v is None else (v[0], _gate_text(gate, v))
+
+
+def _gate_text(gate: GateSpec, verdict: tuple[bool, float, float, float, float]) -> str:
+    _, mean, lo, hi, allowed = verdict
+    return f"{gate.metric} {mean:+.3f} ({lo:+.3f} to {hi:+.3f}), allowed -{allowed:.3f}"
 
 
 def keep_after_screen(cells: list[Cell], base: Cell, spec: TuneSpec, samples: Any) -> list[Cell]:
@@ -68,15 +68,13 @@ def keep_after_screen(cells: list[Cell], base: Cell, spec: TuneSpec, samples: An
             if not bs or (v := gate_verdict(samples(c.screen), bs, spec.gate)) is None:
                 c.verdict, c.gate = "dropped at the screen: its gate cannot be checked (no paired scores)", "not scored"
                 continue
-            ok, mean, lo, hi, allowed = v
-            if hi < -allowed:  # clearly worse, even with the subset's noise
+            if v[3] < -v[4]:  # its whole interval below the allowed drop: clearly worse, even with the subset's noise
                 c.verdict, c.passed = "dropped at the screen: clearly below the gate", False
-                c.gate = f"{spec.gate.metric} {mean:+.3f} ({lo:+.3f} to {hi:+.3f}), allowed -{allowed:.3f}"
+                c.gate = _gate_text(spec.gate, v)
                 continue
         ranked.append((value, c))
     ranked.sort(key=lambda vc: vc[0])
-    n = len(ranked)
-    k = max(min(spec.screen.min_keep, n), math.ceil(spec.screen.keep * n)) if n else 0
+    k = spec.confirmed(len(ranked))
     for i, (_, c) in enumerate(ranked):
         c.verdict = "confirmed" if i < k else "not kept (slower at the screen)"
     return [c for _, c in ranked[:k]]

@@ -137,10 +137,13 @@ class TuneSpec(StrictModel):
         """Measured runs: one screen each (the baseline's too), `confirm.repeat` for each confirmed and the baseline."""
         return 1 + screened + (1 + confirmed) * self.confirm.repeat
 
+    def confirmed(self, screened: int) -> int:
+        """How many of `screened` go on to the confirmation: the `keep` share, at least `min_keep` (when there are)."""
+        return max(min(self.screen.min_keep, screened), math.ceil(self.screen.keep * screened))
+
     def plan(self, n_candidates: int) -> tuple[int, int]:
         """(candidates screened, candidates confirmed) within `budget.cells` measured runs (repeats count)."""
-        confirm = lambda screened: max(min(self.screen.min_keep, screened), math.ceil(self.screen.keep * screened))
         screened = n_candidates
-        while screened > 0 and self.runs(screened, confirm(screened)) > self.budget.cells:
+        while screened > 0 and self.runs(screened, self.confirmed(screened)) > self.budget.cells:
             screened -= 1
-        return screened, confirm(screened) if screened else 0
+        return screened, self.confirmed(screened)
