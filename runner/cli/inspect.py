@@ -137,14 +137,14 @@ def plan(paths, gpu, as_json, sets, model_paths, only):
     plans = []
     for lr in load_all(paths, sets, model_paths, only):
         check_model(lr, weights=False)
-        check_config(lr)  # before the tokenizer, which reads config.json too
+        config = check_config(lr)  # before the tokenizer, which reads config.json too
         r = lr.recipe
         prepared = prepare(lr)
         try:
             _, ids = count_prompts(r.model, list(prepared.messages), r.prompt.chat_template)
         except RunnerError as e:
             raise RunnerError(e.message, file=lr.path, field=e.field, hint=e.hint) from None
-        plans.append(plan_recipe(lr, prepared, ids, target, layout=True).model_dump(mode="json"))
+        plans.append(plan_recipe(lr, prepared, ids, target, layout=True, config=config).model_dump(mode="json"))
     if fallback and any(p["gpu"] for p in plans):
         click.echo(f"no GPU on this machine: planning for the {target.name} (--gpu NAME picks another)", err=True)
     if as_json:

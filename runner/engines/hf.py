@@ -227,8 +227,9 @@ def _count_key(folder: Path, kind: str, chat_template: bool | None, inputs: list
         if not f.is_file() or f.name.endswith(_WEIGHTS):
             continue
         st = f.stat()  # a large file by its size and time (hashing it would cost more than counting)
-        digest = hashlib.sha256(f.read_bytes()).digest() if st.st_size < 64 << 20 else f"{st.st_size}:{st.st_mtime_ns}"
-        h.update(f.name.encode() + b"\x00" + (digest if isinstance(digest, bytes) else digest.encode()))
+        big = st.st_size >= 64 << 20
+        digest = f"{st.st_size}:{st.st_mtime_ns}" if big else hashlib.sha256(f.read_bytes()).hexdigest()
+        h.update(f"{f.name}\x00{digest};".encode())
     h.update(json.dumps([kind, chat_template, inputs], ensure_ascii=False).encode("utf-8", "surrogatepass"))
     return h.hexdigest()[:40]
 

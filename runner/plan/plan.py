@@ -180,7 +180,7 @@ def make_plan(
     total, cached, mml = sum(lens), sum(used), mem.max_model_len
     fields: dict[str, Any] = {"name": name, "gpu": g.name, "requests": len(lens), "prompt_tokens": total}
     fields |= {"prompt_tokens_per_example": _stats(lens), "max_tokens": max_tokens}
-    fields |= {"over_context": sum(1 for n in lens if n + max_tokens > mml) if mml else 0}
+    fields |= {"over_context": _over(lens, max_tokens, mml)}
     fields |= {"prefix_caching": enable_prefix_caching, "cached_prompt_tokens": cached}
     fields |= {"cached_share": cached / total if total else 0.0, "block_size": block_size, "kv_blocks_needed": needed}
     fields |= {"cache_upper_bound": upper, "cached_prompt_tokens_lru": lru}
@@ -205,6 +205,11 @@ def _once(what: str, ids: Any, args: tuple, compute: Any) -> Any:
         while len(_ONCE) > 32:  # the oldest go (with their hold on the ids)
             _ONCE.pop(next(iter(_ONCE)))
     return hit[1]
+
+
+def _over(lens: Sequence[int], max_tokens: int, max_model_len: int | None) -> int:
+    """Prompts whose length + max_tokens exceeds the context (0 when the context is unknown)."""
+    return sum(1 for n in lens if n + max_tokens > max_model_len) if max_model_len else 0
 
 
 def pick_gpu(name: str | None) -> tuple[GPU | None, bool]:
@@ -254,13 +259,15 @@ def check_config(lr: LoadedRecipe) -> dict[str, Any]:
     return config
 
 
-def plan_recipe(lr: LoadedRecipe, prepared: Prepared, ids: list[list[int]], gpu: GPU | None, layout=False) -> Plan:
+def plan_recipe(
+    lr: LoadedRecipe, prepared: Prepared, ids: list[list[int]], gpu: GPU | None, layout=False, config=None
+) -> Plan:
     """`ids`: the prompts' token ids in engine order; `gpu`: None plans for the CPU; `layout`: with the template
     layout advice. vLLM on a GPU gets the whole plan; any other engine, or the CPU, what applies to it."""
     r = lr.recipe
     settings = r.engine.plan_settings(r.model)
     device, cpu_dtype = settings.pop("device", None), settings.pop("cpu_dtype", None)
-    config = check_config(lr)
+    config = config if config is not None else check_config(lr)
     if gpu is None or device == "cpu" or not r.engine.kv_pool:
         on = None if gpu is None or device == "cpu" else gpu
         dtype = (cpu_dtype or settings.get("dtype") or "auto") if on is None else settings.get("dtype") or "auto"
@@ -307,7 +314,7 @@ def tokens_plan(
     """What applies to any engine on any device: prompt tokens, context fit, the weights and KV bytes per token;
     the rest None, and `why` in the notes."""
     lens = [len(p) for p in ids]
-    over = sum(1 for n in lens if n + max_tokens > max_model_len) if max_model_len else 0
+    over = _over(lens, max_tokens, max_model_len)
     quant = settings.get("quantization")
     fields: dict[str, Any] = {"name": name, "gpu": gpu.name if gpu else None, "requests": len(lens)}
     fields |= {"prompt_tokens": sum(lens), "prompt_tokens_per_example": _stats(lens), "max_tokens": max_tokens}
@@ -402,7 +409,7 @@ def predicted_vs_measured(r: RunResult) -> list[str]:
     for label, key, pred, meas in pairs:
         if pred is None:  # not planned for this engine or device (the plan's notes say why)
             continue
-        off = None if pred is None or meas is None or not meas else (pred - meas) / meas
+        off = None if meas is None or not meas else (pred - meas) / meas
         rows.append([label, fmt(pred), fmt(meas), "–" if off is None else f"{off:+.2%}"])
         if off is not None and abs(off) > TOLERANCE[key]:
             warn.append(f"> **Warning**: predicted {label} off by {off:+.1%} (tolerance ±{TOLERANCE[key]:.1%}).")
