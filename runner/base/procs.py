@@ -8,7 +8,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +24,30 @@ def group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     try:
-        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+        return any(fields[2] == str(pgid) for _, fields in _live_procs())
     except OSError:
         return True
-    for pid in pids:
+
+
+def _live_procs() -> Iterator[tuple[int, list[str]]]:
+    """Each live process (not a zombie) with the fields of its /proc/PID/stat after `pid (comm)`: state, ppid,
+    pgrp, session, ...; OSError where /proc cannot be listed (not Linux)."""
+    for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
-        state, _ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
-        if int(pgrp) == pgid and state not in ("Z", "X"):
-            return True
-    return False
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields and fields[0] not in ("Z", "X"):
+            yield int(pid), fields
+
+
+def cmdline(pid: int) -> bytes:
+    """The process's command line, NUL-separated (b"" when it is gone or unreadable)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def kill_group(pgid: int, grace_s: float = 10.0, proc: subprocess.Popen | None = None, kill_s: float = 60.0) -> None:
@@ -83,27 +95,20 @@ def stop_group(proc: subprocess.Popen | None, grace_s: float, then: Callable[[],
 
 def session_members(sid: int) -> list[int]:
     """The live processes of session `sid` (Linux /proc; none elsewhere)."""
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp session ...
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 3 and fields[3] == str(sid) and fields[0] != "Z":
-            out.append(int(stat.parent.name))
-    return out
+    try:
+        return [pid for pid, fields in _live_procs() if len(fields) > 3 and fields[3] == str(sid)]
+    except OSError:
+        return []
 
 
 def descendants(pid: int) -> list[int]:
     """The live processes below `pid` (children, theirs, ...), from /proc (none elsewhere)."""
     children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 1 and fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    try:
+        for child, fields in _live_procs():
+            children.setdefault(int(fields[1]), []).append(child)
+    except OSError:
+        return []
     out, todo = [], list(children.get(pid, []))
     while todo:
         p = todo.pop()

@@ -21,7 +21,7 @@ from typing import Any
 from runner.base.errors import RunnerError
 from runner.base.files import write_bytes_atomic, write_json_atomic, write_jsonl_atomic
 from runner.base.format import secs, table
-from runner.base.procs import descendants, end_stragglers
+from runner.base.procs import cmdline, descendants, end_stragglers
 from runner.folder import RunFolder
 from runner.results import Prefix, ReplicaRun, RunResult, Sample, Timings
 from runner.run.isolate import LOG_MARK, failed_result, run_isolated
@@ -203,16 +203,9 @@ def shutdown() -> None:
     agents outlive a shutdown that comes right after the start)."""
     import ray
 
-    below = [p for p in descendants(os.getpid()) if b"ray" in _cmdline(p)]
+    below = [p for p in descendants(os.getpid()) if b"ray" in cmdline(p)]
     ray.shutdown()
-    end_stragglers([p for p in below if b"ray" in _cmdline(p)])
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
+    end_stragglers([p for p in below if b"ray" in cmdline(p)])
 
 
 HELD = (signal.SIGINT, signal.SIGTERM)

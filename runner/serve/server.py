@@ -24,7 +24,7 @@ from typing import Any
 import jinja2.meta
 
 from runner.base.errors import RunnerError
-from runner.base.procs import kill_group, session_members, stop_group
+from runner.base.procs import cmdline, kill_group, session_members, stop_group
 from runner.base.types import EngineInfo, Knob
 from runner.engines import gguf
 from runner.engines.fake import DEFAULT_REPLY, FakeSpec, reply_template
@@ -43,13 +43,6 @@ while p.poll() is None:
         os.killpg(0, signal.SIGKILL)
     time.sleep(0.2)
 sys.exit(p.returncode)"""
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 class ServerError(RunnerError):
@@ -161,7 +154,7 @@ class Server:
             self.session_file.unlink(missing_ok=True)
             return None
         self.session_file.unlink(missing_ok=True)
-        if not any(_cmdline(pid).startswith(cmd) for pid in session_members(sid)):
+        if not any(cmdline(pid).startswith(cmd) for pid in session_members(sid)):
             return None
         kill_group(sid, self.grace_s)
         return sid
