@@ -7,7 +7,6 @@ import datetime as dt
 import importlib.util
 import os
 import shlex
-import signal
 import sys
 import uuid
 from collections.abc import Callable
@@ -20,7 +19,7 @@ import click
 from runner.base.errors import RunnerError
 from runner.base.files import write_json_atomic
 from runner.base.format import brief, secs
-from runner.cli import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard, sigterm_as_ctrl_c
+from runner.cli import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard
 from runner.cli.loading import MP_HELP, SET_HELP, load_all
 from runner.cli.wings import Plans, report_sections, study_summaries, summary_sections
 from runner.engines.builtin import is_builtin
@@ -312,8 +311,7 @@ def _run_all(
         results.append(res)
         click.echo(one_line(res, write_report(res, opts.out, report_sections(opts.out))))
 
-    old_handler = signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)
-    try:
+    try:  # SIGTERM arrives here as Ctrl-C: the command's guard (runner.cli.guard) makes it so
         todo = []
         for u in units:  # an unchanged recipe whose results are complete is skipped
             folder = RunFolder.of(opts.out, u.name)
@@ -358,8 +356,6 @@ def _run_all(
         kept += " from them"
         click.echo(f"interrupted: {len(results)} of {len(units)} recipes finished; {kept}", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    finally:
-        signal.signal(signal.SIGTERM, old_handler)
     order = {u.name: i for i, u in enumerate(units)}
     results.sort(key=lambda r: order.get(r.name, len(order)))
     click.echo(f"summary: {write_summary(results, opts.out, baseline, summary_sections())}")
