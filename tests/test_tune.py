@@ -55,6 +55,8 @@ def test_tune_finds_the_fastest_and_never_crowns_a_faster_one_that_fails_the_gat
     assert "Against the recipe as written (tu): " in report and "×" in report
     rows = {line.split("|")[2].strip(): line for line in report.splitlines() if line.startswith("| ")}
     assert "dropped at the screen: clearly below the gate" in rows["tu-t4"] and "winner" in rows["tu-t3"]
+    assert "the recipe as written (not run: it is the baseline)" in rows["tu-t1"]  # t1's engine is the recipe's
+    assert not (out / "tu-t1-screen").exists() and "1 the recipe as written" in report
     assert "delay_s: 0.001" in report.split("## The winner's recipe")[1] and "name: tu-tuned" in report
     assert json.loads((out / "tu-t3" / "results.json").read_text())["n_samples"] == 36  # confirmed on every example
     assert json.loads((out / "tu-t3-screen" / "results.json").read_text())["n_samples"] == 12
@@ -74,7 +76,7 @@ def test_an_interrupted_or_repeated_tune_reuses_every_finished_run(tmp_path, wri
 
 
 def test_the_budget_cuts_the_screen_and_dry_run_lists_it(tmp_path, write_recipe, base_recipe):
-    axes = {"engine.delay_s": [0.004, 0.003, 0.002, 0.001]}
+    axes = {"engine.delay_s": [0.0035, 0.003, 0.002, 0.001]}
     path = _tune_file(write_recipe, base_recipe, axes, budget={"cells": 9}, confirm={"repeat": 2})
     r = _tune(path, "--out", tmp_path / "out", "--dry-run")
     assert r.exit_code == 0 and not (tmp_path / "out").exists()
@@ -256,3 +258,62 @@ def test_a_failed_run_costs_its_wall_time():
 
     r = RunResult(name="f", recipe=a_recipe("f"), status="failed", started_at="2026-12-04T10:00:00+00:00")
     assert _run_s(r.model_copy(update={"finished_at": "2026-12-04T10:00:08+00:00"})) == 8.0
+
+
+def _study(write_recipe, base_recipe, **tune):
+    """A study of fake-engine cells: `st-slow` (the baseline), `st-hand` (a hand-written fast cell), `st-wrong`."""
+    study = {
+        **base_recipe,
+        "name": "st",
+        "model": {"id": "none"},
+        "engine": _engine(0.004),
+        "metrics": ["exact_match"],
+        "variants": {
+            "slow": {"baseline": True},
+            "hand": {"engine.delay_s": 0.0015},
+            "wrong": {"engine.reply": WRONG},
+        },
+        "baseline": "st-slow",
+        "tune": {
+            "axes": {"engine.delay_s": {"fast": 0.001, "mid": 0.002}},
+            "gate": {"metric": "exact_match", "max_drop": 0.05},
+            "screen": {"examples": 12, "keep": 1.0},
+            "confirm": {"repeat": 3},
+            **tune,
+        },
+    }
+    return write_recipe(study, "st.yaml")
+
+
+def test_a_study_tunes_from_its_baseline_cell_and_sets_the_winner_against_its_hand_written_cell(
+    tmp_path, write_recipe, base_recipe
+):
+    """The candidates change the study's baseline cell (st-slow), labelled values are shown by label, and the
+    hand-written cell named in `compare` is confirmed with the same repeats and set against the winner."""
+    path, out = _study(write_recipe, base_recipe, compare=["st-hand"]), tmp_path / "out"
+    r = _tune(path, "--out", out, "--dry-run")
+    assert r.exit_code == 0, r.output
+    assert "with the recipe as written (st-slow, the baseline)" in r.output and "hand-written st-hand" in r.output
+    assert "engine.delay_s=fast" in r.output and "| st-hand    | hand-written cell of the study | confirm |" in r.output
+    r = _tune(path, "--out", out)
+    assert r.exit_code == 0, r.output
+    assert "tune st-slow: st-slow-t1 is the fastest that passed, clearly faster than the recipe as written." in r.output
+    assert "Against the fastest hand-written cell, st-hand (" in r.output and "the winner st-slow-t1 is " in r.output
+    hand = json.loads((out / "st-hand" / "results.json").read_text())
+    assert hand["n_samples"] == 36 and len(hand["repeats"]) == 3  # every example, the confirmation's repeats
+    report = (out / "st-slow-tune.md").read_text()
+    rows = {line.split("|")[2].strip(): line for line in report.splitlines() if line.startswith("| ")}
+    assert "hand-written cell" in rows["st-hand"] and "exact_match +0.000" in rows["st-hand"]
+    assert "name: st-slow-tuned" in report and "delay_s: 0.001" in report and "variants" not in report
+
+
+def test_a_study_tune_names_a_cell_that_exists(tmp_path, write_recipe, base_recipe):
+    path = _study(write_recipe, base_recipe, start="st-slwo")
+    err = user_error(_tune(path, "--dry-run"))
+    assert err.startswith("Error: {tmp}/st.yaml: tune.start: 'st-slwo' names no cell of the study\n")
+    assert "did you mean 'st-slow'?" in err
+    path = _study(write_recipe, base_recipe, compare=["st-slow"])
+    assert "tune.compare: 'st-slow' is the cell the tune starts from" in user_error(_tune(path, "--dry-run"))
+    recipe = {**base_recipe, "tune": {"axes": {"sampling.max_tokens": [8]}, "compare": ["x"]}}
+    err = user_error(_tune(write_recipe(recipe), "--dry-run"))
+    assert "tune.compare: only a study file has cells to start from or compare with" in err

@@ -73,10 +73,10 @@ def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool) -> None:
         click.echo(f"  note: cannot run on this machine: {e.message}")
     from runner.config.loading import read_recipe_file
 
-    if not lr.study and "tune" in read_recipe_file(lr.path).keys:
-        click.echo(
-            "  note: this file has a `tune:` block: runner go runs the recipe as written, runner tune searches it"
-        )
+    if ("tune", lr.path) not in shown and "tune" in read_recipe_file(lr.path).keys:
+        shown.add(("tune", lr.path))  # once per file
+        what = "its cells" if lr.study else "the recipe as written"
+        click.echo(f"  note: this file has a `tune:` block: runner go runs {what}, runner tune searches it")
     if lr.study:
         cell = ", ".join(f"{k}={v}" for k, v in lr.cell.items()) or "(no varying settings)"
         click.echo(f"  cell of study {lr.study}: {cell}")

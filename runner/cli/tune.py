@@ -3,6 +3,8 @@ in runner/tune/spec.py); every run is an ordinary cell under --out, so an interr
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -25,43 +27,49 @@ from runner.cli.loading import MP_HELP, SET_HELP, load_all
 @click.option("--in-process", is_flag=True, hidden=True, help="Run recipes in this process (tests).")
 @guard
 def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, in_process):
-    """Search the `tune:` block of a recipe file for the fastest settings that keep its accuracy: every candidate
-    screened on the first examples, the best confirmed on every example with repeats against the recipe as
-    written, the gate checked on every example; writes <out>/<name>-tune.md with the trajectory, the winner (or
+    """Search the `tune:` block of a recipe or study file for the fastest settings that keep its accuracy: every
+    candidate screened on the first examples, the best confirmed on every example with repeats against the recipe
+    as written (a study: its `tune.start` cell; the cells in `tune.compare` confirmed with them), the gate checked
+    on every example; writes <out>/<name>-tune.md with the trajectory, the winner (or
     the candidates within noise of each other) and its recipe as YAML. Exit 1 when a run failed."""
     from runner.config.loading import read_recipe_file
     from runner.tune.spec import TuneSpec
 
     f = read_recipe_file(path)
-    if f.is_study or "tune" not in f.keys:
-        why = "is a study file" if f.is_study else "has no `tune:` block"
-        hint = "runner tune takes a recipe file with a `tune:` block (axes, objective, gate, budget); see "
-        raise RunnerError(why, file=str(path), field="tune", hint=hint + "docs/recipe-reference.md, section Tune")
+    if "tune" not in f.keys:
+        hint = "runner tune takes a recipe or study file with a `tune:` block (axes, objective, gate, budget); see "
+        raise RunnerError("has no `tune:` block", file=str(path), field="tune", hint=hint + _DOCS)
     try:
         spec = TuneSpec.model_validate(f.keys["tune"])
     except ValidationError as e:
         first = e.errors()[0]
         loc = ".".join(str(x) for x in ("tune", *first["loc"]))
         raise RunnerError(first["msg"], file=str(path), field=loc) from None
-    [base] = load_all((path,), sets, model_paths)
+    src, hand = _source(path, f, spec, sets, model_paths)
+    base = load_cell(src, sets, model_paths, {}, None)
     name = base.recipe.name
     if spec.gate is not None and spec.gate.metric not in base.recipe.metrics:
         why = f"{spec.gate.metric!r} is not among the recipe's metrics ({', '.join(base.recipe.metrics)})"
         raise RunnerError(why, file=str(path), field="tune.gate.metric", hint="gate a metric the recipe scores")
-    cands = spec.candidates()
+    cands, labels = spec.candidates(), spec.candidate_labels()
     width = len(str(len(cands)))  # t1..t9, t01..t10, ...: more candidates later rename them (their runs start over)
     names = [f"{name}-t{i:0{width}d}" for i in range(1, len(cands) + 1)]
-    invalid = {}  # a combination the recipe's checks refuse (e.g. vLLM's step smaller than its sequences)
+    invalid, same = {}, set()  # a combination the recipe's checks refuse (e.g. vLLM's step smaller than its sequences)
+    as_written = base.recipe.model_dump(exclude={"name"})
     for n, c in zip(names, cands):
         try:
-            load_cell(path, sets, model_paths, c, n)
+            lr = load_cell(src, sets, model_paths, c, n)
         except RunnerError as e:
             invalid[n] = " ".join(line.strip() for line in e.message.splitlines())[:300]
-    valid = [n for n in names if n not in invalid]
+            continue
+        if lr.recipe.model_dump(exclude={"name"}) == as_written:
+            same.add(n)
+    valid = [n for n in names if n not in invalid and n not in same]
     if not valid:
-        why = (
-            f"all {len(names)} candidates are refused by the recipe's checks; the first: {next(iter(invalid.values()))}"
-        )
+        first = next(iter(invalid.values()), "")
+        why = f"all {len(names)} candidates are refused by the recipe's checks; the first: {first}"
+        if not invalid or len(same) == len(names):
+            why = "every candidate is the recipe as written: the axes change nothing"
         raise RunnerError(why, file=str(path), field="tune.axes", hint="fix the axes' keys or values (runner check)")
     screened, confirmed = spec.plan(len(valid))
     if screened == 0:
@@ -69,44 +77,83 @@ def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, in_pro
         why = (
             f"budget.cells {spec.budget.cells} leaves no room for a candidate (one needs {need} measured runs with the "
         )
-        why += "baseline's)"
+        why += "baseline's" + (" and the compared cells'" if hand else "") + ")"
         raise RunnerError(why, file=str(path), field="tune.budget.cells", hint=f"set budget.cells to {need} or more")
-    plan = _plan_words(spec, len(cands), screened, confirmed, len(invalid))
+    plan = _plan_words(spec, len(cands), screened, confirmed, len(invalid), len(same), name)
     from runner.tune.search import Cell
 
-    cells = [Cell(i + 1, n, c) for i, (n, c) in enumerate(zip(names, cands))]
+    cells = [Cell(i + 1, n, c, lab) for i, (n, c, lab) in enumerate(zip(names, cands, labels))]
     for c in cells:
         if c.name in invalid:
             c.verdict = f"invalid: {invalid[c.name]}"
-    to_screen = [c for c in cells if c.name not in invalid][:screened]
+        elif c.name in same:
+            c.verdict = "the recipe as written (not run: it is the baseline)"
+    to_screen = [c for c in cells if c.name in valid][:screened]
     if dry_run:
         from runner.base.format import table
         from runner.tune.report import settings_text
 
         click.echo(f"# Tune: {name} (dry run)\n\n{plan}\n")
-        rows = [[c.name, settings_text(c.settings), "screen" if c in to_screen else c.verdict] for c in cells]
+        rows = [[c.name, settings_text(c.settings, c.labels), "screen" if c in to_screen else c.verdict] for c in cells]
+        rows += [[h, "hand-written cell of the study", "confirm"] for h in hand]
         click.echo(table(rows, ["cell", "settings", "stage"]))
         return
     run = dict(progress=not no_progress, in_process=in_process, report_only=report_only)
-    _run(path, f, spec, base, cells, to_screen, sets, model_paths, Path(out), plan, run)
+    _run(path, src, spec, base, cells, to_screen, hand, sets, model_paths, Path(out), plan, run)
 
 
-def load_cell(path, sets, model_paths, settings: dict, cell: str, repeat: int = 1, interleave: str = "auto"):
-    """The recipe file with one candidate's settings, named `cell`."""
+_DOCS = "docs/recipe-reference.md, section Tune"
+
+
+def _source(path, f, spec, sets, model_paths):
+    """The recipe the candidates change (a study: its `tune.start` cell, else its baseline cell) and the study's
+    hand-written cells to compare (checked to exist)."""
+    from runner.study.load import cell_file
+
+    if not f.is_study:
+        if spec.start or spec.compare:
+            why = "only a study file has cells to start from or compare with"
+            key = "tune.start" if spec.start else "tune.compare"
+            raise RunnerError(why, file=str(path), field=key, hint="remove it, or move the tune: block into the study")
+        return f, []
+    start = spec.start or (f.data.get("baseline") if isinstance(f.data.get("baseline"), str) else None)
+    if start is None:
+        hint = "name the cell the candidates change: `tune: {start: CELL, ...}` (runner check FILE lists the cells)"
+        raise RunnerError("a study's tune starts from one cell", file=str(path), field="tune.start", hint=hint)
+    src = cell_file(path, start, "tune.start")
+    for h in spec.compare:
+        cell_file(path, h, "tune.compare")
+    if start in spec.compare:
+        why = f"{start!r} is the cell the tune starts from: it is confirmed already"
+        raise RunnerError(why, file=str(path), field="tune.compare", hint="compare other cells")
+    return src, list(spec.compare)
+
+
+def load_cell(src, sets, model_paths, settings: dict, cell: str | None, repeat: int = 1, interleave: str = "auto"):
+    """The recipe `src` (a RecipeFile) with one candidate's settings, named `cell` (None: its own name)."""
+    from runner.cli.loading import check_model_paths, parse_model_paths
+    from runner.config.loading import load_file
+    from runner.folder import check_name
+
     extra = [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in settings.items()]
-    run = (f"name={cell}", f"repeat={repeat}", f"interleave={interleave}")
-    [lr] = load_all((path,), (*sets, *extra, *run), model_paths)
+    run = (*((f"name={cell}",) if cell else ()), f"repeat={repeat}", f"interleave={interleave}")
+    fresh = dataclasses.replace(src, data=copy.deepcopy(src.data))  # the overrides are set into the data
+    [lr] = load_file(fresh, [*sets, *extra, *run], model_paths=parse_model_paths(model_paths))
+    check_name(lr.recipe.name, lr.path)
+    if cell is None:
+        check_model_paths(model_paths, [lr])
     return lr
 
 
-def _plan_words(spec, n: int, screened: int, confirmed: int, invalid: int = 0) -> str:
+def _plan_words(spec, n: int, screened: int, confirmed: int, invalid: int, same: int, name: str) -> str:
     bad = f", {invalid} of them refused by the recipe's checks" if invalid else ""
-    cut = f" (the budget of {spec.budget.cells} runs leaves {screened})" if screened < n - invalid else ""
-    words = (
-        f"{n} candidates{bad}{cut}: each screened once on the first {spec.screen.examples} examples with the recipe "
-    )
-    words += f"as written (the baseline); the best {confirmed} then run on every example {spec.confirm.repeat} times "
-    words += f"each, with the baseline: at most {spec.runs(screened, confirmed)} measured runs. Objective: "
+    bad += f", {same} the recipe as written" if same else ""
+    cut = f" (the budget of {spec.budget.cells} runs leaves {screened})" if screened < n - invalid - same else ""
+    words = f"{n} candidates{bad}{cut}: each screened once on the first {spec.screen.examples} examples with the "
+    words += f"recipe as written ({name}, the baseline); the best {confirmed} then run on every example "
+    words += f"{spec.confirm.repeat} times each, with the baseline"
+    words += f" and the hand-written {', '.join(spec.compare)}" if spec.compare else ""
+    words += f": at most {spec.runs(screened, confirmed)} measured runs. Objective: "
     words += "generation time" if spec.objective == "generate_s" else "output tokens per second"
     gate = spec.gate
     if gate is not None:
@@ -117,23 +164,25 @@ def _plan_words(spec, n: int, screened: int, confirmed: int, invalid: int = 0) -
     return words + "."
 
 
-def _run(path, f, spec, base_lr, every, cells, sets, model_paths, out, plan, run) -> None:
-    """Screen `cells` (of `every` candidate), confirm the best, decide, write the report."""
+def _run(path, src, spec, base_lr, every, cells, hand, sets, model_paths, out, plan, run) -> None:
+    """Screen `cells` (of `every` candidate), confirm the best with the baseline and the `hand`-written cells,
+    decide, write the report."""
     from runner.base.files import write_text_atomic
     from runner.cli.go import Executor, new_call, run_loaded
     from runner.config.overrides import apply_overrides
     from runner.folder import RunFolder, read_result
     from runner.report.summary import samples_by_id
     from runner.run.job import RunOptions, make_unit
-    from runner.tune.report import cost_s, tune_markdown, tune_report_path, winner_yaml
-    from runner.tune.search import Cell, decide, keep_after_screen
+    from runner.tune.report import cost_s, hand_words, tune_markdown, tune_report_path, winner_yaml
+    from runner.tune.search import Cell, against_hand_written, decide, gate_words, keep_after_screen
 
     name = base_lr.recipe.name
     ex = Executor(kind="local", in_process=run["in_process"])
     samples = lambda r: samples_by_id(out, r) if r is not None else {}
+    r, interleave = spec.confirm.repeat, spec.confirm.interleave
 
     def load(settings: dict, cell: str, repeat: int = 1):
-        return load_cell(path, sets, model_paths, settings, cell, repeat, spec.confirm.interleave)
+        return load_cell(src, sets, model_paths, settings, cell, repeat, interleave)
 
     def stage(loaded, limit):
         opts = RunOptions(out=out, command="", progress=run["progress"], call=new_call(), limit=limit)
@@ -155,21 +204,33 @@ def _run(path, f, spec, base_lr, every, cells, sets, model_paths, out, plan, run
         for c in part:
             c.screen = got.get(f"{c.name}-screen")
     kept = keep_after_screen(cells, base, spec, samples)
-    r = spec.confirm.repeat
-    got = stage([load({}, name, r), *(load(c.settings, c.name, r) for c in kept)], None)
+    hand_cells = [Cell(-1, h, {}, verdict="hand-written") for h in hand]
+    hand_lr = []
+    if hand:  # the study's own cells, with the confirmation's repeats
+        only, run_sets = ",".join(hand), (*sets, f"repeat={r}", f"interleave={interleave}")
+        hand_lr = load_all((path,), run_sets, model_paths, only=only, unused_ok=True)
+    got = stage([load({}, name, r), *(load(c.settings, c.name, r) for c in kept), *hand_lr], None)
     base.full = got.get(name)
-    for c in kept:
+    for c in [*kept, *hand_cells]:
         c.full = got.get(c.name)
     if run["report_only"] and base.screen is None and base.full is None:
         raise RunnerError(f"no stored run of this tune in {out}", field="--report-only", hint="run the tune first")
     decision = decide(kept, base, spec, samples)
+    bs = samples(base.full) if base.full is not None and base.full.status == "ok" else {}
+    for h in hand_cells:
+        if h.full is not None and h.full.status == "ok":
+            h.passed, h.gate = gate_words(samples(h.full), bs, spec.gate)
+    pick = decision.winners[0] if decision.winners else base
+    vs_hand = against_hand_written(pick, hand_cells, spec)
     recipe = None
     if decision.winners:  # the file's recipe with this call's --set (as `runner go` applies them), then the winner's
-        data = json.loads(json.dumps(f.data))
+        data = json.loads(json.dumps(src.data))
         apply_overrides(data, list(sets), {}, str(path))
         recipe = winner_yaml(data, decision.winners[0].settings, name)
     report = tune_report_path(out, name)
-    write_text_atomic(report, tune_markdown(name, spec, base, every, decision, plan, recipe))
-    click.echo(f"tune {name}: {decision.words.replace('**', '')}\ntune report: {report}")
-    if any(x.status != "ok" for c in [base, *cells] for x in (c.screen, c.full) if x is not None):
+    text = tune_markdown(name, spec, base, every, decision, plan, recipe, hand_cells, pick, vs_hand)
+    write_text_atomic(report, text)
+    words = decision.words + ("\n" + hand_words(pick, base, *vs_hand) if vs_hand else "")
+    click.echo(f"tune {name}: {words.replace('**', '')}\ntune report: {report}")
+    if any(x.status != "ok" for c in [base, *cells, *hand_cells] for x in (c.screen, c.full) if x is not None):
         raise SystemExit(EXIT_FAILED)

@@ -49,7 +49,7 @@ from pydantic import Field
 from runner.base.dotted import overlaps, set_dotted
 from runner.base.errors import RecipeError
 from runner.base.types import StrictModel
-from runner.config.loading import check_abstract, finish, load_file, locator, read_recipe_file
+from runner.config.loading import RecipeFile, check_abstract, finish, load_file, locator, read_recipe_file
 from runner.config.overrides import KeyProblem, key_target, parse_set
 from runner.recipe import NAME_PATTERN, LoadedRecipe
 
@@ -430,6 +430,25 @@ def load_study(
         cell = {"cell": dict(c.cell), "cell_labels": labels, "cell_index": index}
         loaded.append(finish(f, c.data, overrides, mp, at, title=title, **cell, **kw))
     return Study(str(f.path.resolve()), "study", name, all_axes, report, tuple(loaded))
+
+
+def cell_file(path: str | Path, name: str, field: str) -> RecipeFile:
+    """One cell of a study as a plain recipe file: the cell's data (the study's `baseline` mark dropped), the study
+    file's sources; `field` names what asked for it in an error."""
+    f = read_recipe_file(path)
+    where = str(f.path)
+    if not f.is_study:
+        raise _err(where, field, "names a cell, but the file is not a study (no `matrix` or `variants`)")
+    axes, variants = parse_axes(f.keys.get("matrix"), where), parse_variants(f.keys.get("variants"), where)
+    all_axes = tuple(axes) + ((Axis("variant", tuple(variants), tuple(variants)),) if variants else ())
+    excludes = parse_excludes(f.keys.get("exclude"), all_axes, where)
+    cells = {c.name: c for c in expand(str(f.data.get("name")), f.data, axes, variants, excludes, where)}
+    if name not in cells:
+        close = difflib.get_close_matches(name, list(cells), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else "runner check FILE lists the cells"
+        raise _err(where, field, f"{name!r} names no cell of the study", hint)
+    data = {k: v for k, v in cells[name].data.items() if k != "baseline"}
+    return RecipeFile(f.path, data, {}, f.sources)
 
 
 def load_recipes(

@@ -12,7 +12,7 @@ import yaml
 from runner.base.dotted import set_dotted
 from runner.base.format import secs, table
 from runner.folder import check_name
-from runner.report.spread import ratio_text, time_cell
+from runner.report.spread import clear, ratio_text, time_cell
 from runner.results import RunResult
 
 from .search import Cell, Decision
@@ -23,8 +23,11 @@ def tune_report_path(out: Path, name: str) -> Path:
     return Path(out) / f"{check_name(name)}-tune.md"
 
 
-def settings_text(settings: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in settings.items()) or "(as written)"
+def settings_text(settings: dict[str, Any], labels: dict[str, str] | None = None) -> str:
+    """`key=value, ...`; a labelled value (an axis written label -> value) by its label."""
+    labels = labels or {}
+    shown = (labels[k] if k in labels else json.dumps(v, ensure_ascii=False) for k, v in settings.items())
+    return ", ".join(f"{k}={v}" for k, v in zip(settings, shown)) or "(as written)"
 
 
 def _score(r: RunResult | None, metric: str | None) -> str:
@@ -66,30 +69,57 @@ def winner_yaml(data: dict[str, Any], settings: dict[str, Any], name: str) -> st
     return head + yaml.safe_dump(out, sort_keys=False, allow_unicode=True, width=100)
 
 
+def hand_words(pick: Cell, base: Cell, hand: Cell, ratio: tuple | None) -> str:
+    """The tune's pick against the fastest hand-written cell, in one sentence."""
+    who = f"the winner **{pick.name}**" if pick is not base else f"the recipe as written (**{base.name}**: no winner)"
+    head = f"Against the fastest hand-written cell, **{hand.name}** ({time_cell(hand.full) if hand.full else '–'}): "
+    if ratio is None:
+        return head + f"{who} has no time to compare."
+    if not clear(ratio[1], ratio[2]):
+        verdict = "as fast within the noise"
+    else:
+        verdict = "clearly faster" if ratio[0] > 1 else "clearly slower"
+    return head + f"{who} is {ratio_text(*ratio)}: {verdict}."
+
+
 def tune_markdown(
-    name: str, spec: TuneSpec, base: Cell, cells: list[Cell], decision: Decision, plan: str, recipe_yaml: str | None
+    name: str,
+    spec: TuneSpec,
+    base: Cell,
+    cells: list[Cell],
+    decision: Decision,
+    plan: str,
+    recipe_yaml: str | None,
+    hand: list[Cell] = (),  # type: ignore[assignment]
+    pick: Cell | None = None,
+    vs_hand: tuple[Cell, tuple | None] | None = None,
 ) -> str:
     metric = spec.gate.metric if spec.gate else None
+    every = [base, *cells, *hand]
     rows = []
-    for c in [base, *cells]:
+    for c in every:
         screen = "–" if c.screen is None or c.screen.status != "ok" else secs(c.screen.timings.generate_s)
         full = "–" if c.full is None else (time_cell(c.full) or c.full.status)
-        rows.append([c.index or "base", c.name, settings_text(c.settings), screen, _score(c.screen, metric), full])
-        rows[-1] += [_score(c.full, metric), c.gate or "–", secs(cost_s([c])) if c.screen or c.full else "–"]
-        rows[-1].append("baseline" if c is base else c.verdict)
+        what = "hand-written cell" if c in hand else settings_text(c.settings, c.labels)
+        rows.append(["base" if c is base else "hand" if c in hand else c.index, c.name, what, screen])
+        rows[-1] += [_score(c.screen, metric), full, _score(c.full, metric), c.gate or "–"]
+        rows[-1] += [secs(cost_s([c])) if c.screen or c.full else "–", "baseline" if c is base else c.verdict]
     head = ["#", "cell", "settings", f"screen time ({spec.screen.examples} ex.)", "screen score"]
     head += ["time on every example (95% CI)", "score", "gate against the baseline", "cost", "verdict"]
-    runs = measured_runs([base, *cells])
-    out = [f"# Tune: {name}", "", plan, "", f"Spent: {runs} measured runs, {secs(cost_s([base, *cells]))} in all.", ""]
+    runs = measured_runs(every)
+    out = [f"# Tune: {name}", "", plan, "", f"Spent: {runs} measured runs, {secs(cost_s(every))} in all.", ""]
     out += ["## Verdict", "", decision.words]
     if decision.winners and decision.against_baseline is not None:  # (without a winner the words say it)
         out += ["", f"Against the recipe as written ({base.name}): {ratio_text(*decision.against_baseline)}."]
-    if not all(r.scores_meaningful for c in [base, *cells] for r in (c.screen, c.full) if r is not None):
+    if vs_hand is not None and pick is not None:
+        out += ["", hand_words(pick, base, *vs_hand)]
+    if not all(r.scores_meaningful for c in every for r in (c.screen, c.full) if r is not None):
         out += ["", "> Scores here are not meaningful (random weights or the fake engine): the gate is exercised, "]
         out[-1] += "not evidence."
     out += ["", "## Trajectory", "", "In the order tried: the screen (first examples, one run each), then the "]
-    out[-1] += "confirmation (every example, repeats taking turns). Cost: the cell's measured total time (engine "
-    out[-1] += "starts, generations, repeats)."
+    out[-1] += "confirmation (every example, repeats taking turns"
+    out[-1] += ", the study's hand-written cells with them" if hand else ""
+    out[-1] += "). Cost: the cell's measured total time (engine starts, generations, repeats)."
     out += ["", table(rows, head)]
     if recipe_yaml:
         out += ["", "## The winner's recipe", "", "```yaml", recipe_yaml.rstrip(), "```"]

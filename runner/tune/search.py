@@ -3,7 +3,7 @@ confirmed one wins (spec.py has the method in words)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from runner.recipe import GateSpec
@@ -21,6 +21,7 @@ class Cell:
     index: int
     name: str
     settings: dict[str, Any]
+    labels: dict[str, str] = field(default_factory=dict)  # key -> label of the labelled values
     screen: RunResult | None = None
     full: RunResult | None = None
     verdict: str = "not screened (budget)"
@@ -99,6 +100,16 @@ class Decision:
     winners: list[Cell]  # one, or the ones within noise of each other (fastest first); empty when none passed
     against_baseline: tuple[float, float | None, float | None] | None
     words: str
+
+
+def against_hand_written(pick: Cell, hand: list[Cell], spec: TuneSpec) -> tuple[Cell, tuple | None] | None:
+    """The fastest hand-written cell that finished (by the objective) and how much better the tune's pick is than it
+    (the ratio with its 95% interval, as `gain`); None when no hand-written cell finished."""
+    done = [c for c in hand if objective(c.full, spec) is not None]
+    if not done:
+        return None
+    best = min(done, key=lambda c: objective(c.full, spec))  # type: ignore[arg-type, return-value]
+    return best, gain(best.full, pick.full, spec)
 
 
 def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any) -> Decision:

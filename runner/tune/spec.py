@@ -14,7 +14,12 @@ The method:
    winner is crowned.
 4. `budget.minutes` stops the screening (between chunks of `screen.chunk` cells) once the runs' measured total
    time passes it; the confirmation runs regardless (what was screened is confirmed).
-Every run is an ordinary cell with its own folder: an interrupted tune continues where it stopped.
+Every run is an ordinary cell with its own folder: an interrupted tune continues where it stopped. A candidate
+whose settings are the recipe's own is not run (it is the baseline).
+
+In a study file, the tune starts from one cell (`start`, else the study's `baseline` cell): that cell's recipe is
+the baseline and the candidates change it; the hand-written cells named in `compare` run in the confirmation with the
+same repeats, and the report sets the tune's best against the fastest of them.
 """
 
 from __future__ import annotations
@@ -59,6 +64,15 @@ class Range(StrictModel):
         return out
 
 
+def _labelled(axis: list[Any] | Range | dict[str, Any]) -> tuple[list[Any], list[str | None]]:
+    if isinstance(axis, Range):
+        values = axis.values()
+        return values, [None] * len(values)
+    if isinstance(axis, dict):
+        return list(axis.values()), [str(k) for k in axis]
+    return list(axis), [None] * len(axis)
+
+
 class Screen(StrictModel):
     """The first pass: every candidate once, on the first examples."""
 
@@ -101,8 +115,9 @@ class TuneSpec(StrictModel):
 
     `axes` take any recipe field, as in `matrix:`; a candidate sets one value of each."""
 
-    axes: dict[str, list[Any] | Range] = Field(
-        description="Dotted recipe key -> its values (a list) or a range ({low, high, scale})."
+    axes: dict[str, list[Any] | Range | dict[str, Any]] = Field(
+        description="Dotted recipe key -> its values: a list, a range ({low, high, scale}), or label -> value (the "
+        "labels name the values in the report, as a study's matrix)."
     )
     objective: Literal["generate_s", "throughput"] = Field(
         "generate_s", description="What to minimize: generation time (or maximize output tokens/s: `throughput`)."
@@ -111,6 +126,21 @@ class TuneSpec(StrictModel):
     screen: Screen = Field(default_factory=Screen, description="The first pass, on a subset of the examples.")
     confirm: Confirm = Field(default_factory=Confirm, description="The second pass, on every example, with repeats.")
     budget: Budget = Field(default_factory=Budget, description="How much to spend.")
+    start: str | None = Field(
+        None, description="In a study file: the cell the candidates change (default: the study's `baseline` cell)."
+    )
+    compare: list[str] = Field(
+        default_factory=list,
+        description="In a study file: hand-written cells confirmed with the same repeats; the report sets the "
+        "tune's best against the fastest of them.",
+    )
+
+    @field_validator("axes", mode="before")
+    @classmethod
+    def _ranges_first(cls, v: Any) -> Any:  # a mapping with a range's keys is a range, not labelled values
+        if isinstance(v, dict):
+            return {k: Range.model_validate(x) if isinstance(x, dict) and "low" in x else x for k, x in v.items()}
+        return v
 
     @field_validator("axes")
     @classmethod
@@ -118,7 +148,7 @@ class TuneSpec(StrictModel):
         if not v:
             raise ValueError("name at least one axis (dotted recipe key -> values)")
         for key, values in v.items():
-            if key in ("name", "tune", "matrix", "variants") or key.startswith("tune."):
+            if key in ("name", "tune", "matrix", "variants", "baseline") or key.startswith("tune."):
                 raise ValueError(f"{key!r} cannot be an axis")
             n = len(values.values()) if isinstance(values, Range) else len(values)
             if n == 0:
@@ -126,16 +156,27 @@ class TuneSpec(StrictModel):
         return v
 
     def axis_values(self) -> dict[str, list[Any]]:
-        return {k: v.values() if isinstance(v, Range) else list(v) for k, v in self.axes.items()}
+        return {k: _labelled(v)[0] for k, v in self.axes.items()}
+
+    def labels(self) -> dict[str, list[str | None]]:
+        """Each axis's value labels (None where the value is written as a list or range)."""
+        return {k: _labelled(v)[1] for k, v in self.axes.items()}
 
     def candidates(self) -> list[dict[str, Any]]:
         """Each combination of one value per axis, in the order the axes and values are written."""
         values = self.axis_values()
         return [dict(zip(values, combo)) for combo in itertools.product(*values.values())]
 
+    def candidate_labels(self) -> list[dict[str, str]]:
+        """Parallel to `candidates()`: each candidate's labelled values, key -> label."""
+        labels = self.labels()
+        combos = itertools.product(*labels.values())
+        return [{k: lab for k, lab in zip(labels, combo) if lab is not None} for combo in combos]
+
     def runs(self, screened: int, confirmed: int) -> int:
-        """Measured runs: one screen each (the baseline's too), `confirm.repeat` for each confirmed and the baseline."""
-        return 1 + screened + (1 + confirmed) * self.confirm.repeat
+        """Measured runs: one screen each (the baseline's too), `confirm.repeat` for each confirmed, the baseline and
+        each hand-written cell of `compare`."""
+        return 1 + screened + (1 + confirmed + len(self.compare)) * self.confirm.repeat
 
     def confirmed(self, screened: int) -> int:
         """How many of `screened` go on to the confirmation: the `keep` share, at least `min_keep` (when there are)."""
