@@ -233,6 +233,14 @@ class LoadSpec(StrictModel):
 MetricName = Literal[tuple(METRICS)]  # type: ignore[valid-type]
 
 
+class CostSpec(StrictModel):
+    """What GPU time costs, for the reports' dollars (nothing a run measures depends on it)."""
+
+    usd_per_gpu_hour: float = Field(
+        gt=0, le=1_000_000, allow_inf_nan=False, description="Price of one GPU for one hour, in US dollars."
+    )
+
+
 class GateSpec(StrictModel):
     """The accuracy a recipe must keep against the baseline to count as a candidate: it passes when the lower end of
     the 95% interval of its paired difference from the baseline (this recipe's score minus the baseline's, over the
@@ -302,6 +310,11 @@ class Recipe(StrictModel):
     gate: GateSpec | None = Field(
         None,
         description="Accuracy to keep against the baseline: the summary ranks speed only among recipes that pass.",
+    )
+    cost: CostSpec | None = Field(
+        None,
+        description="What a GPU-hour costs: reports add dollars per million tokens and the cost of the run "
+        "(`runner go --usd-per-gpu-hour X` sets it for every recipe).",
     )
     estimate: PositiveInt | None = Field(
         None,

@@ -16,8 +16,43 @@ class _M(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class StartParts(_M):
+    """The engine start split as the engine accounts for it (vLLM's own log lines); a part it did not report is
+    null, and `other_s` is the rest of the start (process spawn, memory profiling, KV-cache allocation, tokenizer)."""
+
+    load_s: float | None = Field(None, description="Loading the weights onto the device (s).")
+    compile_s: float | None = Field(
+        None, description="torch.compile, or loading its output from the compile cache when warm (s)."
+    )
+    capture_s: float | None = Field(None, description="CUDA graph capture (s).")
+    warmup_s: float | None = Field(None, description="The recipe's `engine.warmup` batch (s).")
+    other_s: float | None = Field(None, description="The rest of the start (s).")
+    cold: bool | None = Field(
+        None,
+        description="true: the engine compiled (nothing for this configuration in the compile cache); false: it "
+        "loaded the compiled graphs from the cache (a warm start); null: nothing compiled (eager).",
+    )
+    compile_cache: str | None = Field(None, description="The compile cache folder the engine used.")
+
+
+class Energy(_M):
+    """GPU energy during generation: NVML's total-energy counter of each GPU the engine ran on, read when the
+    prompts are submitted and when the last output is back (whole devices: another process on them counts too)."""
+
+    measured: bool = Field(description="false where there is no counter (no NVIDIA GPU, no NVML, a CPU run).")
+    why_not: str | None = Field(None, description="Why it was not measured.")
+    gpus: int = Field(0, description="GPUs whose counters were read.")
+    joules: float | None = Field(None, description="Per generation: the mean over the repeats (J).")
+    watts: float | None = Field(None, description="Average power: the repeats' joules / their windows' seconds (W).")
+    j_per_output_token: float | None = None
+    j_per_1k_prompt_tokens: float | None = None
+
+
 class Timings(_M):
     load_s: float | None = Field(None, description="Engine start: weights, compile, graph capture (s).")
+    start: StartParts | None = Field(
+        None, description="The run's first engine start, split (engines that account for it; each start: `repeats`)."
+    )
     generate_s: float | None = Field(
         None,
         description="Generation wall time: from submitting the prompts until the last output is back (s); with "
@@ -228,6 +263,7 @@ class Repeat(_M):
     generate_s: float = Field(description="Generation wall time of this repeat (s).")
     wall_s: float | None = Field(None, description="The whole repeat: tokenizing, generation, scoring, writing (s).")
     load_s: float | None = Field(None, description="Engine start before this repeat, when it started one (s).")
+    start: StartParts | None = Field(None, description="That engine start, split (engines that account for it).")
     started_at: str = ""
     call: str = Field("", description="The `runner go` call that measured it (repeats of one call share it).")
     turns: str | None = Field(
@@ -242,6 +278,8 @@ class Repeat(_M):
     reused_samples: int = Field(0, description="First repeat only: samples reused from an interrupted run.")
     reused_s: float = Field(0.0, description="Their recorded wall time, included in generate_s.")
     noise: Noise = Field(default_factory=Noise)
+    energy_j: float | None = Field(None, description="GPU energy of this generation (J; see Energy).")
+    energy_s: float | None = Field(None, description="The window the energy was read over (s).")
 
 
 class RunResult(_M):
@@ -263,6 +301,7 @@ class RunResult(_M):
     latency: Latency = Field(default_factory=Latency)
     scores: dict[str, float] = Field(default_factory=dict)
     memory: Memory = Field(default_factory=Memory)
+    energy: Energy | None = Field(None, description="GPU energy during generation; null in a failed run.")
     prefix: Prefix = Field(default_factory=Prefix)
     estimate: Estimate | None = None
     knobs: list[Knob] = Field(default_factory=list)

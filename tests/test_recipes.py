@@ -205,7 +205,7 @@ def test_unknown_engine_key_suggests_quantization(write_recipe, base_recipe):
         check(p),
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
         "  line 6, engine.quantizaton: unknown key 'quantizaton'; did you mean 'quantization'? Allowed "
-        "here: cpu_offload_gb, enable_prefix_caching, enforce_eager, engine_args, env, "
+        "here: compile_cache, cpu_offload_gb, enable_prefix_caching, enforce_eager, engine_args, env, "
         "gpu_memory_utilization, kind, kv_cache_dtype, max_model_len, quantization, seed, swap_space, "
         "tensor_parallel_size, warmup\n",
     )
@@ -219,11 +219,11 @@ def test_unknown_engine_key_inline_mapping(write_recipe, base_recipe):
     assert_user_error(
         check(p),
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
-        "  line 6, engine.device: unknown key 'device'. Allowed here: cpu_offload_gb, "
+        "  line 6, engine.device: unknown key 'device'. Allowed here: compile_cache, cpu_offload_gb, "
         "enable_prefix_caching, enforce_eager, engine_args, env, gpu_memory_utilization, kind, "
         "kv_cache_dtype, max_model_len, quantization, seed, swap_space, tensor_parallel_size, warmup\n"
         "  line 7, engine.quantizaton: unknown key 'quantizaton'; did you mean 'quantization'? Allowed "
-        "here: cpu_offload_gb, enable_prefix_caching, enforce_eager, engine_args, env, "
+        "here: compile_cache, cpu_offload_gb, enable_prefix_caching, enforce_eager, engine_args, env, "
         "gpu_memory_utilization, kind, kv_cache_dtype, max_model_len, quantization, seed, swap_space, "
         "tensor_parallel_size, warmup\n",
     )
@@ -236,8 +236,8 @@ def test_unknown_top_level_key_suggests(write_recipe, base_recipe):
         check(write_recipe(d)),
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
         "  line 16, sampilng: unknown key 'sampilng'; did you mean 'sampling'? Allowed here: abstract, "
-        "base, baseline, dataset, description, engine, estimate, exclude, gate, interleave, load, matrix, metrics, "
-        "model, name, prompt, repeat, replicas, report, sampling, scoring, timeout_s, tune, variants, warmup\n",
+        "base, baseline, cost, dataset, description, engine, estimate, exclude, gate, interleave, load, matrix, "
+        "metrics, model, name, prompt, repeat, replicas, report, sampling, scoring, timeout_s, tune, variants, warmup\n",
     )
 
 
@@ -250,7 +250,7 @@ def test_unknown_key_through_go_is_rejected_before_running(write_recipe, base_re
         r,
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
         "  line 6, engine.quantizaton: unknown key 'quantizaton'; did you mean 'quantization'? Allowed "
-        "here: cpu_offload_gb, enable_prefix_caching, enforce_eager, engine_args, env, "
+        "here: compile_cache, cpu_offload_gb, enable_prefix_caching, enforce_eager, engine_args, env, "
         "gpu_memory_utilization, kind, kv_cache_dtype, max_model_len, quantization, seed, swap_space, "
         "tensor_parallel_size, warmup\n",
     )

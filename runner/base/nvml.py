@@ -139,3 +139,27 @@ def sm_clocks(index: int = 0) -> tuple[int, int] | None:
         return int(nv.nvmlDeviceGetClockInfo(h, sm)), int(nv.nvmlDeviceGetMaxClockInfo(h, sm))
     except Exception:
         return None
+
+
+def gpu_indices(n: int) -> list[int]:
+    """NVML indices of the first `n` GPUs this process sees (CUDA_VISIBLE_DEVICES, where it lists numbers, maps
+    them; NVML counts every device of the host)."""
+    seen = [x.strip() for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
+    if seen and all(x.isdigit() for x in seen):
+        return [int(x) for x in seen[:n]]
+    return list(range(n))
+
+
+def energy_j(indices: list[int]) -> float | None:
+    """The sum of NVML's total-energy counters of these devices (joules since the driver loaded, whole device: every
+    process on it counts); None without NVML, or where a device has no such counter (before Volta)."""
+    total = 0.0
+    for i in indices:
+        nv, h = _handle(i)
+        if h is None:
+            return None
+        try:
+            total += nv.nvmlDeviceGetTotalEnergyConsumption(h) / 1000  # millijoules
+        except Exception:
+            return None
+    return total if indices else None

@@ -131,6 +131,7 @@ class EngineInfo:
     knobs: list[Knob] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    gpus: int = 0  # the GPUs the engine runs on (their energy counters are read; GPU-seconds are priced per GPU)
 
 
 Advance = Callable[[int], None]  # a progress bar's update: how many more requests finished

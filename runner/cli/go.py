@@ -146,6 +146,9 @@ HELP = {  # the options' help, where it does not fit on the option's line
     "turns (A B A B), starting each engine afresh every turn; `off` runs each recipe's repeats back to back; `auto` "
     "(the recipes' default) takes turns only where every engine starts in seconds. Recipes on one engine always take "
     "turns.",
+    "usd_per_gpu_hour": "Price of one GPU-hour in US dollars (the same as --set cost.usd_per_gpu_hour=X): reports "
+    "add dollars per million output and prompt tokens and the cost of each run; a run already complete is not rerun "
+    "for it.",
     "replicas": "With --executor ray: split each recipe's examples into N contiguous shares, each run by its own "
     "engine (the same as --set replicas=N: it is recorded in the recipe and its run key).",
 }
@@ -170,6 +173,12 @@ HELP = {  # the options' help, where it does not fit on the option's line
 @click.option("--repeat", type=click.IntRange(min=1, max=MAX_REPEAT), metavar="N", help=HELP["repeat"])
 @click.option("--warmup", type=click.IntRange(min=0, max=MAX_REPEAT), metavar="N", help=HELP["warmup"])
 @click.option("--interleave", type=click.Choice(["auto", "restarts", "off"]), help=HELP["interleave"])
+@click.option(
+    "--usd-per-gpu-hour",
+    type=click.FloatRange(min=0, min_open=True, max=1_000_000),
+    metavar="X",
+    help=HELP["usd_per_gpu_hour"],
+)
 @guard
 def go(paths, out, only, sets, model_paths, baseline, force, executor, address, replicas, in_process, **run):
     """Run recipes and study files (files, folders or globs) and write Markdown reports.
@@ -194,6 +203,8 @@ def go(paths, out, only, sets, model_paths, baseline, force, executor, address, 
     for key in ("repeat", "warmup", "interleave"):  # call-wide settings of every recipe
         if (value := run.pop(key)) is not None:
             sets = (*sets, f"{key}={value}")
+    if (price := run.pop("usd_per_gpu_hour")) is not None:
+        sets = (*sets, f"cost.usd_per_gpu_hour={price}")
     loaded = load_all(paths, sets, model_paths, only)
     ex.check_recipes(loaded)
     names = [lr.recipe.name for lr in loaded]
@@ -322,6 +333,8 @@ def _run_all(
             if stored is not None and (short := folder.samples_short(stored.n_samples)):
                 kept = folder.set_aside(u.run_key, force=True)  # results, samples and repeats: run again whole
                 click.echo(f"rerun {u.name}: its results were complete but {short} (kept in {kept})")
+            if prev is not None and prev.recipe.cost != (cost := u.loaded.recipe.cost):  # a price is no measured fact:
+                prev = prev.model_copy(update={"recipe": prev.recipe.model_copy(update={"cost": cost})})  # this call's
             if prev is not None:
                 results.append(prev)
                 write_report(prev, opts.out, report_sections(opts.out))  # a report.md deleted since is back

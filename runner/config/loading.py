@@ -201,6 +201,10 @@ def finish(
     local = {k: str((base_dir / v).resolve()) for k, v in named if v and v.startswith(("./", "../"))}
     if local:  # a model folder named relative to the recipe file, like every other path in it
         recipe = recipe.model_copy(update={"model": recipe.model.model_copy(update=local)})
+    cache = getattr(recipe.engine, "compile_cache", None)
+    if cache and not Path(cache).is_absolute():  # a compile cache folder, relative to the recipe file as well
+        engine = recipe.engine.model_copy(update={"compile_cache": str((base_dir / cache).resolve())})
+        recipe = recipe.model_copy(update={"engine": engine})
     return LoadedRecipe(
         recipe=recipe, path=str(f.path.resolve()), base_dir=str(base_dir), overrides=[*overrides, *extra], **cell
     )

@@ -185,6 +185,7 @@ class TransformersEngine:
         cpu = f"cpu ({platform.processor() or platform.machine()})"
         device = self.torch.cuda.get_device_name(0) if self.device == "cuda" else cpu
         info = EngineInfo("transformers", version, device, load_s, weights, quantization=q)
+        info.gpus = 1 if self.device == "cuda" else 0
         info.extra["torch"] = self.torch.__version__
         info.notes += [SMOKE_NOTE] if builtin else []
         if (path := self.model_spec.gguf_path) is not None:

@@ -81,6 +81,13 @@ class VLLMSpec(EngineSpecBase):
         default_factory=dict,
         description='Environment variables for the engine process (e.g. `VLLM_USE_V2_MODEL_RUNNER: "0"`).',
     )
+    compile_cache: str | None = Field(
+        None,
+        description="A folder for vLLM's compile cache (VLLM_CACHE_ROOT, and TORCHINDUCTOR_CACHE_DIR below it; "
+        "relative to the recipe file): a later start of the same configuration, in another call or on another host "
+        "given the folder, loads the compiled graphs instead of compiling (a warm start; CUDA graphs are still "
+        "captured). Default: vLLM's own (~/.cache/vllm).",
+    )
     warmup: bool = Field(
         False,
         description="At engine start, run one synthetic batch: as many prompts as the engine runs at once "
@@ -141,6 +148,8 @@ class VLLMSpec(EngineSpecBase):
         if self.cpu_offload_gb > 0:
             # vLLM 0.26's default V2 model runner accepts cpu_offload_gb and ignores it; V1 offloads.
             env["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+        if self.compile_cache:
+            env |= {"VLLM_CACHE_ROOT": self.compile_cache, "TORCHINDUCTOR_CACHE_DIR": f"{self.compile_cache}/inductor"}
         return env | self.env
 
 
@@ -207,13 +216,18 @@ class VLLMEngine:
         log_start = Path(log_path).stat().st_size if log_path and Path(log_path).exists() else 0
         t0 = time.perf_counter()
         self.llm = vllm.LLM(**self.kwargs)
-        self.facts, parsed = self._read_facts(vllm.__version__, _log_since(log_path, log_start))
+        log = _log_since(log_path, log_start)
+        self.facts, parsed = self._read_facts(vllm.__version__, log)
+        t_warm = time.perf_counter()
         warm = warm_up(self.llm) if spec.warmup else None
+        warm_s = time.perf_counter() - t_warm if warm else None
         f, load_s = self.facts, time.perf_counter() - t0
         gpu = device_facts().get("gpu", "")  # NVML: no CUDA context in this process
         self.info = EngineInfo("vllm", vllm.__version__, gpu, load_s, f.weights_gib, f.kv_cache_tokens, f.quantization)
+        self.info.gpus = f.tensor_parallel_size or spec.tensor_parallel_size
         self.info.extra |= {"torch": torch.__version__, "kv_cache_gib": parsed.get("kv_cache_gib")}
         self.info.extra |= {"model_runner": f.model_runner, "env": spec.engine_env(), "block_size": self._block_size}
+        self.info.extra["start"] = start_parts(parsed, f.compile_cache_dir, load_s, warm_s)
         if warm:
             self.info.extra["warmup"] = warm
         if converted:
@@ -253,6 +267,7 @@ class VLLMEngine:
             swap_space=getattr(cc, "swap_space", None),
             dropped=dict(self.dropped),
             engine_args=effective_engine_args(vc, spec.engine_args),
+            compile_cache_dir=compile_cache_dir(log),
         )
         return facts, parsed
 
@@ -386,6 +401,10 @@ _LOAD_RE = re.compile(r"Model loading took ([\d.]+) GiB(?: memory)? and ([\d.]+)
 _KV_RE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 _OFFLOAD_RE = re.compile(r"Total CPU offloaded parameters: ([\d.]+)")
 _KV_GIB_RE = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
+_COMPILE_RE = re.compile(r"torch\.compile (?:and initial profiling/warmup run together )?took ([\d.]+) s in total")
+_CAPTURE_RE = re.compile(r"Graph capturing finished in ([\d.]+) secs")
+_CACHE_DIR_RE = re.compile(r"Using cache directory: (\S+) for vLLM's torch\.compile")
+_CACHE_HIT = ("Directly load the compiled graph", "Directly load AOT compilation")
 
 
 @dataclass(frozen=True)
@@ -409,6 +428,7 @@ class VLLMFacts:
     dropped: dict[str, Any] = field(default_factory=dict)  # recipe arguments this vLLM has no field for
     # engine_args as held: dotted key -> (the config it was found in, its value); None: not read back (served engine)
     engine_args: dict[str, tuple[str, Any]] | None = None
+    compile_cache_dir: str | None = None  # where vLLM's log says torch.compile's cache is (None: nothing compiled)
 
 
 def parse_engine_log(text: str) -> dict[str, float]:
@@ -423,7 +443,44 @@ def parse_engine_log(text: str) -> dict[str, float]:
         out["cpu_offloaded_gib"] = float(m.group(1))
     if "V2 Model Runner" in text:
         out["v2_runner"] = 1.0
+    if m := _COMPILE_RE.search(text):
+        out["compile_s"] = float(m.group(1))
+    if m := _CAPTURE_RE.search(text):
+        out["capture_s"] = float(m.group(1))
+    if any(s in text for s in _CACHE_HIT):
+        out["compile_cache_hit"] = 1.0
     return out
+
+
+def compile_cache_dir(text: str) -> str | None:
+    """The compile cache folder vLLM's log names (None: nothing compiled, or the cache is off)."""
+    m = _CACHE_DIR_RE.search(text)
+    return m.group(1) if m else None
+
+
+def start_parts(parsed: dict[str, float], cache_dir: str | None, total_s: float, warmup_s: float | None) -> dict:
+    """The engine start split as vLLM's log accounts for it (StartParts' fields): weights, compile (or loading it
+    from the cache), CUDA graph capture, the recipe's warm-up, and the rest of `total_s`; `cold` from whether the
+    compiled graphs came from the cache."""
+    parts = {"load_s": parsed.get("weights_load_s"), "compile_s": parsed.get("compile_s")}
+    parts |= {"capture_s": parsed.get("capture_s"), "warmup_s": warmup_s}
+    known = sum(v for v in parts.values() if v is not None)
+    cold = None if parts["compile_s"] is None and cache_dir is None else not parsed.get("compile_cache_hit")
+    # the cache folder as the recipe names it: vLLM's log gives <root>/torch_compile_cache/<hash>/rank_0_0/...
+    root = cache_dir.split("/torch_compile_cache/")[0] if cache_dir else None
+    return parts | {"other_s": max(total_s - known, 0.0), "cold": cold, "compile_cache": root}
+
+
+def compile_cache_knob(spec: Any, cache_dir: str | None) -> Knob | None:
+    """`compile_cache`: applied when vLLM's log names a cache folder inside it."""
+    if not getattr(spec, "compile_cache", None):
+        return None
+    want = str(Path(spec.compile_cache).resolve())
+    if cache_dir is None:
+        why = "nothing compiled (enforce_eager) or vLLM's log names no cache folder"
+        return _knob("compile_cache", spec.compile_cache, None, "unverified", why)
+    took = str(Path(cache_dir).resolve()).startswith(want + "/")
+    return _knob("compile_cache", spec.compile_cache, cache_dir, "applied" if took else "ignored", "vLLM's log")
 
 
 def served_facts(spec: Any, model: Any, log: str, version: str) -> VLLMFacts | None:
@@ -541,6 +598,8 @@ def vllm_knobs(spec: Any, load_format: str, f: VLLMFacts, cached: int, prompt: i
     kv_status = "default" if spec.kv_cache_dtype == "auto" else ("applied" if kv_ok else "ignored")
     knobs.append(_knob("kv_cache_dtype", spec.kv_cache_dtype, f.cache_dtype, kv_status, "cache_config"))
     knobs.append(_same("load_format", load_format, f.load_format, "load_config"))
+    if (cache := compile_cache_knob(spec, f.compile_cache_dir)) is not None:
+        knobs.append(cache)
     return knobs + engine_arg_knobs(spec.engine_args, f.engine_args)
 
 

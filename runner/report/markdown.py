@@ -113,7 +113,74 @@ def _time_section(r: RunResult) -> list[str]:
     if e := r.estimate:
         when = f"~{secs(e.projected_s)} ({_interval(e)}) from {e.n_measured} examples."
         parts += ["", f"Projected full-dataset generation (**estimate**): {when}"]
-    return parts + _repeats_section(r)
+    return parts + _repeats_section(r) + _start_section(r) + _energy_section(r)
+
+
+def _start_section(r: RunResult) -> list[str]:
+    """Each engine start of the run split as the engine accounted for it, cold or warm."""
+    starts = [(x.index, x.load_s, x.start) for x in r.repeats if x.start is not None]
+    if not starts:
+        return []
+    kind = lambda p: "eager (nothing compiled)" if p.cold is None else "cold (compiled)" if p.cold else "warm (cache)"
+    opt = lambda v: secs(v) if v is not None else "–"
+    rows = [
+        [i, opt(total), opt(p.load_s), opt(p.compile_s), opt(p.capture_s), opt(p.warmup_s), opt(p.other_s), kind(p)]
+        for i, total, p in starts
+    ]
+    head = ["before repeat", "engine start", "weights", "compile", "CUDA graphs", "warm-up", "other", "compile cache"]
+    caches = sorted({p.compile_cache for _, _, p in starts if p.compile_cache})
+    note = "As the engine's own log accounts for it: weights loaded, torch.compile (or its output loaded from the "
+    note += "compile cache: a warm start), CUDA graph capture, the recipe's warm-up batch, and the rest (process "
+    note += "start, memory profiling, KV-cache allocation)."
+    note += f" Compile cache: {', '.join(f'`{c}`' for c in caches)}." if caches else ""
+    return ["", "### Engine start", "", note, "", table(rows, head)]
+
+
+def cost_figures(r: RunResult) -> dict[str, float] | None:
+    """Dollars from the recipe's price: GPU-seconds x GPUs x price per GPU-second, for one generation (per million
+    output or prompt tokens) and for the whole run (`timings.total_s`: every engine start and repeat)."""
+    price, gpus = r.recipe.cost.usd_per_gpu_hour if r.recipe.cost else None, r.energy.gpus if r.energy else 0
+    if price is None or not gpus or not r.timings.generate_s:
+        return None
+    per_s = price / 3600 * gpus
+    out: dict[str, float] = {"usd_per_gpu_hour": price, "gpus": gpus}
+    if r.tokens.output:
+        out["usd_per_m_output_tokens"] = per_s * r.timings.generate_s / r.tokens.output * 1e6
+    if r.tokens.prompt:
+        out["usd_per_m_prompt_tokens"] = per_s * r.timings.generate_s / r.tokens.prompt * 1e6
+    if r.timings.total_s:
+        out["usd_run"] = per_s * r.timings.total_s
+    return out
+
+
+def _energy_section(r: RunResult) -> list[str]:
+    e = r.energy
+    if e is None:
+        return []
+    if not e.measured:
+        rows = [["energy", f"not measured: {e.why_not}"]]
+    else:
+        rows = [["energy per generation", f"{e.joules:,.0f} J"], ["average power", f"{e.watts:,.0f} W"]]
+        if e.j_per_output_token is not None:
+            rows.append(["per output token", f"{e.j_per_output_token:.3g} J"])
+        if e.j_per_1k_prompt_tokens is not None:
+            rows.append(["per 1,000 prompt tokens", f"{e.j_per_1k_prompt_tokens:.3g} J"])
+        rows.append(["GPUs read", e.gpus])
+    note = "Energy: NVML's total-energy counter of each GPU the engine ran on, read when the prompts went in and when "
+    note += "the last output was back (whole devices), the mean over the repeats."
+    parts = ["", "## Energy and cost", ""] + ([note, ""] if e.measured else []) + [table(rows, ["", "value"])]
+    if c := cost_figures(r):
+        rows = [["price", f"${c['usd_per_gpu_hour']:g} per GPU-hour x {c['gpus']:g} GPU(s)"]]
+        if "usd_per_m_output_tokens" in c:
+            rows.append(["per million output tokens", f"${c['usd_per_m_output_tokens']:.4g}"])
+        if "usd_per_m_prompt_tokens" in c:
+            rows.append(["per million prompt tokens", f"${c['usd_per_m_prompt_tokens']:.4g}"])
+        if "usd_run" in c:
+            rows.append(["this run (engine starts, every repeat)", f"${c['usd_run']:.4g}"])
+        formula = "Dollars: price per GPU-hour / 3600 x GPUs x seconds; per million tokens: the generation time (the "
+        formula += "median over the repeats) / the tokens of one generation x 10^6; the run: its total time."
+        parts += ["", formula, "", table(rows, ["", "dollars"])]
+    return parts
 
 
 def _repeats_section(r: RunResult) -> list[str]:

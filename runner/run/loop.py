@@ -22,7 +22,7 @@ from typing import IO
 from runner.base.errors import RunnerError
 from runner.base.files import PartialWriter, write_json_atomic, write_jsonl_atomic
 from runner.base.noise import Probe, busy_reasons, peak_rss
-from runner.base.nvml import PeakSampler
+from runner.base.nvml import PeakSampler, energy_j, gpu_indices
 from runner.base.stats import median_interval, percentile
 from runner.base.types import Engine, Generation, Request
 from runner.folder import RunFolder, load_samples
@@ -179,9 +179,12 @@ class UnitRun:
         probe = Probe()
         with PartialWriter(self.folder.partial) if first else nullcontext() as writer:
             sink = _Collector(unit, todo, texts, writer)
-            t0 = sink.clock = time.perf_counter()
             requests = [Request(ids=ids[i], example=examples[i]) for i in todo]
+            gpus = gpu_indices(engine.info.gpus)
+            e0 = energy_j(gpus) if gpus else None  # read just before the prompts go in and once they are all out
+            t0 = sink.clock = time.perf_counter()
             engine.generate(requests, r.sampling, bar.update if opts.progress else None, sink)
+            e1, t1 = (energy_j(gpus), time.perf_counter()) if e0 is not None else (None, t0)
         # generation ends when the last output is back (the sink's clock), as a plain generate() call would time
         # it: what the engine does after handing over its last outputs counts in total only
         gen_s = (sink.clock if sink.new else time.perf_counter()) - t0
@@ -201,12 +204,14 @@ class UnitRun:
             changed = sum(before.get(i) != s.output for i, s in sink.new.items())
         reused_s = sum(d.seconds or 0.0 for d in done.values())
         load = engine.info.load_s if shared.unclaimed_start else None
+        parts = engine.info.extra.get("start") if shared.unclaimed_start else None
         shared.unclaimed_start = False
         rep = Repeat(
             index=index,
             generate_s=gen_s + reused_s,
             wall_s=time.perf_counter() - t_start,
             load_s=load,
+            start=parts,
             started_at=started,
             call=opts.call,
             turns=self.turns,
@@ -215,6 +220,8 @@ class UnitRun:
             reused_samples=len(done),
             reused_s=reused_s,
             noise=Noise(**noise, busy=busy_reasons(noise)),
+            energy_j=e1 - e0 if e0 is not None and e1 is not None else None,
+            energy_s=t1 - t0 if e0 is not None and e1 is not None else None,
         )
         add_repeat(self.folder.repeats, unit.run_key, rep)
         self.repeats = sorted([*(x for x in self.repeats if x.index != index), rep], key=lambda x: x.index)
@@ -234,7 +241,8 @@ class UnitRun:
         load_s = 0.0 if self.engine_of else percentile(loads, 50) if loads else engine.info.load_s
         gen_s = median_interval([x.generate_s for x in reps])[0]
         total_s = sum(loads) + sum(x.wall_s or x.generate_s for x in reps)
-        timings = Timings(load_s=load_s, generate_s=gen_s, total_s=total_s, **busy)
+        starts = [x.start for x in reps if x.start is not None]
+        timings = Timings(load_s=load_s, generate_s=gen_s, total_s=total_s, start=starts[0] if starts else None, **busy)
         sampler = shared.sampler
         per_example = self.per_example and len(reps) == 1  # with repeats an estimate scales the median linearly
         m = Measured(

@@ -23,7 +23,7 @@ from runner.base.stats import prefix_share, project, summary
 from runner.base.types import EngineInfo, Example, Generation, Knob
 from runner.engines import engine_packages
 from runner.recipe import Recipe
-from runner.results import Estimate, Percentiles, RunResult, Sample, Timings
+from runner.results import Energy, Estimate, Percentiles, Repeat, RunResult, Sample, Timings
 from runner.run.job import Unit
 from runner.scoring import score_sample
 
@@ -136,6 +136,30 @@ def ignored_knob_notes(knobs: list[Knob]) -> list[str]:
     return [f"knob `{k.name}` did NOT take effect: {took(k)}" for k in knobs if k.status == "ignored"]
 
 
+def energy_of(repeats: Sequence[Repeat], gpus: int, p_tok: int, o_tok: int) -> Energy:
+    """The run's GPU energy from its repeats' readings: the mean joules of a generation, the average power over all
+    their windows, and per token (the tokens of one generation)."""
+    if gpus == 0:
+        return Energy(measured=False, why_not="no GPU: the engine ran on the CPU")
+    if any(x.reused_samples for x in repeats):
+        return Energy(measured=False, gpus=gpus, why_not="part of the generation ran in an earlier, interrupted call")
+    got = [(x.energy_j, x.energy_s) for x in repeats if x.energy_j is not None and x.energy_s]
+    if not got or len(got) < len(repeats):
+        return Energy(measured=False, gpus=gpus, why_not="no NVML energy counter for the engine's GPUs here")
+    joules = sum(j for j, _ in got) / len(got)
+    watts = sum(j for j, _ in got) / sum(s for _, s in got)  # type: ignore[misc]
+    per_out = joules / o_tok if o_tok else None
+    per_prompt = joules / p_tok * 1000 if p_tok else None
+    return Energy(
+        measured=True,
+        gpus=gpus,
+        joules=joules,
+        watts=watts,
+        j_per_output_token=per_out,
+        j_per_1k_prompt_tokens=per_prompt,
+    )
+
+
 def run_result(
     unit: Unit,
     command: str,
@@ -192,6 +216,8 @@ def run_result(
     fields.update(timings=m.timings, tokens=tokens, throughput=per_s, latency=latency, memory=memory)
     fields.update(scores=mean_scores(samples, list(r.metrics)), prefix=prefix, knobs=list(eng.knobs), engine=about)
     fields.update(environment=env, notes=notes, started_at=m.started_at, finished_at=now(), reused_samples=reused)
+    if error is None and "serving" not in facts and "replicas" not in facts:
+        fields["energy"] = energy_of(facts.get("repeats") or [], eng.gpus, p_tok, o_tok)
     if error is None and 0 < n < unit.prepared.n_target and "serving" not in facts:
         fields["estimate"] = project_estimate(samples, gen_s, m.per_example, unit.prepared.n_target)
     return RunResult(**(fields | facts))

@@ -14,7 +14,7 @@ from runner.base.files import write_text_atomic
 from runner.results import Repeat, Sample
 
 # change nothing a run produces (repeats are kept one by one: asking for more runs only the missing ones)
-NOT_IN_KEY = {"description", "baseline", "gate", "timeout_s", "repeat", "warmup", "interleave"}
+NOT_IN_KEY = {"description", "baseline", "gate", "timeout_s", "repeat", "warmup", "interleave", "cost"}
 
 
 def run_key(recipe: dict[str, Any], inputs: dict[str, str], limit: int | None, estimate: int | None) -> str:

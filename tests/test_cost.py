@@ -1,0 +1,137 @@
+"""Issue 31: what a cell costs. Energy from NVML's counter (absent and labelled on the CPU), the engine start split
+from vLLM's own log lines (cold or warm), the compile cache folder's knob."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from runner.cli import cli
+from runner.engines.vllm import VLLMSpec, compile_cache_knob, parse_engine_log, start_parts
+from runner.results import Repeat
+from runner.run.result import energy_of
+
+COLD_LOG = """\
+(EngineCore pid=1) INFO Model loading took 8.25 GiB memory and 3.512345 seconds
+(EngineCore) INFO Using cache directory: /c/torch_compile_cache/0a1b2c3d4e/rank_0_0/backbone for vLLM's torch.compile
+(EngineCore pid=1) INFO torch.compile took 41.37 s in total
+(EngineCore pid=1) INFO Graph capturing finished in 12 secs, took 1.02 GiB
+"""
+WARM_LOG = COLD_LOG.replace(
+    "torch.compile took 41.37",
+    "Directly load the compiled graph(s) for compile range (1, 8192) from the cache, took 2.104 s\n"
+    "(EngineCore pid=1) INFO torch.compile took 5.02",
+)
+
+
+def test_the_start_split_from_vllms_log_cold_then_warm():
+    cold = start_parts(parse_engine_log(COLD_LOG), "/c/torch_compile_cache/0a1b2c3d4e/rank_0_0/backbone", 70.0, 4.0)
+    assert cold == {
+        "load_s": 3.512345,
+        "compile_s": 41.37,
+        "capture_s": 12.0,
+        "warmup_s": 4.0,
+        "other_s": 70.0 - (3.512345 + 41.37 + 12.0 + 4.0),
+        "cold": True,
+        "compile_cache": "/c",
+    }
+    warm = start_parts(parse_engine_log(WARM_LOG), "/c/torch_compile_cache/0a1b2c3d4e/rank_0_0/backbone", 30.0, None)
+    assert warm["cold"] is False and warm["compile_s"] == 5.02 and warm["warmup_s"] is None
+    eager = start_parts(parse_engine_log("INFO Model loading took 14.3 GiB and 9.5 seconds\n"), None, 17.0, None)
+    assert eager["cold"] is None and eager["compile_s"] is None and eager["other_s"] == 7.5
+
+
+def test_the_compile_cache_folder_sets_vllms_cache_root_and_is_checked_in_its_log(tmp_path):
+    spec = VLLMSpec(kind="vllm", compile_cache=str(tmp_path / "cc"))
+    env = spec.engine_env()
+    assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "cc")
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "cc" / "inductor")
+    inside = f"{tmp_path}/cc/torch_compile_cache/ab/rank_0_0/backbone"
+    assert compile_cache_knob(spec, inside).status == "applied"
+    assert compile_cache_knob(spec, "/root/.cache/vllm/torch_compile_cache/ab/rank_0_0/backbone").status == "ignored"
+    assert compile_cache_knob(spec, None).status == "unverified"
+    assert compile_cache_knob(VLLMSpec(kind="vllm"), None) is None  # not asked for: no knob row
+
+
+def test_a_relative_compile_cache_is_the_recipe_files_folder(tmp_path, write_recipe, base_recipe):
+    from runner.study.load import load_recipe
+
+    engine = {"kind": "vllm", "compile_cache": "cache/vllm"}
+    lr = load_recipe(write_recipe({**base_recipe, "engine": engine}))
+    assert lr.recipe.engine.compile_cache == str(tmp_path / "cache" / "vllm")
+
+
+def _rep(i, j, s, reused=0):
+    return Repeat(index=i, generate_s=s, energy_j=j, energy_s=s, reused_samples=reused)
+
+
+def test_energy_per_generation_power_and_per_token():
+    e = energy_of([_rep(1, 3000.0, 6.0), _rep(2, 2600.0, 5.0)], 1, p_tok=1_200_000, o_tok=70_000)
+    assert e.measured and e.joules == 2800.0 and e.watts == 5600.0 / 11.0
+    assert e.j_per_output_token == 2800.0 / 70_000 and e.j_per_1k_prompt_tokens == 2800.0 / 1200
+    cpu = energy_of([_rep(1, None, 1.0)], 0, 10, 10)
+    assert not cpu.measured and cpu.why_not == "no GPU: the engine ran on the CPU" and cpu.joules is None
+    missing = energy_of([_rep(1, 3000.0, 6.0), _rep(2, None, 5.0)], 1, 10, 10)
+    assert not missing.measured and missing.why_not == "no NVML energy counter for the engine's GPUs here"
+    resumed = energy_of([_rep(1, 3000.0, 6.0, reused=5)], 1, 10, 10)
+    assert not resumed.measured and "interrupted" in resumed.why_not
+
+
+def test_a_cpu_run_says_its_energy_was_not_measured(tmp_path, write_recipe, base_recipe):
+    recipe = {**base_recipe, "model": {"id": "none"}, "engine": {"kind": "fake", "reply": "x"}}
+    out = tmp_path / "out"
+    r = CliRunner().invoke(cli, ["go", str(write_recipe(recipe)), "--out", str(out), "--no-progress", "--limit", "3"])
+    assert r.exit_code == 0, r.output
+    energy = json.loads((out / "t" / "results.json").read_text())["energy"]
+    assert energy == {
+        "measured": False,
+        "why_not": "no GPU: the engine ran on the CPU",
+        "gpus": 0,
+        "joules": None,
+        "watts": None,
+        "j_per_output_token": None,
+        "j_per_1k_prompt_tokens": None,
+    }
+    assert "| energy | not measured: no GPU: the engine ran on the CPU |" in (out / "t" / "report.md").read_text()
+
+
+def test_dollars_are_gpu_seconds_times_gpus_times_the_price():
+    from runner.recipe import CostSpec
+    from runner.report.markdown import cost_figures, report_markdown
+    from runner.results import Energy, RunResult, Timings, Tokens
+    from tests.wired import a_recipe
+
+    recipe = {**a_recipe("c"), "cost": CostSpec(usd_per_gpu_hour=3.6).model_dump()}
+    r = RunResult(
+        name="c",
+        recipe=recipe,
+        status="ok",
+        timings=Timings(generate_s=10.0, total_s=100.0),
+        tokens=Tokens(prompt=1_000_000, output=50_000),
+        energy=Energy(measured=True, gpus=2, joules=7000.0, watts=700.0, j_per_output_token=0.14),
+    )
+    c = cost_figures(r)  # $0.001 per GPU-second, 2 GPUs
+    assert c == {
+        "usd_per_gpu_hour": 3.6,
+        "gpus": 2,
+        "usd_per_m_output_tokens": 0.002 * 10.0 / 50_000 * 1e6,
+        "usd_per_m_prompt_tokens": 0.002 * 10.0 / 1_000_000 * 1e6,
+        "usd_run": 0.002 * 100.0,
+    }
+    text = report_markdown(r, [])
+    assert "| per million output tokens              | $0.4                         |" in text
+    assert "| this run (engine starts, every repeat) | $0.2                         |" in text
+    assert cost_figures(r.model_copy(update={"energy": Energy(measured=False, why_not="x")})) is None  # no GPU
+
+
+def test_the_price_option_prices_every_recipe_without_rerunning(tmp_path, write_recipe, base_recipe):
+    recipe = {**base_recipe, "model": {"id": "none"}, "engine": {"kind": "fake", "reply": "x"}}
+    path, out = write_recipe(recipe), tmp_path / "out"
+    go = lambda *a: CliRunner().invoke(cli, ["go", str(path), "--out", str(out), "--no-progress", "--limit", "3", *a])
+    assert go().exit_code == 0
+    r = go("--usd-per-gpu-hour", "2.5")
+    assert r.exit_code == 0 and "skip t: unchanged" in r.output  # the price changes no measured figure
+    assert "--usd-per-gpu-hour" in CliRunner().invoke(cli, ["go", "--help"]).output
+    bad = CliRunner().invoke(cli, ["go", str(path), "--usd-per-gpu-hour", "0"])
+    assert bad.exit_code == 2 and "--usd-per-gpu-hour" in bad.output
