@@ -71,3 +71,49 @@ def test_knobs_report_effective_values(engine):
     assert knobs["device"].effective == "cpu" and knobs["device"].status == "applied"
     assert knobs["dtype"].effective == "float32"
     assert knobs["quantization"].status == "default"
+
+
+def test_continuous_batching_gives_the_static_engines_greedy_answers_and_checks_its_limits(engine):
+    """`batching: continuous` (transformers' paged continuous batching) on the same prompt ids: the same greedy
+    outputs as the static-batch engine, the ignore_eos length, its limits read back from the running manager."""
+    from runner.base.types import ModelSpec, Sampling
+    from runner.engines.transformers import TransformersSpec
+
+    texts = ["Once upon a time", "Tom had a red ball. One day", "The cat", "Lily went to the park and"]
+    prompts = [engine.tokenizer(t)["input_ids"] for t in texts]
+    s = Sampling(max_tokens=24)
+    static = engine.generate(_reqs(prompts), s)
+    spec = TransformersSpec(
+        kind="transformers",
+        device="cpu",
+        batching="continuous",
+        continuous={"num_blocks": 48, "max_batch_tokens": 128, "max_requests_per_batch": 4},
+    )
+    cont = spec.build(ModelSpec(id=str(STORIES)), None)
+    try:
+        before = {k.name: k.status for k in cont.info.knobs}
+        assert before["continuous.num_blocks"] == "unverified"  # no manager yet
+        got, finished = cont.generate(_reqs(prompts), s, sink=lambda pairs: None), []
+        assert [g.text for g in got] == [g.text for g in static]
+        assert [g.output_tokens for g in got] == [g.output_tokens for g in static]
+        knobs = {k.name: k for k in cont.info.knobs}
+        assert knobs["continuous.num_blocks"].effective == 48 and knobs["continuous.num_blocks"].status == "applied"
+        assert knobs["continuous.max_batch_tokens"].status == "applied"
+        assert knobs["continuous.block_size"].status == "default" and knobs["continuous.block_size"].effective
+        assert knobs["continuous.prefix_sharing"].status == "applied" and "batch_size" not in knobs
+        assert cont.info.extra["continuous_setup_s"] > 0
+        long = cont.generate(_reqs(prompts[:1]), Sampling(max_tokens=40, ignore_eos=True), sink=finished.extend)
+        assert long[0].output_tokens == 40 and [i for i, _ in finished] == [0]  # a new manager for ignore_eos
+    finally:
+        cont.close()
+
+
+def test_continuous_limits_need_continuous_batching():
+    import pydantic
+
+    from runner.engines.transformers import TransformersSpec
+
+    with pytest.raises(pydantic.ValidationError, match="add `batching: continuous`"):
+        TransformersSpec(kind="transformers", continuous={"num_blocks": 8})
+    with pytest.raises(pydantic.ValidationError, match="batch_size is for `batching: static`"):
+        TransformersSpec(kind="transformers", batching="continuous", batch_size=8)

@@ -365,7 +365,7 @@ def test_set_on_nonexistent_key(write_recipe, base_recipe):
         check(p, extra=("--set", "engine.nope=3")),
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
         "  engine.nope: --set engine.nope: no such key. Allowed here: attn_implementation, batch_size, "
-        "device, kind, quantization, warmup\n",
+        "batching, continuous, device, kind, quantization, warmup\n",
     )
 
 

@@ -150,6 +150,9 @@ class Engine(Protocol):
         """One completion per request, in order; finished ones go to `sink` as soon as they are done (so an
         interrupted run keeps them)."""
 
+    # optional: `prepare(sampling)`, called before a generation is timed (engine-side setup for those settings,
+    # e.g. transformers' continuous batching manager); it counts toward the engine start (`info.load_s`)
+
     def reset_prefix_cache(self) -> bool:
         """Forget cached prefixes (between recipes that share this engine); False if it keeps none."""
 

@@ -1,7 +1,11 @@
-"""Hugging Face transformers `generate`: the baseline engine.
+"""Hugging Face transformers: the baseline engine.
 
-`batch_size: 1` is the plain one-prompt-at-a-time loop; larger batches pad on the left and run length-sorted.
-torch/transformers are imported only when the engine is built."""
+`batching: static` (default) is `generate`: `batch_size: 1` is the plain one-prompt-at-a-time loop; larger batches pad
+on the left and run length-sorted. `batching: continuous` is transformers' own continuous batching (`generate_batch`'s
+manager, paged attention, prefix sharing): what a transformers user would try first for throughput. It is a setting of
+this engine, not a kind of its own, because everything but the generation loop (model loading, tokenizer, dtype,
+device, attention and quantization knobs, the prompt ids) is the same. torch/transformers are imported only when the
+engine is built."""
 
 from __future__ import annotations
 
@@ -12,11 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, model_validator
 
 from runner.base.errors import RunnerError
 from runner.base.nvml import has_cuda_device
-from runner.base.types import EngineInfo, EngineSpecBase, Generation, Knob
+from runner.base.types import EngineInfo, EngineSpecBase, Generation, Knob, StrictModel
 from runner.engines import gguf
 from runner.engines.builtin import SMOKE_NOTE, ensure_builtin, is_builtin
 from runner.engines.hf import encode_prompts, load_tokenizer, truncate_at_stop, uses_chat_template
@@ -25,8 +29,24 @@ if TYPE_CHECKING:
     from runner.base.types import Advance, Messages, ModelSpec, Request, Sampling, Sink
 
 
+class ContinuousSpec(StrictModel):
+    """Limits of transformers' continuous batching (`batching: continuous`); unset: transformers sizes them from the
+    free memory and the workload. Each is read back from the running manager (the report's knob table)."""
+
+    num_blocks: PositiveInt | None = Field(None, le=10_000_000, description="KV-cache blocks.")
+    block_size: PositiveInt | None = Field(
+        None, le=65536, description="Tokens per KV-cache block (transformers 5.17: `block_size`; later: `page_size`)."
+    )
+    max_batch_tokens: PositiveInt | None = Field(None, le=10_000_000, description="Most tokens in one step.")
+    max_requests_per_batch: PositiveInt | None = Field(None, le=1_000_000, description="Most requests in one step.")
+    prefix_sharing: bool = Field(
+        True, description="Share KV blocks of common prompt prefixes (transformers' `allow_block_sharing`)."
+    )
+    cuda_graphs: bool | None = Field(None, description="CUDA graphs for its steps; default: transformers' choice.")
+
+
 class TransformersSpec(EngineSpecBase):
-    """Hugging Face transformers `generate` (the baseline)."""
+    """Hugging Face transformers: `generate` in padded batches, or its continuous batching."""
 
     library: ClassVar[str | None] = "transformers"
     packages: ClassVar[tuple[str, ...]] = ("torch", "transformers", "tokenizers")
@@ -54,6 +74,22 @@ class TransformersSpec(EngineSpecBase):
         description="Run one short generation at engine start, so kernel selection "
         "and JIT stay out of the generation time.",
     )
+    batching: Literal["static", "continuous"] = Field(
+        "static",
+        description="`static`: `generate` on padded batches of `batch_size`; `continuous`: transformers' continuous "
+        "batching (paged attention; requests join and leave each step; limits in `continuous`).",
+    )
+    continuous: ContinuousSpec = Field(
+        default_factory=ContinuousSpec, description="Continuous batching's limits (`batching: continuous` only)."
+    )
+
+    @model_validator(mode="after")
+    def _continuous_only(self) -> TransformersSpec:
+        if self.batching == "static" and self.continuous != ContinuousSpec():
+            raise ValueError("`continuous` sets continuous batching's limits: add `batching: continuous`")
+        if self.batching == "continuous" and self.batch_size != 1:
+            raise ValueError("batch_size is for `batching: static`; continuous batching sizes its steps itself")
+        return self
 
     def build(self, model: ModelSpec, chat: bool | None) -> TransformersEngine:
         return TransformersEngine(self, model, chat)
@@ -100,10 +136,46 @@ def transformers_knobs(spec: TransformersSpec, model: ModelSpec, f: Transformers
     return [
         knob("device", spec.device, f.device, spec.device in ("auto", f.device), f"parameters on {f.param_device}"),
         knob("dtype", model.dtype, f.dtype, model.dtype in ("auto", f.dtype), "dtype of the loaded parameters"),
-        knob("batch_size", spec.batch_size, spec.batch_size, True, "batches built by the runner"),
+        *(
+            [knob("batch_size", spec.batch_size, spec.batch_size, True, "batches built by the runner")]
+            if spec.batching == "static"
+            else []
+        ),
         knob("attn_implementation", attn, f.attn, f.attn == attn, "model.config._attn_implementation", attn is None),
         knob("quantization", quant, f.quantization, bool(f.quantization), weights, quant is None),
     ]
+
+
+def continuous_knobs(c: ContinuousSpec, manager: Any) -> list[Knob]:
+    """Continuous batching's knobs, each read back from the running manager (its resolved config and KV cache);
+    before a generation started one: unverified. `manager` may be any object with those attributes (tests)."""
+    eff = getattr(manager, "continuous_batching_config", None)
+    cache = getattr(getattr(manager, "batch_processor", None), "cache", None)
+    size = getattr(eff, "block_size", None) or getattr(eff, "page_size", None)
+    sharing = getattr(cache, "use_prefix_sharing", None)
+    rows = [("batching", "continuous", "continuous" if manager is not None else None, "the manager's loop ran")]
+    rows += [("continuous.num_blocks", c.num_blocks, getattr(eff, "num_blocks", None), "the manager's KV cache")]
+    rows += [("continuous.block_size", c.block_size, size, "the manager's KV cache")]
+    rows += [("continuous.max_batch_tokens", c.max_batch_tokens, getattr(eff, "max_batch_tokens", None), "its config")]
+    rows += [
+        (
+            "continuous.max_requests_per_batch",
+            c.max_requests_per_batch,
+            getattr(eff, "max_requests_per_batch", None),
+            "its config",
+        )
+    ]
+    rows += [("continuous.prefix_sharing", c.prefix_sharing, sharing, "cache.use_prefix_sharing")]
+    out = []
+    for name, want, got, where in rows:
+        if manager is None:
+            status = "unverified"
+        elif want is None:
+            status = "default"
+        else:
+            status = "applied" if got == want else "ignored"
+        out.append(Knob(name=name, requested=want, effective=got, status=status, evidence=where))
+    return out
 
 
 class TransformersEngine:
@@ -112,6 +184,7 @@ class TransformersEngine:
         import transformers
 
         self.spec, self.model_spec, self.torch = spec, model, torch
+        self._cb: tuple[Any, Any] | None = None  # continuous batching: (sampling key, its running manager)
         t0 = time.perf_counter()
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if spec.device == "auto" else spec.device
         if self.device == "cuda" and not torch.cuda.is_available():
@@ -194,7 +267,9 @@ class TransformersEngine:
             info.notes.append(gguf.note(facts, "transformers"))
         dtype, attn = str(m.dtype).replace("torch.", ""), getattr(m.config, "_attn_implementation", None)
         facts = TransformersFacts(self.device, str(next(m.parameters()).device), dtype, attn, q, weights)
-        info.knobs = transformers_knobs(self.spec, self.model_spec, facts)
+        info.knobs = self._static_knobs = transformers_knobs(self.spec, self.model_spec, facts)
+        if self.spec.batching == "continuous":  # read back after the first generation started the manager
+            info.knobs = [*info.knobs, *continuous_knobs(self.spec.continuous, None)]
         return info
 
     def _model_generate(self, ids: Any, mask: Any, **kw: Any) -> Any:
@@ -241,6 +316,8 @@ class TransformersEngine:
         prompts = [r.ids for r in requests]
         if sampling.seed is not None:
             self.torch.manual_seed(sampling.seed)
+        if self.spec.batching == "continuous":
+            return self._generate_continuous(prompts, sampling, progress, sink)
         kw = self._gen_kwargs(sampling)
         out: list[Generation | None] = [None] * len(prompts)
         bs = self.spec.batch_size
@@ -266,10 +343,88 @@ class TransformersEngine:
             self.info.extra["torch_peak_allocated_gib"] = self.torch.cuda.max_memory_allocated() / 2**30
         return out  # type: ignore[return-value]
 
+    def prepare(self, sampling: Sampling) -> None:
+        """Before the generation is timed: continuous batching's manager for these sampling settings (its KV cache
+        allocated, warmed up, its loop started), kept across generations with the same settings."""
+        if self.spec.batching != "continuous":
+            return
+        key = (sampling.temperature, sampling.top_p, sampling.top_k, sampling.ignore_eos)
+        if self._cb is not None and self._cb[0] == key:
+            return
+        self._stop_manager()
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+        t0 = time.perf_counter()
+        kw = self._gen_kwargs(sampling)
+        config = kw.pop("generation_config")
+        config.update(**{k: v for k, v in kw.items() if k in ("do_sample", "temperature", "top_p", "top_k")})
+        if sampling.ignore_eos:
+            config.eos_token_id = -1  # continuous batching's way to run every request to max_new_tokens
+        c, fields_ = self.spec.continuous, set(getattr(ContinuousBatchingConfig, "__dataclass_fields__", {}))
+        asked = dict(num_blocks=c.num_blocks, max_batch_tokens=c.max_batch_tokens)
+        asked |= dict(max_requests_per_batch=c.max_requests_per_batch, allow_block_sharing=c.prefix_sharing)
+        asked |= {
+            "block_size" if "block_size" in fields_ else "page_size": c.block_size,
+            "use_cuda_graph": c.cuda_graphs,
+        }
+        cb = ContinuousBatchingConfig(**{k: v for k, v in asked.items() if v is not None and k in fields_})
+        manager = self.model.init_continuous_batching(generation_config=config, continuous_batching_config=cb)
+        if self.spec.warmup and not manager.warmed_up:
+            manager.warmup()
+        manager.start()
+        self._cb = (key, manager)
+        setup = time.perf_counter() - t0
+        self.info.extra["continuous_setup_s"] = setup
+        self.info.load_s += setup  # part of the engine start (the KV cache and warm-up), not of the generation
+
+    def _stop_manager(self) -> None:
+        if self._cb is not None:
+            manager, self._cb = self._cb[1], None
+            manager.stop(block=True, timeout=30)
+            if hasattr(manager, "destroy"):
+                manager.destroy()
+
+    def _generate_continuous(
+        self, prompts: list[list[int]], sampling: Sampling, progress: Advance | None, sink: Sink | None
+    ) -> list[Generation]:
+        self.prepare(sampling)
+        manager = self._cb[1]  # type: ignore[index]
+        t0 = time.perf_counter()
+        ids = manager.add_requests(inputs=prompts, max_new_tokens=sampling.max_tokens)
+        where = {rid: i for i, rid in enumerate(ids)}
+        out: list[Generation | None] = [None] * len(prompts)
+        left = len(prompts)
+        while left:
+            got = manager.get_result(timeout=1)
+            if got is None:
+                if not manager.is_running():
+                    raise RunnerError("transformers' continuous batching loop stopped before every request finished")
+                continue
+            if not got.is_finished() or got.request_id not in where:
+                continue
+            if got.error is not None:
+                raise RunnerError(f"continuous batching: request failed: {got.error}")
+            i, toks = where.pop(got.request_id), list(got.generated_tokens)
+            n = len(toks)
+            if not sampling.ignore_eos:  # up to and including the first end-of-sequence token
+                n = next((k + 1 for k, t in enumerate(toks) if t in self.eos_ids), n)
+            text, _ = truncate_at_stop(self.tokenizer.decode(toks[:n], skip_special_tokens=True), sampling.stop)
+            out[i] = Generation(
+                text=text, prompt_tokens=len(prompts[i]), output_tokens=n, latency_s=time.perf_counter() - t0
+            )
+            left -= 1
+            if sink:
+                sink([(i, out[i])])
+            if progress:
+                progress(1)
+        self.info.knobs = [*self._static_knobs, *continuous_knobs(self.spec.continuous, manager)]
+        return out  # type: ignore[return-value]
+
     def reset_prefix_cache(self) -> bool:
-        return False  # no prefix cache
+        return False  # no prefix cache across generations (continuous batching shares prefixes within one)
 
     def close(self) -> None:
+        self._stop_manager()
         del self.model
         gc.collect()
         if self.device == "cuda":

@@ -15,6 +15,7 @@ from runner.base.stats import BOOTSTRAP, mcnemar_exact, paired_bootstrap
 from runner.folder import SUMMARY, RunFolder, load_samples
 from runner.recipe import GateSpec, Recipe
 from runner.report.plots import write_charts
+from runner.report.markdown import cost_figures
 from runner.report.spread import LEGEND, busy, calls, rate_cell, ratio_text, speedup, time_cell
 from runner.results import RunResult
 
@@ -236,6 +237,10 @@ def _row(r: RunResult, base: RunResult | None, metric_names: list[str]) -> list:
     row = [r.name, status, r.recipe.engine.kind, tcell, speed, rate_cell(r, th.requests_per_s)]
     roof_cell = f"{roof:.0%}" if roof is not None else None
     row += [rate_cell(r, th.output_tokens_per_s), gib(r.memory.peak_gpu_gib), roof_cell]
+    e, dollars = r.energy, cost_figures(r) or {}
+    row.append(f"{e.j_per_output_token:.3g}" if e and e.measured and e.j_per_output_token is not None else None)
+    usd = dollars.get("usd_per_m_output_tokens")
+    row.append(f"${usd:.3g}" if usd is not None else None)
     return [*row, *scores, diff_s]
 
 
@@ -280,7 +285,8 @@ def _overview(results: list[RunResult], base: RunResult | None, title: str = "Su
     parts += _verdict(results, base)
     rows = [_row(r, base, metric_names) for r in results]
     headers = ["recipe", "status", "engine", "generation time", "speed-up", "requests/s", "output tok/s"]
-    headers += ["peak GPU", "roofline", *metric_names, "differs from baseline"]
+    headers += ["peak GPU", "roofline", "J / output token", "$ / M output tokens", *metric_names]
+    headers.append("differs from baseline")
     roof = "Roofline: the predicted floor of the generation time (compute, memory bandwidth or PCIe, whichever binds; "
     roof += "`runner plan`) ÷ the measured generation time."
     marks = []
@@ -296,8 +302,14 @@ def _overview(results: list[RunResult], base: RunResult | None, title: str = "Su
         )
     legend = [LEGEND + " Speed-up: against the baseline.", *(f"{m}." for m in marks)]
     optional = frozenset({"speed-up", "requests/s", "output tok/s", "peak GPU", "roofline"})  # CPU runs: no GPU
+    optional |= {"J / output token", "$ / M output tokens"}  # no energy counter, no price
     roofs = any(row[8] is not None for row in rows)
-    return [*parts, "", table(rows, headers, optional), *(["", roof] if roofs else []), "", " ".join(legend)]
+    notes = ["", roof] if roofs else []
+    if any(row[9] is not None for row in rows):
+        notes += ["", "J / output token: GPU energy of one generation (NVML, whole devices) ÷ its output tokens."]
+    if any(row[10] is not None for row in rows):
+        notes += ["", "$ / M output tokens: price per GPU-hour / 3600 × GPUs × generation time ÷ output tokens × 10^6."]
+    return [*parts, "", table(rows, headers, optional), *notes, "", " ".join(legend)]
 
 
 def _verdict(results: list[RunResult], base: RunResult | None) -> list[str]:

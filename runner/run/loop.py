@@ -180,6 +180,8 @@ class UnitRun:
         with PartialWriter(self.folder.partial) if first else nullcontext() as writer:
             sink = _Collector(unit, todo, texts, writer)
             requests = [Request(ids=ids[i], example=examples[i]) for i in todo]
+            if (prepare := getattr(engine, "prepare", None)) is not None:  # engine-side setup for these settings
+                prepare(r.sampling)
             gpus = gpu_indices(engine.info.gpus)
             e0 = energy_j(gpus) if gpus else None  # read just before the prompts go in and once they are all out
             t0 = sink.clock = time.perf_counter()
