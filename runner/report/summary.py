@@ -14,8 +14,8 @@ from runner.base.format import N_EXAMPLES_SHOWN, diff_cell, gib, inline, secs, t
 from runner.base.stats import BOOTSTRAP, mcnemar_exact, paired_bootstrap
 from runner.folder import SUMMARY, RunFolder, load_samples
 from runner.recipe import GateSpec, Recipe
-from runner.report.plots import write_charts
 from runner.report.markdown import cost_figures
+from runner.report.plots import write_charts
 from runner.report.spread import LEGEND, busy, calls, rate_cell, ratio_text, speedup, time_cell
 from runner.results import RunResult
 
