@@ -135,3 +135,19 @@ def test_the_price_option_prices_every_recipe_without_rerunning(tmp_path, write_
     assert "--usd-per-gpu-hour" in CliRunner().invoke(cli, ["go", "--help"]).output
     bad = CliRunner().invoke(cli, ["go", str(path), "--usd-per-gpu-hour", "0"])
     assert bad.exit_code == 2 and "--usd-per-gpu-hour" in bad.output
+
+
+def test_the_study_sums_its_cold_and_warm_starts():
+    from runner.results import RunResult, StartParts, Timings
+    from runner.study.study import spent_section
+    from tests.wired import a_recipe
+
+    def cell(name, *starts):
+        reps = [Repeat(index=i + 1, generate_s=6.0, load_s=p.load_s, start=p) for i, p in enumerate(starts)]  # noqa: E501
+        return RunResult(name=name, recipe=a_recipe(name), status="ok", repeats=reps, timings=Timings(load_s=30.0))
+
+    cold = StartParts(load_s=4.0, compile_s=45.0, capture_s=12.0, other_s=9.0, cold=True)
+    warm = StartParts(load_s=4.0, compile_s=5.0, capture_s=12.0, other_s=9.0, cold=False)
+    text = "\n".join(spent_section([cell("a", cold, warm), cell("b", warm)]))
+    words = "Of the engine starts, 1 compiled (cold) and 2 loaded the compiled graphs from the compile cache (warm); "
+    assert words + "compiling and capturing CUDA graphs took 91.0 s in all" in text  # 45+12, 5+12, 5+12

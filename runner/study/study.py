@@ -267,6 +267,9 @@ class Spent:
     load_s: float
     starts: int
     reused: tuple[tuple[str, str | None], ...]  # (cell, the cell whose engine it ran on)
+    compile_s: float = 0.0  # torch.compile and CUDA graph capture, over every engine start the engines split
+    cold: int = 0  # engine starts that compiled
+    warm: int = 0  # engine starts that loaded the compiled graphs from the cache
 
 
 def _when(s: str) -> dt.datetime | None:
@@ -278,6 +281,7 @@ def _when(s: str) -> dt.datetime | None:
 
 
 def time_spent(cells: list[RunResult]) -> Spent:
+    parts = [x.start for r in cells for x in r.repeats if x.start is not None]
     spans = [(_when(r.started_at), _when(r.finished_at)) for r in cells]
     starts, ends = [a for a, _ in spans if a], [b for _, b in spans if b]
     running = None
@@ -296,6 +300,9 @@ def time_spent(cells: list[RunResult]) -> Spent:
         sum(r.timings.load_s or 0 for r in cells),
         sum(1 for r in cells if (r.timings.load_s or 0) > 0),
         tuple((r.name, r.engine_of) for r in cells if r.timings.load_s == 0),
+        sum((p.compile_s or 0) + (p.capture_s or 0) for p in parts),
+        sum(1 for p in parts if p.cold is True),
+        sum(1 for p in parts if p.cold is False),
     )
 
 
@@ -311,6 +318,11 @@ def spent_section(cells: list[RunResult]) -> list[str]:
     row = [secs(s.wall_s), secs(s.running_s), secs(s.generate_s) + share, secs(s.load_s), s.starts, len(cells)]
     heads = ["wall time", "running", "generation (sum)", "engine start (sum)", "engine starts", "cells"]
     out = ["", "### Time spent", "", note, "", table([row], heads)]
+    if s.cold or s.warm:
+        words = f"Of the engine starts, {s.cold} compiled (cold) and {s.warm} loaded the compiled graphs from the "
+        words += f"compile cache (warm); compiling and capturing CUDA graphs took {secs(s.compile_s)} in all "
+        words += "(`engine.compile_cache` keeps the cache in a folder you name, for a later call or another host)."
+        out += ["", words]
     if s.reused:
         reused = ", ".join(f"{name} (on {host}'s)" if host else name for name, host in s.reused)
         out += ["", f"Cells that ran on an engine started for another cell: {reused}."]
