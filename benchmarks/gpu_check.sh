@@ -20,6 +20,15 @@
 #                                                 one call; the folder tarred to OUT (run again to finish if cut off)
 #   bash benchmarks/gpu_check.sh tune OUT         runner tune recipes/jsquad-tune.yaml (the step size around the best
 #                                                 hand-written cell), its folder tarred to OUT (run again to resume)
+#   bash benchmarks/gpu_check.sh study-tune OUT [S] runner tune recipes/jsquad-study.yaml (weights, CUDA graphs, step
+#                                                 shape from the plain context-first cell, against the hand-written
+#                                                 cells), compile cache in /root/vcache, at most S seconds (default
+#                                                 560); the folder tarred to OUT (run again to resume)
+#   bash benchmarks/gpu_check.sh hf-cb OUT [N]    the JSQuAD study's transformers cells, static batches of 128 and
+#                                                 continuous batching, on N examples each (default: all)
+#   bash benchmarks/gpu_check.sh xquad-tune OUT   after `gguf`: runner tune recipes/xquad-smollm2-study.yaml (real
+#                                                 weights: the gate against a faster, shorter answer) and the study's
+#                                                 transformers cells (static and continuous batching)
 #   bash benchmarks/gpu_check.sh xquad OUT [ROUND] the XQuAD study on real weights (recipes/xquad-smollm2-study.yaml,
 #                                                 all 1,190 questions) into /root/xquad-ROUND, its folder tarred to OUT
 set -uo pipefail
@@ -61,6 +70,24 @@ case $step in
       "${MP[@]}" "${SETS[@]}" 2>&1 | tee -a "$out/tune.log"
     tar -C /root -czf "$out/tune.tgz" --exclude='*.lock' tune ;;
   gguf) mkdir -p $ST && cp .gpu/gguf/* $ST/ && ls -la $ST | tee -a "$out/stage.log" ;;
+  study-tune)
+    timeout "${3:-560}" python3 -m runner tune recipes/jsquad-study.yaml --out /root/study-tune --no-progress \
+      "${MP[@]}" "${SETS[@]}" --set engine.compile_cache=/root/vcache --usd-per-gpu-hour 3.5 2>&1 | tee -a "$out/study-tune.log"
+    tar -C /root -czf "$out/study-tune.tgz" --exclude='*.lock' study-tune ;;
+  hf-cb)
+    lim=(); [ -n "${3:-}" ] && lim=(--limit "$3")
+    timeout 560 python3 -m runner go recipes/jsquad-study.yaml --only 'jsquad-hf-batched,jsquad-hf-continuous' \
+      --out /root/hf-cb --no-progress "${lim[@]}" "${MP[@]}" "${SETS[@]}" --usd-per-gpu-hour 3.5 2>&1 | tee -a "$out/hf-cb.log"
+    tar -C /root -czf "$out/hf-cb.tgz" --exclude='*.lock' hf-cb ;;
+  xquad-tune)
+    if [ ! -f $G ]; then mkdir -p /root/models && cat $ST/smollm2.gguf.part-* > $G; fi
+    sha256sum $G | tee "$out/gguf.sha256"
+    XS=(--set model.id=$G --set dataset.path=$S/data/xquad/xquad.en.json)
+    timeout 330 python3 -m runner tune recipes/xquad-smollm2-study.yaml --out /root/xquad-tune --no-progress \
+      "${XS[@]}" --usd-per-gpu-hour 3.5 2>&1 | tee -a "$out/xquad-tune.log"
+    timeout 200 python3 -m runner go recipes/xquad-smollm2-study.yaml --only 'xquad-smollm2-hf*' --out /root/xquad-tune \
+      --no-progress "${XS[@]}" --usd-per-gpu-hour 3.5 2>&1 | tee -a "$out/xquad-hf.log"
+    tar -C /root -czf "$out/xquad-tune.tgz" --exclude='*.lock' xquad-tune ;;
   xquad)
     if [ ! -f $G ]; then mkdir -p /root/models && cat $ST/smollm2.gguf.part-* > $G; fi
     sha256sum $G | tee "$out/gguf.sha256"

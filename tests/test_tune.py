@@ -317,3 +317,12 @@ def test_a_study_tune_names_a_cell_that_exists(tmp_path, write_recipe, base_reci
     recipe = {**base_recipe, "tune": {"axes": {"sampling.max_tokens": [8]}, "compare": ["x"]}}
     err = user_error(_tune(write_recipe(recipe), "--dry-run"))
     assert "tune.compare: only a study file has cells to start from or compare with" in err
+
+
+def test_a_text_axis_value_equal_to_the_recipes_is_the_recipe_as_written(tmp_path, write_recipe, base_recipe):
+    """Text values reach the recipe as written (not JSON-quoted): the template the recipe has is recognized."""
+    path = _tune_file(write_recipe, base_recipe, {"prompt.template": ["jsquad.j2", "jsquad-context-first.j2"]})
+    r = _tune(path, "--dry-run")
+    assert r.exit_code == 0, r.output
+    rows = {line.split("|")[1].strip(): line for line in r.output.splitlines() if line.startswith("| tu-")}
+    assert "the recipe as written (not run: it is the baseline)" in rows["tu-t1"] and "| screen" in rows["tu-t2"]

@@ -24,9 +24,15 @@ from runner.cli.loading import MP_HELP, SET_HELP, load_all
 @click.option("--model-path", "model_paths", multiple=True, metavar="HUB_ID=PATH", help=MP_HELP)
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 @click.option("--report-only", is_flag=True, help="Rebuild <out>/<name>-tune.md from the stored runs; run nothing.")
+@click.option(
+    "--usd-per-gpu-hour",
+    type=click.FloatRange(min=0, min_open=True, max=1_000_000),
+    metavar="X",
+    help="Price of one GPU-hour in US dollars (the same as --set cost.usd_per_gpu_hour=X): reports add dollars.",
+)
 @click.option("--in-process", is_flag=True, hidden=True, help="Run recipes in this process (tests).")
 @guard
-def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, in_process):
+def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, usd_per_gpu_hour, in_process):
     """Search the `tune:` block of a recipe or study file for the fastest settings that keep its accuracy: every
     candidate screened on the first examples, the best confirmed on every example with repeats against the recipe
     as written (a study: its `tune.start` cell; the cells in `tune.compare` confirmed with them), the gate checked
@@ -35,6 +41,8 @@ def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, in_pro
     from runner.config.loading import read_recipe_file
     from runner.tune.spec import TuneSpec
 
+    if usd_per_gpu_hour is not None:
+        sets = (*sets, f"cost.usd_per_gpu_hour={usd_per_gpu_hour}")
     f = read_recipe_file(path)
     if "tune" not in f.keys:
         hint = "runner tune takes a recipe or study file with a `tune:` block (axes, objective, gate, budget); see "
@@ -135,7 +143,8 @@ def load_cell(src, sets, model_paths, settings: dict, cell: str | None, repeat: 
     from runner.config.loading import load_file
     from runner.folder import check_name
 
-    extra = [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in settings.items()]
+    # as `--set` reads them: text fields take the text as written, others YAML (JSON is YAML)
+    extra = [f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}" for k, v in settings.items()]
     run = (*((f"name={cell}",) if cell else ()), f"repeat={repeat}", f"interleave={interleave}")
     fresh = dataclasses.replace(src, data=copy.deepcopy(src.data))  # the overrides are set into the data
     [lr] = load_file(fresh, [*sets, *extra, *run], model_paths=parse_model_paths(model_paths))
