@@ -427,6 +427,7 @@ def test_anchors_and_merge_keys_still_work(write_recipe, base_recipe):
 JSQUAD_CELLS = {
     "jsquad-hf-sequential",
     "jsquad-hf-batched",
+    "jsquad-hf-continuous",
     "jsquad-vllm",
     "jsquad-vllm-bigbatch",
     "jsquad-vllm-offload",
@@ -453,7 +454,7 @@ JSQUAD_CELLS = {
 def test_project_jsquad_study():
     h200 = ["model.load_format=dummy", "sampling.max_tokens=16", "sampling.ignore_eos=true"]
     s = load_study(PROJECT / "recipes" / "jsquad-study.yaml", h200)
-    assert {lr.recipe.name for lr in s.cells} == JSQUAD_CELLS and len(s.cells) == 22
+    assert {lr.recipe.name for lr in s.cells} == JSQUAD_CELLS and len(s.cells) == 23
     by = {lr.recipe.name: lr.recipe for lr in s.cells}
     assert [n for n, r in by.items() if r.baseline] == ["jsquad-hf-sequential"]
     assert by["jsquad-hf-sequential"].estimate == 40 and by["jsquad-vllm-offload"].estimate == 1000
