@@ -326,3 +326,22 @@ def test_a_text_axis_value_equal_to_the_recipes_is_the_recipe_as_written(tmp_pat
     assert r.exit_code == 0, r.output
     rows = {line.split("|")[1].strip(): line for line in r.output.splitlines() if line.startswith("| tu-")}
     assert "the recipe as written (not run: it is the baseline)" in rows["tu-t1"] and "| screen" in rows["tu-t2"]
+
+
+def test_an_unfinished_confirmation_or_a_failed_baseline_crowns_nothing_and_says_so():
+    spec = TuneSpec(axes={"engine.delay_s": [1, 2]})
+    a = Cell(1, "a", {}, full=_timed("a", [1.0, 1.1, 0.9]))
+    d = decide([a, Cell(2, "c", {})], Cell(0, "b", {}), spec, lambda r: {})  # b and c not confirmed yet
+    assert d.winners == [] and d.words == (
+        "Unfinished: 2 of 3 confirmation runs are not stored yet (b, c); the same command continues the tune."
+    )
+    failed = RunResult(name="b", recipe=a_recipe("b"), status="failed", error="boom")
+    d = decide([a], Cell(0, "b", {}, full=failed), spec, lambda r: {})
+    assert d.winners == [] and d.words.startswith("The recipe as written (b) failed on every example")
+
+
+def test_the_winners_recipe_writes_lists_of_values_on_one_line():
+    from runner.tune.report import winner_yaml
+
+    text = winner_yaml({"name": "x", "engine": {"kind": "vllm"}}, {"engine.engine_args.sizes": [1, 2, 4]}, "x")
+    assert "sizes: [1, 2, 4]\n" in text and "name: x-tuned\n" in text

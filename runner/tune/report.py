@@ -66,7 +66,18 @@ def winner_yaml(data: dict[str, Any], settings: dict[str, Any], name: str) -> st
         set_dotted(out, key, value)
     out["name"] = f"{name}-tuned"
     head = "# the recipe as written with the winner's settings and this call's --set overrides\n"
-    return head + yaml.safe_dump(out, sort_keys=False, allow_unicode=True, width=100)
+    return head + yaml.dump(out, Dumper=_FlowLists, sort_keys=False, allow_unicode=True, width=100)
+
+
+class _FlowLists(yaml.SafeDumper):
+    """Lists of plain values on one line (`[1, 2, 4]`), everything else in block style."""
+
+    def represent_list(self, data):  # type: ignore[no-untyped-def]
+        flow = all(isinstance(x, (int, float, str, bool)) or x is None for x in data)
+        return self.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_FlowLists.add_representer(list, _FlowLists.represent_list)
 
 
 def hand_words(pick: Cell, base: Cell, hand: Cell, ratio: tuple | None) -> str:

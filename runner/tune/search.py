@@ -115,6 +115,16 @@ def against_hand_written(pick: Cell, hand: list[Cell], spec: TuneSpec) -> tuple[
 def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any) -> Decision:
     """Gate each confirmed candidate on the full set against the baseline, then the fastest that passed; the
     runner-up is named with it when their ratio's 95% interval holds 1 (no clear difference)."""
+    missing = [c.name for c in [base, *confirmed] if c.full is None]
+    if missing:  # an interrupted call, or --report-only before the confirmation ran
+        words = f"Unfinished: {len(missing)} of {len(confirmed) + 1} confirmation runs are not stored yet "
+        words += f"({', '.join(missing)}); the same command continues the tune."
+        for c in confirmed:
+            c.verdict = "confirmation not finished" if c.full is None else c.verdict
+        return Decision([], None, words)
+    if base.full is not None and base.full.status != "ok":
+        words = f"The recipe as written ({base.name}) failed on every example: nothing to compare the candidates "
+        return Decision([], None, words + "with (its report says why).")
     bs = samples(base.full) if base.full is not None and base.full.status == "ok" else {}
     ok_cells = []
     for c in confirmed:
