@@ -97,6 +97,54 @@ def test_isolated_run_gives_the_gpu_back(tiny, tmp_path):
     assert knobs["enable_prefix_caching"].status == "applied"  # shared system prompt -> cache hits
     assert res.prefix.hit_rate and res.prefix.hit_rate > 0
     assert res.latency.ttft_s.p50 > 0 and res.latency.e2e_s.p99 >= res.latency.e2e_s.p50
+    e, start = res.energy, res.timings.start  # issue 31: NVML energy over the generation, the start split
+    assert e.measured and e.gpus == 1 and e.joules > 0 and 20 < e.watts < 1500, e
+    assert e.j_per_output_token == pytest.approx(e.joules / 160)
+    assert start is not None and start.load_s > 0 and start.cold is None and start.compile_s is None  # eager
+
+
+def test_a_compile_cache_folder_makes_the_second_start_warm(tiny, tmp_path):
+    """`engine.compile_cache`: the first start of a compiled engine is cold, a second start of the same recipe
+    (a fresh process, another --out) loads the compiled graphs from the folder: warm, and compiles for less."""
+    from runner.run.isolate import run_isolated
+
+    p = tmp_path / "cc.yaml"
+    text = recipe_yaml(tiny, "cc", extra_engine=f"  compile_cache: {tmp_path / 'cache'}")
+    p.write_text(text.replace("enforce_eager: true", "enforce_eager: false"))
+    [cold] = run_isolated(_job(p, tmp_path / "out1"))
+    [warm] = run_isolated(_job(p, tmp_path / "out2"))
+    assert cold.status == "ok" and warm.status == "ok", (cold.error, warm.error)
+    a, b = cold.timings.start, warm.timings.start
+    assert a.cold is True and b.cold is False, (a, b)
+    assert b.compile_s < a.compile_s and a.capture_s is not None
+    assert a.compile_cache == b.compile_cache == str(tmp_path / "cache")
+    assert {k.name: k for k in cold.knobs}["compile_cache"].status == "applied"
+    assert (tmp_path / "cache" / "torch_compile_cache").is_dir()
+
+
+def test_transformers_continuous_batching_on_the_gpu_matches_the_static_engine(tiny):
+    """`batching: continuous` on CUDA (paged attention): the static-batch engine's greedy outputs, in float32 so
+    that no kernel's rounding decides a tie."""
+    from runner.base.types import Example, ModelSpec, Request, Sampling
+    from runner.engines.transformers import TransformersSpec
+
+    model = ModelSpec(id=str(tiny), load_format="dummy", dtype="float32")
+    msgs, s = _messages(), Sampling(max_tokens=8)
+    outs = []
+    for extra in ({"batch_size": 4}, {"batching": "continuous"}):
+        import torch
+
+        torch.manual_seed(0)  # the same random weights for both engines
+        eng = TransformersSpec(kind="transformers", device="cuda", **extra).build(model, None)
+        try:
+            ids = eng.encode(msgs)[1]
+            reqs = [Request(ids=i, example=Example(id=str(n), question="")) for n, i in enumerate(ids)]
+            outs.append([g.text for g in eng.generate(reqs, s)])
+            knobs = {k.name: k for k in eng.info.knobs}
+        finally:
+            eng.close()
+    assert outs[0] == outs[1]
+    assert knobs["batching"].status == "applied" and knobs["continuous.num_blocks"].effective
 
 
 def test_timeout_ends_the_engine_and_records_failure(tiny, tmp_path):
