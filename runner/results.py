@@ -301,7 +301,9 @@ class RunResult(_M):
     latency: Latency = Field(default_factory=Latency)
     scores: dict[str, float] = Field(default_factory=dict)
     memory: Memory = Field(default_factory=Memory)
-    energy: Energy | None = Field(None, description="GPU energy during generation; null in a failed run.")
+    energy: Energy | None = Field(
+        None, description="GPU energy during generation; null in a failed run, a serving run or a Ray run."
+    )
     prefix: Prefix = Field(default_factory=Prefix)
     estimate: Estimate | None = None
     knobs: list[Knob] = Field(default_factory=list)

@@ -102,6 +102,8 @@ def test_continuous_batching_gives_the_static_engines_greedy_answers_and_checks_
         assert knobs["continuous.block_size"].status == "default" and knobs["continuous.block_size"].effective
         assert knobs["continuous.prefix_sharing"].status == "applied" and "batch_size" not in knobs
         assert cont.info.extra["continuous_setup_s"] > 0
+        assert cont.reset_prefix_cache() is True and cont._cb is None  # between generations: a fresh manager
+        assert [g.text for g in cont.generate(_reqs(prompts), s)] == [g.text for g in static]
         long = cont.generate(_reqs(prompts[:1]), Sampling(max_tokens=40, ignore_eos=True), sink=finished.extend)
         assert long[0].output_tokens == 40 and [i for i, _ in finished] == [0]  # a new manager for ignore_eos
     finally:

@@ -421,7 +421,12 @@ class TransformersEngine:
         return out  # type: ignore[return-value]
 
     def reset_prefix_cache(self) -> bool:
-        return False  # no prefix cache across generations (continuous batching shares prefixes within one)
+        """Static batches keep no cache. Continuous batching may keep shared prefix blocks in its manager: the
+        manager is ended, and the next generation's `prepare` builds a fresh one (outside the timed window)."""
+        if self.spec.batching != "continuous":
+            return False
+        self._stop_manager()
+        return True
 
     def close(self) -> None:
         self._stop_manager()
