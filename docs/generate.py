@@ -151,7 +151,8 @@ def tune_reference() -> list[str]:
     """`runner tune`'s block and its method (runner/tune/spec.py)."""
     from runner.tune import spec
 
-    out = ["## Tune", "", "`runner tune FILE [--out DIR] [--dry-run]` searches the `tune:` block of a recipe or study file.", ""]
+    head = "`runner tune FILE [--out DIR] [--dry-run]` searches the `tune:` block of a recipe or study file."
+    out = ["## Tune", "", head, ""]
     out += [(spec.__doc__ or "").strip(), ""]
     for m in (spec.TuneSpec, spec.Range, spec.Screen, spec.Confirm, spec.Budget):
         out += [f"### {m.__name__}", "", (m.__doc__ or "").strip().splitlines()[0] if m.__doc__ else "", ""]
