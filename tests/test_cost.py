@@ -143,7 +143,7 @@ def test_the_study_sums_its_cold_and_warm_starts():
     from tests.wired import a_recipe
 
     def cell(name, *starts):
-        reps = [Repeat(index=i + 1, generate_s=6.0, load_s=p.load_s, start=p) for i, p in enumerate(starts)]  # noqa: E501
+        reps = [Repeat(index=i + 1, generate_s=6, load_s=30, start=p, energy_j=1500) for i, p in enumerate(starts)]
         return RunResult(name=name, recipe=a_recipe(name), status="ok", repeats=reps, timings=Timings(load_s=30.0))
 
     cold = StartParts(load_s=4.0, compile_s=45.0, capture_s=12.0, other_s=9.0, cold=True)
@@ -151,3 +151,21 @@ def test_the_study_sums_its_cold_and_warm_starts():
     text = "\n".join(spent_section([cell("a", cold, warm), cell("b", warm)]))
     words = "Of the engine starts, 1 compiled (cold) and 2 loaded the compiled graphs from the compile cache (warm); "
     assert words + "compiling and capturing CUDA graphs took 91.0 s in all" in text  # 45+12, 5+12, 5+12
+    assert "Summed over the cells: GPU energy of every measured generation 4.5 kJ." in text  # 3 x 1,500 J, no price
+
+
+def test_runner_report_prices_stored_runs_without_touching_their_results(tmp_path):
+    """The H200 tune's stored runs (priced at $3.5 per GPU-hour when they ran) re-priced at $7: every dollar
+    figure doubles, results.json keeps $3.5."""
+    import shutil
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "reports" / "h200-tune-study"
+    out = shutil.copytree(src, tmp_path / "runs")
+    cell = out / "jsquad-vllm-oneshot-cache-ctxfirst-t8"
+    before = (cell / "results.json").read_bytes()
+    r = CliRunner().invoke(cli, ["report", str(out), "--usd-per-gpu-hour", "7"])
+    assert r.exit_code == 0, r.output
+    assert "| per million output tokens              | $0.1696                    |" in (cell / "report.md").read_text()
+    assert (cell / "results.json").read_bytes() == before
+    assert "| $0.17                 |" in (out / "summary.md").read_text()  # t8's row in the summary

@@ -25,7 +25,7 @@ from runner.cli.wings import Plans, report_sections, study_summaries, summary_se
 from runner.engines.builtin import is_builtin
 from runner.folder import RunFolder, previous_result, stored_ok
 from runner.recipe import MAX_REPEAT, MAX_TIMEOUT_S, LoadedRecipe
-from runner.report.markdown import write_report
+from runner.report.markdown import priced, write_report
 from runner.report.summary import write_summary
 from runner.results import RunResult
 from runner.run.isolate import failed_result, run_isolated
@@ -333,8 +333,8 @@ def _run_all(
             if stored is not None and (short := folder.samples_short(stored.n_samples)):
                 kept = folder.set_aside(u.run_key, force=True)  # results, samples and repeats: run again whole
                 click.echo(f"rerun {u.name}: its results were complete but {short} (kept in {kept})")
-            if prev is not None and prev.recipe.cost != (cost := u.loaded.recipe.cost):  # a price is no measured fact:
-                prev = prev.model_copy(update={"recipe": prev.recipe.model_copy(update={"cost": cost})})  # this call's
+            if prev is not None and (cost := u.loaded.recipe.cost) is not None:  # this call's price, if it names one
+                prev = priced(prev, cost.usd_per_gpu_hour)
             if prev is not None:
                 results.append(prev)
                 write_report(prev, opts.out, report_sections(opts.out))  # a report.md deleted since is back

@@ -167,17 +167,23 @@ GATE_HELP = (
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
 @click.option("--baseline", help="Recipe name to compare against.")
 @click.option("--gate", "gate_text", metavar="METRIC:DROP", help=GATE_HELP)
+@click.option(
+    "--usd-per-gpu-hour",
+    type=click.FloatRange(min=0, min_open=True, max=1_000_000),
+    metavar="X",
+    help="Price the stored runs at X US dollars per GPU-hour (results.json keeps the recipe's own price).",
+)
 @guard
-def report(out, baseline, gate_text):
+def report(out, baseline, gate_text, usd_per_gpu_hour):
     """Rebuild every report.md and summary.md (and each study's own summary) from stored results.json files (runs
     nothing)."""
     from runner.cli.wings import report_sections, study_summaries, summary_sections
     from runner.folder import RunFolder, load_results
-    from runner.report.markdown import write_report
+    from runner.report.markdown import priced, write_report
     from runner.report.summary import write_summary
 
     out_dir, skipped = Path(out), []
-    results = load_results(out_dir, skipped)
+    results = [priced(r, usd_per_gpu_hour) for r in load_results(out_dir, skipped)]
     if not results:
         if skipped:
             raise UserError("\n\nError: ".join(skipped))

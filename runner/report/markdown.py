@@ -136,6 +136,17 @@ def _start_section(r: RunResult) -> list[str]:
     return ["", "### Engine start", "", note, "", table(rows, head)]
 
 
+def priced(r: RunResult, usd_per_gpu_hour: float | None) -> RunResult:
+    """The result as a report shows it at another GPU-hour price (a price is no measured fact: results.json keeps
+    the recipe's own); the result itself when no price is given or it is the same."""
+    from runner.recipe import CostSpec
+
+    cost = CostSpec(usd_per_gpu_hour=usd_per_gpu_hour) if usd_per_gpu_hour is not None else None
+    if cost is None or r.recipe.cost == cost:
+        return r
+    return r.model_copy(update={"recipe": r.recipe.model_copy(update={"cost": cost})})
+
+
 def cost_figures(r: RunResult) -> dict[str, float] | None:
     """Dollars from the recipe's price: GPU-seconds x GPUs x price per GPU-second, for one generation (per million
     output or prompt tokens) and for the whole run (`timings.total_s`: every engine start and repeat)."""
@@ -220,6 +231,10 @@ def _repeats_section(r: RunResult) -> list[str]:
     head = ["repeat", "generation", "engine start", "outputs changed", "prompt tokens from cache", "load avg"]
     head += ["CPU pressure", "CPU s"]
     head += ["other GPU processes", "SM MHz", "busy", "call"]
+    if any(x.energy_j is not None for x in r.repeats):  # NVML's energy over each repeat's generation
+        head.insert(2, "GPU energy")
+        for row, x in zip(rows, r.repeats):
+            row.insert(2, f"{x.energy_j:,.0f} J" if x.energy_j is not None else "–")
     note = f"{how}{warm}; the prefix cache was emptied before each. {LEGEND} Outputs changed: against repeat 1 "
     note += "(its outputs are the samples). Busy: load average above the CPUs, tasks waiting for a CPU over 10% of "
     note += "the time (/proc/pressure/cpu), or another process on the GPU (NVML)."

@@ -19,6 +19,7 @@ from runner.base.files import write_text_atomic
 from runner.base.format import cell, secs, short, table
 from runner.folder import SUMMARY, load_results, study_chart_path, study_summary_path
 from runner.recipe import GateSpec
+from runner.report.markdown import cost_figures
 from runner.report.plots import accuracy_chart, pyplot
 from runner.report.spread import clear, ratio_text, speedup, speedup_parts, time_cell
 from runner.report.summary import Sections, summary_markdown
@@ -318,6 +319,12 @@ def spent_section(cells: list[RunResult]) -> list[str]:
     row = [secs(s.wall_s), secs(s.running_s), secs(s.generate_s) + share, secs(s.load_s), s.starts, len(cells)]
     heads = ["wall time", "running", "generation (sum)", "engine start (sum)", "engine starts", "cells"]
     out = ["", "### Time spent", "", note, "", table([row], heads)]
+    joules = [x.energy_j for r in cells for x in r.repeats if x.energy_j is not None]
+    usd = [c["usd_run"] for r in cells if (c := cost_figures(r)) and "usd_run" in c]
+    if joules or usd:
+        what = [f"GPU energy of every measured generation {sum(joules) / 1000:,.1f} kJ"] if joules else []
+        what += [f"the runs' cost ${sum(usd):.3g} (each run's total time x GPUs x its price)"] if usd else []
+        out += ["", "Summed over the cells: " + "; ".join(what) + "."]
     if s.cold or s.warm:
         words = f"Of the engine starts, {s.cold} compiled (cold) and {s.warm} loaded the compiled graphs from the "
         words += f"compile cache (warm); compiling and capturing CUDA graphs took {secs(s.compile_s)} in all "
@@ -394,6 +401,8 @@ def write_study_summaries(
         stored = load_results(out)
     except RunnerError:  # a damaged results.json elsewhere in --out: the cells of this call only
         stored = results
+    mine = {r.name: r for r in results}  # this call's view of a cell (a re-priced one) over the stored one
+    stored = [mine.get(r.name, r) for r in stored]
     paths = []
     for study in study_groups(results):
         cells = [r for r in stored if r.study == study]
