@@ -345,3 +345,9 @@ def test_the_winners_recipe_writes_lists_of_values_on_one_line():
 
     text = winner_yaml({"name": "x", "engine": {"kind": "vllm"}}, {"engine.engine_args.sizes": [1, 2, 4]}, "x")
     assert "sizes: [1, 2, 4]\n" in text and "name: x-tuned\n" in text
+
+
+def test_axes_that_change_nothing_are_refused(write_recipe, base_recipe):
+    path = _tune_file(write_recipe, base_recipe, {"engine.delay_s": [0.004]})  # the recipe's own delay
+    err = user_error(_tune(path, "--dry-run"))
+    assert err.startswith("Error: {tmp}/tu.yaml: tune.axes: every candidate is the recipe as written: the axes change ")

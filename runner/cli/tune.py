@@ -53,7 +53,7 @@ def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, usd_pe
         first = e.errors()[0]
         loc = ".".join(str(x) for x in ("tune", *first["loc"]))
         raise RunnerError(first["msg"], file=str(path), field=loc) from None
-    src, hand = _source(path, f, spec, sets, model_paths)
+    src, hand = _source(path, f, spec)
     base = load_cell(src, sets, model_paths, {}, None)
     name = base.recipe.name
     if spec.gate is not None and spec.gate.metric not in base.recipe.metrics:
@@ -113,7 +113,7 @@ def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, usd_pe
 _DOCS = "docs/recipe-reference.md, section Tune"
 
 
-def _source(path, f, spec, sets, model_paths):
+def _source(path, f, spec):
     """The recipe the candidates change (a study: its `tune.start` cell, else its baseline cell) and the study's
     hand-written cells to compare (checked to exist)."""
     from runner.study.load import cell_file
