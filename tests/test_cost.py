@@ -169,3 +169,17 @@ def test_runner_report_prices_stored_runs_without_touching_their_results(tmp_pat
     assert "| per million output tokens              | $0.1696                    |" in (cell / "report.md").read_text()
     assert (cell / "results.json").read_bytes() == before
     assert "| $0.17                 |" in (out / "summary.md").read_text()  # t8's row in the summary
+
+
+def test_the_summary_shows_each_cells_engine_start_cold_or_warm():
+    from runner.report.summary import _start_cell
+    from runner.results import RunResult, StartParts, Timings
+    from tests.wired import a_recipe
+
+    def run(load, *colds):
+        reps = [Repeat(index=i + 1, generate_s=1, start=StartParts(cold=c)) for i, c in enumerate(colds)]
+        return RunResult(name="r", recipe=a_recipe("r"), status="ok", repeats=reps, timings=Timings(load_s=load))
+
+    assert _start_cell(run(72.9, True)) == "72.9 s cold" and _start_cell(run(27.3, False)) == "27.3 s warm"
+    assert _start_cell(run(40.0, True, False)) == "40.0 s cold+warm" and _start_cell(run(17.3, None)) == "17.3 s"
+    assert _start_cell(run(0.0, None)) is None  # ran on another recipe's engine

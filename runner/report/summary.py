@@ -241,7 +241,18 @@ def _row(r: RunResult, base: RunResult | None, metric_names: list[str]) -> list:
     row.append(f"{e.j_per_output_token:.3g}" if e and e.measured and e.j_per_output_token is not None else None)
     usd = dollars.get("usd_per_m_output_tokens")
     row.append(f"${usd:.3g}" if usd is not None else None)
+    row.append(_start_cell(r))
     return [*row, *scores, diff_s]
+
+
+def _start_cell(r: RunResult) -> str | None:
+    """The run's engine start (the median over its starts), `cold`/`warm` where the engine compiled or loaded its
+    compiled graphs; None for a run on another recipe's engine or without a start."""
+    if not r.timings.load_s:
+        return None
+    kinds = {x.start.cold for x in r.repeats if x.start is not None and x.start.cold is not None}
+    mark = "" if not kinds else " cold" if kinds == {True} else " warm" if kinds == {False} else " cold+warm"
+    return secs(r.timings.load_s) + mark
 
 
 def in_order(results: Iterable[RunResult]) -> list[RunResult]:
@@ -285,7 +296,7 @@ def _overview(results: list[RunResult], base: RunResult | None, title: str = "Su
     parts += _verdict(results, base)
     rows = [_row(r, base, metric_names) for r in results]
     headers = ["recipe", "status", "engine", "generation time", "speed-up", "requests/s", "output tok/s"]
-    headers += ["peak GPU", "roofline", "J / output token", "$ / M output tokens", *metric_names]
+    headers += ["peak GPU", "roofline", "J / output token", "$ / M output tokens", "engine start", *metric_names]
     headers.append("differs from baseline")
     roof = "Roofline: the predicted floor of the generation time (compute, memory bandwidth or PCIe, whichever binds; "
     roof += "`runner plan`) ÷ the measured generation time."
@@ -302,7 +313,7 @@ def _overview(results: list[RunResult], base: RunResult | None, title: str = "Su
         )
     legend = [LEGEND + " Speed-up: against the baseline.", *(f"{m}." for m in marks)]
     optional = frozenset({"speed-up", "requests/s", "output tok/s", "peak GPU", "roofline"})  # CPU runs: no GPU
-    optional |= {"J / output token", "$ / M output tokens"}  # no energy counter, no price
+    optional |= {"J / output token", "$ / M output tokens", "engine start"}  # no counter, no price, no start
     roofs = any(row[8] is not None for row in rows)
     notes = ["", roof] if roofs else []
     if any(row[9] is not None for row in rows):
