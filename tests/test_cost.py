@@ -183,3 +183,17 @@ def test_the_summary_shows_each_cells_engine_start_cold_or_warm():
     assert _start_cell(run(72.9, True)) == "72.9 s cold" and _start_cell(run(27.3, False)) == "27.3 s warm"
     assert _start_cell(run(40.0, True, False)) == "40.0 s cold+warm" and _start_cell(run(17.3, None)) == "17.3 s"
     assert _start_cell(run(0.0, None)) is None  # ran on another recipe's engine
+
+
+def test_a_relative_compile_cache_on_the_command_line_is_where_you_run_it(
+    tmp_path, write_recipe, base_recipe, monkeypatch
+):
+    """As every path given on the command line, and though the folder does not exist yet."""
+    from runner.cli.loading import load_all
+
+    path = write_recipe({**base_recipe, "engine": {"kind": "vllm"}})
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    [lr] = load_all((str(path),), ("engine.compile_cache=cache/vllm",))
+    assert lr.recipe.engine.compile_cache == str(here / "cache" / "vllm")

@@ -183,7 +183,7 @@ def _run(path, src, spec, base_lr, every, cells, hand, sets, model_paths, out, p
     from runner.report.summary import samples_by_id
     from runner.run.job import RunOptions, make_unit
     from runner.tune.report import cost_s, hand_words, tune_markdown, tune_report_path, winner_yaml
-    from runner.tune.search import Cell, against_hand_written, decide, gate_words, keep_after_screen
+    from runner.tune.search import Cell, against_hand_written, decide, keep_after_screen
 
     name = base_lr.recipe.name
     ex = Executor(kind="local", in_process=run["in_process"])
@@ -224,11 +224,7 @@ def _run(path, src, spec, base_lr, every, cells, hand, sets, model_paths, out, p
         c.full = got.get(c.name)
     if run["report_only"] and base.screen is None and base.full is None:
         raise RunnerError(f"no stored run of this tune in {out}", field="--report-only", hint="run the tune first")
-    decision = decide(kept, base, spec, samples)
-    bs = samples(base.full) if base.full is not None and base.full.status == "ok" else {}
-    for h in hand_cells:
-        if h.full is not None and h.full.status == "ok":
-            h.passed, h.gate = gate_words(samples(h.full), bs, spec.gate)
+    decision = decide(kept, base, spec, samples, hand_cells)
     pick = decision.winners[0] if decision.winners else base
     vs_hand = against_hand_written(pick, hand_cells, spec)
     recipe = None

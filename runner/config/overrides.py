@@ -25,6 +25,7 @@ from runner.engines import spec_class
 from runner.recipe import Recipe
 
 PATH_KEYS = {"model.id", "model.tokenizer", "dataset.path", "prompt.template", "prompt.system_template"}
+PATH_KEYS |= {"engine.compile_cache"}  # a folder that may not exist yet: resolved as given, like a model folder
 
 
 class KeyProblem(ValueError):
@@ -134,7 +135,7 @@ def _cli_path(key: str, value):
     if key.startswith("model.") and not value.startswith(("./", "../", "~")):
         return value  # a hub id
     p = Path(value).expanduser()
-    return str(p.resolve()) if (p.exists() or key.startswith("model.")) else value
+    return str(p.resolve()) if (p.exists() or key.startswith(("model.", "engine.compile_cache"))) else value
 
 
 def _set_value(data: dict, key: str, raw: str) -> Any:

@@ -374,8 +374,9 @@ class TransformersEngine:
         manager.start()
         self._cb = (key, manager)
         setup = time.perf_counter() - t0
+        if "continuous_setup_s" not in self.info.extra:  # the first: part of the engine start (KV cache, warm-up)
+            self.info.load_s += setup  # (a later one, between generations, is in neither start nor generation)
         self.info.extra["continuous_setup_s"] = setup
-        self.info.load_s += setup  # part of the engine start (the KV cache and warm-up), not of the generation
 
     def _stop_manager(self) -> None:
         if self._cb is not None:

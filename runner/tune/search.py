@@ -3,6 +3,7 @@ confirmed one wins (spec.py has the method in words)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,9 +113,10 @@ def against_hand_written(pick: Cell, hand: list[Cell], spec: TuneSpec) -> tuple[
     return best, gain(best.full, pick.full, spec)
 
 
-def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any) -> Decision:
+def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any, hand: Sequence[Cell] = ()) -> Decision:
     """Gate each confirmed candidate on the full set against the baseline, then the fastest that passed; the
-    runner-up is named with it when their ratio's 95% interval holds 1 (no clear difference)."""
+    runner-up is named with it when their ratio's 95% interval holds 1 (no clear difference). The `hand`-written
+    cells that finished are gated too (shown, never candidates)."""
     missing = [c.name for c in [base, *confirmed] if c.full is None]
     if missing:  # an interrupted call, or --report-only before the confirmation ran
         words = f"Unfinished: {len(missing)} of {len(confirmed) + 1} confirmation runs are not stored yet "
@@ -122,10 +124,13 @@ def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any) -> D
         for c in confirmed:
             c.verdict = "confirmation not finished" if c.full is None else c.verdict
         return Decision([], None, words)
-    if base.full is not None and base.full.status != "ok":
+    if base.full.status != "ok":  # type: ignore[union-attr]  (not missing: checked above)
         words = f"The recipe as written ({base.name}) failed on every example: nothing to compare the candidates "
         return Decision([], None, words + "with (its report says why).")
-    bs = samples(base.full) if base.full is not None and base.full.status == "ok" else {}
+    bs = samples(base.full)
+    for h in hand:
+        if h.full is not None and h.full.status == "ok":
+            h.passed, h.gate = gate_words(samples(h.full), bs, spec.gate)
     ok_cells = []
     for c in confirmed:
         if objective(c.full, spec) is None:
