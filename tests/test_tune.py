@@ -307,6 +307,20 @@ def test_a_study_tunes_from_its_baseline_cell_and_sets_the_winner_against_its_ha
     assert "name: st-slow-tuned" in report and "delay_s: 0.001" in report and "variants" not in report
 
 
+def test_a_study_tunes_start_and_hand_written_cells_are_the_studys_own_runs(tmp_path, write_recipe, base_recipe):
+    """The confirmation runs the start cell as the study's cell (not a copy outside it): the study's summary counts
+    it as its baseline, and a later `runner go` of the study finds both cells done instead of running them again."""
+    path, out = _study(write_recipe, base_recipe, compare=["st-hand"]), tmp_path / "out"
+    assert _tune(path, "--out", out).exit_code == 0
+    base = json.loads((out / "st-slow" / "results.json").read_text())
+    assert base["study"] == "st" and base["cell"] == {"variant": "slow"} and len(base["repeats"]) == 3
+    summary = (out / "st" / "summary.md").read_text()
+    assert "| st-slow " in summary and "| st-hand " in summary and "no baseline" not in summary
+    r = CliRunner().invoke(cli, ["go", str(path), "--out", str(out), "--only", "st-slow,st-hand", "--in-process"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("(results complete; --force reruns)") == 2 and "kept " not in r.output
+
+
 def test_a_study_tune_names_a_cell_that_exists(tmp_path, write_recipe, base_recipe):
     path = _study(write_recipe, base_recipe, start="st-slwo")
     err = user_error(_tune(path, "--dry-run"))

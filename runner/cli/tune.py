@@ -53,7 +53,7 @@ def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, usd_pe
         first = e.errors()[0]
         loc = ".".join(str(x) for x in ("tune", *first["loc"]))
         raise RunnerError(first["msg"], file=str(path), field=loc) from None
-    src, hand = _source(path, f, spec)
+    src, hand, cell = _source(path, f, spec)
     base = load_cell(src, sets, model_paths, {}, None)
     name = base.recipe.name
     if spec.gate is not None and spec.gate.metric not in base.recipe.metrics:
@@ -106,7 +106,7 @@ def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, usd_pe
         rows += [[h, "hand-written cell of the study", "confirm"] for h in hand]
         click.echo(table(rows, ["cell", "settings", "stage"]))
         return
-    run = dict(progress=not no_progress, in_process=in_process, report_only=report_only)
+    run = dict(progress=not no_progress, in_process=in_process, report_only=report_only, cell=cell)
     _run(path, src, spec, base, cells, to_screen, hand, sets, model_paths, Path(out), plan, run)
 
 
@@ -114,8 +114,8 @@ _DOCS = "docs/recipe-reference.md, section Tune"
 
 
 def _source(path, f, spec):
-    """The recipe the candidates change (a study: its `tune.start` cell, else its baseline cell) and the study's
-    hand-written cells to compare (checked to exist)."""
+    """The recipe the candidates change (a study: its `tune.start` cell, else its baseline cell), the study's
+    hand-written cells to compare (checked to exist) and the start cell's name (None: not a study)."""
     from runner.study.load import cell_file
 
     if not f.is_study:
@@ -123,7 +123,7 @@ def _source(path, f, spec):
             why = "only a study file has cells to start from or compare with"
             key = "tune.start" if spec.start else "tune.compare"
             raise RunnerError(why, file=str(path), field=key, hint="remove it, or move the tune: block into the study")
-        return f, []
+        return f, [], None
     start = spec.start or (f.data.get("baseline") if isinstance(f.data.get("baseline"), str) else None)
     if start is None:
         hint = "name the cell the candidates change: `tune: {start: CELL, ...}` (runner check FILE lists the cells)"
@@ -134,7 +134,7 @@ def _source(path, f, spec):
     if start in spec.compare:
         why = f"{start!r} is the cell the tune starts from: it is confirmed already"
         raise RunnerError(why, file=str(path), field="tune.compare", hint="compare other cells")
-    return src, list(spec.compare)
+    return src, list(spec.compare), start
 
 
 def load_cell(src, sets, model_paths, settings: dict, cell: str | None, repeat: int = 1, interleave: str = "auto"):
@@ -214,11 +214,12 @@ def _run(path, src, spec, base_lr, every, cells, hand, sets, model_paths, out, p
             c.screen = got.get(f"{c.name}-screen")
     kept = keep_after_screen(cells, base, spec, samples)
     hand_cells = [Cell(-1, h, {}, verdict="hand-written") for h in hand]
-    hand_lr = []
-    if hand:  # the study's own cells, with the confirmation's repeats
-        only, run_sets = ",".join(hand), (*sets, f"repeat={r}", f"interleave={interleave}")
-        hand_lr = load_all((path,), run_sets, model_paths, only=only, unused_ok=True)
-    got = stage([load({}, name, r), *(load(c.settings, c.name, r) for c in kept), *hand_lr], None)
+    as_written, hand_lr = [load({}, name, r)], []
+    if run["cell"] is not None:  # a study's start and hand-written cells run as its own cells, with the confirmation's
+        only, run_sets = ",".join([run["cell"], *hand]), (*sets, f"repeat={r}", f"interleave={interleave}")
+        by = {lr.recipe.name: lr for lr in load_all((path,), run_sets, model_paths, only=only, unused_ok=True)}
+        as_written, hand_lr = [by[run["cell"]]], [by[h] for h in hand]  # (the study's summary counts them, and a
+    got = stage([*as_written, *(load(c.settings, c.name, r) for c in kept), *hand_lr], None)  # later go skips them)
     base.full = got.get(name)
     for c in [*kept, *hand_cells]:
         c.full = got.get(c.name)
