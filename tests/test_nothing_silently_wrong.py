@@ -345,6 +345,17 @@ def test_a_damaged_builtin_model_cache_is_rebuilt(tmp_path, monkeypatch):
     assert again == folder and json.loads((folder / "config.json").read_text())["model_type"] == "qwen2"
 
 
+def test_the_first_check_on_a_new_machine_prints_no_progress_bar(tmp_path, monkeypatch, write_recipe, base_recipe):
+    """Building the embedded model into an empty cache is quiet: `runner check`'s output starts with its verdict
+    (transformers 5.25 draws a bar while it writes the one weight file)."""
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("RUNNER_CACHE", str(tmp_path / "cache"))
+    path = write_recipe({**base_recipe, "engine": {"kind": "transformers", "device": "cpu"}})
+    r = CliRunner().invoke(cli, ["check", str(path)])
+    assert r.exit_code == 0 and r.output.startswith(f"ok {path}: "), r.output[:300]
+    assert (tmp_path / "cache").exists()  # it did build there
+
+
 def test_a_fake_reply_that_would_compute_without_bound_is_refused_in_seconds(write_recipe, base_recipe, tmp_path):
     """The fake engine's reply is a template too: it compiles and renders in the prompts' bounded sandbox,
     so `{{ 10**(10**8) }}` neither hangs validation (constant folding) nor the run."""

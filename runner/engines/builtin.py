@@ -96,6 +96,7 @@ def _build(tmp: Path) -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers.utils import logging as tf_logging
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -111,7 +112,13 @@ def _build(tmp: Path) -> None:
     bos = fast.convert_tokens_to_ids("<|endoftext|>")
     ids = dict(eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id, bos_token_id=bos)
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(fast), **shape, **heads, **ids))
-    model.save_pretrained(tmp)
+    bars = tf_logging.is_progress_bar_enabled()
+    tf_logging.disable_progress_bar()  # a bar for one small shard would lead `runner check`'s first output
+    try:
+        model.save_pretrained(tmp)
+    finally:
+        if bars:
+            tf_logging.enable_progress_bar()
     fast.save_pretrained(tmp)
 
 
