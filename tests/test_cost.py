@@ -78,6 +78,22 @@ def test_energy_per_generation_power_and_per_token():
     assert not resumed.measured and "interrupted" in resumed.why_not
 
 
+def test_a_continued_runs_energy_is_not_passed_off_as_the_whole_generations():
+    """A run continued after an interruption times its generation as the earlier call's part plus this call's, but
+    NVML read this call's part only: the run's energy is 'not measured' and the repeat row says what its joules
+    cover."""
+    from runner.report.markdown import report_markdown
+    from runner.results import RunResult, Timings
+    from tests.wired import a_recipe
+
+    reps = [Repeat(index=1, generate_s=51.1, energy_j=15154.0, energy_s=33.4, reused_samples=181)]
+    e = energy_of(reps, 1, 10, 10)
+    r = RunResult(name="c", recipe=a_recipe("c"), status="ok", repeats=reps, timings=Timings(generate_s=51.1), energy=e)
+    text = report_markdown(r, [])
+    assert "| 15,154 J (this call's 33.4 s) |" in text.replace("  ", "")
+    assert "not measured: part of the generation ran in an earlier, interrupted call" in text
+
+
 def test_a_cpu_run_says_its_energy_was_not_measured(tmp_path, write_recipe, base_recipe):
     recipe = {**base_recipe, "model": {"id": "none"}, "engine": {"kind": "fake", "reply": "x"}}
     out = tmp_path / "out"

@@ -234,7 +234,9 @@ def _repeats_section(r: RunResult) -> list[str]:
     if any(x.energy_j is not None for x in r.repeats):  # NVML's energy over each repeat's generation
         head.insert(2, "GPU energy")
         for row, x in zip(rows, r.repeats):
-            row.insert(2, f"{x.energy_j:,.0f} J" if x.energy_j is not None else "–")
+            j = f"{x.energy_j:,.0f} J" if x.energy_j is not None else "–"
+            part = x.reused_samples and x.energy_j is not None and x.energy_s  # a continued run: this call's part only
+            row.insert(2, f"{j} (this call's {x.energy_s:.1f} s)" if part else j)
     note = f"{how}{warm}; the prefix cache was emptied before each. {LEGEND} Outputs changed: against repeat 1 "
     note += "(its outputs are the samples). Busy: load average above the CPUs, tasks waiting for a CPU over 10% of "
     note += "the time (/proc/pressure/cpu), or another process on the GPU (NVML)."
