@@ -269,6 +269,18 @@ def test_speed_up_is_baseline_time_over_recipe_time(base_rec):
     assert rows["fast"]["generation time"] == "20.0 s (1 run: no interval)"
 
 
+def test_a_run_on_fewer_examples_is_never_set_against_the_baseline(base_rec):
+    """A tune's 400-example screen beside full runs of 1,190 (one --out): its short time is not a speed-up over the
+    baseline, nor the summary's fastest."""
+    rs = [result("base", base_rec, generate_s=1.7, n=1190), result("full", n=1190), result("screen", n=400)]
+    rs[2] = rs[2].model_copy(update={"timings": Timings(generate_s=0.75)})
+    text = summary_markdown(rs)
+    rows = summary_rows(text)
+    assert rows["screen"]["speed-up"] == "– (other examples: 400)"
+    assert rows["full"]["speed-up"] == "5.88× slower (1 run: no interval)"
+    assert "Fastest: **base**, 1.70 s (1 run: no interval) (the baseline)." in text
+
+
 def test_estimated_baseline_uses_projected_time_and_is_marked(base_rec):
     est = Estimate(
         n_measured=40,
@@ -279,7 +291,7 @@ def test_estimated_baseline_uses_projected_time_and_is_marked(base_rec):
         high_s=3200.0,
         method="t interval",
     )
-    rs = [result("base", base_rec, generate_s=28.0, estimate=est), result("fast", generate_s=20.0)]
+    rs = [result("base", base_rec, generate_s=28.0, estimate=est), result("fast", generate_s=20.0, n=4442)]
     rows = summary_rows(summary_markdown(rs))
     assert (
         rows["fast"]["speed-up"] == "~150× (1 run: no interval)"

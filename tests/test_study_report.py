@@ -84,7 +84,7 @@ def cell_result(
         estimate=estimate,
         notes=notes or [],
         started_at=f"2025-05-01T10:{minute:02d}:00+00:00",
-        **{"finished_at": f"2025-05-01T10:{minute + 1:02d}:00+00:00", **kw},
+        **{"finished_at": f"2025-05-01T10:{minute + 1:02d}:00+00:00", "n_samples": EST.n_total, **kw},
     )
 
 
@@ -423,6 +423,15 @@ def test_report_names_its_study_and_cell():
         "Cell of study **s**: variant=vllm, engine.enable_prefix_caching=true, prompt.template=ctx.j2",
     ]
     assert "Cell of study" not in report_markdown(plain(), [])
+
+
+def test_a_cell_timed_on_fewer_examples_stands_apart_in_the_study(tmp_path):
+    """A cell run with --limit in another call is listed, but neither the fastest cell nor half of a setting's pair."""
+    cells = study_cells()
+    quick = cell_result("s-vllm-quick", {"variant": "vllm", CACHE: True, TEMPLATE: "q.j2"}, 0.5, n_samples=100)
+    text = "\n".join(study_section("s", [*cells, quick]))
+    assert "**s-vllm-cache-ctx** (10.0 s" in text and "**s-vllm-quick**" not in text
+    assert "s-vllm-quick (" not in text.split("### What each setting bought")[1]
 
 
 def test_the_study_section_is_the_same_in_run_order_and_in_name_order():

@@ -66,10 +66,17 @@ def paired(a: RunResult, b: RunResult) -> bool:
     return all(x.turns and x.turns == y.turns and x.index == y.index for x, y in zip(a.repeats, b.repeats))
 
 
+def examples(r: RunResult) -> tuple[str, int]:
+    """What the run's time stands for: its dataset and how many of its examples (an estimate: the full count it
+    projects to; a `--limit`ed run such as a tune's screen: the examples it ran)."""
+    return r.recipe.dataset.model_dump_json(), (r.estimate.n_total if r.estimate else r.n_samples)
+
+
 def speedup(slow: RunResult, fast: RunResult) -> tuple[float, float | None, float | None] | None:
-    """time(slow) / time(fast): the ratio of the medians and its 95% interval (None without times)."""
+    """time(slow) / time(fast): the ratio of the medians and its 95% interval (None without times, or for two runs
+    that did not time the same examples)."""
     a, b = times(slow), times(fast)
-    if not a or not b:
+    if not a or not b or examples(slow) != examples(fast):
         return None
     return ratio_interval(a, b, paired(slow, fast))
 

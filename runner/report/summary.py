@@ -16,7 +16,7 @@ from runner.folder import SUMMARY, RunFolder, load_samples
 from runner.recipe import GateSpec, Recipe
 from runner.report.markdown import cost_figures
 from runner.report.plots import write_charts
-from runner.report.spread import LEGEND, busy, calls, rate_cell, ratio_text, speedup, time_cell
+from runner.report.spread import LEGEND, busy, calls, examples, rate_cell, ratio_text, speedup, time_cell
 from runner.results import RunResult
 
 # a wing's sections of summary.md (studies, serving runs): results, the --out folder -> Markdown lines
@@ -215,6 +215,8 @@ def _row(r: RunResult, base: RunResult | None, metric_names: list[str]) -> list:
     if base is not None and base.status == "ok" and r.status == "ok" and r is not base:
         if (ratio := speedup(base, r)) is not None:
             speed = ratio_text(*ratio, approx=approx)
+        elif examples(r) != examples(base):  # a tune's screen, another --limit or dataset: no ratio to give
+            speed = f"– (other examples: {examples(r)[1]:,})"
     tcell = time_cell(r, "~" if r.estimate else "")
     if r.estimate and tcell is not None:
         tcell += f" (est. from {r.estimate.n_measured})"
@@ -328,6 +330,8 @@ def _verdict(results: list[RunResult], base: RunResult | None) -> list[str]:
     timed = [r for r in results if r.status == "ok" and r.projected_s and r.serving is None]
     if not timed:
         return []
+    if base is not None and base in timed:  # the fastest of the runs that timed the baseline's examples
+        timed = [r for r in timed if examples(r) == examples(base)]
     best = min(timed, key=lambda r: r.projected_s)  # type: ignore[arg-type, return-value]
     line = f"Fastest: **{best.name}**, {time_cell(best, '~' if best.estimate else '')}"
     if base is not None and base is not best and base in timed and (ratio := speedup(base, best)) is not None:

@@ -21,7 +21,7 @@ from runner.folder import SUMMARY, load_results, study_chart_path, study_summary
 from runner.recipe import GateSpec
 from runner.report.markdown import cost_figures
 from runner.report.plots import accuracy_chart, pyplot
-from runner.report.spread import clear, ratio_text, speedup, speedup_parts, time_cell
+from runner.report.spread import clear, examples, ratio_text, speedup, speedup_parts, time_cell
 from runner.report.summary import Sections, summary_markdown
 from runner.results import RunResult
 
@@ -105,8 +105,16 @@ def timed(r: RunResult) -> bool:
     return r.status == "ok" and bool(r.projected_s)
 
 
+def full(cells: list[RunResult]) -> list[RunResult]:
+    """The timed cells that timed the most examples (a cell run with --limit in another call stands apart: its
+    time is not set against theirs)."""
+    ok = [r for r in cells if timed(r)]
+    most = max((examples(r) for r in ok), key=lambda e: e[1], default=None)
+    return [r for r in ok if examples(r) == most]
+
+
 def fastest(cells: list[RunResult]) -> RunResult | None:
-    return min((r for r in cells if timed(r)), key=lambda r: r.projected_s, default=None)
+    return min(full(cells), key=lambda r: r.projected_s, default=None)
 
 
 def time_text(r: RunResult, bold: bool = False) -> str | None:
@@ -177,7 +185,9 @@ def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
             vals = [ref] + [v for v in vals if value_key(v) != value_key(ref)]
         at = [[r for r in ok if value_key(axis_value(r, axis)) == value_key(v)] for v in vals]
         for v, group in zip(vals[1:], at[1:]):
-            pairs = tuple((a, b) for a in at[0] for b in group if only_differ_in(a, b, axis))
+            pairs = tuple(
+                (a, b) for a in at[0] for b in group if only_differ_in(a, b, axis) and examples(a) == examples(b)
+            )
             speedup = statistics.geometric_mean([a.projected_s / b.projected_s for a, b in pairs]) if pairs else None
             approx = any(a.estimate or b.estimate for a, b in pairs)
             lo, hi = speedup_parts(pairs) if pairs else (None, None)
@@ -231,10 +241,12 @@ def fastest_section(cells: list[RunResult], metric: str | None) -> list[str]:
     best = fastest(cells)
     if best is None:
         return ["", "### Fastest cell", "", "No cell finished with a generation time."]
-    slow = max((r for r in cells if timed(r)), key=lambda r: r.projected_s)
+    slow = max(full(cells), key=lambda r: r.projected_s)
 
     def vs(other: RunResult, what: str) -> str:
-        ratio, lo, hi = speedup(other, best)  # type: ignore[misc]
+        if (got := speedup(other, best)) is None:
+            return f"{what} {other.name} timed other examples ({examples(other)[1]:,})"
+        ratio, lo, hi = got
         text = ratio_text(ratio, lo, hi, "~" if (best.estimate or other.estimate) else "")
         if lo is not None and lo <= 1 <= hi:  # type: ignore[operator]
             return f"{text} against {what} {other.name} ({time_text(other)})"
@@ -247,7 +259,7 @@ def fastest_section(cells: list[RunResult], metric: str | None) -> list[str]:
         parts.append("it is the study's baseline")
     elif base is not None and base is not slow:
         parts.append(vs(base, "the baseline,") if timed(base) else f"the baseline, {base.name}, has no time")
-    runner_up = min((r for r in cells if timed(r) and r is not best), key=lambda r: r.projected_s, default=None)
+    runner_up = min((r for r in full(cells) if r is not best), key=lambda r: r.projected_s, default=None)
     if runner_up is not None and (ratio := speedup(runner_up, best)) and ratio[1] is not None and not clear(*ratio[1:]):
         parts.append(
             f"not clearly faster than the next, {runner_up.name} ({time_text(runner_up)}: {ratio_text(*ratio)})"
