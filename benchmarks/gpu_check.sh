@@ -24,8 +24,12 @@
 #                                                 shape from the plain context-first cell, against the hand-written
 #                                                 cells), compile cache in /root/vcache, at most S seconds (default
 #                                                 560); the folder tarred to OUT (run again to resume)
-#   bash benchmarks/gpu_check.sh hf-cb OUT [N]    the JSQuAD study's transformers cells, static batches of 128 and
-#                                                 continuous batching, on N examples each (default: all)
+#   bash benchmarks/gpu_check.sh ref OUT [R]      the JSQuAD study's reference cell (jsquad-vllm-oneshot-cache), all
+#                                                 4,442 questions, R repeats on one engine (default 3), energy and
+#                                                 dollars at $3.5 per GPU-hour; the folder tarred to OUT
+#   bash benchmarks/gpu_check.sh hf-cb OUT [N] [S] the JSQuAD study's transformers cells, static batches of 128 and
+#                                                 continuous batching, on N examples each (default: all), at most S
+#                                                 seconds (default 560)
 #   bash benchmarks/gpu_check.sh xquad-tune OUT   after `gguf`: runner tune recipes/xquad-smollm2-study.yaml (real
 #                                                 weights: the gate against a faster, shorter answer) and the study's
 #                                                 transformers cells (static and continuous batching)
@@ -74,9 +78,13 @@ case $step in
     timeout "${3:-560}" python3 -m runner tune recipes/jsquad-study.yaml --out /root/study-tune --no-progress \
       "${MP[@]}" "${SETS[@]}" --set engine.compile_cache=/root/vcache --usd-per-gpu-hour 3.5 2>&1 | tee -a "$out/study-tune.log"
     tar -C /root -czf "$out/study-tune.tgz" --exclude='*.lock' study-tune ;;
+  ref)
+    timeout 240 python3 -m runner go recipes/jsquad-study.yaml --only jsquad-vllm-oneshot-cache --repeat "${3:-3}" \
+      --out /root/ref --no-progress "${MP[@]}" "${SETS[@]}" --usd-per-gpu-hour 3.5 2>&1 | tee -a "$out/ref.log"
+    tar -C /root -czf "$out/ref.tgz" --exclude='*.lock' ref ;;
   hf-cb)
     lim=(); [ -n "${3:-}" ] && lim=(--limit "$3")
-    timeout 560 python3 -m runner go recipes/jsquad-study.yaml --only 'jsquad-hf-batched,jsquad-hf-continuous' \
+    timeout "${4:-560}" python3 -m runner go recipes/jsquad-study.yaml --only 'jsquad-hf-batched,jsquad-hf-continuous' \
       --out /root/hf-cb --no-progress "${lim[@]}" "${MP[@]}" "${SETS[@]}" --usd-per-gpu-hour 3.5 2>&1 | tee -a "$out/hf-cb.log"
     tar -C /root -czf "$out/hf-cb.tgz" --exclude='*.lock' hf-cb ;;
   xquad-tune)
