@@ -2,9 +2,10 @@
 # The GPU checks on a host with torch + CUDA but no package index, one step per call (each fits 10 minutes; make
 # the calls back to back: a host given back needs the transfers again). Output goes to OUT line by line.
 #   bash benchmarks/gpu_check.sh stage OUT        every transfer call but the last: keeps the vLLM bundle part
-#                                                 carried in .gpu/ (../shared/gpu/pack_vllm.py --part-mib 40: the
+#                                                 carried in .gpu/ (../shared/gpu/pack_vllm.py --part-mib 35: the
 #                                                 tree itself travels too, ~18 MiB with reports/; a part + the tree
-#                                                 must stay under 64 MiB)
+#                                                 must stay under 64 MiB, the last part with
+#                                                 .gpu/shared and .whl too)
 #   bash benchmarks/gpu_check.sh unpack OUT       the last transfer (.gpu/ with the last part and a copy of
 #                                                 ../shared in .gpu/shared, .whl/ with the wheels the host lacks):
 #                                                 vLLM into /tmp/vllm-site, the wheels into /tmp/site, shared to
