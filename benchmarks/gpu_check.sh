@@ -10,7 +10,8 @@
 #                                                 ../shared in .gpu/shared, .whl/ with the wheels the host lacks):
 #                                                 vLLM into /tmp/vllm-site, the wheels into /tmp/site, shared to
 #                                                 /root/shared
-#   bash benchmarks/gpu_check.sh tests OUT        the GPU tests (pytest -m gpu)
+#   bash benchmarks/gpu_check.sh tests OUT [K]    the GPU tests (pytest -m gpu), those -k K selects (all 9 need more
+#                                                 than one call's 570 s: split them, e.g. 'not serving', 'serving')
 #   bash benchmarks/gpu_check.sh bench OUT [N]    runner vs a plain vLLM script on the study's jsquad-vllm cell, N
 #                                                 alternating pairs (default 2), then kill/resume of a vLLM run
 #   bash benchmarks/gpu_check.sh serve OUT        the JSQuAD one-shot recipe under load (jsquad-serve.yaml, the
@@ -56,7 +57,9 @@ case $step in
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
       2>&1 | tail -3 | tee -a "$out/unpack.log" ;;
   tests)
-    SHARED=$S timeout 570 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$out/gpu-tests.log" ;;
+    sel=(); [ -n "${3:-}" ] && sel=(-k "$3")
+    SHARED=$S timeout 570 python3 -m pytest -m gpu -q -p no:cacheprovider "${sel[@]}" tests/test_gpu.py 2>&1 \
+      | tee -a "$out/gpu-tests.log" ;;
   bench)
     timeout 400 python3 benchmarks/vllm_vs_runner.py recipes/jsquad-study.yaml --only jsquad-vllm --rounds "${3:-2}" \
       "${MP[@]}" "${SETS[@]}" --out /root/bench 2>&1 | tee "$out/vllm_vs_runner.log"
