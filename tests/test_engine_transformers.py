@@ -101,6 +101,9 @@ def test_continuous_batching_gives_the_static_engines_greedy_answers_and_checks_
         assert knobs["continuous.max_batch_tokens"].status == "applied"
         assert knobs["continuous.block_size"].status == "default" and knobs["continuous.block_size"].effective
         assert knobs["continuous.prefix_sharing"].status == "applied" and "batch_size" not in knobs
+        attn = knobs["continuous.attn_implementation"]  # what the manager's model ran: sdpa, paged|sdpa (tf 5.17)
+        assert attn.status == "default" and attn.effective in ("sdpa", "paged|sdpa", "paged|eager"), attn
+        assert any(n.startswith(f"Continuous batching ran with {attn.effective} attention") for n in cont.info.notes)
         assert cont.info.extra["continuous_setup_s"] > 0
         assert cont.reset_prefix_cache() is True and cont._cb is None  # between generations: a fresh manager
         assert [g.text for g in cont.generate(_reqs(prompts), s)] == [g.text for g in static]

@@ -248,3 +248,24 @@ def test_an_empty_nested_engine_arg_asks_for_nothing():
     assert [k.name for k in engine_arg_knobs({"compilation_config": {}, "max_num_seqs": 4096}, held)] == [
         "engine_args.max_num_seqs"
     ]
+
+
+@pytest.mark.parametrize(
+    ("asked", "ran", "status"),
+    [
+        ("sdpa", "paged|sdpa", "applied"),
+        ("sdpa", "sdpa", "applied"),
+        ("sdpa", "flash_attention_3", "ignored"),
+        (None, "paged|eager", "default"),
+    ],
+)
+def test_continuous_batchings_attention_is_what_its_manager_ran(asked, ran, status):
+    """transformers pages the asked attention for continuous batching (sdpa -> paged|sdpa), or switches to flash
+    attention where it finds it: the knob reads the manager's model, not the model as loaded."""
+    from runner.engines.transformers import ContinuousSpec, continuous_knobs
+
+    manager = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(_attn_implementation=ran)))
+    [knob] = [k for k in continuous_knobs(ContinuousSpec(), manager, asked) if k.name.endswith("attn_implementation")]
+    assert (knob.requested, knob.effective, knob.status) == (asked, ran, status)
+    [before] = [k for k in continuous_knobs(ContinuousSpec(), None, asked) if k.name.endswith("attn_implementation")]
+    assert before.status == "unverified" and before.effective is None

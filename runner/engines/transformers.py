@@ -146,10 +146,12 @@ def transformers_knobs(spec: TransformersSpec, model: ModelSpec, f: Transformers
     ]
 
 
-def continuous_knobs(c: ContinuousSpec, manager: Any) -> list[Knob]:
-    """Continuous batching's knobs, each read back from the running manager (its resolved config and KV cache);
-    before a generation started one: unverified. `manager` may be any object with those attributes (tests)."""
+def continuous_knobs(c: ContinuousSpec, manager: Any, attn: str | None = None) -> list[Knob]:
+    """Continuous batching's knobs, each read back from the running manager (its resolved config and KV cache, the
+    attention its model ran with: transformers pages it, or switches to flash attention where it can; `attn`: the
+    recipe's); before a generation started one: unverified. `manager` may be any object with those attributes."""
     eff = getattr(manager, "continuous_batching_config", None)
+    ran = getattr(getattr(getattr(manager, "model", None), "config", None), "_attn_implementation", None)
     cache = getattr(getattr(manager, "batch_processor", None), "cache", None)
     size = getattr(eff, "block_size", None) or getattr(eff, "page_size", None)
     sharing = getattr(cache, "use_prefix_sharing", None)
@@ -166,14 +168,15 @@ def continuous_knobs(c: ContinuousSpec, manager: Any) -> list[Knob]:
         )
     ]
     rows += [("continuous.prefix_sharing", c.prefix_sharing, sharing, "cache.use_prefix_sharing")]
+    rows += [("continuous.attn_implementation", attn, ran, "the manager's model.config._attn_implementation")]
     out = []
     for name, want, got, where in rows:
         if manager is None:
             status = "unverified"
         elif want is None:
             status = "default"
-        else:
-            status = "applied" if got == want else "ignored"
+        else:  # an attention transformers pages for continuous batching (paged|sdpa) is the one asked for
+            status = "applied" if got in (want, f"paged|{want}") else "ignored"
         out.append(Knob(name=name, requested=want, effective=got, status=status, evidence=where))
     return out
 
@@ -269,7 +272,7 @@ class TransformersEngine:
         facts = TransformersFacts(self.device, str(next(m.parameters()).device), dtype, attn, q, weights)
         info.knobs = self._static_knobs = transformers_knobs(self.spec, self.model_spec, facts)
         if self.spec.batching == "continuous":  # read back after the first generation started the manager
-            info.knobs = [*info.knobs, *continuous_knobs(self.spec.continuous, None)]
+            info.knobs = [*info.knobs, *continuous_knobs(self.spec.continuous, None, self.spec.attn_implementation)]
         return info
 
     def _model_generate(self, ids: Any, mask: Any, **kw: Any) -> Any:
@@ -418,7 +421,15 @@ class TransformersEngine:
                 sink([(i, out[i])])
             if progress:
                 progress(1)
-        self.info.knobs = [*self._static_knobs, *continuous_knobs(self.spec.continuous, manager)]
+        knobs = continuous_knobs(self.spec.continuous, manager, self.spec.attn_implementation)
+        self.info.knobs = [*self._static_knobs, *knobs]
+        ran = next(k.effective for k in knobs if k.name == "continuous.attn_implementation")
+        slow = (
+            f"Continuous batching ran with {ran} attention: without flash attention transformers builds an attention "
+        )
+        slow += "mask for every step (it says continuous batching is much better with flash attention)."
+        if ran and "flash" not in str(ran) and slow not in self.info.notes:
+            self.info.notes.append(slow)
         return out  # type: ignore[return-value]
 
     def reset_prefix_cache(self) -> bool:
