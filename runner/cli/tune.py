@@ -214,12 +214,14 @@ def _run(path, src, spec, base_lr, every, cells, hand, sets, model_paths, out, p
             c.screen = got.get(f"{c.name}-screen")
     kept = keep_after_screen(cells, base, spec, samples)
     hand_cells = [Cell(-1, h, {}, verdict="hand-written") for h in hand]
-    as_written, hand_lr = [load({}, name, r)], []
-    if run["cell"] is not None:  # a study's start and hand-written cells run as its own cells, with the confirmation's
+    if run["cell"] is None:
+        as_written, hand_lr = [load({}, name, r)], []
+    else:  # a study's start and hand-written cells run as its own cells with the confirmation's repeats: the
+        # study's summary counts them, and a later `runner go` of the study finds them done
         only, run_sets = ",".join([run["cell"], *hand]), (*sets, f"repeat={r}", f"interleave={interleave}")
         by = {lr.recipe.name: lr for lr in load_all((path,), run_sets, model_paths, only=only, unused_ok=True)}
-        as_written, hand_lr = [by[run["cell"]]], [by[h] for h in hand]  # (the study's summary counts them, and a
-    got = stage([*as_written, *(load(c.settings, c.name, r) for c in kept), *hand_lr], None)  # later go skips them)
+        as_written, hand_lr = [by[run["cell"]]], [by[h] for h in hand]
+    got = stage([*as_written, *(load(c.settings, c.name, r) for c in kept), *hand_lr], None)
     base.full = got.get(name)
     for c in [*kept, *hand_cells]:
         c.full = got.get(c.name)

@@ -424,12 +424,10 @@ class TransformersEngine:
         knobs = continuous_knobs(self.spec.continuous, manager, self.spec.attn_implementation)
         self.info.knobs = [*self._static_knobs, *knobs]
         ran = next(k.effective for k in knobs if k.name == "continuous.attn_implementation")
-        slow = (
-            f"Continuous batching ran with {ran} attention: without flash attention transformers builds an attention "
-        )
-        slow += "mask for every step (it says continuous batching is much better with flash attention)."
-        if ran and "flash" not in str(ran) and slow not in self.info.notes:
-            self.info.notes.append(slow)
+        if ran and "flash" not in str(ran):
+            note = f"Continuous batching ran with {ran} attention: without flash attention transformers builds an "
+            note += "attention mask for every step (it says continuous batching is much better with flash attention)."
+            self.info.notes += [note] if note not in self.info.notes else []
         return out  # type: ignore[return-value]
 
     def reset_prefix_cache(self) -> bool:
