@@ -325,8 +325,8 @@ class Recipe(StrictModel):
         1,
         le=MAX_REPEAT,
         description="Measure the generation this many times on its engine (the prefix cache emptied before each): "
-        "reports give the median time with a 95% interval. Samples and scores are the first repeat's; the others "
-        "count the outputs that changed. `runner go --repeat N` sets it for every recipe.",
+        "reports give the geometric mean time with a 95% interval. Samples and scores are the first repeat's; the "
+        "others count the outputs that changed. `runner go --repeat N` sets it for every recipe.",
     )
     warmup: int = Field(
         0,

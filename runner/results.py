@@ -56,7 +56,7 @@ class Timings(_M):
     generate_s: float | None = Field(
         None,
         description="Generation wall time: from submitting the prompts until the last output is back (s); with "
-        "repeats, their median.",
+        "repeats, their geometric mean.",
     )
     total_s: float | None = Field(
         None,
@@ -346,8 +346,8 @@ class RunResult(_M):
     replicas: list[ReplicaRun] = Field(default_factory=list, description="Ray only: each data-parallel replica.")
     repeats: list[Repeat] = Field(
         default_factory=list,
-        description="Every measured generation; `timings.generate_s` is their median (exp of the mean log time). Empty "
-        "in results stored before repeats existed (one run: `timings.generate_s`).",
+        description="Every measured generation; `timings.generate_s` is their geometric mean (exp of the mean log "
+        "time). Empty in results stored before repeats existed (one run: `timings.generate_s`).",
     )
     repeat_order: str | None = Field(
         None,

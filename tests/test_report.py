@@ -442,13 +442,13 @@ def test_changed_answers_counts_and_mcnemar(paired):
     g, o = rows["gain"], rows["one"]
     assert (g["paired examples"], g["EM now right"], g["EM now wrong"]) == ("10", "6", "0")
     assert float(g["McNemar p (EM)"]) == pytest.approx(0.03125, rel=0.01)
-    assert g["exact_match difference (95% CI)"].startswith("+0.600 (+0.")
-    assert g["clear differences"] == "exact_match higher, char_f1 higher"
+    assert g["exact_match difference (95% CI)"] == "+0.600 (too few examples to tell: n=10; 30 needed)"
+    assert g["clear differences"] == "too few examples to tell"
     assert g["outputs differ"] == "10"  # every output's text names its recipe here
     assert (o["EM now right"], o["EM now wrong"]) == ("1", "1")
     assert float(o["McNemar p (EM)"]) == 1.0
-    assert o["exact_match difference (95% CI)"].startswith("+0.000 (-0.")
-    assert o["clear differences"] == "no clear difference"
+    assert o["exact_match difference (95% CI)"] == "+0.000 (too few examples to tell: n=10; 30 needed)"
+    assert o["clear differences"] == "too few examples to tell"
 
 
 def test_changed_answers_with_squad_metrics_count_changed_outputs(tmp_path):
@@ -469,7 +469,7 @@ def test_changed_answers_with_squad_metrics_count_changed_outputs(tmp_path):
     store(tmp_path, base, rows_b)
     store(tmp_path, fp8, rows_f)
     md = "\n".join(changed_answers_section([base, fp8], base, tmp_path))
-    assert "EM is `squad_exact_match`" in md and "paired bootstrap over the examples, 2,000 resamples, seed 0" in md
+    assert "EM is `squad_exact_match`" in md and "Student t on the paired differences, as scipy.stats.ttest_rel" in md
     (row,) = table_with(md, "McNemar p (EM)")
     assert (row["paired examples"], row["outputs differ"], row["EM now right"], row["EM now wrong"]) == (
         "200",
@@ -1042,6 +1042,45 @@ def test_gate_passes_fails_and_leaves_unscored_runs_out(tmp_path):
     md = "\n".join(gate_section([base2, worse2], base2, tmp_path))
     (row,) = table_with(md, "allowed")
     assert (row["gate"], row["allowed"]) == ("pass", "-0.300") and "**worse** (5.00 s (1 run: no interval))" in md
+
+
+@pytest.mark.parametrize("gate", [{"max_drop": 0}, {"relative": 1.0}])
+def test_a_zero_allowance_passes_identical_answers_and_fails_one_that_scores_lower(tmp_path, gate):
+    """`max_drop: 0` (or `relative: 1`): identical outputs pass (they failed before: 0 > -0 is false), one example
+    that scored lower fails, whatever the count; the headline names the fastest that passed and the faster one the
+    gate stopped."""
+    g = {"gate": {"metric": "char_f1", **gate}}
+    base = result("base", recipe("base", baseline=True, **g), generate_s=20.0)
+    same = result("same", recipe("same", engine=vllm(), **g), generate_s=5.0)
+    one = result("one", recipe("one", engine=vllm(quantization="fp8"), **g), generate_s=2.0)
+    rows = lambda f: [{"id": f"q{i}", "output": "o", "answers": ["g"], "char_f1": f(i)} for i in range(40)]
+    store(tmp_path, base, rows(lambda i: 0.6))
+    store(tmp_path, same, rows(lambda i: 0.6))
+    store(tmp_path, one, rows(lambda i: 0.5 if i == 7 else 0.6))
+    md = summary_markdown([base, same, one], out=tmp_path)
+    got = {r["recipe"]: r for r in table_with(md, "allowed")}
+    assert (got["same"]["gate"], got["same"]["why"]) == ("pass", "allowance 0: none of 40 examples scored lower")
+    assert (got["one"]["gate"], got["one"]["why"]) == ("fail", "allowance 0: 1 of 40 examples scored lower")
+    assert (
+        "Fastest that passed its gate: **same**, 5.00 s (1 run: no interval); against the baseline base: 4.00× (1 run: "
+        "no interval). Faster, but not through the gate: one (failed)." in md
+    )
+
+
+def test_the_gate_says_too_few_examples_to_tell_and_never_passes_them(tmp_path):
+    """Under 30 paired examples the gate gives no interval and no pass: one example's identical score no longer
+    makes a zero-width "clear" verdict; the headline falls back to the baseline."""
+    g = {"gate": {"metric": "char_f1", "max_drop": 0.05}}
+    base = result("base", recipe("base", baseline=True, **g), generate_s=20.0)
+    fast = result("fast", recipe("fast", engine=vllm(), **g), generate_s=5.0)
+    rows = [{"id": f"q{i}", "output": "o", "answers": ["g"], "char_f1": 0.6} for i in range(5)]
+    store(tmp_path, base, rows)
+    store(tmp_path, fast, rows)
+    md = summary_markdown([base, fast], out=tmp_path)
+    (row,) = table_with(md, "allowed")
+    assert row["gate"] == "too few to tell" and row["why"] == "too few examples to tell (n=5; 30 needed)"
+    assert row["difference from the baseline (95% CI)"] == "+0.000 (too few examples to tell: n=5; 30 needed)"
+    assert "Fastest that passed its gate: **base**" in md and "Faster, but not through the gate: fast (too few" in md
 
 
 def test_gate_metric_must_be_scored():

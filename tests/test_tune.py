@@ -27,7 +27,7 @@ def _tune_file(write_recipe, base_recipe, axes, **tune):
         "tune": {
             "axes": axes,
             "gate": {"metric": "exact_match", "max_drop": 0.05},
-            "screen": {"examples": 12, "keep": 0.5},
+            "screen": {"examples": 30, "keep": 0.5},
             "confirm": {"repeat": 3},
             **tune,
         },
@@ -59,7 +59,7 @@ def test_tune_finds_the_fastest_and_never_crowns_a_faster_one_that_fails_the_gat
     assert not (out / "tu-t1-screen").exists() and "1 the recipe as written" in report
     assert "delay_s: 0.001" in report.split("## The winner's recipe")[1] and "name: tu-tuned" in report
     assert json.loads((out / "tu-t3" / "results.json").read_text())["n_samples"] == 36  # confirmed on every example
-    assert json.loads((out / "tu-t3-screen" / "results.json").read_text())["n_samples"] == 12
+    assert json.loads((out / "tu-t3-screen" / "results.json").read_text())["n_samples"] == 30
 
 
 def test_an_interrupted_or_repeated_tune_reuses_every_finished_run(tmp_path, write_recipe, base_recipe):
@@ -187,7 +187,10 @@ def test_gate_problems_are_never_a_pass(write_recipe, base_recipe):
     base = Cell(0, "b", {}, full=_timed("b", [2.0, 2.1, 1.9]))
     fast = Cell(1, "a", {}, full=_timed("a", [0.5, 0.51, 0.49]))
     d = decide([fast], base, spec, lambda r: {})  # no samples to pair: the gate cannot be checked
-    assert d.winners == [] and fast.verdict == "gate not checked (no paired scores): not a candidate"
+    assert (
+        d.winners == []
+        and fast.verdict == "gate not checked (no paired scores, or too few examples to tell): not a candidate"
+    )
 
 
 def test_a_tie_counts_only_when_it_also_beats_the_recipe_as_written():

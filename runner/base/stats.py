@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from statistics import NormalDist
 
 
 def percentile(xs: Sequence[float], q: float) -> float:
@@ -23,16 +24,22 @@ def summary(xs: Sequence[float]) -> dict[str, float] | None:
     return {"p50": percentile(xs, 50), "p90": percentile(xs, 90), "p99": percentile(xs, 99), "mean": sum(xs) / len(xs)}
 
 
-# two-sided 95% Student t quantiles for small samples; normal beyond
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
-_T95 |= {12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980, 1000: 1.962}
+LEVEL = 0.95  # every interval the reports print
 
 
-def t95(df: int) -> float:
-    """Conservative two-sided 95% t quantile: the table row at or below df (never too small)."""
+def t_quantile(df: float, level: float = LEVEL) -> float:
+    """The two-sided `level` quantile of Student's t with `df` degrees of freedom (scipy; df may be fractional, as
+    Welch-Satterthwaite's); infinite without a degree of freedom."""
     if df <= 0:
         return float("inf")
-    return _T95[max(k for k in _T95 if k <= df)]
+    from scipy.stats import t
+
+    return float(t.ppf((1 + level) / 2, df))
+
+
+def z_quantile(p: float) -> float:
+    """The standard normal quantile at `p` (stdlib)."""
+    return NormalDist().inv_cdf(p)
 
 
 def project(per_example_s: Sequence[float], n_total: int) -> dict[str, float]:
@@ -41,7 +48,7 @@ def project(per_example_s: Sequence[float], n_total: int) -> dict[str, float]:
     n = len(per_example_s)
     mean = sum(per_example_s) / n
     sd = math.sqrt(sum((x - mean) ** 2 for x in per_example_s) / (n - 1)) if n > 1 else float("nan")
-    half = t95(n - 1) * sd / math.sqrt(n) if n > 1 else float("nan")
+    half = t_quantile(n - 1) * sd / math.sqrt(n) if n > 1 else float("nan")
     low, high = (mean - half) * n_total, (mean + half) * n_total
     return {"per_example_s": mean, "projected_s": mean * n_total, "low_s": low, "high_s": high}
 
@@ -66,44 +73,57 @@ def mcnemar_exact(b: int, c: int) -> float:
     return min(1.0, 2 * p)
 
 
-BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED = 2000, 0
-BOOTSTRAP = f"paired bootstrap over the examples, {BOOTSTRAP_RESAMPLES:,} resamples, seed {BOOTSTRAP_SEED}, percentile"
+MIN_PAIRED = 30  # fewer paired examples: "too few examples to tell", no interval
+PAIRED_CI = "Student t on the paired differences, as scipy.stats.ttest_rel; none under 30 paired examples"
 
 
-def paired_bootstrap(diffs: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
-    """The mean of paired differences and its `level` interval (percentile bootstrap over the examples, fixed
-    seed: the same differences always give the same interval)."""
-    import numpy as np
-
-    d = np.asarray(diffs, dtype=float)
-    if d.size == 0:
-        raise ValueError("no differences")
-    rng, chunk = np.random.default_rng(BOOTSTRAP_SEED), max(1, 4_000_000 // d.size)  # bounded memory
-    means = np.concatenate(
-        [
-            d[rng.integers(0, d.size, size=(min(chunk, BOOTSTRAP_RESAMPLES - i), d.size))].mean(axis=1)
-            for i in range(0, BOOTSTRAP_RESAMPLES, chunk)
-        ]
-    )
-    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return float(d.mean()), float(lo), float(hi)
+def paired_interval(diffs: Sequence[float], level: float = LEVEL) -> tuple[float, float, float] | None:
+    """The mean of paired differences (one per example, this run's score minus the other's) and its `level` interval:
+    Student t on the differences. None under MIN_PAIRED examples: too few to tell (the t interval covers at its
+    stated rate from there on in the seeded simulations of tests/test_stats.py, within about 2 points where few
+    answers change and mostly one way; a percentile bootstrap covered 85% at 5 examples and gave one example a
+    zero-width interval)."""
+    n = len(diffs)
+    if n < MIN_PAIRED:
+        return None
+    m = math.fsum(diffs) / n
+    sd = math.sqrt(math.fsum((d - m) ** 2 for d in diffs) / (n - 1))
+    half = t_quantile(n - 1, level) * sd / math.sqrt(n)
+    return m, m - half, m + half
 
 
-TIME_CI = "the median of log-normal timing noise, exp(mean log time), with a Student t interval on the log times"
+def examples_to_resolve(sd: float, effect: float, n_now: int) -> int | None:
+    """How many examples (or repeats) would make a difference of `effect` at noise `sd` (the spread of one example's
+    difference, or of one repeat's log ratio) clear at 95% with 80% power: ((z_.975 + z_.8) sd / effect)^2, at least
+    one more than now; None for no effect or no noise."""
+    if not effect or not sd or not math.isfinite(sd):
+        return None
+    need = math.ceil(((z_quantile(0.975) + z_quantile(0.8)) * sd / abs(effect)) ** 2)
+    return max(need, n_now + 1)
 
 
-def median_interval(xs: Sequence[float]) -> tuple[float, float | None, float | None]:
+TIME_CI = "the geometric mean of the repeats, exp(mean log time), with a Student t interval on the log times"
+
+
+def geomean_interval(xs: Sequence[float]) -> tuple[float, float | None, float | None]:
     """A typical time from repeated times, with its 95% interval: timing noise is skewed and multiplicative, taken as
-    log-normal, whose median is exp(mean log); estimated as exp of the mean of the logs, with Student t on the logs
-    (so the interval always holds the estimate). One time: itself, no interval."""
-    if not xs or any(x <= 0 for x in xs):
-        raise ValueError("times must be positive")
+    log-normal; the geometric mean exp(mean log) with Student t on the logs (so the interval always holds the
+    estimate; under log-normal noise it is the median's interval too). One time: itself, no interval."""
+    if not xs or any(not x > 0 or not math.isfinite(x) for x in xs):
+        raise ValueError("times must be positive and finite")
     if len(xs) < 2:
         return xs[0], None, None
     logs = [math.log(x) for x in xs]
     n, m = len(logs), sum(logs) / len(logs)
-    half = t95(n - 1) * math.sqrt(sum((v - m) ** 2 for v in logs) / (n - 1) / n)
+    half = t_quantile(n - 1) * math.sqrt(sum((v - m) ** 2 for v in logs) / (n - 1) / n)
     return math.exp(m), math.exp(m - half), math.exp(m + half)
+
+
+def _log_mean_var(xs: Sequence[float]) -> tuple[float, float | None]:
+    """(mean log, the variance of that mean); None under two times."""
+    logs = [math.log(x) for x in xs]
+    m = sum(logs) / len(logs)
+    return m, (sum((v - m) ** 2 for v in logs) / (len(logs) - 1) / len(logs) if len(logs) > 1 else None)
 
 
 def log_ratio(a: Sequence[float], b: Sequence[float], paired: bool) -> tuple[float, float | None, float]:
@@ -114,30 +134,47 @@ def log_ratio(a: Sequence[float], b: Sequence[float], paired: bool) -> tuple[flo
         d = [math.log(x / y) for x, y in zip(a, b)]
         m = sum(d) / len(d)
         return m, math.sqrt(sum((v - m) ** 2 for v in d) / (len(d) - 1) / len(d)), len(d) - 1
-    la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
-    ma, mb = sum(la) / len(la), sum(lb) / len(lb)
-    if len(a) < 2 or len(b) < 2:
-        return ma - mb, None, 0
-    va = sum((v - ma) ** 2 for v in la) / (len(la) - 1) / len(la)
-    vb = sum((v - mb) ** 2 for v in lb) / (len(lb) - 1) / len(lb)
-    if va + vb == 0:
-        return ma - mb, 0.0, len(a) + len(b) - 2
-    df = (va + vb) ** 2 / (va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1))  # Welch-Satterthwaite
-    return ma - mb, math.sqrt(va + vb), df
+    return combined_log([a, b], [1.0, -1.0])
+
+
+def combined_log(cells: Sequence[Sequence[float]], weights: Sequence[float]) -> tuple[float, float | None, float]:
+    """Σ w_c · mean log time of cell c, its standard error and Welch-Satterthwaite degrees of freedom, the cells'
+    repeats taken as independent samples. One cell may stand in several pairs (a study's shared cell): its weight
+    then sums its parts, and its noise counts once with that weight, not once per pair as if independent."""
+    used = [(w, *_log_mean_var(xs), len(xs)) for w, xs in zip(weights, cells) if w]
+    m = sum(w * mu for w, mu, _, _ in used)
+    if any(v is None for _, _, v, _ in used):
+        return m, None, 0
+    terms = [(w * w * v, n - 1) for w, _, v, n in used]  # type: ignore[operator]
+    var = sum(t for t, _ in terms)
+    if var == 0:
+        return m, 0.0, sum(df for _, df in terms)
+    return m, math.sqrt(var), var**2 / sum(t * t / df for t, df in terms)
 
 
 def combined_interval(parts: Sequence[tuple[float, float | None, float]]) -> tuple[float | None, float | None]:
-    """95% interval of the geometric mean of several ratios from their `log_ratio`s (independent pairs; the
-    fewest degrees of freedom among them, which errs wide); none if any part has none."""
+    """95% interval of the geometric mean of several ratios from their `log_ratio`s (independent pairs: no cell in
+    two of them; Welch-Satterthwaite degrees of freedom over the parts); none if any part has none."""
     if not parts or any(se is None for _, se, _ in parts):
         return None, None
     k = len(parts)
     m = sum(e for e, _, _ in parts) / k
-    half = t95(int(min(df for _, _, df in parts))) * math.sqrt(sum(se**2 for _, se, _ in parts)) / k  # type: ignore[operator]
+    var = [se * se / k / k for _, se, _ in parts]  # type: ignore[operator]
+    df = sum(var) ** 2 / sum(v * v / max(d, 1e-9) for v, (_, _, d) in zip(var, parts)) if sum(var) else 1.0
+    half = t_quantile(df) * math.sqrt(sum(var))
+    return math.exp(m - half), math.exp(m + half)
+
+
+def interval_of(m: float, se: float | None, df: float) -> tuple[float | None, float | None]:
+    """exp of the 95% t interval of a log effect `m` with standard error `se`."""
+    if se is None:
+        return None, None
+    half = t_quantile(df) * se
     return math.exp(m - half), math.exp(m + half)
 
 
 def ratio_interval(a: Sequence[float], b: Sequence[float], paired: bool) -> tuple[float, float | None, float | None]:
-    """The ratio of the two medians (each exp(mean log), as `median_interval`) with its 95% interval (`log_ratio`: t
-    on the pairs' log ratios, or Welch's t on the logs)."""
-    return (math.exp(log_ratio(a, b, paired)[0]), *combined_interval([log_ratio(a, b, paired)]))
+    """The ratio of the two geometric means (each as `geomean_interval`) with its 95% interval (`log_ratio`: t on the
+    pairs' log ratios, or Welch's t on the logs)."""
+    m, se, df = log_ratio(a, b, paired)
+    return (math.exp(m), *interval_of(m, se, df))

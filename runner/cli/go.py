@@ -138,9 +138,9 @@ HELP = {  # the options' help, where it does not fit on the option's line
     "under --out here).",
     "address": "With --executor ray: the Ray cluster to run on (e.g. HEAD:6379, or `auto`); default: a local Ray "
     "instance started for this call.",
-    "repeat": "Measure each recipe's generation N times (the same as --set repeat=N): reports give the median with a "
-    "95% interval, and a speed-up whose interval holds 1 is 'no clear difference'. Repeats already measured by an "
-    "earlier call of the same recipe are kept.",
+    "repeat": "Measure each recipe's generation N times (the same as --set repeat=N): reports give the geometric mean "
+    "with a 95% interval, and a speed-up whose interval holds 1 is 'no clear difference'. Repeats already measured "
+    "by an earlier call of the same recipe are kept.",
     "warmup": "Uncounted generations after each engine start (the same as --set warmup=N).",
     "interleave": "How repeats of recipes on different engines are ordered (--set interleave=...): `restarts` takes "
     "turns (A B A B), starting each engine afresh every turn; `off` runs each recipe's repeats back to back; `auto` "
@@ -191,7 +191,7 @@ def go(paths, out, only, sets, model_paths, baseline, force, executor, address, 
     files come back here. An unchanged recipe whose results are complete in
     --out is skipped, an interrupted one continues from its finished samples.
     With --repeat N each recipe's generation is measured N times (recipes
-    on one engine take turns; see --interleave) and reports give medians
+    on one engine take turns; see --interleave) and reports give geometric means
     with 95% intervals.
     Exit code 0 when every recipe succeeded, 1 when any failed (the others
     still run and report), 2 for bad input (nothing is run), 130 when

@@ -189,7 +189,7 @@ def _energy_section(r: RunResult) -> list[str]:
         if "usd_run" in c:
             rows.append(["this run (engine starts, every repeat)", f"${c['usd_run']:.4g}"])
         formula = "Dollars: price per GPU-hour / 3600 x GPUs x seconds; per million tokens: the generation time (the "
-        formula += "median over the repeats) / the tokens of one generation x 10^6; the run: its total time."
+        formula += "geometric mean over the repeats) / the tokens of one generation x 10^6; the run: its total time."
         parts += ["", formula, "", table(rows, ["", "dollars"])]
     return parts
 

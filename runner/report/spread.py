@@ -1,20 +1,29 @@
-"""How much a time moves: a run's median generation time with its 95% interval over the repeats, a speed-up as a
-ratio of medians with its interval ("no clear difference" where the interval holds 1), and what made the machine
-busy while it was measured. A run stored before repeats existed is one run: no interval."""
+"""How much a time moves: a run's generation time (the geometric mean of its repeats) with its 95% interval, a
+speed-up as a ratio of geometric means with its interval ("no clear difference" where the interval holds 1), and
+what made the machine busy while it was measured. A run stored before repeats existed is one run: no interval."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from runner.base.format import cell, secs
-from runner.base.stats import TIME_CI, combined_interval, log_ratio, median_interval, ratio_interval
+from runner.base.stats import (
+    TIME_CI,
+    combined_interval,
+    combined_log,
+    geomean_interval,
+    interval_of,
+    log_ratio,
+    ratio_interval,
+)
 from runner.results import RunResult
 
 ONE_RUN = "1 run: no interval"
 LEGEND = (
-    f"Times are medians over the repeats with a 95% interval ({TIME_CI}; n = repeats). A speed-up is the ratio of "
-    "two medians with its 95% interval: t on the log ratios of the turns where the two recipes took turns in one "
-    "call (paired), else Welch's t on the log times; an interval that holds 1 is written as no clear difference."
+    f"Times are geometric means over the repeats with a 95% interval ({TIME_CI}; n = repeats). A speed-up is the "
+    "ratio of two geometric means with its 95% interval: t on the log ratios of the turns where the two recipes took "
+    "turns in one call (paired), else Welch's t on the log times; an interval that holds 1 is written as no clear "
+    "difference."
 )
 
 
@@ -28,10 +37,10 @@ def times(r: RunResult) -> list[float]:
 
 
 def estimate(r: RunResult) -> tuple[float, float | None, float | None] | None:
-    """The run's time (median over its repeats, projected for an estimate) and its 95% interval; None without a
+    """The run's time (geometric mean over its repeats, projected for an estimate) and its 95% interval; None without a
     time."""
     t = times(r)
-    return median_interval(t) if t else None
+    return geomean_interval(t) if t else None
 
 
 def time_cell(r: RunResult, approx: str = "", compact: bool = False, bold: bool = False) -> str | None:
@@ -48,7 +57,7 @@ def time_cell(r: RunResult, approx: str = "", compact: bool = False, bold: bool 
 
 
 def rate_cell(r: RunResult, rate: float | None) -> str:
-    """A throughput at the median time, with the interval the time's gives it (`229 (226–234)`)."""
+    """A throughput at the geometric-mean time, with the interval the time's gives it (`229 (226–234)`)."""
     if rate is None:
         return cell(rate)
     est = estimate(r)
@@ -73,8 +82,8 @@ def examples(r: RunResult) -> tuple[str, int]:
 
 
 def speedup(slow: RunResult, fast: RunResult) -> tuple[float, float | None, float | None] | None:
-    """time(slow) / time(fast): the ratio of the medians and its 95% interval (None without times, or for two runs
-    that did not time the same examples)."""
+    """time(slow) / time(fast): the ratio of the geometric means and its 95% interval (None without times, or for two
+    runs that did not time the same examples)."""
     a, b = times(slow), times(fast)
     if not a or not b or examples(slow) != examples(fast):
         return None
@@ -82,9 +91,21 @@ def speedup(slow: RunResult, fast: RunResult) -> tuple[float, float | None, floa
 
 
 def speedup_parts(pairs: Sequence[tuple[RunResult, RunResult]]) -> tuple[float | None, float | None]:
-    """The 95% interval of the geometric mean of several pairs' speed-ups."""
-    parts = [log_ratio(times(a), times(b), paired(a, b)) for a, b in pairs if times(a) and times(b)]
-    return combined_interval(parts) if len(parts) == len(pairs) else (None, None)
+    """The 95% interval of the geometric mean of several pairs' speed-ups. Pairs with no cell in common: each pair's
+    own interval (paired where its cells took turns), combined. Pairs that share a cell (one cell against two
+    others): each cell's mean log time weighted by how often it stands first less how often second, its noise
+    counted once (Welch-Satterthwaite over the cells; the turns' pairing is not used)."""
+    if any(not times(r) for pair in pairs for r in pair):
+        return None, None
+    ids = [id(r) for pair in pairs for r in pair]
+    if len(set(ids)) == len(ids):
+        return combined_interval([log_ratio(times(a), times(b), paired(a, b)) for a, b in pairs])
+    cells, weights = {}, {}
+    for a, b in pairs:
+        for r, w in ((a, 1), (b, -1)):
+            cells[id(r)] = times(r)
+            weights[id(r)] = weights.get(id(r), 0) + w / len(pairs)
+    return interval_of(*combined_log(list(cells.values()), [weights[k] for k in cells]))
 
 
 def ratio_text(ratio: float, lo: float | None, hi: float | None, approx: str = "") -> str:

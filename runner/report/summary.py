@@ -5,13 +5,14 @@ change against the baseline (with an exact McNemar test)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner.base.dotted import flat_dotted
 from runner.base.files import write_text_atomic
 from runner.base.format import N_EXAMPLES_SHOWN, diff_cell, gib, inline, secs, table
-from runner.base.stats import BOOTSTRAP, mcnemar_exact, paired_bootstrap
+from runner.base.stats import MIN_PAIRED, PAIRED_CI, mcnemar_exact, paired_interval
 from runner.folder import SUMMARY, RunFolder, load_samples
 from runner.recipe import GateSpec, Recipe
 from runner.report.markdown import cost_figures
@@ -94,11 +95,19 @@ def _em_metric(names: Iterable[str]) -> str | None:
 
 
 def _interval(diffs: list[float]) -> tuple[str, str | None]:
-    """`+0.004 (-0.002 to +0.010)` and the direction when the interval excludes 0 (`lower` / `higher`)."""
-    mean, lo, hi = paired_bootstrap(diffs)
-    r = lambda x: round(x, 3) + 0.0  # no "-0.000"
+    """`+0.004 (-0.002 to +0.010)` and the direction when the interval excludes 0 (`lower` / `higher`); under
+    MIN_PAIRED examples `+0.200 (too few examples to tell: n=5; 30 needed)`."""
+    got = paired_interval(diffs)
+    if got is None:
+        few = f"too few examples to tell: n={len(diffs)}; {MIN_PAIRED} needed"
+        return f"{signed(sum(diffs) / len(diffs))} ({few})", None
+    mean, lo, hi = got
     way = "higher" if lo > 0 else "lower" if hi < 0 else None
-    return f"{r(mean):+.3f} ({r(lo):+.3f} to {r(hi):+.3f})", way
+    return f"{signed(mean)} ({signed(lo)} to {signed(hi)})", way
+
+
+def signed(x: float) -> str:
+    return f"{round(x, 3) + 0.0:+.3f}"  # no "-0.000"
 
 
 def _changed_answers(r: RunResult, rs: dict, bs: dict, metrics: list[str]) -> tuple[list, list[str]] | None:
@@ -117,7 +126,8 @@ def _changed_answers(r: RunResult, rs: dict, bs: dict, metrics: list[str]) -> tu
         cells.append(text)
         clear += [f"{m} {way}"] if way else []
     row = [r.name, len(common), differ, len(gained), len(lost), f"{p:.3g}", *cells]
-    row.append(", ".join(clear) or "no clear difference")
+    few = len(common) < MIN_PAIRED
+    row.append(", ".join(clear) or ("too few examples to tell" if few else "no clear difference"))
     lines = [
         f"- {r.name} · `{i}`: baseline `{inline(bs[i]['output'])}` → `{inline(rs[i]['output'])}` "
         f"(gold: {', '.join(inline(a) for a in rs[i]['answers'])})"
@@ -129,7 +139,7 @@ def _changed_answers(r: RunResult, rs: dict, bs: dict, metrics: list[str]) -> tu
 def changed_answers_section(results: list[RunResult], base: RunResult | None, out: Path | None) -> list[str]:
     """Per recipe with real weights against the baseline, on the same examples: how many outputs differ, the
     examples whose exact match rose or fell (exact McNemar test), and every score's mean paired difference with
-    a paired bootstrap 95% interval; a difference whose interval holds 0 is no clear difference."""
+    a paired 95% interval (PAIRED_CI); a difference whose interval holds 0 is no clear difference."""
     em = _em_metric(base.scores) if base is not None else None
     has_em = lambda r: r.status == "ok" and r.scores_meaningful and em in r.scores
     if base is None or out is None or em is None or not has_em(base):
@@ -143,46 +153,112 @@ def changed_answers_section(results: list[RunResult], base: RunResult | None, ou
     head += [f"{m} difference (95% CI)" for m in metrics] + ["clear differences"]
     note = f"EM is `{em}`; now right / now wrong: examples whose EM rose / fell against the baseline's on the same "
     note += "example (McNemar: exact test on those). Differences: this recipe's score minus the baseline's, the mean "
-    note += f"over the paired examples, with a 95% interval ({BOOTSTRAP}); an interval that holds 0 is no clear "
+    note += f"over the paired examples, with a 95% interval ({PAIRED_CI}); an interval that holds 0 is no clear "
     note += "difference."
     lines = [line for _, shown in changed for line in shown]
     table_md = table([row for row, _ in changed], head)
     return ["", f"## Answers that change against {base.name}", "", note, "", table_md, "", *lines]
 
 
-def gate_section(
+@dataclass(frozen=True)
+class GateVerdict:
+    """A run's gate against the baseline, from their paired samples: `passed` None when too few examples to tell.
+    An allowance above 0 passes when the lower end of the paired 95% interval is above minus the allowance; an
+    allowance of 0 (`max_drop: 0`, `relative: 1`, or a share of a baseline scoring 0) passes when no example scored
+    lower than the baseline's, whatever the count."""
+
+    metric: str
+    passed: bool | None
+    n: int
+    mean: float
+    lo: float | None
+    hi: float | None
+    allowed: float
+    fell: int  # examples that scored lower than the baseline's
+
+    def interval_text(self) -> str:
+        if self.lo is None or self.hi is None:
+            return f"{signed(self.mean)} (too few examples to tell: n={self.n}; {MIN_PAIRED} needed)"
+        return f"{signed(self.mean)} ({signed(self.lo)} to {signed(self.hi)})"
+
+    def why(self) -> str:
+        if self.allowed == 0:
+            return f"allowance 0: {self.fell or 'none'} of {self.n} examples scored lower"
+        if self.passed is None:
+            return f"too few examples to tell (n={self.n}; {MIN_PAIRED} needed)"
+        return f"lower end {self.lo:+.3f} {'above' if self.passed else 'at or below'} -{self.allowed:.3f}"
+
+    def words(self) -> str:
+        return f"{self.metric} {self.interval_text()}, allowed -{self.allowed:.3f}"
+
+
+def gate_verdict(rs: dict, bs: dict, g: GateSpec) -> GateVerdict | None:
+    """A run's samples `rs` against the baseline's `bs` (by example id) under gate `g`; None when no example is scored
+    in both."""
+    m = g.metric
+    common = [i for i, s in rs.items() if i in bs and m in s and m in bs[i]]
+    if not common:
+        return None
+    diffs = [rs[i][m] - bs[i][m] for i in common]
+    allowed = g.allowed_drop(sum(bs[i][m] for i in common) / len(common))
+    got, fell = paired_interval(diffs), sum(d < 0 for d in diffs)
+    mean, lo, hi = got if got is not None else (sum(diffs) / len(diffs), None, None)
+    passed = fell == 0 if allowed == 0 else None if lo is None else lo > -allowed
+    return GateVerdict(m, passed, len(common), mean, lo, hi, allowed, fell)
+
+
+def gates(
     results: list[RunResult], base: RunResult | None, out: Path | None, default: GateSpec | None = None
-) -> list[str]:
-    """Each recipe with a `gate` (its own, else `default`: `runner report --gate`) against the baseline: passed,
-    failed (and by how much) or not scored; then the fastest recipe among those that passed (the baseline passes
-    its own gate)."""
+) -> dict[str, GateVerdict | str]:
+    """Each gated run's verdict (its own `gate`, else `default`: `runner report --gate`) against the baseline, by
+    name; a string says why it could not be checked. Empty without a baseline, a folder or a gate."""
     gate_of = lambda r: r.recipe.gate or default
     gated = [r for r in results if gate_of(r) is not None and r is not base]
     if not gated or base is None or out is None:
-        return []
+        return {}
     scored = lambda r: r.status == "ok" and r.scores_meaningful and r.recipe.engine.kind != "fake"
     bs = samples_by_id(out, base) if scored(base) else {}
-    rows, passed = [], [base] if scored(base) else []
+    got: dict[str, GateVerdict | str] = {}
     for r in gated:
-        g = gate_of(r)
-        m = g.metric
-        verdict = gate_verdict(samples_by_id(out, r) if scored(r) else {}, bs, g)
+        verdict = gate_verdict(samples_by_id(out, r) if scored(r) else {}, bs, gate_of(r))
         if verdict is None:
             why = "baseline not scored" if not bs else f"status {r.status}" if r.status != "ok" else "no scores to pair"
-            why = "random weights or the fake engine" if r.status == "ok" and not scored(r) else why
-            rows.append([r.name, m, None, None, "not scored", why])
+            verdict = "random weights or the fake engine" if r.status == "ok" and not scored(r) else why
+        got[r.name] = verdict
+    return got
+
+
+def passed_gate(r: RunResult, verdicts: dict[str, GateVerdict | str]) -> bool:
+    """Whether `r` may be named fastest: no gate applies to it, or it passed (a gate that could not be checked, or
+    too few examples to tell, is not passed)."""
+    v = verdicts.get(r.name)
+    return v is None or (isinstance(v, GateVerdict) and v.passed is True)
+
+
+def gate_section(
+    results: list[RunResult], base: RunResult | None, out: Path | None, default: GateSpec | None = None
+) -> list[str]:
+    """Each recipe with a `gate` against the baseline: passed, failed (and by how much), too few to tell or not
+    scored; then the fastest recipe among those that passed that timed the baseline's examples (the baseline passes
+    its own gate)."""
+    verdicts = gates(results, base, out, default)
+    if not verdicts or base is None:
+        return []
+    rows = []
+    for r in results:
+        if (v := verdicts.get(r.name)) is None:
             continue
-        ok, mean, lo, hi, allowed = verdict
-        passed += [r] if ok else []
-        how = f"lower end {lo:+.3f} {'above' if ok else 'at or below'} -{allowed:.3f}"
-        rows.append(
-            [r.name, m, f"{mean:+.3f} ({lo:+.3f} to {hi:+.3f})", f"-{allowed:.3f}", "pass" if ok else "fail", how]
-        )
+        gate = (r.recipe.gate or default).metric  # type: ignore[union-attr]
+        if isinstance(v, str):
+            rows.append([r.name, gate, None, None, "not scored", v])
+            continue
+        word = {True: "pass", False: "fail", None: "too few to tell"}[v.passed]
+        rows.append([r.name, v.metric, v.interval_text(), f"-{v.allowed:.3f}", word, v.why()])
     head = ["recipe", "metric", "difference from the baseline (95% CI)", "allowed", "gate", "why"]
-    note = f"A recipe passes its `gate` when the lower end of its paired 95% interval ({BOOTSTRAP}) against "
-    note += f"**{base.name}** is above the allowed drop (`max_drop`, or 1 - `relative` times the baseline's score)."
-    timed = [r for r in passed if r.projected_s]
-    best = min(timed, key=lambda r: r.projected_s) if timed else None
+    note = f"A recipe passes its `gate` when the lower end of its paired 95% interval ({PAIRED_CI}) against "
+    note += f"**{base.name}** is above the allowed drop (`max_drop`, or 1 - `relative` times the baseline's score); "
+    note += "with an allowance of 0, when no example scored lower than the baseline's."
+    best = fastest_passed(results, base, verdicts, gated_only=True)
     last = "No recipe that passed has a time."
     if best is not None:
         last = f"Fastest that passed: **{best.name}** ({time_cell(best, '~' if best.estimate else '')})"
@@ -192,16 +268,16 @@ def gate_section(
     return ["", "## Quality gate", "", note, "", table(rows, head), "", last]
 
 
-def gate_verdict(rs: dict, bs: dict, g: GateSpec) -> tuple[bool, float, float, float, float] | None:
-    """A run's samples `rs` against the baseline's `bs` (by example id) under gate `g`: (passed, mean difference, its
-    95% interval's ends, the allowed drop); None when no example is scored in both."""
-    m = g.metric
-    common = [i for i, s in rs.items() if i in bs and m in s and m in bs[i]]
-    if not common:
-        return None
-    mean, lo, hi = paired_bootstrap([rs[i][m] - bs[i][m] for i in common])
-    allowed = g.allowed_drop(sum(bs[i][m] for i in common) / len(common))
-    return lo > -allowed, mean, lo, hi, allowed
+def fastest_passed(
+    results: list[RunResult], base: RunResult | None, verdicts: dict[str, GateVerdict | str], gated_only: bool = False
+) -> RunResult | None:
+    """The fastest run that passed its gate (or has none; `gated_only`: the baseline and the runs that passed one)
+    among those that timed the baseline's examples."""
+    timed = [r for r in results if r.status == "ok" and r.projected_s and r.serving is None]
+    if base is not None and base in timed:
+        timed = [r for r in timed if examples(r) == examples(base)]
+    ok = [r for r in timed if passed_gate(r, verdicts) and (not gated_only or r is base or r.name in verdicts)]
+    return min(ok, key=lambda r: r.projected_s, default=None)  # type: ignore[arg-type, return-value]
 
 
 def pick_baseline(results: list[RunResult], name: str | None = None) -> RunResult | None:
@@ -275,7 +351,8 @@ def summary_markdown(
 ) -> str:
     results = in_order(results)
     base = pick_baseline(results, baseline)
-    parts = _overview(results, base, title)
+    verdicts = gates(results, base, out, gate)
+    parts = _overview(results, base, verdicts, title)
     for section in extra:
         parts += section(results, out)
     parts += prefix_section(results)
@@ -287,7 +364,9 @@ def summary_markdown(
     return "\n".join([*parts, "", note, ""])
 
 
-def _overview(results: list[RunResult], base: RunResult | None, title: str = "Summary") -> list[str]:
+def _overview(
+    results: list[RunResult], base: RunResult | None, verdicts: dict[str, GateVerdict | str], title: str = "Summary"
+) -> list[str]:
     none = "no baseline (mark one with `baseline: true` or `--baseline NAME`)."
     which = f"baseline: **{base.name}**." if base else none
     parts = [f"# {title}", "", f"{len(results)} recipes; {which}"]
@@ -295,7 +374,7 @@ def _overview(results: list[RunResult], base: RunResult | None, title: str = "Su
     if metric_names and not any(r.scores_meaningful and r.scores for r in results):
         parts.append("Scores are left out: every recipe here ran with random weights (speed and memory only).")
         metric_names = []
-    parts += _verdict(results, base)
+    parts += _verdict(results, base, verdicts)
     rows = [_row(r, base, metric_names) for r in results]
     headers = ["recipe", "status", "engine", "generation time", "speed-up", "requests/s", "output tok/s"]
     headers += ["peak GPU", "roofline", "J / output token", "$ / M output tokens", "engine start", *metric_names]
@@ -325,19 +404,30 @@ def _overview(results: list[RunResult], base: RunResult | None, title: str = "Su
     return [*parts, "", table(rows, headers, optional), *notes, "", " ".join(legend)]
 
 
-def _verdict(results: list[RunResult], base: RunResult | None) -> list[str]:
-    """The answer first: the fastest recipe, and against the baseline by how much and how sure."""
+def _verdict(results: list[RunResult], base: RunResult | None, verdicts: dict[str, GateVerdict | str]) -> list[str]:
+    """The answer first: the fastest recipe (that passed its gate, where one applies), and against the baseline by
+    how much and how sure; faster recipes the gate stopped are named after it."""
     timed = [r for r in results if r.status == "ok" and r.projected_s and r.serving is None]
     if not timed:
         return []
-    if base is not None and base in timed:  # the fastest of the runs that timed the baseline's examples
-        timed = [r for r in timed if examples(r) == examples(base)]
-    best = min(timed, key=lambda r: r.projected_s)  # type: ignore[arg-type, return-value]
-    line = f"Fastest: **{best.name}**, {time_cell(best, '~' if best.estimate else '')}"
+    best = fastest_passed(results, base, verdicts)
+    if best is None:
+        return ["", "No recipe passed its gate with a time: see the quality gate below."]
+    what = "Fastest that passed its gate" if verdicts else "Fastest"
+    line = f"{what}: **{best.name}**, {time_cell(best, '~' if best.estimate else '')}"
     if base is not None and base is not best and base in timed and (ratio := speedup(base, best)) is not None:
         line += f"; against the baseline {base.name}: {ratio_text(*ratio)}"
     elif base is best:
         line += " (the baseline)"
+    stopped = [
+        r for r in timed if r.projected_s < best.projected_s and speedup(best, r) and not passed_gate(r, verdicts)
+    ]
+    if stopped:
+        word = lambda v: v if isinstance(v, str) else {False: "failed", None: "too few examples to tell"}[v.passed]
+        line += ". Faster, but not through the gate: " + ", ".join(
+            f"{r.name} ({word(verdicts[r.name])})"
+            for r in sorted(stopped, key=lambda r: r.projected_s)  # type: ignore[arg-type, return-value]
+        )
     return ["", line + "."]
 
 

@@ -23,7 +23,7 @@ from runner.base.errors import RunnerError
 from runner.base.files import PartialWriter, write_json_atomic, write_jsonl_atomic
 from runner.base.noise import Probe, busy_reasons, peak_rss
 from runner.base.nvml import PeakSampler, energy_j, gpu_indices
-from runner.base.stats import median_interval, percentile
+from runner.base.stats import geomean_interval, percentile
 from runner.base.types import Engine, Generation, Request
 from runner.folder import RunFolder, load_samples
 from runner.inputs.context import context_length, truncate_left
@@ -241,12 +241,12 @@ class UnitRun:
         first = reps[0]
         loads = [x.load_s for x in reps if x.load_s is not None]
         load_s = 0.0 if self.engine_of else percentile(loads, 50) if loads else engine.info.load_s
-        gen_s = median_interval([x.generate_s for x in reps])[0]
+        gen_s = geomean_interval([x.generate_s for x in reps])[0]
         total_s = sum(loads) + sum(x.wall_s or x.generate_s for x in reps)
         starts = [x.start for x in reps if x.start is not None]
         timings = Timings(load_s=load_s, generate_s=gen_s, total_s=total_s, start=starts[0] if starts else None, **busy)
         sampler = shared.sampler
-        per_example = self.per_example and len(reps) == 1  # with repeats an estimate scales the median linearly
+        per_example = self.per_example and len(reps) == 1  # with repeats an estimate scales the geometric mean linearly
         m = Measured(
             timings, sampler.peak, sampler.start_gib, per_example, first.started_at, first.reused_s, peak_rss()
         )

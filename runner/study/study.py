@@ -372,8 +372,8 @@ def study_section(study: str, cells: list[RunResult], chart: Path | None = None,
         out += [f"Every stored cell of this study, whichever call ran it: [{link}]({link}).", ""]
     if axes:
         picked = f"rows: **{rows}**" + (f", columns: **{cols}**" if cols else "")
-        note = "Generation time per cell (`~`: projected from a partial run; fastest in bold): the median with its 95% "
-        note += "interval and the number of repeats; a time alone is one run, with no interval."
+        note = "Generation time per cell (`~`: projected from a partial run; fastest in bold): the geometric mean with "
+        note += "its 95% interval and the number of repeats; a time alone is one run, with no interval."
         out += [f"{head}; {picked} ({how}). {note}", "", pivot(cells, axes, rows, cols)]
     else:
         out.append(f"{head}; no setting varies among them.")

@@ -31,7 +31,7 @@ class Cell:
 
 
 def objective(r: RunResult | None, spec: TuneSpec) -> float | None:
-    """Lower is better: the median generation time (exp of the mean log over repeats), or minus the output
+    """Lower is better: the geometric mean generation time (exp of the mean log over repeats), or minus the output
     throughput; None for a run without it."""
     if r is None or r.status != "ok":
         return None
@@ -46,12 +46,9 @@ def gate_words(rs: dict, bs: dict, gate: GateSpec | None) -> tuple[bool | None, 
     if gate is None:
         return None, "no gate"
     v = gate_verdict(rs, bs, gate)
-    return (None, "not scored") if v is None else (v[0], _gate_text(gate, v))
-
-
-def _gate_text(gate: GateSpec, verdict: tuple[bool, float, float, float, float]) -> str:
-    _, mean, lo, hi, allowed = verdict
-    return f"{gate.metric} {mean:+.3f} ({lo:+.3f} to {hi:+.3f}), allowed -{allowed:.3f}"
+    if v is None:
+        return None, "not scored"
+    return v.passed, v.words() + ("" if v.passed is not None else f" ({v.why()})")
 
 
 def keep_after_screen(cells: list[Cell], base: Cell, spec: TuneSpec, samples: Any) -> list[Cell]:
@@ -70,9 +67,9 @@ def keep_after_screen(cells: list[Cell], base: Cell, spec: TuneSpec, samples: An
             if not bs or (v := gate_verdict(samples(c.screen), bs, spec.gate)) is None:
                 c.verdict, c.gate = "dropped at the screen: its gate cannot be checked (no paired scores)", "not scored"
                 continue
-            if v[3] < -v[4]:  # its whole interval below the allowed drop: clearly worse, even with the subset's noise
+            if v.hi is not None and v.hi < -v.allowed:  # its whole interval below the allowed drop: clearly worse
                 c.verdict, c.passed = "dropped at the screen: clearly below the gate", False
-                c.gate = _gate_text(spec.gate, v)
+                c.gate = v.words()
                 continue
         ranked.append((value, c))
     ranked.sort(key=lambda vc: vc[0])
@@ -141,7 +138,7 @@ def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any, hand
             c.verdict = "failed the gate on every example"
             continue
         if c.passed is None and spec.gate is not None:  # a gate that cannot be checked is not passed
-            c.verdict = "gate not checked (no paired scores): not a candidate"
+            c.verdict = "gate not checked (no paired scores, or too few examples to tell): not a candidate"
             continue
         ok_cells.append(c)
     ok_cells.sort(key=lambda c: objective(c.full, spec))  # type: ignore[arg-type, return-value]
