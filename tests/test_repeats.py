@@ -109,7 +109,7 @@ def test_recipes_on_two_engines_take_turns_with_a_fresh_engine_each_turn(tmp_pat
     assert r.exit_code == 0, r.output
     ra, rb = _repeats(out, "a"), _repeats(out, "b")
     starts = sorted([(x["started_at"], f"{n}{x['index']}") for n, reps in (("a", ra), ("b", rb)) for x in reps])
-    assert [s for _, s in starts] == ["a1", "b1", "a2", "b2", "a3", "b3"]  # A B A B A B
+    assert [s for _, s in starts] == ["a1", "b1", "b2", "a2", "a3", "b3"]  # A B, B A, A B: drift hits both alike
     assert all(x["load_s"] is not None for x in ra + rb)  # a fresh engine every turn
     res = {x.name: x for x in load_results(out)}
     assert res["a"].repeat_order == res["b"].repeat_order == "interleaved with restarts"
@@ -134,12 +134,8 @@ def test_recipes_on_one_engine_take_turns_on_it(tmp_path, write_recipe, base_rec
     (n1, n2) = sorted(p.name for p in out.iterdir() if (p / "results.json").is_file())
     r1, r2 = _repeats(out, n1), _repeats(out, n2)
     order = sorted([(x["started_at"], n, x["index"]) for n, reps in ((n1, r1), (n2, r2)) for x in reps])
-    assert [(n, i) for _, n, i in order] == [(n2, 1), (n1, 1), (n2, 2), (n1, 2)] or [(n, i) for _, n, i in order] == [
-        (n1, 1),
-        (n2, 1),
-        (n1, 2),
-        (n2, 2),
-    ]
+    got = [(n, i) for _, n, i in order]  # A B, then B A: whichever went first in turn 1 goes last in turn 2
+    assert got in ([(n2, 1), (n1, 1), (n1, 2), (n2, 2)], [(n1, 1), (n2, 1), (n2, 2), (n1, 2)]), got
     res = {x.name: x for x in load_results(out)}
     first = next(x for x in res.values() if x.engine_of is None)
     other = next(x for x in res.values() if x.engine_of is not None)

@@ -71,7 +71,7 @@ class Executor:
     def run(self, todo: list[Unit], opts: RunOptions, done: Callable[[RunResult], None], plans: Plans) -> None:
         """Run the units, those that share an engine as one job; `done` gets each result as it is written. Each job
         takes its units' plans just before it starts. With repeats taken in turns across engines (`interleave`),
-        each turn is a job of its own: repeat 1 of every job, then repeat 2, each on a freshly started engine."""
+        each turn is a job of its own: repeat 1 of every job, then repeat 2 in the reverse order (A B, B A, ...), each on a freshly started engine."""
         groups = group_by_engine(todo, opts.timeout_s)
         if self.on_ray:
             from runner.cluster.ray import run_jobs_on_ray
@@ -86,8 +86,9 @@ class Executor:
             across = f"take turns across the {len(groups)} engines" if len(groups) > 1 else "run one at a time"
             click.echo(f"repeats {across}, each on a freshly started engine", err=True)
         finished: set[str] = set()
-        for turn in range(1, turns + 1):
-            for n, group in enumerate(groups, 1):
+        for turn in range(1, turns + 1):  # A B, then B A, A B, ...: a drift over the call hits every recipe alike
+            seq = list(enumerate(groups, 1))
+            for n, group in seq if turn % 2 else seq[::-1]:
                 if turn == 1:
                     self._announce(group, n, opts)
                     group = groups[n - 1] = plans.attach(group)

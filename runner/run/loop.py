@@ -264,7 +264,7 @@ def run_rounds(
     before: Callable[[Unit], None] = lambda unit: None,
 ) -> list[RunResult]:
     """The job's generations on its one engine: each recipe's warm-ups, then the repeats in turns (repeat 1 of
-    every recipe, then repeat 2, ...), skipping those measured before; `before(unit)` runs before each generation.
+    every recipe, then repeat 2 in the reverse order, ...), skipping those measured before; `before(unit)` runs before each generation.
     Returns the results written: recipes that failed or have every repeat."""
     many, call = len(job.units) > 1, job.options.call or "call"
     turns = f"{call}/turns" if job.restarts else f"{call}/{os.getpid()}/{job.units[0].name}" if many else None
@@ -277,7 +277,7 @@ def run_rounds(
                 before(u.unit)
                 u.generate(0, shared, progress_file)
     for i in rounds:
-        for u in runs:
+        for u in runs if i % 2 else runs[::-1]:  # A B, B A, A B: a drift over the job hits each recipe alike
             if u.result is None and i in todo(u):
                 before(u.unit)
                 u.generate(i, shared, progress_file)
