@@ -71,7 +71,8 @@ class Executor:
     def run(self, todo: list[Unit], opts: RunOptions, done: Callable[[RunResult], None], plans: Plans) -> None:
         """Run the units, those that share an engine as one job; `done` gets each result as it is written. Each job
         takes its units' plans just before it starts. With repeats taken in turns across engines (`interleave`),
-        each turn is a job of its own: repeat 1 of every job, then repeat 2 in the reverse order (A B, B A, ...), each on a freshly started engine."""
+        each turn is a job of its own: repeat 1 of every job, then repeat 2 in the reverse order (A B, B A, ...),
+        each on a freshly started engine."""
         groups = group_by_engine(todo, opts.timeout_s)
         if self.on_ray:
             from runner.cluster.ray import run_jobs_on_ray
