@@ -681,7 +681,7 @@ def _chart_results(meaningful: bool = True, peak: bool = True) -> list[RunResult
 
 def test_write_charts_all_three(tmp_path):
     rs = _chart_results()
-    made = plots.write_charts(rs, rs[0], tmp_path)
+    made = plots.write_charts(rs, rs[0], tmp_path, "exact_match", failed={rs[1].name})
     assert sorted(p.name for p in made) == ["accuracy_vs_time.png", "memory.png", "time.png"]
     for p in made:
         assert p.parent == tmp_path and _is_png(p), p
@@ -694,6 +694,32 @@ def test_write_charts_skips_accuracy_without_meaningful_scores_and_memory_withou
     assert _is_png(tmp_path / "time.png")
     assert not (tmp_path / "accuracy_vs_time.png").exists() and not (tmp_path / "memory.png").exists()
     assert plots.write_charts([result("broken", status="failed", error="x")], None, tmp_path / "none") == []
+
+
+def test_the_summary_chart_plots_the_gates_metric_with_intervals_and_marks_gate_failures(tmp_path, monkeypatch):
+    """The README's own example plotted an all-zero exact match: the chart now plots the gate's metric, gives each
+    point its score's 95% interval (from the samples) and marks the run that failed its gate."""
+    from runner.report.summary import chart_metric
+
+    gate = {"gate": {"metric": "char_f1", "max_drop": 0.05}}
+    base = result("base", recipe("base", baseline=True, **gate), scores={"exact_match": 0.0, "char_f1": 0.6})
+    worse = result(
+        "worse", recipe("worse", engine=vllm(quantization="fp8"), **gate), scores={"exact_match": 0.0, "char_f1": 0.3}
+    )
+    rows = lambda f: [
+        {"id": f"q{i}", "output": "o", "answers": ["g"], "exact_match": 0.0, "char_f1": f(i)} for i in range(40)
+    ]
+    store(tmp_path, base, rows(lambda i: 0.6 + (0.1 if i % 2 else -0.1)))
+    store(tmp_path, worse, rows(lambda i: 0.3))
+    assert chart_metric([base, worse]) == "char_f1"  # the gate's
+    bare = [r.model_copy(update={"recipe": r.recipe.model_copy(update={"gate": None})}) for r in (base, worse)]
+    assert chart_metric(bare) == "char_f1"  # exact_match scored 0 everywhere: passed over
+    seen = {}
+    monkeypatch.setattr(plots, "accuracy_chart", lambda rs, metric, path, **kw: seen.update(metric=metric, **kw))
+    write_summary([base, worse], tmp_path)
+    assert seen["metric"] == "char_f1" and set(seen["failed"]) == {"worse"}
+    lo, hi = seen["score_ci"]["base"]
+    assert lo < 0.6 < hi and hi - lo < 0.1 and seen["score_ci"]["worse"] == (0.3, 0.3)
 
 
 def test_pareto_front():
@@ -1081,6 +1107,37 @@ def test_the_gate_says_too_few_examples_to_tell_and_never_passes_them(tmp_path):
     assert row["gate"] == "too few to tell" and row["why"] == "too few examples to tell (n=5; 30 needed)"
     assert row["difference from the baseline (95% CI)"] == "+0.000 (too few examples to tell: n=5; 30 needed)"
     assert "Fastest that passed its gate: **base**" in md and "Faster, but not through the gate: fast (too few" in md
+
+
+def test_a_gate_that_cannot_apply_is_an_error_that_says_why(tmp_path):
+    """`runner report DIR --gate ...` with no baseline, on a metric nobody scored with real weights, or over
+    recipes that all have their own gate: exit 2 naming why (it was ignored without a word); over some, it says which
+    keep their own."""
+    from tests.cli_output import user_error
+
+    own = {"gate": {"metric": "char_f1", "max_drop": 0.05}}
+    base, a = result("base", recipe("base")), result("a", recipe("a", engine=vllm()))
+    dummy = result("d", recipe("d", engine=vllm(quantization="fp8")), meaningful=False, scores={"squad_f1": 0.1})
+    for r in (base, a, dummy):
+        store(tmp_path, r, [])
+    go = lambda *args: CliRunner().invoke(cli, ["report", str(tmp_path), *args])
+    assert user_error(go("--gate", "char_f1:0.01")) == (
+        "Error: --gate: has no baseline to compare with: no stored recipe is marked `baseline: true`\n"
+        "  hint: name one with --baseline NAME (results here: a, base, d)\n"
+    )
+    assert user_error(go("--gate", "squad_f1:0.01", "--baseline", "base")) == (
+        "Error: --gate: no stored run scored 'squad_f1' with real weights\n"
+        "  hint: gate a metric they scored: char_f1, exact_match\n"
+    )
+    store(tmp_path, a.model_copy(update={"recipe": recipe("a", engine=vllm(), **own)}), [])
+    store(tmp_path, dummy.model_copy(update={"recipe": recipe("d", engine=vllm(quantization="fp8"), **own)}), [])
+    assert user_error(go("--gate", "char_f1:0.01", "--baseline", "base")) == (
+        "Error: --gate: every recipe but the baseline has a gate of its own (a, d); --gate is for those without\n"
+        "  hint: leave --gate out, or change the recipes' `gate:` and rerun\n"
+    )
+    store(tmp_path, a, [])
+    r = go("--gate", "char_f1:0.01", "--baseline", "base")
+    assert r.exit_code == 0 and "--gate applies to the recipes without a gate of their own; d keep theirs" in r.output
 
 
 def test_gate_metric_must_be_scored():

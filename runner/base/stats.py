@@ -165,16 +165,18 @@ def combined_interval(parts: Sequence[tuple[float, float | None, float]]) -> tup
     return math.exp(m - half), math.exp(m + half)
 
 
-def interval_of(m: float, se: float | None, df: float) -> tuple[float | None, float | None]:
-    """exp of the 95% t interval of a log effect `m` with standard error `se`."""
+def interval_of(m: float, se: float | None, df: float, level: float = LEVEL) -> tuple[float | None, float | None]:
+    """exp of the `level` t interval of a log effect `m` with standard error `se`."""
     if se is None:
         return None, None
-    half = t_quantile(df) * se
+    half = t_quantile(df, level) * se
     return math.exp(m - half), math.exp(m + half)
 
 
-def ratio_interval(a: Sequence[float], b: Sequence[float], paired: bool) -> tuple[float, float | None, float | None]:
-    """The ratio of the two geometric means (each as `geomean_interval`) with its 95% interval (`log_ratio`: t on the
-    pairs' log ratios, or Welch's t on the logs)."""
+def ratio_interval(
+    a: Sequence[float], b: Sequence[float], paired: bool, level: float = LEVEL
+) -> tuple[float, float | None, float | None]:
+    """The ratio of the two geometric means (each as `geomean_interval`) with its `level` interval (`log_ratio`: t on
+    the pairs' log ratios, or Welch's t on the logs)."""
     m, se, df = log_ratio(a, b, paired)
-    return (math.exp(m), *interval_of(m, se, df))
+    return (math.exp(m), *interval_of(m, se, df, level))

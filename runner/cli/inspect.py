@@ -193,11 +193,13 @@ def report(out, baseline, gate_text, usd_per_gpu_hour):
     names = [r.name for r in results]
     if baseline and baseline not in names:
         raise RunnerError(f"--baseline {baseline!r} names no stored result; results: " + ", ".join(names))
+    gate = parse_gate(gate_text, results) if gate_text else None
+    if gate is not None:  # before anything is written
+        check_gate(gate, results, baseline)
     for r in results:
         write_report(r, out_dir, report_sections(out_dir))
         if r.status == "ok" and (short := RunFolder.of(out_dir, r.name).samples_short(r.n_samples)):
             click.echo(f"{r.name}: {short} (deleted or cut short since the run): `runner go` runs it again")
-    gate = parse_gate(gate_text, results) if gate_text else None
     summary = write_summary(results, out_dir, baseline, summary_sections(), gate)
     click.echo(f"summary: {summary} ({len(results)} recipes)")
     for path in study_summaries(results, out_dir, baseline, gate):
@@ -208,6 +210,31 @@ def report(out, baseline, gate_text, usd_per_gpu_hour):
             continue
         if (folder / "engine.log").is_file() or (folder / "replaced").is_dir():  # a run folder without a result
             click.echo(f"no results.json in {folder}: a run that did not finish (left out; rerun it to report it)")
+
+
+def check_gate(gate: GateSpec, results: list, baseline: str | None) -> None:
+    """A `--gate` that cannot apply is an error that says why: no baseline to compare with, a metric no run scored
+    with real weights, or every recipe has a gate of its own; one that applies to some says which keep theirs."""
+    from runner.report.summary import pick_baseline
+
+    base = pick_baseline(results, baseline)
+    if base is None:
+        names = ", ".join(r.name for r in results)
+        why = "has no baseline to compare with: no stored recipe is marked `baseline: true`"
+        raise RunnerError(why, field="--gate", hint=f"name one with --baseline NAME (results here: {names})")
+    real = sorted({m for r in results if r.status == "ok" and r.scores_meaningful for m in r.scores})
+    if gate.metric not in real:
+        why = f"no stored run scored {gate.metric!r} with real weights"
+        hint = (
+            f"gate a metric they scored: {', '.join(real)}" if real else "every run here has random weights or failed"
+        )
+        raise RunnerError(why, field="--gate", hint=hint)
+    own = [r.name for r in results if r is not base and r.recipe.gate is not None]
+    if len(own) == len(results) - 1:
+        why = f"every recipe but the baseline has a gate of its own ({', '.join(own)}); --gate is for those without"
+        raise RunnerError(why, field="--gate", hint="leave --gate out, or change the recipes' `gate:` and rerun")
+    if own:
+        click.echo(f"--gate applies to the recipes without a gate of their own; {', '.join(own)} keep theirs", err=True)
 
 
 def parse_gate(text: str, results: list) -> GateSpec:

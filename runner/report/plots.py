@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from runner.base.files import save_figure
@@ -74,25 +74,46 @@ def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> 
     return _save(plt, fig, path)
 
 
+def pareto_front(points: list[tuple[float, ...]]) -> list[int]:
+    """Indices of the points no other point beats: at most as large on every coordinate and smaller on one (every
+    coordinate lower-is-better)."""
+    beats = lambda q, p: all(a <= b for a, b in zip(q, p)) and any(a < b for a, b in zip(q, p))
+    return [i for i, p in enumerate(points) if not any(beats(q, p) for q in points)]
+
+
 def pareto(points: list[tuple[float, float]]) -> list[int]:
     """Indices of points no other point beats on both lower time and higher score."""
-    beaten = lambda t, s: any(t2 <= t and s2 >= s and (t2 < t or s2 > s) for t2, s2 in points)
-    return [i for i, (t, s) in enumerate(points) if not beaten(t, s)]
+    return pareto_front([(t, -s) for t, s in points])
 
 
 def accuracy_chart(
-    results: list[RunResult], metric: str, path: Path, label: Callable[[RunResult], str] | None = None, title: str = ""
+    results: list[RunResult],
+    metric: str,
+    path: Path,
+    label: Callable[[RunResult], str] | None = None,
+    title: str = "",
+    failed: Collection[str] = (),
+    score_ci: dict[str, tuple[float, float]] | None = None,
 ) -> Path | None:
-    """Score against generation time, the Pareto front in green; points named by `label` (default: run name)."""
+    """Score against generation time with each run's 95% interval of its time (and of its score, from `score_ci` by
+    run name), the Pareto front in green among the runs not `failed` by their gate (drawn red); points named by
+    `label` (default: run name)."""
     rs = [r for r in results if r.status == "ok" and r.scores_meaningful and metric in r.scores and r.projected_s]
     if len(rs) < 2:  # one point says nothing a table does not
         return None
     plt = pyplot()
     pts = [(r.projected_s, r.scores[metric]) for r in rs]
-    front = set(pareto(pts))
+    ok = [i for i, r in enumerate(rs) if r.name not in failed]
+    front = {ok[i] for i in pareto([pts[i] for i in ok])}
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, (r, (t, s)) in enumerate(zip(rs, pts, strict=True)):
-        ax.scatter(t, s, color="#2ca02c" if i in front else "#7f7f7f", s=60 if i in front else 30, zorder=3)
+        color = "#d62728" if r.name in failed else "#2ca02c" if i in front else "#7f7f7f"
+        ci, sci = _interval(r), (score_ci or {}).get(r.name)
+        xerr = [[max(t - ci[0], 0)], [max(ci[1] - t, 0)]] if ci else None
+        yerr = [[max(s - sci[0], 0)], [max(sci[1] - s, 0)]] if sci else None
+        if xerr or yerr:
+            ax.errorbar(t, s, xerr=xerr, yerr=yerr, color=color, alpha=0.5, capsize=2, zorder=2, linewidth=1)
+        ax.scatter(t, s, color=color, s=60 if i in front else 30, zorder=3)
         ax.annotate(label(r) if label else r.name, (t, s), fontsize=7, xytext=(4, 4), textcoords="offset points")
     fp = sorted(pts[i] for i in front)
     ax.plot([p[0] for p in fp], [p[1] for p in fp], color="#2ca02c", linestyle="--", zorder=2)
@@ -104,9 +125,10 @@ def accuracy_chart(
     pad = max((max(ss) - min(ss)) * 0.15, 0.01)
     if 0 <= min(ss) and max(ss) <= 1:  # a score on 0..1: the axis stays within it
         ax.set_ylim(max(0.0, min(ss) - pad), min(1.0, max(ss) + pad))
-    ax.set_xlabel("generation time, s" + (" (log)" if log else ""))
+    ax.set_xlabel("generation time, s" + (" (log)" if log else "") + "; bars: 95% intervals")
     ax.set_ylabel(metric)
-    ax.set_title(title or f"{metric} against time (green: Pareto front)", fontsize=10)
+    red = "; red: failed its gate" if any(r.name in failed for r in rs) else ""
+    ax.set_title(title or f"{metric} against time (green: Pareto front{red})", fontsize=10)
     return _save(plt, fig, path)
 
 
@@ -131,14 +153,23 @@ def memory_chart(results: list[RunResult], path: Path) -> Path | None:
     return _save(plt, fig, path)
 
 
-def write_charts(results: list[RunResult], base: RunResult | None, out: Path) -> list[Path]:
+def write_charts(
+    results: list[RunResult],
+    base: RunResult | None,
+    out: Path,
+    metric: str | None = None,
+    failed: Collection[str] = (),
+    score_ci: dict[str, tuple[float, float]] | None = None,
+) -> list[Path]:
+    """The time, accuracy (`metric` against time; none without a metric) and memory charts of a summary."""
     try:
         pyplot()
     except ImportError:
         return []
+    accuracy = Path(out) / CHARTS["accuracy"]
     made = [
         time_chart(results, base, Path(out) / CHARTS["time"]),
-        accuracy_chart(results, "exact_match", Path(out) / CHARTS["accuracy"]),
+        accuracy_chart(results, metric, accuracy, failed=failed, score_ci=score_ci) if metric else None,
         memory_chart(results, Path(out) / CHARTS["memory"]),
     ]
     return [p for p in made if p is not None]

@@ -81,13 +81,13 @@ def examples(r: RunResult) -> tuple[str, int]:
     return r.recipe.dataset.model_dump_json(), (r.estimate.n_total if r.estimate else r.n_samples)
 
 
-def speedup(slow: RunResult, fast: RunResult) -> tuple[float, float | None, float | None] | None:
-    """time(slow) / time(fast): the ratio of the geometric means and its 95% interval (None without times, or for two
-    runs that did not time the same examples)."""
+def speedup(slow: RunResult, fast: RunResult, level: float = 0.95) -> tuple[float, float | None, float | None] | None:
+    """time(slow) / time(fast): the ratio of the geometric means and its `level` interval (None without times, or for
+    two runs that did not time the same examples)."""
     a, b = times(slow), times(fast)
     if not a or not b or examples(slow) != examples(fast):
         return None
-    return ratio_interval(a, b, paired(slow, fast))
+    return ratio_interval(a, b, paired(slow, fast), level)
 
 
 def speedup_parts(pairs: Sequence[tuple[RunResult, RunResult]]) -> tuple[float | None, float | None]:

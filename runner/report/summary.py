@@ -280,6 +280,23 @@ def fastest_passed(
     return min(ok, key=lambda r: r.projected_s, default=None)  # type: ignore[arg-type, return-value]
 
 
+def chart_metric(results: list[RunResult], gate: GateSpec | None = None) -> str | None:
+    """The score the accuracy chart plots: the gate's (`--gate`, else the first recipe gate), else `exact_match`,
+    else the first metric; one that no run with meaningful scores scored above 0 is passed over."""
+    scored = [r for r in results if r.status == "ok" and r.scores_meaningful and r.scores]
+    gated = [g.metric for g in [gate, *(r.recipe.gate for r in results)] if g is not None]
+    names = [*gated, "exact_match", *(m for r in scored for m in r.scores)]
+    return next((m for m in names if any(r.scores.get(m, 0) > 0 for r in scored)), None)
+
+
+def score_interval(out: Path, r: RunResult, metric: str) -> tuple[float, float] | None:
+    """The 95% interval of a run's mean score over its examples (Student t; none under MIN_PAIRED examples)."""
+    if r.status != "ok" or not r.scores_meaningful or metric not in r.scores:
+        return None
+    got = paired_interval([s[metric] for s in samples_by_id(out, r).values() if metric in s])
+    return (got[1], got[2]) if got is not None else None
+
+
 def pick_baseline(results: list[RunResult], name: str | None = None) -> RunResult | None:
     """The run named `name`, else the first marked `baseline: true`."""
     return next((r for r in results if (r.name == name if name else r.recipe.baseline)), None)
@@ -448,7 +465,12 @@ def write_summary(
 ) -> Path:
     results = in_order(results)
     path = Path(out) / SUMMARY
-    charts = write_charts(results, pick_baseline(results, baseline), out)
+    base = pick_baseline(results, baseline)
+    verdicts = gates(results, base, out, gate)
+    failed = {n for n, v in verdicts.items() if not isinstance(v, GateVerdict) or v.passed is not True}
+    metric = chart_metric(results, gate)
+    score_ci = {r.name: ci for r in results if metric and (ci := score_interval(out, r, metric)) is not None}
+    charts = write_charts(results, base, out, metric, failed, score_ci)
     text = summary_markdown(results, baseline, out, extra, gate)
     if charts:
         text += "\n## Charts\n\n" + "\n\n".join(f"![{c.stem}]({c.name})" for c in charts) + "\n"

@@ -79,11 +79,13 @@ def keep_after_screen(cells: list[Cell], base: Cell, spec: TuneSpec, samples: An
     return [c for _, c in ranked[:k]]
 
 
-def gain(a: RunResult | None, b: RunResult | None, spec: TuneSpec) -> tuple[float, float | None, float | None] | None:
-    """How much better b is than a in the objective's terms, with its 95% interval: the speed-up time(a)/time(b),
+def gain(
+    a: RunResult | None, b: RunResult | None, spec: TuneSpec, level: float = 0.95
+) -> tuple[float, float | None, float | None] | None:
+    """How much better b is than a in the objective's terms, with its `level` interval: the speed-up time(a)/time(b),
     or for `throughput` the same ratio scaled by b's output tokens over a's (each run's tokens are the same in
     every repeat); above 1: b is better."""
-    if a is None or b is None or a.status != "ok" or b.status != "ok" or (ratio := speedup(a, b)) is None:
+    if a is None or b is None or a.status != "ok" or b.status != "ok" or (ratio := speedup(a, b, level)) is None:
         return None
     if spec.objective != "throughput":
         return ratio
@@ -98,6 +100,32 @@ class Decision:
     winners: list[Cell]  # one, or the ones within noise of each other (fastest first); empty when none passed
     against_baseline: tuple[float, float | None, float | None] | None
     words: str
+    level: float = 0.95  # the level of the winner's interval against the recipe as written (Bonferroni)
+    front: list[Cell] = field(default_factory=list)  # no other finished cell is faster, as accurate and as cheap
+
+
+def family_level(k: int) -> float:
+    """The interval level that keeps the chance of crowning any of `k` candidates that are not truly faster at 5%
+    (Bonferroni: 1 - 0.05 / k): the winner is picked as the fastest of the k on the same runs that test it."""
+    return 1 - 0.05 / max(k, 1)
+
+
+def front(cells: Sequence[Cell], metric: str | None) -> list[Cell]:
+    """The cells that finished and that no other finished cell beats on every count at once: generation time (lower),
+    the gate's score (higher; without a gate, time alone), dollars for the run where every one is priced (lower)."""
+    from runner.report.markdown import cost_figures
+    from runner.report.plots import pareto_front
+
+    done = [c for c in cells if c.full is not None and c.full.status == "ok" and estimate(c.full) is not None]
+    usd = [(cost_figures(c.full) or {}).get("usd_run") for c in done]  # type: ignore[arg-type]
+    scored = metric is not None and all(c.full.scores_meaningful and metric in c.full.scores for c in done)  # type: ignore[union-attr]
+    points = []
+    for c, dollars in zip(done, usd):
+        p = [estimate(c.full)[0]]  # type: ignore[arg-type, index]
+        p += [-c.full.scores[metric]] if scored else []  # type: ignore[union-attr, index]
+        p += [dollars] if all(u is not None for u in usd) else []
+        points.append(tuple(p))
+    return [done[i] for i in pareto_front(points)]
 
 
 def against_hand_written(pick: Cell, hand: list[Cell], spec: TuneSpec) -> tuple[Cell, tuple | None] | None:
@@ -141,30 +169,41 @@ def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any, hand
             c.verdict = "gate not checked (no paired scores, or too few examples to tell): not a candidate"
             continue
         ok_cells.append(c)
+    metric = spec.gate.metric if spec.gate else None
+    on_front = front([base, *confirmed, *hand], metric)
     ok_cells.sort(key=lambda c: objective(c.full, spec))  # type: ignore[arg-type, return-value]
+    ok_cells = [c for c in ok_cells if c in on_front] + [c for c in ok_cells if c not in on_front]
     if not ok_cells:
-        return Decision([], None, "No candidate passed: the recipe as written stays.")
-    best = ok_cells[0]
-    vs = gain(base.full, best.full, spec)
+        return Decision([], None, "No candidate passed: the recipe as written stays.", front=on_front)
+    best, level = ok_cells[0], family_level(len(confirmed))
+    vs = gain(base.full, best.full, spec, level)
     if vs is None or vs[0] <= 1 or not clear(vs[1], vs[2]):  # the recipe as written is the one to beat
         for c in ok_cells:
             c.verdict = "passed; not clearly faster than the recipe as written"
         against = f": {ratio_text(*vs)}" if vs is not None else " (no time to compare)"
         words = f"No candidate is clearly faster than the recipe as written; the fastest that passed, **{best.name}**, "
-        words += f"against it{against}. The recipe as written stays."
-        return Decision([], vs, words)
+        words += f"against it{against}{_level_words(level)}. The recipe as written stays."
+        return Decision([], vs, words, level, on_front)
     winners = [best]
     for other in ok_cells[1:]:  # within the best's noise, and itself clearly better than the recipe as written
-        ratio, over_base = gain(other.full, best.full, spec), gain(base.full, other.full, spec)
+        ratio, over_base = gain(other.full, best.full, spec), gain(base.full, other.full, spec, level)
         tied = ratio is not None and not clear(ratio[1], ratio[2])
         if tied and over_base is not None and over_base[0] > 1 and clear(over_base[1], over_base[2]):
             winners.append(other)
     for c in ok_cells:
         c.verdict = "winner" if c is best and len(winners) == 1 else "tied for fastest" if c in winners else "passed"
-    words = f"**{best.name}** is the fastest that passed, clearly faster than the recipe as written."
+    words = f"**{best.name}** is the fastest that passed, clearly faster than the recipe as written"
+    words += f"{_level_words(level)}."
     if len(winners) > 1:
         others = ", ".join(f"**{c.name}**" for c in winners[1:])
         words = f"No single winner: **{best.name}** and {others} are within each other's noise (the 95% interval of "
         words += "their time ratio holds 1), and both clearly faster than the recipe as written; more repeats would "
         words += "tell them apart."
-    return Decision(winners, vs, words)
+    return Decision(winners, vs, words, level, on_front)
+
+
+def _level_words(level: float) -> str:
+    """How the winner's interval was widened for the candidates it was picked from (nothing at 95%)."""
+    if level >= 0.95:
+        return ""
+    return f" ({level:.1%} interval: Bonferroni over the {round(0.05 / (1 - level))} confirmed candidates)"
