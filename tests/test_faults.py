@@ -65,6 +65,7 @@ def test_failing_recipe_does_not_lose_the_others(tmp_path):
     assert res.exit_code == 1, res.output
     failed = json.loads((out / "bad" / "results.json").read_text())
     assert failed["status"] == "failed" and "timed out after 5 s" in failed["error"]  # the reason, kept
+    assert 5 <= failed["timings"]["total_s"] < 30  # its wall time: a tune's budget counts it (it counted 0 s)
     ok = json.loads((out / "good" / "results.json").read_text())
     assert ok["status"] == "ok" and ok["n_samples"] == 4
     summary = (out / "summary.md").read_text()

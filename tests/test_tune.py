@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -51,7 +52,10 @@ def test_tune_finds_the_fastest_and_never_crowns_a_faster_one_that_fails_the_gat
     path, out = _tune_file(write_recipe, base_recipe, axes), tmp_path / "out"
     r = _tune(path, "--out", out)
     assert r.exit_code == 0, r.output
-    assert "tune tu: tu-t3 is the fastest that passed, clearly faster than the recipe as written." in r.output
+    assert (
+        "tune tu: tu-t3 is the fastest that passed, clearly faster than the recipe as written (97.5% interval: "
+        "Bonferroni over the 2 confirmed candidates)." in r.output
+    )
     report = (out / "tu-tune.md").read_text()
     assert "Against the recipe as written (tu): " in report and "×" in report
     rows = {line.split("|")[2].strip(): line for line in report.splitlines() if line.startswith("| ")}
@@ -61,6 +65,9 @@ def test_tune_finds_the_fastest_and_never_crowns_a_faster_one_that_fails_the_gat
     assert "delay_s: 0.001" in report.split("## The winner's recipe")[1] and "name: tu-tuned" in report
     assert json.loads((out / "tu-t3" / "results.json").read_text())["n_samples"] == 36  # confirmed on every example
     assert json.loads((out / "tu-t3-screen" / "results.json").read_text())["n_samples"] == 30
+    front = report.split("## The front")[1].split("## ")[0]  # the fake engine's scores mean nothing: time alone
+    assert [line.split("|")[1].strip() for line in front.splitlines() if line.startswith("| tu")] == ["tu-t3"]
+    assert "| winner" in front
 
 
 def test_an_interrupted_or_repeated_tune_reuses_every_finished_run(tmp_path, write_recipe, base_recipe):
@@ -88,6 +95,28 @@ def test_the_budget_cuts_the_screen_and_dry_run_lists_it(tmp_path, write_recipe,
     runs = [p.name for p in (tmp_path / "out").iterdir() if (p / "results.json").is_file()]
     assert len(runs) == 6 and "tu-t3-screen" not in runs  # 3 screens, 3 confirmations of 2 repeats: 9 measured
     assert "Spent: 9 measured runs" in (tmp_path / "out" / "tu-tune.md").read_text()
+    assert "Estimated time: not known yet (no finished screen of the recipe as written" in r.output
+    again = _tune(path, "--out", tmp_path / "out", "--dry-run").output  # now from the stored screen
+    assert re.search(
+        r"Estimated time: about \S+ s \(2 screens of ~\S+ s each, as the stored screen of the recipe "
+        r"as written took, then a confirmation of ~\S+ s on 36 examples\)\.",
+        again,
+    ), again
+
+
+def test_the_minutes_budget_covers_the_confirmation(tmp_path, write_recipe, base_recipe):
+    """A budget the confirmation alone would pass: screening stops before the first candidate, saying what was spent
+    and what the confirmation is projected to take (the minutes covered the screen only: a user's 8-minute budget
+    took 13)."""
+    axes = {"engine.delay_s": [0.003, 0.002]}
+    path = _tune_file(write_recipe, base_recipe, axes, budget={"minutes": 0.001})
+    r = _tune(path, "--out", tmp_path / "out")
+    assert re.search(
+        r"the minutes budget is reached \(\S+ s spent \+ \S+ s projected for the confirmation\); "
+        r"screening stops at 0 of 2",
+        r.output,
+    ), r.output
+    assert not (tmp_path / "out" / "tu-t1-screen").exists()
 
 
 def test_a_file_without_a_tune_block_or_with_a_bad_one_is_refused(write_recipe, base_recipe):
@@ -301,7 +330,7 @@ def test_a_study_tunes_from_its_baseline_cell_and_sets_the_winner_against_its_ha
     assert "engine.delay_s=fast" in r.output and "| st-hand    | hand-written cell of the study | confirm |" in r.output
     r = _tune(path, "--out", out)
     assert r.exit_code == 0, r.output
-    assert "tune st-slow: st-slow-t1 is the fastest that passed, clearly faster than the recipe as written." in r.output
+    assert "tune st-slow: st-slow-t1 is the fastest that passed, clearly faster than the recipe as written" in r.output
     assert "Against the fastest hand-written cell, st-hand (" in r.output and "the winner st-slow-t1 is " in r.output
     hand = json.loads((out / "st-hand" / "results.json").read_text())
     assert hand["n_samples"] == 36 and len(hand["repeats"]) == 3  # every example, the confirmation's repeats
@@ -388,7 +417,7 @@ def test_the_winners_curse_is_controlled_when_no_candidate_is_faster(k):
         screen = sorted(range(k), key=lambda i: jitter_factor(0.05, rng))
         kept = screen[: spec.confirmed(k)]
         loads = [jitter_factor(0.05, rng) for _ in range(3)]
-        run = lambda name: _timed(name, [2.0 * f * jitter_factor(0.05, rng) for f in loads])
+        run = lambda name, loads=loads: _timed(name, [2.0 * f * jitter_factor(0.05, rng) for f in loads])
         base = Cell(0, "b", {}, full=run("b"))
         cells = [Cell(i + 1, f"c{i}", {}, full=run(f"c{i}")) for i in kept]
         crowned += bool(decide(cells, base, spec, lambda r: {}).winners)
@@ -415,3 +444,16 @@ def test_the_tune_lists_the_front_and_crowns_the_fastest_on_it_that_passed():
     d = decide([fast, mid, slow], base, spec, lambda r: samples[r.name])
     assert [c.name for c in d.front] == ["fast", "mid"] and [c.name for c in d.winners] == ["fast"]
     assert slow.verdict == "failed the gate on every example"
+
+
+def test_a_range_over_the_cap_and_a_repeated_value_are_refused_with_the_reason():
+    """A range of 1,001 values was cut to 1,000 without a word, and a value listed twice ran twice."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="the range gives more than 1,000 values: raise `step` or narrow"):
+        TuneSpec(axes={"engine.delay_s": {"low": 0, "high": 1000, "scale": "linear", "step": 1}})
+    assert len(TuneSpec(axes={"x": {"low": 1, "high": 1000, "scale": "linear", "step": 1}}).candidates()) == 1000
+    with pytest.raises(ValidationError, match="axis 'x' lists 2 twice: each value is one candidate"):
+        TuneSpec(axes={"x": [1, 2, 2]})
+    with pytest.raises(ValidationError, match="axis 'e' lists {\"a\": 1} twice"):
+        TuneSpec(axes={"e": {"one": {"a": 1}, "two": {"a": 1}}})

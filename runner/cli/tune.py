@@ -101,7 +101,7 @@ def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, usd_pe
         from runner.base.format import table
         from runner.tune.report import settings_text
 
-        click.echo(f"# Tune: {name} (dry run)\n\n{plan}\n")
+        click.echo(f"# Tune: {name} (dry run)\n\n{plan}\n\n{_estimate(out, name, spec, len(to_screen), hand)}\n")
         rows = [[c.name, settings_text(c.settings, c.labels), "screen" if c in to_screen else c.verdict] for c in cells]
         rows += [[h, "hand-written cell of the study", "confirm"] for h in hand]
         click.echo(table(rows, ["cell", "settings", "stage"]))
@@ -111,6 +111,28 @@ def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, usd_pe
 
 
 _DOCS = "docs/recipe-reference.md, section Tune"
+
+
+def _estimate(out: str, name: str, spec, screened: int, hand: list[str]) -> str:
+    """The dry run's time estimate, from the stored screen of the recipe as written (a measurement, scaled: each
+    screen as long as it, each confirmation run as long as it on every example); without one, says so."""
+    from runner.base.format import secs
+    from runner.folder import RunFolder, read_result
+    from runner.tune.report import confirm_s, run_s_at
+
+    screen = read_result(RunFolder.of(Path(out), f"{name}-screen"))
+    one = run_s_at(screen)
+    if one is None or screen is None:
+        return (
+            "Estimated time: not known yet (no finished screen of the recipe as written in this --out; the tune's "
+            "first run measures it, and `--dry-run` then estimates from it)."
+        )
+    rest = confirm_s(screen, spec, spec.confirmed(screened), len(hand)) or 0.0
+    total = one * screened + rest
+    words = f"Estimated time: about {secs(total)} ({screened} screens of ~{secs(one)} each, as the stored screen of "
+    return (
+        words + f"the recipe as written took, then a confirmation of ~{secs(rest)} on {screen.n_dataset:,} examples)."
+    )
 
 
 def _source(path, f, spec):
@@ -154,6 +176,20 @@ def load_cell(src, sets, model_paths, settings: dict, cell: str | None, repeat: 
     return lr
 
 
+def _front_chart(out: Path, name: str, spec, cells) -> str | None:
+    """The confirmed cells' gate score against time (intervals; the front green, gate failures red), beside the tune
+    report; its file name, or None (no gate, scores not meaningful, fewer than two cells)."""
+    from runner.report.plots import accuracy_chart
+
+    runs = [c.full for c in cells if c.full is not None]
+    if spec.gate is None:
+        return None
+    failed = {c.name for c in cells if c.passed is False}
+    path = Path(out) / f"{name}-tune-front.png"
+    title = f"{spec.gate.metric} against time, every example (green: the front; red: failed the gate)"
+    return path.name if accuracy_chart(runs, spec.gate.metric, path, title=title, failed=failed) else None
+
+
 def _plan_words(spec, n: int, screened: int, confirmed: int, invalid: int, same: int, name: str) -> str:
     bad = f", {invalid} of them refused by the recipe's checks" if invalid else ""
     bad += f", {same} the recipe as written" if same else ""
@@ -169,7 +205,8 @@ def _plan_words(spec, n: int, screened: int, confirmed: int, invalid: int, same:
         bound = f"drop at most {gate.max_drop}" if gate.max_drop is not None else f"keep {gate.relative:.0%}"
         words += f"; gate: {gate.metric}, {bound} (paired 95% interval, on every example)"
     if spec.budget.minutes:
-        words += f"; the screening stops after {spec.budget.minutes:g} minutes of measured runs"
+        words += f"; the {spec.budget.minutes:g}-minute budget covers the screen and the confirmation: screening "
+        words += "stops when the time spent plus the confirmation's projected time would pass it"
     return words + "."
 
 
@@ -177,12 +214,13 @@ def _run(path, src, spec, base_lr, every, cells, hand, sets, model_paths, out, p
     """Screen `cells` (of `every` candidate), confirm the best with the baseline and the `hand`-written cells,
     decide, write the report."""
     from runner.base.files import write_text_atomic
+    from runner.base.format import secs
     from runner.cli.go import Executor, new_call, run_loaded
     from runner.config.overrides import apply_overrides
     from runner.folder import RunFolder, read_result
     from runner.report.summary import samples_by_id
     from runner.run.job import RunOptions, make_unit
-    from runner.tune.report import cost_s, hand_words, tune_markdown, tune_report_path, winner_yaml
+    from runner.tune.report import confirm_s, cost_s, hand_words, tune_markdown, tune_report_path, winner_yaml
     from runner.tune.search import Cell, against_hand_written, decide, keep_after_screen
 
     name = base_lr.recipe.name
@@ -205,9 +243,14 @@ def _run(path, src, spec, base_lr, every, cells, hand, sets, model_paths, out, p
     got = stage([load({}, f"{name}-screen")], lim)  # the baseline's screen first: the gate's reference
     base.screen = got.get(f"{name}-screen")
     for start in range(0, len(cells), chunk):
-        if spec.budget.minutes and cost_s([base, *cells]) > spec.budget.minutes * 60:
-            click.echo(f"tune {name}: the minutes budget is spent; screening stops at {start} of {len(cells)}")
-            break
+        if spec.budget.minutes:
+            ahead = confirm_s(base.screen, spec, spec.confirmed(max(start, 1)), len(hand)) or 0.0
+            if cost_s([base, *cells]) + ahead > spec.budget.minutes * 60:
+                spent = f"{secs(cost_s([base, *cells]))} spent + {secs(ahead)} projected for the confirmation"
+                click.echo(
+                    f"tune {name}: the minutes budget is reached ({spent}); screening stops at {start} of {len(cells)}"
+                )
+                break
         part = cells[start : start + chunk]
         got = stage([load(c.settings, f"{c.name}-screen") for c in part], lim)
         for c in part:
@@ -236,7 +279,8 @@ def _run(path, src, spec, base_lr, every, cells, hand, sets, model_paths, out, p
         apply_overrides(data, list(sets), {}, str(path))
         recipe = winner_yaml(data, decision.winners[0].settings, name)
     report = tune_report_path(out, name)
-    text = tune_markdown(name, spec, base, every, decision, plan, recipe, hand_cells, pick, vs_hand)
+    chart = _front_chart(out, name, spec, [base, *every, *hand_cells])
+    text = tune_markdown(name, spec, base, every, decision, plan, recipe, hand_cells, pick, vs_hand, chart)
     write_text_atomic(report, text)
     words = decision.words + ("\n" + hand_words(pick, base, *vs_hand) if vs_hand else "")
     click.echo(f"tune {name}: {words.replace('**', '')}\ntune report: {report}")

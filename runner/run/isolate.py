@@ -34,13 +34,16 @@ from runner.run.result import Measured, failure_hint, run_result
 LOG_MARK = "===== runner:"
 
 
-def failed_result(unit: Unit, error: str, hint: str | None, command: str, log: Path | None = None) -> RunResult:
-    """A recipe that ended before it could report: what its engine's log (this run's part) shows it had done."""
+def failed_result(
+    unit: Unit, error: str, hint: str | None, command: str, log: Path | None = None, wall_s: float | None = None
+) -> RunResult:
+    """A recipe that ended before it could report: what its engine's log (this run's part) shows it had done, and
+    `wall_s`, the time its process ran (so a tune's budget counts a run that timed out)."""
     text = ""
     with contextlib.suppress(OSError):
         text = log.read_text(errors="replace").rsplit(LOG_MARK, 1)[-1] if log is not None else ""
     evidence = unit.loaded.recipe.engine.crash_evidence(text)
-    return run_result(unit, command, [], evidence, Measured(Timings()), error=error, hint=hint)
+    return run_result(unit, command, [], evidence, Measured(Timings(total_s=wall_s)), error=error, hint=hint)
 
 
 def _start(job: Job) -> subprocess.Popen:
@@ -106,7 +109,8 @@ def _collect(
     folder = RunFolder.of(job.options.out, running.name)
     why = error or _process_error(proc, folder.engine_log)
     hint = failure_hint(why) or f"see {folder.engine_log}"
-    res = failed_result(running, why, hint, job.options.command, folder.engine_log)
+    wall = (time.time_ns() - since) / 1e9 if since else None
+    res = failed_result(running, why, hint, job.options.command, folder.engine_log, wall)
     write_json_atomic(folder.results, res.model_dump(mode="json"))
     return [*out, res], tuple(u for u in pending if u is not running)
 

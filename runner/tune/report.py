@@ -12,6 +12,7 @@ import yaml
 from runner.base.dotted import set_dotted
 from runner.base.format import secs, table
 from runner.folder import check_name
+from runner.report.markdown import cost_figures
 from runner.report.spread import clear, ratio_text, time_cell
 from runner.results import RunResult
 
@@ -54,6 +55,22 @@ def _run_s(r: RunResult) -> float:
         return 0.0
 
 
+def run_s_at(screen: RunResult | None, n: int | None = None) -> float | None:
+    """What one run of `screen`'s recipe costs on `n` examples (None: the screen's own), from the screen: its measured
+    total time with the generation scaled to n; None without a screen that finished."""
+    if screen is None or screen.status != "ok" or not screen.n_samples:
+        return None
+    gen = screen.timings.generate_s or 0.0
+    return _run_s(screen) + gen * ((n or screen.n_samples) / screen.n_samples - 1)
+
+
+def confirm_s(screen: RunResult | None, spec: TuneSpec, confirmed: int, hand: int) -> float | None:
+    """The confirmation's projected time: the recipe as written, the confirmed candidates and the hand-written cells,
+    `confirm.repeat` runs each on every example, each as long as the baseline's screen scaled to the dataset."""
+    one = run_s_at(screen, screen.n_dataset if screen is not None else None)
+    return None if one is None else one * (1 + confirmed + hand) * spec.confirm.repeat
+
+
 def measured_runs(cells: list[Cell]) -> int:
     """Runs as the budget counts them: each repeat of a run (a run that failed: one)."""
     return sum(max(1, len(r.repeats)) for c in cells for r in (c.screen, c.full) if r is not None)
@@ -93,6 +110,30 @@ def hand_words(pick: Cell, base: Cell, hand: Cell, ratio: tuple | None) -> str:
     return head + f"{who} is {ratio_text(*ratio)}: {verdict}."
 
 
+def _front_section(
+    decision: Decision, base: Cell, hand: list[Cell], metric: str | None, chart: str | None
+) -> list[str]:
+    """The confirmed cells no other beats on time, the gate's score and dollars at once, with their intervals."""
+    if not decision.front:
+        return []
+    rows = []
+    for c in sorted(decision.front, key=lambda c: c.full.timings.generate_s or 0):  # type: ignore[union-attr]
+        r = c.full
+        what = "the recipe as written" if c is base else "hand-written cell" if c in hand else settings_text(c.settings)
+        usd = (cost_figures(r) or {}).get("usd_run")  # type: ignore[arg-type]
+        gate = "(the baseline)" if c is base else c.gate or "–"
+        win = "winner" if c in decision.winners else c.verdict if c is not base else "baseline"
+        rows.append([c.name, what, time_cell(r), _score(r, metric), gate, f"${usd:.3g}" if usd else None, win])
+    head = ["cell", "settings", "time on every example (95% CI)", "score", "gate against the baseline (95% CI)"]
+    head += ["$ for the run", "verdict"]
+    what = "generation time" + (f", {metric}" if metric else "") + ", and dollars where every cell is priced"
+    note = f"The confirmed cells (and the recipe as written) that no other beats on {what} at once, by their point "
+    note += "estimates; the winner is the fastest of them that passed the gate and is clearly faster than the recipe "
+    note += "as written."
+    out = ["", "## The front", "", note, "", table(rows, head, frozenset({"$ for the run"}))]
+    return out + (["", f"![front]({chart})"] if chart else [])
+
+
 def tune_markdown(
     name: str,
     spec: TuneSpec,
@@ -104,6 +145,7 @@ def tune_markdown(
     hand: list[Cell] = (),  # type: ignore[assignment]
     pick: Cell | None = None,
     vs_hand: tuple[Cell, tuple | None] | None = None,
+    chart: str | None = None,
 ) -> str:
     metric = spec.gate.metric if spec.gate else None
     every = [base, *cells, *hand]
@@ -124,6 +166,7 @@ def tune_markdown(
         out += ["", f"Against the recipe as written ({base.name}): {ratio_text(*decision.against_baseline)}."]
     if vs_hand is not None and pick is not None:
         out += ["", hand_words(pick, base, *vs_hand)]
+    out += _front_section(decision, base, hand, metric, chart)
     if not all(r.scores_meaningful for c in every for r in (c.screen, c.full) if r is not None):
         out += ["", "> Scores here are not meaningful (random weights or the fake engine): the gate is exercised, "]
         out[-1] += "not evidence."

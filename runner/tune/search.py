@@ -204,6 +204,6 @@ def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any, hand
 
 def _level_words(level: float) -> str:
     """How the winner's interval was widened for the candidates it was picked from (nothing at 95%)."""
-    if level >= 0.95:
+    if level <= 0.95:
         return ""
     return f" ({level:.1%} interval: Bonferroni over the {round(0.05 / (1 - level))} confirmed candidates)"

@@ -25,6 +25,7 @@ same repeats, and the report sets the tune's best against the fastest of them.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from typing import Any, Literal
 
@@ -32,6 +33,8 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from runner.base.types import StrictModel
 from runner.recipe import GateSpec
+
+MAX_RANGE = 1000  # values one range may give
 
 
 class Range(StrictModel):
@@ -50,14 +53,17 @@ class Range(StrictModel):
             raise ValueError("a linear range needs a step")
         if self.high < self.low:
             raise ValueError("high is below low")
+        self.values()  # refuses a range over the cap
         return self
 
     def values(self) -> list[float | int]:
         out, i, slack = [], 0, 1e-9 * max(1.0, abs(self.high))
-        while len(out) < 1000:
+        while True:
             v = self.low * 2**i if self.scale == "log2" else self.low + i * (self.step or 0)
             if v > self.high + slack:
                 break
+            if len(out) == MAX_RANGE:
+                raise ValueError(f"the range gives more than {MAX_RANGE:,} values: raise `step` or narrow low..high")
             v = round(v, 10)  # 0.1 + 0.2 is 0.3 here
             out.append(int(v) if float(v).is_integer() else v)
             i += 1
@@ -150,9 +156,16 @@ class TuneSpec(StrictModel):
         for key, values in v.items():
             if key in ("name", "tune", "matrix", "variants", "baseline") or key.startswith("tune."):
                 raise ValueError(f"{key!r} cannot be an axis")
-            n = len(values.values()) if isinstance(values, Range) else len(values)
-            if n == 0:
+            listed = values.values() if isinstance(values, Range) else list(values)
+            if isinstance(values, dict):
+                listed = list(values.values())
+            if not listed:
                 raise ValueError(f"axis {key!r} has no values")
+            seen: set[str] = set()
+            for x in listed:
+                if (k := json.dumps(x, sort_keys=True, ensure_ascii=False)) in seen:
+                    raise ValueError(f"axis {key!r} lists {k} twice: each value is one candidate; remove the repeat")
+                seen.add(k)
         return v
 
     def axis_values(self) -> dict[str, list[Any]]:
