@@ -9,11 +9,14 @@ The method:
    the baseline's screen score is wholly below the allowed drop is out (clearly worse); the best `screen.keep`
    share (at least `screen.min_keep`) go on.
 3. **Confirm**: those and the baseline on every example, `confirm.repeat` times each, taking turns; the gate is
-   checked on the full set (paired interval, as `gate:`), and a winner is the fastest that passed; when its time
-   is not clearly below the runner-up's (the 95% interval of their ratio holds 1), both are named and no single
-   winner is crowned.
-4. `budget.minutes` stops the screening (between chunks of `screen.chunk` cells) once the runs' measured total
-   time passes it; the confirmation runs regardless (what was screened is confirmed).
+   checked on the full set (paired interval, as `gate:`). The front is the cells no other beats on time, the
+   gate's score and dollars at once; the winner is the fastest on it that passed and is clearly faster than the
+   baseline at 1 - 0.05/k for the k confirmed candidates it was picked from (Bonferroni: with none truly faster, a
+   winner is crowned at most 5% of the time); when its time is not clearly below the runner-up's (the 95% interval
+   of their ratio holds 1), both are named and no single winner is crowned.
+4. `budget.minutes` covers the screen and the confirmation: the screening stops (between chunks of `screen.chunk`
+   cells) once the runs' measured total time (a run that timed out: its wall time) plus the confirmation's projected
+   time (the baseline's screen scaled to every example) would pass it; what was screened is confirmed.
 Every run is an ordinary cell with its own folder: an interrupted tune continues where it stopped. A candidate
 whose settings are the recipe's own is not run (it is the baseline).
 
@@ -112,7 +115,10 @@ class Budget(StrictModel):
         40, le=10_000, description="Most measured runs in all: the screens, and every repeat of the confirmation."
     )
     minutes: float | None = Field(
-        None, gt=0, description="Stop screening once the runs' measured total time passes this many minutes."
+        None,
+        gt=0,
+        description="Minutes for the screen and the confirmation: screening stops once the runs' measured total time "
+        "plus the confirmation's projected time would pass it.",
     )
 
 
