@@ -1140,6 +1140,29 @@ def test_a_gate_that_cannot_apply_is_an_error_that_says_why(tmp_path):
     assert r.exit_code == 0 and "--gate applies to the recipes without a gate of their own; d keep theirs" in r.output
 
 
+def test_a_speed_up_inside_the_noise_says_how_many_repeats_would_tell():
+    """A speed-up inside the noise comes with a power hint: the repeats that would make a difference of the size seen
+    clear at the noise seen (95%, 80% power)."""
+    from runner.results import Repeat
+
+    reps = lambda ts: [Repeat(index=i + 1, generate_s=t) for i, t in enumerate(ts)]
+    slow = result("base", recipe("base", baseline=True), generate_s=2.0, repeats=reps([2.0, 2.4, 1.7]))
+    fast = result("fast", recipe("fast", engine=vllm()), generate_s=1.9, repeats=reps([1.9, 2.2, 1.8]))
+    md = summary_markdown([slow, fast])
+    (cell,) = [r["speed-up"] for r in table_with(md, "speed-up") if r["recipe"] == "fast"]
+    assert cell.startswith("no clear difference (") and re.search(r"; ~[\d,]+ repeats would tell$", cell), cell
+
+
+def test_a_score_difference_inside_the_noise_says_how_many_examples_would_tell():
+    from runner.report.summary import _interval
+
+    diffs = [0.2 if i % 4 == 0 else -0.16 if i % 4 == 1 else 0.0 for i in range(40)]  # mean +0.01, sd ~0.129
+    text, way = _interval(diffs)
+    assert way is None and re.fullmatch(r"\+0\.010 \(\S+ to \S+\); ~[\d,]+ examples would tell", text), text
+    n = int(text.split("~")[1].split(" ")[0].replace(",", ""))
+    assert 1250 <= n <= 1350, n  # (2.80 x 0.129 / 0.01)^2 ~ 1,307
+
+
 def test_gate_metric_must_be_scored():
     with pytest.raises(Exception, match="gate.metric 'squad_f1' is not among `metrics`"):
         recipe("x", gate={"metric": "squad_f1", "max_drop": 0.1})

@@ -142,6 +142,18 @@ def test_no_winner_is_crowned_inside_the_noise_of_the_runner_up():
     assert [c.name for c in d.winners] == ["e"] and clear_win.verdict == "winner" and a.verdict == "passed"
 
 
+def test_no_clear_winner_says_how_many_repeats_would_tell():
+    """Two repeats each, both candidate repeats faster than both baseline ones, and still no clear difference (a
+    user's tune ended "(0.04-157x)"): the verdict says how many repeats would resolve it."""
+    spec = TuneSpec(axes={"x": [1]}, confirm={"repeat": 2})
+    base = Cell(0, "b", {}, full=_timed("b", [2.0, 2.6], turns=None))
+    fast = Cell(1, "a", {}, full=_timed("a", [1.5, 1.9], turns=None))
+    d = decide([fast], base, spec, lambda r: {})
+    assert d.winners == [] and "no clear difference" in d.words
+    n = int(re.search(r"About (\d+) repeats each would tell a difference this size", d.words).group(1))
+    assert 3 <= n <= 20, d.words
+
+
 def test_axes_as_ranges_and_the_budget_plan():
     spec = TuneSpec.model_validate(
         {"axes": {"engine.engine_args.max_num_seqs": {"low": 256, "high": 2048}, "engine.enforce_eager": [True, False]}}

@@ -4,6 +4,8 @@ what made the machine busy while it was measured. A run stored before repeats ex
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Sequence
 
 from runner.base.format import cell, secs
@@ -11,6 +13,7 @@ from runner.base.stats import (
     TIME_CI,
     combined_interval,
     combined_log,
+    examples_to_resolve,
     geomean_interval,
     interval_of,
     log_ratio,
@@ -88,6 +91,21 @@ def speedup(slow: RunResult, fast: RunResult, level: float = 0.95) -> tuple[floa
     if not a or not b or examples(slow) != examples(fast):
         return None
     return ratio_interval(a, b, paired(slow, fast), level)
+
+
+def repeats_to_tell(slow: RunResult, fast: RunResult) -> int | None:
+    """For a speed-up inside the noise: about how many repeats each would make a difference of the size seen clear at
+    the noise seen (95%, 80% power; `stats.examples_to_resolve`), from the turns' log ratios where they were paired,
+    else from both runs' spread of log times. None without two repeats each or without a difference."""
+    a, b = times(slow), times(fast)
+    if len(a) < 2 or len(b) < 2:
+        return None
+    if paired(slow, fast):
+        m, se, _ = log_ratio(a, b, True)
+        return examples_to_resolve(se * math.sqrt(len(a)), m, len(a)) if se is not None else None
+    sd = lambda xs: statistics.stdev(math.log(x) for x in xs)
+    m = statistics.fmean(math.log(x) for x in a) - statistics.fmean(math.log(x) for x in b)
+    return examples_to_resolve(math.hypot(sd(a), sd(b)), m, max(len(a), len(b)))
 
 
 def speedup_parts(pairs: Sequence[tuple[RunResult, RunResult]]) -> tuple[float | None, float | None]:

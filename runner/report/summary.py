@@ -4,6 +4,7 @@ change against the baseline (with an exact McNemar test)."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,12 +13,23 @@ from typing import Any
 from runner.base.dotted import flat_dotted
 from runner.base.files import write_text_atomic
 from runner.base.format import N_EXAMPLES_SHOWN, diff_cell, gib, inline, secs, table
-from runner.base.stats import MIN_PAIRED, PAIRED_CI, mcnemar_exact, paired_interval
+from runner.base.stats import MIN_PAIRED, PAIRED_CI, examples_to_resolve, mcnemar_exact, paired_interval
 from runner.folder import SUMMARY, RunFolder, load_samples
 from runner.recipe import GateSpec, Recipe
 from runner.report.markdown import cost_figures
 from runner.report.plots import write_charts
-from runner.report.spread import LEGEND, busy, calls, examples, rate_cell, ratio_text, speedup, time_cell
+from runner.report.spread import (
+    LEGEND,
+    busy,
+    calls,
+    clear,
+    examples,
+    rate_cell,
+    ratio_text,
+    repeats_to_tell,
+    speedup,
+    time_cell,
+)
 from runner.results import RunResult
 
 # a wing's sections of summary.md (studies, serving runs): results, the --out folder -> Markdown lines
@@ -103,7 +115,10 @@ def _interval(diffs: list[float]) -> tuple[str, str | None]:
         return f"{signed(sum(diffs) / len(diffs))} ({few})", None
     mean, lo, hi = got
     way = "higher" if lo > 0 else "lower" if hi < 0 else None
-    return f"{signed(mean)} ({signed(lo)} to {signed(hi)})", way
+    text = f"{signed(mean)} ({signed(lo)} to {signed(hi)})"
+    if way is None and (n := examples_to_resolve(statistics.stdev(diffs), mean, len(diffs))):
+        text += f"; ~{n:,} examples would tell"
+    return text, way
 
 
 def signed(x: float) -> str:
@@ -308,6 +323,8 @@ def _row(r: RunResult, base: RunResult | None, metric_names: list[str]) -> list:
     if base is not None and base.status == "ok" and r.status == "ok" and r is not base:
         if (ratio := speedup(base, r)) is not None:
             speed = ratio_text(*ratio, approx=approx)
+            if ratio[1] is not None and not clear(ratio[1], ratio[2]) and (n := repeats_to_tell(base, r)):
+                speed += f"; ~{n:,} repeats would tell"
         elif examples(r) != examples(base):  # a tune's screen, another --limit or dataset: no ratio to give
             speed = f"– (other examples: {examples(r)[1]:,})"
     tcell = time_cell(r, "~" if r.estimate else "")
