@@ -213,3 +213,44 @@ def test_a_relative_compile_cache_on_the_command_line_is_where_you_run_it(
     monkeypatch.chdir(here)
     [lr] = load_all((str(path),), ("engine.compile_cache=cache/vllm",))
     assert lr.recipe.engine.compile_cache == str(here / "cache" / "vllm")
+
+
+def test_joules_and_dollars_per_1000_correct_answers_by_the_gates_metric():
+    """One generation's 7,000 J and $0.02 (2 GPUs x 10 s at $3.6/GPU-h) over 400 examples at exact match 0.5:
+    200 right, so 35,000 J and $0.1 per 1,000 correct; nothing where the scores mean nothing."""
+    from runner.recipe import CostSpec
+    from runner.report.summary import per_correct
+    from runner.results import Energy, RunResult, Timings
+    from tests.wired import a_recipe
+
+    recipe = {**a_recipe("c"), "cost": CostSpec(usd_per_gpu_hour=3.6).model_dump()}
+    r = RunResult(
+        name="c",
+        recipe=recipe,
+        status="ok",
+        n_samples=400,
+        n_scored=400,
+        scores={"exact_match": 0.5},
+        timings=Timings(generate_s=10.0, total_s=100.0),
+        energy=Energy(measured=True, gpus=2, joules=7000.0, watts=700.0),
+    )
+    assert per_correct(r, "exact_match") == ["3.5e+04", "$0.1"]
+    assert per_correct(r.model_copy(update={"scores_meaningful": False}), "exact_match") == [None, None]
+    assert per_correct(r, None) == [None, None]
+
+
+def test_the_summary_marks_a_run_whose_repeats_drifted():
+    """Repeats that grow 10% each, in the order measured: the time cell says `drift +10.0%/repeat` and the legend
+    says what it means; steady repeats carry no mark."""
+    from runner.report.summary import summary_markdown
+    from runner.results import RunResult, Timings
+    from tests.wired import a_recipe
+
+    def run(name, times):
+        reps = [Repeat(index=i + 1, generate_s=t) for i, t in enumerate(times)]
+        return RunResult(name=name, recipe=a_recipe(name), status="ok", repeats=reps, timings=Timings(generate_s=1.2))
+
+    md = summary_markdown([run("up", [1.0, 1.1, 1.21, 1.331, 1.4641]), run("flat", [1.2, 1.25, 1.18, 1.22, 1.2])])
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ")}
+    assert "drift +10.0%/repeat" in rows["up"] and "drift" not in rows["flat"]
+    assert "`drift`: the run's repeats trended in the order measured" in md

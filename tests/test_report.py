@@ -1150,7 +1150,8 @@ def test_a_speed_up_inside_the_noise_says_how_many_repeats_would_tell():
     fast = result("fast", recipe("fast", engine=vllm()), generate_s=1.9, repeats=reps([1.9, 2.2, 1.8]))
     md = summary_markdown([slow, fast])
     (cell,) = [r["speed-up"] for r in table_with(md, "speed-up") if r["recipe"] == "fast"]
-    assert cell.startswith("no clear difference (") and re.search(r"; ~[\d,]+ repeats would tell$", cell), cell
+    assert re.fullmatch(r"no clear difference \(\S+×\) \(back to back\); ~[\d,]+ repeats would tell", cell), cell
+    assert "`(back to back)`, `(across calls)`: how the speed-up's two runs were measured" in md
 
 
 def test_a_score_difference_inside_the_noise_says_how_many_examples_would_tell():

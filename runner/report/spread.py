@@ -13,6 +13,7 @@ from runner.base.stats import (
     TIME_CI,
     combined_interval,
     combined_log,
+    drift,
     examples_to_resolve,
     geomean_interval,
     interval_of,
@@ -141,6 +142,22 @@ def ratio_text(ratio: float, lo: float | None, hi: float | None, approx: str = "
 
 def clear(lo: float | None, hi: float | None) -> bool:
     return lo is not None and hi is not None and not lo <= 1 <= hi
+
+
+def compared(a: RunResult, b: RunResult) -> str:
+    """How two runs' times were set side by side: `in turns` (paired over the turns of one call), `across calls`
+    (measured, wholly or in part, in different `runner go` calls: the machine may have differed), or `back to back`
+    (one call, one after the other: a drift over the call lands on one of them)."""
+    if paired(a, b):
+        return "in turns"
+    return "across calls" if calls(a) and calls(b) and calls(a) != calls(b) else "back to back"
+
+
+def drifted(r: RunResult) -> tuple[float, float, float] | None:
+    """The run's repeats' trend per repeat with its 95% interval, where the interval excludes 0 (3 repeats or
+    more; `stats.drift`); None where no drift shows."""
+    got = drift([x.generate_s for x in r.repeats if x.generate_s]) if len(r.repeats) >= 3 else None
+    return got if got is not None and not got[1] <= 0 <= got[2] else None
 
 
 def busy(r: RunResult) -> list[str]:

@@ -23,6 +23,8 @@ from runner.report.spread import (
     busy,
     calls,
     clear,
+    compared,
+    drifted,
     examples,
     rate_cell,
     ratio_text,
@@ -317,12 +319,14 @@ def pick_baseline(results: list[RunResult], name: str | None = None) -> RunResul
     return next((r for r in results if (r.name == name if name else r.recipe.baseline)), None)
 
 
-def _row(r: RunResult, base: RunResult | None, metric_names: list[str]) -> list:
+def _row(r: RunResult, base: RunResult | None, metric_names: list[str], correct: str | None = None) -> list:
     approx = "~" if (r.estimate or (base is not None and base.estimate)) else ""
     speed = "1.0×" if r is base and r.status == "ok" else None
     if base is not None and base.status == "ok" and r.status == "ok" and r is not base:
         if (ratio := speedup(base, r)) is not None:
             speed = ratio_text(*ratio, approx=approx)
+            if ratio[1] is not None and (how := compared(base, r)) != "in turns":
+                speed += f" ({how})"
             if ratio[1] is not None and not clear(ratio[1], ratio[2]) and (n := repeats_to_tell(base, r)):
                 speed += f"; ~{n:,} repeats would tell"
         elif examples(r) != examples(base):  # a tune's screen, another --limit or dataset: no ratio to give
@@ -335,6 +339,8 @@ def _row(r: RunResult, base: RunResult | None, metric_names: list[str]) -> list:
         tcell, speed = f"{secs(r.projected_s)} at {rate} req/s (serving)", None
     if tcell is not None and busy(r):
         tcell += " busy"
+    if tcell is not None and (trend := drifted(r)) is not None:
+        tcell += f" drift {trend[0]:+.1%}/repeat"
     if base is not None and r is not base and calls(r) and calls(base) and calls(r) != calls(base):
         tcell = f"{tcell} †"
     diff = recipe_diff(r.recipe, base.recipe) if base is not None and r is not base else {}
@@ -354,7 +360,21 @@ def _row(r: RunResult, base: RunResult | None, metric_names: list[str]) -> list:
     usd = dollars.get("usd_per_m_output_tokens")
     row.append(f"${usd:.3g}" if usd is not None else None)
     row.append(_start_cell(r))
+    row += per_correct(r, correct)
     return [*row, *scores, diff_s]
+
+
+def per_correct(r: RunResult, metric: str | None) -> list[str | None]:
+    """Joules and dollars of one generation per 1,000 correct answers, counted by `metric` (its mean times the
+    examples scored: a 0/1 score counts the right answers, a graded one their credit); None where the scores mean
+    nothing or the run has no energy or price."""
+    if metric is None or r.status != "ok" or not r.scores_meaningful or not r.scores.get(metric):
+        return [None, None]
+    right = r.scores[metric] * (r.n_scored or r.n_samples)
+    e, dollars = r.energy, cost_figures(r) or {}
+    joules = e.joules if e and e.measured and e.joules else None
+    usd = dollars["usd_per_gpu_hour"] / 3600 * dollars["gpus"] * r.timings.generate_s if dollars else None  # type: ignore[operator]
+    return [f"{joules / right * 1000:,.4g}" if joules else None, f"${usd / right * 1000:.3g}" if usd else None]
 
 
 def _start_cell(r: RunResult) -> str | None:
@@ -386,7 +406,7 @@ def summary_markdown(
     results = in_order(results)
     base = pick_baseline(results, baseline)
     verdicts = gates(results, base, out, gate)
-    parts = _overview(results, base, verdicts, title)
+    parts = _overview(results, base, verdicts, title, gate)
     for section in extra:
         parts += section(results, out)
     parts += prefix_section(results)
@@ -399,7 +419,11 @@ def summary_markdown(
 
 
 def _overview(
-    results: list[RunResult], base: RunResult | None, verdicts: dict[str, GateVerdict | str], title: str = "Summary"
+    results: list[RunResult],
+    base: RunResult | None,
+    verdicts: dict[str, GateVerdict | str],
+    title: str = "Summary",
+    gate: GateSpec | None = None,
 ) -> list[str]:
     none = "no baseline (mark one with `baseline: true` or `--baseline NAME`)."
     which = f"baseline: **{base.name}**." if base else none
@@ -409,13 +433,26 @@ def _overview(
         parts.append("Scores are left out: every recipe here ran with random weights (speed and memory only).")
         metric_names = []
     parts += _verdict(results, base, verdicts)
-    rows = [_row(r, base, metric_names) for r in results]
+    correct = chart_metric(results, gate) if metric_names else None
+    rows = [_row(r, base, metric_names, correct) for r in results]
     headers = ["recipe", "status", "engine", "generation time", "speed-up", "requests/s", "output tok/s"]
-    headers += ["peak GPU", "roofline", "J / output token", "$ / M output tokens", "engine start", *metric_names]
+    headers += ["peak GPU", "roofline", "J / output token", "$ / M output tokens", "engine start"]
+    per_1k = [f"J / 1,000 correct ({correct})", f"$ / 1,000 correct ({correct})"]
+    headers += [*per_1k, *metric_names]
     headers.append("differs from baseline")
     roof = "Roofline: the predicted floor of the generation time (compute, memory bandwidth or PCIe, whichever binds; "
     roof += "`runner plan`) ÷ the measured generation time."
     marks = []
+    if any(drifted(r) for r in results):
+        marks.append(
+            "`drift`: the run's repeats trended in the order measured (the least-squares slope of log time per "
+            "repeat, its 95% interval excluding 0): the machine changed while it ran"
+        )
+    if any(r[4] and ("(back to back)" in r[4] or "(across calls)" in r[4]) for r in rows):
+        marks.append(
+            "`(back to back)`, `(across calls)`: how the speed-up's two runs were measured when not in turns of one "
+            "call: one after the other (a drift over the call lands on one of them), or in different calls"
+        )
     if any(busy(r) for r in results):
         marks.append(
             "`busy`: measured while the machine was busy (load, CPU pressure or another process on the GPU: "
@@ -428,7 +465,7 @@ def _overview(
         )
     legend = [LEGEND + " Speed-up: against the baseline.", *(f"{m}." for m in marks)]
     optional = frozenset({"speed-up", "requests/s", "output tok/s", "peak GPU", "roofline"})  # CPU runs: no GPU
-    optional |= {"J / output token", "$ / M output tokens", "engine start"}  # no counter, no price, no start
+    optional |= {"J / output token", "$ / M output tokens", "engine start", *per_1k}  # no counter, no price, no start
     roofs = any(row[8] is not None for row in rows)
     notes = ["", roof] if roofs else []
     if any(row[9] is not None for row in rows):
