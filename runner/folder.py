@@ -8,6 +8,7 @@ pipeline, so the run writes it and the reports read it without the reports impor
     <out>/<name>/samples.jsonl[.gz]         one line per example, written when the run completes
     <out>/<name>/samples.partial.jsonl      finished samples of a run in progress (resume reads it)
     <out>/<name>/repeats.jsonl              each measured repeat as it finishes (resume skips those done)
+    <out>/<name>/repeats.rejected.jsonl     lines of repeats.jsonl set aside when read back (why, line number, text)
     <out>/<name>/engine.log                 the engine's own output
     <out>/<name>/report.md                  the recipe's report
     <out>/<name>/.runner.lock               held by the one `runner go` writing this folder
@@ -65,6 +66,7 @@ class RunFolder:
     samples_gz = _file("samples.jsonl.gz")
     partial = _file("samples.partial.jsonl")
     repeats = _file("repeats.jsonl")
+    repeats_rejected = _file("repeats.rejected.jsonl")
     engine_log = _file("engine.log")
     report = _file("report.md")
     lock = _file(".runner.lock")
@@ -136,7 +138,8 @@ class RunFolder:
     def check_files(self) -> None:
         """Each file the run writes is a file or absent: a folder (or other non-file) in its place is refused, and
         so is a symbolic link (the run would write through it, outside --out)."""
-        files = (self.results, self.samples, self.partial, self.repeats, self.report, self.engine_log, self.lock)
+        files = (self.results, self.samples, self.partial, self.repeats, self.repeats_rejected, self.report)
+        files += (self.engine_log, self.lock)
         for path in files:
             if path.is_symlink():
                 target = os.readlink(path)

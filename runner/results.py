@@ -256,13 +256,18 @@ class Noise(_M):
     )
 
 
+# a stored time is read back as a number a time can be: a repeat with a 0 s, negative or NaN time is not a measurement
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+SecondsOrZero = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 class Repeat(_M):
     """One measured generation of all the run's examples (`repeat: N` makes N of them)."""
 
-    index: int = Field(description="1-based; the first repeat's outputs are the run's samples.")
-    generate_s: float = Field(description="Generation wall time of this repeat (s).")
-    wall_s: float | None = Field(None, description="The whole repeat: tokenizing, generation, scoring, writing (s).")
-    load_s: float | None = Field(None, description="Engine start before this repeat, when it started one (s).")
+    index: int = Field(ge=1, description="1-based; the first repeat's outputs are the run's samples.")
+    generate_s: Seconds = Field(description="Generation wall time of this repeat (s).")
+    wall_s: Seconds | None = Field(None, description="The whole repeat: tokenizing, generation, scoring, writing (s).")
+    load_s: SecondsOrZero | None = Field(None, description="Engine start before this repeat, when it started one (s).")
     start: StartParts | None = Field(None, description="That engine start, split (engines that account for it).")
     started_at: str = ""
     call: str = Field("", description="The `runner go` call that measured it (repeats of one call share it).")
@@ -276,10 +281,10 @@ class Repeat(_M):
         None, description="Prompt tokens served from the prefix cache in this repeat (emptied before each)."
     )
     reused_samples: int = Field(0, description="First repeat only: samples reused from an interrupted run.")
-    reused_s: float = Field(0.0, description="Their recorded wall time, included in generate_s.")
+    reused_s: SecondsOrZero = Field(0.0, description="Their recorded wall time, included in generate_s.")
     noise: Noise = Field(default_factory=Noise)
     energy_j: float | None = Field(None, description="GPU energy of this generation (J; see Energy).")
-    energy_s: float | None = Field(None, description="The window the energy was read over (s).")
+    energy_s: Seconds | None = Field(None, description="The window the energy was read over (s).")
 
 
 class RunResult(_M):

@@ -110,8 +110,12 @@ class UnitRun:
         self.folder = RunFolder.of(opts.out, unit.name)
         self.folder.root.mkdir(parents=True, exist_ok=True)
         has_samples = self.folder.samples.is_file()
-        self.repeats = load_repeats(self.folder.repeats, unit.run_key) if has_samples else []
-        if not has_samples:
+        self.repeats: list[Repeat] = []
+        if has_samples:  # each bad stored line is named here (in a worker, before its output goes to engine.log)
+            self.repeats, set_aside = load_repeats(self.folder, unit.run_key)
+            for line in set_aside:
+                print(f"WARNING: {line}", file=sys.stderr, flush=True)
+        else:
             self.folder.repeats.unlink(missing_ok=True)  # repeats without the first one's samples: measured again
         self.restarts, self.turns, self.sharing, self.started = restarts, turns, sharing, now()
         self.result, self.last, self.engine_of = None, None, None

@@ -1,16 +1,21 @@
-"""Resuming a run: the run key that says whether stored results or finished samples belong to this very run, and the
-partial samples file (`samples.partial.jsonl`, its first line the key) that an interrupted run left behind."""
+"""Resuming a run: the run key that says whether stored results or finished samples belong to this very run, the
+partial samples file (`samples.partial.jsonl`, its first line the key) that an interrupted run left behind, and the
+repeats an earlier call measured (`repeats.jsonl`, read back line by line: a bad line is set aside, the others kept)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from runner.base.errors import RunnerError
-from runner.base.files import write_text_atomic
+from runner.base.files import write_bytes_atomic, write_error, write_text_atomic
+from runner.folder import RunFolder
 from runner.results import Repeat, Sample
 
 # change nothing a run produces (repeats are kept one by one: asking for more runs only the missing ones)
@@ -31,18 +36,25 @@ def _bad_line(path: Path, n: int, why: str) -> RunnerError:
     return RunnerError(why, file=str(path), hint=f"delete {path} (its samples run again), or rerun with --force")
 
 
+def repair_cut_line(path: Path, data: bytes) -> bytes:
+    """`data` (the bytes of `path`, a file appended to line by line) less a last line cut off by an interruption (no
+    newline at its end), which is cut from the file too, so that the next append starts on a line of its own."""
+    if not data or data.endswith(b"\n"):
+        return data
+    data = data[: data.rfind(b"\n") + 1]
+    with open(path, "r+b") as f:
+        f.truncate(len(data))
+        f.flush()
+        os.fsync(f.fileno())
+    return data
+
+
 def load_partial(path: Path, key: str, metrics: list[str]) -> dict[str, Sample]:
     """Samples finished by an earlier, interrupted run of the same recipe (same key), by id.
     A file of another run (other key) is removed; a cut last line is repaired in place."""
     if not path.is_file():
         return {}
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):  # cut off by an interruption: dropped, so the next append starts afresh
-        data = data[: data.rfind(b"\n") + 1]
-        with open(path, "r+b") as f:
-            f.truncate(len(data))
-            f.flush()
-            os.fsync(f.fileno())
+    data = repair_cut_line(path, path.read_bytes())
     lines = data.decode("utf-8", errors="replace").splitlines()
     try:
         head = json.loads(lines[0]) if lines else {}
@@ -70,20 +82,100 @@ def start_partial(path: Path, key: str) -> None:
     write_text_atomic(path, json.dumps({"_run_key": key}) + "\n")
 
 
-def load_repeats(path: Path, key: str) -> list[Repeat]:
-    """The repeats an earlier call measured of this very run (first line: its key), by index; a file of another
-    run, or one unreadable, is removed (those repeats run again)."""
+def load_repeats(folder: RunFolder, key: str) -> tuple[list[Repeat], list[str]]:
+    """The repeats an earlier call measured of this very run (repeats.jsonl, its first line the run's key), by index,
+    the newest line of an index counting; and a line naming each line that was set aside. Each line is checked on its
+    own: one that is not a well-formed repeat (not JSON, an index below 1, a time that is not a positive finite
+    number, a `call` that is not text, ...) is set aside in repeats.rejected.jsonl (with its line number and why) and
+    left out of repeats.jsonl, while the good lines are kept; a last line cut off by an interruption is set aside and
+    cut the same way, and so is every line of a file of another run (or without its key)."""
+    path = folder.repeats
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-        if not lines or json.loads(lines[0]).get("_run_key") != key:
-            raise ValueError("another run")
-        reps = {r.index: r for r in (Repeat.model_validate_json(x) for x in lines[1:] if x.strip())}
+        data = path.read_bytes()
     except FileNotFoundError:
-        return []
-    except (OSError, ValueError, AttributeError):
+        return [], []
+    except OSError as e:
+        return [], [f"{path}: cannot be read ({e.strerror or e}); its repeats are measured again"]
+    if not data.strip():  # nothing but an empty file: nothing to keep
         path.unlink(missing_ok=True)
-        return []
-    return [reps[i] for i in sorted(reps)]
+        return [], []
+    lines = data.split(b"\n")
+    cut = lines.pop()  # b"" where the file ends with its newline
+    last = [(len(lines) + 1, cut, "was cut off (no newline at its end: an interrupted write)")] if cut else []
+    head = _json(lines[0]) if lines else None
+    other = head.get("_run_key") if isinstance(head, dict) else None
+    if other != key:  # another run's repeats, or a file without its key: none of its lines is this run's
+        why = f"belongs to another run (run key {other}, this run's is {key})" if other else "has no run key"
+        bad = [(n, line, f"is in a file that {why}") for n, line in enumerate(lines, 1) if line.strip()] + last
+        _set_aside(folder, bad)
+        path.unlink()
+        where = folder.repeats_rejected.name
+        return [], [f"{path}: {why}; its {len(bad)} line(s) set aside in {where}, its repeats are measured again"]
+    reps: dict[int, Repeat] = {}
+    good, bad = [lines[0]], []
+    for n, line in enumerate(lines[1:], 2):
+        if not line.strip():
+            continue
+        rep, why = _repeat(line)
+        if rep is None:
+            bad.append((n, line, why))
+        else:
+            reps[rep.index] = rep
+            good.append(line)
+    if bad or last:
+        _set_aside(folder, bad + last)  # first, so that no line is lost if what follows is interrupted
+        if bad:  # the good lines only (a cut last line is not among them)
+            write_bytes_atomic(path, b"".join(line + b"\n" for line in good))
+        else:
+            repair_cut_line(path, data)
+    return [reps[i] for i in sorted(reps)], _named(folder, bad + last)
+
+
+def _json(line: bytes) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:  # not JSON, or not UTF-8
+        return None
+
+
+def _repeat(line: bytes) -> tuple[Repeat | None, str]:
+    """A stored line as a repeat, or None and why it is not one."""
+    d = _json(line)
+    if d is None:
+        return None, "is not JSON"
+    if not isinstance(d, dict):
+        return None, "is not a repeat (a JSON object)"
+    if isinstance(d.get("index"), int) and d["index"] < 1:
+        return None, f"has index {d['index']} (repeats are numbered from 1)"
+    try:
+        return Repeat.model_validate(d), ""
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
+        got = f", got {first['input']!r}" if first["type"] != "extra_forbidden" else ""
+        return None, f"is not a valid repeat ({loc}: {first['msg']}{got})"
+
+
+def _set_aside(folder: RunFolder, bad: list[tuple[int, bytes, str]]) -> None:
+    """Append the bad lines of repeats.jsonl to repeats.rejected.jsonl, one record each: the line's number, why it
+    was set aside, when, and its text as it was."""
+    at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    records = [
+        json.dumps({"line": n, "why": why, "set_aside_at": at, "text": line.decode("utf-8", errors="replace")})
+        for n, line, why in bad
+    ]
+    try:
+        with open(folder.repeats_rejected, "a", encoding="utf-8") as f:
+            f.write("".join(r + "\n" for r in records))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:  # nothing was taken out of repeats.jsonl yet
+        raise write_error(folder.repeats_rejected, e) from None
+
+
+def _named(folder: RunFolder, bad: list[tuple[int, bytes, str]]) -> list[str]:
+    where = folder.repeats_rejected.name
+    return [f"{folder.repeats} line {n}: {why}; set aside in {where}, the other repeats kept" for n, _, why in bad]
 
 
 def add_repeat(path: Path, key: str, rep: Repeat) -> None:
