@@ -37,26 +37,59 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> LoadedR
 
 
 def run_recipe(
-    recipe: LoadedRecipe | str | Path, out: str | Path = "reports", *, limit: int | None = None, isolated: bool = True
+    recipe: LoadedRecipe | str | Path,
+    out: str | Path = "reports",
+    *,
+    limit: int | None = None,
+    isolated: bool = True,
+    force: bool = False,
 ) -> RunResult:
-    """Check and run one recipe as `runner go` does (in its own process unless `isolated=False`), write its
-    results.json, samples.jsonl and report.md under `out/<name>/`, and return its RunResult. A run that fails
-    returns a failed RunResult; bad input raises RunnerError before anything runs."""
-    from runner.report.markdown import write_report
-    from runner.run.isolate import run_isolated
-    from runner.run.job import Job, RunOptions, make_unit
-    from runner.run.loop import run_job
+    """Check and run one recipe as `runner go` does, through the same orchestrator (`runner.orchestrate`): in its
+    own process unless `isolated=False`; its folder `out/<name>/` locked (a second writer: RunnerError); an
+    unchanged recipe whose results are complete there is not run again (its stored RunResult comes back; `force`
+    reruns); what another run left there is set aside in `out/<name>/replaced/`, never overwritten. Writes
+    results.json, samples.jsonl and report.md under `out/<name>/` and `out/summary.md`, and returns the RunResult.
+    `limit`: None (every example) or the first N examples. A run that fails returns a failed RunResult; bad input
+    raises RunnerError before anything runs; Ctrl-C raises `runner.orchestrate.Interrupted` (a KeyboardInterrupt)
+    after the summary is written. Progress goes to the `runner` logger (INFO)."""
+    from runner.base.errors import RunnerError
+    from runner.cli.go import call_wings  # the wings' part of the call, wired in cli/wings.py as for `runner go`
+    from runner.orchestrate import Executor, new_call, run_loaded
+    from runner.recipe import LoadedRecipe
+    from runner.run.job import RunOptions
 
-    lr = recipe if not isinstance(recipe, (str, Path)) else load_recipe(recipe)
-    opts = RunOptions(out=Path(out), limit=limit, progress=False)
-    job = Job(units=(make_unit(lr, opts),), options=opts)
-    result = (run_isolated(job) if isolated else run_job(job))[0]
-    write_report(result, opts.out)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        why = f"is {limit!r}; give None (every example) or a positive whole number (the first N examples)"
+        raise RunnerError(why, field="limit")
+    if not str(out).strip():
+        raise RunnerError("is empty; give a folder for the reports", field="out")
+    if isinstance(recipe, (str, Path)):
+        recipe = load_recipe(recipe)
+    elif not isinstance(recipe, LoadedRecipe):
+        hint = "pass the recipe file's path, or the recipe runner.load_recipe(path) returns"
+        raise RunnerError(f"is a {type(recipe).__name__}, not a recipe", field="recipe", hint=hint)
+    ex = Executor(in_process=not isolated)
+    ex.check_recipes([recipe])
+    opts = RunOptions(out=Path(out), limit=limit, progress=False, call=new_call())
+    [result] = run_loaded([recipe], opts, ex, force, wings=call_wings(), say=_log)
     return result
 
 
+def _log(text: str, to_stderr: bool) -> None:
+    """The orchestrator's messages, for a script: the `runner` logger, a warning where the text is one."""
+    import logging
+
+    logging.getLogger("runner").log(logging.WARNING if text.startswith("WARNING") else logging.INFO, text)
+
+
 def read_results(out: str | Path) -> list[RunResult]:
-    """Every `<out>/*/results.json`, each checked against the schema (RunnerError for a damaged one)."""
+    """Every `<out>/*/results.json`, each checked against the schema (RunnerError for a damaged one, and for an
+    `out` that is not a folder; a folder with no results gives [])."""
+    from runner.base.errors import RunnerError
     from runner.folder import load_results
 
-    return load_results(Path(out))
+    path = Path(out)
+    if not path.is_dir():
+        why = "is not a folder" if path.exists() else "does not exist"
+        raise RunnerError(f"{why}; give the folder `runner go --out` wrote (default: reports)", file=str(out))
+    return load_results(path)

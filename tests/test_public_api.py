@@ -45,3 +45,79 @@ def test_bad_input_raises_before_anything_runs(tmp_path):
         and e.value.file.endswith("missing.yaml")
         and not (tmp_path / "out").exists()
     )
+
+
+# --------------------------------------------------------------------------- run_recipe goes through the orchestrator
+
+
+def _fake_recipe(write_recipe, base_recipe):
+    d = {**base_recipe, "model": {"id": "none"}, "engine": {"kind": "fake", "reply": "{{ answers[0] }}"}}
+    return runner.load_recipe(write_recipe(d))
+
+
+def test_another_runs_results_are_set_aside_not_overwritten(write_recipe, base_recipe, tmp_path):
+    lr, out = _fake_recipe(write_recipe, base_recipe), tmp_path / "out"
+    first = runner.run_recipe(lr, out=out, limit=3, isolated=False)
+    old = (out / "t" / "results.json").read_text()
+    second = runner.run_recipe(lr, out=out, limit=5, isolated=False)  # another run key: another run
+    assert first.run_key != second.run_key and second.n_samples == 5
+    [kept] = (out / "t" / "replaced").iterdir()
+    assert (kept / "results.json").read_text() == old and kept.name.endswith(first.run_key)
+    assert runner.read_results(out)[0].run_key == second.run_key
+
+
+def test_an_unchanged_complete_run_is_skipped_and_its_stored_result_returned(
+    write_recipe, base_recipe, tmp_path, caplog
+):
+    lr, out = _fake_recipe(write_recipe, base_recipe), tmp_path / "out"
+    first = runner.run_recipe(lr, out=out, limit=3, isolated=False)
+    results = out / "t" / "results.json"
+    before = results.stat().st_mtime_ns
+    with caplog.at_level("INFO", logger="runner"):
+        again = runner.run_recipe(lr, out=out, limit=3, isolated=False)
+    assert again.finished_at == first.finished_at and again.run_key == first.run_key
+    assert results.stat().st_mtime_ns == before  # nothing re-run, nothing rewritten
+    assert f"skip t: unchanged since {first.finished_at} (results complete; --force reruns)" in caplog.messages
+    forced = runner.run_recipe(lr, out=out, limit=3, isolated=False, force=True)
+    assert forced.run_key == first.run_key and list((out / "t" / "replaced").iterdir())  # --force: old set aside
+
+
+@pytest.mark.parametrize("limit", [0, -1, True, 2.5])
+def test_limit_must_be_none_or_a_positive_whole_number(write_recipe, base_recipe, tmp_path, limit):
+    lr = _fake_recipe(write_recipe, base_recipe)
+    with pytest.raises(RunnerError) as e:
+        runner.run_recipe(lr, out=tmp_path / "out", limit=limit, isolated=False)
+    assert e.value.field == "limit" and f"is {limit!r}; give None (every example) or a positive" in e.value.message
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_dict_is_not_a_recipe(base_recipe, tmp_path):
+    with pytest.raises(RunnerError) as e:
+        runner.run_recipe(base_recipe, out=tmp_path / "out", isolated=False)
+    assert e.value.field == "recipe" and e.value.message == "is a dict, not a recipe"
+    assert "runner.load_recipe(path)" in e.value.hint and not (tmp_path / "out").exists()
+
+
+def test_read_results_of_a_folder_that_is_not_there_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RunnerError) as e:
+        runner.read_results("no-such-folder")
+    assert e.value.file == "no-such-folder" and e.value.message.startswith("does not exist")
+    (tmp_path / "empty").mkdir()
+    assert runner.read_results("empty") == []  # a folder with no results yet holds none
+
+
+def test_a_folder_another_writer_holds_is_refused(write_recipe, base_recipe, tmp_path):
+    from filelock import FileLock
+
+    from runner.folder import RunFolder
+
+    lr, out = _fake_recipe(write_recipe, base_recipe), tmp_path / "out"
+    folder = RunFolder.of(out, "t")
+    folder.root.mkdir(parents=True)
+    with FileLock(str(folder.lock), timeout=0):
+        with pytest.raises(RunnerError) as e:
+            runner.run_recipe(lr, out=out, limit=3, isolated=False)
+    assert e.value.file == str(folder.root) and "is writing this recipe's folder right now" in e.value.message
+    assert not folder.results.exists()
+    assert runner.run_recipe(lr, out=out, limit=3, isolated=False).status == "ok"  # the lock released: it runs

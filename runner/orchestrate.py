@@ -1,0 +1,384 @@
+"""One call's orchestration, the same for `runner go`, `runner tune` and `runner.run_recipe`: every recipe checked
+before anything is written, each run folder locked (one writer), an unchanged complete run skipped, what another run
+left set aside in `replaced/` (never overwritten), the jobs run (each in its own process, in this one, or through a
+wing's route), each report and the summary written.
+
+No click, no exit codes: what a call has to say goes out through `say(text, to_stderr)` (the CLI echoes it, the API
+logs it); Ctrl-C writes the partial summary and raises `Interrupted`. Below the wings: what they add to a call
+(plans, report and summary sections, the study summaries, the serving and Ray routes) comes in as `Wings`, which the
+callers build from cli/wings.py; nothing here imports a wing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from runner.base.errors import RunnerError
+from runner.base.files import write_json_atomic
+from runner.base.format import brief, secs
+from runner.engines.builtin import is_builtin
+from runner.folder import RunFolder, previous_result, stored_ok
+from runner.recipe import LoadedRecipe
+from runner.report.markdown import Section, priced, write_report
+from runner.report.summary import Sections, write_summary
+from runner.results import RunResult
+from runner.run.isolate import failed_result, run_isolated
+from runner.run.job import Job, RunOptions, Unit, check_library, group_by_engine, make_unit
+from runner.run.loop import run_job
+
+Say = Callable[[str, bool], None]  # (text, to_stderr): one message of the call, rendered by the caller
+
+
+def quiet(text: str, to_stderr: bool) -> None:
+    """A `Say` that drops every message."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM, where the CLI's guard turns it into Ctrl-C) during a call, raised after the summary of
+    the recipes that finished was written; finished samples of the interrupted recipe are kept for the next call.
+    A KeyboardInterrupt still, so an `except Exception` does not swallow it."""
+
+    def __init__(self, finished: int, total: int):
+        self.finished, self.total = finished, total
+        super().__init__(f"interrupted: {finished} of {total} recipes finished")
+
+
+class Plans(Protocol):
+    """The plans of the units about to run (cli/wings.py's `Plans` makes them in the background)."""
+
+    def attach(self, units: Sequence[Unit]) -> tuple[Unit, ...]: ...
+
+    def close(self) -> None: ...
+
+
+class NoPlans:
+    """No plan wing: units run without a prediction beside them."""
+
+    def __init__(self, units: Sequence[Unit]):
+        pass
+
+    def attach(self, units: Sequence[Unit]) -> tuple[Unit, ...]:
+        return tuple(units)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Wings:
+    """What the wings add to a call, handed in by the caller (both the CLI's and the API's come from cli/wings.py:
+    `runner.cli.go.call_wings`). The defaults add nothing, and a call that needs a missing route is refused before
+    anything runs."""
+
+    plans: Callable[[Sequence[Unit]], Plans] = NoPlans
+    report_sections: Callable[[Path | None], Sequence[Section]] = lambda out: ()
+    summary_sections: Callable[[], Sequence[Sections]] = tuple
+    study_summaries: Callable[[list[RunResult], Path, str | None], list[Path]] = lambda results, out, baseline: []
+    run_serving: Callable[[Unit, RunOptions], RunResult] | None = None  # a `load:` recipe against its server
+    run_on_ray: Callable[..., Any] | None = None  # (jobs, *, address, on_result): `--executor ray`
+
+
+NO_WINGS = Wings()
+
+
+@dataclass(frozen=True)
+class Executor:
+    kind: str = "local"
+    address: str | None = None  # ray: an existing cluster (None: a local Ray instance for the call)
+    in_process: bool = False  # local: run the jobs in this process (tests)
+
+    @property
+    def on_ray(self) -> bool:
+        return self.kind == "ray"
+
+    def check_options(self, replicas: int | None) -> None:
+        """Options that do not go together, and a missing ray: bad input before any recipe is read."""
+        if not self.on_ray and replicas is not None:
+            why = "only the Ray executor runs data-parallel replicas; add --executor ray"
+            raise RunnerError(why, field="--replicas")
+        if not self.on_ray and self.address is not None:
+            why = "names a Ray cluster, which only the Ray executor uses; add --executor ray"
+            raise RunnerError(why, field="--address")
+        if self.on_ray and self.in_process:
+            why = "runs the recipes in this process; the Ray executor runs them in Ray tasks"
+            raise RunnerError(why, field="--in-process")
+        if self.on_ray and importlib.util.find_spec("ray") is None:
+            why = "ray is not installed in this Python, so `--executor ray` cannot run here"
+            raise RunnerError(why, field="--executor", hint="pip install -e '.[ray]'")
+
+    def check_recipes(self, loaded: list[LoadedRecipe]) -> None:
+        for lr in loaded:
+            if (n := lr.recipe.repeat) > 1 and (self.on_ray or lr.recipe.load is not None):
+                where = "on Ray" if self.on_ray else "in a serving run (`load` measures each rate once)"
+                why = f"{n} repeats are for offline runs on the local executor, not {where}"
+                raise RunnerError(why, file=lr.path, field="repeat", hint="set repeat: 1 (--set repeat=1)")
+            if (n := lr.recipe.replicas) > 1 and not self.on_ray:
+                why = f"{n} data-parallel replicas run only on Ray; the local executor runs one engine per recipe"
+                raise RunnerError(why, file=lr.path, field="replicas", hint="add --executor ray, or set replicas: 1")
+
+    def check_routes(self, loaded: list[LoadedRecipe], wings: Wings) -> None:
+        """The wings' routes this call needs are there (a caller that left them out runs offline recipes only)."""
+        if self.on_ray and wings.run_on_ray is None:
+            raise RunnerError("this call has no Ray route (the cluster wing); run it with `runner go`")
+        for lr in loaded:
+            if lr.recipe.load is not None and wings.run_serving is None:
+                why = "is a serving recipe, and this call has no serving route (the serve wing)"
+                raise RunnerError(why, file=lr.path, field="load", hint="run it with `runner go`")
+
+    def run(
+        self,
+        todo: list[Unit],
+        opts: RunOptions,
+        done: Callable[[RunResult], None],
+        plans: Plans,
+        wings: Wings = NO_WINGS,
+        say: Say = quiet,
+    ) -> None:
+        """Run the units, those that share an engine as one job; `done` gets each result as it is written. Each job
+        takes its units' plans just before it starts. With repeats taken in turns across engines (`interleave`),
+        each turn is a job of its own: repeat 1 of every job, then repeat 2 in the reverse order (A B, B A, ...),
+        each on a freshly started engine."""
+        groups = group_by_engine(todo, opts.timeout_s)
+        if self.on_ray:
+            assert wings.run_on_ray is not None  # check_routes
+            groups = [plans.attach(g) for g in groups]
+            for n, group in enumerate(groups, 1):
+                self._announce(group, n, opts, say)
+            wings.run_on_ray([Job(units=g, options=opts) for g in groups], address=self.address, on_result=done)
+            return
+        turns = max((u.loaded.recipe.repeat for u in todo), default=1) if takes_turns(groups) else 1
+        if turns > 1:
+            across = f"take turns across the {len(groups)} engines" if len(groups) > 1 else "run one at a time"
+            say(f"repeats {across}, each on a freshly started engine", True)
+        finished: set[str] = set()
+        for turn in range(1, turns + 1):  # A B, then B A, A B, ...: a drift over the call hits every recipe alike
+            seq = list(enumerate(groups, 1))
+            for n, group in seq if turn % 2 else seq[::-1]:
+                if turn == 1:
+                    self._announce(group, n, opts, say)
+                    group = groups[n - 1] = plans.attach(group)
+                live = tuple(u for u in group if u.name not in finished and turn <= u.loaded.recipe.repeat)
+                if not live:
+                    continue
+                job = Job(units=live, options=opts, rounds=(turn,), restarts=True) if turns > 1 else Job(live, opts)
+                for res in self._run_job(job, wings, say):
+                    finished.add(res.name)
+                    done(res)
+
+    def _run_job(self, job: Job, wings: Wings, say: Say) -> list[RunResult]:
+        if job.units[0].loaded.recipe.load is not None:  # a serving run: the recipe against its engine's server
+            assert wings.run_serving is not None  # check_routes
+            return [wings.run_serving(job.units[0], job.options)]
+        if self.in_process:
+            return run_job(job)
+        return run_isolated(job, warn=lambda line: say(line, True))
+
+    def _announce(self, group: tuple[Unit, ...], n: int, opts: RunOptions, say: Say) -> None:
+        r = group[0].loaded.recipe
+        names = ", ".join(u.name for u in group)
+        shared = f" ({len(group)} recipes on one engine)" if len(group) > 1 else ""
+        reps = f", {r.replicas} replicas" if r.replicas > 1 else ""
+        say(f"[{n}] {names} ({r.engine.kind}, {r.model.id}{reps}){shared}", True)
+        log = RunFolder.of(opts.out, group[0].name).engine_log
+        if self.on_ray:
+            say(f"  engine output: {log} (from the Ray worker, when the job ends)", True)
+        elif not self.in_process:  # engine start can take a minute with nothing on screen: say where to look
+            say(f"  engine output: {log}", True)
+
+
+def new_call() -> str:
+    """An id for one call (its repeats are marked with it)."""
+    return f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
+
+
+def run_loaded(
+    loaded: list[LoadedRecipe],
+    opts: RunOptions,
+    ex: Executor,
+    force: bool = False,
+    baseline: str | None = None,
+    *,
+    wings: Wings = NO_WINGS,
+    say: Say = quiet,
+) -> list[RunResult]:
+    """Run loaded recipes as `runner go` does (checked first, each folder locked, unchanged ones skipped, what another
+    run left set aside, reports and the summary written); one result per recipe, in the order given. Bad input or a
+    folder another call is writing: RunnerError before anything runs. Ctrl-C: `Interrupted`, after the summary of
+    what finished is written."""
+    ex.check_routes(loaded, wings)
+    units, cannot = [], {}  # all checked before anything is written
+    for lr in loaded:
+        units.append(make_unit(lr, opts, host=not ex.on_ray, library=False))
+        try:
+            if not ex.on_ray:
+                check_library(lr)
+        except RunnerError as e:  # an engine library this machine lacks: that recipe fails, the others run
+            cannot[lr.recipe.name] = e
+    out_dir = _out_dir(str(opts.out))
+    with ExitStack() as locks:  # every unit's run folder locked while the units run
+        _room_for_locks(len(units))
+        for u in units:
+            RunFolder.of(out_dir, u.name).check_files()  # before the lock: a linked lock file is refused, not opened
+            locks.enter_context(_lock(RunFolder.of(out_dir, u.name)))
+        return _run_all(units, opts, force, ex, baseline, cannot, wings, say)
+
+
+def takes_turns(groups: list[tuple[Unit, ...]]) -> bool:
+    """Repeats of recipes on different engines take turns (each turn on a fresh engine): when any recipe asks for it
+    (`interleave: restarts`), or by default when every engine starts in seconds (the fake engine, builtin models);
+    never when one says `off`. Recipes on one engine always take turns, within their job."""
+    recipes = [u.loaded.recipe for g in groups for u in g]
+    if max((r.repeat for r in recipes), default=1) == 1 or any(r.load is not None for r in recipes):
+        return False
+    modes = {r.interleave for r in recipes}
+    if "off" in modes:
+        return False
+    quick = all(r.engine.fake or is_builtin(r.model.id) for r in recipes)
+    return "restarts" in modes or (quick and len(groups) > 1)
+
+
+def _out_dir(out: str) -> Path:
+    path = Path(out)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunnerError(f"cannot create the report folder: {e.strerror}", file=out, field="--out") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        hint = "choose another --out, or make this one writable"
+        raise RunnerError("the report folder is not writable", file=out, field="--out", hint=hint)
+    return path
+
+
+def _room_for_locks(n: int) -> None:
+    """One lock file is held open per recipe for the whole call: raise the open-files limit to the hard limit when a
+    large study needs it (an ordinary 256 or 1,024 is below a big matrix), or say why it cannot run."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return
+    need = n + 256  # the locks, and room for what the run itself opens
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        why = f"{n} recipes hold {n} lock files open, and this shell allows {hard} open files (ulimit -Hn)"
+        raise RunnerError(why, hint="run fewer recipes per call (--only), or raise the hard limit (ulimit -Hn)")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else min(need, hard), hard))
+
+
+def _lock(folder: RunFolder):
+    """One writer per run folder: a second `runner go` writing the same recipe stops before it runs."""
+    from filelock import FileLock, Timeout
+
+    folder.root.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(folder.lock), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        busy = "another `runner go` is writing this recipe's folder right now"
+        raise RunnerError(f"{busy}; wait for it to finish, or use another --out", file=str(folder.root)) from None
+    return lock
+
+
+def _run_all(
+    units: list[Unit],
+    opts: RunOptions,
+    force: bool,
+    ex: Executor,
+    baseline: str | None,
+    cannot: dict[str, RunnerError] | None = None,
+    wings: Wings = NO_WINGS,
+    say: Say = quiet,
+) -> list[RunResult]:
+    results: list[RunResult] = []
+
+    def done(res: RunResult) -> None:
+        results.append(res)
+        say(one_line(res, write_report(res, opts.out, wings.report_sections(opts.out))), False)
+
+    try:  # SIGTERM arrives here as Ctrl-C where the CLI's guard (runner.cli.guard) makes it so
+        todo = []
+        for u in units:  # an unchanged recipe whose results are complete is skipped
+            folder = RunFolder.of(opts.out, u.name)
+            if not force and (back := folder.take_back(u.run_key)) is not None:
+                say(f"took {u.name}'s results of this very run back from {back} (set aside by an earlier call)", False)
+            prev = None if force else previous_result(folder, u.run_key, u.loaded.recipe.repeat)
+            stored = None if force or prev is not None else stored_ok(folder, u.run_key)
+            if stored is not None and (short := folder.samples_short(stored.n_samples)):
+                kept = folder.set_aside(u.run_key, force=True)  # results, samples and repeats: run again whole
+                say(f"rerun {u.name}: its results were complete but {short} (kept in {kept})", False)
+            if prev is not None and (cost := u.loaded.recipe.cost) is not None:  # this call's price, if it names one
+                prev = priced(prev, cost.usd_per_gpu_hour)
+            if prev is not None:
+                results.append(prev)
+                write_report(prev, opts.out, wings.report_sections(opts.out))  # a report.md deleted since is back
+                say(f"skip {u.name}: unchanged since {prev.finished_at} (results complete; --force reruns)", False)
+                continue
+            if (kept := folder.set_aside(u.run_key, force)) is not None:
+                why = "--force" if force else "the recipe, its inputs or --limit changed since"
+                say(f"kept {u.name}'s earlier results in {kept} ({why}); this run replaces them", False)
+            if (e := (cannot or {}).get(u.name)) is not None:  # recorded failed without running
+                res = failed_result(u, e.render(with_hint=False), e.hint, opts.command)
+                write_json_atomic(folder.results, res.model_dump(mode="json"))
+                done(res)
+                continue
+            todo.append(u)
+        plans = wings.plans(todo)  # made in the background, the next job's while the current one runs
+        try:
+            ex.run(todo, opts, done, plans, wings, say)
+        finally:
+            plans.close()
+    except KeyboardInterrupt:
+        have = {r.name for r in results}
+        for u in units:  # recipes of the interrupted job that finished before it (complete ones were skipped above)
+            if u.name not in have and (prev := previous_result(RunFolder.of(opts.out, u.name), u.run_key, 1)):
+                done(prev)
+        if results:
+            _summarize(results, units, opts.out, baseline, wings, say, to_stderr=True)
+        raise Interrupted(len(results), len(units)) from None
+    _summarize(results, units, opts.out, baseline, wings, say, to_stderr=False)
+    return results
+
+
+def _summarize(
+    results: list[RunResult],
+    units: list[Unit],
+    out: Path,
+    baseline: str | None,
+    wings: Wings,
+    say: Say,
+    to_stderr: bool,
+) -> None:
+    """The results in the call's order, summary.md and each study's own summary written."""
+    order = {u.name: i for i, u in enumerate(units)}
+    results.sort(key=lambda r: order.get(r.name, len(order)))
+    say(f"summary: {write_summary(results, out, baseline, wings.summary_sections())}", to_stderr)
+    for path in wings.study_summaries(results, out, baseline):
+        say(f"study summary (every stored cell): {path}", to_stderr)
+
+
+def one_line(res: RunResult, path: Path) -> str:
+    if res.status != "ok":
+        hint = f"\n  hint: {res.hint}" if res.hint else ""
+        return f"FAILED {res.name}: {res.error}{hint}\n  report: {path}"
+    t = res.timings
+    bits = [f"ok {res.name}: {res.n_samples} examples", f"generation {secs(t.generate_s)}", f"start {secs(t.load_s)}"]
+    bits.append(f"{res.throughput.requests_per_s or 0:.2f} req/s")
+    if res.estimate:
+        bits.append(f"projected full run ~{secs(res.estimate.projected_s)} (estimate)")
+    if res.scores:
+        sc = ", ".join(f"{k} {v:.3f}" for k, v in res.scores.items())
+        bits.append(sc + ("" if res.scores_meaningful else " (not meaningful: random weights or fake engine)"))
+    line = "; ".join(bits)
+    for k in res.knobs:
+        if k.status == "ignored":
+            took = f"requested {brief(k.requested)}, effective {brief(k.effective)}"
+            line += f"\n  WARNING: knob {k.name} did not take effect ({took}): {k.evidence}"
+    return line + f"\n  report: {path}"
