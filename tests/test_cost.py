@@ -254,3 +254,7 @@ def test_the_summary_marks_a_run_whose_repeats_drifted():
     rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ")}
     assert "drift +10.0%/repeat" in rows["up"] and "drift" not in rows["flat"]
     assert "`drift`: the run's repeats trended in the order measured" in md
+    two = run("pooled", [3.89, 2.45, 2.56, 0.23, 0.19])  # a user's CPU study: two calls' repeats in one time
+    two.repeats = [x.model_copy(update={"call": "c1" if x.index <= 3 else "c2"}) for x in two.repeats]
+    md = summary_markdown([two])
+    assert "(2 calls)" in md and "`(N calls)`: the run's repeats were measured in N `runner go` calls" in md

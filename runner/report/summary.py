@@ -339,6 +339,8 @@ def _row(r: RunResult, base: RunResult | None, metric_names: list[str], correct:
         tcell, speed = f"{secs(r.projected_s)} at {rate} req/s (serving)", None
     if tcell is not None and busy(r):
         tcell += " busy"
+    if tcell is not None and len(calls(r)) > 1:  # repeats pooled from calls on a machine that may have changed
+        tcell += f" ({len(calls(r))} calls)"
     if tcell is not None and (trend := drifted(r)) is not None:
         tcell += f" drift {trend[0]:+.1%}/repeat"
     if base is not None and r is not base and calls(r) and calls(base) and calls(r) != calls(base):
@@ -447,6 +449,11 @@ def _overview(
         marks.append(
             "`drift`: the run's repeats trended in the order measured (the least-squares slope of log time per "
             "repeat, its 95% interval excluding 0): the machine changed while it ran"
+        )
+    if any(len(calls(r)) > 1 for r in results):
+        marks.append(
+            "`(N calls)`: the run's repeats were measured in N `runner go` calls and pooled into one time; compare "
+            "them in its report's repeats table (a machine that changed between calls shows there)"
         )
     if any(r[4] and ("(back to back)" in r[4] or "(across calls)" in r[4]) for r in rows):
         marks.append(

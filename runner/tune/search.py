@@ -182,9 +182,10 @@ def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any, hand
             c.verdict = "passed; not clearly faster than the recipe as written"
         against = f": {ratio_text(*vs)}" if vs is not None else " (no time to compare)"
         words = f"No candidate is clearly faster than the recipe as written; the fastest that passed, **{best.name}**, "
-        words += f"against it{against}{_level_words(level)}. The recipe as written stays."
+        words += f"against it{against}{_level_words(level)}."
         if vs is not None and vs[0] > 1 and (n := repeats_to_tell(base.full, best.full)):  # type: ignore[arg-type]
             words += f" About {n:,} repeats each would tell a difference this size at this noise (80% power)."
+        words += " The recipe as written stays."
         return Decision([], vs, words, level, on_front)
     winners = [best]
     for other in ok_cells[1:]:  # within the best's noise, and itself clearly better than the recipe as written
