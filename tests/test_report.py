@@ -1169,3 +1169,12 @@ def test_gate_metric_must_be_scored():
         recipe("x", gate={"metric": "squad_f1", "max_drop": 0.1})
     with pytest.raises(Exception, match="give either `max_drop` or `relative`"):
         recipe("x", gate={"metric": "char_f1"})
+
+
+def test_without_a_baseline_the_headline_never_names_a_screen_on_fewer_examples():
+    """A tune's folder has no `baseline: true` run: a 400-example screen (faster, on fewer examples) was headlined
+    as the fastest; the headline takes the runs that timed the most examples."""
+    full = result("full", recipe("full"), generate_s=6.0, n=1000)
+    screen = result("full-t8-screen", recipe("full-t8-screen", engine=vllm()), generate_s=1.6, n=400)
+    md = summary_markdown([full, screen])
+    assert "Fastest: **full**" in md

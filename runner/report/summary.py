@@ -289,10 +289,14 @@ def fastest_passed(
     results: list[RunResult], base: RunResult | None, verdicts: dict[str, GateVerdict | str], gated_only: bool = False
 ) -> RunResult | None:
     """The fastest run that passed its gate (or has none; `gated_only`: the baseline and the runs that passed one)
-    among those that timed the baseline's examples."""
+    among those that timed the baseline's examples (without a timed baseline: the most examples any run timed, so a
+    tune's screen on the first few is never the fastest)."""
     timed = [r for r in results if r.status == "ok" and r.projected_s and r.serving is None]
     if base is not None and base in timed:
         timed = [r for r in timed if examples(r) == examples(base)]
+    elif timed:
+        most = max((examples(r) for r in timed), key=lambda e: e[1])
+        timed = [r for r in timed if examples(r) == most]
     ok = [r for r in timed if passed_gate(r, verdicts) and (not gated_only or r is base or r.name in verdicts)]
     return min(ok, key=lambda r: r.projected_s, default=None)  # type: ignore[arg-type, return-value]
 

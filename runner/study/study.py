@@ -22,7 +22,7 @@ from runner.recipe import GateSpec
 from runner.report.markdown import cost_figures
 from runner.report.plots import accuracy_chart, pyplot
 from runner.report.spread import clear, examples, ratio_text, speedup, speedup_parts, time_cell
-from runner.report.summary import Sections, summary_markdown
+from runner.report.summary import Sections, chart_metric, summary_markdown
 from runner.results import RunResult
 
 ABSENT: Any = type("Absent", (), {"__repr__": lambda _: "ABSENT"})()  # an axis the cell's variant has not got
@@ -346,12 +346,6 @@ def spent_section(cells: list[RunResult]) -> list[str]:
         reused = ", ".join(f"{name} (on {host}'s)" if host else name for name, host in s.reused)
         out += ["", f"Cells that ran on an engine started for another cell: {reused}."]
     return out
-
-
-def chart_metric(cells: list[RunResult]) -> str | None:
-    """`exact_match` where a cell with meaningful scores has it, else the first such cell's first metric."""
-    scored = [r.scores for r in cells if r.status == "ok" and r.scores_meaningful and r.scores]
-    return "exact_match" if any("exact_match" in s for s in scored) else next((next(iter(s)) for s in scored), None)
 
 
 def in_study_order(cells: list[RunResult]) -> list[RunResult]:
