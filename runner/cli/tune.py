@@ -180,14 +180,16 @@ def _front_chart(out: Path, name: str, spec, cells) -> str | None:
     """The confirmed cells' gate score against time (intervals; the front green, gate failures red), beside the tune
     report; its file name, or None (no gate, scores not meaningful, fewer than two cells)."""
     from runner.report.plots import accuracy_chart
+    from runner.report.summary import score_interval
 
     runs = [c.full for c in cells if c.full is not None]
     if spec.gate is None:
         return None
-    failed = {c.name for c in cells if c.passed is False}
+    m, failed = spec.gate.metric, {c.name for c in cells if c.passed is False}
+    score_ci = {r.name: ci for r in runs if (ci := score_interval(out, r, m)) is not None}
     path = Path(out) / f"{name}-tune-front.png"
-    title = f"{spec.gate.metric} against time, every example (green: the front; red: failed the gate)"
-    return path.name if accuracy_chart(runs, spec.gate.metric, path, title=title, failed=failed) else None
+    title = f"{m} against time, every example (green: the front; red: failed the gate)"
+    return path.name if accuracy_chart(runs, m, path, title=title, failed=failed, score_ci=score_ci) else None
 
 
 def _plan_words(spec, n: int, screened: int, confirmed: int, invalid: int, same: int, name: str) -> str:

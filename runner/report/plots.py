@@ -118,10 +118,11 @@ def accuracy_chart(
     fp = sorted(pts[i] for i in front)
     ax.plot([p[0] for p in fp], [p[1] for p in fp], color="#2ca02c", linestyle="--", zorder=2)
     ts, ss = [t for t, _ in pts], [v for _, v in pts]
+    ss += [v for r in rs for v in (score_ci or {}).get(r.name, ())]  # the score bars stay inside the axis
     log = scale_of(ts) == "log"
     ax.set_xscale("log" if log else "linear")
     if not log:
-        ax.set_xlim(0, max(ts) * 1.15)
+        ax.set_xlim(0, max(max(ts), *((_interval(r) or (0, 0))[1] for r in rs)) * 1.15)
     pad = max((max(ss) - min(ss)) * 0.15, 0.01)
     if 0 <= min(ss) and max(ss) <= 1:  # a score on 0..1: the axis stays within it
         ax.set_ylim(max(0.0, min(ss) - pad), min(1.0, max(ss) + pad))

@@ -119,7 +119,8 @@ def _front_section(
     rows = []
     for c in sorted(decision.front, key=lambda c: c.full.timings.generate_s or 0):  # type: ignore[union-attr]
         r = c.full
-        what = "the recipe as written" if c is base else "hand-written cell" if c in hand else settings_text(c.settings)
+        what = settings_text(c.settings, c.labels)
+        what = "the recipe as written" if c is base else "hand-written cell" if c in hand else what
         usd = (cost_figures(r) or {}).get("usd_run")  # type: ignore[arg-type]
         gate = "(the baseline)" if c is base else c.gate or "–"
         win = "winner" if c in decision.winners else c.verdict if c is not base else "baseline"
