@@ -42,6 +42,9 @@ def z_quantile(p: float) -> float:
     return NormalDist().inv_cdf(p)
 
 
+MIN_PROJECTED = 30  # fewer measured examples: a projection without an interval ("too few examples to tell")
+
+
 def project(per_example_s: Sequence[float], n_total: int) -> dict[str, float]:
     """The time for n_total examples from a sample of per-example times: n_total * mean, with a 95% interval from
     the t-distribution of the mean (assumes the measured examples are representative of the rest)."""

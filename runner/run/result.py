@@ -19,7 +19,7 @@ from runner.base import __version__
 from runner.base.format import brief
 from runner.base.noise import cpus
 from runner.base.nvml import device_facts
-from runner.base.stats import prefix_share, project, summary
+from runner.base.stats import MIN_PROJECTED, prefix_share, project, summary
 from runner.base.types import EngineInfo, Example, Generation, Knob
 from runner.engines import engine_packages
 from runner.recipe import Recipe
@@ -118,10 +118,14 @@ def _pct(xs: list[float | None]) -> Percentiles | None:
 def project_estimate(samples: list[Sample], generate_s: float, per_example: bool, n_target: int) -> Estimate:
     n = len(samples)
     secs = [s.seconds for s in samples if s.seconds is not None]
-    if per_example and len(secs) == n and n >= 2:
+    if per_example and len(secs) == n and n >= MIN_PROJECTED:
         p = project(secs, n_target)
         p["low_s"] = max(p["low_s"], 0.0)
         method = "per-example wall times of a random sample, mean x N, 95% t-interval"
+    elif per_example and len(secs) == n and n >= 1:
+        p = {**project(secs, n_target), "low_s": None, "high_s": None}
+        method = f"per-example wall times of a random sample, mean x N; too few examples to tell (n = {n}, an "
+        method += f"interval needs {MIN_PROJECTED}): no interval"
     else:
         per = generate_s / n
         p = {"per_example_s": per, "projected_s": per * n_target, "low_s": None, "high_s": None}
