@@ -19,12 +19,12 @@ from tests.wired import a_recipe
 RIGHT, WRONG = "{{ answers[0] }}", "wrong"
 
 
-def _tune_file(write_recipe, base_recipe, axes, **tune):
+def _tune_file(write_recipe, base_recipe, axes, delay=0.004, **tune):
     recipe = {
         **base_recipe,
         "name": "tu",
         "model": {"id": "none"},
-        "engine": {"kind": "fake", "reply": RIGHT, "delay_s": 0.004, "jitter": 0.05},
+        "engine": {"kind": "fake", "reply": RIGHT, "delay_s": delay, "jitter": 0.05},
         "metrics": ["exact_match"],
         "tune": {
             "axes": axes,
@@ -48,8 +48,8 @@ def _engine(delay, reply=RIGHT):
 def test_tune_finds_the_fastest_and_never_crowns_a_faster_one_that_fails_the_gate(tmp_path, write_recipe, base_recipe):
     """The fastest candidate answers wrong: dropped; the fastest right one wins, with its interval against the
     recipe as written, and its recipe is written out as YAML."""
-    axes = {"engine": [_engine(0.004), _engine(0.002), _engine(0.001), _engine(0.0005, WRONG)]}
-    path, out = _tune_file(write_recipe, base_recipe, axes), tmp_path / "out"
+    axes = {"engine": [_engine(0.02), _engine(0.01), _engine(0.005), _engine(0.0025, WRONG)]}  # far apart: a loaded
+    path, out = _tune_file(write_recipe, base_recipe, axes, delay=0.02), tmp_path / "out"  # machine keeps the order
     r = _tune(path, "--out", out)
     assert r.exit_code == 0, r.output
     assert (
@@ -62,7 +62,7 @@ def test_tune_finds_the_fastest_and_never_crowns_a_faster_one_that_fails_the_gat
     assert "dropped at the screen: clearly below the gate" in rows["tu-t4"] and "winner" in rows["tu-t3"]
     assert "the recipe as written (not run: it is the baseline)" in rows["tu-t1"]  # t1's engine is the recipe's
     assert not (out / "tu-t1-screen").exists() and "1 the recipe as written" in report
-    assert "delay_s: 0.001" in report.split("## The winner's recipe")[1] and "name: tu-tuned" in report
+    assert "delay_s: 0.005" in report.split("## The winner's recipe")[1] and "name: tu-tuned" in report
     assert json.loads((out / "tu-t3" / "results.json").read_text())["n_samples"] == 36  # confirmed on every example
     assert json.loads((out / "tu-t3-screen" / "results.json").read_text())["n_samples"] == 30
     front = report.split("## The front")[1].split("## ")[0]  # the fake engine's scores mean nothing: time alone
