@@ -310,6 +310,23 @@ def test_fastest_cell_against_the_slowest_and_the_baseline():
     assert "**s-hf** (~400.0 s; exact_match 0.800): the only cell with a time; it is the study's baseline." in alone
 
 
+def test_the_study_never_names_a_cell_its_gate_stopped_the_fastest():
+    """The study's 'Fastest cell' leaves out the cells their gate stopped and names them after it."""
+    from runner.study.study import fastest_section
+
+    cells = [
+        cell_result("b-base", {"x": 1}, 20.0, study="b", baseline=True),
+        cell_result("b-slow", {"x": 2}, 40.0, study="b"),
+        cell_result("b-fast", {"x": 3}, 10.0, study="b"),
+    ]
+    (text,) = fastest_section(cells, None, stopped={"b-fast"})[-1:]
+    assert text.startswith("**b-base** (20.0 s): 2.00× (1 run: no interval) faster than the slowest, b-slow")
+    assert text.endswith("faster, but stopped by their gate: b-fast.")
+    assert fastest_section(cells, None, stopped={"b-fast", "b-base", "b-slow"})[-1] == (
+        "No cell that passed its gate has a generation time."
+    )
+
+
 def test_wall_time_against_generation_and_engine_starts():
     spent = time_spent(study_cells())
     assert spent.wall_s == 360.0 and spent.generate_s == 118.0 and spent.load_s == 15.0 and spent.starts == 3

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from runner.recipe import GateSpec
 from runner.report.markdown import cost_figures
 from runner.report.plots import accuracy_chart, pyplot
 from runner.report.spread import clear, examples, ratio_text, speedup, speedup_parts, time_cell
-from runner.report.summary import Sections, chart_metric, summary_markdown
+from runner.report.summary import GateVerdict, Sections, chart_metric, gates, summary_markdown
 from runner.results import RunResult
 
 ABSENT: Any = type("Absent", (), {"__repr__": lambda _: "ABSENT"})()  # an axis the cell's variant has not got
@@ -113,8 +113,16 @@ def full(cells: list[RunResult]) -> list[RunResult]:
     return [r for r in ok if examples(r) == most]
 
 
-def fastest(cells: list[RunResult]) -> RunResult | None:
-    return min(full(cells), key=lambda r: r.projected_s, default=None)
+def fastest(cells: list[RunResult], stopped: Collection[str] = ()) -> RunResult | None:
+    """The fastest cell that timed the most examples, leaving out the cells `stopped` by their gate."""
+    return min((r for r in full(cells) if r.name not in stopped), key=lambda r: r.projected_s, default=None)
+
+
+def gate_stopped(cells: list[RunResult], out: Path | None) -> set[str]:
+    """The cells their gate stopped against the study's baseline cell (failed, too few examples to tell, or not
+    checkable): never named the study's fastest, drawn red."""
+    base = next((r for r in cells if r.recipe.baseline), None)
+    return {n for n, v in gates(cells, base, out).items() if not isinstance(v, GateVerdict) or v.passed is not True}
 
 
 def time_text(r: RunResult, bold: bool = False) -> str | None:
@@ -237,10 +245,11 @@ def effects_section(effects: list[Effect], labels: Labels | None = None) -> list
     return ["", "### What each setting bought", "", note, "", table(rows, head), "", *lines]
 
 
-def fastest_section(cells: list[RunResult], metric: str | None) -> list[str]:
-    best = fastest(cells)
+def fastest_section(cells: list[RunResult], metric: str | None, stopped: Collection[str] = ()) -> list[str]:
+    best = fastest(cells, stopped)
     if best is None:
-        return ["", "### Fastest cell", "", "No cell finished with a generation time."]
+        why = "No cell that passed its gate has" if stopped else "No cell finished with"
+        return ["", "### Fastest cell", "", f"{why} a generation time."]
     slow = max(full(cells), key=lambda r: r.projected_s)
 
     def vs(other: RunResult, what: str) -> str:
@@ -266,6 +275,9 @@ def fastest_section(cells: list[RunResult], metric: str | None) -> list[str]:
         )
     scored = metric and best.scores_meaningful and metric in best.scores
     score = f"; {metric} {best.scores[metric]:.3f}" if scored else ""
+    faster = [r.name for r in full(cells) if r.name in stopped and r.projected_s < best.projected_s]  # type: ignore[operator]
+    if faster:
+        parts.append(f"faster, but stopped by their gate: {', '.join(faster)}")
     return ["", "### Fastest cell", "", f"**{best.name}** ({time_text(best)}{score}): " + "; ".join(parts) + "."]
 
 
@@ -354,8 +366,15 @@ def in_study_order(cells: list[RunResult]) -> list[RunResult]:
     return sorted(cells, key=lambda r: (r.cell_index is None, r.cell_index or 0))
 
 
-def study_section(study: str, cells: list[RunResult], chart: Path | None = None, link: str | None = None) -> list[str]:
-    """`link`: where the study's own summary is (from the call's summary); the chart lies beside the summary."""
+def study_section(
+    study: str,
+    cells: list[RunResult],
+    chart: Path | None = None,
+    link: str | None = None,
+    stopped: Collection[str] = (),
+) -> list[str]:
+    """`link`: where the study's own summary is (from the call's summary); the chart lies beside the summary;
+    `stopped`: the cells their gate stopped (never named fastest)."""
     cells = in_study_order(cells)
     axes = axes_of(cells)
     rows, cols, how = pick_axes(axes, requested_axes(cells))
@@ -373,7 +392,7 @@ def study_section(study: str, cells: list[RunResult], chart: Path | None = None,
         out.append(f"{head}; no setting varies among them.")
     out += effects_section(axis_effects(cells, axes), labels_of(cells))
     metric = chart_metric(cells)
-    out += fastest_section(cells, metric) + spent_section(cells)
+    out += fastest_section(cells, metric, stopped) + spent_section(cells)
     if chart is not None:
         out += ["", f"![{study}: accuracy against time]({chart.name})"]
     elif metric is None:
@@ -391,7 +410,8 @@ def study_summary(results: list[RunResult], out: Path | None) -> list[str]:
     link to the study's own summary (`write_study_summaries`)."""
     charts = write_study_charts(results, out) if out is not None else {}
     link = lambda s: f"{s}/{SUMMARY}" if out is not None else None
-    return sum((study_section(s, c, charts.get(s), link(s)) for s, c in study_groups(results).items()), [])
+    groups = study_groups(results).items()
+    return sum((study_section(s, c, charts.get(s), link(s), gate_stopped(c, out)) for s, c in groups), [])
 
 
 def write_study_summaries(
@@ -415,7 +435,7 @@ def write_study_summaries(
         path = study_summary_path(out, study)
         path.parent.mkdir(parents=True, exist_ok=True)
         charts = write_study_charts(cells, out, dest=path.parent)  # its own: the call's chart shows the call's cells
-        section = lambda rs, o, s=study, c=charts.get(study): study_section(s, rs, c)
+        section = lambda rs, o, s=study, c=charts.get(study): study_section(s, rs, c, None, gate_stopped(rs, o))
         base = baseline if any(c.name == baseline for c in cells) else None
         text = summary_markdown(cells, base, out, [section, *others], gate, title=f"Study {study}: every stored cell")
         write_text_atomic(path, text)
@@ -439,7 +459,9 @@ def write_study_charts(results: list[RunResult], out: Path, dest: Path | None = 
         except RunnerError:
             continue
         label = lambda r: r.name.removeprefix(f"{r.study}-") + (" (est.)" if r.estimate else "")
-        title = f"{study}: {metric} against time (green: Pareto front)"
-        if (chart := accuracy_chart(cells, metric, path, label=label, title=title)) is not None:
+        stopped = gate_stopped(cells, out)
+        red = "; red: stopped by its gate" if stopped else ""
+        title = f"{study}: {metric} against time (green: Pareto front{red})"
+        if (chart := accuracy_chart(cells, metric, path, label=label, title=title, failed=stopped)) is not None:
             charts[study] = chart
     return charts
