@@ -53,7 +53,7 @@ def run_recipe(
     raises RunnerError before anything runs; Ctrl-C raises `runner.orchestrate.Interrupted` (a KeyboardInterrupt)
     after the summary is written. Progress goes to the `runner` logger (INFO)."""
     from runner.base.errors import RunnerError
-    from runner.cli.go import call_wings  # the wings' part of the call, wired in cli/wings.py as for `runner go`
+    from runner.cli.wings import call_wings  # the wings' part of the call, as for `runner go`
     from runner.orchestrate import Executor, new_call, run_loaded
     from runner.recipe import LoadedRecipe
     from runner.run.job import RunOptions

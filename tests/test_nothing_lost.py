@@ -156,7 +156,7 @@ def test_links_planted_inside_out_are_never_written_through(tmp_path, write_reci
 def test_a_large_study_raises_the_open_files_limit_for_its_locks(monkeypatch):
     import resource
 
-    from runner.cli import go
+    from runner import orchestrate as go
 
     set_to = []
     monkeypatch.setattr(resource, "getrlimit", lambda _: (256, 4096))

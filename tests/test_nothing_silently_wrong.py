@@ -211,7 +211,7 @@ def test_read_only_out_is_bad_input(write_recipe, base_recipe, tmp_path):
 
 
 def test_read_only_out_is_detected_without_relying_on_permissions(write_recipe, base_recipe, tmp_path, monkeypatch):
-    import runner.cli.go as go
+    import runner.orchestrate as go
 
     monkeypatch.setattr(go.os, "access", lambda *a, **k: False)
     r = _go(write_recipe(base_recipe), "--out", tmp_path / "o")

@@ -3,7 +3,6 @@ serving run against its engine's server, or each as a Ray task (`--executor ray`
 
 from __future__ import annotations
 
-import os  # noqa: F401  (tests/test_nothing_silently_wrong.py patches `go.os.access`)
 import shlex
 import sys
 from pathlib import Path
@@ -12,38 +11,13 @@ import click
 
 from runner import orchestrate
 from runner.base.errors import RunnerError
-from runner.cli import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard, wings
+from runner.cli import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard
 from runner.cli.loading import MP_HELP, SET_HELP, load_all
-from runner.cluster.ray import run_jobs_on_ray
-from runner.orchestrate import (  # noqa: F401  (Executor, new_call: runner/cli/tune.py imports them from here)
-    Executor,
-    Interrupted,
-    Wings,
-    _room_for_locks,  # tests/test_nothing_lost.py calls it from here
-    new_call,
-)
+from runner.cli.wings import call_wings
+from runner.orchestrate import Executor, Interrupted, new_call
 from runner.recipe import MAX_REPEAT, MAX_TIMEOUT_S, LoadedRecipe
 from runner.results import RunResult
-from runner.run.job import RunOptions, Unit
-
-
-def call_wings() -> Wings:
-    """What the wings add to a call of `runner go`, `runner tune` or `runner.run_recipe`: cli/wings.py's plans and
-    sections, the serving route for `load:` recipes and the Ray route for `--executor ray`."""
-    return Wings(
-        plans=wings.Plans,
-        report_sections=wings.report_sections,
-        summary_sections=wings.summary_sections,
-        study_summaries=wings.study_summaries,
-        run_serving=_run_serving,
-        run_on_ray=run_jobs_on_ray,
-    )
-
-
-def _run_serving(unit: Unit, opts: RunOptions) -> RunResult:
-    from runner.serve.run import run_serving  # imported when a serving recipe runs: the parent stays light
-
-    return run_serving(unit, opts)
+from runner.run.job import RunOptions
 
 
 def echo(text: str, to_stderr: bool) -> None:

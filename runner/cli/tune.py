@@ -217,9 +217,10 @@ def _run(path, src, spec, base_lr, every, cells, hand, sets, model_paths, out, p
     decide, write the report."""
     from runner.base.files import write_text_atomic
     from runner.base.format import secs
-    from runner.cli.go import Executor, new_call, run_loaded
+    from runner.cli.go import run_loaded
     from runner.config.overrides import apply_overrides
     from runner.folder import RunFolder, read_result
+    from runner.orchestrate import Executor, new_call
     from runner.report.summary import samples_by_id
     from runner.run.job import RunOptions, make_unit
     from runner.tune.report import confirm_s, cost_s, hand_words, tune_markdown, tune_report_path, winner_yaml

@@ -10,11 +10,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from runner.cluster.ray import where_it_ran
+from runner.cluster.ray import run_jobs_on_ray, where_it_ran
+from runner.orchestrate import Wings
 from runner.plan.plan import plan_for_run, predicted_vs_measured
 from runner.report.markdown import Section
 from runner.report.summary import Sections
-from runner.run.job import Unit
+from runner.results import RunResult
+from runner.run.job import RunOptions, Unit
 from runner.serve.report import serving_section, serving_summary
 from runner.study.study import study_summary, write_study_summaries
 
@@ -51,3 +53,22 @@ def summary_sections() -> list[Sections]:
 def study_summaries(results, out: Path, baseline: str | None = None, gate=None) -> list[Path]:
     """Each study's own summary of all its stored cells (`<out>/<study>/summary.md`)."""
     return write_study_summaries(results, out, baseline, gate, [serving_summary])
+
+
+def call_wings() -> Wings:
+    """What the wings add to a call of `runner go`, `runner tune` or `runner.run_recipe`: cli/wings.py's plans and
+    sections, the serving route for `load:` recipes and the Ray route for `--executor ray`."""
+    return Wings(
+        plans=Plans,
+        report_sections=report_sections,
+        summary_sections=summary_sections,
+        study_summaries=study_summaries,
+        run_serving=_run_serving,
+        run_on_ray=run_jobs_on_ray,
+    )
+
+
+def _run_serving(unit: Unit, opts: RunOptions) -> RunResult:
+    from runner.serve.run import run_serving  # imported when a serving recipe runs: the parent stays light
+
+    return run_serving(unit, opts)
