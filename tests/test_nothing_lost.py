@@ -348,7 +348,7 @@ def test_sigterm_while_ray_starts_is_held_until_it_is_up_then_ends_the_call(monk
 def test_sigterm_cancels_the_abort_alarm_ray_arms():
     import signal
 
-    from runner.cli import sigterm_as_ctrl_c
+    from runner.cli.app import sigterm_as_ctrl_c
 
     signal.alarm(30)
     with pytest.raises(KeyboardInterrupt):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import click
 
-from runner import orchestrate
+import runner.orchestrate as orchestrate
 from runner.base.errors import RunnerError
-from runner.cli import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard
+from runner.cli.app import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard
 from runner.cli.loading import MP_HELP, SET_HELP, load_all
 from runner.cli.wings import call_wings
 from runner.orchestrate import Executor, Interrupted, new_call

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from runner.base.errors import RunnerError
-from runner.cli import UserError, cli, guard
+from runner.cli.app import UserError, cli, guard
 from runner.cli.loading import MP_HELP, ONLY_HELP, SET_HELP, check_model_paths, expand_paths, load_all
 from runner.recipe import GateSpec, Recipe
 from runner.results import RunResult

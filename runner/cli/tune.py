@@ -12,7 +12,7 @@ import click
 from pydantic import ValidationError
 
 from runner.base.errors import RunnerError
-from runner.cli import EXIT_FAILED, cli, guard
+from runner.cli.app import EXIT_FAILED, cli, guard
 from runner.cli.loading import MP_HELP, SET_HELP, load_all
 
 

@@ -11,8 +11,8 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+import runner.engines.gguf as gguf  # the module, not the package: tests patch its functions
 from runner.base.errors import RunnerError
-from runner.engines import gguf
 from runner.engines.builtin import ensure_builtin, is_builtin
 
 

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
+import runner.engines.gguf as gguf  # the module, not the package: tests patch its functions
 from runner.base.errors import RunnerError
 from runner.base.nvml import has_cuda_device
 from runner.base.types import EngineInfo, EngineSpecBase, Generation, Knob, StrictModel
-from runner.engines import gguf
 from runner.engines.builtin import SMOKE_NOTE, ensure_builtin, is_builtin
 from runner.engines.hf import encode_prompts, load_tokenizer, truncate_at_stop, uses_chat_template
 

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt, field_validator
 
+import runner.engines.gguf as gguf  # the module, not the package: tests patch its functions
 from runner.base.dotted import flat_dotted
 from runner.base.errors import RunnerError
 from runner.base.nvml import device_facts
 from runner.base.types import MAX_SEED, MAX_TOKENS, EngineInfo, EngineSpecBase, Generation, Knob
-from runner.engines import gguf
 from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
 
 if TYPE_CHECKING:

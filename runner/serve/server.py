@@ -23,10 +23,10 @@ from typing import Any
 
 import jinja2.meta
 
+import runner.engines.gguf as gguf  # the module, not the package: tests patch its functions
 from runner.base.errors import RunnerError
 from runner.base.procs import cmdline, kill_group, session_members, stop_group
 from runner.base.types import EngineInfo, Knob
-from runner.engines import gguf
 from runner.engines.fake import DEFAULT_REPLY, FakeSpec, reply_template
 from runner.engines.vllm import VLLMSpec, parse_engine_log, served_facts, vllm_knobs
 from runner.recipe import Recipe
