@@ -164,3 +164,20 @@ def runner_cache(tmp_path_factory) -> Path:
         os.environ.pop("RUNNER_CACHE", None)
     else:
         os.environ["RUNNER_CACHE"] = old
+
+
+@pytest.fixture
+def ctrl_c_in_the_second_generation(monkeypatch):
+    """The fake engine's second generate() raises KeyboardInterrupt (in a two-cell study on one engine: the second
+    cell), as Ctrl-C would."""
+    from runner.engines.fake import FakeEngine
+
+    calls, real = [], FakeEngine.generate
+
+    def generate(self, *a, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(FakeEngine, "generate", generate)

@@ -97,18 +97,9 @@ def test_samples_deleted_or_cut_short_after_a_complete_run_are_run_again(tmp_pat
     assert "rerun f: its results were complete but its samples.jsonl is gone" in _go(path, "--out", out).output
 
 
-def test_a_study_interrupted_in_its_second_cell_reports_the_first(tmp_path, write_recipe, base_recipe, monkeypatch):
-    from runner.engines.fake import FakeEngine
-
-    calls, real = [], FakeEngine.generate
-
-    def generate(self, *a, **kw):
-        calls.append(1)
-        if len(calls) == 2:  # the second cell, on the same engine (one job)
-            raise KeyboardInterrupt
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(FakeEngine, "generate", generate)
+def test_a_study_interrupted_in_its_second_cell_reports_the_first(
+    tmp_path, write_recipe, base_recipe, ctrl_c_in_the_second_generation
+):
     path = write_recipe({**_fake(base_recipe, "s"), "matrix": {"sampling.max_tokens": {"a": 16, "b": 8}}})
     out = tmp_path / "out"
     r = _go(path, "--out", out)

@@ -50,19 +50,8 @@ def test_messages_go_to_say_as_text_and_stream(write_recipe, base_recipe, tmp_pa
 
 
 def test_ctrl_c_writes_the_summary_of_what_finished_then_raises_interrupted(
-    write_recipe, base_recipe, tmp_path, monkeypatch
+    write_recipe, base_recipe, tmp_path, ctrl_c_in_the_second_generation
 ):
-    from runner.engines.fake import FakeEngine
-
-    calls, real = [], FakeEngine.generate
-
-    def generate(self, *a, **kw):
-        calls.append(1)
-        if len(calls) == 2:  # the second cell, on the same engine (one job)
-            raise KeyboardInterrupt
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(FakeEngine, "generate", generate)
     path = write_recipe({**_fake(base_recipe, "s"), "matrix": {"sampling.max_tokens": {"a": 16, "b": 8}}})
     said: list[tuple[str, bool]] = []
     out = tmp_path / "out"

@@ -48,12 +48,18 @@ MIN_PROJECTED = 30  # fewer measured examples: a projection without an interval 
 def project(per_example_s: Sequence[float], n_total: int) -> dict[str, float]:
     """The time for n_total examples from a sample of per-example times: n_total * mean, with a 95% interval from
     the t-distribution of the mean (assumes the measured examples are representative of the rest)."""
-    n = len(per_example_s)
-    mean = sum(per_example_s) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in per_example_s) / (n - 1)) if n > 1 else float("nan")
-    half = t_quantile(n - 1) * sd / math.sqrt(n) if n > 1 else float("nan")
-    low, high = (mean - half) * n_total, (mean + half) * n_total
-    return {"per_example_s": mean, "projected_s": mean * n_total, "low_s": low, "high_s": high}
+    mean, low, high = mean_interval(per_example_s)
+    return {"per_example_s": mean, "projected_s": mean * n_total, "low_s": low * n_total, "high_s": high * n_total}
+
+
+def mean_interval(xs: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
+    """The mean of `xs` and its `level` Student t interval (NaN ends for one value)."""
+    n = len(xs)
+    m = math.fsum(xs) / n
+    if n < 2:
+        return m, float("nan"), float("nan")
+    half = t_quantile(n - 1, level) * math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (n - 1) / n)
+    return m, m - half, m + half
 
 
 def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
@@ -86,13 +92,7 @@ def paired_interval(diffs: Sequence[float], level: float = LEVEL) -> tuple[float
     stated rate from there on in the seeded simulations of tests/test_stats.py, within about 2 points where few
     answers change and mostly one way; a percentile bootstrap covered 85% at 5 examples and gave one example a
     zero-width interval)."""
-    n = len(diffs)
-    if n < MIN_PAIRED:
-        return None
-    m = math.fsum(diffs) / n
-    sd = math.sqrt(math.fsum((d - m) ** 2 for d in diffs) / (n - 1))
-    half = t_quantile(n - 1, level) * sd / math.sqrt(n)
-    return m, m - half, m + half
+    return mean_interval(diffs, level) if len(diffs) >= MIN_PAIRED else None
 
 
 def examples_to_resolve(sd: float, effect: float, n_now: int) -> int | None:
@@ -114,12 +114,10 @@ def geomean_interval(xs: Sequence[float]) -> tuple[float, float | None, float | 
     estimate; under log-normal noise it is the median's interval too). One time: itself, no interval."""
     if not xs or any(not x > 0 or not math.isfinite(x) for x in xs):
         raise ValueError("times must be positive and finite")
-    if len(xs) < 2:
+    m, var = _log_mean_var(xs)
+    if var is None:
         return xs[0], None, None
-    logs = [math.log(x) for x in xs]
-    n, m = len(logs), sum(logs) / len(logs)
-    half = t_quantile(n - 1) * math.sqrt(sum((v - m) ** 2 for v in logs) / (n - 1) / n)
-    return math.exp(m), math.exp(m - half), math.exp(m + half)
+    return (math.exp(m), *interval_of(m, math.sqrt(var), len(xs) - 1))
 
 
 def _log_mean_var(xs: Sequence[float]) -> tuple[float, float | None]:

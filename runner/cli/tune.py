@@ -248,8 +248,8 @@ def _run(path, src, spec, base_lr, every, cells, hand, sets, model_paths, out, p
     for start in range(0, len(cells), chunk):
         if spec.budget.minutes:
             ahead = confirm_s(base.screen, spec, spec.confirmed(max(start, 1)), len(hand)) or 0.0
-            if cost_s([base, *cells]) + ahead > spec.budget.minutes * 60:
-                spent = f"{secs(cost_s([base, *cells]))} spent + {secs(ahead)} projected for the confirmation"
+            if (spent_s := cost_s([base, *cells])) + ahead > spec.budget.minutes * 60:
+                spent = f"{secs(spent_s)} spent + {secs(ahead)} projected for the confirmation"
                 click.echo(
                     f"tune {name}: the minutes budget is reached ({spent}); screening stops at {start} of {len(cells)}"
                 )

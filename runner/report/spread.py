@@ -105,8 +105,7 @@ def repeats_to_tell(slow: RunResult, fast: RunResult) -> int | None:
         m, se, _ = log_ratio(a, b, True)
         return examples_to_resolve(se * math.sqrt(len(a)), m, len(a)) if se is not None else None
     sd = lambda xs: statistics.stdev(math.log(x) for x in xs)
-    m = statistics.fmean(math.log(x) for x in a) - statistics.fmean(math.log(x) for x in b)
-    return examples_to_resolve(math.hypot(sd(a), sd(b)), m, max(len(a), len(b)))
+    return examples_to_resolve(math.hypot(sd(a), sd(b)), log_ratio(a, b, False)[0], max(len(a), len(b)))
 
 
 def speedup_parts(pairs: Sequence[tuple[RunResult, RunResult]]) -> tuple[float | None, float | None]:

@@ -252,13 +252,22 @@ def passed_gate(r: RunResult, verdicts: dict[str, GateVerdict | str]) -> bool:
     return v is None or (isinstance(v, GateVerdict) and v.passed is True)
 
 
+def stopped_by_gate(verdicts: dict[str, GateVerdict | str]) -> set[str]:
+    """The runs their gate stopped: failed, too few examples to tell, or not checkable."""
+    return {n for n, v in verdicts.items() if not isinstance(v, GateVerdict) or v.passed is not True}
+
+
 def gate_section(
-    results: list[RunResult], base: RunResult | None, out: Path | None, default: GateSpec | None = None
+    results: list[RunResult],
+    base: RunResult | None,
+    out: Path | None,
+    default: GateSpec | None = None,
+    verdicts: dict[str, GateVerdict | str] | None = None,
 ) -> list[str]:
     """Each recipe with a `gate` against the baseline: passed, failed (and by how much), too few to tell or not
     scored; then the fastest recipe among those that passed that timed the baseline's examples (the baseline passes
-    its own gate)."""
-    verdicts = gates(results, base, out, default)
+    its own gate). `verdicts`: `gates(...)` where the caller has them (each reads the runs' samples)."""
+    verdicts = gates(results, base, out, default) if verdicts is None else verdicts
     if not verdicts or base is None:
         return []
     rows = []
@@ -408,16 +417,18 @@ def summary_markdown(
     extra: Sequence[Sections] = (),
     gate: GateSpec | None = None,
     title: str = "Summary",
+    verdicts: dict[str, GateVerdict | str] | None = None,
 ) -> str:
+    """`verdicts`: the gates' verdicts where the caller has them (`gates(...)`, which reads the runs' samples)."""
     results = in_order(results)
     base = pick_baseline(results, baseline)
-    verdicts = gates(results, base, out, gate)
+    verdicts = gates(results, base, out, gate) if verdicts is None else verdicts
     parts = _overview(results, base, verdicts, title, gate)
     for section in extra:
         parts += section(results, out)
     parts += prefix_section(results)
     parts += changed_answers_section(results, base, out)
-    parts += gate_section(results, base, out, gate)
+    parts += gate_section(results, base, out, gate, verdicts)
     parts += _failures(results)
     note = "Times marked `~` are projections from a partial run (see each report). "
     note += "Scores of runs with random weights are left out of comparisons."
@@ -532,11 +543,10 @@ def write_summary(
     path = Path(out) / SUMMARY
     base = pick_baseline(results, baseline)
     verdicts = gates(results, base, out, gate)
-    failed = {n for n, v in verdicts.items() if not isinstance(v, GateVerdict) or v.passed is not True}
     metric = chart_metric(results, gate)
     score_ci = {r.name: ci for r in results if metric and (ci := score_interval(out, r, metric)) is not None}
-    charts = write_charts(results, base, out, metric, failed, score_ci)
-    text = summary_markdown(results, baseline, out, extra, gate)
+    charts = write_charts(results, base, out, metric, stopped_by_gate(verdicts), score_ci)
+    text = summary_markdown(results, baseline, out, extra, gate, verdicts=verdicts)
     if charts:
         text += "\n## Charts\n\n" + "\n\n".join(f"![{c.stem}]({c.name})" for c in charts) + "\n"
     write_text_atomic(path, text)

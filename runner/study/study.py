@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import statistics
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from runner.recipe import GateSpec
 from runner.report.markdown import cost_figures
 from runner.report.plots import accuracy_chart, pyplot
 from runner.report.spread import clear, examples, ratio_text, speedup, speedup_parts, time_cell
-from runner.report.summary import GateVerdict, Sections, chart_metric, gates, summary_markdown
+from runner.report.summary import Sections, chart_metric, gates, stopped_by_gate, summary_markdown
 from runner.results import RunResult
 
 ABSENT: Any = type("Absent", (), {"__repr__": lambda _: "ABSENT"})()  # an axis the cell's variant has not got
@@ -121,8 +121,7 @@ def fastest(cells: list[RunResult], stopped: Collection[str] = ()) -> RunResult 
 def gate_stopped(cells: list[RunResult], out: Path | None) -> set[str]:
     """The cells their gate stopped against the study's baseline cell (failed, too few examples to tell, or not
     checkable): never named the study's fastest, drawn red."""
-    base = next((r for r in cells if r.recipe.baseline), None)
-    return {n for n, v in gates(cells, base, out).items() if not isinstance(v, GateVerdict) or v.passed is not True}
+    return stopped_by_gate(gates(cells, next((r for r in cells if r.recipe.baseline), None), out))
 
 
 def time_text(r: RunResult, bold: bool = False) -> str | None:
@@ -408,10 +407,11 @@ def study_groups(results: list[RunResult]) -> dict[str, list[RunResult]]:
 def study_summary(results: list[RunResult], out: Path | None) -> list[str]:
     """summary.md's sections of the studies among `results`, each with its accuracy-vs-time chart in `out` and a
     link to the study's own summary (`write_study_summaries`)."""
-    charts = write_study_charts(results, out) if out is not None else {}
+    groups = study_groups(results)
+    stopped = {s: gate_stopped(c, out) for s, c in groups.items()}  # each study's gates read its samples once
+    charts = write_study_charts(results, out, stopped=stopped) if out is not None else {}
     link = lambda s: f"{s}/{SUMMARY}" if out is not None else None
-    groups = study_groups(results).items()
-    return sum((study_section(s, c, charts.get(s), link(s), gate_stopped(c, out)) for s, c in groups), [])
+    return sum((study_section(s, c, charts.get(s), link(s), stopped[s]) for s, c in groups.items()), [])
 
 
 def write_study_summaries(
@@ -434,8 +434,9 @@ def write_study_summaries(
         cells = [r for r in stored if r.study == study]
         path = study_summary_path(out, study)
         path.parent.mkdir(parents=True, exist_ok=True)
-        charts = write_study_charts(cells, out, dest=path.parent)  # its own: the call's chart shows the call's cells
-        section = lambda rs, o, s=study, c=charts.get(study): study_section(s, rs, c, None, gate_stopped(rs, o))
+        stopped = {study: gate_stopped(cells, out)}
+        charts = write_study_charts(cells, out, path.parent, stopped)  # its own: the call's shows the call's cells
+        section = lambda rs, o, s=study, c=charts.get(study), x=stopped[study]: study_section(s, rs, c, None, x)
         base = baseline if any(c.name == baseline for c in cells) else None
         text = summary_markdown(cells, base, out, [section, *others], gate, title=f"Study {study}: every stored cell")
         write_text_atomic(path, text)
@@ -443,9 +444,15 @@ def write_study_summaries(
     return paths
 
 
-def write_study_charts(results: list[RunResult], out: Path, dest: Path | None = None) -> dict[str, Path]:
+def write_study_charts(
+    results: list[RunResult],
+    out: Path,
+    dest: Path | None = None,
+    stopped: Mapping[str, Collection[str]] | None = None,
+) -> dict[str, Path]:
     """study name -> its accuracy-vs-time chart, for each study among `results` with meaningful scores (in `out`,
-    or in `dest`: a study's own summary's folder)."""
+    or in `dest`: a study's own summary's folder); `stopped`: study -> the cells their gate stopped (drawn red;
+    `gate_stopped` where not given)."""
     try:
         pyplot()
     except ImportError:
@@ -459,9 +466,9 @@ def write_study_charts(results: list[RunResult], out: Path, dest: Path | None = 
         except RunnerError:
             continue
         label = lambda r: r.name.removeprefix(f"{r.study}-") + (" (est.)" if r.estimate else "")
-        stopped = gate_stopped(cells, out)
-        red = "; red: stopped by its gate" if stopped else ""
+        red_cells = stopped[study] if stopped is not None and study in stopped else gate_stopped(cells, out)
+        red = "; red: stopped by its gate" if red_cells else ""
         title = f"{study}: {metric} against time (green: Pareto front{red})"
-        if (chart := accuracy_chart(cells, metric, path, label=label, title=title, failed=stopped)) is not None:
+        if (chart := accuracy_chart(cells, metric, path, label=label, title=title, failed=red_cells)) is not None:
             charts[study] = chart
     return charts

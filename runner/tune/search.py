@@ -100,7 +100,6 @@ class Decision:
     winners: list[Cell]  # one, or the ones within noise of each other (fastest first); empty when none passed
     against_baseline: tuple[float, float | None, float | None] | None
     words: str
-    level: float = 0.95  # the level of the winner's interval against the recipe as written (Bonferroni)
     front: list[Cell] = field(default_factory=list)  # no other finished cell is faster, as accurate and as cheap
 
 
@@ -116,12 +115,13 @@ def front(cells: Sequence[Cell], metric: str | None) -> list[Cell]:
     from runner.report.markdown import cost_figures
     from runner.report.plots import pareto_front
 
-    done = [c for c in cells if c.full is not None and c.full.status == "ok" and estimate(c.full) is not None]
+    timed = {id(c): t for c in cells if c.full is not None and c.full.status == "ok" and (t := estimate(c.full))}
+    done = [c for c in cells if id(c) in timed]
     usd = [(cost_figures(c.full) or {}).get("usd_run") for c in done]  # type: ignore[arg-type]
     scored = metric is not None and all(c.full.scores_meaningful and metric in c.full.scores for c in done)  # type: ignore[union-attr]
     points = []
     for c, dollars in zip(done, usd):
-        p = [estimate(c.full)[0]]  # type: ignore[arg-type, index]
+        p = [timed[id(c)][0]]
         p += [-c.full.scores[metric]] if scored else []  # type: ignore[union-attr, index]
         p += [dollars] if all(u is not None for u in usd) else []
         points.append(tuple(p))
@@ -174,19 +174,20 @@ def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any, hand
     ok_cells.sort(key=lambda c: objective(c.full, spec))  # type: ignore[arg-type, return-value]
     ok_cells = [c for c in ok_cells if c in on_front] + [c for c in ok_cells if c not in on_front]
     if not ok_cells:
-        return Decision([], None, "No candidate passed: the recipe as written stays.", front=on_front)
-    best, level = ok_cells[0], family_level(len(confirmed))
+        return Decision([], None, "No candidate passed: the recipe as written stays.", on_front)
+    best, k = ok_cells[0], len(confirmed)
+    level = family_level(k)
     vs = gain(base.full, best.full, spec, level)
     if vs is None or vs[0] <= 1 or not clear(vs[1], vs[2]):  # the recipe as written is the one to beat
         for c in ok_cells:
             c.verdict = "passed; not clearly faster than the recipe as written"
         against = f": {ratio_text(*vs)}" if vs is not None else " (no time to compare)"
         words = f"No candidate is clearly faster than the recipe as written; the fastest that passed, **{best.name}**, "
-        words += f"against it{against}{_level_words(level)}."
+        words += f"against it{against}{_level_words(k)}."
         if vs is not None and vs[0] > 1 and (n := repeats_to_tell(base.full, best.full)):  # type: ignore[arg-type]
             words += f" About {n:,} repeats each would tell a difference this size at this noise (80% power)."
         words += " The recipe as written stays."
-        return Decision([], vs, words, level, on_front)
+        return Decision([], vs, words, on_front)
     winners = [best]
     for other in ok_cells[1:]:  # within the best's noise, and itself clearly better than the recipe as written
         ratio, over_base = gain(other.full, best.full, spec), gain(base.full, other.full, spec, level)
@@ -196,17 +197,15 @@ def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any, hand
     for c in ok_cells:
         c.verdict = "winner" if c is best and len(winners) == 1 else "tied for fastest" if c in winners else "passed"
     words = f"**{best.name}** is the fastest that passed, clearly faster than the recipe as written"
-    words += f"{_level_words(level)}."
+    words += f"{_level_words(k)}."
     if len(winners) > 1:
         others = ", ".join(f"**{c.name}**" for c in winners[1:])
         words = f"No single winner: **{best.name}** and {others} are within each other's noise (the 95% interval of "
         words += "their time ratio holds 1), and both clearly faster than the recipe as written; more repeats would "
         words += "tell them apart."
-    return Decision(winners, vs, words, level, on_front)
+    return Decision(winners, vs, words, on_front)
 
 
-def _level_words(level: float) -> str:
-    """How the winner's interval was widened for the candidates it was picked from (nothing at 95%)."""
-    if level <= 0.95:
-        return ""
-    return f" ({level:.1%} interval: Bonferroni over the {round(0.05 / (1 - level))} confirmed candidates)"
+def _level_words(k: int) -> str:
+    """How the winner's interval was widened for the `k` candidates it was picked from (nothing for one)."""
+    return f" ({family_level(k):.1%} interval: Bonferroni over the {k} confirmed candidates)" if k > 1 else ""
