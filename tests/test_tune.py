@@ -311,16 +311,16 @@ def _study(write_recipe, base_recipe, **tune):
         **base_recipe,
         "name": "st",
         "model": {"id": "none"},
-        "engine": _engine(0.004),
+        "engine": _engine(0.02),  # far apart, as above: a loaded machine keeps the order
         "metrics": ["exact_match"],
         "variants": {
             "slow": {"baseline": True},
-            "hand": {"engine.delay_s": 0.0015},
+            "hand": {"engine.delay_s": 0.0075},
             "wrong": {"engine.reply": WRONG},
         },
         "baseline": "st-slow",
         "tune": {
-            "axes": {"engine.delay_s": {"fast": 0.001, "mid": 0.002}},
+            "axes": {"engine.delay_s": {"fast": 0.005, "mid": 0.01}},
             "gate": {"metric": "exact_match", "max_drop": 0.05},
             "screen": {"examples": 12, "keep": 1.0},
             "confirm": {"repeat": 3},
@@ -349,7 +349,7 @@ def test_a_study_tunes_from_its_baseline_cell_and_sets_the_winner_against_its_ha
     report = (out / "st-slow-tune.md").read_text()
     rows = {line.split("|")[2].strip(): line for line in report.splitlines() if line.startswith("| ")}
     assert "hand-written cell" in rows["st-hand"] and "exact_match +0.000" in rows["st-hand"]
-    assert "name: st-slow-tuned" in report and "delay_s: 0.001" in report and "variants" not in report
+    assert "name: st-slow-tuned" in report and "delay_s: 0.005" in report and "variants" not in report
 
 
 def test_a_study_tunes_start_and_hand_written_cells_are_the_studys_own_runs(tmp_path, write_recipe, base_recipe):
