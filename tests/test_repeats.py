@@ -90,8 +90,10 @@ def test_busy_reasons_name_load_cpu_pressure_and_other_gpu_processes():
 
 def test_probe_reads_this_machine():
     p = Probe()
+    p.start()
     sum(i * i for i in range(200_000))  # some CPU time
-    facts = p.read()
+    p.stop()
+    facts = p.facts
     assert facts["cpus"] >= 1 and facts["process_cpu_s"] >= 0
     assert facts["load_avg"] is None or facts["load_avg"] >= 0
     if Path("/proc/pressure/cpu").is_file():

@@ -1,6 +1,6 @@
 """How busy the machine was while a run measured its time: load average, CPU pressure (Linux PSI), the process's own
-CPU time, other processes on the GPU and the GPU's clocks. `Probe` is started before a generation and read after it;
-`busy_reasons` says in words what would make the time move (the clocks are recorded, not judged: read
+CPU time, other processes on the GPU and the GPU's clocks. `Probe` is started before a generation and stopped after
+it; `busy_reasons` says in words what would make the time move (the clocks are recorded, not judged: read
 right after a generation they may already be falling). Everything is optional: a fact this machine does not
 expose is None."""
 
@@ -68,12 +68,12 @@ def _ours(pid: int) -> bool | None:
 
 
 class Probe:
-    """Started just before a generation; `read()` just after it gives the facts of that window."""
+    """`start()` just before a generation, `stop()` just after it: `facts` are that window's (with `busy`)."""
 
-    def __init__(self) -> None:
+    def start(self) -> None:
         self.t0, self.p0, self.c0 = time.perf_counter(), _pressure_us(), _cpu_s()
 
-    def read(self) -> dict:
+    def stop(self) -> None:
         wall = max(time.perf_counter() - self.t0, 1e-9)
         p1 = _pressure_us()
         pressure = (p1 - self.p0) / 1e6 / wall if p1 is not None and self.p0 is not None else None
@@ -81,9 +81,8 @@ class Probe:
             load: float | None = round(os.getloadavg()[0], 2)
         except OSError:
             load = None
-        facts: dict = dict(load_avg=load, cpus=cpus())
-        facts.update(cpu_pressure=round(min(max(pressure, 0.0), 1.0), 3) if pressure is not None else None)
-        facts["process_cpu_s"] = round(_cpu_s() - self.c0, 2)
+        pressure = round(min(max(pressure, 0.0), 1.0), 3) if pressure is not None else None
+        facts = dict(load_avg=load, cpus=cpus(), cpu_pressure=pressure, process_cpu_s=round(_cpu_s() - self.c0, 2))
         pids = gpu_processes()
         if pids is not None:
             seen = {p: _ours(p) for p in pids}
@@ -94,7 +93,7 @@ class Probe:
         clocks = sm_clocks()
         if clocks is not None:
             facts["gpu_sm_clock_mhz"], facts["gpu_max_sm_clock_mhz"] = clocks
-        return facts
+        self.facts = dict(facts, busy=busy_reasons(facts))
 
 
 def busy_reasons(noise: dict) -> list[str]:

@@ -16,21 +16,22 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from typing import IO
 
 from runner.base.errors import RunnerError
 from runner.base.files import PartialWriter, write_json_atomic, write_jsonl_atomic
-from runner.base.noise import Probe, busy_reasons, peak_rss
-from runner.base.nvml import PeakSampler, energy_j, gpu_indices
+from runner.base.noise import peak_rss
+from runner.base.nvml import PeakSampler
 from runner.base.stats import geomean_interval, percentile
 from runner.base.types import Engine, Generation, Request
 from runner.folder import RunFolder, load_samples
 from runner.inputs.context import context_length, truncate_left
-from runner.results import Noise, Repeat, RunResult, Sample, Timings
+from runner.results import Repeat, RunResult, Sample, Timings
 from runner.run.job import Job, RunOptions, Unit
 from runner.run.result import Measured, failure_hint, make_sample, merge_samples, now, run_result
 from runner.run.resume import add_repeat, load_partial, load_repeats, start_partial
+from runner.run.trackers import parts, timed, untimed
 
 
 class SharedEngine:
@@ -59,6 +60,12 @@ class SharedEngine:
         self.users += 1
         return self.engine
 
+    def claim_start(self) -> dict:
+        """The engine start's fields of the repeat that first follows it (None in later ones)."""
+        new, info = self.unclaimed_start, self.engine.info
+        self.unclaimed_start = False
+        return dict(load_s=info.load_s if new else None, start=info.extra.get("start") if new else None)
+
     def close(self) -> None:
         self.sampler.__exit__(None, None, None)
         if self.engine is not None:
@@ -70,8 +77,10 @@ class _Collector:
     """The sink engines hand finished generations to: scores them, appends their lines to the partial file
     (made durable at most every second; the first repeat only), and keeps the clock of the last output."""
 
-    def __init__(self, unit: Unit, todo: list[int], texts: list[str], writer: PartialWriter | None):
-        self.unit, self.todo, self.texts, self.writer = unit, todo, texts, writer
+    def __init__(self, unit: Unit, done: dict[str, Sample], texts: list[str], writer: PartialWriter | None):
+        self.unit, self.texts, self.writer = unit, texts, writer
+        self.todo = [i for i, ex in enumerate(unit.prepared.examples) if ex.id not in done]
+        self.reused_s = sum(d.seconds or 0.0 for d in done.values())  # samples reused from an interrupted run
         self.new: dict[str, Sample] = {}
         self.clock = time.perf_counter()
         self.one_at_a_time = True  # per-example wall times are real only when examples finish one by one
@@ -162,11 +171,8 @@ class UnitRun:
             write_json_atomic(self.folder.results, self.result.model_dump(mode="json"))
 
     def _generate(self, index: int, shared: SharedEngine, progress_file: IO[str] | None) -> None:
-        started, r, opts, unit = now("milliseconds"), self.r, self.opts, self.unit
-        first = index == 1
+        started, r, opts, unit, first = now("milliseconds"), self.r, self.opts, self.unit, index == 1
         done = load_partial(self.folder.partial, unit.run_key, r.metrics) if first else {}
-        examples = unit.prepared.examples
-        todo = [i for i, ex in enumerate(examples) if ex.id not in done]
         engine = shared.get(unit.name)
         t_start = time.perf_counter()  # after the engine start, which is counted on its own
         if shared.started_by != unit.name:
@@ -180,61 +186,49 @@ class UnitRun:
         turn = " (warm-up)" if index == 0 else f" ({index}/{self.wanted})" if self.wanted > 1 else ""
         bar = tqdm(total=len(ids), desc=r.name + turn, unit="ex", **shown)
         bar.update(len(done))
-        probe = Probe()
-        with PartialWriter(self.folder.partial) if first else nullcontext() as writer:
-            sink = _Collector(unit, todo, texts, writer)
-            requests = [Request(ids=ids[i], example=examples[i]) for i in todo]
+        with ExitStack() as around, PartialWriter(self.folder.partial) if first else nullcontext() as writer:
+            trackers = [around.enter_context(t) for t in untimed()]
+            sink = _Collector(unit, done, texts, writer)
+            requests = [Request(ids=ids[i], example=unit.prepared.examples[i]) for i in sink.todo]
             if (prepare := getattr(engine, "prepare", None)) is not None:  # engine-side setup for these settings
                 prepare(r.sampling)
-            gpus = gpu_indices(engine.info.gpus)
-            e0 = energy_j(gpus) if gpus else None  # read just before the prompts go in and once they are all out
-            t0 = sink.clock = time.perf_counter()
-            engine.generate(requests, r.sampling, bar.update if opts.progress else None, sink)
-            e1, t1 = (energy_j(gpus), time.perf_counter()) if e0 is not None else (None, t0)
-        # generation ends when the last output is back (the sink's clock), as a plain generate() call would time
-        # it: what the engine does after handing over its last outputs counts in total only
-        gen_s = (sink.clock if sink.new else time.perf_counter()) - t0
-        noise = probe.read()
+            with ExitStack() as window:
+                trackers += [window.enter_context(t) for t in timed(engine.info.gpus, sink, shared.sampler)]
+                engine.generate(requests, r.sampling, bar.update if opts.progress else None, sink)
         bar.close()
         if index == 0:
             return
-        changed, cached = None, [s.cached_tokens for s in sink.new.values() if s.cached_tokens is not None]
-        if first:
-            samples = merge_samples(examples, done, sink.new)
-            write_jsonl_atomic(self.folder.samples, [s.to_line() for s in samples])
-            self.folder.partial.unlink(missing_ok=True)
-            self._samples = samples
-            self.per_example = sink.one_at_a_time
-        else:
-            before = {s.id: s.output for s in self.samples}
-            changed = sum(before.get(i) != s.output for i, s in sink.new.items())
-        reused_s = sum(d.seconds or 0.0 for d in done.values())
-        load = engine.info.load_s if shared.unclaimed_start else None
-        parts = engine.info.extra.get("start") if shared.unclaimed_start else None
-        shared.unclaimed_start = False
+        measured, timings = parts(trackers)
+        changed = self._keep(first, done, sink)  # before the repeat's wall time ends
+        cached = [s.cached_tokens for s in sink.new.values() if s.cached_tokens is not None]
         rep = Repeat(
             index=index,
-            generate_s=gen_s + reused_s,
             wall_s=time.perf_counter() - t_start,
-            load_s=load,
-            start=parts,
             started_at=started,
             call=opts.call,
             turns=self.turns,
             changed=changed,
             cached_tokens=sum(cached) if cached else None,
             reused_samples=len(done),
-            reused_s=reused_s,
-            noise=Noise(**noise, busy=busy_reasons(noise)),
-            energy_j=e1 - e0 if e0 is not None and e1 is not None else None,
-            energy_s=t1 - t0 if e0 is not None and e1 is not None else None,
+            reused_s=sink.reused_s,
+            **shared.claim_start(),
+            **measured,
         )
         add_repeat(self.folder.repeats, unit.run_key, rep)
         self.repeats = sorted([*(x for x in self.repeats if x.index != index), rep], key=lambda x: x.index)
-        busy = dict(gpu_busy=shared.sampler.busy_share(t0, t0 + gen_s))
-        busy["gpu_busy_tenths"] = shared.sampler.busy_parts(t0, t0 + gen_s)
-        self.last = (engine, ids, notes, busy)
+        self.last = (engine, ids, notes, timings)
         self.finish(shared)
+
+    def _keep(self, first: bool, done: dict[str, Sample], sink: _Collector) -> int | None:
+        """The first repeat's samples written (the reused and the new); a later repeat's outputs that differ."""
+        if not first:
+            before = {s.id: s.output for s in self.samples}
+            return sum(before.get(i) != s.output for i, s in sink.new.items())
+        self._samples = merge_samples(self.unit.prepared.examples, done, sink.new)
+        write_jsonl_atomic(self.folder.samples, [s.to_line() for s in self._samples])
+        self.folder.partial.unlink(missing_ok=True)
+        self.per_example = sink.one_at_a_time
+        return None
 
     def finish(self, shared: SharedEngine) -> RunResult | None:
         """The recipe's result once every repeat is measured (written to results.json); None while some are not."""
@@ -275,23 +269,19 @@ def run_rounds(
     runs = [UnitRun(u, job.options, job.restarts, turns, len(job.units)) for u in job.units]
     rounds = job.rounds or tuple(range(1, max(u.wanted for u in runs) + 1))
     todo = lambda u: [i for i in rounds if i <= u.wanted and not u.has(i)]
+    step = lambda u, i: (before(u.unit), u.generate(i, shared, progress_file))
     for u in runs:
         for _ in range(u.r.warmup if todo(u) else 0):
             if u.result is None:
-                before(u.unit)
-                u.generate(0, shared, progress_file)
+                step(u, 0)
     for i in rounds:
         for u in runs if i % 2 else runs[::-1]:  # A B, B A, A B: a drift over the job hits each recipe alike
             if u.result is None and i in todo(u):
-                before(u.unit)
-                u.generate(i, shared, progress_file)
+                step(u, i)
     for u in runs:  # measured before but never reported (the call ended first): the last repeat measured again
         if u.result is None and u.last is None and u.complete and max(rounds) >= u.wanted:
-            for _ in range(u.r.warmup):
-                before(u.unit)
-                u.generate(0, shared, progress_file)
-            before(u.unit)
-            u.generate(u.wanted, shared, progress_file)
+            for i in [0] * u.r.warmup + [u.wanted]:
+                step(u, i)
     return [u.result for u in runs if u.result is not None]
 
 
