@@ -14,6 +14,9 @@ from runner.results import Noise
 
 
 class Tracker:
+    """A context manager around its window (`start()`, `stop()`); `part()`, after every tracker has stopped, gives
+    its fields of the repeat, or of the timings where `into` says so."""
+
     into = "repeat"
 
     def __enter__(self) -> Tracker:
