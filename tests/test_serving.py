@@ -28,13 +28,12 @@ from pydantic import ValidationError
 from runner.base.procs import session_members
 from runner.base.types import Sampling
 from runner.cli import cli
-from runner.engines.fake import DEFAULT_REPLY
-from runner.engines.vllm import VLLMSpec
-from runner.recipe import LoadSpec, Recipe
+from runner.engines.fake import DEFAULT_REPLY, served_reply
+from runner.recipe import LoadSpec
 from runner.results import RunResult
 from runner.serve.fake_server import reply_words
 from runner.serve.run import RateRun, Record, arrival_offsets, peak_concurrency, rate_point, request_body, saturation
-from runner.serve.server import Server, ServerError, cli_args, command, counters, evidence, free_port, served_reply
+from runner.serve.server import Server, ServerError, counters, free_port
 from tests.cli_output import user_error
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -219,32 +218,6 @@ def test_fake_server_reply_and_request_body():
     assert (hot["top_p"], hot["top_k"], hot["ignore_eos"], hot["seed"], "stop" in hot) == (0.5, 5, True, 3, False)
 
 
-def test_vllm_server_command_from_the_recipes_engine_settings():
-    d = recipe("v", enable_prefix_caching=False)
-    args = {"max_num_seqs": 8, "compilation_config": {"level": 0}}
-    d["engine"] = {
-        "kind": "vllm",
-        "enable_prefix_caching": False,
-        "enforce_eager": True,
-        "swap_space": 4,
-        "engine_args": args,
-    }
-    d["model"] = {"id": "Qwen/Q", "load_format": "dummy"}
-    cmd, env = command(Recipe.model_validate(d), "127.0.0.1", 8001)
-    assert cmd[:5] == [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", "Qwen/Q"]
-    assert cmd[5:9] == ["--host", "127.0.0.1", "--port", "8001"] and env["VLLM_SERVER_DEV_MODE"] == "1"
-    flags = cmd[9:]
-    assert "--no-enable-prefix-caching" in flags and "--enforce-eager" in flags and "--load-format=dummy" in flags
-    assert "--max-num-seqs=8" in flags and '--compilation-config={"level": 0}' in flags
-    assert not any("swap" in f for f in flags)  # vLLM 0.26's server has no such flag
-    assert cli_args({"disable_log_stats": False, "x": [], "hf_token": True, "y": [1, 2]}) == [
-        "--hf-token",
-        "--y",
-        "1",
-        "2",
-    ]
-
-
 def test_counters_sum_label_sets_of_totals_only():
     text = textwrap.dedent("""\
         # TYPE vllm:prefix_cache_queries counter
@@ -257,43 +230,6 @@ def test_counters_sum_label_sets_of_totals_only():
         vllm:num_requests_running{engine="0"} 2.0
         """)
     assert counters(text) == {"vllm:prefix_cache_queries_total": 1200.0, "vllm:prompt_tokens_total": 1500.0}
-
-
-VLLM_LOG = (
-    "(EngineCore_DP0 pid=9) INFO [core.py:93] Initializing a V1 LLM engine (v0.26.0) with config: model='m', "
-    "tokenizer='m', dtype=torch.bfloat16, max_seq_len=32768, load_format=dummy, tensor_parallel_size=1, "
-    "quantization=None, enforce_eager=True, kv_cache_dtype=auto, device_config=cuda, seed=0, served_model_name=m, "
-    'enable_prefix_caching=False, chunked_prefill_enabled=True, compilation_config={"level": 0}\n'
-    "(EngineCore_DP0 pid=9) INFO Model loading took 14.25 GiB memory and 3.1 seconds\n"
-    "(EngineCore_DP0 pid=9) INFO GPU KV cache size: 1,234,567 tokens\n"
-)
-WORKER = (
-    "(EngineCore pid=2032) INFO 12-03 03:36:58 [gpu_worker.py:857] Free memory on device (139.29/139.8 GiB) "
-    "on startup. Desired GPU memory utilization is ({}, 125.82 GiB). Actual usage is 14.29 GiB for weight\n"
-)
-
-
-def test_vllm_evidence_from_the_server_log_and_counters():
-    d = recipe("v")
-    d["engine"], d["model"] = (
-        {"kind": "vllm", "enable_prefix_caching": True, "enforce_eager": True},
-        {"id": "m", "load_format": "dummy"},
-    )
-    r = Recipe.model_validate(d)
-    grown = {"vllm:prefix_cache_hits_total": 0.0, "vllm:prefix_cache_queries_total": 1000.0}
-    info = evidence(r, VLLM_LOG, grown, "0.26.0")
-    knobs = {k.name: k for k in info.knobs}
-    assert knobs["enable_prefix_caching"].status == "ignored" and knobs["enable_prefix_caching"].effective is False
-    assert knobs["enforce_eager"].status == "applied" and knobs["load_format"].status == "applied"
-    assert knobs["gpu_memory_utilization"].status == "unverified"  # no worker memory line in this log
-    assert (info.weights_gib, info.kv_cache_tokens, info.version) == (14.25, 1234567, "0.26.0")
-    assert "not verified" in evidence(r, "", {}, "").notes[0]
-    for asked, logged, status in ((0.9, 0.9, "applied"), (0.9, 0.5, "ignored")):
-        r = r.model_copy(update={"engine": VLLMSpec(kind="vllm", gpu_memory_utilization=asked)})
-        knob = {k.name: k for k in evidence(r, VLLM_LOG + WORKER.format(logged), {}, "").knobs}[
-            "gpu_memory_utilization"
-        ]
-        assert (knob.status, knob.effective) == (status, logged)
 
 
 # --- the server process ---------------------------------------------------------------------------------

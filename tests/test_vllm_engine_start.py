@@ -10,9 +10,9 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
+import runner.engines.vllm.engine as vllm_engine
 from runner.base.errors import RunnerError
 from runner.base.types import ModelSpec
-from runner.engines import vllm as vllm_engine
 from runner.engines.vllm import VLLMEngine, VLLMSpec
 
 LOG = (

@@ -213,3 +213,13 @@ class EngineSpecBase(StrictModel):
     def crash_evidence(cls, log_text: str) -> EngineInfo:
         """What the engine's log shows it had done, read when a run ended before it could report."""
         return EngineInfo()
+
+    def server_command(self, model: ModelSpec, host: str, port: int) -> tuple[list[str], dict[str, str]]:
+        """With `serves`: the command line and environment that start this engine as an OpenAI-compatible server on
+        host:port (the serving wing runs it)."""
+        raise NotImplementedError
+
+    def served_evidence(self, model: ModelSpec, log: str, grown: dict[str, float], version: str) -> EngineInfo:
+        """With `serves`: what its server shows took effect (knob verdicts; weights and KV cache where known), from
+        the server's log and its counters' growth over the measured requests (`grown`)."""
+        raise NotImplementedError

@@ -2,18 +2,23 @@
 over the example (`reply: "{{ answers[0] }}"` answers correctly, the default a fixed string), compiled and rendered in
 the prompts' bounded sandbox. Token counts come from the recipe's tokenizer when `model.tokenizer` names one (or the
 model is a builtin), otherwise from whitespace-separated words. It never stands in for a test of a real engine: reports
-label it as fake and its scores are marked not meaningful. Its server mode (`load:` recipes) is in the serving wing
-(runner/serve/fake_server.py)."""
+label it as fake and its scores are marked not meaningful. Its server (`load:` recipes) is the serving wing's
+runner/serve/fake_server.py; the command that starts it and the verdicts read from its log are here."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import random
+import sys
 import time
 import zlib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
+import jinja2.meta
 from pydantic import Field, field_validator
 
 from runner.base.errors import TemplateError
@@ -25,6 +30,7 @@ if TYPE_CHECKING:
     from runner.base.types import Advance, Example, Messages, ModelSpec, Request, Sampling, Sink
 
 DEFAULT_REPLY = "fake reply"
+SETTINGS_MARK = "fake server settings: "  # the fake server's line in engine.log with the settings it runs with
 
 
 class FakeSpec(EngineSpecBase):
@@ -78,6 +84,25 @@ class FakeSpec(EngineSpecBase):
     def build(self, model: ModelSpec, chat: bool | None) -> FakeEngine:
         return FakeEngine(self, model, chat)
 
+    def server_command(self, model: ModelSpec, host: str, port: int) -> tuple[list[str], dict[str, str]]:
+        fail = ["--fail-start"] if self.serve_fail else []
+        cmd = [sys.executable, "-m", "runner.serve.fake_server", "--host", host, "--port", str(port), *fail]
+        cmd += ["--reply", served_reply(self.reply), "--delay-s", repr(self.delay_s)]
+        root = str(Path(__file__).resolve().parents[2])  # so `-m runner.serve.fake_server` imports
+        return cmd, {"PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+
+    def served_evidence(self, model: ModelSpec, log: str, grown: dict[str, float], version: str) -> EngineInfo:
+        lines = [x[len(SETTINGS_MARK) :] for x in log.splitlines() if x.startswith(SETTINGS_MARK)]
+        got, fixed = json.loads(lines[-1]) if lines else {}, _variables(self.reply)
+        why = "; the server sees token ids, not the example, so a reply template with variables is sent as a fixed text"
+        ok = [got.get("reply") == served_reply(self.reply) and not fixed, got.get("delay_s") == self.delay_s]
+        info = EngineInfo(self.kind, version, notes=["fake server: replies are a fixed text, no model ran"])
+        for k, good, note in zip(("reply", "delay_s"), ok, (why if fixed else "", "")):
+            status, ev = "applied" if good else "ignored", f"the fake server's settings line in engine.log{note}"
+            knob = dict(name=k, requested=getattr(self, k), effective=got.get(k), evidence=ev)
+            info.knobs.append(Knob(**knob, status=status))
+        return info
+
 
 def reply_template(text: str) -> CompiledTemplate:
     """The reply compiled in the bounded sandbox (a template that would compute or loop without bound is
@@ -86,6 +111,16 @@ def reply_template(text: str) -> CompiledTemplate:
         return compile_text(text, "reply", "", "engine.reply")
     except TemplateError as e:
         raise ValueError(f"reply is not a usable Jinja template: {e.message}") from None
+
+
+def _variables(reply: str) -> bool:
+    return bool(jinja2.meta.find_undeclared_variables(reply_template(reply).template.environment.parse(reply)))
+
+
+def served_reply(reply: str) -> str:
+    """What the fake server sends: the reply rendered when it is a template without variables, else
+    DEFAULT_REPLY (the server gets token ids, not the example the template would need)."""
+    return DEFAULT_REPLY if _variables(reply) else reply_template(reply).render("", "engine.reply")
 
 
 def jitter_factor(jitter: float, rng: random.Random) -> float:

@@ -21,8 +21,8 @@ from typing import Any
 
 from aiohttp import web
 
+from runner.engines.fake import SETTINGS_MARK
 from runner.engines.hf import truncate_at_stop
-from runner.serve.server import SETTINGS_MARK
 
 
 def reply_words(reply: str, body: dict[str, Any]) -> tuple[list[str], str]:

@@ -42,7 +42,7 @@ from runner.folder import RunFolder
 from runner.results import LatencyMs, Prefix, RatePoint, RunResult, Sample, ServingResult, Timings, Tokens
 from runner.run.job import RunOptions, Unit
 from runner.run.result import Measured, make_sample, mean_scores, now, run_result
-from runner.serve.server import Server, ServerError, command, evidence, free_port
+from runner.serve.server import Server, ServerError, command, free_port
 
 CLIENT = Path("benchmarks", "lib", "endpoint_request_func.py")  # in the vllm package
 
@@ -335,7 +335,7 @@ def _serve(unit: Unit, opts: RunOptions, folder: RunFolder, started: str, t_star
         sw.notes.append(f"GPU memory not fully released after the server stopped: {used}")
     with open(folder.engine_log, "rb") as f:
         f.seek(log_start)
-        info = evidence(r, f.read().decode("utf-8", "replace"), sw.grown, version)
+        info = r.engine.served_evidence(r.model, f.read().decode("utf-8", "replace"), sw.grown, version)
     info.device, info.load_s, info.extra = device_facts().get("gpu", ""), server.startup_s or 0.0, {"env": env}
     timings = Timings(load_s=server.startup_s, total_s=time.perf_counter() - t_start)
     m = Measured(timings, sampler.peak, sampler.start_gib, False, started)

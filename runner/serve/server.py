@@ -1,11 +1,9 @@
-"""A recipe's engine as an OpenAI-compatible server: its command line, its process, what it shows took effect.
-Facts from vLLM 0.26.0's source: `python -m vllm.entrypoints.cli.main serve MODEL` takes the EngineArgs fields as
-`--kebab-case` flags (a bool as `--x`/`--no-x`, except the plain `store_true` flags in `_BARE_FLAGS`; lists
-`nargs="+"`; mappings as JSON); `GET /health` answers 200 once the engine is up; `POST /reset_prefix_cache` answers
-`{"success": bool}` (false while running requests hold blocks) and is mounted only with `VLLM_SERVER_DEV_MODE=1`;
-`GET /metrics` is Prometheus text, counters with a `_total` suffix. The server runs in a session of its own under a
-watcher (`_WATCH`) that ends the whole session when the runner that started it dies, even by SIGKILL; on every other
-path `Server` ends it on leaving."""
+"""A recipe's engine as an OpenAI-compatible server: its process and its counters; the engine's spec says how it
+starts and what its log shows took effect (`server_command`, `served_evidence`). Facts from vLLM 0.26.0's source:
+`GET /health` answers 200 once the engine is up; `POST /reset_prefix_cache` answers `{"success": bool}` (false while
+running requests hold blocks) and is mounted only with `VLLM_SERVER_DEV_MODE=1`; `GET /metrics` is Prometheus text,
+counters with a `_total` suffix. The server runs in a session of its own under a watcher (`_WATCH`) that ends the
+whole session when the runner that started it dies, even by SIGKILL; on every other path `Server` ends it on leaving."""
 
 from __future__ import annotations
 
@@ -19,22 +17,11 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
-import jinja2.meta
-
-import runner.engines.gguf as gguf  # the module, not the package: tests patch its functions
 from runner.base.errors import RunnerError
 from runner.base.procs import cmdline, kill_group, session_members, stop_group
-from runner.base.types import EngineInfo, Knob
-from runner.engines.fake import DEFAULT_REPLY, FakeSpec, reply_template
-from runner.engines.vllm import VLLMSpec, parse_engine_log, served_facts, vllm_knobs
 from runner.recipe import Recipe
 
-DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
-_BARE_FLAGS = {"disable_log_stats", "data_parallel_multi_port_external_lb", "aggregate_engine_logging", "headless"}
-_BARE_FLAGS |= {"grpc", "hf_token"}
-SETTINGS_MARK = "fake server settings: "
 # the server's first process: starts the server in this session, ends the session once the runner is gone
 _WATCH = """import os, signal, subprocess, sys, time
 parent, p = int(sys.argv[1]), subprocess.Popen(sys.argv[2:])
@@ -49,51 +36,11 @@ class ServerError(RunnerError):
     """The server did not start, crashed, or refused a control call."""
 
 
-def cli_args(kwargs: dict[str, Any]) -> list[str]:
-    """EngineArgs-style kwargs -> vLLM CLI flags (`model` is the positional argument; None values left out)."""
-    out: list[str] = []
-    for k, v in kwargs.items():
-        flag = "--" + k.replace("_", "-")
-        if k == "model" or v is None or (isinstance(v, (list, tuple)) and not v):
-            continue
-        if isinstance(v, bool) and k in _BARE_FLAGS:
-            out += [flag] if v else []
-        elif isinstance(v, bool):
-            out.append(flag if v else "--no-" + flag[2:])
-        elif isinstance(v, (list, tuple)):
-            out += [flag, *(str(x) for x in v)]
-        else:
-            out.append(f"{flag}={json.dumps(v) if isinstance(v, dict) else v}")  # `=`: a value may start with `-`
-    return out
-
-
-def _variables(reply: str) -> bool:
-    return bool(jinja2.meta.find_undeclared_variables(reply_template(reply).template.environment.parse(reply)))
-
-
-def served_reply(reply: str) -> str:
-    """What the fake server sends: the reply rendered when it is a template without variables, else
-    DEFAULT_REPLY (the server gets token ids, not the example the template would need)."""
-    return DEFAULT_REPLY if _variables(reply) else reply_template(reply).render("", "engine.reply")
-
-
 def command(r: Recipe, host: str, port: int) -> tuple[list[str], dict[str, str]]:
     """The command line and environment that start the recipe's engine as a server."""
-    e = r.engine
-    if isinstance(e, VLLMSpec):
-        model, converted = gguf.vllm_model(r.model)  # a GGUF file is served from its safetensors copy
-        kwargs = {k: v for k, v in e.llm_kwargs(model).items() if k != "swap_space"}  # no such flag in 0.26
-        if converted:
-            kwargs["served_model_name"] = r.model.id  # the name the load generator asks for
-        cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(kwargs["model"])]
-        return [*cmd, "--host", host, "--port", str(port), *cli_args(kwargs)], {**e.engine_env(), **DEV_MODE_ENV}
-    if isinstance(e, FakeSpec):
-        fail = ["--fail-start"] if e.serve_fail else []
-        cmd = [sys.executable, "-m", "runner.serve.fake_server", "--host", host, "--port", str(port), *fail]
-        cmd += ["--reply", served_reply(e.reply), "--delay-s", repr(e.delay_s)]
-        root = str(Path(__file__).resolve().parents[2])  # so `-m runner.serve.fake_server` imports
-        return cmd, {"PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    raise ServerError(f"engine kind {e.kind!r} has no server mode", field="load")
+    if not r.engine.serves:
+        raise ServerError(f"engine kind {r.engine.kind!r} has no server mode", field="load")
+    return r.engine.server_command(r.model, host, port)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -243,28 +190,3 @@ class Server:
             return counters(body.decode("utf-8", "replace")) if status == 200 else {}
         except (OSError, ValueError):
             return {}
-
-
-def evidence(r: Recipe, log: str, grown: dict[str, float], version: str) -> EngineInfo:
-    """What the server shows took effect: knob verdicts as offline, from its log and counters (`grown`: over the
-    measured requests), with the weights and KV cache its log reports."""
-    e, parsed = r.engine, parse_engine_log(log)
-    kv = int(parsed["kv_cache_tokens"]) if parsed.get("kv_cache_tokens") else None
-    info = EngineInfo(name=e.kind, version=version, weights_gib=parsed.get("weights_gib"), kv_cache_tokens=kv)
-    if isinstance(e, FakeSpec):
-        lines = [x[len(SETTINGS_MARK) :] for x in log.splitlines() if x.startswith(SETTINGS_MARK)]
-        got, fixed, ev = json.loads(lines[-1]) if lines else {}, _variables(e.reply), "the fake server's settings line"
-        why = "; the server sees token ids, not the example, so a reply template with variables is sent as a fixed text"
-        ok = [got.get("reply") == served_reply(e.reply) and not fixed, got.get("delay_s") == e.delay_s]
-        for k, good, note in zip(("reply", "delay_s"), ok, (why if fixed else "", "")):
-            knob = dict(name=k, requested=getattr(e, k), effective=got.get(k), evidence=f"{ev} in engine.log{note}")
-            info.knobs.append(Knob(**knob, status="applied" if good else "ignored"))
-        info.notes = ["fake server: replies are a fixed text, no model ran"]
-        return info
-    facts = served_facts(e, r.model, log, version)
-    if facts is None:
-        info.notes = ["the server's log has no engine config line: knobs not verified"]
-        return info
-    hits, queries = (int(grown.get(f"vllm:prefix_cache_{n}_total") or 0) for n in ("hits", "queries"))
-    info.knobs = vllm_knobs(e, r.model.load_format, facts, hits, queries)
-    return info

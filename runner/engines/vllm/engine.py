@@ -1,0 +1,257 @@
+"""`VLLMEngine`: `vllm.LLM` built from a `VLLMSpec` in the recipe's own process (vllm and torch are imported only
+there), the facts read back from its configs and its part of engine.log, the streaming generation loop, vLLM's
+counters over each call, the optional warm-up batch."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import runner.engines.gguf as gguf  # the module, not the package: tests patch its functions
+from runner.base.errors import RunnerError
+from runner.base.nvml import device_facts
+from runner.base.types import EngineInfo, Generation
+from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
+from runner.engines.vllm.facts import (
+    VLLMFacts,
+    compile_cache_dir,
+    effective_engine_args,
+    parse_engine_log,
+    start_parts,
+    unquantized_gib,
+    vllm_knobs,
+)
+
+if TYPE_CHECKING:
+    from runner.base.types import Advance, Messages, ModelSpec, Request, Sampling, Sink
+
+
+def warmup_prompts(
+    max_num_seqs: int, max_num_batched_tokens: int, vocab_size: int, max_model_len: int
+) -> list[list[int]]:
+    """The warm-up batch: as many prompts as the engine runs at once, together as long as its largest
+    step (at least one token each; at most 2,048, and room for 2 output tokens within `max_model_len`),
+    of token ids below `vocab_size`, the first token different for each where the vocabulary allows."""
+    n = max(1, max_num_seqs)
+    length = max(1, min(max_num_batched_tokens // n, 2048, max_model_len - 2))
+    top = max(2, min(vocab_size, 100_000))
+    return [[(i * 7919 + j * 104_729 + 1) % top for j in range(length)] for i in range(n)]
+
+
+def sampling_params_kwargs(s: Sampling) -> dict[str, Any]:
+    kw = {"temperature": s.temperature, "top_p": s.top_p if s.temperature > 0 else 1.0}
+    kw |= {"top_k": s.top_k if s.temperature > 0 else 0, "max_tokens": s.max_tokens, "stop": list(s.stop) or None}
+    return kw | {"ignore_eos": s.ignore_eos, "seed": s.seed}
+
+
+def check_args(kwargs: dict[str, Any], accepted: set[str]) -> list[str]:
+    """Names in kwargs the installed vLLM does not accept (swap_space handled by the caller)."""
+    return sorted(k for k in kwargs if k not in accepted)
+
+
+_KEPT_METRICS = {f"vllm:{m}" for m in ("prefix_cache_queries", "prefix_cache_hits", "prompt_tokens")}
+_KEPT_METRICS |= {"vllm:generation_tokens", "vllm:num_preemptions"}
+
+
+class VLLMEngine:
+    def __init__(self, spec: Any, model: ModelSpec, chat: bool | None):  # a VLLMSpec (spec.py imports this module)
+        for k, v in spec.engine_env().items():  # set before vllm is imported; the sampler switch only where unset
+            os.environ.setdefault(k, v) if k == "VLLM_USE_FLASHINFER_SAMPLER" else os.environ.__setitem__(k, v)
+        try:
+            import vllm
+        except ImportError as e:
+            fix = "install vllm on a GPU host or use `engine: kind: transformers`"
+            raise RunnerError(f"vLLM is not installed in this Python ({e}); {fix}", field="engine.kind") from None
+        import torch
+
+        self.spec, self.model_spec = spec, model
+        self.loaded, converted = gguf.vllm_model(model)  # a GGUF file: its safetensors copy, made once
+        self.kwargs, self.dropped = _accepted_kwargs(spec.llm_kwargs(self.loaded), vllm.__version__)
+        self.tokenizer = load_tokenizer(model)
+        self.chat = uses_chat_template(self.tokenizer, chat)
+        log_path = os.environ.get("RUNNER_ENGINE_LOG")
+        log_start = Path(log_path).stat().st_size if log_path and Path(log_path).exists() else 0
+        t0 = time.perf_counter()
+        self.llm = vllm.LLM(**self.kwargs)
+        log = _log_since(log_path, log_start)
+        self.facts, parsed = self._read_facts(vllm.__version__, log)
+        t_warm = time.perf_counter()
+        warm = warm_up(self.llm) if spec.warmup else None
+        warm_s = time.perf_counter() - t_warm if warm else None
+        f, load_s = self.facts, time.perf_counter() - t0
+        gpu = device_facts().get("gpu", "")  # NVML: no CUDA context in this process
+        self.info = EngineInfo("vllm", vllm.__version__, gpu, load_s, f.weights_gib, f.kv_cache_tokens, f.quantization)
+        self.info.gpus = f.tensor_parallel_size or spec.tensor_parallel_size
+        self.info.extra |= {"torch": torch.__version__, "kv_cache_gib": parsed.get("kv_cache_gib")}
+        self.info.extra |= {"model_runner": f.model_runner, "env": spec.engine_env(), "block_size": self._block_size}
+        self.info.extra["start"] = start_parts(parsed, f.compile_cache_dir, load_s, warm_s)
+        if warm:
+            self.info.extra["warmup"] = warm
+        if converted:
+            self.info.extra["gguf"] = converted
+            self.info.notes.append(gguf.note(converted, "vllm"))
+
+    def _read_facts(self, version: str, log: str) -> tuple[VLLMFacts, dict[str, float]]:
+        parsed = parse_engine_log(log)
+        vc = self.llm.llm_engine.vllm_config
+        cc, mc = vc.cache_config, vc.model_config
+        self._block_size = getattr(cc, "block_size", None)
+        kv_tokens = (
+            getattr(cc, "kv_cache_size_tokens", None)
+            or (cc.num_gpu_blocks * cc.block_size if cc.num_gpu_blocks else None)
+            or parsed.get("kv_cache_tokens")
+        )
+        spec, model = self.spec, self.model_spec
+        # the full-size reference only matters for knobs that shrink the weights on the GPU
+        shrinks = spec.quantization or mc.quantization or spec.cpu_offload_gb > 0
+        full = unquantized_gib(self.loaded.id, model.trust_remote_code) if shrinks else None
+        lf = getattr(vc.load_config, "load_format", "")
+        env_runner = "V1" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "0" else "unknown"  # unless the log says V2
+        facts = VLLMFacts(
+            quantization=mc.quantization,
+            prefix_caching=bool(cc.enable_prefix_caching),
+            gpu_memory_utilization=cc.gpu_memory_utilization,
+            enforce_eager=bool(mc.enforce_eager),
+            max_model_len=mc.max_model_len,
+            tensor_parallel_size=vc.parallel_config.tensor_parallel_size,
+            cache_dtype=str(cc.cache_dtype),
+            load_format=str(getattr(lf, "value", lf)).lower(),
+            weights_gib=parsed.get("weights_gib"),
+            unquantized_gib=full,
+            model_runner="V2" if parsed.get("v2_runner") else env_runner,
+            kv_cache_tokens=int(kv_tokens) if kv_tokens else None,
+            version=version,
+            swap_space=getattr(cc, "swap_space", None),
+            dropped=dict(self.dropped),
+            engine_args=effective_engine_args(vc, spec.engine_args),
+            compile_cache_dir=compile_cache_dir(log),
+        )
+        return facts, parsed
+
+    def encode(self, messages: Sequence[Messages]) -> tuple[list[str], list[list[int]]]:
+        return encode_prompts(self.tokenizer, list(messages), self.chat)
+
+    def generate(
+        self, requests: Sequence[Request], sampling: Sampling, progress: Advance | None = None, sink: Sink | None = None
+    ) -> list[Generation]:
+        """All requests go to the engine at once (as `LLM.generate` does); finished outputs are
+        handed to `sink` step by step, so an interrupted run keeps every sample it finished."""
+        from vllm import SamplingParams
+
+        sp = SamplingParams(**sampling_params_kwargs(sampling))
+        before = self._read_metrics()
+        t0 = time.perf_counter()
+        ids = self.llm.enqueue([{"prompt_token_ids": r.ids} for r in requests], sp, use_tqdm=False)
+        self.info.extra["enqueue_s"] = round(time.perf_counter() - t0, 3)  # handing the requests over
+        # enqueue() returns vLLM's internal ids ("<n>-<8 random chars>"); outputs carry the external "<n>"
+        index = {key: i for i, rid in enumerate(ids) for key in (rid, rid.split("-", 1)[0])}
+        gens: list[Generation | None] = [None] * len(requests)
+        engine = self.llm.llm_engine
+        while engine.has_unfinished_requests():  # each step's finished requests handed on
+            done = [(index[o.request_id], o) for o in engine.step() if o.finished]
+            done = [(i, _generation(o, len(requests[i].ids))) for i, o in done]
+            if not done:
+                continue
+            for i, g in done:
+                gens[i] = g
+            if sink:
+                sink(done)
+            if progress:
+                progress(len(done))
+        if missing := [i for i, g in enumerate(gens) if g is None]:
+            raise RuntimeError(f"vLLM finished without outputs for {len(missing)} requests (first: {missing[0]})")
+        out: list[Generation] = gens  # type: ignore[assignment]
+        # the counters' growth over this call, not the warm-up's nor an earlier cell's ({} where a reading failed)
+        after = None if before is None else self._read_metrics()
+        self.info.extra["metrics"] = {} if before is None or after is None else counters_since(before, after)
+        cached, prompt = sum(g.cached_tokens or 0 for g in out), sum(g.prompt_tokens for g in out)
+        self.info.knobs = vllm_knobs(self.spec, self.model_spec.load_format, self.facts, cached, prompt)
+        return out
+
+    def reset_prefix_cache(self) -> bool:
+        return bool(self.llm.reset_prefix_cache())
+
+    def _read_metrics(self) -> dict[str, float] | None:
+        """vLLM's counters kept for the report, summed over their labels (None where unavailable)."""
+        metrics: dict[str, float] = {}
+        try:
+            for mt in self.llm.get_metrics():
+                if hasattr(mt, "value") and mt.name in _KEPT_METRICS:
+                    metrics[mt.name] = metrics.get(mt.name, 0) + mt.value
+        except Exception as e:  # metrics are evidence, not the result: record and go on
+            note = f"vLLM metrics unavailable: {e}"
+            if note not in self.info.notes:
+                self.info.notes.append(note)
+            return None
+        return metrics
+
+    def close(self) -> None:
+        if getattr(self, "llm", None) is None:
+            return
+        with contextlib.suppress(Exception):  # best effort: the isolating parent kills the process group anyway
+            core = self.llm.llm_engine.engine_core
+            try:
+                core.shutdown(timeout=10)
+            except TypeError:
+                core.shutdown()
+        del self.llm
+        gc.collect()
+
+
+def _accepted_kwargs(kwargs: dict[str, Any], version: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`vllm.LLM` kwargs the installed vLLM accepts, and those dropped (`swap_space` where it has no such
+    argument: reported as ignored); any other argument it does not accept is an error."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    accepted = {f.name for f in fields(EngineArgs)}
+    dropped: dict[str, Any] = {}
+    if "swap_space" in kwargs and "swap_space" not in accepted:
+        dropped["swap_space"] = kwargs.pop("swap_space")
+    if bad := check_args(kwargs, accepted):
+        msg = f"vLLM {version} does not accept {', '.join(bad)}; it accepts: " + ", ".join(sorted(accepted))
+        raise RunnerError(msg, field="engine.engine_args")
+    return kwargs, dropped
+
+
+def _generation(o: Any, prompt_tokens: int) -> Generation:
+    c, m = o.outputs[0], o.metrics
+    ttft = getattr(m, "first_token_latency", None) if m is not None else None
+    e2e = None
+    if m is not None and ttft is not None and getattr(m, "last_token_ts", None) and m.first_token_ts:
+        e2e = ttft + (m.last_token_ts - m.first_token_ts)
+    return Generation(c.text, prompt_tokens, len(c.token_ids), o.num_cached_tokens, ttft, e2e)
+
+
+def _log_since(log_path: str | None, start: int) -> str:
+    if not log_path or not Path(log_path).exists():
+        return ""
+    with open(log_path, "rb") as f:
+        f.seek(start)
+        return f.read().decode("utf-8", "replace")
+
+
+def warm_up(llm: Any) -> str:
+    """`engine.warmup`: one synthetic batch at a `vllm.LLM`'s limits (`warmup_prompts`), 2 output tokens each,
+    then its prefix cache emptied (part of the engine start); what ran, for the report."""
+    from vllm import SamplingParams
+
+    sc, mc = llm.llm_engine.vllm_config.scheduler_config, llm.llm_engine.vllm_config.model_config
+    prompts = warmup_prompts(sc.max_num_seqs, sc.max_num_batched_tokens, mc.get_vocab_size(), mc.max_model_len)
+    t0 = time.perf_counter()
+    sp = SamplingParams(max_tokens=2, ignore_eos=True, temperature=0.0)
+    llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
+    emptied = llm.reset_prefix_cache()
+    took_s = time.perf_counter() - t0
+    ran = f"{len(prompts):,} prompts of {len(prompts[0]):,} tokens, 2 output tokens each, {took_s:.1f} s"
+    return ran + " (part of the engine start)" + ("" if emptied else "; vLLM did not empty the prefix cache after it")
+
+
+def counters_since(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Each counter's growth (a counter absent before counts from 0)."""
+    return {k: v - before.get(k, 0) for k, v in after.items()}

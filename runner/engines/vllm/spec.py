@@ -1,0 +1,187 @@
+"""The recipe's `engine: kind: vllm` section (`VLLMSpec`): its fields and checks, and its mappings, all pure (no vLLM
+needed): onto `vllm.LLM(**kwargs)`, the engine process's environment, and the `vllm serve` command line of a `load:`
+recipe. Facts from vLLM 0.26.0's source: `python -m vllm.entrypoints.cli.main serve MODEL` takes the EngineArgs fields
+as `--kebab-case` flags (a bool as `--x`/`--no-x`, except the plain `store_true` flags in `_BARE_FLAGS`; lists
+`nargs="+"`; mappings as JSON); `POST /reset_prefix_cache` is mounted only with `VLLM_SERVER_DEV_MODE=1`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import Field, PositiveInt, field_validator
+
+import runner.engines.gguf as gguf  # the module, not the package: tests patch its functions
+from runner.base.errors import RunnerError
+from runner.base.types import MAX_SEED, MAX_TOKENS, EngineInfo, EngineSpecBase
+from runner.engines.vllm.engine import VLLMEngine
+from runner.engines.vllm.facts import crash_evidence, parse_engine_log, served_facts, vllm_knobs
+
+if TYPE_CHECKING:
+    from runner.base.types import ModelSpec
+
+_LLM_FIELDS = {"quantization", "cpu_offload_gb", "gpu_memory_utilization", "enforce_eager", "max_model_len"}
+_LLM_FIELDS |= {"tensor_parallel_size", "kv_cache_dtype"}  # passed as they are
+_LLM_OPTIONAL = {"enable_prefix_caching", "swap_space", "seed"}  # passed only when set
+_GIB = dict(ge=0, le=100_000, allow_inf_nan=False)  # an amount of memory in GiB
+
+
+class VLLMSpec(EngineSpecBase):
+    """vLLM offline inference (`vllm.LLM`)."""
+
+    library: ClassVar[str | None] = "vllm"
+    packages: ClassVar[tuple[str, ...]] = ("vllm", "torch", "transformers")
+    prefix_cache_field: ClassVar[str | None] = "enable_prefix_caching"
+    kv_pool: ClassVar[bool] = True
+    prefix_cache_default: ClassVar[bool] = True
+    label: ClassVar[str] = "vLLM"
+    serves: ClassVar[bool] = True
+
+    kind: Literal["vllm"] = Field(description="Engine selector.")
+    quantization: str | None = Field(
+        None,
+        description="vLLM quantization method (`awq`, `gptq`, `fp8`, "
+        "`bitsandbytes`, ...); default: what the checkpoint's config says.",
+    )
+    enable_prefix_caching: bool | None = Field(None, description="Automatic prefix caching; default: vLLM's (on).")
+    cpu_offload_gb: float = Field(0, **_GIB, description="GiB of weights to keep in CPU memory (UVA offload).")
+    swap_space: float | None = Field(
+        None,
+        **_GIB,
+        description="CPU swap space per GPU in GiB (V0 engines only: reported as ignored "
+        "where the installed vLLM has no such argument).",
+    )
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0, le=1, allow_inf_nan=False, description="Share of GPU memory vLLM may use, in (0, 1]."
+    )
+    enforce_eager: bool = Field(False, description="Skip CUDA graphs and torch.compile (faster start, slower decode).")
+    max_model_len: PositiveInt | None = Field(
+        None, le=MAX_TOKENS, description="Context length limit; default: the model's."
+    )
+    tensor_parallel_size: PositiveInt = Field(1, le=1024, description="GPUs to shard the model over.")
+    kv_cache_dtype: str = Field("auto", description="KV-cache dtype (`auto`, `fp8`, ...).")
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="Engine seed.")
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Any other `vllm.EngineArgs` field, passed through; checked against the installed vLLM before "
+        "start, and each key (nested ones such as `compilation_config.cudagraph_capture_sizes` too) read back from "
+        "the engine's config after it starts: the report's knob table says applied, ignored or unverified.",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description='Environment variables for the engine process (e.g. `VLLM_USE_V2_MODEL_RUNNER: "0"`).',
+    )
+    compile_cache: str | None = Field(
+        None,
+        description="A folder for vLLM's compile cache (VLLM_CACHE_ROOT, and TORCHINDUCTOR_CACHE_DIR below it; "
+        "relative to the recipe file): a later start of the same configuration, in another call or on another host "
+        "given the folder, loads the compiled graphs instead of compiling (a warm start; CUDA graphs are still "
+        "captured). Default: vLLM's own (~/.cache/vllm).",
+    )
+    warmup: bool = Field(
+        False,
+        description="At engine start, run one synthetic batch: as many prompts as the engine runs at once "
+        "(`max_num_seqs`), together about as long as its largest step (`max_num_batched_tokens`; at most 2,048 "
+        "tokens each), 2 output tokens each; the prefix cache is emptied after it. The first measured steps "
+        "then find the GPU memory allocator's cache and kernel choices warm. Offline runs only (a serving "
+        "run has `load.warmup_requests`).",
+    )
+
+    @field_validator("engine_args")
+    @classmethod
+    def _step_holds_the_sequences(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """vLLM refuses to start when a step's tokens cannot hold one token of each sequence (its SchedulerConfig
+        check); found here instead of after the engine process started."""
+        seqs, tokens = v.get("max_num_seqs"), v.get("max_num_batched_tokens")
+        if isinstance(seqs, int) and isinstance(tokens, int) and tokens < seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({tokens}) is below max_num_seqs ({seqs}); vLLM refuses to start: raise "
+                "max_num_batched_tokens or lower max_num_seqs"
+            )
+        return v
+
+    def build(self, model: ModelSpec, chat: bool | None) -> VLLMEngine:
+        return VLLMEngine(self, model, chat)
+
+    @classmethod
+    def crash_evidence(cls, log_text: str) -> EngineInfo:
+        return crash_evidence(log_text)
+
+    def context_limit(self) -> int | None:
+        return self.max_model_len
+
+    def gpus_needed(self) -> int:
+        return self.tensor_parallel_size
+
+    def plan_settings(self, model: ModelSpec) -> dict[str, Any]:
+        args = self.engine_args
+        s = {"dtype": model.dtype, "quantization": self.quantization, "kv_cache_dtype": self.kv_cache_dtype}
+        s |= {"gpu_memory_utilization": self.gpu_memory_utilization, "max_model_len": self.max_model_len}
+        s |= {"block_size": int(args.get("block_size") or 16), "cpu_offload_gb": self.cpu_offload_gb}
+        s |= {"enable_prefix_caching": self.prefix_caching_requested(), "enforce_eager": self.enforce_eager}
+        s |= {"max_num_batched_tokens": args.get("max_num_batched_tokens"), "max_num_seqs": args.get("max_num_seqs")}
+        return s | {"device": "gpu"}
+
+    def llm_kwargs(self, model: ModelSpec) -> dict[str, Any]:
+        """The recipe mapped onto `vllm.LLM(**kwargs)` (pure: no vLLM needed)."""
+        kw: dict[str, Any] = {"model": model.id, "tokenizer": model.tokenizer_id, "disable_log_stats": False}
+        kw |= model.model_dump(include={"revision", "dtype", "load_format", "trust_remote_code"})
+        kw |= self.model_dump(include=_LLM_FIELDS)
+        kw |= {k: v for k, v in self.model_dump(include=_LLM_OPTIONAL).items() if v is not None}
+        if overlap := set(self.engine_args) & set(kw):
+            why = f"engine_args repeats {sorted(overlap)}; set them as engine fields instead"
+            raise RunnerError(why, field="engine.engine_args")
+        return kw | self.engine_args
+
+    def engine_env(self) -> dict[str, str]:
+        env = {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+        if self.cpu_offload_gb > 0:
+            # vLLM 0.26's default V2 model runner accepts cpu_offload_gb and ignores it; V1 offloads.
+            env["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+        if self.compile_cache:
+            env |= {"VLLM_CACHE_ROOT": self.compile_cache, "TORCHINDUCTOR_CACHE_DIR": f"{self.compile_cache}/inductor"}
+        return env | self.env
+
+    def server_command(self, model: ModelSpec, host: str, port: int) -> tuple[list[str], dict[str, str]]:
+        served, converted = gguf.vllm_model(model)  # a GGUF file is served from its safetensors copy
+        kwargs = {k: v for k, v in self.llm_kwargs(served).items() if k != "swap_space"}  # no such flag in 0.26
+        if converted:
+            kwargs["served_model_name"] = model.id  # the name the load generator asks for
+        cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(kwargs["model"])]
+        return [*cmd, "--host", host, "--port", str(port), *cli_args(kwargs)], {**self.engine_env(), **DEV_MODE_ENV}
+
+    def served_evidence(self, model: ModelSpec, log: str, grown: dict[str, float], version: str) -> EngineInfo:
+        parsed = parse_engine_log(log)
+        info = EngineInfo(self.kind, version, weights_gib=parsed.get("weights_gib"))
+        info.kv_cache_tokens = int(parsed["kv_cache_tokens"]) if parsed.get("kv_cache_tokens") else None
+        facts = served_facts(self, model, log, version)
+        if facts is None:
+            info.notes = ["the server's log has no engine config line: knobs not verified"]
+            return info
+        hits, queries = (int(grown.get(f"vllm:prefix_cache_{n}_total") or 0) for n in ("hits", "queries"))
+        info.knobs = vllm_knobs(self, model.load_format, facts, hits, queries)
+        return info
+
+
+DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+_BARE_FLAGS = {"disable_log_stats", "data_parallel_multi_port_external_lb", "aggregate_engine_logging", "headless"}
+_BARE_FLAGS |= {"grpc", "hf_token"}
+
+
+def cli_args(kwargs: dict[str, Any]) -> list[str]:
+    """EngineArgs-style kwargs -> vLLM CLI flags (`model` is the positional argument; None values left out)."""
+    out: list[str] = []
+    for k, v in kwargs.items():
+        flag = "--" + k.replace("_", "-")
+        if k == "model" or v is None or (isinstance(v, (list, tuple)) and not v):
+            continue
+        if isinstance(v, bool) and k in _BARE_FLAGS:
+            out += [flag] if v else []
+        elif isinstance(v, bool):
+            out.append(flag if v else "--no-" + flag[2:])
+        elif isinstance(v, (list, tuple)):
+            out += [flag, *(str(x) for x in v)]
+        else:
+            out.append(f"{flag}={json.dumps(v) if isinstance(v, dict) else v}")  # `=`: a value may start with `-`
+    return out
