@@ -93,15 +93,25 @@ class FakeSpec(EngineSpecBase):
 
     def served_evidence(self, model: ModelSpec, log: str, grown: dict[str, float], version: str) -> EngineInfo:
         lines = [x[len(SETTINGS_MARK) :] for x in log.splitlines() if x.startswith(SETTINGS_MARK)]
-        got, fixed = json.loads(lines[-1]) if lines else {}, _variables(self.reply)
+        got, ev = json.loads(lines[-1]) if lines else {}, "the fake server's settings line in engine.log"
         why = "; the server sees token ids, not the example, so a reply template with variables is sent as a fixed text"
-        ok = [got.get("reply") == served_reply(self.reply) and not fixed, got.get("delay_s") == self.delay_s]
-        info = EngineInfo(self.kind, version, notes=["fake server: replies are a fixed text, no model ran"])
-        for k, good, note in zip(("reply", "delay_s"), ok, (why if fixed else "", "")):
-            status, ev = "applied" if good else "ignored", f"the fake server's settings line in engine.log{note}"
-            knob = dict(name=k, requested=getattr(self, k), effective=got.get(k), evidence=ev)
-            info.knobs.append(Knob(**knob, status=status))
-        return info
+        sent = {
+            "reply": (served_reply(self.reply), why if _variables(self.reply) else ""),
+            "delay_s": (self.delay_s, ""),
+        }
+        knobs = [
+            Knob(
+                name=k,
+                requested=getattr(self, k),
+                effective=got.get(k),
+                status="applied" if got.get(k) == want and not note else "ignored",
+                evidence=ev + note,
+            )
+            for k, (want, note) in sent.items()
+        ]
+        return EngineInfo(
+            self.kind, version, knobs=knobs, notes=["fake server: replies are a fixed text, no model ran"]
+        )
 
 
 def reply_template(text: str) -> CompiledTemplate:
