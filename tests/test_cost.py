@@ -55,7 +55,7 @@ def test_the_compile_cache_folder_sets_vllms_cache_root_and_is_checked_in_its_lo
 
 
 def test_a_relative_compile_cache_is_the_recipe_files_folder(tmp_path, write_recipe, base_recipe):
-    from runner.study.load import load_recipe
+    from runner import load_recipe
 
     engine = {"kind": "vllm", "compile_cache": "cache/vllm"}
     lr = load_recipe(write_recipe({**base_recipe, "engine": engine}))

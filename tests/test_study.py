@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from runner import load_recipe, load_recipes
 from runner.base.errors import RecipeError
-from runner.study.load import load_recipe, load_recipes, load_study
+from runner.study.load import load_study
 
 PROJECT = Path(__file__).resolve().parents[1]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.cli.wings import report_sections, summary_sections
 from runner.report import markdown, summary
+from runner.wings import report_sections, summary_sections
 
 
 def report_markdown(r, samples, out: Path | None = None) -> str:

@@ -13,11 +13,11 @@ import runner.orchestrate as orchestrate
 from runner.base.errors import RunnerError
 from runner.cli.app import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard
 from runner.cli.loading import MP_HELP, SET_HELP, load_all
-from runner.cli.wings import call_wings
 from runner.orchestrate import Executor, Interrupted, new_call
 from runner.recipe import MAX_REPEAT, MAX_TIMEOUT_S, LoadedRecipe
 from runner.results import RunResult
 from runner.run.job import RunOptions
+from runner.wings import call_wings
 
 
 def echo(text: str, to_stderr: bool) -> None:
@@ -27,7 +27,7 @@ def echo(text: str, to_stderr: bool) -> None:
 def run_loaded(
     loaded: list[LoadedRecipe], opts: RunOptions, ex: Executor, force: bool = False, baseline: str | None = None
 ) -> list[RunResult]:
-    """Run loaded recipes as `runner go` does (`runner.orchestrate.run_loaded` with the wings of cli/wings.py), its
+    """Run loaded recipes as `runner go` does (`runner.orchestrate.run_loaded` with the wings of runner/wings.py), its
     progress on the terminal; Ctrl-C: the summary of what finished, then exit code 130. `runner tune` runs its
     stages through it."""
     try:

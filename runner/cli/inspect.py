@@ -10,9 +10,9 @@ import click
 from runner.base.errors import RunnerError
 from runner.cli.app import UserError, cli, guard
 from runner.cli.loading import MP_HELP, ONLY_HELP, SET_HELP, check_model_paths, expand_paths, load_all
-from runner.recipe import GateSpec, Recipe
+from runner.recipe import GateSpec
 from runner.results import RunResult
-from runner.study.load import add_study_keys
+from runner.wings import recipe_schema
 
 
 @cli.command()
@@ -177,10 +177,10 @@ GATE_HELP = (
 def report(out, baseline, gate_text, usd_per_gpu_hour):
     """Rebuild every report.md and summary.md (and each study's own summary) from stored results.json files (runs
     nothing)."""
-    from runner.cli.wings import report_sections, study_summaries, summary_sections
     from runner.folder import RunFolder, load_results
     from runner.report.markdown import priced, write_report
     from runner.report.summary import write_summary
+    from runner.wings import report_sections, study_summaries, summary_sections
 
     out_dir, skipped = Path(out), []
     results = [priced(r, usd_per_gpu_hour) for r in load_results(out_dir, skipped)]
@@ -259,19 +259,6 @@ def parse_gate(text: str, results: list) -> GateSpec:
 def schema(what):
     """Print the JSON Schema of recipe files or of results.json."""
     click.echo(json.dumps(recipe_schema() if what == "recipe" else results_schema(), indent=2, ensure_ascii=False))
-
-
-def recipe_schema() -> dict:
-    """Recipe files' JSON Schema, the study wing's keys and the tune wing's `tune:` block included
-    (schema/recipe.schema.json)."""
-    from runner.tune.spec import TuneSpec
-
-    out = add_study_keys(Recipe.model_json_schema(by_alias=False))
-    tune = TuneSpec.model_json_schema(ref_template="#/$defs/{model}")
-    out["$defs"] = {**out.get("$defs", {}), **tune.pop("$defs", {}), "TuneSpec": tune}
-    described = "`runner tune`: the settings to search, the objective, the gate and the budget (runner/tune/spec.py)."
-    out["properties"]["tune"] = {"$ref": "#/$defs/TuneSpec", "description": described}
-    return {**out, **DRAFT, "title": "runner recipe"}
 
 
 def results_schema() -> dict:

@@ -66,7 +66,8 @@ def load_all(
     """Every recipe (or study cell) of the named files, checked for unique, safe names (`none_ok`: --only may match
     none of these files' recipes) and for --model-path mappings that map nothing (`unused_ok`: the caller checks
     them over several calls, see `check_model_paths`)."""
-    from runner.study.load import load_recipes
+    from runner.config.loading import load_recipes
+    from runner.wings import studies
 
     mp = parse_model_paths(model_paths)
     patterns = [p.strip() for p in (only or "").split(",") if p.strip()]
@@ -74,9 +75,9 @@ def load_all(
     loaded: list[LoadedRecipe] = []
     files = expand_paths(paths)
     for p in files:  # with --only, the recipes it leaves out are not validated (nor checked against --set)
-        loaded += load_recipes(p, list(sets), model_paths=mp, keep=keep)
+        loaded += load_recipes(p, list(sets), model_paths=mp, keep=keep, studies=studies)
     if only is not None and not loaded and not none_ok:
-        every = [lr.recipe.name for p in files for lr in load_recipes(p, [], model_paths=mp)]
+        every = [lr.recipe.name for p in files for lr in load_recipes(p, [], model_paths=mp, studies=studies)]
         names = ", ".join(every[:20]) + (" ..." if len(every) > 20 else "")
         raise RunnerError(f"--only {only!r} matches no recipe; recipes: {names}", field="--only")
     names: dict[str, str] = {}
