@@ -20,6 +20,7 @@ from runner.results import RunResult
 from runner.run.job import RunOptions, Unit
 from runner.serve.report import serving_section, serving_summary
 from runner.study.load import add_study_keys, study_cells
+from runner.study.load import cell_file as cell_file  # one cell as a plain recipe file, for the tune
 from runner.study.study import study_summary, write_study_summaries
 
 studies = study_cells  # a study file's cells, for runner.config's load_recipes

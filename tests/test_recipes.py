@@ -158,7 +158,7 @@ def test_project_recipes_validate(recipe):
 
 
 def test_project_recipe_names_are_unique():
-    from runner.cli.loading import load_all
+    from tests.wired import load_all
 
     if not PROJECT_RECIPES:
         pytest.skip("no project recipes")

@@ -9,10 +9,11 @@ import click
 
 from runner.base.errors import RunnerError
 from runner.cli.app import UserError, cli, guard
-from runner.cli.loading import MP_HELP, ONLY_HELP, SET_HELP, check_model_paths, expand_paths, load_all
+from runner.cli.loading import MP_HELP, ONLY_HELP, SET_HELP
+from runner.config.calls import check_model_paths, expand_paths, load_all
 from runner.recipe import GateSpec
 from runner.results import RunResult
-from runner.wings import recipe_schema
+from runner.wings import recipe_schema, studies
 
 
 @cli.command()
@@ -29,7 +30,7 @@ def check(paths, sets, model_paths, only, no_tokens):
     files, errors, names, every = expand_paths(paths), [], {}, []
     for f in files:  # each file to its first error; the others are still checked
         try:
-            for lr in load_all((str(f),), sets, model_paths, only, none_ok=True, unused_ok=True):
+            for lr in load_all((str(f),), sets, model_paths, only, none_ok=True, unused_ok=True, studies=studies):
                 every.append(lr)
                 if lr.recipe.name in names:
                     why = f"two recipes are named {lr.recipe.name!r}: {names[lr.recipe.name]} and {lr.path}"
@@ -40,7 +41,7 @@ def check(paths, sets, model_paths, only, no_tokens):
         except RunnerError as e:
             errors.append(e.render())
     if only is not None and not names and not errors:
-        load_all(paths, sets, model_paths, only)  # raises: --only matches no recipe (and lists them)
+        load_all(paths, sets, model_paths, only, studies=studies)  # raises: --only matches no recipe (and lists them)
     if not errors:
         check_model_paths(model_paths, every)
     if errors:
@@ -135,7 +136,7 @@ def plan(paths, gpu, as_json, sets, model_paths, only):
 
     target, fallback = pick_gpu(gpu)
     plans = []
-    for lr in load_all(paths, sets, model_paths, only):
+    for lr in load_all(paths, sets, model_paths, only, studies=studies):
         check_model(lr, weights=False)
         config = check_config(lr)  # before the tokenizer, which reads config.json too
         r = lr.recipe
