@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere: the runner beside this folder
     sys.path.insert(0, str(ROOT))
 
-from runner.cli.inspect import recipe_schema, results_schema  # noqa: E402
+from runner.cli.inspect import results_schema  # noqa: E402
+from runner.wings import recipe_schema  # noqa: E402
 
 
 def _type_name(ann: Any) -> str:

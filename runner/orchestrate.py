@@ -6,7 +6,7 @@ wing's route), each report and the summary written.
 No click, no exit codes: what a call has to say goes out through `say(text, to_stderr)` (the CLI echoes it, the API
 logs it); Ctrl-C writes the partial summary and raises `Interrupted`. Below the wings: what they add to a call
 (plans, report and summary sections, the study summaries, the serving and Ray routes) comes in as `Wings`, which the
-callers build from cli/wings.py; nothing here imports a wing."""
+callers build from runner/wings.py; nothing here imports a wing."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 class Plans(Protocol):
-    """The plans of the units about to run (cli/wings.py's `Plans` makes them in the background)."""
+    """The plans of the units about to run (runner/wings.py's `Plans` makes them in the background)."""
 
     def attach(self, units: Sequence[Unit]) -> tuple[Unit, ...]: ...
 
@@ -73,8 +73,8 @@ class NoPlans:
 
 @dataclass(frozen=True)
 class Wings:
-    """What the wings add to a call, handed in by the caller (both the CLI's and the API's come from cli/wings.py:
-    `runner.cli.go.call_wings`). The defaults add nothing, and a call that needs a missing route is refused before
+    """What the wings add to a call, handed in by the caller (both the CLI's and the API's are
+    `runner.wings.call_wings()`). The defaults add nothing, and a call that needs a missing route is refused before
     anything runs."""
 
     plans: Callable[[Sequence[Unit]], Plans] = NoPlans

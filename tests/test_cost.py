@@ -55,7 +55,7 @@ def test_the_compile_cache_folder_sets_vllms_cache_root_and_is_checked_in_its_lo
 
 
 def test_a_relative_compile_cache_is_the_recipe_files_folder(tmp_path, write_recipe, base_recipe):
-    from runner.study.load import load_recipe
+    from runner import load_recipe
 
     engine = {"kind": "vllm", "compile_cache": "cache/vllm"}
     lr = load_recipe(write_recipe({**base_recipe, "engine": engine}))
@@ -205,7 +205,7 @@ def test_a_relative_compile_cache_on_the_command_line_is_where_you_run_it(
     tmp_path, write_recipe, base_recipe, monkeypatch
 ):
     """As every path given on the command line, and though the folder does not exist yet."""
-    from runner.cli.loading import load_all
+    from tests.wired import load_all
 
     path = write_recipe({**base_recipe, "engine": {"kind": "vllm"}})
     here = tmp_path / "elsewhere"

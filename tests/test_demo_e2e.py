@@ -64,7 +64,7 @@ def test_report_rebuilds_from_results(demo_out):
 
 def test_trust_remote_code_is_off_by_default_and_reported_when_on(tmp_path):
     pytest.importorskip("torch")
-    from runner.study.load import load_recipe
+    from runner import load_recipe
 
     assert load_recipe(ROOT / "recipes" / "demo.yaml").recipe.model.trust_remote_code is False
     res = CliRunner().invoke(

@@ -63,8 +63,8 @@ def test_same_prompt_ids_in_vllm_and_transformers(tiny):
 
 
 def _job(path, out, **opts):
+    from runner import load_recipe
     from runner.run.job import Job, RunOptions, make_unit
-    from runner.study.load import load_recipe
 
     o = RunOptions(out=out, progress=False, **opts)
     return Job(units=(make_unit(load_recipe(path), o),), options=o)

@@ -73,8 +73,8 @@ def test_unknown_builtin_model_is_bad_input_for_go(write_recipe, base_recipe, tm
 
 
 def test_run_key_ignores_description_but_not_sampling(write_recipe, base_recipe, tmp_path):
+    from runner import load_recipe
     from runner.run.resume import run_key
-    from runner.study.load import load_recipe
 
     def key(d, name, inputs=None, limit=None):
         return run_key(load_recipe(write_recipe(d, name)).recipe.canonical(), inputs or {"dataset": "a"}, limit, None)
@@ -116,7 +116,7 @@ def test_written_files_are_readable_by_others(tmp_path):
 
 
 def test_set_paths_are_relative_to_the_current_directory(write_recipe, base_recipe, tmp_path, monkeypatch):
-    from runner.study.load import load_recipe
+    from runner import load_recipe
 
     sub = tmp_path / "recipes"
     p = write_recipe(base_recipe, "recipes/r.yaml")

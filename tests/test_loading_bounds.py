@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from runner import load_recipe, load_recipes
 from runner.base.errors import RecipeError
-from runner.study.load import load_recipe, load_recipes
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,7 @@ def load_in_child(path: Path, timeout: float = 60) -> tuple[dict, float]:
     """load_recipe(path) in a fresh interpreter: the RecipeError's parts, and the seconds it took."""
     code = (
         "import json, sys, time\n"
-        "from runner.study.load import load_recipe\n"
+        "from runner import load_recipe\n"
         "from runner.base.errors import RecipeError\n"
         "t = time.perf_counter()\n"
         "try:\n"

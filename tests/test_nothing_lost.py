@@ -113,8 +113,8 @@ def test_a_recipe_with_a_timeout_does_not_share_an_engine_with_one_without(write
     """A shared job's timeout is the sum of its recipes'; one recipe without would have left the other unbounded."""
     from types import SimpleNamespace
 
-    from runner.cli.loading import load_all
     from runner.run.job import Job, RunOptions, group_by_engine
+    from tests.wired import load_all
 
     a = write_recipe({**_fake(base_recipe, "a"), "timeout_s": 60}, "a.yaml")
     b = write_recipe(_fake(base_recipe, "b"), "b.yaml")

@@ -74,8 +74,8 @@ class _SlowScoringEngine:
 
 
 def _unit(path, out, limit=None, **kw):
+    from runner import load_recipe
     from runner.run.job import RunOptions, make_unit
-    from runner.study.load import load_recipe
 
     opts = RunOptions(out=out, limit=limit, progress=False, **kw)
     return make_unit(load_recipe(path), opts), opts

@@ -119,8 +119,8 @@ def test_go_makes_each_plan_in_the_background_before_its_job_and_none_for_a_skip
     pytest.importorskip("transformers")
     import threading
 
-    import runner.cli.wings as wings
     import runner.plan.plan as plan
+    import runner.wings as wings
     from runner.plan.floor import find_gpu
 
     monkeypatch.setattr(plan, "gpu_from_nvml", lambda: find_gpu("H200"))

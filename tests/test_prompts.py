@@ -122,7 +122,7 @@ def test_oneshot_template_without_shots_is_plain_system_prompt(tmp_path):
 
 
 def test_project_oneshot_recipe_renders_the_worked_example():
-    from runner.study.load import load_recipes
+    from runner import load_recipes
 
     lr = next(
         x

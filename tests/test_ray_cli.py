@@ -11,10 +11,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from runner import load_recipe
 from runner.base.errors import RunnerError
 from runner.cli import cli
 from runner.run.job import Job, RunOptions, engine_key, make_unit
-from runner.study.load import load_recipe
 from tests.cli_output import user_error
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from runner import load_recipe
 from runner.cluster.ray import split
 from runner.run.isolate import run_isolated
 from runner.run.job import Job, RunOptions, Unit, group_by_engine, make_unit
-from runner.study.load import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_DATA = ROOT / "runner" / "demo" / "demo-ja.json"
@@ -263,7 +263,7 @@ import json, sys
 from pathlib import Path
 import ray
 from runner.run.job import make_unit
-from runner.study.load import load_recipe
+from runner import load_recipe
 from runner.run.job import Job, RunOptions
 from runner.cluster.ray import run_jobs_on_ray
 recipe, out, address = sys.argv[1], Path(sys.argv[2]), sys.argv[3]

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from runner import load_recipe
 from runner.cli import cli
-from runner.study.load import load_recipe
 from tests.cli_output import user_error
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -142,8 +142,8 @@ PROJECT_RECIPES = sorted((PROJECT / "recipes").glob("*.yaml"))
 
 @pytest.mark.parametrize("recipe", PROJECT_RECIPES, ids=lambda p: p.name)
 def test_project_recipes_validate(recipe):
+    from runner import load_recipes
     from runner.inputs.prompts import find_template
-    from runner.study.load import load_recipes
 
     for lr in load_recipes(recipe):  # a study: every cell; a base-only file: none
         assert lr.path == str(recipe.resolve())
@@ -158,11 +158,11 @@ def test_project_recipes_validate(recipe):
 
 
 def test_project_recipe_names_are_unique():
-    from runner.cli.loading import load_all
+    from tests.wired import load_all
 
     if not PROJECT_RECIPES:
         pytest.skip("no project recipes")
-    from runner.study.load import load_recipes
+    from runner import load_recipes
 
     loaded = load_all((str(PROJECT / "recipes"),), ())
     assert len(loaded) == sum(len(load_recipes(p)) for p in PROJECT_RECIPES) > len(PROJECT_RECIPES)

@@ -151,7 +151,7 @@ def test_recipe_first_line_is_the_schema_comment(path):
 
 @pytest.fixture
 def good_recipe() -> dict:
-    from runner.study.load import load_recipes
+    from runner import load_recipes
 
     cell = next(
         lr

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from runner import load_recipe, load_recipes
 from runner.base.errors import RecipeError
-from runner.study.load import load_recipe, load_recipes, load_study
+from runner.study.load import load_study
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -514,7 +515,7 @@ def test_study_keys_model_lists_what_the_loader_reads():
 
 def test_only_takes_comma_separated_names_and_globs():
     from runner.base.errors import RunnerError
-    from runner.cli.loading import load_all
+    from tests.wired import load_all
 
     path = str(PROJECT / "recipes" / "jsquad-study.yaml")
     chosen = load_all((path,), (), only="jsquad-vllm-fp8-[fg]*, jsquad-hf-batched,jsquad-vllm")
@@ -531,8 +532,8 @@ def test_only_takes_comma_separated_names_and_globs():
 def test_serving_cells_do_not_claim_a_shared_engine():
     # each serving run starts its own server: cells that differ only in the prompt are separate jobs,
     # while the same cells without `load:` share one engine
-    from runner.cli.loading import load_all
     from runner.run.job import engine_key
+    from tests.wired import load_all
 
     cells = load_all((str(PROJECT / "recipes" / "jsquad-serve.yaml"),), ())
     assert [lr.recipe.name for lr in cells] == ["jsquad-serve-qfirst", "jsquad-serve-ctxfirst"]

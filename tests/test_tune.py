@@ -469,3 +469,44 @@ def test_a_range_over_the_cap_and_a_repeated_value_are_refused_with_the_reason()
         TuneSpec(axes={"x": [1, 2, 2]})
     with pytest.raises(ValidationError, match="axis 'e' lists {\"a\": 1} twice"):
         TuneSpec(axes={"e": {"one": {"a": 1}, "two": {"a": 1}}})
+
+
+def test_a_set_that_pins_a_tuned_setting_is_refused(write_recipe, base_recipe):
+    """A --set of a key the axes vary would make every candidate the same: refused before anything runs, as a study
+    refuses one that pins an axis."""
+    path = _tune_file(write_recipe, base_recipe, {"engine.delay_s": [0.001, 0.002]})
+    err = user_error(_tune(path, "--dry-run", "--set", "engine.delay_s=0.003"))
+    assert err.startswith(
+        "Error: {tmp}/tu.yaml: --set engine.delay_s: the tune varies 'engine.delay_s' across its candidates; setting "
+        "it for every one makes them the same\n"
+    )
+    assert "change the tune's axes in the file" in err
+
+
+def test_the_tune_driver_runs_without_the_cli(tmp_path, write_recipe, base_recipe):
+    """runner/tune/driver.py takes typed settings and the caller's wiring: a script tunes with no click loaded, the
+    candidates' settings set into the recipe's data (no `--set` text), and its messages go where the caller says."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = _tune_file(write_recipe, base_recipe, {"engine.delay_s": [0.002], "engine.reply": ["{{ answers[0] }}"]})
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from runner.orchestrate import NO_WINGS\n"
+        "from runner.tune import driver\n"
+        "call = driver.Call(Path(sys.argv[1]), Path(sys.argv[2]), in_process=True, progress=False)\n"
+        "said = []\n"
+        "w = driver.Wiring(NO_WINGS, None, None, lambda text, err: said.append(text))\n"
+        "t = driver.prepare(call, w)\n"
+        "lr = t.load(t.cells[0].settings, t.cells[0].name)\n"
+        "print(lr.recipe.engine.delay_s, lr.recipe.engine.reply, lr.overrides)\n"
+        "print(driver.run(t, w).report.name, 'click' in sys.modules, any('tu-t1-screen' in s for s in said))\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(path), str(tmp_path / "out")], capture_output=True, text=True, cwd=root
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["0.002 {{ answers[0] }} []", "tu-tune.md False True"]

@@ -113,7 +113,7 @@ def test_parent_never_imports_engine_libraries():
     root = Path(__file__).resolve().parents[1]
     code = (
         "import sys\n"
-        "from runner.cli.loading import load_all\n"
+        "from runner.config.calls import load_all\n"
         "from runner.run.job import make_unit\n"
         "from runner.run.job import RunOptions\n"
         "import runner.run.isolate, runner.report.markdown, runner.cli.inspect, runner.cli.go\n"

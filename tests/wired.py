@@ -1,11 +1,18 @@
-"""report.md and summary.md as `runner go` writes them: the core's writers with every wing's sections."""
+"""Recipes, report.md and summary.md as `runner go` loads and writes them: the core's loading and writers with
+every wing's part."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from runner.cli.wings import report_sections, summary_sections
+from runner.config import calls
 from runner.report import markdown, summary
+from runner.wings import report_sections, studies, summary_sections
+
+
+def load_all(paths, sets=(), model_paths=(), only=None, **kw):
+    """The recipes of the named files as the CLI loads them (a study's cells through the study wing)."""
+    return calls.load_all(paths, sets, model_paths, only, studies=studies, **kw)
 
 
 def report_markdown(r, samples, out: Path | None = None) -> str:

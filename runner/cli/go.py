@@ -6,18 +6,20 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
 import runner.orchestrate as orchestrate
 from runner.base.errors import RunnerError
 from runner.cli.app import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard
-from runner.cli.loading import MP_HELP, SET_HELP, load_all
-from runner.cli.wings import call_wings
+from runner.cli.loading import MP_HELP, SET_HELP
+from runner.config.calls import load_all
 from runner.orchestrate import Executor, Interrupted, new_call
 from runner.recipe import MAX_REPEAT, MAX_TIMEOUT_S, LoadedRecipe
 from runner.results import RunResult
 from runner.run.job import RunOptions
+from runner.wings import call_wings, studies
 
 
 def echo(text: str, to_stderr: bool) -> None:
@@ -27,15 +29,18 @@ def echo(text: str, to_stderr: bool) -> None:
 def run_loaded(
     loaded: list[LoadedRecipe], opts: RunOptions, ex: Executor, force: bool = False, baseline: str | None = None
 ) -> list[RunResult]:
-    """Run loaded recipes as `runner go` does (`runner.orchestrate.run_loaded` with the wings of cli/wings.py), its
-    progress on the terminal; Ctrl-C: the summary of what finished, then exit code 130. `runner tune` runs its
-    stages through it."""
+    """Run loaded recipes as `runner go` does (`runner.orchestrate.run_loaded` with the wings of runner/wings.py), its
+    progress on the terminal; Ctrl-C: the summary of what finished, then exit code 130."""
     try:
         return orchestrate.run_loaded(loaded, opts, ex, force, baseline, wings=call_wings(), say=echo)
     except Interrupted as e:
-        kept = "finished samples of an interrupted recipe are kept; the same command without --force continues"
-        click.echo(f"interrupted: {e.finished} of {e.total} recipes finished; {kept} from them", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        interrupted(e)
+
+
+def interrupted(e: Interrupted) -> NoReturn:
+    kept = "finished samples of an interrupted recipe are kept; the same command without --force continues"
+    click.echo(f"interrupted: {e.finished} of {e.total} recipes finished; {kept} from them", err=True)
+    sys.exit(EXIT_INTERRUPTED)
 
 
 EXECUTORS = ("local", "ray")
@@ -122,7 +127,7 @@ def go(paths, out, only, sets, model_paths, baseline, force, executor, address, 
             sets = (*sets, f"{key}={value}")
     if (price := run.pop("usd_per_gpu_hour")) is not None:
         sets = (*sets, f"cost.usd_per_gpu_hour={price}")
-    loaded = load_all(paths, sets, model_paths, only)
+    loaded = load_all(paths, sets, model_paths, only, studies=studies)
     ex.check_recipes(loaded)
     names = [lr.recipe.name for lr in loaded]
     if baseline and baseline not in names:

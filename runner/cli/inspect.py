@@ -9,10 +9,11 @@ import click
 
 from runner.base.errors import RunnerError
 from runner.cli.app import UserError, cli, guard
-from runner.cli.loading import MP_HELP, ONLY_HELP, SET_HELP, check_model_paths, expand_paths, load_all
-from runner.recipe import GateSpec, Recipe
+from runner.cli.loading import MP_HELP, ONLY_HELP, SET_HELP
+from runner.config.calls import check_model_paths, expand_paths, load_all
+from runner.recipe import GateSpec
 from runner.results import RunResult
-from runner.study.load import add_study_keys
+from runner.wings import recipe_schema, studies
 
 
 @cli.command()
@@ -29,7 +30,7 @@ def check(paths, sets, model_paths, only, no_tokens):
     files, errors, names, every = expand_paths(paths), [], {}, []
     for f in files:  # each file to its first error; the others are still checked
         try:
-            for lr in load_all((str(f),), sets, model_paths, only, none_ok=True, unused_ok=True):
+            for lr in load_all((str(f),), sets, model_paths, only, none_ok=True, unused_ok=True, studies=studies):
                 every.append(lr)
                 if lr.recipe.name in names:
                     why = f"two recipes are named {lr.recipe.name!r}: {names[lr.recipe.name]} and {lr.path}"
@@ -40,7 +41,7 @@ def check(paths, sets, model_paths, only, no_tokens):
         except RunnerError as e:
             errors.append(e.render())
     if only is not None and not names and not errors:
-        load_all(paths, sets, model_paths, only)  # raises: --only matches no recipe (and lists them)
+        load_all(paths, sets, model_paths, only, studies=studies)  # raises: --only matches no recipe (and lists them)
     if not errors:
         check_model_paths(model_paths, every)
     if errors:
@@ -135,7 +136,7 @@ def plan(paths, gpu, as_json, sets, model_paths, only):
 
     target, fallback = pick_gpu(gpu)
     plans = []
-    for lr in load_all(paths, sets, model_paths, only):
+    for lr in load_all(paths, sets, model_paths, only, studies=studies):
         check_model(lr, weights=False)
         config = check_config(lr)  # before the tokenizer, which reads config.json too
         r = lr.recipe
@@ -177,10 +178,10 @@ GATE_HELP = (
 def report(out, baseline, gate_text, usd_per_gpu_hour):
     """Rebuild every report.md and summary.md (and each study's own summary) from stored results.json files (runs
     nothing)."""
-    from runner.cli.wings import report_sections, study_summaries, summary_sections
     from runner.folder import RunFolder, load_results
     from runner.report.markdown import priced, write_report
     from runner.report.summary import write_summary
+    from runner.wings import report_sections, study_summaries, summary_sections
 
     out_dir, skipped = Path(out), []
     results = [priced(r, usd_per_gpu_hour) for r in load_results(out_dir, skipped)]
@@ -259,19 +260,6 @@ def parse_gate(text: str, results: list) -> GateSpec:
 def schema(what):
     """Print the JSON Schema of recipe files or of results.json."""
     click.echo(json.dumps(recipe_schema() if what == "recipe" else results_schema(), indent=2, ensure_ascii=False))
-
-
-def recipe_schema() -> dict:
-    """Recipe files' JSON Schema, the study wing's keys and the tune wing's `tune:` block included
-    (schema/recipe.schema.json)."""
-    from runner.tune.spec import TuneSpec
-
-    out = add_study_keys(Recipe.model_json_schema(by_alias=False))
-    tune = TuneSpec.model_json_schema(ref_template="#/$defs/{model}")
-    out["$defs"] = {**out.get("$defs", {}), **tune.pop("$defs", {}), "TuneSpec": tune}
-    described = "`runner tune`: the settings to search, the objective, the gate and the budget (runner/tune/spec.py)."
-    out["properties"]["tune"] = {"$ref": "#/$defs/TuneSpec", "description": described}
-    return {**out, **DRAFT, "title": "runner recipe"}
 
 
 def results_schema() -> dict:

@@ -4,9 +4,10 @@
   is merged first (merge.py).
 - `--set KEY=VALUE` and `--model-path` apply after that (overrides.py); then the recipe is validated, and an error
   names the file's line (or the base file's), the dotted field and what is allowed (with a did-you-mean for typos).
-- `load_file`: one LoadedRecipe for a recipe, none for a base-only file (`abstract: true`). A study file
-  (`matrix`/`variants`) is the study wing's to expand (runner/study/load.py), which uses `read_recipe_file`,
-  `locator` and `finish` from here for each cell."""
+- `load_recipes`: every experiment a file holds: one LoadedRecipe for a recipe, none for a base-only file
+  (`abstract: true`), one per cell of a study file (`matrix`/`variants`), whose cells the caller's `studies`
+  expands (runner/wings.py hands in the study wing's, which uses `read_recipe_file`, `locator` and `finish` from
+  here for each cell); without one, a study file is an error."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from runner.engines import ENGINE_KINDS, ENGINES, spec_class
 from runner.recipe import LoadedRecipe, Recipe
 
 Locate = Callable[[tuple, str], str]
+Keep = Callable[[str], bool]  # --only: the names of the experiments to load
 MAX_ERRORS = 8
 # top-level keys of a recipe file besides the recipe's own: `base`, `abstract` (config/merge.py) and the
 # study keys (runner/study/load.py)
@@ -239,3 +241,44 @@ def load_file(
     hint = "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
     locate = locator(f.sources, parse_set(overrides))
     return [finish(f, f.data, overrides, dict(model_paths or {}), locate, hint=None if "name" in f.data else hint)]
+
+
+Studies = Callable[["RecipeFile", list[str], Mapping[str, str], "Keep | None"], list[LoadedRecipe]]
+
+
+def load_recipes(
+    path: str | Path | RecipeFile,
+    overrides: list[str] | None = None,
+    *,
+    model_paths: Mapping[str, str] | None = None,
+    keep: Keep | None = None,
+    studies: Studies | None = None,
+) -> list[LoadedRecipe]:
+    """One LoadedRecipe per experiment in the file: 1 (recipe), one per cell (a study, expanded by `studies`), 0
+    (abstract); `keep`: only those whose name it keeps are validated (`--only`: a `--set` is not checked against
+    experiments the call does not run)."""
+    f = path if isinstance(path, RecipeFile) else read_recipe_file(path)
+    overrides, mp = list(overrides or []), dict(model_paths or {})
+    if f.is_study:
+        if studies is None:
+            why = "is a study file (`matrix`/`variants`); load it with runner.load_recipes"
+            raise RecipeError(why, file=str(f.path))
+        return studies(f, overrides, mp, keep)
+    name = f.data.get("name")
+    if keep is not None and isinstance(name, str) and not keep(name):
+        return []
+    return load_file(f, overrides, model_paths=mp)
+
+
+def load_recipe(
+    path: str | Path, overrides: list[str] | None = None, *, studies: Studies | None = None
+) -> LoadedRecipe:
+    """The one experiment a recipe file holds; a study or a base-only file is a RecipeError."""
+    loaded = load_recipes(path, overrides, studies=studies)
+    if not loaded:
+        msg = "holds shared settings for other files' `base:` (abstract: true); it is not an experiment"
+        raise RecipeError(msg, file=str(path))
+    if loaded[0].study is not None:
+        msg = f"is a study of {len(loaded)} experiments ({', '.join(c.recipe.name for c in loaded)}); "
+        raise RecipeError(msg + "load it with load_recipes", file=str(path))
+    return loaded[0]

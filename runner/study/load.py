@@ -49,7 +49,7 @@ from pydantic import Field
 from runner.base.dotted import overlaps, set_dotted
 from runner.base.errors import RecipeError
 from runner.base.types import StrictModel
-from runner.config.loading import RecipeFile, check_abstract, finish, load_file, locator, read_recipe_file
+from runner.config.loading import RecipeFile, check_abstract, finish, load_recipes, locator, read_recipe_file
 from runner.config.overrides import KeyProblem, key_target, parse_set
 from runner.recipe import NAME_PATTERN, LoadedRecipe
 
@@ -384,19 +384,30 @@ def load_study(
     model_paths: Mapping[str, str] | None = None,
     keep: Callable[[str], bool] | None = None,
 ) -> Study:
-    """Everything one recipe file holds, validated: a plain file through runner.config, a study's cells each
-    validated as a full recipe before anything runs (an invalid cell's error names the cell and its field).
-    `keep`: only the experiments whose name it keeps are validated and returned (`--only`: a `--set` is not checked
-    against cells the call does not run)."""
+    """Everything one recipe file holds, validated, with its axes (`runner check`): a plain file through
+    runner.config, a study's cells through `study_file`."""
     f = read_recipe_file(path)
-    where, overrides, mp = str(f.path), list(overrides or []), dict(model_paths or {})
+    if f.is_study:
+        return study_file(f, list(overrides or []), dict(model_paths or {}), keep)
+    loaded = tuple(load_recipes(f, overrides, model_paths=model_paths, keep=keep))
+    name = f.data.get("name") if isinstance(f.data.get("name"), str) else None
+    return Study(str(f.path.resolve()), "abstract" if f.keys.get("abstract") else "recipe", name, (), None, loaded)
+
+
+def study_cells(
+    f: RecipeFile, overrides: list[str], mp: Mapping[str, str], keep: Callable[[str], bool] | None
+) -> list[LoadedRecipe]:
+    """A study file's cells (runner.config's `load_recipes` hands a study file here, through runner/wings.py)."""
+    return list(study_file(f, overrides, mp, keep).cells)
+
+
+def study_file(f: RecipeFile, overrides: list[str], mp: Mapping[str, str], keep: Callable[[str], bool] | None) -> Study:
+    """A study's cells, each validated as a full recipe before anything runs (an invalid cell's error names the cell
+    and its field). `keep`: only the cells whose name it keeps are validated and returned (`--only`: a `--set` is not
+    checked against cells the call does not run)."""
+    where = str(f.path)
     axes, variants = parse_axes(f.keys.get("matrix"), where), parse_variants(f.keys.get("variants"), where)
     name = f.data.get("name") if isinstance(f.data.get("name"), str) else None
-    if not f.is_study:
-        if keep is not None and name is not None and not keep(name):
-            return Study(str(f.path.resolve()), "recipe", name, (), None, ())
-        loaded = tuple(load_file(f, overrides, model_paths=mp))
-        return Study(str(f.path.resolve()), "recipe" if loaded else "abstract", name, (), None, loaded)
     all_axes = tuple(axes) + ((Axis("variant", tuple(variants), tuple(variants)),) if variants else ())
     excludes = parse_excludes(f.keys.get("exclude"), all_axes, where)
     report = check_report(f.keys.get("report"), all_axes, where)
@@ -449,27 +460,3 @@ def cell_file(path: str | Path, name: str, field: str) -> RecipeFile:
         raise _err(where, field, f"{name!r} names no cell of the study", hint)
     data = {k: v for k, v in cells[name].data.items() if k != "baseline"}
     return RecipeFile(f.path, data, {}, f.sources)
-
-
-def load_recipes(
-    path: str | Path,
-    overrides: list[str] | None = None,
-    *,
-    model_paths: Mapping[str, str] | None = None,
-    keep: Callable[[str], bool] | None = None,
-) -> list[LoadedRecipe]:
-    """One LoadedRecipe per experiment in the file: 1 (recipe), one per cell (study), 0 (abstract); `keep`: only
-    those whose name it keeps."""
-    return list(load_study(path, overrides, model_paths=model_paths, keep=keep).cells)
-
-
-def load_recipe(path: str | Path, overrides: list[str] | None = None) -> LoadedRecipe:
-    """The one experiment a recipe file holds; a study or a base-only file is a RecipeError."""
-    s = load_study(path, overrides)
-    if s.kind == "abstract":
-        msg = "holds shared settings for other files' `base:` (abstract: true); it is not an experiment"
-        raise RecipeError(msg, file=str(path))
-    if s.kind == "study":
-        msg = f"is a study of {len(s.cells)} experiments ({', '.join(c.recipe.name for c in s.cells)}); "
-        raise RecipeError(msg + "load it with load_recipes", file=str(path))
-    return s.cells[0]

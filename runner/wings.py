@@ -1,6 +1,7 @@
-"""The one place the wings are wired into a call: the plan a run's report sets beside its measurement, and the
-sections the plan, serving, Ray and study wings add to report.md and summary.md. Deleting a wing's folder
-means deleting its lines here (and its recipe field); nothing below the CLI imports a wing."""
+"""The one place the wings are wired into a call (for the CLI and the Python API alike): a study file's cells,
+the plan a run's report sets beside its measurement, the sections the plan, serving, Ray and study wings add to
+report.md and summary.md, and the wings' keys in the recipe schema. Deleting a wing's folder means deleting its
+lines here, its command in cli/ and its recipe field; nothing below this imports a wing."""
 
 from __future__ import annotations
 
@@ -18,7 +19,11 @@ from runner.report.summary import Sections
 from runner.results import RunResult
 from runner.run.job import RunOptions, Unit
 from runner.serve.report import serving_section, serving_summary
+from runner.study.load import add_study_keys, study_cells
+from runner.study.load import cell_file as cell_file  # one cell as a plain recipe file, for the tune
 from runner.study.study import study_summary, write_study_summaries
+
+studies = study_cells  # a study file's cells, for runner.config's load_recipes
 
 
 def plan_for(unit: Unit) -> dict[str, Any] | None:
@@ -56,8 +61,8 @@ def study_summaries(results, out: Path, baseline: str | None = None, gate=None) 
 
 
 def call_wings() -> Wings:
-    """What the wings add to a call of `runner go`, `runner tune` or `runner.run_recipe`: cli/wings.py's plans and
-    sections, the serving route for `load:` recipes and the Ray route for `--executor ray`."""
+    """What the wings add to a call of `runner go`, `runner tune` or `runner.run_recipe`: the plans and sections
+    here, the serving route for `load:` recipes and the Ray route for `--executor ray`."""
     return Wings(
         plans=Plans,
         report_sections=report_sections,
@@ -72,3 +77,17 @@ def _run_serving(unit: Unit, opts: RunOptions) -> RunResult:
     from runner.serve.run import run_serving  # imported when a serving recipe runs: the parent stays light
 
     return run_serving(unit, opts)
+
+
+def recipe_schema() -> dict:
+    """Recipe files' JSON Schema, the study wing's keys and the tune wing's `tune:` block included
+    (schema/recipe.schema.json)."""
+    from runner.recipe import Recipe
+    from runner.tune.spec import TuneSpec
+
+    out = add_study_keys(Recipe.model_json_schema(by_alias=False))
+    tune = TuneSpec.model_json_schema(ref_template="#/$defs/{model}")
+    out["$defs"] = {**out.get("$defs", {}), **tune.pop("$defs", {}), "TuneSpec": tune}
+    described = "`runner tune`: the settings to search, the objective, the gate and the budget (runner/tune/spec.py)."
+    out["properties"]["tune"] = {"$ref": "#/$defs/TuneSpec", "description": described}
+    return {**out, "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "runner recipe"}

@@ -1,0 +1,334 @@
+"""A tune from its file to its report, for `runner tune` and any other caller: the candidates of the `tune:` block
+(each the start recipe with its settings set into the data, checked as a recipe), the screen, the confirmation
+and the decision; every run goes through the orchestrator, as an ordinary cell under `out`, so an interrupted
+tune continues. The caller hands in what it wires (the wings, a study file's cells, messages): nothing here
+imports the CLI or another wing."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from runner.base.dotted import overlaps, set_dotted
+from runner.base.errors import RecipeError, RunnerError
+from runner.base.files import write_text_atomic
+from runner.base.format import secs, table
+from runner.config.calls import check_model_paths, load_all, parse_model_paths
+from runner.config.loading import RecipeFile, Studies, load_file, read_recipe_file
+from runner.config.overrides import apply_overrides, parse_set
+from runner.folder import RunFolder, check_name, read_result
+from runner.orchestrate import Executor, Say, Wings, new_call, run_loaded
+from runner.recipe import LoadedRecipe
+from runner.report.plots import accuracy_chart
+from runner.report.summary import samples_by_id, score_interval
+from runner.results import RunResult
+from runner.run.job import RunOptions, make_unit
+
+from .report import confirm_s, cost_s, hand_words, run_s_at, settings_text, tune_markdown, tune_report_path, winner_yaml
+from .search import Cell, against_hand_written, decide, keep_after_screen
+from .spec import TuneSpec
+
+DOCS = "docs/recipe-reference.md, section Tune"
+CellFile = Callable[[Path, str, str], RecipeFile]  # a study's cell as a plain recipe file (the study wing's)
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """What the caller wires into a tune: the wings of its runs, a study file's cells and one cell as a file (the
+    study wing's), where messages go."""
+
+    wings: Wings
+    studies: Studies
+    cell_file: CellFile
+    say: Say
+
+
+@dataclass(frozen=True)
+class Call:
+    """One tune as asked for: the file, the folder, the call's `--set` items and `--model-path` mappings."""
+
+    path: Path
+    out: Path
+    sets: tuple[str, ...] = ()
+    model_paths: tuple[str, ...] = ()
+    progress: bool = True
+    in_process: bool = False
+    report_only: bool = False
+
+
+@dataclass
+class Tune:
+    """A tune ready to run: its spec, the recipe the candidates change and the candidates."""
+
+    call: Call
+    spec: TuneSpec
+    src: RecipeFile  # the recipe the candidates change (a study: its start cell)
+    hand: list[str]  # the study's hand-written cells to compare
+    cell: str | None  # the start cell's name (None: not a study)
+    base: LoadedRecipe
+    cells: list[Cell]  # every candidate, refused ones included
+    to_screen: list[Cell]
+    plan: str
+
+    @property
+    def name(self) -> str:
+        return self.base.recipe.name
+
+    def load(self, settings: dict[str, Any], cell: str | None, repeat: int = 1) -> LoadedRecipe:
+        return load_cell(self.src, self.call, settings, cell, repeat, self.spec.confirm.interleave)
+
+
+def read_spec(path: Path) -> tuple[RecipeFile, TuneSpec]:
+    f = read_recipe_file(path)
+    if "tune" not in f.keys:
+        hint = "runner tune takes a recipe or study file with a `tune:` block (axes, objective, gate, budget); see "
+        raise RunnerError("has no `tune:` block", file=str(path), field="tune", hint=hint + DOCS)
+    try:
+        spec = TuneSpec.model_validate(f.keys["tune"])
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(x) for x in ("tune", *first["loc"]))
+        raise RunnerError(first["msg"], file=str(path), field=loc) from None
+    return f, spec
+
+
+def prepare(call: Call, wiring: Wiring) -> Tune:
+    """The tune `call` asks for, checked before anything runs: its spec, the recipe as written, every candidate
+    (a combination the recipe's checks refuse is listed, not run) and the plan in words."""
+    f, spec = read_spec(call.path)
+    for k in parse_set(list(call.sets)):
+        if clash := next((a for a in spec.axes if overlaps(a, k)), None):
+            why = f"the tune varies {clash!r} across its candidates; setting it for every one makes them the same"
+            raise RunnerError(why, file=str(call.path), field=f"--set {k}", hint="change the tune's axes in the file")
+    src, hand, start = _source(call.path, f, spec, wiring.cell_file)
+    base = load_cell(src, call, {}, None)
+    if spec.gate is not None and spec.gate.metric not in base.recipe.metrics:
+        why = f"{spec.gate.metric!r} is not among the recipe's metrics ({', '.join(base.recipe.metrics)})"
+        raise RunnerError(why, file=str(call.path), field="tune.gate.metric", hint="gate a metric the recipe scores")
+    name, cands, labels = base.recipe.name, spec.candidates(), spec.candidate_labels()
+    width = len(str(len(cands)))  # t1..t9, t01..t10, ...: more candidates later rename them (their runs start over)
+    cells = [Cell(i, f"{name}-t{i:0{width}d}", c, lab) for i, (c, lab) in enumerate(zip(cands, labels), 1)]
+    as_written, invalid, same = base.recipe.model_dump(exclude={"name"}), 0, 0
+    for c in cells:  # a combination the recipe's checks refuse (e.g. vLLM's step smaller than its sequences)
+        try:
+            lr = load_cell(src, call, c.settings, c.name)
+        except RunnerError as e:
+            c.verdict, invalid = "invalid: " + " ".join(x.strip() for x in e.message.splitlines())[:300], invalid + 1
+            continue
+        if lr.recipe.model_dump(exclude={"name"}) == as_written:
+            c.verdict, same = "the recipe as written (not run: it is the baseline)", same + 1
+    valid = [c for c in cells if c.verdict == Cell.verdict]
+    if not valid:
+        first = next((c.verdict.removeprefix("invalid: ") for c in cells if c.verdict.startswith("invalid")), "")
+        why = f"all {len(cells)} candidates are refused by the recipe's checks; the first: {first}"
+        if not invalid or same == len(cells):
+            why = "every candidate is the recipe as written: the axes change nothing"
+        hint = "fix the axes' keys or values (runner check)"
+        raise RunnerError(why, file=str(call.path), field="tune.axes", hint=hint)
+    screened, confirmed = spec.plan(len(valid))
+    if screened == 0:
+        need = spec.runs(1, 1)
+        why = f"budget.cells {spec.budget.cells} leaves no room for a candidate (one needs {need} measured runs "
+        why += "with the baseline's" + (" and the compared cells'" if hand else "") + ")"
+        hint = f"set budget.cells to {need} or more"
+        raise RunnerError(why, file=str(call.path), field="tune.budget.cells", hint=hint)
+    plan = _plan_words(spec, len(cands), screened, confirmed, invalid, same, name)
+    return Tune(call, spec, src, hand, start, base, cells, valid[:screened], plan)
+
+
+def dry_run(t: Tune) -> str:
+    """The candidates, their stage and the budget, with a time estimate from a stored screen: nothing runs."""
+    rows = [[c.name, settings_text(c.settings, c.labels), "screen" if c in t.to_screen else c.verdict] for c in t.cells]
+    rows += [[h, "hand-written cell of the study", "confirm"] for h in t.hand]
+    head = f"# Tune: {t.name} (dry run)\n\n{t.plan}\n\n{_estimate(t)}\n\n"
+    return head + table(rows, ["cell", "settings", "stage"])
+
+
+def _estimate(t: Tune) -> str:
+    """The dry run's time estimate, from the stored screen of the recipe as written (a measurement, scaled: each
+    screen as long as it, each confirmation run as long as it on every example); without one, says so."""
+    screen = read_result(RunFolder.of(t.call.out, f"{t.name}-screen"))
+    one = run_s_at(screen)
+    if one is None or screen is None:
+        return (
+            "Estimated time: not known yet (no finished screen of the recipe as written in this --out; the tune's "
+            "first run measures it, and `--dry-run` then estimates from it)."
+        )
+    n = len(t.to_screen)
+    rest = confirm_s(screen, t.spec, t.spec.confirmed(n), len(t.hand)) or 0.0
+    words = f"Estimated time: about {secs(one * n + rest)} ({n} screens of ~{secs(one)} each, as the stored screen "
+    words += f"of the recipe as written took, then a confirmation of ~{secs(rest)} on {screen.n_dataset:,} "
+    return words + "examples)."
+
+
+def _source(path: Path, f: RecipeFile, spec: TuneSpec, cell_file: CellFile) -> tuple[RecipeFile, list[str], str | None]:
+    """The recipe the candidates change (a study: its `tune.start` cell, else its baseline cell), the study's
+    hand-written cells to compare (checked to exist) and the start cell's name (None: not a study)."""
+    if not f.is_study:
+        if spec.start or spec.compare:
+            why = "only a study file has cells to start from or compare with"
+            key = "tune.start" if spec.start else "tune.compare"
+            raise RunnerError(why, file=str(path), field=key, hint="remove it, or move the tune: block into the study")
+        return f, [], None
+    start = spec.start or (f.data.get("baseline") if isinstance(f.data.get("baseline"), str) else None)
+    if start is None:
+        hint = "name the cell the candidates change: `tune: {start: CELL, ...}` (runner check FILE lists the cells)"
+        raise RunnerError("a study's tune starts from one cell", file=str(path), field="tune.start", hint=hint)
+    src = cell_file(path, start, "tune.start")
+    for h in spec.compare:
+        cell_file(path, h, "tune.compare")
+    if start in spec.compare:
+        why = f"{start!r} is the cell the tune starts from: it is confirmed already"
+        raise RunnerError(why, file=str(path), field="tune.compare", hint="compare other cells")
+    return src, list(spec.compare), start
+
+
+def load_cell(
+    src: RecipeFile, call: Call, settings: dict[str, Any], cell: str | None, repeat: int = 1, interleave: str = "auto"
+) -> LoadedRecipe:
+    """The recipe `src` with one candidate's settings set into its data (as a study's matrix values are), named
+    `cell` (None: its own name), then the call's --set items and --model-path mappings, validated."""
+    data = copy.deepcopy(src.data)
+    run = {**({"name": cell} if cell else {}), "repeat": repeat, "interleave": interleave}
+    for k, v in {**settings, **run}.items():
+        try:
+            set_dotted(data, k, copy.deepcopy(v))
+        except TypeError as e:
+            raise RecipeError(f"cannot set {k}: {e}", file=str(src.path), field=k) from None
+    fresh = dataclasses.replace(src, data=data)
+    [lr] = load_file(fresh, list(call.sets), model_paths=parse_model_paths(call.model_paths))
+    check_name(lr.recipe.name, lr.path)
+    if cell is None:
+        check_model_paths(call.model_paths, [lr])
+    return lr
+
+
+def _front_chart(t: Tune, cells: list[Cell]) -> str | None:
+    """The confirmed cells' gate score against time (intervals; the front green, gate failures red), beside the tune
+    report; its file name, or None (no gate, scores not meaningful, fewer than two cells)."""
+    if t.spec.gate is None:
+        return None
+    runs = [c.full for c in cells if c.full is not None]
+    m, failed = t.spec.gate.metric, {c.name for c in cells if c.passed is False}
+    score_ci = {r.name: ci for r in runs if (ci := score_interval(t.call.out, r, m)) is not None}
+    path = t.call.out / f"{t.name}-tune-front.png"
+    title = f"{m} against time, every example (green: the front; red: failed the gate)"
+    return path.name if accuracy_chart(runs, m, path, title=title, failed=failed, score_ci=score_ci) else None
+
+
+def _plan_words(spec: TuneSpec, n: int, screened: int, confirmed: int, invalid: int, same: int, name: str) -> str:
+    bad = f", {invalid} of them refused by the recipe's checks" if invalid else ""
+    bad += f", {same} the recipe as written" if same else ""
+    cut = f" (the budget of {spec.budget.cells} runs leaves {screened})" if screened < n - invalid - same else ""
+    words = f"{n} candidates{bad}{cut}: each screened once on the first {spec.screen.examples} examples with the "
+    words += f"recipe as written ({name}, the baseline); the best {confirmed} then run on every example "
+    words += f"{spec.confirm.repeat} times each, with the baseline"
+    words += f" and the hand-written {', '.join(spec.compare)}" if spec.compare else ""
+    words += f": at most {spec.runs(screened, confirmed)} measured runs. Objective: "
+    words += "generation time" if spec.objective == "generate_s" else "output tokens per second"
+    gate = spec.gate
+    if gate is not None:
+        bound = f"drop at most {gate.max_drop}" if gate.max_drop is not None else f"keep {gate.relative:.0%}"
+        words += f"; gate: {gate.metric}, {bound} (paired 95% interval, on every example)"
+    if spec.budget.minutes:
+        words += f"; the {spec.budget.minutes:g}-minute budget covers the screen and the confirmation: screening "
+        words += "stops when the time spent plus the confirmation's projected time would pass it"
+    return words + "."
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a tune came to: its decision in words, its report, whether a run failed."""
+
+    words: str
+    report: Path
+    failed: bool
+
+
+class _Stages:
+    """The tune's runs, stage by stage, through the orchestrator (`report_only`: what is stored of these very runs)."""
+
+    def __init__(self, t: Tune, wiring: Wiring):
+        self.t, self.wiring = t, wiring
+        self.ex = Executor(kind="local", in_process=t.call.in_process)
+
+    def run(self, loaded: list[LoadedRecipe], limit: int | None) -> dict[str, RunResult]:
+        c = self.t.call
+        opts = RunOptions(out=c.out, command="", progress=c.progress, call=new_call(), limit=limit)
+        if c.report_only:  # a stored run of other settings is not theirs
+            keys = {lr.recipe.name: make_unit(lr, opts, host=False, library=False).run_key for lr in loaded}
+            got = {n: read_result(RunFolder.of(c.out, n)) for n in keys}
+            return {n: r for n, r in got.items() if r is not None and r.run_key == keys[n]}
+        results = run_loaded(loaded, opts, self.ex, wings=self.wiring.wings, say=self.wiring.say)
+        return {r.name: r for r in results}
+
+
+def run(t: Tune, wiring: Wiring) -> Outcome:
+    """Screen the candidates (the budget's share, the baseline's screen first: the gate's reference), confirm the
+    best with the baseline and the hand-written cells, decide, write the report."""
+    spec, out, name, stages = t.spec, t.call.out, t.name, _Stages(t, wiring)
+    base = Cell(0, name, {})
+    base.screen = stages.run([t.load({}, f"{name}-screen")], spec.screen.examples).get(f"{name}-screen")
+    _screen(t, base, stages, wiring.say)
+    samples = lambda r: samples_by_id(out, r) if r is not None else {}  # noqa: E731
+    kept = keep_after_screen(t.to_screen, base, spec, samples)
+    hand = [Cell(-1, h, {}, verdict="hand-written") for h in t.hand]
+    got = stages.run([*_as_written(t, wiring), *(t.load(c.settings, c.name, spec.confirm.repeat) for c in kept)], None)
+    base.full = got.get(name)
+    for c in [*kept, *hand]:
+        c.full = got.get(c.name)
+    if t.call.report_only and base.screen is None and base.full is None:
+        raise RunnerError(f"no stored run of this tune in {out}", field="--report-only", hint="run the tune first")
+    decision = decide(kept, base, spec, samples, hand)
+    pick = decision.winners[0] if decision.winners else base
+    vs_hand = against_hand_written(pick, hand, spec)
+    recipe = None
+    if decision.winners:  # the file's recipe with this call's --set (as `runner go` applies them), then the winner's
+        data = json.loads(json.dumps(t.src.data))
+        apply_overrides(data, list(t.call.sets), {}, str(t.call.path))
+        recipe = winner_yaml(data, decision.winners[0].settings, name)
+    chart = _front_chart(t, [base, *t.cells, *hand])
+    text = tune_markdown(name, spec, base, t.cells, decision, t.plan, recipe, hand, pick, vs_hand, chart)
+    write_text_atomic(report := tune_report_path(out, name), text)
+    words = decision.words + ("\n" + hand_words(pick, base, *vs_hand) if vs_hand else "")
+    runs = [x for c in [base, *t.to_screen, *hand] for x in (c.screen, c.full) if x is not None]
+    return Outcome(words, report, any(x.status != "ok" for x in runs))
+
+
+def _screen(t: Tune, base: Cell, stages: _Stages, say: Say) -> None:
+    """The candidates' screens, `screen.chunk` at a time, until the minutes budget (spent + the confirmation's
+    projected time) would be passed."""
+    spec, cells = t.spec, t.to_screen
+    for start in range(0, len(cells), spec.screen.chunk):
+        if spec.budget.minutes:
+            ahead = confirm_s(base.screen, spec, spec.confirmed(max(start, 1)), len(t.hand)) or 0.0
+            if (spent_s := cost_s([base, *cells])) + ahead > spec.budget.minutes * 60:
+                spent = f"{secs(spent_s)} spent + {secs(ahead)} projected for the confirmation"
+                stop = f"screening stops at {start} of {len(cells)}"
+                say(f"tune {t.name}: the minutes budget is reached ({spent}); {stop}", False)
+                return
+        part = cells[start : start + spec.screen.chunk]
+        got = stages.run([t.load(c.settings, f"{c.name}-screen") for c in part], spec.screen.examples)
+        for c in part:
+            c.screen = got.get(f"{c.name}-screen")
+
+
+def _as_written(t: Tune, wiring: Wiring) -> list[LoadedRecipe]:
+    """The recipe as written and the hand-written cells, for the confirmation. A study's start and hand-written cells
+    run as its own cells with the confirmation's repeats: the study's summary counts them, and a later `runner go`
+    of the study finds them done."""
+    r = t.spec.confirm.repeat
+    if t.cell is None:
+        return [t.load({}, t.name, r)]
+    sets = (*t.call.sets, f"repeat={r}", f"interleave={t.spec.confirm.interleave}")
+    only = ",".join([t.cell, *t.hand])
+    loaded = load_all((str(t.call.path),), sets, t.call.model_paths, only, unused_ok=True, studies=wiring.studies)
+    by = {lr.recipe.name: lr for lr in loaded}
+    return [by[t.cell], *(by[h] for h in t.hand)]
