@@ -8,7 +8,6 @@ import json
 import time
 from types import SimpleNamespace
 
-import pytest
 from click.testing import CliRunner
 
 from runner.base import noise, nvml
@@ -199,6 +198,7 @@ def test_the_engines_setup_is_outside_the_timed_window_and_inside_the_noise_one(
     assert r.exit_code == 0, r.output
     [rep] = [json.loads(x) for x in (out / "t" / "repeats.jsonl").read_text().splitlines()[1:]]
     assert events == ["prepare", "energy", "energy"]
-    assert rep["energy_j"] == 30.0 and rep["energy_s"] < 0.3 and rep["generate_s"] < 0.3
-    assert rep["noise"]["process_cpu_s"] >= 0.3 and rep["wall_s"] >= 0.3
-    assert rep["energy_s"] == pytest.approx(rep["generate_s"], abs=0.05)
+    assert rep["energy_j"] == 30.0
+    # the repeat's wall time has the setup, the timed windows do not (a loaded machine only widens the gap)
+    assert rep["wall_s"] - rep["generate_s"] >= 0.3 and rep["wall_s"] - rep["energy_s"] >= 0.3
+    assert rep["noise"]["process_cpu_s"] >= 0.3
