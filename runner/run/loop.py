@@ -75,7 +75,8 @@ class SharedEngine:
 
 class _Collector:
     """The sink engines hand finished generations to: scores them, appends their lines to the partial file
-    (made durable at most every second; the first repeat only), and keeps the clock of the last output."""
+    (made durable at most every second; the first repeat only), and keeps the clock of the last output. It knows
+    the examples still to do and the recorded seconds of those reused from an interrupted run (`done`)."""
 
     def __init__(self, unit: Unit, done: dict[str, Sample], texts: list[str], writer: PartialWriter | None):
         self.unit, self.texts, self.writer = unit, texts, writer
