@@ -76,3 +76,14 @@ def test_an_engine_without_a_server_mode_has_no_command():
     with pytest.raises(ServerError) as e:
         command(r, "h", 1)
     assert (e.value.message, e.value.field) == ("engine kind 'transformers' has no server mode", "load")
+
+
+def test_the_offline_fake_engine_reports_each_setting_as_applied_and_how_it_counts_tokens():
+    info = FakeSpec(kind="fake", reply="x", delay_s=0.0, jitter=0.5).build(ModelSpec(id="m"), None).info
+    assert [(k.name, k.requested, k.effective, k.status, k.evidence) for k in info.knobs] == [
+        ("reply", "x", "x", "applied", "per example"),
+        ("delay_s", 0.0, 0.0, "applied", "slept"),
+        ("jitter", 0.5, 0.5, "applied", "per call"),
+        ("tokens", None, "whitespace words", "default", "how tokens are counted"),
+    ]
+    assert (info.name, info.device) == ("fake", "none (fake engine)")

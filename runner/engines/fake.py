@@ -147,12 +147,12 @@ class FakeEngine:
             self.tokenizer = load_tokenizer(model)
             self.chat = uses_chat_template(self.tokenizer, chat)
         counted = "tokenizer" if self.tokenizer else "whitespace words"
+        done = {"reply": "per example", "delay_s": "slept", "jitter": "per call"}  # each setting as asked, and how
         knobs = [
-            Knob(name="reply", requested=spec.reply, effective=spec.reply, status="applied", evidence="per example"),
-            Knob(name="delay_s", requested=spec.delay_s, effective=spec.delay_s, status="applied", evidence="slept"),
-            Knob(name="jitter", requested=spec.jitter, effective=spec.jitter, status="applied", evidence="per call"),
-            Knob(name="tokens", effective=counted, status="default", evidence="how tokens are counted"),
+            Knob(name=k, requested=getattr(spec, k), effective=getattr(spec, k), status="applied", evidence=ev)
+            for k, ev in done.items()
         ]
+        knobs.append(Knob(name="tokens", effective=counted, status="default", evidence="how tokens are counted"))
         self.info = EngineInfo("fake", "", "none (fake engine)", time.perf_counter() - t0, knobs=knobs)  # the report
         # says it is fake in its own banner
 
