@@ -383,6 +383,24 @@ class Recipe(StrictModel):
         return hashlib.sha256(json.dumps(self.canonical(), sort_keys=True).encode()).hexdigest()[:16]
 
 
+class StudyCell(StrictModel):
+    """A recipe's place in its study, when it is a study's cell (LoadedRecipe.cell, RunResult.cell)."""
+
+    study: str = Field(description="The study this is a cell of (the study file's `name`).")
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The cell's settings that vary across its study (dotted key -> value; `variant` -> the "
+        "variant's name).",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="The study file's short labels of those values, where it gives them."
+    )
+    axes: dict[str, Any] | None = Field(None, description="The study's `report: {rows, columns}` pivot axes.")
+    index: int | None = Field(
+        None, description="The cell's place in its study's order of cells (0 first): reports list values in that order."
+    )
+
+
 class LoadedRecipe(StrictModel):
     """A validated recipe with where it came from (paths resolve against `base_dir`)."""
 
@@ -390,18 +408,7 @@ class LoadedRecipe(StrictModel):
     path: str
     base_dir: str
     overrides: list[str] = Field(default_factory=list)
-    study: str | None = Field(None, description="The study this recipe is a cell of (its file's `name`).")
-    cell: dict[str, Any] = Field(
-        default_factory=dict,
-        description="A study cell's settings that vary across the "
-        "study (dotted key -> value; `variant` -> the variant's name).",
-    )
-    cell_labels: dict[str, str] = Field(
-        default_factory=dict,
-        description="The study file's short labels of the cell's values (dotted key -> label), where it gives them.",
-    )
-    study_axes: dict[str, Any] | None = Field(None, description="The study's `report: {rows, columns}`.")
-    cell_index: int | None = Field(None, description="The cell's place in its study's order of cells (0 first).")
+    cell: StudyCell | None = Field(None, description="The recipe's place in its study; null: not a study's cell.")
 
     def resolve(self, p: str) -> Path:
         q = Path(p).expanduser()

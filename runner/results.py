@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_serializer
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_serializer, model_validator
 
 from runner.base.types import Knob
-from runner.recipe import NUMBER_OR_INF, InfFloat, Recipe, read_inf
+from runner.recipe import NUMBER_OR_INF, InfFloat, Recipe, StudyCell, read_inf
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: a study cell's facts in one part, `cell` (1: five top-level fields, read as before)
 
 
 class _M(BaseModel):
@@ -287,7 +287,21 @@ class Repeat(_M):
     energy_s: Seconds | None = Field(None, description="The window the energy was read over (s).")
 
 
+FLAT_CELL = {"cell": "settings", "cell_labels": "labels", "study_axes": "axes", "cell_index": "index"}
+
+
 class RunResult(_M):
+    @model_validator(mode="before")
+    @classmethod
+    def _one_cell_part(cls, data: Any) -> Any:
+        """A results.json of schema 1 kept a study cell's facts as five top-level fields: read into `cell`."""
+        if not isinstance(data, dict) or "study" not in data:
+            return data
+        d, study = dict(data), data["study"]
+        part = {new: d.pop(old) for old, new in FLAT_CELL.items() if old in d}
+        del d["study"]
+        return {**d, "cell": {"study": study, **part} if study else None}
+
     schema_version: int = SCHEMA_VERSION
     name: str
     recipe: Recipe
@@ -319,19 +333,7 @@ class RunResult(_M):
     started_at: str = ""
     finished_at: str = ""
     reused_samples: int = Field(0, description="Samples taken from an earlier, interrupted run.")
-    study: str | None = Field(None, description="The study this run is a cell of (the study file's `name`).")
-    cell: dict[str, Any] = Field(
-        default_factory=dict,
-        description="The cell's settings that vary across its study "
-        "(dotted key -> value; `variant` -> the variant's name).",
-    )
-    cell_labels: dict[str, str] = Field(
-        default_factory=dict, description="The study file's short labels of those values, where it gives them."
-    )
-    study_axes: dict[str, Any] | None = Field(None, description="The study's `report: {rows, columns}` pivot axes.")
-    cell_index: int | None = Field(
-        None, description="The cell's place in its study's order of cells: reports list values in that order."
-    )
+    cell: StudyCell | None = Field(None, description="The run's place in its study; null: not a study's cell.")
     plan: dict[str, Any] | None = Field(
         None,
         description="What `runner plan` predicted for this run before the engine started (see `runner plan --json`); "

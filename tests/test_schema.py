@@ -14,7 +14,7 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from runner.results import SCHEMA_VERSION
+from runner.results import SCHEMA_VERSION, RunResult
 
 PROJECT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("generate", PROJECT / "docs" / "generate.py")
@@ -241,3 +241,21 @@ def test_results_schema_rejects_bad_documents(results_validator):
     no_name = {k: v for k, v in doc.items() if k != "name"}
     for bad in (bad_status, extra, no_name):
         assert _errors(results_validator, bad)
+
+
+def test_a_schema_1_result_reads_its_study_cell_into_one_part():
+    """results.json of schema 1 kept a study cell's facts as five top-level fields: read back into `cell`, a run
+    that is no study's cell into none."""
+    doc = json.loads(RESULT_FILES[0].read_text(encoding="utf-8"))
+    flat = {k: v for k, v in doc.items() if k != "cell"} | {"schema_version": 1, "study": "s", "cell_index": 3}
+    flat |= {"cell": {"variant": "a"}, "cell_labels": {"variant": "A"}, "study_axes": {"rows": "variant"}}
+    r = RunResult.model_validate(flat)
+    assert r.cell.model_dump() == {
+        "study": "s",
+        "settings": {"variant": "a"},
+        "labels": {"variant": "A"},
+        "axes": {"rows": "variant"},
+        "index": 3,
+    }
+    plain = {k: v for k, v in flat.items() if k not in ("cell", "cell_labels", "study_axes", "cell_index")}
+    assert RunResult.model_validate({**plain, "study": None, "cell": {}}).cell is None

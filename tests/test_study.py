@@ -48,7 +48,7 @@ def test_base_chain_merges_mappings_and_replaces_lists(write_recipe, base_recipe
     assert (s.temperature, s.max_tokens, s.stop) == (0, 8, ["c"])
     assert lr.recipe.metrics == ["exact_match"]  # a list is replaced, not appended to
     assert lr.recipe.engine.kind == "transformers" and lr.recipe.model.id == "builtin:demo"
-    assert lr.study is None and lr.cell == {}
+    assert lr.cell is None
     assert lr.path == str(p.resolve())
 
 
@@ -119,8 +119,8 @@ def test_matrix_expands_every_combination_with_names(write_recipe, base_recipe):
     ]
     last = loaded[-1]
     assert (last.recipe.sampling.max_tokens, last.recipe.engine.batch_size) == (16, 4)
-    assert last.study == "t"
-    assert last.cell == {"sampling.max_tokens": 16, "engine.batch_size": 4}  # one-value axes do not vary
+    assert last.cell.study == "t"
+    assert last.cell.settings == {"sampling.max_tokens": 16, "engine.batch_size": 4}  # one-value axes do not vary
 
 
 def test_a_study_names_its_one_baseline_cell(write_recipe, base_recipe):
@@ -165,7 +165,7 @@ def test_labels_name_the_values_and_an_empty_label_is_left_out(write_recipe, bas
     )
     loaded = load_recipes(p)
     assert names(loaded) == ["t-small", "t-big", "t-cfirst-small", "t-cfirst-big"]
-    assert loaded[3].cell == {"prompt.template": "other.j2", "engine.engine_args": {"a": 2, "b": [1, 2]}}
+    assert loaded[3].cell.settings == {"prompt.template": "other.j2", "engine.engine_args": {"a": 2, "b": [1, 2]}}
 
 
 def test_unlabelled_mapping_values_need_labels(write_recipe, base_recipe):
@@ -260,7 +260,7 @@ def test_engine_kind_decides_which_engine_keys_a_cell_may_set(write_recipe, base
     r["variants"]["hf"] = {"engine": {"kind": "transformers", "device": "cpu"}}
     loaded = load_recipes(write_recipe(r))
     assert names(loaded) == ["t-v-enable_prefix_caching-off", "t-v-enable_prefix_caching-on", "t-hf"]
-    assert loaded[2].cell == {"variant": "hf"} and loaded[2].recipe.engine.kind == "transformers"
+    assert loaded[2].cell.settings == {"variant": "hf"} and loaded[2].recipe.engine.kind == "transformers"
 
 
 # --------------------------------------------------------------------------- variants, exclude
@@ -282,13 +282,13 @@ def test_variants_times_grid_and_a_variant_fixes_its_own_axis(write_recipe, base
         "t-b-hot",
     ]
     b = loaded[-1]
-    assert b.cell == {"variant": "b", "sampling.max_tokens": 5, "sampling.temperature": 0.5}
+    assert b.cell.settings == {"variant": "b", "sampling.max_tokens": 5, "sampling.temperature": 0.5}
     assert (b.recipe.sampling.max_tokens, b.recipe.description) == (5, "five")
 
 
 def test_one_variant_is_not_in_names_but_in_the_cell(write_recipe, base_recipe):
     loaded = load_recipes(write_recipe(study(base_recipe, variants={"only": {"sampling.max_tokens": 3}})))
-    assert names(loaded) == ["t"] and loaded[0].cell == {"variant": "only"}
+    assert names(loaded) == ["t"] and loaded[0].cell.settings == {"variant": "only"}
 
 
 def test_exclude_by_value_label_and_variant(write_recipe, base_recipe):

@@ -14,7 +14,7 @@ import pytest
 
 from runner.base.errors import RunnerError
 from runner.folder import study_chart_path
-from runner.recipe import Recipe
+from runner.recipe import Recipe, StudyCell
 from runner.report.spread import ratio_text
 from runner.results import Estimate, RunResult, Timings
 from runner.study.study import (
@@ -67,17 +67,16 @@ def cell_result(
     meaningful: bool = True,
     baseline: bool = False,
     notes: list[str] | None = None,
-    cls: type[RunResult] = RunResult,
+    axes: dict[str, str] | None = None,
     **kw,
 ) -> RunResult:
     ok = status == "ok"
-    return cls(
+    return RunResult(
         name=name,
         recipe=_recipe(name, cell, baseline),
         status=status,
         error=None if ok else "boom",
-        study=study,
-        cell=cell,
+        cell=StudyCell(study=study, settings=cell, axes=axes) if study else None,
         timings=Timings(load_s=load_s, generate_s=t if ok else None),
         scores={"exact_match": em} if ok else {},
         scores_meaningful=meaningful,
@@ -91,15 +90,11 @@ def cell_result(
 EST = Estimate(n_measured=40, n_total=4000, per_example_s=0.1, projected_s=400.0, method="t")
 
 
-def study_cells(cls: type[RunResult] = RunResult, **kw) -> list[RunResult]:
+def study_cells(**kw) -> list[RunResult]:
     v = {"variant": "vllm"}
     return [
-        cell_result(
-            "s-hf", {"variant": "hf", TEMPLATE: "jsquad.j2"}, 8.0, estimate=EST, baseline=True, em=0.8, cls=cls, **kw
-        ),
-        cell_result(
-            "s-vllm-nocache", {**v, CACHE: False, TEMPLATE: "jsquad.j2"}, 40.0, minute=1, em=0.6, cls=cls, **kw
-        ),
+        cell_result("s-hf", {"variant": "hf", TEMPLATE: "jsquad.j2"}, 8.0, estimate=EST, baseline=True, em=0.8, **kw),
+        cell_result("s-vllm-nocache", {**v, CACHE: False, TEMPLATE: "jsquad.j2"}, 40.0, minute=1, em=0.6, **kw),
         cell_result(
             "s-vllm-nocache-ctx",
             {**v, CACHE: False, TEMPLATE: "ctx.j2"},
@@ -108,10 +103,9 @@ def study_cells(cls: type[RunResult] = RunResult, **kw) -> list[RunResult]:
             load_s=0.0,
             engine_of="s-vllm-nocache",
             em=0.7,
-            cls=cls,
             **kw,
         ),
-        cell_result("s-vllm-cache", {**v, CACHE: True, TEMPLATE: "jsquad.j2"}, 20.0, minute=3, em=0.6, cls=cls, **kw),
+        cell_result("s-vllm-cache", {**v, CACHE: True, TEMPLATE: "jsquad.j2"}, 20.0, minute=3, em=0.6, **kw),
         cell_result(
             "s-vllm-cache-ctx",
             {**v, CACHE: True, TEMPLATE: "ctx.j2"},
@@ -120,7 +114,6 @@ def study_cells(cls: type[RunResult] = RunResult, **kw) -> list[RunResult]:
             load_s=0.0,
             engine_of="s-vllm-cache",
             em=0.7,
-            cls=cls,
             **kw,
         ),
         cell_result(
@@ -130,7 +123,6 @@ def study_cells(cls: type[RunResult] = RunResult, **kw) -> list[RunResult]:
             minute=5,
             status="failed",
             load_s=None,
-            cls=cls,
             **kw,
         ),
     ]
@@ -183,10 +175,7 @@ def test_pivot_layout_values_failed_and_estimated_cells():
 
 
 def test_study_axes_from_the_study_file_reach_the_pivot():
-    class WithAxes(RunResult):  # the field the loader will add to RunResult
-        study_axes: dict[str, str] | None = None
-
-    cells = study_cells(WithAxes, study_axes={"rows": TEMPLATE, "columns": "variant"})
+    cells = study_cells(axes={"rows": TEMPLATE, "columns": "variant"})
     part = study_part(summary_markdown(cells))
     assert "rows: **prompt.template**, columns: **variant** (from the study's `report`)" in part
     head = "| prompt.template   | engine.enable_prefix_caching   | variant=hf   | variant=vllm   | variant=fp8   |"
@@ -454,7 +443,7 @@ def test_a_cell_timed_on_fewer_examples_stands_apart_in_the_study(tmp_path):
 def test_the_study_section_is_the_same_in_run_order_and_in_name_order():
     """`runner report` reads results in name order, `runner go` has them in run order: with each cell's place in
     its study recorded, both write the same section (values in the study's order, the same direction)."""
-    cells = [c.model_copy(update={"cell_index": i}) for i, c in enumerate(study_cells())]
+    cells = [c.model_copy(update={"cell": c.cell.model_copy(update={"index": i})}) for i, c in enumerate(study_cells())]
     by_name = sorted(cells, key=lambda r: r.name)
     assert [c.name for c in by_name] != [c.name for c in cells]
     assert study_section("s", by_name) == study_section("s", cells)

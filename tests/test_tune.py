@@ -358,7 +358,8 @@ def test_a_study_tunes_start_and_hand_written_cells_are_the_studys_own_runs(tmp_
     path, out = _study(write_recipe, base_recipe, compare=["st-hand"]), tmp_path / "out"
     assert _tune(path, "--out", out).exit_code == 0
     base = json.loads((out / "st-slow" / "results.json").read_text())
-    assert base["study"] == "st" and base["cell"] == {"variant": "slow"} and len(base["repeats"]) == 3
+    assert base["cell"]["study"] == "st" and base["cell"]["settings"] == {"variant": "slow"}
+    assert len(base["repeats"]) == 3
     summary = (out / "st" / "summary.md").read_text()
     assert "| st-slow " in summary and "| st-hand " in summary and "no baseline" not in summary
     r = CliRunner().invoke(cli, ["go", str(path), "--out", str(out), "--only", "st-slow,st-hand", "--in-process"])

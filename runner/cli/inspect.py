@@ -76,15 +76,15 @@ def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool) -> None:
 
     if ("tune", lr.path) not in shown and "tune" in read_recipe_file(lr.path).keys:
         shown.add(("tune", lr.path))  # once per file
-        what = "its cells" if lr.study else "the recipe as written"
+        what = "its cells" if lr.cell else "the recipe as written"
         click.echo(f"  note: this file has a `tune:` block: runner go runs {what}, runner tune searches it")
-    if lr.study:
-        cell = ", ".join(f"{k}={v}" for k, v in lr.cell.items()) or "(no varying settings)"
-        click.echo(f"  cell of study {lr.study}: {cell}")
+    if (c := lr.cell) is not None:
+        cell = ", ".join(f"{k}={v}" for k, v in c.settings.items()) or "(no varying settings)"
+        click.echo(f"  cell of study {c.study}: {cell}")
         prompt = json.dumps(r.prompt.model_dump(mode="json"), sort_keys=True)  # one first prompt per distinct prompt
-        if (lr.study, prompt) in shown:
+        if (c.study, prompt) in shown:
             return
-        shown.add((lr.study, prompt))
+        shown.add((c.study, prompt))
     click.echo("first prompt:")
     for m in prepared.messages[0]:
         click.echo(f"  [{m['role']}] " + m["content"].replace("\n", "\n    "))

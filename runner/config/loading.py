@@ -26,7 +26,7 @@ from runner.config.merge import Source, with_bases
 from runner.config.overrides import apply_overrides, parse_set
 from runner.config.yamlfile import line_of, read_yaml
 from runner.engines import ENGINE_KINDS, ENGINES, spec_class
-from runner.recipe import LoadedRecipe, Recipe
+from runner.recipe import LoadedRecipe, Recipe, StudyCell
 
 Locate = Callable[[tuple, str], str]
 Keep = Callable[[str], bool]  # --only: the names of the experiments to load
@@ -187,10 +187,9 @@ def finish(
     locate: Locate,
     title: str = "invalid recipe",
     hint: str | None = None,
-    **cell: Any,
+    cell: StudyCell | None = None,
 ) -> LoadedRecipe:
-    """The recipe data with the call's overrides, validated, as a LoadedRecipe (`cell`: a study cell's
-    LoadedRecipe fields)."""
+    """The recipe data with the call's overrides, validated, as a LoadedRecipe (`cell`: its place in its study)."""
     where = str(f.path)
     sets, extra = apply_overrides(data, overrides, mp, where)
     try:
@@ -208,7 +207,7 @@ def finish(
         engine = recipe.engine.model_copy(update={"compile_cache": str((base_dir / cache).resolve())})
         recipe = recipe.model_copy(update={"engine": engine})
     return LoadedRecipe(
-        recipe=recipe, path=str(f.path.resolve()), base_dir=str(base_dir), overrides=[*overrides, *extra], **cell
+        recipe=recipe, path=str(f.path.resolve()), base_dir=str(base_dir), overrides=[*overrides, *extra], cell=cell
     )
 
 
@@ -278,7 +277,7 @@ def load_recipe(
     if not loaded:
         msg = "holds shared settings for other files' `base:` (abstract: true); it is not an experiment"
         raise RecipeError(msg, file=str(path))
-    if loaded[0].study is not None:
+    if loaded[0].cell is not None:
         msg = f"is a study of {len(loaded)} experiments ({', '.join(c.recipe.name for c in loaded)}); "
         raise RecipeError(msg + "load it with load_recipes", file=str(path))
     return loaded[0]

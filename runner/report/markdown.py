@@ -76,9 +76,9 @@ def cell_value(v: Any, width: int = 80) -> str:
 def _header(r: RunResult) -> list[str]:
     rec = r.recipe
     parts = [f"# {r.name}", ""]
-    if r.study:
-        what = ", ".join(f"{k}={r.cell_labels.get(k) or cell_value(v)}" for k, v in r.cell.items())
-        parts += [f"Cell of study **{r.study}**" + (f": {what}" if what else ""), ""]
+    if (c := r.cell) is not None:
+        what = ", ".join(f"{k}={c.labels.get(k) or cell_value(v)}" for k, v in c.settings.items())
+        parts += [f"Cell of study **{c.study}**" + (f": {what}" if what else ""), ""]
     if rec.description:
         parts += [rec.description, ""]
     engine = rec.engine.label or r.engine.name or rec.engine.kind

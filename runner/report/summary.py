@@ -406,7 +406,7 @@ def in_order(results: Iterable[RunResult]) -> list[RunResult]:
     """The one order of a summary, however its results were read: recipes by name, a study's cells together in the
     study's own order (so `runner go` and `runner report` write the same summary; cells stored before that order was
     recorded keep the order they come in)."""
-    key = lambda r: (r.study or "", r.cell_index is None, r.cell_index or 0, "" if r.study else r.name)
+    key = lambda r: (r.cell.study, r.cell.index is None, r.cell.index or 0, "") if r.cell else ("", True, 0, r.name)
     return sorted(results, key=key)
 
 

@@ -51,7 +51,7 @@ from runner.base.errors import RecipeError
 from runner.base.types import StrictModel
 from runner.config.loading import RecipeFile, check_abstract, finish, load_recipes, locator, read_recipe_file
 from runner.config.overrides import KeyProblem, key_target, parse_set
-from runner.recipe import NAME_PATTERN, LoadedRecipe
+from runner.recipe import NAME_PATTERN, LoadedRecipe, StudyCell
 
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9._-]*$")
 VARIANT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -296,7 +296,7 @@ def check_report(report: Any, all_axes: tuple[Axis, ...], where: str) -> ReportA
 
 class Cell(NamedTuple):
     name: str
-    cell: dict[str, Any]  # the settings that vary (LoadedRecipe.cell)
+    cell: dict[str, Any]  # the settings that vary (StudyCell.settings)
     data: dict  # the cell's recipe data (before --set)
     origins: tuple[tuple, ...]  # YAML locations of the settings the cell's overlays set
 
@@ -374,7 +374,7 @@ class Study:
     cells: tuple[LoadedRecipe, ...]
 
     def describe(self, lr: LoadedRecipe) -> str:
-        return describe(lr.cell, self.axes)
+        return describe(lr.cell.settings if lr.cell else {}, self.axes)
 
 
 def load_study(
@@ -426,7 +426,7 @@ def study_file(f: RecipeFile, overrides: list[str], mp: Mapping[str, str], keep:
         if clash := _clash([a.key for a in all_axes], k):
             msg = f"--set {k}: the study varies {clash!r} across its cells; setting it for every cell would make "
             raise _err(where, "--set", msg + "cells the same", "pick cells by name, or change the study's matrix")
-    by_key, kw = {a.key: a for a in all_axes}, {"study": name, "study_axes": report and report.model_dump()}
+    by_key = {a.key: a for a in all_axes}
     cells, loaded = expand(name, f.data, axes, variants, excludes, where), []
     if isinstance(base := f.data.get("baseline"), str):  # `baseline: CELL`: that cell alone is the baseline
         if base not in (names := [c.name for c in cells]):
@@ -438,8 +438,8 @@ def study_file(f: RecipeFile, overrides: list[str], mp: Mapping[str, str], keep:
         title, at = f"cell {c.name!r} ({describe(c.cell, axes)}): invalid recipe", locator(f.sources, sets, c.origins)
         # the study file's short label of each varying value (what reports show), where it has one
         labels = {k: lab for k, v in c.cell.items() if k in by_key and (lab := by_key[k].label(v))}
-        cell = {"cell": dict(c.cell), "cell_labels": labels, "cell_index": index}
-        loaded.append(finish(f, c.data, overrides, mp, at, title=title, **cell, **kw))
+        cell = StudyCell(study=name, settings=c.cell, labels=labels, axes=report and report.model_dump(), index=index)
+        loaded.append(finish(f, c.data, overrides, mp, at, title=title, cell=cell))
     return Study(str(f.path.resolve()), "study", name, all_axes, report, tuple(loaded))
 
 

@@ -34,12 +34,22 @@ def value_key(v: Any) -> str:
     return "\0absent" if v is ABSENT else json.dumps(v, sort_keys=True, default=str)
 
 
+def settings(r: RunResult) -> dict[str, Any]:
+    """The settings a study's cell varies ({} for a run that is no study's cell)."""
+    return r.cell.settings if r.cell is not None else {}
+
+
+def study_of(r: RunResult) -> str | None:
+    return r.cell.study if r.cell is not None else None
+
+
 def axis_value(r: RunResult, axis: str) -> Any:
-    return r.cell.get(axis, ABSENT)
+    return settings(r).get(axis, ABSENT)
 
 
 def labels_of(cells: list[RunResult]) -> Labels:
-    return {(k, value_key(r.cell[k])): lab for r in cells for k, lab in r.cell_labels.items() if k in r.cell}
+    parts = [r.cell for r in cells if r.cell is not None]
+    return {(k, value_key(c.settings[k])): lab for c in parts for k, lab in c.labels.items() if k in c.settings}
 
 
 def value_label(v: Any, width: int = 36, axis: str | None = None, labels: Labels | None = None) -> str:
@@ -68,7 +78,7 @@ def axes_of(cells: list[RunResult]) -> Axes:
     """axis -> its distinct values in the order the cells bring them (ABSENT last); keys in the order of the
     cells with the most keys (the study's)."""
     out: Axes = {}
-    for k in dict.fromkeys(k for r in sorted(cells, key=lambda r: -len(r.cell)) for k in r.cell):
+    for k in dict.fromkeys(k for r in sorted(cells, key=lambda r: -len(settings(r))) for k in settings(r)):
         seen: dict[str, Any] = {}
         for r in cells:
             seen.setdefault(value_key(axis_value(r, k)), axis_value(r, k))
@@ -79,8 +89,8 @@ def axes_of(cells: list[RunResult]) -> Axes:
 
 
 def requested_axes(cells: list[RunResult]) -> dict[str, str | None] | None:
-    """The study file's `report: {rows, columns}` as its cells carry it (`study_axes`), if they do."""
-    return next((dict(r.study_axes) for r in cells if r.study_axes is not None), None)
+    """The study file's `report: {rows, columns}` as its cells carry it (`cell.axes`), if they do."""
+    return next((dict(r.cell.axes) for r in cells if r.cell is not None and r.cell.axes is not None), None)
 
 
 def pick_axes(axes: Axes, requested: dict[str, str | None] | None) -> tuple[str | None, str | None, str]:
@@ -175,8 +185,9 @@ class Effect:
 def only_differ_in(a: RunResult, b: RunResult, axis: str) -> bool:
     """Every other setting is the same. Across variants a setting only one of the cells has (the other's
     variant replaced the section that holds it) is no difference: it belongs to the variant."""
-    shared, keys = a.cell.keys() & b.cell.keys(), (a.cell.keys() | b.cell.keys()) - {axis}
-    return all(value_key(a.cell[k]) == value_key(b.cell[k]) if k in shared else axis == "variant" for k in keys)
+    sa, sb = settings(a), settings(b)
+    shared, keys = sa.keys() & sb.keys(), (sa.keys() | sb.keys()) - {axis}
+    return all(value_key(sa[k]) == value_key(sb[k]) if k in shared else axis == "variant" for k in keys)
 
 
 def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
@@ -362,7 +373,8 @@ def spent_section(cells: list[RunResult]) -> list[str]:
 def in_study_order(cells: list[RunResult]) -> list[RunResult]:
     """The cells in their study's order (how `runner go` ran them), whatever order they were read in; cells stored
     before the order was recorded keep theirs, after the others."""
-    return sorted(cells, key=lambda r: (r.cell_index is None, r.cell_index or 0))
+    index = lambda r: r.cell.index if r.cell is not None else None  # noqa: E731
+    return sorted(cells, key=lambda r: (index(r) is None, index(r) or 0))
 
 
 def study_section(
@@ -401,7 +413,8 @@ def study_section(
 
 def study_groups(results: list[RunResult]) -> dict[str, list[RunResult]]:
     """study name -> its cells, in the order they come (runs without a study are left out)."""
-    return {s: [r for r in results if r.study == s] for s in dict.fromkeys(r.study for r in results if r.study)}
+    studies = dict.fromkeys(s for r in results if (s := study_of(r)))
+    return {s: [r for r in results if study_of(r) == s] for s in studies}
 
 
 def study_summary(results: list[RunResult], out: Path | None) -> list[str]:
@@ -431,7 +444,7 @@ def write_study_summaries(
     stored = [mine.get(r.name, r) for r in stored]
     paths = []
     for study in study_groups(results):
-        cells = [r for r in stored if r.study == study]
+        cells = [r for r in stored if study_of(r) == study]
         path = study_summary_path(out, study)
         path.parent.mkdir(parents=True, exist_ok=True)
         stopped = {study: gate_stopped(cells, out)}
@@ -465,7 +478,7 @@ def write_study_charts(
             path = study_chart_path(dest or out, study)
         except RunnerError:
             continue
-        label = lambda r: r.name.removeprefix(f"{r.study}-") + (" (est.)" if r.estimate else "")
+        label = lambda r, s=study: r.name.removeprefix(f"{s}-") + (" (est.)" if r.estimate else "")
         red_cells = stopped[study] if stopped is not None and study in stopped else gate_stopped(cells, out)
         red = "; red: stopped by its gate" if red_cells else ""
         title = f"{study}: {metric} against time (green: Pareto front{red})"
