@@ -26,7 +26,7 @@ import re
 import threading
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial, update_wrapper
@@ -157,21 +157,12 @@ def check_percent(fmt: str, args: Any) -> None:
 
 
 def check_binop(op: str, a: Any, b: Any) -> None:
-    ints = isinstance(a, int) and isinstance(b, int)
-    if op == "**" and ints and b > 0 and abs(a) > 1:
+    if op == "**" and isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1:
         digits = b * math.log10(abs(a)) if b.bit_length() < 64 else math.inf
         if digits > MAX_INT_DIGITS:
             raise refuse(f"`**` would give a number of about {digits:,.0f} digits (at most {MAX_INT_DIGITS:,})")
-    elif op == "*" and ints:
-        if a.bit_length() + b.bit_length() > _MAX_INT_BITS:
-            raise refuse(f"`*` would give a number of more than {MAX_INT_DIGITS:,} digits")
     elif op == "*":
-        seq, n = (a, b) if isinstance(b, int) else (b, a)
-        if isinstance(n, int) and isinstance(seq, (str, bytes, list, tuple)) and n > 1:
-            if isinstance(seq, (list, tuple)) and len(seq) * n > MAX_ITEMS:
-                raise refuse(f"`*` would give a list of {len(seq) * n:,} items (at most {MAX_ITEMS:,})")
-            if size_of(seq) * n > MAX_CHARS:
-                raise refuse(f"`*` would give more than {MAX_CHARS:,} characters")
+        _check_times(a, b)
     elif op == "+" and isinstance(a, (str, bytes, list, tuple)) and type(a) is type(b):
         if isinstance(a, (list, tuple)) and len(a) + len(b) > MAX_ITEMS:
             raise refuse(f"`+` would give a list of more than {MAX_ITEMS:,} items")
@@ -179,6 +170,19 @@ def check_binop(op: str, a: Any, b: Any) -> None:
             raise refuse(f"`+` would give more than {MAX_CHARS:,} characters")
     elif op == "%" and isinstance(a, str):
         check_percent(a, b)
+
+
+def _check_times(a: Any, b: Any) -> None:
+    if isinstance(a, int) and isinstance(b, int):
+        if a.bit_length() + b.bit_length() > _MAX_INT_BITS:
+            raise refuse(f"`*` would give a number of more than {MAX_INT_DIGITS:,} digits")
+        return
+    seq, n = (a, b) if isinstance(b, int) else (b, a)
+    if isinstance(n, int) and isinstance(seq, (str, bytes, list, tuple)) and n > 1:
+        if isinstance(seq, (list, tuple)) and len(seq) * n > MAX_ITEMS:
+            raise refuse(f"`*` would give a list of {len(seq) * n:,} items (at most {MAX_ITEMS:,})")
+        if size_of(seq) * n > MAX_CHARS:
+            raise refuse(f"`*` would give more than {MAX_CHARS:,} characters")
 
 
 def check_str_call(s: str | bytes, name: str, args: tuple, kwargs: dict) -> tuple:
@@ -243,9 +247,7 @@ def _filter_pre(name: str, value: Any, args: tuple, kwargs: dict) -> Any:
     (an iterable for `join` is read once, here)."""
     arg = lambda i, key, default: kwargs[key] if key in kwargs else (args[i] if len(args) > i else default)
     if name == "center":
-        width = arg(0, "width", 80)
-        if isinstance(width, int) and width > MAX_CHARS:
-            raise refuse(f"center({width:,}) would give more than {MAX_CHARS:,} characters")
+        check_str_call("", name, (arg(0, "width", 80),), {})
     elif name == "indent":
         width = arg(0, "width", 4)
         ind = len(width) if isinstance(width, str) else width if isinstance(width, int) else 0
@@ -261,7 +263,14 @@ def _filter_pre(name: str, value: Any, args: tuple, kwargs: dict) -> Any:
         check_replace(value, arg(0, "old", ""), arg(1, "new", ""), -1 if count is None else count)
     elif name == "format":
         check_percent(str(value), kwargs or args)
-    elif name == "join":
+    else:
+        return _items_pre(name, value, arg)
+    return value
+
+
+def _items_pre(name: str, value: Any, arg: Callable[[int, str, Any], Any]) -> Any:
+    """_filter_pre of the filters that take or make a list (or sum one)."""
+    if name == "join":
         items = list(value)
         if joined_size(items) + len(str(arg(0, "d", ""))) * len(items) > MAX_CHARS:
             raise refuse(f"join would give more than {MAX_CHARS:,} characters")

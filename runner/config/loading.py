@@ -124,6 +124,18 @@ def _home_of(key: str) -> list[str]:
     return homes
 
 
+def _unknown_key(loc: tuple, data: Any, set_by_call: bool) -> str:
+    holder = _submodel(loc, data)
+    allowed = sorted(holder.model_fields) if holder else []
+    if len(loc) == 1:  # a file's top level also takes the study keys
+        allowed = sorted([*allowed, *FILE_KEYS])
+    key = str(loc[-1])
+    msg = f"--set {'.'.join(map(str, loc))}: no such key" if set_by_call else f"unknown key {key!r}"
+    homes = _home_of(key) if len(loc) == 1 else []
+    msg += f"; did you mean {' or '.join(map(repr, homes))}?" if homes else _did_you_mean(key, allowed)
+    return msg + (" Allowed here: " + ", ".join(allowed) if allowed else "")
+
+
 def describe_error(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, str]:
     # discriminated unions insert the tag into the location: engine.vllm.x -> engine.x
     raw = tuple(err["loc"])
@@ -131,14 +143,7 @@ def describe_error(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, s
     dotted, typ, given = ".".join(str(p) for p in loc), err["type"], err.get("input")
     kinds = ", ".join(repr(k) for k in ENGINE_KINDS)
     if typ == "extra_forbidden":
-        holder = _submodel(loc, data)
-        allowed = sorted(holder.model_fields) if holder else []
-        if len(loc) == 1:  # a file's top level also takes the study keys
-            allowed = sorted([*allowed, *FILE_KEYS])
-        msg = f"--set {dotted}: no such key" if dotted in sets else f"unknown key {str(loc[-1])!r}"
-        homes = _home_of(str(loc[-1])) if len(loc) == 1 else []
-        msg += f"; did you mean {' or '.join(map(repr, homes))}?" if homes else _did_you_mean(str(loc[-1]), allowed)
-        return loc, msg + (" Allowed here: " + ", ".join(allowed) if allowed else "")
+        return loc, _unknown_key(loc, data, dotted in sets)
     if typ == "missing":
         return loc, "required field is missing"
     if typ == "string_pattern_mismatch" and loc == ("name",):
@@ -158,12 +163,18 @@ def describe_error(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, s
         return loc, f"expected a mapping with a `kind`, e.g. `engine: {{kind: {given}}}`; allowed kinds: {allowed}"
     if loc == ("metrics",) and isinstance(given, str):
         return loc, f"expected a list, e.g. `metrics: [{given}]`"
+    return loc, _plain(err)
+
+
+def _plain(err: dict) -> str:
+    """Pydantic's own message, with the input it got."""
+    typ, given = err["type"], err.get("input")
     if typ == "value_error":  # a check of ours: its message says it all; a whole mapping as input would not help
         msg = err["msg"].removeprefix("Value error, ")
-        return loc, msg if isinstance(given, dict) else msg + f" (got {repr(given)[:60]})"
+        return msg if isinstance(given, dict) else msg + f" (got {repr(given)[:60]})"
     if "input" in err and typ not in ("model_type", "dict_type"):
-        return loc, err["msg"] + f" (got {repr(err['input'])[:60]})"
-    return loc, err["msg"]
+        return err["msg"] + f" (got {repr(given)[:60]})"
+    return err["msg"]
 
 
 def error_lines(errs: list, data: Any, sets: dict[str, str], locate: Locate) -> list[str]:

@@ -114,6 +114,10 @@ def read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
         raise err(f"not UTF-8 text (bad byte at offset {e.start})", hint="save the recipe as UTF-8") from None
     if not text.strip():
         raise err("file is empty; a recipe needs at least name, model, engine, dataset, prompt")
+    return _parse(text, err)
+
+
+def _parse(text: str, err: Callable[..., RecipeError]) -> tuple[Any, yaml.Node | None]:
     try:
         loader = _BoundedLoader(text)
     except yaml.reader.ReaderError as e:  # a control character: PyYAML checks the whole text first

@@ -145,26 +145,23 @@ def read_examples(spec: Any, base_dir: Path, where: str = "", *, field: str = "d
     """The examples `spec` names (shuffled and limited as it says), with the hash of the file they came from.
     `field`: the recipe field `spec` sits at (`dataset`, or `prompt.shots.source`), named by every error."""
     if spec.format == "hub":
-        rows, sha, path = _hub_rows(spec, where, field), None, None
-    else:  # a path relative to the recipe file (an absolute one stays itself)
-        fb = read_file(base_dir / Path(spec.path).expanduser(), where, field)
-        key = (fb.sha256, str(fb.path), spec.model_dump_json(), field)
-        if (kept := _READ.get(key)) is not None:  # a study's cells read one file many times: parsed once
-            return kept
-        rows, sha, path = parse_rows(spec, fb, where, field), fb.sha256, str(fb.path)
+        return LoadedExamples(_examples(_hub_rows(spec, where, field), spec, where, field), None, None)
+    fb = read_file(base_dir / Path(spec.path).expanduser(), where, field)  # relative to the recipe file
+    key = (fb.sha256, str(fb.path), spec.model_dump_json(), field)
+    if (kept := _READ.get(key)) is None:  # a study's cells read one file many times: parsed once
+        rows = parse_rows(spec, fb, where, field)
         if len(_READ) >= 8:
             _READ.clear()
-        _READ[key] = loaded = _examples(rows, spec, where, field, sha, path)
-        return loaded
-    return _examples(rows, spec, where, field, sha, path)
+        _READ[key] = kept = LoadedExamples(_examples(rows, spec, where, field), fb.sha256, str(fb.path))
+    return kept
 
 
 _READ: dict[tuple, LoadedExamples] = {}  # (file sha256, path, spec, field) -> examples: files are read, bytes hashed
 
 
-def _examples(rows: list, spec: Any, where: str, field: str, sha: str | None, path: str | None) -> LoadedExamples:
+def _examples(rows: list, spec: Any, where: str, field: str) -> tuple[Example, ...]:
     if not rows:
-        what = spec.path if path else f"hub dataset {spec.path!r} (split {spec.split!r})"
+        what = f"hub dataset {spec.path!r} (split {spec.split!r})" if spec.format == "hub" else spec.path
         hint = f"point {field}.path at a file with at least one example"
         raise DatasetError(f"{what} holds no examples", file=where, field=f"{field}.path", hint=hint)
     mapper = _Mapper(rows, spec, where, field)
@@ -178,8 +175,7 @@ def _examples(rows: list, spec: Any, where: str, field: str, sha: str | None, pa
         seen.add(ex.id)
     if spec.shuffle:
         random.Random(spec.seed).shuffle(examples)
-    examples = examples[: spec.limit or None]
-    return LoadedExamples(tuple(examples), sha, path)
+    return tuple(examples[: spec.limit or None])
 
 
 def load_examples(spec: Any, base_dir: Path, where: str = "", *, field: str = "dataset") -> list[Example]:

@@ -230,6 +230,11 @@ def json_rows(text: str, fmt: str, json_field: str | None, w: _Where) -> list[di
         return json_doc(text, w)  # raises, naming the line and column
     except RecursionError:
         raise w.error(f"{w.name} is nested too deeply to read as JSON") from None
+    return _records(doc, fmt, json_field, w)
+
+
+def _records(doc: Any, fmt: str, json_field: str | None, w: _Where) -> list[dict]:
+    """The records of a JSON document: the list it is, or the one under `json_field`."""
     if json_field:
         if not isinstance(doc, dict) or json_field not in doc:
             keys = ", ".join(sorted(doc)[:20]) if isinstance(doc, dict) else f"the file holds a JSON {_kind(doc)}"
