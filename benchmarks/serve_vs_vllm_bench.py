@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from runner.cli.loading import load_all  # noqa: E402  (the project root is put on the path above)
 from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template  # noqa: E402
 from runner.inputs.prepare import prepare  # noqa: E402
-from runner.serve.run import rate_point, run_rate  # noqa: E402
+from runner.serve.run import Target, rate_point, run_rate  # noqa: E402
 from runner.serve.server import Server, command, free_port  # noqa: E402
 
 KEYS = ("ttft_p50_ms", "tpot_p50_ms", "request_throughput")
@@ -65,9 +65,8 @@ def bench(a, r, data: Path, url: str, work: Path, k: int) -> dict:
 
 def wing(a, r, ids: list[list[int]], url: str) -> dict:
     load = SimpleNamespace(warmup_requests=a.warmups, max_concurrency=None, burstiness=1.0, seed=a.seed)
-    p = rate_point(
-        run_rate(f"{url}/v1/completions", r.model.id, ids, r.sampling, a.rate, load, lambda: None), [], [], {}
-    )
+    target = Target(f"{url}/v1/completions", r.model.id, r.sampling)
+    p = rate_point(run_rate(target, ids, a.rate, load, lambda: None), [], [], {})
     return {"ttft_p50_ms": p.ttft_ms.p50, "tpot_p50_ms": p.tpot_ms.p50, "request_throughput": p.request_throughput}
 
 

@@ -473,7 +473,7 @@ def test_a_server_that_dies_during_warm_up_is_reported_as_its_death_with_its_log
     srv = standin("dies", env={"VLLM_SERVER_DEV_MODE": "1"})
     with srv:
 
-        def run_rate(url, model, prompts, sampling, rate, load, warmed):
+        def run_rate(target, prompts, rate, load, warmed):
             warmed()  # the prefix-cache reset after the warm-up: the server dies answering it
             raise AssertionError("not reached")
 
@@ -482,6 +482,6 @@ def test_a_server_that_dies_during_warm_up_is_reported_as_its_death_with_its_log
         recipe = SimpleNamespace(load=load, model=model, sampling=None)
         unit = SimpleNamespace(loaded=SimpleNamespace(recipe=recipe), prepared=None)
         with pytest.raises(sr.ServerError) as e:
-            sr._rate(srv, unit, ["t"], [[1, 2]], 10.0, sr.Sweep(), None)
+            sr.Sweep(srv, unit, ["t"], [[1, 2]], None).rate(10.0)
     assert e.value.message.startswith("the server exited during rate 10 (its warm-up or requests) (code 9); last lines")
     assert "CUDA out of memory: the stand-in dies" in e.value.message and "refused" not in e.value.message

@@ -36,7 +36,7 @@ from runner.base.errors import RunnerError
 from runner.base.files import write_json_atomic, write_jsonl_atomic
 from runner.base.nvml import PeakSampler, device_facts, used_gib, wait_for_release
 from runner.base.stats import percentile, prefix_share
-from runner.base.types import Generation, Sampling
+from runner.base.types import EngineInfo, Generation, Sampling
 from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
 from runner.folder import RunFolder
 from runner.results import LatencyMs, Prefix, RatePoint, RunResult, Sample, ServingResult, Timings, Tokens
@@ -120,22 +120,30 @@ class RateRun:
         return max(r.end_s for r in self.records) - min(r.sent_s for r in self.records) if self.records else 0.0
 
 
-def run_rate(
-    url: str, model: str, prompts: Sequence[list[int]], sampling: Sampling, rate: float, load, warmed
-) -> RateRun:
+@dataclass(frozen=True)
+class Target:
+    """Where a rate's requests go (the completions URL) and what each asks: the model's id, the recipe's sampling."""
+
+    url: str
+    model: str
+    sampling: Sampling
+
+
+def run_rate(target: Target, prompts: Sequence[list[int]], rate: float, load, warmed) -> RateRun:
     """`load.warmup_requests` unmeasured requests (the first prompt, under the concurrency cap), `warmed()`, then
     every prompt at its due time (`load`: the recipe's LoadSpec: burstiness, max_concurrency, seed)."""
     import aiohttp
 
-    c, body = client(), request_body(sampling)
+    c, body, max_tokens = client(), request_body(target.sampling), target.sampling.max_tokens
 
     async def sweep() -> RateRun:
         gate = asyncio.Semaphore(load.max_concurrency or len(prompts) + load.warmup_requests + 1)
 
         async def send(session: Any, ids: list[int]) -> Any:
             async with gate:
-                args = dict(prompt=ids, api_url=url, prompt_len=len(ids), output_len=sampling.max_tokens, model=model)
-                return await c.async_request_openai_completions(c.RequestFuncInput(**args, extra_body=body), session)
+                args = dict(prompt=ids, api_url=target.url, prompt_len=len(ids), output_len=max_tokens)
+                args |= dict(model=target.model, extra_body=body)
+                return await c.async_request_openai_completions(c.RequestFuncInput(**args), session)
 
         async with aiohttp.ClientSession(timeout=c.AIOHTTP_TIMEOUT) as session:
             warm = await asyncio.gather(*(send(session, prompts[0]) for _ in range(load.warmup_requests)))
@@ -185,26 +193,37 @@ def peak_concurrency(records: list[Record]) -> int:
 
 def rate_point(run: RateRun, samples: list[Sample], metrics: list[str], slo: dict, **facts: Any) -> RatePoint:
     """Every per-rate figure of the module docstring, from one rate's measured requests and their samples."""
-    ok, wall = [r for r in run.records if r.ok], run.wall_s
+    ok, wall, n = [r for r in run.records if r.ok], run.wall_s, len(run.records)
     tokens, prompt = sum(r.out.output_tokens or 0 for r in ok), sum(r.out.prompt_len for r in ok)
     per_s = (lambda x: x / wall) if wall > 0 else (lambda x: 0.0)
     good = sum(_good(r, slo) for r in ok) if slo else None
-    n, sent = len(run.records), dict(wall_s=wall, prompt_tokens=prompt, output_tokens=tokens, good=good)
-    sent |= dict(rate=run.rate, requests=n, completed=len(ok), errors=n - len(ok), request_throughput=per_s(len(ok)))
-    sent |= dict(output_throughput=per_s(tokens), total_token_throughput=per_s(prompt + tokens))
-    sent |= dict(goodput=None if good is None else per_s(good), peak_concurrency=peak_concurrency(run.records))
-    lat = dict(ttft_ms=[r.ttft_s for r in ok], tpot_ms=[r.tpot_s for r in ok if r.tpot_s is not None])
-    lat |= dict(itl_ms=[g for r in ok for g in r.out.itl], e2e_ms=[r.e2e_s for r in ok])
-    lat |= dict(queue_ms=[r.sent_s - r.due_s for r in run.records])
-    scores = mean_scores([s for r, s in zip(run.records, samples) if r.ok], metrics)
-    errors = dict(
+    return RatePoint(
+        rate=run.rate,
+        requests=n,
+        completed=len(ok),
+        errors=n - len(ok),
+        wall_s=wall,
+        prompt_tokens=prompt,
+        output_tokens=tokens,
+        good=good,
+        request_throughput=per_s(len(ok)),
+        output_throughput=per_s(tokens),
+        total_token_throughput=per_s(prompt + tokens),
+        goodput=None if good is None else per_s(good),
+        peak_concurrency=peak_concurrency(run.records),
+        ttft_ms=_ms([r.ttft_s for r in ok]),
+        tpot_ms=_ms([r.tpot_s for r in ok if r.tpot_s is not None]),
+        itl_ms=_ms([g for r in ok for g in r.out.itl]),
+        e2e_ms=_ms([r.e2e_s for r in ok]),
+        queue_ms=_ms([r.sent_s - r.due_s for r in run.records]),
+        scores=mean_scores([s for r, s in zip(run.records, samples) if r.ok], metrics),
         warmup_errors=sorted(set(run.warmup_errors))[:5],
         error_samples=sorted({r.error for r in run.records if r.error})[:5],
+        **facts,
     )
-    return RatePoint(**sent, **{k: _ms(v) for k, v in lat.items()}, scores=scores, **errors, **facts)
 
 
-def saturation(points: list[RatePoint], follow: float = 0.9, gain: float = 0.05, growth: float = 2.0) -> list[str]:
+def saturation(points: list[RatePoint]) -> list[str]:
     """Why the last rate saturated the server ([] when it did not). Rate i > 0 is saturated when throughput
     stalls (achieved < 0.9 × offered for a finite rate, or < 1.05 × the achieved rate before it) *and* TTFT p50
     grew beyond 2 × the lowest TTFT p50 before it. The TTFT test keeps short runs (whose drain after the last
@@ -212,24 +231,29 @@ def saturation(points: list[RatePoint], follow: float = 0.9, gain: float = 0.05,
     if len(points) < 2:
         return []
     p, prev, stall = points[-1], points[-2], []
-    if math.isfinite(p.rate) and p.request_throughput < follow * p.rate:
-        stall.append(f"achieved {p.request_throughput:.2f} req/s < {follow:g} x offered {p.rate:g} req/s")
-    if p.request_throughput < (1 + gain) * prev.request_throughput:
+    if math.isfinite(p.rate) and p.request_throughput < 0.9 * p.rate:
+        stall.append(f"achieved {p.request_throughput:.2f} req/s < 0.9 x offered {p.rate:g} req/s")
+    if p.request_throughput < 1.05 * prev.request_throughput:
         at = f"{prev.rate:g} req/s" if math.isfinite(prev.rate) else "inf"
         stall.append(
-            f"achieved {p.request_throughput:.2f} req/s gains less than {gain:.0%} on "
+            f"achieved {p.request_throughput:.2f} req/s gains less than 5% on "
             f"{prev.request_throughput:.2f} req/s at {at}"
         )
     base = [q.ttft_ms.p50 for q in points[:-1] if q.ttft_ms]
-    if stall and base and p.ttft_ms and p.ttft_ms.p50 > growth * min(base):
-        return [*stall, f"TTFT p50 {p.ttft_ms.p50:.1f} ms > {growth:g} x {min(base):.1f} ms (lowest before)"]
+    if stall and base and p.ttft_ms and p.ttft_ms.p50 > 2 * min(base):
+        return [*stall, f"TTFT p50 {p.ttft_ms.p50:.1f} ms > 2 x {min(base):.1f} ms (lowest before)"]
     return []
 
 
 @dataclass
 class Sweep:
-    """What the rates measured, in order, and why the sweep stopped."""
+    """One recipe's rates against its server, in increasing order (`run`): what they measured and why it stopped."""
 
+    server: Server
+    unit: Unit
+    texts: list[str]  # every prompt as rendered
+    ids: list[list[int]]  # and as token ids
+    sampler: PeakSampler
     runs: list[RateRun] = field(default_factory=list)
     points: list[RatePoint] = field(default_factory=list)
     samples: list[list[Sample]] = field(default_factory=list)
@@ -238,66 +262,120 @@ class Sweep:
     skipped: list[float] = field(default_factory=list)
     grown: dict[str, float] = field(default_factory=dict)  # the counters' growth over every measured request
 
+    def rate(self, rate: float) -> RatePoint:
+        """One rate: warmup, prefix-cache reset, the counters read, the measured requests; scored and summarized."""
+        server, r, state = self.server, self.unit.loaded.recipe, {"reset": None}
+        indices = r.load.request_indices(len(self.ids))
 
-def _rate(server: Server, unit: Unit, texts: list[str], ids: list[list[int]], rate: float, sw: Sweep, sampler):
-    """One rate: warmup, prefix-cache reset, the counters read, the measured requests; scored and summarized."""
-    r, load, state = unit.loaded.recipe, unit.loaded.recipe.load, {"reset": None}
-    indices = load.request_indices(len(ids))
+        def warmed() -> None:
+            try:
+                state["reset"] = server.reset_prefix_cache()
+            except ServerError as e:
+                self.notes.append(f"prefix cache not reset: {e.message}")
+            state["before"] = server.counters()
 
-    def warmed() -> None:
+        target = Target(f"{server.base_url}/v1/completions", r.model.id, r.sampling)
         try:
-            state["reset"] = server.reset_prefix_cache()
-        except ServerError as e:
-            sw.notes.append(f"prefix cache not reset: {e.message}")
-        state["before"] = server.counters()
+            run = run_rate(target, [self.ids[i] for i in indices], rate, r.load, warmed)
+        except OSError:  # refused or reset: a dead server says why in its log, not in the connection error
+            if not server.exits_within(2.0):
+                raise
+            raise server.died(f"during rate {rate_label(rate)} (its warm-up or requests)") from None
+        before = state["before"]
+        grown = {n: v - before.get(n, 0.0) for n, v in server.counters().items() if v > before.get(n, 0.0)}
+        self.grown |= {n: self.grown.get(n, 0.0) + v for n, v in grown.items()}
+        samples = []
+        for x in run.records:
+            i, o = indices[x.index], x.out
+            g = Generation(o.generated_text, o.prompt_len, o.output_tokens or 0, None, x.ttft_s, x.e2e_s)
+            s = make_sample(self.unit.prepared.examples[i], self.texts[i], g, r, None)
+            samples.append(s if x.ok else s.model_copy(update={"scores": {}, "ttft_s": None, "latency_s": None}))
+        hits = grown.get("vllm:prefix_cache_hits_total")
+        busy = self.sampler.busy_share(run.t0, run.t0 + run.wall_s)
+        self.runs.append(run), self.samples.append(samples)
+        return rate_point(
+            run,
+            samples,
+            list(r.metrics),
+            dict(r.load.slo),
+            gpu_busy=busy,
+            cache_reset=state["reset"],
+            cached_tokens=None if hits is None else int(hits),
+            server_counters=grown,
+        )
 
-    url, prompts = f"{server.base_url}/v1/completions", [ids[i] for i in indices]
-    try:
-        run = run_rate(url, r.model.id, prompts, r.sampling, rate, load, warmed)
-    except OSError:  # refused or reset: a dead server says why in its log, not in the connection error
-        if not server.exits_within(2.0):
-            raise
-        raise server.died(f"during rate {rate_label(rate)} (its warm-up or requests)") from None
-    before = state["before"]
-    grown = {n: v - before.get(n, 0.0) for n, v in server.counters().items() if v > before.get(n, 0.0)}
-    sw.grown |= {n: sw.grown.get(n, 0.0) + v for n, v in grown.items()}
-    samples = []
-    for x in run.records:
-        i, o = indices[x.index], x.out
-        g = Generation(o.generated_text, o.prompt_len, o.output_tokens or 0, None, x.ttft_s, x.e2e_s)
-        s = make_sample(unit.prepared.examples[i], texts[i], g, r, None)
-        samples.append(s if x.ok else s.model_copy(update={"scores": {}, "ttft_s": None, "latency_s": None}))
-    hits = grown.get("vllm:prefix_cache_hits_total")
-    facts = dict(gpu_busy=sampler.busy_share(run.t0, run.t0 + run.wall_s), cache_reset=state["reset"])
-    facts.update(cached_tokens=None if hits is None else int(hits), server_counters=grown)
-    sw.runs.append(run), sw.samples.append(samples)
-    return rate_point(run, samples, list(r.metrics), dict(load.slo), **facts)
+    def run(self, say) -> Sweep:
+        """Every rate in increasing order until the server saturates (or every request fails, or the recipe's
+        timeout passes); raises if the server dies."""
+        r = self.unit.loaded.recipe
+        deadline = time.monotonic() + (r.timeout_s or math.inf)
+        for k, rate in enumerate(r.load.request_rate):
+            p, at = self.rate(rate), rate_label(rate)
+            self.reasons = saturation([*self.points, p])
+            self.points.append(p.model_copy(update={"saturated": bool(self.reasons)}))
+            say(f"{self.unit.name}: rate {at}: {p.completed}/{p.requests} completed, {p.request_throughput:.2f} req/s")
+            if not self.server.alive():
+                raise self.server.died(f"during rate {at}")
+            stop = (
+                f"saturated at {at} req/s: " + "; ".join(self.reasons)
+                if self.reasons
+                else f"every request failed at {at} req/s"
+                if p.completed == 0
+                else f"the recipe's timeout ends the sweep after {at} req/s"
+                if time.monotonic() > deadline
+                else None
+            )
+            if stop:
+                self.skipped = list(r.load.request_rate[k + 1 :])
+                higher = ", ".join(map(rate_label, self.skipped))
+                self.notes.append(stop + (f"; higher rates not run ({higher})" if self.skipped else ""))
+                say(f"{self.unit.name}: {self.notes[-1]}")
+                break
+        return self
 
-
-def _sweep(server: Server, unit: Unit, texts: list[str], ids: list[list[int]], sampler: PeakSampler, say) -> Sweep:
-    """Every rate in increasing order until the server saturates (or every request fails, or the recipe's
-    timeout passes); raises if the server dies."""
-    r, sw = unit.loaded.recipe, Sweep()
-    deadline = time.monotonic() + (r.timeout_s or math.inf)
-    for k, rate in enumerate(r.load.request_rate):
-        p, at = _rate(server, unit, texts, ids, rate, sw, sampler), rate_label(rate)
-        sw.reasons = saturation([*sw.points, p])
-        sw.points.append(p.model_copy(update={"saturated": bool(sw.reasons)}))
-        say(f"{unit.name}: rate {at}: {p.completed}/{p.requests} completed, {p.request_throughput:.2f} req/s")
-        if not server.alive():
-            raise server.died(f"during rate {at}")
-        stop = f"saturated at {at} req/s: " + "; ".join(sw.reasons) if sw.reasons else None
-        if not stop and p.completed == 0:
-            stop = f"every request failed at {at} req/s"
-        if not stop and time.monotonic() > deadline:
-            stop = f"the recipe's timeout ends the sweep after {at} req/s"
-        if stop:
-            sw.skipped = list(r.load.request_rate[k + 1 :])
-            higher = ", ".join(map(rate_label, sw.skipped))
-            sw.notes.append(stop + (f"; higher rates not run ({higher})" if sw.skipped else ""))
-            say(f"{unit.name}: {sw.notes[-1]}")
-            break
-    return sw
+    def result(self, command: str, folder: RunFolder, info: EngineInfo, m: Measured) -> RunResult:
+        """The headline rate's result (the highest rate below saturation at which a request completed), every rate
+        in `serving`; samples.jsonl holds the headline rate's requests with their timings."""
+        points = self.points
+        last = len(points) - 1 if self.reasons else len(points)
+        h = next((k for k in reversed(range(last)) if points[k].completed), None)
+        if h is None:
+            errors = " | ".join(sorted({e for p in points for e in p.error_samples})[:3])
+            raise RunnerError(
+                "no rate below saturation completed any request" + (f"; errors: {errors}" if errors else "")
+            )
+        hp, run, samples, rate = points[h], self.runs[h], self.samples[h], rate_label(points[h].rate)
+        lines = [
+            {**s.to_line(), "request": x.index, "rate": rate, "e2e_s": x.e2e_s, "tpot_s": x.tpot_s}
+            | {"sent_s": x.sent_s, "queue_s": x.sent_s - x.due_s, "error": x.error}
+            for x, s in zip(run.records, samples)
+        ]
+        write_jsonl_atomic(folder.samples, lines)
+        notes = [
+            "serving run: the figures outside the serving section (time, throughput, latency, tokens, scores, "
+            f"samples.jsonl) are those of {rate} req/s, the highest rate below saturation",
+            *self.notes,
+        ]
+        if hp.errors:
+            notes.append(
+                f"{hp.errors} of {hp.requests} requests failed at {rate} req/s: " + " | ".join(hp.error_samples)
+            )
+        serving = ServingResult(
+            headline_rate=hp.rate,
+            saturated_rate=points[-1].rate if self.reasons else None,
+            saturation_reasons=self.reasons,
+            skipped_rates=self.skipped,
+            server_start_s=info.load_s,
+            command=self.server.cmd,
+            rates=points,
+        )
+        k, share = prefix_share([self.ids[i] for i in self.unit.loaded.recipe.load.request_indices(len(self.ids))])
+        hit = hp.cached_tokens / hp.prompt_tokens if hp.cached_tokens is not None and hp.prompt_tokens else None
+        prefix = Prefix(shared_prefix_tokens=k, shared_prefix_share=share, hit_rate=hit)
+        tokens = Tokens(prompt=hp.prompt_tokens, output=hp.output_tokens, cached=hp.cached_tokens)
+        m = replace(m, timings=m.timings.model_copy(update={"generate_s": hp.wall_s, "gpu_busy": hp.gpu_busy}))
+        done = [s for x, s in zip(run.records, samples) if x.ok]
+        return run_result(self.unit, command, done, info, m, notes=notes, serving=serving, tokens=tokens, prefix=prefix)
 
 
 def run_serving(unit: Unit, opts: RunOptions) -> RunResult:
@@ -328,7 +406,7 @@ def _serve(unit: Unit, opts: RunOptions, folder: RunFolder, started: str, t_star
         say(f"{unit.name}: server ready in {server.startup_s:.1f} s")
         status, body = server.request("GET", "/version")
         version = str(json.loads(body).get("version", "")) if status == 200 else ""
-        sw = _sweep(server, unit, texts, ids, sampler, say)
+        sw = Sweep(server, unit, texts, ids, sampler).run(say)
     after = wait_for_release(baseline)
     if baseline is not None and after is not None and after > baseline + 1.0:
         used = f"{after:.1f} GiB used vs {baseline:.1f} GiB before it started"
@@ -338,38 +416,4 @@ def _serve(unit: Unit, opts: RunOptions, folder: RunFolder, started: str, t_star
         info = r.engine.served_evidence(r.model, f.read().decode("utf-8", "replace"), sw.grown, version)
     info.device, info.load_s, info.extra = device_facts().get("gpu", ""), server.startup_s or 0.0, {"env": env}
     timings = Timings(load_s=server.startup_s, total_s=time.perf_counter() - t_start)
-    m = Measured(timings, sampler.peak, sampler.start_gib, False, started)
-    return _result(unit, opts.command, folder, sw, info, m, cmd, [ids[i] for i in r.load.request_indices(len(ids))])
-
-
-def _result(unit: Unit, command: str, folder: RunFolder, sw: Sweep, info, m: Measured, cmd, ids) -> RunResult:
-    """The headline rate's result (the highest rate below saturation at which a request completed), every rate in
-    `serving`; samples.jsonl holds the headline rate's requests with their timings."""
-    last = len(sw.points) - 1 if sw.reasons else len(sw.points)
-    h = next((k for k in reversed(range(last)) if sw.points[k].completed), None)
-    if h is None:
-        errors = " | ".join(sorted({e for p in sw.points for e in p.error_samples})[:3])
-        raise RunnerError("no rate below saturation completed any request" + (f"; errors: {errors}" if errors else ""))
-    hp, run, samples, rate = sw.points[h], sw.runs[h], sw.samples[h], rate_label(sw.points[h].rate)
-    lines = []
-    for x, s in zip(run.records, samples):
-        timing = {"request": x.index, "rate": rate, "e2e_s": x.e2e_s, "tpot_s": x.tpot_s, "sent_s": x.sent_s}
-        lines.append({**s.to_line(), **timing, "queue_s": x.sent_s - x.due_s, "error": x.error})
-    write_jsonl_atomic(folder.samples, lines)
-    done = [s for x, s in zip(run.records, samples) if x.ok]
-    notes = [
-        "serving run: the figures outside the serving section (time, throughput, latency, tokens, scores, "
-        f"samples.jsonl) are those of {rate} req/s, the highest rate below saturation",
-        *sw.notes,
-    ]
-    if hp.errors:
-        notes.append(f"{hp.errors} of {hp.requests} requests failed at {rate} req/s: " + " | ".join(hp.error_samples))
-    stop = dict(saturated_rate=sw.points[-1].rate if sw.reasons else None, saturation_reasons=sw.reasons)
-    sweep = dict(skipped_rates=sw.skipped, server_start_s=info.load_s, command=cmd, rates=sw.points)
-    serving = ServingResult(headline_rate=hp.rate, **stop, **sweep)
-    k, share = prefix_share(ids)
-    hit = hp.cached_tokens / hp.prompt_tokens if hp.cached_tokens is not None and hp.prompt_tokens else None
-    prefix = Prefix(shared_prefix_tokens=k, shared_prefix_share=share, hit_rate=hit)
-    tokens = Tokens(prompt=hp.prompt_tokens, output=hp.output_tokens, cached=hp.cached_tokens)
-    m = replace(m, timings=m.timings.model_copy(update={"generate_s": hp.wall_s, "gpu_busy": hp.gpu_busy}))
-    return run_result(unit, command, done, info, m, notes=notes, serving=serving, tokens=tokens, prefix=prefix)
+    return sw.result(opts.command, folder, info, Measured(timings, sampler.peak, sampler.start_gib, False, started))
