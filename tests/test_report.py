@@ -681,7 +681,7 @@ def _chart_results(meaningful: bool = True, peak: bool = True) -> list[RunResult
 
 def test_write_charts_all_three(tmp_path):
     rs = _chart_results()
-    made = plots.write_charts(rs, rs[0], tmp_path, "exact_match", failed={rs[1].name})
+    made = plots.write_charts(rs, rs[0], tmp_path, plots.Accuracy("exact_match", {rs[1].name}))
     assert sorted(p.name for p in made) == ["accuracy_vs_time.png", "memory.png", "time.png"]
     for p in made:
         assert p.parent == tmp_path and _is_png(p), p

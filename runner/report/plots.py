@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.base.files import save_figure
@@ -48,6 +49,11 @@ def _interval(r: RunResult) -> tuple[float, float] | None:
     return (max(e.low_s, 1e-9), e.high_s) if e is not None and e.low_s is not None and e.high_s is not None else None
 
 
+def _err(v: float, ci: tuple[float, float] | None) -> list[list[float]] | None:
+    """An error bar's lengths below and above `v` to the interval `ci` (None: no bar)."""
+    return [[max(v - ci[0], 0)], [max(ci[1] - v, 0)]] if ci else None
+
+
 def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> Path | None:
     rs = [r for r in results if r.status == "ok" and r.projected_s]
     if not rs:
@@ -59,7 +65,7 @@ def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> 
         color = "#d62728" if r is base else "#1f77b4"
         ax.barh(y, t, color="white" if e else color, edgecolor=color, hatch="//" if e else None, linewidth=1.5)
         if ci is not None:
-            ax.errorbar(t, y, xerr=[[max(t - ci[0], 0)], [max(ci[1] - t, 0)]], color="black", capsize=3)
+            ax.errorbar(t, y, xerr=_err(t, ci), color="black", capsize=3)
         label = f" {two_digits(t)} s" + (" (est.)" if e else "")
         ax.text(max(t, ci[1]) if ci else t, y, label, va="center", fontsize=8)
     ax.set_yticks(range(len(rs)), [r.name for r in rs][::-1], fontsize=8)
@@ -106,19 +112,17 @@ def accuracy_chart(
     ok = [i for i, r in enumerate(rs) if r.name not in failed]
     front = {ok[i] for i in pareto([pts[i] for i in ok])}
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    score_ci = score_ci or {}
     for i, (r, (t, s)) in enumerate(zip(rs, pts, strict=True)):
         color = "#d62728" if r.name in failed else "#2ca02c" if i in front else "#7f7f7f"
-        ci, sci = _interval(r), (score_ci or {}).get(r.name)
-        xerr = [[max(t - ci[0], 0)], [max(ci[1] - t, 0)]] if ci else None
-        yerr = [[max(s - sci[0], 0)], [max(sci[1] - s, 0)]] if sci else None
+        xerr, yerr = _err(t, _interval(r)), _err(s, score_ci.get(r.name))
         if xerr or yerr:
             ax.errorbar(t, s, xerr=xerr, yerr=yerr, color=color, alpha=0.5, capsize=2, zorder=2, linewidth=1)
         ax.scatter(t, s, color=color, s=60 if i in front else 30, zorder=3)
         ax.annotate(label(r) if label else r.name, (t, s), fontsize=7, xytext=(4, 4), textcoords="offset points")
-    fp = sorted(pts[i] for i in front)
-    ax.plot([p[0] for p in fp], [p[1] for p in fp], color="#2ca02c", linestyle="--", zorder=2)
+    ax.plot(*zip(*sorted(pts[i] for i in front)), color="#2ca02c", linestyle="--", zorder=2)
     ts, ss = [t for t, _ in pts], [v for _, v in pts]
-    ss += [v for r in rs for v in (score_ci or {}).get(r.name, ())]  # the score bars stay inside the axis
+    ss += [v for r in rs for v in score_ci.get(r.name, ())]  # the score bars stay inside the axis
     log = scale_of(ts) == "log"
     ax.set_xscale("log" if log else "linear")
     if not log:
@@ -154,23 +158,24 @@ def memory_chart(results: list[RunResult], path: Path) -> Path | None:
     return _save(plt, fig, path)
 
 
+@dataclass(frozen=True)
+class Accuracy:
+    """A summary's accuracy chart: the score it plots against time, the runs their gate stopped (drawn red) and each
+    run's 95% interval of its score, by name."""
+
+    metric: str
+    failed: Collection[str] = ()
+    score_ci: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+
 def write_charts(
-    results: list[RunResult],
-    base: RunResult | None,
-    out: Path,
-    metric: str | None = None,
-    failed: Collection[str] = (),
-    score_ci: dict[str, tuple[float, float]] | None = None,
+    results: list[RunResult], base: RunResult | None, out: Path, accuracy: Accuracy | None = None
 ) -> list[Path]:
-    """The time, accuracy (`metric` against time; none without a metric) and memory charts of a summary."""
-    try:
-        pyplot()
-    except ImportError:
-        return []
-    accuracy = Path(out) / CHARTS["accuracy"]
+    """The time, accuracy (none without `accuracy`) and memory charts of a summary."""
+    out, a = Path(out), accuracy
     made = [
-        time_chart(results, base, Path(out) / CHARTS["time"]),
-        accuracy_chart(results, metric, accuracy, failed=failed, score_ci=score_ci) if metric else None,
-        memory_chart(results, Path(out) / CHARTS["memory"]),
+        time_chart(results, base, out / CHARTS["time"]),
+        a and accuracy_chart(results, a.metric, out / CHARTS["accuracy"], failed=a.failed, score_ci=a.score_ci),
+        memory_chart(results, out / CHARTS["memory"]),
     ]
     return [p for p in made if p is not None]

@@ -17,7 +17,7 @@ from runner.base.stats import MIN_PAIRED, PAIRED_CI, examples_to_resolve, mcnema
 from runner.folder import SUMMARY, RunFolder, load_samples
 from runner.recipe import GateSpec, Recipe
 from runner.report.markdown import cost_figures
-from runner.report.plots import write_charts
+from runner.report.plots import Accuracy, write_charts
 from runner.report.spread import (
     LEGEND,
     busy,
@@ -332,51 +332,51 @@ def pick_baseline(results: list[RunResult], name: str | None = None) -> RunResul
     return next((r for r in results if (r.name == name if name else r.recipe.baseline)), None)
 
 
-def _row(r: RunResult, base: RunResult | None, metric_names: list[str], correct: str | None = None) -> list:
-    approx = "~" if (r.estimate or (base is not None and base.estimate)) else ""
-    speed = "1.0×" if r is base and r.status == "ok" else None
-    if base is not None and base.status == "ok" and r.status == "ok" and r is not base:
-        if (ratio := speedup(base, r)) is not None:
-            speed = ratio_text(*ratio, approx=approx)
-            if ratio[1] is not None and (how := compared(base, r)) != "in turns":
-                speed += f" ({how})"
-            if ratio[1] is not None and not clear(ratio[1], ratio[2]) and (n := repeats_to_tell(base, r)):
-                speed += f"; ~{n:,} repeats would tell"
-        elif examples(r) != examples(base):  # a tune's screen, another --limit or dataset: no ratio to give
-            speed = f"– (other examples: {examples(r)[1]:,})"
+def _speed(r: RunResult, base: RunResult | None) -> str | None:
+    """The speed-up cell: against the baseline, how it was measured and, inside the noise, how many repeats would
+    tell."""
+    if r is base or base is None or base.status != "ok" or r.status != "ok":
+        return "1.0×" if r is base and r.status == "ok" else None
+    if (ratio := speedup(base, r)) is None:  # a tune's screen, another --limit or dataset: no ratio to give
+        return f"– (other examples: {examples(r)[1]:,})" if examples(r) != examples(base) else None
+    speed = ratio_text(*ratio, approx="~" if r.estimate or base.estimate else "")
+    if ratio[1] is not None and (how := compared(base, r)) != "in turns":
+        speed += f" ({how})"
+    if ratio[1] is not None and not clear(ratio[1], ratio[2]) and (n := repeats_to_tell(base, r)):
+        speed += f"; ~{n:,} repeats would tell"
+    return speed
+
+
+def _time(r: RunResult, base: RunResult | None) -> str | None:
+    """The generation-time cell with its marks: estimate, serving rate, busy, pooled calls, drift, another call."""
     tcell = time_cell(r, "~" if r.estimate else "")
     if r.estimate and tcell is not None:
         tcell += f" (est. from {r.estimate.n_measured})"
     if r.serving is not None and r.serving.headline_rate is not None:  # its time is set by the offered rate
-        rate = "inf" if r.serving.headline_rate == float("inf") else f"{r.serving.headline_rate:g}"
-        tcell, speed = f"{secs(r.projected_s)} at {rate} req/s (serving)", None
-    if tcell is not None and busy(r):
-        tcell += " busy"
-    if tcell is not None and len(calls(r)) > 1:  # repeats pooled from calls on a machine that may have changed
-        tcell += f" ({len(calls(r))} calls)"
-    if tcell is not None and (trend := drifted(r)) is not None:
-        tcell += f" drift {trend[0]:+.1%}/repeat"
+        tcell = f"{secs(r.projected_s)} at {r.serving.headline_rate:g} req/s (serving)"
+    if tcell is not None:
+        tcell += (" busy" if busy(r) else "") + (f" ({len(calls(r))} calls)" if len(calls(r)) > 1 else "")
+        tcell += f" drift {trend[0]:+.1%}/repeat" if (trend := drifted(r)) is not None else ""
     if base is not None and r is not base and calls(r) and calls(base) and calls(r) != calls(base):
         tcell = f"{tcell} †"
+    return tcell
+
+
+def _row(r: RunResult, base: RunResult | None, metric_names: list[str], correct: str | None = None) -> list:
+    serving = r.serving is not None and r.serving.headline_rate is not None
     diff = recipe_diff(r.recipe, base.recipe) if base is not None and r is not base else {}
-    diff_s = diff_cell(diff) if diff else ("(baseline)" if r is base else "")
-    knob_flags = [k.name for k in r.knobs if k.status == "ignored"]
-    status = r.status if not knob_flags else f"{r.status}; ignored: {', '.join(knob_flags)}"
+    ignored = ", ".join(k.name for k in r.knobs if k.status == "ignored")
     score = lambda m: f"{r.scores[m]:.3f}" if r.scores_meaningful else "n/a (random weights)"
-    scores = [score(m) if m in r.scores else None for m in metric_names]
     floor = (r.plan or {}).get("floor_s")  # `runner plan`'s floor of the generation time, when it made one
     roof = floor / r.timings.generate_s if floor and r.status == "ok" and r.timings.generate_s else None
-    th = r.throughput
-    row = [r.name, status, r.recipe.engine.kind, tcell, speed, rate_cell(r, th.requests_per_s)]
-    roof_cell = f"{roof:.0%}" if roof is not None else None
-    row += [rate_cell(r, th.output_tokens_per_s), gib(r.memory.peak_gpu_gib), roof_cell]
-    e, dollars = r.energy, cost_figures(r) or {}
+    th, e, usd = r.throughput, r.energy, (cost_figures(r) or {}).get("usd_per_m_output_tokens")
+    row = [r.name, f"{r.status}; ignored: {ignored}" if ignored else r.status, r.recipe.engine.kind, _time(r, base)]
+    row += [None if serving else _speed(r, base), rate_cell(r, th.requests_per_s)]
+    row += [rate_cell(r, th.output_tokens_per_s), gib(r.memory.peak_gpu_gib), f"{roof:.0%}" if roof else None]
     row.append(f"{e.j_per_output_token:.3g}" if e and e.measured and e.j_per_output_token is not None else None)
-    usd = dollars.get("usd_per_m_output_tokens")
-    row.append(f"${usd:.3g}" if usd is not None else None)
-    row.append(_start_cell(r))
-    row += per_correct(r, correct)
-    return [*row, *scores, diff_s]
+    row += [f"${usd:.3g}" if usd is not None else None, _start_cell(r), *per_correct(r, correct)]
+    scores = [score(m) if m in r.scores else None for m in metric_names]
+    return [*row, *scores, diff_cell(diff) if diff else ("(baseline)" if r is base else "")]
 
 
 def per_correct(r: RunResult, metric: str | None) -> list[str | None]:
@@ -410,6 +410,24 @@ def in_order(results: Iterable[RunResult]) -> list[RunResult]:
     return sorted(results, key=key)
 
 
+@dataclass(frozen=True)
+class Judged:
+    """The runs a summary compares, in its order, with their baseline, the folder they are stored in (None: no
+    samples to pair), the `--gate` and every gate's verdict (`gates(...)`, which reads the runs' samples)."""
+
+    results: list[RunResult]
+    base: RunResult | None
+    out: Path | None
+    gate: GateSpec | None
+    verdicts: dict[str, GateVerdict | str]
+
+
+def _judged(results: Iterable[RunResult], baseline: str | None, out: Path | None, gate: GateSpec | None) -> Judged:
+    results = in_order(results)
+    base = pick_baseline(results, baseline)
+    return Judged(results, base, out, gate, gates(results, base, out, gate))
+
+
 def summary_markdown(
     results: list[RunResult],
     baseline: str | None = None,
@@ -417,84 +435,66 @@ def summary_markdown(
     extra: Sequence[Sections] = (),
     gate: GateSpec | None = None,
     title: str = "Summary",
-    verdicts: dict[str, GateVerdict | str] | None = None,
 ) -> str:
-    """`verdicts`: the gates' verdicts where the caller has them (`gates(...)`, which reads the runs' samples)."""
-    results = in_order(results)
-    base = pick_baseline(results, baseline)
-    verdicts = gates(results, base, out, gate) if verdicts is None else verdicts
-    parts = _overview(results, base, verdicts, title, gate)
-    for section in extra:
-        parts += section(results, out)
-    parts += prefix_section(results)
-    parts += changed_answers_section(results, base, out)
-    parts += gate_section(results, base, out, gate, verdicts)
-    parts += _failures(results)
+    return _markdown(_judged(results, baseline, out, gate), extra, title)
+
+
+def _markdown(j: Judged, extra: Sequence[Sections], title: str) -> str:
+    rs, base, out = j.results, j.base, j.out
+    parts = _overview(j, title) + [line for section in extra for line in section(rs, out)] + prefix_section(rs)
+    parts += changed_answers_section(rs, base, out) + gate_section(rs, base, out, j.gate, j.verdicts)
     note = "Times marked `~` are projections from a partial run (see each report). "
     note += "Scores of runs with random weights are left out of comparisons."
-    return "\n".join([*parts, "", note, ""])
+    return "\n".join([*parts, *_failures(rs), "", note, ""])
 
 
-def _overview(
-    results: list[RunResult],
-    base: RunResult | None,
-    verdicts: dict[str, GateVerdict | str],
-    title: str = "Summary",
-    gate: GateSpec | None = None,
-) -> list[str]:
+def _overview(j: Judged, title: str) -> list[str]:
+    results, base = j.results, j.base
     none = "no baseline (mark one with `baseline: true` or `--baseline NAME`)."
     which = f"baseline: **{base.name}**." if base else none
-    parts = [f"# {title}", "", f"{len(results)} recipes; {which}"]
+    parts = [f"# {title}", "", f"{len(results)} recipes; {which}", *_verdict(results, base, j.verdicts)]
     metric_names = list(dict.fromkeys(m for r in results for m in r.scores))  # in order of first appearance
     if metric_names and not any(r.scores_meaningful and r.scores for r in results):
-        parts.append("Scores are left out: every recipe here ran with random weights (speed and memory only).")
+        parts.insert(3, "Scores are left out: every recipe here ran with random weights (speed and memory only).")
         metric_names = []
-    parts += _verdict(results, base, verdicts)
-    correct = chart_metric(results, gate) if metric_names else None
+    correct = chart_metric(results, j.gate) if metric_names else None
     rows = [_row(r, base, metric_names, correct) for r in results]
     headers = ["recipe", "status", "engine", "generation time", "speed-up", "requests/s", "output tok/s"]
     headers += ["peak GPU", "roofline", "J / output token", "$ / M output tokens", "engine start"]
-    per_1k = [f"J / 1,000 correct ({correct})", f"$ / 1,000 correct ({correct})"]
-    headers += [*per_1k, *metric_names]
-    headers.append("differs from baseline")
+    headers += [f"J / 1,000 correct ({correct})", f"$ / 1,000 correct ({correct})", *metric_names]
     roof = "Roofline: the predicted floor of the generation time (compute, memory bandwidth or PCIe, whichever binds; "
     roof += "`runner plan`) ÷ the measured generation time."
-    marks = []
-    if any(drifted(r) for r in results):
-        marks.append(
-            "`drift`: the run's repeats trended in the order measured (the least-squares slope of log time per "
-            "repeat, its 95% interval excluding 0): the machine changed while it ran"
-        )
-    if any(len(calls(r)) > 1 for r in results):
-        marks.append(
-            "`(N calls)`: the run's repeats were measured in N `runner go` calls and pooled into one time; compare "
-            "them in its report's repeats table (a machine that changed between calls shows there)"
-        )
-    if any(r[4] and ("(back to back)" in r[4] or "(across calls)" in r[4]) for r in rows):
-        marks.append(
-            "`(back to back)`, `(across calls)`: how the speed-up's two runs were measured when not in turns of one "
-            "call: one after the other (a drift over the call lands on one of them), or in different calls"
-        )
-    if any(busy(r) for r in results):
-        marks.append(
-            "`busy`: measured while the machine was busy (load, CPU pressure or another process on the GPU: "
-            "see the recipe's report)"
-        )
-    if base is not None and any(calls(r) and calls(base) and calls(r) != calls(base) for r in results):
-        marks.append(
-            "`†`: measured, wholly or in part, in another `runner go` call than the baseline; the machine "
-            "may have differed"
-        )
-    legend = [LEGEND + " Speed-up: against the baseline.", *(f"{m}." for m in marks)]
-    optional = frozenset({"speed-up", "requests/s", "output tok/s", "peak GPU", "roofline"})  # CPU runs: no GPU
-    optional |= {"J / output token", "$ / M output tokens", "engine start", *per_1k}  # no counter, no price, no start
-    roofs = any(row[8] is not None for row in rows)
-    notes = ["", roof] if roofs else []
-    if any(row[9] is not None for row in rows):
-        notes += ["", "J / output token: GPU energy of one generation (NVML, whole devices) ÷ its output tokens."]
-    if any(row[10] is not None for row in rows):
-        notes += ["", "$ / M output tokens: price per GPU-hour / 3600 × GPUs × generation time ÷ output tokens × 10^6."]
-    return [*parts, "", table(rows, headers, optional), *notes, "", " ".join(legend)]
+    notes = {
+        8: roof,
+        9: "J / output token: GPU energy of one generation (NVML, whole devices) ÷ its output tokens.",
+        10: "$ / M output tokens: price per GPU-hour / 3600 × GPUs × generation time ÷ output tokens × 10^6.",
+    }
+    shown = [x for i, note in notes.items() if any(row[i] is not None for row in rows) for x in ("", note)]
+    # speed-up to the per-1,000-correct columns: left out where empty (CPU runs: no GPU; no counter, price, start)
+    table_md = table(rows, [*headers, "differs from baseline"], frozenset(headers[4:14]))
+    return [*parts, "", table_md, *shown, "", _legend(j, rows)]
+
+
+def _legend(j: Judged, rows: list[list]) -> str:
+    """The legend of the summary table: what its times are, then each mark that shows in it."""
+    results, base = j.results, j.base
+    marks = {
+        "`drift`: the run's repeats trended in the order measured (the least-squares slope of log time per repeat, "
+        "its 95% interval excluding 0): the machine changed while it ran": any(drifted(r) for r in results),
+        "`(N calls)`: the run's repeats were measured in N `runner go` calls and pooled into one time; compare them "
+        "in its report's repeats table (a machine that changed between calls shows there)": any(
+            len(calls(r)) > 1 for r in results
+        ),
+        "`(back to back)`, `(across calls)`: how the speed-up's two runs were measured when not in turns of one call: "
+        "one after the other (a drift over the call lands on one of them), or in different calls": any(
+            row[4] and ("(back to back)" in row[4] or "(across calls)" in row[4]) for row in rows
+        ),
+        "`busy`: measured while the machine was busy (load, CPU pressure or another process on the GPU: see the "
+        "recipe's report)": any(busy(r) for r in results),
+        "`†`: measured, wholly or in part, in another `runner go` call than the baseline; the machine may have "
+        "differed": base is not None and any(calls(r) and calls(base) and calls(r) != calls(base) for r in results),
+    }
+    return " ".join([LEGEND + " Speed-up: against the baseline.", *(f"{m}." for m, shown in marks.items() if shown)])
 
 
 def _verdict(results: list[RunResult], base: RunResult | None, verdicts: dict[str, GateVerdict | str]) -> list[str]:
@@ -539,15 +539,13 @@ def write_summary(
     extra: Sequence[Sections] = (),
     gate: GateSpec | None = None,
 ) -> Path:
-    results = in_order(results)
-    path = Path(out) / SUMMARY
-    base = pick_baseline(results, baseline)
-    verdicts = gates(results, base, out, gate)
-    metric = chart_metric(results, gate)
-    score_ci = {r.name: ci for r in results if metric and (ci := score_interval(out, r, metric)) is not None}
-    charts = write_charts(results, base, out, metric, stopped_by_gate(verdicts), score_ci)
-    text = summary_markdown(results, baseline, out, extra, gate, verdicts=verdicts)
+    j, accuracy = _judged(results, baseline, out, gate), None
+    if metric := chart_metric(j.results, gate):
+        score_ci = {r.name: ci for r in j.results if (ci := score_interval(out, r, metric)) is not None}
+        accuracy = Accuracy(metric, stopped_by_gate(j.verdicts), score_ci)
+    charts = write_charts(j.results, j.base, out, accuracy)
+    text = _markdown(j, extra, "Summary")
     if charts:
         text += "\n## Charts\n\n" + "\n\n".join(f"![{c.stem}]({c.name})" for c in charts) + "\n"
-    write_text_atomic(path, text)
-    return path
+    write_text_atomic(Path(out) / SUMMARY, text)
+    return Path(out) / SUMMARY
