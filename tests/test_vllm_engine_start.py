@@ -13,7 +13,8 @@ import pytest
 import runner.engines.vllm.engine as vllm_engine
 from runner.base.errors import RunnerError
 from runner.base.types import ModelSpec
-from runner.engines.vllm import VLLMEngine, VLLMSpec
+from runner.engines.vllm import VLLMSpec
+from runner.engines.vllm.engine import VLLMEngine
 
 LOG = (
     "INFO Model loading took 14.25 GiB memory and 3.50 seconds\n"

@@ -5,7 +5,8 @@ import sys
 import pytest
 
 from runner.base.types import ModelSpec, Sampling
-from runner.engines.vllm import VLLMSpec, check_args, parse_engine_log, sampling_params_kwargs
+from runner.engines.vllm import VLLMSpec, parse_engine_log, sampling_params_kwargs
+from runner.engines.vllm.engine import check_args
 
 
 def spec(**kw):
@@ -148,7 +149,7 @@ def test_warmup_is_off_by_default_and_never_reaches_vllm():
 
 
 def test_warmup_batch_fills_the_largest_step_within_the_model_length():
-    from runner.engines.vllm import warmup_prompts
+    from runner.engines.vllm.engine import warmup_prompts
 
     p = warmup_prompts(4096, 16384, 152064, 32768)
     assert len(p) == 4096 and {len(x) for x in p} == {4}  # 4,096 x 4 tokens: one 16,384-token step
@@ -159,7 +160,7 @@ def test_warmup_batch_fills_the_largest_step_within_the_model_length():
 
 
 def test_metrics_count_from_the_start_of_the_call():
-    from runner.engines.vllm import counters_since
+    from runner.engines.vllm.engine import counters_since
 
     before = {"vllm:prompt_tokens": 16384.0, "vllm:prefix_cache_hits": 0.0}
     after = {"vllm:prompt_tokens": 1_253_925.0, "vllm:prefix_cache_hits": 999_824.0, "vllm:num_preemptions": 0.0}

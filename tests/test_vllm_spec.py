@@ -11,8 +11,9 @@ import runner.engines.gguf as gguf
 import runner.engines.vllm.facts as vllm_facts
 from runner.base.errors import RunnerError
 from runner.base.types import ModelSpec
-from runner.engines.vllm import VLLMSpec, cli_args, parse_engine_log
+from runner.engines.vllm import VLLMSpec, parse_engine_log
 from runner.engines.vllm.facts import served_facts
+from runner.engines.vllm.spec import cli_args
 
 MODEL = ModelSpec(id="Qwen/Q", load_format="dummy")
 # a `vllm serve` log as vLLM 0.26.0 writes it: the engine's config line, the weights and KV cache lines

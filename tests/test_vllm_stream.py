@@ -4,7 +4,9 @@ import time
 from types import SimpleNamespace
 
 from runner.base.types import EngineInfo, Example, ModelSpec, Request, Sampling
-from runner.engines.vllm import VLLMEngine, VLLMFacts, VLLMSpec, warm_up
+from runner.engines.vllm import VLLMSpec
+from runner.engines.vllm.engine import VLLMEngine, warm_up
+from runner.engines.vllm.facts import VLLMFacts
 
 
 class _StandInLLM:

@@ -80,13 +80,22 @@ def cached(out: Path, build: Callable[[Path], None]) -> Path:
         except OSError as e:
             msg = f"a cached build is damaged and cannot be removed ({e.strerror})"
             raise RunnerError(msg, file=str(out), hint="delete that folder; the runner builds it again") from None
-    tmp = building(out)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")  # a fresh folder beside `out`
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
     try:
         build(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    publish(tmp, out)
+    # the manifest of what the build wrote, then one rename (a killed build leaves no half-written `out`; where
+    # another process published first, its copy stays)
+    files = {p.name: file_sha256(p, 64) for p in sorted(tmp.iterdir()) if p.is_file()}
+    (tmp / MANIFEST).write_text(json.dumps(files, indent=1))
+    try:
+        tmp.rename(out)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
@@ -120,22 +129,3 @@ def _build(tmp: Path) -> None:
         if bars:
             tf_logging.enable_progress_bar()
     fast.save_pretrained(tmp)
-
-
-def building(out: Path) -> Path:
-    """A fresh temporary folder beside `out` for a build that `publish` then moves into place."""
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    return tmp
-
-
-def publish(tmp: Path, out: Path) -> None:
-    """Write the manifest of what the build wrote into `tmp`, then rename it to `out` in one step (a killed
-    build leaves no half-written `out`; where another process published first, its copy stays)."""
-    files = {p.name: file_sha256(p, 64) for p in sorted(tmp.iterdir()) if p.is_file()}
-    (tmp / MANIFEST).write_text(json.dumps(files, indent=1))
-    try:
-        tmp.rename(out)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -126,24 +126,17 @@ class TransformersFacts:
 
 def transformers_knobs(spec: TransformersSpec, model: ModelSpec, f: TransformersFacts) -> list[Knob]:
     """Every knob of a transformers recipe with its verdict (pure: facts given as data)."""
-
-    def knob(name: str, requested: Any, effective: Any, ok: bool, evidence: str, default: bool = False) -> Knob:
-        status = "default" if default else ("applied" if ok else "ignored")
-        return Knob(name=name, requested=requested, effective=effective, status=status, evidence=evidence)
-
     attn, quant = spec.attn_implementation, spec.quantization
     weights = f"model.config.quantization_config; weights {f.weights_gib:.2f} GiB"
-    return [
-        knob("device", spec.device, f.device, spec.device in ("auto", f.device), f"parameters on {f.param_device}"),
-        knob("dtype", model.dtype, f.dtype, model.dtype in ("auto", f.dtype), "dtype of the loaded parameters"),
-        *(
-            [knob("batch_size", spec.batch_size, spec.batch_size, True, "batches built by the runner")]
-            if spec.batching == "static"
-            else []
-        ),
-        knob("attn_implementation", attn, f.attn, f.attn == attn, "model.config._attn_implementation", attn is None),
-        knob("quantization", quant, f.quantization, bool(f.quantization), weights, quant is None),
-    ]
+    rows = [("device", spec.device, f.device, spec.device in ("auto", f.device), f"parameters on {f.param_device}")]
+    rows += [("dtype", model.dtype, f.dtype, model.dtype in ("auto", f.dtype), "dtype of the loaded parameters")]
+    if spec.batching == "static":
+        rows += [("batch_size", spec.batch_size, spec.batch_size, True, "batches built by the runner")]
+    # ok None: left to transformers
+    rows += [("attn_implementation", attn, f.attn, attn and f.attn == attn, "model.config._attn_implementation")]
+    rows += [("quantization", quant, f.quantization, quant and bool(f.quantization), weights)]
+    status = {True: "applied", False: "ignored", None: "default"}
+    return [Knob(name=n, requested=r, effective=e, status=status[ok], evidence=ev) for n, r, e, ok, ev in rows]
 
 
 def continuous_knobs(c: ContinuousSpec, manager: Any, attn: str | None = None) -> list[Knob]:
@@ -154,21 +147,25 @@ def continuous_knobs(c: ContinuousSpec, manager: Any, attn: str | None = None) -
     ran = getattr(getattr(getattr(manager, "model", None), "config", None), "_attn_implementation", None)
     cache = getattr(getattr(manager, "batch_processor", None), "cache", None)
     size = getattr(eff, "block_size", None) or getattr(eff, "page_size", None)
-    sharing = getattr(cache, "use_prefix_sharing", None)
-    rows = [("batching", "continuous", "continuous" if manager is not None else None, "the manager's loop ran")]
-    rows += [("continuous.num_blocks", c.num_blocks, getattr(eff, "num_blocks", None), "the manager's KV cache")]
-    rows += [("continuous.block_size", c.block_size, size, "the manager's KV cache")]
-    rows += [("continuous.max_batch_tokens", c.max_batch_tokens, getattr(eff, "max_batch_tokens", None), "its config")]
-    rows += [
+    rows = [
+        ("batching", "continuous", "continuous" if manager is not None else None, "the manager's loop ran"),
+        ("continuous.num_blocks", c.num_blocks, getattr(eff, "num_blocks", None), "the manager's KV cache"),
+        ("continuous.block_size", c.block_size, size, "the manager's KV cache"),
+        ("continuous.max_batch_tokens", c.max_batch_tokens, getattr(eff, "max_batch_tokens", None), "its config"),
         (
             "continuous.max_requests_per_batch",
             c.max_requests_per_batch,
             getattr(eff, "max_requests_per_batch", None),
             "its config",
-        )
+        ),
+        (
+            "continuous.prefix_sharing",
+            c.prefix_sharing,
+            getattr(cache, "use_prefix_sharing", None),
+            "cache.use_prefix_sharing",
+        ),
+        ("continuous.attn_implementation", attn, ran, "the manager's model.config._attn_implementation"),
     ]
-    rows += [("continuous.prefix_sharing", c.prefix_sharing, sharing, "cache.use_prefix_sharing")]
-    rows += [("continuous.attn_implementation", attn, ran, "the manager's model.config._attn_implementation")]
     out = []
     for name, want, got, where in rows:
         if manager is None:
@@ -202,14 +199,11 @@ class TransformersEngine:
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         eos = self.model.generation_config.eos_token_id  # its end-of-sequence ids and the tokenizer's
-        self.eos_ids = set(eos if isinstance(eos, list) else ([eos] if eos is not None else []))
-        if self.tokenizer.eos_token_id is not None:
-            self.eos_ids.add(self.tokenizer.eos_token_id)
+        self.eos_ids = {*(eos if isinstance(eos, list) else [eos]), self.tokenizer.eos_token_id} - {None}
         self.info = self._engine_info(transformers.__version__, load_s, builtin_dir is not None)
         if spec.warmup:  # part of engine start: first-call kernel selection/JIT stays out of generation time
-            pad, dev = self.tokenizer.pad_token_id, self.device
-            warm = self.tokenizer("Hello", add_special_tokens=True)["input_ids"] or [pad]
-            ids, mask = torch.tensor([warm], device=dev), torch.ones(1, len(warm), dtype=torch.long, device=dev)
+            pad = self.tokenizer.pad_token_id
+            ids, mask = self._padded([self.tokenizer("Hello")["input_ids"] or [pad]], [0])
             self._model_generate(ids, mask, max_new_tokens=2, do_sample=False, pad_token_id=pad)
             self.info.load_s = time.perf_counter() - t0
         if self.device == "cuda":
@@ -231,21 +225,26 @@ class TransformersEngine:
         kwargs: dict[str, Any] = {"trust_remote_code": model.trust_remote_code}  # and the spec's kernel, bitsandbytes
         if spec.attn_implementation:
             kwargs["attn_implementation"] = spec.attn_implementation
-        if spec.quantization:
-            bits = spec.quantization.removeprefix("bitsandbytes-")
-            kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=bits == "4bit", load_in_8bit=bits == "8bit")
-        if model.load_format == "dummy":
+        if model.load_format == "dummy":  # unquantized
             config = AutoConfig.from_pretrained(
                 source, revision=revision, trust_remote_code=model.trust_remote_code, **file
             )
-            unquantized = {k: v for k, v in kwargs.items() if k != "quantization_config"}
             with torch.device(device):
                 random_dtype = (config.dtype if torch_dtype == "auto" else torch_dtype) or torch.float32
-                loaded = AutoModelForCausalLM.from_config(config, dtype=random_dtype, **unquantized)
+                loaded = AutoModelForCausalLM.from_config(config, dtype=random_dtype, **kwargs)
         else:
-            device_map = device if device == "cuda" else None
+            if spec.quantization:
+                bits = spec.quantization.removeprefix("bitsandbytes-")
+                kwargs["quantization_config"] = BitsAndBytesConfig(
+                    load_in_4bit=bits == "4bit", load_in_8bit=bits == "8bit"
+                )
             loaded = AutoModelForCausalLM.from_pretrained(
-                source, revision=revision, dtype=torch_dtype, device_map=device_map, **kwargs, **file
+                source,
+                revision=revision,
+                dtype=torch_dtype,
+                device_map=device if device == "cuda" else None,
+                **kwargs,
+                **file,
             )
             if device == "cpu":
                 loaded.to("cpu")
@@ -302,6 +301,13 @@ class TransformersEngine:
             kw.update(stop_strings=list(s.stop), tokenizer=self.tokenizer)
         return kw
 
+    def _generation(self, toks: list[int], prompt_tokens: int, s: Sampling, latency_s: float) -> Generation:
+        n = len(toks)
+        if not s.ignore_eos:  # up to and including the first end-of-sequence token
+            n = next((k + 1 for k, t in enumerate(toks) if t in self.eos_ids), n)
+        text, _ = truncate_at_stop(self.tokenizer.decode(toks[:n], skip_special_tokens=True), s.stop)
+        return Generation(text=text, prompt_tokens=prompt_tokens, output_tokens=n, latency_s=latency_s)
+
     def _padded(self, prompts: Sequence[list[int]], idx: list[int]) -> tuple[Any, Any]:
         """The prompts at idx, padded on the left to the longest, and their attention mask."""
         torch = self.torch
@@ -331,13 +337,8 @@ class TransformersEngine:
             t0 = time.perf_counter()
             gen = self._model_generate(ids, mask, **kw)
             dt = time.perf_counter() - t0
-            new = gen[:, ids.shape[1] :].tolist()
-            for r, i in enumerate(idx):
-                n = len(new[r])
-                if not sampling.ignore_eos:  # up to and including the first end-of-sequence token
-                    n = next((k + 1 for k, t in enumerate(new[r]) if t in self.eos_ids), n)
-                text, _ = truncate_at_stop(self.tokenizer.decode(new[r][:n], skip_special_tokens=True), sampling.stop)
-                out[i] = Generation(text=text, prompt_tokens=len(prompts[i]), output_tokens=n, latency_s=dt)
+            for i, toks in zip(idx, gen[:, ids.shape[1] :].tolist()):
+                out[i] = self._generation(toks, len(prompts[i]), sampling, dt)
             if sink:
                 sink([(i, out[i]) for i in idx])
             if progress:
@@ -363,13 +364,10 @@ class TransformersEngine:
         config.update(**{k: v for k, v in kw.items() if k in ("do_sample", "temperature", "top_p", "top_k")})
         if sampling.ignore_eos:
             config.eos_token_id = -1  # continuous batching's way to run every request to max_new_tokens
-        c, fields_ = self.spec.continuous, set(getattr(ContinuousBatchingConfig, "__dataclass_fields__", {}))
-        asked = dict(num_blocks=c.num_blocks, max_batch_tokens=c.max_batch_tokens)
-        asked |= dict(max_requests_per_batch=c.max_requests_per_batch, allow_block_sharing=c.prefix_sharing)
-        asked |= {
-            "block_size" if "block_size" in fields_ else "page_size": c.block_size,
-            "use_cuda_graph": c.cuda_graphs,
-        }
+        fields_ = set(getattr(ContinuousBatchingConfig, "__dataclass_fields__", {}))
+        names = {"prefix_sharing": "allow_block_sharing", "cuda_graphs": "use_cuda_graph"}
+        names["block_size"] = "block_size" if "block_size" in fields_ else "page_size"
+        asked = {names.get(k, k): v for k, v in self.spec.continuous.model_dump().items()}
         cb = ContinuousBatchingConfig(**{k: v for k, v in asked.items() if v is not None and k in fields_})
         manager = self.model.init_continuous_batching(generation_config=config, continuous_batching_config=cb)
         if self.spec.warmup and not manager.warmed_up:
@@ -408,14 +406,8 @@ class TransformersEngine:
                 continue
             if got.error is not None:
                 raise RunnerError(f"continuous batching: request failed: {got.error}")
-            i, toks = where.pop(got.request_id), list(got.generated_tokens)
-            n = len(toks)
-            if not sampling.ignore_eos:  # up to and including the first end-of-sequence token
-                n = next((k + 1 for k, t in enumerate(toks) if t in self.eos_ids), n)
-            text, _ = truncate_at_stop(self.tokenizer.decode(toks[:n], skip_special_tokens=True), sampling.stop)
-            out[i] = Generation(
-                text=text, prompt_tokens=len(prompts[i]), output_tokens=n, latency_s=time.perf_counter() - t0
-            )
+            i = where.pop(got.request_id)
+            out[i] = self._generation(list(got.generated_tokens), len(prompts[i]), sampling, time.perf_counter() - t0)
             left -= 1
             if sink:
                 sink([(i, out[i])])
@@ -423,7 +415,7 @@ class TransformersEngine:
                 progress(1)
         knobs = continuous_knobs(self.spec.continuous, manager, self.spec.attn_implementation)
         self.info.knobs = [*self._static_knobs, *knobs]
-        ran = next(k.effective for k in knobs if k.name == "continuous.attn_implementation")
+        ran = knobs[-1].effective  # continuous.attn_implementation
         if ran and "flash" not in str(ran):
             note = f"Continuous batching ran with {ran} attention: without flash attention transformers builds an "
             note += "attention mask for every step (it says continuous batching is much better with flash attention)."
