@@ -75,13 +75,13 @@ class Probe:
 
     def stop(self) -> None:
         wall = max(time.perf_counter() - self.t0, 1e-9)
-        p1 = _pressure_us()
-        pressure = (p1 - self.p0) / 1e6 / wall if p1 is not None and self.p0 is not None else None
+        p1, pressure = _pressure_us(), None
+        if p1 is not None and self.p0 is not None:
+            pressure = round(min(max((p1 - self.p0) / 1e6 / wall, 0.0), 1.0), 3)
         try:
             load: float | None = round(os.getloadavg()[0], 2)
         except OSError:
             load = None
-        pressure = round(min(max(pressure, 0.0), 1.0), 3) if pressure is not None else None
         facts = dict(load_avg=load, cpus=cpus(), cpu_pressure=pressure, process_cpu_s=round(_cpu_s() - self.c0, 2))
         pids = gpu_processes()
         if pids is not None:

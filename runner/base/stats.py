@@ -122,9 +122,13 @@ def geomean_interval(xs: Sequence[float]) -> tuple[float, float | None, float | 
 
 def _log_mean_var(xs: Sequence[float]) -> tuple[float, float | None]:
     """(mean log, the variance of that mean); None under two times."""
-    logs = [math.log(x) for x in xs]
-    m = sum(logs) / len(logs)
-    return m, (sum((v - m) ** 2 for v in logs) / (len(logs) - 1) / len(logs) if len(logs) > 1 else None)
+    return _mean_var([math.log(x) for x in xs])
+
+
+def _mean_var(vs: list[float]) -> tuple[float, float | None]:
+    """(mean, the variance of that mean); None under two values."""
+    m = sum(vs) / len(vs)
+    return m, (sum((v - m) ** 2 for v in vs) / (len(vs) - 1) / len(vs) if len(vs) > 1 else None)
 
 
 def log_ratio(a: Sequence[float], b: Sequence[float], paired: bool) -> tuple[float, float | None, float]:
@@ -132,9 +136,8 @@ def log_ratio(a: Sequence[float], b: Sequence[float], paired: bool) -> tuple[flo
     (`paired`: a[i] and b[i] were measured side by side, turn i of an interleaved run) or Welch's t; no error
     unless each side has 2 times."""
     if paired and len(a) == len(b) >= 2:
-        d = [math.log(x / y) for x, y in zip(a, b)]
-        m = sum(d) / len(d)
-        return m, math.sqrt(sum((v - m) ** 2 for v in d) / (len(d) - 1) / len(d)), len(d) - 1
+        m, var = _mean_var([math.log(x / y) for x, y in zip(a, b)])
+        return m, math.sqrt(var), len(a) - 1  # type: ignore[arg-type]
     return combined_log([a, b], [1.0, -1.0])
 
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from runner.base.dotted import overlaps
 from runner.base.errors import RecipeError
 from runner.config.merge import Source, with_bases
-from runner.config.overrides import apply_overrides, parse_set
+from runner.config.overrides import apply_overrides, model_classes, parse_set
 from runner.config.yamlfile import line_of, read_yaml
 from runner.engines import ENGINE_KINDS, ENGINES, spec_class
 from runner.recipe import LoadedRecipe, Recipe, StudyCell
@@ -98,10 +98,8 @@ def _submodel(loc: tuple, data: Any) -> type[BaseModel] | None:
         if part == "engine":
             cur = spec_class(d.get("kind") if isinstance(d, dict) else None)
             continue
-        args = typing.get_args(ann)
-        cands = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)] if args else [ann]
-        cur = cands[0] if cands else None
-    return cur if isinstance(cur, type) and issubclass(cur, BaseModel) else None
+        cur = next(iter(model_classes(ann)), None)
+    return cur
 
 
 def _did_you_mean(value: str, allowed: list[str]) -> str:
@@ -115,10 +113,7 @@ def _home_of(key: str) -> list[str]:
     """The sections of a recipe that have a field `key` (`max_tokens` -> `sampling.max_tokens`)."""
     homes = []
     for name, f in Recipe.model_fields.items():
-        ann = f.annotation
-        models = [a for a in (typing.get_args(ann) or (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
-        if name == "engine":
-            models = list(ENGINES)
+        models = ENGINES if name == "engine" else model_classes(f.annotation)
         if any(key in m.model_fields for m in models):
             homes.append(f"{name}.{key}")
     return homes
@@ -269,15 +264,12 @@ def load_recipes(
     experiments the call does not run)."""
     f = path if isinstance(path, RecipeFile) else read_recipe_file(path)
     overrides, mp = list(overrides or []), dict(model_paths or {})
-    if f.is_study:
-        if studies is None:
-            why = "is a study file (`matrix`/`variants`); load it with runner.load_recipes"
-            raise RecipeError(why, file=str(f.path))
+    if f.is_study and studies is not None:
         return studies(f, overrides, mp, keep)
     name = f.data.get("name")
-    if keep is not None and isinstance(name, str) and not keep(name):
+    if not f.is_study and keep is not None and isinstance(name, str) and not keep(name):
         return []
-    return load_file(f, overrides, model_paths=mp)
+    return load_file(f, overrides, model_paths=mp)  # a study file without `studies`: refused there
 
 
 def load_recipe(

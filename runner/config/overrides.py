@@ -13,6 +13,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Union
 
@@ -49,16 +50,16 @@ def _union_args(ann: Any) -> tuple | None:
     return typing.get_args(ann) if typing.get_origin(ann) in (Union, types.UnionType) else None
 
 
-def _models(ann: Any) -> list[type[BaseModel]]:
+def model_classes(ann: Any) -> list[type[BaseModel]]:
     ann = _unwrap(ann)
     if (args := _union_args(ann)) is not None:
-        return [m for a in args for m in _models(a)]
+        return [m for a in args for m in model_classes(a)]
     return [ann] if isinstance(ann, type) and issubclass(ann, BaseModel) else []
 
 
 def _step(ann: Any, kind: Any, is_engine: bool) -> Any:
     """What lies below a field of annotation `ann`: model classes, a DictOf, or the plain annotation."""
-    if models := _models(ann):
+    if models := model_classes(ann):
         return [spec_class(kind)] if is_engine and spec_class(kind) is not None else models
     bare = inner = _unwrap(ann)
     if (args := _union_args(bare)) is not None:  # `dict[str, str] | None` and the like
@@ -113,18 +114,16 @@ def text_field(target: Any) -> tuple[bool, bool]:
 def parse_set(items: list[str]) -> dict[str, str]:
     """The --set items as dotted key -> the value as typed."""
     out = {}
+    err = partial(RecipeError, field="--set", hint="write --set key.path=value, e.g. --set sampling.max_tokens=64")
     for it in items:
         k, eq, v = it.partition("=")
         k = k.strip()
-        hint = "write --set key.path=value, e.g. --set sampling.max_tokens=64"
         if not eq:
-            raise RecipeError(f"{it!r}: expected dotted.key=value", field="--set", hint=hint)
+            raise err(f"{it!r}: expected dotted.key=value")
         if not k:
-            raise RecipeError(
-                f"{it!r}: the key before '=' is empty; expected dotted.key=value", field="--set", hint=hint
-            )
+            raise err(f"{it!r}: the key before '=' is empty; expected dotted.key=value")
         if any(not p.strip() for p in k.split(".")):
-            raise RecipeError(f"{it!r}: {k!r} is not a dotted key (empty part)", field="--set", hint=hint)
+            raise err(f"{it!r}: {k!r} is not a dotted key (empty part)")
         out[k] = v
     return out
 

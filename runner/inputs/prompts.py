@@ -23,26 +23,20 @@ PROJECT_TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 def find_template(name: str, base_dir: Path) -> Path | None:
     """Relative to the recipe file first, then the recipe folder's `templates/`, its
     parent's `templates/`, and the project's `templates/`."""
+    return next((c for c in _candidates(name, base_dir) if c.is_file()), None)
+
+
+def _candidates(name: str, base_dir: Path) -> list[Path]:
     p = Path(name).expanduser()  # an absolute path: every candidate is itself
-    candidates = [base_dir / p, base_dir / "templates" / p, base_dir.parent / "templates" / p, PROJECT_TEMPLATES / p]
-    return next((c for c in candidates if c.is_file()), None)
+    return [base_dir / p, base_dir / "templates" / p, base_dir.parent / "templates" / p, PROJECT_TEMPLATES / p]
 
 
 def compile_file(name: str, base_dir: Path, where: str, field: str) -> jinja.CompiledTemplate:
     path, err = find_template(name, base_dir), partial(TemplateError, file=where, field=field)
     if path is None:
-        p = Path(name).expanduser()
-        folders = {
-            c.parent
-            for c in (
-                base_dir / p,
-                base_dir / "templates" / p,
-                base_dir.parent / "templates" / p,
-                PROJECT_TEMPLATES / p,
-            )
-        }
+        folders = {c.parent for c in _candidates(name, base_dir)}
         near = sorted({f.name for d in folders if d.is_dir() for f in d.iterdir() if f.is_file()})
-        close = difflib.get_close_matches(p.name, near, n=1)
+        close = difflib.get_close_matches(Path(name).expanduser().name, near, n=1)
         hint = f"did you mean {close[0]!r}?" if close else None
         raise err(f"template not found: {name!r} (looked beside the recipe and in templates/)", hint=hint)
     try:

@@ -74,18 +74,21 @@ def _em(norm: Callable[[str], str] = str, norm_gold: Callable[[str], str] | None
     return lambda pred, gold: float(norm(pred) == (norm_gold or norm)(gold))
 
 
+def _bag_f1(p: list[str], g: list[str]) -> float:
+    """F1 over two bags of items (0 when none is shared)."""
+    common = sum((Counter(p) & Counter(g)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(p), common / len(g)
+    return 2 * precision * recall / (precision + recall)
+
+
 def _f1(norm: Callable[[str], str]) -> Pair:
-    """F1 over the bags of characters of norm(pred) and norm(gold)."""
+    """F1 over the bags of characters of norm(pred) and norm(gold); SQuAD's rule: 1 if both are empty, else 0."""
 
     def f1(pred: str, gold: str) -> float:
         p, g = list(norm(pred)), list(norm(gold))
-        if not p or not g:  # SQuAD: F1 is 1 if both are empty, else 0
-            return float(p == g)
-        common = sum((Counter(p) & Counter(g)).values())
-        if common == 0:
-            return 0.0
-        precision, recall = common / len(p), common / len(g)
-        return 2 * precision * recall / (precision + recall)
+        return _bag_f1(p, g) if p and g else float(p == g)
 
     return f1
 
@@ -93,12 +96,7 @@ def _f1(norm: Callable[[str], str]) -> Pair:
 def _squad_f1(pred: str, gold: str) -> float:
     """evaluate-v1.1.py `f1_score`: F1 over the bags of normalized whitespace tokens (v1.1 has no rule for two
     empty answers: no shared token scores 0)."""
-    p, g = squad_normalize(pred).split(), squad_normalize(gold).split()
-    common = sum((Counter(p) & Counter(g)).values())
-    if common == 0:
-        return 0.0
-    precision, recall = common / len(p), common / len(g)
-    return 2 * precision * recall / (precision + recall)
+    return _bag_f1(squad_normalize(pred).split(), squad_normalize(gold).split())
 
 
 def _squad_contains(pred: str, gold: str) -> float:
