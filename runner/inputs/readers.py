@@ -30,12 +30,19 @@ class FileBytes:
     path: Path
 
 
+@dataclass(frozen=True)
 class _Where:
     """Who to blame: the recipe file, the field prefix (`dataset` or `prompt.shots.source`), the data file."""
 
-    def __init__(self, where: str, prefix: str, path: Path, label: str | None = None, fmt: str = ""):
-        self.where, self.prefix, self.path, self.fmt = where, prefix, path, fmt
-        self.name = label or str(path)  # the path as the recipe writes it
+    where: str
+    prefix: str
+    path: Path
+    label: str | None = None  # the path as the recipe writes it
+    fmt: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.label or str(self.path)
 
     def error(self, message: str, field: str = "path", hint: str | None = None) -> DatasetError:
         return DatasetError(message, file=self.where, field=f"{self.prefix}.{field}", hint=hint)
