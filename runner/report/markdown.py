@@ -55,7 +55,7 @@ def report_markdown(r: RunResult, samples: list[dict], extra: Sequence[Section] 
     return "\n".join([line for section in sections for line in section(r)] + _samples_section(samples) + _reproduce(r))
 
 
-def cell_value(v: Any, width: int = 80) -> str:
+def cell_value(v: Any) -> str:
     """A study cell's value in a line or table cell: text as it is, mappings as k=v pairs (nested ones in
     braces, lists of more than four values as a count), other values as JSON."""
 
@@ -70,7 +70,7 @@ def cell_value(v: Any, width: int = 80) -> str:
         v = one(v)[1:-1]
     elif not isinstance(v, (str, list)):
         v = one(v)
-    return short(v, width)
+    return short(v, 80)
 
 
 def _header(r: RunResult) -> list[str]:
@@ -98,13 +98,12 @@ def _time_section(r: RunResult) -> list[str]:
     t, th = r.timings, r.throughput
     row = [secs(t.load_s), time_cell(r) or secs(t.generate_s), secs(t.total_s)]
     row += [rate_cell(r, th.requests_per_s), rate_cell(r, th.output_tokens_per_s)]
-    row.append(rate_cell(r, th.total_tokens_per_s))
-    head = ["engine start", "generation", "total", "requests/s", "output tok/s", "total tok/s"]
-    busy = t.gpu_busy is not None
-    parts.append(table([[*row, f"{t.gpu_busy:.0%}"] if busy else row], [*head, "GPU busy"] if busy else head))
+    row += [rate_cell(r, th.total_tokens_per_s), f"{t.gpu_busy:.0%}" if t.gpu_busy is not None else None]
+    head = ["engine start", "generation", "total", "requests/s", "output tok/s", "total tok/s", "GPU busy"]
+    parts.append(table([row], head, frozenset({"GPU busy"})))
     total = "Total: engine start, tokenizing, generation, scoring and writing the samples"
     parts += ["", total + (", over every repeat and engine start." if len(r.repeats) > 1 else ".")]
-    if busy:
+    if t.gpu_busy is not None:
         tenths = " ".join(f"{x:.0%}" for x in t.gpu_busy_tenths or [])
         lag = "NVML averages over its own window, up to a second: the tenths lag, the first reads low"
         text = "GPU busy: the mean of NVML's utilization counter (share of time a kernel was running, whole device) "
@@ -155,10 +154,9 @@ def cost_figures(r: RunResult) -> dict[str, float] | None:
         return None
     per_s = price / 3600 * gpus
     out: dict[str, float] = {"usd_per_gpu_hour": price, "gpus": gpus}
-    if r.tokens.output:
-        out["usd_per_m_output_tokens"] = per_s * r.timings.generate_s / r.tokens.output * 1e6
-    if r.tokens.prompt:
-        out["usd_per_m_prompt_tokens"] = per_s * r.timings.generate_s / r.tokens.prompt * 1e6
+    for kind in ("output", "prompt"):
+        if n := getattr(r.tokens, kind):
+            out[f"usd_per_m_{kind}_tokens"] = per_s * r.timings.generate_s / n * 1e6
     if r.timings.total_s:
         out["usd_run"] = per_s * r.timings.total_s
     return out
@@ -171,23 +169,20 @@ def _energy_section(r: RunResult) -> list[str]:
     if not e.measured:
         rows = [["energy", f"not measured: {e.why_not}"]]
     else:
+        per = (("per output token", e.j_per_output_token), ("per 1,000 prompt tokens", e.j_per_1k_prompt_tokens))
         rows = [["energy per generation", f"{e.joules:,.0f} J"], ["average power", f"{e.watts:,.0f} W"]]
-        if e.j_per_output_token is not None:
-            rows.append(["per output token", f"{e.j_per_output_token:.3g} J"])
-        if e.j_per_1k_prompt_tokens is not None:
-            rows.append(["per 1,000 prompt tokens", f"{e.j_per_1k_prompt_tokens:.3g} J"])
-        rows.append(["GPUs read", e.gpus])
+        rows += [[what, f"{j:.3g} J"] for what, j in per if j is not None] + [["GPUs read", e.gpus]]
     note = "Energy: NVML's total-energy counter of each GPU the engine ran on, read when the prompts went in and when "
     note += "the last output was back (whole devices), the mean over the repeats."
     parts = ["", "## Energy and cost", ""] + ([note, ""] if e.measured else []) + [table(rows, ["", "value"])]
     if c := cost_figures(r):
         rows = [["price", f"${c['usd_per_gpu_hour']:g} per GPU-hour x {c['gpus']:g} GPU(s)"]]
-        if "usd_per_m_output_tokens" in c:
-            rows.append(["per million output tokens", f"${c['usd_per_m_output_tokens']:.4g}"])
-        if "usd_per_m_prompt_tokens" in c:
-            rows.append(["per million prompt tokens", f"${c['usd_per_m_prompt_tokens']:.4g}"])
-        if "usd_run" in c:
-            rows.append(["this run (engine starts, every repeat)", f"${c['usd_run']:.4g}"])
+        named = {
+            "usd_per_m_output_tokens": "per million output tokens",
+            "usd_per_m_prompt_tokens": "per million prompt tokens",
+            "usd_run": "this run (engine starts, every repeat)",
+        }
+        rows += [[what, f"${c[k]:.4g}"] for k, what in named.items() if k in c]
         formula = "Dollars: price per GPU-hour / 3600 x GPUs x seconds; per million tokens: the generation time (the "
         formula += "geometric mean over the repeats) / the tokens of one generation x 10^6; the run: its total time."
         parts += ["", formula, "", table(rows, ["", "dollars"])]
@@ -206,41 +201,24 @@ def _repeats_section(r: RunResult) -> list[str]:
     n = len(r.repeats)
     how = f"{n} repeats, {order}" if n > 1 else "1 run: no interval"
     warm = f"; {r.recipe.warmup} uncounted warm-up generation(s) after each engine start" if r.recipe.warmup else ""
-    pct = lambda v: f"{v:.0%}" if v is not None else None
-    rows = [
-        [
-            x.index,
-            secs(x.generate_s),
-            secs(x.load_s) if x.load_s is not None else "(running)",
-            x.changed,
-            x.cached_tokens,
-            x.noise.load_avg,
-            pct(x.noise.cpu_pressure),
-            x.noise.process_cpu_s,
-            "cannot tell"
-            if x.noise.gpu_other_processes is None and x.noise.gpu_sm_clock_mhz
-            else len(x.noise.gpu_other_processes)
-            if x.noise.gpu_other_processes is not None
-            else None,
-            x.noise.gpu_sm_clock_mhz,
-            "; ".join(x.noise.busy) or "no",
-            x.call,
-        ]
-        for x in r.repeats
-    ]
-    head = ["repeat", "generation", "engine start", "outputs changed", "prompt tokens from cache", "load avg"]
-    head += ["CPU pressure", "CPU s"]
-    head += ["other GPU processes", "SM MHz", "busy", "call"]
-    if any(x.energy_j is not None for x in r.repeats):  # NVML's energy over each repeat's generation
-        head.insert(2, "GPU energy")
-        for row, x in zip(rows, r.repeats):
-            j = f"{x.energy_j:,.0f} J" if x.energy_j is not None else "–"
-            part = x.reused_samples and x.energy_j is not None and x.energy_s  # a continued run: this call's part only
-            row.insert(2, f"{j} (this call's {x.energy_s:.1f} s)" if part else j)
+    head = ["repeat", "generation", "GPU energy", "engine start", "outputs changed", "prompt tokens from cache"]
+    head += ["load avg", "CPU pressure", "CPU s", "other GPU processes", "SM MHz", "busy", "call"]
     note = f"{how}{warm}; the prefix cache was emptied before each. {LEGEND} Outputs changed: against repeat 1 "
     note += "(its outputs are the samples). Busy: load average above the CPUs, tasks waiting for a CPU over 10% of "
     note += "the time (/proc/pressure/cpu), or another process on the GPU (NVML)."
-    return ["", "### Repeats", "", note, "", table(rows, head)]
+    rows = [_repeat_row(x) for x in r.repeats]  # GPU energy: NVML's over each repeat's generation, where read
+    return ["", "### Repeats", "", note, "", table(rows, head, frozenset({"GPU energy"}))]
+
+
+def _repeat_row(x: Any) -> list:
+    n, j = x.noise, f"{x.energy_j:,.0f} J" if x.energy_j is not None else None
+    part = x.reused_samples and j and x.energy_s  # a continued run: this call's part only
+    others = None if n.gpu_other_processes is None else len(n.gpu_other_processes)
+    row = [x.index, secs(x.generate_s), f"{j} (this call's {x.energy_s:.1f} s)" if part else j]
+    row += [secs(x.load_s) if x.load_s is not None else "(running)", x.changed, x.cached_tokens, n.load_avg]
+    row += [f"{n.cpu_pressure:.0%}" if n.cpu_pressure is not None else None, n.process_cpu_s]
+    row += ["cannot tell" if others is None and n.gpu_sm_clock_mhz else others, n.gpu_sm_clock_mhz]
+    return [*row, "; ".join(n.busy) or "no", x.call]
 
 
 def _tokens_section(r: RunResult) -> list[str]:
