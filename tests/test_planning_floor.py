@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner.plan.floor import GPU, compute_floor, get_gpu, peak_tflops, workload_flops
-from runner.plan.memory import count_parameters
+from runner.plan.floor import GPU, Workload, compute_floor, get_gpu, peak_tflops, workload_flops
+from runner.plan.memory import GIB, MemoryPlan, count_parameters
 
 TINY = {
     "model_type": "llama",
@@ -59,35 +59,21 @@ def test_peaks_per_dtype():
         name="x", memory_gib=10, bandwidth_gbs=None, bf16_tflops=None, fp8_tflops=None, pcie_gbs=None, source="test"
     )
     assert peak_tflops(unknown, "none", "bfloat16") is None
-    assert (
-        compute_floor(
-            TINY,
-            [10],
-            None,
-            4,
-            gpu=unknown,
-            quantization="none",
-            dtype="bfloat16",
-            weight_gpu_bytes=1e6,
-            kv_bytes_per_token=100,
-            batch=1,
-            max_num_batched_tokens=8192,
-        )
-        is None
+    assert compute_floor(TINY, Workload([10], [], 4, 1, 8192), unknown, _weights(1e6, 100)) is None
+
+
+def _weights(gpu_bytes, kv_bytes_per_token, offload_bytes=0.0):
+    """The memory plan's parts the floor reads: bf16 weights, so many bytes on the GPU and so many offloaded."""
+    gib = {"weights_gib": (gpu_bytes + offload_bytes) / GIB, "weights_gpu_gib": gpu_bytes / GIB}
+    return MemoryPlan.model_construct(
+        quantization="none", dtype="bfloat16", kv_bytes_per_token=kv_bytes_per_token, **gib
     )
 
 
-def _floor(lens, m, batch, **kw):
-    base = {
-        "gpu": get_gpu("H200"),
-        "quantization": "none",
-        "dtype": "bfloat16",
-        "weight_gpu_bytes": 15e9,
-        "kv_bytes_per_token": 57344,
-        "batch": batch,
-        "max_num_batched_tokens": 16384,
-    }
-    return compute_floor(TINY, lens, None, m, **{**base, **kw})
+def _floor(lens, m, batch, offload_bytes=0.0):
+    return compute_floor(
+        TINY, Workload(lens, [], m, batch, 16384), get_gpu("H200"), _weights(15e9, 57344, offload_bytes)
+    )
 
 
 def test_bounds():
@@ -102,19 +88,7 @@ def test_bounds():
     assert _floor([4] * 64, 257, 8).decode_steps == 8 * 256
     # long prompts, one output token, on a big weight matrix count: compute bound
     big = {**TINY, "hidden_size": 4096, "intermediate_size": 16384, "num_attention_heads": 32, "num_key_value_heads": 8}
-    c = compute_floor(
-        big,
-        [2000] * 100,
-        None,
-        1,
-        gpu=get_gpu("H200"),
-        quantization="none",
-        dtype="bfloat16",
-        weight_gpu_bytes=1e9,
-        kv_bytes_per_token=57344,
-        batch=100,
-        max_num_batched_tokens=16384,
-    )
+    c = compute_floor(big, Workload([2000] * 100, [], 1, 100, 16384), get_gpu("H200"), _weights(1e9, 57344))
     assert c.bound == "compute" and c.decode_steps == 0 and c.prefill_steps == 13
     assert c.compute_s == pytest.approx((c.prefill_flops + c.decode_flops) / 989.5e12)
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import sys
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from runner.plan.floor import GPUS, find_gpu, get_gpu, gpu_from_nvml
 from runner.plan.memory import (
+    Settings,
     activation_bytes,
     batch_defaults,
     count_parameters,
@@ -128,30 +130,25 @@ def test_activation_estimate(qwen):
     "which,quant,kv_tokens", [("bf16", None, 2_042_880), ("bf16", "fp8", 2_152_048), ("awq", None, 2_210_400)]
 )
 def test_kv_capacity_against_vllm_on_h200(qwen, qwen_awq, which, quant, kv_tokens):
-    m = plan_memory(
-        qwen_awq if which == "awq" else qwen,
-        gpu_memory_gib=get_gpu("H200").memory_gib,
-        gpu_memory_utilization=0.9,
-        quantization=quant,
-        enforce_eager=True,
-    )
+    settings = Settings(gpu_memory_utilization=0.9, quantization=quant, enforce_eager=True)
+    m = plan_memory(qwen_awq if which == "awq" else qwen, get_gpu("H200").memory_gib, settings, "H200")
     assert m.kv_capacity_tokens == pytest.approx(kv_tokens, rel=0.01)
     assert m.kv_capacity_tokens % 16 == 0 and m.fits and m.starts and m.cpu_offload_gb_needed == 0
 
 
 def test_offload_needed_is_just_enough(qwen):
-    kw = {
-        "gpu_memory_gib": get_gpu("L4").memory_gib,
-        "gpu_memory_utilization": 0.5,
-        "max_num_batched_tokens": 8192,
-        "max_num_seqs": 256,
-    }
-    m = plan_memory(qwen, **kw)
+    gib = get_gpu("L4").memory_gib
+
+    def plan(offload=0.0):
+        settings = Settings(gpu_memory_utilization=0.5, max_num_batched_tokens=8192, max_num_seqs=256)
+        return plan_memory(qwen, gib, replace(settings, cpu_offload_gb=offload))
+
+    m = plan()
     assert not m.fits and not m.starts and m.cpu_offload_gb_needed > 0
     need = m.cpu_offload_gb_needed
-    assert plan_memory(qwen, cpu_offload_gb=need, **kw).starts
-    assert not plan_memory(qwen, cpu_offload_gb=need - 0.2, **kw).starts
-    assert plan_memory(qwen, cpu_offload_gb=need, **kw).weights_gpu_gib == pytest.approx(m.weights_gib - need)
+    assert plan(need).starts
+    assert not plan(need - 0.2).starts
+    assert plan(need).weights_gpu_gib == pytest.approx(m.weights_gib - need)
 
 
 def test_gpu_table_lookup():

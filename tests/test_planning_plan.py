@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pydantic
 import pytest
 
 from runner.plan.floor import GPU
-from runner.plan.memory import plan_memory
-from runner.plan.plan import make_plan
-from runner.plan.prefix_cache import LayoutInputs, count_prefix_cache
+from runner.plan.memory import Settings, plan_memory
+from runner.plan.plan import Prompts, make_plan
+from runner.plan.prefix_cache import LayoutInputs, simulate_prefix_cache
 
 CONTRACT = {
     "name",
@@ -55,15 +56,15 @@ def one_shot_prompts(n=200, seed=0, context_first=False):
 def test_plan_contract_and_consistency(qwen):
     head, rows, prompts = one_shot_prompts()
     layout = LayoutInputs(examples=rows, order=["question", "context"], head_ids=head)
-    plan = make_plan("oneshot", prompts, qwen, gpu="h200", max_tokens=16, enforce_eager=True, layout=layout)
+    plan = make_plan(Prompts("oneshot", prompts, 16, layout), qwen, "h200", Settings(enforce_eager=True))
     d = plan.model_dump()
     assert CONTRACT <= set(d)
     json.dumps(plan.model_dump(mode="json"))  # serializable as is
-    c = count_prefix_cache(prompts, 16)
+    hits, needed, _ = simulate_prefix_cache(prompts, 16)
     assert (d["prompt_tokens"], d["cached_prompt_tokens"], d["kv_blocks_needed"]) == (
-        c.prompt_tokens,
-        c.cached_tokens,
-        c.kv_blocks_needed,
+        sum(map(len, prompts)),
+        sum(hits),
+        needed,
     )
     assert d["cached_prompt_tokens"] >= 199 * 128  # the head's 8 full blocks, every prompt but one
     assert not d["cache_upper_bound"] and d["cached_prompt_tokens_lru"] is None and d["notes"] == []
@@ -82,14 +83,13 @@ def test_plan_small_cache_is_an_upper_bound(qwen):
     tiny_gpu = GPU(
         name="toy", memory_gib=17.8, bandwidth_gbs=1000, bf16_tflops=100, fp8_tflops=None, pcie_gbs=32, source="test"
     )
-    mem = plan_memory(
-        qwen, gpu_memory_gib=17.8, max_num_batched_tokens=8192, max_num_seqs=256, enforce_eager=True, max_model_len=512
-    )
-    plan = make_plan("small", prompts, qwen, gpu=tiny_gpu, max_tokens=16, enforce_eager=True, max_model_len=512)
+    settings = Settings(enforce_eager=True, max_model_len=512)
+    mem = plan_memory(qwen, 17.8, replace(settings, max_num_batched_tokens=8192, max_num_seqs=256))
+    plan = make_plan(Prompts("small", prompts, 16), qwen, tiny_gpu, settings)
     assert plan.memory == mem and plan.fits
     assert 0 < mem.kv_capacity_blocks < plan.kv_blocks_needed  # fewer blocks than full reuse needs
     assert plan.cache_upper_bound and "upper bound" in " ".join(plan.notes)
-    assert plan.cached_prompt_tokens == count_prefix_cache(prompts).cached_tokens
+    assert plan.cached_prompt_tokens == sum(simulate_prefix_cache(prompts)[0])
     assert 199 * 128 <= plan.cached_prompt_tokens_lru < plan.cached_prompt_tokens  # the head always stays
 
 
@@ -104,7 +104,7 @@ def test_plan_caching_off_and_unknown_gpu(qwen):
         pcie_gbs=None,
         source="NVML",
     )
-    plan = make_plan("nocache", prompts, qwen, gpu=unknown, enable_prefix_caching=False, max_tokens=8)
+    plan = make_plan(Prompts("nocache", prompts, 8), qwen, unknown, Settings(enable_prefix_caching=False))
     assert plan.cached_prompt_tokens == 0 and plan.cached_share == 0
     assert plan.kv_blocks_needed > 0 and plan.floor_s is None and plan.bound is None
     assert any("prefix caching is off" in n for n in plan.notes) and any("no floor" in n for n in plan.notes)
@@ -112,8 +112,8 @@ def test_plan_caching_off_and_unknown_gpu(qwen):
 
 def test_plan_does_not_fit(qwen):
     _, _, prompts = one_shot_prompts(20)
-    plan = make_plan("fp32-on-l4", prompts, qwen, gpu="L4", dtype="float32", max_tokens=8)
+    plan = make_plan(Prompts("fp32-on-l4", prompts, 8), qwen, "L4", Settings(dtype="float32"))
     assert not plan.fits and plan.cpu_offload_gb_needed > 10 and plan.weights_gib > 28
     assert any("cpu_offload_gb" in n for n in plan.notes)
-    over = make_plan("short-ctx", prompts, qwen, gpu="h200", max_model_len=200, max_tokens=64)
+    over = make_plan(Prompts("short-ctx", prompts, 64), qwen, "h200", Settings(max_model_len=200))
     assert over.over_context == sum(1 for p in prompts if len(p) + 64 > 200) > 0

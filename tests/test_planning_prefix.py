@@ -9,10 +9,8 @@ import pytest
 from runner.plan.prefix_cache import (
     LayoutInputs,
     advise_layout,
-    advise_layout_text,
-    cached_tokens_per_request,
-    count_prefix_cache,
     encode_examples,
+    simulate_prefix_cache,
 )
 
 
@@ -29,6 +27,10 @@ def brute_force(prompts, bs):
         hits.append(k * bs)
         seen.update(tuple(p[: j * bs]) for j in range(1, n // bs + 1))
     return hits, len(seen)
+
+
+def served(prompts, bs):
+    return simulate_prefix_cache(prompts, bs)[0]
 
 
 def random_prompts(seed: int, n: int = 150):
@@ -59,59 +61,54 @@ def random_prompts(seed: int, n: int = 150):
 def test_matches_brute_force(seed, bs):
     prompts = random_prompts(seed)
     hits, distinct = brute_force(prompts, bs)
-    c = count_prefix_cache(prompts, bs)
-    assert cached_tokens_per_request(prompts, bs) == hits
-    assert c.cached_tokens == sum(hits) and c.kv_blocks_needed == distinct
-    assert c.prompt_tokens == sum(map(len, prompts)) and c.requests == len(prompts)
-    assert c.cached_tokens > 0  # the generator does share prefixes
+    got, needed, evicted = simulate_prefix_cache(prompts, bs)
+    assert got == hits and needed == distinct and evicted == 0
+    assert sum(got) > 0  # the generator does share prefixes
     # a capacity that holds every block never evicts: same count as the unbounded cache
-    big = count_prefix_cache(prompts, bs, capacity_blocks=distinct)
-    assert big.cached_tokens == c.cached_tokens and big.evicted_blocks == 0
+    assert simulate_prefix_cache(prompts, bs, capacity_blocks=distinct) == (hits, distinct, 0)
 
 
 def test_last_token_is_always_computed():
     p = list(range(32))  # n a multiple of the block size
-    assert cached_tokens_per_request([p, p], 16) == [0, 16]  # (32 - 1) // 16 = 1 block, not 2
+    assert served([p, p], 16) == [0, 16]  # (32 - 1) // 16 = 1 block, not 2
     q = list(range(40))
-    assert cached_tokens_per_request([q, q, q], 16) == [0, 32, 32]  # (40 - 1) // 16 = 2 blocks
+    assert served([q, q, q], 16) == [0, 32, 32]  # (40 - 1) // 16 = 2 blocks
     one = list(range(16))
-    c = count_prefix_cache([one, one], 16)
-    assert c.cached_tokens == 0 and c.kv_blocks_needed == 1  # a one-block prompt never hits
-    assert cached_tokens_per_request([[7, 8, 9], [7, 8, 9]], 1) == [0, 2]
+    assert simulate_prefix_cache([one, one], 16) == ([0, 0], 1, 0)  # a one-block prompt never hits
+    assert served([[7, 8, 9], [7, 8, 9]], 1) == [0, 2]
 
 
 def test_short_and_empty_prompts():
     short = [5] * 10
-    c = count_prefix_cache([short, short, short, []], 16)
-    assert c.cached_tokens == 0 and c.kv_blocks_needed == 0 and c.prompt_tokens == 30
+    assert simulate_prefix_cache([short, short, short, []], 16) == ([0, 0, 0, 0], 0, 0)
 
 
 def test_only_full_leading_blocks_hit():
     head = list(range(100, 120))  # 20 tokens: one full block + 4 tokens of the next
     a, b = head + [1] * 30, head + [2] * 30
-    assert cached_tokens_per_request([a, b], 16) == [0, 16]
+    assert served([a, b], 16) == [0, 16]
     # the same block content after a different first block is a different chain: no hit
     x, y, z = [1] * 16, [2] * 16, [3] * 16
-    assert cached_tokens_per_request([x + z + [0], y + z + [0]], 16) == [0, 0]
-    assert cached_tokens_per_request([x + z + [0], x + z + [9]], 16) == [0, 32]
+    assert served([x + z + [0], y + z + [0]], 16) == [0, 0]
+    assert served([x + z + [0], x + z + [9]], 16) == [0, 32]
 
 
 def test_order_matters_only_through_the_last_token_rule():
     a = list(range(16))
     b = a + list(range(50, 66))
-    assert cached_tokens_per_request([a, b], 16) == [0, 16]
-    assert cached_tokens_per_request([b, a], 16) == [0, 0]  # a's only block is its last token's
+    assert served([a, b], 16) == [0, 16]
+    assert served([b, a], 16) == [0, 0]  # a's only block is its last token's
 
 
 def test_lru_capacity_evicts_tail_first():
     p = list(range(32))
     q = p + [99]
-    assert count_prefix_cache([p, q], 16).cached_tokens == 32
-    c = count_prefix_cache([p, q], 16, capacity_blocks=1)
+    assert sum(simulate_prefix_cache([p, q], 16)[0]) == 32
+    hits, _, evicted = simulate_prefix_cache([p, q], 16, capacity_blocks=1)
     # p's blocks are refreshed tail first, so its tail block is evicted and its head block stays
-    assert c.cached_tokens == 16 and c.evicted_blocks >= 1
+    assert sum(hits) == 16 and evicted >= 1
     with pytest.raises(ValueError):
-        count_prefix_cache([p], 0)
+        simulate_prefix_cache([p], 0)
 
 
 def _jsquad_like(n_passages=4, uses=3, passage_len=32, question_len=8, interleave=True):
@@ -159,9 +156,9 @@ def test_layout_from_text_and_head():
     rows = encode_examples(examples, encode, ["question", "context"])
     assert len(calls) == 6 + 2  # each distinct value encoded once; title never (not asked)
     assert rows[0]["context"] == [ord(ch) for ch in examples[0]["context"]]
-    adv = advise_layout_text(
-        examples, lambda s: [ord(ch) for ch in s], ["question", "context"], head_ids=list(range(16))
-    )
+    order = ["question", "context"]
+    rows = encode_examples(examples, lambda s: [ord(ch) for ch in s], order)
+    adv = advise_layout(LayoutInputs(examples=rows, order=order, head_ids=list(range(16))))
     assert adv[0].variables == ["context"] and adv[0].distinct_values == 2
     assert adv[0].first_cached_tokens > adv[0].current_cached_tokens >= 4 * 16  # the head alone hits
     with pytest.raises(ValueError, match="lack"):

@@ -33,13 +33,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field
 
 from runner.base.types import StrictModel
 
-from .memory import count_parameters, model_shape
+from .memory import GIB, MemoryPlan, count_parameters, model_shape
 
 CUDA_RESERVED_MIB = 616  # NVML total minus CUDA's total, measured on the H200 (see GPU's docstring)
 
@@ -168,40 +169,53 @@ def workload_flops(
     return prefill, decode
 
 
-def compute_floor(
-    config: Mapping[str, Any],
-    prompt_lens: Sequence[int],
-    cached: Sequence[int] | None,
-    max_tokens: int,
-    *,
-    gpu: GPU,
-    quantization: str,
-    dtype: str,
-    weight_gpu_bytes: float,
-    kv_bytes_per_token: int,
-    batch: int,
-    max_num_batched_tokens: int,
-    offload_bytes: float = 0.0,
-) -> Floor | None:
-    """The floor for the workload; None when the GPU's peak is unknown (a GPU outside the table)."""
-    peak = peak_tflops(gpu, quantization, dtype)
+@dataclass(frozen=True)
+class Workload:
+    """What the GPU computes: prompt lengths in tokens, of them served from the prefix cache (empty: none), output
+    tokens per request, sequences decoded together and tokens per prefill step (max_num_batched_tokens)."""
+
+    prompt_lens: Sequence[int]
+    cached: Sequence[int]
+    max_tokens: int
+    batch: int
+    max_num_batched_tokens: int
+
+
+def compute_floor(config: Mapping[str, Any], work: Workload, gpu: GPU, mem: MemoryPlan) -> Floor | None:
+    """The floor for the workload, the weights and KV bytes as ``mem`` plans them; None when the GPU's peak is
+    unknown (a GPU outside the table)."""
+    peak = peak_tflops(gpu, mem.quantization, mem.dtype)
     if peak is None:
         return None
-    cached = list(cached) if cached is not None else [0] * len(prompt_lens)
-    r, m1 = len(prompt_lens), max(0, max_tokens - 1)
-    b = max(1, min(batch, r)) if r else 1
-    prefill, decode = workload_flops(config, prompt_lens, cached, max_tokens)
+    lens, m = work.prompt_lens, work.max_tokens
+    cached = work.cached or [0] * len(lens)
+    r, m1 = len(lens), max(0, m - 1)
+    b = max(1, min(work.batch, r)) if r else 1
+    prefill, decode = workload_flops(config, lens, cached, m)
     compute_s = (prefill + decode) / (peak * 1e12)
-    uncached = sum(prompt_lens) - sum(cached)
-    pre_steps = math.ceil(uncached / max_num_batched_tokens) if uncached > 0 else 0
+    uncached = sum(lens) - sum(cached)
+    pre_steps = math.ceil(uncached / work.max_num_batched_tokens) if uncached > 0 else 0
     dec_steps = math.ceil(r / b) * m1
     steps = pre_steps + dec_steps
-    weights_read = steps * weight_gpu_bytes
-    kv_read = kv_bytes_per_token * sum(m1 * n + m1 * max_tokens / 2 for n in prompt_lens)
+    weights_read = steps * (mem.weights_gpu_gib * GIB)
+    kv_read = mem.kv_bytes_per_token * sum(m1 * n + m1 * m / 2 for n in lens)
     memory_s = (weights_read + kv_read) / (gpu.bandwidth_gbs * 1e9) if gpu.bandwidth_gbs else None
-    pcie_s = steps * offload_bytes / (gpu.pcie_gbs * 1e9) if offload_bytes > 0 and gpu.pcie_gbs else 0.0
+    offload = (mem.weights_gib - mem.weights_gpu_gib) * GIB
+    pcie_s = steps * offload / (gpu.pcie_gbs * 1e9) if offload > 0 and gpu.pcie_gbs else 0.0
     bounds = {"compute": compute_s, "memory": memory_s or 0.0, "pcie": pcie_s}
     bound = max(bounds, key=lambda k: bounds[k])
-    flops = dict(prefill_flops=prefill, decode_flops=decode, peak_tflops=peak, compute_s=compute_s)
-    reads = dict(prefill_steps=pre_steps, decode_steps=dec_steps, weight_read_bytes=weights_read, kv_read_bytes=kv_read)
-    return Floor(**flops, **reads, memory_s=memory_s, pcie_s=pcie_s, floor_s=bounds[bound], bound=bound, batch=b)
+    return Floor(
+        prefill_flops=prefill,
+        decode_flops=decode,
+        peak_tflops=peak,
+        compute_s=compute_s,
+        prefill_steps=pre_steps,
+        decode_steps=dec_steps,
+        weight_read_bytes=weights_read,
+        kv_read_bytes=kv_read,
+        memory_s=memory_s,
+        pcie_s=pcie_s,
+        floor_s=bounds[bound],
+        bound=bound,
+        batch=b,
+    )

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field
@@ -242,6 +243,29 @@ def batch_defaults(gpu_memory_gib: float, gpu_name: str = "") -> tuple[int, int]
     return 8192, 256
 
 
+@dataclass(frozen=True)
+class Settings:
+    """The engine settings a plan reads (an engine's `plan_settings` but `device` and `cpu_dtype`), vLLM's
+    defaults; max_num_batched_tokens and max_num_seqs None: vLLM's defaults for the GPU (`batch_defaults`)."""
+
+    dtype: str = "auto"
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
+    block_size: int = 16
+    cpu_offload_gb: float = 0.0
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    enforce_eager: bool = False
+    enable_prefix_caching: bool = True
+
+    def batch(self, gpu_memory_gib: float, gpu_name: str = "") -> tuple[int, int]:
+        """(max_num_batched_tokens, max_num_seqs): these settings, else vLLM's defaults for the GPU."""
+        tokens, seqs = batch_defaults(gpu_memory_gib, gpu_name)
+        return self.max_num_batched_tokens or tokens, self.max_num_seqs or seqs
+
+
 class MemoryPlan(StrictModel):
     """Where the GPU's memory goes under vLLM, and what is left for the KV cache."""
 
@@ -267,35 +291,35 @@ class MemoryPlan(StrictModel):
 
 
 def plan_memory(
-    config: Mapping[str, Any],
-    *,
-    gpu_memory_gib: float,
-    gpu_memory_utilization: float = 0.9,
-    dtype: str = "auto",
-    quantization: str | None = None,
-    kv_cache_dtype: str = "auto",
-    max_model_len: int | None = None,
-    block_size: int = 16,
-    cpu_offload_gb: float = 0.0,
-    max_num_batched_tokens: int = 16384,
-    max_num_seqs: int = 1024,
-    enforce_eager: bool = False,
+    config: Mapping[str, Any], gpu_memory_gib: float, s: Settings = Settings(), gpu_name: str = ""
 ) -> MemoryPlan:
     """vLLM's memory budget for one GPU (formulas in the module docstring)."""
-    q, d = resolve_quantization(config, quantization), resolve_dtype(config, dtype)
-    weights = weight_bytes(config, dtype, quantization)
-    gpu_weights = max(0, weights - int(cpu_offload_gb * GIB))
-    act = activation_bytes(config, max_num_batched_tokens, max_num_seqs, dtype, quantization)
-    graph = 0.0 if enforce_eager else CUDA_GRAPH_GIB
-    extra, budget = (NON_TORCH_GIB + graph) * GIB, gpu_memory_utilization * gpu_memory_gib * GIB
-    kvb = kv_bytes_per_token(config, kv_cache_dtype, dtype)
-    mml = max_model_len or model_shape(config).max_position or 0
+    t, seqs = s.batch(gpu_memory_gib, gpu_name)
+    weights = weight_bytes(config, s.dtype, s.quantization)
+    gpu_weights = max(0, weights - int(s.cpu_offload_gb * GIB))
+    act = activation_bytes(config, t, seqs, s.dtype, s.quantization)
+    graph = 0.0 if s.enforce_eager else CUDA_GRAPH_GIB
+    extra, budget = (NON_TORCH_GIB + graph) * GIB, s.gpu_memory_utilization * gpu_memory_gib * GIB
+    kvb = kv_bytes_per_token(config, s.kv_cache_dtype, s.dtype)
+    mml = s.max_model_len or model_shape(config).max_position or 0
     kv = max(0.0, budget - gpu_weights - act - extra)
-    blocks = int(kv // (block_size * kvb))
-    tokens, short = blocks * block_size, weights + act + extra + mml * kvb - budget
-    fields = {"quantization": q.method, "dtype": d, "weights_gib": weights / GIB, "weights_gpu_gib": gpu_weights / GIB}
-    fields |= {"activation_gib": act / GIB, "non_torch_gib": NON_TORCH_GIB, "cuda_graph_gib": graph}
-    fields |= {"budget_gib": budget / GIB, "kv_bytes_per_token": kvb, "kv_cache_gib": kv / GIB}
-    fields |= {"kv_capacity_blocks": blocks, "kv_capacity_tokens": tokens, "max_model_len": mml, "fits": short <= 0}
-    fields |= {"cpu_offload_gb_needed": math.ceil(max(0.0, short) / GIB * 10) / 10, "starts": tokens >= mml}
-    return MemoryPlan(**fields)
+    blocks = int(kv // (s.block_size * kvb))
+    tokens, short = blocks * s.block_size, weights + act + extra + mml * kvb - budget
+    return MemoryPlan(
+        quantization=resolve_quantization(config, s.quantization).method,
+        dtype=resolve_dtype(config, s.dtype),
+        weights_gib=weights / GIB,
+        weights_gpu_gib=gpu_weights / GIB,
+        activation_gib=act / GIB,
+        non_torch_gib=NON_TORCH_GIB,
+        cuda_graph_gib=graph,
+        budget_gib=budget / GIB,
+        kv_bytes_per_token=kvb,
+        kv_cache_gib=kv / GIB,
+        kv_capacity_blocks=blocks,
+        kv_capacity_tokens=tokens,
+        max_model_len=mml,
+        fits=short <= 0,
+        cpu_offload_gb_needed=math.ceil(max(0.0, short) / GIB * 10) / 10,
+        starts=tokens >= mml,
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from pydantic import Field
 
 from runner.base.errors import RunnerError
 from runner.base.format import table
+from runner.base.stats import percentile
 from runner.base.types import StrictModel
 from runner.engines.hf import count_prompts, count_texts, model_config
 from runner.inputs.context import context_length, truncate_left
@@ -25,18 +27,18 @@ from runner.inputs.prepare import Prepared
 from runner.recipe import LoadedRecipe
 from runner.results import RunResult
 
-from .floor import GPU, GPUS, Floor, compute_floor, find_gpu, get_gpu, gpu_from_nvml
+from .floor import GPU, GPUS, Floor, Workload, compute_floor, find_gpu, get_gpu, gpu_from_nvml
 from .memory import (
     GIB,
     MemoryPlan,
-    batch_defaults,
+    Settings,
     kv_bytes_per_token,
     model_shape,
     plan_memory,
     resolve_quantization,
     weight_bytes,
 )
-from .prefix_cache import DEFAULT_BLOCK_SIZE, LayoutAdvice, LayoutInputs, advise_layout, simulate_prefix_cache
+from .prefix_cache import LayoutAdvice, LayoutInputs, advise_layout, simulate_prefix_cache
 
 LAYOUT_VARIABLES = ("context", "question")
 DEFAULT_GPU = "H200"  # the GPU this project's measurements come from
@@ -68,127 +70,120 @@ class Plan(StrictModel):
     max_tokens: int = Field(description="Output tokens per request assumed (sampling.max_tokens).")
     max_model_len: int | None = Field(description="Context length (the recipe's, else the model's); None if unknown.")
     over_context: int = Field(description="Prompts whose length + max_tokens exceeds max_model_len.")
-    prefix_caching: bool = Field(description="Whether prefix caching is on.")
+    prefix_caching: bool = Field(False, description="Whether prefix caching is on.")
     cached_prompt_tokens: int | None = Field(
+        None,
         description="Prompt tokens served from the prefix cache (0 when off); exact "
-        "for vLLM V1 unless cache_upper_bound. None: not planned (an engine without vLLM's KV-cache pool, or the CPU)."
+        "for vLLM V1 unless cache_upper_bound. None: not planned (an engine without vLLM's KV-cache pool, or the CPU).",
     )
-    cached_share: float | None = Field(description="cached_prompt_tokens / prompt_tokens.")
-    block_size: int | None = Field(description="KV-cache block size, tokens.")
-    kv_blocks_needed: int | None = Field(description="Distinct full prompt blocks a cache must hold for all the reuse.")
+    cached_share: float | None = Field(None, description="cached_prompt_tokens / prompt_tokens.")
+    block_size: int | None = Field(None, description="KV-cache block size, tokens.")
+    kv_blocks_needed: int | None = Field(
+        None, description="Distinct full prompt blocks a cache must hold for all the reuse."
+    )
     cache_upper_bound: bool = Field(
+        False,
         description="The KV cache holds fewer blocks than kv_blocks_needed: blocks get "
-        "evicted and cached_prompt_tokens is an upper bound."
+        "evicted and cached_prompt_tokens is an upper bound.",
     )
     cached_prompt_tokens_lru: int | None = Field(
+        None,
         description="When cache_upper_bound: an LRU estimate at the KV "
-        "capacity (ignores blocks held by running requests)."
+        "capacity (ignores blocks held by running requests).",
     )
     weights_gib: float | None = Field(description="Weights, GiB (in CPU memory for a recipe on the CPU).")
     kv_bytes_per_token: int = Field(description="KV-cache bytes per token.")
-    kv_capacity_tokens: int | None = Field(description="KV-cache capacity, tokens (this and below: vLLM on a GPU).")
-    fits: bool | None = Field(description="Fits without CPU offload (weights, overheads, one max_model_len sequence).")
+    kv_capacity_tokens: int | None = Field(
+        None, description="KV-cache capacity, tokens (this and below: vLLM on a GPU)."
+    )
+    fits: bool | None = Field(
+        None, description="Fits without CPU offload (weights, overheads, one max_model_len sequence)."
+    )
     cpu_offload_gb_needed: float | None = Field(
-        description="cpu_offload_gb needed to fit (GiB, vLLM's unit); 0 if it fits."
+        None, description="cpu_offload_gb needed to fit (GiB, vLLM's unit); 0 if it fits."
     )
-    memory: MemoryPlan | None = Field(description="The memory budget in detail.")
-    batch: int | None = Field(description="Sequences decoded together assumed for the floor.")
+    memory: MemoryPlan | None = Field(None, description="The memory budget in detail.")
+    batch: int | None = Field(None, description="Sequences decoded together assumed for the floor.")
     floor_s: float | None = Field(
-        description="Lower bound on generation time, seconds; None if the GPU's peaks are unknown."
+        None, description="Lower bound on generation time, seconds; None if the GPU's peaks are unknown."
     )
-    bound: str | None = Field(description="What sets the floor: compute, memory or pcie.")
-    floor: Floor | None = Field(description="The floor in detail.")
-    layout_advice: list[LayoutAdvice] = Field(description="Template layout advice (empty without layout inputs).")
-    notes: list[str] = Field(description="Caveats in words.")
+    bound: str | None = Field(None, description="What sets the floor: compute, memory or pcie.")
+    floor: Floor | None = Field(None, description="The floor in detail.")
+    layout_advice: list[LayoutAdvice] = Field([], description="Template layout advice (empty without layout inputs).")
+    notes: list[str] = Field([], description="Caveats in words.")
 
 
 def _stats(lens: Sequence[int]) -> TokenStats | None:
     if not lens:
         return None
-    s, pct = sorted(lens), {}
-    for q in (50, 90):  # linear interpolation between sorted values, as numpy's default
-        pos = (len(s) - 1) * q / 100
-        lo, hi = math.floor(pos), math.ceil(pos)
-        pct[q] = s[lo] + (s[hi] - s[lo]) * (pos - lo)
-    return TokenStats(mean=sum(s) / len(s), p50=pct[50], p90=pct[90], max=s[-1])
+    return TokenStats(mean=sum(lens) / len(lens), p50=percentile(lens, 50), p90=percentile(lens, 90), max=max(lens))
 
 
-def _notes(p: dict[str, Any], gpu: GPU, caching_would: int) -> list[str]:
+def _notes(p: Plan, gpu: GPU, caching_would: int) -> list[str]:
     notes = []
-    if not p["prefix_caching"] and caching_would:
+    if not p.prefix_caching and caching_would:
         notes.append(f"prefix caching is off; on, it would serve {caching_would:,} prompt tokens.")
-    if p["cache_upper_bound"]:
+    if p.cache_upper_bound:
         notes.append(
-            f"the KV cache holds {p['memory'].kv_capacity_blocks:,} blocks but full reuse needs "
-            f"{p['kv_blocks_needed']:,}: blocks get evicted, the cached count is an upper bound."
+            f"the KV cache holds {p.memory.kv_capacity_blocks:,} blocks but full reuse needs "
+            f"{p.kv_blocks_needed:,}: blocks get evicted, the cached count is an upper bound."
         )
-    if not p["fits"]:
-        notes.append(f"does not fit without offload: cpu_offload_gb >= {p['cpu_offload_gb_needed']} needed.")
-    if p["over_context"]:
-        notes.append(f"{p['over_context']:,} prompts + max_tokens exceed max_model_len {p['max_model_len']:,}.")
+    if not p.fits:
+        notes.append(f"does not fit without offload: cpu_offload_gb >= {p.cpu_offload_gb_needed} needed.")
+    if p.over_context:
+        notes.append(f"{p.over_context:,} prompts + max_tokens exceed max_model_len {p.max_model_len:,}.")
     if gpu.bf16_tflops is None:
         notes.append(f"{gpu.name}: peak FLOP/s unknown, no floor.")
     return notes
 
 
-def make_plan(
-    name: str,
-    prompt_ids: Sequence[Sequence[int]],
-    config: Mapping[str, Any],
-    *,
-    gpu: GPU | str,
-    block_size: int = DEFAULT_BLOCK_SIZE,
-    max_tokens: int = 64,
-    batch: int | None = None,
-    enable_prefix_caching: bool = True,
-    max_num_batched_tokens: int | None = None,
-    max_num_seqs: int | None = None,
-    layout: LayoutInputs | None = None,
-    **other: Any,
-) -> Plan:
-    """Plan one recipe. ``prompt_ids``: the token ids in the order the engine receives them; ``config``: the
-    model's config.json; the keyword arguments mirror the recipe's engine settings (vLLM defaults), ``other``
-    goes to ``plan_memory`` (dtype, quantization, kv_cache_dtype, gpu_memory_utilization, max_model_len,
-    cpu_offload_gb, enforce_eager). ``max_num_batched_tokens``/``max_num_seqs``: vLLM's defaults for the GPU when
-    None. ``batch``: sequences decoded together; default min(requests, max_num_seqs, KV capacity / (mean prompt +
-    max_tokens))."""
+@dataclass(frozen=True)
+class Prompts:
+    """What is planned: the recipe's name, its prompts' token ids in the order the engine receives them, the
+    output tokens assumed per request (sampling.max_tokens) and the layout inputs (None: no layout advice)."""
+
+    name: str
+    ids: Sequence[Sequence[int]]
+    max_tokens: int = 64
+    layout: LayoutInputs | None = None
+
+
+def _base(p: Prompts, gpu: GPU | None, max_model_len: int | None) -> dict[str, Any]:
+    """The fields of any plan: the prompts' tokens and their fit in the context."""
+    lens = [len(x) for x in p.ids]
+    over = sum(1 for n in lens if n + p.max_tokens > max_model_len) if max_model_len else 0
+    fields = {"name": p.name, "gpu": gpu and gpu.name, "requests": len(lens), "prompt_tokens": sum(lens)}
+    fields |= {"prompt_tokens_per_example": _stats(lens), "max_tokens": p.max_tokens}
+    return fields | {"max_model_len": max_model_len, "over_context": over}
+
+
+def make_plan(p: Prompts, config: Mapping[str, Any], gpu: GPU | str, s: Settings = Settings()) -> Plan:
+    """Plan one recipe: ``config`` is the model's config.json, ``s`` the recipe's engine settings. The floor
+    assumes min(requests, max_num_seqs, KV capacity / (mean prompt + max_tokens)) sequences decoded together."""
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
-    d_tokens, d_seqs = batch_defaults(g.memory_gib, g.name)
-    t, seqs = max_num_batched_tokens or d_tokens, max_num_seqs or d_seqs
-    mem = plan_memory(
-        config, gpu_memory_gib=g.memory_gib, block_size=block_size, max_num_batched_tokens=t, max_num_seqs=seqs, **other
-    )
-    lens = [len(p) for p in prompt_ids]
+    mem, (t, seqs) = plan_memory(config, g.memory_gib, s, g.name), s.batch(g.memory_gib, g.name)
+    lens, bs, cap, caching = [len(x) for x in p.ids], s.block_size, mem.kv_capacity_blocks, s.enable_prefix_caching
     # what caching would serve with room for every block; with fewer blocks than needed an upper bound
-    simulate = lambda cap: simulate_prefix_cache(prompt_ids, block_size, cap)  # noqa: E731
-    hits, needed, _ = _once("cache", prompt_ids, (block_size, None), lambda: simulate(None))
-    cap = mem.kv_capacity_blocks
-    upper = enable_prefix_caching and needed > cap
+    hits, needed, _ = _once("cache", p.ids, (bs, None), lambda: simulate_prefix_cache(p.ids, bs))
+    upper = caching and needed > cap
     lru = None  # an LRU estimate at the capacity
     if upper and cap > 0:
-        lru = sum(_once("cache", prompt_ids, (block_size, cap), lambda: simulate(cap))[0])
-    used = hits if enable_prefix_caching else [0] * len(lens)
-    per_seq = max(1, math.ceil(sum(lens) / max(1, len(lens)) + max_tokens))  # mean prompt + max_tokens
-    b = batch or max(1, min(len(lens), seqs, mem.kv_capacity_tokens // per_seq))
-    kw = mem.model_dump(include={"quantization", "dtype", "kv_bytes_per_token"})
-    kw |= dict(weight_gpu_bytes=mem.weights_gpu_gib * GIB, offload_bytes=(mem.weights_gib - mem.weights_gpu_gib) * GIB)
-    fl = compute_floor(config, lens, used, max_tokens, gpu=g, batch=b, max_num_batched_tokens=t, **kw)
-    evicts = cap if upper else None
-    advice = []
-    if layout is not None:
-        advice = _once("advice", prompt_ids, (block_size, evicts), lambda: advise_layout(layout, block_size, evicts))
-    total, cached, mml = sum(lens), sum(used), mem.max_model_len
-    fields: dict[str, Any] = {"name": name, "gpu": g.name, "requests": len(lens), "prompt_tokens": total}
-    fields |= {"prompt_tokens_per_example": _stats(lens), "max_tokens": max_tokens}
-    fields |= {"over_context": _over(lens, max_tokens, mml)}
-    fields |= {"prefix_caching": enable_prefix_caching, "cached_prompt_tokens": cached}
-    fields |= {"cached_share": cached / total if total else 0.0, "block_size": block_size, "kv_blocks_needed": needed}
-    fields |= {"cache_upper_bound": upper, "cached_prompt_tokens_lru": lru}
-    fields |= mem.model_dump(include={"max_model_len", "weights_gib", "kv_bytes_per_token", "kv_capacity_tokens"})
+        lru = sum(_once("cache", p.ids, (bs, cap), lambda: simulate_prefix_cache(p.ids, bs, cap))[0])
+    used = hits if caching else [0] * len(lens)
+    per_seq = max(1, math.ceil(sum(lens) / max(1, len(lens)) + p.max_tokens))  # mean prompt + max_tokens
+    b = max(1, min(len(lens), seqs, mem.kv_capacity_tokens // per_seq))
+    fl = compute_floor(config, Workload(lens, used, p.max_tokens, b, t), g, mem)
+    evicts, advice = cap if upper else None, []
+    if p.layout is not None:
+        advice = _once("advice", p.ids, (bs, evicts), lambda: advise_layout(p.layout, bs, evicts))
+    fields = _base(p, g, mem.max_model_len) | {"prefix_caching": caching, "cached_prompt_tokens": sum(used)}
+    fields |= {"cached_share": sum(used) / sum(lens) if sum(lens) else 0.0, "block_size": bs}
+    fields |= {"kv_blocks_needed": needed, "cache_upper_bound": upper, "cached_prompt_tokens_lru": lru}
+    fields |= mem.model_dump(include={"weights_gib", "kv_bytes_per_token", "kv_capacity_tokens"})
     fields |= mem.model_dump(include={"fits", "cpu_offload_gb_needed"}) | {"memory": mem, "batch": b}
-    fields |= {"floor_s": fl.floor_s if fl else None, "bound": fl.bound if fl else None, "floor": fl}
-    fields |= {"layout_advice": advice}
-    return Plan(**fields, notes=_notes(fields, g, sum(hits)))
+    fields |= {"floor_s": fl and fl.floor_s, "bound": fl and fl.bound, "floor": fl, "layout_advice": advice}
+    plan = Plan(**fields)
+    return plan.model_copy(update={"notes": _notes(plan, g, sum(hits))})
 
 
 _ONCE: dict[tuple, tuple[Any, Any]] = {}  # (what, id(ids), args) -> (ids, result)
@@ -205,11 +200,6 @@ def _once(what: str, ids: Any, args: tuple, compute: Any) -> Any:
         while len(_ONCE) > 32:  # the oldest go (with their hold on the ids)
             _ONCE.pop(next(iter(_ONCE)))
     return hit[1]
-
-
-def _over(lens: Sequence[int], max_tokens: int, max_model_len: int | None) -> int:
-    """Prompts whose length + max_tokens exceeds the context (0 when the context is unknown)."""
-    return sum(1 for n in lens if n + max_tokens > max_model_len) if max_model_len else 0
 
 
 def pick_gpu(name: str | None) -> tuple[GPU | None, bool]:
@@ -268,13 +258,13 @@ def plan_recipe(
     settings = r.engine.plan_settings(r.model)
     device, cpu_dtype = settings.pop("device", None), settings.pop("cpu_dtype", None)
     config = config if config is not None else check_config(lr)
+    p, s = Prompts(r.name, ids, r.sampling.max_tokens), Settings(**settings)
     if gpu is None or device == "cpu" or not r.engine.kv_pool:
         on = None if gpu is None or device == "cpu" else gpu
-        dtype = (cpu_dtype or settings.get("dtype") or "auto") if on is None else settings.get("dtype") or "auto"
-        why = _not_planned(r.engine, on, gpu)
-        return tokens_plan(r.name, ids, config, on, r.sampling.max_tokens, context_length(lr), dtype, settings, why)
+        s = replace(s, dtype=(on is None and cpu_dtype) or s.dtype, max_model_len=context_length(lr))
+        return tokens_plan(p, config, on, s, _not_planned(r.engine, on, gpu))
     inputs = _once("layout", ids, (), lambda: _layout(lr, prepared, ids)) if layout else None
-    plan = make_plan(r.name, ids, config, gpu=gpu, max_tokens=r.sampling.max_tokens, layout=inputs, **settings)
+    plan = make_plan(replace(p, layout=inputs), config, gpu, s)
     if r.engine.prefix_cache_field is None:  # an engine without a prefix cache: no "turn it on" advice
         plan = plan.model_copy(update={"notes": [n for n in plan.notes if not n.startswith("prefix caching is off")]})
     return plan
@@ -300,33 +290,16 @@ def _not_planned(engine: Any, on: GPU | None, asked: GPU | None) -> str:
     )
 
 
-def tokens_plan(
-    name: str,
-    ids: Sequence[Sequence[int]],
-    config: Mapping[str, Any],
-    gpu: GPU | None,
-    max_tokens: int,
-    max_model_len: int | None,
-    dtype: str,
-    settings: Mapping[str, Any],
-    why: str,
-) -> Plan:
+def tokens_plan(p: Prompts, config: Mapping[str, Any], gpu: GPU | None, s: Settings, why: str) -> Plan:
     """What applies to any engine on any device: prompt tokens, context fit, the weights and KV bytes per token;
     the rest None, and `why` in the notes."""
-    lens = [len(p) for p in ids]
-    over = _over(lens, max_tokens, max_model_len)
-    quant = settings.get("quantization")
-    fields: dict[str, Any] = {"name": name, "gpu": gpu.name if gpu else None, "requests": len(lens)}
-    fields |= {"prompt_tokens": sum(lens), "prompt_tokens_per_example": _stats(lens), "max_tokens": max_tokens}
-    fields |= {"max_model_len": max_model_len, "over_context": over, "prefix_caching": False}
-    fields |= dict.fromkeys(("cached_prompt_tokens", "cached_share", "block_size", "kv_blocks_needed"))
-    fields |= {"cache_upper_bound": False, "cached_prompt_tokens_lru": None}
-    fields |= {"weights_gib": weight_bytes(config, dtype, quant) / GIB}
-    fields |= {"kv_bytes_per_token": kv_bytes_per_token(config, "auto", dtype)}
-    fields |= dict.fromkeys(("kv_capacity_tokens", "fits", "cpu_offload_gb_needed", "memory", "batch", "floor_s"))
-    fields |= {"bound": None, "floor": None, "layout_advice": []}
-    notes = [why] + ([f"{over:,} prompts + max_tokens exceed the context of {max_model_len:,}."] if over else [])
-    return Plan(**fields, notes=notes)
+    fields = _base(p, gpu, s.max_model_len)
+    over = fields["over_context"]
+    notes = [why] + ([f"{over:,} prompts + max_tokens exceed the context of {s.max_model_len:,}."] if over else [])
+    weights = weight_bytes(config, s.dtype, s.quantization) / GIB
+    return Plan(
+        **fields, weights_gib=weights, kv_bytes_per_token=kv_bytes_per_token(config, "auto", s.dtype), notes=notes
+    )
 
 
 def plan_for_run(lr: LoadedRecipe, prepared: Prepared) -> dict[str, Any] | None:

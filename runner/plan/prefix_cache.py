@@ -37,25 +37,14 @@ from runner.base.types import StrictModel
 DEFAULT_BLOCK_SIZE = 16  # vLLM's default block size for CUDA attention backends
 
 
-class PrefixCacheCount(StrictModel):
-    """Prompt tokens a prefix cache serves for a list of prompts in engine order."""
-
-    requests: int = Field(description="Number of prompts.")
-    prompt_tokens: int = Field(description="All prompt tokens (what vLLM counts as prefix-cache queries).")
-    cached_tokens: int = Field(description="Prompt tokens served from the cache (vLLM's prefix-cache hits).")
-    block_size: int = Field(description="KV-cache block size in tokens.")
-    kv_blocks_needed: int = Field(
-        description="Distinct full prompt blocks: what a cache that never evicts holds "
-        "at the end, the capacity needed for all of the reuse."
-    )
-    capacity_blocks: int | None = Field(description="Cache capacity simulated (LRU); None = never evicts.")
-    evicted_blocks: int = Field(description="Blocks the LRU simulation evicted (0 when it never evicts).")
-
-
 def simulate_prefix_cache(
-    prompts: Sequence[Sequence[int]], block_size: int, capacity_blocks: int | None
+    prompts: Sequence[Sequence[int]], block_size: int = DEFAULT_BLOCK_SIZE, capacity_blocks: int | None = None
 ) -> tuple[list[int], int, int]:
-    """(hits per request in tokens, distinct full blocks, evicted blocks).
+    """(hits per request in tokens, distinct full blocks, evicted blocks): the prompt tokens vLLM's automatic
+    prefix caching serves each request, prompts in engine order (as the module docstring says).
+    ``capacity_blocks`` None: the cache never evicts (exact under the module's assumptions); given: an LRU cache
+    of that many blocks (an estimate: vLLM also holds the running requests' blocks, which this ignores); a
+    capacity >= the distinct blocks gives the same count as None.
 
     ``chain`` plays vLLM's hash function without collisions: (id of the parent block, block tokens) -> id, so an
     id stands for a whole prefix. It never forgets; ``cache`` holds the ids currently cached. With a capacity,
@@ -85,32 +74,6 @@ def simulate_prefix_cache(
             cache.popitem(last=False)
             evicted += 1
     return hits, len(chain), evicted
-
-
-def cached_tokens_per_request(
-    prompts: Sequence[Sequence[int]], block_size: int = DEFAULT_BLOCK_SIZE, capacity_blocks: int | None = None
-) -> list[int]:
-    """Prompt tokens served from the cache for each request, in the given order."""
-    return simulate_prefix_cache(prompts, block_size, capacity_blocks)[0]
-
-
-def count_prefix_cache(
-    prompts: Sequence[Sequence[int]], block_size: int = DEFAULT_BLOCK_SIZE, capacity_blocks: int | None = None
-) -> PrefixCacheCount:
-    """Count the prompt tokens vLLM's automatic prefix caching serves, prompts in engine order (as the module
-    docstring says). ``capacity_blocks`` = None: the cache never evicts (exact under the module's assumptions).
-    Given: an LRU cache of that many blocks (an estimate: vLLM also holds the running requests' blocks, which this
-    ignores); a capacity >= ``kv_blocks_needed`` gives the same count as None."""
-    hits, distinct, evicted = simulate_prefix_cache(prompts, block_size, capacity_blocks)
-    return PrefixCacheCount(
-        requests=len(hits),
-        prompt_tokens=sum(len(p) for p in prompts),
-        cached_tokens=sum(hits),
-        block_size=block_size,
-        kv_blocks_needed=distinct,
-        capacity_blocks=capacity_blocks,
-        evicted_blocks=evicted,
-    )
 
 
 class LayoutInputs(StrictModel):
@@ -157,6 +120,10 @@ def _prompts(inputs: LayoutInputs, order: Sequence[str], index: Sequence[int]) -
     return [[*inputs.head_ids, *(t for var in order for t in inputs.examples[i][var])] for i in index]
 
 
+def _cached(prompts: list[list[int]], block_size: int, capacity: int | None) -> int:
+    return sum(simulate_prefix_cache(prompts, block_size, capacity)[0])
+
+
 def _value_keys(inputs: LayoutInputs, var: str) -> list[int]:
     """Per example, the index of its value's first appearance (equal values, equal keys)."""
     first: dict[tuple[int, ...], int] = {}
@@ -169,10 +136,13 @@ def _advise(inputs: LayoutInputs, lead: list[str], block_size: int, capacity: in
     combos = list(zip(*[_value_keys(inputs, v) for v in lead], strict=True))
     distinct = len(set(combos))
     grouped_index = sorted(range(n), key=lambda i: combos[i])  # stable: groups by first appearance, then arrival
-    first = count_prefix_cache(_prompts(inputs, order, range(n)), block_size, capacity)
-    grouped = count_prefix_cache(_prompts(inputs, order, grouped_index), block_size, capacity)
-    total = first.prompt_tokens
-    cur, fst, grp = (x / total if total else 0.0 for x in (current, first.cached_tokens, grouped.cached_tokens))
+    prompts = _prompts(inputs, order, range(n))
+    first, grouped = (
+        _cached(prompts, block_size, capacity),
+        _cached(_prompts(inputs, order, grouped_index), block_size, capacity),
+    )
+    total = sum(map(len, prompts))
+    cur, fst, grp = (x / total if total else 0.0 for x in (current, first, grouped))
     names = ", ".join(f"`{v}`" for v in lead)
     text = (
         f"{names} repeat{'s' if len(lead) == 1 else ''}: {distinct:,} distinct value{'s' if distinct != 1 else ''}"
@@ -188,8 +158,7 @@ def _advise(inputs: LayoutInputs, lead: list[str], block_size: int, capacity: in
     )
     fields = {"variables": lead, "order": order, "distinct_values": distinct, "mean_repeats": n / distinct}
     fields |= {"prompt_tokens": total, "capacity_blocks": capacity, "text": text}
-    fields |= {"current_cached_tokens": current, "first_cached_tokens": first.cached_tokens}
-    fields |= {"grouped_cached_tokens": grouped.cached_tokens}
+    fields |= {"current_cached_tokens": current, "first_cached_tokens": first, "grouped_cached_tokens": grouped}
     return LayoutAdvice(**fields, current_share=cur, first_share=fst, grouped_share=grp)
 
 
@@ -218,22 +187,7 @@ def advise_layout(
     repeating = sorted((v for v in inputs.order if n / distinct[v] >= min_mean_repeats), key=lambda v: (distinct[v], v))
     if not repeating:
         return []
-    current = count_prefix_cache(_prompts(inputs, inputs.order, range(n)), block_size, capacity_blocks).cached_tokens
+    current = _cached(_prompts(inputs, inputs.order, range(n)), block_size, capacity_blocks)
     leads = [[v] for v in repeating] + ([repeating] if len(repeating) > 1 else [])
     items = [_advise(inputs, lead, block_size, capacity_blocks, current) for lead in leads]
     return sorted(items, key=lambda a: -a.grouped_cached_tokens)
-
-
-def advise_layout_text(
-    examples: Sequence[Mapping[str, str]],
-    encode: Callable[[str], list[int]],
-    order: Sequence[str],
-    *,
-    head_ids: Sequence[int] = (),
-    block_size: int = DEFAULT_BLOCK_SIZE,
-    capacity_blocks: int | None = None,
-    min_mean_repeats: float = 1.5,
-) -> list[LayoutAdvice]:
-    """``advise_layout`` from text: examples as dicts of template variables, ``encode`` = str -> token ids."""
-    inputs = LayoutInputs(examples=encode_examples(examples, encode, order), order=list(order), head_ids=list(head_ids))
-    return advise_layout(inputs, block_size, capacity_blocks, min_mean_repeats)
