@@ -78,8 +78,7 @@ class PromptBuilder:
         self.shots = [_shot(s.question, s.context, [s.answer]) for s in spec.shots.examples]
         if (shots := spec.shots).k:  # drawn from a dataset
             loaded = read_examples(shots.source, base_dir, self.where, field="prompt.shots.source")
-            if loaded.sha256:
-                self._sources[f"shots:{shots.source.path}"] = loaded.sha256
+            self._sources[f"shots:{shots.source.path}"] = loaded.sha256  # None for a hub dataset: not listed
             pool, name = list(loaded.examples), loaded.path or shots.source.path
             err = partial(DatasetError, file=self.where)
             if shots.k > len(pool):
