@@ -199,31 +199,35 @@ def parse_axes(matrix: Any, where: str) -> list[Axis]:
         if key in ("variant", "name"):
             why = "list variants under `variants`" if key == "variant" else "cell names are made from the study's name"
             raise _err(where, "matrix", f"{key!r} cannot be an axis ({why})")
-        what = "matrix." + _check_key(key, "matrix", where)
-        if isinstance(spec, list):
-            values, labels = list(spec), [default_label(key, v) for v in spec]
-            if any(lab is None for lab in labels):
-                hint = f"write the axis as label -> value: `{key}: {{small: ..., big: ...}}`"
-                raise _err(where, what, "these values need labels to name the cells", hint)
-        elif isinstance(spec, dict):
-            values, labels = list(spec.values()), [_label_key(k, what, where) for k in spec]
-            if bad := [lab for lab in labels if not LABEL_PATTERN.match(lab)]:
-                raise _err(where, what, f"label {bad[0]!r}: labels may hold letters, digits and ._- only")
-        else:
-            msg = f"expected a list of values or a mapping label -> value, got {spec!r}"
-            raise _err(where, what, msg, "a setting with one value belongs at its own key")
-        if not values:
-            raise _err(where, what, "the axis has no values")
-        for i, v in enumerate(values):
-            if any(same(v, w) for w in values[:i]):
-                raise _err(where, what, f"value {v!r} is listed twice")
-            if labels[i] in labels[:i]:
-                hint = "give the values distinct labels: `{label: value, ...}`"
-                raise _err(where, what, f"two values have the label {labels[i]!r}", hint)
+        axis = _axis(key, spec, "matrix." + _check_key(key, "matrix", where), where)
         if clash := _clash([a.key for a in axes], key):
             raise _err(where, "matrix", f"axes {clash!r} and {key!r} overlap (one is inside the other)")
-        axes.append(Axis(key, tuple(values), tuple(labels)))
+        axes.append(axis)
     return axes
+
+
+def _axis(key: str, spec: Any, what: str, where: str) -> Axis:
+    if isinstance(spec, list):
+        values, labels = list(spec), [default_label(key, v) for v in spec]
+        if None in labels:
+            hint = f"write the axis as label -> value: `{key}: {{small: ..., big: ...}}`"
+            raise _err(where, what, "these values need labels to name the cells", hint)
+    elif isinstance(spec, dict):
+        values, labels = list(spec.values()), [_label_key(k, what, where) for k in spec]
+        if bad := [lab for lab in labels if not LABEL_PATTERN.match(lab)]:
+            raise _err(where, what, f"label {bad[0]!r}: labels may hold letters, digits and ._- only")
+    else:
+        msg = f"expected a list of values or a mapping label -> value, got {spec!r}"
+        raise _err(where, what, msg, "a setting with one value belongs at its own key")
+    if not values:
+        raise _err(where, what, "the axis has no values")
+    for i, v in enumerate(values):
+        if any(same(v, w) for w in values[:i]):
+            raise _err(where, what, f"value {v!r} is listed twice")
+        if labels[i] in labels[:i]:
+            hint = "give the values distinct labels: `{label: value, ...}`"
+            raise _err(where, what, f"two values have the label {labels[i]!r}", hint)
+    return Axis(key, tuple(values), tuple(labels))
 
 
 def parse_variants(variants: Any, where: str) -> dict[str, dict]:
@@ -313,38 +317,63 @@ def describe(cell: dict[str, Any], axes: Iterable[Axis]) -> str:
     return ", ".join(out)
 
 
-def expand(
-    name: str, data: dict, axes: list[Axis], variants: dict[str, dict], excludes: list[dict], where: str
-) -> list[Cell]:
-    vnames: list[str | None] = list(variants) or [None]
-    total = len(vnames) * math.prod(len(a.values) for a in axes)
-    if total > MAX_CELLS:
+@dataclass(frozen=True)
+class Grid:
+    """A study file's `matrix` axes, `variants` and `exclude` entries (values resolved), parsed; `all_axes`: the
+    matrix axes, then `variant` when there are variants."""
+
+    axes: list[Axis]
+    variants: dict[str, dict]
+    excludes: list[dict]
+    all_axes: tuple[Axis, ...]
+
+
+def parse_grid(f: RecipeFile) -> Grid:
+    where = str(f.path)
+    axes, variants = parse_axes(f.keys.get("matrix"), where), parse_variants(f.keys.get("variants"), where)
+    all_axes = (*axes, *([Axis("variant", tuple(variants), tuple(variants))] if variants else []))
+    return Grid(axes, variants, parse_excludes(f.keys.get("exclude"), all_axes, where), all_axes)
+
+
+def expand(f: RecipeFile, name: str, g: Grid) -> list[Cell]:
+    """The cells of study `f` named `name`: each variant with each combination of the axes it leaves free."""
+    where, vnames = str(f.path), [*g.variants] or [None]
+    if (total := len(vnames) * math.prod(len(a.values) for a in g.axes)) > MAX_CELLS:
         msg = f"the study makes {total:,} cells before `exclude`; at most {MAX_CELLS:,}"
         raise _err(where, "matrix", msg, "fewer axes or values, or split the study into files")
-    varying, cells = {"variant", *(a.key for a in axes if len(a.values) > 1)}, []
+    varying, cells = {"variant", *(a.key for a in g.axes if len(a.values) > 1)}, []
     for v in vnames:
-        overlay = variants.get(v, {}) if v is not None else {}
-        free = [a for a in axes if _clash(overlay, a.key) is None]
+        overlay = g.variants.get(v, {})  # type: ignore[arg-type]
+        free = [a for a in g.axes if _clash(overlay, a.key) is None]
         origins = tuple(("variants", v, k) for k in overlay) + tuple(("matrix", a.key) for a in free)
         for combo in product(*(a.values for a in free)):
             chosen = dict(zip((a.key for a in free), combo, strict=True))
             setting = {**overlay, **chosen}  # a variant that sets an axis's own key fixes it at that value
             match = {"variant": v} if v is not None else {}  # what `exclude` entries are matched against
-            match |= {a.key: setting[a.key] for a in axes if a.key in setting}
-            if any(all(k in match and same(match[k], x) for k, x in e.items()) for e in excludes):
+            match |= {a.key: setting[a.key] for a in g.axes if a.key in setting}
+            if any(all(k in match and same(match[k], x) for k, x in e.items()) for e in g.excludes):
                 continue
             labels = [lab for a in free if len(a.values) > 1 and (lab := a.label(chosen[a.key]))]
-            cell_name = "-".join([name, *([v] if v is not None and len(variants) > 1 else []), *labels])
-            d = copy.deepcopy(data)
-            for k, val in setting.items():
-                try:
-                    set_dotted(d, k, copy.deepcopy(val))
-                except TypeError as e:
-                    raise _err(where, k, f"cell {cell_name!r}: cannot set {k}: {e}") from None
+            cell_name = "-".join([name, *([v] if v is not None and len(g.variants) > 1 else []), *labels])
             cell = {k: x for k, x in match.items() if k in varying}
-            cells.append(Cell(cell_name, cell, d | {"name": cell_name}, origins))
+            cells.append(Cell(cell_name, cell, _cell_data(f, setting, cell_name), origins))
     if not cells:
         raise _err(where, "exclude", "`exclude` drops every cell of the study")
+    _check_names(cells, g.axes, where)
+    return cells
+
+
+def _cell_data(f: RecipeFile, setting: dict[str, Any], name: str) -> dict:
+    d = copy.deepcopy(f.data)
+    for k, val in setting.items():
+        try:
+            set_dotted(d, k, copy.deepcopy(val))
+        except TypeError as e:
+            raise _err(str(f.path), k, f"cell {name!r}: cannot set {k}: {e}") from None
+    return d | {"name": name}
+
+
+def _check_names(cells: list[Cell], axes: list[Axis], where: str) -> None:
     seen: dict[str, Cell] = {}
     for c in cells:
         if len(c.name) > MAX_NAME or not re.match(NAME_PATTERN, c.name):
@@ -359,16 +388,13 @@ def expand(
             hint += "value out of names)"
             raise _err(where, "matrix", msg, hint)
         seen[c.name] = c
-    return cells
 
 
 @dataclass(frozen=True)
 class Study:
     """What one file holds. `kind`: "recipe" (one experiment), "study" (cells) or "abstract" (none)."""
 
-    path: str
     kind: Literal["recipe", "study", "abstract"]
-    name: str | None
     axes: tuple[Axis, ...]  # matrix axes in file order, then `variant` when there are variants
     report: ReportAxes | None
     cells: tuple[LoadedRecipe, ...]
@@ -390,8 +416,7 @@ def load_study(
     if f.is_study:
         return study_file(f, list(overrides or []), dict(model_paths or {}), keep)
     loaded = tuple(load_recipes(f, overrides, model_paths=model_paths, keep=keep))
-    name = f.data.get("name") if isinstance(f.data.get("name"), str) else None
-    return Study(str(f.path.resolve()), "abstract" if f.keys.get("abstract") else "recipe", name, (), None, loaded)
+    return Study("abstract" if f.keys.get("abstract") else "recipe", (), None, loaded)
 
 
 def study_cells(
@@ -405,16 +430,12 @@ def study_file(f: RecipeFile, overrides: list[str], mp: Mapping[str, str], keep:
     """A study's cells, each validated as a full recipe before anything runs (an invalid cell's error names the cell
     and its field). `keep`: only the cells whose name it keeps are validated and returned (`--only`: a `--set` is not
     checked against cells the call does not run)."""
-    where = str(f.path)
-    axes, variants = parse_axes(f.keys.get("matrix"), where), parse_variants(f.keys.get("variants"), where)
-    name = f.data.get("name") if isinstance(f.data.get("name"), str) else None
-    all_axes = tuple(axes) + ((Axis("variant", tuple(variants), tuple(variants)),) if variants else ())
-    excludes = parse_excludes(f.keys.get("exclude"), all_axes, where)
-    report = check_report(f.keys.get("report"), all_axes, where)
+    where, name, g = str(f.path), f.data.get("name"), parse_grid(f)
+    report = check_report(f.keys.get("report"), g.all_axes, where)
     if f.keys.get("abstract"):
         check_abstract(f)
-        return Study(str(f.path.resolve()), "abstract", name, all_axes, report, ())
-    if name is None or not re.match(NAME_PATTERN, name):
+        return Study("abstract", g.all_axes, report, ())
+    if not isinstance(name, str) or not re.match(NAME_PATTERN, name):
         hint = "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
         msg = "a study needs a `name` (letters, digits, ._-): its cells are named from it"
         raise _err(where, "name", msg, None if "name" in f.data else hint)
@@ -423,11 +444,10 @@ def study_file(f: RecipeFile, overrides: list[str], mp: Mapping[str, str], keep:
         if k == "name":
             msg = "--set name: a study's cells are named from its `name`; rename the study in the file"
             raise _err(where, "--set", msg)
-        if clash := _clash([a.key for a in all_axes], k):
+        if clash := _clash([a.key for a in g.all_axes], k):
             msg = f"--set {k}: the study varies {clash!r} across its cells; setting it for every cell would make "
             raise _err(where, "--set", msg + "cells the same", "pick cells by name, or change the study's matrix")
-    by_key = {a.key: a for a in all_axes}
-    cells, loaded = expand(name, f.data, axes, variants, excludes, where), []
+    cells, loaded = expand(f, name, g), []
     if isinstance(base := f.data.get("baseline"), str):  # `baseline: CELL`: that cell alone is the baseline
         if base not in (names := [c.name for c in cells]):
             raise _err(where, "baseline", f"{base!r} names no cell of the study; its cells: {', '.join(names)}")
@@ -435,28 +455,23 @@ def study_file(f: RecipeFile, overrides: list[str], mp: Mapping[str, str], keep:
     for index, c in enumerate(cells):
         if keep is not None and not keep(c.name):
             continue
-        title, at = f"cell {c.name!r} ({describe(c.cell, axes)}): invalid recipe", locator(f.sources, sets, c.origins)
+        title, at = f"cell {c.name!r} ({describe(c.cell, g.axes)}): invalid recipe", locator(f.sources, sets, c.origins)
         # the study file's short label of each varying value (what reports show), where it has one
-        labels = {k: lab for k, v in c.cell.items() if k in by_key and (lab := by_key[k].label(v))}
+        labels = {k: lab for a in g.all_axes if (k := a.key) in c.cell and (lab := a.label(c.cell[k]))}
         cell = StudyCell(study=name, settings=c.cell, labels=labels, axes=report and report.model_dump(), index=index)
         loaded.append(finish(f, c.data, overrides, mp, at, title=title, cell=cell))
-    return Study(str(f.path.resolve()), "study", name, all_axes, report, tuple(loaded))
+    return Study("study", g.all_axes, report, tuple(loaded))
 
 
 def cell_file(path: str | Path, name: str, field: str) -> RecipeFile:
     """One cell of a study as a plain recipe file: the cell's data (the study's `baseline` mark dropped), the study
     file's sources; `field` names what asked for it in an error."""
     f = read_recipe_file(path)
-    where = str(f.path)
     if not f.is_study:
-        raise _err(where, field, "names a cell, but the file is not a study (no `matrix` or `variants`)")
-    axes, variants = parse_axes(f.keys.get("matrix"), where), parse_variants(f.keys.get("variants"), where)
-    all_axes = tuple(axes) + ((Axis("variant", tuple(variants), tuple(variants)),) if variants else ())
-    excludes = parse_excludes(f.keys.get("exclude"), all_axes, where)
-    cells = {c.name: c for c in expand(str(f.data.get("name")), f.data, axes, variants, excludes, where)}
-    if name not in cells:
+        raise _err(str(f.path), field, "names a cell, but the file is not a study (no `matrix` or `variants`)")
+    if name not in (cells := {c.name: c for c in expand(f, str(f.data.get("name")), parse_grid(f))}):
         close = difflib.get_close_matches(name, list(cells), n=1)
         hint = f"did you mean {close[0]!r}?" if close else "runner check FILE lists the cells"
-        raise _err(where, field, f"{name!r} names no cell of the study", hint)
+        raise _err(str(f.path), field, f"{name!r} names no cell of the study", hint)
     data = {k: v for k, v in cells[name].data.items() if k != "baseline"}
     return RecipeFile(f.path, data, {}, f.sources)

@@ -31,7 +31,17 @@ from runner.report.summary import samples_by_id, score_interval
 from runner.results import RunResult
 from runner.run.job import RunOptions, make_unit
 
-from .report import confirm_s, cost_s, hand_words, run_s_at, settings_text, tune_markdown, tune_report_path, winner_yaml
+from .report import (
+    Ran,
+    confirm_s,
+    cost_s,
+    hand_words,
+    run_s_at,
+    settings_text,
+    tune_markdown,
+    tune_report_path,
+    winner_yaml,
+)
 from .search import Cell, against_hand_written, decide, keep_after_screen
 from .spec import TuneSpec
 
@@ -82,7 +92,7 @@ class Tune:
         return self.base.recipe.name
 
     def load(self, settings: dict[str, Any], cell: str | None, repeat: int = 1) -> LoadedRecipe:
-        return load_cell(self.src, self.call, settings, cell, repeat, self.spec.confirm.interleave)
+        return load_cell(self.src, self.call, settings, cell, (repeat, self.spec.confirm.interleave))
 
 
 def read_spec(path: Path) -> tuple[RecipeFile, TuneSpec]:
@@ -112,35 +122,41 @@ def prepare(call: Call, wiring: Wiring) -> Tune:
     if spec.gate is not None and spec.gate.metric not in base.recipe.metrics:
         why = f"{spec.gate.metric!r} is not among the recipe's metrics ({', '.join(base.recipe.metrics)})"
         raise RunnerError(why, file=str(call.path), field="tune.gate.metric", hint="gate a metric the recipe scores")
-    name, cands, labels = base.recipe.name, spec.candidates(), spec.candidate_labels()
-    width = len(str(len(cands)))  # t1..t9, t01..t10, ...: more candidates later rename them (their runs start over)
-    cells = [Cell(i, f"{name}-t{i:0{width}d}", c, lab) for i, (c, lab) in enumerate(zip(cands, labels), 1)]
-    as_written, invalid, same = base.recipe.model_dump(exclude={"name"}), 0, 0
-    for c in cells:  # a combination the recipe's checks refuse (e.g. vLLM's step smaller than its sequences)
-        try:
-            lr = load_cell(src, call, c.settings, c.name)
-        except RunnerError as e:
-            c.verdict, invalid = "invalid: " + " ".join(x.strip() for x in e.message.splitlines())[:300], invalid + 1
-            continue
-        if lr.recipe.model_dump(exclude={"name"}) == as_written:
-            c.verdict, same = "the recipe as written (not run: it is the baseline)", same + 1
-    valid = [c for c in cells if c.verdict == Cell.verdict]
-    if not valid:
-        first = next((c.verdict.removeprefix("invalid: ") for c in cells if c.verdict.startswith("invalid")), "")
-        why = f"all {len(cells)} candidates are refused by the recipe's checks; the first: {first}"
-        if not invalid or same == len(cells):
-            why = "every candidate is the recipe as written: the axes change nothing"
+    cells = _candidates(src, call, spec, base)
+    if not (valid := [c for c in cells if c.verdict == Cell.verdict]):
+        why = "every candidate is the recipe as written: the axes change nothing"
+        if first := next((c.verdict for c in cells if c.verdict.startswith("invalid")), None):
+            first = first.removeprefix("invalid: ")
+            why = f"all {len(cells)} candidates are refused by the recipe's checks; the first: {first}"
         hint = "fix the axes' keys or values (runner check)"
         raise RunnerError(why, file=str(call.path), field="tune.axes", hint=hint)
-    screened, confirmed = spec.plan(len(valid))
+    screened = spec.plan(len(valid))[0]
     if screened == 0:
         need = spec.runs(1, 1)
         why = f"budget.cells {spec.budget.cells} leaves no room for a candidate (one needs {need} measured runs "
         why += "with the baseline's" + (" and the compared cells'" if hand else "") + ")"
         hint = f"set budget.cells to {need} or more"
         raise RunnerError(why, file=str(call.path), field="tune.budget.cells", hint=hint)
-    plan = _plan_words(spec, len(cands), screened, confirmed, invalid, same, name)
+    plan = _plan_words(spec, cells, screened, base.recipe.name)
     return Tune(call, spec, src, hand, start, base, cells, valid[:screened], plan)
+
+
+def _candidates(src: RecipeFile, call: Call, spec: TuneSpec, base: LoadedRecipe) -> list[Cell]:
+    """Every candidate, named `<name>-tNN`; one the recipe's checks refuse (e.g. vLLM's step smaller than its
+    sequences) or that is the recipe as written has its verdict already."""
+    cands, labels = spec.candidates(), spec.candidate_labels()
+    width = len(str(len(cands)))  # t1..t9, t01..t10, ...: more candidates later rename them (their runs start over)
+    name, as_written = base.recipe.name, base.recipe.model_dump(exclude={"name"})
+    cells = [Cell(i, f"{name}-t{i:0{width}d}", c, lab) for i, (c, lab) in enumerate(zip(cands, labels), 1)]
+    for c in cells:
+        try:
+            lr = load_cell(src, call, c.settings, c.name)
+        except RunnerError as e:
+            c.verdict = "invalid: " + " ".join(x.strip() for x in e.message.splitlines())[:300]
+            continue
+        if lr.recipe.model_dump(exclude={"name"}) == as_written:
+            c.verdict = "the recipe as written (not run: it is the baseline)"
+    return cells
 
 
 def dry_run(t: Tune) -> str:
@@ -191,12 +207,13 @@ def _source(path: Path, f: RecipeFile, spec: TuneSpec, cell_file: CellFile) -> t
 
 
 def load_cell(
-    src: RecipeFile, call: Call, settings: dict[str, Any], cell: str | None, repeat: int = 1, interleave: str = "auto"
+    src: RecipeFile, call: Call, settings: dict[str, Any], cell: str | None, run: tuple[int, str] = (1, "auto")
 ) -> LoadedRecipe:
     """The recipe `src` with one candidate's settings set into its data (as a study's matrix values are), named
-    `cell` (None: its own name), then the call's --set items and --model-path mappings, validated."""
+    `cell` (None: its own name), with `run`'s repeat and interleave, then the call's --set items and --model-path
+    mappings, validated."""
     data = copy.deepcopy(src.data)
-    run = {**({"name": cell} if cell else {}), "repeat": repeat, "interleave": interleave}
+    run = {**({"name": cell} if cell else {}), "repeat": run[0], "interleave": run[1]}
     for k, v in {**settings, **run}.items():
         try:
             set_dotted(data, k, copy.deepcopy(v))
@@ -223,7 +240,10 @@ def _front_chart(t: Tune, cells: list[Cell]) -> str | None:
     return path.name if accuracy_chart(runs, m, path, title=title, failed=failed, score_ci=score_ci) else None
 
 
-def _plan_words(spec: TuneSpec, n: int, screened: int, confirmed: int, invalid: int, same: int, name: str) -> str:
+def _plan_words(spec: TuneSpec, cells: list[Cell], screened: int, name: str) -> str:
+    n, confirmed = len(cells), spec.confirmed(screened)
+    invalid = sum(c.verdict.startswith("invalid") for c in cells)
+    same = n - invalid - sum(c.verdict == Cell.verdict for c in cells)
     bad = f", {invalid} of them refused by the recipe's checks" if invalid else ""
     bad += f", {same} the recipe as written" if same else ""
     cut = f" (the budget of {spec.budget.cells} runs leaves {screened})" if screened < n - invalid - same else ""
@@ -252,35 +272,35 @@ class Outcome:
     failed: bool
 
 
-class _Stages:
+Stages = Callable[[list[LoadedRecipe], int | None], dict[str, RunResult]]  # runs -> their results, by name
+
+
+def _stages(t: Tune, wiring: Wiring) -> Stages:
     """The tune's runs, stage by stage, through the orchestrator (`report_only`: what is stored of these very runs)."""
+    c, ex = t.call, Executor(kind="local", in_process=t.call.in_process)
 
-    def __init__(self, t: Tune, wiring: Wiring):
-        self.t, self.wiring = t, wiring
-        self.ex = Executor(kind="local", in_process=t.call.in_process)
-
-    def run(self, loaded: list[LoadedRecipe], limit: int | None) -> dict[str, RunResult]:
-        c = self.t.call
+    def run(loaded: list[LoadedRecipe], limit: int | None) -> dict[str, RunResult]:
         opts = RunOptions(out=c.out, command="", progress=c.progress, call=new_call(), limit=limit)
         if c.report_only:  # a stored run of other settings is not theirs
             keys = {lr.recipe.name: make_unit(lr, opts, host=False, library=False).run_key for lr in loaded}
             got = {n: read_result(RunFolder.of(c.out, n)) for n in keys}
             return {n: r for n, r in got.items() if r is not None and r.run_key == keys[n]}
-        results = run_loaded(loaded, opts, self.ex, wings=self.wiring.wings, say=self.wiring.say)
-        return {r.name: r for r in results}
+        return {r.name: r for r in run_loaded(loaded, opts, ex, wings=wiring.wings, say=wiring.say)}
+
+    return run
 
 
 def run(t: Tune, wiring: Wiring) -> Outcome:
     """Screen the candidates (the budget's share, the baseline's screen first: the gate's reference), confirm the
     best with the baseline and the hand-written cells, decide, write the report."""
-    spec, out, name, stages = t.spec, t.call.out, t.name, _Stages(t, wiring)
+    spec, out, name, stages = t.spec, t.call.out, t.name, _stages(t, wiring)
     base = Cell(0, name, {})
-    base.screen = stages.run([t.load({}, f"{name}-screen")], spec.screen.examples).get(f"{name}-screen")
+    base.screen = stages([t.load({}, f"{name}-screen")], spec.screen.examples).get(f"{name}-screen")
     _screen(t, base, stages, wiring.say)
     samples = lambda r: samples_by_id(out, r) if r is not None else {}  # noqa: E731
     kept = keep_after_screen(t.to_screen, base, spec, samples)
     hand = [Cell(-1, h, {}, verdict="hand-written") for h in t.hand]
-    got = stages.run([*_as_written(t, wiring), *(t.load(c.settings, c.name, spec.confirm.repeat) for c in kept)], None)
+    got = stages([*_as_written(t, wiring), *(t.load(c.settings, c.name, spec.confirm.repeat) for c in kept)], None)
     base.full = got.get(name)
     for c in [*kept, *hand]:
         c.full = got.get(c.name)
@@ -288,21 +308,20 @@ def run(t: Tune, wiring: Wiring) -> Outcome:
         raise RunnerError(f"no stored run of this tune in {out}", field="--report-only", hint="run the tune first")
     decision = decide(kept, base, spec, samples, hand)
     pick = decision.winners[0] if decision.winners else base
-    vs_hand = against_hand_written(pick, hand, spec)
+    versus = hand_words(pick, base, *vs) if (vs := against_hand_written(pick, hand, spec)) else None
     recipe = None
     if decision.winners:  # the file's recipe with this call's --set (as `runner go` applies them), then the winner's
         data = json.loads(json.dumps(t.src.data))
         apply_overrides(data, list(t.call.sets), {}, str(t.call.path))
         recipe = winner_yaml(data, decision.winners[0].settings, name)
-    chart = _front_chart(t, [base, *t.cells, *hand])
-    text = tune_markdown(name, spec, base, t.cells, decision, t.plan, recipe, hand, pick, vs_hand, chart)
-    write_text_atomic(report := tune_report_path(out, name), text)
-    words = decision.words + ("\n" + hand_words(pick, base, *vs_hand) if vs_hand else "")
+    ran = Ran(base, t.cells, hand, decision, versus, recipe, _front_chart(t, [base, *t.cells, *hand]))
+    write_text_atomic(report := tune_report_path(out, name), tune_markdown(name, spec, t.plan, ran))
+    words = decision.words + ("\n" + versus if versus else "")
     runs = [x for c in [base, *t.to_screen, *hand] for x in (c.screen, c.full) if x is not None]
     return Outcome(words, report, any(x.status != "ok" for x in runs))
 
 
-def _screen(t: Tune, base: Cell, stages: _Stages, say: Say) -> None:
+def _screen(t: Tune, base: Cell, stages: Stages, say: Say) -> None:
     """The candidates' screens, `screen.chunk` at a time, until the minutes budget (spent + the confirmation's
     projected time) would be passed."""
     spec, cells = t.spec, t.to_screen
@@ -315,7 +334,7 @@ def _screen(t: Tune, base: Cell, stages: _Stages, say: Say) -> None:
                 say(f"tune {t.name}: the minutes budget is reached ({spent}); {stop}", False)
                 return
         part = cells[start : start + spec.screen.chunk]
-        got = stages.run([t.load(c.settings, f"{c.name}-screen") for c in part], spec.screen.examples)
+        got = stages([t.load(c.settings, f"{c.name}-screen") for c in part], spec.screen.examples)
         for c in part:
             c.screen = got.get(f"{c.name}-screen")
 

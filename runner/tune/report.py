@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,10 +111,9 @@ def hand_words(pick: Cell, base: Cell, hand: Cell, ratio: tuple | None) -> str:
     return head + f"{who} is {ratio_text(*ratio)}: {verdict}."
 
 
-def _front_section(
-    decision: Decision, base: Cell, hand: list[Cell], metric: str | None, chart: str | None
-) -> list[str]:
+def _front_section(ran: Ran, metric: str | None) -> list[str]:
     """The confirmed cells no other beats on time, the gate's score and dollars at once, with their intervals."""
+    base, hand, decision = ran.base, ran.hand, ran.decision
     if not decision.front:
         return []
     rows = []
@@ -132,24 +132,27 @@ def _front_section(
     note += "estimates; the winner is the fastest of them that passed the gate and is clearly faster than the recipe "
     note += "as written."
     out = ["", "## The front", "", note, "", table(rows, head, frozenset({"$ for the run"}))]
-    return out + (["", f"![front]({chart})"] if chart else [])
+    return out + (["", f"![front]({ran.chart})"] if ran.chart else [])
 
 
-def tune_markdown(
-    name: str,
-    spec: TuneSpec,
-    base: Cell,
-    cells: list[Cell],
-    decision: Decision,
-    plan: str,
-    recipe_yaml: str | None,
-    hand: list[Cell] = (),  # type: ignore[assignment]
-    pick: Cell | None = None,
-    vs_hand: tuple[Cell, tuple | None] | None = None,
-    chart: str | None = None,
-) -> str:
+@dataclass(frozen=True)
+class Ran:
+    """What a tune ran and came to, for its report: the baseline, every candidate, the hand-written cells, the
+    decision, the pick against the fastest hand-written cell in words, the winner's recipe and the front chart."""
+
+    base: Cell
+    cells: list[Cell]
+    hand: list[Cell]
+    decision: Decision
+    versus: str | None = None
+    recipe_yaml: str | None = None
+    chart: str | None = None
+
+
+def tune_markdown(name: str, spec: TuneSpec, plan: str, ran: Ran) -> str:
+    base, hand, decision = ran.base, ran.hand, ran.decision
     metric = spec.gate.metric if spec.gate else None
-    every = [base, *cells, *hand]
+    every = [base, *ran.cells, *hand]
     rows = []
     for c in every:
         screen = "–" if c.screen is None or c.screen.status != "ok" else secs(c.screen.timings.generate_s)
@@ -165,9 +168,9 @@ def tune_markdown(
     out += ["## Verdict", "", decision.words]
     if decision.winners and decision.against_baseline is not None:  # (without a winner the words say it)
         out += ["", f"Against the recipe as written ({base.name}): {ratio_text(*decision.against_baseline)}."]
-    if vs_hand is not None and pick is not None:
-        out += ["", hand_words(pick, base, *vs_hand)]
-    out += _front_section(decision, base, hand, metric, chart)
+    if ran.versus:
+        out += ["", ran.versus]
+    out += _front_section(ran, metric)
     if not all(r.scores_meaningful for c in every for r in (c.screen, c.full) if r is not None):
         out += ["", "> Scores here are not meaningful (random weights or the fake engine): the gate is exercised, "]
         out[-1] += "not evidence."
@@ -176,6 +179,6 @@ def tune_markdown(
     out[-1] += ", the study's hand-written cells with them" if hand else ""
     out[-1] += "). Cost: the cell's measured total time (engine starts, generations, repeats)."
     out += ["", table(rows, head)]
-    if recipe_yaml:
-        out += ["", "## The winner's recipe", "", "```yaml", recipe_yaml.rstrip(), "```"]
+    if ran.recipe_yaml:
+        out += ["", "## The winner's recipe", "", "```yaml", ran.recipe_yaml.rstrip(), "```"]
     return "\n".join(out) + "\n"

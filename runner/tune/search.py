@@ -142,13 +142,11 @@ def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any, hand
     """Gate each confirmed candidate on the full set against the baseline, then the fastest that passed; the
     runner-up is named with it when their ratio's 95% interval holds 1 (no clear difference). The `hand`-written
     cells that finished are gated too (shown, never candidates)."""
-    missing = [c.name for c in [base, *confirmed] if c.full is None]
-    if missing:  # an interrupted call, or --report-only before the confirmation ran
-        words = f"Unfinished: {len(missing)} of {len(confirmed) + 1} confirmation runs are not stored yet "
-        words += f"({', '.join(missing)}); the same command continues the tune."
+    if missing := [c.name for c in [base, *confirmed] if c.full is None]:  # interrupted, or --report-only early
         for c in confirmed:
             c.verdict = "confirmation not finished" if c.full is None else c.verdict
-        return Decision([], None, words)
+        words = f"Unfinished: {len(missing)} of {len(confirmed) + 1} confirmation runs are not stored yet "
+        return Decision([], None, words + f"({', '.join(missing)}); the same command continues the tune.")
     if base.full.status != "ok":  # type: ignore[union-attr]  (not missing: checked above)
         words = f"The recipe as written ({base.name}) failed on every example: nothing to compare the candidates "
         return Decision([], None, words + "with (its report says why).")
@@ -156,7 +154,17 @@ def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any, hand
     for h in hand:
         if h.full is not None and h.full.status == "ok":
             h.passed, h.gate = gate_words(samples(h.full), bs, spec.gate)
-    ok_cells = []
+    on_front = front([base, *confirmed, *hand], spec.gate.metric if spec.gate else None)
+    key = lambda c: (c not in on_front, objective(c.full, spec))  # noqa: E731  (the front's first, then fastest)
+    ok = sorted(_passed(confirmed, bs, spec, samples), key=key)
+    if not ok:
+        return Decision([], None, "No candidate passed: the recipe as written stays.", on_front)
+    return Decision(*_crown(ok, base, spec, len(confirmed)), on_front)
+
+
+def _passed(confirmed: list[Cell], bs: dict, spec: TuneSpec, samples: Any) -> list[Cell]:
+    """The confirmed cells that finished and passed the gate (a gate that cannot be checked is not passed)."""
+    out = []
     for c in confirmed:
         if objective(c.full, spec) is None:
             c.verdict = "confirmation run " + (c.full.status if c.full is not None else "missing")
@@ -164,46 +172,46 @@ def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any, hand
         c.passed, c.gate = gate_words(samples(c.full), bs, spec.gate)
         if c.passed is False:
             c.verdict = "failed the gate on every example"
-            continue
-        if c.passed is None and spec.gate is not None:  # a gate that cannot be checked is not passed
+        elif c.passed is None and spec.gate is not None:
             c.verdict = "gate not checked (no paired scores, or too few examples to tell): not a candidate"
-            continue
-        ok_cells.append(c)
-    metric = spec.gate.metric if spec.gate else None
-    on_front = front([base, *confirmed, *hand], metric)
-    ok_cells.sort(key=lambda c: objective(c.full, spec))  # type: ignore[arg-type, return-value]
-    ok_cells = [c for c in ok_cells if c in on_front] + [c for c in ok_cells if c not in on_front]
-    if not ok_cells:
-        return Decision([], None, "No candidate passed: the recipe as written stays.", on_front)
-    best, k = ok_cells[0], len(confirmed)
-    level = family_level(k)
+        else:
+            out.append(c)
+    return out
+
+
+def _above(g: tuple[float, float | None, float | None] | None) -> bool:
+    """A gain clearly above 1 (its interval wholly above)."""
+    return g is not None and g[0] > 1 and clear(g[1], g[2])
+
+
+def _crown(ok: list[Cell], base: Cell, spec: TuneSpec, k: int) -> tuple[list[Cell], Any, str]:
+    """(winners, the best against the baseline, the words) among the passed cells `ok`, the front's first, fastest
+    first; `k`: the confirmed candidates the best was picked from."""
+    best, level = ok[0], family_level(k)
     vs = gain(base.full, best.full, spec, level)
-    if vs is None or vs[0] <= 1 or not clear(vs[1], vs[2]):  # the recipe as written is the one to beat
-        for c in ok_cells:
+    if not _above(vs):  # the recipe as written is the one to beat
+        for c in ok:
             c.verdict = "passed; not clearly faster than the recipe as written"
         against = f": {ratio_text(*vs)}" if vs is not None else " (no time to compare)"
         words = f"No candidate is clearly faster than the recipe as written; the fastest that passed, **{best.name}**, "
         words += f"against it{against}{_level_words(k)}."
         if vs is not None and vs[0] > 1 and (n := repeats_to_tell(base.full, best.full)):  # type: ignore[arg-type]
             words += f" About {n:,} repeats each would tell a difference this size at this noise (80% power)."
-        words += " The recipe as written stays."
-        return Decision([], vs, words, on_front)
-    winners = [best]
-    for other in ok_cells[1:]:  # within the best's noise, and itself clearly better than the recipe as written
-        ratio, over_base = gain(other.full, best.full, spec), gain(base.full, other.full, spec, level)
-        tied = ratio is not None and not clear(ratio[1], ratio[2])
-        if tied and over_base is not None and over_base[0] > 1 and clear(over_base[1], over_base[2]):
+        return [], vs, words + " The recipe as written stays."
+    winners = [best]  # and those within the best's noise that are themselves clearly better than the recipe as written
+    for other in ok[1:]:
+        tied = (ratio := gain(other.full, best.full, spec)) is not None and not clear(ratio[1], ratio[2])
+        if tied and _above(gain(base.full, other.full, spec, level)):
             winners.append(other)
-    for c in ok_cells:
+    for c in ok:
         c.verdict = "winner" if c is best and len(winners) == 1 else "tied for fastest" if c in winners else "passed"
-    words = f"**{best.name}** is the fastest that passed, clearly faster than the recipe as written"
-    words += f"{_level_words(k)}."
+    words = f"**{best.name}** is the fastest that passed, clearly faster than the recipe as written{_level_words(k)}."
     if len(winners) > 1:
         others = ", ".join(f"**{c.name}**" for c in winners[1:])
         words = f"No single winner: **{best.name}** and {others} are within each other's noise (the 95% interval of "
         words += "their time ratio holds 1), and both clearly faster than the recipe as written; more repeats would "
         words += "tell them apart."
-    return Decision(winners, vs, words, on_front)
+    return winners, vs, words
 
 
 def _level_words(k: int) -> str:
