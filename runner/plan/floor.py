@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import Field
@@ -45,7 +45,8 @@ from .memory import GIB, MemoryPlan, count_parameters, model_shape
 CUDA_RESERVED_MIB = 616  # NVML total minus CUDA's total, measured on the H200 (see GPU's docstring)
 
 
-class GPU(StrictModel):
+@dataclass(frozen=True)
+class GPU:
     """One GPU model of the table below: memory, bandwidth and dense tensor-core peaks, each with its datasheet.
 
     Peaks are DENSE (the datasheets' headline figures with an asterisk are 2:4 sparsity, twice these). bf16 is with
@@ -55,13 +56,13 @@ class GPU(StrictModel):
     and CUDA 150,109,880,320 bytes (139.8 GiB), a gap of 616 MiB; the other rows are nvidia-smi's usual total
     less that same 616 MiB (not measured here)."""
 
-    name: str = Field(description="Display name.")
-    memory_gib: float = Field(description="Total memory as the CUDA runtime reports it, GiB.")
-    bandwidth_gbs: float | None = Field(description="Memory bandwidth, GB/s (10^9 bytes/s).")
-    bf16_tflops: float | None = Field(description="Dense bf16/fp16 tensor peak (FP32 accumulate), TFLOP/s.")
-    fp8_tflops: float | None = Field(description="Dense fp8 tensor peak, TFLOP/s; None = no fp8 tensor cores.")
-    pcie_gbs: float | None = Field(description="Host link bandwidth per direction, GB/s (PCIe x16).")
-    source: str = Field(description="Where the figures come from.")
+    name: str  # Display name.
+    memory_gib: float  # Total memory as the CUDA runtime reports it, GiB.
+    bandwidth_gbs: float | None  # Memory bandwidth, GB/s (10^9 bytes/s).
+    bf16_tflops: float | None  # Dense bf16/fp16 tensor peak (FP32 accumulate), TFLOP/s.
+    fp8_tflops: float | None  # Dense fp8 tensor peak, TFLOP/s; None = no fp8 tensor cores.
+    pcie_gbs: float | None  # Host link bandwidth per direction, GB/s (PCIe x16).
+    source: str  # Where the figures come from.
 
 
 def _gib(nvml_mib: float) -> float:
@@ -79,7 +80,7 @@ _ROWS = (  # GPU's fields in order, memory as NVML's total MiB: name, MiB, GB/s,
     ("L4", 23034, 300, 121, 242, 32, _DC + "l4/"),
     ("RTX 4090", 24564, 1008, 165.2, 330.3, 32, _ADA + _RTX),
 )
-GPUS: dict[str, GPU] = {r[0]: GPU(**dict(zip(GPU.model_fields, (r[0], _gib(r[1]), *r[2:])))) for r in _ROWS}
+GPUS: dict[str, GPU] = {r[0]: GPU(r[0], _gib(r[1]), *r[2:]) for r in _ROWS}
 
 # per table name: its exact NVML device name (lower case; other variants, H100 PCIe/NVL, H200 NVL, A100 40GB or
 # PCIe, have other peaks or bandwidth and are left unmatched on purpose), then its aliases (normalized: lower
@@ -122,9 +123,8 @@ def gpu_from_nvml(index: int = 0) -> GPU | None:
         return None
     name, memory_gib = raw.decode() if isinstance(raw, bytes) else str(raw), _gib(total / 2**20)
     if known := _NVML_NAMES.get(name.strip().lower()):
-        return GPUS[known].model_copy(update={"memory_gib": memory_gib})
-    unknown = dict.fromkeys(("bandwidth_gbs", "bf16_tflops", "fp8_tflops", "pcie_gbs"))
-    return GPU(name=name, memory_gib=memory_gib, source="NVML (not in the table: no peaks known)", **unknown)
+        return replace(GPUS[known], memory_gib=memory_gib)
+    return GPU(name, memory_gib, None, None, None, None, "NVML (not in the table: no peaks known)")
 
 
 class Floor(StrictModel):

@@ -53,24 +53,25 @@ CUDA_GRAPH_GIB = 0.5
 DTYPE_BYTES = {"float16": 2, "half": 2, "bfloat16": 2, "float32": 4, "float": 4}
 
 
-class ModelShape(StrictModel):
+@dataclass(frozen=True)
+class ModelShape:
     """The dimensions that size a dense decoder-only transformer."""
 
-    model_type: str = Field(description="config.json model_type.")
-    hidden: int = Field(description="hidden_size (H).")
-    layers: int = Field(description="num_hidden_layers (L).")
-    heads: int = Field(description="num_attention_heads (nh).")
-    kv_heads: int = Field(description="num_key_value_heads (kv); = heads without GQA.")
-    head_dim: int = Field(description="head_dim (d); hidden / heads when absent.")
-    intermediate: int = Field(description="intermediate_size (I).")
-    vocab: int = Field(description="vocab_size (V).")
-    tied: bool = Field(description="tie_word_embeddings: lm_head shares the embedding.")
-    qkv_bias: bool = Field(description="q/k/v projections have biases.")
-    o_bias: bool = Field(description="o projection has a bias.")
-    mlp_bias: bool = Field(description="MLP projections have biases.")
-    qk_norm: bool = Field(description="Per-head q/k RMSNorm (Qwen3).")
-    max_position: int | None = Field(description="max_position_embeddings.")
-    dtype: str = Field(description="Checkpoint dtype (torch_dtype).")
+    model_type: str  # config.json model_type.
+    hidden: int  # hidden_size (H).
+    layers: int  # num_hidden_layers (L).
+    heads: int  # num_attention_heads (nh).
+    kv_heads: int  # num_key_value_heads (kv); = heads without GQA.
+    head_dim: int  # head_dim (d); hidden / heads when absent.
+    intermediate: int  # intermediate_size (I).
+    vocab: int  # vocab_size (V).
+    tied: bool  # tie_word_embeddings: lm_head shares the embedding.
+    qkv_bias: bool  # q/k/v projections have biases.
+    o_bias: bool  # o projection has a bias.
+    mlp_bias: bool  # MLP projections have biases.
+    qk_norm: bool  # Per-head q/k RMSNorm (Qwen3).
+    max_position: int | None  # max_position_embeddings.
+    dtype: str  # Checkpoint dtype (torch_dtype).
 
 
 def model_shape(config: Mapping[str, Any]) -> ModelShape:
@@ -121,15 +122,16 @@ def linear_shapes(s: ModelShape) -> list[tuple[int, int]]:
     return [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]
 
 
-class ParamCount(StrictModel):
+@dataclass(frozen=True)
+class ParamCount:
     """Parameters by kind."""
 
-    embedding: int = Field(description="Token embedding, V*H.")
-    lm_head: int = Field(description="Output projection, V*H; 0 when tied to the embedding.")
-    linear: int = Field(description="Decoder-layer matmul weights (what AWQ/GPTQ/fp8/bitsandbytes quantize).")
-    biases: int = Field(description="Bias vectors.")
-    norms: int = Field(description="Norm weights.")
-    total: int = Field(description="All parameters.")
+    embedding: int  # Token embedding, V*H.
+    lm_head: int  # Output projection, V*H; 0 when tied to the embedding.
+    linear: int  # Decoder-layer matmul weights (what AWQ/GPTQ/fp8/bitsandbytes quantize).
+    biases: int  # Bias vectors.
+    norms: int  # Norm weights.
+    total: int  # All parameters.
 
 
 def count_parameters(config: Mapping[str, Any]) -> ParamCount:
@@ -143,14 +145,15 @@ def count_parameters(config: Mapping[str, Any]) -> ParamCount:
     return ParamCount(embedding=emb, lm_head=head, linear=linear, biases=biases, norms=norms, total=total)
 
 
-class Quantization(StrictModel):
+@dataclass(frozen=True)
+class Quantization:
     """How the linear weights are stored."""
 
-    method: str = Field(description="none, fp8, awq, gptq or bitsandbytes.")
-    bits: int = Field(description="Bits per linear weight.")
-    group_size: int = Field(-1, description="AWQ/GPTQ group size along the input; -1 = one group per row.")
-    zero_point: bool = Field(True, description="AWQ/GPTQ store a zero point per group.")
-    double_quant: bool = Field(False, description="bitsandbytes 4-bit double quantization.")
+    method: str  # none, fp8, awq, gptq or bitsandbytes.
+    bits: int  # Bits per linear weight.
+    group_size: int = -1  # AWQ/GPTQ group size along the input; -1 = one group per row.
+    zero_point: bool = True  # AWQ/GPTQ store a zero point per group.
+    double_quant: bool = False  # bitsandbytes 4-bit double quantization.
 
 
 _ALIASES = dict(awq="awq", awq_marlin="awq", gptq="gptq", gptq_marlin="gptq", fp8="fp8", bitsandbytes="bitsandbytes")

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from pydantic import Field
 
@@ -76,16 +77,14 @@ def simulate_prefix_cache(
     return hits, len(chain), evicted
 
 
-class LayoutInputs(StrictModel):
+@dataclass(frozen=True)
+class LayoutInputs:
     """Examples as token ids per template variable, for the layout advice."""
 
-    examples: list[dict[str, list[int]]] = Field(
-        description="Per example (in engine order), each template variable's value as token ids."
-    )
-    order: list[str] = Field(description="The variables in the order the current template puts them.")
-    head_ids: list[int] = Field(
-        default_factory=list, description="Token ids every prompt starts with (system prompt, worked examples)."
-    )
+    # Per example (in engine order), each template variable's value as token ids.
+    examples: list[dict[str, list[int]]]
+    order: list[str]  # The variables in the order the current template puts them.
+    head_ids: Sequence[int] = ()  # Token ids every prompt starts with (system prompt, worked examples).
 
 
 class LayoutAdvice(StrictModel):
