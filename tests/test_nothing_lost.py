@@ -319,21 +319,21 @@ def test_sigterm_while_ray_starts_is_held_until_it_is_up_then_ends_the_call(monk
     monkeypatch.setattr(cr, "shutdown", lambda: shut.append(1))
     before = signal.getsignal(signal.SIGTERM)
 
-    def connect(address, runtime_env):
+    def connect(address):
         os.kill(os.getpid(), signal.SIGTERM)  # arrives while Ray starts: held, not raised inside the start
         shut.append("still starting")
 
     monkeypatch.setattr(cr, "_connect", connect)
     with pytest.raises(KeyboardInterrupt):
-        cr._start_ray(None, None)
+        cr._start_ray(None)
     assert shut == ["still starting", 1] and signal.getsignal(signal.SIGTERM) is before
 
-    def ray_handler_exits(address, runtime_env):  # Ray's own SIGTERM handler: sys.exit(15)
+    def ray_handler_exits(address):  # Ray's own SIGTERM handler: sys.exit(15)
         raise SystemExit(signal.SIGTERM)
 
     monkeypatch.setattr(cr, "_connect", ray_handler_exits)
     with pytest.raises(KeyboardInterrupt):
-        cr._start_ray(None, None)
+        cr._start_ray(None)
 
 
 def test_sigterm_cancels_the_abort_alarm_ray_arms():

@@ -152,16 +152,16 @@ def _no_room(gpus: int) -> str | None:
         return f"the engine needs {gpus} GPU(s) on one node, and no node of the Ray cluster has them (most: {most:g})"
 
 
-def _connect(address: str | None, runtime_env: dict | None) -> None:
+def _connect(address: str | None) -> None:
     import ray
 
     if address is None:
-        ray.init(include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
+        ray.init(include_dashboard=False, log_to_driver=False)
         return
-    if runtime_env is None and "RAY_JOB_CONFIG_JSON_ENV_VAR" not in os.environ:  # not a `ray job submit` driver
-        runtime_env = {"py_modules": [str(Path(__file__).resolve().parents[1])], "excludes": ["__pycache__/"]}
+    here = [str(Path(__file__).resolve().parents[1])]  # the runner package, unless a `ray job submit` driver
+    env = None if "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ else {"py_modules": here, "excludes": ["__pycache__/"]}
     try:
-        ray.init(address=address, log_to_driver=False, runtime_env=runtime_env)
+        ray.init(address=address, log_to_driver=False, runtime_env=env)
     except ConnectionError as e:
         hint = (
             "check the address (`ray status` on the head node prints it); a cluster with token authentication needs "
@@ -171,21 +171,20 @@ def _connect(address: str | None, runtime_env: dict | None) -> None:
         raise RunnerError(f"cannot connect to the Ray cluster: {e}", field="--address", hint=hint) from None
 
 
-def _start_ray(address: str | None, runtime_env: dict | None) -> None:
+def _start_ray(address: str | None) -> None:
     """ray.init with Ctrl-C and SIGTERM held until it returns (interrupted midway, Ray's start left its agents
     running or aborted the process; its own SIGTERM handler exits 15), then raised as KeyboardInterrupt once Ray
     is up and can be shut down whole. Our SIGTERM handler is put back over Ray's."""
-
-    main = threading.current_thread() is threading.main_thread()
     pending: list[int] = []
 
     def hold(signum, frame) -> None:
         signal.alarm(0)  # the abort Ray's C++ SIGTERM handler arms for 3 s later (see cli.sigterm_as_ctrl_c)
         pending.append(signum)
 
-    held = {sig: signal.signal(sig, hold) for sig in HELD} if main else {}
+    main = threading.current_thread() is threading.main_thread()
+    held = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
     try:
-        _connect(address, runtime_env)
+        _connect(address)
     except SystemExit as e:  # Ray's own SIGTERM handler, installed during init, caught a SIGTERM in its window
         if e.code != signal.SIGTERM:
             raise
@@ -208,9 +207,6 @@ def shutdown() -> None:
     end_stragglers([p for p in below if b"ray" in cmdline(p)])
 
 
-HELD = (signal.SIGINT, signal.SIGTERM)
-
-
 def run_jobs_on_ray(
     jobs: list[Job],
     *,
@@ -218,7 +214,6 @@ def run_jobs_on_ray(
     replicas: int | None = None,
     on_result: Callable[[RunResult], None] | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
-    runtime_env: dict | None = None,
 ) -> list[RunResult]:
     """One result per recipe, in the jobs' order; `replicas` overrides each recipe's. Without `address` (and no Ray
     connection in this process) a local Ray instance runs the call. `on_result` gets each recipe's result as it is
@@ -227,7 +222,7 @@ def run_jobs_on_ray(
 
     started = not ray.is_initialized()
     if started:
-        _start_ray(address, runtime_env)
+        _start_ray(address)
     env = {"version": ray.__version__, "address": address or "local instance"}
     try:
         return _Call(jobs, replicas, on_result or (lambda r: None), on_event or (lambda e: None), env).run()
@@ -242,8 +237,9 @@ class _Call:
         self.plans = [split(j, replicas or j.units[0].loaded.recipe.replicas) for j in jobs]
         self.by_tag = {r.tag: r for reps in self.plans for r in reps}
         self.totals = {u.name: len(u.prepared.examples) for j in jobs for u in j.units}  # over the recipe's replicas
-        self.outputs: dict[int, dict[int, Any]] = {j: {} for j in range(len(jobs))}  # [job][replica]: shards or error
-        self.results, self.bars, self.where = {}, {}, {}  # where: replica tag -> node, pid, attempts, counts
+        self.outputs: list[dict[int, Any]] = [{} for _ in jobs]  # [job][replica]: its shards or its error
+        self.results: list[list[RunResult]] = [[] for _ in jobs]
+        self.bars, self.where = {}, {}  # where: replica tag -> node, pid, attempts, counts
 
     def run(self) -> list[RunResult]:
         import ray
@@ -259,20 +255,19 @@ class _Call:
                 for rep in reps:
                     if why:
                         self._received(j, rep, RuntimeError(why))
-                        continue
-                    ref = task.options(num_gpus=gpus, name=f"runner:{rep.tag}").remote(rep, self._seeds(rep), events)
-                    refs[ref] = (j, rep)
+                    else:
+                        run = task.options(num_gpus=gpus, name=f"runner:{rep.tag}")
+                        refs[run.remote(rep, self._seeds(rep), events)] = (j, rep)
             while refs:
                 ready, _ = ray.wait(list(refs), num_returns=1, timeout=0.5)
                 self._pump(events)
                 for ref in ready:
-                    j, rep = refs.pop(ref)
                     try:
                         got = ray.get(ref)
                     except ray.exceptions.RayError as e:
                         got = e
                     self._pump(events)
-                    self._received(j, rep, got)
+                    self._received(*refs.pop(ref), got)
         except BaseException:
             for r in refs:  # Ctrl-C, SIGTERM: end the tasks (their runs end their process groups)
                 ray.cancel(r, force=True)
@@ -281,7 +276,7 @@ class _Call:
             for bar in self.bars.values():
                 bar.close()
             ray.kill(events.actor)
-        return [res for j in range(len(self.jobs)) for res in self.results.get(j, [])]
+        return [res for results in self.results for res in results]
 
     def _seeds(self, rep: Replica) -> dict[str, list[Sample]]:
         """The finished samples the driver's `--out` holds for the replica's shares."""
@@ -292,11 +287,17 @@ class _Call:
         return out
 
     def _pump(self, events: Any) -> None:
+        from tqdm import tqdm
+
         for kind, tag, *ev in events.get_nowait_batch(events.qsize()):
             if kind == "started":
                 self.where[tag] = {**ev[0], "attempts": self.where.get(tag, {}).get("attempts", 0) + 1}
                 self.on_event(dict(event="started", tag=tag, attempt=self.where[tag]["attempts"], **ev[0]))
-                self._bars(self.by_tag[tag])
+                rep = self.by_tag[tag]
+                for name in rep.bounds if rep.job.options.progress else ():
+                    if name not in self.bars:
+                        total = self.totals[name]
+                        self.bars[name] = tqdm(total=total, desc=name, unit="ex", dynamic_ncols=True, mininterval=0.5)
                 continue
             name, count = ev
             self.where[tag].setdefault("counts", {})[name] = count
@@ -305,21 +306,12 @@ class _Call:
                 self.bars[name].update(done - self.bars[name].n)
             self.on_event(dict(event="samples", tag=tag, name=name, done=done, total=self.totals[name]))
 
-    def _bars(self, rep: Replica) -> None:
-        from tqdm import tqdm
-
-        for name in rep.bounds if rep.job.options.progress else ():
-            if name not in self.bars:
-                self.bars[name] = tqdm(
-                    total=self.totals[name], desc=name, unit="ex", dynamic_ncols=True, mininterval=0.5
-                )
-
     def _received(self, j: int, rep: Replica, got: dict[str, Shard] | BaseException) -> None:
         self.outputs[j][rep.index] = got
         if len(self.outputs[j]) == len(self.plans[j]):
-            self.results[j] = [self._merge(self.jobs[j], u, self.plans[j], self.outputs[j]) for u in self.jobs[j].units]
-            for res in self.results[j]:
-                self.on_result(res)
+            for u in self.jobs[j].units:
+                self.results[j].append(self._merge(self.jobs[j], u, self.plans[j], self.outputs[j]))
+                self.on_result(self.results[j][-1])
 
     def _merge(self, job: Job, unit: Unit, reps: list[Replica], outputs: dict[int, Any]) -> RunResult:
         """The recipe's files under the driver's --out, from its replicas' shards."""
@@ -338,9 +330,17 @@ class _Call:
             head = f"{unit.name}: Ray {rep.share(unit.name)} on node {node}, worker pid {pid}, attempt {attempt}"
             logs += [f"\n{LOG_MARK} {head} =====\n".encode(), shard.log if shard else b""]
             row = {k: where[k] for k in ("node_id", "node_ip", "pid") if where.get(k)}
-            t, n = res.timings, where.get("attempts") or 1
-            row.update(index=rep.index, examples=list(rep.bounds[unit.name]), attempts=n, status=res.status)
-            rows.append(ReplicaRun(**row, load_s=t.load_s, generate_s=t.generate_s, reused_samples=res.reused_samples))
+            row |= dict(index=rep.index, examples=list(rep.bounds[unit.name]), attempts=where.get("attempts") or 1)
+            t = res.timings
+            rows.append(
+                ReplicaRun(
+                    **row,
+                    status=res.status,
+                    load_s=t.load_s,
+                    generate_s=t.generate_s,
+                    reused_samples=res.reused_samples,
+                )
+            )
             shards.append((rep, shard, res))
         write_bytes_atomic(folder.engine_log, b"".join(logs))
         samples = merge_samples(unit.prepared.examples, *[s.samples if s else {} for _, s, _ in shards])
@@ -359,28 +359,27 @@ class _Call:
             folder.partial.unlink(missing_ok=True)
             res = self._merged(unit, opts.command, shards, samples, facts)
         write_json_atomic(folder.results, res.model_dump(mode="json"))
-        if unit.name in self.bars:
-            bar = self.bars.pop(unit.name)
+        if bar := self.bars.pop(unit.name, None):
             bar.update(bar.total - bar.n if res.status == "ok" else 0)
             bar.close()
         return res
 
     def _merged(self, unit: Unit, cmd: str, shards: list, samples: list[Sample], facts: dict) -> RunResult:
         """The replicas' results as one (the last note says how); any replica's ignored knob is the run's."""
-        results = [r for _, _, r in shards]
+        results, n = [r for _, _, r in shards], len(shards)
 
         def window(end: str, span: str) -> float:
             ends = [getattr(s, end) for _, s, _ in shards]
             spans = [getattr(r.timings, span) or 0.0 for r in results]
             return max(spans) if None in ends else max(ends) - min(e - s for e, s in zip(ends, spans))
 
+        def most(key: str) -> float | None:
+            return max((v for r in results if (v := getattr(r.memory, key)) is not None), default=None)
+
         gen_s = window("generation_end", "generate_s")
         load_s = max(r.timings.load_s or 0.0 for r in results)
         timings = Timings(load_s=load_s, generate_s=gen_s, total_s=max(window("run_end", "total_s"), gen_s))
-        peak = max((r.memory.peak_gpu_gib for r in results if r.memory.peak_gpu_gib is not None), default=None)
-        base = max((r.memory.baseline_gpu_gib for r in results if r.memory.baseline_gpu_gib is not None), default=None)
-        m = Measured(timings, peak, base, False, min(r.started_at for r in results))
-        n = len(shards)
+        m = Measured(timings, most("peak_gpu_gib"), most("baseline_gpu_gib"), False, min(r.started_at for r in results))
         every = [x for x in results[0].notes if all(x in r.notes for r in results)]
         notes = every + [f"replica {p.index + 1} of {n}: {x}" for p, _, r in shards for x in r.notes if x not in every]
         if n > 1:
@@ -396,11 +395,22 @@ class _Call:
         p_tok = sum(s.prompt_tokens for s in samples)
         cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
         hit = sum(cached) / p_tok if cached and p_tok else None
-        share = k * len(samples) / p_tok if p_tok else 0.0
-        prefix = Prefix(shared_prefix_tokens=k, shared_prefix_share=share, hit_rate=hit)
-        facts["engine_of"] = results[0].engine_of
+        prefix = Prefix(
+            shared_prefix_tokens=k, shared_prefix_share=k * len(samples) / p_tok if p_tok else 0.0, hit_rate=hit
+        )
         reused = sum(r.reused_samples for r in results)
-        return run_result(unit, cmd, samples, engine, m, notes=notes, reused=reused, prefix=prefix, **facts)
+        return run_result(
+            unit,
+            cmd,
+            samples,
+            engine,
+            m,
+            notes=notes,
+            reused=reused,
+            prefix=prefix,
+            engine_of=results[0].engine_of,
+            **facts,
+        )
 
 
 def where_it_ran(r: RunResult) -> list[str]:
