@@ -78,8 +78,7 @@ class FakeSpec(EngineSpecBase):
         """The reply rendered for every example now, so a template that fails on one row is found by `check`."""
         template = reply_template(self.reply)
         for ex in examples:
-            fields = dict(question=ex.question, context=ex.context, answers=list(ex.answers), id=ex.id)
-            template.render("", "engine.reply", what=f"example {ex.id!r}", **fields)
+            render_reply(template, ex)
 
     def build(self, model: ModelSpec, chat: bool | None) -> FakeEngine:
         return FakeEngine(self, model, chat)
@@ -95,10 +94,10 @@ class FakeSpec(EngineSpecBase):
         lines = [x[len(SETTINGS_MARK) :] for x in log.splitlines() if x.startswith(SETTINGS_MARK)]
         got, ev = json.loads(lines[-1]) if lines else {}, "the fake server's settings line in engine.log"
         why = "; the server sees token ids, not the example, so a reply template with variables is sent as a fixed text"
-        sent = {
-            "reply": (served_reply(self.reply), why if _variables(self.reply) else ""),
-            "delay_s": (self.delay_s, ""),
-        }
+        sent = [
+            ("reply", served_reply(self.reply), why if _variables(self.reply) else ""),
+            ("delay_s", self.delay_s, ""),
+        ]
         knobs = [
             Knob(
                 name=k,
@@ -107,7 +106,7 @@ class FakeSpec(EngineSpecBase):
                 status="applied" if got.get(k) == want and not note else "ignored",
                 evidence=ev + note,
             )
-            for k, (want, note) in sent.items()
+            for k, want, note in sent
         ]
         return EngineInfo(
             self.kind, version, knobs=knobs, notes=["fake server: replies are a fixed text, no model ran"]
@@ -131,6 +130,12 @@ def served_reply(reply: str) -> str:
     """What the fake server sends: the reply rendered when it is a template without variables, else
     DEFAULT_REPLY (the server gets token ids, not the example the template would need)."""
     return DEFAULT_REPLY if _variables(reply) else reply_template(reply).render("", "engine.reply")
+
+
+def render_reply(template: CompiledTemplate, ex: Example) -> str:
+    """The reply for one example (the template over its question, context, answers and id)."""
+    fields = dict(question=ex.question, context=ex.context, answers=list(ex.answers), id=ex.id)
+    return template.render("", "engine.reply", what=f"example {ex.id!r}", **fields)
 
 
 def jitter_factor(jitter: float, rng: random.Random) -> float:
@@ -174,10 +179,7 @@ class FakeEngine:
         for i, req in enumerate(requests):
             if delay:
                 time.sleep(delay)
-            ex = req.example
-            fields = dict(question=ex.question, context=ex.context, answers=list(ex.answers), id=ex.id)
-            text = self.template.render("", "engine.reply", what=f"example {ex.id!r}", **fields)
-            text, _ = truncate_at_stop(text, sampling.stop)
+            text, _ = truncate_at_stop(render_reply(self.template, req.example), sampling.stop)
             ids, n = self._ids(text), sampling.max_tokens
             if len(ids) <= n:
                 n = len(ids)

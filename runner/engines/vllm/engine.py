@@ -72,30 +72,29 @@ class VLLMEngine:
 
         self.spec, self.model_spec = spec, model
         self.loaded, converted = gguf.vllm_model(model)  # a GGUF file: its safetensors copy, made once
-        self.kwargs, self.dropped = _accepted_kwargs(spec.llm_kwargs(self.loaded), vllm.__version__)
+        kwargs, self.dropped = _accepted_kwargs(spec.llm_kwargs(self.loaded), vllm.__version__)
         self.tokenizer = load_tokenizer(model)
         self.chat = uses_chat_template(self.tokenizer, chat)
-        log_path = os.environ.get("RUNNER_ENGINE_LOG")
-        log_start = Path(log_path).stat().st_size if log_path and Path(log_path).exists() else 0
+        log = Path(os.environ.get("RUNNER_ENGINE_LOG", ""))
+        log_start = log.stat().st_size if log.is_file() else 0
         t0 = time.perf_counter()
-        self.llm = vllm.LLM(**self.kwargs)
-        log = _log_since(log_path, log_start)
-        self.facts, parsed = self._read_facts(vllm.__version__, log)
+        self.llm = vllm.LLM(**kwargs)
+        self.facts, parsed = self._read_facts(vllm.__version__, _log_since(log, log_start))
         t_warm = time.perf_counter()
         warm = warm_up(self.llm) if spec.warmup else None
         warm_s = time.perf_counter() - t_warm if warm else None
         f, load_s = self.facts, time.perf_counter() - t0
+        extra = {"torch": torch.__version__, "kv_cache_gib": parsed.get("kv_cache_gib"), "model_runner": f.model_runner}
+        extra |= {"env": spec.engine_env(), "block_size": self._block_size}
+        extra["start"] = start_parts(parsed, f.compile_cache_dir, load_s, warm_s)
+        extra |= {"warmup": warm} if warm else {}
         gpu = device_facts().get("gpu", "")  # NVML: no CUDA context in this process
-        self.info = EngineInfo("vllm", vllm.__version__, gpu, load_s, f.weights_gib, f.kv_cache_tokens, f.quantization)
-        self.info.gpus = f.tensor_parallel_size or spec.tensor_parallel_size
-        self.info.extra |= {"torch": torch.__version__, "kv_cache_gib": parsed.get("kv_cache_gib")}
-        self.info.extra |= {"model_runner": f.model_runner, "env": spec.engine_env(), "block_size": self._block_size}
-        self.info.extra["start"] = start_parts(parsed, f.compile_cache_dir, load_s, warm_s)
-        if warm:
-            self.info.extra["warmup"] = warm
+        info = EngineInfo("vllm", vllm.__version__, gpu, load_s, f.weights_gib, f.kv_cache_tokens, f.quantization)
+        info.gpus, info.extra = f.tensor_parallel_size or spec.tensor_parallel_size, extra
         if converted:
-            self.info.extra["gguf"] = converted
-            self.info.notes.append(gguf.note(converted, "vllm"))
+            extra["gguf"] = converted
+            info.notes.append(gguf.note(converted, "vllm"))
+        self.info = info
 
     def _read_facts(self, version: str, log: str) -> tuple[VLLMFacts, dict[str, float]]:
         parsed = parse_engine_log(log)
@@ -166,13 +165,12 @@ class VLLMEngine:
                 progress(len(done))
         if missing := [i for i, g in enumerate(gens) if g is None]:
             raise RuntimeError(f"vLLM finished without outputs for {len(missing)} requests (first: {missing[0]})")
-        out: list[Generation] = gens  # type: ignore[assignment]
         # the counters' growth over this call, not the warm-up's nor an earlier cell's ({} where a reading failed)
         after = None if before is None else self._read_metrics()
         self.info.extra["metrics"] = {} if before is None or after is None else counters_since(before, after)
-        cached, prompt = sum(g.cached_tokens or 0 for g in out), sum(g.prompt_tokens for g in out)
+        cached, prompt = sum(g.cached_tokens or 0 for g in gens), sum(g.prompt_tokens for g in gens)  # type: ignore[union-attr]
         self.info.knobs = vllm_knobs(self.spec, self.model_spec.load_format, self.facts, cached, prompt)
-        return out
+        return gens  # type: ignore[return-value]
 
     def reset_prefix_cache(self) -> bool:
         return bool(self.llm.reset_prefix_cache())
@@ -221,17 +219,16 @@ def _accepted_kwargs(kwargs: dict[str, Any], version: str) -> tuple[dict[str, An
 
 def _generation(o: Any, prompt_tokens: int) -> Generation:
     c, m = o.outputs[0], o.metrics
-    ttft = getattr(m, "first_token_latency", None) if m is not None else None
-    e2e = None
-    if m is not None and ttft is not None and getattr(m, "last_token_ts", None) and m.first_token_ts:
+    ttft, e2e = getattr(m, "first_token_latency", None), None
+    if ttft is not None and getattr(m, "last_token_ts", None) and m.first_token_ts:
         e2e = ttft + (m.last_token_ts - m.first_token_ts)
     return Generation(c.text, prompt_tokens, len(c.token_ids), o.num_cached_tokens, ttft, e2e)
 
 
-def _log_since(log_path: str | None, start: int) -> str:
-    if not log_path or not Path(log_path).exists():
+def _log_since(log: Path, start: int) -> str:
+    if not log.is_file():
         return ""
-    with open(log_path, "rb") as f:
+    with open(log, "rb") as f:
         f.seek(start)
         return f.read().decode("utf-8", "replace")
 

@@ -112,7 +112,6 @@ def served_facts(spec: Any, model: Any, log: str, version: str) -> VLLMFacts | N
     cfg = {k: v.strip("'") for k, v in re.findall(r"(\w+)=('[^']*'|[^,\s]+)", line.split("with config:", 1)[1])}
     desired = re.findall(r"Desired GPU memory utilization is \(([0-9.]+),", log)
     full = unquantized_gib(model.id, model.trust_remote_code) if spec.quantization or spec.cpu_offload_gb > 0 else None
-    kv = int(parsed["kv_cache_tokens"]) if parsed.get("kv_cache_tokens") else None
     return VLLMFacts(
         quantization=None if cfg.get("quantization", "None") == "None" else cfg["quantization"],
         prefix_caching=cfg.get("enable_prefix_caching") == "True",
@@ -125,7 +124,7 @@ def served_facts(spec: Any, model: Any, log: str, version: str) -> VLLMFacts | N
         weights_gib=parsed.get("weights_gib"),
         unquantized_gib=full,
         model_runner="V2" if parsed.get("v2_runner") else "unknown",
-        kv_cache_tokens=kv,
+        kv_cache_tokens=parsed.get("kv_cache_tokens") or None,
         version=version,
     )
 
@@ -138,8 +137,9 @@ def crash_evidence(log_text: str) -> EngineInfo:
     if "cpu_offloaded_gib" in found:
         off = f"{found['cpu_offloaded_gib']} GiB of parameters were offloaded to CPU memory"
         notes.append(f"from engine.log: {off} (cpu_offload_gb took effect)")
-    kv = found.get("kv_cache_tokens")
-    return EngineInfo(weights_gib=found.get("weights_gib"), kv_cache_tokens=int(kv) if kv else None, notes=notes)
+    return EngineInfo(
+        weights_gib=found.get("weights_gib"), kv_cache_tokens=found.get("kv_cache_tokens") or None, notes=notes
+    )
 
 
 def effective_engine_args(vllm_config: Any, args: dict[str, Any]) -> dict[str, tuple[str, Any]]:
@@ -190,7 +190,7 @@ QUANT_ALIASES = {"awq": "auto_awq", "awq_marlin": "auto_awq", "gptq": "auto_gptq
 
 def compile_cache_knob(spec: Any, cache_dir: str | None) -> Knob | None:
     """`compile_cache`: applied when vLLM's log names a cache folder inside it."""
-    if not getattr(spec, "compile_cache", None):
+    if not spec.compile_cache:
         return None
     want = str(Path(spec.compile_cache).resolve())
     if cache_dir is None:
@@ -228,8 +228,10 @@ def _prefix_caching(spec: Any, f: VLLMFacts, cached: int, prompt: int) -> Knob:
     return _knob("enable_prefix_caching", want, f.prefix_caching, status, ev)
 
 
-def _offload(spec: Any, f: VLLMFacts) -> Knob:
+def _offload(spec: Any, f: VLLMFacts) -> Knob | None:
     w, full, asked = f.weights_gib, f.unquantized_gib, spec.cpu_offload_gb
+    if not asked:
+        return None
     if w is None or full is None:
         return _knob("cpu_offload_gb", asked, None, "unverified", "weight memory not reported by the engine")
     expected = max(full - asked, 0)
@@ -255,29 +257,30 @@ def _same(name: str, requested: Any, effective: Any, evidence: str) -> Knob:
 def vllm_knobs(spec: Any, load_format: str, f: VLLMFacts, cached: int, prompt: int) -> list[Knob]:
     """Every knob of a vLLM recipe with its verdict. `cached`/`prompt`: prompt tokens served from
     the prefix cache and in all, over the run's generations."""
-    knobs = [_quantization(spec, f), _prefix_caching(spec, f, cached, prompt)]
-    if spec.cpu_offload_gb > 0:
-        knobs.append(_offload(spec, f))
-    if (swap := _swap_space(spec, f)) is not None:
-        knobs.append(swap)
     kv = f"KV cache {f.kv_cache_tokens:,} tokens" if f.kv_cache_tokens else ""
     if f.gpu_memory_utilization is None:
         gmu_status, kv = "unverified", "not in the server's log" + (f"; {kv}" if kv else "")
     else:
         gmu_ok = abs(f.gpu_memory_utilization - spec.gpu_memory_utilization) < 1e-9
         gmu_status = "applied" if gmu_ok else "ignored"
-    knobs.append(_knob("gpu_memory_utilization", spec.gpu_memory_utilization, f.gpu_memory_utilization, gmu_status, kv))
-    knobs.append(_same("enforce_eager", spec.enforce_eager, f.enforce_eager, "model_config.enforce_eager"))
-    if spec.max_model_len is not None:
-        knobs.append(_same("max_model_len", spec.max_model_len, f.max_model_len, "model_config"))
-    knobs.append(_same("tensor_parallel_size", spec.tensor_parallel_size, f.tensor_parallel_size, "parallel_config"))
     kv_ok = str(f.cache_dtype).startswith(spec.kv_cache_dtype)
     kv_status = "default" if spec.kv_cache_dtype == "auto" else ("applied" if kv_ok else "ignored")
-    knobs.append(_knob("kv_cache_dtype", spec.kv_cache_dtype, f.cache_dtype, kv_status, "cache_config"))
-    knobs.append(_same("load_format", load_format, f.load_format, "load_config"))
-    if (cache := compile_cache_knob(spec, f.compile_cache_dir)) is not None:
-        knobs.append(cache)
-    return knobs + engine_arg_knobs(spec.engine_args, f.engine_args)
+    knobs = [
+        _quantization(spec, f),
+        _prefix_caching(spec, f, cached, prompt),
+        _offload(spec, f),
+        _swap_space(spec, f),
+        _knob("gpu_memory_utilization", spec.gpu_memory_utilization, f.gpu_memory_utilization, gmu_status, kv),
+        _same("enforce_eager", spec.enforce_eager, f.enforce_eager, "model_config.enforce_eager"),
+        None
+        if spec.max_model_len is None
+        else _same("max_model_len", spec.max_model_len, f.max_model_len, "model_config"),
+        _same("tensor_parallel_size", spec.tensor_parallel_size, f.tensor_parallel_size, "parallel_config"),
+        _knob("kv_cache_dtype", spec.kv_cache_dtype, f.cache_dtype, kv_status, "cache_config"),
+        _same("load_format", load_format, f.load_format, "load_config"),
+        compile_cache_knob(spec, f.compile_cache_dir),
+    ]
+    return [k for k in knobs if k is not None] + engine_arg_knobs(spec.engine_args, f.engine_args)
 
 
 def _verdict(requested: Any, effective: Any) -> tuple[str, str]:

@@ -104,9 +104,7 @@ class VLLMSpec(EngineSpecBase):
     def build(self, model: ModelSpec, chat: bool | None) -> VLLMEngine:
         return VLLMEngine(self, model, chat)
 
-    @classmethod
-    def crash_evidence(cls, log_text: str) -> EngineInfo:
-        return crash_evidence(log_text)
+    crash_evidence = staticmethod(crash_evidence)
 
     def context_limit(self) -> int | None:
         return self.max_model_len
@@ -154,7 +152,7 @@ class VLLMSpec(EngineSpecBase):
     def served_evidence(self, model: ModelSpec, log: str, grown: dict[str, float], version: str) -> EngineInfo:
         parsed = parse_engine_log(log)
         info = EngineInfo(self.kind, version, weights_gib=parsed.get("weights_gib"))
-        info.kv_cache_tokens = int(parsed["kv_cache_tokens"]) if parsed.get("kv_cache_tokens") else None
+        info.kv_cache_tokens = parsed.get("kv_cache_tokens") or None
         facts = served_facts(self, model, log, version)
         if facts is None:
             info.notes = ["the server's log has no engine config line: knobs not verified"]
