@@ -21,10 +21,10 @@ def pyplot():
     return plt
 
 
-def _save(plt, fig, path: Path) -> Path:
+def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     save_figure(fig, path)
-    plt.close(fig)
+    pyplot().close(fig)
     return path
 
 
@@ -58,8 +58,7 @@ def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> 
     rs = [r for r in results if r.status == "ok" and r.projected_s]
     if not rs:
         return None
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rs) + 1.4))
+    fig, ax = pyplot().subplots(figsize=(8, 0.45 * len(rs) + 1.4))
     for y, r in enumerate(rs[::-1]):
         t, e, ci = r.projected_s, r.estimate, _interval(r)
         color = "#d62728" if r is base else "#1f77b4"
@@ -77,7 +76,7 @@ def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> 
     what = ", ".join(x for x in (f"{scale} scale" if scale == "log" else "", bars, "hatched: projected") if x)
     ax.set_xlabel(f"generation time, s ({what})")
     ax.set_title("Time per recipe" + (f" (red: baseline {base.name})" if base else ""), fontsize=10)
-    return _save(plt, fig, path)
+    return _save(fig, path)
 
 
 def pareto_front(points: list[tuple[float, ...]]) -> list[int]:
@@ -107,11 +106,10 @@ def accuracy_chart(
     rs = [r for r in results if r.status == "ok" and r.scores_meaningful and metric in r.scores and r.projected_s]
     if len(rs) < 2:  # one point says nothing a table does not
         return None
-    plt = pyplot()
     pts = [(r.projected_s, r.scores[metric]) for r in rs]
     ok = [i for i, r in enumerate(rs) if r.name not in failed]
     front = {ok[i] for i in pareto([pts[i] for i in ok])}
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = pyplot().subplots(figsize=(7, 4.5))
     score_ci = score_ci or {}
     for i, (r, (t, s)) in enumerate(zip(rs, pts, strict=True)):
         color = "#d62728" if r.name in failed else "#2ca02c" if i in front else "#7f7f7f"
@@ -134,15 +132,14 @@ def accuracy_chart(
     ax.set_ylabel(metric)
     red = "; red: failed its gate" if any(r.name in failed for r in rs) else ""
     ax.set_title(title or f"{metric} against time (green: Pareto front{red})", fontsize=10)
-    return _save(plt, fig, path)
+    return _save(fig, path)
 
 
 def memory_chart(results: list[RunResult], path: Path) -> Path | None:
     rs = [r for r in results if r.status == "ok" and r.memory.peak_gpu_gib is not None]
     if not rs:
         return None
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rs) + 1.4))
+    fig, ax = pyplot().subplots(figsize=(8, 0.45 * len(rs) + 1.4))
     for y, r in enumerate(rs[::-1]):
         peak, w, kv = r.memory.peak_gpu_gib, r.memory.weights_gib or 0, r.memory.kv_cache_gib or 0
         rest, left = max(peak - w - kv, 0), 0
@@ -155,7 +152,7 @@ def memory_chart(results: list[RunResult], path: Path) -> Path | None:
     ax.set_xlim(0, max(r.memory.peak_gpu_gib for r in rs) * 1.18)
     ax.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     ax.set_title("GPU memory per recipe", fontsize=10, pad=22)
-    return _save(plt, fig, path)
+    return _save(fig, path)
 
 
 @dataclass(frozen=True)
