@@ -72,8 +72,8 @@ def run_recipe(
         raise RunnerError(f"is a {type(recipe).__name__}, not a recipe", field="recipe", hint=hint)
     ex = Executor(in_process=not isolated)
     ex.check_recipes([recipe])
-    opts = RunOptions(out=Path(out), limit=limit, progress=False, call=new_call())
-    [result] = run_loaded([recipe], opts, ex, force, wings=call_wings(), say=_log)
+    opts = RunOptions(Path(out), limit, progress=False, call=new_call(), force=force)
+    [result] = run_loaded([recipe], opts, ex, wings=call_wings(), say=_log)
     return result
 
 

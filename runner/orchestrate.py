@@ -16,9 +16,9 @@ import os
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from runner.base.errors import RunnerError
 from runner.base.files import write_json_atomic
@@ -50,16 +50,9 @@ class Interrupted(KeyboardInterrupt):
         super().__init__(f"interrupted: {finished} of {total} recipes finished")
 
 
-class Plans(Protocol):
-    """The plans of the units about to run (runner/wings.py's `Plans` makes them in the background)."""
-
-    def attach(self, units: Sequence[Unit]) -> tuple[Unit, ...]: ...
-
-    def close(self) -> None: ...
-
-
 class NoPlans:
-    """No plan wing: units run without a prediction beside them."""
+    """No plan wing: units run without a prediction beside them. A call's plans answer these two (runner/wings.py's
+    `Plans` makes them in the background)."""
 
     def __init__(self, units: Sequence[Unit]):
         pass
@@ -77,7 +70,7 @@ class Wings:
     `runner.wings.call_wings()`). The defaults add nothing, and a call that needs a missing route is refused before
     anything runs."""
 
-    plans: Callable[[Sequence[Unit]], Plans] = NoPlans
+    plans: Callable[[Sequence[Unit]], NoPlans] = NoPlans  # or one with the same methods
     report_sections: Callable[[Path | None], Sequence[Section]] = lambda out: ()
     summary_sections: Callable[[], Sequence[Sections]] = tuple
     study_summaries: Callable[[list[RunResult], Path, str | None], list[Path]] = lambda results, out, baseline: []
@@ -132,61 +125,13 @@ class Executor:
                 why = "is a serving recipe, and this call has no serving route (the serve wing)"
                 raise RunnerError(why, file=lr.path, field="load", hint="run it with `runner go`")
 
-    def run(
-        self,
-        todo: list[Unit],
-        opts: RunOptions,
-        done: Callable[[RunResult], None],
-        plans: Plans,
-        wings: Wings = NO_WINGS,
-        say: Say = quiet,
-    ) -> None:
-        """Run the units, those that share an engine as one job; `done` gets each result as it is written. Each job
-        takes its units' plans just before it starts. With repeats taken in turns across engines (`interleave`),
-        each turn is a job of its own: repeat 1 of every job, then repeat 2 in the reverse order (A B, B A, ...),
-        each on a freshly started engine."""
-        groups = group_by_engine(todo, opts.timeout_s)
-        if self.on_ray:
-            assert wings.run_on_ray is not None  # check_routes
-            groups = [plans.attach(g) for g in groups]
-            for n, group in enumerate(groups, 1):
-                self._announce(group, n, opts, say)
-            wings.run_on_ray([Job(units=g, options=opts) for g in groups], address=self.address, on_result=done)
-            return
-        turns = max((u.loaded.recipe.repeat for u in todo), default=1) if takes_turns(groups) else 1
-        if turns > 1:
-            across = f"take turns across the {len(groups)} engines" if len(groups) > 1 else "run one at a time"
-            say(f"repeats {across}, each on a freshly started engine", True)
-        finished: set[str] = set()
-        for turn in range(1, turns + 1):  # A B, then B A, A B, ...: a drift over the call hits every recipe alike
-            seq = list(enumerate(groups, 1))
-            for n, group in seq if turn % 2 else seq[::-1]:
-                if turn == 1:
-                    self._announce(group, n, opts, say)
-                    group = groups[n - 1] = plans.attach(group)
-                live = tuple(u for u in group if u.name not in finished and turn <= u.loaded.recipe.repeat)
-                if not live:
-                    continue
-                job = Job(units=live, options=opts, rounds=(turn,), restarts=True) if turns > 1 else Job(live, opts)
-                for res in self._run_job(job, wings, say):
-                    finished.add(res.name)
-                    done(res)
-
-    def _run_job(self, job: Job, wings: Wings, say: Say) -> list[RunResult]:
-        if job.units[0].loaded.recipe.load is not None:  # a serving run: the recipe against its engine's server
-            assert wings.run_serving is not None  # check_routes
-            return [wings.run_serving(job.units[0], job.options)]
-        if self.in_process:
-            return run_job(job)
-        return run_isolated(job, warn=lambda line: say(line, True))
-
-    def _announce(self, group: tuple[Unit, ...], n: int, opts: RunOptions, say: Say) -> None:
+    def announce(self, group: tuple[Unit, ...], n: int, out: Path, say: Say) -> None:
         r = group[0].loaded.recipe
         names = ", ".join(u.name for u in group)
         shared = f" ({len(group)} recipes on one engine)" if len(group) > 1 else ""
         reps = f", {r.replicas} replicas" if r.replicas > 1 else ""
         say(f"[{n}] {names} ({r.engine.kind}, {r.model.id}{reps}){shared}", True)
-        log = RunFolder.of(opts.out, group[0].name).engine_log
+        log = RunFolder.of(out, group[0].name).engine_log
         if self.on_ray:
             say(f"  engine output: {log} (from the Ray worker, when the job ends)", True)
         elif not self.in_process:  # engine start can take a minute with nothing on screen: say where to look
@@ -199,35 +144,27 @@ def new_call() -> str:
 
 
 def run_loaded(
-    loaded: list[LoadedRecipe],
-    opts: RunOptions,
-    ex: Executor,
-    force: bool = False,
-    baseline: str | None = None,
-    *,
-    wings: Wings = NO_WINGS,
-    say: Say = quiet,
+    loaded: list[LoadedRecipe], opts: RunOptions, ex: Executor, *, wings: Wings = NO_WINGS, say: Say = quiet
 ) -> list[RunResult]:
     """Run loaded recipes as `runner go` does (checked first, each folder locked, unchanged ones skipped, what another
     run left set aside, reports and the summary written); one result per recipe, in the order given. Bad input or a
     folder another call is writing: RunnerError before anything runs. Ctrl-C: `Interrupted`, after the summary of
     what finished is written."""
     ex.check_routes(loaded, wings)
-    units, cannot = [], {}  # all checked before anything is written
-    for lr in loaded:
-        units.append(make_unit(lr, opts, host=not ex.on_ray, library=False))
+    units = [make_unit(lr, opts, host=not ex.on_ray, library=False) for lr in loaded]  # before anything is written
+    cannot = {}
+    for lr in () if ex.on_ray else loaded:
         try:
-            if not ex.on_ray:
-                check_library(lr)
+            check_library(lr)
         except RunnerError as e:  # an engine library this machine lacks: that recipe fails, the others run
             cannot[lr.recipe.name] = e
     out_dir = _out_dir(str(opts.out))
     with ExitStack() as locks:  # every unit's run folder locked while the units run
         _room_for_locks(len(units))
-        for u in units:
-            RunFolder.of(out_dir, u.name).check_files()  # before the lock: a linked lock file is refused, not opened
-            locks.enter_context(_lock(RunFolder.of(out_dir, u.name)))
-        return _run_all(units, opts, force, ex, baseline, cannot, wings, say)
+        for folder in (RunFolder.of(out_dir, u.name) for u in units):
+            folder.check_files()  # before the lock: a linked lock file is refused, not opened
+            locks.enter_context(_lock(folder))
+        return _Call(opts, ex, wings, say).run(units, cannot)
 
 
 def takes_turns(groups: list[tuple[Unit, ...]]) -> bool:
@@ -287,81 +224,121 @@ def _lock(folder: RunFolder):
     return lock
 
 
-def _run_all(
-    units: list[Unit],
-    opts: RunOptions,
-    force: bool,
-    ex: Executor,
-    baseline: str | None,
-    cannot: dict[str, RunnerError] | None = None,
-    wings: Wings = NO_WINGS,
-    say: Say = quiet,
-) -> list[RunResult]:
-    results: list[RunResult] = []
+@dataclass
+class _Call:
+    """One call of `run_loaded`: what it was given, and the results so far."""
 
-    def done(res: RunResult) -> None:
-        results.append(res)
-        say(one_line(res, write_report(res, opts.out, wings.report_sections(opts.out))), False)
+    opts: RunOptions
+    ex: Executor
+    wings: Wings
+    say: Say
+    results: list[RunResult] = field(default_factory=list)
 
-    try:  # SIGTERM arrives here as Ctrl-C where the CLI's guard (runner.cli.guard) makes it so
-        todo = []
-        for u in units:  # an unchanged recipe whose results are complete is skipped
-            folder = RunFolder.of(opts.out, u.name)
-            if not force and (back := folder.take_back(u.run_key)) is not None:
-                say(f"took {u.name}'s results of this very run back from {back} (set aside by an earlier call)", False)
-            prev = None if force else previous_result(folder, u.run_key, u.loaded.recipe.repeat)
-            stored = None if force or prev is not None else stored_ok(folder, u.run_key)
-            if stored is not None and (short := folder.samples_short(stored.n_samples)):
-                kept = folder.set_aside(u.run_key, force=True)  # results, samples and repeats: run again whole
-                say(f"rerun {u.name}: its results were complete but {short} (kept in {kept})", False)
-            if prev is not None and (cost := u.loaded.recipe.cost) is not None:  # this call's price, if it names one
-                prev = priced(prev, cost.usd_per_gpu_hour)
-            if prev is not None:
-                results.append(prev)
-                write_report(prev, opts.out, wings.report_sections(opts.out))  # a report.md deleted since is back
-                say(f"skip {u.name}: unchanged since {prev.finished_at} (results complete; --force reruns)", False)
-                continue
-            if (kept := folder.set_aside(u.run_key, force)) is not None:
-                why = "--force" if force else "the recipe, its inputs or --limit changed since"
-                say(f"kept {u.name}'s earlier results in {kept} ({why}); this run replaces them", False)
-            if (e := (cannot or {}).get(u.name)) is not None:  # recorded failed without running
-                res = failed_result(u, e.render(with_hint=False), e.hint, opts.command)
-                write_json_atomic(folder.results, res.model_dump(mode="json"))
-                done(res)
-                continue
-            todo.append(u)
-        plans = wings.plans(todo)  # made in the background, the next job's while the current one runs
-        try:
-            ex.run(todo, opts, done, plans, wings, say)
-        finally:
-            plans.close()
-    except KeyboardInterrupt:
-        have = {r.name for r in results}
-        for u in units:  # recipes of the interrupted job that finished before it (complete ones were skipped above)
-            if u.name not in have and (prev := previous_result(RunFolder.of(opts.out, u.name), u.run_key, 1)):
-                done(prev)
-        if results:
-            _summarize(results, units, opts.out, baseline, wings, say, to_stderr=True)
-        raise Interrupted(len(results), len(units)) from None
-    _summarize(results, units, opts.out, baseline, wings, say, to_stderr=False)
-    return results
+    def report(self, res: RunResult) -> Path:
+        return write_report(res, self.opts.out, self.wings.report_sections(self.opts.out))
 
+    def done(self, res: RunResult) -> None:
+        self.results.append(res)
+        self.say(one_line(res, self.report(res)), False)
 
-def _summarize(
-    results: list[RunResult],
-    units: list[Unit],
-    out: Path,
-    baseline: str | None,
-    wings: Wings,
-    say: Say,
-    to_stderr: bool,
-) -> None:
-    """The results in the call's order, summary.md and each study's own summary written."""
-    order = {u.name: i for i, u in enumerate(units)}
-    results.sort(key=lambda r: order.get(r.name, len(order)))
-    say(f"summary: {write_summary(results, out, baseline, wings.summary_sections())}", to_stderr)
-    for path in wings.study_summaries(results, out, baseline):
-        say(f"study summary (every stored cell): {path}", to_stderr)
+    def run(self, units: list[Unit], cannot: dict[str, RunnerError]) -> list[RunResult]:
+        try:  # SIGTERM arrives here as Ctrl-C where the CLI's guard (runner.cli.guard) makes it so
+            todo = [u for u in units if not self._skipped(u) and self._runs(u, cannot.get(u.name))]
+            plans = self.wings.plans(todo)  # made in the background, the next job's while the current one runs
+            try:
+                self._run_units(todo, plans)
+            finally:
+                plans.close()
+        except KeyboardInterrupt:
+            have = {r.name for r in self.results}
+            for u in units:  # recipes of the interrupted job that finished before it (complete ones were skipped)
+                if u.name not in have and (prev := previous_result(RunFolder.of(self.opts.out, u.name), u.run_key)):
+                    self.done(prev)
+            if self.results:
+                self._summarize(units, to_stderr=True)
+            raise Interrupted(len(self.results), len(units)) from None
+        self._summarize(units, to_stderr=False)
+        return self.results
+
+    def _skipped(self, u: Unit) -> bool:
+        """An unchanged recipe whose results are complete (set aside by an earlier call: taken back) is skipped."""
+        folder = RunFolder.of(self.opts.out, u.name)
+        if self.opts.force:
+            return False
+        if (back := folder.take_back(u.run_key)) is not None:
+            self.say(f"took {u.name}'s results of this very run back from {back} (set aside by an earlier call)", False)
+        if (prev := previous_result(folder, u.run_key, u.loaded.recipe.repeat)) is None:
+            return False
+        if (cost := u.loaded.recipe.cost) is not None:  # this call's price, if it names one
+            prev = priced(prev, cost.usd_per_gpu_hour)
+        self.results.append(prev)
+        self.report(prev)  # a report.md deleted since is back
+        self.say(f"skip {u.name}: unchanged since {prev.finished_at} (results complete; --force reruns)", False)
+        return True
+
+    def _runs(self, u: Unit, cannot: RunnerError | None) -> bool:
+        """What another run left is set aside; a recipe that cannot run here is recorded failed without running."""
+        folder, say = RunFolder.of(self.opts.out, u.name), self.say
+        stored = None if self.opts.force else stored_ok(folder, u.run_key)
+        if stored is not None and (short := folder.samples_short(stored.n_samples)):
+            kept = folder.set_aside(u.run_key, force=True)  # results, samples and repeats: run again whole
+            say(f"rerun {u.name}: its results were complete but {short} (kept in {kept})", False)
+        if (kept := folder.set_aside(u.run_key, self.opts.force)) is not None:
+            why = "--force" if self.opts.force else "the recipe, its inputs or --limit changed since"
+            say(f"kept {u.name}'s earlier results in {kept} ({why}); this run replaces them", False)
+        if cannot is None:
+            return True
+        res = failed_result(u, cannot.render(with_hint=False), cannot.hint, self.opts.command)
+        write_json_atomic(folder.results, res.model_dump(mode="json"))
+        self.done(res)
+        return False
+
+    def _run_units(self, todo: list[Unit], plans: NoPlans) -> None:
+        """Run the units, those that share an engine as one job; each job takes its units' plans just before it
+        starts. With repeats taken in turns across engines (`interleave`), each turn is a job of its own: repeat 1
+        of every job, then repeat 2 in the reverse order (A B, B A, ...), each on a freshly started engine."""
+        groups, ex, opts = group_by_engine(todo, self.opts.timeout_s), self.ex, self.opts
+        if ex.on_ray:
+            assert self.wings.run_on_ray is not None  # check_routes
+            groups = [plans.attach(g) for g in groups]
+            for n, group in enumerate(groups, 1):
+                ex.announce(group, n, opts.out, self.say)
+            self.wings.run_on_ray([Job(g, opts) for g in groups], address=ex.address, on_result=self.done)
+            return
+        turns = max(u.loaded.recipe.repeat for u in todo) if takes_turns(groups) else 1
+        if turns > 1:
+            across = f"take turns across the {len(groups)} engines" if len(groups) > 1 else "run one at a time"
+            self.say(f"repeats {across}, each on a freshly started engine", True)
+        for turn in range(1, turns + 1):  # A B, then B A, A B, ...: a drift over the call hits every recipe alike
+            seq = list(enumerate(groups, 1))
+            for n, group in seq if turn % 2 else seq[::-1]:
+                if turn == 1:
+                    ex.announce(group, n, opts.out, self.say)
+                    group = groups[n - 1] = plans.attach(group)
+                finished = {r.name for r in self.results}
+                live = tuple(u for u in group if u.name not in finished and turn <= u.loaded.recipe.repeat)
+                if live:
+                    self._run_job(Job(live, opts, rounds=(turn,), restarts=True) if turns > 1 else Job(live, opts))
+
+    def _run_job(self, job: Job) -> None:
+        if job.units[0].loaded.recipe.load is not None:  # a serving run: the recipe against its engine's server
+            assert self.wings.run_serving is not None  # check_routes
+            results = [self.wings.run_serving(job.units[0], job.options)]
+        elif self.ex.in_process:
+            results = run_job(job)
+        else:
+            results = run_isolated(job, warn=lambda line: self.say(line, True))
+        for res in results:
+            self.done(res)
+
+    def _summarize(self, units: list[Unit], to_stderr: bool) -> None:
+        """The results in the call's order, summary.md and each study's own summary written."""
+        out, order = self.opts.out, {u.name: i for i, u in enumerate(units)}
+        self.results.sort(key=lambda r: order.get(r.name, len(order)))
+        summary = write_summary(self.results, out, self.opts.baseline, self.wings.summary_sections())
+        self.say(f"summary: {summary}", to_stderr)
+        for path in self.wings.study_summaries(self.results, out, self.opts.baseline):
+            self.say(f"study summary (every stored cell): {path}", to_stderr)
 
 
 def one_line(res: RunResult, path: Path) -> str:

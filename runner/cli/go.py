@@ -10,31 +10,18 @@ from typing import NoReturn
 
 import click
 
-import runner.orchestrate as orchestrate
 from runner.base.errors import RunnerError
 from runner.cli.app import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard
-from runner.cli.loading import MP_HELP, SET_HELP
+from runner.cli.loading import IN_PROCESS, NO_PROGRESS, overrides, price
 from runner.config.calls import load_all
-from runner.orchestrate import Executor, Interrupted, new_call
-from runner.recipe import MAX_REPEAT, MAX_TIMEOUT_S, LoadedRecipe
-from runner.results import RunResult
+from runner.orchestrate import Executor, Interrupted, new_call, run_loaded
+from runner.recipe import MAX_REPEAT, MAX_TIMEOUT_S
 from runner.run.job import RunOptions
 from runner.wings import call_wings, studies
 
 
 def echo(text: str, to_stderr: bool) -> None:
     click.echo(text, err=to_stderr)
-
-
-def run_loaded(
-    loaded: list[LoadedRecipe], opts: RunOptions, ex: Executor, force: bool = False, baseline: str | None = None
-) -> list[RunResult]:
-    """Run loaded recipes as `runner go` does (`runner.orchestrate.run_loaded` with the wings of runner/wings.py), its
-    progress on the terminal; Ctrl-C: the summary of what finished, then exit code 130."""
-    try:
-        return orchestrate.run_loaded(loaded, opts, ex, force, baseline, wings=call_wings(), say=echo)
-    except Interrupted as e:
-        interrupted(e)
 
 
 def interrupted(e: Interrupted) -> NoReturn:
@@ -82,27 +69,21 @@ HELP = {  # the options' help, where it does not fit on the option's line
 @click.option("--only", metavar="PATTERN", help=HELP["only"])
 @click.option("--limit", type=click.IntRange(min=1, max=100_000_000), help=HELP["limit"])
 @click.option("--estimate", type=click.IntRange(min=2, max=100_000_000), help=HELP["estimate"])
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
-@click.option("--model-path", "model_paths", multiple=True, metavar="HUB_ID=PATH", help=MP_HELP)
+@overrides
 @click.option("--timeout", "timeout_s", type=click.IntRange(min=1, max=MAX_TIMEOUT_S), help=HELP["timeout"])
 @click.option("--baseline", help=HELP["baseline"])
 @click.option("--force", is_flag=True, help=HELP["force"])
-@click.option("--in-process", is_flag=True, hidden=True, help="Run recipes in this process (tests).")
-@click.option("--no-progress", is_flag=True, help="No progress bars.")
+@IN_PROCESS
+@NO_PROGRESS
 @click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True, help=HELP["executor"])
 @click.option("--address", metavar="ADDR", help=HELP["address"])
 @click.option("--replicas", type=click.IntRange(min=1, max=1024), metavar="N", help=HELP["replicas"])
 @click.option("--repeat", type=click.IntRange(min=1, max=MAX_REPEAT), metavar="N", help=HELP["repeat"])
 @click.option("--warmup", type=click.IntRange(min=0, max=MAX_REPEAT), metavar="N", help=HELP["warmup"])
 @click.option("--interleave", type=click.Choice(["auto", "restarts", "off"]), help=HELP["interleave"])
-@click.option(
-    "--usd-per-gpu-hour",
-    type=click.FloatRange(min=0, min_open=True, max=1_000_000),
-    metavar="X",
-    help=HELP["usd_per_gpu_hour"],
-)
+@price(HELP["usd_per_gpu_hour"])
 @guard
-def go(paths, out, only, sets, model_paths, baseline, force, executor, address, replicas, in_process, **run):
+def go(paths, out, only, sets, model_paths, executor, address, replicas, in_process, **run):
     """Run recipes and study files (files, folders or globs) and write Markdown reports.
 
     Every recipe is checked before anything runs (bad input: exit 2). Each
@@ -118,7 +99,7 @@ def go(paths, out, only, sets, model_paths, baseline, force, executor, address, 
     Exit code 0 when every recipe succeeded, 1 when any failed (the others
     still run and report), 2 for bad input (nothing is run), 130 when
     interrupted."""
-    ex = Executor(kind=executor, address=address, in_process=in_process)
+    ex = Executor(executor, address, in_process)
     ex.check_options(replicas)
     if replicas is not None:
         sets = (*sets, f"replicas={replicas}")
@@ -130,17 +111,17 @@ def go(paths, out, only, sets, model_paths, baseline, force, executor, address, 
     loaded = load_all(paths, sets, model_paths, only, studies=studies)
     ex.check_recipes(loaded)
     names = [lr.recipe.name for lr in loaded]
-    if baseline and baseline not in names:
+    if (baseline := run["baseline"]) and baseline not in names:
         raise RunnerError(f"--baseline {baseline!r} names no recipe of this call; recipes: " + ", ".join(names))
     if not out or not out.strip():
         raise RunnerError("is empty; give a folder for the reports", field="--out")
     argv = sys.argv  # this call's command line, for the reports (none where `runner go` was not how it was called)
     command = "runner go " + shlex.join(argv[2:]) if argv[1:2] == ["go"] else ""
     progress = not run.pop("no_progress")
-    call = new_call()
-    opts = RunOptions(
-        out=Path(out), command=command, progress=progress, call=call, **run
-    )  # --limit, --estimate, --timeout
-    results = run_loaded(loaded, opts, ex, force, baseline)
+    opts = RunOptions(Path(out), command=command, progress=progress, call=new_call(), **run)  # --limit, --force, ...
+    try:
+        results = run_loaded(loaded, opts, ex, wings=call_wings(), say=echo)
+    except Interrupted as e:
+        interrupted(e)
     if any(r.status != "ok" for r in results):
         sys.exit(EXIT_FAILED)

@@ -9,7 +9,7 @@ import click
 
 from runner.base.errors import RunnerError
 from runner.cli.app import UserError, cli, guard
-from runner.cli.loading import MP_HELP, ONLY_HELP, SET_HELP
+from runner.cli.loading import ONLY_HELP, overrides, price
 from runner.config.calls import check_model_paths, expand_paths, load_all
 from runner.recipe import GateSpec
 from runner.results import RunResult
@@ -18,8 +18,7 @@ from runner.wings import recipe_schema, studies
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
-@click.option("--model-path", "model_paths", multiple=True, metavar="HUB_ID=PATH", help=MP_HELP)
+@overrides
 @click.option("--only", metavar="PATTERN", help=f"Check {ONLY_HELP}")
 @click.option("--no-tokens", is_flag=True, help="Skip prompt-token statistics (they need the tokenizer).")
 @guard
@@ -121,8 +120,7 @@ JSON_HELP = 'Print the plans as JSON: {"recipes": [...]} (keys: docs/recipe-refe
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--gpu", metavar="NAME", help=GPU_HELP)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
-@click.option("--model-path", "model_paths", multiple=True, metavar="HUB_ID=PATH", help=MP_HELP)
+@overrides
 @click.option("--only", metavar="PATTERN", help=f"Plan {ONLY_HELP}")
 @guard
 def plan(paths, gpu, as_json, sets, model_paths, only):
@@ -168,12 +166,7 @@ GATE_HELP = (
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
 @click.option("--baseline", help="Recipe name to compare against.")
 @click.option("--gate", "gate_text", metavar="METRIC:DROP", help=GATE_HELP)
-@click.option(
-    "--usd-per-gpu-hour",
-    type=click.FloatRange(min=0, min_open=True, max=1_000_000),
-    metavar="X",
-    help="Price the stored runs at X US dollars per GPU-hour (results.json keeps the recipe's own price).",
-)
+@price("Price the stored runs at X US dollars per GPU-hour (results.json keeps the recipe's own price).")
 @guard
 def report(out, baseline, gate_text, usd_per_gpu_hour):
     """Rebuild every report.md and summary.md (and each study's own summary) from stored results.json files (runs
@@ -186,17 +179,13 @@ def report(out, baseline, gate_text, usd_per_gpu_hour):
     out_dir, skipped = Path(out), []
     results = [priced(r, usd_per_gpu_hour) for r in load_results(out_dir, skipped)]
     if not results:
-        if skipped:
-            raise UserError("\n\nError: ".join(skipped))
-        raise RunnerError("no */results.json here", file=out)
+        raise UserError("\n\nError: ".join(skipped)) if skipped else RunnerError("no */results.json here", file=out)
     for why in skipped:  # one bad file does not stop the others' reports
         click.echo(f"left out: {why}", err=True)
     names = [r.name for r in results]
     if baseline and baseline not in names:
         raise RunnerError(f"--baseline {baseline!r} names no stored result; results: " + ", ".join(names))
-    gate = parse_gate(gate_text, results) if gate_text else None
-    if gate is not None:  # before anything is written
-        check_gate(gate, results, baseline)
+    gate = gate_for(gate_text, results, baseline) if gate_text else None  # before anything is written
     for r in results:
         write_report(r, out_dir, report_sections(out_dir))
         if r.status == "ok" and (short := RunFolder.of(out_dir, r.name).samples_short(r.n_samples)):
@@ -205,17 +194,28 @@ def report(out, baseline, gate_text, usd_per_gpu_hour):
     click.echo(f"summary: {summary} ({len(results)} recipes)")
     for path in study_summaries(results, out_dir, baseline, gate):
         click.echo(f"study summary: {path}")
-    have = {r.name for r in results}
-    for folder in sorted(p for p in out_dir.iterdir() if p.is_dir() and p.name not in have):
-        if (folder / "results.json").exists():  # there, and left out above
-            continue
-        if (folder / "engine.log").is_file() or (folder / "replaced").is_dir():  # a run folder without a result
+    for folder in sorted(p for p in out_dir.iterdir() if p.is_dir() and p.name not in names):
+        ran = (folder / "engine.log").is_file() or (folder / "replaced").is_dir()  # a run folder without a result
+        if ran and not (folder / "results.json").exists():  # (one with a results.json was left out above)
             click.echo(f"no results.json in {folder}: a run that did not finish (left out; rerun it to report it)")
 
 
-def check_gate(gate: GateSpec, results: list, baseline: str | None) -> None:
-    """A `--gate` that cannot apply is an error that says why: no baseline to compare with, a metric no run scored
-    with real weights, or every recipe has a gate of its own; one that applies to some says which keep theirs."""
+def gate_for(text: str, results: list, baseline: str | None) -> GateSpec:
+    """`--gate METRIC:DROP` or `METRIC:PCT%`. One that cannot apply is an error that says why: no baseline to
+    compare with, a metric no run scored with real weights, or every recipe has a gate of its own; one that applies
+    to some says which keep theirs."""
+    metric, _, bound = text.partition(":")
+    try:
+        if bound.endswith("%"):
+            gate = GateSpec(metric=metric, relative=float(bound[:-1]) / 100)
+        else:
+            gate = GateSpec(metric=metric, max_drop=float(bound))
+    except ValueError:  # pydantic's ValidationError is one
+        scored = sorted({m for r in results for m in r.scores})
+        hint = "e.g. --gate squad_f1:0.01 or --gate squad_f1:99%"
+        hint += f"; scores here: {', '.join(scored)}" if scored else ""
+        why = f"{text!r} is not METRIC:DROP (a drop from 0 to 1) or METRIC:PCT% (above 0, at most 100)"
+        raise RunnerError(why + " of a known metric", field="--gate", hint=hint) from None
     from runner.report.summary import pick_baseline
 
     base = pick_baseline(results, baseline)
@@ -225,34 +225,16 @@ def check_gate(gate: GateSpec, results: list, baseline: str | None) -> None:
         raise RunnerError(why, field="--gate", hint=f"name one with --baseline NAME (results here: {names})")
     real = sorted({m for r in results if r.status == "ok" and r.scores_meaningful for m in r.scores})
     if gate.metric not in real:
-        why = f"no stored run scored {gate.metric!r} with real weights"
-        hint = (
-            f"gate a metric they scored: {', '.join(real)}" if real else "every run here has random weights or failed"
-        )
-        raise RunnerError(why, field="--gate", hint=hint)
+        some = f"gate a metric they scored: {', '.join(real)}"
+        hint = some if real else "every run here has random weights or failed"
+        raise RunnerError(f"no stored run scored {gate.metric!r} with real weights", field="--gate", hint=hint)
     own = [r.name for r in results if r is not base and r.recipe.gate is not None]
     if len(own) == len(results) - 1:
         why = f"every recipe but the baseline has a gate of its own ({', '.join(own)}); --gate is for those without"
         raise RunnerError(why, field="--gate", hint="leave --gate out, or change the recipes' `gate:` and rerun")
     if own:
         click.echo(f"--gate applies to the recipes without a gate of their own; {', '.join(own)} keep theirs", err=True)
-
-
-def parse_gate(text: str, results: list) -> GateSpec:
-    metric, _, bound = text.partition(":")
-    scored = sorted({m for r in results for m in r.scores})
-    hint = "e.g. --gate squad_f1:0.01 or --gate squad_f1:99%" + (
-        f"; scores here: {', '.join(scored)}" if scored else ""
-    )
-    try:
-        if bound.endswith("%"):
-            return GateSpec(metric=metric, relative=float(bound[:-1]) / 100)
-        return GateSpec(metric=metric, max_drop=float(bound))
-    except ValueError:  # pydantic's ValidationError is one
-        why = (
-            f"{text!r} is not METRIC:DROP (a drop from 0 to 1) or METRIC:PCT% (above 0, at most 100) of a known metric"
-        )
-        raise RunnerError(why, field="--gate", hint=hint) from None
+    return gate
 
 
 @cli.command()

@@ -10,7 +10,7 @@ import click
 
 from runner.cli.app import EXIT_FAILED, cli, guard
 from runner.cli.go import echo, interrupted
-from runner.cli.loading import MP_HELP, SET_HELP
+from runner.cli.loading import IN_PROCESS, NO_PROGRESS, overrides, price
 from runner.orchestrate import Interrupted
 
 
@@ -18,17 +18,11 @@ from runner.orchestrate import Interrupted
 @click.argument("path")
 @click.option("--out", default="reports", show_default=True, help="Folder for the runs and the tune report.")
 @click.option("--dry-run", is_flag=True, help="List the candidates and the budget; run nothing.")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
-@click.option("--model-path", "model_paths", multiple=True, metavar="HUB_ID=PATH", help=MP_HELP)
-@click.option("--no-progress", is_flag=True, help="No progress bars.")
+@overrides
+@NO_PROGRESS
 @click.option("--report-only", is_flag=True, help="Rebuild <out>/<name>-tune.md from the stored runs; run nothing.")
-@click.option(
-    "--usd-per-gpu-hour",
-    type=click.FloatRange(min=0, min_open=True, max=1_000_000),
-    metavar="X",
-    help="Price of one GPU-hour in US dollars (the same as --set cost.usd_per_gpu_hour=X): reports add dollars.",
-)
-@click.option("--in-process", is_flag=True, hidden=True, help="Run recipes in this process (tests).")
+@price("Price of one GPU-hour in US dollars (the same as --set cost.usd_per_gpu_hour=X): reports add dollars.")
+@IN_PROCESS
 @guard
 def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, usd_per_gpu_hour, in_process):
     """Search the `tune:` block of a recipe or study file for the fastest settings that keep its accuracy: every

@@ -34,16 +34,10 @@ from runner.run.result import Measured, failure_hint, run_result
 LOG_MARK = "===== runner:"
 
 
-def failed_result(
-    unit: Unit, error: str, hint: str | None, command: str, log: Path | None = None, wall_s: float | None = None
-) -> RunResult:
-    """A recipe that ended before it could report: what its engine's log (this run's part) shows it had done, and
-    `wall_s`, the time its process ran (so a tune's budget counts a run that timed out)."""
-    text = ""
-    with contextlib.suppress(OSError):
-        text = log.read_text(errors="replace").rsplit(LOG_MARK, 1)[-1] if log is not None else ""
-    evidence = unit.loaded.recipe.engine.crash_evidence(text)
-    return run_result(unit, command, [], evidence, Measured(Timings(total_s=wall_s)), error=error, hint=hint)
+def failed_result(unit: Unit, error: str, hint: str | None, command: str) -> RunResult:
+    """A recipe that ended before it could report (its engine's verdicts on an empty log)."""
+    evidence = unit.loaded.recipe.engine.crash_evidence("")
+    return run_result(unit, command, [], evidence, Measured(), error=error, hint=hint)
 
 
 def _start(job: Job) -> subprocess.Popen:
@@ -77,16 +71,8 @@ def _wait(proc: subprocess.Popen, timeout_s: float | None) -> str | None:
         proc.wait()
 
 
-def _process_error(proc: subprocess.Popen, log: Path) -> str:
-    error = f"the recipe's process ended with exit code {proc.returncode} before writing results"
-    tail: list[str] = []
-    with contextlib.suppress(OSError):
-        tail = log.read_text(errors="replace").strip().splitlines()[-5:]
-    return error + (": " + " | ".join(t.strip() for t in tail)[-600:] if tail else "")
-
-
 def _collect(
-    job: Job, proc: subprocess.Popen, error: str | None, since: int = 0
+    job: Job, proc: subprocess.Popen, error: str | None, since: int
 ) -> tuple[list[RunResult], tuple[Unit, ...]]:
     """Results of the units that finished, a failure for the one that was running, and the others without results
     (to run again in a fresh process: their finished repeats are kept). The one running is the one whose engine.log
@@ -107,10 +93,17 @@ def _collect(
     started = [u for u in pending if logged[u.name] > since]
     running = max(started, key=lambda u: logged[u.name]) if started else pending[0]
     folder = RunFolder.of(job.options.out, running.name)
-    why = error or _process_error(proc, folder.engine_log)
+    text = ""
+    with contextlib.suppress(OSError):
+        text = folder.engine_log.read_text(errors="replace")
+    if (why := error) is None:
+        why = f"the recipe's process ended with exit code {proc.returncode} before writing results"
+        tail = text.strip().splitlines()[-5:]
+        why += (": " + " | ".join(t.strip() for t in tail)[-600:]) if tail else ""
     hint = failure_hint(why) or f"see {folder.engine_log}"
-    wall = (time.time_ns() - since) / 1e9 if since else None
-    res = failed_result(running, why, hint, job.options.command, folder.engine_log, wall)
+    evidence = running.loaded.recipe.engine.crash_evidence(text.rsplit(LOG_MARK, 1)[-1])  # this run's part
+    m = Measured(Timings(total_s=(time.time_ns() - since) / 1e9))  # a tune's budget counts it
+    res = run_result(running, job.options.command, [], evidence, m, error=why, hint=hint)
     write_json_atomic(folder.results, res.model_dump(mode="json"))
     return [*out, res], tuple(u for u in pending if u is not running)
 

@@ -32,6 +32,8 @@ class RunOptions:
     progress: bool = True
     timeout_s: float | None = None  # the call's --timeout (a recipe's own timeout_s wins)
     call: str = ""  # names this `runner go` call in every repeat it measures
+    force: bool = False  # rerun recipes whose complete results are stored
+    baseline: str | None = None  # the recipe the summary compares against (None: the recipes' own choice)
 
 
 @dataclass(frozen=True)

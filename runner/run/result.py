@@ -185,10 +185,6 @@ def run_result(
     fewer examples than it stands for (an estimate) gets the projection; a serving run never does."""
     lr, r, eng = unit.loaded, unit.loaded.recipe, engine or EngineInfo()
     n, gen_s = len(samples), m.timings.generate_s or 0.0
-    p_tok, o_tok = sum(s.prompt_tokens for s in samples), sum(s.output_tokens for s in samples)
-    cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
-    k, share = prefix_share(ids) if ids else (0, 0.0)
-    rate = (lambda x: x / gen_s) if gen_s and n else (lambda x: None)
     extra = {key: v for key, v in eng.extra.items() if key != "metrics"}
     env = {**environment(), **(env or {}), "inputs": unit.prepared.inputs, "engine_extra": extra}
     if eng.extra.get("metrics"):
@@ -200,30 +196,43 @@ def run_result(
         notes.append(f"{was}; generation time adds {took}.")
     if r.model.trust_remote_code:
         notes.append("trust_remote_code was ON: code shipped with the checkpoint was allowed to run.")
-    # the nested parts of the result (Tokens, Throughput, Latency, Memory, Prefix, EngineSummary), checked by RunResult
-    tokens = dict(prompt=p_tok, output=o_tok, cached=sum(cached) if cached else None)
-    per_s = dict(requests_per_s=rate(n), output_tokens_per_s=rate(o_tok), total_tokens_per_s=rate(p_tok + o_tok))
-    latency = dict(ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct([s.latency_s for s in samples]))
-    memory = dict(peak_gpu_gib=m.peak_gpu_gib, baseline_gpu_gib=m.baseline_gpu_gib, weights_gib=eng.weights_gib)
-    memory["peak_rss_gib"] = m.peak_rss_gib
-    memory.update(kv_cache_tokens=eng.kv_cache_tokens, kv_cache_gib=eng.extra.get("kv_cache_gib"))
-    hit = sum(cached) / p_tok if cached and p_tok else None
-    prefix = dict(shared_prefix_tokens=k, shared_prefix_share=share, hit_rate=hit)
-    about = dict(name=eng.name, version=eng.version, device=eng.device, quantization=eng.quantization)
     meaningful = not (r.model.load_format == "dummy" or r.model.id.startswith("builtin:") or r.engine.fake)
-    fields: dict[str, Any] = dict(name=r.name, recipe=r, recipe_hash=r.digest(), recipe_path=lr.path, command=command)
-    fields.update(status="failed" if error is not None else "ok", error=error, hint=hint, run_key=unit.run_key)
-    fields.update(n_samples=n, n_dataset=unit.prepared.n_dataset, scores_meaningful=meaningful, plan=unit.plan)
-    fields.update(n_scored=sum(1 for s in samples if s.answers))
-    fields.update(cell=lr.cell)
-    fields.update(timings=m.timings, tokens=tokens, throughput=per_s, latency=latency, memory=memory)
-    fields.update(scores=mean_scores(samples, list(r.metrics)), prefix=prefix, knobs=list(eng.knobs), engine=about)
+    fields: dict[str, Any] = dict(name=r.name, recipe=r, recipe_hash=r.digest(), recipe_path=lr.path)
+    fields.update(command=command, status="failed" if error is not None else "ok", error=error, hint=hint)
+    fields.update(run_key=unit.run_key, n_samples=n, n_dataset=unit.prepared.n_dataset, plan=unit.plan)
+    fields.update(scores_meaningful=meaningful, n_scored=sum(1 for s in samples if s.answers), cell=lr.cell)
+    fields.update(timings=m.timings, scores=mean_scores(samples, list(r.metrics)), knobs=list(eng.knobs))
+    fields["engine"] = dict(name=eng.name, version=eng.version, device=eng.device, quantization=eng.quantization)
     fields.update(environment=env, notes=notes, started_at=m.started_at, finished_at=now(), reused_samples=reused)
+    fields.update(_counted(samples, eng, m, ids))
     if error is None and "serving" not in facts and "replicas" not in facts:
-        fields["energy"] = energy_of(facts.get("repeats") or [], eng.gpus, p_tok, o_tok)
+        tokens = fields["tokens"]
+        fields["energy"] = energy_of(facts.get("repeats") or [], eng.gpus, tokens["prompt"], tokens["output"])
     if error is None and 0 < n < unit.prepared.n_target and "serving" not in facts:
         fields["estimate"] = project_estimate(samples, gen_s, m.per_example, unit.prepared.n_target)
     return RunResult(**(fields | facts))
+
+
+def _counted(samples: list[Sample], eng: EngineInfo, m: Measured, ids: list[list[int]] | None) -> dict[str, Any]:
+    """The parts of a result counted over its samples (tokens, throughput, latency, prefix) and its memory, as the
+    nested parts' fields (checked by RunResult)."""
+    n, gen_s = len(samples), m.timings.generate_s or 0.0
+    p_tok, o_tok = sum(s.prompt_tokens for s in samples), sum(s.output_tokens for s in samples)
+    cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
+    k, share = prefix_share(ids) if ids else (0, 0.0)
+    hit = sum(cached) / p_tok if cached and p_tok else None
+    rate = (lambda x: x / gen_s) if gen_s and n else (lambda x: None)
+    memory = dict(peak_gpu_gib=m.peak_gpu_gib, baseline_gpu_gib=m.baseline_gpu_gib, weights_gib=eng.weights_gib)
+    memory.update(peak_rss_gib=m.peak_rss_gib, kv_cache_tokens=eng.kv_cache_tokens)
+    return dict(
+        tokens=dict(prompt=p_tok, output=o_tok, cached=sum(cached) if cached else None),
+        throughput=dict(
+            requests_per_s=rate(n), output_tokens_per_s=rate(o_tok), total_tokens_per_s=rate(p_tok + o_tok)
+        ),
+        latency=dict(ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct([s.latency_s for s in samples])),
+        memory={**memory, "kv_cache_gib": eng.extra.get("kv_cache_gib")},
+        prefix=dict(shared_prefix_tokens=k, shared_prefix_share=share, hit_rate=hit),
+    )
 
 
 def engine_facts(res: RunResult) -> EngineInfo:
