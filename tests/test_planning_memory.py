@@ -14,7 +14,6 @@ from runner.plan.floor import GPUS, find_gpu, get_gpu, gpu_from_nvml
 from runner.plan.memory import (
     Settings,
     activation_bytes,
-    batch_defaults,
     count_parameters,
     kv_bytes_per_token,
     model_shape,
@@ -164,9 +163,10 @@ def test_gpu_table_lookup():
     for g in GPUS.values():
         assert g.source.startswith("https://") and g.bf16_tflops and g.bandwidth_gbs
         assert g.fp8_tflops is None or g.fp8_tflops == pytest.approx(2 * g.bf16_tflops, rel=0.02)
-    assert batch_defaults(GPUS["H200"].memory_gib, "H200") == (16384, 1024)
-    assert batch_defaults(GPUS["A100-80G"].memory_gib, "A100-80G") == (8192, 256)
-    assert batch_defaults(GPUS["L4"].memory_gib, "L4") == (8192, 256)
+    assert Settings().batch(GPUS["H200"].memory_gib, "H200") == (16384, 1024)
+    assert Settings().batch(GPUS["A100-80G"].memory_gib, "A100-80G") == (8192, 256)
+    assert Settings().batch(GPUS["L4"].memory_gib, "L4") == (8192, 256)
+    assert Settings(max_num_seqs=64).batch(GPUS["H200"].memory_gib, "H200") == (16384, 64)
 
 
 def _fake_nvml(name, total):

@@ -238,18 +238,10 @@ def activation_bytes(
     return max(forward, max_num_seqs * s.vocab * 4 * 2)
 
 
-def batch_defaults(gpu_memory_gib: float, gpu_name: str = "") -> tuple[int, int]:
-    """vLLM's offline (LLM class) defaults (max_num_batched_tokens, max_num_seqs): (16384, 1024) on GPUs of at
-    least 70 GiB other than the A100, else (8192, 256) (``EngineArgs.get_batch_defaults``)."""
-    if gpu_memory_gib >= 70 and "a100" not in gpu_name.lower():
-        return 16384, 1024
-    return 8192, 256
-
-
 @dataclass(frozen=True)
 class Settings:
     """The engine settings a plan reads (an engine's `plan_settings` but `device` and `cpu_dtype`), vLLM's
-    defaults; max_num_batched_tokens and max_num_seqs None: vLLM's defaults for the GPU (`batch_defaults`)."""
+    defaults; max_num_batched_tokens and max_num_seqs None: vLLM's defaults for the GPU (`batch`)."""
 
     dtype: str = "auto"
     quantization: str | None = None
@@ -264,9 +256,11 @@ class Settings:
     enable_prefix_caching: bool = True
 
     def batch(self, gpu_memory_gib: float, gpu_name: str = "") -> tuple[int, int]:
-        """(max_num_batched_tokens, max_num_seqs): these settings, else vLLM's defaults for the GPU."""
-        tokens, seqs = batch_defaults(gpu_memory_gib, gpu_name)
-        return self.max_num_batched_tokens or tokens, self.max_num_seqs or seqs
+        """(max_num_batched_tokens, max_num_seqs): these settings, else vLLM's offline (LLM class) defaults for
+        the GPU: (16384, 1024) on GPUs of at least 70 GiB other than the A100, else (8192, 256)
+        (``EngineArgs.get_batch_defaults``)."""
+        big = gpu_memory_gib >= 70 and "a100" not in gpu_name.lower()
+        return self.max_num_batched_tokens or (16384 if big else 8192), self.max_num_seqs or (1024 if big else 256)
 
 
 class MemoryPlan(StrictModel):

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from runner.base.errors import RunnerError
 from runner.base.format import table
-from runner.base.stats import percentile
+from runner.base.stats import common_prefix_len, percentile
 from runner.base.types import StrictModel
 from runner.engines.hf import count_prompts, count_texts, model_config
 from runner.inputs.context import context_length, truncate_left
@@ -38,12 +38,10 @@ from .memory import (
     resolve_quantization,
     weight_bytes,
 )
-from .prefix_cache import LayoutAdvice, LayoutInputs, advise_layout, simulate_prefix_cache
+from .prefix_cache import LayoutAdvice, LayoutInputs, advise_layout, encode_examples, simulate_prefix_cache
 
 LAYOUT_VARIABLES = ("context", "question")
 DEFAULT_GPU = "H200"  # the GPU this project's measurements come from
-# how far a measurement may be from its prediction before the report warns (issue-set tolerances)
-TOLERANCE = {"cached_prompt_tokens": 0.005, "weights_gib": 0.05, "kv_capacity_tokens": 0.10}
 PLAN_HEADERS = ["recipe", "on", "prompt tokens", "mean / max per prompt", "context", "from prefix cache", "weights"]
 PLAN_HEADERS += ["KV bytes/token", "KV capacity (tokens)", "fits", "floor"]
 
@@ -176,13 +174,24 @@ def make_plan(p: Prompts, config: Mapping[str, Any], gpu: GPU | str, s: Settings
     evicts, advice = cap if upper else None, []
     if p.layout is not None:
         advice = _once("advice", p.ids, (bs, evicts), lambda: advise_layout(p.layout, bs, evicts))
-    fields = _base(p, g, mem.max_model_len) | {"prefix_caching": caching, "cached_prompt_tokens": sum(used)}
-    fields |= {"cached_share": sum(used) / sum(lens) if sum(lens) else 0.0, "block_size": bs}
-    fields |= {"kv_blocks_needed": needed, "cache_upper_bound": upper, "cached_prompt_tokens_lru": lru}
-    fields |= mem.model_dump(include={"weights_gib", "kv_bytes_per_token", "kv_capacity_tokens"})
-    fields |= mem.model_dump(include={"fits", "cpu_offload_gb_needed"}) | {"memory": mem, "batch": b}
-    fields |= {"floor_s": fl and fl.floor_s, "bound": fl and fl.bound, "floor": fl, "layout_advice": advice}
-    plan = Plan(**fields)
+    plan = Plan(
+        **_base(p, g, mem.max_model_len),
+        **mem.model_dump(include={"weights_gib", "kv_bytes_per_token", "kv_capacity_tokens", "fits"}),
+        prefix_caching=caching,
+        cached_prompt_tokens=sum(used),
+        cached_share=sum(used) / sum(lens) if sum(lens) else 0.0,
+        block_size=bs,
+        kv_blocks_needed=needed,
+        cache_upper_bound=upper,
+        cached_prompt_tokens_lru=lru,
+        cpu_offload_gb_needed=mem.cpu_offload_gb_needed,
+        memory=mem,
+        batch=b,
+        floor_s=fl and fl.floor_s,
+        bound=fl and fl.bound,
+        floor=fl,
+        layout_advice=advice,
+    )
     return plan.model_copy(update={"notes": _notes(plan, g, sum(hits))})
 
 
@@ -218,10 +227,7 @@ def pick_gpu(name: str | None) -> tuple[GPU | None, bool]:
 def _layout(lr: LoadedRecipe, prepared: Prepared, ids: list[list[int]]) -> LayoutInputs | None:
     """The layout inputs when the user template uses both example variables (in the order it first uses them);
     each distinct value encoded once, in one batch (and kept, see `count_texts`)."""
-    from runner.base.stats import common_prefix_len
     from runner.inputs.prompts import find_template
-
-    from .prefix_cache import encode_examples
 
     path = find_template(lr.recipe.prompt.template, Path(lr.base_dir))
     text = path.read_text(encoding="utf-8") if path else ""
@@ -335,8 +341,7 @@ def plan_table(plans: list[dict[str, Any]]) -> str:
         kv = num(p["kv_bytes_per_token"]), num(p["kv_capacity_tokens"])
         fits = {None: "–", True: "yes", False: f"no (offload ≥ {p['cpu_offload_gb_needed']} GiB)"}[p["fits"]]
         floor = "–" if p["floor_s"] is None else f"{p['floor_s']:.2f} s ({p['bound']})"
-        weights = "–" if p["weights_gib"] is None else _gib(p["weights_gib"])
-        rows.append([p["name"], p["gpu"] or "CPU", *tokens, cached, weights, *kv, fits, floor])
+        rows.append([p["name"], p["gpu"] or "CPU", *tokens, cached, _gib(p["weights_gib"]), *kv, fits, floor])
     return table(rows, PLAN_HEADERS)
 
 
@@ -373,26 +378,26 @@ def predicted_vs_measured(r: RunResult) -> list[str]:
         return ["", "## Predicted and measured", "", f"No prediction: {p['error']}"]
     rows, warn = [], []
     weights = (p.get("memory") or {}).get("weights_gpu_gib", p.get("weights_gib"))
-    pairs = [
-        ("cached prompt tokens", "cached_prompt_tokens", p.get("cached_prompt_tokens"), r.tokens.cached),
-        ("weights on the GPU (GiB)", "weights_gib", weights, r.memory.weights_gib),
-        ("KV capacity (tokens)", "kv_capacity_tokens", p.get("kv_capacity_tokens"), r.memory.kv_cache_tokens),
+    pairs = [  # label, prediction, measurement, and how far apart before the report warns (issue-set tolerances)
+        ("cached prompt tokens", p.get("cached_prompt_tokens"), r.tokens.cached, 0.005),
+        ("weights on the GPU (GiB)", weights, r.memory.weights_gib, 0.05),
+        ("KV capacity (tokens)", p.get("kv_capacity_tokens"), r.memory.kv_cache_tokens, 0.10),
     ]
     fmt = lambda v: "–" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:.2f}"
-    for label, key, pred, meas in pairs:
+    for label, pred, meas, tolerance in pairs:
         if pred is None:  # not planned for this engine or device (the plan's notes say why)
             continue
-        off = None if meas is None or not meas else (pred - meas) / meas
+        off = (pred - meas) / meas if meas else None
         rows.append([label, fmt(pred), fmt(meas), "–" if off is None else f"{off:+.2%}"])
-        if off is not None and abs(off) > TOLERANCE[key]:
-            warn.append(f"> **Warning**: predicted {label} off by {off:+.1%} (tolerance ±{TOLERANCE[key]:.1%}).")
+        if off is not None and abs(off) > tolerance:
+            warn.append(f"> **Warning**: predicted {label} off by {off:+.1%} (tolerance ±{tolerance:.1%}).")
     floor, gen, roof = p.get("floor_s"), r.timings.generate_s, roofline(r)
     if floor is not None:
         roof_cell = "–" if roof is None else f"roofline {roof:.0%}"
         rows.append(["generation floor (s)", f"{floor:.2f} ({p.get('bound')})", fmt(gen), roof_cell])
     if not rows:
         return []
-    if roof is not None and roof > 1:
+    if (roof or 0) > 1:
         warn.append(
             "> **Warning**: the predicted floor is above the measured generation time: the floor's "
             "assumptions (peaks, batch) do not hold for this run."

@@ -108,11 +108,11 @@ class LayoutAdvice(StrictModel):
 
 
 def encode_examples(
-    examples: Sequence[Mapping[str, str]], encode: Callable[[str], list[int]], variables: Sequence[str] | None = None
+    examples: Sequence[Mapping[str, str]], encode: Callable[[str], list[int]], variables: Sequence[str]
 ) -> list[dict[str, list[int]]]:
     """Token ids of each example's variables; each distinct value is encoded once."""
     ids = functools.cache(lambda value: list(encode(value)))
-    return [{v: ids(str(ex[v])) for v in (ex.keys() if variables is None else variables)} for ex in examples]
+    return [{v: ids(str(ex[v])) for v in variables} for ex in examples]
 
 
 def _prompts(inputs: LayoutInputs, order: Sequence[str], index: Sequence[int]) -> list[list[int]]:
@@ -130,16 +130,14 @@ def _value_keys(inputs: LayoutInputs, var: str) -> list[int]:
 
 
 def _advise(inputs: LayoutInputs, lead: list[str], block_size: int, capacity: int | None, current: int) -> LayoutAdvice:
+    """The advice to put `lead` first; `current`: the cached tokens with the current order."""
     n = len(inputs.examples)
     order = lead + [v for v in inputs.order if v not in lead]
     combos = list(zip(*[_value_keys(inputs, v) for v in lead], strict=True))
     distinct = len(set(combos))
     grouped_index = sorted(range(n), key=lambda i: combos[i])  # stable: groups by first appearance, then arrival
     prompts = _prompts(inputs, order, range(n))
-    first, grouped = (
-        _cached(prompts, block_size, capacity),
-        _cached(_prompts(inputs, order, grouped_index), block_size, capacity),
-    )
+    first, grouped = (_cached(x, block_size, capacity) for x in (prompts, _prompts(inputs, order, grouped_index)))
     total = sum(map(len, prompts))
     cur, fst, grp = (x / total if total else 0.0 for x in (current, first, grouped))
     names = ", ".join(f"`{v}`" for v in lead)
@@ -155,10 +153,21 @@ def _advise(inputs: LayoutInputs, lead: list[str], block_size: int, capacity: in
         " Approximate: the variables' tokens are concatenated without the template's text between them; "
         "count the rendered prompts for the exact figure."
     )
-    fields = {"variables": lead, "order": order, "distinct_values": distinct, "mean_repeats": n / distinct}
-    fields |= {"prompt_tokens": total, "capacity_blocks": capacity, "text": text}
-    fields |= {"current_cached_tokens": current, "first_cached_tokens": first, "grouped_cached_tokens": grouped}
-    return LayoutAdvice(**fields, current_share=cur, first_share=fst, grouped_share=grp)
+    return LayoutAdvice(
+        variables=lead,
+        order=order,
+        distinct_values=distinct,
+        mean_repeats=n / distinct,
+        prompt_tokens=total,
+        current_cached_tokens=current,
+        first_cached_tokens=first,
+        grouped_cached_tokens=grouped,
+        current_share=cur,
+        first_share=fst,
+        grouped_share=grp,
+        capacity_blocks=capacity,
+        text=text,
+    )
 
 
 def advise_layout(
