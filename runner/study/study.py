@@ -82,9 +82,8 @@ def axes_of(cells: list[RunResult]) -> Axes:
         seen: dict[str, Any] = {}
         for r in cells:
             seen.setdefault(value_key(axis_value(r, k)), axis_value(r, k))
-        vals = [v for v in seen.values() if v is not ABSENT] + [v for v in seen.values() if v is ABSENT]
-        if len(vals) > 1:
-            out[k] = vals
+        if len(seen) > 1:
+            out[k] = sorted(seen.values(), key=lambda v: v is ABSENT)
     return out
 
 
@@ -128,10 +127,15 @@ def fastest(cells: list[RunResult], stopped: Collection[str] = ()) -> RunResult 
     return min((r for r in full(cells) if r.name not in stopped), key=lambda r: r.projected_s, default=None)
 
 
+def baseline(cells: list[RunResult]) -> RunResult | None:
+    """The study's baseline cell (`baseline: true`), if it has one."""
+    return next((r for r in cells if r.recipe.baseline), None)
+
+
 def gate_stopped(cells: list[RunResult], out: Path | None) -> set[str]:
     """The cells their gate stopped against the study's baseline cell (failed, too few examples to tell, or not
     checkable): never named the study's fastest, drawn red."""
-    return stopped_by_gate(gates(cells, next((r for r in cells if r.recipe.baseline), None), out))
+    return stopped_by_gate(gates(cells, baseline(cells), out))
 
 
 def time_text(r: RunResult, bold: bool = False) -> str | None:
@@ -145,25 +149,21 @@ def time_text(r: RunResult, bold: bool = False) -> str | None:
 def pivot(cells: list[RunResult], axes: Axes, rows: str | None, cols: str | None) -> str:
     """Generation time per cell: a row per value of `rows` and of the other axes, a column per value of `cols`."""
     lead = [k for k in axes if k == rows] + [k for k in axes if k not in (rows, cols)]
-    names = labels_of(cells)
-    col_keys = [value_key(v) for v in axes[cols]] if cols else [""]
-    short_key = (cols or "").rsplit(".", 1)[-1]
-    named = lambda lab: lab if lab.startswith(f"{short_key}-") else f"{short_key}={lab}"  # a label that has the key
-    heads = [cell(named(value_label(v, axis=cols, labels=names))) for v in axes.get(cols, [])]
-    headers = lead + (heads if cols else ["generation time"])
-    best = fastest(cells)
-    grid: list[tuple[tuple[str, ...], dict[str, str | None]]] = []
+    names, best = labels_of(cells), fastest(cells)
+    pos = {(k, value_key(v)): i for k, vals in axes.items() for i, v in enumerate(vals)}
+    at = lambda r, k: pos[k, value_key(axis_value(r, k))]  # the index of r's value of axis k
+    grid: list[tuple[tuple[int, ...], dict[int, str | None]]] = []
     for r in cells:
-        key = tuple(value_key(axis_value(r, k)) for k in lead)
-        ck = value_key(axis_value(r, cols)) if cols else ""
+        key, ck = tuple(at(r, k) for k in lead), at(r, cols) if cols else 0
         if (slot := next((g for g in grid if g[0] == key and ck not in g[1]), None)) is None:
             grid.append(slot := (key, {}))
         slot[1][ck] = time_text(r, bold=r is best)
-    order = {k: [value_key(v) for v in axes[k]] for k in lead}
-    grid.sort(key=lambda g: [order[k].index(x) for k, x in zip(lead, g[0], strict=True)])
-    labels = {(k, value_key(v)): value_label(v, axis=k, labels=names) for k in lead for v in axes[k]}
-    row = lambda key, got: [labels[k, x] for k, x in zip(lead, key, strict=True)] + [got.get(c) for c in col_keys]
-    return table([row(key, got) for key, got in grid], headers)
+    short_key = (cols or "").rsplit(".", 1)[-1]
+    named = lambda lab: lab if lab.startswith(f"{short_key}-") else f"{short_key}={lab}"  # a label that has the key
+    heads = [cell(named(value_label(v, axis=cols, labels=names))) for v in axes[cols]] if cols else ["generation time"]
+    row = lambda key: [value_label(axes[k][i], axis=k, labels=names) for k, i in zip(lead, key, strict=True)]
+    body = [row(key) + [got.get(c) for c in range(len(heads))] for key, got in sorted(grid, key=lambda g: g[0])]
+    return table(body, lead + heads)
 
 
 @dataclass(frozen=True)
@@ -194,8 +194,7 @@ def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
     """For each axis, from its reference value to each other value (cells without the axis take no part).
     The reference is the baseline cell's value (a study's `baseline: true` cell), else the first value."""
     ok = [r for r in cells if timed(r)]
-    base = next((r for r in cells if r.recipe.baseline), None)
-    out = []
+    base, out = baseline(cells), []
     for axis, values in axes.items():
         vals = [v for v in values if v is not ABSENT]
         ref = ABSENT if base is None else axis_value(base, axis)
@@ -230,11 +229,9 @@ def effects_section(effects: list[Effect], labels: Labels | None = None) -> list
     rows, lines = [], []
     for e in effects:
         change = f"{value_label(e.frm, axis=e.axis, labels=labels)} → {value_label(e.to, axis=e.axis, labels=labels)}"
-        approx = "~" if e.approx else ""
-        speed = ratio_text(e.speedup, e.low, e.high, approx) if e.speedup is not None else None
-        row = [e.axis, change, speed, len(e.pairs)]
-        changes = [score_change(e, m) for m in metrics]
-        rows.append(row + [f"{round(d, 3) + 0.0:+.3f}" if d is not None else None for d in changes])
+        speed = ratio_text(e.speedup, e.low, e.high, "~" if e.approx else "") if e.speedup is not None else None
+        changes = [f"{round(d, 3) + 0.0:+.3f}" if (d := score_change(e, m)) is not None else None for m in metrics]
+        rows.append([e.axis, change, speed, len(e.pairs), *changes])
         if e.pairs:
             each = (f"{a.name} → {b.name} ({ratio_text(*speedup(a, b))})" for a, b in e.pairs)  # type: ignore[misc]
             lines.append(f"- {e.axis} {change}: " + ", ".join(each))
@@ -256,8 +253,7 @@ def effects_section(effects: list[Effect], labels: Labels | None = None) -> list
 
 
 def fastest_section(cells: list[RunResult], metric: str | None, stopped: Collection[str] = ()) -> list[str]:
-    best = fastest(cells, stopped)
-    if best is None:
+    if (best := fastest(cells, stopped)) is None:
         why = "No cell that passed its gate has" if stopped else "No cell finished with"
         return ["", "### Fastest cell", "", f"{why} a generation time."]
     slow = max(full(cells), key=lambda r: r.projected_s)
@@ -267,11 +263,10 @@ def fastest_section(cells: list[RunResult], metric: str | None, stopped: Collect
             return f"{what} {other.name} timed other examples ({examples(other)[1]:,})"
         ratio, lo, hi = got
         text = ratio_text(ratio, lo, hi, "~" if (best.estimate or other.estimate) else "")
-        if lo is not None and lo <= 1 <= hi:  # type: ignore[operator]
-            return f"{text} against {what} {other.name} ({time_text(other)})"
-        return f"{text} faster than {what} {other.name} ({time_text(other)})"
+        how = "against" if lo is not None and lo <= 1 <= hi else "faster than"  # type: ignore[operator]
+        return f"{text} {how} {what} {other.name} ({time_text(other)})"
 
-    base = next((r for r in cells if r.recipe.baseline), None)
+    base = baseline(cells)
     slowest = "the slowest" + (" (the study's baseline)," if slow is base else ",")
     parts = [vs(slow, slowest) if slow is not best else "the only cell with a time"]
     if base is best:
@@ -309,8 +304,8 @@ class Spent:
 
 def _when(s: str) -> dt.datetime | None:
     try:
-        t = dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
-    except (ValueError, AttributeError):
+        t = dt.datetime.fromisoformat(s)  # a trailing Z included
+    except (ValueError, TypeError):
         return None
     return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
 
@@ -319,15 +314,10 @@ def time_spent(cells: list[RunResult]) -> Spent:
     parts = [x.start for r in cells for x in r.repeats if x.start is not None]
     spans = [(_when(r.started_at), _when(r.finished_at)) for r in cells]
     starts, ends = [a for a, _ in spans if a], [b for _, b in spans if b]
-    running = None
-    if both := sorted((a, b) for a, b in spans if a and b):  # seconds covered by the union of the spans
-        running, (cur_a, cur_b) = 0.0, both[0]
-        for a, b in both[1:]:
-            if a > cur_b:
-                running += (cur_b - cur_a).total_seconds()
-                cur_a = a
-            cur_b = max(cur_b, b)
-        running += (cur_b - cur_a).total_seconds()
+    running, reach = None, None
+    for a, b in sorted((a, b) for a, b in spans if a and b):  # seconds covered by the union of the spans
+        running = (running or 0.0) + max(0.0, (b - max(a, reach or a)).total_seconds())
+        reach = max(b, reach or b)
     return Spent(
         (max(ends) - min(starts)).total_seconds() if starts and ends else None,
         running,

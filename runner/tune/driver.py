@@ -294,15 +294,13 @@ def run(t: Tune, wiring: Wiring) -> Outcome:
     """Screen the candidates (the budget's share, the baseline's screen first: the gate's reference), confirm the
     best with the baseline and the hand-written cells, decide, write the report."""
     spec, out, name, stages = t.spec, t.call.out, t.name, _stages(t, wiring)
-    base = Cell(0, name, {})
-    base.screen = stages([t.load({}, f"{name}-screen")], spec.screen.examples).get(f"{name}-screen")
+    base = Cell(0, name, {}, screen=stages([t.load({}, f"{name}-screen")], spec.screen.examples).get(f"{name}-screen"))
     _screen(t, base, stages, wiring.say)
     samples = lambda r: samples_by_id(out, r) if r is not None else {}  # noqa: E731
     kept = keep_after_screen(t.to_screen, base, spec, samples)
     hand = [Cell(-1, h, {}, verdict="hand-written") for h in t.hand]
     got = stages([*_as_written(t, wiring), *(t.load(c.settings, c.name, spec.confirm.repeat) for c in kept)], None)
-    base.full = got.get(name)
-    for c in [*kept, *hand]:
+    for c in [base, *kept, *hand]:
         c.full = got.get(c.name)
     if t.call.report_only and base.screen is None and base.full is None:
         raise RunnerError(f"no stored run of this tune in {out}", field="--report-only", hint="run the tune first")
@@ -317,8 +315,8 @@ def run(t: Tune, wiring: Wiring) -> Outcome:
     ran = Ran(base, t.cells, hand, decision, versus, recipe, _front_chart(t, [base, *t.cells, *hand]))
     write_text_atomic(report := tune_report_path(out, name), tune_markdown(name, spec, t.plan, ran))
     words = decision.words + ("\n" + versus if versus else "")
-    runs = [x for c in [base, *t.to_screen, *hand] for x in (c.screen, c.full) if x is not None]
-    return Outcome(words, report, any(x.status != "ok" for x in runs))
+    runs = (x for c in [base, *t.to_screen, *hand] for x in (c.screen, c.full))
+    return Outcome(words, report, any(x is not None and x.status != "ok" for x in runs))
 
 
 def _screen(t: Tune, base: Cell, stages: Stages, say: Say) -> None:

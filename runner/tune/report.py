@@ -144,9 +144,9 @@ class Ran:
     cells: list[Cell]
     hand: list[Cell]
     decision: Decision
-    versus: str | None = None
-    recipe_yaml: str | None = None
-    chart: str | None = None
+    versus: str | None
+    recipe_yaml: str | None
+    chart: str | None
 
 
 def tune_markdown(name: str, spec: TuneSpec, plan: str, ran: Ran) -> str:
@@ -158,9 +158,11 @@ def tune_markdown(name: str, spec: TuneSpec, plan: str, ran: Ran) -> str:
         screen = "–" if c.screen is None or c.screen.status != "ok" else secs(c.screen.timings.generate_s)
         full = "–" if c.full is None else (time_cell(c.full) or c.full.status)
         what = "hand-written cell" if c in hand else settings_text(c.settings, c.labels)
-        rows.append(["base" if c is base else "hand" if c in hand else c.index, c.name, what, screen])
-        rows[-1] += [_score(c.screen, metric), full, _score(c.full, metric), c.gate or "–"]
-        rows[-1] += [secs(cost_s([c])) if c.screen or c.full else "–", "baseline" if c is base else c.verdict]
+        rows.append(
+            ["base" if c is base else "hand" if c in hand else c.index, c.name, what, screen, _score(c.screen, metric)]
+            + [full, _score(c.full, metric), c.gate or "–", secs(cost_s([c])) if c.screen or c.full else "–"]
+            + ["baseline" if c is base else c.verdict]
+        )
     head = ["#", "cell", "settings", f"screen time ({spec.screen.examples} ex.)", "screen score"]
     head += ["time on every example (95% CI)", "score", "gate against the baseline", "cost", "verdict"]
     runs = measured_runs(every)

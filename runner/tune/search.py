@@ -68,8 +68,7 @@ def keep_after_screen(cells: list[Cell], base: Cell, spec: TuneSpec, samples: An
                 c.verdict, c.gate = "dropped at the screen: its gate cannot be checked (no paired scores)", "not scored"
                 continue
             if v.hi is not None and v.hi < -v.allowed:  # its whole interval below the allowed drop: clearly worse
-                c.verdict, c.passed = "dropped at the screen: clearly below the gate", False
-                c.gate = v.words()
+                c.verdict, c.passed, c.gate = "dropped at the screen: clearly below the gate", False, v.words()
                 continue
         ranked.append((value, c))
     ranked.sort(key=lambda vc: vc[0])
@@ -92,7 +91,7 @@ def gain(
     if not a.tokens.output or not b.tokens.output:
         return None
     k = b.tokens.output / a.tokens.output
-    return ratio[0] * k, None if ratio[1] is None else ratio[1] * k, None if ratio[2] is None else ratio[2] * k
+    return tuple(None if x is None else x * k for x in ratio)  # type: ignore[return-value]
 
 
 @dataclass

@@ -162,10 +162,7 @@ class TuneSpec(StrictModel):
         for key, values in v.items():
             if key in ("name", "tune", "matrix", "variants", "baseline") or key.startswith("tune."):
                 raise ValueError(f"{key!r} cannot be an axis")
-            listed = values.values() if isinstance(values, Range) else list(values)
-            if isinstance(values, dict):
-                listed = list(values.values())
-            if not listed:
+            if not (listed := _labelled(values)[0]):
                 raise ValueError(f"axis {key!r} has no values")
             seen: set[str] = set()
             for x in listed:
@@ -177,20 +174,16 @@ class TuneSpec(StrictModel):
     def axis_values(self) -> dict[str, list[Any]]:
         return {k: _labelled(v)[0] for k, v in self.axes.items()}
 
-    def labels(self) -> dict[str, list[str | None]]:
-        """Each axis's value labels (None where the value is written as a list or range)."""
-        return {k: _labelled(v)[1] for k, v in self.axes.items()}
-
     def candidates(self) -> list[dict[str, Any]]:
         """Each combination of one value per axis, in the order the axes and values are written."""
         values = self.axis_values()
         return [dict(zip(values, combo)) for combo in itertools.product(*values.values())]
 
     def candidate_labels(self) -> list[dict[str, str]]:
-        """Parallel to `candidates()`: each candidate's labelled values, key -> label."""
-        labels = self.labels()
-        combos = itertools.product(*labels.values())
-        return [{k: lab for k, lab in zip(labels, combo) if lab is not None} for combo in combos]
+        """Parallel to `candidates()`: each candidate's labelled values, key -> label (none for a value written in
+        a list or range)."""
+        combos = itertools.product(*(_labelled(v)[1] for v in self.axes.values()))
+        return [{k: lab for k, lab in zip(self.axes, combo) if lab is not None} for combo in combos]
 
     def runs(self, screened: int, confirmed: int) -> int:
         """Measured runs: one screen each (the baseline's too), `confirm.repeat` for each confirmed, the baseline and
