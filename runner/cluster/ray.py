@@ -71,7 +71,7 @@ def split(job: Job, n: int) -> list[Replica]:
             if b > a or n == 1:
                 p = u.prepared
                 cut = replace(p, examples=p.examples[a:b], messages=p.messages[a:b], n_target=b - a)
-                units.append(u if n == 1 else replace(u, prepared=cut))
+                units.append(replace(u, prepared=cut))  # (unused for n = 1: the job is itself)
                 bounds[u.name] = (a, b)
         out.append(Replica(k, n, job if n == 1 else replace(job, units=tuple(units)), bounds, f"{key}-r{k}of{n}"))
     return out
@@ -87,8 +87,11 @@ def run_replica(rep: Replica, seeds: dict[str, list[Sample]], events: Any) -> di
     if owner.exists() and owner.read_text() != str(os.getpid()):
         time.sleep(1.5)  # a run whose worker died ends its own process group within a second (worker.py)
     owner.write_text(str(os.getpid()))
-    ctx = ray.get_runtime_context()
-    where = {"node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
+    where = {
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "node_ip": ray.util.get_node_ip_address(),
+        "pid": os.getpid(),
+    }
     events.put(("started", rep.tag, where))
     job = replace(rep.job, options=replace(rep.job.options, out=wdir, progress=False))
     folders = {u.name: RunFolder.of(wdir, u.name) for u in job.units}
@@ -158,8 +161,10 @@ def _connect(address: str | None) -> None:
     if address is None:
         ray.init(include_dashboard=False, log_to_driver=False)
         return
-    here = [str(Path(__file__).resolve().parents[1])]  # the runner package, unless a `ray job submit` driver
-    env = None if "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ else {"py_modules": here, "excludes": ["__pycache__/"]}
+    here = [str(Path(__file__).resolve().parents[1])]  # the runner package for the workers
+    env = {"py_modules": here, "excludes": ["__pycache__/"]}
+    if "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ:  # a `ray job submit` driver: the job's own env
+        env = None
     try:
         ray.init(address=address, log_to_driver=False, runtime_env=env)
     except ConnectionError as e:
@@ -182,7 +187,7 @@ def _start_ray(address: str | None) -> None:
         pending.append(signum)
 
     main = threading.current_thread() is threading.main_thread()
-    held = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    held = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
     try:
         _connect(address)
     except SystemExit as e:  # Ray's own SIGTERM handler, installed during init, caught a SIGTERM in its window
@@ -237,7 +242,7 @@ class _Call:
         self.plans = [split(j, replicas or j.units[0].loaded.recipe.replicas) for j in jobs]
         self.by_tag = {r.tag: r for reps in self.plans for r in reps}
         self.totals = {u.name: len(u.prepared.examples) for j in jobs for u in j.units}  # over the recipe's replicas
-        self.outputs: list[dict[int, Any]] = [{} for _ in jobs]  # [job][replica]: its shards or its error
+        self.outputs: list[dict[int, Any]] = [{} for _ in jobs]  # [job][replica]: shards or error
         self.results: list[list[RunResult]] = [[] for _ in jobs]
         self.bars, self.where = {}, {}  # where: replica tag -> node, pid, attempts, counts
 
@@ -296,8 +301,8 @@ class _Call:
                 rep = self.by_tag[tag]
                 for name in rep.bounds if rep.job.options.progress else ():
                     if name not in self.bars:
-                        total = self.totals[name]
-                        self.bars[name] = tqdm(total=total, desc=name, unit="ex", dynamic_ncols=True, mininterval=0.5)
+                        bar = dict(desc=name, unit="ex", dynamic_ncols=True, mininterval=0.5)
+                        self.bars[name] = tqdm(total=self.totals[name], **bar)
                 continue
             name, count = ev
             self.where[tag].setdefault("counts", {})[name] = count
@@ -330,17 +335,10 @@ class _Call:
             head = f"{unit.name}: Ray {rep.share(unit.name)} on node {node}, worker pid {pid}, attempt {attempt}"
             logs += [f"\n{LOG_MARK} {head} =====\n".encode(), shard.log if shard else b""]
             row = {k: where[k] for k in ("node_id", "node_ip", "pid") if where.get(k)}
-            row |= dict(index=rep.index, examples=list(rep.bounds[unit.name]), attempts=where.get("attempts") or 1)
-            t = res.timings
-            rows.append(
-                ReplicaRun(
-                    **row,
-                    status=res.status,
-                    load_s=t.load_s,
-                    generate_s=t.generate_s,
-                    reused_samples=res.reused_samples,
-                )
-            )
+            row |= dict(index=rep.index, examples=list(rep.bounds[unit.name]), status=res.status)
+            row |= dict(attempts=where.get("attempts") or 1, reused_samples=res.reused_samples)
+            row |= dict(load_s=res.timings.load_s, generate_s=res.timings.generate_s)
+            rows.append(ReplicaRun(**row))
             shards.append((rep, shard, res))
         write_bytes_atomic(folder.engine_log, b"".join(logs))
         samples = merge_samples(unit.prepared.examples, *[s.samples if s else {} for _, s, _ in shards])
@@ -374,12 +372,14 @@ class _Call:
             return max(spans) if None in ends else max(ends) - min(e - s for e, s in zip(ends, spans))
 
         def most(key: str) -> float | None:
-            return max((v for r in results if (v := getattr(r.memory, key)) is not None), default=None)
+            values = [getattr(r.memory, key) for r in results]
+            return max((v for v in values if v is not None), default=None)
 
         gen_s = window("generation_end", "generate_s")
         load_s = max(r.timings.load_s or 0.0 for r in results)
         timings = Timings(load_s=load_s, generate_s=gen_s, total_s=max(window("run_end", "total_s"), gen_s))
-        m = Measured(timings, most("peak_gpu_gib"), most("baseline_gpu_gib"), False, min(r.started_at for r in results))
+        started = min(r.started_at for r in results)
+        m = Measured(timings, most("peak_gpu_gib"), most("baseline_gpu_gib"), False, started)
         every = [x for x in results[0].notes if all(x in r.notes for r in results)]
         notes = every + [f"replica {p.index + 1} of {n}: {x}" for p, _, r in shards for x in r.notes if x not in every]
         if n > 1:
@@ -395,9 +395,8 @@ class _Call:
         p_tok = sum(s.prompt_tokens for s in samples)
         cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
         hit = sum(cached) / p_tok if cached and p_tok else None
-        prefix = Prefix(
-            shared_prefix_tokens=k, shared_prefix_share=k * len(samples) / p_tok if p_tok else 0.0, hit_rate=hit
-        )
+        share = k * len(samples) / p_tok if p_tok else 0.0
+        prefix = Prefix(shared_prefix_tokens=k, shared_prefix_share=share, hit_rate=hit)
         reused = sum(r.reused_samples for r in results)
         return run_result(
             unit,

@@ -42,6 +42,15 @@ FORMULAS = [
 ]
 
 
+LATENCY = [  # the latency table's columns: (name, RatePoint field, percentile)
+    (name, key, q)
+    for name, key, qs in [("TTFT", "ttft_ms", "p50 p90 p99"), ("TPOT", "tpot_ms", "p50 p90 p99")]
+    + [("ITL", "itl_ms", "p50 p99"), ("E2E", "e2e_ms", "p50 p99")]
+    + [("client wait", "queue_ms", "p99")]
+    for q in qs.split()
+]
+
+
 def _ms(x: LatencyMs | None, key: str) -> str | None:
     return None if x is None else f"{getattr(x, key):,.1f}"
 
@@ -99,13 +108,10 @@ def _tables(sv: ServingResult, metrics: list[str]) -> tuple[str, str]:
             + [f"{p.scores[m]:.3f}" if m in p.scores else None for m in metrics]
             + [_flag(sv, p)]
         )
-        pairs = [(p.ttft_ms, "p50"), (p.ttft_ms, "p90"), (p.ttft_ms, "p99"), (p.tpot_ms, "p50"), (p.tpot_ms, "p90")]
-        pairs += [(p.tpot_ms, "p99"), (p.itl_ms, "p50"), (p.itl_ms, "p99"), (p.e2e_ms, "p50"), (p.e2e_ms, "p99")]
-        lat.append([rate_label(p.rate), *(_ms(x, k) for x, k in pairs + [(p.queue_ms, "p99")])])
+        lat.append([rate_label(p.rate), *(_ms(getattr(p, key), q) for _, key, q in LATENCY)])
     heads = ["offered req/s", "achieved req/s", "output tok/s", "goodput req/s", "completed", "errors"]
     heads += ["peak in flight", "prompt tokens from cache", *(["GPU busy"] if busy else []), *metrics, ""]
-    lat_heads = ["offered req/s", "TTFT p50", "TTFT p90", "TTFT p99", "TPOT p50", "TPOT p90", "TPOT p99"]
-    lat_heads += ["ITL p50", "ITL p99", "E2E p50", "E2E p99", "client wait p99"]
+    lat_heads = ["offered req/s", *(f"{name} {q}" for name, _, q in LATENCY)]
     return table(rows, heads), table(lat, lat_heads)
 
 
@@ -121,10 +127,11 @@ def _chart(r: RunResult, path: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     x = [p.request_throughput for p in pts]
     tpot = [p.tpot_ms.p50 if p.tpot_ms else math.nan for p in pts]
+    p99 = [p.ttft_ms.p99 for p in pts]
     left.plot(x, [p.ttft_ms.p50 for p in pts], "o-", color="#1f77b4", label="TTFT p50")
-    left.plot(x, [p.ttft_ms.p99 for p in pts], "s--", color="#ff7f0e", label="TTFT p99")
+    left.plot(x, p99, "s--", color="#ff7f0e", label="TTFT p99")
     right.plot(x, tpot, "o-", color="#2ca02c", label="TPOT p50")
-    panels = [(left, [p.ttft_ms.p99 for p in pts], "time to first token"), (right, tpot, "time per output token")]
+    panels = [(left, p99, "time to first token"), (right, tpot, "time per output token")]
     for ax, ys, title in panels:
         for p, xi, yi in zip(pts, x, ys):
             if not math.isnan(yi):

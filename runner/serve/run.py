@@ -35,7 +35,7 @@ from typing import Any
 from runner.base.errors import RunnerError
 from runner.base.files import write_json_atomic, write_jsonl_atomic
 from runner.base.nvml import PeakSampler, device_facts, used_gib, wait_for_release
-from runner.base.stats import percentile, prefix_share
+from runner.base.stats import prefix_share, summary
 from runner.base.types import EngineInfo, Generation, Sampling
 from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
 from runner.folder import RunFolder
@@ -82,9 +82,17 @@ def request_body(s: Sampling) -> dict[str, Any]:
     0 (top_p 1, top_k 0 = off); top_k, min_p and repetition_penalty always sent, so the server's defaults from
     the model's generation_config do not apply; None fields left out."""
     greedy = s.temperature == 0
-    body = dict(max_tokens=s.max_tokens, temperature=s.temperature, top_p=1.0 if greedy else s.top_p)
-    body |= dict(top_k=0 if greedy else s.top_k, min_p=0.0, repetition_penalty=1.0, stop=list(s.stop) or None)
-    body |= dict(ignore_eos=s.ignore_eos or None, seed=s.seed)
+    body = dict(
+        max_tokens=s.max_tokens,
+        temperature=s.temperature,
+        top_p=1.0 if greedy else s.top_p,
+        top_k=0 if greedy else s.top_k,
+        min_p=0.0,
+        repetition_penalty=1.0,
+        stop=list(s.stop) or None,
+        ignore_eos=s.ignore_eos or None,
+        seed=s.seed,
+    )
     return {k: v for k, v in body.items() if v is not None}
 
 
@@ -122,7 +130,8 @@ class RateRun:
 
 @dataclass(frozen=True)
 class Target:
-    """Where a rate's requests go (the completions URL) and what each asks: the model's id, the recipe's sampling."""
+    """Where a rate's requests go (the completions URL) and what each asks: the model's id, the
+    recipe's sampling."""
 
     url: str
     model: str
@@ -141,8 +150,8 @@ def run_rate(target: Target, prompts: Sequence[list[int]], rate: float, load, wa
 
         async def send(session: Any, ids: list[int]) -> Any:
             async with gate:
-                args = dict(prompt=ids, api_url=target.url, prompt_len=len(ids), output_len=max_tokens)
-                args |= dict(model=target.model, extra_body=body)
+                args = dict(prompt=ids, api_url=target.url, prompt_len=len(ids))
+                args |= dict(output_len=max_tokens, model=target.model, extra_body=body)
                 return await c.async_request_openai_completions(c.RequestFuncInput(**args), session)
 
         async with aiohttp.ClientSession(timeout=c.AIOHTTP_TIMEOUT) as session:
@@ -170,10 +179,8 @@ def rate_label(rate: float | None) -> str:
 
 
 def _ms(xs: list[float]) -> LatencyMs | None:
-    ms = [x * 1000 for x in xs]
-    if not ms:
-        return None
-    return LatencyMs(mean=sum(ms) / len(ms), p50=percentile(ms, 50), p90=percentile(ms, 90), p99=percentile(ms, 99))
+    s = summary([x * 1000 for x in xs])
+    return LatencyMs(**s) if s else None
 
 
 def _good(rec: Record, slo: dict[str, float]) -> bool:
@@ -247,7 +254,8 @@ def saturation(points: list[RatePoint]) -> list[str]:
 
 @dataclass
 class Sweep:
-    """One recipe's rates against its server, in increasing order (`run`): what they measured and why it stopped."""
+    """One recipe's rates against its server, in increasing order (`run`): what they measured and
+    why it stopped."""
 
     server: Server
     unit: Unit
@@ -263,7 +271,8 @@ class Sweep:
     grown: dict[str, float] = field(default_factory=dict)  # the counters' growth over every measured request
 
     def rate(self, rate: float) -> RatePoint:
-        """One rate: warmup, prefix-cache reset, the counters read, the measured requests; scored and summarized."""
+        """One rate: warmup, prefix-cache reset, the counters read, the measured requests; scored
+        and summarized."""
         server, r, state = self.server, self.unit.loaded.recipe, {"reset": None}
         indices = r.load.request_indices(len(self.ids))
 
@@ -277,19 +286,21 @@ class Sweep:
         target = Target(f"{server.base_url}/v1/completions", r.model.id, r.sampling)
         try:
             run = run_rate(target, [self.ids[i] for i in indices], rate, r.load, warmed)
-        except OSError:  # refused or reset: a dead server says why in its log, not in the connection error
+        except OSError:  # refused or reset: a dead server says why in its log, not in the error
             if not server.exits_within(2.0):
                 raise
             raise server.died(f"during rate {rate_label(rate)} (its warm-up or requests)") from None
         before = state["before"]
-        grown = {n: v - before.get(n, 0.0) for n, v in server.counters().items() if v > before.get(n, 0.0)}
+        after = server.counters()
+        grown = {n: v - before.get(n, 0.0) for n, v in after.items() if v > before.get(n, 0.0)}
         self.grown |= {n: self.grown.get(n, 0.0) + v for n, v in grown.items()}
         samples = []
         for x in run.records:
             i, o = indices[x.index], x.out
-            g = Generation(o.generated_text, o.prompt_len, o.output_tokens or 0, None, x.ttft_s, x.e2e_s)
-            s = make_sample(self.unit.prepared.examples[i], self.texts[i], g, r, None)
-            samples.append(s if x.ok else s.model_copy(update={"scores": {}, "ttft_s": None, "latency_s": None}))
+            g = (o.generated_text, o.prompt_len, o.output_tokens or 0, None, x.ttft_s, x.e2e_s)
+            s = make_sample(self.unit.prepared.examples[i], self.texts[i], Generation(*g), r, None)
+            failed = {"scores": {}, "ttft_s": None, "latency_s": None}
+            samples.append(s if x.ok else s.model_copy(update=failed))
         hits = grown.get("vllm:prefix_cache_hits_total")
         busy = self.sampler.busy_share(run.t0, run.t0 + run.wall_s)
         self.runs.append(run), self.samples.append(samples)
@@ -305,15 +316,16 @@ class Sweep:
         )
 
     def run(self, say) -> Sweep:
-        """Every rate in increasing order until the server saturates (or every request fails, or the recipe's
-        timeout passes); raises if the server dies."""
+        """Every rate in increasing order until the server saturates (or every request fails, or
+        the recipe's timeout passes); raises if the server dies."""
         r = self.unit.loaded.recipe
         deadline = time.monotonic() + (r.timeout_s or math.inf)
         for k, rate in enumerate(r.load.request_rate):
             p, at = self.rate(rate), rate_label(rate)
             self.reasons = saturation([*self.points, p])
             self.points.append(p.model_copy(update={"saturated": bool(self.reasons)}))
-            say(f"{self.unit.name}: rate {at}: {p.completed}/{p.requests} completed, {p.request_throughput:.2f} req/s")
+            done = f"{p.completed}/{p.requests} completed, {p.request_throughput:.2f} req/s"
+            say(f"{self.unit.name}: rate {at}: {done}")
             if not self.server.alive():
                 raise self.server.died(f"during rate {at}")
             stop = (
@@ -328,23 +340,24 @@ class Sweep:
             if stop:
                 self.skipped = list(r.load.request_rate[k + 1 :])
                 higher = ", ".join(map(rate_label, self.skipped))
-                self.notes.append(stop + (f"; higher rates not run ({higher})" if self.skipped else ""))
+                self.notes.append(stop + (f"; higher rates not run ({higher})" if higher else ""))
                 say(f"{self.unit.name}: {self.notes[-1]}")
                 break
         return self
 
     def result(self, command: str, folder: RunFolder, info: EngineInfo, m: Measured) -> RunResult:
-        """The headline rate's result (the highest rate below saturation at which a request completed), every rate
-        in `serving`; samples.jsonl holds the headline rate's requests with their timings."""
+        """The headline rate's result (the highest rate below saturation at which a request
+        completed), every rate in `serving`; samples.jsonl holds the headline rate's requests with
+        their timings."""
         points = self.points
         last = len(points) - 1 if self.reasons else len(points)
         h = next((k for k in reversed(range(last)) if points[k].completed), None)
         if h is None:
             errors = " | ".join(sorted({e for p in points for e in p.error_samples})[:3])
-            raise RunnerError(
-                "no rate below saturation completed any request" + (f"; errors: {errors}" if errors else "")
-            )
-        hp, run, samples, rate = points[h], self.runs[h], self.samples[h], rate_label(points[h].rate)
+            errors = f"; errors: {errors}" if errors else ""
+            raise RunnerError("no rate below saturation completed any request" + errors)
+        hp, run, samples = points[h], self.runs[h], self.samples[h]
+        rate = rate_label(hp.rate)
         lines = [
             {**s.to_line(), "request": x.index, "rate": rate, "e2e_s": x.e2e_s, "tpot_s": x.tpot_s}
             | {"sent_s": x.sent_s, "queue_s": x.sent_s - x.due_s, "error": x.error}
@@ -352,14 +365,14 @@ class Sweep:
         ]
         write_jsonl_atomic(folder.samples, lines)
         notes = [
-            "serving run: the figures outside the serving section (time, throughput, latency, tokens, scores, "
-            f"samples.jsonl) are those of {rate} req/s, the highest rate below saturation",
+            "serving run: the figures outside the serving section (time, throughput, latency, "
+            f"tokens, scores, samples.jsonl) are those of {rate} req/s, the highest rate below "
+            "saturation",
             *self.notes,
         ]
         if hp.errors:
-            notes.append(
-                f"{hp.errors} of {hp.requests} requests failed at {rate} req/s: " + " | ".join(hp.error_samples)
-            )
+            failed = f"{hp.errors} of {hp.requests} requests failed at {rate} req/s: "
+            notes.append(failed + " | ".join(hp.error_samples))
         serving = ServingResult(
             headline_rate=hp.rate,
             saturated_rate=points[-1].rate if self.reasons else None,
@@ -369,13 +382,16 @@ class Sweep:
             command=self.server.cmd,
             rates=points,
         )
-        k, share = prefix_share([self.ids[i] for i in self.unit.loaded.recipe.load.request_indices(len(self.ids))])
-        hit = hp.cached_tokens / hp.prompt_tokens if hp.cached_tokens is not None and hp.prompt_tokens else None
+        load = self.unit.loaded.recipe.load
+        k, share = prefix_share([self.ids[i] for i in load.request_indices(len(self.ids))])
+        cached, prompt = hp.cached_tokens, hp.prompt_tokens
+        hit = cached / prompt if cached is not None and prompt else None
         prefix = Prefix(shared_prefix_tokens=k, shared_prefix_share=share, hit_rate=hit)
         tokens = Tokens(prompt=hp.prompt_tokens, output=hp.output_tokens, cached=hp.cached_tokens)
-        m = replace(m, timings=m.timings.model_copy(update={"generate_s": hp.wall_s, "gpu_busy": hp.gpu_busy}))
+        timings = m.timings.model_copy(update={"generate_s": hp.wall_s, "gpu_busy": hp.gpu_busy})
         done = [s for x, s in zip(run.records, samples) if x.ok]
-        return run_result(self.unit, command, done, info, m, notes=notes, serving=serving, tokens=tokens, prefix=prefix)
+        m, facts = replace(m, timings=timings), dict(serving=serving, tokens=tokens, prefix=prefix)
+        return run_result(self.unit, command, done, info, m, notes=notes, **facts)
 
 
 def run_serving(unit: Unit, opts: RunOptions) -> RunResult:
@@ -408,7 +424,7 @@ def _serve(unit: Unit, opts: RunOptions, folder: RunFolder, started: str, t_star
         version = str(json.loads(body).get("version", "")) if status == 200 else ""
         sw = Sweep(server, unit, texts, ids, sampler).run(say)
     after = wait_for_release(baseline)
-    if baseline is not None and after is not None and after > baseline + 1.0:
+    if None not in (baseline, after) and after > baseline + 1.0:
         used = f"{after:.1f} GiB used vs {baseline:.1f} GiB before it started"
         sw.notes.append(f"GPU memory not fully released after the server stopped: {used}")
     with open(folder.engine_log, "rb") as f:
@@ -416,4 +432,5 @@ def _serve(unit: Unit, opts: RunOptions, folder: RunFolder, started: str, t_star
         info = r.engine.served_evidence(r.model, f.read().decode("utf-8", "replace"), sw.grown, version)
     info.device, info.load_s, info.extra = device_facts().get("gpu", ""), server.startup_s or 0.0, {"env": env}
     timings = Timings(load_s=server.startup_s, total_s=time.perf_counter() - t_start)
-    return sw.result(opts.command, folder, info, Measured(timings, sampler.peak, sampler.start_gib, False, started))
+    m = Measured(timings, sampler.peak, sampler.start_gib, False, started)
+    return sw.result(opts.command, folder, info, m)

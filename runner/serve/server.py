@@ -7,6 +7,7 @@ whole session when the runner that started it dies, even by SIGKILL; on every ot
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -65,11 +66,12 @@ class Server:
     """A server process in a session of its own, healthy between `__enter__` and `__exit__`. Leaving (normally,
     on an error, Ctrl-C or SIGTERM) ends the whole session: SIGTERM, then SIGKILL after `grace_s`."""
 
+    proc: subprocess.Popen | None = None
+    startup_s: float | None = None
+    grace_s = 5.0
+
     def __init__(self, cmd: list[str], base_url: str, log: Path, env: dict[str, str], timeout_s: float = 900.0):
         self.cmd, self.base_url, self.log, self.env, self.timeout_s = cmd, base_url.rstrip("/"), log, env, timeout_s
-        self.proc: subprocess.Popen | None = None
-        self.startup_s: float | None = None
-        self.grace_s = 5.0
 
     def __enter__(self) -> Server:
         old = signal.getsignal(signal.SIGTERM)
@@ -98,10 +100,9 @@ class Server:
             kept = json.loads(self.session_file.read_text())
             sid, cmd = int(kept["session"]), "\0".join(kept["cmd"]).encode()
         except (OSError, ValueError, KeyError, TypeError):
-            self.session_file.unlink(missing_ok=True)
-            return None
+            sid = None
         self.session_file.unlink(missing_ok=True)
-        if not any(cmdline(pid).startswith(cmd) for pid in session_members(sid)):
+        if sid is None or not any(cmdline(pid).startswith(cmd) for pid in session_members(sid)):
             return None
         kill_group(sid, self.grace_s)
         return sid
@@ -148,9 +149,8 @@ class Server:
 
     def exits_within(self, seconds: float) -> bool:
         """Whether the server has exited, or does within `seconds` (a connection error can come just before)."""
-        end = time.monotonic() + seconds
-        while self.alive() and time.monotonic() < end:
-            time.sleep(0.05)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(seconds)
         return not self.alive()
 
     def alive(self) -> bool:
