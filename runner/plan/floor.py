@@ -109,14 +109,14 @@ def get_gpu(name: str) -> GPU:
     return g
 
 
-def gpu_from_nvml(index: int = 0) -> GPU | None:
+def gpu_from_nvml() -> GPU | None:
     """The local GPU from NVML: its name and total memory, the table's peaks when its name matches exactly.
     None without ``pynvml``, a driver or a device."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
         raw = pynvml.nvmlDeviceGetName(h)
         total = pynvml.nvmlDeviceGetMemoryInfo(h).total
     except Exception:  # noqa: BLE001  no library, no driver, no device: the GPU is simply not known

@@ -57,7 +57,6 @@ DTYPE_BYTES = {"float16": 2, "half": 2, "bfloat16": 2, "float32": 4, "float": 4}
 class ModelShape:
     """The dimensions that size a dense decoder-only transformer."""
 
-    model_type: str  # config.json model_type.
     hidden: int  # hidden_size (H).
     layers: int  # num_hidden_layers (L).
     heads: int  # num_attention_heads (nh).
@@ -82,13 +81,12 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
     for key in ("num_experts", "num_local_experts", "n_routed_experts"):
         if c.get(key):
             raise ValueError(f"mixture-of-experts configs ({key}={c[key]}) are not modelled")
-    mt = str(c.get("model_type", ""))
+    mt, bias = str(c.get("model_type", "")), bool(c.get("attention_bias"))
     heads, hidden = _size(c, "num_attention_heads", 1 << 14), _size(c, "hidden_size", 1 << 20)
     max_position = (
         _size(c, "max_position_embeddings", 1 << 26) if c.get("max_position_embeddings") is not None else None
     )
     return ModelShape(
-        model_type=mt,
         hidden=hidden,
         layers=_size(c, "num_hidden_layers", 10_000),
         heads=heads,
@@ -97,9 +95,9 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
         intermediate=_size(c, "intermediate_size", 1 << 24),
         vocab=_size(c, "vocab_size", 1 << 24),
         tied=bool(c.get("tie_word_embeddings", mt.startswith("gemma"))),
-        qkv_bias=bool(c.get("attention_bias", False)) or mt == "qwen2",
-        o_bias=bool(c.get("attention_bias", False)),
-        mlp_bias=bool(c.get("mlp_bias", False)),
+        qkv_bias=bias or mt == "qwen2",
+        o_bias=bias,
+        mlp_bias=bool(c.get("mlp_bias")),
         qk_norm=mt.startswith("qwen3"),
         max_position=max_position,
         dtype=str(c.get("torch_dtype") or c.get("dtype") or "bfloat16"),
@@ -172,9 +170,8 @@ def resolve_quantization(config: Mapping[str, Any], quantization: str | None = N
     if method == "fp8":
         return Quantization(method="fp8", bits=8)
     if method == "bitsandbytes":
-        eight = str(name).lower().endswith("-8bit") or bool(qc.get("load_in_8bit", False))
-        bits, double = 8 if eight else 4, bool(qc.get("bnb_4bit_use_double_quant", False))
-        return Quantization(method=method, bits=bits, double_quant=double)
+        eight = str(name).lower().endswith("-8bit") or qc.get("load_in_8bit")
+        return Quantization(method, 8 if eight else 4, double_quant=bool(qc.get("bnb_4bit_use_double_quant")))
     if qc.get("quant_method") not in ("awq", "gptq"):
         raise ValueError(f"{method} needs a checkpoint whose config.json has an {method} quantization_config")
     zero = bool(qc.get("zero_point", True)) if method == "awq" else True

@@ -238,7 +238,7 @@ def _layout(lr: LoadedRecipe, prepared: Prepared, ids: list[list[int]]) -> Layou
     rows = [{"question": e.question, "context": e.context} for e in prepared.examples]
     values = list(dict.fromkeys(str(row[v]) for row in rows for v in order))
     encoded = dict(zip(values, count_texts(lr.recipe.model, values)))
-    head = list(ids[0][: common_prefix_len(ids)]) if ids else []
+    head = ids[0][: common_prefix_len(ids)] if ids else []
     return LayoutInputs(examples=encode_examples(rows, encoded.__getitem__, order), order=order, head_ids=head)
 
 
@@ -270,10 +270,7 @@ def plan_recipe(
         s = replace(s, dtype=(on is None and cpu_dtype) or s.dtype, max_model_len=context_length(lr))
         return tokens_plan(p, config, on, s, _not_planned(r.engine, on, gpu))
     inputs = _once("layout", ids, (), lambda: _layout(lr, prepared, ids)) if layout else None
-    plan = make_plan(replace(p, layout=inputs), config, gpu, s)
-    if r.engine.prefix_cache_field is None:  # an engine without a prefix cache: no "turn it on" advice
-        plan = plan.model_copy(update={"notes": [n for n in plan.notes if not n.startswith("prefix caching is off")]})
-    return plan
+    return make_plan(replace(p, layout=inputs), config, gpu, s)
 
 
 def _not_planned(engine: Any, on: GPU | None, asked: GPU | None) -> str:
@@ -374,8 +371,9 @@ def predicted_vs_measured(r: RunResult) -> list[str]:
     p = r.plan
     if not p or r.status != "ok":
         return []
+    title = ["", "## Predicted and measured", ""]
     if p.get("error"):
-        return ["", "## Predicted and measured", "", f"No prediction: {p['error']}"]
+        return [*title, f"No prediction: {p['error']}"]
     rows, warn = [], []
     weights = (p.get("memory") or {}).get("weights_gpu_gib", p.get("weights_gib"))
     pairs = [  # label, prediction, measurement, and how far apart before the report warns (issue-set tolerances)
@@ -391,10 +389,10 @@ def predicted_vs_measured(r: RunResult) -> list[str]:
         rows.append([label, fmt(pred), fmt(meas), "–" if off is None else f"{off:+.2%}"])
         if off is not None and abs(off) > tolerance:
             warn.append(f"> **Warning**: predicted {label} off by {off:+.1%} (tolerance ±{tolerance:.1%}).")
-    floor, gen, roof = p.get("floor_s"), r.timings.generate_s, roofline(r)
+    floor, roof = p.get("floor_s"), roofline(r)
     if floor is not None:
         roof_cell = "–" if roof is None else f"roofline {roof:.0%}"
-        rows.append(["generation floor (s)", f"{floor:.2f} ({p.get('bound')})", fmt(gen), roof_cell])
+        rows.append(["generation floor (s)", f"{floor:.2f} ({p.get('bound')})", fmt(r.timings.generate_s), roof_cell])
     if not rows:
         return []
     if (roof or 0) > 1:
@@ -404,10 +402,8 @@ def predicted_vs_measured(r: RunResult) -> list[str]:
         )
     on = f"GPU {p['gpu']}" if p.get("gpu") else "on the CPU"
     head = f"Predicted before the engine started (`runner plan`, {on}); measured in this run."
-    out = ["", "## Predicted and measured", "", head, "", table(rows, ["", "predicted", "measured", "off by"])]
-    for w in warn:
-        out += ["", w]
-    return out
+    out = [*title, head, "", table(rows, ["", "predicted", "measured", "off by"])]
+    return out + [x for w in warn for x in ("", w)]
 
 
 def roofline(r: RunResult) -> float | None:
