@@ -215,7 +215,8 @@ def _axis(key: str, spec: Any, what: str, where: str) -> Axis:
     elif isinstance(spec, dict):
         values, labels = list(spec.values()), [_label_key(k, what, where) for k in spec]
         if bad := [lab for lab in labels if not LABEL_PATTERN.match(lab)]:
-            raise _err(where, what, f"label {bad[0]!r}: labels may hold letters, digits and ._- only")
+            msg = f"label {bad[0]!r}: labels may hold letters, digits and ._- only"
+            raise _err(where, what, msg)
     else:
         msg = f"expected a list of values or a mapping label -> value, got {spec!r}"
         raise _err(where, what, msg, "a setting with one value belongs at its own key")
@@ -319,8 +320,8 @@ def describe(cell: dict[str, Any], axes: Iterable[Axis]) -> str:
 
 @dataclass(frozen=True)
 class Grid:
-    """A study file's `matrix` axes, `variants` and `exclude` entries (values resolved), parsed; `all_axes`: the
-    matrix axes, then `variant` when there are variants."""
+    """A study file's `matrix` axes, `variants` and `exclude` entries (values resolved), parsed;
+    `all_axes`: the matrix axes, then `variant` when there are variants."""
 
     axes: list[Axis]
     variants: dict[str, dict]
@@ -330,13 +331,15 @@ class Grid:
 
 def parse_grid(f: RecipeFile) -> Grid:
     where = str(f.path)
-    axes, variants = parse_axes(f.keys.get("matrix"), where), parse_variants(f.keys.get("variants"), where)
+    axes = parse_axes(f.keys.get("matrix"), where)
+    variants = parse_variants(f.keys.get("variants"), where)
     all_axes = (*axes, *([Axis("variant", tuple(variants), tuple(variants))] if variants else []))
     return Grid(axes, variants, parse_excludes(f.keys.get("exclude"), all_axes, where), all_axes)
 
 
 def expand(f: RecipeFile, name: str, g: Grid) -> list[Cell]:
-    """The cells of study `f` named `name`: each variant with each combination of the axes it leaves free."""
+    """The cells of study `f` named `name`: each variant with each combination of the axes it leaves
+    free."""
     where, vnames = str(f.path), [*g.variants] or [None]
     if (total := len(vnames) * math.prod(len(a.values) for a in g.axes)) > MAX_CELLS:
         msg = f"the study makes {total:,} cells before `exclude`; at most {MAX_CELLS:,}"
@@ -354,7 +357,8 @@ def expand(f: RecipeFile, name: str, g: Grid) -> list[Cell]:
             if any(all(k in match and same(match[k], x) for k, x in e.items()) for e in g.excludes):
                 continue
             labels = [lab for a in free if len(a.values) > 1 and (lab := a.label(chosen[a.key]))]
-            cell_name = "-".join([name, *([v] if v is not None and len(g.variants) > 1 else []), *labels])
+            named = [v] if v is not None and len(g.variants) > 1 else []  # the variant, of several
+            cell_name = "-".join([name, *named, *labels])
             cell = {k: x for k, x in match.items() if k in varying}
             cells.append(Cell(cell_name, cell, _cell_data(f, setting, cell_name), origins))
     if not cells:
@@ -447,7 +451,7 @@ def study_file(f: RecipeFile, overrides: list[str], mp: Mapping[str, str], keep:
         if clash := _clash([a.key for a in g.all_axes], k):
             msg = f"--set {k}: the study varies {clash!r} across its cells; setting it for every cell would make "
             raise _err(where, "--set", msg + "cells the same", "pick cells by name, or change the study's matrix")
-    cells, loaded = expand(f, name, g), []
+    cells, loaded, by_key = expand(f, name, g), [], {a.key: a for a in g.all_axes}
     if isinstance(base := f.data.get("baseline"), str):  # `baseline: CELL`: that cell alone is the baseline
         if base not in (names := [c.name for c in cells]):
             raise _err(where, "baseline", f"{base!r} names no cell of the study; its cells: {', '.join(names)}")
@@ -455,10 +459,11 @@ def study_file(f: RecipeFile, overrides: list[str], mp: Mapping[str, str], keep:
     for index, c in enumerate(cells):
         if keep is not None and not keep(c.name):
             continue
-        title, at = f"cell {c.name!r} ({describe(c.cell, g.axes)}): invalid recipe", locator(f.sources, sets, c.origins)
+        title = f"cell {c.name!r} ({describe(c.cell, g.axes)}): invalid recipe"
         # the study file's short label of each varying value (what reports show), where it has one
-        labels = {k: lab for a in g.all_axes if (k := a.key) in c.cell and (lab := a.label(c.cell[k]))}
+        labels = {k: lab for k, v in c.cell.items() if k in by_key and (lab := by_key[k].label(v))}
         cell = StudyCell(study=name, settings=c.cell, labels=labels, axes=report and report.model_dump(), index=index)
+        at = locator(f.sources, sets, c.origins)
         loaded.append(finish(f, c.data, overrides, mp, at, title=title, cell=cell))
     return Study("study", g.all_axes, report, tuple(loaded))
 
@@ -468,8 +473,10 @@ def cell_file(path: str | Path, name: str, field: str) -> RecipeFile:
     file's sources; `field` names what asked for it in an error."""
     f = read_recipe_file(path)
     if not f.is_study:
-        raise _err(str(f.path), field, "names a cell, but the file is not a study (no `matrix` or `variants`)")
-    if name not in (cells := {c.name: c for c in expand(f, str(f.data.get("name")), parse_grid(f))}):
+        msg = "names a cell, but the file is not a study (no `matrix` or `variants`)"
+        raise _err(str(f.path), field, msg)
+    cells = {c.name: c for c in expand(f, str(f.data.get("name")), parse_grid(f))}
+    if name not in cells:
         close = difflib.get_close_matches(name, list(cells), n=1)
         hint = f"did you mean {close[0]!r}?" if close else "runner check FILE lists the cells"
         raise _err(str(f.path), field, f"{name!r} names no cell of the study", hint)

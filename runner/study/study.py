@@ -158,11 +158,13 @@ def pivot(cells: list[RunResult], axes: Axes, rows: str | None, cols: str | None
         if (slot := next((g for g in grid if g[0] == key and ck not in g[1]), None)) is None:
             grid.append(slot := (key, {}))
         slot[1][ck] = time_text(r, bold=r is best)
+    label = lambda k, v: value_label(v, axis=k, labels=names)
     short_key = (cols or "").rsplit(".", 1)[-1]
-    named = lambda lab: lab if lab.startswith(f"{short_key}-") else f"{short_key}={lab}"  # a label that has the key
-    heads = [cell(named(value_label(v, axis=cols, labels=names))) for v in axes[cols]] if cols else ["generation time"]
-    row = lambda key: [value_label(axes[k][i], axis=k, labels=names) for k, i in zip(lead, key, strict=True)]
-    body = [row(key) + [got.get(c) for c in range(len(heads))] for key, got in sorted(grid, key=lambda g: g[0])]
+    named = lambda lab: lab if lab.startswith(f"{short_key}-") else f"{short_key}={lab}"
+    heads = [cell(named(label(cols, v))) for v in axes[cols]] if cols else ["generation time"]
+    row = lambda key: [label(k, axes[k][i]) for k, i in zip(lead, key, strict=True)]
+    grid.sort(key=lambda g: g[0])
+    body = [row(key) + [got.get(c) for c in range(len(heads))] for key, got in grid]
     return table(body, lead + heads)
 
 
@@ -229,8 +231,10 @@ def effects_section(effects: list[Effect], labels: Labels | None = None) -> list
     rows, lines = [], []
     for e in effects:
         change = f"{value_label(e.frm, axis=e.axis, labels=labels)} → {value_label(e.to, axis=e.axis, labels=labels)}"
-        speed = ratio_text(e.speedup, e.low, e.high, "~" if e.approx else "") if e.speedup is not None else None
-        changes = [f"{round(d, 3) + 0.0:+.3f}" if (d := score_change(e, m)) is not None else None for m in metrics]
+        approx = "~" if e.approx else ""
+        speed = ratio_text(e.speedup, e.low, e.high, approx) if e.speedup is not None else None
+        deltas = [score_change(e, m) for m in metrics]
+        changes = [f"{round(d, 3) + 0.0:+.3f}" if d is not None else None for d in deltas]
         rows.append([e.axis, change, speed, len(e.pairs), *changes])
         if e.pairs:
             each = (f"{a.name} → {b.name} ({ratio_text(*speedup(a, b))})" for a, b in e.pairs)  # type: ignore[misc]
@@ -263,7 +267,8 @@ def fastest_section(cells: list[RunResult], metric: str | None, stopped: Collect
             return f"{what} {other.name} timed other examples ({examples(other)[1]:,})"
         ratio, lo, hi = got
         text = ratio_text(ratio, lo, hi, "~" if (best.estimate or other.estimate) else "")
-        how = "against" if lo is not None and lo <= 1 <= hi else "faster than"  # type: ignore[operator]
+        tied = lo is not None and lo <= 1 <= hi  # type: ignore[operator]
+        how = "against" if tied else "faster than"
         return f"{text} {how} {what} {other.name} ({time_text(other)})"
 
     base = baseline(cells)
@@ -315,7 +320,7 @@ def time_spent(cells: list[RunResult]) -> Spent:
     spans = [(_when(r.started_at), _when(r.finished_at)) for r in cells]
     starts, ends = [a for a, _ in spans if a], [b for _, b in spans if b]
     running, reach = None, None
-    for a, b in sorted((a, b) for a, b in spans if a and b):  # seconds covered by the union of the spans
+    for a, b in sorted((a, b) for a, b in spans if a and b):  # the union of the spans, in seconds
         running = (running or 0.0) + max(0.0, (b - max(a, reach or a)).total_seconds())
         reach = max(b, reach or b)
     return Spent(

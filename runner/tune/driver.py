@@ -92,7 +92,8 @@ class Tune:
         return self.base.recipe.name
 
     def load(self, settings: dict[str, Any], cell: str | None, repeat: int = 1) -> LoadedRecipe:
-        return load_cell(self.src, self.call, settings, cell, (repeat, self.spec.confirm.interleave))
+        run = (repeat, self.spec.confirm.interleave)
+        return load_cell(self.src, self.call, settings, cell, run)
 
 
 def read_spec(path: Path) -> tuple[RecipeFile, TuneSpec]:
@@ -127,7 +128,8 @@ def prepare(call: Call, wiring: Wiring) -> Tune:
         why = "every candidate is the recipe as written: the axes change nothing"
         if first := next((c.verdict for c in cells if c.verdict.startswith("invalid")), None):
             first = first.removeprefix("invalid: ")
-            why = f"all {len(cells)} candidates are refused by the recipe's checks; the first: {first}"
+            why = f"all {len(cells)} candidates are refused by the recipe's checks; "
+            why += f"the first: {first}"
         hint = "fix the axes' keys or values (runner check)"
         raise RunnerError(why, file=str(call.path), field="tune.axes", hint=hint)
     screened = spec.plan(len(valid))[0]
@@ -142,12 +144,14 @@ def prepare(call: Call, wiring: Wiring) -> Tune:
 
 
 def _candidates(src: RecipeFile, call: Call, spec: TuneSpec, base: LoadedRecipe) -> list[Cell]:
-    """Every candidate, named `<name>-tNN`; one the recipe's checks refuse (e.g. vLLM's step smaller than its
-    sequences) or that is the recipe as written has its verdict already."""
+    """Every candidate, named `<name>-tNN`; one the recipe's checks refuse (e.g. vLLM's step
+    smaller than its sequences) or that is the recipe as written has its verdict already."""
     cands, labels = spec.candidates(), spec.candidate_labels()
-    width = len(str(len(cands)))  # t1..t9, t01..t10, ...: more candidates later rename them (their runs start over)
+    # t1..t9, t01..t10, ...: more candidates later rename them (their runs start over)
+    width = len(str(len(cands)))
     name, as_written = base.recipe.name, base.recipe.model_dump(exclude={"name"})
-    cells = [Cell(i, f"{name}-t{i:0{width}d}", c, lab) for i, (c, lab) in enumerate(zip(cands, labels), 1)]
+    numbered = enumerate(zip(cands, labels), 1)
+    cells = [Cell(i, f"{name}-t{i:0{width}d}", c, lab) for i, (c, lab) in numbered]
     for c in cells:
         try:
             lr = load_cell(src, call, c.settings, c.name)
@@ -207,11 +211,15 @@ def _source(path: Path, f: RecipeFile, spec: TuneSpec, cell_file: CellFile) -> t
 
 
 def load_cell(
-    src: RecipeFile, call: Call, settings: dict[str, Any], cell: str | None, run: tuple[int, str] = (1, "auto")
+    src: RecipeFile,
+    call: Call,
+    settings: dict[str, Any],
+    cell: str | None,
+    run: tuple[int, str] = (1, "auto"),
 ) -> LoadedRecipe:
-    """The recipe `src` with one candidate's settings set into its data (as a study's matrix values are), named
-    `cell` (None: its own name), with `run`'s repeat and interleave, then the call's --set items and --model-path
-    mappings, validated."""
+    """The recipe `src` with one candidate's settings set into its data (as a study's matrix
+    values are), named `cell` (None: its own name), with `run`'s repeat and interleave, then the
+    call's --set items and --model-path mappings, validated."""
     data = copy.deepcopy(src.data)
     run = {**({"name": cell} if cell else {}), "repeat": run[0], "interleave": run[1]}
     for k, v in {**settings, **run}.items():
@@ -272,11 +280,12 @@ class Outcome:
     failed: bool
 
 
-Stages = Callable[[list[LoadedRecipe], int | None], dict[str, RunResult]]  # runs -> their results, by name
+Stages = Callable[[list[LoadedRecipe], int | None], dict[str, RunResult]]  # runs -> results by name
 
 
 def _stages(t: Tune, wiring: Wiring) -> Stages:
-    """The tune's runs, stage by stage, through the orchestrator (`report_only`: what is stored of these very runs)."""
+    """The tune's runs, stage by stage, through the orchestrator (`report_only`: what is stored of
+    these very runs)."""
     c, ex = t.call, Executor(kind="local", in_process=t.call.in_process)
 
     def run(loaded: list[LoadedRecipe], limit: int | None) -> dict[str, RunResult]:
@@ -294,12 +303,14 @@ def run(t: Tune, wiring: Wiring) -> Outcome:
     """Screen the candidates (the budget's share, the baseline's screen first: the gate's reference), confirm the
     best with the baseline and the hand-written cells, decide, write the report."""
     spec, out, name, stages = t.spec, t.call.out, t.name, _stages(t, wiring)
-    base = Cell(0, name, {}, screen=stages([t.load({}, f"{name}-screen")], spec.screen.examples).get(f"{name}-screen"))
+    screen = f"{name}-screen"
+    base = Cell(0, name, {}, screen=stages([t.load({}, screen)], spec.screen.examples).get(screen))
     _screen(t, base, stages, wiring.say)
     samples = lambda r: samples_by_id(out, r) if r is not None else {}  # noqa: E731
     kept = keep_after_screen(t.to_screen, base, spec, samples)
     hand = [Cell(-1, h, {}, verdict="hand-written") for h in t.hand]
-    got = stages([*_as_written(t, wiring), *(t.load(c.settings, c.name, spec.confirm.repeat) for c in kept)], None)
+    confirm = [t.load(c.settings, c.name, spec.confirm.repeat) for c in kept]
+    got = stages([*_as_written(t, wiring), *confirm], None)
     for c in [base, *kept, *hand]:
         c.full = got.get(c.name)
     if t.call.report_only and base.screen is None and base.full is None:
@@ -312,7 +323,8 @@ def run(t: Tune, wiring: Wiring) -> Outcome:
         data = json.loads(json.dumps(t.src.data))
         apply_overrides(data, list(t.call.sets), {}, str(t.call.path))
         recipe = winner_yaml(data, decision.winners[0].settings, name)
-    ran = Ran(base, t.cells, hand, decision, versus, recipe, _front_chart(t, [base, *t.cells, *hand]))
+    chart = _front_chart(t, [base, *t.cells, *hand])
+    ran = Ran(base, t.cells, hand, decision, versus, recipe, chart)
     write_text_atomic(report := tune_report_path(out, name), tune_markdown(name, spec, t.plan, ran))
     words = decision.words + ("\n" + versus if versus else "")
     runs = (x for c in [base, *t.to_screen, *hand] for x in (c.screen, c.full))

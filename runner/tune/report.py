@@ -137,8 +137,9 @@ def _front_section(ran: Ran, metric: str | None) -> list[str]:
 
 @dataclass(frozen=True)
 class Ran:
-    """What a tune ran and came to, for its report: the baseline, every candidate, the hand-written cells, the
-    decision, the pick against the fastest hand-written cell in words, the winner's recipe and the front chart."""
+    """What a tune ran and came to, for its report: the baseline, every candidate, the
+    hand-written cells, the decision, the pick against the fastest hand-written cell in words, the
+    winner's recipe and the front chart."""
 
     base: Cell
     cells: list[Cell]
@@ -158,11 +159,10 @@ def tune_markdown(name: str, spec: TuneSpec, plan: str, ran: Ran) -> str:
         screen = "–" if c.screen is None or c.screen.status != "ok" else secs(c.screen.timings.generate_s)
         full = "–" if c.full is None else (time_cell(c.full) or c.full.status)
         what = "hand-written cell" if c in hand else settings_text(c.settings, c.labels)
-        rows.append(
-            ["base" if c is base else "hand" if c in hand else c.index, c.name, what, screen, _score(c.screen, metric)]
-            + [full, _score(c.full, metric), c.gate or "–", secs(cost_s([c])) if c.screen or c.full else "–"]
-            + ["baseline" if c is base else c.verdict]
-        )
+        cost = secs(cost_s([c])) if c.screen or c.full else "–"
+        rows.append(["base" if c is base else "hand" if c in hand else c.index, c.name, what, screen])
+        rows[-1] += [_score(c.screen, metric), full, _score(c.full, metric), c.gate or "–", cost]
+        rows[-1].append("baseline" if c is base else c.verdict)
     head = ["#", "cell", "settings", f"screen time ({spec.screen.examples} ex.)", "screen score"]
     head += ["time on every example (95% CI)", "score", "gate against the baseline", "cost", "verdict"]
     runs = measured_runs(every)

@@ -68,7 +68,8 @@ def keep_after_screen(cells: list[Cell], base: Cell, spec: TuneSpec, samples: An
                 c.verdict, c.gate = "dropped at the screen: its gate cannot be checked (no paired scores)", "not scored"
                 continue
             if v.hi is not None and v.hi < -v.allowed:  # its whole interval below the allowed drop: clearly worse
-                c.verdict, c.passed, c.gate = "dropped at the screen: clearly below the gate", False, v.words()
+                c.verdict, c.passed = "dropped at the screen: clearly below the gate", False
+                c.gate = v.words()
                 continue
         ranked.append((value, c))
     ranked.sort(key=lambda vc: vc[0])
@@ -114,13 +115,12 @@ def front(cells: Sequence[Cell], metric: str | None) -> list[Cell]:
     from runner.report.markdown import cost_figures
     from runner.report.plots import pareto_front
 
-    timed = {id(c): t for c in cells if c.full is not None and c.full.status == "ok" and (t := estimate(c.full))}
-    done = [c for c in cells if id(c) in timed]
+    done = [c for c in cells if c.full is not None and c.full.status == "ok" and estimate(c.full)]
     usd = [(cost_figures(c.full) or {}).get("usd_run") for c in done]  # type: ignore[arg-type]
     scored = metric is not None and all(c.full.scores_meaningful and metric in c.full.scores for c in done)  # type: ignore[union-attr]
     points = []
     for c, dollars in zip(done, usd):
-        p = [timed[id(c)][0]]
+        p = [estimate(c.full)[0]]  # type: ignore[arg-type, index]
         p += [-c.full.scores[metric]] if scored else []  # type: ignore[union-attr, index]
         p += [dollars] if all(u is not None for u in usd) else []
         points.append(tuple(p))
@@ -141,11 +141,13 @@ def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any, hand
     """Gate each confirmed candidate on the full set against the baseline, then the fastest that passed; the
     runner-up is named with it when their ratio's 95% interval holds 1 (no clear difference). The `hand`-written
     cells that finished are gated too (shown, never candidates)."""
-    if missing := [c.name for c in [base, *confirmed] if c.full is None]:  # interrupted, or --report-only early
+    # an interrupted call, or --report-only before the confirmation ran
+    if missing := [c.name for c in [base, *confirmed] if c.full is None]:
         for c in confirmed:
             c.verdict = "confirmation not finished" if c.full is None else c.verdict
-        words = f"Unfinished: {len(missing)} of {len(confirmed) + 1} confirmation runs are not stored yet "
-        return Decision([], None, words + f"({', '.join(missing)}); the same command continues the tune.")
+        words = f"Unfinished: {len(missing)} of {len(confirmed) + 1} confirmation runs are not "
+        words += f"stored yet ({', '.join(missing)}); the same command continues the tune."
+        return Decision([], None, words)
     if base.full.status != "ok":  # type: ignore[union-attr]  (not missing: checked above)
         words = f"The recipe as written ({base.name}) failed on every example: nothing to compare the candidates "
         return Decision([], None, words + "with (its report says why).")
@@ -154,7 +156,7 @@ def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any, hand
         if h.full is not None and h.full.status == "ok":
             h.passed, h.gate = gate_words(samples(h.full), bs, spec.gate)
     on_front = front([base, *confirmed, *hand], spec.gate.metric if spec.gate else None)
-    key = lambda c: (c not in on_front, objective(c.full, spec))  # noqa: E731  (the front's first, then fastest)
+    key = lambda c: (c not in on_front, objective(c.full, spec))  # the front's first, then fastest
     ok = sorted(_passed(confirmed, bs, spec, samples), key=key)
     if not ok:
         return Decision([], None, "No candidate passed: the recipe as written stays.", on_front)
@@ -162,7 +164,8 @@ def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any, hand
 
 
 def _passed(confirmed: list[Cell], bs: dict, spec: TuneSpec, samples: Any) -> list[Cell]:
-    """The confirmed cells that finished and passed the gate (a gate that cannot be checked is not passed)."""
+    """The confirmed cells that finished and passed the gate (a gate that cannot be checked is not
+    passed)."""
     out = []
     for c in confirmed:
         if objective(c.full, spec) is None:
@@ -184,8 +187,8 @@ def _above(g: tuple[float, float | None, float | None] | None) -> bool:
 
 
 def _crown(ok: list[Cell], base: Cell, spec: TuneSpec, k: int) -> tuple[list[Cell], Any, str]:
-    """(winners, the best against the baseline, the words) among the passed cells `ok`, the front's first, fastest
-    first; `k`: the confirmed candidates the best was picked from."""
+    """(winners, the best against the baseline, the words) among the passed cells `ok`, the front's
+    first, fastest first; `k`: the confirmed candidates the best was picked from."""
     best, level = ok[0], family_level(k)
     vs = gain(base.full, best.full, spec, level)
     if not _above(vs):  # the recipe as written is the one to beat
@@ -197,14 +200,16 @@ def _crown(ok: list[Cell], base: Cell, spec: TuneSpec, k: int) -> tuple[list[Cel
         if vs is not None and vs[0] > 1 and (n := repeats_to_tell(base.full, best.full)):  # type: ignore[arg-type]
             words += f" About {n:,} repeats each would tell a difference this size at this noise (80% power)."
         return [], vs, words + " The recipe as written stays."
-    winners = [best]  # and those within the best's noise that are themselves clearly better than the recipe as written
+    winners = [best]  # and those within its noise, clearly faster than the recipe as written too
     for other in ok[1:]:
-        tied = (ratio := gain(other.full, best.full, spec)) is not None and not clear(ratio[1], ratio[2])
+        ratio = gain(other.full, best.full, spec)
+        tied = ratio is not None and not clear(ratio[1], ratio[2])
         if tied and _above(gain(base.full, other.full, spec, level)):
             winners.append(other)
     for c in ok:
         c.verdict = "winner" if c is best and len(winners) == 1 else "tied for fastest" if c in winners else "passed"
-    words = f"**{best.name}** is the fastest that passed, clearly faster than the recipe as written{_level_words(k)}."
+    words = f"**{best.name}** is the fastest that passed, clearly faster than the recipe as written"
+    words += f"{_level_words(k)}."
     if len(winners) > 1:
         others = ", ".join(f"**{c.name}**" for c in winners[1:])
         words = f"No single winner: **{best.name}** and {others} are within each other's noise (the 95% interval of "

@@ -180,8 +180,8 @@ class TuneSpec(StrictModel):
         return [dict(zip(values, combo)) for combo in itertools.product(*values.values())]
 
     def candidate_labels(self) -> list[dict[str, str]]:
-        """Parallel to `candidates()`: each candidate's labelled values, key -> label (none for a value written in
-        a list or range)."""
+        """Parallel to `candidates()`: each candidate's labelled values, key -> label (none for a
+        value written in a list or range)."""
         combos = itertools.product(*(_labelled(v)[1] for v in self.axes.values()))
         return [{k: lab for k, lab in zip(self.axes, combo) if lab is not None} for combo in combos]
 
