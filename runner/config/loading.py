@@ -127,7 +127,10 @@ def _unknown_key(loc: tuple, data: Any, set_by_call: bool) -> str:
     key = str(loc[-1])
     msg = f"--set {'.'.join(map(str, loc))}: no such key" if set_by_call else f"unknown key {key!r}"
     homes = _home_of(key) if len(loc) == 1 else []
-    msg += f"; did you mean {' or '.join(map(repr, homes))}?" if homes else _did_you_mean(key, allowed)
+    if homes:
+        msg += f"; did you mean {' or '.join(map(repr, homes))}?"
+    else:
+        msg += _did_you_mean(key, allowed)
     return msg + (" Allowed here: " + ", ".join(allowed) if allowed else "")
 
 

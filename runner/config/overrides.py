@@ -114,7 +114,8 @@ def text_field(target: Any) -> tuple[bool, bool]:
 def parse_set(items: list[str]) -> dict[str, str]:
     """The --set items as dotted key -> the value as typed."""
     out = {}
-    err = partial(RecipeError, field="--set", hint="write --set key.path=value, e.g. --set sampling.max_tokens=64")
+    hint = "write --set key.path=value, e.g. --set sampling.max_tokens=64"
+    err = partial(RecipeError, field="--set", hint=hint)
     for it in items:
         k, eq, v = it.partition("=")
         k = k.strip()

@@ -145,14 +145,17 @@ def read_examples(spec: Any, base_dir: Path, where: str = "", *, field: str = "d
     """The examples `spec` names (shuffled and limited as it says), with the hash of the file they came from.
     `field`: the recipe field `spec` sits at (`dataset`, or `prompt.shots.source`), named by every error."""
     if spec.format == "hub":
-        return LoadedExamples(_examples(_hub_rows(spec, where, field), spec, where, field), None, None)
-    fb = read_file(base_dir / Path(spec.path).expanduser(), where, field)  # relative to the recipe file
+        rows = _hub_rows(spec, where, field)
+        return LoadedExamples(_examples(rows, spec, where, field), None, None)
+    # a path relative to the recipe file (an absolute one stays itself)
+    fb = read_file(base_dir / Path(spec.path).expanduser(), where, field)
     key = (fb.sha256, str(fb.path), spec.model_dump_json(), field)
     if (kept := _READ.get(key)) is None:  # a study's cells read one file many times: parsed once
         rows = parse_rows(spec, fb, where, field)
         if len(_READ) >= 8:
             _READ.clear()
-        _READ[key] = kept = LoadedExamples(_examples(rows, spec, where, field), fb.sha256, str(fb.path))
+        examples = _examples(rows, spec, where, field)
+        _READ[key] = kept = LoadedExamples(examples, fb.sha256, str(fb.path))
     return kept
 
 
@@ -161,7 +164,9 @@ _READ: dict[tuple, LoadedExamples] = {}  # (file sha256, path, spec, field) -> e
 
 def _examples(rows: list, spec: Any, where: str, field: str) -> tuple[Example, ...]:
     if not rows:
-        what = f"hub dataset {spec.path!r} (split {spec.split!r})" if spec.format == "hub" else spec.path
+        what = spec.path
+        if spec.format == "hub":
+            what = f"hub dataset {spec.path!r} (split {spec.split!r})"
         hint = f"point {field}.path at a file with at least one example"
         raise DatasetError(f"{what} holds no examples", file=where, field=f"{field}.path", hint=hint)
     mapper = _Mapper(rows, spec, where, field)

@@ -28,7 +28,8 @@ def find_template(name: str, base_dir: Path) -> Path | None:
 
 def _candidates(name: str, base_dir: Path) -> list[Path]:
     p = Path(name).expanduser()  # an absolute path: every candidate is itself
-    return [base_dir / p, base_dir / "templates" / p, base_dir.parent / "templates" / p, PROJECT_TEMPLATES / p]
+    folders = (base_dir, base_dir / "templates", base_dir.parent / "templates", PROJECT_TEMPLATES)
+    return [d / p for d in folders]
 
 
 def compile_file(name: str, base_dir: Path, where: str, field: str) -> jinja.CompiledTemplate:
@@ -78,7 +79,8 @@ class PromptBuilder:
         self.shots = [_shot(s.question, s.context, [s.answer]) for s in spec.shots.examples]
         if (shots := spec.shots).k:  # drawn from a dataset
             loaded = read_examples(shots.source, base_dir, self.where, field="prompt.shots.source")
-            self._sources[f"shots:{shots.source.path}"] = loaded.sha256  # None for a hub dataset: not listed
+            # None for a hub dataset: `sources` leaves it out
+            self._sources[f"shots:{shots.source.path}"] = loaded.sha256
             pool, name = list(loaded.examples), loaded.path or shots.source.path
             err = partial(DatasetError, file=self.where)
             if shots.k > len(pool):

@@ -84,7 +84,8 @@ def _bag_f1(p: list[str], g: list[str]) -> float:
 
 
 def _f1(norm: Callable[[str], str]) -> Pair:
-    """F1 over the bags of characters of norm(pred) and norm(gold); SQuAD's rule: 1 if both are empty, else 0."""
+    """F1 over the bags of characters of norm(pred) and norm(gold); SQuAD's rule: 1 if both are
+    empty, else 0."""
 
     def f1(pred: str, gold: str) -> float:
         p, g = list(norm(pred)), list(norm(gold))
