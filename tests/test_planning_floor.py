@@ -63,7 +63,8 @@ def test_peaks_per_dtype():
 
 
 def _weights(gpu_bytes, kv_bytes_per_token, offload_bytes=0.0):
-    """The memory plan's parts the floor reads: bf16 weights, so many bytes on the GPU and so many offloaded."""
+    """The memory plan's parts the floor reads: bf16 weights, so many bytes on the GPU and so many
+    offloaded."""
     gib = {"weights_gib": (gpu_bytes + offload_bytes) / GIB, "weights_gpu_gib": gpu_bytes / GIB}
     return MemoryPlan.model_construct(
         quantization="none", dtype="bfloat16", kv_bytes_per_token=kv_bytes_per_token, **gib
@@ -71,9 +72,8 @@ def _weights(gpu_bytes, kv_bytes_per_token, offload_bytes=0.0):
 
 
 def _floor(lens, m, batch, offload_bytes=0.0):
-    return compute_floor(
-        TINY, Workload(lens, [], m, batch, 16384), get_gpu("H200"), _weights(15e9, 57344, offload_bytes)
-    )
+    work = Workload(lens, [], m, batch, 16384)
+    return compute_floor(TINY, work, get_gpu("H200"), _weights(15e9, 57344, offload_bytes))
 
 
 def test_bounds():
@@ -88,7 +88,8 @@ def test_bounds():
     assert _floor([4] * 64, 257, 8).decode_steps == 8 * 256
     # long prompts, one output token, on a big weight matrix count: compute bound
     big = {**TINY, "hidden_size": 4096, "intermediate_size": 16384, "num_attention_heads": 32, "num_key_value_heads": 8}
-    c = compute_floor(big, Workload([2000] * 100, [], 1, 100, 16384), get_gpu("H200"), _weights(1e9, 57344))
+    work = Workload([2000] * 100, [], 1, 100, 16384)
+    c = compute_floor(big, work, get_gpu("H200"), _weights(1e9, 57344))
     assert c.bound == "compute" and c.decode_steps == 0 and c.prefill_steps == 13
     assert c.compute_s == pytest.approx((c.prefill_flops + c.decode_flops) / 989.5e12)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 import types
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -130,7 +129,8 @@ def test_activation_estimate(qwen):
 )
 def test_kv_capacity_against_vllm_on_h200(qwen, qwen_awq, which, quant, kv_tokens):
     settings = Settings(gpu_memory_utilization=0.9, quantization=quant, enforce_eager=True)
-    m = plan_memory(qwen_awq if which == "awq" else qwen, get_gpu("H200").memory_gib, settings, "H200")
+    config = qwen_awq if which == "awq" else qwen
+    m = plan_memory(config, get_gpu("H200").memory_gib, settings, "H200")
     assert m.kv_capacity_tokens == pytest.approx(kv_tokens, rel=0.01)
     assert m.kv_capacity_tokens % 16 == 0 and m.fits and m.starts and m.cpu_offload_gb_needed == 0
 
@@ -139,8 +139,9 @@ def test_offload_needed_is_just_enough(qwen):
     gib = get_gpu("L4").memory_gib
 
     def plan(offload=0.0):
-        settings = Settings(gpu_memory_utilization=0.5, max_num_batched_tokens=8192, max_num_seqs=256)
-        return plan_memory(qwen, gib, replace(settings, cpu_offload_gb=offload))
+        batch = {"max_num_batched_tokens": 8192, "max_num_seqs": 256}
+        settings = Settings(gpu_memory_utilization=0.5, cpu_offload_gb=offload, **batch)
+        return plan_memory(qwen, gib, settings)
 
     m = plan()
     assert not m.fits and not m.starts and m.cpu_offload_gb_needed > 0

@@ -56,7 +56,8 @@ def one_shot_prompts(n=200, seed=0, context_first=False):
 def test_plan_contract_and_consistency(qwen):
     head, rows, prompts = one_shot_prompts()
     layout = LayoutInputs(examples=rows, order=["question", "context"], head_ids=head)
-    plan = make_plan(Prompts("oneshot", prompts, 16, layout), qwen, "h200", Settings(enforce_eager=True))
+    eager = Settings(enforce_eager=True)
+    plan = make_plan(Prompts("oneshot", prompts, 16, layout), qwen, "h200", eager)
     d = plan.model_dump()
     assert CONTRACT <= set(d)
     json.dumps(plan.model_dump(mode="json"))  # serializable as is
@@ -104,7 +105,8 @@ def test_plan_caching_off_and_unknown_gpu(qwen):
         pcie_gbs=None,
         source="NVML",
     )
-    plan = make_plan(Prompts("nocache", prompts, 8), qwen, unknown, Settings(enable_prefix_caching=False))
+    off = Settings(enable_prefix_caching=False)
+    plan = make_plan(Prompts("nocache", prompts, 8), qwen, unknown, off)
     assert plan.cached_prompt_tokens == 0 and plan.cached_share == 0
     assert plan.kv_blocks_needed > 0 and plan.floor_s is None and plan.bound is None
     assert any("prefix caching is off" in n for n in plan.notes) and any("no floor" in n for n in plan.notes)

@@ -180,8 +180,9 @@ def workload_flops(
 
 @dataclass(frozen=True)
 class Workload:
-    """What the GPU computes: prompt lengths in tokens, of them served from the prefix cache (empty: none), output
-    tokens per request, sequences decoded together and tokens per prefill step (max_num_batched_tokens)."""
+    """What the GPU computes: prompt lengths in tokens, of them served from the prefix cache (empty:
+    none), output tokens per request, sequences decoded together and tokens per prefill step
+    (max_num_batched_tokens)."""
 
     prompt_lens: Sequence[int]
     cached: Sequence[int]
@@ -190,9 +191,14 @@ class Workload:
     max_num_batched_tokens: int
 
 
-def compute_floor(config: Mapping[str, Any], work: Workload, gpu: GPU, mem: MemoryPlan) -> Floor | None:
-    """The floor for the workload, the weights and KV bytes as ``mem`` plans them; None when the GPU's peak is
-    unknown (a GPU outside the table)."""
+def compute_floor(
+    config: Mapping[str, Any],
+    work: Workload,
+    gpu: GPU,
+    mem: MemoryPlan,
+) -> Floor | None:
+    """The floor for the workload, the weights and KV bytes as ``mem`` plans them; None when the
+    GPU's peak is unknown (a GPU outside the table)."""
     peak = peak_tflops(gpu, mem.quantization, mem.dtype)
     if peak is None:
         return None

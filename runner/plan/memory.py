@@ -147,7 +147,7 @@ def count_parameters(config: Mapping[str, Any]) -> ParamCount:
     norms = s.layers * (2 * h + (2 * s.head_dim if s.qk_norm else 0)) + h
     emb, head = s.vocab * h, 0 if s.tied else s.vocab * h
     total = emb + head + linear + biases + norms
-    return ParamCount(embedding=emb, lm_head=head, linear=linear, biases=biases, norms=norms, total=total)
+    return ParamCount(emb, head, linear, biases, norms, total)
 
 
 @dataclass(frozen=True)
@@ -170,20 +170,21 @@ def resolve_quantization(config: Mapping[str, Any], quantization: str | None = N
     qc = config.get("quantization_config") or {}
     name = quantization or qc.get("quant_method")
     if name is None:
-        return Quantization(method="none", bits=16)
+        return Quantization("none", 16)
     method = _ALIASES.get(str(name).lower())
     if method is None:
         raise ValueError(f"quantization {name!r} is not modelled (known: {', '.join(sorted(set(_ALIASES)))})")
     if method == "fp8":
-        return Quantization(method="fp8", bits=8)
+        return Quantization("fp8", 8)
     if method == "bitsandbytes":
         eight = str(name).lower().endswith("-8bit") or qc.get("load_in_8bit")
-        return Quantization(method, 8 if eight else 4, double_quant=bool(qc.get("bnb_4bit_use_double_quant")))
+        double = bool(qc.get("bnb_4bit_use_double_quant"))
+        return Quantization(method, 8 if eight else 4, double_quant=double)
     if qc.get("quant_method") not in ("awq", "gptq"):
         raise ValueError(f"{method} needs a checkpoint whose config.json has an {method} quantization_config")
     zero = bool(qc.get("zero_point", True)) if method == "awq" else True
     bits, group = int(qc.get("bits", qc.get("w_bit", 4))), int(qc.get("group_size", qc.get("q_group_size", 128)))
-    return Quantization(method=method, bits=bits, group_size=group, zero_point=zero)
+    return Quantization(method, bits, group, zero)
 
 
 def resolve_dtype(config: Mapping[str, Any], dtype: str = "auto") -> str:
@@ -198,7 +199,7 @@ def weight_bytes(config: Mapping[str, Any], dtype: str = "auto", quantization: s
     """Bytes of the weights on the GPU (formulas in the module docstring)."""
     s, p, q = model_shape(config), count_parameters(config), resolve_quantization(config, quantization)
     dtype_bytes, mats = DTYPE_BYTES[resolve_dtype(config, dtype)], linear_shapes(s)
-    n = sum(a * b for a, b in mats)
+    n = p.linear // s.layers  # the matmul weights of one layer
     if q.method == "none":
         per_layer = n * dtype_bytes
     elif q.method == "fp8":
@@ -213,8 +214,7 @@ def weight_bytes(config: Mapping[str, Any], dtype: str = "auto", quantization: s
     else:  # bitsandbytes NF4, blocks of 64 weights
         blocks = sum(math.ceil(a * b / 64) for a, b in mats)
         per_layer = n / 2 + (blocks + 4 * math.ceil(blocks / 256) if q.double_quant else 4 * blocks)
-    other = p.embedding + p.lm_head + p.biases + p.norms
-    return round(s.layers * per_layer + other * dtype_bytes)
+    return round(s.layers * per_layer + (p.total - p.linear) * dtype_bytes)
 
 
 def kv_bytes_per_token(config: Mapping[str, Any], kv_cache_dtype: str = "auto", dtype: str = "auto") -> int:
@@ -244,8 +244,9 @@ def activation_bytes(
 
 @dataclass(frozen=True)
 class Settings:
-    """The engine settings a plan reads (an engine's `plan_settings` but `device` and `cpu_dtype`), vLLM's
-    defaults; max_num_batched_tokens and max_num_seqs None: vLLM's defaults for the GPU (`batch`)."""
+    """The engine settings a plan reads (an engine's `plan_settings` but `device` and `cpu_dtype`),
+    vLLM's defaults; max_num_batched_tokens and max_num_seqs None: vLLM's defaults for the GPU
+    (`batch`)."""
 
     dtype: str = "auto"
     quantization: str | None = None
@@ -260,11 +261,12 @@ class Settings:
     enable_prefix_caching: bool = True
 
     def batch(self, gpu_memory_gib: float, gpu_name: str = "") -> tuple[int, int]:
-        """(max_num_batched_tokens, max_num_seqs): these settings, else vLLM's offline (LLM class) defaults for
-        the GPU: (16384, 1024) on GPUs of at least 70 GiB other than the A100, else (8192, 256)
-        (``EngineArgs.get_batch_defaults``)."""
+        """(max_num_batched_tokens, max_num_seqs): these settings, else vLLM's offline (LLM class)
+        defaults for the GPU: (16384, 1024) on GPUs of at least 70 GiB other than the A100, else
+        (8192, 256) (``EngineArgs.get_batch_defaults``)."""
         big = gpu_memory_gib >= 70 and "a100" not in gpu_name.lower()
-        return self.max_num_batched_tokens or (16384 if big else 8192), self.max_num_seqs or (1024 if big else 256)
+        tokens, seqs = (16384, 1024) if big else (8192, 256)
+        return self.max_num_batched_tokens or tokens, self.max_num_seqs or seqs
 
 
 class MemoryPlan(Described):
@@ -309,10 +311,9 @@ def plan_memory(
     config: Mapping[str, Any], gpu_memory_gib: float, s: Settings = Settings(), gpu_name: str = ""
 ) -> MemoryPlan:
     """vLLM's memory budget for one GPU (formulas in the module docstring)."""
-    t, seqs = s.batch(gpu_memory_gib, gpu_name)
     weights = weight_bytes(config, s.dtype, s.quantization)
     gpu_weights = max(0, weights - int(s.cpu_offload_gb * GIB))
-    act = activation_bytes(config, t, seqs, s.dtype, s.quantization)
+    act = activation_bytes(config, *s.batch(gpu_memory_gib, gpu_name), s.dtype, s.quantization)
     graph = 0.0 if s.enforce_eager else CUDA_GRAPH_GIB
     extra, budget = (NON_TORCH_GIB + graph) * GIB, s.gpu_memory_utilization * gpu_memory_gib * GIB
     kvb = kv_bytes_per_token(config, s.kv_cache_dtype, s.dtype)

@@ -36,7 +36,13 @@ from .memory import (
     resolve_quantization,
     weight_bytes,
 )
-from .prefix_cache import LayoutAdvice, LayoutInputs, advise_layout, encode_examples, simulate_prefix_cache
+from .prefix_cache import (
+    LayoutAdvice,
+    LayoutInputs,
+    advise_layout,
+    encode_examples,
+    simulate_prefix_cache,
+)
 
 LAYOUT_VARIABLES = ("context", "question")
 DEFAULT_GPU = "H200"  # the GPU this project's measurements come from
@@ -122,7 +128,12 @@ cached_prompt_tokens is an upper bound."""
 def _stats(lens: Sequence[int]) -> TokenStats | None:
     if not lens:
         return None
-    return TokenStats(mean=sum(lens) / len(lens), p50=percentile(lens, 50), p90=percentile(lens, 90), max=max(lens))
+    return TokenStats(
+        mean=sum(lens) / len(lens),
+        p50=percentile(lens, 50),
+        p90=percentile(lens, 90),
+        max=max(lens),
+    )
 
 
 def _notes(p: Plan, gpu: GPU, caching_would: int) -> list[str]:
@@ -135,9 +146,10 @@ def _notes(p: Plan, gpu: GPU, caching_would: int) -> list[str]:
             f"{p.kv_blocks_needed:,}: blocks get evicted, the cached count is an upper bound."
         )
     if not p.fits:
-        notes.append(f"does not fit without offload: cpu_offload_gb >= {p.cpu_offload_gb_needed} needed.")
-    if p.over_context:
-        notes.append(f"{p.over_context:,} prompts + max_tokens exceed max_model_len {p.max_model_len:,}.")
+        need = p.cpu_offload_gb_needed
+        notes.append(f"does not fit without offload: cpu_offload_gb >= {need} needed.")
+    if over := p.over_context:
+        notes.append(f"{over:,} prompts + max_tokens exceed max_model_len {p.max_model_len:,}.")
     if gpu.bf16_tflops is None:
         notes.append(f"{gpu.name}: peak FLOP/s unknown, no floor.")
     return notes
@@ -145,46 +157,62 @@ def _notes(p: Plan, gpu: GPU, caching_would: int) -> list[str]:
 
 @dataclass(frozen=True)
 class Prompts:
-    """What is planned: the recipe's name, its prompts' token ids in the order the engine receives them, the
-    output tokens assumed per request (sampling.max_tokens) and the layout inputs (None: no layout advice)."""
+    """What is planned: the recipe's name, its prompts' token ids in the order the engine receives
+    them, the output tokens assumed per request (sampling.max_tokens) and the layout inputs (None:
+    no layout advice)."""
 
     name: str
     ids: Sequence[Sequence[int]]
-    max_tokens: int = 64
+    max_tokens: int
     layout: LayoutInputs | None = None
 
 
 def _base(p: Prompts, gpu: GPU | None, max_model_len: int | None) -> dict[str, Any]:
     """The fields of any plan: the prompts' tokens and their fit in the context."""
     lens = [len(x) for x in p.ids]
-    over = sum(1 for n in lens if n + p.max_tokens > max_model_len) if max_model_len else 0
-    fields = {"name": p.name, "gpu": gpu and gpu.name, "requests": len(lens), "prompt_tokens": sum(lens)}
-    fields |= {"prompt_tokens_per_example": _stats(lens), "max_tokens": p.max_tokens}
-    return fields | {"max_model_len": max_model_len, "over_context": over}
+    return dict(
+        name=p.name,
+        gpu=gpu and gpu.name,
+        requests=len(lens),
+        prompt_tokens=sum(lens),
+        prompt_tokens_per_example=_stats(lens),
+        max_tokens=p.max_tokens,
+        max_model_len=max_model_len,
+        over_context=sum(n + p.max_tokens > max_model_len for n in lens) if max_model_len else 0,
+    )
 
 
-def make_plan(p: Prompts, config: Mapping[str, Any], gpu: GPU | str, s: Settings = Settings()) -> Plan:
-    """Plan one recipe: ``config`` is the model's config.json, ``s`` the recipe's engine settings. The floor
-    assumes min(requests, max_num_seqs, KV capacity / (mean prompt + max_tokens)) sequences decoded together."""
+def make_plan(
+    p: Prompts,
+    config: Mapping[str, Any],
+    gpu: GPU | str,
+    s: Settings = Settings(),
+) -> Plan:
+    """Plan one recipe: ``config`` is the model's config.json, ``s`` the recipe's engine settings.
+    The floor assumes min(requests, max_num_seqs, KV capacity / (mean prompt + max_tokens))
+    sequences decoded together."""
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     mem, (t, seqs) = plan_memory(config, g.memory_gib, s, g.name), s.batch(g.memory_gib, g.name)
-    lens, bs, cap, caching = [len(x) for x in p.ids], s.block_size, mem.kv_capacity_blocks, s.enable_prefix_caching
+    lens, bs, cap = [len(x) for x in p.ids], s.block_size, mem.kv_capacity_blocks
+    simulate, caching = lambda cap: simulate_prefix_cache(p.ids, bs, cap), s.enable_prefix_caching
     # what caching would serve with room for every block; with fewer blocks than needed an upper bound
-    hits, needed, _ = _once("cache", p.ids, (bs, None), lambda: simulate_prefix_cache(p.ids, bs))
+    hits, needed, _ = _once("cache", p.ids, (bs, None), lambda: simulate(None))
     upper = caching and needed > cap
     lru = None  # an LRU estimate at the capacity
     if upper and cap > 0:
-        lru = sum(_once("cache", p.ids, (bs, cap), lambda: simulate_prefix_cache(p.ids, bs, cap))[0])
-    used = hits if caching else [0] * len(lens)
-    per_seq = max(1, math.ceil(sum(lens) / max(1, len(lens)) + p.max_tokens))  # mean prompt + max_tokens
+        lru = sum(_once("cache", p.ids, (bs, cap), lambda: simulate(cap))[0])
+    used = hits if caching else []
+    # sequences of the mean prompt + max_tokens
+    per_seq = max(1, math.ceil(sum(lens) / max(1, len(lens)) + p.max_tokens))
     b = max(1, min(len(lens), seqs, mem.kv_capacity_tokens // per_seq))
     fl = compute_floor(config, Workload(lens, used, p.max_tokens, b, t), g, mem)
-    evicts, advice = cap if upper else None, []
-    if p.layout is not None:
-        advice = _once("advice", p.ids, (bs, evicts), lambda: advise_layout(p.layout, bs, evicts))
+    evicts = cap if upper else None
+    advise = lambda: advise_layout(p.layout, bs, evicts)
+    advice = _once("advice", p.ids, (bs, evicts), advise) if p.layout else []
     plan = Plan(
         **_base(p, g, mem.max_model_len),
-        **mem.model_dump(include={"weights_gib", "kv_bytes_per_token", "kv_capacity_tokens", "fits"}),
+        **mem.model_dump(include={"weights_gib", "kv_bytes_per_token", "kv_capacity_tokens"}),
+        fits=mem.fits,
         prefix_caching=caching,
         cached_prompt_tokens=sum(used),
         cached_share=sum(used) / sum(lens) if sum(lens) else 0.0,
@@ -271,11 +299,12 @@ def plan_recipe(
     r = lr.recipe
     settings = r.engine.plan_settings(r.model)
     device, cpu_dtype = settings.pop("device", None), settings.pop("cpu_dtype", None)
-    config = config if config is not None else check_config(lr)
+    config = config or check_config(lr)
     p, s = Prompts(r.name, ids, r.sampling.max_tokens), Settings(**settings)
     if gpu is None or device == "cpu" or not r.engine.kv_pool:
         on = None if gpu is None or device == "cpu" else gpu
-        s = replace(s, dtype=(on is None and cpu_dtype) or s.dtype, max_model_len=context_length(lr))
+        dtype = (on is None and cpu_dtype) or s.dtype
+        s = replace(s, dtype=dtype, max_model_len=context_length(lr))
         return tokens_plan(p, config, on, s, _not_planned(r.engine, on, gpu))
     inputs = _once("layout", ids, (), lambda: _layout(lr, prepared, ids)) if layout else None
     return make_plan(replace(p, layout=inputs), config, gpu, s)
@@ -301,15 +330,25 @@ def _not_planned(engine: Any, on: GPU | None, asked: GPU | None) -> str:
     )
 
 
-def tokens_plan(p: Prompts, config: Mapping[str, Any], gpu: GPU | None, s: Settings, why: str) -> Plan:
+def tokens_plan(
+    p: Prompts,
+    config: Mapping[str, Any],
+    gpu: GPU | None,
+    s: Settings,
+    why: str,
+) -> Plan:
     """What applies to any engine on any device: prompt tokens, context fit, the weights and KV bytes per token;
     the rest None, and `why` in the notes."""
     fields = _base(p, gpu, s.max_model_len)
     over = fields["over_context"]
-    notes = [why] + ([f"{over:,} prompts + max_tokens exceed the context of {s.max_model_len:,}."] if over else [])
-    weights = weight_bytes(config, s.dtype, s.quantization) / GIB
+    notes = [why]
+    if over:
+        notes.append(f"{over:,} prompts + max_tokens exceed the context of {s.max_model_len:,}.")
     return Plan(
-        **fields, weights_gib=weights, kv_bytes_per_token=kv_bytes_per_token(config, "auto", s.dtype), notes=notes
+        **fields,
+        weights_gib=weight_bytes(config, s.dtype, s.quantization) / GIB,
+        kv_bytes_per_token=kv_bytes_per_token(config, "auto", s.dtype),
+        notes=notes,
     )
 
 
@@ -346,7 +385,8 @@ def plan_table(plans: list[dict[str, Any]]) -> str:
         kv = num(p["kv_bytes_per_token"]), num(p["kv_capacity_tokens"])
         fits = {None: "–", True: "yes", False: f"no (offload ≥ {p['cpu_offload_gb_needed']} GiB)"}[p["fits"]]
         floor = "–" if p["floor_s"] is None else f"{p['floor_s']:.2f} s ({p['bound']})"
-        rows.append([p["name"], p["gpu"] or "CPU", *tokens, cached, _gib(p["weights_gib"]), *kv, fits, floor])
+        weights = _gib(p["weights_gib"])
+        rows.append([p["name"], p["gpu"] or "CPU", *tokens, cached, weights, *kv, fits, floor])
     return table(rows, PLAN_HEADERS)
 
 
@@ -384,23 +424,25 @@ def predicted_vs_measured(r: RunResult) -> list[str]:
         return [*title, f"No prediction: {p['error']}"]
     rows, warn = [], []
     weights = (p.get("memory") or {}).get("weights_gpu_gib", p.get("weights_gib"))
-    pairs = [  # label, prediction, measurement, and how far apart before the report warns (issue-set tolerances)
+    # label, prediction, measurement, how far apart before the report warns (issue-set tolerances)
+    pairs = [
         ("cached prompt tokens", p.get("cached_prompt_tokens"), r.tokens.cached, 0.005),
         ("weights on the GPU (GiB)", weights, r.memory.weights_gib, 0.05),
         ("KV capacity (tokens)", p.get("kv_capacity_tokens"), r.memory.kv_cache_tokens, 0.10),
     ]
     fmt = lambda v: "–" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:.2f}"
-    for label, pred, meas, tolerance in pairs:
+    for label, pred, meas, tol in pairs:
         if pred is None:  # not planned for this engine or device (the plan's notes say why)
             continue
         off = (pred - meas) / meas if meas else None
         rows.append([label, fmt(pred), fmt(meas), "–" if off is None else f"{off:+.2%}"])
-        if off is not None and abs(off) > tolerance:
-            warn.append(f"> **Warning**: predicted {label} off by {off:+.1%} (tolerance ±{tolerance:.1%}).")
-    floor, roof = p.get("floor_s"), roofline(r)
+        if abs(off or 0) > tol:
+            off_by = f"off by {off:+.1%} (tolerance ±{tol:.1%})"
+            warn.append(f"> **Warning**: predicted {label} {off_by}.")
+    floor, gen, roof = p.get("floor_s"), r.timings.generate_s, roofline(r)
     if floor is not None:
         roof_cell = "–" if roof is None else f"roofline {roof:.0%}"
-        rows.append(["generation floor (s)", f"{floor:.2f} ({p.get('bound')})", fmt(r.timings.generate_s), roof_cell])
+        rows.append(["generation floor (s)", f"{floor:.2f} ({p.get('bound')})", fmt(gen), roof_cell])
     if not rows:
         return []
     if (roof or 0) > 1:

@@ -37,13 +37,15 @@ DEFAULT_BLOCK_SIZE = 16  # vLLM's default block size for CUDA attention backends
 
 
 def simulate_prefix_cache(
-    prompts: Sequence[Sequence[int]], block_size: int = DEFAULT_BLOCK_SIZE, capacity_blocks: int | None = None
+    prompts: Sequence[Sequence[int]],
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    capacity_blocks: int | None = None,
 ) -> tuple[list[int], int, int]:
-    """(hits per request in tokens, distinct full blocks, evicted blocks): the prompt tokens vLLM's automatic
-    prefix caching serves each request, prompts in engine order (as the module docstring says).
-    ``capacity_blocks`` None: the cache never evicts (exact under the module's assumptions); given: an LRU cache
-    of that many blocks (an estimate: vLLM also holds the running requests' blocks, which this ignores); a
-    capacity >= the distinct blocks gives the same count as None.
+    """(hits per request in tokens, distinct full blocks, evicted blocks): the prompt tokens vLLM's
+    automatic prefix caching serves each request, prompts in engine order (as the module docstring
+    says). ``capacity_blocks`` None: the cache never evicts (exact under the module's assumptions);
+    given: an LRU cache of that many blocks (an estimate: vLLM also holds the running requests'
+    blocks, which this ignores); a capacity >= the distinct blocks gives the same count as None.
 
     ``chain`` plays vLLM's hash function without collisions: (id of the parent block, block tokens) -> id, so an
     id stands for a whole prefix. It never forgets; ``cache`` holds the ids currently cached. With a capacity,
@@ -82,7 +84,8 @@ class LayoutInputs:
     # Per example (in engine order), each template variable's value as token ids.
     examples: list[dict[str, list[int]]]
     order: list[str]  # The variables in the order the current template puts them.
-    head_ids: Sequence[int] = ()  # Token ids every prompt starts with (system prompt, worked examples).
+    # Token ids every prompt starts with (system prompt, worked examples).
+    head_ids: Sequence[int] = ()
 
 
 class LayoutAdvice(Described):
@@ -117,7 +120,9 @@ class LayoutAdvice(Described):
 
 
 def encode_examples(
-    examples: Sequence[Mapping[str, str]], encode: Callable[[str], list[int]], variables: Sequence[str]
+    examples: Sequence[Mapping[str, str]],
+    encode: Callable[[str], list[int]],
+    variables: Sequence[str],
 ) -> list[dict[str, list[int]]]:
     """Token ids of each example's variables; each distinct value is encoded once."""
     ids = functools.cache(lambda value: list(encode(value)))
@@ -146,7 +151,8 @@ def _advise(inputs: LayoutInputs, lead: list[str], block_size: int, capacity: in
     distinct = len(set(combos))
     grouped_index = sorted(range(n), key=lambda i: combos[i])  # stable: groups by first appearance, then arrival
     prompts = _prompts(inputs, order, range(n))
-    first, grouped = (_cached(x, block_size, capacity) for x in (prompts, _prompts(inputs, order, grouped_index)))
+    grouped_prompts = _prompts(inputs, order, grouped_index)
+    first, grouped = (_cached(x, block_size, capacity) for x in (prompts, grouped_prompts))
     total = sum(map(len, prompts))
     cur, fst, grp = (x / total if total else 0.0 for x in (current, first, grouped))
     names = ", ".join(f"`{v}`" for v in lead)
