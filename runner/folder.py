@@ -33,6 +33,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from runner.base.errors import RunnerError
+from runner.base.files import write_json_atomic
 from runner.results import RunResult
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -75,17 +76,21 @@ class RunFolder:
     def of(cls, out: Path, name: str, where: str = "") -> RunFolder:
         return cls(Path(out) / check_name(name, where))
 
+    def write(self, res: RunResult) -> None:
+        """results.json, written atomically."""
+        write_json_atomic(self.results, res.model_dump(mode="json"))
+
     def set_aside(self, key: str, force: bool = False) -> Path | None:
         """Before a run: what another run of this name left here (complete results of another run key, or finished
         samples or repeats of another key), or with `force` any complete results and finished samples, moved into
         `replaced/<time>-<key>/` so that nothing finished is lost; returns that folder when something moved."""
-        prev = _key_of(self.results, "run_key", ok_only=True)
+        prev = _key_of(self.results, ok_only=True)
         moving = [self.results, self.samples, self.samples_gz, self.report] if prev and (force or prev != key) else []
         for path in (self.partial, self.repeats):
-            other = _key_of(path, "_run_key")
+            other = _key_of(path)
             if other and (force or other != key):
                 moving.append(path)
-        return self._move_aside(moving, prev or _key_of(moving[0], "_run_key") if moving else None)
+        return self._move_aside(moving, prev or _key_of(moving[0]) if moving else None)
 
     def _move_aside(self, paths: list[Path], key: str | None) -> Path | None:
         """Move the files of `paths` that exist into `replaced/<time>-<key>/`; that folder, or None when none did."""
@@ -102,17 +107,15 @@ class RunFolder:
         """Before a run: the newest files an earlier call set aside for this very run key (a quick `--limit 2` or
         `--set` run in between moved them to `replaced/`) come back, so the run resumes or is skipped as before;
         what this folder holds of another key is set aside first. Returns the folder they came from."""
-        if _key_of(self.results, "run_key", ok_only=True) == key or _key_of(self.partial, "_run_key") == key:
+        if _key_of(self.results, ok_only=True) == key or _key_of(self.partial) == key:
             return None
         kept = sorted(self.root.glob(f"replaced/*-{key}"), reverse=True)
         src = next((d for d in kept if any((d / f.name).is_file() for f in (self.results, self.partial))), None)
-        if (
-            src is None
-            or (_key_of(src / self.results.name, "run_key") or _key_of(src / self.partial.name, "_run_key")) != key
-        ):
+        if (src and (_key_of(src / self.results.name) or _key_of(src / self.partial.name))) != key:
             return None
         self.set_aside(key)
-        if self.results.is_file() and (other := _key_of(self.results, "run_key")) != key:  # a failed run of another
+        # a failed run of another
+        if self.results.is_file() and (other := _key_of(self.results)) != key:
             # key: set_aside leaves those (a run overwrites them), but the results coming back must not be blocked
             self._move_aside([self.results, self.report], other)
         for f in src.iterdir():
@@ -129,8 +132,7 @@ class RunFolder:
         if not path.is_file():
             return f"its {self.samples.name} is gone"
         try:
-            raw = path.read_bytes()
-            lines = (gzip.decompress(raw) if path.suffix == ".gz" else raw).count(b"\n")
+            lines = _unzipped(path).count(b"\n")
         except (OSError, EOFError, zlib.error):
             return f"its {path.name} cannot be read"
         return None if lines >= n_samples else f"its {path.name} holds {lines} of {n_samples} samples"
@@ -142,11 +144,9 @@ class RunFolder:
         files += (self.engine_log, self.lock)
         for path in files:
             if path.is_symlink():
-                target = os.readlink(path)
+                why = f"is a symbolic link (to {os.readlink(path)}): the run would write through it"
                 hint = f"remove the link (rm '{path}') and rerun; the run writes its own file there"
-                raise RunnerError(
-                    f"is a symbolic link (to {target}): the run would write through it", file=str(path), hint=hint
-                )
+                raise RunnerError(why, file=str(path), hint=hint)
             if path.exists() and not path.is_file():
                 hint = f"remove it (rm -r '{path}') and rerun; the run writes a file there"
                 raise RunnerError("is not a file", file=str(path), hint=hint)
@@ -157,11 +157,11 @@ def study_chart_path(out: Path, study: str) -> Path:
     return Path(out) / f"{check_name(study)}-pareto.png"
 
 
-def _key_of(path: Path, field: str, ok_only: bool = False) -> str | None:
+def _key_of(path: Path, ok_only: bool = False) -> str | None:
     """The run key a stored file belongs to: results.json's `run_key` (only an ok run's with `ok_only`), or the first
     line's `_run_key` of a partial samples or repeats file; None when absent or unreadable."""
     try:
-        if field == "run_key":
+        if path.suffix == ".json":
             d = json.loads(path.read_bytes())
             return (d.get("run_key") or None) if (d.get("status") == "ok" or not ok_only) else None
         with open(path, encoding="utf-8") as f:
@@ -204,8 +204,7 @@ def load_samples(folder: RunFolder) -> list[dict]:
     if not path.is_file():
         return []
     try:
-        raw = path.read_bytes()
-        text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8")
+        text = _unzipped(path).decode("utf-8")
     except (OSError, EOFError, UnicodeDecodeError) as e:
         raise RunnerError(f"cannot read the samples ({type(e).__name__}: {e})", file=str(path), hint=RERUN) from None
     out = []
@@ -220,6 +219,11 @@ def load_samples(folder: RunFolder) -> list[dict]:
             raise RunnerError(f"line {n} is not a sample", file=str(path), hint=RERUN)
         out.append(d)
     return out
+
+
+def _unzipped(path: Path) -> bytes:
+    raw = path.read_bytes()
+    return gzip.decompress(raw) if path.suffix == ".gz" else raw
 
 
 def load_results(out: Path, skipped: list[str] | None = None) -> list[RunResult]:

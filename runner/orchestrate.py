@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.errors import RunnerError
-from runner.base.files import write_json_atomic
 from runner.base.format import brief, secs
 from runner.engines.builtin import is_builtin
 from runner.folder import RunFolder, previous_result, stored_ok
@@ -51,8 +50,8 @@ class Interrupted(KeyboardInterrupt):
 
 
 class NoPlans:
-    """No plan wing: units run without a prediction beside them. A call's plans answer these two (runner/wings.py's
-    `Plans` makes them in the background)."""
+    """No plan wing: units run without a prediction beside them. A call's plans answer these two
+    (runner/wings.py's `Plans` makes them in the background)."""
 
     def __init__(self, units: Sequence[Unit]):
         pass
@@ -144,14 +143,20 @@ def new_call() -> str:
 
 
 def run_loaded(
-    loaded: list[LoadedRecipe], opts: RunOptions, ex: Executor, *, wings: Wings = NO_WINGS, say: Say = quiet
+    loaded: list[LoadedRecipe],
+    opts: RunOptions,
+    ex: Executor,
+    *,
+    wings: Wings = NO_WINGS,
+    say: Say = quiet,
 ) -> list[RunResult]:
     """Run loaded recipes as `runner go` does (checked first, each folder locked, unchanged ones skipped, what another
     run left set aside, reports and the summary written); one result per recipe, in the order given. Bad input or a
     folder another call is writing: RunnerError before anything runs. Ctrl-C: `Interrupted`, after the summary of
     what finished is written."""
     ex.check_routes(loaded, wings)
-    units = [make_unit(lr, opts, host=not ex.on_ray, library=False) for lr in loaded]  # before anything is written
+    # before anything is written
+    units = [make_unit(lr, opts, host=not ex.on_ray, library=False) for lr in loaded]
     cannot = {}
     for lr in () if ex.on_ray else loaded:
         try:
@@ -244,15 +249,18 @@ class _Call:
     def run(self, units: list[Unit], cannot: dict[str, RunnerError]) -> list[RunResult]:
         try:  # SIGTERM arrives here as Ctrl-C where the CLI's guard (runner.cli.guard) makes it so
             todo = [u for u in units if not self._skipped(u) and self._runs(u, cannot.get(u.name))]
-            plans = self.wings.plans(todo)  # made in the background, the next job's while the current one runs
+            # made in the background, the next job's while the current one runs
+            plans = self.wings.plans(todo)
             try:
                 self._run_units(todo, plans)
             finally:
                 plans.close()
         except KeyboardInterrupt:
             have = {r.name for r in self.results}
-            for u in units:  # recipes of the interrupted job that finished before it (complete ones were skipped)
-                if u.name not in have and (prev := previous_result(RunFolder.of(self.opts.out, u.name), u.run_key)):
+            # recipes of the interrupted job that finished before it (complete ones were skipped)
+            for u in units:
+                prev = u.name not in have and previous_result(self.opts.folder(u.name), u.run_key)
+                if prev:
                     self.done(prev)
             if self.results:
                 self._summarize(units, to_stderr=True)
@@ -261,67 +269,80 @@ class _Call:
         return self.results
 
     def _skipped(self, u: Unit) -> bool:
-        """An unchanged recipe whose results are complete (set aside by an earlier call: taken back) is skipped."""
-        folder = RunFolder.of(self.opts.out, u.name)
+        """An unchanged recipe whose results are complete (set aside by an earlier call: taken back)
+        is skipped."""
+        folder = self.opts.folder(u.name)
         if self.opts.force:
             return False
         if (back := folder.take_back(u.run_key)) is not None:
-            self.say(f"took {u.name}'s results of this very run back from {back} (set aside by an earlier call)", False)
+            by = "(set aside by an earlier call)"
+            self.say(f"took {u.name}'s results of this very run back from {back} {by}", False)
         if (prev := previous_result(folder, u.run_key, u.loaded.recipe.repeat)) is None:
             return False
         if (cost := u.loaded.recipe.cost) is not None:  # this call's price, if it names one
             prev = priced(prev, cost.usd_per_gpu_hour)
         self.results.append(prev)
         self.report(prev)  # a report.md deleted since is back
-        self.say(f"skip {u.name}: unchanged since {prev.finished_at} (results complete; --force reruns)", False)
+        why = "(results complete; --force reruns)"
+        self.say(f"skip {u.name}: unchanged since {prev.finished_at} {why}", False)
         return True
 
     def _runs(self, u: Unit, cannot: RunnerError | None) -> bool:
-        """What another run left is set aside; a recipe that cannot run here is recorded failed without running."""
-        folder, say = RunFolder.of(self.opts.out, u.name), self.say
+        """What another run left is set aside; a recipe that cannot run here is recorded failed
+        without running."""
+        folder, say = self.opts.folder(u.name), self.say
         stored = None if self.opts.force else stored_ok(folder, u.run_key)
         if stored is not None and (short := folder.samples_short(stored.n_samples)):
-            kept = folder.set_aside(u.run_key, force=True)  # results, samples and repeats: run again whole
+            # results, samples and repeats: run again whole
+            kept = folder.set_aside(u.run_key, force=True)
             say(f"rerun {u.name}: its results were complete but {short} (kept in {kept})", False)
         if (kept := folder.set_aside(u.run_key, self.opts.force)) is not None:
-            why = "--force" if self.opts.force else "the recipe, its inputs or --limit changed since"
+            why = "the recipe, its inputs or --limit changed since"
+            why = "--force" if self.opts.force else why
             say(f"kept {u.name}'s earlier results in {kept} ({why}); this run replaces them", False)
         if cannot is None:
             return True
         res = failed_result(u, cannot.render(with_hint=False), cannot.hint, self.opts.command)
-        write_json_atomic(folder.results, res.model_dump(mode="json"))
+        folder.write(res)
         self.done(res)
         return False
 
     def _run_units(self, todo: list[Unit], plans: NoPlans) -> None:
-        """Run the units, those that share an engine as one job; each job takes its units' plans just before it
-        starts. With repeats taken in turns across engines (`interleave`), each turn is a job of its own: repeat 1
-        of every job, then repeat 2 in the reverse order (A B, B A, ...), each on a freshly started engine."""
+        """Run the units, those that share an engine as one job; each job takes its units' plans
+        just before it starts. With repeats taken in turns across engines (`interleave`), each
+        turn is a job of its own: repeat 1 of every job, then repeat 2 in the reverse order (A B,
+        B A, ...), each on a freshly started engine."""
         groups, ex, opts = group_by_engine(todo, self.opts.timeout_s), self.ex, self.opts
         if ex.on_ray:
             assert self.wings.run_on_ray is not None  # check_routes
             groups = [plans.attach(g) for g in groups]
             for n, group in enumerate(groups, 1):
                 ex.announce(group, n, opts.out, self.say)
-            self.wings.run_on_ray([Job(g, opts) for g in groups], address=ex.address, on_result=self.done)
+            jobs = [Job(g, opts) for g in groups]
+            self.wings.run_on_ray(jobs, address=ex.address, on_result=self.done)
             return
         turns = max(u.loaded.recipe.repeat for u in todo) if takes_turns(groups) else 1
         if turns > 1:
-            across = f"take turns across the {len(groups)} engines" if len(groups) > 1 else "run one at a time"
+            across = f"take turns across the {len(groups)} engines"
+            across = across if len(groups) > 1 else "run one at a time"
             self.say(f"repeats {across}, each on a freshly started engine", True)
-        for turn in range(1, turns + 1):  # A B, then B A, A B, ...: a drift over the call hits every recipe alike
+        # A B, then B A, A B, ...: a drift over the call hits every recipe alike
+        for turn in range(1, turns + 1):
             seq = list(enumerate(groups, 1))
             for n, group in seq if turn % 2 else seq[::-1]:
                 if turn == 1:
                     ex.announce(group, n, opts.out, self.say)
                     group = groups[n - 1] = plans.attach(group)
-                finished = {r.name for r in self.results}
-                live = tuple(u for u in group if u.name not in finished and turn <= u.loaded.recipe.repeat)
-                if live:
-                    self._run_job(Job(live, opts, rounds=(turn,), restarts=True) if turns > 1 else Job(live, opts))
+                ended = {r.name for r in self.results}
+                live = [u for u in group if u.name not in ended and turn <= u.loaded.recipe.repeat]
+                if live and turns > 1:
+                    self._run_job(Job(tuple(live), opts, rounds=(turn,), restarts=True))
+                elif live:
+                    self._run_job(Job(tuple(live), opts))
 
     def _run_job(self, job: Job) -> None:
-        if job.units[0].loaded.recipe.load is not None:  # a serving run: the recipe against its engine's server
+        # a serving run: the recipe against its engine's server
+        if job.units[0].loaded.recipe.load is not None:
             assert self.wings.run_serving is not None  # check_routes
             results = [self.wings.run_serving(job.units[0], job.options)]
         elif self.ex.in_process:
@@ -335,7 +356,8 @@ class _Call:
         """The results in the call's order, summary.md and each study's own summary written."""
         out, order = self.opts.out, {u.name: i for i, u in enumerate(units)}
         self.results.sort(key=lambda r: order.get(r.name, len(order)))
-        summary = write_summary(self.results, out, self.opts.baseline, self.wings.summary_sections())
+        sections = self.wings.summary_sections()
+        summary = write_summary(self.results, out, self.opts.baseline, sections)
         self.say(f"summary: {summary}", to_stderr)
         for path in self.wings.study_summaries(self.results, out, self.opts.baseline):
             self.say(f"study summary (every stored cell): {path}", to_stderr)

@@ -118,7 +118,8 @@ def go(paths, out, only, sets, model_paths, executor, address, replicas, in_proc
     argv = sys.argv  # this call's command line, for the reports (none where `runner go` was not how it was called)
     command = "runner go " + shlex.join(argv[2:]) if argv[1:2] == ["go"] else ""
     progress = not run.pop("no_progress")
-    opts = RunOptions(Path(out), command=command, progress=progress, call=new_call(), **run)  # --limit, --force, ...
+    # --limit, --force, ...
+    opts = RunOptions(Path(out), command=command, progress=progress, call=new_call(), **run)
     try:
         results = run_loaded(loaded, opts, ex, wings=call_wings(), say=echo)
     except Interrupted as e:

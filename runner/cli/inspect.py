@@ -179,13 +179,15 @@ def report(out, baseline, gate_text, usd_per_gpu_hour):
     out_dir, skipped = Path(out), []
     results = [priced(r, usd_per_gpu_hour) for r in load_results(out_dir, skipped)]
     if not results:
-        raise UserError("\n\nError: ".join(skipped)) if skipped else RunnerError("no */results.json here", file=out)
+        none = RunnerError("no */results.json here", file=out)
+        raise UserError("\n\nError: ".join(skipped)) if skipped else none
     for why in skipped:  # one bad file does not stop the others' reports
         click.echo(f"left out: {why}", err=True)
     names = [r.name for r in results]
     if baseline and baseline not in names:
         raise RunnerError(f"--baseline {baseline!r} names no stored result; results: " + ", ".join(names))
-    gate = gate_for(gate_text, results, baseline) if gate_text else None  # before anything is written
+    # before anything is written
+    gate = gate_for(gate_text, results, baseline) if gate_text else None
     for r in results:
         write_report(r, out_dir, report_sections(out_dir))
         if r.status == "ok" and (short := RunFolder.of(out_dir, r.name).samples_short(r.n_samples)):
@@ -195,15 +197,17 @@ def report(out, baseline, gate_text, usd_per_gpu_hour):
     for path in study_summaries(results, out_dir, baseline, gate):
         click.echo(f"study summary: {path}")
     for folder in sorted(p for p in out_dir.iterdir() if p.is_dir() and p.name not in names):
-        ran = (folder / "engine.log").is_file() or (folder / "replaced").is_dir()  # a run folder without a result
-        if ran and not (folder / "results.json").exists():  # (one with a results.json was left out above)
+        # a run folder without a result
+        ran = (folder / "engine.log").is_file() or (folder / "replaced").is_dir()
+        # (one with a results.json was left out above)
+        if ran and not (folder / "results.json").exists():
             click.echo(f"no results.json in {folder}: a run that did not finish (left out; rerun it to report it)")
 
 
 def gate_for(text: str, results: list, baseline: str | None) -> GateSpec:
-    """`--gate METRIC:DROP` or `METRIC:PCT%`. One that cannot apply is an error that says why: no baseline to
-    compare with, a metric no run scored with real weights, or every recipe has a gate of its own; one that applies
-    to some says which keep theirs."""
+    """`--gate METRIC:DROP` or `METRIC:PCT%`. One that cannot apply is an error that says why: no
+    baseline to compare with, a metric no run scored with real weights, or every recipe has a gate
+    of its own; one that applies to some says which keep theirs."""
     metric, _, bound = text.partition(":")
     try:
         if bound.endswith("%"):
@@ -214,8 +218,8 @@ def gate_for(text: str, results: list, baseline: str | None) -> GateSpec:
         scored = sorted({m for r in results for m in r.scores})
         hint = "e.g. --gate squad_f1:0.01 or --gate squad_f1:99%"
         hint += f"; scores here: {', '.join(scored)}" if scored else ""
-        why = f"{text!r} is not METRIC:DROP (a drop from 0 to 1) or METRIC:PCT% (above 0, at most 100)"
-        raise RunnerError(why + " of a known metric", field="--gate", hint=hint) from None
+        why = f"{text!r} is not METRIC:DROP (a drop from 0 to 1) or METRIC:PCT% (above 0, at most"
+        raise RunnerError(why + " 100) of a known metric", field="--gate", hint=hint) from None
     from runner.report.summary import pick_baseline
 
     base = pick_baseline(results, baseline)
@@ -227,7 +231,8 @@ def gate_for(text: str, results: list, baseline: str | None) -> GateSpec:
     if gate.metric not in real:
         some = f"gate a metric they scored: {', '.join(real)}"
         hint = some if real else "every run here has random weights or failed"
-        raise RunnerError(f"no stored run scored {gate.metric!r} with real weights", field="--gate", hint=hint)
+        why = f"no stored run scored {gate.metric!r} with real weights"
+        raise RunnerError(why, field="--gate", hint=hint)
     own = [r.name for r in results if r is not base and r.recipe.gate is not None]
     if len(own) == len(results) - 1:
         why = f"every recipe but the baseline has a gate of its own ({', '.join(own)}); --gate is for those without"

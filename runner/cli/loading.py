@@ -13,7 +13,12 @@ SET_HELP = (
     "field is taken as written; other values are read as YAML (numbers, true/false, lists)."
 )
 ONLY_HELP = "only the recipes or study cells whose name matches (a name or glob; several separated by commas)."
-IN_PROCESS = click.option("--in-process", is_flag=True, hidden=True, help="Run recipes in this process (tests).")
+IN_PROCESS = click.option(
+    "--in-process",
+    is_flag=True,
+    hidden=True,
+    help="Run recipes in this process (tests).",
+)
 NO_PROGRESS = click.option("--no-progress", is_flag=True, help="No progress bars.")
 
 

@@ -23,10 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
-from runner.base.files import write_json_atomic
 from runner.base.nvml import used_gib, wait_for_release
 from runner.base.procs import kill_group
-from runner.folder import RunFolder
 from runner.results import RunResult, Timings
 from runner.run.job import Job, Unit
 from runner.run.result import Measured, failure_hint, run_result
@@ -82,17 +80,17 @@ def _collect(
     out: list[RunResult] = []
     pending: list[Unit] = []
     for unit in job.units:
-        folder = RunFolder.of(job.options.out, unit.name)
+        folder = job.options.folder(unit.name)
         if folder.results.is_file():
             out.append(RunResult.model_validate_json(folder.results.read_bytes()))
         else:
             pending.append(unit)
     if not pending or (error is None and proc.returncode == 0):
         return out, ()
-    logged = {u.name: _mtime(RunFolder.of(job.options.out, u.name).engine_log) for u in pending}
+    logged = {u.name: _mtime(job.options.folder(u.name).engine_log) for u in pending}
     started = [u for u in pending if logged[u.name] > since]
     running = max(started, key=lambda u: logged[u.name]) if started else pending[0]
-    folder = RunFolder.of(job.options.out, running.name)
+    folder = job.options.folder(running.name)
     text = ""
     with contextlib.suppress(OSError):
         text = folder.engine_log.read_text(errors="replace")
@@ -101,10 +99,11 @@ def _collect(
         tail = text.strip().splitlines()[-5:]
         why += (": " + " | ".join(t.strip() for t in tail)[-600:]) if tail else ""
     hint = failure_hint(why) or f"see {folder.engine_log}"
-    evidence = running.loaded.recipe.engine.crash_evidence(text.rsplit(LOG_MARK, 1)[-1])  # this run's part
+    # this run's part
+    evidence = running.loaded.recipe.engine.crash_evidence(text.rsplit(LOG_MARK, 1)[-1])
     m = Measured(Timings(total_s=(time.time_ns() - since) / 1e9))  # a tune's budget counts it
     res = run_result(running, job.options.command, [], evidence, m, error=why, hint=hint)
-    write_json_atomic(folder.results, res.model_dump(mode="json"))
+    folder.write(res)
     return [*out, res], tuple(u for u in pending if u is not running)
 
 
@@ -120,13 +119,13 @@ def run_isolated(job: Job, warn=print) -> list[RunResult]:
     when GPU memory is not back after the job (it goes to the last recipe's engine.log too)."""
     first = job.units[0].name
     for unit in job.units:
-        folder = RunFolder.of(job.options.out, unit.name)
+        folder = job.options.folder(unit.name)
         folder.root.mkdir(parents=True, exist_ok=True)
         folder.results.unlink(missing_ok=True)
         with open(folder.engine_log, "a", encoding="utf-8") as f:  # a resumed run keeps the earlier log above
             f.write(f"\n{LOG_MARK} {unit.name} started {time.strftime('%Y-%m-%d %H:%M:%S')} =====\n")
             if unit.name != first:
-                first_log = RunFolder.of(job.options.out, first).engine_log
+                first_log = job.options.folder(first).engine_log
                 f.write(f"(runs on the engine started for {first}: the engine's own output is in {first_log})\n")
     baseline, since = used_gib(), time.time_ns()
     try:
@@ -135,7 +134,7 @@ def run_isolated(job: Job, warn=print) -> list[RunResult]:
         why = f"could not start the recipe's process: {type(e).__name__}: {e}"
         results = [failed_result(u, why, None, job.options.command) for u in job.units]
         for u, res in zip(job.units, results):
-            write_json_atomic(RunFolder.of(job.options.out, u.name).results, res.model_dump(mode="json"))
+            job.options.folder(u.name).write(res)
         return results
     error = _wait(proc, job.timeout_s())
     after = wait_for_release(baseline)
@@ -143,7 +142,7 @@ def run_isolated(job: Job, warn=print) -> list[RunResult]:
     if baseline is not None and after is not None and after > baseline + 1.0:
         line = f"GPU memory not fully released after the run: {after:.1f} GiB used vs {baseline:.1f} GiB before"
         last = job.units[-1].name
-        with open(RunFolder.of(job.options.out, last).engine_log, "a", encoding="utf-8") as f:
+        with open(job.options.folder(last).engine_log, "a", encoding="utf-8") as f:
             f.write(f"{LOG_MARK} {line}\n")
         warn(f"WARNING: {last}: {line}")
     if rest:
@@ -176,7 +175,7 @@ def main() -> int:
 
     def to_log(unit: Unit) -> None:
         """This process's stdout/stderr (fds 1 and 2) appended to the recipe's engine.log while it generates."""
-        log = str(RunFolder.of(job.options.out, unit.name).engine_log)
+        log = str(job.options.folder(unit.name).engine_log)
         sys.stdout.flush()
         sys.stderr.flush()
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

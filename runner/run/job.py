@@ -14,6 +14,7 @@ from typing import Any
 from runner.base.errors import RunnerError
 from runner.engines.builtin import BUILTIN_PREFIX, BUILTINS, is_builtin
 from runner.engines.hf import check_model_files, check_model_source, counting_tokenizer, looks_local
+from runner.folder import RunFolder
 from runner.inputs.context import check_context
 from runner.inputs.prepare import Prepared, prepare
 from runner.recipe import LoadedRecipe
@@ -33,7 +34,11 @@ class RunOptions:
     timeout_s: float | None = None  # the call's --timeout (a recipe's own timeout_s wins)
     call: str = ""  # names this `runner go` call in every repeat it measures
     force: bool = False  # rerun recipes whose complete results are stored
-    baseline: str | None = None  # the recipe the summary compares against (None: the recipes' own choice)
+    # the recipe the summary compares against (None: the recipes' choice)
+    baseline: str | None = None
+
+    def folder(self, name: str) -> RunFolder:
+        return RunFolder.of(self.out, name)
 
 
 @dataclass(frozen=True)

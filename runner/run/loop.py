@@ -20,12 +20,12 @@ from contextlib import ExitStack, nullcontext
 from typing import IO
 
 from runner.base.errors import RunnerError
-from runner.base.files import PartialWriter, write_json_atomic, write_jsonl_atomic
+from runner.base.files import PartialWriter, write_jsonl_atomic
 from runner.base.noise import peak_rss
 from runner.base.nvml import PeakSampler
 from runner.base.stats import geomean_interval, percentile
 from runner.base.types import Engine, Generation, Request
-from runner.folder import RunFolder, load_samples
+from runner.folder import load_samples
 from runner.inputs.context import context_length, truncate_left
 from runner.results import Repeat, RunResult, Sample, Timings
 from runner.run.job import Job, RunOptions, Unit
@@ -117,11 +117,11 @@ class UnitRun:
 
     def __init__(self, unit: Unit, opts: RunOptions, restarts: bool, turns: str | None = None, sharing: int = 1):
         self.unit, self.opts, self.r = unit, opts, unit.loaded.recipe
-        self.folder = RunFolder.of(opts.out, unit.name)
+        self.folder = opts.folder(unit.name)
         self.folder.root.mkdir(parents=True, exist_ok=True)
-        has_samples = self.folder.samples.is_file()
         self.repeats: list[Repeat] = []
-        if has_samples:  # each bad stored line is named here (in a worker, before its output goes to engine.log)
+        # each bad stored line named here (before output goes to engine.log)
+        if self.folder.samples.is_file():
             self.repeats, set_aside = load_repeats(self.folder, unit.run_key)
             for line in set_aside:
                 print(f"WARNING: {line}", file=sys.stderr, flush=True)
@@ -169,7 +169,7 @@ class UnitRun:
                 hint = failure_hint(error)
             m = Measured(Timings(total_s=time.perf_counter() - t_start), started_at=self.started)
             self.result = run_result(self.unit, self.opts.command, [], None, m, error=error, hint=hint)
-            write_json_atomic(self.folder.results, self.result.model_dump(mode="json"))
+            self.folder.write(self.result)
 
     def _generate(self, index: int, shared: SharedEngine, progress_file: IO[str] | None) -> None:
         started, r, opts, unit, first = now("milliseconds"), self.r, self.opts, self.unit, index == 1
@@ -231,10 +231,10 @@ class UnitRun:
         self.per_example = sink.one_at_a_time
         return None
 
-    def finish(self, shared: SharedEngine) -> RunResult | None:
-        """The recipe's result once every repeat is measured (written to results.json); None while some are not."""
+    def finish(self, shared: SharedEngine) -> None:
+        """The recipe's result once every repeat is measured (written to results.json)."""
         if self.result is not None or not self.complete or self.last is None:
-            return self.result
+            return
         engine, ids, notes, busy = self.last
         reps = [x for x in self.repeats if x.index <= self.wanted]
         first = reps[0]
@@ -244,16 +244,15 @@ class UnitRun:
         total_s = sum(loads) + sum(x.wall_s or x.generate_s for x in reps)
         starts = [x.start for x in reps if x.start is not None]
         timings = Timings(load_s=load_s, generate_s=gen_s, total_s=total_s, start=starts[0] if starts else None, **busy)
-        sampler = shared.sampler
-        per_example = self.per_example and len(reps) == 1  # with repeats an estimate scales the geometric mean linearly
-        m = Measured(
-            timings, sampler.peak, sampler.start_gib, per_example, first.started_at, first.reused_s, peak_rss()
-        )
+        # with repeats an estimate scales the geomean
+        per_example = self.per_example and len(reps) == 1
+        peak, start_gib = shared.sampler.peak, shared.sampler.start_gib
+        first_at, reused_s = first.started_at, first.reused_s
+        m = Measured(timings, peak, start_gib, per_example, first_at, reused_s, peak_rss())
         facts = dict(ids=ids, notes=notes, reused=first.reused_samples, engine_of=self.engine_of)
         facts.update(repeats=reps, repeat_order=self.order())
         self.result = run_result(self.unit, self.opts.command, self.samples, engine.info, m, **facts)
-        write_json_atomic(self.folder.results, self.result.model_dump(mode="json"))
-        return self.result
+        self.folder.write(self.result)
 
 
 def run_rounds(

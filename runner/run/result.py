@@ -118,14 +118,16 @@ def _pct(xs: list[float | None]) -> Percentiles | None:
 def project_estimate(samples: list[Sample], generate_s: float, per_example: bool, n_target: int) -> Estimate:
     n = len(samples)
     secs = [s.seconds for s in samples if s.seconds is not None]
-    if per_example and len(secs) == n and n >= MIN_PROJECTED:
+    if per_example and len(secs) == n >= 1:
         p = project(secs, n_target)
-        p["low_s"] = max(p["low_s"], 0.0)
-        method = "per-example wall times of a random sample, mean x N, 95% t-interval"
-    elif per_example and len(secs) == n and n >= 1:
-        p = {**project(secs, n_target), "low_s": None, "high_s": None}
-        method = f"per-example wall times of a random sample, mean x N; too few examples to tell (n = {n}, an "
-        method += f"interval needs {MIN_PROJECTED}): no interval"
+        method = "per-example wall times of a random sample, mean x N"
+        if n >= MIN_PROJECTED:
+            p["low_s"] = max(p["low_s"], 0.0)
+            method += ", 95% t-interval"
+        else:
+            p.update(low_s=None, high_s=None)
+            few = f"too few examples to tell (n = {n}, an interval needs {MIN_PROJECTED})"
+            method += f"; {few}: no interval"
     else:
         per = generate_s / n
         p = {"per_example_s": per, "projected_s": per * n_target, "low_s": None, "high_s": None}
@@ -183,7 +185,7 @@ def run_result(
     the host's (`ray`); `facts`: RunResult fields only some runs have (engine_of, serving, executor, replicas) or
     that they know better than the samples tell (prefix, tokens). A result with an `error` is failed. A run of
     fewer examples than it stands for (an estimate) gets the projection; a serving run never does."""
-    lr, r, eng = unit.loaded, unit.loaded.recipe, engine or EngineInfo()
+    r, eng = unit.loaded.recipe, engine or EngineInfo()
     n, gen_s = len(samples), m.timings.generate_s or 0.0
     extra = {key: v for key, v in eng.extra.items() if key != "metrics"}
     env = {**environment(), **(env or {}), "inputs": unit.prepared.inputs, "engine_extra": extra}
@@ -196,41 +198,56 @@ def run_result(
         notes.append(f"{was}; generation time adds {took}.")
     if r.model.trust_remote_code:
         notes.append("trust_remote_code was ON: code shipped with the checkpoint was allowed to run.")
-    meaningful = not (r.model.load_format == "dummy" or r.model.id.startswith("builtin:") or r.engine.fake)
-    fields: dict[str, Any] = dict(name=r.name, recipe=r, recipe_hash=r.digest(), recipe_path=lr.path)
-    fields.update(command=command, status="failed" if error is not None else "ok", error=error, hint=hint)
-    fields.update(run_key=unit.run_key, n_samples=n, n_dataset=unit.prepared.n_dataset, plan=unit.plan)
-    fields.update(scores_meaningful=meaningful, n_scored=sum(1 for s in samples if s.answers), cell=lr.cell)
-    fields.update(timings=m.timings, scores=mean_scores(samples, list(r.metrics)), knobs=list(eng.knobs))
-    fields["engine"] = dict(name=eng.name, version=eng.version, device=eng.device, quantization=eng.quantization)
-    fields.update(environment=env, notes=notes, started_at=m.started_at, finished_at=now(), reused_samples=reused)
-    fields.update(_counted(samples, eng, m, ids))
+    fields = _identity(unit, command, error, hint) | _counted(samples, eng, m, ids)
+    fields.update(n_samples=n, n_scored=sum(1 for s in samples if s.answers), knobs=list(eng.knobs))
+    fields.update(timings=m.timings, scores=mean_scores(samples, list(r.metrics)), notes=notes)
+    fields.update(environment=env, started_at=m.started_at, finished_at=now())
+    fields["reused_samples"] = reused
+    fields["engine"] = {k: getattr(eng, k) for k in ("name", "version", "device", "quantization")}
     if error is None and "serving" not in facts and "replicas" not in facts:
-        tokens = fields["tokens"]
-        fields["energy"] = energy_of(facts.get("repeats") or [], eng.gpus, tokens["prompt"], tokens["output"])
+        reps, tok = facts.get("repeats") or [], fields["tokens"]
+        fields["energy"] = energy_of(reps, eng.gpus, tok["prompt"], tok["output"])
     if error is None and 0 < n < unit.prepared.n_target and "serving" not in facts:
         fields["estimate"] = project_estimate(samples, gen_s, m.per_example, unit.prepared.n_target)
     return RunResult(**(fields | facts))
 
 
-def _counted(samples: list[Sample], eng: EngineInfo, m: Measured, ids: list[list[int]] | None) -> dict[str, Any]:
-    """The parts of a result counted over its samples (tokens, throughput, latency, prefix) and its memory, as the
-    nested parts' fields (checked by RunResult)."""
+def _identity(unit: Unit, command: str, error: str | None, hint: str | None) -> dict[str, Any]:
+    """The fields that name the run: its recipe, where it came from, how it ended."""
+    lr, r = unit.loaded, unit.loaded.recipe
+    dummy = r.model.load_format == "dummy" or r.model.id.startswith("builtin:") or r.engine.fake
+    status = "failed" if error is not None else "ok"
+    fields = dict(name=r.name, recipe=r, recipe_hash=r.digest(), recipe_path=lr.path, cell=lr.cell)
+    fields.update(command=command, status=status, error=error, hint=hint)
+    fields["scores_meaningful"] = not dummy
+    return fields | dict(run_key=unit.run_key, n_dataset=unit.prepared.n_dataset, plan=unit.plan)
+
+
+def _counted(
+    samples: list[Sample],
+    eng: EngineInfo,
+    m: Measured,
+    ids: list[list[int]] | None,
+) -> dict[str, Any]:
+    """The parts of a result counted over its samples (tokens, throughput, latency, prefix) and its
+    memory, as the nested parts' fields (checked by RunResult)."""
     n, gen_s = len(samples), m.timings.generate_s or 0.0
     p_tok, o_tok = sum(s.prompt_tokens for s in samples), sum(s.output_tokens for s in samples)
     cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
     k, share = prefix_share(ids) if ids else (0, 0.0)
     hit = sum(cached) / p_tok if cached and p_tok else None
     rate = (lambda x: x / gen_s) if gen_s and n else (lambda x: None)
-    memory = dict(peak_gpu_gib=m.peak_gpu_gib, baseline_gpu_gib=m.baseline_gpu_gib, weights_gib=eng.weights_gib)
-    memory.update(peak_rss_gib=m.peak_rss_gib, kv_cache_tokens=eng.kv_cache_tokens)
+    latencies = [s.latency_s for s in samples]
+    per_s = dict(requests_per_s=rate(n), output_tokens_per_s=rate(o_tok))
+    per_s["total_tokens_per_s"] = rate(p_tok + o_tok)
+    memory = dict(peak_gpu_gib=m.peak_gpu_gib, baseline_gpu_gib=m.baseline_gpu_gib)
+    memory.update(peak_rss_gib=m.peak_rss_gib, weights_gib=eng.weights_gib)
+    memory.update(kv_cache_tokens=eng.kv_cache_tokens, kv_cache_gib=eng.extra.get("kv_cache_gib"))
     return dict(
         tokens=dict(prompt=p_tok, output=o_tok, cached=sum(cached) if cached else None),
-        throughput=dict(
-            requests_per_s=rate(n), output_tokens_per_s=rate(o_tok), total_tokens_per_s=rate(p_tok + o_tok)
-        ),
-        latency=dict(ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct([s.latency_s for s in samples])),
-        memory={**memory, "kv_cache_gib": eng.extra.get("kv_cache_gib")},
+        throughput=per_s,
+        latency=dict(ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct(latencies)),
+        memory=memory,
         prefix=dict(shared_prefix_tokens=k, shared_prefix_share=share, hit_rate=hit),
     )
 

@@ -56,10 +56,7 @@ def load_partial(path: Path, key: str, metrics: list[str]) -> dict[str, Sample]:
         return {}
     data = repair_cut_line(path, path.read_bytes())
     lines = data.decode("utf-8", errors="replace").splitlines()
-    try:
-        head = json.loads(lines[0]) if lines else {}
-    except json.JSONDecodeError:
-        head = {}
+    head = _json(lines[0]) if lines else None
     if not isinstance(head, dict) or head.get("_run_key") != key:
         path.unlink()
         return {}
@@ -131,7 +128,7 @@ def load_repeats(folder: RunFolder, key: str) -> tuple[list[Repeat], list[str]]:
     return [reps[i] for i in sorted(reps)], _named(folder, bad + last)
 
 
-def _json(line: bytes) -> Any:
+def _json(line: bytes | str) -> Any:
     try:
         return json.loads(line)
     except ValueError:  # not JSON, or not UTF-8
