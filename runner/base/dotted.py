@@ -24,10 +24,10 @@ def set_dotted(data: dict, key: str, value: Any) -> None:
     cur[last] = value
 
 
-def get_dotted(data: Any, key: str, default: Any = None) -> Any:
+def get_dotted(data: Any, key: str) -> Any:
     for p in key.split("."):
         if not isinstance(data, dict) or p not in data:
-            return default
+            return None
         data = data[p]
     return data
 

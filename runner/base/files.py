@@ -55,11 +55,11 @@ def write_text_atomic(path: Path, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
-def save_figure(fig: Any, path: Path, dpi: int = 110) -> Path:
+def save_figure(fig: Any, path: Path) -> Path:
     """A matplotlib figure saved atomically (rendered in memory, then renamed over the path): a symbolic link at the
     path is replaced, never written through."""
     buf = io.BytesIO()
-    fig.savefig(buf, dpi=dpi, format=Path(path).suffix.lstrip(".") or "png")
+    fig.savefig(buf, dpi=110, format=Path(path).suffix.lstrip(".") or "png")
     write_bytes_atomic(path, buf.getvalue())
     return path
 
@@ -82,12 +82,12 @@ def file_sha256(path: Path, digits: int = 16) -> str:
 
 
 class PartialWriter:
-    """Appends whole lines to a file as they come, made durable (fsync) at most every `sync_s`
-    seconds and on close: an interruption loses at most the last second and a cut last line
+    """Appends whole lines to a file as they come, made durable (fsync) at most every second
+    and on close: an interruption loses at most the last second and a cut last line
     (which resume repairs)."""
 
-    def __init__(self, path: Path, sync_s: float = 1.0):
-        self.path, self.sync_s, self._f, self._synced = path, sync_s, None, 0.0
+    def __init__(self, path: Path):
+        self.path, self._f, self._synced = path, None, 0.0
 
     def __enter__(self) -> PartialWriter:
         self._f = open(self.path, "a", encoding="utf-8")
@@ -99,7 +99,7 @@ class PartialWriter:
             self._f.write("".join(lines))
             self._f.flush()
             now = time.monotonic()
-            if now - self._synced >= self.sync_s:
+            if now - self._synced >= 1.0:
                 os.fsync(self._f.fileno())
                 self._synced = now
         except OSError as e:

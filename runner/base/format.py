@@ -40,12 +40,12 @@ def gib(v: float | None) -> str | None:
     return None if v is None else f"{v:.1f} GiB"
 
 
-def diff_cell(diff: dict[str, Any], limit: int = 300) -> str:
-    """The settings that differ, as many as fit in `limit` characters, then a count of the rest."""
+def diff_cell(diff: dict[str, Any]) -> str:
+    """The settings that differ, as many as fit in 300 characters, then a count of the rest."""
     parts: list[str] = []
     for i, (k, v) in enumerate(diff.items()):
         item = f"{k}={short(v)}"
-        if parts and sum(len(p) + 2 for p in parts) + len(item) + 2 > limit:
+        if parts and sum(len(p) + 2 for p in parts) + len(item) + 2 > 300:
             return ", ".join(parts) + f", … +{len(diff) - i} more (see its report.md)"
         parts.append(item)
     return ", ".join(parts)

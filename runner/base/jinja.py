@@ -59,11 +59,11 @@ _state = threading.local()
 
 
 @contextmanager
-def limits(seconds: float, what: str, work_chars: int = WORK_CHARS) -> Iterator[None]:
+def limits(seconds: float, what: str) -> Iterator[None]:
     """Bound the template work done inside: a deadline (`what` took longer than `seconds`: refused)
     and a work budget. Nested limits keep the earlier deadline."""
     outer = getattr(_state, "budget", None)
-    b = types.SimpleNamespace(due=time.monotonic() + seconds, what=what, seconds=seconds, left=work_chars)
+    b = types.SimpleNamespace(due=time.monotonic() + seconds, what=what, seconds=seconds, left=WORK_CHARS)
     if outer is not None and outer.due < b.due:
         b.due, b.what, b.seconds = outer.due, outer.what, outer.seconds
     _state.budget = b
@@ -98,10 +98,10 @@ def refuse(what: str) -> TemplateLimit:
     return TemplateLimit(f"{what}, beyond what a prompt template may compute")
 
 
-def size_of(value: Any, limit: int = MAX_CHARS) -> int:
-    """About how many characters str(value) has; stops counting once past `limit`."""
+def size_of(value: Any) -> int:
+    """About how many characters str(value) has; stops counting once past MAX_CHARS."""
     total, stack, seen = 0, [value], set()
-    while stack and total <= limit:
+    while stack and total <= MAX_CHARS:
         v = stack.pop()
         if isinstance(v, str):
             total += len(v)  # quotes inside a container: counted below

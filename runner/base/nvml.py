@@ -26,13 +26,13 @@ def has_cuda_device() -> bool:
     return _handle(0)[1] is not None or os.path.exists("/dev/nvidia0") or os.path.isdir("/proc/driver/nvidia/gpus")
 
 
-def used_gib(index: int = 0) -> float | None:
-    nv, h = _handle(index)
+def used_gib() -> float | None:
+    nv, h = _handle()
     return None if h is None else nv.nvmlDeviceGetMemoryInfo(h).used / 2**30
 
 
-def device_facts(index: int = 0) -> dict:
-    nv, h = _handle(index)
+def device_facts() -> dict:
+    nv, h = _handle()
     if h is None:
         return {}
     text = lambda x: x.decode() if isinstance(x, bytes) else x
@@ -49,8 +49,8 @@ class PeakSampler:
     in a thread; `busy_share(t0, t1)` is the mean utilization over a window of time.perf_counter().
     The utilization samples are kept as two arrays of doubles (16 bytes a sample: ~1 MB an hour)."""
 
-    def __init__(self, index: int = 0, interval: float = 0.05):
-        self.nv, self.h = _handle(index)
+    def __init__(self, interval: float = 0.05):
+        self.nv, self.h = _handle()
         self.interval, self.peak, self.start_gib = interval, None, None
         self.has_counter = True  # False once the device refuses the utilization counter
         self._times, self._utils = array("d"), array("d")  # time.perf_counter(), utilization %
@@ -105,21 +105,22 @@ class PeakSampler:
         return [round(sum(self._utils[a:b]) / (b - a) / 100, 3) for a, b in zip(edges, edges[1:])]
 
 
-def wait_for_release(baseline_gib: float | None, tolerance_gib: float = 1.0, timeout_s: float = 60) -> float | None:
-    """Wait until the device's used memory is back near `baseline_gib`; return the last reading."""
+def wait_for_release(baseline_gib: float | None) -> float | None:
+    """Wait (60 s at most) until the device's used memory is back within 1 GiB of `baseline_gib`; return the
+    last reading."""
     if baseline_gib is None:
         return None
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + 60
     now = used_gib()
-    while now is not None and now > baseline_gib + tolerance_gib and time.monotonic() < deadline:
+    while now is not None and now > baseline_gib + 1.0 and time.monotonic() < deadline:
         time.sleep(0.1)
         now = used_gib()
     return now
 
 
-def gpu_processes(index: int = 0) -> list[int] | None:
+def gpu_processes() -> list[int] | None:
     """PIDs of the processes using the GPU (compute and graphics), as NVML lists them; None without NVML."""
-    nv, h = _handle(index)
+    nv, h = _handle()
     if h is None:
         return None
     pids: set[int] = set()
@@ -129,9 +130,9 @@ def gpu_processes(index: int = 0) -> list[int] | None:
     return sorted(pids)
 
 
-def sm_clocks(index: int = 0) -> tuple[int, int] | None:
+def sm_clocks() -> tuple[int, int] | None:
     """(the SM clock now, its maximum) in MHz; None without NVML."""
-    nv, h = _handle(index)
+    nv, h = _handle()
     if h is None:
         return None
     try:

@@ -50,11 +50,11 @@ def cmdline(pid: int) -> bytes:
         return b""
 
 
-def kill_group(pgid: int, grace_s: float = 10.0, proc: subprocess.Popen | None = None, kill_s: float = 60.0) -> None:
+def kill_group(pgid: int, grace_s: float = 10.0, proc: subprocess.Popen | None = None) -> None:
     """SIGTERM the process group, SIGKILL what is left after grace_s; return once no member is alive (zombies
-    left by a PID 1 that never reaps do not count), or `kill_s` after the SIGKILL (a process stuck in the
+    left by a PID 1 that never reaps do not count), or 60 s after the SIGKILL (a process stuck in the
     kernel). `proc`: the group's leader, reaped on the way."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, kill_s)):
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 60.0)):
         try:
             os.killpg(pgid, sig)
         except ProcessLookupError:
