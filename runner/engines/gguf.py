@@ -25,14 +25,6 @@ INSTALL = "pip install 'runner[gguf]'  (the gguf and accelerate packages)"
 FORMAT = "1"  # bump when what a conversion writes changes
 
 
-def require_packages() -> None:
-    """A GGUF model without the packages transformers needs to read it: exit 2 with the install line."""
-    missing = [p for p in PACKAGES if importlib.util.find_spec(p) is None]
-    if missing:
-        msg = f"a GGUF model needs the Python package{'s' * (len(missing) > 1)} {', '.join(missing)}, not installed"
-        raise RunnerError(msg, field="model.id", hint=INSTALL)
-
-
 def check_file(model: ModelSpec) -> Path:
     """The model's GGUF file, which must exist."""
     path = model.gguf_path
@@ -45,9 +37,12 @@ def check_file(model: ModelSpec) -> Path:
 
 
 def readable(model: ModelSpec) -> Path:
-    """The model's GGUF file, which must exist, with the packages that read it installed."""
+    """The model's GGUF file, which must exist, with the packages that read it installed (else exit 2 with the
+    install line)."""
     path = check_file(model)
-    require_packages()
+    if missing := [p for p in PACKAGES if importlib.util.find_spec(p) is None]:
+        msg = f"a GGUF model needs the Python package{'s' * (len(missing) > 1)} {', '.join(missing)}, not installed"
+        raise RunnerError(msg, field="model.id", hint=INSTALL)
     return path
 
 
@@ -68,6 +63,11 @@ def quant_type(path: Path) -> str:
 
     kinds = Counter(t.tensor_type.name for t in GGUFReader(str(path)).tensors if len(t.shape) > 1)
     return kinds.most_common(1)[0][0] if kinds else "unknown"
+
+
+def facts(path: Path) -> dict[str, Any]:
+    """What a report says of a GGUF file: its path, SHA-256 and quantization."""
+    return {"file": str(path), "sha256": sha256(path), "quantization": quant_type(path)}
 
 
 def _folder(path: Path) -> Path:
@@ -106,8 +106,8 @@ def safetensors_dir(model: ModelSpec) -> tuple[Path, dict[str, Any]]:
         built.append(tmp)
 
     folder = cached(_folder(path) / "safetensors", build)
-    facts = {"file": str(path), "sha256": sha256(path), "quantization": quant_type(path), "copy": str(folder)}
-    return folder, facts | {"converted": bool(built), "convert_s": round(time.perf_counter() - t0, 3)}
+    done = {"copy": str(folder), "converted": bool(built), "convert_s": round(time.perf_counter() - t0, 3)}
+    return folder, facts(path) | done
 
 
 def config(model: ModelSpec) -> dict[str, Any]:

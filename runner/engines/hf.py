@@ -8,6 +8,7 @@ import json
 import os
 import zlib
 from array import array
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -129,13 +130,20 @@ def tokenizer_folder(model: Any) -> Path | None:
         return gguf.tokenizer_dir(model)
     if (path := Path(ref).expanduser()).is_dir():
         return path
+    hit = _hub_cached(ref, "tokenizer.json", model.revision)
+    return hit.parent if hit else None
+
+
+def _hub_cached(ref: str, name: str, revision: str | None) -> Path | None:
+    """A file of hub repo `ref` in this machine's Hugging Face cache (never the network); None: not there, no hub
+    library, or not a repo id."""
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        hit = try_to_load_from_cache(ref, "tokenizer.json", revision=model.revision)
+        hit = try_to_load_from_cache(ref, name, revision=revision)
     except Exception:  # no hub library, or not a repo id
         return None
-    return Path(hit).parent if isinstance(hit, str) else None
+    return Path(hit) if isinstance(hit, str) else None
 
 
 _COUNTING: dict[tuple, Any] = {}  # (tokenizer id, revision, GGUF file) -> the tokenizer check and plan count with
@@ -155,7 +163,7 @@ def counting_tokenizer(model: Any) -> Any:
             field = "model.tokenizer" if model.tokenizer else "model.id"
             why = f"no tokenizer for {model.tokenizer_id} on this machine"
             if looks_local(model.tokenizer_id) or tokenizer_folder(model) is not None:  # there, yet unreadable
-                why += f" ({type(e).__name__}: {_first_line(e)})"
+                why += f" ({type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:160]})"
             else:
                 why += ": a hub id that is not in the Hugging Face cache (read from local files only)"
             hint = f"pass a local copy with --model-path {model.tokenizer_id}=PATH"
@@ -163,10 +171,6 @@ def counting_tokenizer(model: Any) -> Any:
                 hint = "point model.tokenizer (or model.id) at a folder with the model's tokenizer files"
             raise RunnerError(why, field=field, hint=hint) from None
     return _COUNTING[key]
-
-
-def _first_line(e: Exception) -> str:
-    return (str(e).strip().splitlines() or [""])[0][:160]
 
 
 COUNTS_FOLDER = "prompt-tokens"  # under $RUNNER_CACHE: token ids by input hash, for check and plan
@@ -259,20 +263,14 @@ def _read_counts(key: str) -> tuple[bool, list[list[int]]] | None:
     """None when absent or damaged (then counted again)."""
     try:
         data = zlib.decompress(_counts_path(key).read_bytes())
-        n_head = int.from_bytes(data[:4], "little")
-        head = json.loads(data[4 : 4 + n_head])
-        lens, flat = array("I"), array("I")
-        lens.frombytes(data[4 + n_head : 4 + n_head + 4 * head["n"]])
-        flat.frombytes(data[4 + n_head + 4 * head["n"] :])
+        at = 4 + int.from_bytes(data[:4], "little")
+        head = json.loads(data[4:at])
+        lens, flat = array("I", data[at : at + 4 * head["n"]]), array("I", data[at + 4 * head["n"] :])
     except (OSError, ValueError, KeyError, zlib.error):
         return None
     if len(lens) != head["n"] or sum(lens) != len(flat):
         return None
-    ids, at = [], 0
-    for n in lens:
-        ids.append(flat[at : at + n].tolist())
-        at += n
-    return bool(head["chat"]), ids
+    return bool(head["chat"]), [flat[end - n : end].tolist() for n, end in zip(lens, accumulate(lens))]
 
 
 def truncate_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
@@ -288,15 +286,9 @@ def model_config(m: Any, where: str | None = None) -> dict[str, Any]:
     folder = Path(ensure_builtin(m.id)) if is_builtin(m.id) else Path(m.id).expanduser()
     cfg = folder / "config.json"
     if not cfg.is_file():
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            hit = try_to_load_from_cache(m.id, "config.json", revision=m.revision)
-        except Exception:  # no hub library, or not a repo id
-            hit = None
-        if not isinstance(hit, str):
+        cfg = _hub_cached(m.id, "config.json", m.revision)
+        if cfg is None:
             msg = f"no config.json for {m.id} on this machine (plan reads the model's config, never the network)"
             hint = f"pass a local copy with --model-path {m.id}=PATH"
             raise RunnerError(msg, file=where, field="model.id", hint=hint)
-        cfg = Path(hit)
     return json.loads(cfg.read_text(encoding="utf-8"))

@@ -264,9 +264,8 @@ class TransformersEngine:
         info.extra["torch"] = self.torch.__version__
         info.notes += [SMOKE_NOTE] if builtin else []
         if (path := self.model_spec.gguf_path) is not None:
-            facts = {"file": str(path), "sha256": gguf.sha256(path), "quantization": gguf.quant_type(path)}
-            info.extra["gguf"] = facts
-            info.notes.append(gguf.note(facts, "transformers"))
+            info.extra["gguf"] = gguf.facts(path)
+            info.notes.append(gguf.note(info.extra["gguf"], "transformers"))
         dtype, attn = str(m.dtype).replace("torch.", ""), getattr(m.config, "_attn_implementation", None)
         facts = TransformersFacts(self.device, str(next(m.parameters()).device), dtype, attn, q, weights)
         info.knobs = self._static_knobs = transformers_knobs(self.spec, self.model_spec, facts)
@@ -329,8 +328,8 @@ class TransformersEngine:
             return self._generate_continuous(prompts, sampling, progress, sink)
         kw = self._gen_kwargs(sampling)
         out: list[Generation | None] = [None] * len(prompts)
-        bs = self.spec.batch_size
-        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i])) if bs > 1 else list(range(len(prompts)))
+        bs = self.spec.batch_size  # batches of more than one prompt length-sorted (a stable sort: ties keep order)
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]) if bs > 1 else 0)
         for start in range(0, len(order), bs):
             idx = order[start : start + bs]
             ids, mask = self._padded(prompts, idx)
@@ -395,8 +394,7 @@ class TransformersEngine:
         ids = manager.add_requests(inputs=prompts, max_new_tokens=sampling.max_tokens)
         where = {rid: i for i, rid in enumerate(ids)}
         out: list[Generation | None] = [None] * len(prompts)
-        left = len(prompts)
-        while left:
+        while where:
             got = manager.get_result(timeout=1)
             if got is None:
                 if not manager.is_running():
@@ -408,7 +406,6 @@ class TransformersEngine:
                 raise RunnerError(f"continuous batching: request failed: {got.error}")
             i = where.pop(got.request_id)
             out[i] = self._generation(list(got.generated_tokens), len(prompts[i]), sampling, time.perf_counter() - t0)
-            left -= 1
             if sink:
                 sink([(i, out[i])])
             if progress:

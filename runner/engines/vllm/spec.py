@@ -114,12 +114,14 @@ class VLLMSpec(EngineSpecBase):
 
     def plan_settings(self, model: ModelSpec) -> dict[str, Any]:
         args = self.engine_args
-        s = {"dtype": model.dtype, "quantization": self.quantization, "kv_cache_dtype": self.kv_cache_dtype}
-        s |= {"gpu_memory_utilization": self.gpu_memory_utilization, "max_model_len": self.max_model_len}
-        s |= {"block_size": int(args.get("block_size") or 16), "cpu_offload_gb": self.cpu_offload_gb}
-        s |= {"enable_prefix_caching": self.prefix_caching_requested(), "enforce_eager": self.enforce_eager}
-        s |= {"max_num_batched_tokens": args.get("max_num_batched_tokens"), "max_num_seqs": args.get("max_num_seqs")}
-        return s | {"device": "gpu"}
+        return self.model_dump(include=_LLM_FIELDS - {"tensor_parallel_size"}) | {
+            "dtype": model.dtype,
+            "block_size": int(args.get("block_size") or 16),
+            "enable_prefix_caching": self.prefix_caching_requested(),
+            "max_num_batched_tokens": args.get("max_num_batched_tokens"),
+            "max_num_seqs": args.get("max_num_seqs"),
+            "device": "gpu",
+        }
 
     def llm_kwargs(self, model: ModelSpec) -> dict[str, Any]:
         """The recipe mapped onto `vllm.LLM(**kwargs)` (pure: no vLLM needed)."""
