@@ -36,16 +36,16 @@ def token_bound(messages: Messages) -> int:
 def check_context(lr: LoadedRecipe, examples: Sequence[Any], messages: Sequence[Messages]) -> None:
     """Refuses the prompts whose token count + max_tokens exceeds the context, counted with the tokenizer for the
     few whose byte bound does not already prove they fit."""
-    r = lr.recipe
-    if r.prompt.truncate and (ctx := context_length(lr)) and r.sampling.max_tokens >= ctx:
+    r, limit = lr.recipe, context_length(lr)
+    if r.prompt.truncate and limit and r.sampling.max_tokens >= limit:
         why = f"sampling.max_tokens {r.sampling.max_tokens:,} leaves no room for a prompt in the model's context of "
-        why += f"{ctx:,} tokens, so prompt.truncate would cut every prompt to nothing"
-        hint = f"lower sampling.max_tokens below {ctx:,} (the answer and the prompt share the context)"
+        why += f"{limit:,} tokens, so prompt.truncate would cut every prompt to nothing"
+        hint = f"lower sampling.max_tokens below {limit:,} (the answer and the prompt share the context)"
         raise RunnerError(why, file=lr.path, field="sampling.max_tokens", hint=hint)
-    limit = None if r.prompt.truncate else context_length(lr)
-    room = (limit or 0) - r.sampling.max_tokens
-    maybe = [i for i, m in enumerate(messages) if token_bound(m) > room] if limit else []
-    if not maybe:
+    if r.prompt.truncate or not limit:
+        return
+    room = limit - r.sampling.max_tokens
+    if not (maybe := [i for i, m in enumerate(messages) if token_bound(m) > room]):
         return
     from runner.engines.hf import count_prompts
 
