@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.errors import RunnerError
-from runner.base.files import write_bytes_atomic, write_json_atomic, write_jsonl_atomic
+from runner.base.files import write_bytes_atomic, write_jsonl_atomic
 from runner.base.format import secs, table
 from runner.base.procs import cmdline, descendants, end_stragglers
 from runner.folder import RunFolder
@@ -94,7 +94,7 @@ def run_replica(rep: Replica, seeds: dict[str, list[Sample]], events: Any) -> di
     }
     events.put(("started", rep.tag, where))
     job = replace(rep.job, options=replace(rep.job.options, out=wdir, progress=False))
-    folders = {u.name: RunFolder.of(wdir, u.name) for u in job.units}
+    folders = {u.name: job.options.folder(u.name) for u in job.units}
     for u, f in zip(job.units, folders.values()):
         f.samples.unlink(missing_ok=True)
         if seeds.get(u.name) and not f.partial.exists():  # (an earlier attempt's partial file holds them)
@@ -141,7 +141,7 @@ def run_here(job: Job, node_ip: str) -> None:
         why = f"Ray node {node_ip} cannot run it: {e.render(with_hint=False)}"
         for u in job.units:
             res = failed_result(u, why, e.hint, job.options.command)
-            write_json_atomic(RunFolder.of(job.options.out, u.name).results, res.model_dump(mode="json"))
+            job.options.folder(u.name).write(res)
         return
     run_isolated(job)
 
@@ -287,7 +287,7 @@ class _Call:
         """The finished samples the driver's `--out` holds for the replica's shares."""
         out = {}
         for u in rep.job.units:
-            done = load_partial(RunFolder.of(rep.job.options.out, u.name).partial, u.run_key, u.loaded.recipe.metrics)
+            done = load_partial(rep.job.options.folder(u.name).partial, u.run_key, u.loaded.recipe.metrics)
             out[u.name] = [done[ex.id] for ex in u.prepared.examples if ex.id in done]
         return out
 
@@ -320,7 +320,7 @@ class _Call:
 
     def _merge(self, job: Job, unit: Unit, reps: list[Replica], outputs: dict[int, Any]) -> RunResult:
         """The recipe's files under the driver's --out, from its replicas' shards."""
-        opts, folder = job.options, RunFolder.of(job.options.out, unit.name)
+        opts, folder = job.options, job.options.folder(unit.name)
         shards, rows, logs = [], [], []
         for rep in (r for r in reps if unit.name in r.bounds):
             got, where = outputs[rep.index], self.where.get(rep.tag, {})
@@ -356,7 +356,7 @@ class _Call:
             write_jsonl_atomic(folder.samples, [s.to_line() for s in samples])
             folder.partial.unlink(missing_ok=True)
             res = self._merged(unit, opts.command, shards, samples, facts)
-        write_json_atomic(folder.results, res.model_dump(mode="json"))
+        folder.write(res)
         if bar := self.bars.pop(unit.name, None):
             bar.update(bar.total - bar.n if res.status == "ok" else 0)
             bar.close()

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.errors import RunnerError
-from runner.base.files import write_json_atomic, write_jsonl_atomic
+from runner.base.files import write_jsonl_atomic
 from runner.base.nvml import PeakSampler, device_facts, used_gib, wait_for_release
 from runner.base.stats import prefix_share, summary
 from runner.base.types import EngineInfo, Generation, Sampling
@@ -397,7 +397,7 @@ class Sweep:
 def run_serving(unit: Unit, opts: RunOptions) -> RunResult:
     """Run one `load:` recipe in this process: start the server, sweep the rates, stop the server; the result
     and samples.jsonl (the headline rate's requests) are written. A failure is a failed result."""
-    folder, started, t_start = RunFolder.of(opts.out, unit.name), now(), time.perf_counter()
+    folder, started, t_start = opts.folder(unit.name), now(), time.perf_counter()
     folder.root.mkdir(parents=True, exist_ok=True)
     try:
         res = _serve(unit, opts, folder, started, t_start)
@@ -405,7 +405,7 @@ def run_serving(unit: Unit, opts: RunOptions) -> RunResult:
         error = e.render(with_hint=False) if isinstance(e, RunnerError) else f"{type(e).__name__}: {e}"
         m = Measured(Timings(total_s=time.perf_counter() - t_start), started_at=started)
         res = run_result(unit, opts.command, [], None, m, error=error, hint=getattr(e, "hint", None))
-    write_json_atomic(folder.results, res.model_dump(mode="json"))
+    folder.write(res)
     return res
 
 
