@@ -39,13 +39,11 @@ from .report import (
     run_s_at,
     settings_text,
     tune_markdown,
-    tune_report_path,
     winner_yaml,
 )
 from .search import Cell, against_hand_written, decide, keep_after_screen
 from .spec import TuneSpec
 
-DOCS = "docs/recipe-reference.md, section Tune"
 CellFile = Callable[[Path, str, str], RecipeFile]  # a study's cell as a plain recipe file (the study wing's)
 
 
@@ -100,7 +98,8 @@ def read_spec(path: Path) -> tuple[RecipeFile, TuneSpec]:
     f = read_recipe_file(path)
     if "tune" not in f.keys:
         hint = "runner tune takes a recipe or study file with a `tune:` block (axes, objective, gate, budget); see "
-        raise RunnerError("has no `tune:` block", file=str(path), field="tune", hint=hint + DOCS)
+        hint += "docs/recipe-reference.md, section Tune"
+        raise RunnerError("has no `tune:` block", file=str(path), field="tune", hint=hint)
     try:
         spec = TuneSpec.model_validate(f.keys["tune"])
     except ValidationError as e:
@@ -325,7 +324,8 @@ def run(t: Tune, wiring: Wiring) -> Outcome:
         recipe = winner_yaml(data, decision.winners[0].settings, name)
     chart = _front_chart(t, [base, *t.cells, *hand])
     ran = Ran(base, t.cells, hand, decision, versus, recipe, chart)
-    write_text_atomic(report := tune_report_path(out, name), tune_markdown(name, spec, t.plan, ran))
+    report = out / f"{check_name(name)}-tune.md"
+    write_text_atomic(report, tune_markdown(name, spec, t.plan, ran))
     words = decision.words + ("\n" + versus if versus else "")
     runs = (x for c in [base, *t.to_screen, *hand] for x in (c.screen, c.full))
     return Outcome(words, report, any(x is not None and x.status != "ok" for x in runs))

@@ -5,24 +5,18 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from runner.base.dotted import set_dotted
 from runner.base.format import secs, table
-from runner.folder import check_name
 from runner.report.markdown import cost_figures
 from runner.report.spread import clear, ratio_text, time_cell
 from runner.results import RunResult
 
 from .search import Cell, Decision
 from .spec import TuneSpec
-
-
-def tune_report_path(out: Path, name: str) -> Path:
-    return Path(out) / f"{check_name(name)}-tune.md"
 
 
 def settings_text(settings: dict[str, Any], labels: dict[str, str] | None = None) -> str:
@@ -70,11 +64,6 @@ def confirm_s(screen: RunResult | None, spec: TuneSpec, confirmed: int, hand: in
     `confirm.repeat` runs each on every example, each as long as the baseline's screen scaled to the dataset."""
     one = run_s_at(screen, screen.n_dataset if screen is not None else None)
     return None if one is None else one * (1 + confirmed + hand) * spec.confirm.repeat
-
-
-def measured_runs(cells: list[Cell]) -> int:
-    """Runs as the budget counts them: each repeat of a run (a run that failed: one)."""
-    return sum(max(1, len(r.repeats)) for c in cells for r in (c.screen, c.full) if r is not None)
 
 
 def winner_yaml(data: dict[str, Any], settings: dict[str, Any], name: str) -> str:
@@ -165,7 +154,8 @@ def tune_markdown(name: str, spec: TuneSpec, plan: str, ran: Ran) -> str:
         rows[-1].append("baseline" if c is base else c.verdict)
     head = ["#", "cell", "settings", f"screen time ({spec.screen.examples} ex.)", "screen score"]
     head += ["time on every example (95% CI)", "score", "gate against the baseline", "cost", "verdict"]
-    runs = measured_runs(every)
+    # runs as the budget counts them: each repeat of a run (a run that failed: one)
+    runs = sum(max(1, len(r.repeats)) for c in every for r in (c.screen, c.full) if r is not None)
     out = [f"# Tune: {name}", "", plan, "", f"Spent: {runs} measured runs, {secs(cost_s(every))} in all.", ""]
     out += ["## Verdict", "", decision.words]
     if decision.winners and decision.against_baseline is not None:  # (without a winner the words say it)
