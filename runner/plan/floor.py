@@ -36,7 +36,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .memory import GIB, Described, MemoryPlan, count_parameters, model_shape
+from pydantic import Field
+
+from runner.base.types import StrictModel
+
+from .memory import GIB, MemoryPlan, count_parameters, model_shape
 
 CUDA_RESERVED_MIB = 616  # NVML total minus CUDA's total, measured on the H200 (see GPU's docstring)
 
@@ -123,35 +127,22 @@ def gpu_from_nvml() -> GPU | None:
     return GPU(name, memory_gib, None, None, None, None, "NVML (not in the table: no peaks known)")
 
 
-class Floor(Described):
+class Floor(StrictModel):
     """Lower bounds on the generation time of a workload on one GPU."""
 
-    prefill_flops: float
-    """FLOPs of the uncached prefill."""
-    decode_flops: float
-    """FLOPs of the decode steps."""
-    peak_tflops: float
-    """Peak used, TFLOP/s (dense, for the compute dtype)."""
-    compute_s: float
-    """(prefill_flops + decode_flops) / peak."""
-    prefill_steps: int
-    """Prefill forward passes: ceil(uncached tokens / max_num_batched_tokens)."""
-    decode_steps: int
-    """Decode forward passes: ceil(requests / batch) * (max_tokens - 1)."""
-    weight_read_bytes: float
-    """Weights read: (prefill + decode steps) * weight bytes on GPU."""
-    kv_read_bytes: float
-    """KV read by the decode steps."""
-    memory_s: float | None
-    """(weight + KV reads) / bandwidth; None if bandwidth unknown."""
-    pcie_s: float
-    """Offloaded weights over PCIe per forward pass; 0 without offload."""
-    floor_s: float
-    """max(compute_s, memory_s, pcie_s)."""
-    bound: str
-    """Which of them sets the floor: compute, memory or pcie."""
-    batch: int
-    """Sequences decoded together (B)."""
+    prefill_flops: float = Field(description="FLOPs of the uncached prefill.")
+    decode_flops: float = Field(description="FLOPs of the decode steps.")
+    peak_tflops: float = Field(description="Peak used, TFLOP/s (dense, for the compute dtype).")
+    compute_s: float = Field(description="(prefill_flops + decode_flops) / peak.")
+    prefill_steps: int = Field(description="Prefill forward passes: ceil(uncached tokens / max_num_batched_tokens).")
+    decode_steps: int = Field(description="Decode forward passes: ceil(requests / batch) * (max_tokens - 1).")
+    weight_read_bytes: float = Field(description="Weights read: (prefill + decode steps) * weight bytes on GPU.")
+    kv_read_bytes: float = Field(description="KV read by the decode steps.")
+    memory_s: float | None = Field(description="(weight + KV reads) / bandwidth; None if bandwidth unknown.")
+    pcie_s: float = Field(description="Offloaded weights over PCIe per forward pass; 0 without offload.")
+    floor_s: float = Field(description="max(compute_s, memory_s, pcie_s).")
+    bound: str = Field(description="Which of them sets the floor: compute, memory or pcie.")
+    batch: int = Field(description="Sequences decoded together (B).")
 
 
 def peak_tflops(gpu: GPU, quantization: str, dtype: str) -> float | None:

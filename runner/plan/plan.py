@@ -15,9 +15,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from runner.base.errors import RunnerError
 from runner.base.format import table
 from runner.base.stats import common_prefix_len, percentile
+from runner.base.types import StrictModel
 from runner.engines.hf import count_prompts, count_texts, model_config
 from runner.inputs.context import context_length, truncate_left
 from runner.inputs.prepare import Prepared
@@ -27,7 +30,6 @@ from runner.results import RunResult
 from .floor import GPU, GPUS, Floor, Workload, compute_floor, find_gpu, get_gpu, gpu_from_nvml
 from .memory import (
     GIB,
-    Described,
     MemoryPlan,
     Settings,
     kv_bytes_per_token,
@@ -50,79 +52,69 @@ PLAN_HEADERS = ["recipe", "on", "prompt tokens", "mean / max per prompt", "conte
 PLAN_HEADERS += ["KV bytes/token", "KV capacity (tokens)", "fits", "floor"]
 
 
-class TokenStats(Described):
+class TokenStats(StrictModel):
     """Distribution of prompt lengths, tokens per example."""
 
-    mean: float
-    """Mean."""
-    p50: float
-    """Median."""
-    p90: float
-    """90th percentile."""
-    max: int
-    """Longest."""
+    mean: float = Field(description="Mean.")
+    p50: float = Field(description="Median.")
+    p90: float = Field(description="90th percentile.")
+    max: int = Field(description="Longest.")
 
 
-class Plan(Described):
+class Plan(StrictModel):
     """What a recipe will need and can reach on a GPU, before running it."""
 
-    name: str
-    """Recipe name."""
-    gpu: str | None
-    """GPU planned for; None: the recipe runs on the CPU."""
-    requests: int
-    """Prompts."""
-    prompt_tokens: int
-    """All prompt tokens."""
-    prompt_tokens_per_example: TokenStats | None
-    """Prompt length distribution; None without prompts."""
-    max_tokens: int
-    """Output tokens per request assumed (sampling.max_tokens)."""
-    max_model_len: int | None
-    """Context length (the recipe's, else the model's); None if unknown."""
-    over_context: int
-    """Prompts whose length + max_tokens exceeds max_model_len."""
-    prefix_caching: bool = False
-    """Whether prefix caching is on."""
-    cached_prompt_tokens: int | None = None
-    """Prompt tokens served from the prefix cache (0 when off); exact for vLLM V1 unless \
-cache_upper_bound. None: not planned (an engine without vLLM's KV-cache pool, or the CPU)."""
-    cached_share: float | None = None
-    """cached_prompt_tokens / prompt_tokens."""
-    block_size: int | None = None
-    """KV-cache block size, tokens."""
-    kv_blocks_needed: int | None = None
-    """Distinct full prompt blocks a cache must hold for all the reuse."""
-    cache_upper_bound: bool = False
-    """The KV cache holds fewer blocks than kv_blocks_needed: blocks get evicted and \
-cached_prompt_tokens is an upper bound."""
-    cached_prompt_tokens_lru: int | None = None
-    """When cache_upper_bound: an LRU estimate at the KV capacity (ignores blocks held by running\
- requests)."""
-    weights_gib: float | None
-    """Weights, GiB (in CPU memory for a recipe on the CPU)."""
-    kv_bytes_per_token: int
-    """KV-cache bytes per token."""
-    kv_capacity_tokens: int | None = None
-    """KV-cache capacity, tokens (this and below: vLLM on a GPU)."""
-    fits: bool | None = None
-    """Fits without CPU offload (weights, overheads, one max_model_len sequence)."""
-    cpu_offload_gb_needed: float | None = None
-    """cpu_offload_gb needed to fit (GiB, vLLM's unit); 0 if it fits."""
-    memory: MemoryPlan | None = None
-    """The memory budget in detail."""
-    batch: int | None = None
-    """Sequences decoded together assumed for the floor."""
-    floor_s: float | None = None
-    """Lower bound on generation time, seconds; None if the GPU's peaks are unknown."""
-    bound: str | None = None
-    """What sets the floor: compute, memory or pcie."""
-    floor: Floor | None = None
-    """The floor in detail."""
-    layout_advice: list[LayoutAdvice] = []
-    """Template layout advice (empty without layout inputs)."""
-    notes: list[str] = []
-    """Caveats in words."""
+    name: str = Field(description="Recipe name.")
+    gpu: str | None = Field(description="GPU planned for; None: the recipe runs on the CPU.")
+    requests: int = Field(description="Prompts.")
+    prompt_tokens: int = Field(description="All prompt tokens.")
+    prompt_tokens_per_example: TokenStats | None = Field(
+        description="Prompt length distribution; None without prompts."
+    )
+    max_tokens: int = Field(description="Output tokens per request assumed (sampling.max_tokens).")
+    max_model_len: int | None = Field(description="Context length (the recipe's, else the model's); None if unknown.")
+    over_context: int = Field(description="Prompts whose length + max_tokens exceeds max_model_len.")
+    prefix_caching: bool = Field(False, description="Whether prefix caching is on.")
+    cached_prompt_tokens: int | None = Field(
+        None,
+        description="Prompt tokens served from the prefix cache (0 when off); exact "
+        "for vLLM V1 unless cache_upper_bound. None: not planned (an engine without vLLM's KV-cache pool, or the CPU).",
+    )
+    cached_share: float | None = Field(None, description="cached_prompt_tokens / prompt_tokens.")
+    block_size: int | None = Field(None, description="KV-cache block size, tokens.")
+    kv_blocks_needed: int | None = Field(
+        None, description="Distinct full prompt blocks a cache must hold for all the reuse."
+    )
+    cache_upper_bound: bool = Field(
+        False,
+        description="The KV cache holds fewer blocks than kv_blocks_needed: blocks get "
+        "evicted and cached_prompt_tokens is an upper bound.",
+    )
+    cached_prompt_tokens_lru: int | None = Field(
+        None,
+        description="When cache_upper_bound: an LRU estimate at the KV "
+        "capacity (ignores blocks held by running requests).",
+    )
+    weights_gib: float | None = Field(description="Weights, GiB (in CPU memory for a recipe on the CPU).")
+    kv_bytes_per_token: int = Field(description="KV-cache bytes per token.")
+    kv_capacity_tokens: int | None = Field(
+        None, description="KV-cache capacity, tokens (this and below: vLLM on a GPU)."
+    )
+    fits: bool | None = Field(
+        None, description="Fits without CPU offload (weights, overheads, one max_model_len sequence)."
+    )
+    cpu_offload_gb_needed: float | None = Field(
+        None, description="cpu_offload_gb needed to fit (GiB, vLLM's unit); 0 if it fits."
+    )
+    memory: MemoryPlan | None = Field(None, description="The memory budget in detail.")
+    batch: int | None = Field(None, description="Sequences decoded together assumed for the floor.")
+    floor_s: float | None = Field(
+        None, description="Lower bound on generation time, seconds; None if the GPU's peaks are unknown."
+    )
+    bound: str | None = Field(None, description="What sets the floor: compute, memory or pcie.")
+    floor: Floor | None = Field(None, description="The floor in detail.")
+    layout_advice: list[LayoutAdvice] = Field([], description="Template layout advice (empty without layout inputs).")
+    notes: list[str] = Field([], description="Caveats in words.")
 
 
 def _stats(lens: Sequence[int]) -> TokenStats | None:
