@@ -24,6 +24,3 @@ def spec_class(kind: object) -> type[EngineSpecBase] | None:
 
 def engine_packages() -> tuple[str, ...]:
     return tuple(dict.fromkeys(p for e in ENGINES for p in e.packages))
-
-
-__all__ = ["ENGINES", "ENGINE_KINDS", "EngineSpec", "EngineSpecBase", "engine_packages", "spec_class"]

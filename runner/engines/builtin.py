@@ -46,11 +46,6 @@ def cache_root() -> Path:
     return Path(os.environ.get("RUNNER_CACHE", Path.home() / ".cache" / "runner"))
 
 
-def cache_dir() -> Path:
-    digest = hashlib.sha256(CORPUS.read_bytes() + VERSION.encode()).hexdigest()[:12]
-    return cache_root() / f"builtin-demo-{digest}"
-
-
 def intact(folder: Path) -> bool:
     """Every file the build wrote is there with the bytes it wrote (a killed build or a damaged disk
     leaves a folder that would fail to load)."""
@@ -66,7 +61,8 @@ def ensure_builtin(model_id: str) -> str:
     if model_id[len(BUILTIN_PREFIX) :] not in BUILTINS:
         allowed = ", ".join(BUILTIN_PREFIX + b for b in BUILTINS)
         raise ValueError(f"unknown builtin model {model_id!r}; allowed: {allowed}")
-    return str(cached(cache_dir(), _build))
+    digest = hashlib.sha256(CORPUS.read_bytes() + VERSION.encode()).hexdigest()[:12]
+    return str(cached(cache_root() / f"builtin-demo-{digest}", _build))
 
 
 def cached(out: Path, build: Callable[[Path], None]) -> Path:

@@ -16,7 +16,7 @@ import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Literal
 
 import jinja2.meta
 from pydantic import Field, field_validator
@@ -64,9 +64,9 @@ class FakeSpec(EngineSpecBase):
         "before it is ready (tests of the failure path).",
     )
 
-    fake: ClassVar[bool] = True
-    serves: ClassVar[bool] = True
-    label: ClassVar[str] = "fake (no model: replies are made up)"
+    fake = True
+    serves = True
+    label = "fake (no model: replies are made up)"
 
     @field_validator("reply")
     @classmethod

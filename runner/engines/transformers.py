@@ -14,7 +14,7 @@ import platform
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
@@ -48,9 +48,9 @@ class ContinuousSpec(StrictModel):
 class TransformersSpec(EngineSpecBase):
     """Hugging Face transformers: `generate` in padded batches, or its continuous batching."""
 
-    library: ClassVar[str | None] = "transformers"
-    packages: ClassVar[tuple[str, ...]] = ("torch", "transformers", "tokenizers")
-    label: ClassVar[str] = "transformers"
+    library = "transformers"
+    packages = ("torch", "transformers", "tokenizers")
+    label = "transformers"
 
     kind: Literal["transformers"] = Field(description="Engine selector.")
     device: Literal["auto", "cpu", "cuda"] = Field(

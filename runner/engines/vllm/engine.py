@@ -55,8 +55,13 @@ def check_args(kwargs: dict[str, Any], accepted: set[str]) -> list[str]:
     return sorted(k for k in kwargs if k not in accepted)
 
 
-_KEPT_METRICS = {f"vllm:{m}" for m in ("prefix_cache_queries", "prefix_cache_hits", "prompt_tokens")}
-_KEPT_METRICS |= {"vllm:generation_tokens", "vllm:num_preemptions"}
+_KEPT_METRICS = {
+    "vllm:prefix_cache_queries",
+    "vllm:prefix_cache_hits",
+    "vllm:prompt_tokens",
+    "vllm:generation_tokens",
+    "vllm:num_preemptions",
+}
 
 
 class VLLMEngine:
@@ -112,7 +117,7 @@ class VLLMEngine:
         full = unquantized_gib(self.loaded.id, model.trust_remote_code) if shrinks else None
         lf = getattr(vc.load_config, "load_format", "")
         env_runner = "V1" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "0" else "unknown"  # unless the log says V2
-        facts = VLLMFacts(
+        return VLLMFacts(
             quantization=mc.quantization,
             prefix_caching=bool(cc.enable_prefix_caching),
             gpu_memory_utilization=cc.gpu_memory_utilization,
@@ -130,8 +135,7 @@ class VLLMEngine:
             dropped=dict(self.dropped),
             engine_args=effective_engine_args(vc, spec.engine_args),
             compile_cache_dir=compile_cache_dir(log),
-        )
-        return facts, parsed
+        ), parsed
 
     def encode(self, messages: Sequence[Messages]) -> tuple[list[str], list[list[int]]]:
         return encode_prompts(self.tokenizer, list(messages), self.chat)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, PositiveInt, field_validator
 
@@ -21,8 +21,15 @@ from runner.engines.vllm.facts import crash_evidence, parse_engine_log, served_f
 if TYPE_CHECKING:
     from runner.base.types import ModelSpec
 
-_LLM_FIELDS = {"quantization", "cpu_offload_gb", "gpu_memory_utilization", "enforce_eager", "max_model_len"}
-_LLM_FIELDS |= {"tensor_parallel_size", "kv_cache_dtype"}  # passed as they are
+_LLM_FIELDS = {  # passed as they are
+    "quantization",
+    "cpu_offload_gb",
+    "gpu_memory_utilization",
+    "enforce_eager",
+    "max_model_len",
+    "tensor_parallel_size",
+    "kv_cache_dtype",
+}
 _LLM_OPTIONAL = {"enable_prefix_caching", "swap_space", "seed"}  # passed only when set
 _GIB = dict(ge=0, le=100_000, allow_inf_nan=False)  # an amount of memory in GiB
 
@@ -30,13 +37,13 @@ _GIB = dict(ge=0, le=100_000, allow_inf_nan=False)  # an amount of memory in GiB
 class VLLMSpec(EngineSpecBase):
     """vLLM offline inference (`vllm.LLM`)."""
 
-    library: ClassVar[str | None] = "vllm"
-    packages: ClassVar[tuple[str, ...]] = ("vllm", "torch", "transformers")
-    prefix_cache_field: ClassVar[str | None] = "enable_prefix_caching"
-    kv_pool: ClassVar[bool] = True
-    prefix_cache_default: ClassVar[bool] = True
-    label: ClassVar[str] = "vLLM"
-    serves: ClassVar[bool] = True
+    library = "vllm"
+    packages = ("vllm", "torch", "transformers")
+    prefix_cache_field = "enable_prefix_caching"
+    kv_pool = True
+    prefix_cache_default = True
+    label = "vLLM"
+    serves = True
 
     kind: Literal["vllm"] = Field(description="Engine selector.")
     quantization: str | None = Field(
@@ -165,8 +172,14 @@ class VLLMSpec(EngineSpecBase):
 
 
 DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
-_BARE_FLAGS = {"disable_log_stats", "data_parallel_multi_port_external_lb", "aggregate_engine_logging", "headless"}
-_BARE_FLAGS |= {"grpc", "hf_token"}
+_BARE_FLAGS = {
+    "disable_log_stats",
+    "data_parallel_multi_port_external_lb",
+    "aggregate_engine_logging",
+    "headless",
+    "grpc",
+    "hf_token",
+}
 
 
 def cli_args(kwargs: dict[str, Any]) -> list[str]:
