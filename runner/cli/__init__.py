@@ -4,6 +4,6 @@
 from __future__ import annotations
 
 from runner.cli import go, inspect, tune  # noqa: E402, F401, I001  (registers the commands on `cli`)
-from runner.cli.app import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, UserError, cli, guard, main
+from runner.cli.app import cli, main
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_INTERRUPTED", "UserError", "cli", "guard", "main"]
+__all__ = ["cli", "main"]

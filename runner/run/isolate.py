@@ -133,8 +133,8 @@ def run_isolated(job: Job, warn=print) -> list[RunResult]:
     except OSError as e:  # the recipes fail; the others still run
         why = f"could not start the recipe's process: {type(e).__name__}: {e}"
         results = [failed_result(u, why, None, job.options.command) for u in job.units]
-        for u, res in zip(job.units, results):
-            job.options.folder(u.name).write(res)
+        for res in results:
+            job.options.folder(res.name).write(res)
         return results
     error = _wait(proc, job.timeout_s())
     after = wait_for_release(baseline)
