@@ -247,7 +247,7 @@ class _Call:
         self.say(one_line(res, self.report(res)), False)
 
     def run(self, units: list[Unit], cannot: dict[str, RunnerError]) -> list[RunResult]:
-        try:  # SIGTERM arrives here as Ctrl-C where the CLI's guard (runner.cli.app.guard) makes it so
+        try:  # SIGTERM arrives as Ctrl-C where the CLI's guard (runner.cli.app.guard) makes it so
             todo = [u for u in units if not self._skipped(u) and self._runs(u, cannot.get(u.name))]
             # made in the background, the next job's while the current one runs
             plans = self.wings.plans(todo)
