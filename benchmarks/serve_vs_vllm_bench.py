@@ -38,7 +38,8 @@ from runner.serve.server import Server, command, free_port  # noqa: E402
 KEYS = ("ttft_p50_ms", "tpot_p50_ms", "request_throughput")
 
 
-def bench(a, r, data: Path, url: str, work: Path, k: int) -> dict:
+# more than five parameters: left for now (issue 40)
+def bench(a, r, data: Path, url: str, work: Path, k: int) -> dict:  # noqa: PLR0913
     name, s = f"bench-{k}.json", r.sampling
     cmd = [*shlex.split(a.bench_cmd), "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions"]
     cmd += ["--model", r.model.id, "--tokenizer", r.model.tokenizer_id, "--dataset-name", "custom"]

@@ -50,36 +50,20 @@ def imports(root: Path) -> dict[str, set[str]]:
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan)."""
-    index, low, stack, on, out, n = {}, {}, [], set(), [], [0]
+    """The strongly connected components of more than one module (scipy's csgraph)."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
 
-    def visit(v: str) -> None:
-        index[v] = low[v] = n[0]
-        n[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in graph.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    sys.setrecursionlimit(10_000)
-    for v in list(graph):
-        if v not in index:
-            visit(v)
-    return out
+    names = sorted(set(graph) | {w for ws in graph.values() for w in ws})
+    at = {name: i for i, name in enumerate(names)}
+    edges = [(at[v], at[w]) for v, ws in graph.items() for w in ws]
+    rows, cols = zip(*edges) if edges else ((), ())
+    m = csr_matrix(([1] * len(edges), (rows, cols)), shape=(len(names), len(names)))
+    _, label = connected_components(m, directed=True, connection="strong")
+    comps: dict[int, list[str]] = defaultdict(list)
+    for name, c in zip(names, label):
+        comps[c].append(name)
+    return sorted(c for c in comps.values() if len(c) > 1)
 
 
 def largest_functions(root: Path, k: int = 5) -> list[tuple[int, str]]:

@@ -83,7 +83,8 @@ HELP = {  # the options' help, where it does not fit on the option's line
 @click.option("--interleave", type=click.Choice(["auto", "restarts", "off"]), help=HELP["interleave"])
 @price(HELP["usd_per_gpu_hour"])
 @guard
-def go(paths, out, only, sets, model_paths, executor, address, replicas, in_process, **run):
+# click hands each option in as a parameter
+def go(paths, out, only, sets, model_paths, executor, address, replicas, in_process, **run):  # noqa: PLR0913
     """Run recipes and study files (files, folders or globs) and write Markdown reports.
 
     Every recipe is checked before anything runs (bad input: exit 2). Each

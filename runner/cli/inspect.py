@@ -123,7 +123,8 @@ JSON_HELP = 'Print the plans as JSON: {"recipes": [...]} (keys: docs/recipe-refe
 @overrides
 @click.option("--only", metavar="PATTERN", help=f"Plan {ONLY_HELP}")
 @guard
-def plan(paths, gpu, as_json, sets, model_paths, only):
+# click hands each option in as a parameter
+def plan(paths, gpu, as_json, sets, model_paths, only):  # noqa: PLR0913
     """Predict prompt tokens and context fit of each recipe or study cell and, for vLLM on a GPU, prefix-cache hits
     (exact, block by block as vLLM counts them), memory fit, KV-cache capacity and the compute floor, on the CPU:
     the tokenizer and the model's config.json are read, no weights. Prints Markdown, or JSON with --json."""

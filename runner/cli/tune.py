@@ -24,7 +24,8 @@ from runner.orchestrate import Interrupted
 @price("Price of one GPU-hour in US dollars (the same as --set cost.usd_per_gpu_hour=X): reports add dollars.")
 @IN_PROCESS
 @guard
-def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, usd_per_gpu_hour, in_process):
+# click hands each option in as a parameter
+def tune(path, out, dry_run, sets, model_paths, no_progress, report_only, usd_per_gpu_hour, in_process):  # noqa: PLR0913
     """Search the `tune:` block of a recipe or study file for the fastest settings that keep its accuracy: every
     candidate screened on the first examples, the best confirmed on every example with repeats against the recipe
     as written (a study: its `tune.start` cell; the cells in `tune.compare` confirmed with them), the gate checked

@@ -47,7 +47,8 @@ def parse_model_paths(items: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def load_all(
+# more than five parameters: left for now (issue 40)
+def load_all(  # noqa: PLR0913
     paths: tuple[str, ...],
     sets: tuple[str, ...],
     model_paths: tuple[str, ...] = (),

@@ -188,7 +188,8 @@ def error_lines(errs: list, data: Any, sets: dict[str, str], locate: Locate) -> 
     return lines
 
 
-def finish(
+# more than five parameters: left for now (issue 40)
+def finish(  # noqa: PLR0913
     f: RecipeFile,
     data: dict,
     overrides: list[str],

@@ -283,7 +283,8 @@ def check_config(lr: LoadedRecipe) -> dict[str, Any]:
     return config
 
 
-def plan_recipe(
+# more than five parameters: left for now (issue 40)
+def plan_recipe(  # noqa: PLR0913
     lr: LoadedRecipe, prepared: Prepared, ids: list[list[int]], gpu: GPU | None, layout=False, config=None
 ) -> Plan:
     """`ids`: the prompts' token ids in engine order; `gpu`: None plans for the CPU; `layout`: with the template

@@ -91,7 +91,8 @@ def pareto(points: list[tuple[float, float]]) -> list[int]:
     return pareto_front([(t, -s) for t, s in points])
 
 
-def accuracy_chart(
+# more than five parameters: left for now (issue 40)
+def accuracy_chart(  # noqa: PLR0913
     results: list[RunResult],
     metric: str,
     path: Path,

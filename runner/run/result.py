@@ -166,7 +166,8 @@ def energy_of(repeats: Sequence[Repeat], gpus: int, p_tok: int, o_tok: int) -> E
     )
 
 
-def run_result(
+# more than five parameters: left for now (issue 40)
+def run_result(  # noqa: PLR0913
     unit: Unit,
     command: str,
     samples: list[Sample],
