@@ -9,7 +9,13 @@ import pytest
 from runner.base.types import ModelSpec
 from runner.engines.transformers import TransformersFacts, TransformersSpec, transformers_knobs
 from runner.engines.vllm import VLLMSpec
-from runner.engines.vllm.facts import VLLMFacts, crash_evidence, effective_engine_args, engine_arg_knobs, vllm_knobs
+from runner.engines.vllm.facts import (
+    VLLMFacts,
+    crash_evidence,
+    effective_engine_args,
+    engine_arg_knobs,
+    vllm_knobs,
+)
 
 
 def verdicts(spec, facts, cached=0, prompt=100, load_format="auto"):

@@ -84,8 +84,8 @@ def cached(out: Path, build: Callable[[Path], None]) -> Path:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    # the manifest of what the build wrote, then one rename (a killed build leaves no half-written `out`; where
-    # another process published first, its copy stays)
+    # the manifest of what the build wrote, then one rename (a killed build leaves no half-written
+    # `out`; where another process published first, its copy stays)
     files = {p.name: file_sha256(p, 64) for p in sorted(tmp.iterdir()) if p.is_file()}
     (tmp / MANIFEST).write_text(json.dumps(files, indent=1))
     try:

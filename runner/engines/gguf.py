@@ -37,8 +37,8 @@ def check_file(model: ModelSpec) -> Path:
 
 
 def readable(model: ModelSpec) -> Path:
-    """The model's GGUF file, which must exist, with the packages that read it installed (else exit 2 with the
-    install line)."""
+    """The model's GGUF file, which must exist, with the packages that read it installed
+    (else exit 2 with the install line)."""
     path = check_file(model)
     if missing := [p for p in PACKAGES if importlib.util.find_spec(p) is None]:
         msg = f"a GGUF model needs the Python package{'s' * (len(missing) > 1)} {', '.join(missing)}, not installed"
@@ -106,7 +106,11 @@ def safetensors_dir(model: ModelSpec) -> tuple[Path, dict[str, Any]]:
         built.append(tmp)
 
     folder = cached(_folder(path) / "safetensors", build)
-    done = {"copy": str(folder), "converted": bool(built), "convert_s": round(time.perf_counter() - t0, 3)}
+    done = {
+        "copy": str(folder),
+        "converted": bool(built),
+        "convert_s": round(time.perf_counter() - t0, 3),
+    }
     return folder, facts(path) | done
 
 

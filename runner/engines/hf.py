@@ -135,8 +135,8 @@ def tokenizer_folder(model: Any) -> Path | None:
 
 
 def _hub_cached(ref: str, name: str, revision: str | None) -> Path | None:
-    """A file of hub repo `ref` in this machine's Hugging Face cache (never the network); None: not there, no hub
-    library, or not a repo id."""
+    """A file of hub repo `ref` in this machine's Hugging Face cache (never the network); None: not
+    there, no hub library, or not a repo id."""
     try:
         from huggingface_hub import try_to_load_from_cache
 
@@ -265,12 +265,14 @@ def _read_counts(key: str) -> tuple[bool, list[list[int]]] | None:
         data = zlib.decompress(_counts_path(key).read_bytes())
         at = 4 + int.from_bytes(data[:4], "little")
         head = json.loads(data[4:at])
-        lens, flat = array("I", data[at : at + 4 * head["n"]]), array("I", data[at + 4 * head["n"] :])
+        lens = array("I", data[at : at + 4 * head["n"]])
+        flat = array("I", data[at + 4 * head["n"] :])
     except (OSError, ValueError, KeyError, zlib.error):
         return None
     if len(lens) != head["n"] or sum(lens) != len(flat):
         return None
-    return bool(head["chat"]), [flat[end - n : end].tolist() for n, end in zip(lens, accumulate(lens))]
+    ids = [flat[end - n : end].tolist() for n, end in zip(lens, accumulate(lens))]
+    return bool(head["chat"]), ids
 
 
 def truncate_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:

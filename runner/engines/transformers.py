@@ -128,15 +128,28 @@ def transformers_knobs(spec: TransformersSpec, model: ModelSpec, f: Transformers
     """Every knob of a transformers recipe with its verdict (pure: facts given as data)."""
     attn, quant = spec.attn_implementation, spec.quantization
     weights = f"model.config.quantization_config; weights {f.weights_gib:.2f} GiB"
-    rows = [("device", spec.device, f.device, spec.device in ("auto", f.device), f"parameters on {f.param_device}")]
-    rows += [("dtype", model.dtype, f.dtype, model.dtype in ("auto", f.dtype), "dtype of the loaded parameters")]
+    on = f"parameters on {f.param_device}"
+    rows = [("device", spec.device, f.device, spec.device in ("auto", f.device), on)]
+    dtype_ok = model.dtype in ("auto", f.dtype)
+    rows += [("dtype", model.dtype, f.dtype, dtype_ok, "dtype of the loaded parameters")]
     if spec.batching == "static":
-        rows += [("batch_size", spec.batch_size, spec.batch_size, True, "batches built by the runner")]
+        size = spec.batch_size
+        rows += [("batch_size", size, size, True, "batches built by the runner")]
     # ok None: left to transformers
-    rows += [("attn_implementation", attn, f.attn, attn and f.attn == attn, "model.config._attn_implementation")]
+    held = "model.config._attn_implementation"
+    rows += [("attn_implementation", attn, f.attn, attn and f.attn == attn, held)]
     rows += [("quantization", quant, f.quantization, quant and bool(f.quantization), weights)]
     status = {True: "applied", False: "ignored", None: "default"}
-    return [Knob(name=n, requested=r, effective=e, status=status[ok], evidence=ev) for n, r, e, ok, ev in rows]
+    return [
+        Knob(
+            name=n,
+            requested=r,
+            effective=e,
+            status=status[ok],
+            evidence=ev,
+        )
+        for n, r, e, ok, ev in rows
+    ]
 
 
 def continuous_knobs(c: ContinuousSpec, manager: Any, attn: str | None = None) -> list[Knob]:
@@ -147,11 +160,22 @@ def continuous_knobs(c: ContinuousSpec, manager: Any, attn: str | None = None) -
     ran = getattr(getattr(getattr(manager, "model", None), "config", None), "_attn_implementation", None)
     cache = getattr(getattr(manager, "batch_processor", None), "cache", None)
     size = getattr(eff, "block_size", None) or getattr(eff, "page_size", None)
+    kv_cache = "the manager's KV cache"
     rows = [
-        ("batching", "continuous", "continuous" if manager is not None else None, "the manager's loop ran"),
-        ("continuous.num_blocks", c.num_blocks, getattr(eff, "num_blocks", None), "the manager's KV cache"),
-        ("continuous.block_size", c.block_size, size, "the manager's KV cache"),
-        ("continuous.max_batch_tokens", c.max_batch_tokens, getattr(eff, "max_batch_tokens", None), "its config"),
+        (
+            "batching",
+            "continuous",
+            None if manager is None else "continuous",
+            "the manager's loop ran",
+        ),
+        ("continuous.num_blocks", c.num_blocks, getattr(eff, "num_blocks", None), kv_cache),
+        ("continuous.block_size", c.block_size, size, kv_cache),
+        (
+            "continuous.max_batch_tokens",
+            c.max_batch_tokens,
+            getattr(eff, "max_batch_tokens", None),
+            "its config",
+        ),
         (
             "continuous.max_requests_per_batch",
             c.max_requests_per_batch,
@@ -164,7 +188,12 @@ def continuous_knobs(c: ContinuousSpec, manager: Any, attn: str | None = None) -
             getattr(cache, "use_prefix_sharing", None),
             "cache.use_prefix_sharing",
         ),
-        ("continuous.attn_implementation", attn, ran, "the manager's model.config._attn_implementation"),
+        (
+            "continuous.attn_implementation",
+            attn,
+            ran,
+            "the manager's model.config._attn_implementation",
+        ),
     ]
     out = []
     for name, want, got, where in rows:
@@ -199,7 +228,8 @@ class TransformersEngine:
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         eos = self.model.generation_config.eos_token_id  # its end-of-sequence ids and the tokenizer's
-        self.eos_ids = {*(eos if isinstance(eos, list) else [eos]), self.tokenizer.eos_token_id} - {None}
+        self.eos_ids = {*(eos if isinstance(eos, list) else [eos]), self.tokenizer.eos_token_id}
+        self.eos_ids.discard(None)
         self.info = self._engine_info(transformers.__version__, load_s, builtin_dir is not None)
         if spec.warmup:  # part of engine start: first-call kernel selection/JIT stays out of generation time
             pad = self.tokenizer.pad_token_id
@@ -257,10 +287,10 @@ class TransformersEngine:
             q = qcfg.get("quant_method") if isinstance(qcfg, dict) else getattr(qcfg, "quant_method", qcfg)
             q = str(getattr(q, "value", q))
         weights, m = self.model.get_memory_footprint() / 2**30, self.model
-        cpu = f"cpu ({platform.processor() or platform.machine()})"
-        device = self.torch.cuda.get_device_name(0) if self.device == "cuda" else cpu
+        cuda, cpu = self.device == "cuda", f"cpu ({platform.processor() or platform.machine()})"
+        device = self.torch.cuda.get_device_name(0) if cuda else cpu
         info = EngineInfo("transformers", version, device, load_s, weights, quantization=q)
-        info.gpus = 1 if self.device == "cuda" else 0
+        info.gpus = int(cuda)
         info.extra["torch"] = self.torch.__version__
         info.notes += [SMOKE_NOTE] if builtin else []
         if (path := self.model_spec.gguf_path) is not None:
@@ -300,12 +330,13 @@ class TransformersEngine:
             kw.update(stop_strings=list(s.stop), tokenizer=self.tokenizer)
         return kw
 
-    def _generation(self, toks: list[int], prompt_tokens: int, s: Sampling, latency_s: float) -> Generation:
+    def _generation(self, toks: list[int], prompt: int, s: Sampling, took: float) -> Generation:
         n = len(toks)
         if not s.ignore_eos:  # up to and including the first end-of-sequence token
             n = next((k + 1 for k, t in enumerate(toks) if t in self.eos_ids), n)
-        text, _ = truncate_at_stop(self.tokenizer.decode(toks[:n], skip_special_tokens=True), s.stop)
-        return Generation(text=text, prompt_tokens=prompt_tokens, output_tokens=n, latency_s=latency_s)
+        text = self.tokenizer.decode(toks[:n], skip_special_tokens=True)
+        text, _ = truncate_at_stop(text, s.stop)
+        return Generation(text=text, prompt_tokens=prompt, output_tokens=n, latency_s=took)
 
     def _padded(self, prompts: Sequence[list[int]], idx: list[int]) -> tuple[Any, Any]:
         """The prompts at idx, padded on the left to the longest, and their attention mask."""
@@ -328,7 +359,7 @@ class TransformersEngine:
             return self._generate_continuous(prompts, sampling, progress, sink)
         kw = self._gen_kwargs(sampling)
         out: list[Generation | None] = [None] * len(prompts)
-        bs = self.spec.batch_size  # batches of more than one prompt length-sorted (a stable sort: ties keep order)
+        bs = self.spec.batch_size  # batches of several prompts: length-sorted (a stable sort)
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]) if bs > 1 else 0)
         for start in range(0, len(order), bs):
             idx = order[start : start + bs]
@@ -405,7 +436,8 @@ class TransformersEngine:
             if got.error is not None:
                 raise RunnerError(f"continuous batching: request failed: {got.error}")
             i = where.pop(got.request_id)
-            out[i] = self._generation(list(got.generated_tokens), len(prompts[i]), sampling, time.perf_counter() - t0)
+            toks, took = list(got.generated_tokens), time.perf_counter() - t0
+            out[i] = self._generation(toks, len(prompts[i]), sampling, took)
             if sink:
                 sink([(i, out[i])])
             if progress:

@@ -4,5 +4,9 @@ in the recipe's own process), facts.py (what vLLM reports back, as plain data, a
 names modules outside runner/engines import from here are re-exported."""
 
 from runner.engines.vllm.engine import sampling_params_kwargs  # noqa: F401
-from runner.engines.vllm.facts import compile_cache_knob, parse_engine_log, start_parts  # noqa: F401
+from runner.engines.vllm.facts import (  # noqa: F401
+    compile_cache_knob,
+    parse_engine_log,
+    start_parts,
+)
 from runner.engines.vllm.spec import VLLMSpec  # noqa: F401

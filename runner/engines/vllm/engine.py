@@ -45,9 +45,15 @@ def warmup_prompts(
 
 
 def sampling_params_kwargs(s: Sampling) -> dict[str, Any]:
-    kw = {"temperature": s.temperature, "top_p": s.top_p if s.temperature > 0 else 1.0}
-    kw |= {"top_k": s.top_k if s.temperature > 0 else 0, "max_tokens": s.max_tokens, "stop": list(s.stop) or None}
-    return kw | {"ignore_eos": s.ignore_eos, "seed": s.seed}
+    return {
+        "temperature": s.temperature,
+        "top_p": s.top_p if s.temperature > 0 else 1.0,
+        "top_k": s.top_k if s.temperature > 0 else 0,
+        "max_tokens": s.max_tokens,
+        "stop": list(s.stop) or None,
+        "ignore_eos": s.ignore_eos,
+        "seed": s.seed,
+    }
 
 
 def check_args(kwargs: dict[str, Any], accepted: set[str]) -> list[str]:
@@ -89,12 +95,24 @@ class VLLMEngine:
         warm = warm_up(self.llm) if spec.warmup else None
         warm_s = time.perf_counter() - t_warm if warm else None
         f, load_s = self.facts, time.perf_counter() - t0
-        extra = {"torch": torch.__version__, "kv_cache_gib": parsed.get("kv_cache_gib"), "model_runner": f.model_runner}
+        extra = {
+            "torch": torch.__version__,
+            "kv_cache_gib": parsed.get("kv_cache_gib"),
+            "model_runner": f.model_runner,
+        }
         extra |= {"env": spec.engine_env(), "block_size": self._block_size}
         extra["start"] = start_parts(parsed, f.compile_cache_dir, load_s, warm_s)
         extra |= {"warmup": warm} if warm else {}
         gpu = device_facts().get("gpu", "")  # NVML: no CUDA context in this process
-        info = EngineInfo("vllm", vllm.__version__, gpu, load_s, f.weights_gib, f.kv_cache_tokens, f.quantization)
+        info = EngineInfo(
+            "vllm",
+            vllm.__version__,
+            gpu,
+            load_s,
+            f.weights_gib,
+            f.kv_cache_tokens,
+            f.quantization,
+        )
         info.gpus, info.extra = f.tensor_parallel_size or spec.tensor_parallel_size, extra
         if converted:
             extra["gguf"] = converted
@@ -172,7 +190,8 @@ class VLLMEngine:
         # the counters' growth over this call, not the warm-up's nor an earlier cell's ({} where a reading failed)
         after = None if before is None else self._read_metrics()
         self.info.extra["metrics"] = {} if before is None or after is None else counters_since(before, after)
-        cached, prompt = sum(g.cached_tokens or 0 for g in gens), sum(g.prompt_tokens for g in gens)  # type: ignore[union-attr]
+        cached = sum(g.cached_tokens or 0 for g in gens)  # type: ignore[union-attr]
+        prompt = sum(g.prompt_tokens for g in gens)  # type: ignore[union-attr]
         self.info.knobs = vllm_knobs(self.spec, self.model_spec.load_format, self.facts, cached, prompt)
         return gens  # type: ignore[return-value]
 

@@ -137,9 +137,8 @@ def crash_evidence(log_text: str) -> EngineInfo:
     if "cpu_offloaded_gib" in found:
         off = f"{found['cpu_offloaded_gib']} GiB of parameters were offloaded to CPU memory"
         notes.append(f"from engine.log: {off} (cpu_offload_gb took effect)")
-    return EngineInfo(
-        weights_gib=found.get("weights_gib"), kv_cache_tokens=found.get("kv_cache_tokens") or None, notes=notes
-    )
+    kv = found.get("kv_cache_tokens") or None
+    return EngineInfo(weights_gib=found.get("weights_gib"), kv_cache_tokens=kv, notes=notes)
 
 
 def effective_engine_args(vllm_config: Any, args: dict[str, Any]) -> dict[str, tuple[str, Any]]:
@@ -270,12 +269,23 @@ def vllm_knobs(spec: Any, load_format: str, f: VLLMFacts, cached: int, prompt: i
         _prefix_caching(spec, f, cached, prompt),
         _offload(spec, f),
         _swap_space(spec, f),
-        _knob("gpu_memory_utilization", spec.gpu_memory_utilization, f.gpu_memory_utilization, gmu_status, kv),
+        _knob(
+            "gpu_memory_utilization",
+            spec.gpu_memory_utilization,
+            f.gpu_memory_utilization,
+            gmu_status,
+            kv,
+        ),
         _same("enforce_eager", spec.enforce_eager, f.enforce_eager, "model_config.enforce_eager"),
         None
         if spec.max_model_len is None
         else _same("max_model_len", spec.max_model_len, f.max_model_len, "model_config"),
-        _same("tensor_parallel_size", spec.tensor_parallel_size, f.tensor_parallel_size, "parallel_config"),
+        _same(
+            "tensor_parallel_size",
+            spec.tensor_parallel_size,
+            f.tensor_parallel_size,
+            "parallel_config",
+        ),
         _knob("kv_cache_dtype", spec.kv_cache_dtype, f.cache_dtype, kv_status, "cache_config"),
         _same("load_format", load_format, f.load_format, "load_config"),
         compile_cache_knob(spec, f.compile_cache_dir),
