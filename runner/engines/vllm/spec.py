@@ -156,7 +156,9 @@ class VLLMSpec(EngineSpecBase):
         if converted:
             kwargs["served_model_name"] = model.id  # the name the load generator asks for
         cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(kwargs["model"])]
-        return [*cmd, "--host", host, "--port", str(port), *cli_args(kwargs)], {**self.engine_env(), **DEV_MODE_ENV}
+        return [*cmd, "--host", host, "--port", str(port), *cli_args(kwargs)], self.engine_env() | {
+            "VLLM_SERVER_DEV_MODE": "1"
+        }
 
     def served_evidence(self, model: ModelSpec, log: str, grown: dict[str, float], version: str) -> EngineInfo:
         parsed = parse_engine_log(log)
@@ -171,7 +173,6 @@ class VLLMSpec(EngineSpecBase):
         return info
 
 
-DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 _BARE_FLAGS = {
     "disable_log_stats",
     "data_parallel_multi_port_external_lb",
