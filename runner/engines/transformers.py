@@ -157,44 +157,20 @@ def continuous_knobs(c: ContinuousSpec, manager: Any, attn: str | None = None) -
     attention its model ran with: transformers pages it, or switches to flash attention where it can; `attn`: the
     recipe's); before a generation started one: unverified. `manager` may be any object with those attributes."""
     eff = getattr(manager, "continuous_batching_config", None)
-    ran = getattr(getattr(getattr(manager, "model", None), "config", None), "_attn_implementation", None)
     cache = getattr(getattr(manager, "batch_processor", None), "cache", None)
-    size = getattr(eff, "block_size", None) or getattr(eff, "page_size", None)
-    kv_cache = "the manager's KV cache"
-    rows = [
-        (
-            "batching",
-            "continuous",
-            None if manager is None else "continuous",
-            "the manager's loop ran",
-        ),
-        ("continuous.num_blocks", c.num_blocks, getattr(eff, "num_blocks", None), kv_cache),
-        ("continuous.block_size", c.block_size, size, kv_cache),
-        (
-            "continuous.max_batch_tokens",
-            c.max_batch_tokens,
-            getattr(eff, "max_batch_tokens", None),
-            "its config",
-        ),
-        (
-            "continuous.max_requests_per_batch",
-            c.max_requests_per_batch,
-            getattr(eff, "max_requests_per_batch", None),
-            "its config",
-        ),
-        (
-            "continuous.prefix_sharing",
-            c.prefix_sharing,
-            getattr(cache, "use_prefix_sharing", None),
-            "cache.use_prefix_sharing",
-        ),
-        (
-            "continuous.attn_implementation",
-            attn,
-            ran,
-            "the manager's model.config._attn_implementation",
-        ),
-    ]
+    model_config = getattr(getattr(manager, "model", None), "config", None)
+    config_held = ("num_blocks", "max_batch_tokens", "max_requests_per_batch")
+    held = {k: getattr(eff, k, None) for k in config_held}
+    held["block_size"] = getattr(eff, "block_size", None) or getattr(eff, "page_size", None)
+    held["prefix_sharing"] = getattr(cache, "use_prefix_sharing", None)
+    held["attn_implementation"] = getattr(model_config, "_attn_implementation", None)
+    kv, seen = "the manager's KV cache", "the manager's model.config._attn_implementation"
+    where = {"num_blocks": kv, "block_size": kv, "prefix_sharing": "cache.use_prefix_sharing"}
+    where["attn_implementation"] = seen  # any other: "its config"
+    asked = c.model_dump(exclude={"cuda_graphs"}) | {"attn_implementation": attn}  # the rows' order
+    ran = None if manager is None else "continuous"
+    rows = [("batching", "continuous", ran, "the manager's loop ran")]
+    rows += [(f"continuous.{k}", v, held[k], where.get(k, "its config")) for k, v in asked.items()]
     out = []
     for name, want, got, where in rows:
         if manager is None:
