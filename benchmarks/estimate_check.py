@@ -50,7 +50,9 @@ sampling: {{max_tokens: 16, ignore_eos: true}}
             "--in-process",
         ],
     )
-    r2 = CliRunner().invoke(cli, ["go", str(recipe), "--out", str(out / "full"), "--no-progress", "--in-process"])
+    r2 = CliRunner().invoke(
+        cli, ["go", str(recipe), "--out", str(out / "full"), "--no-progress", "--in-process"]
+    )
     assert r1.exit_code == 0 and r2.exit_code == 0, r1.output + r2.output
     est = json.loads((out / "est" / "estimate-check" / "results.json").read_text())["estimate"]
     full = json.loads((out / "full" / "estimate-check" / "results.json").read_text())

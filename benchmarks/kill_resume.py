@@ -37,7 +37,19 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--total", type=int, default=4442)
     a, rest = ap.parse_known_args()
-    cmd = [sys.executable, "-m", "runner", "go", a.recipe, "--only", a.only, "--out", a.out, "--no-progress", *rest]
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner",
+        "go",
+        a.recipe,
+        "--only",
+        a.only,
+        "--out",
+        a.out,
+        "--no-progress",
+        *rest,
+    ]
     folder = Path(a.out) / a.only
     partial = folder / "samples.partial.jsonl"
     t0 = time.perf_counter()
@@ -48,7 +60,11 @@ def main() -> int:
     n_before = _lines(partial)
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
-    print(f"killed the runner after {time.perf_counter() - t0:.1f} s with {n_before} samples finished", flush=True)
+    print(
+        f"killed the runner after {time.perf_counter() - t0:.1f} s with {n_before} samples "
+        "finished",
+        flush=True,
+    )
     pgid = int(re.findall(r"process group (\d+)", (folder / "engine.log").read_text())[-1])
     deadline = time.monotonic() + 30
     gone = False
@@ -61,7 +77,9 @@ def main() -> int:
     print(f"recipe process group {pgid} gone: {gone}", flush=True)
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     print(
-        f"rerun exit {r.returncode}: {r.stdout.strip().splitlines()[-3:] if r.stdout else r.stderr[-500:]}", flush=True
+        f"rerun exit {r.returncode}: "
+        f"{r.stdout.strip().splitlines()[-3:] if r.stdout else r.stderr[-500:]}",
+        flush=True,
     )
     res = json.loads((folder / "results.json").read_text())
     ids = [json.loads(x)["id"] for x in (folder / "samples.jsonl").read_text().splitlines()]

@@ -1,6 +1,7 @@
 """What the benchmarks that run plain vLLM beside the runner share: a study cell's workload as plain
-`vllm.LLM` arguments and token ids (the runner's own rendering), and a child process run in a process
-group of its own, killed whole afterwards, with the GPU memory back before the next one starts."""
+`vllm.LLM` arguments and token ids (the runner's own rendering), and a child process run in a
+process group of its own, killed whole afterwards, with the GPU memory back before the next one
+starts."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from pathlib import Path
 from typing import Any
 
 
-def cell_job(recipe: str, sets: list[str], model_paths: list[str], only: str | None) -> tuple[Any, dict]:
-    """The recipe (or study cell `only`) and its job: `llm_kwargs`, `env`, `sampling` (SamplingParams
-    keyword arguments) and `prompts` (token ids, rendered and encoded as `runner go` does)."""
+def cell_job(
+    recipe: str, sets: list[str], model_paths: list[str], only: str | None
+) -> tuple[Any, dict]:
+    """The recipe (or study cell `only`) and its job: `llm_kwargs`, `env`, `sampling`
+    (SamplingParams keyword arguments) and `prompts` (token ids, rendered and encoded as `runner go`
+    does)."""
     from runner.cli.loading import load_all
     from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
     from runner.engines.vllm import sampling_params_kwargs
@@ -24,7 +28,9 @@ def cell_job(recipe: str, sets: list[str], model_paths: list[str], only: str | N
     lr = next(x for x in loaded if only is None or x.recipe.name == only)
     r = lr.recipe
     tok = load_tokenizer(r.model)
-    ids = encode_prompts(tok, list(prepare(lr).messages), uses_chat_template(tok, r.prompt.chat_template))[1]
+    ids = encode_prompts(
+        tok, list(prepare(lr).messages), uses_chat_template(tok, r.prompt.chat_template)
+    )[1]
     job = {
         "llm_kwargs": r.engine.llm_kwargs(r.model),
         "env": r.engine.engine_env(),
@@ -35,10 +41,10 @@ def cell_job(recipe: str, sets: list[str], model_paths: list[str], only: str | N
 
 
 def run_isolated(cmd: list[str], log_path: Path) -> tuple[int, float]:
-    """Run `cmd` with stdout and stderr to `log_path` in a new session; then kill whatever it left in its
-    process group (a vLLM engine core can outlive its parent, holding the GPU) and wait for the GPU
-    memory used before it to come back. Its exit status and its wall time (start to exit: the cleanup
-    after it does not count)."""
+    """Run `cmd` with stdout and stderr to `log_path` in a new session; then kill whatever it left
+    in its process group (a vLLM engine core can outlive its parent, holding the GPU) and wait for
+    the GPU memory used before it to come back. Its exit status and its wall time (start to exit:
+    the cleanup after it does not count)."""
     from runner.base.nvml import used_gib, wait_for_release
 
     before = used_gib()

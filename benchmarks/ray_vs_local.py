@@ -1,10 +1,12 @@
-"""One recipe through `--executor ray` and through the local executor: same outputs, generation time, GPU memory.
+"""One recipe through `--executor ray` and through the local executor: same outputs, generation
+time, GPU memory.
 
-    python benchmarks/ray_vs_local.py RECIPE --only CELL --out DIR [--rounds 1] [runner go options...]
+    python benchmarks/ray_vs_local.py RECIPE --only CELL --out DIR [--rounds 1] [runner go
+    options...]
 
 Per round, in alternating order (round 0: local then ray; round 1: ray then local, ...), runs
-`python -m runner go RECIPE --only CELL --out DIR/<executor>-<round> --no-progress [--executor ray] ...`
-as a child process, its output line by line into DIR/<executor>-<round>.log, and after it reads
+`python -m runner go RECIPE --only CELL --out DIR/<executor>-<round> --no-progress [--executor ray]
+...` as a child process, its output line by line into DIR/<executor>-<round>.log, and after it reads
 - results.json: status, executor, generation time (`timings.generate_s`: the engine's generate
   call, engine start excluded), where the Ray replica ran;
 - samples.jsonl: each example's output text and output token count;
@@ -39,7 +41,18 @@ def say(*a: object) -> None:
 
 def run_once(a: argparse.Namespace, rest: list[str], executor: str, rnd: int) -> dict:
     out = Path(a.out) / f"{executor}-{rnd}"
-    cmd = [sys.executable, "-m", "runner", "go", a.recipe, "--only", a.only, "--out", str(out), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner",
+        "go",
+        a.recipe,
+        "--only",
+        a.only,
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     cmd += (["--executor", "ray"] if executor == "ray" else []) + rest
     before = used_gib()
     t0 = time.perf_counter()
@@ -49,7 +62,9 @@ def run_once(a: argparse.Namespace, rest: list[str], executor: str, rnd: int) ->
     after = used_gib()
     folder = out / a.only
     res = json.loads((folder / "results.json").read_text())
-    samples = [json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines() if x.strip()]
+    samples = [
+        json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines() if x.strip()
+    ]
     where = [f"{r.get('node_ip')} pid {r.get('pid')}" for r in res.get("replicas") or []]
     row = {
         "executor": executor,
@@ -67,9 +82,10 @@ def run_once(a: argparse.Namespace, rest: list[str], executor: str, rnd: int) ->
     }
     mem = "n/a" if after is None else f"{before:.2f} -> {after:.2f} GiB"
     say(
-        f"{executor:5} round {rnd}: exit {rc}, {res['status']}, results.json executor={res.get('executor')}, "
-        f"engine start {row['load_s']:.1f} s, generation {row['generate_s']:.2f} s, call {wall:.1f} s, "
-        f"{len(samples)} samples, GPU used {mem}{', ran on ' + '; '.join(where) if where else ''}"
+        f"{executor:5} round {rnd}: exit {rc}, {res['status']}, results.json "
+        f"executor={res.get('executor')}, engine start {row['load_s']:.1f} s, generation "
+        f"{row['generate_s']:.2f} s, call {wall:.1f} s, {len(samples)} samples, GPU used "
+        f"{mem}{', ran on ' + '; '.join(where) if where else ''}"
     )
     return row
 
@@ -83,16 +99,26 @@ def verdict(rows: list[dict], baseline_gib: float | None) -> bool:
         by = {r["executor"]: r["generate_s"] for r in rows if r["round"] == rnd}
         if "ray" in by and "local" in by:
             ratios.append(by["ray"] / by["local"])
-            say(f"round {rnd}: ray / local generation time = {by['ray']:.2f} / {by['local']:.2f} = {ratios[-1]:.4f}")
+            say(
+                f"round {rnd}: ray / local generation time = {by['ray']:.2f} / {by['local']:.2f} = "
+                f"{ratios[-1]:.4f}"
+            )
     ratio = statistics.median(ratios) if ratios else float("nan")
     mem_ok = baseline_gib is None or all(
-        r["gpu_after_gib"] is not None and r["gpu_after_gib"] <= baseline_gib + MEMORY_SLACK_GIB for r in rows
+        r["gpu_after_gib"] is not None and r["gpu_after_gib"] <= baseline_gib + MEMORY_SLACK_GIB
+        for r in rows
     )
     ok_status = all(r["rc"] == 0 and r["status"] == "ok" for r in rows)
     rays = [r for r in rows if r["executor"] == "ray"]
     recorded = all(r["recorded_executor"] == "ray" for r in rays)
-    say(f"outputs identical across {len(rows)} calls ({len(first)} examples): {same} ({diff} differing)")
-    say(f"median ray / local generation time: {ratio:.4f} (target within {TARGET:.0%}): {abs(ratio - 1) <= TARGET}")
+    say(
+        f"outputs identical across {len(rows)} calls ({len(first)} examples): {same} ({diff} "
+        "differing)"
+    )
+    say(
+        f"median ray / local generation time: {ratio:.4f} (target within {TARGET:.0%}): "
+        f"{abs(ratio - 1) <= TARGET}"
+    )
     after = [round(r["gpu_after_gib"], 2) for r in rows if r["gpu_after_gib"] is not None]
     say(f"GPU memory back after every call (baseline {baseline_gib} GiB, after: {after}): {mem_ok}")
     say(f"every call ok: {ok_status}; ray results record executor=ray: {recorded}")

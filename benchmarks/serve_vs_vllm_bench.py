@@ -1,19 +1,24 @@
-"""The runner's serving wing against `vllm bench serve`, on one vLLM server, same prompts, rate and seed.
+"""The runner's serving wing against `vllm bench serve`, on one vLLM server, same prompts, rate and
+seed.
 
-    python benchmarks/serve_vs_vllm_bench.py RECIPE [--only CELL] [--model-path ID=PATH] [--set k=v ...]
+    python benchmarks/serve_vs_vllm_bench.py RECIPE [--only CELL] [--model-path ID=PATH] [--set k=v
+    ...]
         [--rate 50] [--num-prompts 1000] [--warmups 20] [--seed 0] [--rounds 3] [--out DIR]
 
-The wing sends its requests with vLLM's own request function on `vllm bench serve`'s arrival schedule
-(runner/serve/run.py), so the two should agree; this checks what the wing adds around them (the schedule, the
-concurrency cap, the warmup, the arithmetic of the figures). The recipe's prompts are rendered with the runner's
-own code (chat template applied); the first --num-prompts (cycled) go to the recipe's engine started as a
-server, once per round and side, in alternating order, each after emptying the prefix cache:
-- `vllm bench serve --dataset-name custom --skip-chat-template --disable-shuffle` on the same prompts as text,
-  same rate, seed and warmups, greedy, `--ignore-eos` when the recipe sets it; the server tokenizes the text
-  (the script says how many prompts re-tokenize differently from the runner's ids);
+The wing sends its requests with vLLM's own request function on `vllm bench serve`'s arrival
+schedule (runner/serve/run.py), so the two should agree; this checks what the wing adds around them
+(the schedule, the concurrency cap, the warmup, the arithmetic of the figures). The recipe's prompts
+are rendered with the runner's own code (chat template applied); the first --num-prompts (cycled) go
+to the recipe's engine started as a server, once per round and side, in alternating order, each
+after emptying the prefix cache:
+- `vllm bench serve --dataset-name custom --skip-chat-template --disable-shuffle` on the same
+  prompts as text, same rate, seed and warmups, greedy, `--ignore-eos` when the recipe sets it; the
+  server tokenizes the text (the script says how many prompts re-tokenize differently from the
+  runner's ids);
 - the wing (`run_rate`, `rate_point`) on the runner's token ids.
-Prints each round's TTFT p50, TPOT p50 and achieved requests/s of both sides and their ratio (target: within 5%
-of 1), then the median of each round's ratio. GPU host only (vLLM importable); logs and results under --out."""
+Prints each round's TTFT p50, TPOT p50 and achieved requests/s of both sides and their ratio
+(target: within 5% of 1), then the median of each round's ratio. GPU host only (vLLM importable);
+logs and results under --out."""
 
 from __future__ import annotations
 
@@ -41,9 +46,23 @@ KEYS = ("ttft_p50_ms", "tpot_p50_ms", "request_throughput")
 # more than five parameters: left for now (issue 40)
 def bench(a, r, data: Path, url: str, work: Path, k: int) -> dict:  # noqa: PLR0913
     name, s = f"bench-{k}.json", r.sampling
-    cmd = [*shlex.split(a.bench_cmd), "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions"]
+    cmd = [
+        *shlex.split(a.bench_cmd),
+        "--backend",
+        "vllm",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/completions",
+    ]
     cmd += ["--model", r.model.id, "--tokenizer", r.model.tokenizer_id, "--dataset-name", "custom"]
-    cmd += ["--dataset-path", str(data), "--custom-output-len", str(s.max_tokens), "--skip-chat-template"]
+    cmd += [
+        "--dataset-path",
+        str(data),
+        "--custom-output-len",
+        str(s.max_tokens),
+        "--skip-chat-template",
+    ]
     cmd += [
         "--disable-shuffle",
         "--num-prompts",
@@ -53,11 +72,24 @@ def bench(a, r, data: Path, url: str, work: Path, k: int) -> dict:  # noqa: PLR0
         "--seed",
         str(a.seed),
     ]
-    cmd += ["--num-warmups", str(a.warmups), "--temperature", "0", "--top-p", "1", "--top-k", "0", "--min-p", "0"]
+    cmd += [
+        "--num-warmups",
+        str(a.warmups),
+        "--temperature",
+        "0",
+        "--top-p",
+        "1",
+        "--top-k",
+        "0",
+        "--min-p",
+        "0",
+    ]
     cmd += ["--save-result", "--result-dir", str(work), "--result-filename", name, "--disable-tqdm"]
     cmd += ["--ignore-eos"] if s.ignore_eos else []
     with open(work / f"bench-{k}.log", "w") as log:
-        subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=a.bench_timeout, check=True)
+        subprocess.run(
+            cmd, stdout=log, stderr=subprocess.STDOUT, timeout=a.bench_timeout, check=True
+        )
     res = json.loads((work / name).read_text())
     return {"ttft_p50_ms": res["median_ttft_ms"], "tpot_p50_ms": res["median_tpot_ms"]} | {
         "request_throughput": res["request_throughput"]
@@ -65,14 +97,22 @@ def bench(a, r, data: Path, url: str, work: Path, k: int) -> dict:  # noqa: PLR0
 
 
 def wing(a, r, ids: list[list[int]], url: str) -> dict:
-    load = SimpleNamespace(warmup_requests=a.warmups, max_concurrency=None, burstiness=1.0, seed=a.seed)
+    load = SimpleNamespace(
+        warmup_requests=a.warmups, max_concurrency=None, burstiness=1.0, seed=a.seed
+    )
     target = Target(f"{url}/v1/completions", r.model.id, r.sampling)
     p = rate_point(run_rate(target, ids, a.rate, load, lambda: None), [], [], {})
-    return {"ttft_p50_ms": p.ttft_ms.p50, "tpot_p50_ms": p.tpot_ms.p50, "request_throughput": p.request_throughput}
+    return {
+        "ttft_p50_ms": p.ttft_ms.p50,
+        "tpot_p50_ms": p.tpot_ms.p50,
+        "request_throughput": p.request_throughput,
+    }
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("recipe")
     ap.add_argument("--only")
     ap.add_argument("--model-path", action="append", default=[])
@@ -83,20 +123,33 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--bench-timeout", type=float, default=600)
-    ap.add_argument("--bench-cmd", default=f"{sys.executable} -m vllm.entrypoints.cli.main bench serve")
+    ap.add_argument(
+        "--bench-cmd", default=f"{sys.executable} -m vllm.entrypoints.cli.main bench serve"
+    )
     ap.add_argument("--out", default=str(Path(tempfile.gettempdir()) / "serve-bench"))
     a = ap.parse_args()
     work = Path(a.out).resolve()
     work.mkdir(parents=True, exist_ok=True)
     lr = load_all((a.recipe,), tuple(a.sets), tuple(a.model_path), a.only)[0]
     r, tok = lr.recipe, load_tokenizer(lr.recipe.model)
-    texts, ids = encode_prompts(tok, list(prepare(lr).messages), uses_chat_template(tok, r.prompt.chat_template))
+    texts, ids = encode_prompts(
+        tok, list(prepare(lr).messages), uses_chat_template(tok, r.prompt.chat_template)
+    )
     order = [i % len(ids) for i in range(a.num_prompts)]
     texts, ids = [texts[i] for i in order], [ids[i] for i in order]
-    differ = sum(list(x) != y for x, y in zip(tok(texts, add_special_tokens=True)["input_ids"], ids))
-    print(f"{r.name}: {len(ids)} prompts, {sum(map(len, ids)):,} tokens; {differ} re-tokenize differently", flush=True)
+    differ = sum(
+        list(x) != y for x, y in zip(tok(texts, add_special_tokens=True)["input_ids"], ids)
+    )
+    print(
+        f"{r.name}: {len(ids)} prompts, {sum(map(len, ids)):,} tokens; {differ} re-tokenize "
+        "differently",
+        flush=True,
+    )
     data = work / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": t}, ensure_ascii=False) + "\n" for t in texts), encoding="utf-8")
+    data.write_text(
+        "".join(json.dumps({"prompt": t}, ensure_ascii=False) + "\n" for t in texts),
+        encoding="utf-8",
+    )
     port = free_port()
     cmd, env = command(r, "127.0.0.1", port)
     ratios: dict[str, list[float]] = {k: [] for k in KEYS}
@@ -107,11 +160,15 @@ def main() -> int:
             for side in ("bench", "wing") if k % 2 else ("wing", "bench"):
                 server.reset_prefix_cache()
                 got[side] = (
-                    bench(a, r, data, server.base_url, work, k) if side == "bench" else wing(a, r, ids, server.base_url)
+                    bench(a, r, data, server.base_url, work, k)
+                    if side == "bench"
+                    else wing(a, r, ids, server.base_url)
                 )
             for key in KEYS:
                 ratios[key].append(got["wing"][key] / got["bench"][key])
-            row = ", ".join(f"{key} {got['wing'][key]:.2f} / {got['bench'][key]:.2f}" for key in KEYS)
+            row = ", ".join(
+                f"{key} {got['wing'][key]:.2f} / {got['bench'][key]:.2f}" for key in KEYS
+            )
             print(f"round {k} (wing / vllm bench): {row}", flush=True)
     print(
         "median of the rounds' ratios (wing / vllm bench): "

@@ -1,8 +1,9 @@
-"""The size of runner/ as the team counts it: Python tokens (tokenize, without comments, blank lines or layout) and
-lines per folder, the largest modules and functions, and the import cycles counting a package and its children
-(a package's `__init__` imported by a module inside it).
+"""The size of runner/ as the team counts it: Python tokens (tokenize, without comments, blank lines
+or layout) and lines per folder, the largest modules and functions, and the import cycles counting a
+package and its children (a package's `__init__` imported by a module inside it).
 
-    python benchmarks/size.py [ROOT]      # ROOT: the package folder (default: runner/ beside this file)
+    python benchmarks/size.py [ROOT]      # ROOT: the package folder (default: runner/ beside this
+    file)
 """
 
 from __future__ import annotations
@@ -13,7 +14,14 @@ import tokenize
 from collections import defaultdict
 from pathlib import Path
 
-SKIP = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING}
+SKIP = {
+    tokenize.COMMENT,
+    tokenize.NL,
+    tokenize.NEWLINE,
+    tokenize.INDENT,
+    tokenize.DEDENT,
+    tokenize.ENCODING,
+}
 SKIP |= {tokenize.ENDMARKER}
 
 
@@ -28,8 +36,9 @@ def module_name(root: Path, path: Path) -> str:
 
 
 def imports(root: Path) -> dict[str, set[str]]:
-    """module -> the runner modules it imports, at any depth of the file (imports inside functions too): `from X
-    import y` counts X (a package's `__init__` runs) and X.y where that is a module; `import X.y as z` counts X.y."""
+    """module -> the runner modules it imports, at any depth of the file (imports inside functions
+    too): `from X import y` counts X (a package's `__init__` runs) and X.y where that is a module;
+    `import X.y as z` counts X.y."""
     files = {module_name(root, p): p for p in root.rglob("*.py")}
     graph: dict[str, set[str]] = defaultdict(set)
     for mod, path in files.items():
@@ -44,7 +53,9 @@ def imports(root: Path) -> dict[str, set[str]]:
                     base = ".".join([*up, *([base] if base else [])])
                 if base in files:  # `from package import x` names the package: its __init__ runs
                     graph[mod].add(base)
-                graph[mod] |= {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in files}
+                graph[mod] |= {
+                    f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in files
+                }
         graph[mod].discard(mod)
     return graph
 
@@ -71,7 +82,9 @@ def largest_functions(root: Path, k: int = 5) -> list[tuple[int, str]]:
     for p in root.rglob("*.py"):
         for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                found.append((node.end_lineno - node.lineno + 1, f"{p.relative_to(root.parent)}:{node.name}"))
+                found.append(
+                    (node.end_lineno - node.lineno + 1, f"{p.relative_to(root.parent)}:{node.name}")
+                )
     return sorted(found, reverse=True)[:k]
 
 
@@ -90,8 +103,14 @@ def main(root: Path) -> int:
     for folder, (t, lines) in sorted(per.items(), key=lambda kv: -kv[1][0]):
         print(f"{folder:<12} {t:>8,} {lines:>7,}")
     print(f"{'all':<12} {total_t:>8,} {total_l:>7,}")
-    print("largest modules:", ", ".join(f"{m} ({t:,} tokens, {n} lines)" for t, n, m in sorted(modules)[::-1][:3]))
-    print("largest functions:", ", ".join(f"{name} ({n} lines)" for n, name in largest_functions(root)))
+    print(
+        "largest modules:",
+        ", ".join(f"{m} ({t:,} tokens, {n} lines)" for t, n, m in sorted(modules)[::-1][:3]),
+    )
+    print(
+        "largest functions:",
+        ", ".join(f"{name} ({n} lines)" for n, name in largest_functions(root)),
+    )
     found = cycles(imports(root))
     print("import cycles (a package and its children counted):", found or "none")
     return 1 if found else 0

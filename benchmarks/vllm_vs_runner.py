@@ -1,6 +1,7 @@
 """Overhead of the runner against a plain vLLM script, on the same workload.
 
-    python benchmarks/vllm_vs_runner.py RECIPE [--only CELL] [--model-path ID=PATH] [--set k=v ...] [--out DIR]
+    python benchmarks/vllm_vs_runner.py RECIPE [--only CELL] [--model-path ID=PATH] [--set k=v ...]
+    [--out DIR]
                                         [--rounds N]
 
 1. Renders the recipe's prompts to token ids (the runner's own code), outside any timing.
@@ -45,9 +46,9 @@ sp = SamplingParams(**job["sampling"])
 outs = llm.generate([{"prompt_token_ids": p} for p in job["prompts"]], sp, use_tqdm=False)
 t3 = time.perf_counter()
 n_out = sum(len(o.outputs[0].token_ids) for o in outs)
-json.dump({"import_s": t1 - t0, "load_s": t2 - t1, "generate_s": t3 - t2, "output_tokens": n_out, "n": len(outs)},
-          open(sys.argv[2], "w"))
-llm.llm_engine.engine_core.shutdown(timeout=10)   # else the engine core outlives us, holding the GPU
+times = {"import_s": t1 - t0, "load_s": t2 - t1, "generate_s": t3 - t2}
+json.dump({**times, "output_tokens": n_out, "n": len(outs)}, open(sys.argv[2], "w"))
+llm.llm_engine.engine_core.shutdown(timeout=10)  # else the engine core outlives us, holding the GPU
 sys.stdout.flush()
 os._exit(0)
 """
@@ -70,7 +71,17 @@ def run_plain(work: Path, k: int) -> dict:
 
 def run_runner(a, name: str, k: int) -> dict:
     out = Path(a.out) / f"round-{k}"
-    cmd = [sys.executable, "-m", "runner", "go", a.recipe, "--out", str(out), "--no-progress", "--force"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner",
+        "go",
+        a.recipe,
+        "--out",
+        str(out),
+        "--no-progress",
+        "--force",
+    ]
     if a.only:
         cmd += ["--only", a.only]
     for s in a.sets:
@@ -81,7 +92,9 @@ def run_runner(a, name: str, k: int) -> dict:
     rr = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if rr.returncode != 0:
-        sys.exit(f"runner go failed (exit {rr.returncode}):\n{rr.stdout[-2000:]}{rr.stderr[-2000:]}")
+        sys.exit(
+            f"runner go failed (exit {rr.returncode}):\n{rr.stdout[-2000:]}{rr.stderr[-2000:]}"
+        )
     res = json.loads((out / name / "results.json").read_text())
     t = res["timings"]
     return {
@@ -97,7 +110,8 @@ ROWS = [
     ("generation (s)", "generate_s", 1.02),
     ("engine start (s)", "load_s", None),
     ("whole wall time (s)", "wall_s", 1.10),
-    ("  of which the rest (s)", "other_s", None),  # imports, checks, plan, tokenizing, writing, process exit
+    # imports, checks, plan, tokenizing, writing, process exit
+    ("  of which the rest (s)", "other_s", None),
 ]
 
 
@@ -109,19 +123,27 @@ def table(plain: dict, runner: dict) -> str:
     lines = [f"{'':22}{'plain vLLM':>12}{'runner':>12}{'ratio':>9}  target"]
     for label, key, target in ROWS:
         p, q = plain[key], runner[key]
-        ok = "" if target is None else ("ok" if q / p <= target else "MISSED") + f" (<= {target:.2f})"
+        ok = (
+            ""
+            if target is None
+            else ("ok" if q / p <= target else "MISSED") + f" (<= {target:.2f})"
+        )
         lines.append(f"{label:22}{p:12.2f}{q:12.2f}{q / p:9.3f}  {ok}")
     return "\n".join(lines)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("recipe")
     ap.add_argument("--only", help="the study cell to run (a study file expands into many recipes)")
     ap.add_argument("--model-path", action="append", default=[])
     ap.add_argument("--set", dest="sets", action="append", default=[])
     ap.add_argument("--out", default=str(Path(tempfile.gettempdir()) / "bench-reports"))
-    ap.add_argument("--rounds", type=int, default=1, help="pairs of runs, alternating which goes first")
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="pairs of runs, alternating which goes first"
+    )
     a = ap.parse_args()
 
     r, job = cell_job(a.recipe, a.sets, a.model_path, a.only)
@@ -129,7 +151,11 @@ def main() -> int:
     work = Path(tempfile.mkdtemp())
     (work / "job.json").write_text(json.dumps(job))
     (work / "plain.py").write_text(PLAIN)
-    print(f"workload: {r.name}, {len(ids)} prompts, {sum(map(len, ids)):,} prompt tokens; logs in {work}", flush=True)
+    print(
+        f"workload: {r.name}, {len(ids)} prompts, {sum(map(len, ids)):,} prompt tokens; logs in "
+        f"{work}",
+        flush=True,
+    )
 
     plains, runners = [], []
     for k in range(1, a.rounds + 1):
@@ -146,7 +172,9 @@ def main() -> int:
             flush=True,
         )
     if a.rounds > 1:
-        print(f"\nmedian of {a.rounds} rounds\n{table(median(plains), median(runners))}", flush=True)
+        print(
+            f"\nmedian of {a.rounds} rounds\n{table(median(plains), median(runners))}", flush=True
+        )
     return 0
 
 

@@ -1,7 +1,7 @@
-"""The generated files, from the models (never by hand): schema/recipe.schema.json and schema/results.schema.json
-(what `runner schema` prints) and docs/recipe-reference.md (the recipe's models, the study wing's keys, the metrics
-and the plan wing's contract). `python docs/generate.py` rewrites them; tests/test_schema.py fails when they are out
-of date."""
+"""The generated files, from the models (never by hand): schema/recipe.schema.json and
+schema/results.schema.json (what `runner schema` prints) and docs/recipe-reference.md (the recipe's
+models, the study wing's keys, the metrics and the plan wing's contract). `python docs/generate.py`
+rewrites them; tests/test_schema.py fails when they are out of date."""
 
 from __future__ import annotations
 
@@ -23,6 +23,11 @@ from runner.cli.inspect import results_schema  # noqa: E402
 from runner.wings import recipe_schema  # noqa: E402
 
 
+def first_paragraph(doc: str | None) -> str:
+    """A docstring's first paragraph on one line (the reference's summary of a model)."""
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
+
+
 def _type_name(ann: Any) -> str:
     origin = typing.get_origin(ann)
     args = typing.get_args(ann)
@@ -41,7 +46,9 @@ def _type_name(ann: Any) -> str:
     if isinstance(ann, type):
         if issubclass(ann, BaseModel):
             return f"[{ann.__name__}](#{ann.__name__.lower()})"
-        return {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}.get(ann.__name__, ann.__name__)
+        return {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}.get(
+            ann.__name__, ann.__name__
+        )
     return str(ann).replace("typing.", "")
 
 
@@ -109,14 +116,16 @@ def reference_markdown() -> str:
     out = [
         "# Recipe reference",
         "",
-        "Generated from the Pydantic models in `runner/` by `python docs/generate.py`; do not edit by hand.",
-        "Unknown keys are errors. Paths are relative to the recipe file. Editors validate recipes with",
+        "Generated from the Pydantic models in `runner/` by `python docs/generate.py`; do not edit "
+        "by hand.",
+        "Unknown keys are errors. Paths are relative to the recipe file. Editors validate recipes "
+        "with",
         "`schema/recipe.schema.json` (first line of a recipe: "
         "`# yaml-language-server: $schema=../schema/recipe.schema.json`).",
         "",
     ]
     for m, where in models:
-        doc = (m.__doc__ or "").strip().splitlines()[0] if m.__doc__ else ""
+        doc = first_paragraph(m.__doc__)
         out += [f"## {m.__name__}", ""]
         if where:
             out.append(f"Where: {where}.")
@@ -125,7 +134,10 @@ def reference_markdown() -> str:
         out += ["", "| field | type | default | meaning |", "| --- | --- | --- | --- |"]
         for name, f in m.model_fields.items():
             desc = (f.description or "").replace("|", "\\|")
-            out.append(f"| `{name}` | {_type_name(f.annotation)}{_constraints(f)} | {_default(f)} | {desc} |")
+            out.append(
+                f"| `{name}` | {_type_name(f.annotation)}{_constraints(f)} | {_default(f)} | "
+                f"{desc} |"
+            )
         out.append("")
     from runner.scoring import ALIASES, METRICS, conventions, metrics
 
@@ -152,15 +164,26 @@ def tune_reference() -> list[str]:
     """`runner tune`'s block and its method (runner/tune/spec.py)."""
     from runner.tune import spec
 
-    head = "`runner tune FILE [--out DIR] [--dry-run]` searches the `tune:` block of a recipe or study file."
+    head = (
+        "`runner tune FILE [--out DIR] [--dry-run]` searches the `tune:` block of a recipe or "
+        "study file."
+    )
     out = ["## Tune", "", head, ""]
     out += [(spec.__doc__ or "").strip(), ""]
     for m in (spec.TuneSpec, spec.Range, spec.Screen, spec.Confirm, spec.Budget):
-        out += [f"### {m.__name__}", "", (m.__doc__ or "").strip().splitlines()[0] if m.__doc__ else "", ""]
+        out += [
+            f"### {m.__name__}",
+            "",
+            first_paragraph(m.__doc__),
+            "",
+        ]
         out += ["| field | type | default | meaning |", "| --- | --- | --- | --- |"]
         for name, f in m.model_fields.items():
             desc = (f.description or "").replace("|", "\\|")
-            out.append(f"| `{name}` | {_type_name(f.annotation)}{_constraints(f)} | {_default(f)} | {desc} |")
+            out.append(
+                f"| `{name}` | {_type_name(f.annotation)}{_constraints(f)} | {_default(f)} | "
+                f"{desc} |"
+            )
         out.append("")
     return out
 
@@ -173,22 +196,28 @@ def plan_reference() -> list[str]:
     out = [
         "## Plan",
         "",
-        "`runner plan RECIPES... [--gpu NAME|cpu] [--json]` prints, per recipe or study cell, what it "
-        "predicts before any GPU time, for the named GPU, else this machine's (NVML), else the H200. "
-        "vLLM recipes on a GPU get every key; a recipe of another engine (no paged KV-cache pool) gets its "
-        "prompt tokens, context fit, weights and KV bytes per token, and a recipe on the CPU (`engine.device: "
-        "cpu`, or `--gpu cpu`) the same with `gpu` null; keys that do not apply are null and a note says why "
-        "(a note shared by several recipes is printed once). Token counts are those of the engines' tokenizer "
-        "(transformers), kept by the hash of their inputs under `$RUNNER_CACHE/prompt-tokens`, so a later "
-        "`check` or `plan` of the same prompts counts without loading transformers. "
-        '`--json` prints `{"recipes": [PLAN, ...]}` with these keys (the contract; more may be added):',
+        "`runner plan RECIPES... [--gpu NAME|cpu] [--json]` prints, per recipe or study cell, what "
+        "it predicts before any GPU time, for the named GPU, else this machine's (NVML), else the "
+        "H200. vLLM recipes on a GPU get every key; a recipe of another engine (no paged KV-cache "
+        "pool) gets its prompt tokens, context fit, weights and KV bytes per token, and a recipe "
+        "on the CPU (`engine.device: cpu`, or `--gpu cpu`) the same with `gpu` null; keys that do "
+        "not apply are null and a note says why (a note shared by several recipes is printed "
+        "once). Token counts are those of the engines' tokenizer (transformers), kept by the hash "
+        "of their inputs under `$RUNNER_CACHE/prompt-tokens`, so a later `check` or `plan` of the "
+        "same prompts counts without loading transformers. "
+        '`--json` prints `{"recipes": [PLAN, ...]}` with these keys (the contract; more may be '
+        "added):",
         "",
         "| key | meaning |",
         "| --- | --- |",
     ]
     for name, f in Plan.model_fields.items():
         out.append(f"| `{name}` | {(f.description or '').replace('|', chr(92) + '|')} |")
-    for title, mod in (("Prefix caching", prefix_cache), ("Memory", memory), ("Compute floor", floor)):
+    for title, mod in (
+        ("Prefix caching", prefix_cache),
+        ("Memory", memory),
+        ("Compute floor", floor),
+    ):
         out += ["", f"### {title}", "", (mod.__doc__ or "").strip()]
     return out + [""]
 
@@ -198,8 +227,14 @@ def write_all(root: Path = ROOT) -> list[Path]:
 
     paths = []
     for rel, text in (
-        ("schema/recipe.schema.json", json.dumps(recipe_schema(), indent=2, ensure_ascii=False) + "\n"),
-        ("schema/results.schema.json", json.dumps(results_schema(), indent=2, ensure_ascii=False) + "\n"),
+        (
+            "schema/recipe.schema.json",
+            json.dumps(recipe_schema(), indent=2, ensure_ascii=False) + "\n",
+        ),
+        (
+            "schema/results.schema.json",
+            json.dumps(results_schema(), indent=2, ensure_ascii=False) + "\n",
+        ),
         ("docs/recipe-reference.md", reference_markdown()),
     ):
         p = root / rel

@@ -1,9 +1,10 @@
-"""The public API, `runner.<name>` (runner/__init__.py hands these out; each function imports what it needs when
-called, so `import runner` stays light):
+"""The public API, `runner.<name>` (runner/__init__.py hands these out; each function imports what
+it needs when called, so `import runner` stays light):
 
-    cells = runner.load_recipes("recipes/jsquad-study.yaml")    # a recipe file: one, a study: its cells
-    result = runner.run_recipe(cells[0], out="reports", limit=8)  # RunResult; results.json, report.md in out
-    results = runner.read_results("reports")                     # every stored results.json, checked
+    cells = runner.load_recipes("recipes/jsquad-study.yaml")    # a recipe file: one, a study: its
+    cells result = runner.run_recipe(cells[0], out="reports", limit=8)  # RunResult; results.json,
+    report.md in out results = runner.read_results("reports")                     # every stored
+    results.json, checked
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ __all__ = ["load_recipe", "load_recipes", "read_results", "run_recipe"]
 
 
 def load_recipes(
-    path: str | Path, overrides: list[str] | None = None, *, model_paths: dict[str, str] | None = None
+    path: str | Path,
+    overrides: list[str] | None = None,
+    *,
+    model_paths: dict[str, str] | None = None,
 ) -> list[LoadedRecipe]:
-    """Every experiment a recipe file holds, validated: 1 for a recipe, one per cell of a study, 0 for a
-    base-only file. `overrides`: `--set`-style `key.path=value` items; `model_paths`: hub id -> local folder
-    (`--model-path`). Raises RunnerError for bad input."""
+    """Every experiment a recipe file holds, validated: 1 for a recipe, one per cell of a study, 0
+    for a base-only file. `overrides`: `--set`-style `key.path=value` items; `model_paths`: hub id
+    -> local folder (`--model-path`). Raises RunnerError for bad input."""
     from runner.config.loading import load_recipes as load
     from runner.wings import studies
 
@@ -46,14 +50,15 @@ def run_recipe(
     isolated: bool = True,
     force: bool = False,
 ) -> RunResult:
-    """Check and run one recipe as `runner go` does, through the same orchestrator (`runner.orchestrate`): in its
-    own process unless `isolated=False`; its folder `out/<name>/` locked (a second writer: RunnerError); an
-    unchanged recipe whose results are complete there is not run again (its stored RunResult comes back; `force`
-    reruns); what another run left there is set aside in `out/<name>/replaced/`, never overwritten. Writes
-    results.json, samples.jsonl and report.md under `out/<name>/` and `out/summary.md`, and returns the RunResult.
-    `limit`: None (every example) or the first N examples. A run that fails returns a failed RunResult; bad input
-    raises RunnerError before anything runs; Ctrl-C raises `runner.orchestrate.Interrupted` (a KeyboardInterrupt)
-    after the summary is written. Progress goes to the `runner` logger (INFO)."""
+    """Check and run one recipe as `runner go` does, through the same orchestrator
+    (`runner.orchestrate`): in its own process unless `isolated=False`; its folder `out/<name>/`
+    locked (a second writer: RunnerError); an unchanged recipe whose results are complete there is
+    not run again (its stored RunResult comes back; `force` reruns); what another run left there is
+    set aside in `out/<name>/replaced/`, never overwritten. Writes results.json, samples.jsonl and
+    report.md under `out/<name>/` and `out/summary.md`, and returns the RunResult. `limit`: None
+    (every example) or the first N examples. A run that fails returns a failed RunResult; bad input
+    raises RunnerError before anything runs; Ctrl-C raises `runner.orchestrate.Interrupted` (a
+    KeyboardInterrupt) after the summary is written. Progress goes to the `runner` logger (INFO)."""
     from runner.base.errors import RunnerError
     from runner.orchestrate import Executor, new_call, run_loaded
     from runner.recipe import LoadedRecipe
@@ -61,7 +66,10 @@ def run_recipe(
     from runner.wings import call_wings  # the wings' part of the call, as for `runner go`
 
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        why = f"is {limit!r}; give None (every example) or a positive whole number (the first N examples)"
+        why = (
+            f"is {limit!r}; give None (every example) or a positive whole number (the first N "
+            "examples)"
+        )
         raise RunnerError(why, field="limit")
     if not str(out).strip():
         raise RunnerError("is empty; give a folder for the reports", field="out")
@@ -78,20 +86,25 @@ def run_recipe(
 
 
 def _log(text: str, to_stderr: bool) -> None:
-    """The orchestrator's messages, for a script: the `runner` logger, a warning where the text is one."""
+    """The orchestrator's messages, for a script: the `runner` logger, a warning where the text is
+    one."""
     import logging
 
-    logging.getLogger("runner").log(logging.WARNING if text.startswith("WARNING") else logging.INFO, text)
+    logging.getLogger("runner").log(
+        logging.WARNING if text.startswith("WARNING") else logging.INFO, text
+    )
 
 
 def read_results(out: str | Path) -> list[RunResult]:
-    """Every `<out>/*/results.json`, each checked against the schema (RunnerError for a damaged one, and for an
-    `out` that is not a folder; a folder with no results gives [])."""
+    """Every `<out>/*/results.json`, each checked against the schema (RunnerError for a damaged one,
+    and for an `out` that is not a folder; a folder with no results gives [])."""
     from runner.base.errors import RunnerError
     from runner.folder import load_results
 
     path = Path(out)
     if not path.is_dir():
         why = "is not a folder" if path.exists() else "does not exist"
-        raise RunnerError(f"{why}; give the folder `runner go --out` wrote (default: reports)", file=str(out))
+        raise RunnerError(
+            f"{why}; give the folder `runner go --out` wrote (default: reports)", file=str(out)
+        )
     return load_results(path)

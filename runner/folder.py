@@ -1,20 +1,22 @@
-"""The run folder: its layout (the one place its file names are spelled) and reading a stored run back; below the
-pipeline, so the run writes it and the reports read it without the reports importing the run.
+"""The run folder: its layout (the one place its file names are spelled) and reading a stored run
+back; below the pipeline, so the run writes it and the reports read it without the reports importing
+the run.
 
     <out>/summary.md, <out>/*.png            the call's summary and charts
     <out>/<study>-pareto.png                 a study's accuracy-vs-time chart
-    <out>/<study>/summary.md                 a study's summary of all its stored cells, from every call
-    <out>/<name>/results.json               what the run produced (schema: schema/results.schema.json)
-    <out>/<name>/samples.jsonl[.gz]         one line per example, written when the run completes
-    <out>/<name>/samples.partial.jsonl      finished samples of a run in progress (resume reads it)
-    <out>/<name>/repeats.jsonl              each measured repeat as it finishes (resume skips those done)
-    <out>/<name>/repeats.rejected.jsonl     lines of repeats.jsonl set aside when read back (why, line number, text)
-    <out>/<name>/engine.log                 the engine's own output
-    <out>/<name>/report.md                  the recipe's report
+    <out>/<study>/summary.md                 a study's summary of all its stored cells, from every
+    call <out>/<name>/results.json               what the run produced (schema:
+    schema/results.schema.json) <out>/<name>/samples.jsonl[.gz]         one line per example,
+    written when the run completes <out>/<name>/samples.partial.jsonl      finished samples of a run
+    in progress (resume reads it) <out>/<name>/repeats.jsonl              each measured repeat as it
+    finishes (resume skips those done) <out>/<name>/repeats.rejected.jsonl     lines of
+    repeats.jsonl set aside when read back (why, line number, text) <out>/<name>/engine.log
+    the engine's own output <out>/<name>/report.md                  the recipe's report
     <out>/<name>/.runner.lock               held by the one `runner go` writing this folder
-    <out>/<name>/replaced/<time>-<key>/     what an earlier, different run of this name left (never lost)
-    <out>/<name>/.server-session.json       a serving run's server session while it runs (serve/server.py)
-    <out>/<name>-tune.md                     `runner tune`'s report (runner/tune/report.py)
+    <out>/<name>/replaced/<time>-<key>/     what an earlier, different run of this name left (never
+    lost) <out>/<name>/.server-session.json       a serving run's server session while it runs
+    (serve/server.py) <out>/<name>-tune.md                     `runner tune`'s report
+    (runner/tune/report.py)
 
 Every name read back from disk goes through `RunFolder.of`, which checks it like a recipe name,
 so a `results.json` that says `name: ../../x` cannot make the runner write outside `--out`."""
@@ -46,8 +48,16 @@ RERUN = "delete the file and rerun the recipe (runner go ... --force)"
 
 def check_name(name: object, where: str = "") -> str:
     """A run name that is safe as one folder under --out (no separators, no `..`, not reserved)."""
-    if not isinstance(name, str) or not NAME_RE.match(name) or len(name) > NAME_MAX or name in RESERVED:
-        rules = f"letters, digits, `._-`, at most {NAME_MAX} characters, not starting with `.` or `-`, not one of"
+    if (
+        not isinstance(name, str)
+        or not NAME_RE.match(name)
+        or len(name) > NAME_MAX
+        or name in RESERVED
+    ):
+        rules = (
+            f"letters, digits, `._-`, at most {NAME_MAX} characters, not starting with `.` or "
+            "`-`, not one of"
+        )
         why = f"{name!r} is not a valid run name ({rules} {', '.join(sorted(RESERVED))})"
         raise RunnerError(why, file=where or None, field="name")
     return name
@@ -81,11 +91,16 @@ class RunFolder:
         write_json_atomic(self.results, res.model_dump(mode="json"))
 
     def set_aside(self, key: str, force: bool = False) -> Path | None:
-        """Before a run: what another run of this name left here (complete results of another run key, or finished
-        samples or repeats of another key), or with `force` any complete results and finished samples, moved into
-        `replaced/<time>-<key>/` so that nothing finished is lost; returns that folder when something moved."""
+        """Before a run: what another run of this name left here (complete results of another run
+        key, or finished samples or repeats of another key), or with `force` any complete results
+        and finished samples, moved into `replaced/<time>-<key>/` so that nothing finished is lost;
+        returns that folder when something moved."""
         prev = _key_of(self.results, ok_only=True)
-        moving = [self.results, self.samples, self.samples_gz, self.report] if prev and (force or prev != key) else []
+        moving = (
+            [self.results, self.samples, self.samples_gz, self.report]
+            if prev and (force or prev != key)
+            else []
+        )
         for path in (self.partial, self.repeats):
             other = _key_of(path)
             if other and (force or other != key):
@@ -93,7 +108,8 @@ class RunFolder:
         return self._move_aside(moving, prev or _key_of(moving[0]) if moving else None)
 
     def _move_aside(self, paths: list[Path], key: str | None) -> Path | None:
-        """Move the files of `paths` that exist into `replaced/<time>-<key>/`; that folder, or None when none did."""
+        """Move the files of `paths` that exist into `replaced/<time>-<key>/`; that folder, or None
+        when none did."""
         moving = [p for p in paths if p.is_file()]
         if not moving:
             return None
@@ -104,19 +120,24 @@ class RunFolder:
         return dest
 
     def take_back(self, key: str) -> Path | None:
-        """Before a run: the newest files an earlier call set aside for this very run key (a quick `--limit 2` or
-        `--set` run in between moved them to `replaced/`) come back, so the run resumes or is skipped as before;
-        what this folder holds of another key is set aside first. Returns the folder they came from."""
+        """Before a run: the newest files an earlier call set aside for this very run key (a quick
+        `--limit 2` or `--set` run in between moved them to `replaced/`) come back, so the run
+        resumes or is skipped as before; what this folder holds of another key is set aside first.
+        Returns the folder they came from."""
         if _key_of(self.results, ok_only=True) == key or _key_of(self.partial) == key:
             return None
         kept = sorted(self.root.glob(f"replaced/*-{key}"), reverse=True)
-        src = next((d for d in kept if any((d / f.name).is_file() for f in (self.results, self.partial))), None)
+        src = next(
+            (d for d in kept if any((d / f.name).is_file() for f in (self.results, self.partial))),
+            None,
+        )
         if (src and (_key_of(src / self.results.name) or _key_of(src / self.partial.name))) != key:
             return None
         self.set_aside(key)
         # a failed run of another
         if self.results.is_file() and (other := _key_of(self.results)) != key:
-            # key: set_aside leaves those (a run overwrites them), but the results coming back must not be blocked
+            # key: set_aside leaves those (a run overwrites them), but the results coming back must
+            # not be blocked
             self._move_aside([self.results, self.report], other)
         for f in src.iterdir():
             if f.is_file() and not (self.root / f.name).exists():
@@ -126,8 +147,8 @@ class RunFolder:
         return src
 
     def samples_short(self, n_samples: int) -> str | None:
-        """Why complete results cannot stand: their samples file is gone or holds fewer lines than `n_samples`
-        (deleted or cut short since); None when it holds them all."""
+        """Why complete results cannot stand: their samples file is gone or holds fewer lines than
+        `n_samples` (deleted or cut short since); None when it holds them all."""
         path = self.samples if self.samples.is_file() else self.samples_gz
         if not path.is_file():
             return f"its {self.samples.name} is gone"
@@ -135,12 +156,21 @@ class RunFolder:
             lines = _unzipped(path).count(b"\n")
         except (OSError, EOFError, zlib.error):
             return f"its {path.name} cannot be read"
-        return None if lines >= n_samples else f"its {path.name} holds {lines} of {n_samples} samples"
+        return (
+            None if lines >= n_samples else f"its {path.name} holds {lines} of {n_samples} samples"
+        )
 
     def check_files(self) -> None:
-        """Each file the run writes is a file or absent: a folder (or other non-file) in its place is refused, and
-        so is a symbolic link (the run would write through it, outside --out)."""
-        files = (self.results, self.samples, self.partial, self.repeats, self.repeats_rejected, self.report)
+        """Each file the run writes is a file or absent: a folder (or other non-file) in its place
+        is refused, and so is a symbolic link (the run would write through it, outside --out)."""
+        files = (
+            self.results,
+            self.samples,
+            self.partial,
+            self.repeats,
+            self.repeats_rejected,
+            self.report,
+        )
         files += (self.engine_log, self.lock)
         for path in files:
             if path.is_symlink():
@@ -153,13 +183,15 @@ class RunFolder:
 
 
 def study_chart_path(out: Path, study: str) -> Path:
-    """A study's accuracy-vs-time chart: `<out>/<study>-pareto.png` (the study's name checked like a run name)."""
+    """A study's accuracy-vs-time chart: `<out>/<study>-pareto.png` (the study's name checked like a
+    run name)."""
     return Path(out) / f"{check_name(study)}-pareto.png"
 
 
 def _key_of(path: Path, ok_only: bool = False) -> str | None:
-    """The run key a stored file belongs to: results.json's `run_key` (only an ok run's with `ok_only`), or the first
-    line's `_run_key` of a partial samples or repeats file; None when absent or unreadable."""
+    """The run key a stored file belongs to: results.json's `run_key` (only an ok run's with
+    `ok_only`), or the first line's `_run_key` of a partial samples or repeats file; None when
+    absent or unreadable."""
     try:
         if path.suffix == ".json":
             d = json.loads(path.read_bytes())
@@ -171,7 +203,8 @@ def _key_of(path: Path, ok_only: bool = False) -> str | None:
 
 
 def study_summary_path(out: Path, study: str) -> Path:
-    """A study's own summary, of every stored cell whichever call ran it: `<out>/<study>/summary.md`."""
+    """A study's own summary, of every stored cell whichever call ran it:
+    `<out>/<study>/summary.md`."""
     return Path(out) / check_name(study) / SUMMARY
 
 
@@ -190,8 +223,8 @@ def stored_ok(folder: RunFolder, key: str) -> RunResult | None:
 
 
 def previous_result(folder: RunFolder, key: str, repeat: int = 1) -> RunResult | None:
-    """The stored result of this very run (same key) when it is complete: ok, with at least `repeat` repeats and
-    every sample."""
+    """The stored result of this very run (same key) when it is complete: ok, with at least `repeat`
+    repeats and every sample."""
     prev = stored_ok(folder, key)
     if prev is None or len(prev.times) < repeat or folder.samples_short(prev.n_samples):
         return None
@@ -206,7 +239,9 @@ def load_samples(folder: RunFolder) -> list[dict]:
     try:
         text = _unzipped(path).decode("utf-8")
     except (OSError, EOFError, UnicodeDecodeError) as e:
-        raise RunnerError(f"cannot read the samples ({type(e).__name__}: {e})", file=str(path), hint=RERUN) from None
+        raise RunnerError(
+            f"cannot read the samples ({type(e).__name__}: {e})", file=str(path), hint=RERUN
+        ) from None
     out = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -227,9 +262,9 @@ def _unzipped(path: Path) -> bytes:
 
 
 def load_results(out: Path, skipped: list[str] | None = None) -> list[RunResult]:
-    """Every stored `<out>/*/results.json`, in name order, each checked (schema, finite numbers, and a name that is
-    its folder's). A bad one raises, or with `skipped` is left out and its error appended there (one bad file does
-    not stop the report of the others)."""
+    """Every stored `<out>/*/results.json`, in name order, each checked (schema, finite numbers, and
+    a name that is its folder's). A bad one raises, or with `skipped` is left out and its error
+    appended there (one bad file does not stop the report of the others)."""
     res = []
     for p in sorted(Path(out).glob("*/results.json")):
         try:
@@ -242,7 +277,9 @@ def load_results(out: Path, skipped: list[str] | None = None) -> list[RunResult]
 
 
 def _not_finite(constant: str) -> float:
-    raise ValueError(f'holds {constant}, which results.json never does (it writes an infinite rate as "inf")')
+    raise ValueError(
+        f'holds {constant}, which results.json never does (it writes an infinite rate as "inf")'
+    )
 
 
 def _load_result(p: Path) -> RunResult:
@@ -255,11 +292,17 @@ def _load_result(p: Path) -> RunResult:
     except ValidationError as e:
         first = e.errors()[0]
         loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
-        why = f"not a valid results.json ({e.error_count()} problem(s); first: {loc}: {first['msg']})"
-        raise RunnerError(why, file=str(p), hint="rerun that recipe, or remove its folder") from None
+        why = (
+            f"not a valid results.json ({e.error_count()} problem(s); first: {loc}: {first['msg']})"
+        )
+        raise RunnerError(
+            why, file=str(p), hint="rerun that recipe, or remove its folder"
+        ) from None
     except ValueError as e:  # not JSON, or Infinity/NaN
         why = f"not a valid results.json ({str(e).splitlines()[0][:200]})"
-        raise RunnerError(why, file=str(p), hint="rerun that recipe, or remove its folder") from None
+        raise RunnerError(
+            why, file=str(p), hint="rerun that recipe, or remove its folder"
+        ) from None
     except OSError as e:
         raise RunnerError(f"cannot read it: {e.strerror}", file=str(p)) from None
     check_name(r.name, str(p))

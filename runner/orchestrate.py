@@ -1,12 +1,14 @@
-"""One call's orchestration, the same for `runner go`, `runner tune` and `runner.run_recipe`: every recipe checked
-before anything is written, each run folder locked (one writer), an unchanged complete run skipped, what another run
-left set aside in `replaced/` (never overwritten), the jobs run (each in its own process, in this one, or through a
-wing's route), each report and the summary written.
+"""One call's orchestration, the same for `runner go`, `runner tune` and `runner.run_recipe`: every
+recipe checked before anything is written, each run folder locked (one writer), an unchanged
+complete run skipped, what another run left set aside in `replaced/` (never overwritten), the jobs
+run (each in its own process, in this one, or through a wing's route), each report and the summary
+written.
 
-No click, no exit codes: what a call has to say goes out through `say(text, to_stderr)` (the CLI echoes it, the API
-logs it); Ctrl-C writes the partial summary and raises `Interrupted`. Below the wings: what they add to a call
-(plans, report and summary sections, the study summaries, the serving and Ray routes) comes in as `Wings`, which the
-callers build from runner/wings.py; nothing here imports a wing."""
+No click, no exit codes: what a call has to say goes out through `say(text, to_stderr)` (the CLI
+echoes it, the API logs it); Ctrl-C writes the partial summary and raises `Interrupted`. Below the
+wings: what they add to a call (plans, report and summary sections, the study summaries, the serving
+and Ray routes) comes in as `Wings`, which the callers build from runner/wings.py; nothing here
+imports a wing."""
 
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ from runner.run.isolate import failed_result, run_isolated
 from runner.run.job import Job, RunOptions, Unit, check_library, group_by_engine, make_unit
 from runner.run.loop import run_job
 
-Say = Callable[[str, bool], None]  # (text, to_stderr): one message of the call, rendered by the caller
+# (text, to_stderr): one message of the call, rendered by the caller
+Say = Callable[[str, bool], None]
 
 
 def quiet(text: str, to_stderr: bool) -> None:
@@ -40,9 +43,10 @@ def quiet(text: str, to_stderr: bool) -> None:
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C (or SIGTERM, where the CLI's guard turns it into Ctrl-C) during a call, raised after the summary of
-    the recipes that finished was written; finished samples of the interrupted recipe are kept for the next call.
-    A KeyboardInterrupt still, so an `except Exception` does not swallow it."""
+    """Ctrl-C (or SIGTERM, where the CLI's guard turns it into Ctrl-C) during a call, raised after
+    the summary of the recipes that finished was written; finished samples of the interrupted recipe
+    are kept for the next call. A KeyboardInterrupt still, so an `except Exception` does not swallow
+    it."""
 
     def __init__(self, finished: int, total: int):
         self.finished, self.total = finished, total
@@ -66,14 +70,17 @@ class NoPlans:
 @dataclass(frozen=True)
 class Wings:
     """What the wings add to a call, handed in by the caller (both the CLI's and the API's are
-    `runner.wings.call_wings()`). The defaults add nothing, and a call that needs a missing route is refused before
-    anything runs."""
+    `runner.wings.call_wings()`). The defaults add nothing, and a call that needs a missing route is
+    refused before anything runs."""
 
     plans: Callable[[Sequence[Unit]], NoPlans] = NoPlans  # or one with the same methods
     report_sections: Callable[[Path | None], Sequence[Section]] = lambda out: ()
     summary_sections: Callable[[], Sequence[Sections]] = tuple
-    study_summaries: Callable[[list[RunResult], Path, str | None], list[Path]] = lambda results, out, baseline: []
-    run_serving: Callable[[Unit, RunOptions], RunResult] | None = None  # a `load:` recipe against its server
+    study_summaries: Callable[[list[RunResult], Path, str | None], list[Path]] = (
+        lambda results, out, baseline: []
+    )
+    # a `load:` recipe against its server
+    run_serving: Callable[[Unit, RunOptions], RunResult] | None = None
     run_on_ray: Callable[..., Any] | None = None  # (jobs, *, address, on_result): `--executor ray`
 
 
@@ -91,7 +98,8 @@ class Executor:
         return self.kind == "ray"
 
     def check_options(self, replicas: int | None) -> None:
-        """Options that do not go together, and a missing ray: bad input before any recipe is read."""
+        """Options that do not go together, and a missing ray: bad input before any recipe is
+        read."""
         if not self.on_ray and replicas is not None:
             why = "only the Ray executor runs data-parallel replicas; add --executor ray"
             raise RunnerError(why, field="--replicas")
@@ -108,17 +116,32 @@ class Executor:
     def check_recipes(self, loaded: list[LoadedRecipe]) -> None:
         for lr in loaded:
             if (n := lr.recipe.repeat) > 1 and (self.on_ray or lr.recipe.load is not None):
-                where = "on Ray" if self.on_ray else "in a serving run (`load` measures each rate once)"
+                where = (
+                    "on Ray" if self.on_ray else "in a serving run (`load` measures each rate once)"
+                )
                 why = f"{n} repeats are for offline runs on the local executor, not {where}"
-                raise RunnerError(why, file=lr.path, field="repeat", hint="set repeat: 1 (--set repeat=1)")
+                raise RunnerError(
+                    why, file=lr.path, field="repeat", hint="set repeat: 1 (--set repeat=1)"
+                )
             if (n := lr.recipe.replicas) > 1 and not self.on_ray:
-                why = f"{n} data-parallel replicas run only on Ray; the local executor runs one engine per recipe"
-                raise RunnerError(why, file=lr.path, field="replicas", hint="add --executor ray, or set replicas: 1")
+                why = (
+                    f"{n} data-parallel replicas run only on Ray; the local executor runs one "
+                    "engine per recipe"
+                )
+                raise RunnerError(
+                    why,
+                    file=lr.path,
+                    field="replicas",
+                    hint="add --executor ray, or set replicas: 1",
+                )
 
     def check_routes(self, loaded: list[LoadedRecipe], wings: Wings) -> None:
-        """The wings' routes this call needs are there (a caller that left them out runs offline recipes only)."""
+        """The wings' routes this call needs are there (a caller that left them out runs offline
+        recipes only)."""
         if self.on_ray and wings.run_on_ray is None:
-            raise RunnerError("this call has no Ray route (the cluster wing); run it with `runner go`")
+            raise RunnerError(
+                "this call has no Ray route (the cluster wing); run it with `runner go`"
+            )
         for lr in loaded:
             if lr.recipe.load is not None and wings.run_serving is None:
                 why = "is a serving recipe, and this call has no serving route (the serve wing)"
@@ -133,7 +156,8 @@ class Executor:
         log = RunFolder.of(out, group[0].name).engine_log
         if self.on_ray:
             say(f"  engine output: {log} (from the Ray worker, when the job ends)", True)
-        elif not self.in_process:  # engine start can take a minute with nothing on screen: say where to look
+        # engine start can take a minute with nothing on screen: say where to look
+        elif not self.in_process:
             say(f"  engine output: {log}", True)
 
 
@@ -150,10 +174,10 @@ def run_loaded(
     wings: Wings = NO_WINGS,
     say: Say = quiet,
 ) -> list[RunResult]:
-    """Run loaded recipes as `runner go` does (checked first, each folder locked, unchanged ones skipped, what another
-    run left set aside, reports and the summary written); one result per recipe, in the order given. Bad input or a
-    folder another call is writing: RunnerError before anything runs. Ctrl-C: `Interrupted`, after the summary of
-    what finished is written."""
+    """Run loaded recipes as `runner go` does (checked first, each folder locked, unchanged ones
+    skipped, what another run left set aside, reports and the summary written); one result per
+    recipe, in the order given. Bad input or a folder another call is writing: RunnerError before
+    anything runs. Ctrl-C: `Interrupted`, after the summary of what finished is written."""
     ex.check_routes(loaded, wings)
     # before anything is written
     units = [make_unit(lr, opts, host=not ex.on_ray, library=False) for lr in loaded]
@@ -161,7 +185,8 @@ def run_loaded(
     for lr in () if ex.on_ray else loaded:
         try:
             check_library(lr)
-        except RunnerError as e:  # an engine library this machine lacks: that recipe fails, the others run
+        # an engine library this machine lacks: that recipe fails, the others run
+        except RunnerError as e:
             cannot[lr.recipe.name] = e
     out_dir = _out_dir(str(opts.out))
     with ExitStack() as locks:  # every unit's run folder locked while the units run
@@ -173,9 +198,10 @@ def run_loaded(
 
 
 def takes_turns(groups: list[tuple[Unit, ...]]) -> bool:
-    """Repeats of recipes on different engines take turns (each turn on a fresh engine): when any recipe asks for it
-    (`interleave: restarts`), or by default when every engine starts in seconds (the fake engine, builtin models);
-    never when one says `off`. Recipes on one engine always take turns, within their job."""
+    """Repeats of recipes on different engines take turns (each turn on a fresh engine): when any
+    recipe asks for it (`interleave: restarts`), or by default when every engine starts in seconds
+    (the fake engine, builtin models); never when one says `off`. Recipes on one engine always take
+    turns, within their job."""
     recipes = [u.loaded.recipe for g in groups for u in g]
     if max((r.repeat for r in recipes), default=1) == 1 or any(r.load is not None for r in recipes):
         return False
@@ -191,7 +217,9 @@ def _out_dir(out: str) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise RunnerError(f"cannot create the report folder: {e.strerror}", file=out, field="--out") from None
+        raise RunnerError(
+            f"cannot create the report folder: {e.strerror}", file=out, field="--out"
+        ) from None
     if not os.access(path, os.W_OK | os.X_OK):
         hint = "choose another --out, or make this one writable"
         raise RunnerError("the report folder is not writable", file=out, field="--out", hint=hint)
@@ -199,8 +227,9 @@ def _out_dir(out: str) -> Path:
 
 
 def _room_for_locks(n: int) -> None:
-    """One lock file is held open per recipe for the whole call: raise the open-files limit to the hard limit when a
-    large study needs it (an ordinary 256 or 1,024 is below a big matrix), or say why it cannot run."""
+    """One lock file is held open per recipe for the whole call: raise the open-files limit to the
+    hard limit when a large study needs it (an ordinary 256 or 1,024 is below a big matrix), or say
+    why it cannot run."""
     try:
         import resource
     except ImportError:  # not POSIX
@@ -210,13 +239,21 @@ def _room_for_locks(n: int) -> None:
     if soft == resource.RLIM_INFINITY or soft >= need:
         return
     if hard != resource.RLIM_INFINITY and hard < need:
-        why = f"{n} recipes hold {n} lock files open, and this shell allows {hard} open files (ulimit -Hn)"
-        raise RunnerError(why, hint="run fewer recipes per call (--only), or raise the hard limit (ulimit -Hn)")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else min(need, hard), hard))
+        why = (
+            f"{n} recipes hold {n} lock files open, and this shell allows {hard} open files "
+            "(ulimit -Hn)"
+        )
+        raise RunnerError(
+            why, hint="run fewer recipes per call (--only), or raise the hard limit (ulimit -Hn)"
+        )
+    resource.setrlimit(
+        resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else min(need, hard), hard)
+    )
 
 
 def _lock(folder: RunFolder):
-    """One writer per run folder: a second `runner go` writing the same recipe stops before it runs."""
+    """One writer per run folder: a second `runner go` writing the same recipe stops before it
+    runs."""
     from filelock import FileLock, Timeout
 
     folder.root.mkdir(parents=True, exist_ok=True)
@@ -225,7 +262,9 @@ def _lock(folder: RunFolder):
         lock.acquire()
     except Timeout:
         busy = "another `runner go` is writing this recipe's folder right now"
-        raise RunnerError(f"{busy}; wait for it to finish, or use another --out", file=str(folder.root)) from None
+        raise RunnerError(
+            f"{busy}; wait for it to finish, or use another --out", file=str(folder.root)
+        ) from None
     return lock
 
 
@@ -368,13 +407,20 @@ def one_line(res: RunResult, path: Path) -> str:
         hint = f"\n  hint: {res.hint}" if res.hint else ""
         return f"FAILED {res.name}: {res.error}{hint}\n  report: {path}"
     t = res.timings
-    bits = [f"ok {res.name}: {res.n_samples} examples", f"generation {secs(t.generate_s)}", f"start {secs(t.load_s)}"]
+    bits = [
+        f"ok {res.name}: {res.n_samples} examples",
+        f"generation {secs(t.generate_s)}",
+        f"start {secs(t.load_s)}",
+    ]
     bits.append(f"{res.throughput.requests_per_s or 0:.2f} req/s")
     if res.estimate:
         bits.append(f"projected full run ~{secs(res.estimate.projected_s)} (estimate)")
     if res.scores:
         sc = ", ".join(f"{k} {v:.3f}" for k, v in res.scores.items())
-        bits.append(sc + ("" if res.scores_meaningful else " (not meaningful: random weights or fake engine)"))
+        bits.append(
+            sc
+            + ("" if res.scores_meaningful else " (not meaningful: random weights or fake engine)")
+        )
     line = "; ".join(bits)
     for k in res.knobs:
         if k.status == "ignored":

@@ -1,6 +1,6 @@
-"""Recipes: one YAML file = one experiment. The models here are the reference: every field is documented
-once, in its `Field(description=...)`; the recipe reference (docs/recipe-reference.md) and the JSON Schema
-(schema/recipe.schema.json) are generated from them."""
+"""Recipes: one YAML file = one experiment. The models here are the reference: every field is
+documented once, in its `Field(description=...)`; the recipe reference (docs/recipe-reference.md)
+and the JSON Schema (schema/recipe.schema.json) are generated from them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,14 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, NonNegativeInt, PlainSerializer, PositiveInt, field_validator, model_validator
+from pydantic import (
+    Field,
+    NonNegativeInt,
+    PlainSerializer,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
 
 from runner.base.types import MAX_SEED, ModelSpec, Sampling, StrictModel
 from runner.engines import ENGINES, EngineSpec
@@ -40,16 +47,21 @@ class DatasetSpec(StrictModel):
     """Where the examples come from."""
 
     format: Literal["squad", "json", "jsonl", "csv", "parquet", "hub"] = Field(
-        description="`squad` = nested SQuAD/JGLUE JSON (`data[].paragraphs[].qas[]`); `json` = a list of "
-        "records (or records under `json_field`); `jsonl`, `csv`, `parquet` = one row per "
+        description="`squad` = nested SQuAD/JGLUE JSON (`data[].paragraphs[].qas[]`); `json` = a "
+        "list of records (or records under `json_field`); `jsonl`, `csv`, `parquet` = one row per "
         "example; `hub` = a Hugging Face dataset by name."
     )
-    path: str = Field(description="File path (relative to the recipe file) or, for `hub`, the dataset name.")
+    path: str = Field(
+        description="File path (relative to the recipe file) or, for `hub`, the dataset name."
+    )
     name: str | None = Field(None, description="Hub dataset configuration name (`hub` only).")
     split: str = Field("validation", description="Split to read (`hub`), or a label for files.")
-    json_field: str | None = Field(None, description="For `json`: the top-level key that holds the records.")
+    json_field: str | None = Field(
+        None, description="For `json`: the top-level key that holds the records."
+    )
     fields: FieldMap = Field(
-        default_factory=FieldMap, description="Mapping from dataset columns onto id/question/context/answers."
+        default_factory=FieldMap,
+        description="Mapping from dataset columns onto id/question/context/answers.",
     )
     limit: PositiveInt | None = Field(
         None, le=MAX_EXAMPLES, description="Use only the first N examples (after shuffling)."
@@ -68,8 +80,12 @@ class ShotsSpec(StrictModel):
     """Worked examples shown to the model before the question."""
 
     examples: list[ShotExample] = Field(default_factory=list, description="Inline worked examples.")
-    k: NonNegativeInt = Field(0, le=1000, description="Also draw k examples from `source` (fixed `seed`).")
-    source: DatasetSpec | None = Field(None, description="Dataset to draw the k examples from (e.g. a train split).")
+    k: NonNegativeInt = Field(
+        0, le=1000, description="Also draw k examples from `source` (fixed `seed`)."
+    )
+    source: DatasetSpec | None = Field(
+        None, description="Dataset to draw the k examples from (e.g. a train split)."
+    )
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed for drawing the k examples.")
     placement: Literal["turns", "system"] = Field(
         "turns",
@@ -88,19 +104,26 @@ class PromptSpec(StrictModel):
     """How an example becomes a prompt."""
 
     template: str = Field(
-        description="Jinja template file for the user message (relative to the recipe file, or a name in the project's "
-        "`templates/`). Variables: `question`, `context`, `answers`, `id`, `example`, `shots`."
+        description="Jinja template file for the user message (relative to the recipe file, or a "
+        "name in the project's `templates/`). Variables: `question`, `context`, `answers`, `id`, "
+        "`example`, `shots`."
     )
-    system: str | None = Field(None, description="System prompt text (itself a Jinja template; may use `shots`).")
-    system_template: str | None = Field(None, description="System prompt from a template file instead of `system`.")
+    system: str | None = Field(
+        None, description="System prompt text (itself a Jinja template; may use `shots`)."
+    )
+    system_template: str | None = Field(
+        None, description="System prompt from a template file instead of `system`."
+    )
     shots: ShotsSpec = Field(default_factory=ShotsSpec, description="Worked examples (few-shot).")
     chat_template: bool | None = Field(
-        None, description="Apply the tokenizer's chat template; default: yes when the tokenizer has one."
+        None,
+        description="Apply the tokenizer's chat template; default: yes when the tokenizer has one.",
     )
     truncate: bool = Field(
         False,
-        description="A prompt that does not fit the model's context with `max_tokens` is cut from the left to fit (its "
-        "start is lost). Off: such a recipe is refused before it runs (exit 2), naming the example.",
+        description="A prompt that does not fit the model's context with `max_tokens` is cut from "
+        "the left to fit (its start is lost). Off: such a recipe is refused before it runs (exit "
+        "2), naming the example.",
     )
 
     @model_validator(mode="after")
@@ -111,11 +134,14 @@ class PromptSpec(StrictModel):
 
 
 SLO_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
-LOAD_MAX_SEED = 2**32 - 1  # numpy's legacy RandomState (what vllm bench serve seeds) takes 0..2**32-1
+# numpy's legacy RandomState (what vllm bench serve seeds) takes 0..2**32-1
+LOAD_MAX_SEED = 2**32 - 1
 MAX_REQUESTS = 10_000_000
 NUMBER_OR_INF = {"anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"const": "inf"}]}
 INF_WORDS = ("inf", ".inf", "+inf", "infinity")
-InfFloat = Annotated[float, PlainSerializer(lambda x: "inf" if math.isinf(x) else x, when_used="json")]
+InfFloat = Annotated[
+    float, PlainSerializer(lambda x: "inf" if math.isinf(x) else x, when_used="json")
+]
 
 
 def _rates_schema(schema: dict[str, Any]) -> None:
@@ -136,31 +162,33 @@ def read_inf(v: Any) -> Any:
 
 
 class LoadSpec(StrictModel):
-    """Serving-mode load: the recipe runs against vLLM's OpenAI-compatible server at each request rate."""
+    """Serving-mode load: the recipe runs against vLLM's OpenAI-compatible server at each request
+    rate."""
 
     request_rate: list[InfFloat] = Field(
         json_schema_extra=_rates_schema,
-        description="Offered load in requests/s, one measured run per value, in increasing order; `inf` "
-        "(YAML `.inf` or the string `inf`) sends every request at once. A single number is one rate.",
+        description="Offered load in requests/s, one measured run per value, in increasing order; "
+        "`inf` (YAML `.inf` or the string `inf`) sends every request at once. A single number is "
+        "one rate.",
     )
     max_concurrency: PositiveInt | None = Field(
         None,
         le=MAX_REQUESTS,
-        description="Most requests in flight at once; a request due while the cap is reached waits on "
-        "the client (its queue time is recorded). Default: no cap.",
+        description="Most requests in flight at once; a request due while the cap is reached waits "
+        "on the client (its queue time is recorded). Default: no cap.",
     )
     burstiness: InfFloat = Field(
         1.0,
         gt=0,
         json_schema_extra=_burstiness_schema,
-        description="Shape of the gamma distribution of the gaps between arrivals, > 0: 1 = Poisson "
-        "arrivals, < 1 burstier, > 1 more even, `inf` = evenly spaced.",
+        description="Shape of the gamma distribution of the gaps between arrivals, > 0: 1 = "
+        "Poisson arrivals, < 1 burstier, > 1 more even, `inf` = evenly spaced.",
     )
     num_requests: PositiveInt | None = Field(
         None,
         le=MAX_REQUESTS,
-        description="Requests measured per rate (prompts reused in order when the dataset is smaller); "
-        "default: the whole dataset once.",
+        description="Requests measured per rate (prompts reused in order when the dataset is "
+        "smaller); default: the whole dataset once.",
     )
     warmup_requests: NonNegativeInt = Field(
         20,
@@ -179,7 +207,8 @@ class LoadSpec(StrictModel):
         ge=0,
         le=LOAD_MAX_SEED,
         description="Seed of the arrival schedule, 0 to 2**32-1 (numpy's legacy "
-        "generator, as `vllm bench serve --seed`); the same seed gives the same schedule at every rate.",
+        "generator, as `vllm bench serve --seed`); the same seed gives the same schedule at every "
+        "rate.",
     )
 
     @field_validator("request_rate", mode="before")
@@ -189,15 +218,25 @@ class LoadSpec(StrictModel):
         if not vals:
             raise ValueError("give at least one request rate (requests/s > 0, or `inf`)")
         rates = []
-        for x in map(read_inf, vals):  # a number, or `inf` written as a string (booleans are not numbers), > 0
+        # a number, or `inf` written as a string (booleans are not numbers), > 0
+        for x in map(read_inf, vals):
             try:
-                r = float(x) if isinstance(x, (int, float, str)) and not isinstance(x, bool) else None
+                r = (
+                    float(x)
+                    if isinstance(x, (int, float, str)) and not isinstance(x, bool)
+                    else None
+                )
             except ValueError:
                 r = None
             if r is None:
-                raise ValueError(f"a request rate is a number of requests per second or `inf`, not {x!r}")
+                raise ValueError(
+                    f"a request rate is a number of requests per second or `inf`, not {x!r}"
+                )
             if math.isnan(r) or r <= 0:
-                raise ValueError(f"request rate {x!r} is out of range: each rate must be > 0 requests/s, or `inf`")
+                raise ValueError(
+                    f"request rate {x!r} is out of range: each rate must be > 0 requests/s, or "
+                    "`inf`"
+                )
             rates.append(r)
         for a, b in itertools.pairwise(rates):
             if not b > a:
@@ -224,7 +263,8 @@ class LoadSpec(StrictModel):
         return v
 
     def request_indices(self, n_prompts: int) -> list[int]:
-        """Which prompt each measured request sends: the first `num_requests`, cycling when there are fewer."""
+        """Which prompt each measured request sends: the first `num_requests`, cycling when there
+        are fewer."""
         if n_prompts <= 0:
             raise ValueError("no prompts to send")
         return [i % n_prompts for i in range(self.num_requests or n_prompts)]
@@ -237,25 +277,35 @@ class CostSpec(StrictModel):
     """What GPU time costs, for the reports' dollars (nothing a run measures depends on it)."""
 
     usd_per_gpu_hour: float = Field(
-        gt=0, le=1_000_000, allow_inf_nan=False, description="Price of one GPU for one hour, in US dollars."
+        gt=0,
+        le=1_000_000,
+        allow_inf_nan=False,
+        description="Price of one GPU for one hour, in US dollars.",
     )
 
 
 class GateSpec(StrictModel):
-    """The accuracy a recipe must keep against the baseline to count as a candidate: it passes when the lower end of
-    the 95% interval of its paired difference from the baseline (this recipe's score minus the baseline's, over the
-    same examples) is above the allowed drop."""
+    """The accuracy a recipe must keep against the baseline to count as a candidate: it passes when
+    the lower end of the 95% interval of its paired difference from the baseline (this recipe's
+    score minus the baseline's, over the same examples) is above the allowed drop."""
 
-    metric: MetricName = Field(description="The score the gate checks (one of the recipe's `metrics`).")
+    metric: MetricName = Field(
+        description="The score the gate checks (one of the recipe's `metrics`)."
+    )
     max_drop: float | None = Field(
-        None, ge=0, le=1, allow_inf_nan=False, description="Largest allowed drop, in absolute points (0.01 on 0-1)."
+        None,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Largest allowed drop, in absolute points (0.01 on 0-1).",
     )
     relative: float | None = Field(
         None,
         gt=0,
         le=1,
         allow_inf_nan=False,
-        description="Keep at least this share of the baseline's score (0.99: 99%, as MLPerf's accuracy targets).",
+        description="Keep at least this share of the baseline's score (0.99: 99%, as MLPerf's "
+        "accuracy targets).",
     )
 
     @model_validator(mode="after")
@@ -265,7 +315,11 @@ class GateSpec(StrictModel):
         return self
 
     def allowed_drop(self, baseline_score: float) -> float:
-        return self.max_drop if self.max_drop is not None else (1 - (self.relative or 1)) * baseline_score
+        return (
+            self.max_drop
+            if self.max_drop is not None
+            else (1 - (self.relative or 1)) * baseline_score
+        )
 
 
 class Recipe(StrictModel):
@@ -282,64 +336,73 @@ class Recipe(StrictModel):
     replicas: PositiveInt = Field(
         1,
         le=1024,
-        description="Data-parallel copies of the engine (`runner go --executor ray`): the examples are split into this "
-        "many contiguous shares, each run by its own engine; outputs are one engine's, generation time is the wall "
-        "time over all.",
+        description="Data-parallel copies of the engine (`runner go --executor ray`): the examples "
+        "are split into this many contiguous shares, each run by its own engine; outputs are one "
+        "engine's, generation time is the wall time over all.",
     )
     dataset: DatasetSpec = Field(description="Where the examples come from.")
     prompt: PromptSpec = Field(description="How an example becomes a prompt.")
-    sampling: Sampling = Field(default_factory=Sampling, description="Decoding settings, engine-neutral.")
+    sampling: Sampling = Field(
+        default_factory=Sampling, description="Decoding settings, engine-neutral."
+    )
     metrics: list[MetricName] = Field(
         default_factory=lambda: ["exact_match", "char_f1"],
         description="Scores to compute; each metric names its convention (formula, "
         "normalization, gold policy): see the Metrics section.",
     )
     scoring: ScoringSpec = Field(
-        default_factory=ScoringSpec, description="Gold policy and clean-up of the model output before scoring."
+        default_factory=ScoringSpec,
+        description="Gold policy and clean-up of the model output before scoring.",
     )
     load: LoadSpec | None = Field(
         None,
-        description="Run the recipe under serving load instead of as an offline batch: the engine's OpenAI-compatible "
-        "server at each request rate, with latency percentiles, goodput and accuracy under load.",
+        description="Run the recipe under serving load instead of as an offline batch: the "
+        "engine's OpenAI-compatible server at each request rate, with latency percentiles, goodput "
+        "and accuracy under load.",
     )
     baseline: bool = Field(
         False,
-        description="This recipe is the reference the summary compares against. A study file may instead name "
-        "its one baseline cell (`baseline: study-variant-label`).",
+        description="This recipe is the reference the summary compares against. A study file may "
+        "instead name its one baseline cell (`baseline: study-variant-label`).",
     )
     gate: GateSpec | None = Field(
         None,
-        description="Accuracy to keep against the baseline: the summary ranks speed only among recipes that pass.",
+        description="Accuracy to keep against the baseline: the summary ranks speed only among "
+        "recipes that pass.",
     )
     cost: CostSpec | None = Field(
         None,
-        description="What a GPU-hour costs: reports add dollars per million tokens and the cost of the run "
-        "(`runner go --usd-per-gpu-hour X` sets it for every recipe).",
+        description="What a GPU-hour costs: reports add dollars per million tokens and the cost of "
+        "the run (`runner go --usd-per-gpu-hour X` sets it for every recipe).",
     )
     estimate: PositiveInt | None = Field(
         None,
         le=MAX_EXAMPLES,
-        description="Run only N examples and project the full-dataset time (reported as an estimate).",
+        description="Run only N examples and project the full-dataset time (reported as an "
+        "estimate).",
     )
     repeat: PositiveInt = Field(
         1,
         le=MAX_REPEAT,
-        description="Measure the generation this many times on its engine (the prefix cache emptied before each): "
-        "reports give the geometric mean time with a 95% interval. Samples and scores are the first repeat's; the "
-        "others count the outputs that changed. `runner go --repeat N` sets it for every recipe.",
+        description="Measure the generation this many times on its engine (the prefix cache "
+        "emptied before each): reports give the geometric mean time with a 95% interval. Samples "
+        "and scores are the first repeat's; the others count the outputs that changed. `runner go "
+        "--repeat N` sets it for every recipe.",
     )
     warmup: int = Field(
         0,
         ge=0,
         le=MAX_REPEAT,
-        description="Uncounted generations of all the examples after each engine start, before the measured ones.",
+        description="Uncounted generations of all the examples after each engine start, before the "
+        "measured ones.",
     )
     interleave: Literal["auto", "restarts", "off"] = Field(
         "auto",
-        description="How repeats of several recipes are ordered. Recipes on one engine always take turns (A B A B). "
-        "`auto`: recipes on different engines run their repeats back to back, unless every engine starts in seconds "
-        "(the fake engine, builtin models); then they take turns, each turn on a freshly started engine. `restarts`: "
-        "take turns with a fresh engine per turn however long it takes to start. `off`: back to back.",
+        description="How repeats of several recipes are ordered. Recipes on one engine always take "
+        "turns (A B A B). `auto`: recipes on different engines run their repeats back to back, "
+        "unless every engine starts in seconds (the fake engine, builtin models); then they take "
+        "turns, each turn on a freshly started engine. `restarts`: take turns with a fresh engine "
+        "per turn however long it takes to start. `off`: back to back.",
     )
     timeout_s: PositiveInt | None = Field(
         None,
@@ -351,17 +414,30 @@ class Recipe(StrictModel):
     def _load_needs_a_server(self) -> Recipe:
         if self.load is not None and not self.engine.serves:
             kinds = ", ".join(e.kind_name() for e in ENGINES if e.serves)
-            why = f"`load` runs the engine as a server; engine kind {self.engine.kind!r} has no server mode"
+            why = (
+                f"`load` runs the engine as a server; engine kind {self.engine.kind!r} has no "
+                "server mode"
+            )
             raise ValueError(f"{why} (kinds with one: {kinds})")
-        if self.load is not None and self.replicas > 1:  # the sweep of one server would report one replica's load
-            why = f"`load` measures one server under load; replicas: {self.replicas} would offer each replica the rates"
-            raise ValueError(f"{why} and report one replica's requests: set replicas: 1 (one server per serving run)")
+        # the sweep of one server would report one replica's load
+        if self.load is not None and self.replicas > 1:
+            why = (
+                f"`load` measures one server under load; replicas: {self.replicas} would offer "
+                "each replica the rates"
+            )
+            raise ValueError(
+                f"{why} and report one replica's requests: set replicas: 1 (one server per serving "
+                "run)"
+            )
         return self
 
     @model_validator(mode="after")
     def _gate_metric_is_scored(self) -> Recipe:
         if self.gate is not None and self.gate.metric not in self.metrics:
-            raise ValueError(f"gate.metric {self.gate.metric!r} is not among `metrics` ({', '.join(self.metrics)})")
+            raise ValueError(
+                f"gate.metric {self.gate.metric!r} is not among `metrics` "
+                f"({', '.join(self.metrics)})"
+            )
         return self
 
     @field_validator("metrics")
@@ -372,32 +448,40 @@ class Recipe(StrictModel):
         return v
 
     def canonical(self) -> dict[str, Any]:
-        """The recipe as results record it and its hashes see it; `replicas: 1` (the default) is left out,
-        so results stored before the field existed keep their run keys."""
+        """The recipe as results record it and its hashes see it; `replicas: 1` (the default) is
+        left out, so results stored before the field existed keep their run keys."""
         d = self.model_dump(mode="json")
         if d.get("replicas") == 1:
             del d["replicas"]
         return d
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(self.canonical(), sort_keys=True).encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps(self.canonical(), sort_keys=True).encode()).hexdigest()[
+            :16
+        ]
 
 
 class StudyCell(StrictModel):
-    """A recipe's place in its study, when it is a study's cell (LoadedRecipe.cell, RunResult.cell)."""
+    """A recipe's place in its study, when it is a study's cell (LoadedRecipe.cell,
+    RunResult.cell)."""
 
     study: str = Field(description="The study this is a cell of (the study file's `name`).")
     settings: dict[str, Any] = Field(
         default_factory=dict,
-        description="The cell's settings that vary across its study (dotted key -> value; `variant` -> the "
-        "variant's name).",
+        description="The cell's settings that vary across its study (dotted key -> value; "
+        "`variant` -> the variant's name).",
     )
     labels: dict[str, str] = Field(
-        default_factory=dict, description="The study file's short labels of those values, where it gives them."
+        default_factory=dict,
+        description="The study file's short labels of those values, where it gives them.",
     )
-    axes: dict[str, Any] | None = Field(None, description="The study's `report: {rows, columns}` pivot axes.")
+    axes: dict[str, Any] | None = Field(
+        None, description="The study's `report: {rows, columns}` pivot axes."
+    )
     index: int | None = Field(
-        None, description="The cell's place in its study's order of cells (0 first): reports list values in that order."
+        None,
+        description="The cell's place in its study's order of cells (0 first): reports list values "
+        "in that order.",
     )
 
 
@@ -408,7 +492,9 @@ class LoadedRecipe(StrictModel):
     path: str
     base_dir: str
     overrides: list[str] = Field(default_factory=list)
-    cell: StudyCell | None = Field(None, description="The recipe's place in its study; null: not a study's cell.")
+    cell: StudyCell | None = Field(
+        None, description="The recipe's place in its study; null: not a study's cell."
+    )
 
     def resolve(self, p: str) -> Path:
         q = Path(p).expanduser()

@@ -1,7 +1,8 @@
-"""The one place the wings are wired into a call (for the CLI and the Python API alike): a study file's cells,
-the plan a run's report sets beside its measurement, the sections the plan, serving, Ray and study wings add to
-report.md and summary.md, and the wings' keys in the recipe schema. Deleting a wing's folder means deleting its
-lines here, its command in cli/ and its recipe field; nothing below this imports a wing."""
+"""The one place the wings are wired into a call (for the CLI and the Python API alike): a study
+file's cells, the plan a run's report sets beside its measurement, the sections the plan, serving,
+Ray and study wings add to report.md and summary.md, and the wings' keys in the recipe schema.
+Deleting a wing's folder means deleting its lines here, its command in cli/ and its recipe field;
+nothing below this imports a wing."""
 
 from __future__ import annotations
 
@@ -20,21 +21,24 @@ from runner.results import RunResult
 from runner.run.job import RunOptions, Unit
 from runner.serve.report import serving_section, serving_summary
 from runner.study.load import add_study_keys, study_cells
-from runner.study.load import cell_file as cell_file  # one cell as a plain recipe file, for the tune
+
+# one cell as a plain recipe file, for the tune
+from runner.study.load import cell_file as cell_file
 from runner.study.study import study_summary, write_study_summaries
 
 studies = study_cells  # a study file's cells, for runner.config's load_recipes
 
 
 def plan_for(unit: Unit) -> dict[str, Any] | None:
-    """The prediction for this run, made before it starts, for the GPU of this machine (none without one)."""
+    """The prediction for this run, made before it starts, for the GPU of this machine (none without
+    one)."""
     return plan_for_run(unit.loaded, unit.prepared)
 
 
 class Plans:
-    """The plans of the units about to run, made in one background thread in run order: a plan loads the tokenizer
-    (transformers, torch) and encodes every prompt, seconds per recipe, so the next job's plans are made while the
-    current job runs and only the first job waits for its own."""
+    """The plans of the units about to run, made in one background thread in run order: a plan loads
+    the tokenizer (transformers, torch) and encodes every prompt, seconds per recipe, so the next
+    job's plans are made while the current job runs and only the first job waits for its own."""
 
     def __init__(self, units: Sequence[Unit]):
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="runner-plan")
@@ -61,8 +65,9 @@ def study_summaries(results, out: Path, baseline: str | None = None, gate=None) 
 
 
 def call_wings() -> Wings:
-    """What the wings add to a call of `runner go`, `runner tune` or `runner.run_recipe`: the plans and sections
-    here, the serving route for `load:` recipes and the Ray route for `--executor ray`."""
+    """What the wings add to a call of `runner go`, `runner tune` or `runner.run_recipe`: the plans
+    and sections here, the serving route for `load:` recipes and the Ray route for `--executor
+    ray`."""
     return Wings(
         plans=Plans,
         report_sections=report_sections,
@@ -74,7 +79,8 @@ def call_wings() -> Wings:
 
 
 def _run_serving(unit: Unit, opts: RunOptions) -> RunResult:
-    from runner.serve.run import run_serving  # imported when a serving recipe runs: the parent stays light
+    # imported when a serving recipe runs: the parent stays light
+    from runner.serve.run import run_serving
 
     return run_serving(unit, opts)
 
@@ -88,6 +94,13 @@ def recipe_schema() -> dict:
     out = add_study_keys(Recipe.model_json_schema(by_alias=False))
     tune = TuneSpec.model_json_schema(ref_template="#/$defs/{model}")
     out["$defs"] = {**out.get("$defs", {}), **tune.pop("$defs", {}), "TuneSpec": tune}
-    described = "`runner tune`: the settings to search, the objective, the gate and the budget (runner/tune/spec.py)."
+    described = (
+        "`runner tune`: the settings to search, the objective, the gate and the budget "
+        "(runner/tune/spec.py)."
+    )
     out["properties"]["tune"] = {"$ref": "#/$defs/TuneSpec", "description": described}
-    return {**out, "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "runner recipe"}
+    return {
+        **out,
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "runner recipe",
+    }

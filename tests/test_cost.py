@@ -1,5 +1,5 @@
-"""Issue 31: what a cell costs. Energy from NVML's counter (absent and labelled on the CPU), the engine start split
-from vLLM's own log lines (cold or warm), the compile cache folder's knob."""
+"""Issue 31: what a cell costs. Energy from NVML's counter (absent and labelled on the CPU), the
+engine start split from vLLM's own log lines (cold or warm), the compile cache folder's knob."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ COLD_LOG = """\
 (EngineCore) INFO Using cache directory: /c/torch_compile_cache/0a1b2c3d4e/rank_0_0/backbone for vLLM's torch.compile
 (EngineCore pid=1) INFO torch.compile took 41.37 s in total
 (EngineCore pid=1) INFO Graph capturing finished in 12 secs, took 1.02 GiB
-"""
+"""  # noqa: E501  (a real log line)
 WARM_LOG = COLD_LOG.replace(
     "torch.compile took 41.37",
     "Directly load the compiled graph(s) for compile range (1, 8192) from the cache, took 2.104 s\n"
@@ -26,7 +26,9 @@ WARM_LOG = COLD_LOG.replace(
 
 
 def test_the_start_split_from_vllms_log_cold_then_warm():
-    cold = start_parts(parse_engine_log(COLD_LOG), "/c/torch_compile_cache/0a1b2c3d4e/rank_0_0/backbone", 70.0, 4.0)
+    cold = start_parts(
+        parse_engine_log(COLD_LOG), "/c/torch_compile_cache/0a1b2c3d4e/rank_0_0/backbone", 70.0, 4.0
+    )
     assert cold == {
         "load_s": 3.512345,
         "compile_s": 41.37,
@@ -36,9 +38,16 @@ def test_the_start_split_from_vllms_log_cold_then_warm():
         "cold": True,
         "compile_cache": "/c",
     }
-    warm = start_parts(parse_engine_log(WARM_LOG), "/c/torch_compile_cache/0a1b2c3d4e/rank_0_0/backbone", 30.0, None)
+    warm = start_parts(
+        parse_engine_log(WARM_LOG),
+        "/c/torch_compile_cache/0a1b2c3d4e/rank_0_0/backbone",
+        30.0,
+        None,
+    )
     assert warm["cold"] is False and warm["compile_s"] == 5.02 and warm["warmup_s"] is None
-    eager = start_parts(parse_engine_log("INFO Model loading took 14.3 GiB and 9.5 seconds\n"), None, 17.0, None)
+    eager = start_parts(
+        parse_engine_log("INFO Model loading took 14.3 GiB and 9.5 seconds\n"), None, 17.0, None
+    )
     assert eager["cold"] is None and eager["compile_s"] is None and eager["other_s"] == 7.5
 
 
@@ -49,7 +58,12 @@ def test_the_compile_cache_folder_sets_vllms_cache_root_and_is_checked_in_its_lo
     assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "cc" / "inductor")
     inside = f"{tmp_path}/cc/torch_compile_cache/ab/rank_0_0/backbone"
     assert compile_cache_knob(spec, inside).status == "applied"
-    assert compile_cache_knob(spec, "/root/.cache/vllm/torch_compile_cache/ab/rank_0_0/backbone").status == "ignored"
+    assert (
+        compile_cache_knob(
+            spec, "/root/.cache/vllm/torch_compile_cache/ab/rank_0_0/backbone"
+        ).status
+        == "ignored"
+    )
     assert compile_cache_knob(spec, None).status == "unverified"
     assert compile_cache_knob(VLLMSpec(kind="vllm"), None) is None  # not asked for: no knob row
 
@@ -71,24 +85,38 @@ def test_energy_per_generation_power_and_per_token():
     assert e.measured and e.joules == 2800.0 and e.watts == 5600.0 / 11.0
     assert e.j_per_output_token == 2800.0 / 70_000 and e.j_per_1k_prompt_tokens == 2800.0 / 1200
     cpu = energy_of([_rep(1, None, 1.0)], 0, 10, 10)
-    assert not cpu.measured and cpu.why_not == "no GPU: the engine ran on the CPU" and cpu.joules is None
+    assert (
+        not cpu.measured
+        and cpu.why_not == "no GPU: the engine ran on the CPU"
+        and cpu.joules is None
+    )
     missing = energy_of([_rep(1, 3000.0, 6.0), _rep(2, None, 5.0)], 1, 10, 10)
-    assert not missing.measured and missing.why_not == "no NVML energy counter for the engine's GPUs here"
+    assert (
+        not missing.measured
+        and missing.why_not == "no NVML energy counter for the engine's GPUs here"
+    )
     resumed = energy_of([_rep(1, 3000.0, 6.0, reused=5)], 1, 10, 10)
     assert not resumed.measured and "interrupted" in resumed.why_not
 
 
 def test_a_continued_runs_energy_is_not_passed_off_as_the_whole_generations():
-    """A run continued after an interruption times its generation as the earlier call's part plus this call's, but
-    NVML read this call's part only: the run's energy is 'not measured' and the repeat row says what its joules
-    cover."""
+    """A run continued after an interruption times its generation as the earlier call's part plus
+    this call's, but NVML read this call's part only: the run's energy is 'not measured' and the
+    repeat row says what its joules cover."""
     from runner.report.markdown import report_markdown
     from runner.results import RunResult, Timings
     from tests.wired import a_recipe
 
     reps = [Repeat(index=1, generate_s=51.1, energy_j=15154.0, energy_s=33.4, reused_samples=181)]
     e = energy_of(reps, 1, 10, 10)
-    r = RunResult(name="c", recipe=a_recipe("c"), status="ok", repeats=reps, timings=Timings(generate_s=51.1), energy=e)
+    r = RunResult(
+        name="c",
+        recipe=a_recipe("c"),
+        status="ok",
+        repeats=reps,
+        timings=Timings(generate_s=51.1),
+        energy=e,
+    )
     text = report_markdown(r, [])
     assert "| 15,154 J (this call's 33.4 s) |" in text.replace("  ", "")
     assert "not measured: part of the generation ran in an earlier, interrupted call" in text
@@ -97,7 +125,9 @@ def test_a_continued_runs_energy_is_not_passed_off_as_the_whole_generations():
 def test_a_cpu_run_says_its_energy_was_not_measured(tmp_path, write_recipe, base_recipe):
     recipe = {**base_recipe, "model": {"id": "none"}, "engine": {"kind": "fake", "reply": "x"}}
     out = tmp_path / "out"
-    r = CliRunner().invoke(cli, ["go", str(write_recipe(recipe)), "--out", str(out), "--no-progress", "--limit", "3"])
+    r = CliRunner().invoke(
+        cli, ["go", str(write_recipe(recipe)), "--out", str(out), "--no-progress", "--limit", "3"]
+    )
     assert r.exit_code == 0, r.output
     energy = json.loads((out / "t" / "results.json").read_text())["energy"]
     assert energy == {
@@ -109,7 +139,10 @@ def test_a_cpu_run_says_its_energy_was_not_measured(tmp_path, write_recipe, base
         "j_per_output_token": None,
         "j_per_1k_prompt_tokens": None,
     }
-    assert "| energy | not measured: no GPU: the engine ran on the CPU |" in (out / "t" / "report.md").read_text()
+    assert (
+        "| energy | not measured: no GPU: the engine ran on the CPU |"
+        in (out / "t" / "report.md").read_text()
+    )
 
 
 def test_dollars_are_gpu_seconds_times_gpus_times_the_price():
@@ -138,16 +171,24 @@ def test_dollars_are_gpu_seconds_times_gpus_times_the_price():
     text = report_markdown(r, [])
     assert "| per million output tokens              | $0.4                         |" in text
     assert "| this run (engine starts, every repeat) | $0.2                         |" in text
-    assert cost_figures(r.model_copy(update={"energy": Energy(measured=False, why_not="x")})) is None  # no GPU
+    # no GPU
+    assert (
+        cost_figures(r.model_copy(update={"energy": Energy(measured=False, why_not="x")})) is None
+    )
 
 
-def test_the_price_option_prices_every_recipe_without_rerunning(tmp_path, write_recipe, base_recipe):
+def test_the_price_option_prices_every_recipe_without_rerunning(
+    tmp_path, write_recipe, base_recipe
+):
     recipe = {**base_recipe, "model": {"id": "none"}, "engine": {"kind": "fake", "reply": "x"}}
     path, out = write_recipe(recipe), tmp_path / "out"
-    go = lambda *a: CliRunner().invoke(cli, ["go", str(path), "--out", str(out), "--no-progress", "--limit", "3", *a])
+    go = lambda *a: CliRunner().invoke(
+        cli, ["go", str(path), "--out", str(out), "--no-progress", "--limit", "3", *a]
+    )
     assert go().exit_code == 0
     r = go("--usd-per-gpu-hour", "2.5")
-    assert r.exit_code == 0 and "skip t: unchanged" in r.output  # the price changes no measured figure
+    # the price changes no measured figure
+    assert r.exit_code == 0 and "skip t: unchanged" in r.output
     assert "--usd-per-gpu-hour" in CliRunner().invoke(cli, ["go", "--help"]).output
     bad = CliRunner().invoke(cli, ["go", str(path), "--usd-per-gpu-hour", "0"])
     assert bad.exit_code == 2 and "--usd-per-gpu-hour" in bad.output
@@ -159,20 +200,34 @@ def test_the_study_sums_its_cold_and_warm_starts():
     from tests.wired import a_recipe
 
     def cell(name, *starts):
-        reps = [Repeat(index=i + 1, generate_s=6, load_s=30, start=p, energy_j=1500) for i, p in enumerate(starts)]
-        return RunResult(name=name, recipe=a_recipe(name), status="ok", repeats=reps, timings=Timings(load_s=30.0))
+        reps = [
+            Repeat(index=i + 1, generate_s=6, load_s=30, start=p, energy_j=1500)
+            for i, p in enumerate(starts)
+        ]
+        return RunResult(
+            name=name,
+            recipe=a_recipe(name),
+            status="ok",
+            repeats=reps,
+            timings=Timings(load_s=30.0),
+        )
 
     cold = StartParts(load_s=4.0, compile_s=45.0, capture_s=12.0, other_s=9.0, cold=True)
     warm = StartParts(load_s=4.0, compile_s=5.0, capture_s=12.0, other_s=9.0, cold=False)
     text = "\n".join(spent_section([cell("a", cold, warm), cell("b", warm)]))
-    words = "Of the engine starts, 1 compiled (cold) and 2 loaded the compiled graphs from the compile cache (warm); "
-    assert words + "compiling and capturing CUDA graphs took 91.0 s in all" in text  # 45+12, 5+12, 5+12
-    assert "Summed over the cells: GPU energy of every measured generation 4.5 kJ." in text  # 3 x 1,500 J, no price
+    words = (
+        "Of the engine starts, 1 compiled (cold) and 2 loaded the compiled graphs from the "
+        "compile cache (warm); "
+    )
+    # 45+12, 5+12, 5+12
+    assert words + "compiling and capturing CUDA graphs took 91.0 s in all" in text
+    # 3 x 1,500 J, no price
+    assert "Summed over the cells: GPU energy of every measured generation 4.5 kJ." in text
 
 
 def test_runner_report_prices_stored_runs_without_touching_their_results(tmp_path):
-    """The H200 tune's stored runs (priced at $3.5 per GPU-hour when they ran) re-priced at $7: every dollar
-    figure doubles, results.json keeps $3.5."""
+    """The H200 tune's stored runs (priced at $3.5 per GPU-hour when they ran) re-priced at $7:
+    every dollar figure doubles, results.json keeps $3.5."""
     import shutil
     from pathlib import Path
 
@@ -182,9 +237,13 @@ def test_runner_report_prices_stored_runs_without_touching_their_results(tmp_pat
     before = (cell / "results.json").read_bytes()
     r = CliRunner().invoke(cli, ["report", str(out), "--usd-per-gpu-hour", "7"])
     assert r.exit_code == 0, r.output
-    assert "| per million output tokens              | $0.1696                    |" in (cell / "report.md").read_text()
+    assert (
+        "| per million output tokens              | $0.1696                    |"
+        in (cell / "report.md").read_text()
+    )
     assert (cell / "results.json").read_bytes() == before
-    assert "| $0.17                 |" in (out / "summary.md").read_text()  # t8's row in the summary
+    # t8's row in the summary
+    assert "| $0.17                 |" in (out / "summary.md").read_text()
 
 
 def test_the_summary_shows_each_cells_engine_start_cold_or_warm():
@@ -193,11 +252,21 @@ def test_the_summary_shows_each_cells_engine_start_cold_or_warm():
     from tests.wired import a_recipe
 
     def run(load, *colds):
-        reps = [Repeat(index=i + 1, generate_s=1, start=StartParts(cold=c)) for i, c in enumerate(colds)]
-        return RunResult(name="r", recipe=a_recipe("r"), status="ok", repeats=reps, timings=Timings(load_s=load))
+        reps = [
+            Repeat(index=i + 1, generate_s=1, start=StartParts(cold=c)) for i, c in enumerate(colds)
+        ]
+        return RunResult(
+            name="r", recipe=a_recipe("r"), status="ok", repeats=reps, timings=Timings(load_s=load)
+        )
 
-    assert _start_cell(run(72.9, True)) == "72.9 s cold" and _start_cell(run(27.3, False)) == "27.3 s warm"
-    assert _start_cell(run(40.0, True, False)) == "40.0 s cold+warm" and _start_cell(run(17.3, None)) == "17.3 s"
+    assert (
+        _start_cell(run(72.9, True)) == "72.9 s cold"
+        and _start_cell(run(27.3, False)) == "27.3 s warm"
+    )
+    assert (
+        _start_cell(run(40.0, True, False)) == "40.0 s cold+warm"
+        and _start_cell(run(17.3, None)) == "17.3 s"
+    )
     assert _start_cell(run(0.0, None)) is None  # ran on another recipe's engine
 
 
@@ -216,8 +285,9 @@ def test_a_relative_compile_cache_on_the_command_line_is_where_you_run_it(
 
 
 def test_joules_and_dollars_per_1000_correct_answers_by_the_gates_metric():
-    """One generation's 7,000 J and $0.02 (2 GPUs x 10 s at $3.6/GPU-h) over 400 examples at exact match 0.5:
-    200 right, so 35,000 J and $0.1 per 1,000 correct; nothing where the scores mean nothing."""
+    """One generation's 7,000 J and $0.02 (2 GPUs x 10 s at $3.6/GPU-h) over 400 examples at exact
+    match 0.5: 200 right, so 35,000 J and $0.1 per 1,000 correct; nothing where the scores mean
+    nothing."""
     from runner.recipe import CostSpec
     from runner.report.summary import per_correct
     from runner.results import Energy, RunResult, Timings
@@ -235,26 +305,43 @@ def test_joules_and_dollars_per_1000_correct_answers_by_the_gates_metric():
         energy=Energy(measured=True, gpus=2, joules=7000.0, watts=700.0),
     )
     assert per_correct(r, "exact_match") == ["3.5e+04", "$0.1"]
-    assert per_correct(r.model_copy(update={"scores_meaningful": False}), "exact_match") == [None, None]
+    assert per_correct(r.model_copy(update={"scores_meaningful": False}), "exact_match") == [
+        None,
+        None,
+    ]
     assert per_correct(r, None) == [None, None]
 
 
 def test_the_summary_marks_a_run_whose_repeats_drifted():
-    """Repeats that grow 10% each, in the order measured: the time cell says `drift +10.0%/repeat` and the legend
-    says what it means; steady repeats carry no mark."""
+    """Repeats that grow 10% each, in the order measured: the time cell says `drift +10.0%/repeat`
+    and the legend says what it means; steady repeats carry no mark."""
     from runner.report.summary import summary_markdown
     from runner.results import RunResult, Timings
     from tests.wired import a_recipe
 
     def run(name, times):
         reps = [Repeat(index=i + 1, generate_s=t) for i, t in enumerate(times)]
-        return RunResult(name=name, recipe=a_recipe(name), status="ok", repeats=reps, timings=Timings(generate_s=1.2))
+        return RunResult(
+            name=name,
+            recipe=a_recipe(name),
+            status="ok",
+            repeats=reps,
+            timings=Timings(generate_s=1.2),
+        )
 
-    md = summary_markdown([run("up", [1.0, 1.1, 1.21, 1.331, 1.4641]), run("flat", [1.2, 1.25, 1.18, 1.22, 1.2])])
+    md = summary_markdown(
+        [run("up", [1.0, 1.1, 1.21, 1.331, 1.4641]), run("flat", [1.2, 1.25, 1.18, 1.22, 1.2])]
+    )
     rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ")}
     assert "drift +10.0%/repeat" in rows["up"] and "drift" not in rows["flat"]
     assert "`drift`: the run's repeats trended in the order measured" in md
-    two = run("pooled", [3.89, 2.45, 2.56, 0.23, 0.19])  # a user's CPU study: two calls' repeats in one time
-    two.repeats = [x.model_copy(update={"call": "c1" if x.index <= 3 else "c2"}) for x in two.repeats]
+    # a user's CPU study: two calls' repeats in one time
+    two = run("pooled", [3.89, 2.45, 2.56, 0.23, 0.19])
+    two.repeats = [
+        x.model_copy(update={"call": "c1" if x.index <= 3 else "c2"}) for x in two.repeats
+    ]
     md = summary_markdown([two])
-    assert "(2 calls)" in md and "`(N calls)`: the run's repeats were measured in N `runner go` calls" in md
+    assert (
+        "(2 calls)" in md
+        and "`(N calls)`: the run's repeats were measured in N `runner go` calls" in md
+    )

@@ -1,4 +1,5 @@
-"""Dataset loaders: the JSQuAD file as the original study read it, and small files in every format."""
+"""Dataset loaders: the JSQuAD file as the original study read it, and small files in every
+format."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def test_jsquad_has_4442_examples(jsquad):
 
 
 def test_jsquad_answer_counts(jsquad):
-    # len(answers) counts duplicates: the file lists 3 annotations for most questions, 2 for the rest
+    # len(answers) counts duplicates: the file lists 3 annotations for most questions, 2 for the
+    # rest
     counts = Counter(len(e.answers) for e in jsquad)
     assert counts == {3: 3969, 2: 473}
 
@@ -51,7 +53,12 @@ def test_jsquad_contexts_have_title_separator(jsquad):
 
 def test_jsquad_matches_raw_json_in_order(jsquad):
     raw = json.loads(JSQUAD.read_text(encoding="utf-8"))
-    flat = [(qa, par["context"]) for art in raw["data"] for par in art["paragraphs"] for qa in par["qas"]]
+    flat = [
+        (qa, par["context"])
+        for art in raw["data"]
+        for par in art["paragraphs"]
+        for qa in par["qas"]
+    ]
     assert len(flat) == len(jsquad)
     for ex, (qa, ctx) in zip(jsquad[:50] + jsquad[-50:], flat[:50] + flat[-50:]):
         assert ex.id == qa["id"]
@@ -118,8 +125,12 @@ def test_json_list_of_records(tmp_path):
 
 
 def test_json_records_under_field(tmp_path):
-    (tmp_path / "d.json").write_text(json.dumps({"version": "1", "records": ROWS}), encoding="utf-8")
-    got = load_examples(spec(format="json", path="d.json", json_field="records", fields=DOTTED), tmp_path)
+    (tmp_path / "d.json").write_text(
+        json.dumps({"version": "1", "records": ROWS}), encoding="utf-8"
+    )
+    got = load_examples(
+        spec(format="json", path="d.json", json_field="records", fields=DOTTED), tmp_path
+    )
     assert got == EXPECTED
 
 
@@ -132,9 +143,15 @@ def test_singular_field_is_an_unknown_key():
 
 
 def test_csv_string_answers_and_default_ids(tmp_path):
-    (tmp_path / "d.csv").write_text("question,passage,answer\n質問0,文0,答0\n質問1,文1,答1\n", encoding="utf-8")
+    (tmp_path / "d.csv").write_text(
+        "question,passage,answer\n質問0,文0,答0\n質問1,文1,答1\n", encoding="utf-8"
+    )
     got = load_examples(
-        spec(format="csv", path="d.csv", fields={"question": "question", "context": "passage", "answers": "answer"}),
+        spec(
+            format="csv",
+            path="d.csv",
+            fields={"question": "question", "context": "passage", "answers": "answer"},
+        ),
         tmp_path,
     )
     assert got == [Example("0", "質問0", "文0", ("答0",)), Example("1", "質問1", "文1", ("答1",))]
@@ -143,7 +160,12 @@ def test_csv_string_answers_and_default_ids(tmp_path):
 def test_csv_without_context_or_answers(tmp_path):
     (tmp_path / "d.csv").write_text("id,text\nx,hello\ny,world\n", encoding="utf-8")
     got = load_examples(
-        spec(format="csv", path="d.csv", fields={"question": "text", "context": None, "answers": None}), tmp_path
+        spec(
+            format="csv",
+            path="d.csv",
+            fields={"question": "text", "context": None, "answers": None},
+        ),
+        tmp_path,
     )
     assert got == [Example("x", "hello", "", ()), Example("y", "world", "", ())]
 
@@ -160,7 +182,12 @@ def test_parquet_nested_struct_and_list_answers(tmp_path):
     )
     pq.write_table(table, tmp_path / "d.parquet")
     got = load_examples(
-        spec(format="parquet", path="d.parquet", fields={"question": "meta.question", "context": "meta.ctx"}), tmp_path
+        spec(
+            format="parquet",
+            path="d.parquet",
+            fields={"question": "meta.question", "context": "meta.ctx"},
+        ),
+        tmp_path,
     )
     assert got == [Example("10", "Q0", "C0", ("x",)), Example("11", "Q1", "C1", ("y", "z"))]
 
@@ -174,9 +201,14 @@ def test_jsonl_string_answers(tmp_path):
 
 
 def test_missing_mapped_column_is_dataset_error(tmp_path):
-    (tmp_path / "d.jsonl").write_text(json.dumps({"q": "x", "context": "c"}) + "\n", encoding="utf-8")
+    (tmp_path / "d.jsonl").write_text(
+        json.dumps({"q": "x", "context": "c"}) + "\n", encoding="utf-8"
+    )
     with pytest.raises(DatasetError) as ei:
-        load_examples(spec(format="jsonl", path="d.jsonl", fields={"question": "nope", "answers": None}), tmp_path)
+        load_examples(
+            spec(format="jsonl", path="d.jsonl", fields={"question": "nope", "answers": None}),
+            tmp_path,
+        )
     assert ei.value.field == "dataset.fields.question"
     assert "no column 'nope'" in ei.value.message
 
@@ -184,7 +216,10 @@ def test_missing_mapped_column_is_dataset_error(tmp_path):
 def test_missing_dotted_part_is_dataset_error(tmp_path):
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
     with pytest.raises(DatasetError) as ei:
-        load_examples(spec(format="jsonl", path="d.jsonl", fields={**DOTTED, "context": "body.nope"}), tmp_path)
+        load_examples(
+            spec(format="jsonl", path="d.jsonl", fields={**DOTTED, "context": "body.nope"}),
+            tmp_path,
+        )
     assert ei.value.field == "dataset.fields.context"
     assert "'body.nope'" in ei.value.message
 
@@ -215,7 +250,10 @@ def test_empty_file_and_missing_file(tmp_path):
 
 @pytest.fixture
 def twenty(tmp_path) -> Path:
-    rows = [{"id": f"e{i:02d}", "question": f"Q{i}", "context": "", "answers": [str(i)]} for i in range(20)]
+    rows = [
+        {"id": f"e{i:02d}", "question": f"Q{i}", "context": "", "answers": [str(i)]}
+        for i in range(20)
+    ]
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return tmp_path
 
@@ -231,9 +269,18 @@ def test_limit_larger_than_dataset(twenty):
 
 def test_shuffle_is_deterministic_and_changes_order(twenty):
     plain = [e.id for e in load_examples(spec(format="jsonl", path="d.jsonl"), twenty)]
-    a = [e.id for e in load_examples(spec(format="jsonl", path="d.jsonl", shuffle=True, seed=7), twenty)]
-    b = [e.id for e in load_examples(spec(format="jsonl", path="d.jsonl", shuffle=True, seed=7), twenty)]
-    c = [e.id for e in load_examples(spec(format="jsonl", path="d.jsonl", shuffle=True, seed=8), twenty)]
+    a = [
+        e.id
+        for e in load_examples(spec(format="jsonl", path="d.jsonl", shuffle=True, seed=7), twenty)
+    ]
+    b = [
+        e.id
+        for e in load_examples(spec(format="jsonl", path="d.jsonl", shuffle=True, seed=7), twenty)
+    ]
+    c = [
+        e.id
+        for e in load_examples(spec(format="jsonl", path="d.jsonl", shuffle=True, seed=8), twenty)
+    ]
     assert a == b
     assert a != plain
     assert a != c
@@ -241,8 +288,16 @@ def test_shuffle_is_deterministic_and_changes_order(twenty):
 
 
 def test_limit_applies_after_shuffle(twenty):
-    full = [e.id for e in load_examples(spec(format="jsonl", path="d.jsonl", shuffle=True, seed=3), twenty)]
-    part = [e.id for e in load_examples(spec(format="jsonl", path="d.jsonl", shuffle=True, seed=3, limit=4), twenty)]
+    full = [
+        e.id
+        for e in load_examples(spec(format="jsonl", path="d.jsonl", shuffle=True, seed=3), twenty)
+    ]
+    part = [
+        e.id
+        for e in load_examples(
+            spec(format="jsonl", path="d.jsonl", shuffle=True, seed=3, limit=4), twenty
+        )
+    ]
     assert part == full[:4]
     assert part != ["e00", "e01", "e02", "e03"]
 
@@ -255,16 +310,17 @@ def test_limit_must_be_positive():
 
 
 def test_hub_format_reads_a_local_dataset_folder(tmp_path):
-    """`format: hub` goes through datasets.load_dataset(name); offline, a local folder is a valid name."""
+    """`format: hub` goes through datasets.load_dataset(name); offline, a local folder is a valid
+    name."""
     pd = pytest.importorskip("pandas")
     from runner.inputs.datasets import load_examples
     from runner.recipe import DatasetSpec
 
     folder = tmp_path / "my-qa"
     folder.mkdir()
-    pd.DataFrame({"qid": ["a", "b"], "q": ["一?", "二?"], "ctx": ["c1", "c2"], "gold": [["x"], ["y", "z"]]}).to_parquet(
-        folder / "validation.parquet"
-    )
+    pd.DataFrame(
+        {"qid": ["a", "b"], "q": ["一?", "二?"], "ctx": ["c1", "c2"], "gold": [["x"], ["y", "z"]]}
+    ).to_parquet(folder / "validation.parquet")
     spec = DatasetSpec(
         format="hub",
         path=str(folder),
@@ -272,7 +328,10 @@ def test_hub_format_reads_a_local_dataset_folder(tmp_path):
         fields={"id": "qid", "question": "q", "context": "ctx", "answers": "gold"},
     )
     exs = load_examples(spec, tmp_path)
-    assert [(e.id, e.question, e.answers) for e in exs] == [("a", "一?", ("x",)), ("b", "二?", ("y", "z"))]
+    assert [(e.id, e.question, e.answers) for e in exs] == [
+        ("a", "一?", ("x",)),
+        ("b", "二?", ("y", "z")),
+    ]
 
 
 def test_hub_dataset_that_cannot_load_is_a_dataset_error(tmp_path):
@@ -285,7 +344,8 @@ def test_hub_dataset_that_cannot_load_is_a_dataset_error(tmp_path):
 
 
 def test_a_file_read_again_is_parsed_once_and_again_when_its_bytes_change(tmp_path, monkeypatch):
-    """A study's cells read one dataset many times: parsed once per content (the bytes are hashed on every read)."""
+    """A study's cells read one dataset many times: parsed once per content (the bytes are hashed on
+    every read)."""
     import runner.inputs.datasets as ds
 
     path = tmp_path / "d.jsonl"
@@ -296,14 +356,19 @@ def test_a_file_read_again_is_parsed_once_and_again_when_its_bytes_change(tmp_pa
     assert load_examples(s, tmp_path) == load_examples(s, tmp_path) == EXPECTED and len(parsed) == 1
     path.write_text(json.dumps(ROWS[0]) + "\n", encoding="utf-8")
     assert load_examples(s, tmp_path) == EXPECTED[:1] and len(parsed) == 2
-    assert load_examples(spec(format="jsonl", path="d.jsonl", fields=DOTTED, limit=1), tmp_path) == EXPECTED[:1]
+    assert (
+        load_examples(spec(format="jsonl", path="d.jsonl", fields=DOTTED, limit=1), tmp_path)
+        == EXPECTED[:1]
+    )
     assert len(parsed) == 3  # another spec of the same bytes: mapped again
 
 
 def test_csv_cells_are_read_as_the_text_they_are(tmp_path):
-    """Numbers stay as written (`1945`, not 1945.0, even with an empty cell in the column; `0012` keeps its zeros, so
-    `007` and `7` are two ids); the words NA, None, null, n/a are answers; only an empty cell is missing."""
-    text = "id,question,context,answer\n0012,Q1,C,1945\n007,Q2,C,NA\n7,Q3,C,\n8,Q4,C,None\n9,Q5,C,null\n10,Q6,C,n/a\n"
+    """Numbers stay as written (`1945`, not 1945.0, even with an empty cell in the column; `0012`
+    keeps its zeros, so `007` and `7` are two ids); the words NA, None, null, n/a are answers; only
+    an empty cell is missing."""
+    text = "id,question,context,answer\n0012,Q1,C,1945\n007,Q2,C,NA\n7,Q3,C,\n8,Q4,C,None\n"
+    text += "9,Q5,C,null\n10,Q6,C,n/a\n"
     (tmp_path / "d.csv").write_text(text, encoding="utf-8")
     fields = {"id": "id", "question": "question", "context": "context", "answers": "answer"}
     got = load_examples(spec(format="csv", path="d.csv", fields=fields), tmp_path)
@@ -318,11 +383,16 @@ def test_csv_cells_are_read_as_the_text_they_are(tmp_path):
 
 
 def test_a_nan_answer_in_parquet_is_no_gold_and_a_whole_float_its_integer(tmp_path):
-    """A number column with a missing cell is float in parquet (pandas writes it so): 1945.0 was written 1945."""
+    """A number column with a missing cell is float in parquet (pandas writes it so): 1945.0 was
+    written 1945."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table({"question": ["Q0", "Q1"], "context": ["C", "C"], "answers": [1945.0, float("nan")]})
+    table = pa.table(
+        {"question": ["Q0", "Q1"], "context": ["C", "C"], "answers": [1945.0, float("nan")]}
+    )
     pq.write_table(table, tmp_path / "d.parquet")
-    got = load_examples(spec(format="parquet", path="d.parquet", fields={"answers": "answers"}), tmp_path)
+    got = load_examples(
+        spec(format="parquet", path="d.parquet", fields={"answers": "answers"}), tmp_path
+    )
     assert [e.answers for e in got] == [("1945",), ()]

@@ -16,7 +16,9 @@ pytestmark = pytest.mark.slow  # the real demo model in a real child process: ~1
 def demo_out(tmp_path_factory):
     pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("reports")
-    res = CliRunner().invoke(cli, ["go", str(ROOT / "recipes" / "demo.yaml"), "--out", str(out), "--no-progress"])
+    res = CliRunner().invoke(
+        cli, ["go", str(ROOT / "recipes" / "demo.yaml"), "--out", str(out), "--no-progress"]
+    )
     assert res.exit_code == 0, res.output
     return out, res.output
 
@@ -38,9 +40,16 @@ def test_demo_writes_the_contract_files(demo_out):
     lines = [json.loads(x) for x in (d / "samples.jsonl").read_text().splitlines()]
     assert len(lines) == 36
     for row in lines:
-        assert {"id", "prompt", "output", "answers", "exact_match", "char_f1", "prompt_tokens", "output_tokens"} <= set(
-            row
-        )
+        assert {
+            "id",
+            "prompt",
+            "output",
+            "answers",
+            "exact_match",
+            "char_f1",
+            "prompt_tokens",
+            "output_tokens",
+        } <= set(row)
     assert sum(r["prompt_tokens"] for r in lines) == results["tokens"]["prompt"]
     assert lines[0]["id"] == "demo-0001" and lines[0]["answers"] == ["8月15日"]
     assert "Contextを参考にして、問題に回答してください。" in lines[0]["prompt"]
@@ -48,7 +57,10 @@ def test_demo_writes_the_contract_files(demo_out):
     assert "Scores are not meaningful" in report and "smoke-test model" in report.lower()
     assert "## Knobs: requested and effective" in report and "## Resolved recipe" in report
     summary = (out / "summary.md").read_text()
-    assert "| demo" in summary and "Scores are left out: every recipe here ran with random weights" in summary
+    assert (
+        "| demo" in summary
+        and "Scores are left out: every recipe here ran with random weights" in summary
+    )
     assert "report:" in output and "ok demo: 36 examples" in output
 
 

@@ -18,7 +18,9 @@ def engine():
     from runner.base.types import ModelSpec
     from runner.engines.transformers import TransformersSpec
 
-    eng = TransformersSpec(kind="transformers", device="cpu").build(ModelSpec(id=str(STORIES)), None)
+    eng = TransformersSpec(kind="transformers", device="cpu").build(
+        ModelSpec(id=str(STORIES)), None
+    )
     yield eng
     eng.close()
 
@@ -44,7 +46,10 @@ def test_batched_equals_sequential_greedy(engine):
     """Left padding + length sorting must not change greedy outputs."""
     from runner.base.types import Sampling
 
-    prompts = [engine.tokenizer(t)["input_ids"] for t in ["Once upon a time", "Tom had a red ball. One day", "The cat"]]
+    prompts = [
+        engine.tokenizer(t)["input_ids"]
+        for t in ["Once upon a time", "Tom had a red ball. One day", "The cat"]
+    ]
     s = Sampling(max_tokens=12)
     seq = engine.generate(_reqs(prompts), s)
     engine.spec = engine.spec.model_copy(update={"batch_size": 3})
@@ -63,7 +68,9 @@ def test_ignore_eos_and_stop(engine):
     g = engine.generate(_reqs([ids]), Sampling(max_tokens=40, ignore_eos=True))[0]
     assert g.output_tokens == 40
     g2 = engine.generate(_reqs([ids]), Sampling(max_tokens=40, stop=["."]))[0]
-    assert "." not in g2.text and g2.text.startswith("Once upon a time, there was a little girl named Lily")
+    assert "." not in g2.text and g2.text.startswith(
+        "Once upon a time, there was a little girl named Lily"
+    )
 
 
 def test_knobs_report_effective_values(engine):
@@ -74,12 +81,18 @@ def test_knobs_report_effective_values(engine):
 
 
 def test_continuous_batching_gives_the_static_engines_greedy_answers_and_checks_its_limits(engine):
-    """`batching: continuous` (transformers' paged continuous batching) on the same prompt ids: the same greedy
-    outputs as the static-batch engine, the ignore_eos length, its limits read back from the running manager."""
+    """`batching: continuous` (transformers' paged continuous batching) on the same prompt ids: the
+    same greedy outputs as the static-batch engine, the ignore_eos length, its limits read back from
+    the running manager."""
     from runner.base.types import ModelSpec, Sampling
     from runner.engines.transformers import TransformersSpec
 
-    texts = ["Once upon a time", "Tom had a red ball. One day", "The cat", "Lily went to the park and"]
+    texts = [
+        "Once upon a time",
+        "Tom had a red ball. One day",
+        "The cat",
+        "Lily went to the park and",
+    ]
     prompts = [engine.tokenizer(t)["input_ids"] for t in texts]
     s = Sampling(max_tokens=24)
     static = engine.generate(_reqs(prompts), s)
@@ -97,18 +110,36 @@ def test_continuous_batching_gives_the_static_engines_greedy_answers_and_checks_
         assert [g.text for g in got] == [g.text for g in static]
         assert [g.output_tokens for g in got] == [g.output_tokens for g in static]
         knobs = {k.name: k for k in cont.info.knobs}
-        assert knobs["continuous.num_blocks"].effective == 48 and knobs["continuous.num_blocks"].status == "applied"
+        assert (
+            knobs["continuous.num_blocks"].effective == 48
+            and knobs["continuous.num_blocks"].status == "applied"
+        )
         assert knobs["continuous.max_batch_tokens"].status == "applied"
-        assert knobs["continuous.block_size"].status == "default" and knobs["continuous.block_size"].effective
+        assert (
+            knobs["continuous.block_size"].status == "default"
+            and knobs["continuous.block_size"].effective
+        )
         assert knobs["continuous.prefix_sharing"].status == "applied" and "batch_size" not in knobs
-        attn = knobs["continuous.attn_implementation"]  # what the manager's model ran: sdpa, paged|sdpa (tf 5.17)
-        assert attn.status == "default" and attn.effective in ("sdpa", "paged|sdpa", "paged|eager"), attn
-        assert any(n.startswith(f"Continuous batching ran with {attn.effective} attention") for n in cont.info.notes)
+        # what the manager's model ran: sdpa, paged|sdpa (tf 5.17)
+        attn = knobs["continuous.attn_implementation"]
+        assert attn.status == "default" and attn.effective in (
+            "sdpa",
+            "paged|sdpa",
+            "paged|eager",
+        ), attn
+        assert any(
+            n.startswith(f"Continuous batching ran with {attn.effective} attention")
+            for n in cont.info.notes
+        )
         assert cont.info.extra["continuous_setup_s"] > 0
-        assert cont.reset_prefix_cache() is True and cont._cb is None  # between generations: a fresh manager
+        # between generations: a fresh manager
+        assert cont.reset_prefix_cache() is True and cont._cb is None
         assert [g.text for g in cont.generate(_reqs(prompts), s)] == [g.text for g in static]
-        long = cont.generate(_reqs(prompts[:1]), Sampling(max_tokens=40, ignore_eos=True), sink=finished.extend)
-        assert long[0].output_tokens == 40 and [i for i, _ in finished] == [0]  # a new manager for ignore_eos
+        long = cont.generate(
+            _reqs(prompts[:1]), Sampling(max_tokens=40, ignore_eos=True), sink=finished.extend
+        )
+        # a new manager for ignore_eos
+        assert long[0].output_tokens == 40 and [i for i, _ in finished] == [0]
     finally:
         cont.close()
 

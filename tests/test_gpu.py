@@ -22,7 +22,9 @@ def _messages():
     from runner.recipe import DatasetSpec, PromptSpec
 
     root = Path(__file__).resolve().parents[1]
-    exs = load_examples(DatasetSpec(format="squad", path=str(root / "runner/demo/demo-ja.json"), limit=5), root)
+    exs = load_examples(
+        DatasetSpec(format="squad", path=str(root / "runner/demo/demo-ja.json"), limit=5), root
+    )
     b = PromptBuilder(PromptSpec(template="jsquad.j2", system_template="jsquad-system.j2"), root)
     return [b.messages(e) for e in exs]
 
@@ -36,9 +38,14 @@ def test_same_prompt_ids_in_vllm_and_transformers(tiny):
     msgs = _messages()
     hf = TransformersSpec(kind="transformers", device="cuda").build(model, None)
     hf_ids = hf.encode(msgs)[1]
-    hf_text = [hf.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in msgs]
+    hf_text = [
+        hf.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
+        for m in msgs
+    ]
     hf.close()
-    eng = VLLMSpec(kind="vllm", enforce_eager=True, gpu_memory_utilization=0.3, max_model_len=2048).build(model, None)
+    eng = VLLMSpec(
+        kind="vllm", enforce_eager=True, gpu_memory_utilization=0.3, max_model_len=2048
+    ).build(model, None)
     try:
         v_ids = eng.encode(msgs)[1]
         assert v_ids == hf_ids
@@ -47,11 +54,15 @@ def test_same_prompt_ids_in_vllm_and_transformers(tiny):
 
         outs = eng.llm.generate(hf_text, SamplingParams(max_tokens=1), use_tqdm=False)
         assert [list(o.prompt_token_ids) for o in outs] == hf_ids
-        outs = eng.llm.generate([{"prompt_token_ids": i} for i in hf_ids], SamplingParams(max_tokens=1), use_tqdm=False)
+        outs = eng.llm.generate(
+            [{"prompt_token_ids": i} for i in hf_ids], SamplingParams(max_tokens=1), use_tqdm=False
+        )
         assert [list(o.prompt_token_ids) for o in outs] == hf_ids
         from runner.base.types import Example, Request
 
-        reqs = [Request(ids=i, example=Example(id=str(n), question="")) for n, i in enumerate(v_ids)]
+        reqs = [
+            Request(ids=i, example=Example(id=str(n), question="")) for n, i in enumerate(v_ids)
+        ]
         finished = []
         gens = eng.generate(reqs, Sampling(max_tokens=4, ignore_eos=True), sink=finished.extend)
         assert sorted(i for i, _ in finished) == list(range(len(msgs)))  # each handed over once
@@ -71,8 +82,8 @@ def _job(path, out, **opts):
 
 
 def _group_gone(log: Path) -> bool:
-    """The recipe's process group (recorded in its engine.log) has no live member (a zombie that a PID 1 which
-    never reaps leaves behind does not count, as in run_isolated itself)."""
+    """The recipe's process group (recorded in its engine.log) has no live member (a zombie that a
+    PID 1 which never reaps leaves behind does not count, as in run_isolated itself)."""
     import re
 
     from runner.base.procs import group_alive
@@ -97,15 +108,18 @@ def test_isolated_run_gives_the_gpu_back(tiny, tmp_path):
     assert knobs["enable_prefix_caching"].status == "applied"  # shared system prompt -> cache hits
     assert res.prefix.hit_rate and res.prefix.hit_rate > 0
     assert res.latency.ttft_s.p50 > 0 and res.latency.e2e_s.p99 >= res.latency.e2e_s.p50
-    e, start = res.energy, res.timings.start  # issue 31: NVML energy over the generation, the start split
+    # issue 31: NVML energy over the generation, the start split
+    e, start = res.energy, res.timings.start
     assert e.measured and e.gpus == 1 and e.joules > 0 and 20 < e.watts < 1500, e
     assert e.j_per_output_token == pytest.approx(e.joules / 160)
-    assert start is not None and start.load_s > 0 and start.cold is None and start.compile_s is None  # eager
+    # eager
+    assert start is not None and start.load_s > 0 and start.cold is None and start.compile_s is None
 
 
 def test_a_compile_cache_folder_makes_the_second_start_warm(tiny, tmp_path):
-    """`engine.compile_cache`: the first start of a compiled engine is cold, a second start of the same recipe
-    (a fresh process, another --out) loads the compiled graphs from the folder: warm, and compiles for less."""
+    """`engine.compile_cache`: the first start of a compiled engine is cold, a second start of the
+    same recipe (a fresh process, another --out) loads the compiled graphs from the folder: warm,
+    and compiles for less."""
     from runner.run.isolate import run_isolated
 
     p = tmp_path / "cc.yaml"
@@ -123,8 +137,8 @@ def test_a_compile_cache_folder_makes_the_second_start_warm(tiny, tmp_path):
 
 
 def test_transformers_continuous_batching_on_the_gpu_matches_the_static_engine(tiny):
-    """`batching: continuous` on CUDA (paged attention): the static-batch engine's greedy outputs, in float32 so
-    that no kernel's rounding decides a tie."""
+    """`batching: continuous` on CUDA (paged attention): the static-batch engine's greedy outputs,
+    in float32 so that no kernel's rounding decides a tie."""
     from runner.base.types import Example, ModelSpec, Request, Sampling
     from runner.engines.transformers import TransformersSpec
 
@@ -138,7 +152,9 @@ def test_transformers_continuous_batching_on_the_gpu_matches_the_static_engine(t
         eng = TransformersSpec(kind="transformers", device="cuda", **extra).build(model, None)
         try:
             ids = eng.encode(msgs)[1]
-            reqs = [Request(ids=i, example=Example(id=str(n), question="")) for n, i in enumerate(ids)]
+            reqs = [
+                Request(ids=i, example=Example(id=str(n), question="")) for n, i in enumerate(ids)
+            ]
             outs.append([g.text for g in eng.generate(reqs, s)])
             knobs = {k.name: k for k in eng.info.knobs}
         finally:
@@ -153,7 +169,9 @@ def test_timeout_ends_the_engine_and_records_failure(tiny, tmp_path):
 
     p = tmp_path / "r.yaml"
     p.write_text(
-        recipe_yaml(tiny, "slow", timeout="timeout_s: 8", limit=36).replace("max_tokens: 8", "max_tokens: 1500")
+        recipe_yaml(tiny, "slow", timeout="timeout_s: 8", limit=36).replace(
+            "max_tokens: 8", "max_tokens: 1500"
+        )
     )
     before = used_gib()
     [res] = run_isolated(_job(p, tmp_path / "out", timeout_s=8))
@@ -168,13 +186,17 @@ def test_unknown_engine_arg_rejected_before_start(tiny):
     from runner.base.types import ModelSpec
     from runner.engines.vllm import VLLMSpec
 
-    with pytest.raises(RunnerError, match="does not accept no_such_arg; it accepts: .*enable_prefix_caching"):
-        VLLMSpec(kind="vllm", engine_args={"no_such_arg": 1}).build(ModelSpec(id=str(tiny), load_format="dummy"), None)
+    with pytest.raises(
+        RunnerError, match="does not accept no_such_arg; it accepts: .*enable_prefix_caching"
+    ):
+        VLLMSpec(kind="vllm", engine_args={"no_such_arg": 1}).build(
+            ModelSpec(id=str(tiny), load_format="dummy"), None
+        )
 
 
 def test_recipes_sharing_an_engine_start_from_an_empty_prefix_cache(tiny, tmp_path):
-    """Two recipes on one engine: the second's cache hits are those it gets alone (the cache is reset
-    between them), though it asks for exactly the prompts the first just cached."""
+    """Two recipes on one engine: the second's cache hits are those it gets alone (the cache is
+    reset between them), though it asks for exactly the prompts the first just cached."""
     from runner.run.isolate import run_isolated
     from runner.run.job import Job
 
@@ -188,33 +210,40 @@ def test_recipes_sharing_an_engine_start_from_an_empty_prefix_cache(tiny, tmp_pa
     alone = run_isolated(_job(paths[1], tmp_path / "alone"))[0]
     assert [r.status for r in together] == ["ok", "ok"] and alone.status == "ok"
     assert together[1].tokens.cached == alone.tokens.cached > 0
-    assert together[1].tokens.cached < together[1].tokens.prompt * 0.9  # not everything from the first's cache
+    # not everything from the first's cache
+    assert together[1].tokens.cached < together[1].tokens.prompt * 0.9
     assert together[1].timings.load_s == 0 and together[1].engine_of == "first"
 
 
 def test_repeats_on_one_vllm_engine_each_start_from_an_empty_prefix_cache(tiny, tmp_path):
-    """repeat: 3 on a real engine: three generations, each with the cache hits of the first (the cache is emptied
-    before each, though each asks for the prompts the one before just cached); the time is their median."""
+    """repeat: 3 on a real engine: three generations, each with the cache hits of the first (the
+    cache is emptied before each, though each asks for the prompts the one before just cached); the
+    time is their median."""
     import statistics
 
     from runner.run.isolate import run_isolated
 
     p = tmp_path / "rep.yaml"
-    p.write_text(recipe_yaml(tiny, "rep", extra_engine="  enable_prefix_caching: true") + "repeat: 3\n")
+    p.write_text(
+        recipe_yaml(tiny, "rep", extra_engine="  enable_prefix_caching: true") + "repeat: 3\n"
+    )
     [res] = run_isolated(_job(p, tmp_path / "out"))
     assert res.status == "ok", res.error
     assert [x.index for x in res.repeats] == [1, 2, 3] and res.repeat_order == "back to back"
     cached = [x.cached_tokens for x in res.repeats]
     assert cached[0] and cached[0] < res.tokens.prompt and len(set(cached)) == 1, cached
-    assert res.repeats[0].load_s and res.repeats[1].load_s is None  # one engine start, counted by the first
-    assert res.timings.generate_s == pytest.approx(statistics.geometric_mean(x.generate_s for x in res.repeats))
+    # one engine start, counted by the first
+    assert res.repeats[0].load_s and res.repeats[1].load_s is None
+    assert res.timings.generate_s == pytest.approx(
+        statistics.geometric_mean(x.generate_s for x in res.repeats)
+    )
     assert all(x.changed is not None for x in res.repeats[1:])
 
 
 def test_serving_sweep_against_a_real_vllm_server(tiny, tmp_path):
-    """The serving wing against `vllm serve` (the tiny model, random weights) under vLLM's own benchmark client:
-    every request of both rates completes, the knobs are read back from the server's log, the prefix-cache hits
-    from its /metrics, and the server is gone afterwards."""
+    """The serving wing against `vllm serve` (the tiny model, random weights) under vLLM's own
+    benchmark client: every request of both rates completes, the knobs are read back from the
+    server's log, the prefix-cache hits from its /metrics, and the server is gone afterwards."""
     from click.testing import CliRunner
 
     from runner.base.nvml import used_gib
@@ -223,15 +252,26 @@ def test_serving_sweep_against_a_real_vllm_server(tiny, tmp_path):
 
     p = tmp_path / "s.yaml"
     load = "load: {request_rate: [4, inf], num_requests: 16, warmup_requests: 2}\n"
-    p.write_text(recipe_yaml(tiny, "srv", extra_engine="  enable_prefix_caching: true", limit=16) + load)
+    p.write_text(
+        recipe_yaml(tiny, "srv", extra_engine="  enable_prefix_caching: true", limit=16) + load
+    )
     before = used_gib()
     r = CliRunner().invoke(cli, ["go", str(p), "--out", str(tmp_path / "out"), "--no-progress"])
     res = RunResult.model_validate_json((tmp_path / "out" / "srv" / "results.json").read_bytes())
     assert res.status == "ok", (res.error, r.output)
-    assert [pt.completed for pt in res.serving.rates] == [16, 16] and res.serving.headline_rate in (4, float("inf"))
+    assert [pt.completed for pt in res.serving.rates] == [16, 16] and res.serving.headline_rate in (
+        4,
+        float("inf"),
+    )
     first = res.serving.rates[0]
-    assert first.ttft_ms.p50 > 0 and first.output_tokens == 16 * 8 and first.cached_tokens > 0  # shared system prompt
+    # shared system prompt
+    assert first.ttft_ms.p50 > 0 and first.output_tokens == 16 * 8 and first.cached_tokens > 0
     knobs = {k.name: k.status for k in res.knobs}
-    assert knobs["enforce_eager"] == knobs["max_model_len"] == knobs["enable_prefix_caching"] == "applied"
+    assert (
+        knobs["enforce_eager"]
+        == knobs["max_model_len"]
+        == knobs["enable_prefix_caching"]
+        == "applied"
+    )
     assert knobs["gpu_memory_utilization"] == "applied"
     assert used_gib() < before + 1.0  # the server's GPU memory is back

@@ -1,4 +1,5 @@
-"""GPU busy: NVML's utilization counter sampled during generation, with a stand-in NVML (no GPU here)."""
+"""GPU busy: NVML's utilization counter sampled during generation, with a stand-in NVML (no GPU
+here)."""
 
 from __future__ import annotations
 
@@ -83,7 +84,9 @@ def test_a_device_without_the_counter_has_no_busy_share_but_keeps_its_peak():
     assert s.has_counter is False and s.busy_share(0, time.perf_counter()) is None and s.peak == 3.0
 
 
-def test_a_run_records_gpu_busy_in_results_and_report(write_recipe, base_recipe, tmp_path, monkeypatch):
+def test_a_run_records_gpu_busy_in_results_and_report(
+    write_recipe, base_recipe, tmp_path, monkeypatch
+):
     from runner.run import loop as run
 
     monkeypatch.setattr(run, "PeakSampler", lambda: sampler(FakeNVML(util=65.0)))
@@ -93,7 +96,9 @@ def test_a_run_records_gpu_busy_in_results_and_report(write_recipe, base_recipe,
         "engine": {"kind": "fake", "reply": "{{ answers[0] }}", "delay_s": 0.03},
     }
     out = tmp_path / "out"
-    r = CliRunner().invoke(cli, ["go", str(write_recipe(d)), "--out", str(out), "--no-progress", "--in-process"])
+    r = CliRunner().invoke(
+        cli, ["go", str(write_recipe(d)), "--out", str(out), "--no-progress", "--in-process"]
+    )
     assert r.exit_code == 0, r.output
     res = json.loads((out / "t" / "results.json").read_text())
     assert res["timings"]["gpu_busy"] == 0.65
@@ -101,7 +106,12 @@ def test_a_run_records_gpu_busy_in_results_and_report(write_recipe, base_recipe,
     assert tenths == [0.65] * 10  # 36 requests x 30 ms: a tenth lasts ~100 ms, ~20 samples at 5 ms
     report = (out / "t" / "report.md").read_text()
     assert "| GPU busy" in report and "65%" in report and "NVML's utilization counter" in report
-    assert "By tenth of the generation time: " + " ".join(["65%"] * 10) + " (NVML averages over its own" in report
+    assert (
+        "By tenth of the generation time: "
+        + " ".join(["65%"] * 10)
+        + " (NVML averages over its own"
+        in report
+    )
 
 
 def test_without_a_gpu_there_is_no_busy_figure(write_recipe, base_recipe, tmp_path, monkeypatch):
@@ -111,7 +121,9 @@ def test_without_a_gpu_there_is_no_busy_figure(write_recipe, base_recipe, tmp_pa
     monkeypatch.setattr(run, "PeakSampler", lambda: _SAMPLER())
     d = {**base_recipe, "model": {"id": "none"}, "engine": {"kind": "fake", "reply": "x"}}
     out = tmp_path / "out"
-    r = CliRunner().invoke(cli, ["go", str(write_recipe(d)), "--out", str(out), "--no-progress", "--in-process"])
+    r = CliRunner().invoke(
+        cli, ["go", str(write_recipe(d)), "--out", str(out), "--no-progress", "--in-process"]
+    )
     assert r.exit_code == 0, r.output
     timings = json.loads((out / "t" / "results.json").read_text())["timings"]
     assert timings["gpu_busy"] is None and timings["gpu_busy_tenths"] is None
@@ -132,7 +144,9 @@ def test_a_serving_run_records_gpu_busy_per_rate(tmp_path, monkeypatch, vllm_cli
     path = tmp_path / "busy.yaml"
     path.write_text(yaml.safe_dump(d, allow_unicode=True), encoding="utf-8")
     out = tmp_path / "out"
-    r = CliRunner().invoke(cli, ["go", str(path), "--out", str(out), "--no-progress", "--in-process"])
+    r = CliRunner().invoke(
+        cli, ["go", str(path), "--out", str(out), "--no-progress", "--in-process"]
+    )
     assert r.exit_code == 0, r.output
     res = RunResult.model_validate_json((out / "busy" / "results.json").read_bytes())
     assert [p.gpu_busy for p in res.serving.rates] == [0.3, 0.3]

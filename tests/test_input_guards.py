@@ -19,8 +19,8 @@ def test_duplicate_yaml_key_is_an_error_with_both_lines(write_recipe):
     p = write_recipe("name: t\nsampling: {max_tokens: 3}\nsampling: {temperature: 0.5}\n")
     r = _check(p)
     assert user_error(r) == (
-        "Error: {tmp}/recipe.yaml:3: key 'sampling' appears twice (first on line 2); the second would "
-        "silently replace the first\n"
+        "Error: {tmp}/recipe.yaml:3: key 'sampling' appears twice (first on line 2); the second "
+        "would silently replace the first\n"
     )
     assert "recipe.yaml:3: key 'sampling' appears twice (first on line 2)" in r.output
 
@@ -33,8 +33,8 @@ def test_duplicate_example_ids_are_rejected(write_recipe, base_recipe, tmp_path)
     base_recipe["dataset"] = {"format": "jsonl", "path": "d.jsonl", "fields": {"id": "id"}}
     r = _check(write_recipe(base_recipe))
     assert user_error(r) == (
-        "Error: {tmp}/recipe.yaml: dataset.fields.id: example id '1' appears more than once; ids must be "
-        "unique (they pair samples across runs and recipes)\n"
+        "Error: {tmp}/recipe.yaml: dataset.fields.id: example id '1' appears more than once; ids "
+        "must be unique (they pair samples across runs and recipes)\n"
         "  hint: map fields.id to a unique column, or leave it unset to number the rows\n"
     )
 
@@ -44,8 +44,8 @@ def test_include_in_a_template_is_a_clear_error(write_recipe, base_recipe, tmp_p
     base_recipe["prompt"]["template"] = str(tmp_path / "t.j2")
     r = _check(write_recipe(base_recipe))
     assert user_error(r) == (
-        "Error: {tmp}/recipe.yaml: prompt.template: {tmp}/t.j2: templates cannot include, import or "
-        "extend other files; put the whole prompt in one template\n"
+        "Error: {tmp}/recipe.yaml: prompt.template: {tmp}/t.j2: templates cannot include, import "
+        "or extend other files; put the whole prompt in one template\n"
     )
 
 
@@ -53,22 +53,34 @@ def test_include_in_a_template_is_a_clear_error(write_recipe, base_recipe, tmp_p
 def test_names_of_summary_files_are_reserved(write_recipe, base_recipe, name):
     base_recipe["name"] = name
     r = _check(write_recipe(base_recipe))
-    rules = "letters, digits, `._-`, at most 100 characters, not starting with `.` or `-`, not one of "
+    rules = (
+        "letters, digits, `._-`, at most 100 characters, not starting with `.` or `-`, not one of "
+    )
     rules += "accuracy_vs_time.png, memory.png, summary.md, time.png"
-    assert user_error(r) == f"Error: {{tmp}}/recipe.yaml: name: {name!r} is not a valid run name ({rules})\n"
+    assert (
+        user_error(r)
+        == f"Error: {{tmp}}/recipe.yaml: name: {name!r} is not a valid run name ({rules})\n"
+    )
 
 
 def test_out_that_is_a_file_is_bad_input(write_recipe, base_recipe, tmp_path):
     (tmp_path / "afile").write_text("x")
-    r = CliRunner().invoke(cli, ["go", str(write_recipe(base_recipe)), "--out", str(tmp_path / "afile" / "sub")])
-    assert user_error(r) == ("Error: {tmp}/afile/sub: --out: cannot create the report folder: Not a directory\n")
+    r = CliRunner().invoke(
+        cli, ["go", str(write_recipe(base_recipe)), "--out", str(tmp_path / "afile" / "sub")]
+    )
+    assert user_error(r) == (
+        "Error: {tmp}/afile/sub: --out: cannot create the report folder: Not a directory\n"
+    )
 
 
 def test_unknown_builtin_model_is_bad_input_for_go(write_recipe, base_recipe, tmp_path):
     base_recipe["model"]["id"] = "builtin:nope"
-    r = CliRunner().invoke(cli, ["go", str(write_recipe(base_recipe)), "--out", str(tmp_path / "o")])
+    r = CliRunner().invoke(
+        cli, ["go", str(write_recipe(base_recipe)), "--out", str(tmp_path / "o")]
+    )
     assert user_error(r) == (
-        "Error: {tmp}/recipe.yaml: model.id: unknown builtin model 'builtin:nope'; allowed: builtin:demo\n"
+        "Error: {tmp}/recipe.yaml: model.id: unknown builtin model 'builtin:nope'; allowed: "
+        "builtin:demo\n"
     )
 
 
@@ -77,7 +89,12 @@ def test_run_key_ignores_description_but_not_sampling(write_recipe, base_recipe,
     from runner.run.resume import run_key
 
     def key(d, name, inputs=None, limit=None):
-        return run_key(load_recipe(write_recipe(d, name)).recipe.canonical(), inputs or {"dataset": "a"}, limit, None)
+        return run_key(
+            load_recipe(write_recipe(d, name)).recipe.canonical(),
+            inputs or {"dataset": "a"},
+            limit,
+            None,
+        )
 
     k1 = key(base_recipe, "a.yaml")
     assert k1 == key({**base_recipe, "description": "new words", "timeout_s": 9}, "b.yaml")
@@ -93,10 +110,22 @@ def test_scores_average_only_examples_with_gold_answers():
     s = [
         Sample(id="a", prompt="", output="", answers=[], prompt_tokens=1, output_tokens=1),
         Sample(
-            id="b", prompt="", output="", answers=["x"], prompt_tokens=1, output_tokens=1, scores={"exact_match": 1.0}
+            id="b",
+            prompt="",
+            output="",
+            answers=["x"],
+            prompt_tokens=1,
+            output_tokens=1,
+            scores={"exact_match": 1.0},
         ),
         Sample(
-            id="c", prompt="", output="", answers=["y"], prompt_tokens=1, output_tokens=1, scores={"exact_match": 0.0}
+            id="c",
+            prompt="",
+            output="",
+            answers=["y"],
+            prompt_tokens=1,
+            output_tokens=1,
+            scores={"exact_match": 0.0},
         ),
     ]
     assert mean_scores(s, ["exact_match"]) == {"exact_match": 0.5}
@@ -115,7 +144,9 @@ def test_written_files_are_readable_by_others(tmp_path):
     assert json.loads((tmp_path / "r.json").read_text()) == {"a": 1}
 
 
-def test_set_paths_are_relative_to_the_current_directory(write_recipe, base_recipe, tmp_path, monkeypatch):
+def test_set_paths_are_relative_to_the_current_directory(
+    write_recipe, base_recipe, tmp_path, monkeypatch
+):
     from runner import load_recipe
 
     sub = tmp_path / "recipes"
@@ -124,5 +155,8 @@ def test_set_paths_are_relative_to_the_current_directory(write_recipe, base_reci
     monkeypatch.chdir(tmp_path)
     lr = load_recipe(p, ["model.id=./models/m"])
     assert lr.recipe.model.id == str(tmp_path / "models" / "m")
-    assert load_recipe(p, ["model.id=Qwen/Qwen2.5-7B-Instruct"]).recipe.model.id == "Qwen/Qwen2.5-7B-Instruct"
+    assert (
+        load_recipe(p, ["model.id=Qwen/Qwen2.5-7B-Instruct"]).recipe.model.id
+        == "Qwen/Qwen2.5-7B-Instruct"
+    )
     assert sub.exists()

@@ -1,6 +1,7 @@
 """Inputs (issue 11): nothing silently wrong, nothing unbounded.
 
-- a dataset file is read as it is now (never from a cache) and the hash returned is of what was read;
+- a dataset file is read as it is now (never from a cache) and the hash returned is of what was
+  read;
 - prompt sources are hashed as read;
 - template work is bounded (numbers, text size, range, lipsum, loops, time), and no constant folding
   runs at compile time; the cases that used to hang run in a subprocess with a timeout;
@@ -51,8 +52,8 @@ def one_screen(e: RunnerError) -> str:
 
 
 def test_rewrite_with_same_mtime_is_read_anew(tmp_path):
-    """`cp -p`/`tar x`/`rsync -a` keep the modification time: the new rows must be used, and the hash
-    returned must be the new file's."""
+    """`cp -p`/`tar x`/`rsync -a` keep the modification time: the new rows must be used, and the
+    hash returned must be the new file's."""
     p = tmp_path / "d.jsonl"
     p.write_text(jsonl([{"question": "old", "context": "", "answers": ["a"]}]), encoding="utf-8")
     st = os.stat(p)
@@ -60,7 +61,8 @@ def test_rewrite_with_same_mtime_is_read_anew(tmp_path):
     assert [e.question for e in first.examples] == ["old"]
     assert first.sha256 == file_sha256(p) and first.path == str(p)
 
-    p.write_text(jsonl([{"question": "new", "context": "", "answers": ["a"]}]), encoding="utf-8")  # same size
+    # same size
+    p.write_text(jsonl([{"question": "new", "context": "", "answers": ["a"]}]), encoding="utf-8")
     os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert os.stat(p).st_mtime_ns == st.st_mtime_ns
     second = read_examples(DatasetSpec(format="jsonl", path="d.jsonl"), tmp_path, "r.yaml")
@@ -118,14 +120,18 @@ def test_loaded_examples_shape(tmp_path):
 
 def test_gzip_file_is_read_and_hashed_as_stored(tmp_path):
     p = tmp_path / "d.jsonl.gz"
-    p.write_bytes(gzip.compress(jsonl([{"question": "q", "context": "", "answers": ["a"]}]).encode()))
+    p.write_bytes(
+        gzip.compress(jsonl([{"question": "q", "context": "", "answers": ["a"]}]).encode())
+    )
     got = read_examples(DatasetSpec(format="jsonl", path=p.name), tmp_path)
     assert [e.question for e in got.examples] == ["q"] and got.sha256 == file_sha256(p)
 
 
 def test_column_missing_in_some_rows_reads_as_null(tmp_path):
     """As the Arrow-based reader did: a key other rows have is null where it is missing."""
-    (tmp_path / "d.jsonl").write_text(jsonl([{"question": "q0", "context": "c", "answers": "a"}, {"question": "q1"}]))
+    (tmp_path / "d.jsonl").write_text(
+        jsonl([{"question": "q0", "context": "c", "answers": "a"}, {"question": "q1"}])
+    )
     got = load_examples(DatasetSpec(format="jsonl", path="d.jsonl"), tmp_path)
     assert [(e.context, e.answers) for e in got] == [("c", ("a",)), ("", ())]
 
@@ -136,7 +142,9 @@ def test_column_missing_in_some_rows_reads_as_null(tmp_path):
 def test_prompt_sources_are_hashes_of_what_was_read(tmp_path):
     (tmp_path / "u.j2").write_text("Q: {{ question }}", encoding="utf-8")
     (tmp_path / "s.j2").write_text("system", encoding="utf-8")
-    (tmp_path / "train.jsonl").write_text(jsonl([{"question": "sq", "context": "sc", "answers": ["sa"]}]))
+    (tmp_path / "train.jsonl").write_text(
+        jsonl([{"question": "sq", "context": "sc", "answers": ["sa"]}])
+    )
     want = {f"template:{n}": file_sha256(tmp_path / n) for n in ("u.j2", "s.j2")}
     want["shots:train.jsonl"] = file_sha256(tmp_path / "train.jsonl")
     b = PromptBuilder(
@@ -158,7 +166,8 @@ def test_project_template_source_key(tmp_path):
     assert b.sources == {"template:jsquad.j2": file_sha256(PROJECT / "templates" / "jsquad.j2")}
 
 
-# --------------------------------------------------------------------------- 3. template work is bounded
+# --------------------------------------------------------------------------- 3. template work is
+# bounded
 
 CHILD = textwrap.dedent("""
     import json, sys, time
@@ -176,7 +185,8 @@ CHILD = textwrap.dedent("""
         (folder / f"t{i}.j2").write_text(src, encoding="utf-8")
         t0 = time.monotonic()
         try:
-            prompts.PromptBuilder(PromptSpec(template=f"t{i}.j2"), folder, "recipe.yaml").messages(ex)
+            spec = PromptSpec(template=f"t{i}.j2")
+            prompts.PromptBuilder(spec, folder, "recipe.yaml").messages(ex)
             err = None
         except TemplateError as e:
             err = {"text": e.render(), "field": e.field}
@@ -188,12 +198,20 @@ RUNAWAY = [
     ("{{ 10**(10**8) }}", "digits"),  # hung at compile (constant folding)
     ("{{ 10**5000 }}", "about 5,000 digits"),  # was a traceback at compile
     ("{{ 'x' * 10**9 }}", "1,000,000 characters"),  # allocated a gigabyte
-    ("{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}", "took longer than 0.5 s"),
     (
-        "{% for a in question %}{% for b in question %}{% for c in question %}{% endfor %}{% endfor %}{% endfor %}",
+        "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}",
         "took longer than 0.5 s",
     ),
-    ("{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(60) }}", "took longer"),
+    (
+        "{% for a in question %}{% for b in question %}{% for c in question %}{% endfor %}{% "
+        "endfor %}{% endfor %}",
+        "took longer than 0.5 s",
+    ),
+    (
+        "{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(60) "
+        "}}",
+        "took longer",
+    ),
     ("{{ lipsum(n=10**6) }}", "lipsum("),
     ("{{ range(10**6) | list | length }}", "range() of more than 10,000"),
     ("{{ 'x'.ljust(10**9) }}", "ljust("),
@@ -202,10 +220,17 @@ RUNAWAY = [
     ("{{ '%0999999999d' % 1 }}", "`%` formatting"),
     ("{{ '{:>999999999}'.format(1) }}", "format() field"),
     ("{{ (question * 1000).replace('q', question) }}", "replace()"),
-    ("{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", "`~`"),
+    (
+        "{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% "
+        "endfor %}",
+        "`~`",
+    ),
     ("{% set s = 'x' * 1000000 %}{% set s = s ~ s %}{% set s = s ~ s %}{{ s }}", "`~`"),
     ("{{ [question] * 10**6 }}", "`*`"),
-    ("{% set t %}{% for i in range(3000) %}{{ 'y' * 999999 }}{% endfor %}{% endset %}", "20,000,000 characters"),
+    (
+        "{% set t %}{% for i in range(3000) %}{{ 'y' * 999999 }}{% endfor %}{% endset %}",
+        "20,000,000 characters",
+    ),
     ("{{ [1] | batch(10**9, 'x') | list }}", "batch/slice"),
 ]
 
@@ -239,7 +264,9 @@ def test_runaway_template_is_a_template_error_in_seconds(runaway, i):
 
 
 def test_prompt_size_cap_names_template_and_example(tmp_path):
-    (tmp_path / "big.j2").write_text("{% for i in range(2000) %}{{ context }}{% endfor %}", encoding="utf-8")
+    (tmp_path / "big.j2").write_text(
+        "{% for i in range(2000) %}{{ context }}{% endfor %}", encoding="utf-8"
+    )
     b = PromptBuilder(PromptSpec(template="big.j2"), tmp_path, "recipe.yaml")
     with pytest.raises(TemplateError) as ei:
         b.messages(Example(id="long-one", question="q", context="c" * 1000))
@@ -250,12 +277,15 @@ def test_prompt_size_cap_names_template_and_example(tmp_path):
 
 def test_render_all_has_a_wall_clock_bound(tmp_path):
     (tmp_path / "slow.j2").write_text(
-        "{% for i in range(10000) %}{% for j in range(3) %}{% endfor %}{% endfor %}{{ question }}", encoding="utf-8"
+        "{% for i in range(10000) %}{% for j in range(3) %}{% endfor %}{% endfor %}{{ question }}",
+        encoding="utf-8",
     )
     b = PromptBuilder(PromptSpec(template="slow.j2"), tmp_path, "recipe.yaml")
     exs = [Example(id=f"e{i}", question="q") for i in range(10_000)]
     t0 = time.monotonic()
-    with pytest.raises(TemplateError, match=r"rendering all 10000 prompts took longer than 0.3 s") as ei:
+    with pytest.raises(
+        TemplateError, match=r"rendering all 10000 prompts took longer than 0.3 s"
+    ) as ei:
         b.render_all(exs, seconds=0.3)
     assert time.monotonic() - t0 < 3
     assert "slow.j2" in one_screen(ei.value) and ei.value.field == "prompt.template"
@@ -264,19 +294,32 @@ def test_render_all_has_a_wall_clock_bound(tmp_path):
 
 STILL_WORKS = [
     ("{{ 'a' ~ 'b' ~ 3 }}", "ab3"),
-    ("{{ 2 ** 10 }} {{ 7 % 3 }} {{ 3 * 4 }} {{ 1 + 2 }} {{ 'ab' * 2 }} {{ [1] + [2] }}", "1024 1 12 3 abab [1, 2]"),
-    ("{{ '%s-%03d' % ('a', 7) }} {{ '{}:{:>3}'.format('a', 'b') }} {{ '%s!' | format('x') }}", "a-007 a:  b x!"),
     (
-        "{% for a in answers %}{{ loop.index }}/{{ loop.length }}{{ a }}{% if not loop.last %},{% endif %}"
-        "{% else %}none{% endfor %}",
+        "{{ 2 ** 10 }} {{ 7 % 3 }} {{ 3 * 4 }} {{ 1 + 2 }} {{ 'ab' * 2 }} {{ [1] + [2] }}",
+        "1024 1 12 3 abab [1, 2]",
+    ),
+    (
+        "{{ '%s-%03d' % ('a', 7) }} {{ '{}:{:>3}'.format('a', 'b') }} {{ '%s!' | format('x') }}",
+        "a-007 a:  b x!",
+    ),
+    (
+        "{% for a in answers %}{{ loop.index }}/{{ loop.length }}{{ a }}{% if not loop.last %},{% "
+        "endif %}{% else %}none{% endfor %}",
         "1/2A,2/2B",
     ),
     ("{% for a in [] %}x{% else %}none{% endfor %}", "none"),
-    ("{{ answers | join(', ') }} {{ answers | tojson }} {{ question | center(5) }}", 'A, B ["A", "B"]   Q  '),
-    ("{% macro m(x) %}<{{ x }}>{% endmacro %}{{ m(question) }}{% filter upper %}{{ context }}{% endfilter %}", "<Q>C"),
     (
-        "{% set t %}{{ question }}{{ context }}{% endset %}{{ t }} {{ range(3) | list }} {{ lipsum(1, false, 2, 3) | "
-        "length > 0 }}",
+        "{{ answers | join(', ') }} {{ answers | tojson }} {{ question | center(5) }}",
+        'A, B ["A", "B"]   Q  ',
+    ),
+    (
+        "{% macro m(x) %}<{{ x }}>{% endmacro %}{{ m(question) }}{% filter upper %}{{ context }}{% "
+        "endfilter %}",
+        "<Q>C",
+    ),
+    (
+        "{% set t %}{{ question }}{{ context }}{% endset %}{{ t }} {{ range(3) | list }} {{ "
+        "lipsum(1, false, 2, 3) | length > 0 }}",
         "QC [0, 1, 2] True",
     ),
     ("{% autoescape true %}{{ '<' ~ question }}{% endautoescape %}", "&lt;Q"),
@@ -287,14 +330,25 @@ STILL_WORKS = [
 @pytest.mark.parametrize("src, expected", STILL_WORKS)
 def test_ordinary_templates_still_render(src, expected):
     t = compile_text(src, "ok.j2", "where", "prompt.template")
-    assert t.render("where", "prompt.template", question="Q", context="C", answers=["A", "B"]) == expected
+    assert (
+        t.render("where", "prompt.template", question="Q", context="C", answers=["A", "B"])
+        == expected
+    )
 
 
-# --------------------------------------------------------------------------- 4. never a traceback: datasets
+# --------------------------------------------------------------------------- 4. never a traceback:
+# datasets
 
 BROKEN = [  # (file name, format, content, spec extras, field, words in the message)
     ("d.json", "json", "[]", {}, "dataset.path", ["holds no examples"]),
-    ("d.json", "json", '{"data": []}', {"json_field": "data"}, "dataset.path", ["holds no examples"]),
+    (
+        "d.json",
+        "json",
+        '{"data": []}',
+        {"json_field": "data"},
+        "dataset.path",
+        ["holds no examples"],
+    ),
     ("d.json", "squad", '{"data": []}', {}, "dataset.path", ["holds no examples"]),
     ("d.json", "json", '{"data": []}', {}, "dataset.json_field", ["JSON object", "keys: data"]),
     ("d.jsonl", "jsonl", "\n  \n", {}, "dataset.path", ["holds no examples"]),
@@ -308,7 +362,14 @@ BROKEN = [  # (file name, format, content, spec extras, field, words in the mess
         ["cannot read d.jsonl as jsonl: line 2 is not valid JSON"],
     ),
     ("d.jsonl", "jsonl", '{"question": "a"}\n[1, 2]\n', {}, "dataset.format", ["line 2", "array"]),
-    ("d.json", "json", '[{"question": "a"},\n {"question": }]', {}, "dataset.format", ["line 2, column"]),
+    (
+        "d.json",
+        "json",
+        '[{"question": "a"},\n {"question": }]',
+        {},
+        "dataset.format",
+        ["line 2, column"],
+    ),
     (
         "d.json",
         "squad",
@@ -325,16 +386,44 @@ BROKEN = [  # (file name, format, content, spec extras, field, words in the mess
         "dataset.path",
         ['"text": null', "'q1'"],
     ),
-    ("d.json", "squad", squad([{"id": "q1", "question": "?"}]), {}, "dataset.path", ["has no answers"]),
-    ("d.json", "squad", squad([{"question": "?", "answers": []}]), {}, "dataset.format", ["has no 'id'"]),
+    (
+        "d.json",
+        "squad",
+        squad([{"id": "q1", "question": "?"}]),
+        {},
+        "dataset.path",
+        ["has no answers"],
+    ),
+    (
+        "d.json",
+        "squad",
+        squad([{"question": "?", "answers": []}]),
+        {},
+        "dataset.format",
+        ["has no 'id'"],
+    ),
     ("d.json", "squad", '{"version": "1"}', {}, "dataset.format", ['no top-level "data"']),
-    ("d.json", "squad", '{"data": [{"title": "t"}]}', {}, "dataset.format", ["data[0] has no 'paragraphs'"]),
+    (
+        "d.json",
+        "squad",
+        '{"data": [{"title": "t"}]}',
+        {},
+        "dataset.format",
+        ["data[0] has no 'paragraphs'"],
+    ),
     ("d.jsonl", "jsonl", b'{"question": "caf\xe9"}\n', {}, "dataset.path", ["not UTF-8", "line 1"]),
     ("d.csv", "csv", b"question\nq\n\x82\xa0\n", {}, "dataset.path", ["not UTF-8", "line 3"]),
     ("d.csv", "csv", "\ufeffquestion\n".encode("utf-16"), {}, "dataset.path", ["UTF-16"]),
     ("d.csv", "csv", b"\x00\x01\x02binary", {}, "dataset.format", ["binary file"]),
     ("d.csv", "csv", '{"question": "a"}\n', {}, "dataset.format", ["looks like JSON"]),
-    ("d.csv", "csv", "question,answers\na,b\nc,d,e\n", {}, "dataset.format", ["cannot read d.csv as csv", "line 3"]),
+    (
+        "d.csv",
+        "csv",
+        "question,answers\na,b\nc,d,e\n",
+        {},
+        "dataset.format",
+        ["cannot read d.csv as csv", "line 3"],
+    ),
     ("d.parquet", "parquet", "question\nq\n", {}, "dataset.format", ["not a Parquet file"]),
     (
         "d.parquet",
@@ -345,7 +434,14 @@ BROKEN = [  # (file name, format, content, spec extras, field, words in the mess
         ["cannot read d.parquet as parquet"],
     ),
     ("d.jsonl", "jsonl", b"PK\x03\x04rest", {}, "dataset.path", ["zip archive"]),
-    ("d.jsonl.gz", "jsonl", b"\x1f\x8bnot really", {}, "dataset.path", ["gzip", "cannot be decompressed"]),
+    (
+        "d.jsonl.gz",
+        "jsonl",
+        b"\x1f\x8bnot really",
+        {},
+        "dataset.path",
+        ["gzip", "cannot be decompressed"],
+    ),
     (
         "d.jsonl",
         "jsonl",
@@ -387,7 +483,9 @@ BROKEN = [  # (file name, format, content, spec extras, field, words in the mess
 
 
 @pytest.mark.parametrize(
-    "name, fmt, content, extra, field, words", BROKEN, ids=[f"{b[1]}-{i}" for i, b in enumerate(BROKEN)]
+    "name, fmt, content, extra, field, words",
+    BROKEN,
+    ids=[f"{b[1]}-{i}" for i, b in enumerate(BROKEN)],
 )
 def test_broken_dataset_is_one_dataset_error(tmp_path, name, fmt, content, extra, field, words):
     p = tmp_path / name
@@ -425,14 +523,17 @@ def test_unreadable_dataset_file(tmp_path):
         load_examples(DatasetSpec(format="jsonl", path="d.jsonl"), tmp_path, "recipe.yaml")
 
 
-# --------------------------------------------------------------------------- 4. never a traceback: shots, templates
+# --------------------------------------------------------------------------- 4. never a traceback:
+# shots, templates
 
 
 def shots_builder(tmp_path, content: str | None, k: int = 1, fmt: str = "jsonl"):
     if content is not None:
         (tmp_path / "train.jsonl").write_text(content, encoding="utf-8")
     return PromptBuilder(
-        PromptSpec(template="jsquad.j2", shots={"k": k, "source": {"format": fmt, "path": "train.jsonl"}}),
+        PromptSpec(
+            template="jsquad.j2", shots={"k": k, "source": {"format": fmt, "path": "train.jsonl"}}
+        ),
         tmp_path,
         "recipe.yaml",
     )
@@ -444,9 +545,16 @@ def shots_builder(tmp_path, content: str | None, k: int = 1, fmt: str = "jsonl")
         (None, 1, "jsonl", "prompt.shots.source.path", ["not found"]),
         ('{"question": \n', 1, "jsonl", "prompt.shots.source.format", ["line 1"]),
         ("[]", 1, "json", "prompt.shots.source.path", ["holds no examples"]),
-        (jsonl([{"q": "x"}]), 1, "jsonl", "prompt.shots.source.fields.question", ["no column 'question'"]),
         (
-            '{"data": [{"paragraphs": [{"context": "c", "qas": [{"id": 1, "question": "q", "answers": null}]}]}]}',
+            jsonl([{"q": "x"}]),
+            1,
+            "jsonl",
+            "prompt.shots.source.fields.question",
+            ["no column 'question'"],
+        ),
+        (
+            '{"data": [{"paragraphs": [{"context": "c", "qas": [{"id": 1, "question": "q", '
+            '"answers": null}]}]}]}',
             1,
             "squad",
             "prompt.shots.source.path",

@@ -1,7 +1,8 @@
 """Loading (issue 11): `--set` values typed by the field they set, and YAML that escapes every bound
 (alias bombs, deep nesting, huge files) refused in seconds with a message naming the file.
 
-The hostile files are loaded in a child process with a timeout, so a regression fails instead of hanging."""
+The hostile files are loaded in a child process with a timeout, so a regression fails instead of
+hanging."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def error(fn, *a, **kw) -> RecipeError:
 
 
 def load_in_child(path: Path, timeout: float = 60) -> tuple[dict, float]:
-    """load_recipe(path) in a fresh interpreter: the RecipeError's parts, and the seconds it took."""
+    """load_recipe(path) in a fresh interpreter: the RecipeError's parts, and the seconds it
+    took."""
     code = (
         "import json, sys, time\n"
         "from runner import load_recipe\n"
@@ -41,14 +43,19 @@ def load_in_child(path: Path, timeout: float = 60) -> tuple[dict, float]:
         "print(json.dumps(out))\n"
     )
     r = subprocess.run(
-        [sys.executable, "-c", code, str(path)], cwd=PROJECT, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-c", code, str(path)],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     return out, out.pop("seconds")
 
 
-# --------------------------------------------------------------------------- --set typed by the field
+# --------------------------------------------------------------------------- --set typed by the
+# field
 
 
 def test_set_text_fields_are_taken_as_written(write_recipe, base_recipe):
@@ -72,7 +79,9 @@ def test_set_text_fields_are_taken_as_written(write_recipe, base_recipe):
 
 
 def test_set_text_keeps_spaces_and_colons(write_recipe, base_recipe):
-    lr = load_recipe(write_recipe(base_recipe), ["prompt.system_template=~", "prompt.system=  a: b  "])
+    lr = load_recipe(
+        write_recipe(base_recipe), ["prompt.system_template=~", "prompt.system=  a: b  "]
+    )
     assert lr.recipe.prompt.system == "  a: b  "
 
 
@@ -107,9 +116,12 @@ def test_set_other_fields_still_parse_yaml(write_recipe, base_recipe):
 
 
 def test_set_text_depends_on_the_engine_kind(write_recipe, base_recipe):
-    """`engine.quantization` is a Literal for transformers and free text for vLLM: both take text as written."""
+    """`engine.quantization` is a Literal for transformers and free text for vLLM: both take text as
+    written."""
     base_recipe["engine"] = {"kind": "vllm"}
-    lr = load_recipe(write_recipe(base_recipe), ["engine.quantization=fp8", "engine.kv_cache_dtype=fp8"])
+    lr = load_recipe(
+        write_recipe(base_recipe), ["engine.quantization=fp8", "engine.kv_cache_dtype=fp8"]
+    )
     assert (lr.recipe.engine.quantization, lr.recipe.engine.kv_cache_dtype) == ("fp8", "fp8")
 
 
@@ -153,7 +165,9 @@ def test_alias_bomb_is_refused_fast(write_recipe):
     assert len(text.encode()) < 1000  # 10**9 values from under a kilobyte
     p = write_recipe(text)
     err, seconds = load_in_child(p)
-    assert err["message"].startswith("the YAML holds more than 100,000 values once its aliases (*name) are expanded")
+    assert err["message"].startswith(
+        "the YAML holds more than 100,000 values once its aliases (*name) are expanded"
+    )
     assert err["file"] == str(p) and err["line"] is not None
     assert seconds < 5
 
@@ -191,7 +205,10 @@ def test_deep_nesting_is_refused_fast(write_recipe, text, line):
 
 
 def test_nesting_within_the_bound_loads(write_recipe, base_recipe):
-    base_recipe["engine"] = {"kind": "vllm", "engine_args": {"deep": json.loads("[" * 40 + "]" * 40)}}
+    base_recipe["engine"] = {
+        "kind": "vllm",
+        "engine_args": {"deep": json.loads("[" * 40 + "]" * 40)},
+    }
     assert load_recipe(write_recipe(yaml.safe_dump(base_recipe))).recipe.engine.engine_args["deep"]
 
 
@@ -203,7 +220,9 @@ def test_huge_file_is_refused_without_reading_it_all(write_recipe, tmp_path):
         f.write("'\n")
     t = time.perf_counter()
     e = error(load_recipe, p)
-    assert e.message == "file is larger than 1 MiB; a recipe is a few kilobytes" and e.file == str(p)
+    assert e.message == "file is larger than 1 MiB; a recipe is a few kilobytes" and e.file == str(
+        p
+    )
     assert time.perf_counter() - t < 2
 
 

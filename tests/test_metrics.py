@@ -45,7 +45,8 @@ def test_char_f1_no_overlap_and_exact():
 
 
 def test_char_f1_hand_computed_longer():
-    # pred 小笠原諸島を除く日本 (10 chars), gold 小笠原諸島 (5 chars): common 5, P = 1/2, R = 1 -> 2/3
+    # pred 小笠原諸島を除く日本 (10 chars), gold 小笠原諸島 (5 chars): common 5, P = 1/2, R = 1 ->
+    # 2/3
     assert f1("小笠原諸島を除く日本", ["小笠原諸島"]) == pytest.approx(2 / 3)
 
 

@@ -38,13 +38,18 @@ def test_csv_numbers_and_na_words_score_as_written_and_examples_without_gold_are
     r = CliRunner().invoke(cli, ["check", str(path), "--no-tokens"])
     assert (
         r.exit_code == 0
-        and "  note: 1 of 3 examples have no gold answers: they are left out of every score\n" in r.output
+        and "  note: 1 of 3 examples have no gold answers: they are left out of every score\n"
+        in r.output
     )
     assert _go(path, "--out", out).exit_code == 0
     res = json.loads((out / "c" / "results.json").read_text())
-    assert res["scores"] == {"exact_match": 1.0} and res["n_scored"] == 2  # "1945" and "NA" both right
+    # "1945" and "NA" both right
+    assert res["scores"] == {"exact_match": 1.0} and res["n_scored"] == 2
     report = (out / "c" / "report.md").read_text()
-    note = "1 of 3 examples have no gold answers: they are left out of every score (scores are over the other 2)."
+    note = (
+        "1 of 3 examples have no gold answers: they are left out of every score (scores are "
+        "over the other 2)."
+    )
     assert f"> **Note**: {note}" in report
 
 
@@ -52,9 +57,10 @@ def test_truncate_with_max_tokens_over_the_context_is_refused(tmp_path, write_re
     recipe = {**base_recipe, "sampling": {"temperature": 0, "max_tokens": 4096}}
     path = write_recipe({**recipe, "prompt": {**base_recipe["prompt"], "truncate": True}})
     expected = (
-        "Error: {tmp}/recipe.yaml: sampling.max_tokens: sampling.max_tokens 4,096 leaves no room for a prompt in the"
-        " model's context of 2,048 tokens, so prompt.truncate would cut every prompt to nothing\n"
-        "  hint: lower sampling.max_tokens below 2,048 (the answer and the prompt share the context)\n"
+        "Error: {tmp}/recipe.yaml: sampling.max_tokens: sampling.max_tokens 4,096 leaves no room "
+        "for a prompt in the model's context of 2,048 tokens, so prompt.truncate would cut every "
+        "prompt to nothing\n  hint: lower sampling.max_tokens below 2,048 (the answer and the "
+        "prompt share the context)\n"
     )
     assert user_error(CliRunner().invoke(cli, ["check", str(path), "--no-tokens"])) == expected
     assert user_error(_go(path, "--out", tmp_path / "out")) == expected
@@ -69,38 +75,55 @@ def _fake(base_recipe, name="f"):
     }
 
 
-def test_a_quick_run_in_between_does_not_cost_the_full_run_its_results(tmp_path, write_recipe, base_recipe):
+def test_a_quick_run_in_between_does_not_cost_the_full_run_its_results(
+    tmp_path, write_recipe, base_recipe
+):
     path, out = write_recipe(_fake(base_recipe)), tmp_path / "out"
     assert _go(path, "--out", out).exit_code == 0
     full = (out / "f" / "results.json").read_bytes()
     r = _go(path, "--out", out, "--limit", "2")
     assert r.exit_code == 0 and "kept f's earlier results in " in r.output
     r = _go(path, "--out", out)
-    assert "took f's results of this very run back from " in r.output and "skip f: unchanged since" in r.output
-    assert (out / "f" / "results.json").read_bytes() == full and len(list((out / "f" / "replaced").iterdir())) == 1
+    assert (
+        "took f's results of this very run back from " in r.output
+        and "skip f: unchanged since" in r.output
+    )
+    assert (out / "f" / "results.json").read_bytes() == full and len(
+        list((out / "f" / "replaced").iterdir())
+    ) == 1
 
 
-def test_samples_deleted_or_cut_short_after_a_complete_run_are_run_again(tmp_path, write_recipe, base_recipe):
+def test_samples_deleted_or_cut_short_after_a_complete_run_are_run_again(
+    tmp_path, write_recipe, base_recipe
+):
     path, out = write_recipe(_fake(base_recipe)), tmp_path / "out"
     assert _go(path, "--out", out).exit_code == 0
     samples = out / "f" / "samples.jsonl"
     samples.write_text("".join(samples.read_text().splitlines(keepends=True)[:2]))
     r = CliRunner().invoke(cli, ["report", str(out)])
     assert (
-        "f: its samples.jsonl holds 2 of 36 samples (deleted or cut short since the run): `runner go` runs it again"
-        in r.output
+        "f: its samples.jsonl holds 2 of 36 samples (deleted or cut short since the run): `runner "
+        "go` runs it again" in r.output
     )
     r = _go(path, "--out", out)
-    assert "rerun f: its results were complete but its samples.jsonl holds 2 of 36 samples (kept in " in r.output
+    assert (
+        "rerun f: its results were complete but its samples.jsonl holds 2 of 36 samples (kept in "
+        in r.output
+    )
     assert len(samples.read_text().splitlines()) == 36 and "skip f" not in r.output
     samples.unlink()
-    assert "rerun f: its results were complete but its samples.jsonl is gone" in _go(path, "--out", out).output
+    assert (
+        "rerun f: its results were complete but its samples.jsonl is gone"
+        in _go(path, "--out", out).output
+    )
 
 
 def test_a_study_interrupted_in_its_second_cell_reports_the_first(
     tmp_path, write_recipe, base_recipe, ctrl_c_in_the_second_generation
 ):
-    path = write_recipe({**_fake(base_recipe, "s"), "matrix": {"sampling.max_tokens": {"a": 16, "b": 8}}})
+    path = write_recipe(
+        {**_fake(base_recipe, "s"), "matrix": {"sampling.max_tokens": {"a": 16, "b": 8}}}
+    )
     out = tmp_path / "out"
     r = _go(path, "--out", out)
     assert r.exit_code == 130 and "ok s-a: 36 examples" in r.output
@@ -109,8 +132,11 @@ def test_a_study_interrupted_in_its_second_cell_reports_the_first(
     assert "s-a" in (out / "s" / "summary.md").read_text()
 
 
-def test_a_recipe_with_a_timeout_does_not_share_an_engine_with_one_without(write_recipe, base_recipe, tmp_path):
-    """A shared job's timeout is the sum of its recipes'; one recipe without would have left the other unbounded."""
+def test_a_recipe_with_a_timeout_does_not_share_an_engine_with_one_without(
+    write_recipe, base_recipe, tmp_path
+):
+    """A shared job's timeout is the sum of its recipes'; one recipe without would have left the
+    other unbounded."""
     from types import SimpleNamespace
 
     from runner.run.job import Job, RunOptions, group_by_engine
@@ -118,7 +144,10 @@ def test_a_recipe_with_a_timeout_does_not_share_an_engine_with_one_without(write
 
     a = write_recipe({**_fake(base_recipe, "a"), "timeout_s": 60}, "a.yaml")
     b = write_recipe(_fake(base_recipe, "b"), "b.yaml")
-    units = [SimpleNamespace(loaded=lr, name=lr.recipe.name) for lr in load_all((str(a), str(b)), (), (), None)]
+    units = [
+        SimpleNamespace(loaded=lr, name=lr.recipe.name)
+        for lr in load_all((str(a), str(b)), (), (), None)
+    ]
     assert [[u.name for u in g] for g in group_by_engine(units)] == [["a"], ["b"]]
     [both] = group_by_engine(units, call_timeout_s=30)
     assert Job(both, RunOptions(out=tmp_path, timeout_s=30)).timeout_s() == 90.0
@@ -126,16 +155,22 @@ def test_a_recipe_with_a_timeout_does_not_share_an_engine_with_one_without(write
 
 
 def test_links_planted_inside_out_are_never_written_through(tmp_path, write_recipe, base_recipe):
-    path, out, outside = write_recipe(_fake(base_recipe)), tmp_path / "out", tmp_path / "outside.txt"
+    path, out, outside = (
+        write_recipe(_fake(base_recipe)),
+        tmp_path / "out",
+        tmp_path / "outside.txt",
+    )
     outside.write_text("keep me")
     (out / "f").mkdir(parents=True)
     (out / "f" / "engine.log").symlink_to(outside)
     assert user_error(_go(path, "--out", out)) == (
-        "Error: {tmp}/out/f/engine.log: is a symbolic link (to {tmp}/outside.txt): the run would write through it\n"
-        "  hint: remove the link (rm '{tmp}/out/f/engine.log') and rerun; the run writes its own file there\n"
+        "Error: {tmp}/out/f/engine.log: is a symbolic link (to {tmp}/outside.txt): the run would "
+        "write through it\n  hint: remove the link (rm '{tmp}/out/f/engine.log') and rerun; the "
+        "run writes its own file there\n"
     )
     (out / "f" / "engine.log").unlink()
-    (out / "time.png").symlink_to(outside)  # a chart: replaced by the run's own file, not written through
+    # a chart: replaced by the run's own file, not written through
+    (out / "time.png").symlink_to(outside)
     assert _go(path, "--out", out).exit_code == 0
     assert outside.read_text() == "keep me" and not (out / "time.png").is_symlink()
     (out / "time.png").unlink()
@@ -155,18 +190,22 @@ def test_a_large_study_raises_the_open_files_limit_for_its_locks(monkeypatch):
     go._room_for_locks(1000)
     assert set_to == [(1256, 4096)]
     monkeypatch.setattr(resource, "getrlimit", lambda _: (256, 512))
-    with pytest.raises(Exception, match="1000 recipes hold 1000 lock files open, and this shell allows 512"):
+    with pytest.raises(
+        Exception, match="1000 recipes hold 1000 lock files open, and this shell allows 512"
+    ):
         go._room_for_locks(1000)
 
 
-# --------------------------------------------------------------------------- 12, 13: one-screen errors, not tracebacks
+# --------------------------------------------------------------------------- 12, 13: one-screen
+# errors, not tracebacks
 
 
 def test_a_control_character_in_a_recipe_is_named_with_its_place(write_recipe):
     path = write_recipe('name: f\ndescription: "\x1b[31mred\x1b[0m"\n')
     assert user_error(CliRunner().invoke(cli, ["check", str(path)])) == (
-        "Error: {tmp}/recipe.yaml:2: a control character (0x1b) at column 15: YAML allows none there\n"
-        "  hint: delete it (text pasted from a colored terminal carries them; `cat -v FILE` shows them as ^[)\n"
+        "Error: {tmp}/recipe.yaml:2: a control character (0x1b) at column 15: YAML allows none "
+        "there\n  hint: delete it (text pasted from a colored terminal carries them; `cat -v FILE` "
+        "shows them as ^[)\n"
     )
 
 
@@ -178,7 +217,9 @@ def _model_folder(tmp_path, config: dict | None, tokenizer: bool = True):
 
     src, dst = Path(ensure_builtin("builtin:demo")), tmp_path / "m"
     dst.mkdir()
-    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja") if tokenizer else ():
+    for f in (
+        ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja") if tokenizer else ()
+    ):
         shutil.copy(src / f, dst / f)
     if config is not None:
         (dst / "config.json").write_text(json.dumps(config))
@@ -188,8 +229,14 @@ def _model_folder(tmp_path, config: dict | None, tokenizer: bool = True):
 @pytest.mark.parametrize(
     "change, says",
     [
-        ({"num_hidden_layers": 0}, "config.json's num_hidden_layers is 0: a whole number from 1 to 10,000 is expected"),
-        ({"hidden_size": "big"}, "config.json's hidden_size is 'big': a whole number from 1 to 1,048,576 is expected"),
+        (
+            {"num_hidden_layers": 0},
+            "config.json's num_hidden_layers is 0: a whole number from 1 to 10,000 is expected",
+        ),
+        (
+            {"hidden_size": "big"},
+            "config.json's hidden_size is 'big': a whole number from 1 to 1,048,576 is expected",
+        ),
         (
             {"vocab_size": 10**15},
             "config.json's vocab_size is 1000000000000000: a whole number from 1 to 16,777,216 is",
@@ -204,13 +251,19 @@ def test_plan_on_a_config_with_wrong_types_zeros_or_absurd_sizes_names_the_key(
 
     from runner.engines.builtin import ensure_builtin
 
-    config = {**json.loads((Path(ensure_builtin("builtin:demo")) / "config.json").read_text()), **change}
+    config = {
+        **json.loads((Path(ensure_builtin("builtin:demo")) / "config.json").read_text()),
+        **change,
+    }
     folder = _model_folder(tmp_path, config)
     err = user_error(
-        CliRunner().invoke(cli, ["plan", str(write_recipe({**base_recipe, "model": {"id": str(folder)}}))])
+        CliRunner().invoke(
+            cli, ["plan", str(write_recipe({**base_recipe, "model": {"id": str(folder)}}))]
+        )
     )
     assert (
-        err.startswith(f"Error: {{tmp}}/recipe.yaml: model.id: {says}") and "hint: fix the model's config.json" in err
+        err.startswith(f"Error: {{tmp}}/recipe.yaml: model.id: {says}")
+        and "hint: fix the model's config.json" in err
     )
 
 
@@ -234,10 +287,12 @@ def test_a_folder_without_a_tokenizer_or_without_weights_is_named_by_check_and_p
     assert user_error(CliRunner().invoke(cli, ["check", str(path)])) == no_tok
     path = write_recipe({**base_recipe, "model": {"id": str(folder), "tokenizer": "builtin:demo"}})
     assert user_error(CliRunner().invoke(cli, ["check", str(path)])) == (
-        "Error: {tmp}/recipe.yaml: model.id: {tmp}/m holds no weights (no *.safetensors, *.bin, *.pt, *.pth files)\n"
-        "  hint: point model.id at the folder with the weights, or set model.load_format: dummy for random weights\n"
+        "Error: {tmp}/recipe.yaml: model.id: {tmp}/m holds no weights (no *.safetensors, *.bin, "
+        "*.pt, *.pth files)\n  hint: point model.id at the folder with the weights, or set "
+        "model.load_format: dummy for random weights\n"
     )
-    assert CliRunner().invoke(cli, ["plan", str(path)]).exit_code == 0  # plan reads config.json only
+    # plan reads config.json only
+    assert CliRunner().invoke(cli, ["plan", str(path)]).exit_code == 0
 
 
 def test_report_leaves_out_a_results_json_with_infinity_or_a_wrong_section_and_reports_the_others(
@@ -245,40 +300,56 @@ def test_report_leaves_out_a_results_json_with_infinity_or_a_wrong_section_and_r
 ):
     out = tmp_path / "out"
     for name in ("a", "b", "c"):
-        assert _go(write_recipe(_fake(base_recipe, name), f"{name}.yaml"), "--out", out).exit_code == 0
-    a, b = json.loads((out / "a" / "results.json").read_text()), json.loads((out / "b" / "results.json").read_text())
+        assert (
+            _go(write_recipe(_fake(base_recipe, name), f"{name}.yaml"), "--out", out).exit_code == 0
+        )
+    a, b = (
+        json.loads((out / "a" / "results.json").read_text()),
+        json.loads((out / "b" / "results.json").read_text()),
+    )
     a["timings"]["generate_s"] = float("inf")
     b["recipe"] = "oops"
     (out / "a" / "results.json").write_text(json.dumps(a))
     (out / "b" / "results.json").write_text(json.dumps(b))
     r = CliRunner().invoke(cli, ["report", str(out)])
     assert r.exit_code == 0 and "summary: " in r.output and "(1 recipes)" in r.output
-    assert "left out: " in r.stderr and "a/results.json: not a valid results.json (holds Infinity" in r.stderr
     assert (
-        "b/results.json: not a valid results.json (1 problem(s); first: recipe: Input should be an object)" in r.stderr
+        "left out: " in r.stderr
+        and "a/results.json: not a valid results.json (holds Infinity" in r.stderr
+    )
+    assert (
+        "b/results.json: not a valid results.json (1 problem(s); first: recipe: Input should be an "
+        "object)" in r.stderr
     )
     assert "no results.json in" not in r.output
 
 
-def test_a_model_path_that_maps_no_recipe_is_refused_with_the_id_it_likely_meant(write_recipe, base_recipe, tmp_path):
+def test_a_model_path_that_maps_no_recipe_is_refused_with_the_id_it_likely_meant(
+    write_recipe, base_recipe, tmp_path
+):
     path = write_recipe({**base_recipe, "model": {"id": "Org/Model-7B"}})
     args = ["--model-path", f"org/model-7b={tmp_path}", "--no-tokens"]
     assert user_error(CliRunner().invoke(cli, ["check", str(path), *args])).endswith(
-        "Error: --model-path: org/model-7b=...: no recipe here names 'org/model-7b' (model.id or model.tokenizer)\n"
-        "  hint: did you mean 'Org/Model-7B'? (hub ids match exactly, case included)\n"
+        "Error: --model-path: org/model-7b=...: no recipe here names 'org/model-7b' (model.id or "
+        "model.tokenizer)\n  hint: did you mean 'Org/Model-7B'? (hub ids match exactly, case "
+        "included)\n"
     )
-    assert "no recipe here names 'org/model-7b'" in user_error(_go(path, "--out", tmp_path / "out", *args[:2]))
+    assert "no recipe here names 'org/model-7b'" in user_error(
+        _go(path, "--out", tmp_path / "out", *args[:2])
+    )
 
 
-def test_a_serving_recipe_without_a_tokenizer_is_refused_before_it_runs(write_recipe, base_recipe, tmp_path):
+def test_a_serving_recipe_without_a_tokenizer_is_refused_before_it_runs(
+    write_recipe, base_recipe, tmp_path
+):
     load = {"request_rate": [10], "num_requests": 4, "warmup_requests": 1}
     path = write_recipe({**_fake(base_recipe), "load": load})
     expected = (
-        "Error: {tmp}/recipe.yaml: model.id: a serving run (`load`) counts its prompts with the model's tokenizer,"
-        " and no tokenizer for none on this machine: a hub id that is not in the Hugging Face cache (read from local"
-        " files only)\n"
-        "  hint: set model.tokenizer to a local tokenizer folder (the fake engine can use builtin:demo), or map the"
-        " hub id with --model-path ID=PATH\n"
+        "Error: {tmp}/recipe.yaml: model.id: a serving run (`load`) counts its prompts with the "
+        "model's tokenizer, and no tokenizer for none on this machine: a hub id that is not in the "
+        "Hugging Face cache (read from local files only)\n"
+        "  hint: set model.tokenizer to a local tokenizer folder (the fake engine can use "
+        "builtin:demo), or map the hub id with --model-path ID=PATH\n"
     )
     assert user_error(CliRunner().invoke(cli, ["check", str(path), "--no-tokens"])) == expected
     assert user_error(_go(path, "--out", tmp_path / "out")) == expected
@@ -288,7 +359,9 @@ def test_a_serving_recipe_without_a_tokenizer_is_refused_before_it_runs(write_re
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
-def test_ctrl_c_or_sigterm_while_the_datasets_load_exits_130(write_recipe, base_recipe, tmp_path, monkeypatch, how):
+def test_ctrl_c_or_sigterm_while_the_datasets_load_exits_130(
+    write_recipe, base_recipe, tmp_path, monkeypatch, how
+):
     import os
     import signal
 
@@ -302,13 +375,18 @@ def test_ctrl_c_or_sigterm_while_the_datasets_load_exits_130(write_recipe, base_
     monkeypatch.setattr(job, "prepare", interrupted)
     before = signal.getsignal(signal.SIGTERM)
     r = _go(write_recipe(_fake(base_recipe)), "--out", tmp_path / "out")
-    assert r.exit_code == 130 and r.stderr == "interrupted\n" and not (tmp_path / "out" / "f" / "results.json").exists()
+    assert (
+        r.exit_code == 130
+        and r.stderr == "interrupted\n"
+        and not (tmp_path / "out" / "f" / "results.json").exists()
+    )
     assert signal.getsignal(signal.SIGTERM) is before  # put back
 
 
 def test_sigterm_while_ray_starts_is_held_until_it_is_up_then_ends_the_call(monkeypatch):
-    """Interrupted midway, Ray's start left its agents running or exited 15 through Ray's own handler: the signal is
-    held, Ray shut down whole, and the call interrupted (exit 130 upstream); the handlers from before are back."""
+    """Interrupted midway, Ray's start left its agents running or exited 15 through Ray's own
+    handler: the signal is held, Ray shut down whole, and the call interrupted (exit 130 upstream);
+    the handlers from before are back."""
     import os
     import signal
 
@@ -320,7 +398,8 @@ def test_sigterm_while_ray_starts_is_held_until_it_is_up_then_ends_the_call(monk
     before = signal.getsignal(signal.SIGTERM)
 
     def connect(address):
-        os.kill(os.getpid(), signal.SIGTERM)  # arrives while Ray starts: held, not raised inside the start
+        # arrives while Ray starts: held, not raised inside the start
+        os.kill(os.getpid(), signal.SIGTERM)
         shut.append("still starting")
 
     monkeypatch.setattr(cr, "_connect", connect)
@@ -348,21 +427,32 @@ def test_sigterm_cancels_the_abort_alarm_ray_arms():
 
 
 @pytest.mark.slow
-def test_a_failed_quick_run_in_between_does_not_block_taking_the_full_results_back(tmp_path, write_recipe, base_recipe):
-    """Found in review: a quick run that failed left its results.json, so the full run's came back without it and
-    the full run ran again."""
+def test_a_failed_quick_run_in_between_does_not_block_taking_the_full_results_back(
+    tmp_path, write_recipe, base_recipe
+):
+    """Found in review: a quick run that failed left its results.json, so the full run's came back
+    without it and the full run ran again."""
     path, out = write_recipe(_fake(base_recipe)), tmp_path / "out"
     assert _go(path, "--out", out).exit_code == 0
     full = (out / "f" / "results.json").read_bytes()
     quick = ["--limit", "2", "--set", "engine.delay_s=3", "--timeout", "1", "--no-progress"]
-    r = CliRunner().invoke(cli, ["go", str(path), "--out", str(out), *quick])  # a real process: the timeout ends it
-    assert r.exit_code == 1 and json.loads((out / "f" / "results.json").read_text())["status"] == "failed"
+    # a real process: the timeout ends it
+    r = CliRunner().invoke(cli, ["go", str(path), "--out", str(out), *quick])
+    assert (
+        r.exit_code == 1
+        and json.loads((out / "f" / "results.json").read_text())["status"] == "failed"
+    )
     r = _go(path, "--out", out)
-    assert "took f's results of this very run back" in r.output and "skip f: unchanged since" in r.output
+    assert (
+        "took f's results of this very run back" in r.output
+        and "skip f: unchanged since" in r.output
+    )
     assert (out / "f" / "results.json").read_bytes() == full
 
 
-def test_a_corrupt_compressed_samples_file_is_named_not_a_traceback(tmp_path, write_recipe, base_recipe):
+def test_a_corrupt_compressed_samples_file_is_named_not_a_traceback(
+    tmp_path, write_recipe, base_recipe
+):
     path, out = write_recipe(_fake(base_recipe)), tmp_path / "out"
     assert _go(path, "--out", out).exit_code == 0
     (out / "f" / "samples.jsonl").unlink()

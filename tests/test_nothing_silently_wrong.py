@@ -1,4 +1,5 @@
-"""Inputs that used to pass and produce wrong, garbage or unsafe results: each is refused or handled now."""
+"""Inputs that used to pass and produce wrong, garbage or unsafe results: each is refused or handled
+now."""
 
 import json
 import os
@@ -22,14 +23,23 @@ def _go(*args):
 
 
 def _fake(base_recipe, **engine):
-    """The fake engine with no tokenizer (whitespace tokens): no model library is imported, so it is fast."""
-    return {**base_recipe, "model": {"id": "none"}, "engine": {"kind": "fake", "reply": "{{ answers[0] }}", **engine}}
+    """The fake engine with no tokenizer (whitespace tokens): no model library is imported, so it is
+    fast."""
+    return {
+        **base_recipe,
+        "model": {"id": "none"},
+        "engine": {"kind": "fake", "reply": "{{ answers[0] }}", **engine},
+    }
 
 
 @pytest.mark.parametrize(
     "key,value,needle",
     [
-        ("sampling.stop", [""], "line 17, sampling.stop.0: String should have at least 1 character (got '')"),
+        (
+            "sampling.stop",
+            [""],
+            "line 17, sampling.stop.0: String should have at least 1 character (got '')",
+        ),
         (
             "sampling.temperature",
             float("inf"),
@@ -43,7 +53,10 @@ def _fake(base_recipe, **engine):
         (
             "sampling.max_tokens",
             10**300,
-            "line 15, sampling.max_tokens: Input should be less than or equal to 1048576 (got " + "1" + "0" * 59 + ")",
+            "line 15, sampling.max_tokens: Input should be less than or equal to 1048576 (got "
+            + "1"
+            + "0" * 59
+            + ")",
         ),
         (
             "sampling.seed",
@@ -51,16 +64,27 @@ def _fake(base_recipe, **engine):
             "line 16, sampling.seed: Input should be less than or equal to 9223372036854775807 "
             "(got 18446744073709551616)",
         ),
-        ("sampling.seed", -1, "line 16, sampling.seed: Input should be greater than or equal to 0 (got -1)"),
-        ("timeout_s", 10**12, "line 19, timeout_s: Input should be less than or equal to 2592000 (got 1000000000000)"),
+        (
+            "sampling.seed",
+            -1,
+            "line 16, sampling.seed: Input should be greater than or equal to 0 (got -1)",
+        ),
+        (
+            "timeout_s",
+            10**12,
+            "line 19, timeout_s: Input should be less than or equal to 2592000 (got 1000000000000)",
+        ),
         (
             "dataset.limit",
             10**20,
-            "line 10, dataset.limit: Input should be less than or equal to 100000000 (got 100000000000000000000)",
+            "line 10, dataset.limit: Input should be less than or equal to 100000000 (got "
+            "100000000000000000000)",
         ),
     ],
 )
-def test_values_that_would_empty_or_garble_outputs_are_refused(write_recipe, base_recipe, key, value, needle):
+def test_values_that_would_empty_or_garble_outputs_are_refused(
+    write_recipe, base_recipe, key, value, needle
+):
     d = json.loads(json.dumps(base_recipe))
     *path, last = key.split(".")
     cur = d
@@ -110,12 +134,18 @@ def test_a_second_writer_of_the_same_folder_is_refused(write_recipe, base_recipe
     finally:
         held.release()
     assert user_error(r) == (
-        "Error: {tmp}/out/t: another `runner go` is writing this recipe's folder right now; wait for it "
-        "to finish, or use another --out\n"
+        "Error: {tmp}/out/t: another `runner go` is writing this recipe's folder right now; wait "
+        "for it to finish, or use another --out\n"
     )
     assert f"{out / 't'}: another `runner go` is writing this recipe's folder right now" in r.output
-    assert not (out / "t" / "results.json").exists() and not (out / "t" / "samples.partial.jsonl").exists()
-    assert _go(write_recipe(_fake(base_recipe)), "--out", out, "--set", "dataset.limit=2").exit_code == 0
+    assert (
+        not (out / "t" / "results.json").exists()
+        and not (out / "t" / "samples.partial.jsonl").exists()
+    )
+    assert (
+        _go(write_recipe(_fake(base_recipe)), "--out", out, "--set", "dataset.limit=2").exit_code
+        == 0
+    )
 
 
 @pytest.mark.parametrize("name", ["../../x", "../escape", "a/b", ".hidden", "summary.md"])
@@ -123,9 +153,13 @@ def test_report_never_writes_outside_out_for_a_name_read_from_disk(tmp_path, nam
     out = tmp_path / "deep" / "out"
     d = out / "run"
     d.mkdir(parents=True)
-    (d / "results.json").write_text(json.dumps({"name": name, "recipe": a_recipe(), "status": "ok"}))
+    (d / "results.json").write_text(
+        json.dumps({"name": name, "recipe": a_recipe(), "status": "ok"})
+    )
     r = CliRunner().invoke(cli, ["report", str(out)])
-    rules = "letters, digits, `._-`, at most 100 characters, not starting with `.` or `-`, not one of "
+    rules = (
+        "letters, digits, `._-`, at most 100 characters, not starting with `.` or `-`, not one of "
+    )
     rules += "accuracy_vs_time.png, memory.png, summary.md, time.png"
     why = f"name: {name!r} is not a valid run name ({rules})"
     assert user_error(r) == f"Error: {{tmp}}/deep/out/run/results.json: {why}\n"
@@ -135,7 +169,9 @@ def test_report_never_writes_outside_out_for_a_name_read_from_disk(tmp_path, nam
 def test_report_refuses_a_results_json_that_names_another_folder(tmp_path):
     d = tmp_path / "run"
     d.mkdir()
-    (d / "results.json").write_text(json.dumps({"name": "other", "recipe": a_recipe("other"), "status": "ok"}))
+    (d / "results.json").write_text(
+        json.dumps({"name": "other", "recipe": a_recipe("other"), "status": "ok"})
+    )
     r = CliRunner().invoke(cli, ["report", str(tmp_path)])
     assert user_error(r) == (
         "Error: {tmp}/run/results.json: name: names the run 'other' but lies in the folder 'run'\n"
@@ -149,11 +185,18 @@ def test_report_refuses_a_results_json_that_names_another_folder(tmp_path):
     [
         (
             b"\xff\xfe not utf-8",
-            "not a valid results.json (1 problem(s); first: (top level): Invalid JSON: expected value at line 1 "
-            "column 1)",
+            "not a valid results.json (1 problem(s); first: (top level): Invalid JSON: expected "
+            "value at line 1 column 1)",
         ),
-        (b'{"name": "run"}', "not a valid results.json (2 problem(s); first: recipe: Field required)"),
-        (b"[1, 2]", "not a valid results.json (1 problem(s); first: (top level): Input should be an object)"),
+        (
+            b'{"name": "run"}',
+            "not a valid results.json (2 problem(s); first: recipe: Field required)",
+        ),
+        (
+            b"[1, 2]",
+            "not a valid results.json (1 problem(s); first: (top level): Input should be an "
+            "object)",
+        ),
         (None, "is not a file"),
     ],
 )
@@ -165,7 +208,11 @@ def test_report_on_broken_results_is_one_screen(tmp_path, content, needle):
     else:
         (d / "results.json").write_bytes(content)
     r = CliRunner().invoke(cli, ["report", str(tmp_path)])
-    hint = "remove it, or rerun that recipe" if content is None else "rerun that recipe, or remove its folder"
+    hint = (
+        "remove it, or rerun that recipe"
+        if content is None
+        else "rerun that recipe, or remove its folder"
+    )
     assert user_error(r) == f"Error: {{tmp}}/run/results.json: {needle}\n  hint: {hint}\n"
 
 
@@ -174,7 +221,9 @@ def test_report_on_broken_samples_names_the_file_and_line(tmp_path):
 
     d = tmp_path / "run"
     d.mkdir()
-    (d / "results.json").write_text(RunResult(name="run", recipe=a_recipe(), status="ok").model_dump_json())
+    (d / "results.json").write_text(
+        RunResult(name="run", recipe=a_recipe(), status="ok").model_dump_json()
+    )
     (d / "samples.jsonl").write_text('{"id": "a", "output": "x"}\n{"oops": 1}\n')
     r = CliRunner().invoke(cli, ["report", str(tmp_path)])
     assert user_error(r) == (
@@ -184,8 +233,8 @@ def test_report_on_broken_samples_names_the_file_and_line(tmp_path):
     (d / "samples.jsonl").write_bytes(b'{"id": "a", "output": "\xff"}\n')
     r = CliRunner().invoke(cli, ["report", str(tmp_path)])
     assert user_error(r) == (
-        "Error: {tmp}/run/samples.jsonl: cannot read the samples (UnicodeDecodeError: 'utf-8' codec "
-        "can't decode byte 0xff in position 23: invalid start byte)\n"
+        "Error: {tmp}/run/samples.jsonl: cannot read the samples (UnicodeDecodeError: 'utf-8' "
+        "codec can't decode byte 0xff in position 23: invalid start byte)\n"
         "  hint: delete the file and rerun the recipe (runner go ... --force)\n"
     )
 
@@ -210,7 +259,9 @@ def test_read_only_out_is_bad_input(write_recipe, base_recipe, tmp_path):
     )
 
 
-def test_read_only_out_is_detected_without_relying_on_permissions(write_recipe, base_recipe, tmp_path, monkeypatch):
+def test_read_only_out_is_detected_without_relying_on_permissions(
+    write_recipe, base_recipe, tmp_path, monkeypatch
+):
     import runner.orchestrate as go
 
     monkeypatch.setattr(go.os, "access", lambda *a, **k: False)
@@ -235,16 +286,21 @@ def test_a_run_leaves_no_temporary_files(write_recipe, base_recipe, tmp_path, mo
 
 @pytest.mark.skipif(not STORIES.exists(), reason="../shared/models/stories260K absent")
 def test_chat_template_on_a_tokenizer_without_one_is_bad_input(write_recipe, base_recipe):
-    d = {**base_recipe, "model": {"id": str(STORIES)}, "prompt": {**base_recipe["prompt"], "chat_template": True}}
+    d = {
+        **base_recipe,
+        "model": {"id": str(STORIES)},
+        "prompt": {**base_recipe["prompt"], "chat_template": True},
+    }
     r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
     assert user_error(r) == (
-        "Error: {tmp}/recipe.yaml: prompt.chat_template: chat_template is true but the tokenizer in "
-        "{shared}/models/stories260K has no chat template\n"
-        "  hint: set prompt.chat_template: false (plain text prompts), or use a tokenizer with a chat "
-        "template\n"
+        "Error: {tmp}/recipe.yaml: prompt.chat_template: chat_template is true but the tokenizer "
+        "in {shared}/models/stories260K has no chat template\n"
+        "  hint: set prompt.chat_template: false (plain text prompts), or use a tokenizer with a "
+        "chat template\n"
     )
     assert (
-        f"prompt.chat_template: chat_template is true but the tokenizer in {STORIES} has no chat template" in r.output
+        f"prompt.chat_template: chat_template is true but the tokenizer in {STORIES} has no chat "
+        "template" in r.output
     )
 
 
@@ -256,24 +312,30 @@ def test_device_cuda_without_a_gpu_is_bad_input(write_recipe, base_recipe):
     d = {**base_recipe, "engine": {"kind": "transformers", "device": "cuda"}}
     r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
     assert user_error(r) == (
-        "Error: {tmp}/recipe.yaml: engine.device: device is cuda but this machine has no NVIDIA GPU\n"
-        "  hint: use `device: auto` (cuda when there is one, else cpu) or `device: cpu`\n"
+        "Error: {tmp}/recipe.yaml: engine.device: device is cuda but this machine has no NVIDIA "
+        "GPU\n  hint: use `device: auto` (cuda when there is one, else cpu) or `device: cpu`\n"
     )
 
 
 @pytest.mark.skipif(not STORIES.exists(), reason="../shared/models/stories260K absent")
-def test_prompts_longer_than_the_context_are_refused_naming_the_example(write_recipe, base_recipe, tmp_path):
+def test_prompts_longer_than_the_context_are_refused_naming_the_example(
+    write_recipe, base_recipe, tmp_path
+):
     pytest.importorskip("transformers")
     # stories260K: a 512-token context; the demo's passages are a few hundred characters
     d = {**base_recipe, "model": {"id": str(STORIES)}, "sampling": {"max_tokens": 480}}
     r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
     assert user_error(r) == (
-        "Error: {tmp}/recipe.yaml: prompt: 36 prompt(s) do not fit the model's context of 512 tokens "
-        "with max_tokens 480: example demo-0001, demo-0002, demo-0003, demo-0004, demo-0005 and 31 more\n"
-        "  hint: shorten the template or shots, lower sampling.max_tokens, use a model with a longer context, "
-        "or set prompt.truncate: true to cut such prompts from the left\n"
+        "Error: {tmp}/recipe.yaml: prompt: 36 prompt(s) do not fit the model's context of 512 "
+        "tokens with max_tokens 480: example demo-0001, demo-0002, demo-0003, demo-0004, demo-0005 "
+        "and 31 more\n  hint: shorten the template or shots, lower sampling.max_tokens, use a "
+        "model with a longer context, or set prompt.truncate: true to cut such prompts from the "
+        "left\n"
     )  # the transformers engine has no max_model_len: its context is the model's
-    assert "do not fit the model's context of 512 tokens with max_tokens 480: example demo-" in r.output
+    assert (
+        "do not fit the model's context of 512 tokens with max_tokens 480: example demo-"
+        in r.output
+    )
     assert "prompt.truncate: true" in r.output
     d["prompt"] = {**d["prompt"], "truncate": True}
     assert CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"]).exit_code == 0
@@ -321,7 +383,15 @@ def test_disk_full_while_writing_is_one_screen_and_keeps_finished_samples(
     monkeypatch.setattr(files.os, "fsync", fsync)
     out = tmp_path / "out"
     r = CliRunner().invoke(
-        cli, ["go", str(write_recipe(_fake(base_recipe))), "--out", str(out), "--no-progress", "--in-process"]
+        cli,
+        [
+            "go",
+            str(write_recipe(_fake(base_recipe))),
+            "--out",
+            str(out),
+            "--no-progress",
+            "--in-process",
+        ],
     )
     assert user_error(r) == (
         "[1] t (fake, none)\n"
@@ -331,7 +401,8 @@ def test_disk_full_while_writing_is_one_screen_and_keeps_finished_samples(
     )
     assert "cannot write it: No space left on device" in r.output and "Traceback" not in r.output
     assert "the same command continues from them" in r.output
-    assert (out / "t" / "samples.partial.jsonl").read_text().count("\n") >= 2  # key line + samples kept
+    # key line + samples kept
+    assert (out / "t" / "samples.partial.jsonl").read_text().count("\n") >= 2
 
 
 def test_a_damaged_builtin_model_cache_is_rebuilt(tmp_path, monkeypatch):
@@ -342,12 +413,17 @@ def test_a_damaged_builtin_model_cache_is_rebuilt(tmp_path, monkeypatch):
     folder = Path(builtin.ensure_builtin("builtin:demo"))
     (folder / "config.json").write_text("{ not json")  # a disk error, a killed copy
     again = Path(builtin.ensure_builtin("builtin:demo"))
-    assert again == folder and json.loads((folder / "config.json").read_text())["model_type"] == "qwen2"
+    assert (
+        again == folder
+        and json.loads((folder / "config.json").read_text())["model_type"] == "qwen2"
+    )
 
 
-def test_the_first_check_on_a_new_machine_prints_no_progress_bar(tmp_path, monkeypatch, write_recipe, base_recipe):
-    """Building the embedded model into an empty cache is quiet: `runner check`'s output starts with its verdict
-    (transformers 5.25 draws a bar while it writes the one weight file)."""
+def test_the_first_check_on_a_new_machine_prints_no_progress_bar(
+    tmp_path, monkeypatch, write_recipe, base_recipe
+):
+    """Building the embedded model into an empty cache is quiet: `runner check`'s output starts with
+    its verdict (transformers 5.25 draws a bar while it writes the one weight file)."""
     pytest.importorskip("transformers")
     monkeypatch.setenv("RUNNER_CACHE", str(tmp_path / "cache"))
     path = write_recipe({**base_recipe, "engine": {"kind": "transformers", "device": "cpu"}})
@@ -356,17 +432,23 @@ def test_the_first_check_on_a_new_machine_prints_no_progress_bar(tmp_path, monke
     assert (tmp_path / "cache").exists()  # it did build there
 
 
-def test_a_fake_reply_that_would_compute_without_bound_is_refused_in_seconds(write_recipe, base_recipe, tmp_path):
-    """The fake engine's reply is a template too: it compiles and renders in the prompts' bounded sandbox,
-    so `{{ 10**(10**8) }}` neither hangs validation (constant folding) nor the run."""
+def test_a_fake_reply_that_would_compute_without_bound_is_refused_in_seconds(
+    write_recipe, base_recipe, tmp_path
+):
+    """The fake engine's reply is a template too: it compiles and renders in the prompts' bounded
+    sandbox, so `{{ 10**(10**8) }}` neither hangs validation (constant folding) nor the run."""
     import time
 
     d = _fake(base_recipe)
     d["engine"]["reply"] = "{{ 10**(10**8) }}"
     path = write_recipe(d)
     t0 = time.perf_counter()
-    r = CliRunner().invoke(cli, ["check", str(path), "--no-tokens"])  # rendered for every example before a run
-    assert r.exit_code == 2 and "reply (example 'demo-0001'): `**` would give a number of about" in r.output
+    # rendered for every example before a run
+    r = CliRunner().invoke(cli, ["check", str(path), "--no-tokens"])
+    assert (
+        r.exit_code == 2
+        and "reply (example 'demo-0001'): `**` would give a number of about" in r.output
+    )
     r = _go(path, "--out", tmp_path / "o", "--in-process", "--set", "dataset.limit=1")
     assert time.perf_counter() - t0 < 30
     assert r.exit_code == 2 and not (tmp_path / "o" / "t" / "results.json").exists(), r.output

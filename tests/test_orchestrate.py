@@ -1,5 +1,5 @@
-"""runner/orchestrate.py: one call's orchestration without click; its messages go to `say`, Ctrl-C is `Interrupted`,
-and what the wings add comes in from the caller."""
+"""runner/orchestrate.py: one call's orchestration without click; its messages go to `say`, Ctrl-C
+is `Interrupted`, and what the wings add comes in from the caller."""
 
 from __future__ import annotations
 
@@ -31,38 +31,68 @@ def test_the_orchestrator_imports_no_click_and_no_wing():
     tree = ast.parse(Path(runner.__file__).with_name("orchestrate.py").read_text())
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    wings = ("runner.cli", "runner.plan", "runner.serve", "runner.cluster", "runner.study", "runner.tune")
+    wings = (
+        "runner.cli",
+        "runner.plan",
+        "runner.serve",
+        "runner.cluster",
+        "runner.study",
+        "runner.tune",
+    )
     assert "click" not in names and not [m for m in names if m.startswith(wings)]
 
 
 def test_messages_go_to_say_as_text_and_stream(write_recipe, base_recipe, tmp_path):
     said: list[tuple[str, bool]] = []
     lr, out = runner.load_recipe(write_recipe(_fake(base_recipe))), tmp_path / "out"
-    [res] = run_loaded([lr], _opts(out), Executor(in_process=True), say=lambda text, err: said.append((text, err)))
-    assert res.status == "ok" and (out / "t" / "report.md").is_file() and (out / "summary.md").is_file()
+    [res] = run_loaded(
+        [lr], _opts(out), Executor(in_process=True), say=lambda text, err: said.append((text, err))
+    )
+    assert (
+        res.status == "ok"
+        and (out / "t" / "report.md").is_file()
+        and (out / "summary.md").is_file()
+    )
     assert said[0] == ("[1] t (fake, none)", True)
     assert said[1][0].startswith("ok t: 3 examples; generation ") and said[1][1] is False
     assert said[-1] == (f"summary: {out / 'summary.md'}", False)
     said.clear()
-    [again] = run_loaded([lr], _opts(out), Executor(in_process=True), say=lambda text, err: said.append((text, err)))
+    [again] = run_loaded(
+        [lr], _opts(out), Executor(in_process=True), say=lambda text, err: said.append((text, err))
+    )
     assert again.finished_at == res.finished_at
-    assert said[0] == (f"skip t: unchanged since {res.finished_at} (results complete; --force reruns)", False)
+    assert said[0] == (
+        f"skip t: unchanged since {res.finished_at} (results complete; --force reruns)",
+        False,
+    )
 
 
 def test_ctrl_c_writes_the_summary_of_what_finished_then_raises_interrupted(
     write_recipe, base_recipe, tmp_path, ctrl_c_in_the_second_generation
 ):
-    path = write_recipe({**_fake(base_recipe, "s"), "matrix": {"sampling.max_tokens": {"a": 16, "b": 8}}})
+    path = write_recipe(
+        {**_fake(base_recipe, "s"), "matrix": {"sampling.max_tokens": {"a": 16, "b": 8}}}
+    )
     said: list[tuple[str, bool]] = []
     out = tmp_path / "out"
     with pytest.raises(Interrupted) as e:
-        run_loaded(runner.load_recipes(path), _opts(out), Executor(in_process=True), say=lambda *m: said.append(m))
+        run_loaded(
+            runner.load_recipes(path),
+            _opts(out),
+            Executor(in_process=True),
+            say=lambda *m: said.append(m),
+        )
     assert (e.value.finished, e.value.total) == (1, 2) and isinstance(e.value, KeyboardInterrupt)
     assert (f"summary: {out / 'summary.md'}", True) in said and (out / "summary.md").is_file()
 
 
-def test_a_route_the_caller_left_out_is_refused_before_anything_runs(write_recipe, base_recipe, tmp_path):
-    d = {**_fake(base_recipe, "srv"), "load": {"request_rate": [2], "num_requests": 4, "warmup_requests": 0}}
+def test_a_route_the_caller_left_out_is_refused_before_anything_runs(
+    write_recipe, base_recipe, tmp_path
+):
+    d = {
+        **_fake(base_recipe, "srv"),
+        "load": {"request_rate": [2], "num_requests": 4, "warmup_requests": 0},
+    }
     lr, out = runner.load_recipe(write_recipe(d)), tmp_path / "out"
     with pytest.raises(RunnerError) as e:
         run_loaded([lr], _opts(out, None), Executor(in_process=True), wings=NO_WINGS)

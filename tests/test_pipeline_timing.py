@@ -18,8 +18,12 @@ def _messages(n=12):
     from runner.inputs.prompts import PromptBuilder
     from runner.recipe import DatasetSpec, PromptSpec
 
-    exs = load_examples(DatasetSpec(format="squad", path=str(ROOT / "runner/demo/demo-ja.json"), limit=n), ROOT)
-    b = PromptBuilder(PromptSpec(template="jsquad.j2", system_template="jsquad-system-oneshot.j2"), ROOT)
+    exs = load_examples(
+        DatasetSpec(format="squad", path=str(ROOT / "runner/demo/demo-ja.json"), limit=n), ROOT
+    )
+    b = PromptBuilder(
+        PromptSpec(template="jsquad.j2", system_template="jsquad-system-oneshot.j2"), ROOT
+    )
     return [b.messages(e) for e in exs]
 
 
@@ -36,7 +40,9 @@ def test_batch_encode_gives_each_prompts_own_ids(chat):
     texts, ids = encode_prompts(tok, msgs, chat)
     for m, t, i in zip(msgs, texts, ids):
         want_text = (
-            tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False) if chat else messages_to_text(m)
+            tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
+            if chat
+            else messages_to_text(m)
         )
         assert t == want_text
         assert i == tok(t, add_special_tokens=not chat)["input_ids"]
@@ -90,10 +96,14 @@ def test_generation_time_ends_when_the_last_output_is_back(tmp_path):
     shared.engine = _SlowScoringEngine(0.3, 1.5)
     [res] = run_rounds(Job(units=(unit,), options=opts), shared)
     assert res.status == "ok", res.error
-    assert 0.3 <= res.timings.generate_s < 1.0  # the engine's 1.5 s of work after the outputs is not generation
+    # the engine's 1.5 s of work after the outputs is not generation
+    assert 0.3 <= res.timings.generate_s < 1.0
     assert res.timings.total_s >= 1.8  # ... but it is in the total
-    samples = [json.loads(x) for x in (tmp_path / "demo" / "samples.jsonl").read_text().splitlines()]
-    assert [s["prompt"] for s in samples] == ["p0", "p1", "p2", "p3"]  # the engine's own prompt texts
+    samples = [
+        json.loads(x) for x in (tmp_path / "demo" / "samples.jsonl").read_text().splitlines()
+    ]
+    # the engine's own prompt texts
+    assert [s["prompt"] for s in samples] == ["p0", "p1", "p2", "p3"]
 
 
 def _fake_recipe(write_recipe, base_recipe, **engine):
@@ -118,9 +128,14 @@ def test_isolated_run_uses_the_examples_the_parent_prepared(tmp_path, write_reci
     pick = [1, 3]  # a selection the worker could not come up with by loading the dataset itself
     p = unit.prepared
     chosen = dataclasses.replace(
-        p, examples=tuple(p.examples[i] for i in pick), messages=tuple(p.messages[i] for i in pick), n_target=2
+        p,
+        examples=tuple(p.examples[i] for i in pick),
+        messages=tuple(p.messages[i] for i in pick),
+        n_target=2,
     )
-    [res] = run_isolated(Job(units=(Unit(loaded=unit.loaded, prepared=chosen, run_key=unit.run_key),), options=opts))
+    [res] = run_isolated(
+        Job(units=(Unit(loaded=unit.loaded, prepared=chosen, run_key=unit.run_key),), options=opts)
+    )
     assert res.status == "ok", res.error
     lines = (tmp_path / "out" / "fake" / "samples.jsonl").read_text().splitlines()
     assert [json.loads(x)["id"] for x in lines] == [p.examples[i].id for i in pick]
@@ -146,19 +161,27 @@ def test_a_recipe_whose_process_cannot_start_fails_alone_and_leaves_no_temp_file
     monkeypatch.setattr(iso.subprocess, "Popen", no_process)
     [res] = iso.run_isolated(Job(units=(unit,), options=opts))
     assert res.status == "failed"
-    assert res.error == "could not start the recipe's process: OSError: [Errno 24] Too many open files"
-    assert json.loads((tmp_path / "out" / "fake" / "results.json").read_text())["status"] == "failed"
+    assert (
+        res.error == "could not start the recipe's process: OSError: [Errno 24] Too many open files"
+    )
+    assert (
+        json.loads((tmp_path / "out" / "fake" / "results.json").read_text())["status"] == "failed"
+    )
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
-def test_input_hashes_taken_at_check_time_are_the_ones_recorded(tmp_path, write_recipe, base_recipe):
+def test_input_hashes_taken_at_check_time_are_the_ones_recorded(
+    tmp_path, write_recipe, base_recipe
+):
     import dataclasses
 
     from runner.run.job import Job
     from runner.run.loop import run_job
 
     unit, opts = _unit(_fake_recipe(write_recipe, base_recipe), tmp_path, limit=2)
-    unit = dataclasses.replace(unit, prepared=dataclasses.replace(unit.prepared, inputs={"dataset:x.json": "0" * 16}))
+    unit = dataclasses.replace(
+        unit, prepared=dataclasses.replace(unit.prepared, inputs={"dataset:x.json": "0" * 16})
+    )
     [res] = run_job(Job(units=(unit,), options=opts))
     assert res.status == "ok", res.error
     assert res.environment["inputs"] == {"dataset:x.json": "0" * 16}

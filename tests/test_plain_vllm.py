@@ -1,5 +1,5 @@
-"""benchmarks/plain_vllm.py runs a plain-vLLM child in a process group of its own and kills the whole group
-afterwards (a vLLM engine core can outlive its parent and hold the GPU)."""
+"""benchmarks/plain_vllm.py runs a plain-vLLM child in a process group of its own and kills the
+whole group afterwards (a vLLM engine core can outlive its parent and hold the GPU)."""
 
 import importlib.util
 import os
@@ -34,7 +34,9 @@ def _alive(pid: int) -> bool:
 
 def test_run_isolated_returns_status_and_kills_what_the_child_left(tmp_path):
     pid_file = tmp_path / "grandchild.pid"
-    rc, wall = plain.run_isolated([sys.executable, "-c", CHILD, str(pid_file)], tmp_path / "child.log")
+    rc, wall = plain.run_isolated(
+        [sys.executable, "-c", CHILD, str(pid_file)], tmp_path / "child.log"
+    )
     assert rc == 3 and 0 < wall < 30
     assert "child done" in (tmp_path / "child.log").read_text()
     grandchild = int(pid_file.read_text())

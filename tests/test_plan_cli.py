@@ -43,7 +43,8 @@ def test_plan_markdown_and_unknown_gpu(write_recipe, base_recipe):
 @pytest.mark.slow
 @pytest.mark.skipif(not (SHARED / "data").exists(), reason="../shared absent")
 def test_plan_counts_the_context_first_jsquad_cache_hits_exactly():
-    """The H200 measured 538,736 (question first) and 999,824 (context first) cached prompt tokens."""
+    """The H200 measured 538,736 (question first) and 999,824 (context first) cached prompt
+    tokens."""
     pytest.importorskip("transformers")
     root = Path(__file__).resolve().parents[1]
     args = [
@@ -62,7 +63,10 @@ def test_plan_counts_the_context_first_jsquad_cache_hits_exactly():
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
     got = {p["name"]: p["cached_prompt_tokens"] for p in json.loads(r.output)["recipes"]}
-    assert got["jsquad-vllm-oneshot-cache"] == 538_736 and got["jsquad-vllm-oneshot-cache-ctxfirst"] == 999_824
+    assert (
+        got["jsquad-vllm-oneshot-cache"] == 538_736
+        and got["jsquad-vllm-oneshot-cache-ctxfirst"] == 999_824
+    )
 
 
 def _run(**plan):
@@ -80,10 +84,20 @@ def _run(**plan):
 def test_predictions_within_tolerance_show_no_warning():
     md = "\n".join(
         predicted_vs_measured(
-            _run(cached_prompt_tokens=501, weights_gib=10.4, kv_capacity_tokens=1090, floor_s=5.0, bound="compute")
+            _run(
+                cached_prompt_tokens=501,
+                weights_gib=10.4,
+                kv_capacity_tokens=1090,
+                floor_s=5.0,
+                bound="compute",
+            )
         )
     )
-    assert re.search(r"\| cached prompt tokens +\| 501 ", md) and "+0.20%" in md and "roofline 50%" in md
+    assert (
+        re.search(r"\| cached prompt tokens +\| 501 ", md)
+        and "+0.20%" in md
+        and "roofline 50%" in md
+    )
     assert "Warning" not in md
     assert roofline(_run(floor_s=5.0)) == 0.5
 
@@ -91,7 +105,13 @@ def test_predictions_within_tolerance_show_no_warning():
 def test_predictions_beyond_tolerance_and_a_floor_above_the_measurement_are_warned():
     md = "\n".join(
         predicted_vs_measured(
-            _run(cached_prompt_tokens=520, weights_gib=11.0, kv_capacity_tokens=1200, floor_s=12.0, bound="memory")
+            _run(
+                cached_prompt_tokens=520,
+                weights_gib=11.0,
+                kv_capacity_tokens=1200,
+                floor_s=12.0,
+                bound="memory",
+            )
         )
     )
     assert "predicted cached prompt tokens off by +4.0% (tolerance ±0.5%)" in md
@@ -105,7 +125,9 @@ def test_plan_without_a_gpu_plans_for_the_h200_and_says_so(write_recipe, base_re
     import runner.plan.plan as rp
 
     monkeypatch.setattr(rp, "gpu_from_nvml", lambda: None)  # a laptop: NVML finds no GPU
-    r = CliRunner().invoke(cli, ["plan", str(write_recipe({**base_recipe, "engine": VLLM})), "--json"])
+    r = CliRunner().invoke(
+        cli, ["plan", str(write_recipe({**base_recipe, "engine": VLLM})), "--json"]
+    )
     assert r.exit_code == 0, r.output
     assert r.stderr == "no GPU on this machine: planning for the H200 (--gpu NAME picks another)\n"
     assert json.loads(r.stdout)["recipes"][0]["gpu"] == "H200"
@@ -114,8 +136,9 @@ def test_plan_without_a_gpu_plans_for_the_h200_and_says_so(write_recipe, base_re
 def test_go_makes_each_plan_in_the_background_before_its_job_and_none_for_a_skipped_recipe(
     write_recipe, base_recipe, tmp_path, monkeypatch
 ):
-    """On a GPU `runner go` sets the plan beside the measurement; plans are made in one background thread in run
-    order (the next job's while the current one runs), and a recipe skipped as unchanged gets none."""
+    """On a GPU `runner go` sets the plan beside the measurement; plans are made in one background
+    thread in run order (the next job's while the current one runs), and a recipe skipped as
+    unchanged gets none."""
     pytest.importorskip("transformers")
     import threading
 
@@ -125,16 +148,24 @@ def test_go_makes_each_plan_in_the_background_before_its_job_and_none_for_a_skip
 
     monkeypatch.setattr(plan, "gpu_from_nvml", lambda: find_gpu("H200"))
     made, real = [], wings.plan_for
-    monkeypatch.setattr(wings, "plan_for", lambda u: made.append((u.name, threading.current_thread().name)) or real(u))
+    monkeypatch.setattr(
+        wings,
+        "plan_for",
+        lambda u: made.append((u.name, threading.current_thread().name)) or real(u),
+    )
     for name, reply in (("a", "x"), ("b", "y")):  # two engines: two jobs
-        write_recipe({**base_recipe, "name": name, "engine": {"kind": "fake", "reply": reply}}, f"{name}.yaml")
+        write_recipe(
+            {**base_recipe, "name": name, "engine": {"kind": "fake", "reply": reply}},
+            f"{name}.yaml",
+        )
     out, args = tmp_path / "out", ["--out", str(tmp_path / "out"), "--no-progress", "--in-process"]
     r = CliRunner().invoke(cli, ["go", str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml"), *args])
     assert r.exit_code == 0, r.output
     assert [m[0] for m in made] == ["a", "b"] and all(m[1].startswith("runner-plan") for m in made)
     for name in "ab":
         res = RunResult.model_validate_json((out / name / "results.json").read_bytes())
-        # the fake engine runs on the CPU: its plan is the prompt tokens, context and weights, not the H200's
+        # the fake engine runs on the CPU: its plan is the prompt tokens, context and weights, not
+        # the H200's
         assert res.plan["gpu"] is None and res.plan["prompt_tokens"] == res.tokens.prompt > 0
         assert res.plan["kv_capacity_tokens"] is None and res.plan["floor_s"] is None
         assert "(`runner plan`, on the CPU)" in (out / name / "report.md").read_text()

@@ -24,7 +24,12 @@ TINY = {
 def token_by_token(cfg, lens, cached, m):
     """The same FLOPs summed one forward position at a time."""
     p = count_parameters(cfg).linear
-    att = 4 * cfg["num_hidden_layers"] * cfg["num_attention_heads"] * (cfg["hidden_size"] // cfg["num_attention_heads"])
+    att = (
+        4
+        * cfg["num_hidden_layers"]
+        * cfg["num_attention_heads"]
+        * (cfg["hidden_size"] // cfg["num_attention_heads"])
+    )
     logits = 2 * cfg["hidden_size"] * cfg["vocab_size"]
     prefill = decode = 0
     for n, c in zip(lens, cached, strict=True):
@@ -36,9 +41,13 @@ def token_by_token(cfg, lens, cached, m):
     return prefill, decode
 
 
-@pytest.mark.parametrize("lens,cached,m", [([10, 37, 5], [0, 16, 0], 8), ([1], [0], 1), ([300, 300], [0, 288], 33)])
+@pytest.mark.parametrize(
+    "lens,cached,m", [([10, 37, 5], [0, 16, 0], 8), ([1], [0], 1), ([300, 300], [0, 288], 33)]
+)
 def test_flops_closed_form(lens, cached, m):
-    assert workload_flops(TINY, lens, cached, m) == pytest.approx(token_by_token(TINY, lens, cached, m), rel=1e-12)
+    assert workload_flops(TINY, lens, cached, m) == pytest.approx(
+        token_by_token(TINY, lens, cached, m), rel=1e-12
+    )
 
 
 def test_cache_removes_prefill_flops():
@@ -52,11 +61,18 @@ def test_cache_removes_prefill_flops():
 def test_peaks_per_dtype():
     h200, a100 = get_gpu("H200"), get_gpu("A100-80G")
     assert peak_tflops(h200, "fp8", "bfloat16") == h200.fp8_tflops
-    assert peak_tflops(a100, "fp8", "bfloat16") == a100.bf16_tflops  # no fp8 tensor cores: weight-only
+    # no fp8 tensor cores: weight-only
+    assert peak_tflops(a100, "fp8", "bfloat16") == a100.bf16_tflops
     assert peak_tflops(h200, "awq", "float16") == h200.bf16_tflops
     assert peak_tflops(h200, "none", "float32") == h200.bf16_tflops / 2  # TF32
     unknown = GPU(
-        name="x", memory_gib=10, bandwidth_gbs=None, bf16_tflops=None, fp8_tflops=None, pcie_gbs=None, source="test"
+        name="x",
+        memory_gib=10,
+        bandwidth_gbs=None,
+        bf16_tflops=None,
+        fp8_tflops=None,
+        pcie_gbs=None,
+        source="test",
     )
     assert peak_tflops(unknown, "none", "bfloat16") is None
     assert compute_floor(TINY, Workload([10], [], 4, 1, 8192), unknown, _weights(1e6, 100)) is None
@@ -87,7 +103,13 @@ def test_bounds():
     assert f64.decode_steps == 256 and f64.weight_read_bytes == f.weight_read_bytes
     assert _floor([4] * 64, 257, 8).decode_steps == 8 * 256
     # long prompts, one output token, on a big weight matrix count: compute bound
-    big = {**TINY, "hidden_size": 4096, "intermediate_size": 16384, "num_attention_heads": 32, "num_key_value_heads": 8}
+    big = {
+        **TINY,
+        "hidden_size": 4096,
+        "intermediate_size": 16384,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+    }
     work = Workload([2000] * 100, [], 1, 100, 16384)
     c = compute_floor(big, work, get_gpu("H200"), _weights(1e9, 57344))
     assert c.bound == "compute" and c.decode_steps == 0 and c.prefill_steps == 13

@@ -1,4 +1,5 @@
-"""Parameter counts, weight bytes, KV sizes and capacity against published and measured figures; the GPU table."""
+"""Parameter counts, weight bytes, KV sizes and capacity against published and measured figures; the
+GPU table."""
 
 from __future__ import annotations
 
@@ -57,14 +58,18 @@ TINY = {
 
 
 def test_tiny_count_by_hand():
-    # head_dim 4; q 8x8, k 8x4, v 8x4, o 8x8 = 192; MLP 3 x 8 x 16 = 384; per layer 576, two layers 1152
-    # qwen2 biases q 8 + k 4 + v 4 = 16 per layer; norms 2 x 8 per layer + 8 final = 40; embedding and head 80 each
+    # head_dim 4; q 8x8, k 8x4, v 8x4, o 8x8 = 192; MLP 3 x 8 x 16 = 384; per layer 576, two layers
+    # 1152
+    # qwen2 biases q 8 + k 4 + v 4 = 16 per layer; norms 2 x 8 per layer + 8 final = 40; embedding
+    # and head 80 each
     p = count_parameters(TINY)
     assert (p.linear, p.biases, p.norms, p.embedding, p.lm_head) == (1152, 32, 40, 80, 80)
     assert p.total == 1152 + 32 + 40 + 160
     tied = count_parameters({**TINY, "tie_word_embeddings": True, "model_type": "llama"})
     assert tied.lm_head == 0 and tied.biases == 0  # llama: no biases unless attention_bias
-    assert count_parameters({**TINY, "model_type": "llama", "attention_bias": True}).biases == 2 * (16 + 8)
+    assert count_parameters({**TINY, "model_type": "llama", "attention_bias": True}).biases == 2 * (
+        16 + 8
+    )
     assert model_shape({**TINY, "head_dim": 6}).head_dim == 6
     with pytest.raises(ValueError, match="mixture-of-experts"):
         model_shape({**TINY, "num_local_experts": 8})
@@ -72,14 +77,17 @@ def test_tiny_count_by_hand():
 
 def test_quantized_bytes_by_hand():
     gptq = {**TINY, "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": -1}}
-    # per matrix: in*out/2 bytes of 4-bit weights + one group per output row (group_size -1), each with an
-    # fp16 scale and a 4-bit zero: out * (2 + 0.5); the rest (biases, norms, embedding, lm_head) in bf16
+    # per matrix: in*out/2 bytes of 4-bit weights + one group per output row (group_size -1), each
+    # with an
+    # fp16 scale and a 4-bit zero: out * (2 + 0.5); the rest (biases, norms, embedding, lm_head) in
+    # bf16
     outs = 8 + 4 + 4 + 8 + 16 + 16 + 8
     linear = 2 * (576 / 2 + outs * 2.5)
     assert weight_bytes(gptq) == round(linear + (32 + 40 + 160) * 2)
     assert weight_bytes(TINY, quantization="fp8") == 1152 + (32 + 40 + 160) * 2
     assert weight_bytes(TINY, dtype="float32") == count_parameters(TINY).total * 4
-    assert weight_bytes({**TINY, "torch_dtype": "float32"}) == count_parameters(TINY).total * 2  # auto -> bf16
+    # auto -> bf16
+    assert weight_bytes({**TINY, "torch_dtype": "float32"}) == count_parameters(TINY).total * 2
 
 
 def test_quantization_resolution(qwen, qwen_awq):
@@ -101,7 +109,9 @@ def test_qwen25_7b_published_sizes(qwen, qwen_awq):
     assert weight_bytes(qwen_awq) / 1e9 == pytest.approx(5.5, rel=0.03)  # AWQ safetensors ~5.5 GB
 
 
-@pytest.mark.parametrize("which,quant,measured_gib", [("bf16", None, 14.29), ("bf16", "fp8", 8.2), ("awq", None, 5.38)])
+@pytest.mark.parametrize(
+    "which,quant,measured_gib", [("bf16", None, 14.29), ("bf16", "fp8", 8.2), ("awq", None, 5.38)]
+)
 def test_weights_against_vllm_on_h200(qwen, qwen_awq, which, quant, measured_gib):
     cfg = qwen_awq if which == "awq" else qwen
     got = weight_bytes(cfg, quantization=quant) / GIB
@@ -119,13 +129,15 @@ def test_kv_bytes(qwen, qwen_awq):
 def test_activation_estimate(qwen):
     bf16 = activation_bytes(qwen, 16384, 1024) / GIB
     fp8 = activation_bytes(qwen, 16384, 1024, quantization="fp8") / GIB
-    assert bf16 == pytest.approx(2.2, rel=0.05)  # vLLM's profile on the H200: 2.2 (bf16), 2.17 (AWQ)
+    # vLLM's profile on the H200: 2.2 (bf16), 2.17 (AWQ)
+    assert bf16 == pytest.approx(2.2, rel=0.05)
     assert fp8 == pytest.approx(2.46, rel=0.02)  # and 2.46 for fp8
     assert fp8 - bf16 == pytest.approx(16384 * 18944 / GIB)
 
 
 @pytest.mark.parametrize(
-    "which,quant,kv_tokens", [("bf16", None, 2_042_880), ("bf16", "fp8", 2_152_048), ("awq", None, 2_210_400)]
+    "which,quant,kv_tokens",
+    [("bf16", None, 2_042_880), ("bf16", "fp8", 2_152_048), ("awq", None, 2_210_400)],
 )
 def test_kv_capacity_against_vllm_on_h200(qwen, qwen_awq, which, quant, kv_tokens):
     settings = Settings(gpu_memory_utilization=0.9, quantization=quant, enforce_eager=True)
@@ -160,7 +172,8 @@ def test_gpu_table_lookup():
     assert find_gpu("tpu-v5") is None
     with pytest.raises(ValueError, match="known"):
         get_gpu("tpu-v5")
-    assert GPUS["H200"].memory_gib == pytest.approx(139.8, abs=0.01)  # CUDA's total on the project's H200
+    # CUDA's total on the project's H200
+    assert GPUS["H200"].memory_gib == pytest.approx(139.8, abs=0.01)
     for g in GPUS.values():
         assert g.source.startswith("https://") and g.bf16_tflops and g.bandwidth_gbs
         assert g.fp8_tflops is None or g.fp8_tflops == pytest.approx(2 * g.bf16_tflops, rel=0.02)

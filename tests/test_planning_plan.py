@@ -27,7 +27,13 @@ CONTRACT = {
     "floor_s",
     "layout_advice",
 }
-QWEN = Path(__file__).resolve().parents[2] / "shared" / "models" / "qwen2.5-7b-instruct" / "config.json"
+QWEN = (
+    Path(__file__).resolve().parents[2]
+    / "shared"
+    / "models"
+    / "qwen2.5-7b-instruct"
+    / "config.json"
+)
 
 
 @pytest.fixture
@@ -38,10 +44,13 @@ def qwen() -> dict:
 
 
 def one_shot_prompts(n=200, seed=0, context_first=False):
-    """A shared 130-token head, then a question and a passage shared by about 4 questions (or the reverse)."""
+    """A shared 130-token head, then a question and a passage shared by about 4 questions (or the
+    reverse)."""
     rng = random.Random(seed)
     head = [rng.randrange(150000) for _ in range(130)]
-    passages = [[rng.randrange(150000) for _ in range(rng.randrange(80, 200))] for _ in range(n // 4)]
+    passages = [
+        [rng.randrange(150000) for _ in range(rng.randrange(80, 200))] for _ in range(n // 4)
+    ]
     rows = [
         {
             "question": [rng.randrange(150000) for _ in range(rng.randrange(10, 30))],
@@ -74,7 +83,10 @@ def test_plan_contract_and_consistency(qwen):
     assert d["batch"] == 200 and d["bound"] == "compute" and d["floor_s"] == plan.floor.floor_s > 0
     assert d["prompt_tokens_per_example"]["max"] == max(map(len, prompts))
     assert d["layout_advice"][0]["variables"] == ["context"]
-    assert d["layout_advice"][0]["first_cached_tokens"] > d["layout_advice"][0]["current_cached_tokens"]
+    assert (
+        d["layout_advice"][0]["first_cached_tokens"]
+        > d["layout_advice"][0]["current_cached_tokens"]
+    )
     with pytest.raises(pydantic.ValidationError):
         plan.name = "other"  # frozen, like every StrictModel
 
@@ -82,7 +94,13 @@ def test_plan_contract_and_consistency(qwen):
 def test_plan_small_cache_is_an_upper_bound(qwen):
     _, _, prompts = one_shot_prompts(context_first=True)
     tiny_gpu = GPU(
-        name="toy", memory_gib=17.8, bandwidth_gbs=1000, bf16_tflops=100, fp8_tflops=None, pcie_gbs=32, source="test"
+        name="toy",
+        memory_gib=17.8,
+        bandwidth_gbs=1000,
+        bf16_tflops=100,
+        fp8_tflops=None,
+        pcie_gbs=32,
+        source="test",
     )
     settings = Settings(enforce_eager=True, max_model_len=512)
     mem = plan_memory(qwen, 17.8, replace(settings, max_num_batched_tokens=8192, max_num_seqs=256))
@@ -91,7 +109,8 @@ def test_plan_small_cache_is_an_upper_bound(qwen):
     assert 0 < mem.kv_capacity_blocks < plan.kv_blocks_needed  # fewer blocks than full reuse needs
     assert plan.cache_upper_bound and "upper bound" in " ".join(plan.notes)
     assert plan.cached_prompt_tokens == sum(simulate_prefix_cache(prompts)[0])
-    assert 199 * 128 <= plan.cached_prompt_tokens_lru < plan.cached_prompt_tokens  # the head always stays
+    # the head always stays
+    assert 199 * 128 <= plan.cached_prompt_tokens_lru < plan.cached_prompt_tokens
 
 
 def test_plan_caching_off_and_unknown_gpu(qwen):
@@ -109,7 +128,9 @@ def test_plan_caching_off_and_unknown_gpu(qwen):
     plan = make_plan(Prompts("nocache", prompts, 8), qwen, unknown, off)
     assert plan.cached_prompt_tokens == 0 and plan.cached_share == 0
     assert plan.kv_blocks_needed > 0 and plan.floor_s is None and plan.bound is None
-    assert any("prefix caching is off" in n for n in plan.notes) and any("no floor" in n for n in plan.notes)
+    assert any("prefix caching is off" in n for n in plan.notes) and any(
+        "no floor" in n for n in plan.notes
+    )
 
 
 def test_plan_does_not_fit(qwen):

@@ -35,7 +35,8 @@ def served(prompts, bs):
 
 def random_prompts(seed: int, n: int = 150):
     """Prompts built from shared heads, shared passages and own questions, with exact duplicates and
-    prompts that are prefixes of others; a vocabulary of 3 tokens so that blocks collide by content."""
+    prompts that are prefixes of others; a vocabulary of 3 tokens so that blocks collide by
+    content."""
     rng = random.Random(seed)
 
     def tok(k):
@@ -121,7 +122,12 @@ def _jsquad_like(n_passages=4, uses=3, passage_len=32, question_len=8, interleav
         else [(u, i) for i in range(n_passages) for u in range(uses)]
     )
     for _u, i in order:
-        examples.append({"question": [rng.randrange(10**6) for _ in range(question_len)], "context": passages[i]})
+        examples.append(
+            {
+                "question": [rng.randrange(10**6) for _ in range(question_len)],
+                "context": passages[i],
+            }
+        )
     return LayoutInputs(examples=examples, order=["question", "context"], head_ids=[])
 
 
@@ -134,7 +140,8 @@ def test_layout_advice_context_first():
     assert a.current_cached_tokens == 0  # question first: no shared start
     # context first: each later use hits (40 - 1) // 16 = 2 blocks of its passage
     assert a.first_cached_tokens == 4 * 2 * 32
-    assert a.grouped_cached_tokens == a.first_cached_tokens  # never evicts: grouping changes nothing
+    # never evicts: grouping changes nothing
+    assert a.grouped_cached_tokens == a.first_cached_tokens
     assert a.prompt_tokens == 12 * 40 and a.first_share == pytest.approx(256 / 480)
     assert "Approximate" in a.text and "`context`" in a.text
 
@@ -146,7 +153,10 @@ def test_layout_grouping_helps_an_evicting_cache():
 
 
 def test_layout_from_text_and_head():
-    examples = [{"question": f"q{i}?", "context": "passage " + "ab" * 20 + str(i % 2), "title": "t"} for i in range(6)]
+    examples = [
+        {"question": f"q{i}?", "context": "passage " + "ab" * 20 + str(i % 2), "title": "t"}
+        for i in range(6)
+    ]
     calls = []
 
     def encode(s):
@@ -160,6 +170,7 @@ def test_layout_from_text_and_head():
     rows = encode_examples(examples, lambda s: [ord(ch) for ch in s], order)
     adv = advise_layout(LayoutInputs(examples=rows, order=order, head_ids=list(range(16))))
     assert adv[0].variables == ["context"] and adv[0].distinct_values == 2
-    assert adv[0].first_cached_tokens > adv[0].current_cached_tokens >= 4 * 16  # the head alone hits
+    # the head alone hits
+    assert adv[0].first_cached_tokens > adv[0].current_cached_tokens >= 4 * 16
     with pytest.raises(ValueError, match="lack"):
         advise_layout(LayoutInputs(examples=[{"question": [1]}], order=["question", "context"]))

@@ -48,11 +48,17 @@ def test_exact_original_messages(tmp_path):
 
 def test_exact_original_messages_japanese_example(tmp_path):
     ex = Example(
-        id="a1", question="日本で梅雨がないのは北海道とどこか。", context="梅雨 [SEP] 梅雨は…", answers=("小笠原諸島",)
+        id="a1",
+        question="日本で梅雨がないのは北海道とどこか。",
+        context="梅雨 [SEP] 梅雨は…",
+        answers=("小笠原諸島",),
     )
     b = build(tmp_path, template="jsquad.j2", system_template="jsquad-system.j2")
     msgs = b.messages(ex)
-    assert msgs[1]["content"] == "\nQuestion:日本で梅雨がないのは北海道とどこか。\nContext: 梅雨 [SEP] 梅雨は…\nOutput:"
+    assert (
+        msgs[1]["content"]
+        == "\nQuestion:日本で梅雨がないのは北海道とどこか。\nContext: 梅雨 [SEP] 梅雨は…\nOutput:"
+    )
     # the gold answer never leaks into the prompt
     assert "小笠原諸島" not in json.dumps(msgs, ensure_ascii=False)
 
@@ -69,7 +75,8 @@ def test_no_system_gives_one_user_message(tmp_path):
 
 def test_template_variables(tmp_path):
     (tmp_path / "vars.j2").write_text(
-        "{{ id }}|{{ question }}|{{ context }}|{{ answers | join(',') }}|{{ example.question }}", encoding="utf-8"
+        "{{ id }}|{{ question }}|{{ context }}|{{ answers | join(',') }}|{{ example.question }}",
+        encoding="utf-8",
     )
     b = build(tmp_path, template="vars.j2")
     assert b.messages(EX)[-1]["content"] == "x1|Q|C|A|Q"
@@ -148,7 +155,10 @@ def test_shots_as_turns(tmp_path):
     )
     assert b.messages(EX) == [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": f"\nQuestion:{SHOT['question']}\nContext: {SHOT['context']}\nOutput:"},
+        {
+            "role": "user",
+            "content": f"\nQuestion:{SHOT['question']}\nContext: {SHOT['context']}\nOutput:",
+        },
         {"role": "assistant", "content": "滋賀県"},
         {"role": "user", "content": "\nQuestion:q2\nContext: c2\nOutput:"},
         {"role": "assistant", "content": "a2"},
@@ -162,8 +172,13 @@ def test_shots_turns_is_the_default_placement(tmp_path):
 
 
 def test_shots_drawn_from_source_are_seeded(tmp_path):
-    rows = [{"question": f"sq{i}", "context": f"sc{i}", "answers": [f"sa{i}", "other"]} for i in range(10)]
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    rows = [
+        {"question": f"sq{i}", "context": f"sc{i}", "answers": [f"sa{i}", "other"]}
+        for i in range(10)
+    ]
+    (tmp_path / "train.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8"
+    )
     shots = {"k": 2, "seed": 5, "source": {"format": "jsonl", "path": "train.jsonl"}}
     a = build(tmp_path, template="jsquad.j2", shots=shots)
     b = build(tmp_path, template="jsquad.j2", shots=shots)
@@ -260,13 +275,17 @@ def test_sandbox_escape_raises_template_error(source):
 
 
 def test_sandbox_escape_through_prompt_builder(tmp_path):
-    (tmp_path / "evil.j2").write_text("{{ ''.__class__.__mro__[1].__subclasses__() }}", encoding="utf-8")
+    (tmp_path / "evil.j2").write_text(
+        "{{ ''.__class__.__mro__[1].__subclasses__() }}", encoding="utf-8"
+    )
     b = build(tmp_path, template="evil.j2")
     with pytest.raises(TemplateError, match="sandbox"):
         b.messages(EX)
 
 
-@pytest.mark.parametrize("source", ["{{ question + 1 }}", "{{ 1 / 0 }}", "{{ range(10**9) | list | length }}"])
+@pytest.mark.parametrize(
+    "source", ["{{ question + 1 }}", "{{ 1 / 0 }}", "{{ range(10**9) | list | length }}"]
+)
 def test_runtime_errors_in_templates_are_template_errors(source):
     t = compile_text(source, "bad.j2", "where", "prompt.template")
     with pytest.raises(TemplateError, match="bad.j2"):

@@ -1,4 +1,5 @@
-"""`import runner`: the small public API (load a recipe, run it, read results) as a user's script calls it."""
+"""`import runner`: the small public API (load a recipe, run it, read results) as a user's script
+calls it."""
 
 import subprocess
 import sys
@@ -10,31 +11,52 @@ from runner.base.errors import RunnerError
 
 
 def test_import_runner_stays_light():
-    """`import runner` pulls in no engine library, so a script that only reads results runs on a laptop."""
-    code = "import sys, runner; print(sorted(m for m in ('torch', 'transformers', 'vllm', 'ray') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    """`import runner` pulls in no engine library, so a script that only reads results runs on a
+    laptop."""
+    code = (
+        "import sys, runner; print(sorted(m for m in ('torch', 'transformers', 'vllm', 'ray') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"
 
 
 def test_load_run_and_read_back_a_recipe(write_recipe, base_recipe, tmp_path):
-    d = {**base_recipe, "model": {"id": "none"}, "engine": {"kind": "fake", "reply": "{{ answers[0] }}"}}
+    d = {
+        **base_recipe,
+        "model": {"id": "none"},
+        "engine": {"kind": "fake", "reply": "{{ answers[0] }}"},
+    }
     lr = runner.load_recipe(write_recipe(d), overrides=["sampling.max_tokens=8"])
     assert lr.recipe.name == "t" and lr.recipe.sampling.max_tokens == 8
     res = runner.run_recipe(lr, out=tmp_path / "out", limit=5, isolated=False)
-    assert res.status == "ok" and res.n_samples == 5 and res.scores["exact_match"] == 1.0  # the fake echoes the gold
+    # the fake echoes the gold
+    assert res.status == "ok" and res.n_samples == 5 and res.scores["exact_match"] == 1.0
     assert (tmp_path / "out" / "t" / "report.md").is_file()
     [back] = runner.read_results(tmp_path / "out")
     assert back.name == "t" and back.run_key == res.run_key and back.scores == res.scores
 
 
 def test_a_study_file_is_many_recipes_and_not_one(write_recipe, base_recipe):
-    study = {"base": str(write_recipe(base_recipe)), "name": "s", "matrix": {"sampling.max_tokens": [4, 8]}}
+    study = {
+        "base": str(write_recipe(base_recipe)),
+        "name": "s",
+        "matrix": {"sampling.max_tokens": [4, 8]},
+    }
     path = write_recipe(study, "study.yaml")
     cells = runner.load_recipes(path)
-    assert sorted(c.recipe.sampling.max_tokens for c in cells) == [4, 8] and len({c.recipe.name for c in cells}) == 2
+    assert (
+        sorted(c.recipe.sampling.max_tokens for c in cells) == [4, 8]
+        and len({c.recipe.name for c in cells}) == 2
+    )
     with pytest.raises(RunnerError) as e:
         runner.load_recipe(path)
-    assert e.value.message == "is a study of 2 experiments (s-max_tokens-4, s-max_tokens-8); load it with load_recipes"
+    assert (
+        e.value.message
+        == "is a study of 2 experiments (s-max_tokens-4, s-max_tokens-8); load it with load_recipes"
+    )
 
 
 def test_bad_input_raises_before_anything_runs(tmp_path):
@@ -47,11 +69,16 @@ def test_bad_input_raises_before_anything_runs(tmp_path):
     )
 
 
-# --------------------------------------------------------------------------- run_recipe goes through the orchestrator
+# --------------------------------------------------------------------------- run_recipe goes
+# through the orchestrator
 
 
 def _fake_recipe(write_recipe, base_recipe):
-    d = {**base_recipe, "model": {"id": "none"}, "engine": {"kind": "fake", "reply": "{{ answers[0] }}"}}
+    d = {
+        **base_recipe,
+        "model": {"id": "none"},
+        "engine": {"kind": "fake", "reply": "{{ answers[0] }}"},
+    }
     return runner.load_recipe(write_recipe(d))
 
 
@@ -77,9 +104,13 @@ def test_an_unchanged_complete_run_is_skipped_and_its_stored_result_returned(
         again = runner.run_recipe(lr, out=out, limit=3, isolated=False)
     assert again.finished_at == first.finished_at and again.run_key == first.run_key
     assert results.stat().st_mtime_ns == before  # nothing re-run, nothing rewritten
-    assert f"skip t: unchanged since {first.finished_at} (results complete; --force reruns)" in caplog.messages
+    assert (
+        f"skip t: unchanged since {first.finished_at} (results complete; --force reruns)"
+        in caplog.messages
+    )
     forced = runner.run_recipe(lr, out=out, limit=3, isolated=False, force=True)
-    assert forced.run_key == first.run_key and list((out / "t" / "replaced").iterdir())  # --force: old set aside
+    # --force: old set aside
+    assert forced.run_key == first.run_key and list((out / "t" / "replaced").iterdir())
 
 
 @pytest.mark.parametrize("limit", [0, -1, True, 2.5])
@@ -87,7 +118,10 @@ def test_limit_must_be_none_or_a_positive_whole_number(write_recipe, base_recipe
     lr = _fake_recipe(write_recipe, base_recipe)
     with pytest.raises(RunnerError) as e:
         runner.run_recipe(lr, out=tmp_path / "out", limit=limit, isolated=False)
-    assert e.value.field == "limit" and f"is {limit!r}; give None (every example) or a positive" in e.value.message
+    assert (
+        e.value.field == "limit"
+        and f"is {limit!r}; give None (every example) or a positive" in e.value.message
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -118,6 +152,10 @@ def test_a_folder_another_writer_holds_is_refused(write_recipe, base_recipe, tmp
     with FileLock(str(folder.lock), timeout=0):
         with pytest.raises(RunnerError) as e:
             runner.run_recipe(lr, out=out, limit=3, isolated=False)
-    assert e.value.file == str(folder.root) and "is writing this recipe's folder right now" in e.value.message
+    assert (
+        e.value.file == str(folder.root)
+        and "is writing this recipe's folder right now" in e.value.message
+    )
     assert not folder.results.exists()
-    assert runner.run_recipe(lr, out=out, limit=3, isolated=False).status == "ok"  # the lock released: it runs
+    # the lock released: it runs
+    assert runner.run_recipe(lr, out=out, limit=3, isolated=False).status == "ok"

@@ -1,5 +1,6 @@
-"""`runner go --executor ray` (runner/cli/go.py, the Executor): what it refuses before anything runs, and runs
-of the fake engine on one local Ray instance of 2 CPUs shared by the module (slow)."""
+"""`runner go --executor ray` (runner/cli/go.py, the Executor): what it refuses before anything
+runs, and runs of the fake engine on one local Ray instance of 2 CPUs shared by the module
+(slow)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,16 @@ from tests.cli_output import user_error
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_DATA = ROOT / "runner" / "demo" / "demo-ja.json"
-COMPARED = ("id", "prompt", "output", "answers", "prompt_tokens", "output_tokens", "exact_match", "char_f1")
+COMPARED = (
+    "id",
+    "prompt",
+    "output",
+    "answers",
+    "prompt_tokens",
+    "output_tokens",
+    "exact_match",
+    "char_f1",
+)
 
 
 def _recipe(tmp_path: Path, name: str = "fk", engine: dict | None = None, **extra) -> Path:
@@ -38,7 +48,8 @@ def _recipe(tmp_path: Path, name: str = "fk", engine: dict | None = None, **extr
 
 def _go(recipe: Path, out: Path, *args: str):
     return CliRunner().invoke(
-        cli, ["go", str(recipe), "--out", str(out), "--no-progress", "--set", "dataset.limit=6", *args]
+        cli,
+        ["go", str(recipe), "--out", str(out), "--no-progress", "--set", "dataset.limit=6", *args],
     )
 
 
@@ -51,7 +62,8 @@ def _samples(out: Path, name: str = "fk") -> list[dict]:
     return [{k: d.get(k) for k in COMPARED} for d in map(json.loads, lines)]
 
 
-# ---------------------------------------------------------------- refused before anything runs (no Ray)
+# ---------------------------------------------------------------- refused before anything runs (no
+# Ray)
 
 
 def _refused(r, out: Path, message: str) -> None:
@@ -63,7 +75,8 @@ def test_replicas_without_ray_is_bad_input(tmp_path):
     _refused(
         _go(_recipe(tmp_path), tmp_path / "out", "--replicas", "2"),
         tmp_path / "out",
-        "Error: --replicas: only the Ray executor runs data-parallel replicas; add --executor ray\n",
+        "Error: --replicas: only the Ray executor runs data-parallel replicas; add --executor "
+        "ray\n",
     )
 
 
@@ -71,7 +84,8 @@ def test_address_without_ray_is_bad_input(tmp_path):
     _refused(
         _go(_recipe(tmp_path), tmp_path / "out", "--address", "x"),
         tmp_path / "out",
-        "Error: --address: names a Ray cluster, which only the Ray executor uses; add --executor ray\n",
+        "Error: --address: names a Ray cluster, which only the Ray executor uses; add --executor "
+        "ray\n",
     )
 
 
@@ -79,7 +93,8 @@ def test_in_process_with_ray_is_bad_input(tmp_path):
     _refused(
         _go(_recipe(tmp_path), tmp_path / "out", "--executor", "ray", "--in-process"),
         tmp_path / "out",
-        "Error: --in-process: runs the recipes in this process; the Ray executor runs them in Ray tasks\n",
+        "Error: --in-process: runs the recipes in this process; the Ray executor runs them in Ray "
+        "tasks\n",
     )
 
 
@@ -88,20 +103,22 @@ def test_a_recipe_with_replicas_on_the_local_executor_is_bad_input(tmp_path):
     _refused(
         _go(p, tmp_path / "out"),
         tmp_path / "out",
-        "Error: {tmp}/fk.yaml: replicas: 2 data-parallel replicas run only on Ray; the local executor runs one "
-        "engine per recipe\n"
+        "Error: {tmp}/fk.yaml: replicas: 2 data-parallel replicas run only on Ray; the local "
+        "executor runs one engine per recipe\n"
         "  hint: add --executor ray, or set replicas: 1\n",
     )
 
 
 def test_ray_missing_is_bad_input(tmp_path, monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
+    )
     _refused(
         _go(_recipe(tmp_path), tmp_path / "out", "--executor", "ray"),
         tmp_path / "out",
-        "Error: --executor: ray is not installed in this Python, so `--executor ray` cannot run here\n"
-        "  hint: pip install -e '.[ray]'\n",
+        "Error: --executor: ray is not installed in this Python, so `--executor ray` cannot run "
+        "here\n  hint: pip install -e '.[ray]'\n",
     )
 
 
@@ -118,7 +135,11 @@ def test_replicas_out_of_range_is_bad_input(tmp_path):
 def test_replicas_one_keeps_recipe_hashes_and_run_keys(tmp_path):
     one, two = load_recipe(_recipe(tmp_path, "a")), load_recipe(_recipe(tmp_path, "a", replicas=2))
     assert "replicas" not in one.recipe.canonical() and two.recipe.canonical()["replicas"] == 2
-    assert one.recipe.digest() == one.recipe.model_copy(update={"replicas": 1}).digest() != two.recipe.digest()
+    assert (
+        one.recipe.digest()
+        == one.recipe.model_copy(update={"replicas": 1}).digest()
+        != two.recipe.digest()
+    )
     opts = RunOptions(out=tmp_path / "out", limit=4)
     assert make_unit(one, opts).run_key != make_unit(two, opts).run_key
     assert engine_key(one) != engine_key(two)  # replicas is engine-side: not one job with the other
@@ -136,9 +157,12 @@ def test_gpus_needed_per_engine(tmp_path):
     assert spec({"kind": "fake"}).gpus_needed() == 0
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="needs a Python without vLLM")
+@pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is not None, reason="needs a Python without vLLM"
+)
 def test_host_checks_are_left_to_the_worker(tmp_path):
-    """The driver need not have the engine library (or a GPU for `device: cuda`); the worker says so."""
+    """The driver need not have the engine library (or a GPU for `device: cuda`); the worker says
+    so."""
     from runner.cluster.ray import run_here as _run_here
 
     lr = load_recipe(_recipe(tmp_path, "v", engine={"kind": "vllm"}))
@@ -162,11 +186,16 @@ def test_go_on_ray_writes_results_report_and_summary(tmp_path, ray_local):
     out = tmp_path / "out"
     r = _go(_recipe(tmp_path), out, "--executor", "ray")
     assert r.exit_code == 0, r.output
-    assert "ok fk: 6 examples" in r.output and "(from the Ray worker, when the job ends)" in r.output
+    assert (
+        "ok fk: 6 examples" in r.output and "(from the Ray worker, when the job ends)" in r.output
+    )
     stored = _stored(out)
     assert stored["executor"] == "ray" and stored["status"] == "ok" and stored["n_samples"] == 6
-    assert [x["examples"] for x in stored["replicas"]] == [[0, 6]] and stored["replicas"][0]["attempts"] == 1
-    assert "replicas" not in stored["recipe"]  # replicas: 1 is left out: the local executor's run key
+    assert [x["examples"] for x in stored["replicas"]] == [[0, 6]] and stored["replicas"][0][
+        "attempts"
+    ] == 1
+    # replicas: 1 is left out: the local executor's run key
+    assert "replicas" not in stored["recipe"]
     assert (out / "summary.md").is_file()
     report = (out / "fk" / "report.md").read_text(encoding="utf-8")
     assert "## Where it ran" in report and "| 1         | 1–6" in report
@@ -181,7 +210,10 @@ def test_replicas_give_the_samples_of_the_local_executor(tmp_path, ray_local):
     stored = _stored(tmp_path / "ray")
     assert [x["examples"] for x in stored["replicas"]] == [[0, 3], [3, 6]]
     assert all(x["status"] == "ok" and x["pid"] for x in stored["replicas"])
-    assert stored["recipe"]["replicas"] == 2 and stored["run_key"] != _stored(tmp_path / "local")["run_key"]
+    assert (
+        stored["recipe"]["replicas"] == 2
+        and stored["run_key"] != _stored(tmp_path / "local")["run_key"]
+    )
     assert _samples(tmp_path / "ray") == _samples(tmp_path / "local")
     assert stored["scores"] == _stored(tmp_path / "local")["scores"]
 

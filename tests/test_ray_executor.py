@@ -19,11 +19,23 @@ from runner.run.job import Job, RunOptions, Unit, group_by_engine, make_unit
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_DATA = ROOT / "runner" / "demo" / "demo-ja.json"
 FAKE = {"kind": "fake", "reply": "{{ answers[0] }}", "delay_s": 0.0}
-COMPARED = ("id", "prompt", "output", "answers", "prompt_tokens", "output_tokens", "exact_match", "char_f1")
+COMPARED = (
+    "id",
+    "prompt",
+    "output",
+    "answers",
+    "prompt_tokens",
+    "output_tokens",
+    "exact_match",
+    "char_f1",
+)
 
 
-def _recipe(tmp_path: Path, name: str, engine: dict | None = None, model: str = "nobody/fake", **extra) -> Path:
-    """A recipe file on the demo data; the fake engine with a model id that needs no tokenizer by default."""
+def _recipe(
+    tmp_path: Path, name: str, engine: dict | None = None, model: str = "nobody/fake", **extra
+) -> Path:
+    """A recipe file on the demo data; the fake engine with a model id that needs no tokenizer by
+    default."""
     d = {
         "name": name,
         "model": {"id": model},
@@ -68,7 +80,9 @@ def test_split_keeps_dataset_order_in_contiguous_shards(tmp_path):
     job = _job(
         [
             _recipe(tmp_path, "big"),
-            _recipe(tmp_path, "small", dataset={"format": "squad", "path": str(DEMO_DATA), "limit": 2}),
+            _recipe(
+                tmp_path, "small", dataset={"format": "squad", "path": str(DEMO_DATA), "limit": 2}
+            ),
         ],
         tmp_path / "out",
         limit=10,
@@ -79,9 +93,12 @@ def test_split_keeps_dataset_order_in_contiguous_shards(tmp_path):
         {"big": (4, 7), "small": (1, 2)},
         {"big": (7, 10)},
     ]
-    big = [ex.id for r in reps for u in r.job.units if u.name == "big" for ex in u.prepared.examples]
+    big = [
+        ex.id for r in reps for u in r.job.units if u.name == "big" for ex in u.prepared.examples
+    ]
     assert big == [ex.id for ex in job.units[0].prepared.examples]
-    assert len({r.tag for r in reps}) == 3 and len(split(job, 50)) == 10  # never more replicas than examples
+    # never more replicas than examples
+    assert len({r.tag for r in reps}) == 3 and len(split(job, 50)) == 10
     assert split(job, 1)[0].job is job
 
 
@@ -95,9 +112,16 @@ def test_job_on_ray_writes_what_the_local_executor_writes(tmp_path, ray_local):
     assert _samples(tmp_path / "ray", "one") == _samples(tmp_path / "local", "one")
     stored = _stored(tmp_path / "ray", "one")
     assert stored["n_samples"] == 36 and stored["scores"] == local.scores
-    assert stored["tokens"] == local.tokens.model_dump() and stored["prefix"] == local.prefix.model_dump()
+    assert (
+        stored["tokens"] == local.tokens.model_dump()
+        and stored["prefix"] == local.prefix.model_dump()
+    )
     executor, rows = _ray_facts(stored)
-    assert executor == "ray" and [r["examples"] for r in rows] == [[0, 36]] and rows[0]["attempts"] == 1
+    assert (
+        executor == "ray"
+        and [r["examples"] for r in rows] == [[0, 36]]
+        and rows[0]["attempts"] == 1
+    )
     assert rows[0]["pid"] != os.getpid() and rows[0]["node_ip"]
     assert str(ray_local) not in json.dumps(stored)  # worker paths rewritten to the driver's --out
     assert "Ray replica 1 of 1" in (tmp_path / "ray" / "one" / "engine.log").read_text()
@@ -115,14 +139,22 @@ def test_study_of_several_jobs_runs_side_by_side(tmp_path, ray_local):
         _recipe(tmp_path, "a", engine=slow),
         _recipe(tmp_path, "a-short", engine=slow, sampling={"temperature": 0, "max_tokens": 2}),
         _recipe(tmp_path, "b", engine={**slow, "reply": "b"}),
-        _recipe(tmp_path, "bad", engine={**FAKE, "delay_s": 2.0}, timeout_s=1),  # ended by its timeout on the worker
+        # ended by its timeout on the worker
+        _recipe(tmp_path, "bad", engine={**FAKE, "delay_s": 2.0}, timeout_s=1),
     ]
     opts = RunOptions(out=tmp_path / "out", limit=12, progress=False)
     out = opts.out
     units = [make_unit(load_recipe(p), opts) for p in paths]
     gpu = load_recipe(_recipe(tmp_path, "tp2", engine={"kind": "vllm", "tensor_parallel_size": 2}))
-    prep = prepare(gpu, 12)  # not make_unit: vLLM need not be installed to see there is no room for it
-    units.append(Unit(loaded=gpu, prepared=prep, run_key=run_key(gpu.recipe.canonical(), prep.inputs, 12, None)))
+    # not make_unit: vLLM need not be installed to see there is no room for it
+    prep = prepare(gpu, 12)
+    units.append(
+        Unit(
+            loaded=gpu,
+            prepared=prep,
+            run_key=run_key(gpu.recipe.canonical(), prep.inputs, 12, None),
+        )
+    )
     groups = group_by_engine(units)
     assert [[u.name for u in g] for g in groups] == [["a", "a-short"], ["b"], ["bad"], ["tp2"]]
     seen: list[tuple[str, str]] = []
@@ -147,7 +179,9 @@ def test_study_of_several_jobs_runs_side_by_side(tmp_path, ray_local):
     assert seen[0] == ("result", "tp2")  # failed before anything ran
     assert [k for k, _ in seen[1:3]] == ["started", "started"]  # then two jobs at once on 2 CPUs
     assert res[1].timings.load_s == 0.0 and res[1].engine_of == "a"  # one engine, shared
-    assert {d["output"] for d in _samples(out, "b")} == {"b"} and len(_samples(out, "a-short")) == 12
+    assert {d["output"] for d in _samples(out, "b")} == {"b"} and len(
+        _samples(out, "a-short")
+    ) == 12
     for name in ("a", "a-short", "b", "bad", "tp2"):
         assert _stored(out, name)["status"] == ("ok" if name in ("a", "a-short", "b") else "failed")
 
@@ -167,7 +201,8 @@ def test_replicas_give_the_outputs_of_one_process(tmp_path, ray_local, capsys):
     capsys.readouterr()
     res = _run([_job(paths, tmp_path / "ray", limit=10, progress=True)], replicas=3)
     bars = capsys.readouterr().err
-    assert "m: 100%" in bars and "10/10" in bars and "1/1" in bars  # one bar per recipe, over its replicas
+    # one bar per recipe, over its replicas
+    assert "m: 100%" in bars and "10/10" in bars and "1/1" in bars
     assert [(r.name, r.status, r.n_samples) for r in res] == [("m", "ok", 10), ("m-one", "ok", 1)]
     for name in ("m", "m-one"):
         assert _samples(tmp_path / "ray", name) == _samples(tmp_path / "local", name)
@@ -208,7 +243,8 @@ def test_a_killed_worker_is_retried_with_nothing_lost_or_twice(tmp_path, ray_loc
     def on_event(e: dict) -> None:
         if e["event"] == "started":
             pids.setdefault(e["tag"], e["pid"])
-        elif e["tag"] == first and not killed:  # replica 1 has finished samples: kill its Ray worker
+        # replica 1 has finished samples: kill its Ray worker
+        elif e["tag"] == first and not killed:
             killed["pid"] = pids[first]
             os.kill(pids[first], signal.SIGKILL)
 
@@ -285,7 +321,8 @@ def test_a_local_instance_per_call_and_an_existing_cluster(tmp_path, ray_local):
     import ray
 
     address = ray.get_runtime_context().gcs_address
-    env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "token")}  # Ray 2.60 clusters: token auth
+    # Ray 2.60 clusters: token auth
+    env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "token")}
     p = _recipe(tmp_path, "x")
     run = subprocess.run(
         [sys.executable, "-c", DRIVER, str(p), str(tmp_path / "out"), address],
@@ -296,6 +333,9 @@ def test_a_local_instance_per_call_and_an_existing_cluster(tmp_path, ray_local):
         timeout=120,
     )
     assert run.returncode == 0, run.stderr[-2000:]
-    assert [json.loads(x) for x in run.stdout.splitlines()] == [["local", "ok", 6, False], ["cluster", "ok", 6, False]]
+    assert [json.loads(x) for x in run.stdout.splitlines()] == [
+        ["local", "ok", 6, False],
+        ["cluster", "ok", 6, False],
+    ]
     assert _samples(tmp_path / "out" / "cluster", "x") == _samples(tmp_path / "out" / "local", "x")
     assert _stored(tmp_path / "out" / "cluster", "x")["environment"]["ray"]["address"] == address

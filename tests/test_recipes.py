@@ -35,7 +35,8 @@ def check(*paths, extra: tuple[str, ...] = ()):
 
 
 def assert_user_error(result, expected: str) -> str:
-    """Exit code 2, no traceback, and exactly the expected output (paths as `tests/cli_output.py` writes them)."""
+    """Exit code 2, no traceback, and exactly the expected output (paths as `tests/cli_output.py`
+    writes them)."""
     assert user_error(result) == expected
     return result.output
 
@@ -88,12 +89,14 @@ def test_check_reports_dataset_limit(base_recipe, write_recipe):
 
 def test_dataset_path_is_relative_to_the_recipe_file(base_recipe, write_recipe, tmp_path):
     p = write_recipe(
-        with_changes(base_recipe, dataset={"format": "jsonl", "path": "data/rows.jsonl"}), name="recipes/r.yaml"
+        with_changes(base_recipe, dataset={"format": "jsonl", "path": "data/rows.jsonl"}),
+        name="recipes/r.yaml",
     )
     (tmp_path / "recipes" / "data").mkdir()
     (tmp_path / "recipes" / "data" / "rows.jsonl").write_text(
         json.dumps(
-            {"question": "首都はどこか。", "context": "日本 [SEP] 首都は東京。", "answers": "東京"}, ensure_ascii=False
+            {"question": "首都はどこか。", "context": "日本 [SEP] 首都は東京。", "answers": "東京"},
+            ensure_ascii=False,
         )
         + "\n",
         encoding="utf-8",
@@ -124,7 +127,8 @@ def test_set_override_that_is_invalid_is_reported(base_recipe, write_recipe):
     r = check(p, extra=("--set", "sampling.max_tokens=0"))
     assert_user_error(
         r,
-        "Error: {tmp}/recipe.yaml: invalid recipe\n  sampling.max_tokens: Input should be greater than 0 (got 0)\n",
+        "Error: {tmp}/recipe.yaml: invalid recipe\n  sampling.max_tokens: Input should be greater "
+        "than 0 (got 0)\n",
     )
 
 
@@ -177,14 +181,18 @@ def test_check_does_not_import_torch_or_transformers(base_recipe, write_recipe):
         "from runner.cli import cli\n"
         f"r = CliRunner().invoke(cli, ['check', {str(p)!r}, '--no-tokens'])\n"
         "assert r.exit_code == 0, r.output\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'vllm')))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', "
+        "'vllm')))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=PROJECT, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=PROJECT, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
-# --------------------------------------------------------------------------- unknown keys / types / ranges
+# --------------------------------------------------------------------------- unknown keys / types /
+# ranges
 
 
 def test_unknown_engine_key_suggests_quantization(write_recipe, base_recipe):
@@ -204,10 +212,10 @@ def test_unknown_engine_key_suggests_quantization(write_recipe, base_recipe):
     out = assert_user_error(
         check(p),
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
-        "  line 6, engine.quantizaton: unknown key 'quantizaton'; did you mean 'quantization'? Allowed "
-        "here: compile_cache, cpu_offload_gb, enable_prefix_caching, enforce_eager, engine_args, env, "
-        "gpu_memory_utilization, kind, kv_cache_dtype, max_model_len, quantization, seed, swap_space, "
-        "tensor_parallel_size, warmup\n",
+        "  line 6, engine.quantizaton: unknown key 'quantizaton'; did you mean 'quantization'? "
+        "Allowed here: compile_cache, cpu_offload_gb, enable_prefix_caching, enforce_eager, "
+        "engine_args, env, gpu_memory_utilization, kind, kv_cache_dtype, max_model_len, "
+        "quantization, seed, swap_space, tensor_parallel_size, warmup\n",
     )
     assert f"line {line_of(text, 'quantizaton')}, engine.quantizaton" in out
     assert "line 6" in out
@@ -219,13 +227,14 @@ def test_unknown_engine_key_inline_mapping(write_recipe, base_recipe):
     assert_user_error(
         check(p),
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
-        "  line 6, engine.device: unknown key 'device'. Allowed here: compile_cache, cpu_offload_gb, "
+        "  line 6, engine.device: unknown key 'device'. Allowed here: compile_cache, "
+        "cpu_offload_gb, enable_prefix_caching, enforce_eager, engine_args, env, "
+        "gpu_memory_utilization, kind, kv_cache_dtype, max_model_len, quantization, seed, "
+        "swap_space, tensor_parallel_size, warmup\n  line 7, engine.quantizaton: unknown key "
+        "'quantizaton'; did you mean 'quantization'? Allowed here: compile_cache, cpu_offload_gb, "
         "enable_prefix_caching, enforce_eager, engine_args, env, gpu_memory_utilization, kind, "
-        "kv_cache_dtype, max_model_len, quantization, seed, swap_space, tensor_parallel_size, warmup\n"
-        "  line 7, engine.quantizaton: unknown key 'quantizaton'; did you mean 'quantization'? Allowed "
-        "here: compile_cache, cpu_offload_gb, enable_prefix_caching, enforce_eager, engine_args, env, "
-        "gpu_memory_utilization, kind, kv_cache_dtype, max_model_len, quantization, seed, swap_space, "
-        "tensor_parallel_size, warmup\n",
+        "kv_cache_dtype, max_model_len, quantization, seed, swap_space, tensor_parallel_size, "
+        "warmup\n",
     )
 
 
@@ -235,10 +244,10 @@ def test_unknown_top_level_key_suggests(write_recipe, base_recipe):
     assert_user_error(
         check(write_recipe(d)),
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
-        "  line 16, sampilng: unknown key 'sampilng'; did you mean 'sampling'? Allowed here: abstract, "
-        "base, baseline, cost, dataset, description, engine, estimate, exclude, gate, interleave, load, matrix, "
-        "metrics, model, name, prompt, repeat, replicas, report, sampling, scoring, timeout_s, tune, variants, "
-        "warmup\n",
+        "  line 16, sampilng: unknown key 'sampilng'; did you mean 'sampling'? Allowed here: "
+        "abstract, base, baseline, cost, dataset, description, engine, estimate, exclude, gate, "
+        "interleave, load, matrix, metrics, model, name, prompt, repeat, replicas, report, "
+        "sampling, scoring, timeout_s, tune, variants, warmup\n",
     )
 
 
@@ -250,10 +259,10 @@ def test_unknown_key_through_go_is_rejected_before_running(write_recipe, base_re
     assert_user_error(
         r,
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
-        "  line 6, engine.quantizaton: unknown key 'quantizaton'; did you mean 'quantization'? Allowed "
-        "here: compile_cache, cpu_offload_gb, enable_prefix_caching, enforce_eager, engine_args, env, "
-        "gpu_memory_utilization, kind, kv_cache_dtype, max_model_len, quantization, seed, swap_space, "
-        "tensor_parallel_size, warmup\n",
+        "  line 6, engine.quantizaton: unknown key 'quantizaton'; did you mean 'quantization'? "
+        "Allowed here: compile_cache, cpu_offload_gb, enable_prefix_caching, enforce_eager, "
+        "engine_args, env, gpu_memory_utilization, kind, kv_cache_dtype, max_model_len, "
+        "quantization, seed, swap_space, tensor_parallel_size, warmup\n",
     )
     assert not out_dir.exists()
 
@@ -265,8 +274,8 @@ def test_wrong_type_names_field_and_line(write_recipe, base_recipe):
     out = assert_user_error(
         check(p),
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
-        "  line 15, sampling.max_tokens: Input should be a valid integer, unable to parse string as an "
-        "integer (got 'many')\n",
+        "  line 15, sampling.max_tokens: Input should be a valid integer, unable to parse string "
+        "as an integer (got 'many')\n",
     )
     assert f"line {line_of(text, 'max_tokens')}, sampling.max_tokens" in out
 
@@ -288,19 +297,26 @@ def test_gpu_memory_utilization_above_one(write_recipe, base_recipe):
     out = assert_user_error(
         check(p),
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
-        "  line 6, engine.gpu_memory_utilization: Input should be less than or equal to 1 (got 1.5)\n",
+        "  line 6, engine.gpu_memory_utilization: Input should be less than or equal to 1 (got "
+        "1.5)\n",
     )
     assert f"line {line_of(text, 'gpu_memory_utilization')}, engine.gpu_memory_utilization" in out
 
 
 @pytest.mark.parametrize(
     "value, why",
-    [(0, "greater than 0 (got 0)"), (1.5, "less than or equal to 1 (got 1.5)"), (-0.1, "greater than 0 (got -0.1)")],
+    [
+        (0, "greater than 0 (got 0)"),
+        (1.5, "less than or equal to 1 (got 1.5)"),
+        (-0.1, "greater than 0 (got -0.1)"),
+    ],
 )
 def test_top_p_out_of_range(write_recipe, base_recipe, value, why):
     p = write_recipe(with_changes(base_recipe, sampling={"top_p": value}))
     assert_user_error(
-        check(p), f"Error: {{tmp}}/recipe.yaml: invalid recipe\n  line 16, sampling.top_p: Input should be {why}\n"
+        check(p),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n  line 16, sampling.top_p: Input should be "
+        f"{why}\n",
     )
 
 
@@ -317,8 +333,8 @@ def test_unknown_metric_suggests(write_recipe, base_recipe):
         "  line 17, metrics.0: unknown metric 'exact_macth'; did you mean 'exact_match'? Allowed: "
         "runner_exact_match, runner_char_f1, runner_contains, jglue_exact_match, jglue_char_f1, "
         "llmjp_exact_match, llmjp_char_f1, flexeval_exact_match, flexeval_char_f1, "
-        "flexeval_exact_match_normalized, flexeval_char_f1_normalized, squad_exact_match, squad_f1, squad_contains, "
-        "exact_match, char_f1, contains\n",
+        "flexeval_exact_match_normalized, flexeval_char_f1_normalized, squad_exact_match, "
+        "squad_f1, squad_contains, exact_match, char_f1, contains\n",
     )
 
 
@@ -336,7 +352,8 @@ def test_unknown_engine_kind(write_recipe, base_recipe):
     assert_user_error(
         check(p),
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
-        "  line 5, engine.kind: unknown engine kind 'tensorrt'; allowed: 'transformers', 'vllm', 'fake'\n",
+        "  line 5, engine.kind: unknown engine kind 'tensorrt'; allowed: 'transformers', 'vllm', "
+        "'fake'\n",
     )
 
 
@@ -364,8 +381,8 @@ def test_set_on_nonexistent_key(write_recipe, base_recipe):
     assert_user_error(
         check(p, extra=("--set", "engine.nope=3")),
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
-        "  engine.nope: --set engine.nope: no such key. Allowed here: attn_implementation, batch_size, "
-        "batching, continuous, device, kind, quantization, warmup\n",
+        "  engine.nope: --set engine.nope: no such key. Allowed here: attn_implementation, "
+        "batch_size, batching, continuous, device, kind, quantization, warmup\n",
     )
 
 
@@ -374,8 +391,8 @@ def test_set_on_nonexistent_key_suggests(write_recipe, base_recipe):
     assert_user_error(
         check(p, extra=("--set", "sampling.max_token=5")),
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
-        "  sampling.max_token: --set sampling.max_token: no such key; did you mean 'max_tokens'? Allowed "
-        "here: ignore_eos, max_tokens, seed, stop, temperature, top_k, top_p\n",
+        "  sampling.max_token: --set sampling.max_token: no such key; did you mean 'max_tokens'? "
+        "Allowed here: ignore_eos, max_tokens, seed, stop, temperature, top_k, top_p\n",
     )
 
 
@@ -406,13 +423,17 @@ def test_shots_k_without_source(write_recipe, base_recipe):
 
 
 def test_typo_inside_shot_example_suggests(write_recipe, base_recipe):
-    p = write_recipe(with_changes(base_recipe, prompt={"shots": {"examples": [{"question": "q", "anwser": "a"}]}}))
+    p = write_recipe(
+        with_changes(
+            base_recipe, prompt={"shots": {"examples": [{"question": "q", "anwser": "a"}]}}
+        )
+    )
     assert_user_error(
         check(p),
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
         "  line 15, prompt.shots.examples.0.answer: required field is missing\n"
-        "  line 16, prompt.shots.examples.0.anwser: unknown key 'anwser'; did you mean 'answer'? Allowed "
-        "here: answer, context, question\n",
+        "  line 16, prompt.shots.examples.0.anwser: unknown key 'anwser'; did you mean 'answer'? "
+        "Allowed here: answer, context, question\n",
     )
 
 
@@ -433,8 +454,8 @@ def test_path_traversal_name_rejected_by_go(write_recipe, base_recipe, tmp_path)
     assert_user_error(
         r,
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
-        "  line 1, name: '../../x' is not a valid name: letters, digits and `._-`, starting with a letter or digit, "
-        "e.g. `jsquad-vllm-fp8`\n",
+        "  line 1, name: '../../x' is not a valid name: letters, digits and `._-`, starting with a "
+        "letter or digit, e.g. `jsquad-vllm-fp8`\n",
     )
     assert not (tmp_path / "a" / "x").exists() and not out_dir.exists()
 
@@ -445,8 +466,9 @@ def test_two_recipes_with_same_name(write_recipe, base_recipe):
     out = user_error(check(p1, p2))  # the first file is fine, the second's name clashes with it
     assert out.startswith("ok {tmp}/one.yaml: t — transformers")
     assert out.endswith(
-        "Error: {tmp}/two.yaml: name: two recipes are named 't': {tmp}/one.yaml and {tmp}/two.yaml; names must be "
-        "unique in one call (they name the report folders)\n\n1 of 2 files have errors\n"
+        "Error: {tmp}/two.yaml: name: two recipes are named 't': {tmp}/one.yaml and "
+        "{tmp}/two.yaml; names must be unique in one call (they name the report folders)\n\n1 of 2 "
+        "files have errors\n"
     )
 
 
@@ -456,8 +478,8 @@ def test_two_recipes_with_same_name_in_go(write_recipe, base_recipe, tmp_path):
     out_dir = tmp_path / "reports"
     assert_user_error(
         invoke("go", p1, p2, "--out", out_dir),
-        "Error: name: two recipes are named 't': {tmp}/one.yaml and {tmp}/sub/one.yaml; names must be "
-        "unique in one call (they name the report folders)\n",
+        "Error: name: two recipes are named 't': {tmp}/one.yaml and {tmp}/sub/one.yaml; names must "
+        "be unique in one call (they name the report folders)\n",
     )
     assert not out_dir.exists()
 
@@ -485,14 +507,16 @@ def test_go_baseline_naming_no_recipe(write_recipe, base_recipe, tmp_path):
 def test_empty_file(write_recipe):
     assert_user_error(
         check(write_recipe("")),
-        "Error: {tmp}/recipe.yaml: file is empty; a recipe needs at least name, model, engine, dataset, prompt\n",
+        "Error: {tmp}/recipe.yaml: file is empty; a recipe needs at least name, model, engine, "
+        "dataset, prompt\n",
     )
 
 
 def test_whitespace_only_file(write_recipe):
     assert_user_error(
         check(write_recipe("\n   \n")),
-        "Error: {tmp}/recipe.yaml: file is empty; a recipe needs at least name, model, engine, dataset, prompt\n",
+        "Error: {tmp}/recipe.yaml: file is empty; a recipe needs at least name, model, engine, "
+        "dataset, prompt\n",
     )
 
 
@@ -500,7 +524,8 @@ def test_non_utf8_file(write_recipe):
     p = write_recipe(b"name: \xff\xfe caf\xe9\n")
     assert_user_error(
         check(p),
-        "Error: {tmp}/recipe.yaml: not UTF-8 text (bad byte at offset 6)\n  hint: save the recipe as UTF-8\n",
+        "Error: {tmp}/recipe.yaml: not UTF-8 text (bad byte at offset 6)\n  hint: save the recipe "
+        "as UTF-8\n",
     )
 
 
@@ -509,8 +534,8 @@ def test_yaml_syntax_error_has_line_number(write_recipe):
     p = write_recipe(text)
     assert_user_error(
         check(p),
-        "Error: {tmp}/recipe.yaml:4: YAML syntax error: expected ',' or ']', but got ':' (while parsing "
-        "a flow sequence)\n",
+        "Error: {tmp}/recipe.yaml:4: YAML syntax error: expected ',' or ']', but got ':' (while "
+        "parsing a flow sequence)\n",
     )
 
 
@@ -558,8 +583,8 @@ def test_missing_template_file(write_recipe, base_recipe):
     p = write_recipe(with_changes(base_recipe, prompt={"template": "missing.j2"}))
     assert_user_error(
         check(p),
-        "Error: {tmp}/recipe.yaml: prompt.template: template not found: 'missing.j2' (looked beside the "
-        "recipe and in templates/)\n",
+        "Error: {tmp}/recipe.yaml: prompt.template: template not found: 'missing.j2' (looked "
+        "beside the recipe and in templates/)\n",
     )
 
 
@@ -567,8 +592,8 @@ def test_missing_system_template_file(write_recipe, base_recipe):
     p = write_recipe(with_changes(base_recipe, prompt={"system_template": "nosys.j2"}))
     assert_user_error(
         check(p),
-        "Error: {tmp}/recipe.yaml: prompt.system_template: template not found: 'nosys.j2' (looked beside "
-        "the recipe and in templates/)\n",
+        "Error: {tmp}/recipe.yaml: prompt.system_template: template not found: 'nosys.j2' (looked "
+        "beside the recipe and in templates/)\n",
     )
 
 
@@ -577,8 +602,8 @@ def test_template_syntax_error(write_recipe, base_recipe, tmp_path):
     p = write_recipe(with_changes(base_recipe, prompt={"template": "bad.j2"}))
     assert_user_error(
         check(p),
-        "Error: {tmp}/recipe.yaml: prompt.template: {tmp}/bad.j2 line 1: syntax error: unexpected end of "
-        "template, expected 'end of print statement'.\n",
+        "Error: {tmp}/recipe.yaml: prompt.template: {tmp}/bad.j2 line 1: syntax error: unexpected "
+        "end of template, expected 'end of print statement'.\n",
     )
 
 
@@ -587,8 +612,8 @@ def test_template_undefined_variable(write_recipe, base_recipe, tmp_path):
     p = write_recipe(with_changes(base_recipe, prompt={"template": "undef.j2"}))
     assert_user_error(
         check(p),
-        "Error: {tmp}/recipe.yaml: prompt.template: {tmp}/undef.j2 (example 'demo-0001'): undefined "
-        "variable: 'questoin' is undefined\n"
+        "Error: {tmp}/recipe.yaml: prompt.template: {tmp}/undef.j2 (example 'demo-0001'): "
+        "undefined variable: 'questoin' is undefined\n"
         "  hint: available: answers, context, example, id, question, shots\n",
     )
 
@@ -608,8 +633,9 @@ def test_template_sandbox_escape_refused(write_recipe, base_recipe, tmp_path):
     p = write_recipe(with_changes(base_recipe, prompt={"template": "esc.j2"}))
     out = assert_user_error(
         check(p),
-        "Error: {tmp}/recipe.yaml: prompt.template: {tmp}/esc.j2 (example 'demo-0001'): unsafe operation "
-        "refused by the sandbox: access to attribute '__init__' of 'type' object is unsafe.\n",
+        "Error: {tmp}/recipe.yaml: prompt.template: {tmp}/esc.j2 (example 'demo-0001'): unsafe "
+        "operation refused by the sandbox: access to attribute '__init__' of 'type' object is "
+        "unsafe.\n",
     )
     assert "<module" not in out and "__builtins__" not in out
 
@@ -662,15 +688,19 @@ def test_dataset_path_is_a_folder(write_recipe, base_recipe, tmp_path):
     p = write_recipe(with_changes(base_recipe, dataset={"path": "dir.json"}))
     assert_user_error(
         check(p),
-        "Error: {tmp}/recipe.yaml: dataset.path: dataset path is a folder, not a file: {tmp}/dir.json\n"
-        "  hint: point dataset.path at a file inside it, or read a dataset folder with format: hub\n",
+        "Error: {tmp}/recipe.yaml: dataset.path: dataset path is a folder, not a file: "
+        "{tmp}/dir.json\n  hint: point dataset.path at a file inside it, or read a dataset folder "
+        "with format: hub\n",
     )
 
 
 def test_dataset_lacking_mapped_field(write_recipe, base_recipe, tmp_path):
     (tmp_path / "d.jsonl").write_text(json.dumps({"q": "a", "context": "c", "answers": "x"}) + "\n")
     p = write_recipe(
-        with_changes(base_recipe, dataset={"format": "jsonl", "path": "d.jsonl", "fields": {"question": "nope"}})
+        with_changes(
+            base_recipe,
+            dataset={"format": "jsonl", "path": "d.jsonl", "fields": {"question": "nope"}},
+        )
     )
     assert_user_error(
         check(p),
@@ -684,9 +714,10 @@ def test_dataset_unreadable_as_format(write_recipe, base_recipe, tmp_path):
     p = write_recipe(with_changes(base_recipe, dataset={"format": "jsonl", "path": "bad.jsonl"}))
     assert_user_error(
         check(p),
-        "Error: {tmp}/recipe.yaml: dataset.format: cannot read bad.jsonl as jsonl: line 1 is not valid "
-        "JSON: Expecting property name enclosed in double quotes (column 2)\n"
-        "  hint: each line of a JSONL file must be one complete JSON object; fix or delete that line\n",
+        "Error: {tmp}/recipe.yaml: dataset.format: cannot read bad.jsonl as jsonl: line 1 is not "
+        "valid JSON: Expecting property name enclosed in double quotes (column 2)\n"
+        "  hint: each line of a JSONL file must be one complete JSON object; fix or delete that "
+        "line\n",
     )
 
 
@@ -695,8 +726,8 @@ def test_dataset_unknown_format(write_recipe, base_recipe):
     assert_user_error(
         check(p),
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
-        "  line 8, dataset.format: Input should be 'squad', 'json', 'jsonl', 'csv', 'parquet' or 'hub' "
-        "(got 'xml')\n",
+        "  line 8, dataset.format: Input should be 'squad', 'json', 'jsonl', 'csv', 'parquet' or "
+        "'hub' (got 'xml')\n",
     )
 
 

@@ -1,5 +1,5 @@
-"""The reporting side: report.md, summary.md, charts and `runner report`, from RunResult objects built
-here (no model, no torch). Stored results follow the runner's layout:
+"""The reporting side: report.md, summary.md, charts and `runner report`, from RunResult objects
+built here (no model, no torch). Stored results follow the runner's layout:
 <out>/<name>/results.json and <out>/<name>/samples.jsonl."""
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def _merge(d: dict, changes: dict) -> dict:
 
 
 def recipe(name: str, *, baseline: bool = False, **changes) -> dict:
-    """A resolved recipe (as results.json stores it): BASE with `changes` merged in (`engine` replaced)."""
+    """A resolved recipe (as results.json stores it): BASE with `changes` merged in (`engine`
+    replaced)."""
     d = _merge(copy.deepcopy(BASE), changes)
     d.update(name=name, baseline=baseline)
     return Recipe.model_validate(d)
@@ -83,16 +84,24 @@ def result(
         n_samples=n if ok else 0,
         n_dataset=n,
         scores_meaningful=meaningful,
-        scores=(scores if scores is not None else {"exact_match": 0.5, "char_f1": 0.7}) if ok else {},
+        scores=(scores if scores is not None else {"exact_match": 0.5, "char_f1": 0.7})
+        if ok
+        else {},
         timings=Timings(
-            load_s=5.0, generate_s=generate_s if ok else None, total_s=(generate_s or 0) + 6 if ok else None
+            load_s=5.0,
+            generate_s=generate_s if ok else None,
+            total_s=(generate_s or 0) + 6 if ok else None,
         ),
         tokens=Tokens(prompt=300 * n, output=8 * n),
         throughput=Throughput(
             requests_per_s=n / generate_s if ok and generate_s else None,
             output_tokens_per_s=8 * n / generate_s if ok and generate_s else None,
         ),
-        memory=Memory(peak_gpu_gib=peak, weights_gib=14.3 if peak else None, kv_cache_gib=60.0 if peak else None),
+        memory=Memory(
+            peak_gpu_gib=peak,
+            weights_gib=14.3 if peak else None,
+            kv_cache_gib=60.0 if peak else None,
+        ),
         prefix=prefix or Prefix(),
         estimate=estimate,
         knobs=knobs or [],
@@ -150,7 +159,9 @@ def tables(md: str) -> list[list[list[str]]]:
 
 def table_with(md: str, header_cell: str) -> list[dict[str, str]]:
     found = [t for t in tables(md) if header_cell in t[0]]
-    assert len(found) == 1, f"expected one table with a {header_cell!r} column, found {len(found)}:\n{md}"
+    assert len(found) == 1, (
+        f"expected one table with a {header_cell!r} column, found {len(found)}:\n{md}"
+    )
     head, *rows = found[0]
     return [dict(zip(head, r)) for r in rows]
 
@@ -178,7 +189,10 @@ def base_rec() -> dict:
 
 def test_recipe_diff_across_engine_kinds_shows_only_what_was_chosen(base_rec):
     v = recipe("v", engine=vllm(enable_prefix_caching=False, enforce_eager=True))
-    assert recipe_diff(v, base_rec) == {"engine.enable_prefix_caching": False, "engine.enforce_eager": True}
+    assert recipe_diff(v, base_rec) == {
+        "engine.enable_prefix_caching": False,
+        "engine.enforce_eager": True,
+    }
 
 
 def test_recipe_diff_same_engine_kind(base_rec):
@@ -208,7 +222,9 @@ def test_recipe_diff_nested_and_non_engine_fields(base_rec):
 
 
 def test_recipe_diff_field_back_at_default_reports_its_value():
-    base = recipe("base", baseline=True, engine={"kind": "transformers", "device": "cuda", "batch_size": 128})
+    base = recipe(
+        "base", baseline=True, engine={"kind": "transformers", "device": "cuda", "batch_size": 128}
+    )
     seq = recipe("seq")
     assert recipe_diff(seq, base) == {"engine.batch_size": 1}
 
@@ -217,7 +233,10 @@ def test_summary_diff_column_shows_only_differing_keys(base_rec):
     rs = [
         result("base", base_rec),
         result("vl", recipe("vl", engine=vllm(enable_prefix_caching=True, enforce_eager=True))),
-        result("hf128", recipe("hf128", engine={"kind": "transformers", "device": "cuda", "batch_size": 128})),
+        result(
+            "hf128",
+            recipe("hf128", engine={"kind": "transformers", "device": "cuda", "batch_size": 128}),
+        ),
     ]
     rows = summary_rows(summary_markdown(rs))
     assert rows["base"][DIFF] == "(baseline)"
@@ -251,7 +270,8 @@ def test_summary_names_the_baseline_and_without_one_says_so(base_rec):
     assert all(r[DIFF] == "" for r in summary_rows(none).values())
 
 
-# --------------------------------------------------------------------------- speed-up, estimates, scores
+# --------------------------------------------------------------------------- speed-up, estimates,
+# scores
 
 
 def test_speed_up_is_baseline_time_over_recipe_time(base_rec):
@@ -270,9 +290,13 @@ def test_speed_up_is_baseline_time_over_recipe_time(base_rec):
 
 
 def test_a_run_on_fewer_examples_is_never_set_against_the_baseline(base_rec):
-    """A tune's 400-example screen beside full runs of 1,190 (one --out): its short time is not a speed-up over the
-    baseline, nor the summary's fastest."""
-    rs = [result("base", base_rec, generate_s=1.7, n=1190), result("full", n=1190), result("screen", n=400)]
+    """A tune's 400-example screen beside full runs of 1,190 (one --out): its short time is not a
+    speed-up over the baseline, nor the summary's fastest."""
+    rs = [
+        result("base", base_rec, generate_s=1.7, n=1190),
+        result("full", n=1190),
+        result("screen", n=400),
+    ]
     rs[2] = rs[2].model_copy(update={"timings": Timings(generate_s=0.75)})
     text = summary_markdown(rs)
     rows = summary_rows(text)
@@ -291,7 +315,10 @@ def test_estimated_baseline_uses_projected_time_and_is_marked(base_rec):
         high_s=3200.0,
         method="t interval",
     )
-    rs = [result("base", base_rec, generate_s=28.0, estimate=est), result("fast", generate_s=20.0, n=4442)]
+    rs = [
+        result("base", base_rec, generate_s=28.0, estimate=est),
+        result("fast", generate_s=20.0, n=4442),
+    ]
     rows = summary_rows(summary_markdown(rs))
     assert (
         rows["fast"]["speed-up"] == "~150× (1 run: no interval)"
@@ -319,7 +346,9 @@ def test_random_weight_scores_are_not_shown(base_rec):
 
 
 def test_ignored_knob_is_flagged_in_status():
-    k = KnobResult(name="cpu_offload_gb", requested=8, effective=0, status="ignored", evidence="V2 runner")
+    k = KnobResult(
+        name="cpu_offload_gb", requested=8, effective=0, status="ignored", evidence="V2 runner"
+    )
     rows = summary_rows(summary_markdown([result("x", knobs=[k])]))
     assert rows["x"]["status"] == "ok; ignored: cpu_offload_gb"
     assert "**IGNORED**" in report_markdown(result("x", knobs=[k]), [])
@@ -334,9 +363,14 @@ def test_long_list_knob_values_are_cut_in_the_report_and_kept_whole_in_results()
         status="applied",
         evidence="compilation_config",
     )
-    row = next(line for line in report_markdown(result("x", knobs=[k]), []).splitlines() if "cudagraph_capture" in line)
+    row = next(
+        line
+        for line in report_markdown(result("x", knobs=[k]), []).splitlines()
+        if "cudagraph_capture" in line
+    )
     assert "…" in row and "8192" in row and "16,32," not in row and len(row) < 300
-    whole = json.loads(result("x", knobs=[k]).model_dump_json())["knobs"][0]  # as results.json holds it
+    # as results.json holds it
+    whole = json.loads(result("x", knobs=[k]).model_dump_json())["knobs"][0]
     assert whole["requested"] == whole["effective"] == sizes and len(sizes) == 512
     ignored = k.model_copy(update={"status": "ignored", "effective": sizes[:-1]})
     (note,) = ignored_knob_notes([k, ignored])
@@ -349,7 +383,10 @@ def test_long_list_knob_values_are_cut_in_the_report_and_kept_whole_in_results()
 def _prefix_pair():
     p = Prefix(shared_prefix_tokens=124, shared_prefix_share=0.4267, hit_rate=0.4174)
     on = result(
-        "cache", recipe("cache", engine=vllm(enable_prefix_caching=True, enforce_eager=True)), generate_s=20.0, prefix=p
+        "cache",
+        recipe("cache", engine=vllm(enable_prefix_caching=True, enforce_eager=True)),
+        generate_s=20.0,
+        prefix=p,
     )
     off = result(
         "nocache",
@@ -359,7 +396,9 @@ def _prefix_pair():
     )
     lone = result(
         "fp8",
-        recipe("fp8", engine=vllm(enable_prefix_caching=True, enforce_eager=True, quantization="fp8")),
+        recipe(
+            "fp8", engine=vllm(enable_prefix_caching=True, enforce_eager=True, quantization="fp8")
+        ),
         generate_s=15.0,
         prefix=p,
     )
@@ -387,13 +426,22 @@ def test_prefix_section_uses_effective_knob_when_recipe_leaves_default():
         "cache",
         recipe("cache", engine=vllm(enforce_eager=True)),
         generate_s=20.0,
-        knobs=[KnobResult(name="enable_prefix_caching", requested=None, effective=True, status="default")],
+        knobs=[
+            KnobResult(
+                name="enable_prefix_caching", requested=None, effective=True, status="default"
+            )
+        ],
         prefix=Prefix(shared_prefix_tokens=10, shared_prefix_share=0.1, hit_rate=0.05),
     )
     off = result(
-        "nocache", recipe("nocache", engine=vllm(enable_prefix_caching=False, enforce_eager=True)), generate_s=25.0
+        "nocache",
+        recipe("nocache", engine=vllm(enable_prefix_caching=False, enforce_eager=True)),
+        generate_s=25.0,
     )
-    rows = {r["recipe"]: r for r in table_with("\n".join(prefix_section([on, off])), "measured hit rate")}
+    rows = {
+        r["recipe"]: r
+        for r in table_with("\n".join(prefix_section([on, off])), "measured hit rate")
+    }
     assert rows["cache"]["generation time saved"] == "5.0 s (20%) vs nocache"
     assert prefix_section([off]) == []
 
@@ -412,9 +460,17 @@ def paired(tmp_path):
     base_em = [0] * 6 + [1] * 4
     gain_em = [1] * 10  # +6, -0
     one_em = [1] + base_em[1:6] + [0] + base_em[7:]  # q0 gained, q6 lost
-    base = result("base", recipe("base", baseline=True), scores={"exact_match": 0.4, "char_f1": 0.4})
-    gain = result("gain", recipe("gain", engine=vllm()), scores={"exact_match": 1.0, "char_f1": 1.0})
-    one = result("one", recipe("one", engine=vllm(enforce_eager=True)), scores={"exact_match": 0.4, "char_f1": 0.4})
+    base = result(
+        "base", recipe("base", baseline=True), scores={"exact_match": 0.4, "char_f1": 0.4}
+    )
+    gain = result(
+        "gain", recipe("gain", engine=vllm()), scores={"exact_match": 1.0, "char_f1": 1.0}
+    )
+    one = result(
+        "one",
+        recipe("one", engine=vllm(enforce_eager=True)),
+        scores={"exact_match": 0.4, "char_f1": 0.4},
+    )
     dummy = result(
         "dummy",
         recipe("dummy", engine=vllm(quantization="fp8")),
@@ -442,24 +498,35 @@ def test_changed_answers_counts_and_mcnemar(paired):
     g, o = rows["gain"], rows["one"]
     assert (g["paired examples"], g["EM now right"], g["EM now wrong"]) == ("10", "6", "0")
     assert float(g["McNemar p (EM)"]) == pytest.approx(0.03125, rel=0.01)
-    assert g["exact_match difference (95% CI)"] == "+0.600 (too few examples to tell: n=10; 30 needed)"
+    assert (
+        g["exact_match difference (95% CI)"] == "+0.600 (too few examples to tell: n=10; 30 needed)"
+    )
     assert g["clear differences"] == "too few examples to tell"
     assert g["outputs differ"] == "10"  # every output's text names its recipe here
     assert (o["EM now right"], o["EM now wrong"]) == ("1", "1")
     assert float(o["McNemar p (EM)"]) == 1.0
-    assert o["exact_match difference (95% CI)"] == "+0.000 (too few examples to tell: n=10; 30 needed)"
+    assert (
+        o["exact_match difference (95% CI)"] == "+0.000 (too few examples to tell: n=10; 30 needed)"
+    )
     assert o["clear differences"] == "too few examples to tell"
 
 
 def test_changed_answers_with_squad_metrics_count_changed_outputs(tmp_path):
-    """The EM is whichever `*_exact_match` the baseline has; outputs that differ are counted by their text, also
-    where no score moved; every score gets its paired difference with an interval, a clear drop is named."""
+    """The EM is whichever `*_exact_match` the baseline has; outputs that differ are counted by
+    their text, also where no score moved; every score gets its paired difference with an interval,
+    a clear drop is named."""
     scores = {"squad_exact_match": 0.0, "squad_f1": 0.5}
     base = result("base", recipe("base", baseline=True), scores=scores)
     fp8 = result("fp8", recipe("fp8", engine=vllm(quantization="fp8")), scores=scores)
     n = 200
     rows_b = [
-        {"id": f"q{i}", "output": f"a{i}", "answers": ["x"], "squad_exact_match": 0.0, "squad_f1": 0.5}
+        {
+            "id": f"q{i}",
+            "output": f"a{i}",
+            "answers": ["x"],
+            "squad_exact_match": 0.0,
+            "squad_f1": 0.5,
+        }
         for i in range(n)
     ]
     rows_f = [
@@ -469,9 +536,17 @@ def test_changed_answers_with_squad_metrics_count_changed_outputs(tmp_path):
     store(tmp_path, base, rows_b)
     store(tmp_path, fp8, rows_f)
     md = "\n".join(changed_answers_section([base, fp8], base, tmp_path))
-    assert "EM is `squad_exact_match`" in md and "Student t on the paired differences, as scipy.stats.ttest_rel" in md
+    assert (
+        "EM is `squad_exact_match`" in md
+        and "Student t on the paired differences, as scipy.stats.ttest_rel" in md
+    )
     (row,) = table_with(md, "McNemar p (EM)")
-    assert (row["paired examples"], row["outputs differ"], row["EM now right"], row["EM now wrong"]) == (
+    assert (
+        row["paired examples"],
+        row["outputs differ"],
+        row["EM now right"],
+        row["EM now wrong"],
+    ) == (
         "200",
         "100",
         "0",
@@ -480,7 +555,8 @@ def test_changed_answers_with_squad_metrics_count_changed_outputs(tmp_path):
     assert row["squad_exact_match difference (95% CI)"] == "+0.000 (+0.000 to +0.000)"
     f1 = row["squad_f1 difference (95% CI)"]  # 50 of 200 examples lose 0.1: mean -0.025
     mean, lo, hi = (float(x) for x in re.fullmatch(r"(\S+) \((\S+) to (\S+)\)", f1).groups())
-    assert mean == -0.025 and -0.033 <= lo <= -0.029 and -0.021 <= hi <= -0.017, f1  # +-1.96 SE: 0.006
+    # +-1.96 SE: 0.006
+    assert mean == -0.025 and -0.033 <= lo <= -0.029 and -0.021 <= hi <= -0.017, f1
     assert row["clear differences"] == "squad_f1 lower"
 
 
@@ -491,7 +567,10 @@ def test_changed_answers_lists_a_few_examples(paired):
     one_lines = [ln for ln in lines if ln.startswith("- one · ")]
     assert len(gain_lines) == 3  # 6 changed, 3 shown
     assert all(re.search(r"`q[0-5]`", ln) for ln in gain_lines)
-    assert "baseline `wrong-base-0` → `right-gain-0`" in gain_lines[0] and "gold: gold0" in gain_lines[0]
+    assert (
+        "baseline `wrong-base-0` → `right-gain-0`" in gain_lines[0]
+        and "gold: gold0" in gain_lines[0]
+    )
     assert len(one_lines) == 2
     assert "`q6`: baseline `right-base-6` → `wrong-one-6`" in one_lines[0]  # losses first
     assert not any(ln.startswith("- dummy") for ln in lines)
@@ -512,7 +591,12 @@ ENV = {
     "platform": "Linux-6.18-x86_64",
     "runner": "0.1.0",
     "git_commit": "5f7273c-dirty",
-    "packages": {"torch": "2.11.0", "transformers": "5.17.0", "vllm": "0.26.0", "datasets": "5.2.0"},
+    "packages": {
+        "torch": "2.11.0",
+        "transformers": "5.17.0",
+        "vllm": "0.26.0",
+        "datasets": "5.2.0",
+    },
     "gpu": "NVIDIA H200",
     "driver": "580.159.04",
     "gpu_memory_gib": 140.4,
@@ -520,7 +604,8 @@ ENV = {
     "engine_extra": {
         "model_runner": "V2",
         "env": {"VLLM_USE_FLASHINFER_SAMPLER": "0"},
-        "warmup": "4,096 prompts of 4 tokens, 2 output tokens each, 1.2 s (part of the engine start)",
+        "warmup": "4,096 prompts of 4 tokens, 2 output tokens each, 1.2 s (part of the engine "
+        "start)",
     },
     "inputs": {
         "template:jsquad.j2": "0decf3a48250b0a4",
@@ -582,15 +667,21 @@ def test_report_reproducibility_without_optional_facts():
     r = _repro_result(environment={}).model_copy(update={"run_key": "", "command": ""})
     md = report_markdown(r, [])
     rows = {row[""]: row["value"] for row in table_with(section(md, "Reproduce"), "value")}
-    assert rows["run key"] == "–" and rows["git commit"] == "–" and "torch" not in rows  # unknown: left out
+    # unknown: left out
+    assert rows["run key"] == "–" and rows["git commit"] == "–" and "torch" not in rows
     assert "```bash" not in md
 
 
 def test_report_input_file_names_are_shown_verbatim():
-    env = {**ENV, "inputs": {"template:my_prompt.j2": "00aa", "dataset:/data/valid_v1.json": "11bb"}}
+    env = {
+        **ENV,
+        "inputs": {"template:my_prompt.j2": "00aa", "dataset:/data/valid_v1.json": "11bb"},
+    }
     rows = {
         row[""]: row["value"]
-        for row in table_with(section(report_markdown(_repro_result(environment=env), []), "Reproduce"), "value")
+        for row in table_with(
+            section(report_markdown(_repro_result(environment=env), []), "Reproduce"), "value"
+        )
     }
     assert rows.get("template:my_prompt.j2") == "`00aa`"
     assert rows.get("dataset:/data/valid_v1.json") == "`11bb`"
@@ -601,7 +692,14 @@ def test_report_header_samples_and_sections():
     md = report_markdown(r, samples("repro", [1, 0, 1, 1], outputs=["a`b", "x\ny", "c", "d"]))
     assert md.startswith("# repro\n\na vLLM run\n")
     assert "Status: **ok**" in md and "model: `Qwen/Qwen2.5-7B-Instruct`" in md
-    for h in ("Time and throughput", "Tokens", "Memory", "Scores", "Prompt prefix", "Sample prompts and outputs"):
+    for h in (
+        "Time and throughput",
+        "Tokens",
+        "Memory",
+        "Scores",
+        "Prompt prefix",
+        "Sample prompts and outputs",
+    ):
         assert f"## {h}" in md
     assert re.findall(r"^### (q\d)$", md, flags=re.M) == ["q0", "q1", "q2"]  # three examples shown
     assert "Output: `aˋb`" in md and "Output: `x⏎y`" in md
@@ -645,7 +743,13 @@ def _is_png(p: Path) -> bool:
 
 def _chart_results(meaningful: bool = True, peak: bool = True) -> list[RunResult]:
     est = Estimate(
-        n_measured=40, n_total=4442, per_example_s=0.7, projected_s=3100.0, low_s=2900.0, high_s=3300.0, method="t"
+        n_measured=40,
+        n_total=4442,
+        per_example_s=0.7,
+        projected_s=3100.0,
+        low_s=2900.0,
+        high_s=3300.0,
+        method="t",
     )
     pk = (lambda v: v) if peak else (lambda v: None)
     return [
@@ -658,7 +762,13 @@ def _chart_results(meaningful: bool = True, peak: bool = True) -> list[RunResult
             meaningful=meaningful,
             scores={"exact_match": 0.80},
         ),
-        result("batched", generate_s=64.0, peak=pk(36.1), meaningful=meaningful, scores={"exact_match": 0.79}),
+        result(
+            "batched",
+            generate_s=64.0,
+            peak=pk(36.1),
+            meaningful=meaningful,
+            scores={"exact_match": 0.79},
+        ),
         result(
             "vllm",
             recipe("vllm", engine=vllm()),
@@ -692,30 +802,48 @@ def test_write_charts_skips_accuracy_without_meaningful_scores_and_memory_withou
     made = plots.write_charts(rs, rs[0], tmp_path)
     assert [p.name for p in made] == ["time.png"]
     assert _is_png(tmp_path / "time.png")
-    assert not (tmp_path / "accuracy_vs_time.png").exists() and not (tmp_path / "memory.png").exists()
-    assert plots.write_charts([result("broken", status="failed", error="x")], None, tmp_path / "none") == []
+    assert (
+        not (tmp_path / "accuracy_vs_time.png").exists() and not (tmp_path / "memory.png").exists()
+    )
+    assert (
+        plots.write_charts([result("broken", status="failed", error="x")], None, tmp_path / "none")
+        == []
+    )
 
 
-def test_the_summary_chart_plots_the_gates_metric_with_intervals_and_marks_gate_failures(tmp_path, monkeypatch):
-    """The README's own example plotted an all-zero exact match: the chart now plots the gate's metric, gives each
-    point its score's 95% interval (from the samples) and marks the run that failed its gate."""
+def test_the_summary_chart_plots_the_gates_metric_with_intervals_and_marks_gate_failures(
+    tmp_path, monkeypatch
+):
+    """The README's own example plotted an all-zero exact match: the chart now plots the gate's
+    metric, gives each point its score's 95% interval (from the samples) and marks the run that
+    failed its gate."""
     from runner.report.summary import chart_metric
 
     gate = {"gate": {"metric": "char_f1", "max_drop": 0.05}}
-    base = result("base", recipe("base", baseline=True, **gate), scores={"exact_match": 0.0, "char_f1": 0.6})
+    base = result(
+        "base", recipe("base", baseline=True, **gate), scores={"exact_match": 0.0, "char_f1": 0.6}
+    )
     worse = result(
-        "worse", recipe("worse", engine=vllm(quantization="fp8"), **gate), scores={"exact_match": 0.0, "char_f1": 0.3}
+        "worse",
+        recipe("worse", engine=vllm(quantization="fp8"), **gate),
+        scores={"exact_match": 0.0, "char_f1": 0.3},
     )
     rows = lambda f: [
-        {"id": f"q{i}", "output": "o", "answers": ["g"], "exact_match": 0.0, "char_f1": f(i)} for i in range(40)
+        {"id": f"q{i}", "output": "o", "answers": ["g"], "exact_match": 0.0, "char_f1": f(i)}
+        for i in range(40)
     ]
     store(tmp_path, base, rows(lambda i: 0.6 + (0.1 if i % 2 else -0.1)))
     store(tmp_path, worse, rows(lambda i: 0.3))
     assert chart_metric([base, worse]) == "char_f1"  # the gate's
-    bare = [r.model_copy(update={"recipe": r.recipe.model_copy(update={"gate": None})}) for r in (base, worse)]
+    bare = [
+        r.model_copy(update={"recipe": r.recipe.model_copy(update={"gate": None})})
+        for r in (base, worse)
+    ]
     assert chart_metric(bare) == "char_f1"  # exact_match scored 0 everywhere: passed over
     seen = {}
-    monkeypatch.setattr(plots, "accuracy_chart", lambda rs, metric, path, **kw: seen.update(metric=metric, **kw))
+    monkeypatch.setattr(
+        plots, "accuracy_chart", lambda rs, metric, path, **kw: seen.update(metric=metric, **kw)
+    )
     write_summary([base, worse], tmp_path)
     assert seen["metric"] == "char_f1" and set(seen["failed"]) == {"worse"}
     lo, hi = seen["score_ci"]["base"]
@@ -738,7 +866,9 @@ def test_summary_links_the_charts(tmp_path):
     assert all(_is_png(tmp_path / link) for link in links)
     out2 = tmp_path / "dummy"
     out2.mkdir()
-    text2 = write_summary(_chart_results(meaningful=False, peak=False), out2).read_text(encoding="utf-8")
+    text2 = write_summary(_chart_results(meaningful=False, peak=False), out2).read_text(
+        encoding="utf-8"
+    )
     assert re.findall(r"!\[[^\]]+\]\(([^)]+)\)", text2) == ["time.png"]
 
 
@@ -746,15 +876,25 @@ def test_summary_links_the_charts(tmp_path):
 
 
 def _thirty() -> list[RunResult]:
-    """A realistic large study: sweeps over engine settings plus a few recipes that change a lot at once."""
-    rs = [result("hf-sequential", recipe("hf-sequential", baseline=True), generate_s=3000.0, peak=15.7)]
+    """A realistic large study: sweeps over engine settings plus a few recipes that change a lot at
+    once."""
+    rs = [
+        result(
+            "hf-sequential", recipe("hf-sequential", baseline=True), generate_s=3000.0, peak=15.7
+        )
+    ]
     for bs in (8, 32, 128):
         rs.append(
             result(
                 f"hf-b{bs}",
                 recipe(
                     f"hf-b{bs}",
-                    engine={"kind": "transformers", "device": "cuda", "batch_size": bs, "attn_implementation": "sdpa"},
+                    engine={
+                        "kind": "transformers",
+                        "device": "cuda",
+                        "batch_size": bs,
+                        "attn_implementation": "sdpa",
+                    },
                 ),
                 generate_s=3000.0 / bs**0.8,
                 peak=20.0 + bs / 8,
@@ -763,13 +903,18 @@ def _thirty() -> list[RunResult]:
     for util in (0.5, 0.7, 0.9):
         for eager in (True, False):
             for cache in (True, False):
-                n = f"vllm-u{int(util * 100)}-{'eager' if eager else 'graphs'}-{'cache' if cache else 'nocache'}"
+                n = f"vllm-u{int(util * 100)}-{'eager' if eager else 'graphs'}-"
+                n += "cache" if cache else "nocache"
                 rs.append(
                     result(
                         n,
                         recipe(
                             n,
-                            engine=vllm(gpu_memory_utilization=util, enforce_eager=eager, enable_prefix_caching=cache),
+                            engine=vllm(
+                                gpu_memory_utilization=util,
+                                enforce_eager=eager,
+                                enable_prefix_caching=cache,
+                            ),
                         ),
                         generate_s=20.0 + util + eager + cache,
                         peak=140 * util,
@@ -816,7 +961,9 @@ def _thirty() -> list[RunResult]:
                         "chat_template": True,
                         "shots": {
                             "placement": "system",
-                            "examples": [{"question": "琵琶湖がある都道府県はどこか。", "answer": "滋賀県"}],
+                            "examples": [
+                                {"question": "琵琶湖がある都道府県はどこか。", "answer": "滋賀県"}
+                            ],
                         },
                     },
                     sampling={
@@ -842,14 +989,28 @@ def _thirty() -> list[RunResult]:
             )
         )
     for kv in ("fp8", "fp8_e5m2"):
-        rs.append(result(f"vllm-kv-{kv}", recipe(f"vllm-kv-{kv}", engine=vllm(kv_cache_dtype=kv)), generate_s=19.0))
-    rs.append(result("vllm-tp2", recipe("vllm-tp2", engine=vllm(tensor_parallel_size=2)), generate_s=14.0))
+        rs.append(
+            result(
+                f"vllm-kv-{kv}",
+                recipe(f"vllm-kv-{kv}", engine=vllm(kv_cache_dtype=kv)),
+                generate_s=19.0,
+            )
+        )
+    rs.append(
+        result("vllm-tp2", recipe("vllm-tp2", engine=vllm(tensor_parallel_size=2)), generate_s=14.0)
+    )
     for q in ("bitsandbytes-4bit", "bitsandbytes-8bit"):
         rs.append(
             result(
                 f"hf-{q}",
                 recipe(
-                    f"hf-{q}", engine={"kind": "transformers", "device": "cuda", "batch_size": 32, "quantization": q}
+                    f"hf-{q}",
+                    engine={
+                        "kind": "transformers",
+                        "device": "cuda",
+                        "batch_size": 32,
+                        "quantization": q,
+                    },
                 ),
                 generate_s=900.0,
                 peak=9.0,
@@ -858,7 +1019,10 @@ def _thirty() -> list[RunResult]:
     rs.append(
         result(
             "hf-eager-attn",
-            recipe("hf-eager-attn", engine={"kind": "transformers", "device": "cuda", "attn_implementation": "eager"}),
+            recipe(
+                "hf-eager-attn",
+                engine={"kind": "transformers", "device": "cuda", "attn_implementation": "eager"},
+            ),
             generate_s=3500.0,
         )
     )
@@ -877,7 +1041,13 @@ def _thirty() -> list[RunResult]:
             recipe("vllm-plain", engine=vllm()),
             generate_s=21.0,
             estimate=Estimate(
-                n_measured=50, n_total=4442, per_example_s=0.005, projected_s=22.2, low_s=20.0, high_s=24.4, method="t"
+                n_measured=50,
+                n_total=4442,
+                per_example_s=0.005,
+                projected_s=22.2,
+                low_s=20.0,
+                high_s=24.4,
+                method="t",
             ),
         )
     )
@@ -891,8 +1061,11 @@ def test_thirty_recipes_stay_one_table_of_single_line_rows():
     assert len(main) == 1
     head, *rows = main[0]
     assert len(rows) == 30
-    assert [r[0] for r in rows] == sorted(r.name for r in _thirty())  # recipes by name, however they were read
-    assert all(len(r) == len(head) for r in rows), "a row has a different number of cells than the header"
+    # recipes by name, however they were read
+    assert [r[0] for r in rows] == sorted(r.name for r in _thirty())
+    assert all(len(r) == len(head) for r in rows), (
+        "a row has a different number of cells than the header"
+    )
     # every physical table line is one row: header + separator + 30
     block = [ln for ln in md.split("\n## ")[0].splitlines() if ln.startswith("|")]
     assert len(block) == 32
@@ -909,7 +1082,8 @@ def test_thirty_recipes_short_diffs_are_complete():
     rows = summary_rows(summary_markdown(_thirty()))
     assert rows["hf-b32"][DIFF] == "engine.attn_implementation=sdpa, engine.batch_size=32"
     assert rows["vllm-u50-eager-nocache"][DIFF] == (
-        "engine.enable_prefix_caching=False, engine.enforce_eager=True, engine.gpu_memory_utilization=0.5"
+        "engine.enable_prefix_caching=False, engine.enforce_eager=True, "
+        "engine.gpu_memory_utilization=0.5"
     )
     assert rows["vllm-u90-graphs-cache"][DIFF] == "engine.enable_prefix_caching=True"
     assert rows["vllm-max64"][DIFF] == "sampling.max_tokens=64"
@@ -921,7 +1095,12 @@ def test_thirty_recipes_short_diffs_are_complete():
 
 def _stored(out: Path) -> list[RunResult]:
     rs = [
-        result("base", recipe("base", baseline=True), generate_s=100.0, scores={"exact_match": 0.4, "char_f1": 0.4}),
+        result(
+            "base",
+            recipe("base", baseline=True),
+            generate_s=100.0,
+            scores={"exact_match": 0.4, "char_f1": 0.4},
+        ),
         result(
             "fast",
             recipe("fast", engine=vllm(enforce_eager=True)),
@@ -959,7 +1138,10 @@ def test_cli_report_rebuilds_reports_and_summary(tmp_path):
     s = (tmp_path / "summary.md").read_text(encoding="utf-8")
     assert "3 recipes; baseline: **base**." in s
     rows = summary_rows(s)
-    assert rows["fast"]["speed-up"] == "10.0× (1 run: no interval)" and rows["base"][DIFF] == "(baseline)"
+    assert (
+        rows["fast"]["speed-up"] == "10.0× (1 run: no interval)"
+        and rows["base"][DIFF] == "(baseline)"
+    )
     assert "## Failures" in s and "- **broken**: boom — hint: look at engine.log" in s
     assert "## Answers that change against base" in s
     assert "![time](time.png)" in s and (tmp_path / "time.png").exists()
@@ -1001,20 +1183,25 @@ def test_cli_report_on_missing_folder_is_a_user_error(tmp_path):
 def test_cli_report_unknown_baseline_is_a_user_error(tmp_path):
     _stored(tmp_path)
     res = invoke("report", tmp_path, "--baseline", "fsat")
-    assert user_error(res) == ("Error: --baseline 'fsat' names no stored result; results: base, broken, fast\n")
+    assert user_error(res) == (
+        "Error: --baseline 'fsat' names no stored result; results: base, broken, fast\n"
+    )
     assert "fsat" in res.output and "base" in res.output
 
 
 def test_cli_report_leaves_a_malformed_results_json_out_and_reports_the_others(tmp_path):
-    """One bad file does not stop the others' reports (issue 29); alone, it is a one-screen error."""
+    """One bad file does not stop the others' reports (issue 29); alone, it is a one-screen
+    error."""
     _stored(tmp_path)
     (tmp_path / "bad").mkdir()
-    (tmp_path / "bad" / "results.json").write_text('{"name": "bad", "status": "maybe"}', encoding="utf-8")
+    (tmp_path / "bad" / "results.json").write_text(
+        '{"name": "bad", "status": "maybe"}', encoding="utf-8"
+    )
     res = invoke("report", tmp_path)
     assert res.exit_code == 0 and "(3 recipes)" in res.output
     assert res.stderr.replace(str(tmp_path), "{tmp}") == (
-        "left out: {tmp}/bad/results.json: not a valid results.json (2 problem(s); first: recipe: Field "
-        "required)\n"
+        "left out: {tmp}/bad/results.json: not a valid results.json (2 problem(s); first: recipe: "
+        "Field required)\n"
         "  hint: rerun that recipe, or remove its folder\n"
     )
 
@@ -1036,19 +1223,27 @@ def test_compressed_samples_are_read_like_plain_ones(tmp_path):
 
 
 def test_gate_passes_fails_and_leaves_unscored_runs_out(tmp_path):
-    """char_f1 may drop at most 0.05: a recipe 0.10 lower on every example fails, one that only moves inside the
-    noise passes and, being the fastest that passed, is named; a random-weights run is not scored; a relative gate
-    allows (1 - 0.5) x the baseline's mean."""
+    """char_f1 may drop at most 0.05: a recipe 0.10 lower on every example fails, one that only
+    moves inside the noise passes and, being the fastest that passed, is named; a random-weights run
+    is not scored; a relative gate allows (1 - 0.5) x the baseline's mean."""
     from runner.report.summary import gate_section
 
     gate = {"gate": {"metric": "char_f1", "max_drop": 0.05}}
     n = 100
     base = result("base", recipe("base", baseline=True, **gate), generate_s=20.0)
-    worse = result("worse", recipe("worse", engine=vllm(quantization="fp8"), **gate), generate_s=5.0)
+    worse = result(
+        "worse", recipe("worse", engine=vllm(quantization="fp8"), **gate), generate_s=5.0
+    )
     same = result("same", recipe("same", engine=vllm(), **gate), generate_s=8.0)
-    dummy = result("dummy", recipe("dummy", engine=vllm(enforce_eager=True), **gate), generate_s=1.0, meaningful=False)
+    dummy = result(
+        "dummy",
+        recipe("dummy", engine=vllm(enforce_eager=True), **gate),
+        generate_s=1.0,
+        meaningful=False,
+    )
     rows = lambda f: [
-        {"id": f"q{i}", "output": "o", "answers": ["g"], "exact_match": 0.0, "char_f1": f(i)} for i in range(n)
+        {"id": f"q{i}", "output": "o", "answers": ["g"], "exact_match": 0.0, "char_f1": f(i)}
+        for i in range(n)
     ]
     store(tmp_path, base, rows(lambda i: 0.6))
     store(tmp_path, worse, rows(lambda i: 0.5))
@@ -1056,46 +1251,65 @@ def test_gate_passes_fails_and_leaves_unscored_runs_out(tmp_path):
     store(tmp_path, dummy, rows(lambda i: 0.0))
     md = "\n".join(gate_section([base, worse, same, dummy], base, tmp_path))
     got = {r["recipe"]: r for r in table_with(md, "allowed")}
-    assert got["worse"]["gate"] == "fail" and got["worse"]["difference from the baseline (95% CI)"].startswith("-0.100")
+    assert got["worse"]["gate"] == "fail" and got["worse"][
+        "difference from the baseline (95% CI)"
+    ].startswith("-0.100")
     assert got["same"]["gate"] == "pass" and got["same"]["allowed"] == "-0.050"
-    assert got["dummy"]["gate"] == "not scored" and got["dummy"]["why"] == "random weights or the fake engine"
+    assert (
+        got["dummy"]["gate"] == "not scored"
+        and got["dummy"]["why"] == "random weights or the fake engine"
+    )
     assert md.rstrip().endswith(
-        "Fastest that passed: **same** (8.00 s (1 run: no interval)); against the baseline: 2.50× (1 run: no interval)."
+        "Fastest that passed: **same** (8.00 s (1 run: no interval)); against the baseline: 2.50× "
+        "(1 run: no interval)."
     )
     rel = {"gate": {"metric": "char_f1", "relative": 0.5}}  # allowed drop 0.3: -0.1 passes
     base2 = result("base", recipe("base", baseline=True, **rel), generate_s=20.0)
-    worse2 = result("worse", recipe("worse", engine=vllm(quantization="fp8"), **rel), generate_s=5.0)
+    worse2 = result(
+        "worse", recipe("worse", engine=vllm(quantization="fp8"), **rel), generate_s=5.0
+    )
     md = "\n".join(gate_section([base2, worse2], base2, tmp_path))
     (row,) = table_with(md, "allowed")
-    assert (row["gate"], row["allowed"]) == ("pass", "-0.300") and "**worse** (5.00 s (1 run: no interval))" in md
+    assert (row["gate"], row["allowed"]) == (
+        "pass",
+        "-0.300",
+    ) and "**worse** (5.00 s (1 run: no interval))" in md
 
 
 @pytest.mark.parametrize("gate", [{"max_drop": 0}, {"relative": 1.0}])
 def test_a_zero_allowance_passes_identical_answers_and_fails_one_that_scores_lower(tmp_path, gate):
-    """`max_drop: 0` (or `relative: 1`): identical outputs pass (they failed before: 0 > -0 is false), one example
-    that scored lower fails, whatever the count; the headline names the fastest that passed and the faster one the
-    gate stopped."""
+    """`max_drop: 0` (or `relative: 1`): identical outputs pass (they failed before: 0 > -0 is
+    false), one example that scored lower fails, whatever the count; the headline names the fastest
+    that passed and the faster one the gate stopped."""
     g = {"gate": {"metric": "char_f1", **gate}}
     base = result("base", recipe("base", baseline=True, **g), generate_s=20.0)
     same = result("same", recipe("same", engine=vllm(), **g), generate_s=5.0)
     one = result("one", recipe("one", engine=vllm(quantization="fp8"), **g), generate_s=2.0)
-    rows = lambda f: [{"id": f"q{i}", "output": "o", "answers": ["g"], "char_f1": f(i)} for i in range(40)]
+    rows = lambda f: [
+        {"id": f"q{i}", "output": "o", "answers": ["g"], "char_f1": f(i)} for i in range(40)
+    ]
     store(tmp_path, base, rows(lambda i: 0.6))
     store(tmp_path, same, rows(lambda i: 0.6))
     store(tmp_path, one, rows(lambda i: 0.5 if i == 7 else 0.6))
     md = summary_markdown([base, same, one], out=tmp_path)
     got = {r["recipe"]: r for r in table_with(md, "allowed")}
-    assert (got["same"]["gate"], got["same"]["why"]) == ("pass", "allowance 0: none of 40 examples scored lower")
-    assert (got["one"]["gate"], got["one"]["why"]) == ("fail", "allowance 0: 1 of 40 examples scored lower")
+    assert (got["same"]["gate"], got["same"]["why"]) == (
+        "pass",
+        "allowance 0: none of 40 examples scored lower",
+    )
+    assert (got["one"]["gate"], got["one"]["why"]) == (
+        "fail",
+        "allowance 0: 1 of 40 examples scored lower",
+    )
     assert (
-        "Fastest that passed its gate: **same**, 5.00 s (1 run: no interval); against the baseline base: 4.00× (1 run: "
-        "no interval). Faster, but not through the gate: one (failed)." in md
+        "Fastest that passed its gate: **same**, 5.00 s (1 run: no interval); against the baseline "
+        "base: 4.00× (1 run: no interval). Faster, but not through the gate: one (failed)." in md
     )
 
 
 def test_the_gate_says_too_few_examples_to_tell_and_never_passes_them(tmp_path):
-    """Under 30 paired examples the gate gives no interval and no pass: one example's identical score no longer
-    makes a zero-width "clear" verdict; the headline falls back to the baseline."""
+    """Under 30 paired examples the gate gives no interval and no pass: one example's identical
+    score no longer makes a zero-width "clear" verdict; the headline falls back to the baseline."""
     g = {"gate": {"metric": "char_f1", "max_drop": 0.05}}
     base = result("base", recipe("base", baseline=True, **g), generate_s=20.0)
     fast = result("fast", recipe("fast", engine=vllm(), **g), generate_s=5.0)
@@ -1104,62 +1318,92 @@ def test_the_gate_says_too_few_examples_to_tell_and_never_passes_them(tmp_path):
     store(tmp_path, fast, rows)
     md = summary_markdown([base, fast], out=tmp_path)
     (row,) = table_with(md, "allowed")
-    assert row["gate"] == "too few to tell" and row["why"] == "too few examples to tell (n=5; 30 needed)"
-    assert row["difference from the baseline (95% CI)"] == "+0.000 (too few examples to tell: n=5; 30 needed)"
-    assert "Fastest that passed its gate: **base**" in md and "Faster, but not through the gate: fast (too few" in md
+    assert (
+        row["gate"] == "too few to tell"
+        and row["why"] == "too few examples to tell (n=5; 30 needed)"
+    )
+    assert (
+        row["difference from the baseline (95% CI)"]
+        == "+0.000 (too few examples to tell: n=5; 30 needed)"
+    )
+    assert (
+        "Fastest that passed its gate: **base**" in md
+        and "Faster, but not through the gate: fast (too few" in md
+    )
 
 
 def test_a_gate_that_cannot_apply_is_an_error_that_says_why(tmp_path):
-    """`runner report DIR --gate ...` with no baseline, on a metric nobody scored with real weights, or over
-    recipes that all have their own gate: exit 2 naming why (it was ignored without a word); over some, it says which
-    keep their own."""
+    """`runner report DIR --gate ...` with no baseline, on a metric nobody scored with real weights,
+    or over recipes that all have their own gate: exit 2 naming why (it was ignored without a word);
+    over some, it says which keep their own."""
     from tests.cli_output import user_error
 
     own = {"gate": {"metric": "char_f1", "max_drop": 0.05}}
     base, a = result("base", recipe("base")), result("a", recipe("a", engine=vllm()))
-    dummy = result("d", recipe("d", engine=vllm(quantization="fp8")), meaningful=False, scores={"squad_f1": 0.1})
+    dummy = result(
+        "d",
+        recipe("d", engine=vllm(quantization="fp8")),
+        meaningful=False,
+        scores={"squad_f1": 0.1},
+    )
     for r in (base, a, dummy):
         store(tmp_path, r, [])
     go = lambda *args: CliRunner().invoke(cli, ["report", str(tmp_path), *args])
     assert user_error(go("--gate", "char_f1:0.01")) == (
-        "Error: --gate: has no baseline to compare with: no stored recipe is marked `baseline: true`\n"
-        "  hint: name one with --baseline NAME (results here: a, base, d)\n"
+        "Error: --gate: has no baseline to compare with: no stored recipe is marked `baseline: "
+        "true`\n  hint: name one with --baseline NAME (results here: a, base, d)\n"
     )
     assert user_error(go("--gate", "squad_f1:0.01", "--baseline", "base")) == (
         "Error: --gate: no stored run scored 'squad_f1' with real weights\n"
         "  hint: gate a metric they scored: char_f1, exact_match\n"
     )
     store(tmp_path, a.model_copy(update={"recipe": recipe("a", engine=vllm(), **own)}), [])
-    store(tmp_path, dummy.model_copy(update={"recipe": recipe("d", engine=vllm(quantization="fp8"), **own)}), [])
+    store(
+        tmp_path,
+        dummy.model_copy(update={"recipe": recipe("d", engine=vllm(quantization="fp8"), **own)}),
+        [],
+    )
     assert user_error(go("--gate", "char_f1:0.01", "--baseline", "base")) == (
-        "Error: --gate: every recipe but the baseline has a gate of its own (a, d); --gate is for those without\n"
-        "  hint: leave --gate out, or change the recipes' `gate:` and rerun\n"
+        "Error: --gate: every recipe but the baseline has a gate of its own (a, d); --gate is for "
+        "those without\n  hint: leave --gate out, or change the recipes' `gate:` and rerun\n"
     )
     store(tmp_path, a, [])
     r = go("--gate", "char_f1:0.01", "--baseline", "base")
-    assert r.exit_code == 0 and "--gate applies to the recipes without a gate of their own; d keep theirs" in r.output
+    assert (
+        r.exit_code == 0
+        and "--gate applies to the recipes without a gate of their own; d keep theirs" in r.output
+    )
 
 
 def test_a_speed_up_inside_the_noise_says_how_many_repeats_would_tell():
-    """A speed-up inside the noise comes with a power hint: the repeats that would make a difference of the size seen
-    clear at the noise seen (95%, 80% power)."""
+    """A speed-up inside the noise comes with a power hint: the repeats that would make a difference
+    of the size seen clear at the noise seen (95%, 80% power)."""
     from runner.results import Repeat
 
     reps = lambda ts: [Repeat(index=i + 1, generate_s=t) for i, t in enumerate(ts)]
-    slow = result("base", recipe("base", baseline=True), generate_s=2.0, repeats=reps([2.0, 2.4, 1.7]))
-    fast = result("fast", recipe("fast", engine=vllm()), generate_s=1.9, repeats=reps([1.9, 2.2, 1.8]))
+    slow = result(
+        "base", recipe("base", baseline=True), generate_s=2.0, repeats=reps([2.0, 2.4, 1.7])
+    )
+    fast = result(
+        "fast", recipe("fast", engine=vllm()), generate_s=1.9, repeats=reps([1.9, 2.2, 1.8])
+    )
     md = summary_markdown([slow, fast])
     (cell,) = [r["speed-up"] for r in table_with(md, "speed-up") if r["recipe"] == "fast"]
-    assert re.fullmatch(r"no clear difference \(\S+×\) \(back to back\); ~[\d,]+ repeats would tell", cell), cell
+    assert re.fullmatch(
+        r"no clear difference \(\S+×\) \(back to back\); ~[\d,]+ repeats would tell", cell
+    ), cell
     assert "`(back to back)`, `(across calls)`: how the speed-up's two runs were measured" in md
 
 
 def test_a_score_difference_inside_the_noise_says_how_many_examples_would_tell():
     from runner.report.summary import _interval
 
-    diffs = [0.2 if i % 4 == 0 else -0.16 if i % 4 == 1 else 0.0 for i in range(40)]  # mean +0.01, sd ~0.129
+    # mean +0.01, sd ~0.129
+    diffs = [0.2 if i % 4 == 0 else -0.16 if i % 4 == 1 else 0.0 for i in range(40)]
     text, way = _interval(diffs)
-    assert way is None and re.fullmatch(r"\+0\.010 \(\S+ to \S+\); ~[\d,]+ examples would tell", text), text
+    assert way is None and re.fullmatch(
+        r"\+0\.010 \(\S+ to \S+\); ~[\d,]+ examples would tell", text
+    ), text
     n = int(text.split("~")[1].split(" ")[0].replace(",", ""))
     assert 1250 <= n <= 1350, n  # (2.80 x 0.129 / 0.01)^2 ~ 1,307
 
@@ -1172,9 +1416,11 @@ def test_gate_metric_must_be_scored():
 
 
 def test_without_a_baseline_the_headline_never_names_a_screen_on_fewer_examples():
-    """A tune's folder has no `baseline: true` run: a 400-example screen (faster, on fewer examples) was headlined
-    as the fastest; the headline takes the runs that timed the most examples."""
+    """A tune's folder has no `baseline: true` run: a 400-example screen (faster, on fewer examples)
+    was headlined as the fastest; the headline takes the runs that timed the most examples."""
     full = result("full", recipe("full"), generate_s=6.0, n=1000)
-    screen = result("full-t8-screen", recipe("full-t8-screen", engine=vllm()), generate_s=1.6, n=400)
+    screen = result(
+        "full-t8-screen", recipe("full-t8-screen", engine=vllm()), generate_s=1.6, n=400
+    )
     md = summary_markdown([full, screen])
     assert "Fastest: **full**" in md

@@ -1,5 +1,5 @@
-"""Generated files (JSON Schemas, recipe reference) against the models, and every committed recipe and
-results.json against those schemas. Nothing here loads a model or imports torch."""
+"""Generated files (JSON Schemas, recipe reference) against the models, and every committed recipe
+and results.json against those schemas. Nothing here loads a model or imports torch."""
 
 from __future__ import annotations
 
@@ -23,14 +23,18 @@ _spec.loader.exec_module(gen)  # docs/generate.py: the generator of the files ch
 REGEN = "out of date: run `python docs/generate.py` (from the project root) and commit the result"
 SCHEMA_LINE = "# yaml-language-server: $schema=../schema/recipe.schema.json"
 
-RECIPE_MODELS = [m for m, _ in gen._reference_models()]  # every engine of the registry, study keys, ...
+# every engine of the registry, study keys, ...
+RECIPE_MODELS = [m for m, _ in gen._reference_models()]
 RECIPE_FILES = sorted((PROJECT / "recipes").glob("*.yaml"))
 
 
 def _committed_results() -> list[Path]:
-    """The results.json files committed as evidence (git's list), not whatever the user's own runs left in reports/."""
+    """The results.json files committed as evidence (git's list), not whatever the user's own runs
+    left in reports/."""
     try:
-        out = subprocess.run(["git", "-C", str(PROJECT), "ls-files", "reports"], capture_output=True, text=True)
+        out = subprocess.run(
+            ["git", "-C", str(PROJECT), "ls-files", "reports"], capture_output=True, text=True
+        )
         files = [PROJECT / p for p in out.stdout.splitlines() if p.endswith("/results.json")]
     except OSError:
         files = []
@@ -59,21 +63,29 @@ def results_validator() -> Draft202012Validator:
 
 
 def _errors(validator: Draft202012Validator, doc) -> list[str]:
-    return [f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in validator.iter_errors(doc)]
+    return [
+        f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+        for e in validator.iter_errors(doc)
+    ]
 
 
-# --------------------------------------------------------------------------- generated files are current
+# --------------------------------------------------------------------------- generated files are
+# current
 
 
 def _generated() -> dict[str, str]:
     return {
         "docs/recipe-reference.md": gen.reference_markdown(),
-        "schema/recipe.schema.json": json.dumps(gen.recipe_schema(), indent=2, ensure_ascii=False) + "\n",
-        "schema/results.schema.json": json.dumps(gen.results_schema(), indent=2, ensure_ascii=False) + "\n",
+        "schema/recipe.schema.json": json.dumps(gen.recipe_schema(), indent=2, ensure_ascii=False)
+        + "\n",
+        "schema/results.schema.json": json.dumps(gen.results_schema(), indent=2, ensure_ascii=False)
+        + "\n",
     }
 
 
-@pytest.mark.parametrize("rel", ["docs/recipe-reference.md", "schema/recipe.schema.json", "schema/results.schema.json"])
+@pytest.mark.parametrize(
+    "rel", ["docs/recipe-reference.md", "schema/recipe.schema.json", "schema/results.schema.json"]
+)
 def test_generated_file_is_current(rel):
     committed = (PROJECT / rel).read_text(encoding="utf-8")
     expected = _generated()[rel]
@@ -95,7 +107,8 @@ def test_generated_file_is_current(rel):
 
 
 def test_write_all_writes_exactly_the_generated_text(tmp_path):
-    """`python docs/generate.py` (write_all) produces the same text the freshness test compares against."""
+    """`python docs/generate.py` (write_all) produces the same text the freshness test compares
+    against."""
     paths = gen.write_all(tmp_path)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in paths) == sorted(_generated())
     for rel, text in _generated().items():
@@ -118,7 +131,9 @@ def test_every_recipe_field_is_in_the_reference_with_a_description(model):
     for name, f in model.model_fields.items():
         assert (f.description or "").strip(), f"{model.__name__}.{name} has no description"
         rows = [ln for ln in section.splitlines() if ln.startswith(f"| `{name}` |")]
-        assert len(rows) == 1, f"{model.__name__}.{name}: expected one row in the reference, found {rows}"
+        assert len(rows) == 1, (
+            f"{model.__name__}.{name}: expected one row in the reference, found {rows}"
+        )
         meaning = re.split(r"(?<!\\)\|", rows[0])[-2].strip()
         assert meaning, f"{model.__name__}.{name}: empty meaning column in the reference"
 
@@ -129,7 +144,8 @@ def test_reference_lists_the_models_in_order():
     assert heads == [m.__name__ for m in RECIPE_MODELS] + ["Metrics", "Plan", "Tune"]
 
 
-# --------------------------------------------------------------------------- recipes against the schema
+# --------------------------------------------------------------------------- recipes against the
+# schema
 
 
 def test_there_are_recipes_to_check():
@@ -203,7 +219,9 @@ def test_recipe_with_unknown_key_fails_schema(good_recipe, recipe_validator, dot
 )
 def test_recipe_with_wrong_type_or_value_fails_schema(good_recipe, recipe_validator, dotted, value):
     assert _errors(recipe_validator, good_recipe) == []
-    assert _errors(recipe_validator, _with(good_recipe, dotted, value)), f"{dotted}={value!r} was accepted"
+    assert _errors(recipe_validator, _with(good_recipe, dotted, value)), (
+        f"{dotted}={value!r} was accepted"
+    )
 
 
 def test_recipe_missing_required_field_fails_schema(good_recipe, recipe_validator):
@@ -220,12 +238,17 @@ def test_there_are_committed_results():
 
 
 def test_only_committed_results_are_checked(tmp_path):
-    """A user's own runs in reports/ (old, hand-edited) are not the project's evidence: only tracked files count."""
-    tracked = subprocess.run(["git", "-C", str(PROJECT), "ls-files", "reports"], capture_output=True, text=True)
+    """A user's own runs in reports/ (old, hand-edited) are not the project's evidence: only tracked
+    files count."""
+    tracked = subprocess.run(
+        ["git", "-C", str(PROJECT), "ls-files", "reports"], capture_output=True, text=True
+    )
     assert {str(p.relative_to(PROJECT)) for p in RESULT_FILES} <= set(tracked.stdout.splitlines())
 
 
-@pytest.mark.parametrize("path", RESULT_FILES, ids=lambda p: p.relative_to(PROJECT / "reports").parent.as_posix())
+@pytest.mark.parametrize(
+    "path", RESULT_FILES, ids=lambda p: p.relative_to(PROJECT / "reports").parent.as_posix()
+)
 def test_committed_results_validate_against_schema(path, results_validator):
     doc = json.loads(path.read_text(encoding="utf-8"))
     assert _errors(results_validator, doc) == []
@@ -244,11 +267,19 @@ def test_results_schema_rejects_bad_documents(results_validator):
 
 
 def test_a_schema_1_result_reads_its_study_cell_into_one_part():
-    """results.json of schema 1 kept a study cell's facts as five top-level fields: read back into `cell`, a run
-    that is no study's cell into none."""
+    """results.json of schema 1 kept a study cell's facts as five top-level fields: read back into
+    `cell`, a run that is no study's cell into none."""
     doc = json.loads(RESULT_FILES[0].read_text(encoding="utf-8"))
-    flat = {k: v for k, v in doc.items() if k != "cell"} | {"schema_version": 1, "study": "s", "cell_index": 3}
-    flat |= {"cell": {"variant": "a"}, "cell_labels": {"variant": "A"}, "study_axes": {"rows": "variant"}}
+    flat = {k: v for k, v in doc.items() if k != "cell"} | {
+        "schema_version": 1,
+        "study": "s",
+        "cell_index": 3,
+    }
+    flat |= {
+        "cell": {"variant": "a"},
+        "cell_labels": {"variant": "A"},
+        "study_axes": {"rows": "variant"},
+    }
     r = RunResult.model_validate(flat)
     assert r.cell.model_dump() == {
         "study": "s",
@@ -257,5 +288,9 @@ def test_a_schema_1_result_reads_its_study_cell_into_one_part():
         "axes": {"rows": "variant"},
         "index": 3,
     }
-    plain = {k: v for k, v in flat.items() if k not in ("cell", "cell_labels", "study_axes", "cell_index")}
+    plain = {
+        k: v
+        for k, v in flat.items()
+        if k not in ("cell", "cell_labels", "study_axes", "cell_index")
+    }
     assert RunResult.model_validate({**plain, "study": None, "cell": {}}).cell is None

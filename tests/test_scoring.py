@@ -27,7 +27,15 @@ import unicodedata
 import pytest
 from pydantic import ValidationError
 
-from runner.scoring import ALIASES, METRICS, PostProcess, ScoringSpec, conventions, get_metric, score_sample
+from runner.scoring import (
+    ALIASES,
+    METRICS,
+    PostProcess,
+    ScoringSpec,
+    conventions,
+    get_metric,
+    score_sample,
+)
 
 
 def m(name: str, pred: str, golds: list[str], gold: str | None = None) -> float:
@@ -130,7 +138,8 @@ JGLUE_CASES = [  # pred, golds, exact match, char F1 (hand-computed; see comment
     ("東京\u3000都", ["東京 都"], 1, 1.0),  # str.split() also splits the ideographic space
     ("ＡＢＣ", ["ａｂｃ"], 1, 1.0),  # Unicode lower-case of full-width letters
     ("ＡＢＣ", ["abc"], 0, 0.0),  # ... but no width folding
-    ("the Eiffel Tower", ["Eiffel Tower"], 0, 6 / 7),  # no article removal, spaces count: 12 common of 16/12
+    # no article removal, spaces count: 12 common of 16/12
+    ("the Eiffel Tower", ["Eiffel Tower"], 0, 6 / 7),
     ("", ["東京"], 0, 0.0),
     ("", ["。"], 1, 1.0),  # the gold normalizes to "": dropped, gold becomes ""
     ("東京", ["。", "東京都"], 0, 0.8),  # the empty gold is dropped, not scored
@@ -162,7 +171,8 @@ LLMJP_CASES = [  # output, golds, char_f1, exact_match
     ("  東京都  ", ["東京都"], 1.0, 1.0),  # stripped
     ("東京都\n補足", ["東京都"], 0.67, 0.0),  # "東京都 補足" vs "東京都": 2*3/9 = 66.7 -> 67
     ("Tokyo Tower", ["tower tokyo"], 1.0, 0.0),  # lower-cased, tokens sorted
-    ("二つ名", ["通り名、二つ名、異名", "二つ名"], 0.46, 0.0),  # first gold only: "二つ名 異名 通り名", 2*3/13
+    # first gold only: "二つ名 異名 通り名", 2*3/13
+    ("二つ名", ["通り名、二つ名、異名", "二つ名"], 0.46, 0.0),
     ("café", ["cafe"], 0.86, 0.0),  # U+00E9 dropped: "caf" vs "cafe" = 2*3/7 -> 86
     ("x", ["xabcdefghijklmn"], 0.12, 0.0),  # 2*1/16 = 12.5 -> 12 (round half to even)
     ("xyz", ["xyzabcdefghij"], 0.38, 0.0),  # 2*3/16 = 37.5 -> 38 (round half to even)
@@ -246,12 +256,16 @@ def test_runner_metrics_unchanged(pred, golds, em, f1, contains):
         assert m(f"{prefix}exact_match", pred, golds) == em
         assert m(f"{prefix}char_f1", pred, golds) == pytest.approx(f1)
         assert m(f"{prefix}contains", pred, golds) == contains
-    assert METRICS["char_f1"](pred, golds) == pytest.approx(f1)  # old call form: metric(pred, golds)
+    # old call form: metric(pred, golds)
+    assert METRICS["char_f1"](pred, golds) == pytest.approx(f1)
 
 
 # ------------------------------------------------------------------ cross-check on random strings
 
-_ALPHABET = list("東京都大阪府二つ名。、「」『』（）()・=-ー 　\n\tabcABCé１２３123年!?.,:：") + ["\n\n", "回答:"]
+_ALPHABET = list("東京都大阪府二つ名。、「」『』（）()・=-ー 　\n\tabcABCé１２３123年!?.,:：") + [
+    "\n\n",
+    "回答:",
+]
 
 
 def _random_text(rng: random.Random, n: int = 10) -> str:
@@ -265,7 +279,9 @@ def test_random_strings_agree_with_transcribed_sources():
         em, f1 = _src_jglue(pred, golds)
         assert m("jglue_exact_match", pred, golds) == em
         assert m("jglue_char_f1", pred, golds) == pytest.approx(f1)
-        assert (m("llmjp_char_f1", pred, golds), m("llmjp_exact_match", pred, golds)) == _src_llmjp(pred, golds)
+        assert (m("llmjp_char_f1", pred, golds), m("llmjp_exact_match", pred, golds)) == _src_llmjp(
+            pred, golds
+        )
         assert m("flexeval_char_f1", pred, golds) == max(_fw_ratio(pred, g) for g in golds) / 100
         assert (
             m("flexeval_char_f1_normalized", pred, golds)
@@ -309,7 +325,8 @@ def test_score_sample_default_is_the_metrics_alone():
     names = ["char_f1", "jglue_char_f1", "llmjp_char_f1", "flexeval_char_f1"]
     got = score_sample(" 東京都です", ["東京都", "東京"], names, ScoringSpec())
     assert got == {n: METRICS[n](" 東京都です", ["東京都", "東京"]) for n in names}
-    assert got["flexeval_char_f1"] == 0.67  # " 東京都です" vs "東京": 2*2/8 = 50; vs "東京都": 2*3/9 -> 67
+    # " 東京都です" vs "東京": 2*2/8 = 50; vs "東京都": 2*3/9 -> 67
+    assert got["flexeval_char_f1"] == 0.67
     assert got["llmjp_char_f1"] == 0.75  # stripped, first gold only
 
 
@@ -324,10 +341,14 @@ def test_score_sample_strips_answer_labels_before_every_metric():
 def test_score_sample_gold_policy_overrides_every_convention():
     golds = ["通り名、二つ名、異名", "二つ名"]
     names = ["llmjp_char_f1", "jglue_char_f1"]
-    assert score_sample("二つ名", golds, names, ScoringSpec()) == {"llmjp_char_f1": 0.46, "jglue_char_f1": 1.0}
+    assert score_sample("二つ名", golds, names, ScoringSpec()) == {
+        "llmjp_char_f1": 0.46,
+        "jglue_char_f1": 1.0,
+    }
     assert score_sample("二つ名", golds, names, ScoringSpec(gold="max"))["llmjp_char_f1"] == 1.0
     first = score_sample("二つ名", golds, names, ScoringSpec(gold="first"))
-    assert first["jglue_char_f1"] == pytest.approx(2 * (3 / 3) * (3 / 10) / (3 / 3 + 3 / 10))  # P 1, R 3/10
+    # P 1, R 3/10
+    assert first["jglue_char_f1"] == pytest.approx(2 * (3 / 3) * (3 / 10) / (3 / 3 + 3 / 10))
 
 
 def test_score_sample_keeps_the_names_given():
@@ -345,7 +366,9 @@ def test_scoring_spec_is_strict_and_frozen():
         ScoringSpec(gold="all")
     with pytest.raises(ValidationError):
         ScoringSpec.model_validate({"postprocess": {"cut": ["\n"]}})
-    spec = ScoringSpec.model_validate({"gold": "first", "postprocess": {"cut_at": ["\n\n"], "strip": True}})
+    spec = ScoringSpec.model_validate(
+        {"gold": "first", "postprocess": {"cut_at": ["\n\n"], "strip": True}}
+    )
     assert spec.gold == "first" and spec.postprocess.cut_at == ["\n\n"]
     with pytest.raises(ValidationError):
         spec.gold = "max"
@@ -355,7 +378,13 @@ def test_scoring_spec_is_strict_and_frozen():
 
 
 def test_every_metric_names_its_convention():
-    expected = {"runner": "max", "JGLUE": "max", "llm-jp-eval": "first", "flexeval": "max", "flexeval+AIO": "max"}
+    expected = {
+        "runner": "max",
+        "JGLUE": "max",
+        "llm-jp-eval": "first",
+        "flexeval": "max",
+        "flexeval+AIO": "max",
+    }
     expected |= {"SQuAD v1.1": "max", "runner on SQuAD": "max"}
     seen = set()
     for name, metric in METRICS.items():

@@ -1,9 +1,11 @@
-"""The serving wing (recipes with `load:`) on a CPU: `runner go` against the fake engine's server under vLLM 0.26.0's
-own benchmark client (its one file, taken from the vLLM wheel: see conftest.vllm_client), a server that fails
-before it is ready, a sweep that saturates at its second rate (the fake server answers one request at a time,
-each taking `delay_s`), a `runner go` killed by SIGKILL whose server must not outlive it, and the arithmetic.
+"""The serving wing (recipes with `load:`) on a CPU: `runner go` against the fake engine's server
+under vLLM 0.26.0's own benchmark client (its one file, taken from the vLLM wheel: see
+conftest.vllm_client), a server that fails before it is ready, a sweep that saturates at its second
+rate (the fake server answers one request at a time, each taking `delay_s`), a `runner go` killed by
+SIGKILL whose server must not outlive it, and the arithmetic.
 
-Only process groups these tests can name are checked (the pgid the fake server prints); nothing scans the machine."""
+Only process groups these tests can name are checked (the pgid the fake server prints); nothing
+scans the machine."""
 
 from __future__ import annotations
 
@@ -32,7 +34,15 @@ from runner.engines.fake import DEFAULT_REPLY, served_reply
 from runner.recipe import LoadSpec
 from runner.results import RunResult
 from runner.serve.fake_server import reply_words
-from runner.serve.run import RateRun, Record, arrival_offsets, peak_concurrency, rate_point, request_body, saturation
+from runner.serve.run import (
+    RateRun,
+    Record,
+    arrival_offsets,
+    peak_concurrency,
+    rate_point,
+    request_body,
+    saturation,
+)
 from runner.serve.server import Server, ServerError, counters, free_port
 from tests.cli_output import user_error
 
@@ -86,14 +96,17 @@ def server_pgid(log: Path) -> int:
 
 @pytest.fixture(scope="module")
 def call(tmp_path_factory, vllm_client_dir):
-    """One `runner go`: `crash` (its server exits before /health answers), then `serve` (a 3-rate sweep)."""
+    """One `runner go`: `crash` (its server exits before /health answers), then `serve` (a 3-rate
+    sweep)."""
     tmp = tmp_path_factory.mktemp("serving")
     crash = write(tmp / "crash.yaml", recipe("crash", serve_fail=True))
     serve = write(tmp / "serve.yaml", recipe("serve"))
     out = tmp / "out"
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(vllm_client_dir))
-        res = CliRunner().invoke(cli, ["go", str(crash), str(serve), "--out", str(out), "--no-progress"])
+        res = CliRunner().invoke(
+            cli, ["go", str(crash), str(serve), "--out", str(out), "--no-progress"]
+        )
     return res, out
 
 
@@ -112,15 +125,35 @@ def test_per_rate_figures_saturation_and_headline(call):
     low, high = sv.rates
     for p in sv.rates:
         assert p.requests == p.completed == 8 and p.errors == 0 and p.cache_reset is True
-        assert p.ttft_ms.p50 > 0 and p.tpot_ms.p50 > 0 and p.e2e_ms.p99 >= p.e2e_ms.p50 and p.itl_ms is not None
-        assert p.output_tokens == 8 * 4 and p.prompt_tokens > 0 and p.good is not None and p.goodput is not None
-        assert set(p.scores) == {"exact_match", "char_f1"} and p.cached_tokens is None  # no cache to report
-        assert p.server_counters["fake:requests_total"] == 8  # the measured requests only, not the warmup
+        assert (
+            p.ttft_ms.p50 > 0
+            and p.tpot_ms.p50 > 0
+            and p.e2e_ms.p99 >= p.e2e_ms.p50
+            and p.itl_ms is not None
+        )
+        assert (
+            p.output_tokens == 8 * 4
+            and p.prompt_tokens > 0
+            and p.good is not None
+            and p.goodput is not None
+        )
+        # no cache to report
+        assert set(p.scores) == {"exact_match", "char_f1"} and p.cached_tokens is None
+        # the measured requests only, not the warmup
+        assert p.server_counters["fake:requests_total"] == 8
     assert high.request_throughput < 0.9 * 200 and high.ttft_ms.p50 > 2 * low.ttft_ms.p50
-    assert sv.headline_rate == 20 and sv.command[:3] == [sys.executable, "-m", "runner.serve.fake_server"]
+    assert sv.headline_rate == 20 and sv.command[:3] == [
+        sys.executable,
+        "-m",
+        "runner.serve.fake_server",
+    ]
     # the top-level figures are the headline rate's
     assert r.throughput.requests_per_s == pytest.approx(low.request_throughput)
-    assert r.timings.generate_s == pytest.approx(low.wall_s) and r.n_samples == 8 and r.estimate is None
+    assert (
+        r.timings.generate_s == pytest.approx(low.wall_s)
+        and r.n_samples == 8
+        and r.estimate is None
+    )
     assert r.latency.ttft_s.p50 * 1000 == pytest.approx(low.ttft_ms.p50)
     assert r.scores == low.scores and r.timings.load_s == sv.server_start_s > 0
     assert {k.name: k.status for k in r.knobs} == {"reply": "applied", "delay_s": "applied"}
@@ -132,12 +165,18 @@ def test_report_has_latency_per_rate_formulas_and_chart(call):
     _, out = call
     report = (out / "serve" / "report.md").read_text()
     section = report[report.index("## Serving under load") :]
-    assert "### Latency per rate (ms)" in section and "### Throughput, accuracy and errors per rate" in section
+    assert (
+        "### Latency per rate (ms)" in section
+        and "### Throughput, accuracy and errors per rate" in section
+    )
     assert "TPOT = (E2E − TTFT) / (N − 1)" in section and "TTFT = t(first streamed chunk" in section
     assert "prefix cache was emptied (`POST /reset_prefix_cache`)" in section
     assert "**Headline: 20 req/s**" in section and "**Saturated at 200 req/s**" in section
     assert "Higher rates were not run: inf." in section
-    assert "![TTFT p50/p99 and TPOT p50 against achieved requests/s](latency_throughput.png)" in section
+    assert (
+        "![TTFT p50/p99 and TPOT p50 against achieved requests/s](latency_throughput.png)"
+        in section
+    )
     assert (out / "serve" / "latency_throughput.png").read_bytes()[:4] == b"\x89PNG"
     summary = (out / "summary.md").read_text()
     assert "## Serving under load" in summary and "at 20 req/s (serving)" in summary
@@ -149,9 +188,20 @@ def test_samples_hold_per_request_timings(call):
     lines = [json.loads(x) for x in (out / "serve" / "samples.jsonl").read_text().splitlines()]
     assert len(lines) == 8 and [d["request"] for d in lines] == list(range(8))
     for d in lines:
-        assert d["rate"] == "20" and d["error"] is None and d["output"] == REPLY and d["output_tokens"] == 4
-        assert 0 < d["ttft_s"] <= d["latency_s"] == d["e2e_s"] and d["tpot_s"] > 0 and d["queue_s"] >= 0
-        assert "exact_match" in d and "char_f1" in d and d["prompt"].startswith("<|im_start|>system")
+        assert (
+            d["rate"] == "20"
+            and d["error"] is None
+            and d["output"] == REPLY
+            and d["output_tokens"] == 4
+        )
+        assert (
+            0 < d["ttft_s"] <= d["latency_s"] == d["e2e_s"]
+            and d["tpot_s"] > 0
+            and d["queue_s"] >= 0
+        )
+        assert (
+            "exact_match" in d and "char_f1" in d and d["prompt"].startswith("<|im_start|>system")
+        )
 
 
 def test_server_is_gone_and_a_crashing_one_fails_its_recipe_only(call):
@@ -162,15 +212,28 @@ def test_server_is_gone_and_a_crashing_one_fails_its_recipe_only(call):
     assert crash.status == "failed" and crash.serving is None
     assert "the server exited with code 1 before it was ready" in crash.error
     assert "failing before it is ready" in crash.error  # the server's own last words
-    assert "FAILED crash" in res.output and "ok serve" in res.output and "Traceback" not in res.output
+    assert (
+        "FAILED crash" in res.output and "ok serve" in res.output and "Traceback" not in res.output
+    )
 
 
 @pytest.mark.slow
 def test_a_killed_runner_takes_its_server_with_it(tmp_path, vllm_client_dir):
     """SIGKILL `runner go` mid-sweep: the server's watcher ends the server's session."""
     d = recipe("slow", load={"request_rate": [2], "num_requests": 40, "warmup_requests": 0})
-    out, env = tmp_path / "out", {**os.environ, "PYTHONPATH": f"{vllm_client_dir}{os.pathsep}{ROOT}"}
-    cmd = [sys.executable, "-m", "runner", "go", str(write(tmp_path / "slow.yaml", d)), "--out", str(out)]
+    out, env = (
+        tmp_path / "out",
+        {**os.environ, "PYTHONPATH": f"{vllm_client_dir}{os.pathsep}{ROOT}"},
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner",
+        "go",
+        str(write(tmp_path / "slow.yaml", d)),
+        "--out",
+        str(out),
+    ]
     go = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     try:
         log, deadline = out / "slow" / "engine.log", time.monotonic() + 60
@@ -190,18 +253,26 @@ def test_a_killed_runner_takes_its_server_with_it(tmp_path, vllm_client_dir):
 def test_load_needs_an_engine_with_a_server_mode(tmp_path):
     d = recipe("hf")
     d["engine"] = {"kind": "transformers", "device": "cpu"}
-    res = CliRunner().invoke(cli, ["go", str(write(tmp_path / "hf.yaml", d)), "--out", str(tmp_path / "out")])
+    res = CliRunner().invoke(
+        cli, ["go", str(write(tmp_path / "hf.yaml", d)), "--out", str(tmp_path / "out")]
+    )
     assert user_error(res) == (
         "Error: {tmp}/hf.yaml: invalid recipe\n"
-        "  line 1, (top level): `load` runs the engine as a server; engine kind 'transformers' has no "
-        "server mode (kinds with one: vllm, fake)\n"
+        "  line 1, (top level): `load` runs the engine as a server; engine kind 'transformers' has "
+        "no server mode (kinds with one: vllm, fake)\n"
     )
-    assert "`load` runs the engine as a server" in res.output and "'transformers' has no server mode" in res.output
+    assert (
+        "`load` runs the engine as a server" in res.output
+        and "'transformers' has no server mode" in res.output
+    )
     assert not (tmp_path / "out" / "hf").exists()
 
 
 def test_fake_server_reply_and_request_body():
-    assert served_reply("{{ answers[0] }}") == DEFAULT_REPLY and served_reply("東京 です") == "東京 です"
+    assert (
+        served_reply("{{ answers[0] }}") == DEFAULT_REPLY
+        and served_reply("東京 です") == "東京 です"
+    )
     assert reply_words("a b c d", {"max_tokens": 2}) == (["a", " b"], "length")
     assert reply_words("a b. c", {"stop": ["."], "max_tokens": 9}) == (["a", " b"], "stop")
     greedy = request_body(Sampling(temperature=0, top_p=0.5, top_k=5, max_tokens=7, stop=["\n"]))
@@ -215,7 +286,13 @@ def test_fake_server_reply_and_request_body():
         "stop": ["\n"],
     }
     hot = request_body(Sampling(temperature=0.7, top_p=0.5, top_k=5, ignore_eos=True, seed=3))
-    assert (hot["top_p"], hot["top_k"], hot["ignore_eos"], hot["seed"], "stop" in hot) == (0.5, 5, True, 3, False)
+    assert (hot["top_p"], hot["top_k"], hot["ignore_eos"], hot["seed"], "stop" in hot) == (
+        0.5,
+        5,
+        True,
+        3,
+        False,
+    )
 
 
 def test_counters_sum_label_sets_of_totals_only():
@@ -229,10 +306,14 @@ def test_counters_sum_label_sets_of_totals_only():
         # TYPE vllm:num_requests_running gauge
         vllm:num_requests_running{engine="0"} 2.0
         """)
-    assert counters(text) == {"vllm:prefix_cache_queries_total": 1200.0, "vllm:prompt_tokens_total": 1500.0}
+    assert counters(text) == {
+        "vllm:prefix_cache_queries_total": 1200.0,
+        "vllm:prompt_tokens_total": 1500.0,
+    }
 
 
-# --- the server process ---------------------------------------------------------------------------------
+# --- the server process
+# ---------------------------------------------------------------------------------
 
 STANDIN = textwrap.dedent("""\
     import json, os, sys, time
@@ -280,7 +361,11 @@ def standin(tmp_path):
     def make(mode: str = "ok", env: dict | None = None, timeout_s: float = 30.0) -> Server:
         port = free_port()
         srv = Server(
-            [sys.executable, str(script), str(port), mode], f"http://127.0.0.1:{port}", log, env or {}, timeout_s
+            [sys.executable, str(script), str(port), mode],
+            f"http://127.0.0.1:{port}",
+            log,
+            env or {},
+            timeout_s,
         )
         srv.grace_s = 2.0
         made.append(srv)
@@ -310,7 +395,9 @@ def test_reset_without_dev_mode_and_a_busy_cache(standin):
 
 
 def test_crash_before_ready_and_health_timeout_name_what_happened(standin):
-    with pytest.raises(ServerError, match=r"(?s)exited with code 3 before it was ready.*boom: failing on purpose"):
+    with pytest.raises(
+        ServerError, match=r"(?s)exited with code 3 before it was ready.*boom: failing on purpose"
+    ):
         with standin("crash"):
             pass
     srv = standin("never-ready", timeout_s=1.0)
@@ -329,14 +416,18 @@ def test_ctrl_c_or_an_error_inside_ends_the_whole_group_even_a_stubborn_one(stan
     assert group_gone(srv.proc.pid)
 
 
-# --- the arithmetic ----------------------------------------------------------------------------------
+# --- the arithmetic
+# ----------------------------------------------------------------------------------
 
 
 def vllm_get_request_delays(n, rate, burstiness, seed):
-    """vLLM 0.26.0 vllm/benchmarks/serve.py: main_async seeds, get_request draws, sums and rescales."""
+    """vLLM 0.26.0 vllm/benchmarks/serve.py: main_async seeds, get_request draws, sums and
+    rescales."""
     np.random.seed(seed)
     delay_ts = [
-        0 if rate == float("inf") else np.random.gamma(shape=burstiness, scale=1.0 / (rate * burstiness))
+        0
+        if rate == float("inf")
+        else np.random.gamma(shape=burstiness, scale=1.0 / (rate * burstiness))
         for _ in range(n)
     ]
     for i in range(1, len(delay_ts)):
@@ -346,22 +437,42 @@ def vllm_get_request_delays(n, rate, burstiness, seed):
     return delay_ts
 
 
-@pytest.mark.parametrize("rate,burstiness,seed", [(10.0, 1.0, 0), (3.5, 0.3, 42), (100.0, 4.0, 7), (math.inf, 1.0, 0)])
+@pytest.mark.parametrize(
+    "rate,burstiness,seed", [(10.0, 1.0, 0), (3.5, 0.3, 42), (100.0, 4.0, 7), (math.inf, 1.0, 0)]
+)
 def test_schedule_is_vllm_bench_serves_bit_for_bit(rate, burstiness, seed):
-    assert arrival_offsets(500, rate, burstiness, seed) == vllm_get_request_delays(500, rate, burstiness, seed)
+    assert arrival_offsets(500, rate, burstiness, seed) == vllm_get_request_delays(
+        500, rate, burstiness, seed
+    )
 
 
 def test_schedule_seeds_spread_and_even_spacing():
     a = arrival_offsets(100, 20.0, 1.0, seed=3)
-    assert a == arrival_offsets(100, 20.0, 1.0, seed=3) and a != arrival_offsets(100, 20.0, 1.0, seed=4)
+    assert a == arrival_offsets(100, 20.0, 1.0, seed=3) and a != arrival_offsets(
+        100, 20.0, 1.0, seed=4
+    )
     assert a == sorted(a) and a[-1] == pytest.approx(100 / 20.0)
     gaps = np.diff([0.0, *arrival_offsets(40_000, 8.0, 0.25, seed=1)])
     assert gaps.std() / gaps.mean() == pytest.approx(2.0, rel=0.05)  # gamma CV = 1/sqrt(burstiness)
-    assert arrival_offsets(4, 2.0, math.inf) == pytest.approx([0.5, 1.0, 1.5, 2.0]) and arrival_offsets(0, 5.0) == []
+    assert (
+        arrival_offsets(4, 2.0, math.inf) == pytest.approx([0.5, 1.0, 1.5, 2.0])
+        and arrival_offsets(0, 5.0) == []
+    )
 
 
-def rec(i: int, sent: float, ttft: float, latency: float, tokens: int, ok: bool = True, itl=(), due: float = 0.0):
-    out = SimpleNamespace(success=ok, ttft=ttft, latency=latency, output_tokens=tokens, prompt_len=10, itl=list(itl))
+def rec(
+    i: int,
+    sent: float,
+    ttft: float,
+    latency: float,
+    tokens: int,
+    ok: bool = True,
+    itl=(),
+    due: float = 0.0,
+):
+    out = SimpleNamespace(
+        success=ok, ttft=ttft, latency=latency, output_tokens=tokens, prompt_len=10, itl=list(itl)
+    )
     out.error = "" if ok else "Traceback ...\nClientConnectorError: refused"
     return Record(i, due, sent, out)
 
@@ -372,14 +483,21 @@ def test_rate_figures_exact():
         rec(1, 0.2, 0.3, 1.3, 11, itl=[0.1] * 10, due=0.1),
         rec(2, 0.4, 0.0, 0.0, 0, ok=False),
     ]
-    p = rate_point(RateRun(5.0, records, 0.0), [], ["exact_match"], {"ttft_ms": 200, "tpot_ms": 100})
+    p = rate_point(
+        RateRun(5.0, records, 0.0), [], ["exact_match"], {"ttft_ms": 200, "tpot_ms": 100}
+    )
     assert (p.requests, p.completed, p.errors, p.wall_s) == (3, 2, 1, pytest.approx(1.5))
-    assert p.request_throughput == pytest.approx(2 / 1.5) and p.output_throughput == pytest.approx(16 / 1.5)
+    assert p.request_throughput == pytest.approx(2 / 1.5) and p.output_throughput == pytest.approx(
+        16 / 1.5
+    )
     assert p.ttft_ms.mean == pytest.approx(200) and p.ttft_ms.p50 == pytest.approx(200)
     assert p.tpot_ms.p50 == pytest.approx(100) and p.e2e_ms.p99 == pytest.approx(1292)
     assert p.good == 1 and p.goodput == pytest.approx(1 / 1.5)  # the second misses the TTFT SLO
-    assert p.queue_ms.p99 == pytest.approx(394) and p.error_samples == ["ClientConnectorError: refused"]
-    assert peak_concurrency(records) == 2  # [0, .5), [.2, 1.5), [.4, .4): the failed one ends as it starts
+    assert p.queue_ms.p99 == pytest.approx(394) and p.error_samples == [
+        "ClientConnectorError: refused"
+    ]
+    # [0, .5), [.2, 1.5), [.4, .4): the failed one ends as it starts
+    assert peak_concurrency(records) == 2
 
 
 def _point(rate: float, achieved: float, ttft: float):
@@ -388,18 +506,29 @@ def _point(rate: float, achieved: float, ttft: float):
 
 
 def test_saturation_needs_stalled_throughput_and_growing_ttft():
-    assert saturation([_point(10, 9.9, 50), _point(20, 12.0, 400)])[-1].startswith("TTFT p50 400.0 ms > 2 x 50.0 ms")
-    assert saturation([_point(10, 9.9, 50), _point(20, 12.0, 90)]) == []  # throughput stalls, TTFT does not grow
-    assert saturation([_point(10, 9.9, 50), _point(20, 19.5, 400)]) == []  # TTFT grows, throughput keeps up
+    assert saturation([_point(10, 9.9, 50), _point(20, 12.0, 400)])[-1].startswith(
+        "TTFT p50 400.0 ms > 2 x 50.0 ms"
+    )
+    # throughput stalls, TTFT does not grow
+    assert saturation([_point(10, 9.9, 50), _point(20, 12.0, 90)]) == []
+    # TTFT grows, throughput keeps up
+    assert saturation([_point(10, 9.9, 50), _point(20, 19.5, 400)]) == []
     inf = saturation([_point(10, 9.9, 50), _point(math.inf, 10.2, 900)])
     assert "gains less than 5% on 9.90 req/s at 10 req/s" in inf[0]
 
 
 def test_load_spec_from_yaml_with_inf_and_round_trip():
     spec = LoadSpec.model_validate(
-        yaml.safe_load("request_rate: [10, 25, 50, .inf]\nmax_concurrency: 64\nslo: {ttft_ms: 200, tpot_ms: 50}\n")
+        yaml.safe_load(
+            "request_rate: [10, 25, 50, .inf]\nmax_concurrency: 64\nslo: {ttft_ms: 200, tpot_ms: "
+            "50}\n"
+        )
     )
-    assert spec.request_rate == [10, 25, 50, math.inf] and spec.burstiness == 1.0 and spec.warmup_requests == 20
+    assert (
+        spec.request_rate == [10, 25, 50, math.inf]
+        and spec.burstiness == 1.0
+        and spec.warmup_requests == 20
+    )
     dumped = spec.model_dump(mode="json")
     assert dumped["request_rate"][-1] == "inf"  # JSON has no infinity
     assert LoadSpec.model_validate(dumped) == spec
@@ -434,27 +563,33 @@ def test_load_spec_rejects(fields, where, says):
 
 
 def test_load_with_replicas_is_refused(tmp_path):
-    """A sweep of one server would report one replica's requests while offering each replica the rates."""
+    """A sweep of one server would report one replica's requests while offering each replica the
+    rates."""
     path = write(tmp_path / "s.yaml", recipe("s"))
     res = CliRunner().invoke(cli, ["check", str(path), "--set", "replicas=2", "--no-tokens"])
     assert user_error(res) == (
         "Error: {tmp}/s.yaml: invalid recipe\n"
-        "  line 1, (top level): `load` measures one server under load; replicas: 2 would offer each replica the rates"
-        " and report one replica's requests: set replicas: 1 (one server per serving run)\n"
+        "  line 1, (top level): `load` measures one server under load; replicas: 2 would offer "
+        "each replica the rates and report one replica's requests: set replicas: 1 (one server per "
+        "serving run)\n"
     )
 
 
 def test_a_server_left_running_by_a_killed_call_is_ended_by_the_next_start(standin):
-    """kill -9 of the runner and of the server's watcher leaves the server in its session: the next start ends it."""
+    """kill -9 of the runner and of the server's watcher leaves the server in its session: the next
+    start ends it."""
     srv = standin()
     srv.__enter__()
     sid = srv.proc.pid
     server = next(p for p in session_members(sid) if p != sid)  # the stand-in under the watcher
-    os.kill(sid, signal.SIGKILL)  # the watcher (and the runner before it) killed: the server runs on
+    # the watcher (and the runner before it) killed: the server runs on
+    os.kill(sid, signal.SIGKILL)
     srv.proc.wait()
     assert server in session_members(sid) and srv.session_file.is_file()
     again = standin()
-    assert again.end_leftover() == sid and not session_members(sid) and not again.session_file.exists()
+    assert (
+        again.end_leftover() == sid and not session_members(sid) and not again.session_file.exists()
+    )
     assert again.end_leftover() is None  # nothing left: nothing to end
 
 
@@ -466,7 +601,9 @@ def test_a_leftover_session_file_of_another_command_ends_nothing(standin):
     assert srv.end_leftover() is None and not srv.session_file.exists()
 
 
-def test_a_server_that_dies_during_warm_up_is_reported_as_its_death_with_its_log(standin, monkeypatch):
+def test_a_server_that_dies_during_warm_up_is_reported_as_its_death_with_its_log(
+    standin, monkeypatch
+):
     """Not as the `Connection refused` its client then sees."""
     import runner.serve.run as sr
 
@@ -483,5 +620,10 @@ def test_a_server_that_dies_during_warm_up_is_reported_as_its_death_with_its_log
         unit = SimpleNamespace(loaded=SimpleNamespace(recipe=recipe), prepared=None)
         with pytest.raises(sr.ServerError) as e:
             sr.Sweep(srv, unit, ["t"], [[1, 2]], None).rate(10.0)
-    assert e.value.message.startswith("the server exited during rate 10 (its warm-up or requests) (code 9); last lines")
-    assert "CUDA out of memory: the stand-in dies" in e.value.message and "refused" not in e.value.message
+    assert e.value.message.startswith(
+        "the server exited during rate 10 (its warm-up or requests) (code 9); last lines"
+    )
+    assert (
+        "CUDA out of memory: the stand-in dies" in e.value.message
+        and "refused" not in e.value.message
+    )

@@ -107,7 +107,8 @@ def test_project_interval_brackets_projection():
 
 
 def test_t_quantile_known_values():
-    """Student t's two-sided 95% quantiles from standard tables; fractional degrees of freedom (Welch) in between."""
+    """Student t's two-sided 95% quantiles from standard tables; fractional degrees of freedom
+    (Welch) in between."""
     for df, q in {1: 12.706, 4: 2.776, 10: 2.228, 29: 2.045, 200: 1.972}.items():
         assert t_quantile(df) == pytest.approx(q, abs=5e-4)
     assert t_quantile(4) < t_quantile(3.5) < t_quantile(3)
@@ -140,7 +141,11 @@ def test_prefix_share():
 def test_prefix_share_on_rendered_oneshot_prompts(tmp_path):
     """Prompts rendered from the one-shot templates share exactly the system prompt plus the
     user template's head ("\\nQuestion:") when the questions differ in their first character."""
-    shot = {"question": "琵琶湖がある都道府県はどこか。", "context": "琵琶湖 [SEP] 滋賀県にある。", "answer": "滋賀県"}
+    shot = {
+        "question": "琵琶湖がある都道府県はどこか。",
+        "context": "琵琶湖 [SEP] 滋賀県にある。",
+        "answer": "滋賀県",
+    }
     b = PromptBuilder(
         PromptSpec(
             template="jsquad.j2",
@@ -188,14 +193,23 @@ def test_mcnemar_symmetric_and_decreasing():
     assert all(a > b for a, b in zip(ps, ps[1:]))
 
 
-# --------------------------------------------------------------------------- paired score differences
-# Coverage by seeded simulation at the smallest n the runner accepts (MIN_PAIRED): per-example differences of an
-# exact-match score (-1, 0, +1: answers lost, kept, gained) and of an F1-like score (continuous, clipped to -1..1).
+# --------------------------------------------------------------------------- paired score
+# differences
+# Coverage by seeded simulation at the smallest n the runner accepts (MIN_PAIRED): per-example
+# differences of an
+# exact-match score (-1, 0, +1: answers lost, kept, gained) and of an F1-like score (continuous,
+# clipped to -1..1).
 
 SCENARIOS = {
-    "EM, 15% lost, 10% gained": lambda rng, n: rng.choices([-1.0, 0.0, 1.0], weights=[0.15, 0.75, 0.10], k=n),
-    "EM, 30% lost, 20% gained": lambda rng, n: rng.choices([-1.0, 0.0, 1.0], weights=[0.3, 0.5, 0.2], k=n),
-    "F1-like, mean -0.03": lambda rng, n: [max(-1.0, min(1.0, rng.gauss(-0.03, 0.2))) for _ in range(n)],
+    "EM, 15% lost, 10% gained": lambda rng, n: rng.choices(
+        [-1.0, 0.0, 1.0], weights=[0.15, 0.75, 0.10], k=n
+    ),
+    "EM, 30% lost, 20% gained": lambda rng, n: rng.choices(
+        [-1.0, 0.0, 1.0], weights=[0.3, 0.5, 0.2], k=n
+    ),
+    "F1-like, mean -0.03": lambda rng, n: [
+        max(-1.0, min(1.0, rng.gauss(-0.03, 0.2))) for _ in range(n)
+    ],
 }
 TRUE_MEAN = {"EM, 15% lost, 10% gained": -0.05, "EM, 30% lost, 20% gained": -0.1}
 
@@ -210,8 +224,9 @@ def _true_mean(name: str) -> float:
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_paired_interval_covers_the_true_mean_at_the_smallest_n(name):
-    """At 30 paired examples the 95% interval holds the true mean difference 93-97% of 3,000 simulated comparisons
-    (a percentile bootstrap held it 85-89% at 5-10 examples, which is why fewer than 30 give no interval)."""
+    """At 30 paired examples the 95% interval holds the true mean difference 93-97% of 3,000
+    simulated comparisons (a percentile bootstrap held it 85-89% at 5-10 examples, which is why
+    fewer than 30 give no interval)."""
     rng, truth, hits, trials = random.Random(7), _true_mean(name), 0, 3000
     for _ in range(trials):
         _, lo, hi = paired_interval(SCENARIOS[name](rng, MIN_PAIRED))
@@ -227,9 +242,10 @@ def test_paired_interval_says_too_few_below_the_minimum():
 
 
 def test_a_true_drop_equal_to_the_allowance_passes_the_gate_at_most_at_the_nominal_rate():
-    """The gate passes when the lower end is above -allowance: a one-sided 2.5% test. With the true drop exactly at
-    the allowance (EM: 15% lost, 10% gained, drop 0.05; allowance 0.05), at 30 examples it passes under 3.5% of 4,000
-    simulated gates (the percentile bootstrap passed 8.4% at 5 examples)."""
+    """The gate passes when the lower end is above -allowance: a one-sided 2.5% test. With the true
+    drop exactly at the allowance (EM: 15% lost, 10% gained, drop 0.05; allowance 0.05), at 30
+    examples it passes under 3.5% of 4,000 simulated gates (the percentile bootstrap passed 8.4% at
+    5 examples)."""
     rng, passed, trials = random.Random(11), 0, 4000
     for _ in range(trials):
         _, lo, _ = paired_interval(SCENARIOS["EM, 15% lost, 10% gained"](rng, MIN_PAIRED))
@@ -239,8 +255,8 @@ def test_a_true_drop_equal_to_the_allowance_passes_the_gate_at_most_at_the_nomin
 
 @pytest.mark.parametrize("n", [2, 3, 10])
 def test_geomean_interval_covers_at_the_smallest_n(n):
-    """Times = 2 s x the fake engine's log-normal jitter: the interval of the geometric mean holds 2 s about 95% of
-    the time from 2 repeats on."""
+    """Times = 2 s x the fake engine's log-normal jitter: the interval of the geometric mean holds 2
+    s about 95% of the time from 2 repeats on."""
     from runner.engines.fake import jitter_factor
 
     rng, hits, trials = random.Random(5), 0, 4000
@@ -252,10 +268,11 @@ def test_geomean_interval_covers_at_the_smallest_n(n):
 
 @pytest.mark.parametrize("n", [2, 3, 10])
 def test_combined_speed_up_over_pairs_that_share_a_cell_covers(n):
-    """A study's `variant vllm -> hf`: two vLLM cells (1 s and 1.2 s) each paired with the same hf cell (8 s), n
-    repeats each with the fake engine's jitter. The geometric mean of the two speed-ups is sqrt(8/1 x 8/1.2);
-    counting the hf cell's noise once with its weight (Welch-Satterthwaite over the cells) holds it 93.5-97% of
-    the time; treating the two pairs as independent, as before, held it under 92% at 10 repeats."""
+    """A study's `variant vllm -> hf`: two vLLM cells (1 s and 1.2 s) each paired with the same hf
+    cell (8 s), n repeats each with the fake engine's jitter. The geometric mean of the two
+    speed-ups is sqrt(8/1 x 8/1.2); counting the hf cell's noise once with its weight
+    (Welch-Satterthwaite over the cells) holds it 93.5-97% of the time; treating the two pairs as
+    independent, as before, held it under 92% at 10 repeats."""
     from runner.engines.fake import jitter_factor
 
     truth = math.log(math.sqrt(8 / 1 * 8 / 1.2))
@@ -269,23 +286,27 @@ def test_combined_speed_up_over_pairs_that_share_a_cell_covers(n):
         m = sum(p[0] for p in parts) / 2
         nlo, nhi = interval_of(m, se, min(p[2] for p in parts))
         naive += nlo <= math.exp(truth) <= nhi
-    assert 0.935 <= hits / trials <= 0.985, hits / trials  # Welch-Satterthwaite errs wide at 2 repeats
+    # Welch-Satterthwaite errs wide at 2 repeats
+    assert 0.935 <= hits / trials <= 0.985, hits / trials
     if n == 10:
         assert naive / trials < 0.92, naive / trials
 
 
 def test_examples_to_resolve_an_effect():
-    """((1.96 + 0.84) x sd / effect)^2: an effect of 0.01 at an sd of 0.3 needs about 7,064 examples."""
+    """((1.96 + 0.84) x sd / effect)^2: an effect of 0.01 at an sd of 0.3 needs about 7,064
+    examples."""
     assert examples_to_resolve(0.3, 0.01, 100) == 7064
     assert examples_to_resolve(0.3, -0.01, 100) == 7064
-    assert examples_to_resolve(0.3, 0.5, 100) == 101  # already more than enough: at least one more than now
+    # already more than enough: at least one more than now
+    assert examples_to_resolve(0.3, 0.5, 100) == 101
     assert examples_to_resolve(0.0, 0.01, 100) is None
 
 
 @pytest.mark.parametrize("n", [3, 5, 10])
 def test_the_drift_check_is_wrong_at_its_stated_rate_and_finds_a_real_drift(n):
-    """Repeats with the fake engine's jitter and no drift: a drift is reported in about 5% of 4,000 simulations (the
-    slope's 95% interval excludes 0); with a 5%-per-repeat drift at 10 repeats it is found almost always."""
+    """Repeats with the fake engine's jitter and no drift: a drift is reported in about 5% of 4,000
+    simulations (the slope's 95% interval excludes 0); with a 5%-per-repeat drift at 10 repeats it
+    is found almost always."""
     from runner.base.stats import drift
     from runner.engines.fake import jitter_factor
 
@@ -295,7 +316,10 @@ def test_the_drift_check_is_wrong_at_its_stated_rate_and_finds_a_real_drift(n):
         false += not lo <= 0 <= hi
     assert 0.035 <= false / trials <= 0.065, false / trials
     if n == 10:
-        found = sum(drift([2.0 * 1.05**i * jitter_factor(0.05, rng) for i in range(n)])[1] > 0 for _ in range(200))
+        found = sum(
+            drift([2.0 * 1.05**i * jitter_factor(0.05, rng) for i in range(n)])[1] > 0
+            for _ in range(200)
+        )
         assert found >= 190
     assert drift([1.0, 2.0]) is None
     share, lo, hi = drift([1.0, 1.1, 1.21, 1.331])
@@ -303,9 +327,10 @@ def test_the_drift_check_is_wrong_at_its_stated_rate_and_finds_a_real_drift(n):
 
 
 def test_the_projection_interval_covers_at_the_smallest_n_it_is_given():
-    """`estimate: N` projects the full time from N per-example times (mean x N, Student t). Per-example times
-    log-normal (sd 0.3 on the log): at 30 examples, the smallest that gets an interval, it holds the true mean
-    93-96.5% of 4,000 simulations (at 5 examples and a skew of 0.6 it held 90%: below 30 there is no interval)."""
+    """`estimate: N` projects the full time from N per-example times (mean x N, Student t).
+    Per-example times log-normal (sd 0.3 on the log): at 30 examples, the smallest that gets an
+    interval, it holds the true mean 93-96.5% of 4,000 simulations (at 5 examples and a skew of 0.6
+    it held 90%: below 30 there is no interval)."""
     from runner.base.stats import MIN_PROJECTED
 
     rng, hits, trials, truth = random.Random(1), 0, 4000, math.exp(0.3**2 / 2)
@@ -328,9 +353,10 @@ def test_an_estimate_from_too_few_examples_has_no_interval():
 
 @pytest.mark.parametrize("paired_turns", [True, False])
 def test_combined_speed_up_over_independent_pairs_covers(paired_turns):
-    """A setting's effect over two pairs of cells with no cell in common (3 repeats each, a shared load per turn
-    where the pair took turns): the interval of the geometric mean of the two speed-ups (each pair's own interval,
-    Welch-Satterthwaite over the parts) holds sqrt(2 x 3) 93.5-98.5% of 3,000 simulations."""
+    """A setting's effect over two pairs of cells with no cell in common (3 repeats each, a shared
+    load per turn where the pair took turns): the interval of the geometric mean of the two
+    speed-ups (each pair's own interval, Welch-Satterthwaite over the parts) holds sqrt(2 x 3)
+    93.5-98.5% of 3,000 simulations."""
     from runner.base.stats import combined_interval, log_ratio
     from runner.engines.fake import jitter_factor
 

@@ -1,5 +1,6 @@
-"""The house's shape, checked in CI: no import cycle counting a package and its children (import-linter's contracts
-do not see a child importing its own package's `__init__`); benchmarks/size.py counts it."""
+"""The house's shape, checked in CI: no import cycle counting a package and its children
+(import-linter's contracts do not see a child importing its own package's `__init__`);
+benchmarks/size.py counts it."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ def test_no_import_cycle_counting_a_package_and_its_children():
 
 
 def test_the_cycle_check_finds_a_child_that_imports_its_package(tmp_path):
-    """The two cycles of issue 40, planted: `pkg/__init__` registers its child, which imports a name from `pkg`
-    (cli/__init__ <-> cli/go); a module that imports a sibling through its package (`from pkg import other`)."""
+    """The two cycles of issue 40, planted: `pkg/__init__` registers its child, which imports a name
+    from `pkg` (cli/__init__ <-> cli/go); a module that imports a sibling through its package (`from
+    pkg import other`)."""
     size = _size()
     pkg = tmp_path / "pkg"
     pkg.mkdir()

@@ -1,5 +1,6 @@
-"""Study files (issue 12): `base:` chains, `matrix` x `variants` expansion, labels and names, `exclude`,
-`abstract` base-only files, `--set` on every cell, and the project's JSQuAD study. Loading only: nothing runs."""
+"""Study files (issue 12): `base:` chains, `matrix` x `variants` expansion, labels and names,
+`exclude`, `abstract` base-only files, `--set` on every cell, and the project's JSQuAD study.
+Loading only: nothing runs."""
 
 from __future__ import annotations
 
@@ -41,8 +42,12 @@ def test_base_chain_merges_mappings_and_replaces_lists(write_recipe, base_recipe
     grand["abstract"] = True
     grand["sampling"] = {"temperature": 0, "max_tokens": 16, "stop": ["a", "b"]}
     write_recipe(grand, "grand.yaml")
-    write_recipe({"base": "grand.yaml", "sampling": {"stop": ["c"]}, "metrics": ["exact_match"]}, "mid.yaml")
-    p = write_recipe({"base": "mid.yaml", "name": "child", "sampling": {"max_tokens": 8}}, "child.yaml")
+    write_recipe(
+        {"base": "grand.yaml", "sampling": {"stop": ["c"]}, "metrics": ["exact_match"]}, "mid.yaml"
+    )
+    p = write_recipe(
+        {"base": "mid.yaml", "name": "child", "sampling": {"max_tokens": 8}}, "child.yaml"
+    )
     lr = load_recipe(p)
     s = lr.recipe.sampling
     assert (s.temperature, s.max_tokens, s.stop) == (0, 8, ["c"])
@@ -84,7 +89,11 @@ def test_error_inside_a_base_names_the_base(write_recipe, base_recipe):
 def test_paths_in_a_base_are_relative_to_the_base(write_recipe, base_recipe, tmp_path, demo_data):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "d.json").write_bytes(demo_data.read_bytes())
-    shared = {**base_recipe, "abstract": True, "dataset": {"format": "squad", "path": "../data/d.json"}}
+    shared = {
+        **base_recipe,
+        "abstract": True,
+        "dataset": {"format": "squad", "path": "../data/d.json"},
+    }
     write_recipe(shared, "common/base.yaml")
     p = write_recipe({"base": "../../common/base.yaml", "name": "x"}, "deep/er/r.yaml")
     lr = load_recipe(p)
@@ -107,7 +116,11 @@ def test_matrix_expands_every_combination_with_names(write_recipe, base_recipe):
     p = write_recipe(
         study(
             base_recipe,
-            matrix={"sampling.max_tokens": [8, 16], "engine.batch_size": [1, 4], "sampling.temperature": [0]},
+            matrix={
+                "sampling.max_tokens": [8, 16],
+                "engine.batch_size": [1, 4],
+                "sampling.temperature": [0],
+            },
         )
     )
     loaded = load_recipes(p)
@@ -120,7 +133,8 @@ def test_matrix_expands_every_combination_with_names(write_recipe, base_recipe):
     last = loaded[-1]
     assert (last.recipe.sampling.max_tokens, last.recipe.engine.batch_size) == (16, 4)
     assert last.cell.study == "t"
-    assert last.cell.settings == {"sampling.max_tokens": 16, "engine.batch_size": 4}  # one-value axes do not vary
+    # one-value axes do not vary
+    assert last.cell.settings == {"sampling.max_tokens": 16, "engine.batch_size": 4}
 
 
 def test_a_study_names_its_one_baseline_cell(write_recipe, base_recipe):
@@ -132,7 +146,11 @@ def test_a_study_names_its_one_baseline_cell(write_recipe, base_recipe):
     ]
     p = write_recipe(study(base_recipe, matrix=grid, baseline="t-16"))
     e = error(load_recipes, p)
-    assert e.render() == f"{p}: baseline: 't-16' names no cell of the study; its cells: t-max_tokens-8, t-max_tokens-16"
+    assert (
+        e.render()
+        == f"{p}: baseline: 't-16' names no cell of the study; its cells: t-max_tokens-8, "
+        "t-max_tokens-16"
+    )
 
 
 def test_default_labels_of_text_bool_and_null(write_recipe, base_recipe):
@@ -165,13 +183,19 @@ def test_labels_name_the_values_and_an_empty_label_is_left_out(write_recipe, bas
     )
     loaded = load_recipes(p)
     assert names(loaded) == ["t-small", "t-big", "t-cfirst-small", "t-cfirst-big"]
-    assert loaded[3].cell.settings == {"prompt.template": "other.j2", "engine.engine_args": {"a": 2, "b": [1, 2]}}
+    assert loaded[3].cell.settings == {
+        "prompt.template": "other.j2",
+        "engine.engine_args": {"a": 2, "b": [1, 2]},
+    }
 
 
 def test_unlabelled_mapping_values_need_labels(write_recipe, base_recipe):
     p = write_recipe(study(base_recipe, matrix={"engine.engine_args": [{"a": 1}, {"a": 2}]}))
     e = error(load_recipes, p)
-    assert (e.field, e.message) == ("matrix.engine.engine_args", "these values need labels to name the cells")
+    assert (e.field, e.message) == (
+        "matrix.engine.engine_args",
+        "these values need labels to name the cells",
+    )
     assert "{small: ..., big: ...}" in e.hint
 
 
@@ -187,7 +211,11 @@ def test_name_collision_is_an_error(write_recipe, base_recipe):
     assert e.message == "two values have the label 'x'"
     p = write_recipe(
         study(
-            base_recipe, matrix={"prompt.template": {"": "a.j2", "b": "b.j2"}, "sampling.max_tokens": {"": 8, "b": 9}}
+            base_recipe,
+            matrix={
+                "prompt.template": {"": "a.j2", "b": "b.j2"},
+                "sampling.max_tokens": {"": 8, "b": 9},
+            },
         )
     )
     e = error(load_recipes, p)
@@ -200,18 +228,26 @@ def test_name_collision_is_an_error(write_recipe, base_recipe):
 def test_cell_name_too_long(write_recipe, base_recipe):
     p = write_recipe(study(base_recipe, name="s" * 95, matrix={"sampling.max_tokens": [8, 16]}))
     e = error(load_recipes, p)
-    assert "is not a valid recipe name" in e.message and f"cell name '{'s' * 95}-max_tokens-8'" in e.message
+    assert (
+        "is not a valid recipe name" in e.message
+        and f"cell name '{'s' * 95}-max_tokens-8'" in e.message
+    )
 
 
 def test_too_many_cells_is_refused_before_expanding(write_recipe, base_recipe):
     axes = {f"engine.engine_args.k{i}": list(range(10)) for i in range(12)}
     e = error(load_recipes, write_recipe(study(base_recipe, matrix=axes)))
-    assert e.message.startswith("the study makes 1,000,000,000,000 cells before `exclude`; at most 1,000")
+    assert e.message.startswith(
+        "the study makes 1,000,000,000,000 cells before `exclude`; at most 1,000"
+    )
 
 
 def test_overlapping_axes_are_refused(write_recipe, base_recipe):
     p = write_recipe(
-        study(base_recipe, matrix={"engine.engine_args": {"a": {}, "b": {"x": 1}}, "engine.engine_args.x": [1, 2]})
+        study(
+            base_recipe,
+            matrix={"engine.engine_args": {"a": {}, "b": {"x": 1}}, "engine.engine_args.x": [1, 2]},
+        )
     )
     assert "overlap" in error(load_recipes, p).message
 
@@ -226,21 +262,31 @@ def test_unknown_dotted_key_suggests(write_recipe, base_recipe):
         "'sampling.max_token' is not a recipe field ('sampling' has no key 'max_token'); "
         "did you mean 'sampling.max_tokens'?"
     )
-    e = error(load_recipes, write_recipe(study(base_recipe, variants={"v": {"engine.quantizaton": "fp8"}})))
+    e = error(
+        load_recipes,
+        write_recipe(study(base_recipe, variants={"v": {"engine.quantizaton": "fp8"}})),
+    )
     assert e.field == "variants.v" and "did you mean 'engine.quantization'?" in e.message
 
 
 def test_free_form_mappings_take_any_subkey(write_recipe, base_recipe):
-    r = study(base_recipe, engine={"kind": "vllm"}, matrix={"engine.engine_args.max_num_seqs": [32, 64]})
+    r = study(
+        base_recipe, engine={"kind": "vllm"}, matrix={"engine.engine_args.max_num_seqs": [32, 64]}
+    )
     loaded = load_recipes(write_recipe(r))
-    assert [lr.recipe.engine.engine_args for lr in loaded] == [{"max_num_seqs": 32}, {"max_num_seqs": 64}]
+    assert [lr.recipe.engine.engine_args for lr in loaded] == [
+        {"max_num_seqs": 32},
+        {"max_num_seqs": 64},
+    ]
 
 
 def test_invalid_cell_names_the_cell_and_field(write_recipe, base_recipe):
     p = write_recipe(study(base_recipe, matrix={"sampling.max_tokens": [8, 0]}))
     e = error(load_recipes, p)
     line = p.read_text().splitlines().index("  sampling.max_tokens:") + 1
-    assert e.message.splitlines()[0] == "cell 't-max_tokens-0' (sampling.max_tokens=0): invalid recipe"
+    assert (
+        e.message.splitlines()[0] == "cell 't-max_tokens-0' (sampling.max_tokens=0): invalid recipe"
+    )
     assert f"  line {line}, sampling.max_tokens: Input should be greater than 0" in e.message
 
 
@@ -253,14 +299,22 @@ def test_engine_kind_decides_which_engine_keys_a_cell_may_set(write_recipe, base
     )
     e = error(load_recipes, write_recipe(r))
     assert e.message.startswith(
-        "cell 't-hf-enable_prefix_caching-off' (variant=hf, engine.enable_prefix_caching=false): invalid recipe"
+        "cell 't-hf-enable_prefix_caching-off' (variant=hf, engine.enable_prefix_caching=false): "
+        "invalid recipe"
     )
     assert "engine.enable_prefix_caching: unknown key 'enable_prefix_caching'" in e.message
     # a variant that replaces the whole engine is off the engine axes
     r["variants"]["hf"] = {"engine": {"kind": "transformers", "device": "cpu"}}
     loaded = load_recipes(write_recipe(r))
-    assert names(loaded) == ["t-v-enable_prefix_caching-off", "t-v-enable_prefix_caching-on", "t-hf"]
-    assert loaded[2].cell.settings == {"variant": "hf"} and loaded[2].recipe.engine.kind == "transformers"
+    assert names(loaded) == [
+        "t-v-enable_prefix_caching-off",
+        "t-v-enable_prefix_caching-on",
+        "t-hf",
+    ]
+    assert (
+        loaded[2].cell.settings == {"variant": "hf"}
+        and loaded[2].recipe.engine.kind == "transformers"
+    )
 
 
 # --------------------------------------------------------------------------- variants, exclude
@@ -282,21 +336,33 @@ def test_variants_times_grid_and_a_variant_fixes_its_own_axis(write_recipe, base
         "t-b-hot",
     ]
     b = loaded[-1]
-    assert b.cell.settings == {"variant": "b", "sampling.max_tokens": 5, "sampling.temperature": 0.5}
+    assert b.cell.settings == {
+        "variant": "b",
+        "sampling.max_tokens": 5,
+        "sampling.temperature": 0.5,
+    }
     assert (b.recipe.sampling.max_tokens, b.recipe.description) == (5, "five")
 
 
 def test_one_variant_is_not_in_names_but_in_the_cell(write_recipe, base_recipe):
-    loaded = load_recipes(write_recipe(study(base_recipe, variants={"only": {"sampling.max_tokens": 3}})))
+    loaded = load_recipes(
+        write_recipe(study(base_recipe, variants={"only": {"sampling.max_tokens": 3}}))
+    )
     assert names(loaded) == ["t"] and loaded[0].cell.settings == {"variant": "only"}
 
 
 def test_exclude_by_value_label_and_variant(write_recipe, base_recipe):
     r = study(
         base_recipe,
-        matrix={"sampling.max_tokens": {"short": 8, "long": 16}, "sampling.ignore_eos": [False, True]},
+        matrix={
+            "sampling.max_tokens": {"short": 8, "long": 16},
+            "sampling.ignore_eos": [False, True],
+        },
         variants={"a": {}, "b": {}},
-        exclude=[{"sampling.max_tokens": "long", "variant": "b"}, {"sampling.ignore_eos": True, "variant": "a"}],
+        exclude=[
+            {"sampling.max_tokens": "long", "variant": "b"},
+            {"sampling.ignore_eos": True, "variant": "a"},
+        ],
     )
     assert names(load_recipes(write_recipe(r))) == [
         "t-a-short-ignore_eos-off",
@@ -307,7 +373,9 @@ def test_exclude_by_value_label_and_variant(write_recipe, base_recipe):
 
 
 def test_exclude_mistakes_are_named(write_recipe, base_recipe):
-    r = study(base_recipe, matrix={"sampling.max_tokens": [8, 16]}, exclude=[{"sampling.max_token": 8}])
+    r = study(
+        base_recipe, matrix={"sampling.max_tokens": [8, 16]}, exclude=[{"sampling.max_token": 8}]
+    )
     e = error(load_recipes, write_recipe(r))
     assert (e.field, e.message) == (
         "exclude[0]",
@@ -316,7 +384,10 @@ def test_exclude_mistakes_are_named(write_recipe, base_recipe):
     )
     r["exclude"] = [{"sampling.max_tokens": 9}]
     e = error(load_recipes, write_recipe(r))
-    assert e.message == "sampling.max_tokens: 9 is none of the axis's values: 8 (max_tokens-8), 16 (max_tokens-16)"
+    assert (
+        e.message == "sampling.max_tokens: 9 is none of the axis's values: 8 (max_tokens-8), 16 "
+        "(max_tokens-16)"
+    )
     r["exclude"] = [{"sampling.max_tokens": 8}, {"sampling.max_tokens": 16}]
     assert error(load_recipes, write_recipe(r)).message == "`exclude` drops every cell of the study"
 
@@ -336,13 +407,15 @@ def test_report_axes(write_recipe, base_recipe):
     s = load_study(write_recipe(r))
     assert (s.report.rows, s.report.columns) == ("variant", "sampling.max_tokens")
     assert [a.key for a in s.axes] == ["sampling.max_tokens", "variant"]
-    assert s.describe(s.cells[1]) == "variant=a, sampling.max_tokens=16"  # default labels are not repeated
+    # default labels are not repeated
+    assert s.describe(s.cells[1]) == "variant=a, sampling.max_tokens=16"
     r["report"] = {"rows": "sampling.max_token"}
     e = error(load_study, write_recipe(r))
     assert e.field == "report.rows" and "did you mean 'sampling.max_tokens'?" in e.message
 
 
-# --------------------------------------------------------------------------- plain recipes, abstract, --set
+# --------------------------------------------------------------------------- plain recipes,
+# abstract, --set
 
 
 def test_plain_recipe_loads_as_before(write_recipe, base_recipe):
@@ -354,14 +427,25 @@ def test_plain_recipe_loads_as_before(write_recipe, base_recipe):
 
 
 def test_base_only_file_is_skipped_but_still_checked(write_recipe, base_recipe):
-    partial = {"abstract": True, "engine": {"kind": "vllm", "enforce_eager": True}, "sampling": {"max_tokens": 8}}
+    partial = {
+        "abstract": True,
+        "engine": {"kind": "vllm", "enforce_eager": True},
+        "sampling": {"max_tokens": 8},
+    }
     p = write_recipe(partial, "base.yaml")
     assert load_recipes(p) == [] and load_study(p).kind == "abstract"
     e = error(load_recipe, p)
-    assert e.message == "holds shared settings for other files' `base:` (abstract: true); it is not an experiment"
+    assert (
+        e.message
+        == "holds shared settings for other files' `base:` (abstract: true); it is not an "
+        "experiment"
+    )
     p = write_recipe({**partial, "sampling": {"max_tokns": 8}}, "typo.yaml")
     e = error(load_recipes, p)
-    assert "invalid base file (abstract: true)" in e.message and "did you mean 'max_tokens'?" in e.message
+    assert (
+        "invalid base file (abstract: true)" in e.message
+        and "did you mean 'max_tokens'?" in e.message
+    )
 
 
 def test_a_nameless_file_hints_at_abstract(write_recipe, base_recipe):
@@ -379,12 +463,17 @@ def test_load_recipe_refuses_a_study(write_recipe, base_recipe):
 
 
 def test_set_applies_to_every_cell(write_recipe, base_recipe):
-    p = write_recipe(study(base_recipe, matrix={"sampling.max_tokens": [8, 16]}, variants={"a": {}, "b": {}}))
+    p = write_recipe(
+        study(base_recipe, matrix={"sampling.max_tokens": [8, 16]}, variants={"a": {}, "b": {}})
+    )
     loaded = load_recipes(p, ["sampling.ignore_eos=true", "description=#1 rule: be brief"])
     assert len(loaded) == 4
     assert all(lr.recipe.sampling.ignore_eos for lr in loaded)
     assert {lr.recipe.description for lr in loaded} == {"#1 rule: be brief"}
-    assert all(lr.overrides == ["sampling.ignore_eos=true", "description=#1 rule: be brief"] for lr in loaded)
+    assert all(
+        lr.overrides == ["sampling.ignore_eos=true", "description=#1 rule: be brief"]
+        for lr in loaded
+    )
 
 
 def test_set_on_an_axis_or_the_name_is_refused(write_recipe, base_recipe):
@@ -420,7 +509,11 @@ def test_anchors_and_merge_keys_still_work(write_recipe, base_recipe):
         "  b: {<<: *common, sampling.max_tokens: 9}\n"
     )
     a, b = load_recipes(write_recipe(text))
-    assert (a.recipe.sampling.max_tokens, b.recipe.sampling.max_tokens, b.recipe.sampling.ignore_eos) == (4, 9, True)
+    assert (
+        a.recipe.sampling.max_tokens,
+        b.recipe.sampling.max_tokens,
+        b.recipe.sampling.ignore_eos,
+    ) == (4, 9, True)
 
 
 # --------------------------------------------------------------------------- the project's study
@@ -459,32 +552,48 @@ def test_project_jsquad_study():
     by = {lr.recipe.name: lr.recipe for lr in s.cells}
     assert [n for n, r in by.items() if r.baseline] == ["jsquad-hf-sequential"]
     assert by["jsquad-hf-sequential"].estimate == 40 and by["jsquad-vllm-offload"].estimate == 1000
-    assert by["jsquad-vllm-awq"].model.id.endswith("-AWQ") and by["jsquad-vllm-awq"].engine.quantization == "awq_marlin"
-    assert by["jsquad-vllm"].prompt.shots.examples == [] and len(by["jsquad-vllm-fp8"].prompt.shots.examples) == 1
+    assert (
+        by["jsquad-vllm-awq"].model.id.endswith("-AWQ")
+        and by["jsquad-vllm-awq"].engine.quantization == "awq_marlin"
+    )
+    assert (
+        by["jsquad-vllm"].prompt.shots.examples == []
+        and len(by["jsquad-vllm-fp8"].prompt.shots.examples) == 1
+    )
     assert by["jsquad-vllm-oneshot-cache-ctxfirst"].prompt.template == "jsquad-context-first.j2"
     assert by["jsquad-vllm-oneshot-cache-bigbatch"].engine.engine_args == {
         "max_num_seqs": 2048,
         "max_num_batched_tokens": 32768,
     }
     graphs = [n for n, r in by.items() if getattr(r.engine, "enforce_eager", True) is False]
-    assert graphs == [f"jsquad-vllm-fp8-{x}" for x in ("graphs", "kv8", "wide", "kv8-wide", "8k-graphs")]
+    assert graphs == [
+        f"jsquad-vllm-fp8-{x}" for x in ("graphs", "kv8", "wide", "kv8-wide", "8k-graphs")
+    ]
     assert [n for n, r in by.items() if getattr(r.engine, "kv_cache_dtype", "auto") == "fp8"] == [
         "jsquad-vllm-fp8-kv8",
         "jsquad-vllm-fp8-kv8-wide",
     ]
-    assert by["jsquad-vllm-fp8-wide"].engine.engine_args == {"max_num_seqs": 4096, "max_num_batched_tokens": 65536}
+    assert by["jsquad-vllm-fp8-wide"].engine.engine_args == {
+        "max_num_seqs": 4096,
+        "max_num_batched_tokens": 65536,
+    }
     # each of the three differs from vllm-fp8-graphs in the engine only
     for n in graphs[1:4]:
         graphs_cell = by["jsquad-vllm-fp8-graphs"]
         assert by[n].prompt == graphs_cell.prompt and by[n].engine != graphs_cell.engine
     # onewave: fp8-wide's prompt, eager, room for every one of the 4,442 sequences at once
     onewave = by["jsquad-vllm-fp8-onewave"]
-    assert onewave.prompt == by["jsquad-vllm-fp8-wide"].prompt and onewave.engine.enforce_eager is True
+    assert (
+        onewave.prompt == by["jsquad-vllm-fp8-wide"].prompt and onewave.engine.enforce_eager is True
+    )
     assert onewave.engine.engine_args == {"max_num_seqs": 8192, "max_num_batched_tokens": 65536}
     # 16k / 8k: onewave's prompt and engine but for fewer tokens per step
     for name, tokens in (("jsquad-vllm-fp8-16k", 16384), ("jsquad-vllm-fp8-8k", 8192)):
         assert by[name].prompt == onewave.prompt and by[name].engine.enforce_eager is True
-        assert by[name].engine.engine_args == {"max_num_seqs": 4096, "max_num_batched_tokens": tokens}
+        assert by[name].engine.engine_args == {
+            "max_num_seqs": 4096,
+            "max_num_batched_tokens": tokens,
+        }
         assert by[name].engine.model_copy(update={"engine_args": {}}) == onewave.engine.model_copy(
             update={"engine_args": {}}
         )
@@ -492,7 +601,10 @@ def test_project_jsquad_study():
     g8 = by["jsquad-vllm-fp8-8k-graphs"]
     assert g8.prompt == by["jsquad-vllm-fp8-8k"].prompt and g8.engine.enforce_eager is False
     sizes = g8.engine.engine_args["compilation_config"]["cudagraph_capture_sizes"]
-    assert sizes == sorted(set(sizes)) and sizes[-1] == g8.engine.engine_args["max_num_batched_tokens"] == 8192
+    assert (
+        sizes == sorted(set(sizes))
+        and sizes[-1] == g8.engine.engine_args["max_num_batched_tokens"] == 8192
+    )
     assert g8.engine.engine_args["max_num_seqs"] == 4096
     assert all(r.model.load_format == "dummy" and r.sampling.max_tokens == 16 for r in by.values())
     assert load_recipes(PROJECT / "recipes" / "jsquad-base.yaml") == []
@@ -509,7 +621,8 @@ def test_study_keys_model_lists_what_the_loader_reads():
     from runner.config.loading import FILE_KEYS as STUDY_KEYS
     from runner.study.load import StudyKeys
 
-    assert tuple(StudyKeys.model_fields) == tuple(k for k in STUDY_KEYS if k != "tune")  # tune: the tune wing's
+    # tune: the tune wing's
+    assert tuple(StudyKeys.model_fields) == tuple(k for k in STUDY_KEYS if k != "tune")
     assert all(f.description for f in StudyKeys.model_fields.values())
 
 
@@ -530,7 +643,8 @@ def test_only_takes_comma_separated_names_and_globs():
 
 
 def test_serving_cells_do_not_claim_a_shared_engine():
-    # each serving run starts its own server: cells that differ only in the prompt are separate jobs,
+    # each serving run starts its own server: cells that differ only in the prompt are separate
+    # jobs,
     # while the same cells without `load:` share one engine
     from runner.run.job import engine_key
     from tests.wired import load_all

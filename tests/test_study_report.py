@@ -1,7 +1,7 @@
 """A study's section of summary.md (runner/study/study.py), its chart and the cell
-line of report.md, from RunResult objects built here: a 2x2 study (prefix caching x prompt template) of
-the `vllm` variant, an `hf` baseline variant (an estimate; its engine has no prefix-caching key), an
-`fp8` variant that failed, and a plain recipe outside the study."""
+line of report.md, from RunResult objects built here: a 2x2 study (prefix caching x prompt template)
+of the `vllm` variant, an `hf` baseline variant (an estimate; its engine has no prefix-caching key),
+an `fp8` variant that failed, and a plain recipe outside the study."""
 
 from __future__ import annotations
 
@@ -83,7 +83,11 @@ def cell_result(
         estimate=estimate,
         notes=notes or [],
         started_at=f"2025-05-01T10:{minute:02d}:00+00:00",
-        **{"finished_at": f"2025-05-01T10:{minute + 1:02d}:00+00:00", "n_samples": EST.n_total, **kw},
+        **{
+            "finished_at": f"2025-05-01T10:{minute + 1:02d}:00+00:00",
+            "n_samples": EST.n_total,
+            **kw,
+        },
     )
 
 
@@ -93,8 +97,23 @@ EST = Estimate(n_measured=40, n_total=4000, per_example_s=0.1, projected_s=400.0
 def study_cells(**kw) -> list[RunResult]:
     v = {"variant": "vllm"}
     return [
-        cell_result("s-hf", {"variant": "hf", TEMPLATE: "jsquad.j2"}, 8.0, estimate=EST, baseline=True, em=0.8, **kw),
-        cell_result("s-vllm-nocache", {**v, CACHE: False, TEMPLATE: "jsquad.j2"}, 40.0, minute=1, em=0.6, **kw),
+        cell_result(
+            "s-hf",
+            {"variant": "hf", TEMPLATE: "jsquad.j2"},
+            8.0,
+            estimate=EST,
+            baseline=True,
+            em=0.8,
+            **kw,
+        ),
+        cell_result(
+            "s-vllm-nocache",
+            {**v, CACHE: False, TEMPLATE: "jsquad.j2"},
+            40.0,
+            minute=1,
+            em=0.6,
+            **kw,
+        ),
         cell_result(
             "s-vllm-nocache-ctx",
             {**v, CACHE: False, TEMPLATE: "ctx.j2"},
@@ -105,7 +124,9 @@ def study_cells(**kw) -> list[RunResult]:
             em=0.7,
             **kw,
         ),
-        cell_result("s-vllm-cache", {**v, CACHE: True, TEMPLATE: "jsquad.j2"}, 20.0, minute=3, em=0.6, **kw),
+        cell_result(
+            "s-vllm-cache", {**v, CACHE: True, TEMPLATE: "jsquad.j2"}, 20.0, minute=3, em=0.6, **kw
+        ),
         cell_result(
             "s-vllm-cache-ctx",
             {**v, CACHE: True, TEMPLATE: "ctx.j2"},
@@ -146,18 +167,18 @@ def block(md: str, first: str) -> list[str]:
 
 
 PIVOT = [
-    "| variant   | prompt.template   | enable_prefix_caching=false   | enable_prefix_caching=true   "
-    "| enable_prefix_caching=n/a   |",
+    "| variant   | prompt.template   | enable_prefix_caching=false   | enable_prefix_caching=true  "
+    " | enable_prefix_caching=n/a   |",
     "|-----------|-------------------|-------------------------------|------------------------------"
     "|-----------------------------|",
-    "| hf        | jsquad.j2         | –                             | –                            "
-    "| ~400.0 s                    |",
-    "| vllm      | jsquad.j2         | 40.0 s                        | 20.0 s                       "
-    "| –                           |",
-    "| vllm      | ctx.j2            | 40.0 s                        | **10.0 s**                   "
-    "| –                           |",
-    "| fp8       | jsquad.j2         | –                             | failed                       "
-    "| –                           |",
+    "| hf        | jsquad.j2         | –                             | –                           "
+    " | ~400.0 s                    |",
+    "| vllm      | jsquad.j2         | 40.0 s                        | 20.0 s                      "
+    " | –                           |",
+    "| vllm      | ctx.j2            | 40.0 s                        | **10.0 s**                  "
+    " | –                           |",
+    "| fp8       | jsquad.j2         | –                             | failed                      "
+    " | –                           |",
 ]
 
 
@@ -178,13 +199,21 @@ def test_study_axes_from_the_study_file_reach_the_pivot():
     cells = study_cells(axes={"rows": TEMPLATE, "columns": "variant"})
     part = study_part(summary_markdown(cells))
     assert "rows: **prompt.template**, columns: **variant** (from the study's `report`)" in part
-    head = "| prompt.template   | engine.enable_prefix_caching   | variant=hf   | variant=vllm   | variant=fp8   |"
+    head = (
+        "| prompt.template   | engine.enable_prefix_caching   | variant=hf   | variant=vllm   "
+        "| variant=fp8   |"
+    )
     assert block(part, head)[2:] == [
-        "| jsquad.j2         | false                          | –            | 40.0 s         | –             |",
-        "| jsquad.j2         | true                           | –            | 20.0 s         | failed        |",
-        "| jsquad.j2         | n/a                            | ~400.0 s     | –              | –             |",
-        "| ctx.j2            | false                          | –            | 40.0 s         | –             |",
-        "| ctx.j2            | true                           | –            | **10.0 s**     | –             |",
+        "| jsquad.j2         | false                          | –            | 40.0 s         | –  "
+        "           |",
+        "| jsquad.j2         | true                           | –            | 20.0 s         | "
+        "failed        |",
+        "| jsquad.j2         | n/a                            | ~400.0 s     | –              | –  "
+        "           |",
+        "| ctx.j2            | false                          | –            | 40.0 s         | –  "
+        "           |",
+        "| ctx.j2            | true                           | –            | **10.0 s**     | –  "
+        "           |",
     ]
 
 
@@ -197,7 +226,11 @@ def test_automatic_axis_choice_and_requests_that_do_not_apply():
     assert pick_axes(axes, {"rows": CACHE, "columns": None})[:2] == (CACHE, "variant")
     rows, cols, how = pick_axes(axes, {"rows": "engine.quantization", "columns": TEMPLATE})
     assert (rows, cols) == ("variant", TEMPLATE)
-    assert how == "from the study's `report`; `engine.quantization` asked for by `report` but not varying here"
+    assert (
+        how
+        == "from the study's `report`; `engine.quantization` asked for by `report` but not varying "
+        "here"
+    )
     assert requested_axes(study_cells()) is None
 
 
@@ -205,7 +238,10 @@ def test_one_axis_study_and_list_and_mapping_values():
     cells = [
         cell_result("one-a", {"engine.engine_args": {}}, 30.0, study="one"),
         cell_result(
-            "one-b", {"engine.engine_args": {"max_num_seqs": 2048, "max_num_batched_tokens": 32768}}, 15.0, study="one"
+            "one-b",
+            {"engine.engine_args": {"max_num_seqs": 2048, "max_num_batched_tokens": 32768}},
+            15.0,
+            study="one",
         ),
     ]
     part = study_part(summary_markdown(cells), "one")
@@ -215,47 +251,72 @@ def test_one_axis_study_and_list_and_mapping_values():
         "| …s=2048,max_num_batched_tokens=32768 | **15.0 s**        |",
     ]
     assert (
-        "| engine.engine_args | {} → …s=2048,max_num_batched_tokens=32768 | 2.00× (1 run: no interval) | 1 |"
-        in re.sub(r" +\|", " |", part)
+        "| engine.engine_args | {} → …s=2048,max_num_batched_tokens=32768 | 2.00× (1 run: no "
+        "interval) | 1 |" in re.sub(r" +\|", " |", part)
     )
     assert value_label(["a", "b"]) == "a,b" and value_label([{"x": 1}, {"y": 2}]) == "[2 items]"
-    assert value_label(True) == "true" and value_label(None) == "null" and value_label("x" * 40) == "…" + "x" * 35
-    nested = {"max_num_seqs": 8, "compilation_config": {"cudagraph_capture_sizes": [1, 2, 4, 8, 16], "mode": [3]}}
-    assert value_label(nested, 80) == "max_num_seqs=8,compilation_config={cudagraph_capture_sizes=[5 values],mode=[3]}"
+    assert (
+        value_label(True) == "true"
+        and value_label(None) == "null"
+        and value_label("x" * 40) == "…" + "x" * 35
+    )
+    nested = {
+        "max_num_seqs": 8,
+        "compilation_config": {"cudagraph_capture_sizes": [1, 2, 4, 8, 16], "mode": [3]},
+    }
+    assert (
+        value_label(nested, 80)
+        == "max_num_seqs=8,compilation_config={cudagraph_capture_sizes=[5 values],mode=[3]}"
+    )
 
 
-# --------------------------------------------------------------------------- effects, fastest, time spent
+# --------------------------------------------------------------------------- effects, fastest, time
+# spent
 
 
 def test_axis_effects_medians_and_the_cells_they_come_from():
     effects = {(e.axis, e.to): e for e in axis_effects(study_cells(), axes_of(study_cells()))}
-    assert set(effects) == {("variant", "vllm"), ("variant", "fp8"), (CACHE, True), (TEMPLATE, "ctx.j2")}
+    assert set(effects) == {
+        ("variant", "vllm"),
+        ("variant", "fp8"),
+        (CACHE, True),
+        (TEMPLATE, "ctx.j2"),
+    }
     assert effects[CACHE, True].speedup == pytest.approx(8**0.5)  # 40/20 and 40/10: geometric mean
     assert effects[TEMPLATE, "ctx.j2"].speedup == pytest.approx(2**0.5)  # 40/40 and 20/10
     assert effects["variant", "fp8"].pairs == ()  # its one cell failed
-    assert effects["variant", "vllm"].speedup == pytest.approx(200**0.5) and effects["variant", "vllm"].approx
+    assert (
+        effects["variant", "vllm"].speedup == pytest.approx(200**0.5)
+        and effects["variant", "vllm"].approx
+    )
     part = re.sub(r" +\|", " |", study_part(summary_markdown(study_cells())))
     assert (
-        "| variant | hf → vllm | ~14.1× (1 run: no interval) | 2 |" in part and "| variant | hf → fp8 | – | 0 |" in part
+        "| variant | hf → vllm | ~14.1× (1 run: no interval) | 2 |" in part
+        and "| variant | hf → fp8 | – | 0 |" in part
     )
     assert (
         "- variant hf → vllm: s-hf → s-vllm-nocache (10.0× (1 run: no interval)), "
         "s-hf → s-vllm-cache (20.0× (1 run: no interval))" in part
     )
-    assert "| engine.enable_prefix_caching | false → true | 2.83× (1 run: no interval) | 2 |" in part
+    assert (
+        "| engine.enable_prefix_caching | false → true | 2.83× (1 run: no interval) | 2 |" in part
+    )
     assert "| prompt.template | jsquad.j2 → ctx.j2 | 1.41× (1 run: no interval) | 2 |" in part
     assert (
-        "- engine.enable_prefix_caching false → true: s-vllm-nocache → s-vllm-cache (2.00× (1 run: no interval)), "
-        "s-vllm-nocache-ctx → s-vllm-cache-ctx (4.00× (1 run: no interval))" in part
+        "- engine.enable_prefix_caching false → true: s-vllm-nocache → s-vllm-cache (2.00× (1 run: "
+        "no interval)), s-vllm-nocache-ctx → s-vllm-cache-ctx (4.00× (1 run: no interval))" in part
     )
     assert (
-        "- prompt.template jsquad.j2 → ctx.j2: s-vllm-nocache → s-vllm-nocache-ctx (1.00× (1 run: no interval)), "
-        "s-vllm-cache → s-vllm-cache-ctx (2.00× (1 run: no interval))" in part
+        "- prompt.template jsquad.j2 → ctx.j2: s-vllm-nocache → s-vllm-nocache-ctx (1.00× (1 run: "
+        "no interval)), s-vllm-cache → s-vllm-cache-ctx (2.00× (1 run: no interval))" in part
     )
 
 
 def test_estimated_pair_is_marked():
-    cells = [cell_result("e-a", {"x": 1}, 9.0, study="e", estimate=EST), cell_result("e-b", {"x": 2}, 100.0, study="e")]
+    cells = [
+        cell_result("e-a", {"x": 1}, 9.0, study="e", estimate=EST),
+        cell_result("e-b", {"x": 2}, 100.0, study="e"),
+    ]
     assert "| x | 1 → 2 | ~4.00× (1 run: no interval) | 1 |" in re.sub(
         r" +\|", " |", study_part(summary_markdown(cells), "e")
     )
@@ -281,8 +342,8 @@ def test_speed_up_format_and_a_study_whose_cells_all_failed():
 def test_fastest_cell_against_the_slowest_and_the_baseline():
     part = study_part(summary_markdown(study_cells()))
     assert (
-        "**s-vllm-cache-ctx** (10.0 s; exact_match 0.700): ~40.0× (1 run: no interval) faster than the slowest "
-        "(the study's "
+        "**s-vllm-cache-ctx** (10.0 s; exact_match 0.700): ~40.0× (1 run: no interval) faster than "
+        "the slowest (the study's "
         "baseline), s-hf (~400.0 s)." in part
     )
     cells = [
@@ -291,16 +352,20 @@ def test_fastest_cell_against_the_slowest_and_the_baseline():
         cell_result("b-fast", {"x": 3}, 10.0, study="b"),
     ]
     assert (
-        "**b-fast** (10.0 s; exact_match 0.500): 4.00× (1 run: no interval) faster than the slowest, b-slow (40.0 s); "
-        "2.00× (1 run: no interval) faster "
+        "**b-fast** (10.0 s; exact_match 0.500): 4.00× (1 run: no interval) faster than the "
+        "slowest, b-slow (40.0 s); 2.00× (1 run: no interval) faster "
         "than the baseline, b-base (20.0 s)." in study_part(summary_markdown(cells), "b")
     )
     alone = study_part(summary_markdown(study_cells()[:1]))
-    assert "**s-hf** (~400.0 s; exact_match 0.800): the only cell with a time; it is the study's baseline." in alone
+    assert (
+        "**s-hf** (~400.0 s; exact_match 0.800): the only cell with a time; it is the study's "
+        "baseline." in alone
+    )
 
 
 def test_the_study_never_names_a_cell_its_gate_stopped_the_fastest():
-    """The study's 'Fastest cell' leaves out the cells their gate stopped and names them after it."""
+    """The study's 'Fastest cell' leaves out the cells their gate stopped and names them after
+    it."""
     from runner.study.study import fastest_section
 
     cells = [
@@ -309,7 +374,9 @@ def test_the_study_never_names_a_cell_its_gate_stopped_the_fastest():
         cell_result("b-fast", {"x": 3}, 10.0, study="b"),
     ]
     (text,) = fastest_section(cells, None, stopped={"b-fast"})[-1:]
-    assert text.startswith("**b-base** (20.0 s): 2.00× (1 run: no interval) faster than the slowest, b-slow")
+    assert text.startswith(
+        "**b-base** (20.0 s): 2.00× (1 run: no interval) faster than the slowest, b-slow"
+    )
     assert text.endswith("faster, but stopped by their gate: b-fast.")
     assert fastest_section(cells, None, stopped={"b-fast", "b-base", "b-slow"})[-1] == (
         "No cell that passed its gate has a generation time."
@@ -318,14 +385,22 @@ def test_the_study_never_names_a_cell_its_gate_stopped_the_fastest():
 
 def test_wall_time_against_generation_and_engine_starts():
     spent = time_spent(study_cells())
-    assert spent.wall_s == 360.0 and spent.generate_s == 118.0 and spent.load_s == 15.0 and spent.starts == 3
-    assert spent.reused == (("s-vllm-nocache-ctx", "s-vllm-nocache"), ("s-vllm-cache-ctx", "s-vllm-cache"))
+    assert (
+        spent.wall_s == 360.0
+        and spent.generate_s == 118.0
+        and spent.load_s == 15.0
+        and spent.starts == 3
+    )
+    assert spent.reused == (
+        ("s-vllm-nocache-ctx", "s-vllm-nocache"),
+        ("s-vllm-cache-ctx", "s-vllm-cache"),
+    )
     part = re.sub(r" +\|", " |", study_part(summary_markdown(study_cells())))
     assert spent.running_s == 360.0  # the cells ran back to back
     assert "| 360.0 s | 360.0 s | 118.0 s (33% of the running time) | 15.0 s | 3 | 6 |" in part
     assert (
-        "Cells that ran on an engine started for another cell: s-vllm-nocache-ctx (on s-vllm-nocache's), "
-        "s-vllm-cache-ctx (on s-vllm-cache's)." in part
+        "Cells that ran on an engine started for another cell: s-vllm-nocache-ctx (on "
+        "s-vllm-nocache's), s-vllm-cache-ctx (on s-vllm-cache's)." in part
     )
 
 
@@ -333,7 +408,9 @@ def test_running_time_leaves_out_the_pauses_between_calls():
     # cells in two calls: minutes 0-1 and 2-3, then 30-31 (overlapping spans count once)
     cells = [
         cell_result("w-a", {"x": 1}, 10.0, study="w", minute=0),
-        cell_result("w-b", {"x": 2}, 10.0, study="w", minute=2, finished_at="2025-05-01T10:03:30+00:00"),
+        cell_result(
+            "w-b", {"x": 2}, 10.0, study="w", minute=2, finished_at="2025-05-01T10:03:30+00:00"
+        ),
         cell_result("w-c", {"x": 3}, 10.0, study="w", minute=3),
         cell_result("w-d", {"x": 4}, 10.0, study="w", minute=30),
     ]
@@ -344,7 +421,8 @@ def test_running_time_leaves_out_the_pauses_between_calls():
 
 
 def test_effects_start_from_the_baseline_cells_value():
-    # the baseline's variant ("slow") comes after "fast" in the cells' order: it is still the reference
+    # the baseline's variant ("slow") comes after "fast" in the cells' order: it is still the
+    # reference
     cells = [
         cell_result("r-fast", {"variant": "fast"}, 10.0, study="r"),
         cell_result("r-mid", {"variant": "mid"}, 20.0, study="r"),
@@ -357,10 +435,12 @@ def test_effects_start_from_the_baseline_cells_value():
 
 
 def test_effects_show_what_the_change_did_to_each_score():
-    """Time and accuracy side by side: the score change is the median over the pairs of (other - first); a pair
-    with random weights leaves the score blank."""
+    """Time and accuracy side by side: the score change is the median over the pairs of (other -
+    first); a pair with random weights leaves the score blank."""
     cells = [
-        cell_result("r-a", {"variant": "v", "q": "bf16", "t": "x"}, 10.0, study="r", em=0.50, baseline=True),
+        cell_result(
+            "r-a", {"variant": "v", "q": "bf16", "t": "x"}, 10.0, study="r", em=0.50, baseline=True
+        ),
         cell_result("r-b", {"variant": "v", "q": "fp8", "t": "x"}, 5.0, study="r", em=0.40),
         cell_result("r-c", {"variant": "v", "q": "bf16", "t": "y"}, 8.0, study="r", em=0.60),
         cell_result("r-d", {"variant": "v", "q": "fp8", "t": "y"}, 4.0, study="r", em=0.30),
@@ -370,24 +450,35 @@ def test_effects_show_what_the_change_did_to_each_score():
     assert rows[("q", "bf16 → fp8")]["exact_match change"] == "-0.200"  # mean of -0.1 and -0.3
     assert rows[("q", "bf16 → fp8")]["speed-up"] == "2.00× (1 run: no interval)"
     assert rows[("t", "x → y")]["exact_match change"] == "+0.000"  # mean of +0.1 and -0.1
-    dummy = [c.model_copy(update={"scores_meaningful": False}) if c.name == "r-b" else c for c in cells]
+    dummy = [
+        c.model_copy(update={"scores_meaningful": False}) if c.name == "r-b" else c for c in cells
+    ]
     md = "\n".join(effects_section(axis_effects(dummy, axes_of(dummy))))
     rows = {(r["setting"], r["change"]): r for r in table_rows(md, "exact_match change")}
-    assert rows[("q", "bf16 → fp8")]["exact_match change"] == "-0.300"  # the random-weights pair takes no part
+    # the random-weights pair takes no part
+    assert rows[("q", "bf16 → fp8")]["exact_match change"] == "-0.300"
 
 
 def table_rows(md: str, column: str) -> list[dict[str, str]]:
     lines = [ln for ln in md.splitlines() if ln.startswith("|")]
     start = next(i for i, ln in enumerate(lines) if column in ln)
     head = [c.strip() for c in lines[start].strip("|").split("|")]
-    return [dict(zip(head, (c.strip() for c in ln.strip("|").split("|")), strict=True)) for ln in lines[start + 2 :]]
+    return [
+        dict(zip(head, (c.strip() for c in ln.strip("|").split("|")), strict=True))
+        for ln in lines[start + 2 :]
+    ]
 
 
 def test_plain_recipes_stay_in_the_flat_table_and_each_study_has_its_section():
-    other = [cell_result("t-a", {"x": 1}, 10.0, study="t"), cell_result("t-b", {"x": 2}, 5.0, study="t")]
+    other = [
+        cell_result("t-a", {"x": 1}, 10.0, study="t"),
+        cell_result("t-b", {"x": 2}, 5.0, study="t"),
+    ]
     md = summary_markdown([plain(), *study_cells(), *other])
     assert re.findall(r"^## Study (\S+)$", md, flags=re.M) == ["s", "t"]
-    assert re.search(r"^\| plain ", md, flags=re.M) and "plain" not in study_part(md) + study_part(md, "t")
+    assert re.search(r"^\| plain ", md, flags=re.M) and "plain" not in study_part(md) + study_part(
+        md, "t"
+    )
     assert "## Study" not in summary_markdown([plain()])
 
 
@@ -426,32 +517,41 @@ def test_report_names_its_study_and_cell():
     assert lines[:3] == [
         "# s-vllm-cache-ctx",
         "",
-        "Cell of study **s**: variant=vllm, engine.enable_prefix_caching=true, prompt.template=ctx.j2",
+        "Cell of study **s**: variant=vllm, engine.enable_prefix_caching=true, "
+        "prompt.template=ctx.j2",
     ]
     assert "Cell of study" not in report_markdown(plain(), [])
 
 
 def test_a_cell_timed_on_fewer_examples_stands_apart_in_the_study(tmp_path):
-    """A cell run with --limit in another call is listed, but neither the fastest cell nor half of a setting's pair."""
+    """A cell run with --limit in another call is listed, but neither the fastest cell nor half of a
+    setting's pair."""
     cells = study_cells()
-    quick = cell_result("s-vllm-quick", {"variant": "vllm", CACHE: True, TEMPLATE: "q.j2"}, 0.5, n_samples=100)
+    quick = cell_result(
+        "s-vllm-quick", {"variant": "vllm", CACHE: True, TEMPLATE: "q.j2"}, 0.5, n_samples=100
+    )
     text = "\n".join(study_section("s", [*cells, quick]))
     assert "**s-vllm-cache-ctx** (10.0 s" in text and "**s-vllm-quick**" not in text
     assert "s-vllm-quick (" not in text.split("### What each setting bought")[1]
 
 
 def test_the_study_section_is_the_same_in_run_order_and_in_name_order():
-    """`runner report` reads results in name order, `runner go` has them in run order: with each cell's place in
-    its study recorded, both write the same section (values in the study's order, the same direction)."""
-    cells = [c.model_copy(update={"cell": c.cell.model_copy(update={"index": i})}) for i, c in enumerate(study_cells())]
+    """`runner report` reads results in name order, `runner go` has them in run order: with each
+    cell's place in its study recorded, both write the same section (values in the study's order,
+    the same direction)."""
+    cells = [
+        c.model_copy(update={"cell": c.cell.model_copy(update={"index": i})})
+        for i, c in enumerate(study_cells())
+    ]
     by_name = sorted(cells, key=lambda r: r.name)
     assert [c.name for c in by_name] != [c.name for c in cells]
     assert study_section("s", by_name) == study_section("s", cells)
 
 
 def test_a_change_and_its_reverse_are_reciprocal_speedups():
-    """Speed-ups over several pairs are a geometric mean: 0.949x and 7.287x one way is 2.63x, the other way 0.38x
-    (an arithmetic mean gave 4.12x and 0.60x, which are not each other's reciprocal)."""
+    """Speed-ups over several pairs are a geometric mean: 0.949x and 7.287x one way is 2.63x, the
+    other way 0.38x (an arithmetic mean gave 4.12x and 0.60x, which are not each other's
+    reciprocal)."""
     a = [
         cell_result("r-a1", {"x": "a", "y": 1}, 10.0, study="r"),
         cell_result("r-a2", {"x": "a", "y": 2}, 10.0, study="r"),
@@ -462,4 +562,6 @@ def test_a_change_and_its_reverse_are_reciprocal_speedups():
     ]
     ab = {(e.frm, e.to): e.speedup for e in axis_effects(a + b, axes_of(a + b))}
     ba = {(e.frm, e.to): e.speedup for e in axis_effects(b + a, axes_of(b + a))}
-    assert ab["a", "b"] == pytest.approx((0.949 * 7.287) ** 0.5) and ab["a", "b"] * ba["b", "a"] == pytest.approx(1.0)
+    assert ab["a", "b"] == pytest.approx((0.949 * 7.287) ** 0.5) and ab["a", "b"] * ba[
+        "b", "a"
+    ] == pytest.approx(1.0)

@@ -1,6 +1,6 @@
-"""The measurements around a generation, one tracker each (run/trackers.py), with stand-in NVML, clocks and
-/proc (no GPU here): the figure each gives, what it gives when the machine cannot tell, and, through a fake engine,
-which window each covers in the loop."""
+"""The measurements around a generation, one tracker each (run/trackers.py), with stand-in NVML,
+clocks and /proc (no GPU here): the figure each gives, what it gives when the machine cannot tell,
+and, through a fake engine, which window each covers in the loop."""
 
 from __future__ import annotations
 
@@ -65,7 +65,8 @@ def test_energy_is_the_counter_after_minus_before_over_its_window(monkeypatch):
 
 def test_energy_sums_the_engines_gpus_as_cuda_visible_devices_names_them(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
-    fake_energy(monkeypatch, {3: [100_000, 130_000], 5: [50_000, 60_000], 0: [0, 999_000]})  # 0 is not the engine's
+    # 0 is not the engine's
+    fake_energy(monkeypatch, {3: [100_000, 130_000], 5: [50_000, 60_000], 0: [0, 999_000]})
     clock(monkeypatch, trackers, 1.0, 2.0)
     assert measure(Energy(gpus=2)) == {"energy_j": 40.0, "energy_s": 1.0}
 
@@ -95,7 +96,8 @@ def test_generation_time_ends_with_the_last_output_not_when_generate_returns(mon
     clock(monkeypatch, trackers, 10.0, 13.0)
     with Latency(s) as latency:
         assert s.clock == 10.0  # the per-example clock starts with the window
-        s.clock, s.new = 12.5, {"a": object()}  # the last output came back at 12.5; generate returned at 13
+        # the last output came back at 12.5; generate returned at 13
+        s.clock, s.new = 12.5, {"a": object()}
     assert latency.part() == {"generate_s": 2.5 + 4.0}  # with the reused samples' recorded 4 s
 
 
@@ -114,7 +116,10 @@ def test_gpu_busy_is_the_utilization_over_the_generation_time(monkeypatch):
     busy = GpuBusy(sampler, latency)
     with latency, busy:
         s.clock, s.new = 12.49, {"a": object()}
-    assert busy.into == "timings" and busy.part() == {"gpu_busy": 0.6, "gpu_busy_tenths": [0.6] * 10}
+    assert busy.into == "timings" and busy.part() == {
+        "gpu_busy": 0.6,
+        "gpu_busy_tenths": [0.6] * 10,
+    }
     sampler.has_counter = False  # a device without the utilization counter
     assert busy.part() == {"gpu_busy": None, "gpu_busy_tenths": None}
 
@@ -126,15 +131,22 @@ def quiet_machine(monkeypatch, tmp_path) -> None:
     """No NVML, no PSI, no load average: every probe but the process's own CPU time unavailable."""
     monkeypatch.setattr(nvml, "_handle", lambda index=0: (None, None))
     monkeypatch.setattr(noise, "PRESSURE", tmp_path / "no-psi")
-    monkeypatch.setattr(noise.os, "getloadavg", lambda: (_ for _ in ()).throw(OSError("no loadavg")))
+    monkeypatch.setattr(
+        noise.os, "getloadavg", lambda: (_ for _ in ()).throw(OSError("no loadavg"))
+    )
     monkeypatch.setattr(noise, "cpus", lambda: 2)
 
 
 def test_noise_when_the_machine_cannot_tell_is_null_and_not_busy(monkeypatch, tmp_path):
     quiet_machine(monkeypatch, tmp_path)
     n = measure(MachineNoise())["noise"]
-    assert n.model_dump(exclude={"process_cpu_s"}) == Noise(cpus=2).model_dump(exclude={"process_cpu_s"})
-    assert n.load_avg is n.cpu_pressure is n.gpu_other_processes is n.gpu_sm_clock_mhz is None and n.busy == []
+    assert n.model_dump(exclude={"process_cpu_s"}) == Noise(cpus=2).model_dump(
+        exclude={"process_cpu_s"}
+    )
+    assert (
+        n.load_avg is n.cpu_pressure is n.gpu_other_processes is n.gpu_sm_clock_mhz is None
+        and n.busy == []
+    )
 
 
 def test_noise_names_the_load_and_the_cpu_pressure_of_its_window(monkeypatch, tmp_path):
@@ -146,7 +158,8 @@ def test_noise_names_the_load_and_the_cpu_pressure_of_its_window(monkeypatch, tm
     tracker = MachineNoise()
     psi.write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=1000000\n")
     with tracker:
-        psi.write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=1700000\n")  # 0.7 s waited in 2 s
+        # 0.7 s waited in 2 s
+        psi.write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=1700000\n")
     n = tracker.part()["noise"]
     assert n.load_avg == 9.0 and n.cpu_pressure == 0.35
     assert n.busy == ["load average 9.0 on 2 CPUs", "tasks waited for a CPU 35% of the time"]
@@ -166,7 +179,10 @@ def test_each_part_lands_in_the_repeat_or_the_timings(monkeypatch):
     for t in reversed(ts):
         t.stop()
     repeat, timings = parts(ts)
-    assert set(repeat) == {"noise", "energy_j", "energy_s", "generate_s"} and repeat["energy_j"] == 30.0
+    assert (
+        set(repeat) == {"noise", "energy_j", "energy_s", "generate_s"}
+        and repeat["energy_j"] == 30.0
+    )
     assert set(timings) == {"gpu_busy", "gpu_busy_tenths"}
     Repeat(index=1, **repeat), Timings(**timings)  # fields of theirs (extra fields are refused)
 
@@ -174,8 +190,8 @@ def test_each_part_lands_in_the_repeat_or_the_timings(monkeypatch):
 def test_the_engines_setup_is_outside_the_timed_window_and_inside_the_noise_one(
     tmp_path, write_recipe, base_recipe, monkeypatch
 ):
-    """prepare(sampling) burns 0.3 s of CPU: not in the generation time nor the energy window, but in the
-    process CPU time the noise probe counts; the energy counter is read after it."""
+    """prepare(sampling) burns 0.3 s of CPU: not in the generation time nor the energy window, but
+    in the process CPU time the noise probe counts; the energy counter is read after it."""
     events = []
 
     def prepare(self, sampling):
@@ -192,13 +208,20 @@ def test_the_engines_setup_is_outside_the_timed_window_and_inside_the_noise_one(
 
     monkeypatch.setattr(FakeEngine, "prepare", prepare, raising=False)
     monkeypatch.setattr(trackers, "energy_j", energy)
-    d = {**base_recipe, "model": {"id": "none"}, "engine": {"kind": "fake", "reply": "x", "delay_s": 0.001}}
+    d = {
+        **base_recipe,
+        "model": {"id": "none"},
+        "engine": {"kind": "fake", "reply": "x", "delay_s": 0.001},
+    }
     out = tmp_path / "out"
-    r = CliRunner().invoke(cli, ["go", str(write_recipe(d)), "--out", str(out), "--no-progress", "--in-process"])
+    r = CliRunner().invoke(
+        cli, ["go", str(write_recipe(d)), "--out", str(out), "--no-progress", "--in-process"]
+    )
     assert r.exit_code == 0, r.output
     [rep] = [json.loads(x) for x in (out / "t" / "repeats.jsonl").read_text().splitlines()[1:]]
     assert events == ["prepare", "energy", "energy"]
     assert rep["energy_j"] == 30.0
-    # the repeat's wall time has the setup, the timed windows do not (a loaded machine only widens the gap)
+    # the repeat's wall time has the setup, the timed windows do not (a loaded machine only widens
+    # the gap)
     assert rep["wall_s"] - rep["generate_s"] >= 0.3 and rep["wall_s"] - rep["energy_s"] >= 0.3
     assert rep["noise"]["process_cpu_s"] >= 0.3

@@ -1,6 +1,6 @@
-"""The vLLM engine's start, against a stand-in `vllm` package (vLLM itself is tested on the GPU): the arguments it
-hands `vllm.LLM`, which it drops or refuses, and the facts it reads back from the engine's configs and log, the
-figures the knob verdicts and the report stand on."""
+"""The vLLM engine's start, against a stand-in `vllm` package (vLLM itself is tested on the GPU):
+the arguments it hands `vllm.LLM`, which it drops or refuses, and the facts it reads back from the
+engine's configs and log, the figures the knob verdicts and the report stand on."""
 
 import dataclasses
 import sys
@@ -25,8 +25,8 @@ LOG = (
 
 
 def _stand_in(monkeypatch, tmp_path, *, cache=None, quantization=None, accepted=None, log=LOG):
-    """A `vllm` package whose LLM() writes `log` to the engine log (as vLLM's own output would land there),
-    sleeps 50 ms, and holds a config shaped like vLLM 0.26's VllmConfig."""
+    """A `vllm` package whose LLM() writes `log` to the engine log (as vLLM's own output would land
+    there), sleeps 50 ms, and holds a config shaped like vLLM 0.26's VllmConfig."""
     made = {}
 
     class LLM:
@@ -53,17 +53,24 @@ def _stand_in(monkeypatch, tmp_path, *, cache=None, quantization=None, accepted=
                 )
             )
 
-    every = VLLMSpec(kind="vllm", enable_prefix_caching=True, seed=0).llm_kwargs(_model())  # every argument we pass
+    # every argument we pass
+    every = VLLMSpec(kind="vllm", enable_prefix_caching=True, seed=0).llm_kwargs(_model())
     names = accepted if accepted is not None else set(every) - {"swap_space"}
     args = dataclasses.make_dataclass("EngineArgs", sorted(names))
     vllm = ModuleType("vllm")
     vllm.__version__, vllm.LLM = "0.26.0", LLM
     arg_utils = ModuleType("vllm.engine.arg_utils")
     arg_utils.EngineArgs = args
-    for name, mod in (("vllm", vllm), ("vllm.engine", ModuleType("vllm.engine")), ("vllm.engine.arg_utils", arg_utils)):
+    for name, mod in (
+        ("vllm", vllm),
+        ("vllm.engine", ModuleType("vllm.engine")),
+        ("vllm.engine.arg_utils", arg_utils),
+    ):
         monkeypatch.setitem(sys.modules, name, mod)
     monkeypatch.setenv("RUNNER_ENGINE_LOG", str(tmp_path / "engine.log"))
-    (tmp_path / "engine.log").write_text("earlier recipe: Model loading took 99.0 GiB memory and 1.0 seconds\n")
+    (tmp_path / "engine.log").write_text(
+        "earlier recipe: Model loading took 99.0 GiB memory and 1.0 seconds\n"
+    )
     monkeypatch.setattr(vllm_engine, "device_facts", lambda: {"gpu": "NVIDIA H200"})
     return made
 
@@ -75,22 +82,40 @@ def _model():
 def test_facts_come_from_the_engines_config_and_this_starts_part_of_the_log(monkeypatch, tmp_path):
     pytest.importorskip("transformers")
     _stand_in(monkeypatch, tmp_path)
-    monkeypatch.setattr(vllm_engine, "unquantized_gib", lambda *a: pytest.fail("no knob needs the full size here"))
+    monkeypatch.setattr(
+        vllm_engine, "unquantized_gib", lambda *a: pytest.fail("no knob needs the full size here")
+    )
     eng = VLLMEngine(VLLMSpec(kind="vllm", enable_prefix_caching=True), _model(), chat=None)
     f = eng.facts
     assert f.kv_cache_tokens == 16_000  # num_gpu_blocks x block_size, ahead of the log's figure
-    assert f.weights_gib == 14.25  # this start's line, not the earlier recipe's 99.0 in the same log
+    # this start's line, not the earlier recipe's 99.0 in the same log
+    assert f.weights_gib == 14.25
     assert (f.prefix_caching, f.gpu_memory_utilization, f.cache_dtype) == (True, 0.85, "fp8")
-    assert (f.load_format, f.model_runner, f.version, f.max_model_len) == ("dummy", "V2", "0.26.0", 4096)
-    assert eng.info.kv_cache_tokens == 16_000 and eng.info.weights_gib == 14.25 and eng.info.device == "NVIDIA H200"
+    assert (f.load_format, f.model_runner, f.version, f.max_model_len) == (
+        "dummy",
+        "V2",
+        "0.26.0",
+        4096,
+    )
+    assert (
+        eng.info.kv_cache_tokens == 16_000
+        and eng.info.weights_gib == 14.25
+        and eng.info.device == "NVIDIA H200"
+    )
     assert eng.info.extra["kv_cache_gib"] == 101.37 and eng.info.extra["block_size"] == 16
     assert 0.05 <= eng.info.load_s < 5  # the LLM() call, timed
 
 
-def test_kv_capacity_falls_back_to_the_log_and_a_quantized_model_gets_its_full_size(monkeypatch, tmp_path):
+def test_kv_capacity_falls_back_to_the_log_and_a_quantized_model_gets_its_full_size(
+    monkeypatch, tmp_path
+):
     pytest.importorskip("transformers")
     cache = SimpleNamespace(
-        block_size=16, num_gpu_blocks=None, enable_prefix_caching=False, gpu_memory_utilization=0.9, cache_dtype="auto"
+        block_size=16,
+        num_gpu_blocks=None,
+        enable_prefix_caching=False,
+        gpu_memory_utilization=0.9,
+        cache_dtype="auto",
     )
     _stand_in(monkeypatch, tmp_path, cache=cache, quantization="awq")
     monkeypatch.setattr(vllm_engine, "unquantized_gib", lambda source, trust: 14.19)
@@ -112,7 +137,9 @@ def test_the_sampler_switch_is_set_only_where_the_user_left_it_unset(monkeypatch
     assert made["cpu_offload_gb"] == 4 and made["model"] == "builtin:demo"
 
 
-def test_swap_space_is_dropped_where_vllm_has_none_and_an_unknown_argument_is_refused(monkeypatch, tmp_path):
+def test_swap_space_is_dropped_where_vllm_has_none_and_an_unknown_argument_is_refused(
+    monkeypatch, tmp_path
+):
     _stand_in(monkeypatch, tmp_path, accepted={"model", "dtype"})
     kept, dropped = vllm_engine._accepted_kwargs({"model": "m", "swap_space": 4}, "0.26.0")
     assert kept == {"model": "m"} and dropped == {"swap_space": 4}
@@ -126,19 +153,28 @@ def test_without_vllm_the_engine_says_how_to_get_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
     with pytest.raises(RunnerError) as e:
         VLLMEngine(VLLMSpec(kind="vllm"), _model(), chat=None)
-    assert e.value.field == "engine.kind" and "vLLM is not installed in this Python" in e.value.message
+    assert (
+        e.value.field == "engine.kind" and "vLLM is not installed in this Python" in e.value.message
+    )
     assert "use `engine: kind: transformers`" in e.value.message
 
 
 def test_a_gguf_model_runs_from_its_safetensors_copy_and_says_so(monkeypatch, tmp_path):
-    """vLLM has no GGUF loader: it gets the copy's folder as model and tokenizer, and the report a note."""
+    """vLLM has no GGUF loader: it gets the copy's folder as model and tokenizer, and the report a
+    note."""
     pytest.importorskip("transformers")
     from runner.engines import gguf
     from runner.engines.builtin import ensure_builtin
 
     made = _stand_in(monkeypatch, tmp_path)
-    copy = ensure_builtin("builtin:demo")  # stands in for the converted folder (config, weights, tokenizer)
-    facts = {"file": str(tmp_path / "m.Q4_1.gguf"), "sha256": "ab", "quantization": "Q4_1", "copy": copy}
+    # stands in for the converted folder (config, weights, tokenizer)
+    copy = ensure_builtin("builtin:demo")
+    facts = {
+        "file": str(tmp_path / "m.Q4_1.gguf"),
+        "sha256": "ab",
+        "quantization": "Q4_1",
+        "copy": copy,
+    }
     facts |= {"converted": True, "convert_s": 12.34}
     (tmp_path / "m.Q4_1.gguf").write_bytes(b"GGUF")
     monkeypatch.setattr(gguf, "safetensors_dir", lambda m: (Path(copy), facts))
@@ -147,6 +183,6 @@ def test_a_gguf_model_runs_from_its_safetensors_copy_and_says_so(monkeypatch, tm
     assert made["model"] == copy and made["tokenizer"] == copy
     assert eng.info.extra["gguf"] == facts
     assert eng.info.notes[-1] == (
-        f"Weights dequantized from Q4_1 (m.Q4_1.gguf) into a float32 safetensors copy (converted in this run, "
-        f"12.3 s: {copy}); vLLM has no GGUF loader."
+        "Weights dequantized from Q4_1 (m.Q4_1.gguf) into a float32 safetensors copy (converted "
+        f"in this run, 12.3 s: {copy}); vLLM has no GGUF loader."
     )

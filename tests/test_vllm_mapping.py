@@ -67,13 +67,21 @@ def test_engine_args_may_not_shadow_fields():
 
 
 def test_unaccepted_args_are_listed():
-    assert check_args({"model": 1, "swap_space": 4, "bogus": 1}, {"model", "dtype"}) == ["bogus", "swap_space"]
+    assert check_args({"model": 1, "swap_space": 4, "bogus": 1}, {"model", "dtype"}) == [
+        "bogus",
+        "swap_space",
+    ]
 
 
 def test_offload_selects_v1_runner_unless_user_overrides():
     assert spec(cpu_offload_gb=8).engine_env()["VLLM_USE_V2_MODEL_RUNNER"] == "0"
     assert "VLLM_USE_V2_MODEL_RUNNER" not in spec().engine_env()
-    assert spec(cpu_offload_gb=8, env={"VLLM_USE_V2_MODEL_RUNNER": "1"}).engine_env()["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+    assert (
+        spec(cpu_offload_gb=8, env={"VLLM_USE_V2_MODEL_RUNNER": "1"}).engine_env()[
+            "VLLM_USE_V2_MODEL_RUNNER"
+        ]
+        == "1"
+    )
 
 
 def test_sampling_translation():
@@ -87,13 +95,19 @@ def test_sampling_translation():
         "seed": None,
     }
     kw = sampling_params_kwargs(Sampling(temperature=0.7, top_p=0.9, top_k=50, stop=["\n"], seed=3))
-    assert (kw["temperature"], kw["top_p"], kw["top_k"], kw["stop"], kw["seed"]) == (0.7, 0.9, 50, ["\n"], 3)
+    assert (kw["temperature"], kw["top_p"], kw["top_k"], kw["stop"], kw["seed"]) == (
+        0.7,
+        0.9,
+        50,
+        ["\n"],
+        3,
+    )
 
 
 def test_engine_log_parsing_v1_and_v2_formats():
     log = (
-        "(EngineCore pid=1) INFO gpu_model_runner.py: Model loading took 14.25 GiB memory and 3.1 seconds\n"
-        "(EngineCore pid=1) INFO kv_cache_utils.py: GPU KV cache size: 1,234,560 tokens\n"
+        "(EngineCore pid=1) INFO gpu_model_runner.py: Model loading took 14.25 GiB memory and 3.1 "
+        "seconds\n(EngineCore pid=1) INFO kv_cache_utils.py: GPU KV cache size: 1,234,560 tokens\n"
         "Available KV cache memory: 101.5 GiB\n"
     )
     assert parse_engine_log(log) == {
@@ -103,11 +117,17 @@ def test_engine_log_parsing_v1_and_v2_formats():
         "kv_cache_gib": 101.5,
     }
     assert parse_engine_log("Model loading took 8.2 GiB and 2.0 seconds")["weights_gib"] == 8.2
-    assert parse_engine_log("INFO [uva.py:58] Total CPU offloaded parameters: 8.12")["cpu_offloaded_gib"] == 8.12
+    assert (
+        parse_engine_log("INFO [uva.py:58] Total CPU offloaded parameters: 8.12")[
+            "cpu_offloaded_gib"
+        ]
+        == 8.12
+    )
 
 
 def test_parent_never_imports_engine_libraries():
-    """`runner check` must work where torch/vllm/transformers are absent: the parent imports none."""
+    """`runner check` must work where torch/vllm/transformers are absent: the parent imports
+    none."""
     import subprocess
     from pathlib import Path
 
@@ -118,10 +138,13 @@ def test_parent_never_imports_engine_libraries():
         "from runner.run.job import make_unit\n"
         "from runner.run.job import RunOptions\n"
         "import runner.run.isolate, runner.report.markdown, runner.cli.inspect, runner.cli.go\n"
-        f"[make_unit(lr, RunOptions(out='.')) for lr in load_all(({str(root / 'recipes' / 'demo.yaml')!r},), ())]\n"
+        "[make_unit(lr, RunOptions(out='.')) for lr in "
+        f"load_all(({str(root / 'recipes' / 'demo.yaml')!r},), ())]\n"
         "print(sorted(m for m in ('torch', 'vllm', 'transformers') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
@@ -155,7 +178,8 @@ def test_warmup_batch_fills_the_largest_step_within_the_model_length():
     assert len(p) == 4096 and {len(x) for x in p} == {4}  # 4,096 x 4 tokens: one 16,384-token step
     assert len({x[0] for x in p}) == 4096 and all(0 <= t < 152064 for x in p for t in x)
     assert {len(x) for x in warmup_prompts(8, 1_000_000, 152064, 32768)} == {2048}  # capped
-    assert {len(x) for x in warmup_prompts(8, 8192, 152064, 100)} == {98}  # room for 2 output tokens
+    # room for 2 output tokens
+    assert {len(x) for x in warmup_prompts(8, 8192, 152064, 100)} == {98}
     assert all(t < 50 for x in warmup_prompts(16, 256, 50, 4096) for t in x)  # a tiny vocabulary
 
 
@@ -163,7 +187,11 @@ def test_metrics_count_from_the_start_of_the_call():
     from runner.engines.vllm.engine import counters_since
 
     before = {"vllm:prompt_tokens": 16384.0, "vllm:prefix_cache_hits": 0.0}
-    after = {"vllm:prompt_tokens": 1_253_925.0, "vllm:prefix_cache_hits": 999_824.0, "vllm:num_preemptions": 0.0}
+    after = {
+        "vllm:prompt_tokens": 1_253_925.0,
+        "vllm:prefix_cache_hits": 999_824.0,
+        "vllm:num_preemptions": 0.0,
+    }
     assert counters_since(before, after) == {
         "vllm:prompt_tokens": 1_237_541.0,
         "vllm:prefix_cache_hits": 999_824.0,

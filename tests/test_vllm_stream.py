@@ -1,4 +1,5 @@
-"""The vLLM engine's streaming loop, against a stand-in for `vllm.LLM` (vLLM itself is tested on the GPU)."""
+"""The vLLM engine's streaming loop, against a stand-in for `vllm.LLM` (vLLM itself is tested on the
+GPU)."""
 
 import time
 from types import SimpleNamespace
@@ -64,11 +65,14 @@ def test_outputs_in_request_order_and_each_handed_to_the_sink_once_as_it_finishe
     eng = _engine(order)
     reqs = [Request(ids=[7] * (i + 2), example=Example(id=str(i), question="q")) for i in range(5)]
     seen, progress = [], []
-    gens = eng.generate(reqs, Sampling(max_tokens=4), progress=progress.append, sink=lambda d: seen.append(d))
+    gens = eng.generate(
+        reqs, Sampling(max_tokens=4), progress=progress.append, sink=lambda d: seen.append(d)
+    )
     assert [g.text for g in gens] == [f"out{i}" for i in range(5)]
     assert [g.prompt_tokens for g in gens] == [2, 3, 4, 5, 6]
     assert [g.output_tokens for g in gens] == [1, 2, 3, 4, 5]
-    assert [[i for i, _ in d] for d in seen] == [[3, 0], [4, 1], [2]]  # as they finished, step by step
+    # as they finished, step by step
+    assert [[i for i, _ in d] for d in seen] == [[3, 0], [4, 1], [2]]
     assert progress == [2, 2, 1]
     assert {k.name: k.status for k in eng.info.knobs}["enable_prefix_caching"] == "default"
     assert 0.02 <= eng.info.extra["enqueue_s"] < 1  # the hand-over, timed on its own
@@ -80,11 +84,16 @@ class _Counter:
 
 
 class _CountingLLM(_StandInLLM):
-    """Counters that grow with every engine step, from a start left by earlier work (a warm-up, a cell)."""
+    """Counters that grow with every engine step, from a start left by earlier work (a warm-up, a
+    cell)."""
 
     def get_metrics(self):
         tokens = 5000.0 + 1000.0 * self.steps
-        return [_Counter("vllm:prompt_tokens", tokens), _Counter("vllm:prompt_tokens", 5.0), _Counter("other", 1.0)]
+        return [
+            _Counter("vllm:prompt_tokens", tokens),
+            _Counter("vllm:prompt_tokens", 5.0),
+            _Counter("other", 1.0),
+        ]
 
 
 class _NoMetricsLLM(_StandInLLM):
@@ -103,7 +112,8 @@ def test_metrics_are_the_counters_growth_over_the_call(monkeypatch):
     eng = _engine([])
     eng.llm = _CountingLLM([0, 1])
     eng.generate(_two_requests(), Sampling(max_tokens=4))
-    # two steps (one finishes nothing, one finishes both): 2,000 tokens over the call, labels summed,
+    # two steps (one finishes nothing, one finishes both): 2,000 tokens over the call, labels
+    # summed,
     # names the report does not keep dropped; not the 5,005 counted before it
     assert eng.llm.steps == 2 and eng.info.extra["metrics"] == {"vllm:prompt_tokens": 2000.0}
 
@@ -131,12 +141,15 @@ def test_warm_up_runs_one_batch_at_the_engines_limits_then_empties_the_prefix_ca
         scheduler_config=SimpleNamespace(max_num_seqs=8, max_num_batched_tokens=64),
         model_config=SimpleNamespace(get_vocab_size=lambda: 1000, max_model_len=4096),
     )
-    llm.generate = lambda prompts, sp, use_tqdm=True: calls.append(("generate", prompts, sp, use_tqdm))
+    llm.generate = lambda prompts, sp, use_tqdm=True: calls.append(
+        ("generate", prompts, sp, use_tqdm)
+    )
     llm.reset_prefix_cache = lambda: calls.append(("reset",)) or True
     text = warm_up(llm)
     assert [c[0] for c in calls] == ["generate", "reset"]
     _, prompts, sp, use_tqdm = calls[0]
-    assert len(prompts) == 8 and all(len(p["prompt_token_ids"]) == 8 for p in prompts)  # 8 x 8 = one 64-token step
+    # 8 x 8 = one 64-token step
+    assert len(prompts) == 8 and all(len(p["prompt_token_ids"]) == 8 for p in prompts)
     assert sp == {"max_tokens": 2, "ignore_eos": True, "temperature": 0.0} and use_tqdm is False
     assert text.startswith("8 prompts of 8 tokens, 2 output tokens each, ")
     assert text.endswith("(part of the engine start)")

@@ -1,5 +1,5 @@
-"""Recipes, report.md and summary.md as `runner go` loads and writes them: the core's loading and writers with
-every wing's part."""
+"""Recipes, report.md and summary.md as `runner go` loads and writes them: the core's loading and
+writers with every wing's part."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from runner.wings import report_sections, studies, summary_sections
 
 
 def load_all(paths, sets=(), model_paths=(), only=None, **kw):
-    """The recipes of the named files as the CLI loads them (a study's cells through the study wing)."""
+    """The recipes of the named files as the CLI loads them (a study's cells through the study
+    wing)."""
     return calls.load_all(paths, sets, model_paths, only, studies=studies, **kw)
 
 
@@ -32,7 +33,8 @@ def write_summary(results, out: Path, baseline=None) -> Path:
 
 
 def a_recipe(name: str = "run", **over) -> dict:
-    """A valid recipe as results.json stores it (the fake engine on the demo data), for stored results in tests."""
+    """A valid recipe as results.json stores it (the fake engine on the demo data), for stored
+    results in tests."""
     from runner.recipe import Recipe
 
     d = {

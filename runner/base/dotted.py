@@ -33,8 +33,10 @@ def get_dotted(data: Any, key: str) -> Any:
 
 
 def flat_dotted(data: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested mappings as dotted keys to their leaf values (`{"a": {"b": 1}}` -> `{"a.b": 1}`); an empty
-    mapping has no leaves, so it names no key."""
+    """Nested mappings as dotted keys to their leaf values (`{"a": {"b": 1}}` -> `{"a.b": 1}`); an
+    empty mapping has no leaves, so it names no key."""
     if not isinstance(data, dict):
         return {prefix[:-1]: data}
-    return {k: v for key, sub in data.items() for k, v in flat_dotted(sub, f"{prefix}{key}.").items()}
+    return {
+        k: v for key, sub in data.items() for k, v in flat_dotted(sub, f"{prefix}{key}.").items()
+    }

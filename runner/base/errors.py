@@ -9,7 +9,13 @@ class RunnerError(Exception):
     """A problem with the user's input, reported without a traceback (exit code 2)."""
 
     def __init__(
-        self, message: str, *, file: _Str = None, field: _Str = None, line: int | None = None, hint: _Str = None
+        self,
+        message: str,
+        *,
+        file: _Str = None,
+        field: _Str = None,
+        line: int | None = None,
+        hint: _Str = None,
     ):
         self.message, self.file, self.field, self.line, self.hint = message, file, field, line, hint
         super().__init__(self.render())

@@ -20,7 +20,10 @@ class WriteError(RunnerError, OSError):
     """A file the runner writes could not be written (disk full, read-only, ...)."""
 
 
-_HINT = "free disk space or choose another --out; finished samples are kept, and the same command continues from them"
+_HINT = (
+    "free disk space or choose another --out; finished samples are kept, and the same command "
+    "continues from them"
+)
 
 
 def write_error(path: Path, e: OSError) -> WriteError:
@@ -56,8 +59,8 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def save_figure(fig: Any, path: Path) -> Path:
-    """A matplotlib figure saved atomically (rendered in memory, then renamed over the path): a symbolic link at the
-    path is replaced, never written through."""
+    """A matplotlib figure saved atomically (rendered in memory, then renamed over the path): a
+    symbolic link at the path is replaced, never written through."""
     buf = io.BytesIO()
     fig.savefig(buf, dpi=110, format=Path(path).suffix.lstrip(".") or "png")
     write_bytes_atomic(path, buf.getvalue())
@@ -73,7 +76,8 @@ def write_jsonl_atomic(path: Path, rows: Iterable[dict]) -> None:
 
 
 def file_sha256(path: Path, digits: int = 16) -> str:
-    """The SHA-256 of the file's bytes, read in chunks, as its first `digits` hex digits (64: all of it)."""
+    """The SHA-256 of the file's bytes, read in chunks, as its first `digits` hex digits (64: all of
+    it)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

@@ -31,7 +31,11 @@ def table(rows: list[list[Any]], headers: list[str], optional: frozenset[str] = 
     """A GitHub Markdown table. `optional`: columns left out when they are empty in every row."""
     cells = [[cell(c) for c in r] for r in rows]
     if optional and cells:
-        shown = [i for i, h in enumerate(headers) if h not in optional or any(r[i] not in ("–", "") for r in cells)]
+        shown = [
+            i
+            for i, h in enumerate(headers)
+            if h not in optional or any(r[i] not in ("–", "") for r in cells)
+        ]
         cells, headers = [[r[i] for i in shown] for r in cells], [headers[i] for i in shown]
     return tabulate(cells, headers=headers, tablefmt="github", disable_numparse=True)
 

@@ -1,23 +1,25 @@
-"""Jinja in a sandbox that also bounds the work a template can do: prompt templates and the fake engine's reply.
+"""Jinja in a sandbox that also bounds the work a template can do: prompt templates and the fake
+engine's reply.
 
-The recipe's timeout covers only the engine process; templates compile and render in the runner itself.
-ImmutableSandboxedEnvironment keeps a template away from Python internals and from changing its inputs; BoundedSandbox
-also keeps it from running away:
+The recipe's timeout covers only the engine process; templates compile and render in the runner
+itself. ImmutableSandboxedEnvironment keeps a template away from Python internals and from changing
+its inputs; BoundedSandbox also keeps it from running away:
 
-- numbers: `*`, `**` and `+` are checked before they run; an integer of more than MAX_INT_DIGITS digits (Python's own
-  limit for printing one) is refused, so `10**(10**8)` fails at once instead of computing for minutes;
-- text and lists: a result longer than MAX_CHARS characters (or MAX_ITEMS items) is refused before it is built:
-  `'x' * 10**9`, `%` and `format` widths, `center`/`ljust`/`replace`/`join`, `~`, the filters that make text, and
-  printing a list (measured before `str()` builds it);
+- numbers: `*`, `**` and `+` are checked before they run; an integer of more than MAX_INT_DIGITS
+  digits (Python's own limit for printing one) is refused, so `10**(10**8)` fails at once instead of
+  computing for minutes;
+- text and lists: a result longer than MAX_CHARS characters (or MAX_ITEMS items) is refused before
+  it is built: `'x' * 10**9`, `%` and `format` widths, `center`/`ljust`/`replace`/`join`, `~`, the
+  filters that make text, and printing a list (measured before `str()` builds it);
 - work: the checked operations of one render may produce WORK_CHARS characters in all;
 - `range()` is limited to MAX_RANGE items, `lipsum()` to LIPSUM_MAX paragraphs;
-- time: every loop step, call and attribute lookup checks the deadline set by `limits()` (cooperative, so it works in
-  any thread and needs no signal);
-- nothing runs at compile time: `optimized=False`, intercepted operators are never folded, and the checked filters take
-  the context, which keeps Jinja from folding them.
+- time: every loop step, call and attribute lookup checks the deadline set by `limits()`
+  (cooperative, so it works in any thread and needs no signal);
+- nothing runs at compile time: `optimized=False`, intercepted operators are never folded, and the
+  checked filters take the context, which keeps Jinja from folding them.
 
-Each check runs *before* the operation it guards, so a refused operation allocates nothing. Every problem of a template
-is a TemplateError naming it."""
+Each check runs *before* the operation it guards, so a refused operation allocates nothing. Every
+problem of a template is a TemplateError naming it."""
 
 from __future__ import annotations
 
@@ -35,7 +37,11 @@ from typing import Any
 import jinja2
 from jinja2 import nodes, pass_context, pass_eval_context
 from jinja2.runtime import markup_join, str_join
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEscapeFormatter, SandboxedFormatter
+from jinja2.sandbox import (
+    ImmutableSandboxedEnvironment,
+    SandboxedEscapeFormatter,
+    SandboxedFormatter,
+)
 from jinja2.utils import Namespace, _PassArg, generate_lorem_ipsum
 from jinja2.visitor import NodeTransformer
 from markupsafe import Markup
@@ -63,7 +69,9 @@ def limits(seconds: float, what: str) -> Iterator[None]:
     """Bound the template work done inside: a deadline (`what` took longer than `seconds`: refused)
     and a work budget. Nested limits keep the earlier deadline."""
     outer = getattr(_state, "budget", None)
-    b = types.SimpleNamespace(due=time.monotonic() + seconds, what=what, seconds=seconds, left=WORK_CHARS)
+    b = types.SimpleNamespace(
+        due=time.monotonic() + seconds, what=what, seconds=seconds, left=WORK_CHARS
+    )
     if outer is not None and outer.due < b.due:
         b.due, b.what, b.seconds = outer.due, outer.what, outer.seconds
     _state.budget = b
@@ -84,7 +92,9 @@ def charge(n: int) -> None:
     if b is not None:
         b.left -= n
         if b.left < 0:
-            raise TemplateLimit(f"it computes more than {WORK_CHARS:,} characters of text for one prompt")
+            raise TemplateLimit(
+                f"it computes more than {WORK_CHARS:,} characters of text for one prompt"
+            )
         tick()
 
 
@@ -145,12 +155,18 @@ _PCT = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?[hlL]?([a-zA-
 def check_percent(fmt: str, args: Any) -> None:
     """`fmt % args` would give more than MAX_CHARS characters: refused before it runs."""
     biggest = size_of(args)
-    stars = max((a for a in (args if isinstance(args, tuple) else (args,)) if isinstance(a, int)), default=0)
+    stars = max(
+        (a for a in (args if isinstance(args, tuple) else (args,)) if isinstance(a, int)), default=0
+    )
     total = len(fmt)
     for width, prec, conv in _PCT.findall(fmt):
         if conv == "%":
             continue
-        nums = [stars if x == "*" else (MAX_CHARS + 1 if len(x) > 7 else int(x)) for x in (width, prec) if x]
+        nums = [
+            stars if x == "*" else (MAX_CHARS + 1 if len(x) > 7 else int(x))
+            for x in (width, prec)
+            if x
+        ]
         total += max([biggest, *nums])
         if total > MAX_CHARS:
             raise refuse(f"`%` formatting would give more than {MAX_CHARS:,} characters")
@@ -160,7 +176,10 @@ def check_binop(op: str, a: Any, b: Any) -> None:
     if op == "**" and isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1:
         digits = b * math.log10(abs(a)) if b.bit_length() < 64 else math.inf
         if digits > MAX_INT_DIGITS:
-            raise refuse(f"`**` would give a number of about {digits:,.0f} digits (at most {MAX_INT_DIGITS:,})")
+            raise refuse(
+                f"`**` would give a number of about {digits:,.0f} digits (at most "
+                f"{MAX_INT_DIGITS:,})"
+            )
     elif op == "*":
         _check_times(a, b)
     elif op == "+" and isinstance(a, (str, bytes, list, tuple)) and type(a) is type(b):
@@ -195,7 +214,10 @@ def check_str_call(s: str | bytes, name: str, args: tuple, kwargs: dict) -> tupl
             raise refuse(f"{name}({width:,}) would give more than {MAX_CHARS:,} characters")
     elif name == "expandtabs":
         size = kwargs.get("tabsize", 8 if arg is None else arg)
-        if isinstance(size, int) and len(s) + s.count("\t" if isinstance(s, str) else b"\t") * size > MAX_CHARS:
+        if (
+            isinstance(size, int)
+            and len(s) + s.count("\t" if isinstance(s, str) else b"\t") * size > MAX_CHARS
+        ):
             raise refuse(f"expandtabs() would give more than {MAX_CHARS:,} characters")
     elif name == "replace" and len(args) >= 2:
         check_replace(s, args[0], args[1], args[2] if len(args) > 2 else kwargs.get("count", -1))
@@ -222,7 +244,8 @@ def check_replace(s: Any, old: Any, new: Any, count: Any) -> None:
 
 
 class BoundedFormatter(SandboxedFormatter):
-    """str.format in the sandbox, refusing a field (or a total) longer than MAX_CHARS before it is built."""
+    """str.format in the sandbox, refusing a field (or a total) longer than MAX_CHARS before it is
+    built."""
 
     _total = 0  # characters this formatter has produced
 
@@ -243,9 +266,11 @@ class BoundedEscapeFormatter(BoundedFormatter, SandboxedEscapeFormatter):
 
 
 def _filter_pre(name: str, value: Any, args: tuple, kwargs: dict) -> Any:
-    """The check of a filter with a size argument (`name`), before it runs. Returns the value to pass on
-    (an iterable for `join` is read once, here)."""
-    arg = lambda i, key, default: kwargs[key] if key in kwargs else (args[i] if len(args) > i else default)
+    """The check of a filter with a size argument (`name`), before it runs. Returns the value to
+    pass on (an iterable for `join` is read once, here)."""
+    arg = lambda i, key, default: (
+        kwargs[key] if key in kwargs else (args[i] if len(args) > i else default)
+    )
     if name == "center":
         check_str_call("", name, (arg(0, "width", 80),), {})
     elif name == "indent":
@@ -278,22 +303,39 @@ def _items_pre(name: str, value: Any, arg: Callable[[int, str, Any], Any]) -> An
     elif name == "tojson":
         indent = arg(0, "indent", None)
         if isinstance(indent, int) and indent > 16 or 6 * size_of(value) > MAX_CHARS:
-            raise refuse(f"tojson would give more than {MAX_CHARS:,} characters (or an indent above 16)")
+            raise refuse(
+                f"tojson would give more than {MAX_CHARS:,} characters (or an indent above 16)"
+            )
     elif name in ("batch", "slice"):
         n, fill = arg(0, "linecount" if name == "batch" else "slices", 0), arg(1, "fill_with", None)
-        if isinstance(n, int) and (n > MAX_RANGE or fill is not None and n * size_of(fill) > MAX_CHARS):
+        if isinstance(n, int) and (
+            n > MAX_RANGE or fill is not None and n * size_of(fill) > MAX_CHARS
+        ):
             most = f"at most {MAX_RANGE:,}, and padding of at most {MAX_CHARS:,} characters"
             raise refuse(f"batch/slice into {n:,} ({most})")
     elif name == "sum" and not isinstance(arg(1, "start", 0), (int, float)):
-        raise refuse("sum() with a start that is not a number (sum adds numbers; use join for text)")
+        raise refuse(
+            "sum() with a start that is not a number (sum adds numbers; use join for text)"
+        )
     return value
 
 
 _TEXT_FILTERS = set(
-    "capitalize e escape forceescape lower pprint safe string striptags title trim truncate upper urlencode urlize "
-    "wordcount xmlattr list".split()
+    "capitalize e escape forceescape lower pprint safe string striptags title trim truncate upper "
+    "urlencode urlize wordcount xmlattr list".split()
 )
-_SIZED_FILTERS = {"center", "indent", "wordwrap", "replace", "format", "join", "tojson", "batch", "slice", "sum"}
+_SIZED_FILTERS = {
+    "center",
+    "indent",
+    "wordwrap",
+    "replace",
+    "format",
+    "join",
+    "tojson",
+    "batch",
+    "slice",
+    "sum",
+}
 
 
 def _checked_filter(orig: Any, name: str) -> Any:
@@ -327,7 +369,9 @@ def bounded_range(*args: int) -> range:
 def bounded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:  # noqa: A002
     ints = all(isinstance(x, int) for x in (n, min, max))
     if not (ints and 0 <= n <= LIPSUM_MAX and 1 <= min <= max <= 10 * LIPSUM_MAX):
-        raise refuse(f"lipsum(n={n}, min={min}, max={max}) (at most n={LIPSUM_MAX}, max={10 * LIPSUM_MAX})")
+        raise refuse(
+            f"lipsum(n={n}, min={min}, max={max}) (at most n={LIPSUM_MAX}, max={10 * LIPSUM_MAX})"
+        )
     return generate_lorem_ipsum(n, html, min, max)
 
 
@@ -350,7 +394,8 @@ def _concat(eval_ctx: Any, items: list) -> str:
 
 
 def bounded_concat(parts: Any) -> str:
-    """Environment.concat: joins what a template (or a block, a macro) renders, stopping at MAX_CHARS."""
+    """Environment.concat: joins what a template (or a block, a macro) renders, stopping at
+    MAX_CHARS."""
     out, total = [], 0
     for p in parts:
         total += len(p)
@@ -390,7 +435,8 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         kwargs.setdefault("optimized", False)  # no constant folding at compile time
         super().__init__(finalize=_finalize, **kwargs)
         self.globals.update(range=bounded_range, lipsum=bounded_lipsum)
-        for name in list(self.filters):  # the filters that make text, and those with a size argument: checked
+        # the filters that make text, and those with a size argument: checked
+        for name in list(self.filters):
             if name in _TEXT_FILTERS or name in _SIZED_FILTERS:
                 self.filters[name] = _checked_filter(self.filters[name], name)
         self.filters.update(runner_loop=_ticking, runner_concat=_concat)
@@ -421,9 +467,14 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         return super().getitem(obj, argument)
 
     def wrap_str_format(self, value: Any) -> Any:
-        """str.format / format_map through BoundedFormatter (Jinja >= 3.1.5 calls this on attribute access)."""
+        """str.format / format_map through BoundedFormatter (Jinja >= 3.1.5 calls this on attribute
+        access)."""
         method = isinstance(value, (types.MethodType, types.BuiltinMethodType))
-        if not method or value.__name__ not in ("format", "format_map") or not isinstance(value.__self__, str):
+        if (
+            not method
+            or value.__name__ not in ("format", "format_map")
+            or not isinstance(value.__self__, str)
+        ):
             return None
 
         def wrapper(*args: Any, **kwargs: Any) -> str:
@@ -437,7 +488,11 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             if kwargs or len(args) != 1:
                 raise TypeError("format_map() takes exactly one argument")
             args, kwargs = (), args[0]
-        f = BoundedEscapeFormatter(self, escape=s.escape) if isinstance(s, Markup) else BoundedFormatter(self)
+        f = (
+            BoundedEscapeFormatter(self, escape=s.escape)
+            if isinstance(s, Markup)
+            else BoundedFormatter(self)
+        )
         out = type(s)(f.vformat(s, args, kwargs))
         charge(len(out))
         return out
@@ -477,7 +532,10 @@ class CompiledTemplate:
             raise err(f"{at}: {type(e).__name__}: {e}") from None
         except Exception as e:  # a template's own arithmetic/type error is the user's, not ours
             if isinstance(e, TypeError) and "no loader" in str(e):
-                no = "templates cannot include, import or extend other files; put the whole prompt in one template"
+                no = (
+                    "templates cannot include, import or extend other files; put the whole "
+                    "prompt in one template"
+                )
                 raise err(f"{self.path}: {no}") from e
             raise err(f"{at}: error while rendering: {type(e).__name__}: {str(e)[:300]}") from e
 
@@ -489,7 +547,9 @@ def compile_text(source: str, label: str, where: str, field: str) -> CompiledTem
         raise err(f"{label} is longer than {MAX_CHARS:,} characters", hint=wrong)
     try:
         with limits(RENDER_SECONDS, "compiling"):
-            env = BoundedSandbox(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+            env = BoundedSandbox(
+                undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+            )
             return CompiledTemplate(source, label, env.from_string(source))
     except jinja2.TemplateSyntaxError as e:
         raise err(f"{label} line {e.lineno}: syntax error: {e.message}") from None

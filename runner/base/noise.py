@@ -1,8 +1,8 @@
-"""How busy the machine was while a run measured its time: load average, CPU pressure (Linux PSI), the process's own
-CPU time, other processes on the GPU and the GPU's clocks. `Probe` is started before a generation and stopped after
-it; `busy_reasons` says in words what would make the time move (the clocks are recorded, not judged: read
-right after a generation they may already be falling). Everything is optional: a fact this machine does not
-expose is None."""
+"""How busy the machine was while a run measured its time: load average, CPU pressure (Linux PSI),
+the process's own CPU time, other processes on the GPU and the GPU's clocks. `Probe` is started
+before a generation and stopped after it; `busy_reasons` says in words what would make the time move
+(the clocks are recorded, not judged: read right after a generation they may already be falling).
+Everything is optional: a fact this machine does not expose is None."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from pathlib import Path
 from runner.base.nvml import gpu_processes, sm_clocks
 
 PRESSURE = Path("/proc/pressure/cpu")
-BUSY_LOAD_PER_CPU, BUSY_PRESSURE = 1.0, 0.10  # above these a timing is marked as taken on a busy machine
+# above these a timing is marked as taken on a busy machine
+BUSY_LOAD_PER_CPU, BUSY_PRESSURE = 1.0, 0.10
 
 
 def cpus() -> int:
@@ -24,7 +25,8 @@ def cpus() -> int:
 
 
 def _pressure_us() -> int | None:
-    """/proc/pressure/cpu's `some ... total=` (microseconds some task waited for a CPU), where the kernel has PSI."""
+    """/proc/pressure/cpu's `some ... total=` (microseconds some task waited for a CPU), where the
+    kernel has PSI."""
     try:
         some = PRESSURE.read_text().splitlines()[0].split()
         return int(next(f for f in some if f.startswith("total=")).split("=")[1])
@@ -33,8 +35,8 @@ def _pressure_us() -> int | None:
 
 
 def _cpu_s() -> float:
-    """CPU time of this process and the children it has waited for, plus its live descendants where psutil
-    can see them (the engine's own processes)."""
+    """CPU time of this process and the children it has waited for, plus its live descendants where
+    psutil can see them (the engine's own processes)."""
     t = os.times()
     total = t.user + t.system + t.children_user + t.children_system
     with contextlib.suppress(Exception):
@@ -48,19 +50,22 @@ def _cpu_s() -> float:
 
 
 def peak_rss() -> float | None:
-    """Peak resident memory (GiB) of this process or the children it has waited for, whichever is larger."""
+    """Peak resident memory (GiB) of this process or the children it has waited for, whichever is
+    larger."""
     try:
         import resource
     except ImportError:  # not on this platform
         return None
     kib = max(
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
     )
     return round(kib / 2**20, 3)  # Linux reports KiB
 
 
 def _ours(pid: int) -> bool | None:
-    """The process is this run's (its process group), another's (False), or not visible from here (None)."""
+    """The process is this run's (its process group), another's (False), or not visible from here
+    (None)."""
     try:
         return os.getpgid(pid) == os.getpgrp() or pid == os.getpid()
     except (ProcessLookupError, PermissionError):
@@ -68,7 +73,8 @@ def _ours(pid: int) -> bool | None:
 
 
 class Probe:
-    """`start()` just before a generation, `stop()` just after it: `facts` are that window's (with `busy`)."""
+    """`start()` just before a generation, `stop()` just after it: `facts` are that window's (with
+    `busy`)."""
 
     def start(self) -> None:
         self.t0, self.p0, self.c0 = time.perf_counter(), _pressure_us(), _cpu_s()
@@ -82,11 +88,17 @@ class Probe:
             load: float | None = round(os.getloadavg()[0], 2)
         except OSError:
             load = None
-        facts = dict(load_avg=load, cpus=cpus(), cpu_pressure=pressure, process_cpu_s=round(_cpu_s() - self.c0, 2))
+        facts = dict(
+            load_avg=load,
+            cpus=cpus(),
+            cpu_pressure=pressure,
+            process_cpu_s=round(_cpu_s() - self.c0, 2),
+        )
         pids = gpu_processes()
         if pids is not None:
             seen = {p: _ours(p) for p in pids}
-            if seen and all(v is None for v in seen.values()):  # another PID namespace: cannot tell whose they are
+            # another PID namespace: cannot tell whose they are
+            if seen and all(v is None for v in seen.values()):
                 facts["gpu_other_processes"] = None
             else:
                 facts["gpu_other_processes"] = sorted(p for p, v in seen.items() if v is False)
@@ -105,5 +117,7 @@ def busy_reasons(noise: dict) -> list[str]:
     if (p := noise.get("cpu_pressure")) is not None and p > BUSY_PRESSURE:
         out.append(f"tasks waited for a CPU {p:.0%} of the time")
     if others := noise.get("gpu_other_processes"):
-        out.append(f"{len(others)} other process(es) used the GPU (pid {', '.join(map(str, others[:5]))})")
+        out.append(
+            f"{len(others)} other process(es) used the GPU (pid {', '.join(map(str, others[:5]))})"
+        )
     return out

@@ -22,8 +22,13 @@ def _handle(index: int = 0):
 
 
 def has_cuda_device() -> bool:
-    """An NVIDIA GPU is present (NVML sees one, or the driver's device node exists); no torch needed."""
-    return _handle(0)[1] is not None or os.path.exists("/dev/nvidia0") or os.path.isdir("/proc/driver/nvidia/gpus")
+    """An NVIDIA GPU is present (NVML sees one, or the driver's device node exists); no torch
+    needed."""
+    return (
+        _handle(0)[1] is not None
+        or os.path.exists("/dev/nvidia0")
+        or os.path.isdir("/proc/driver/nvidia/gpus")
+    )
 
 
 def used_gib() -> float | None:
@@ -45,9 +50,10 @@ def device_facts() -> dict:
 
 
 class PeakSampler:
-    """Samples whole-device used memory (its peak) and NVML's utilization counter every `interval` seconds
-    in a thread; `busy_share(t0, t1)` is the mean utilization over a window of time.perf_counter().
-    The utilization samples are kept as two arrays of doubles (16 bytes a sample: ~1 MB an hour)."""
+    """Samples whole-device used memory (its peak) and NVML's utilization counter every `interval`
+    seconds in a thread; `busy_share(t0, t1)` is the mean utilization over a window of
+    time.perf_counter(). The utilization samples are kept as two arrays of doubles (16 bytes a
+    sample: ~1 MB an hour)."""
 
     def __init__(self, interval: float = 0.05):
         self.nv, self.h = _handle()
@@ -60,7 +66,8 @@ class PeakSampler:
         return self.nv.nvmlDeviceGetMemoryInfo(self.h).used / 2**30
 
     def record(self, t: float, util: float) -> None:
-        """One utilization sample (%), taken at time.perf_counter() `t`, later than every earlier one."""
+        """One utilization sample (%), taken at time.perf_counter() `t`, later than every earlier
+        one."""
         self._utils.append(util)  # first, so a reader never finds a time without its value
         self._times.append(t)
 
@@ -69,8 +76,12 @@ class PeakSampler:
             self.peak = max(self.peak, self._read())
             if self.has_counter:
                 try:
-                    self.record(time.perf_counter(), float(self.nv.nvmlDeviceGetUtilizationRates(self.h).gpu))
-                except Exception:  # a device without the counter: no busy share, the peak still counts
+                    self.record(
+                        time.perf_counter(),
+                        float(self.nv.nvmlDeviceGetUtilizationRates(self.h).gpu),
+                    )
+                # a device without the counter: no busy share, the peak still counts
+                except Exception:
                     self.has_counter = False
 
     def __enter__(self) -> PeakSampler:
@@ -93,21 +104,26 @@ class PeakSampler:
         parts = self.busy_parts(t0, t1, 1, min_samples)
         return parts[0] if parts else None
 
-    def busy_parts(self, t0: float, t1: float, parts: int = 10, min_samples: int = 3) -> list[float] | None:
-        """The mean utilization (0..1) of each of `parts` equal slices of [t0, t1] (where in the run the GPU waited); a
-        sample on a boundary counts in the later slice. None unless every slice has `min_samples` samples."""
+    def busy_parts(
+        self, t0: float, t1: float, parts: int = 10, min_samples: int = 3
+    ) -> list[float] | None:
+        """The mean utilization (0..1) of each of `parts` equal slices of [t0, t1] (where in the run
+        the GPU waited); a sample on a boundary counts in the later slice. None unless every slice
+        has `min_samples` samples."""
         if t1 <= t0 or not self.has_counter:
             return None
         step, times = (t1 - t0) / parts, self._times
-        edges = [bisect_left(times, t0 + k * step) for k in range(parts)] + [bisect_right(times, t1)]
+        edges = [bisect_left(times, t0 + k * step) for k in range(parts)] + [
+            bisect_right(times, t1)
+        ]
         if any(b - a < min_samples for a, b in zip(edges, edges[1:])):
             return None
         return [round(sum(self._utils[a:b]) / (b - a) / 100, 3) for a, b in zip(edges, edges[1:])]
 
 
 def wait_for_release(baseline_gib: float | None) -> float | None:
-    """Wait (60 s at most) until the device's used memory is back within 1 GiB of `baseline_gib`; return the
-    last reading."""
+    """Wait (60 s at most) until the device's used memory is back within 1 GiB of `baseline_gib`;
+    return the last reading."""
     if baseline_gib is None:
         return None
     deadline = time.monotonic() + 60
@@ -119,7 +135,8 @@ def wait_for_release(baseline_gib: float | None) -> float | None:
 
 
 def gpu_processes() -> list[int] | None:
-    """PIDs of the processes using the GPU (compute and graphics), as NVML lists them; None without NVML."""
+    """PIDs of the processes using the GPU (compute and graphics), as NVML lists them; None without
+    NVML."""
     nv, h = _handle()
     if h is None:
         return None
@@ -143,8 +160,8 @@ def sm_clocks() -> tuple[int, int] | None:
 
 
 def gpu_indices(n: int) -> list[int]:
-    """NVML indices of the first `n` GPUs this process sees (CUDA_VISIBLE_DEVICES, where it lists numbers, maps
-    them; NVML counts every device of the host)."""
+    """NVML indices of the first `n` GPUs this process sees (CUDA_VISIBLE_DEVICES, where it lists
+    numbers, maps them; NVML counts every device of the host)."""
     seen = [x.strip() for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
     if seen and all(x.isdigit() for x in seen):
         return [int(x) for x in seen[:n]]
@@ -152,8 +169,9 @@ def gpu_indices(n: int) -> list[int]:
 
 
 def energy_j(indices: list[int]) -> float | None:
-    """The sum of NVML's total-energy counters of these devices (joules since the driver loaded, whole device: every
-    process on it counts); None without NVML, or where a device has no such counter (before Volta)."""
+    """The sum of NVML's total-energy counters of these devices (joules since the driver loaded,
+    whole device: every process on it counts); None without NVML, or where a device has no such
+    counter (before Volta)."""
     total = 0.0
     for i in indices:
         nv, h = _handle(i)

@@ -1,5 +1,5 @@
-"""Ending a process group (a recipe's process, a model server): SIGTERM, then SIGKILL, until no member is left;
-Ctrl-C and SIGTERM arriving meanwhile wait until it is gone."""
+"""Ending a process group (a recipe's process, a model server): SIGTERM, then SIGKILL, until no
+member is left; Ctrl-C and SIGTERM arriving meanwhile wait until it is gone."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typing import Any
 
 
 def group_alive(pgid: int) -> bool:
-    """Whether the process group has a member that is not a zombie. Orphans of the group that a PID 1
-    which never reaps (common in containers) leaves as zombies keep `killpg(pgid, 0)` succeeding, so on
-    Linux the members of this one group are looked up in /proc and zombies are not counted."""
+    """Whether the process group has a member that is not a zombie. Orphans of the group that a PID
+    1 which never reaps (common in containers) leaves as zombies keep `killpg(pgid, 0)` succeeding,
+    so on Linux the members of this one group are looked up in /proc and zombies are not counted."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
@@ -30,8 +30,8 @@ def group_alive(pgid: int) -> bool:
 
 
 def _live_procs() -> Iterator[tuple[int, list[str]]]:
-    """Each live process (not a zombie) with the fields of its /proc/PID/stat after `pid (comm)`: state, ppid,
-    pgrp, session, ...; OSError where /proc cannot be listed (not Linux)."""
+    """Each live process (not a zombie) with the fields of its /proc/PID/stat after `pid (comm)`:
+    state, ppid, pgrp, session, ...; OSError where /proc cannot be listed (not Linux)."""
     for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
@@ -51,9 +51,9 @@ def cmdline(pid: int) -> bytes:
 
 
 def kill_group(pgid: int, grace_s: float = 10.0, proc: subprocess.Popen | None = None) -> None:
-    """SIGTERM the process group, SIGKILL what is left after grace_s; return once no member is alive (zombies
-    left by a PID 1 that never reaps do not count), or 60 s after the SIGKILL (a process stuck in the
-    kernel). `proc`: the group's leader, reaped on the way."""
+    """SIGTERM the process group, SIGKILL what is left after grace_s; return once no member is alive
+    (zombies left by a PID 1 that never reaps do not count), or 60 s after the SIGKILL (a process
+    stuck in the kernel). `proc`: the group's leader, reaped on the way."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 60.0)):
         try:
             os.killpg(pgid, sig)
@@ -73,8 +73,9 @@ def kill_group(pgid: int, grace_s: float = 10.0, proc: subprocess.Popen | None =
 
 
 def stop_group(proc: subprocess.Popen | None, grace_s: float, then: Callable[[], None]) -> None:
-    """kill_group (nothing without a process); Ctrl-C or SIGTERM arriving meanwhile (main thread) is held
-    until the group is gone, then raised, after the handlers from before are back and `then` has run."""
+    """kill_group (nothing without a process); Ctrl-C or SIGTERM arriving meanwhile (main thread) is
+    held until the group is gone, then raised, after the handlers from before are back and `then`
+    has run."""
     pending: list[int] = []
     held: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
@@ -118,7 +119,8 @@ def descendants(pid: int) -> list[int]:
 
 
 def end_stragglers(pids: list[int]) -> int:
-    """SIGKILL those of `pids` still alive (processes a shutdown left behind); how many there were."""
+    """SIGKILL those of `pids` still alive (processes a shutdown left behind); how many there
+    were."""
     n = 0
     for p in pids:
         try:

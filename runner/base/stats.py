@@ -21,15 +21,20 @@ def summary(xs: Sequence[float]) -> dict[str, float] | None:
     xs = [x for x in xs if x is not None]
     if not xs:
         return None
-    return {"p50": percentile(xs, 50), "p90": percentile(xs, 90), "p99": percentile(xs, 99), "mean": sum(xs) / len(xs)}
+    return {
+        "p50": percentile(xs, 50),
+        "p90": percentile(xs, 90),
+        "p99": percentile(xs, 99),
+        "mean": sum(xs) / len(xs),
+    }
 
 
 LEVEL = 0.95  # every interval the reports print
 
 
 def t_quantile(df: float, level: float = LEVEL) -> float:
-    """The two-sided `level` quantile of Student's t with `df` degrees of freedom (scipy; df may be fractional, as
-    Welch-Satterthwaite's); infinite without a degree of freedom."""
+    """The two-sided `level` quantile of Student's t with `df` degrees of freedom (scipy; df may be
+    fractional, as Welch-Satterthwaite's); infinite without a degree of freedom."""
     if df <= 0:
         return float("inf")
     from scipy.stats import t
@@ -42,14 +47,21 @@ def z_quantile(p: float) -> float:
     return NormalDist().inv_cdf(p)
 
 
-MIN_PROJECTED = 30  # fewer measured examples: a projection without an interval ("too few examples to tell")
+# fewer measured examples: a projection without an interval ("too few examples to tell")
+MIN_PROJECTED = 30
 
 
 def project(per_example_s: Sequence[float], n_total: int) -> dict[str, float]:
-    """The time for n_total examples from a sample of per-example times: n_total * mean, with a 95% interval from
-    the t-distribution of the mean (assumes the measured examples are representative of the rest)."""
+    """The time for n_total examples from a sample of per-example times: n_total * mean, with a 95%
+    interval from the t-distribution of the mean (assumes the measured examples are representative
+    of the rest)."""
     mean, low, high = mean_interval(per_example_s)
-    return {"per_example_s": mean, "projected_s": mean * n_total, "low_s": low * n_total, "high_s": high * n_total}
+    return {
+        "per_example_s": mean,
+        "projected_s": mean * n_total,
+        "low_s": low * n_total,
+        "high_s": high * n_total,
+    }
 
 
 def mean_interval(xs: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
@@ -83,35 +95,43 @@ def mcnemar_exact(b: int, c: int) -> float:
 
 
 MIN_PAIRED = 30  # fewer paired examples: "too few examples to tell", no interval
-PAIRED_CI = "Student t on the paired differences, as scipy.stats.ttest_rel; none under 30 paired examples"
+PAIRED_CI = (
+    "Student t on the paired differences, as scipy.stats.ttest_rel; none under 30 paired examples"
+)
 
 
-def paired_interval(diffs: Sequence[float], level: float = LEVEL) -> tuple[float, float, float] | None:
-    """The mean of paired differences (one per example, this run's score minus the other's) and its `level` interval:
-    Student t on the differences. None under MIN_PAIRED examples: too few to tell (the t interval covers at its
-    stated rate from there on in the seeded simulations of tests/test_stats.py, within about 2 points where few
-    answers change and mostly one way; a percentile bootstrap covered 85% at 5 examples and gave one example a
-    zero-width interval)."""
+def paired_interval(
+    diffs: Sequence[float], level: float = LEVEL
+) -> tuple[float, float, float] | None:
+    """The mean of paired differences (one per example, this run's score minus the other's) and its
+    `level` interval: Student t on the differences. None under MIN_PAIRED examples: too few to tell
+    (the t interval covers at its stated rate from there on in the seeded simulations of
+    tests/test_stats.py, within about 2 points where few answers change and mostly one way; a
+    percentile bootstrap covered 85% at 5 examples and gave one example a zero-width interval)."""
     return mean_interval(diffs, level) if len(diffs) >= MIN_PAIRED else None
 
 
 def examples_to_resolve(sd: float, effect: float, n_now: int) -> int | None:
-    """How many examples (or repeats) would make a difference of `effect` at noise `sd` (the spread of one example's
-    difference, or of one repeat's log ratio) clear at 95% with 80% power: ((z_.975 + z_.8) sd / effect)^2, at least
-    one more than now; None for no effect or no noise."""
+    """How many examples (or repeats) would make a difference of `effect` at noise `sd` (the spread
+    of one example's difference, or of one repeat's log ratio) clear at 95% with 80% power: ((z_.975
+    + z_.8) sd / effect)^2, at least one more than now; None for no effect or no noise."""
     if not effect or not sd or not math.isfinite(sd):
         return None
     need = math.ceil(((z_quantile(0.975) + z_quantile(0.8)) * sd / abs(effect)) ** 2)
     return max(need, n_now + 1)
 
 
-TIME_CI = "the geometric mean of the repeats, exp(mean log time), with a Student t interval on the log times"
+TIME_CI = (
+    "the geometric mean of the repeats, exp(mean log time), with a Student t interval on "
+    "the log times"
+)
 
 
 def geomean_interval(xs: Sequence[float]) -> tuple[float, float | None, float | None]:
-    """A typical time from repeated times, with its 95% interval: timing noise is skewed and multiplicative, taken as
-    log-normal; the geometric mean exp(mean log) with Student t on the logs (so the interval always holds the
-    estimate; under log-normal noise it is the median's interval too). One time: itself, no interval."""
+    """A typical time from repeated times, with its 95% interval: timing noise is skewed and
+    multiplicative, taken as log-normal; the geometric mean exp(mean log) with Student t on the logs
+    (so the interval always holds the estimate; under log-normal noise it is the median's interval
+    too). One time: itself, no interval."""
     if not xs or any(not x > 0 or not math.isfinite(x) for x in xs):
         raise ValueError("times must be positive and finite")
     m, var = _log_mean_var(xs)
@@ -131,20 +151,25 @@ def _mean_var(vs: list[float]) -> tuple[float, float | None]:
     return m, (sum((v - m) ** 2 for v in vs) / (len(vs) - 1) / len(vs) if len(vs) > 1 else None)
 
 
-def log_ratio(a: Sequence[float], b: Sequence[float], paired: bool) -> tuple[float, float | None, float]:
-    """(mean log a - mean log b, its standard error, degrees of freedom): from the log ratios of the pairs
-    (`paired`: a[i] and b[i] were measured side by side, turn i of an interleaved run) or Welch's t; no error
-    unless each side has 2 times."""
+def log_ratio(
+    a: Sequence[float], b: Sequence[float], paired: bool
+) -> tuple[float, float | None, float]:
+    """(mean log a - mean log b, its standard error, degrees of freedom): from the log ratios of the
+    pairs (`paired`: a[i] and b[i] were measured side by side, turn i of an interleaved run) or
+    Welch's t; no error unless each side has 2 times."""
     if paired and len(a) == len(b) >= 2:
         m, var = _mean_var([math.log(x / y) for x, y in zip(a, b)])
         return m, math.sqrt(var), len(a) - 1  # type: ignore[arg-type]
     return combined_log([a, b], [1.0, -1.0])
 
 
-def combined_log(cells: Sequence[Sequence[float]], weights: Sequence[float]) -> tuple[float, float | None, float]:
-    """Σ w_c · mean log time of cell c, its standard error and Welch-Satterthwaite degrees of freedom, the cells'
-    repeats taken as independent samples. One cell may stand in several pairs (a study's shared cell): its weight
-    then sums its parts, and its noise counts once with that weight, not once per pair as if independent."""
+def combined_log(
+    cells: Sequence[Sequence[float]], weights: Sequence[float]
+) -> tuple[float, float | None, float]:
+    """Σ w_c · mean log time of cell c, its standard error and Welch-Satterthwaite degrees of
+    freedom, the cells' repeats taken as independent samples. One cell may stand in several pairs (a
+    study's shared cell): its weight then sums its parts, and its noise counts once with that
+    weight, not once per pair as if independent."""
     used = [(w, *_log_mean_var(xs), len(xs)) for w, xs in zip(weights, cells) if w]
     m = sum(w * mu for w, mu, _, _ in used)
     if any(v is None for _, _, v, _ in used):
@@ -156,20 +181,29 @@ def combined_log(cells: Sequence[Sequence[float]], weights: Sequence[float]) -> 
     return m, math.sqrt(var), var**2 / sum(t * t / df for t, df in terms)
 
 
-def combined_interval(parts: Sequence[tuple[float, float | None, float]]) -> tuple[float | None, float | None]:
-    """95% interval of the geometric mean of several ratios from their `log_ratio`s (independent pairs: no cell in
-    two of them; Welch-Satterthwaite degrees of freedom over the parts); none if any part has none."""
+def combined_interval(
+    parts: Sequence[tuple[float, float | None, float]],
+) -> tuple[float | None, float | None]:
+    """95% interval of the geometric mean of several ratios from their `log_ratio`s (independent
+    pairs: no cell in two of them; Welch-Satterthwaite degrees of freedom over the parts); none if
+    any part has none."""
     if not parts or any(se is None for _, se, _ in parts):
         return None, None
     k = len(parts)
     m = sum(e for e, _, _ in parts) / k
     var = [se * se / k / k for _, se, _ in parts]  # type: ignore[operator]
-    df = sum(var) ** 2 / sum(v * v / max(d, 1e-9) for v, (_, _, d) in zip(var, parts)) if sum(var) else 1.0
+    df = (
+        sum(var) ** 2 / sum(v * v / max(d, 1e-9) for v, (_, _, d) in zip(var, parts))
+        if sum(var)
+        else 1.0
+    )
     half = t_quantile(df) * math.sqrt(sum(var))
     return math.exp(m - half), math.exp(m + half)
 
 
-def interval_of(m: float, se: float | None, df: float, level: float = LEVEL) -> tuple[float | None, float | None]:
+def interval_of(
+    m: float, se: float | None, df: float, level: float = LEVEL
+) -> tuple[float | None, float | None]:
     """exp of the `level` t interval of a log effect `m` with standard error `se`."""
     if se is None:
         return None, None
@@ -180,16 +214,17 @@ def interval_of(m: float, se: float | None, df: float, level: float = LEVEL) -> 
 def ratio_interval(
     a: Sequence[float], b: Sequence[float], paired: bool, level: float = LEVEL
 ) -> tuple[float, float | None, float | None]:
-    """The ratio of the two geometric means (each as `geomean_interval`) with its `level` interval (`log_ratio`: t on
-    the pairs' log ratios, or Welch's t on the logs)."""
+    """The ratio of the two geometric means (each as `geomean_interval`) with its `level` interval
+    (`log_ratio`: t on the pairs' log ratios, or Welch's t on the logs)."""
     m, se, df = log_ratio(a, b, paired)
     return (math.exp(m), *interval_of(m, se, df, level))
 
 
 def drift(xs: Sequence[float]) -> tuple[float, float, float] | None:
-    """A trend in repeated times, in the order measured: the least-squares slope of log time on the repeat's place,
-    as a share per repeat (exp(slope) - 1), with its 95% Student t interval (n - 2 degrees of freedom); None under 3
-    times. An interval that excludes 0 means the machine drifted while the repeats ran."""
+    """A trend in repeated times, in the order measured: the least-squares slope of log time on the
+    repeat's place, as a share per repeat (exp(slope) - 1), with its 95% Student t interval (n - 2
+    degrees of freedom); None under 3 times. An interval that excludes 0 means the machine drifted
+    while the repeats ran."""
     n = len(xs)
     if n < 3 or any(not x > 0 for x in xs):
         return None

@@ -1,5 +1,6 @@
 """The engine seam and the settings it speaks: which model, how to sample, an example, a request, a
-generation, a knob, what an engine reports about itself, and the base of every engine's recipe section.
+generation, a knob, what an engine reports about itself, and the base of every engine's recipe
+section.
 
 Engines import these (and nothing above them); recipes embed ModelSpec and Sampling."""
 
@@ -27,24 +28,29 @@ class ModelSpec(StrictModel):
     """Which model to load."""
 
     id: str = Field(
-        description="Hub id (`Qwen/Qwen2.5-7B-Instruct`), a local folder, a local `.gguf` file, or `builtin:demo` "
-        "(a tiny random model built offline for smoke tests)."
+        description="Hub id (`Qwen/Qwen2.5-7B-Instruct`), a local folder, a local `.gguf` file, or "
+        "`builtin:demo` (a tiny random model built offline for smoke tests)."
     )
     gguf_file: str | None = Field(
         None,
-        description="A GGUF file inside the `id` folder (or give the `.gguf` path as `id`). Its weights are "
-        "dequantized on load; its tokenizer and chat template are used unless `tokenizer` names others. Needs "
-        "`pip install 'runner[gguf]'`.",
+        description="A GGUF file inside the `id` folder (or give the `.gguf` path as `id`). Its "
+        "weights are dequantized on load; its tokenizer and chat template are used unless "
+        "`tokenizer` names others. Needs `pip install 'runner[gguf]'`.",
     )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit) to load.")
     tokenizer: str | None = Field(None, description="Tokenizer id or folder; defaults to `id`.")
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(
-        "auto", description="Weight and activation dtype; `auto` takes the checkpoint's (float32 on CPU)."
+        "auto",
+        description="Weight and activation dtype; `auto` takes the checkpoint's (float32 on CPU).",
     )
     load_format: Literal["auto", "dummy"] = Field(
-        "auto", description="`dummy` = random weights with the real shapes: speed only, scores mean nothing."
+        "auto",
+        description="`dummy` = random weights with the real shapes: speed only, scores mean "
+        "nothing.",
     )
-    trust_remote_code: bool = Field(False, description="Allow code shipped with the checkpoint to run. Off unless set.")
+    trust_remote_code: bool = Field(
+        False, description="Allow code shipped with the checkpoint to run. Off unless set."
+    )
 
     @property
     def tokenizer_id(self) -> str:
@@ -61,19 +67,32 @@ class ModelSpec(StrictModel):
 class Sampling(StrictModel):
     """Engine-neutral sampling; each engine translates it into its own arguments."""
 
-    temperature: float = Field(0.0, ge=0, le=100, allow_inf_nan=False, description="0 = greedy decoding.")
-    top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False, description="Nucleus sampling mass, in (0, 1].")
-    top_k: NonNegativeInt = Field(0, le=MAX_TOKENS, description="Keep the k most likely tokens; 0 = off.")
-    max_tokens: PositiveInt = Field(64, le=MAX_TOKENS, description="Most output tokens per example.")
+    temperature: float = Field(
+        0.0, ge=0, le=100, allow_inf_nan=False, description="0 = greedy decoding."
+    )
+    top_p: float = Field(
+        1.0, gt=0, le=1, allow_inf_nan=False, description="Nucleus sampling mass, in (0, 1]."
+    )
+    top_k: NonNegativeInt = Field(
+        0, le=MAX_TOKENS, description="Keep the k most likely tokens; 0 = off."
+    )
+    max_tokens: PositiveInt = Field(
+        64, le=MAX_TOKENS, description="Most output tokens per example."
+    )
     stop: list[Annotated[str, Field(min_length=1, max_length=1000)]] = Field(
         default_factory=list,
         max_length=64,
-        description="Strings that end the output (not included); none may be empty (an empty stop string "
-        "would end every output before it starts).",
+        description="Strings that end the output (not included); none may be empty (an empty stop "
+        "string would end every output before it starts).",
     )
-    ignore_eos: bool = Field(False, description="Keep generating past end-of-sequence (speed runs: fixed length).")
+    ignore_eos: bool = Field(
+        False, description="Keep generating past end-of-sequence (speed runs: fixed length)."
+    )
     seed: int | None = Field(
-        None, ge=0, le=MAX_SEED, description="Sampling seed (only matters when temperature > 0), 0 to 2**63-1."
+        None,
+        ge=0,
+        le=MAX_SEED,
+        description="Sampling seed (only matters when temperature > 0), 0 to 2**63-1.",
     )
 
 
@@ -89,8 +108,8 @@ class Example:
 
 @dataclass(frozen=True)
 class Request:
-    """One prompt as the engine receives it: its token ids, and the example it was rendered from (only the
-    fake engine reads it: its reply template may use the example's fields)."""
+    """One prompt as the engine receives it: its token ids, and the example it was rendered from
+    (only the fake engine reads it: its reply template may use the example's fields)."""
 
     ids: list[int]
     example: Example
@@ -107,7 +126,8 @@ class Generation:
 
 
 class Knob(BaseModel):
-    """A setting the recipe asked for, and what the run shows took effect (a row of results.json)."""
+    """A setting the recipe asked for, and what the run shows took effect (a row of
+    results.json)."""
 
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -119,7 +139,8 @@ class Knob(BaseModel):
 
 @dataclass
 class EngineInfo:
-    """Facts the engine measured or reported about itself (or, for a run that ended early, that its log shows)."""
+    """Facts the engine measured or reported about itself (or, for a run that ended early, that its
+    log shows)."""
 
     name: str = ""
     version: str = ""
@@ -131,11 +152,13 @@ class EngineInfo:
     knobs: list[Knob] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
-    gpus: int = 0  # the GPUs the engine runs on (their energy counters are read; GPU-seconds are priced per GPU)
+    # the GPUs the engine runs on (their energy counters are read; GPU-seconds are priced per GPU)
+    gpus: int = 0
 
 
 Advance = Callable[[int], None]  # a progress bar's update: how many more requests finished
-Sink = Callable[[list[tuple[int, Generation]]], None]  # (request index, generation) pairs as they finish
+# (request index, generation) pairs as they finish
+Sink = Callable[[list[tuple[int, Generation]]], None]
 
 
 class Engine(Protocol):
@@ -145,34 +168,45 @@ class Engine(Protocol):
         """Each prompt's text and token ids, exactly as generate() will see them."""
 
     def generate(
-        self, requests: Sequence[Request], sampling: Sampling, progress: Advance | None, sink: Sink | None
+        self,
+        requests: Sequence[Request],
+        sampling: Sampling,
+        progress: Advance | None,
+        sink: Sink | None,
     ) -> list[Generation]:
-        """One completion per request, in order; finished ones go to `sink` as soon as they are done (so an
-        interrupted run keeps them)."""
+        """One completion per request, in order; finished ones go to `sink` as soon as they are done
+        (so an interrupted run keeps them)."""
 
-    # optional: `prepare(sampling)`, called before a generation is timed (engine-side setup for those settings,
-    # e.g. transformers' continuous batching manager); it counts toward the engine start (`info.load_s`)
+    # optional: `prepare(sampling)`, called before a generation is timed (engine-side setup for
+    # those settings,
+    # e.g. transformers' continuous batching manager); it counts toward the engine start
+    # (`info.load_s`)
 
     def reset_prefix_cache(self) -> bool:
-        """Forget cached prefixes (between recipes that share this engine); False if it keeps none."""
+        """Forget cached prefixes (between recipes that share this engine); False if it keeps
+        none."""
 
     def close(self) -> None:
         """Release the model and every resource the engine holds."""
 
 
 class EngineSpecBase(StrictModel):
-    """Base of every engine's recipe section. Subclasses add `kind: Literal[...]`, their fields and `build()`,
-    and set the class facts below; the registry tuple in `runner/engines/__init__.py` is the only list."""
+    """Base of every engine's recipe section. Subclasses add `kind: Literal[...]`, their fields and
+    `build()`, and set the class facts below; the registry tuple in `runner/engines/__init__.py` is
+    the only list."""
 
     library: ClassVar[str | None] = None  # module that must be importable for `go` to run it
     packages: ClassVar[tuple[str, ...]] = ()  # distributions whose versions results.json records
-    prefix_cache_field: ClassVar[str | None] = None  # this spec's automatic-prefix-caching knob, if any
+    # this spec's automatic-prefix-caching knob, if any
+    prefix_cache_field: ClassVar[str | None] = None
     prefix_cache_default: ClassVar[bool] = False  # what the engine does when that field is unset
     fake: ClassVar[bool] = False  # outputs are made up: label reports, scores mean nothing
     serves: ClassVar[bool] = False  # has an OpenAI-compatible server mode (`load:` recipes)
     label: ClassVar[str] = ""  # how reports name the engine
-    # a paged KV-cache pool sized from free GPU memory (vLLM): `runner plan` predicts its capacity, the prefix-cache
-    # hits, the memory fit and the compute floor; for other engines it plans prompt tokens, context fit and weights
+    # a paged KV-cache pool sized from free GPU memory (vLLM): `runner plan` predicts its capacity,
+    # the prefix-cache
+    # hits, the memory fit and the compute floor; for other engines it plans prompt tokens, context
+    # fit and weights
     kv_pool: ClassVar[bool] = False
 
     @classmethod
@@ -183,12 +217,12 @@ class EngineSpecBase(StrictModel):
         raise NotImplementedError
 
     def preflight(self, model: ModelSpec) -> None:
-        """User errors this engine can see on the host that runs it before anything runs (pure of engine
-        libraries); raise RunnerError naming the field."""
+        """User errors this engine can see on the host that runs it before anything runs (pure of
+        engine libraries); raise RunnerError naming the field."""
 
     def check_examples(self, examples: Sequence[Example]) -> None:
-        """User errors this engine would meet on some example, found before anything runs (the fake engine renders
-        its reply for each); raise RunnerError naming the field."""
+        """User errors this engine would meet on some example, found before anything runs (the fake
+        engine renders its reply for each); raise RunnerError naming the field."""
 
     def gpus_needed(self) -> int:
         """GPUs one engine needs, all on one node (0: CPU only)."""
@@ -199,8 +233,9 @@ class EngineSpecBase(StrictModel):
         return None
 
     def plan_settings(self, model: ModelSpec) -> dict[str, Any]:
-        """The settings `runner plan` predicts with (keyword arguments of its `make_plan`), and `device`: where the
-        model runs, `cpu`, `gpu`, or None for the machine planned for. Default: on the CPU, no prefix cache."""
+        """The settings `runner plan` predicts with (keyword arguments of its `make_plan`), and
+        `device`: where the model runs, `cpu`, `gpu`, or None for the machine planned for. Default:
+        on the CPU, no prefix cache."""
         return {"dtype": model.dtype, "enable_prefix_caching": False, "device": "cpu"}
 
     def prefix_caching_requested(self) -> bool:
@@ -214,12 +249,17 @@ class EngineSpecBase(StrictModel):
         """What the engine's log shows it had done, read when a run ended before it could report."""
         return EngineInfo()
 
-    def server_command(self, model: ModelSpec, host: str, port: int) -> tuple[list[str], dict[str, str]]:
-        """With `serves`: the command line and environment that start this engine as an OpenAI-compatible server on
-        host:port (the serving wing runs it)."""
+    def server_command(
+        self, model: ModelSpec, host: str, port: int
+    ) -> tuple[list[str], dict[str, str]]:
+        """With `serves`: the command line and environment that start this engine as an
+        OpenAI-compatible server on host:port (the serving wing runs it)."""
         raise NotImplementedError
 
-    def served_evidence(self, model: ModelSpec, log: str, grown: dict[str, float], version: str) -> EngineInfo:
-        """With `serves`: what its server shows took effect (knob verdicts; weights and KV cache where known), from
-        the server's log and its counters' growth over the measured requests (`grown`)."""
+    def served_evidence(
+        self, model: ModelSpec, log: str, grown: dict[str, float], version: str
+    ) -> EngineInfo:
+        """With `serves`: what its server shows took effect (knob verdicts; weights and KV cache
+        where known), from the server's log and its counters' growth over the measured requests
+        (`grown`)."""
         raise NotImplementedError

@@ -1,5 +1,6 @@
 """The command line. The only place errors become exit codes:
-0 = every recipe succeeded, 1 = some recipe failed, 2 = bad input (nothing run), 130 = interrupted."""
+0 = every recipe succeeded, 1 = some recipe failed, 2 = bad input (nothing run), 130 =
+interrupted."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The command group, the exit codes and the guard that turns errors into them (the only place they become exit
-codes): 0 = every recipe succeeded, 1 = some recipe failed, 2 = bad input (nothing run), 130 = interrupted."""
+"""The command group, the exit codes and the guard that turns errors into them (the only place they
+become exit codes): 0 = every recipe succeeded, 1 = some recipe failed, 2 = bad input (nothing run),
+130 = interrupted."""
 
 from __future__ import annotations
 
@@ -21,15 +22,16 @@ class UserError(click.ClickException):
 
 
 def sigterm_as_ctrl_c(signum, frame):
-    """SIGTERM handled as Ctrl-C. It also cancels an alarm: Ray's C++ core handles SIGTERM first (abseil's failure
-    handler) and arms a 3-second SIGALRM that aborts the process (exit 134) if the shutdown takes longer."""
+    """SIGTERM handled as Ctrl-C. It also cancels an alarm: Ray's C++ core handles SIGTERM first
+    (abseil's failure handler) and arms a 3-second SIGALRM that aborts the process (exit 134) if the
+    shutdown takes longer."""
     signal.alarm(0)
     raise KeyboardInterrupt
 
 
 def guard(fn):
-    """Turn user errors into one-screen messages with exit code 2, and Ctrl-C or SIGTERM that arrive before a
-    command handles them itself (while recipes and datasets load) into exit code 130."""
+    """Turn user errors into one-screen messages with exit code 2, and Ctrl-C or SIGTERM that arrive
+    before a command handles them itself (while recipes and datasets load) into exit code 130."""
 
     @functools.wraps(fn)
     def wrapper(*a, **kw):

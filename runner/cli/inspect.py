@@ -1,4 +1,5 @@
-"""`runner check`, `runner plan`, `runner report`, `runner schema`: look at recipes and results without running."""
+"""`runner check`, `runner plan`, `runner report`, `runner schema`: look at recipes and results
+without running."""
 
 from __future__ import annotations
 
@@ -20,19 +21,27 @@ from runner.wings import recipe_schema, studies
 @click.argument("paths", nargs=-1, required=True)
 @overrides
 @click.option("--only", metavar="PATTERN", help=f"Check {ONLY_HELP}")
-@click.option("--no-tokens", is_flag=True, help="Skip prompt-token statistics (they need the tokenizer).")
+@click.option(
+    "--no-tokens", is_flag=True, help="Skip prompt-token statistics (they need the tokenizer)."
+)
 @guard
 def check(paths, sets, model_paths, only, no_tokens):
     """Validate recipes and study files without loading a model; show each recipe's first prompt
     (a study's cells with the settings that vary) and prompt-token statistics."""
-    shown: set[tuple[str, str]] = set()  # a study shows the first prompt of each distinct prompt setting once
+    # a study shows the first prompt of each distinct prompt setting once
+    shown: set[tuple[str, str]] = set()
     files, errors, names, every = expand_paths(paths), [], {}, []
     for f in files:  # each file to its first error; the others are still checked
         try:
-            for lr in load_all((str(f),), sets, model_paths, only, none_ok=True, unused_ok=True, studies=studies):
+            for lr in load_all(
+                (str(f),), sets, model_paths, only, none_ok=True, unused_ok=True, studies=studies
+            ):
                 every.append(lr)
                 if lr.recipe.name in names:
-                    why = f"two recipes are named {lr.recipe.name!r}: {names[lr.recipe.name]} and {lr.path}"
+                    why = (
+                        f"two recipes are named {lr.recipe.name!r}: {names[lr.recipe.name]} and "
+                        f"{lr.path}"
+                    )
                     why += "; names must be unique in one call (they name the report folders)"
                     raise RunnerError(why, file=lr.path, field="name")
                 names[lr.recipe.name] = lr.path
@@ -40,7 +49,8 @@ def check(paths, sets, model_paths, only, no_tokens):
         except RunnerError as e:
             errors.append(e.render())
     if only is not None and not names and not errors:
-        load_all(paths, sets, model_paths, only, studies=studies)  # raises: --only matches no recipe (and lists them)
+        # raises: --only matches no recipe (and lists them)
+        load_all(paths, sets, model_paths, only, studies=studies)
     if not errors:
         check_model_paths(model_paths, every)
     if errors:
@@ -62,7 +72,10 @@ def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool) -> None:
     of = f"{prepared.n_target} of {prepared.n_dataset} examples{est}"
     click.echo(f"ok {lr.path}: {r.name} — {r.engine.kind}, {r.model.id}, {of}")
     if r.metrics and (no_gold := sum(1 for e in prepared.examples if not e.answers)):
-        click.echo(f"  note: {no_gold} of {n} examples have no gold answers: they are left out of every score")
+        click.echo(
+            f"  note: {no_gold} of {n} examples have no gold answers: they are left out of every "
+            "score"
+        )
     from runner.engines.hf import hub_note
 
     if not r.engine.fake and (note := hub_note(r.model)):
@@ -76,11 +89,14 @@ def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool) -> None:
     if ("tune", lr.path) not in shown and "tune" in read_recipe_file(lr.path).keys:
         shown.add(("tune", lr.path))  # once per file
         what = "its cells" if lr.cell else "the recipe as written"
-        click.echo(f"  note: this file has a `tune:` block: runner go runs {what}, runner tune searches it")
+        click.echo(
+            f"  note: this file has a `tune:` block: runner go runs {what}, runner tune searches it"
+        )
     if (c := lr.cell) is not None:
         cell = ", ".join(f"{k}={v}" for k, v in c.settings.items()) or "(no varying settings)"
         click.echo(f"  cell of study {c.study}: {cell}")
-        prompt = json.dumps(r.prompt.model_dump(mode="json"), sort_keys=True)  # one first prompt per distinct prompt
+        # one first prompt per distinct prompt
+        prompt = json.dumps(r.prompt.model_dump(mode="json"), sort_keys=True)
         if (c.study, prompt) in shown:
             return
         shown.add((c.study, prompt))
@@ -95,7 +111,8 @@ def token_stats(r, messages) -> str:
     try:
         from runner.engines.hf import count_prompts
 
-        chat, ids = count_prompts(r.model, messages, r.prompt.chat_template)  # local files only: a quick look
+        # local files only: a quick look
+        chat, ids = count_prompts(r.model, messages, r.prompt.chat_template)
         lens = [len(i) for i in ids]
     except Exception as e:  # no transformers here, or the tokenizer is not on this machine
         return f"prompt tokens: unavailable ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
@@ -109,11 +126,14 @@ def token_stats(r, messages) -> str:
 
 
 GPU_HELP = (
-    "Plan for this GPU (H100, H200, A100-80G, L40S, L4, RTX 4090), or cpu; default: the GPU of this machine (NVML), "
-    "or the H200 on a machine without one. A recipe that runs on the CPU (engine.device: cpu) is planned for the CPU."
+    "Plan for this GPU (H100, H200, A100-80G, L40S, L4, RTX 4090), or cpu; default: the GPU of "
+    "this machine (NVML), or the H200 on a machine without one. A recipe that runs on the CPU "
+    "(engine.device: cpu) is planned for the CPU."
 )
 DRAFT = {"$schema": "https://json-schema.org/draft/2020-12/schema"}  # of both schemas
-JSON_HELP = 'Print the plans as JSON: {"recipes": [...]} (keys: docs/recipe-reference.md, section Plan).'
+JSON_HELP = (
+    'Print the plans as JSON: {"recipes": [...]} (keys: docs/recipe-reference.md, section Plan).'
+)
 
 
 @cli.command()
@@ -125,9 +145,10 @@ JSON_HELP = 'Print the plans as JSON: {"recipes": [...]} (keys: docs/recipe-refe
 @guard
 # click hands each option in as a parameter
 def plan(paths, gpu, as_json, sets, model_paths, only):  # noqa: PLR0913
-    """Predict prompt tokens and context fit of each recipe or study cell and, for vLLM on a GPU, prefix-cache hits
-    (exact, block by block as vLLM counts them), memory fit, KV-cache capacity and the compute floor, on the CPU:
-    the tokenizer and the model's config.json are read, no weights. Prints Markdown, or JSON with --json."""
+    """Predict prompt tokens and context fit of each recipe or study cell and, for vLLM on a GPU,
+    prefix-cache hits (exact, block by block as vLLM counts them), memory fit, KV-cache capacity and
+    the compute floor, on the CPU: the tokenizer and the model's config.json are read, no weights.
+    Prints Markdown, or JSON with --json."""
     from runner.engines.hf import count_prompts
     from runner.inputs.prepare import prepare
     from runner.plan.plan import check_config, pick_gpu, plan_advice, plan_recipe, plan_table
@@ -144,13 +165,24 @@ def plan(paths, gpu, as_json, sets, model_paths, only):  # noqa: PLR0913
             _, ids = count_prompts(r.model, list(prepared.messages), r.prompt.chat_template)
         except RunnerError as e:
             raise RunnerError(e.message, file=lr.path, field=e.field, hint=e.hint) from None
-        plans.append(plan_recipe(lr, prepared, ids, target, layout=True, config=config).model_dump(mode="json"))
+        plans.append(
+            plan_recipe(lr, prepared, ids, target, layout=True, config=config).model_dump(
+                mode="json"
+            )
+        )
     if fallback and any(p["gpu"] for p in plans):
-        click.echo(f"no GPU on this machine: planning for the {target.name} (--gpu NAME picks another)", err=True)
+        click.echo(
+            f"no GPU on this machine: planning for the {target.name} (--gpu NAME picks another)",
+            err=True,
+        )
     if as_json:
         click.echo(json.dumps({"recipes": plans}, indent=2, ensure_ascii=False))
         return
-    on = f"{target.name}, {target.memory_gib:.0f} GiB" if target and any(p["gpu"] for p in plans) else "CPU"
+    on = (
+        f"{target.name}, {target.memory_gib:.0f} GiB"
+        if target and any(p["gpu"] for p in plans)
+        else "CPU"
+    )
     click.echo(f"# Plan ({on})\n")
     click.echo(plan_table(plans))
     if advice := plan_advice(plans):
@@ -158,8 +190,9 @@ def plan(paths, gpu, as_json, sets, model_paths, only):  # noqa: PLR0913
 
 
 GATE_HELP = (
-    "A quality gate for every recipe that has none of its own: METRIC:DROP, the largest allowed drop in absolute "
-    "points (squad_f1:0.01), or METRIC:PCT% to keep that share of the baseline's score (squad_f1:99%)."
+    "A quality gate for every recipe that has none of its own: METRIC:DROP, the largest allowed "
+    "drop in absolute points (squad_f1:0.01), or METRIC:PCT% to keep that share of the baseline's "
+    "score (squad_f1:99%)."
 )
 
 
@@ -167,11 +200,14 @@ GATE_HELP = (
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
 @click.option("--baseline", help="Recipe name to compare against.")
 @click.option("--gate", "gate_text", metavar="METRIC:DROP", help=GATE_HELP)
-@price("Price the stored runs at X US dollars per GPU-hour (results.json keeps the recipe's own price).")
+@price(
+    "Price the stored runs at X US dollars per GPU-hour (results.json keeps the recipe's own "
+    "price)."
+)
 @guard
 def report(out, baseline, gate_text, usd_per_gpu_hour):
-    """Rebuild every report.md and summary.md (and each study's own summary) from stored results.json files (runs
-    nothing)."""
+    """Rebuild every report.md and summary.md (and each study's own summary) from stored
+    results.json files (runs nothing)."""
     from runner.folder import RunFolder, load_results
     from runner.report.markdown import priced, write_report
     from runner.report.summary import write_summary
@@ -186,13 +222,17 @@ def report(out, baseline, gate_text, usd_per_gpu_hour):
         click.echo(f"left out: {why}", err=True)
     names = [r.name for r in results]
     if baseline and baseline not in names:
-        raise RunnerError(f"--baseline {baseline!r} names no stored result; results: " + ", ".join(names))
+        raise RunnerError(
+            f"--baseline {baseline!r} names no stored result; results: " + ", ".join(names)
+        )
     # before anything is written
     gate = gate_for(gate_text, results, baseline) if gate_text else None
     for r in results:
         write_report(r, out_dir, report_sections(out_dir))
         if r.status == "ok" and (short := RunFolder.of(out_dir, r.name).samples_short(r.n_samples)):
-            click.echo(f"{r.name}: {short} (deleted or cut short since the run): `runner go` runs it again")
+            click.echo(
+                f"{r.name}: {short} (deleted or cut short since the run): `runner go` runs it again"
+            )
     summary = write_summary(results, out_dir, baseline, summary_sections(), gate)
     click.echo(f"summary: {summary} ({len(results)} recipes)")
     for path in study_summaries(results, out_dir, baseline, gate):
@@ -202,7 +242,10 @@ def report(out, baseline, gate_text, usd_per_gpu_hour):
         ran = (folder / "engine.log").is_file() or (folder / "replaced").is_dir()
         # (one with a results.json was left out above)
         if ran and not (folder / "results.json").exists():
-            click.echo(f"no results.json in {folder}: a run that did not finish (left out; rerun it to report it)")
+            click.echo(
+                f"no results.json in {folder}: a run that did not finish (left out; rerun it to "
+                "report it)"
+            )
 
 
 def gate_for(text: str, results: list, baseline: str | None) -> GateSpec:
@@ -227,8 +270,12 @@ def gate_for(text: str, results: list, baseline: str | None) -> GateSpec:
     if base is None:
         names = ", ".join(r.name for r in results)
         why = "has no baseline to compare with: no stored recipe is marked `baseline: true`"
-        raise RunnerError(why, field="--gate", hint=f"name one with --baseline NAME (results here: {names})")
-    real = sorted({m for r in results if r.status == "ok" and r.scores_meaningful for m in r.scores})
+        raise RunnerError(
+            why, field="--gate", hint=f"name one with --baseline NAME (results here: {names})"
+        )
+    real = sorted(
+        {m for r in results if r.status == "ok" and r.scores_meaningful for m in r.scores}
+    )
     if gate.metric not in real:
         some = f"gate a metric they scored: {', '.join(real)}"
         hint = some if real else "every run here has random weights or failed"
@@ -236,10 +283,19 @@ def gate_for(text: str, results: list, baseline: str | None) -> GateSpec:
         raise RunnerError(why, field="--gate", hint=hint)
     own = [r.name for r in results if r is not base and r.recipe.gate is not None]
     if len(own) == len(results) - 1:
-        why = f"every recipe but the baseline has a gate of its own ({', '.join(own)}); --gate is for those without"
-        raise RunnerError(why, field="--gate", hint="leave --gate out, or change the recipes' `gate:` and rerun")
+        why = (
+            f"every recipe but the baseline has a gate of its own ({', '.join(own)}); --gate is "
+            "for those without"
+        )
+        raise RunnerError(
+            why, field="--gate", hint="leave --gate out, or change the recipes' `gate:` and rerun"
+        )
     if own:
-        click.echo(f"--gate applies to the recipes without a gate of their own; {', '.join(own)} keep theirs", err=True)
+        click.echo(
+            f"--gate applies to the recipes without a gate of their own; {', '.join(own)} keep "
+            "theirs",
+            err=True,
+        )
     return gate
 
 
@@ -247,7 +303,11 @@ def gate_for(text: str, results: list, baseline: str | None) -> GateSpec:
 @click.argument("what", type=click.Choice(["recipe", "results"]), default="recipe")
 def schema(what):
     """Print the JSON Schema of recipe files or of results.json."""
-    click.echo(json.dumps(recipe_schema() if what == "recipe" else results_schema(), indent=2, ensure_ascii=False))
+    click.echo(
+        json.dumps(
+            recipe_schema() if what == "recipe" else results_schema(), indent=2, ensure_ascii=False
+        )
+    )
 
 
 def results_schema() -> dict:

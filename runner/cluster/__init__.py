@@ -1,1 +1,2 @@
-"""Ray: the way past one machine (`runner go --executor ray`) and report.md's section on where a run ran."""
+"""Ray: the way past one machine (`runner go --executor ray`) and report.md's section on where a run
+ran."""

@@ -1,7 +1,8 @@
-"""`runner go --executor ray`: each job (recipes sharing an engine), or each data-parallel replica of one, as a Ray
-task asking for the engine's GPUs: `run_isolated` in a folder on the worker node, where a retry (of a task whose
-worker or node died) finds the samples it had finished. What it wrote comes back; the driver merges the replicas and
-writes every file under its `--out` (no shared disk); progress comes via a Ray queue. And report.md's "Where it ran"."""
+"""`runner go --executor ray`: each job (recipes sharing an engine), or each data-parallel replica
+of one, as a Ray task asking for the engine's GPUs: `run_isolated` in a folder on the worker node,
+where a retry (of a task whose worker or node died) finds the samples it had finished. What it wrote
+comes back; the driver merges the replicas and writes every file under its `--out` (no shared disk);
+progress comes via a Ray queue. And report.md's "Where it ran"."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ class Replica:
 
 @dataclass(frozen=True)
 class Shard:
-    """What one replica's run of one recipe left on the worker node, its paths written as the driver's."""
+    """What one replica's run of one recipe left on the worker node, its paths written as the
+    driver's."""
 
     result: RunResult | None
     samples: dict[str, Sample]
@@ -57,9 +59,11 @@ class Shard:
 
 
 def split(job: Job, n: int) -> list[Replica]:
-    """The job as at most `n` replicas (never more than a recipe has examples), contiguous shares in dataset
-    order, larger ones first; a recipe too small to be in every replica is only in the first ones."""
-    named = [str(Path(job.options.out).resolve()), *(u.run_key for u in job.units)]  # two --out: two folders
+    """The job as at most `n` replicas (never more than a recipe has examples), contiguous shares in
+    dataset order, larger ones first; a recipe too small to be in every replica is only in the first
+    ones."""
+    # two --out: two folders
+    named = [str(Path(job.options.out).resolve()), *(u.run_key for u in job.units)]
     key = hashlib.sha256("+".join(named).encode()).hexdigest()[:16]
     n = max(1, min(n, max(len(u.prepared.examples) for u in job.units)))
     out = []
@@ -73,19 +77,29 @@ def split(job: Job, n: int) -> list[Replica]:
                 cut = replace(p, examples=p.examples[a:b], messages=p.messages[a:b], n_target=b - a)
                 units.append(replace(u, prepared=cut))  # (unused for n = 1: the job is itself)
                 bounds[u.name] = (a, b)
-        out.append(Replica(k, n, job if n == 1 else replace(job, units=tuple(units)), bounds, f"{key}-r{k}of{n}"))
+        out.append(
+            Replica(
+                k,
+                n,
+                job if n == 1 else replace(job, units=tuple(units)),
+                bounds,
+                f"{key}-r{k}of{n}",
+            )
+        )
     return out
 
 
 def run_replica(rep: Replica, seeds: dict[str, list[Sample]], events: Any) -> dict[str, Shard]:
-    """The Ray task: the replica's job in a folder on this node, from the driver's `seeds`; what it wrote comes back."""
+    """The Ray task: the replica's job in a folder on this node, from the driver's `seeds`; what it
+    wrote comes back."""
     import ray
 
     wdir = Path(tempfile.gettempdir()) / "runner-ray" / rep.tag
     wdir.mkdir(parents=True, exist_ok=True)
     owner = wdir / ".owner"
     if owner.exists() and owner.read_text() != str(os.getpid()):
-        time.sleep(1.5)  # a run whose worker died ends its own process group within a second (worker.py)
+        # a run whose worker died ends its own process group within a second (worker.py)
+        time.sleep(1.5)
     owner.write_text(str(os.getpid()))
     where = {
         "node_id": ray.get_runtime_context().get_node_id(),
@@ -97,11 +111,15 @@ def run_replica(rep: Replica, seeds: dict[str, list[Sample]], events: Any) -> di
     folders = {u.name: job.options.folder(u.name) for u in job.units}
     for u, f in zip(job.units, folders.values()):
         f.samples.unlink(missing_ok=True)
-        if seeds.get(u.name) and not f.partial.exists():  # (an earlier attempt's partial file holds them)
-            write_jsonl_atomic(f.partial, [{"_run_key": u.run_key}, *(s.to_line() for s in seeds[u.name])])
+        # (an earlier attempt's partial file holds them)
+        if seeds.get(u.name) and not f.partial.exists():
+            write_jsonl_atomic(
+                f.partial, [{"_run_key": u.run_key}, *(s.to_line() for s in seeds[u.name])]
+            )
     stop, sent = threading.Event(), {}
 
-    def report_progress() -> None:  # every half second, each recipe's finished samples (partial file lines)
+    # every half second, each recipe's finished samples (partial file lines)
+    def report_progress() -> None:
         while not stop.wait(0.5):
             for name, folder in folders.items():
                 try:
@@ -125,16 +143,22 @@ def run_replica(rep: Replica, seeds: dict[str, list[Sample]], events: Any) -> di
 def _shard(u: Unit, f: RunFolder, wdir: Path, out: Path) -> Shard:
     read = lambda p: p.read_bytes() if p.is_file() else b""
     mtime = lambda p: p.stat().st_mtime if p.is_file() else None
-    raw, lines = read(f.results), read(f.samples) or read(f.partial)  # a failed run keeps its finished samples
+    # a failed run keeps its finished samples
+    raw, lines = read(f.results), read(f.samples) or read(f.partial)
     worker, driver = (json.dumps(str(p))[1:-1] for p in (wdir, out))
-    result = RunResult.model_validate_json(raw.decode("utf-8", "replace").replace(worker, driver)) if raw else None
+    result = (
+        RunResult.model_validate_json(raw.decode("utf-8", "replace").replace(worker, driver))
+        if raw
+        else None
+    )
     rows = [d for d in map(json.loads, lines.splitlines()) if isinstance(d, dict) and "id" in d]
     samples = {str(d["id"]): Sample.from_line(d, list(u.loaded.recipe.metrics)) for d in rows}
     return Shard(result, samples, read(f.engine_log), mtime(f.samples), mtime(f.results))
 
 
 def run_here(job: Job, node_ip: str) -> None:
-    """run_isolated where this node can run the job's engine (`runner go` left that to the workers), else say why."""
+    """run_isolated where this node can run the job's engine (`runner go` left that to the workers),
+    else say why."""
     try:
         check_host(job.units[0].loaded)
     except RunnerError as e:
@@ -152,7 +176,10 @@ def _no_room(gpus: int) -> str | None:
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     if not any(r.get("CPU", 0) >= 1 and r.get("GPU", 0) >= gpus for r in nodes):
         most = max((r.get("GPU", 0) for r in nodes), default=0)
-        return f"the engine needs {gpus} GPU(s) on one node, and no node of the Ray cluster has them (most: {most:g})"
+        return (
+            f"the engine needs {gpus} GPU(s) on one node, and no node of the Ray cluster has "
+            f"them (most: {most:g})"
+        )
 
 
 def _connect(address: str | None) -> None:
@@ -169,28 +196,33 @@ def _connect(address: str | None) -> None:
         ray.init(address=address, log_to_driver=False, runtime_env=env)
     except ConnectionError as e:
         hint = (
-            "check the address (`ray status` on the head node prints it); a cluster with token authentication needs "
-            "RAY_AUTH_MODE=token here and its token in RAY_AUTH_TOKEN or ~/.ray/auth_token (`ray get-auth-token` "
-            "on the head node)"
+            "check the address (`ray status` on the head node prints it); a cluster with token "
+            "authentication needs RAY_AUTH_MODE=token here and its token in RAY_AUTH_TOKEN or "
+            "~/.ray/auth_token (`ray get-auth-token` on the head node)"
         )
-        raise RunnerError(f"cannot connect to the Ray cluster: {e}", field="--address", hint=hint) from None
+        raise RunnerError(
+            f"cannot connect to the Ray cluster: {e}", field="--address", hint=hint
+        ) from None
 
 
 def _start_ray(address: str | None) -> None:
-    """ray.init with Ctrl-C and SIGTERM held until it returns (interrupted midway, Ray's start left its agents
-    running or aborted the process; its own SIGTERM handler exits 15), then raised as KeyboardInterrupt once Ray
-    is up and can be shut down whole. Our SIGTERM handler is put back over Ray's."""
+    """ray.init with Ctrl-C and SIGTERM held until it returns (interrupted midway, Ray's start left
+    its agents running or aborted the process; its own SIGTERM handler exits 15), then raised as
+    KeyboardInterrupt once Ray is up and can be shut down whole. Our SIGTERM handler is put back
+    over Ray's."""
     pending: list[int] = []
 
     def hold(signum, frame) -> None:
-        signal.alarm(0)  # the abort Ray's C++ SIGTERM handler arms for 3 s later (see cli.sigterm_as_ctrl_c)
+        # the abort Ray's C++ SIGTERM handler arms for 3 s later (see cli.sigterm_as_ctrl_c)
+        signal.alarm(0)
         pending.append(signum)
 
     main = threading.current_thread() is threading.main_thread()
     held = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
     try:
         _connect(address)
-    except SystemExit as e:  # Ray's own SIGTERM handler, installed during init, caught a SIGTERM in its window
+    # Ray's own SIGTERM handler, installed during init, caught a SIGTERM in its window
+    except SystemExit as e:
         if e.code != signal.SIGTERM:
             raise
         pending.append(signal.SIGTERM)
@@ -203,8 +235,8 @@ def _start_ray(address: str | None) -> None:
 
 
 def shutdown() -> None:
-    """ray.shutdown, then an end to what the local instance started and left behind (its dashboard and runtime-env
-    agents outlive a shutdown that comes right after the start)."""
+    """ray.shutdown, then an end to what the local instance started and left behind (its dashboard
+    and runtime-env agents outlive a shutdown that comes right after the start)."""
     import ray
 
     below = [p for p in descendants(os.getpid()) if b"ray" in cmdline(p)]
@@ -220,9 +252,10 @@ def run_jobs_on_ray(
     on_result: Callable[[RunResult], None] | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[RunResult]:
-    """One result per recipe, in the jobs' order; `replicas` overrides each recipe's. Without `address` (and no Ray
-    connection in this process) a local Ray instance runs the call. `on_result` gets each recipe's result as it is
-    written; `on_event` the tasks' reports (`started`, with the node and pid; `samples`: a recipe's finished count)."""
+    """One result per recipe, in the jobs' order; `replicas` overrides each recipe's. Without
+    `address` (and no Ray connection in this process) a local Ray instance runs the call.
+    `on_result` gets each recipe's result as it is written; `on_event` the tasks' reports
+    (`started`, with the node and pid; `samples`: a recipe's finished count)."""
     import ray
 
     started = not ray.is_initialized()
@@ -230,18 +263,23 @@ def run_jobs_on_ray(
         _start_ray(address)
     env = {"version": ray.__version__, "address": address or "local instance"}
     try:
-        return _Call(jobs, replicas, on_result or (lambda r: None), on_event or (lambda e: None), env).run()
+        return _Call(
+            jobs, replicas, on_result or (lambda r: None), on_event or (lambda e: None), env
+        ).run()
     finally:
         if started:
             shutdown()
 
 
 class _Call:
-    def __init__(self, jobs: list[Job], replicas: int | None, on_result, on_event, env: dict[str, str]):
+    def __init__(
+        self, jobs: list[Job], replicas: int | None, on_result, on_event, env: dict[str, str]
+    ):
         self.jobs, self.on_result, self.on_event, self.env = jobs, on_result, on_event, env
         self.plans = [split(j, replicas or j.units[0].loaded.recipe.replicas) for j in jobs]
         self.by_tag = {r.tag: r for reps in self.plans for r in reps}
-        self.totals = {u.name: len(u.prepared.examples) for j in jobs for u in j.units}  # over the recipe's replicas
+        # over the recipe's replicas
+        self.totals = {u.name: len(u.prepared.examples) for j in jobs for u in j.units}
         self.outputs: list[dict[int, Any]] = [{} for _ in jobs]  # [job][replica]: shards or error
         self.results: list[list[RunResult]] = [[] for _ in jobs]
         self.bars, self.where = {}, {}  # where: replica tag -> node, pid, attempts, counts
@@ -251,7 +289,8 @@ class _Call:
         from ray.util.queue import Queue
 
         events = Queue(actor_options={"num_cpus": 0})
-        task = ray.remote(num_cpus=1, max_retries=3, retry_exceptions=False)(run_replica)  # retried if its worker dies
+        # retried if its worker dies
+        task = ray.remote(num_cpus=1, max_retries=3, retry_exceptions=False)(run_replica)
         refs: dict[Any, tuple[int, Replica]] = {}
         try:
             for j, reps in enumerate(self.plans):
@@ -287,7 +326,9 @@ class _Call:
         """The finished samples the driver's `--out` holds for the replica's shares."""
         out = {}
         for u in rep.job.units:
-            done = load_partial(rep.job.options.folder(u.name).partial, u.run_key, u.loaded.recipe.metrics)
+            done = load_partial(
+                rep.job.options.folder(u.name).partial, u.run_key, u.loaded.recipe.metrics
+            )
             out[u.name] = [done[ex.id] for ex in u.prepared.examples if ex.id in done]
         return out
 
@@ -296,8 +337,13 @@ class _Call:
 
         for kind, tag, *ev in events.get_nowait_batch(events.qsize()):
             if kind == "started":
-                self.where[tag] = {**ev[0], "attempts": self.where.get(tag, {}).get("attempts", 0) + 1}
-                self.on_event(dict(event="started", tag=tag, attempt=self.where[tag]["attempts"], **ev[0]))
+                self.where[tag] = {
+                    **ev[0],
+                    "attempts": self.where.get(tag, {}).get("attempts", 0) + 1,
+                }
+                self.on_event(
+                    dict(event="started", tag=tag, attempt=self.where[tag]["attempts"], **ev[0])
+                )
                 rep = self.by_tag[tag]
                 for name in rep.bounds if rep.job.options.progress else ():
                     if name not in self.bars:
@@ -309,7 +355,9 @@ class _Call:
             done = sum(w.get("counts", {}).get(name, 0) for w in self.where.values())
             if name in self.bars:
                 self.bars[name].update(done - self.bars[name].n)
-            self.on_event(dict(event="samples", tag=tag, name=name, done=done, total=self.totals[name]))
+            self.on_event(
+                dict(event="samples", tag=tag, name=name, done=done, total=self.totals[name])
+            )
 
     def _received(self, j: int, rep: Replica, got: dict[str, Shard] | BaseException) -> None:
         self.outputs[j][rep.index] = got
@@ -318,7 +366,9 @@ class _Call:
                 self.results[j].append(self._merge(self.jobs[j], u, self.plans[j], self.outputs[j]))
                 self.on_result(self.results[j][-1])
 
-    def _merge(self, job: Job, unit: Unit, reps: list[Replica], outputs: dict[int, Any]) -> RunResult:
+    def _merge(
+        self, job: Job, unit: Unit, reps: list[Replica], outputs: dict[int, Any]
+    ) -> RunResult:
         """The recipe's files under the driver's --out, from its replicas' shards."""
         opts, folder = job.options, job.options.folder(unit.name)
         shards, rows, logs = [], [], []
@@ -329,10 +379,20 @@ class _Call:
             if res is None:
                 why = "the replica's run left no results.json"
                 if isinstance(got, BaseException):
-                    why = f"the Ray task failed: {type(got).__name__}: {' '.join(str(got).split())[:600]}"
+                    why = (
+                        f"the Ray task failed: {type(got).__name__}: "
+                        f"{' '.join(str(got).split())[:600]}"
+                    )
                 res = failed_result(unit, why, None, opts.command)
-            node, pid, attempt = where.get("node_ip", "?"), where.get("pid", "?"), where.get("attempts", "?")
-            head = f"{unit.name}: Ray {rep.share(unit.name)} on node {node}, worker pid {pid}, attempt {attempt}"
+            node, pid, attempt = (
+                where.get("node_ip", "?"),
+                where.get("pid", "?"),
+                where.get("attempts", "?"),
+            )
+            head = (
+                f"{unit.name}: Ray {rep.share(unit.name)} on node {node}, worker pid {pid}, "
+                f"attempt {attempt}"
+            )
             logs += [f"\n{LOG_MARK} {head} =====\n".encode(), shard.log if shard else b""]
             row = {k: where[k] for k in ("node_id", "node_ip", "pid") if where.get(k)}
             row |= dict(index=rep.index, examples=list(rep.bounds[unit.name]), status=res.status)
@@ -341,17 +401,33 @@ class _Call:
             rows.append(ReplicaRun(**row))
             shards.append((rep, shard, res))
         write_bytes_atomic(folder.engine_log, b"".join(logs))
-        samples = merge_samples(unit.prepared.examples, *[s.samples if s else {} for _, s, _ in shards])
+        samples = merge_samples(
+            unit.prepared.examples, *[s.samples if s else {} for _, s, _ in shards]
+        )
         facts = dict(executor="ray", replicas=rows, env={"ray": self.env})
         bad = [(rep, r) for rep, _, r in shards if r.status != "ok"]
-        if bad:  # the samples the replicas finished stay in the driver's partial file for the next call
-            write_jsonl_atomic(folder.partial, [{"_run_key": unit.run_key}, *(s.to_line() for s in samples)])
+        # the samples the replicas finished stay in the driver's partial file for the next call
+        if bad:
+            write_jsonl_atomic(
+                folder.partial, [{"_run_key": unit.run_key}, *(s.to_line() for s in samples)]
+            )
             rep, r = bad[0]
             error = r.error or "the run wrote no results"
             if rep.of > 1:
                 error = f"{rep.share(unit.name)}: {error}"
-                error += f" (and {len(bad) - 1} more of its replicas failed)" if len(bad) > 1 else ""
-            res = run_result(unit, opts.command, [], engine_facts(r), Measured(), error=error, hint=r.hint, **facts)
+                error += (
+                    f" (and {len(bad) - 1} more of its replicas failed)" if len(bad) > 1 else ""
+                )
+            res = run_result(
+                unit,
+                opts.command,
+                [],
+                engine_facts(r),
+                Measured(),
+                error=error,
+                hint=r.hint,
+                **facts,
+            )
         else:
             write_jsonl_atomic(folder.samples, [s.to_line() for s in samples])
             folder.partial.unlink(missing_ok=True)
@@ -362,14 +438,19 @@ class _Call:
             bar.close()
         return res
 
-    def _merged(self, unit: Unit, cmd: str, shards: list, samples: list[Sample], facts: dict) -> RunResult:
-        """The replicas' results as one (the last note says how); any replica's ignored knob is the run's."""
+    def _merged(
+        self, unit: Unit, cmd: str, shards: list, samples: list[Sample], facts: dict
+    ) -> RunResult:
+        """The replicas' results as one (the last note says how); any replica's ignored knob is the
+        run's."""
         results, n = [r for _, _, r in shards], len(shards)
 
         def window(end: str, span: str) -> float:
             ends = [getattr(s, end) for _, s, _ in shards]
             spans = [getattr(r.timings, span) or 0.0 for r in results]
-            return max(spans) if None in ends else max(ends) - min(e - s for e, s in zip(ends, spans))
+            return (
+                max(spans) if None in ends else max(ends) - min(e - s for e, s in zip(ends, spans))
+            )
 
         def most(key: str) -> float | None:
             values = [getattr(r.memory, key) for r in results]
@@ -377,21 +458,31 @@ class _Call:
 
         gen_s = window("generation_end", "generate_s")
         load_s = max(r.timings.load_s or 0.0 for r in results)
-        timings = Timings(load_s=load_s, generate_s=gen_s, total_s=max(window("run_end", "total_s"), gen_s))
+        timings = Timings(
+            load_s=load_s, generate_s=gen_s, total_s=max(window("run_end", "total_s"), gen_s)
+        )
         started = min(r.started_at for r in results)
         m = Measured(timings, most("peak_gpu_gib"), most("baseline_gpu_gib"), False, started)
         every = [x for x in results[0].notes if all(x in r.notes for r in results)]
-        notes = every + [f"replica {p.index + 1} of {n}: {x}" for p, _, r in shards for x in r.notes if x not in every]
+        notes = every + [
+            f"replica {p.index + 1} of {n}: {x}"
+            for p, _, r in shards
+            for x in r.notes
+            if x not in every
+        ]
         if n > 1:
             notes.append(
-                f"ran as {n} data-parallel replicas on Ray, each on a contiguous share of the examples: generation "
-                "time is the wall time from the first replica's generation start to the last one's end (each node's "
-                "clock), engine start the slowest replica's; tokens, scores and latencies are over the merged samples"
+                f"ran as {n} data-parallel replicas on Ray, each on a contiguous share of the "
+                "examples: generation "
+                "time is the wall time from the first replica's generation start to the last one's "
+                "end (each node's clock), engine start the slowest replica's; tokens, scores and "
+                "latencies are over the merged samples"
             )
         engine = engine_facts(results[0])
         ignored = {k.name: k for r in results for k in r.knobs if k.status == "ignored"}
         engine.knobs = [ignored.get(k.name, k) for k in engine.knobs]
-        k = min(r.prefix.shared_prefix_tokens for r in results)  # token ids do not come back: the smallest
+        # token ids do not come back: the smallest
+        k = min(r.prefix.shared_prefix_tokens for r in results)
         p_tok = sum(s.prompt_tokens for s in samples)
         cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
         hit = sum(cached) / p_tok if cached and p_tok else None
@@ -413,25 +504,33 @@ class _Call:
 
 
 def where_it_ran(r: RunResult) -> list[str]:
-    """report.md's section on a run on Ray: the cluster, each replica's share, node, worker, attempts and times."""
+    """report.md's section on a run on Ray: the cluster, each replica's share, node, worker,
+    attempts and times."""
     if r.executor != "ray":
         return []
     v, n, rows = r.environment.get("ray", {}), len(r.replicas), []
     for x in r.replicas:
         head = f"{x.index + 1}" + (" (failed)" if x.status != "ok" else "")
         share = f"{x.examples[0] + 1}–{x.examples[1]}" if len(x.examples) == 2 else None
-        node = f"{x.node_ip or '?'} ({x.node_id[:8]})" if x.node_id else x.node_ip or "– (never started)"
+        node = (
+            f"{x.node_ip or '?'} ({x.node_id[:8]})"
+            if x.node_id
+            else x.node_ip or "– (never started)"
+        )
         pid = str(x.pid) if x.pid is not None else None
         rows.append([head, share, node, pid, x.attempts, secs(x.load_s), secs(x.generate_s)])
     about = (
         f"Ray {v.get('version', '?')} ({v.get('address', '?')}), {n} data-parallel "
-        f"{'replica' if n == 1 else 'replicas'} (each on a contiguous share of the examples); the workers' files "
+        f"{'replica' if n == 1 else 'replicas'} (each on a contiguous share of the examples); the "
+        "workers' files "
         "came back to the machine that ran `runner go`."
     )
     columns = ["replica", "examples", "node", "pid", "attempts", "start", "generation"]
     out = ["", "## Where it ran", "", about, "", table(rows, columns)]
     retried = ", ".join(str(x.index + 1) for x in r.replicas if x.attempts > 1)
     if retried:
-        how = "each continued from the samples it had finished; see `reused_samples` in results.json"
+        how = (
+            "each continued from the samples it had finished; see `reused_samples` in results.json"
+        )
         out += ["", f"Retried after its worker or node died: replica {retried} ({how})."]
     return out

@@ -1,5 +1,5 @@
-"""The recipe files one call names (the command line's paths, globs and folders) -> validated recipes, with the
-call's overrides and --model-path mappings, checked for unique names."""
+"""The recipe files one call names (the command line's paths, globs and folders) -> validated
+recipes, with the call's overrides and --model-path mappings, checked for unique names."""
 
 from __future__ import annotations
 
@@ -21,7 +21,10 @@ def expand_paths(paths: tuple[str, ...]) -> list[Path]:
     for p in paths:
         path = Path(p)
         if path.is_dir():
-            found, why = sorted([*path.glob("*.yaml"), *path.glob("*.yml")]), "folder has no .yaml/.yml recipes"
+            found, why = (
+                sorted([*path.glob("*.yaml"), *path.glob("*.yml")]),
+                "folder has no .yaml/.yml recipes",
+            )
         elif path.exists():
             found, why = [path], ""
         elif any(ch in p for ch in "*?["):
@@ -58,25 +61,39 @@ def load_all(  # noqa: PLR0913
     *,
     studies: Studies | None = None,
 ) -> list[LoadedRecipe]:
-    """Every recipe (or study cell) of the named files, checked for unique, safe names (`none_ok`: --only may match
-    none of these files' recipes) and for --model-path mappings that map nothing (`unused_ok`: the caller checks
-    them over several calls, see `check_model_paths`); `studies` expands a study file's cells (runner/wings.py's)."""
+    """Every recipe (or study cell) of the named files, checked for unique, safe names (`none_ok`:
+    --only may match none of these files' recipes) and for --model-path mappings that map nothing
+    (`unused_ok`: the caller checks them over several calls, see `check_model_paths`); `studies`
+    expands a study file's cells (runner/wings.py's)."""
     mp = parse_model_paths(model_paths)
     patterns = [p.strip() for p in (only or "").split(",") if p.strip()]
-    keep = (lambda name: any(fnmatch.fnmatchcase(name, p) for p in patterns)) if only is not None else None
+    keep = (
+        (lambda name: any(fnmatch.fnmatchcase(name, p) for p in patterns))
+        if only is not None
+        else None
+    )
     loaded: list[LoadedRecipe] = []
     files = expand_paths(paths)
-    for p in files:  # with --only, the recipes it leaves out are not validated (nor checked against --set)
+    # with --only, the recipes it leaves out are not validated (nor checked against --set)
+    for p in files:
         loaded += load_recipes(p, list(sets), model_paths=mp, keep=keep, studies=studies)
     if only is not None and not loaded and not none_ok:
-        every = [lr.recipe.name for p in files for lr in load_recipes(p, [], model_paths=mp, studies=studies)]
+        every = [
+            lr.recipe.name
+            for p in files
+            for lr in load_recipes(p, [], model_paths=mp, studies=studies)
+        ]
         names = ", ".join(every[:20]) + (" ..." if len(every) > 20 else "")
         raise RunnerError(f"--only {only!r} matches no recipe; recipes: {names}", field="--only")
     names: dict[str, str] = {}
     for lr in loaded:
         n = check_name(lr.recipe.name, lr.path)
         if n in names:
-            why = f"two recipes are named {n!r}: {names[n]} and {lr.path}; names must be unique in one call"
+            why = (
+                f"two recipes are named {n!r}: {names[n]} and {lr.path}; names must be unique "
+                "in "
+                "one call"
+            )
             raise RunnerError(why + " (they name the report folders)", field="name")
         names[n] = lr.path
     if not unused_ok and (only is None or loaded):
@@ -85,15 +102,22 @@ def load_all(  # noqa: PLR0913
 
 
 def check_model_paths(model_paths: tuple[str, ...], loaded: list[LoadedRecipe]) -> None:
-    """A --model-path whose hub id is no recipe's model.id or model.tokenizer (a typo, a case slip) would leave
-    the recipe on the hub id, sending a download to the hub: refused, with the ids the recipes do name."""
+    """A --model-path whose hub id is no recipe's model.id or model.tokenizer (a typo, a case slip)
+    would leave the recipe on the hub id, sending a download to the hub: refused, with the ids the
+    recipes do name."""
     used = {v for lr in loaded for v in (lr.recipe.model.id, lr.recipe.model.tokenizer) if v}
     for hub_id, path in parse_model_paths(model_paths).items():
         if path in used:
             continue
         ids = sorted({lr.recipe.model.id for lr in loaded if not looks_local(lr.recipe.model.id)})
-        near = [i for i in ids if i.lower() == hub_id.lower()] or difflib.get_close_matches(hub_id, ids, 1, 0.6)
+        near = [i for i in ids if i.lower() == hub_id.lower()] or difflib.get_close_matches(
+            hub_id, ids, 1, 0.6
+        )
         why = f"{hub_id}=...: no recipe here names {hub_id!r} (model.id or model.tokenizer)"
         hint = f"did you mean {near[0]!r}? (hub ids match exactly, case included)" if near else None
-        hint = hint or ("hub ids of these recipes: " + ", ".join(ids) if ids else "no recipe here names a hub id")
+        hint = hint or (
+            "hub ids of these recipes: " + ", ".join(ids)
+            if ids
+            else "no recipe here names a hub id"
+        )
         raise RunnerError(why, field="--model-path", hint=hint)

@@ -1,13 +1,15 @@
 """Recipe files -> validated LoadedRecipe(s), with errors a person can act on.
 
-- A file is read with the safe loader, bounded in size, depth and alias expansion (yamlfile.py); its `base:` chain
-  is merged first (merge.py).
-- `--set KEY=VALUE` and `--model-path` apply after that (overrides.py); then the recipe is validated, and an error
-  names the file's line (or the base file's), the dotted field and what is allowed (with a did-you-mean for typos).
-- `load_recipes`: every experiment a file holds: one LoadedRecipe for a recipe, none for a base-only file
-  (`abstract: true`), one per cell of a study file (`matrix`/`variants`), whose cells the caller's `studies`
-  expands (runner/wings.py hands in the study wing's, which uses `read_recipe_file`, `locator` and `finish` from
-  here for each cell); without one, a study file is an error."""
+- A file is read with the safe loader, bounded in size, depth and alias expansion (yamlfile.py); its
+  `base:` chain is merged first (merge.py).
+- `--set KEY=VALUE` and `--model-path` apply after that (overrides.py); then the recipe is
+  validated, and an error names the file's line (or the base file's), the dotted field and what is
+  allowed (with a did-you-mean for typos).
+- `load_recipes`: every experiment a file holds: one LoadedRecipe for a recipe, none for a base-only
+  file (`abstract: true`), one per cell of a study file (`matrix`/`variants`), whose cells the
+  caller's `studies` expands (runner/wings.py hands in the study wing's, which uses
+  `read_recipe_file`, `locator` and `finish` from here for each cell); without one, a study file is
+  an error."""
 
 from __future__ import annotations
 
@@ -31,9 +33,11 @@ from runner.recipe import LoadedRecipe, Recipe, StudyCell
 Locate = Callable[[tuple, str], str]
 Keep = Callable[[str], bool]  # --only: the names of the experiments to load
 MAX_ERRORS = 8
-# top-level keys of a recipe file besides the recipe's own: `base`, `abstract` (config/merge.py) and the
+# top-level keys of a recipe file besides the recipe's own: `base`, `abstract` (config/merge.py) and
+# the
 # study keys (runner/study/load.py)
-FILE_KEYS = ("base", "abstract", "matrix", "variants", "exclude", "report", "tune")  # tune: runner/tune/spec.py
+# tune: runner/tune/spec.py
+FILE_KEYS = ("base", "abstract", "matrix", "variants", "exclude", "report", "tune")
 
 
 @dataclass(frozen=True)
@@ -51,17 +55,22 @@ class RecipeFile:
 def read_recipe_file(path: str | Path) -> RecipeFile:
     path = Path(path)
     data, node = read_yaml(path)
-    merged, sources = with_bases(path, data, node) if "base" in data else (data, [Source(path, node)])
+    merged, sources = (
+        with_bases(path, data, node) if "base" in data else (data, [Source(path, node)])
+    )
     keys = {k: merged.pop(k) for k in FILE_KEYS if k in merged and k != "base"}
     abstract = keys.get("abstract", False)
     if not isinstance(abstract, bool):
-        raise RecipeError(f"expected true or false, got {abstract!r}", file=str(path), field="abstract")
+        raise RecipeError(
+            f"expected true or false, got {abstract!r}", file=str(path), field="abstract"
+        )
     return RecipeFile(path, merged, keys, sources)
 
 
 def locator(sources: list[Source], sets: dict, origins: tuple[tuple, ...] | None = None) -> Locate:
-    """locate(loc, dotted) -> `line N, ` / `base.yaml line N, ` / "" for an error at loc. `origins`: the
-    YAML locations of a study cell's settings (its own matrix value or variant key, found first)."""
+    """locate(loc, dotted) -> `line N, ` / `base.yaml line N, ` / "" for an error at loc. `origins`:
+    the YAML locations of a study cell's settings (its own matrix value or variant key, found
+    first)."""
 
     def at(src_loc: tuple) -> str | None:
         for i, src in enumerate(sources):
@@ -89,7 +98,10 @@ def _submodel(loc: tuple, data: Any) -> type[BaseModel] | None:
         if isinstance(part, int):  # a list index: `cur` is already the item type
             d = d[part] if isinstance(d, list) and 0 <= part < len(d) else None
             continue
-        if not (isinstance(cur, type) and issubclass(cur, BaseModel)) or part not in cur.model_fields:
+        if (
+            not (isinstance(cur, type) and issubclass(cur, BaseModel))
+            or part not in cur.model_fields
+        ):
             return None
         ann = cur.model_fields[part].annotation
         d = d.get(part) if isinstance(d, dict) else None
@@ -103,7 +115,8 @@ def _submodel(loc: tuple, data: Any) -> type[BaseModel] | None:
 
 
 def _did_you_mean(value: str, allowed: list[str]) -> str:
-    """The closest allowed spelling, else the allowed names that end with it (`f1` -> `squad_f1`, `char_f1`)."""
+    """The closest allowed spelling, else the allowed names that end with it (`f1` -> `squad_f1`,
+    `char_f1`)."""
     ends = sorted((a for a in allowed if a.endswith("_" + value)), key=len)[:3]
     close = difflib.get_close_matches(value, allowed, n=1) or ends
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."
@@ -137,7 +150,9 @@ def _unknown_key(loc: tuple, data: Any, set_by_call: bool) -> str:
 def describe_error(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, str]:
     # discriminated unions insert the tag into the location: engine.vllm.x -> engine.x
     raw = tuple(err["loc"])
-    loc = tuple(p for i, p in enumerate(raw) if not (i > 0 and raw[i - 1] == "engine" and p in ENGINE_KINDS))
+    loc = tuple(
+        p for i, p in enumerate(raw) if not (i > 0 and raw[i - 1] == "engine" and p in ENGINE_KINDS)
+    )
     dotted, typ, given = ".".join(str(p) for p in loc), err["type"], err.get("input")
     kinds = ", ".join(repr(k) for k in ENGINE_KINDS)
     if typ == "extra_forbidden":
@@ -148,17 +163,29 @@ def describe_error(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, s
         rule = "letters, digits and `._-`, starting with a letter or digit, e.g. `jsquad-vllm-fp8`"
         return loc, f"{given!r} is not a valid name: {rule}"
     if typ == "union_tag_invalid":
-        msg = f"unknown engine kind {given.get('kind')!r}; allowed: {kinds}" if isinstance(given, dict) else err["msg"]
+        msg = (
+            f"unknown engine kind {given.get('kind')!r}; allowed: {kinds}"
+            if isinstance(given, dict)
+            else err["msg"]
+        )
         return loc + ("kind",), msg
     if typ == "union_tag_not_found":
         return loc + ("kind",), f"missing `kind`; allowed: {kinds}"
     if typ == "literal_error" and loc and loc[0] == "metrics":
         from runner.scoring import METRICS
 
-        return loc, f"unknown metric {given!r}{_did_you_mean(str(given), list(METRICS))} Allowed: " + ", ".join(METRICS)
+        return (
+            loc,
+            f"unknown metric {given!r}{_did_you_mean(str(given), list(METRICS))} Allowed: "
+            + ", ".join(METRICS),
+        )
     if loc == ("engine",) and isinstance(given, str):
         allowed = ", ".join(ENGINE_KINDS)
-        return loc, f"expected a mapping with a `kind`, e.g. `engine: {{kind: {given}}}`; allowed kinds: {allowed}"
+        return (
+            loc,
+            f"expected a mapping with a `kind`, e.g. `engine: {{kind: {given}}}`; allowed kinds: "
+            f"{allowed}",
+        )
     if loc == ("metrics",) and isinstance(given, str):
         return loc, f"expected a list, e.g. `metrics: [{given}]`"
     return loc, _plain(err)
@@ -167,7 +194,8 @@ def describe_error(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, s
 def _plain(err: dict) -> str:
     """Pydantic's own message, with the input it got."""
     typ, given = err["type"], err.get("input")
-    if typ == "value_error":  # a check of ours: its message says it all; a whole mapping as input would not help
+    # a check of ours: its message says it all; a whole mapping as input would not help
+    if typ == "value_error":
         msg = err["msg"].removeprefix("Value error, ")
         return msg if isinstance(given, dict) else msg + f" (got {repr(given)[:60]})"
     if "input" in err and typ not in ("model_type", "dict_type"):
@@ -177,7 +205,8 @@ def _plain(err: dict) -> str:
 
 def error_lines(errs: list, data: Any, sets: dict[str, str], locate: Locate) -> list[str]:
     """One line per error of `ValidationError.errors()` (at most MAX_ERRORS):
-    `  line 6, engine.quantizaton: unknown key ...`; `locate(loc, dotted)` gives the `line 6, ` part."""
+    `  line 6, engine.quantizaton: unknown key ...`; `locate(loc, dotted)` gives the `line 6, `
+    part."""
     lines = []
     for err in errs[:MAX_ERRORS]:
         loc, msg = describe_error(err, data, sets)
@@ -199,7 +228,8 @@ def finish(  # noqa: PLR0913
     hint: str | None = None,
     cell: StudyCell | None = None,
 ) -> LoadedRecipe:
-    """The recipe data with the call's overrides, validated, as a LoadedRecipe (`cell`: its place in its study)."""
+    """The recipe data with the call's overrides, validated, as a LoadedRecipe (`cell`: its place in
+    its study)."""
     where = str(f.path)
     sets, extra = apply_overrides(data, overrides, mp, where)
     try:
@@ -209,15 +239,24 @@ def finish(  # noqa: PLR0913
         raise RecipeError(title + "\n" + "\n".join(lines), file=where, hint=hint) from None
     base_dir = f.path.resolve().parent
     named = (("id", recipe.model.id), ("tokenizer", recipe.model.tokenizer))
-    local = {k: str((base_dir / v).resolve()) for k, v in named if v and v.startswith(("./", "../"))}
+    local = {
+        k: str((base_dir / v).resolve()) for k, v in named if v and v.startswith(("./", "../"))
+    }
     if local:  # a model folder named relative to the recipe file, like every other path in it
         recipe = recipe.model_copy(update={"model": recipe.model.model_copy(update=local)})
     cache = getattr(recipe.engine, "compile_cache", None)
-    if cache and not Path(cache).is_absolute():  # a compile cache folder, relative to the recipe file as well
-        engine = recipe.engine.model_copy(update={"compile_cache": str((base_dir / cache).resolve())})
+    # a compile cache folder, relative to the recipe file as well
+    if cache and not Path(cache).is_absolute():
+        engine = recipe.engine.model_copy(
+            update={"compile_cache": str((base_dir / cache).resolve())}
+        )
         recipe = recipe.model_copy(update={"engine": engine})
     return LoadedRecipe(
-        recipe=recipe, path=str(f.path.resolve()), base_dir=str(base_dir), overrides=[*overrides, *extra], cell=cell
+        recipe=recipe,
+        path=str(f.path.resolve()),
+        base_dir=str(base_dir),
+        overrides=[*overrides, *extra],
+        cell=cell,
     )
 
 
@@ -229,16 +268,24 @@ def check_abstract(f: RecipeFile) -> None:
         errs = [x for x in e.errors() if x["type"] not in ("missing", "union_tag_not_found")]
         if errs:
             lines = error_lines(errs, f.data, {}, locator(f.sources, {}))
-            raise RecipeError("invalid base file (abstract: true)\n" + "\n".join(lines), file=str(f.path)) from None
+            raise RecipeError(
+                "invalid base file (abstract: true)\n" + "\n".join(lines), file=str(f.path)
+            ) from None
 
 
 def load_file(
-    f: RecipeFile, overrides: list[str] | None = None, *, model_paths: Mapping[str, str] | None = None
+    f: RecipeFile,
+    overrides: list[str] | None = None,
+    *,
+    model_paths: Mapping[str, str] | None = None,
 ) -> list[LoadedRecipe]:
-    """The experiment a plain recipe file holds (none for a base-only file). `model_paths`: hub id -> local
-    folder (--model-path), applied to model.id / model.tokenizer after the overrides."""
+    """The experiment a plain recipe file holds (none for a base-only file). `model_paths`: hub id
+    -> local folder (--model-path), applied to model.id / model.tokenizer after the overrides."""
     if f.is_study:
-        raise RecipeError("is a study file (`matrix`/`variants`); load it with runner.load_recipes", file=str(f.path))
+        raise RecipeError(
+            "is a study file (`matrix`/`variants`); load it with runner.load_recipes",
+            file=str(f.path),
+        )
     for k, what in (("exclude", "exclude"), ("report", "arrange in a report")):
         if f.keys.get(k):
             msg = f"only a study (a file with `matrix` or `variants`) has cells to {what}"
@@ -249,7 +296,16 @@ def load_file(
     overrides = list(overrides or [])
     hint = "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
     locate = locator(f.sources, parse_set(overrides))
-    return [finish(f, f.data, overrides, dict(model_paths or {}), locate, hint=None if "name" in f.data else hint)]
+    return [
+        finish(
+            f,
+            f.data,
+            overrides,
+            dict(model_paths or {}),
+            locate,
+            hint=None if "name" in f.data else hint,
+        )
+    ]
 
 
 Studies = Callable[["RecipeFile", list[str], Mapping[str, str], "Keep | None"], list[LoadedRecipe]]
@@ -263,9 +319,9 @@ def load_recipes(
     keep: Keep | None = None,
     studies: Studies | None = None,
 ) -> list[LoadedRecipe]:
-    """One LoadedRecipe per experiment in the file: 1 (recipe), one per cell (a study, expanded by `studies`), 0
-    (abstract); `keep`: only those whose name it keeps are validated (`--only`: a `--set` is not checked against
-    experiments the call does not run)."""
+    """One LoadedRecipe per experiment in the file: 1 (recipe), one per cell (a study, expanded by
+    `studies`), 0 (abstract); `keep`: only those whose name it keeps are validated (`--only`: a
+    `--set` is not checked against experiments the call does not run)."""
     f = path if isinstance(path, RecipeFile) else read_recipe_file(path)
     overrides, mp = list(overrides or []), dict(model_paths or {})
     if f.is_study and studies is not None:
@@ -282,9 +338,15 @@ def load_recipe(
     """The one experiment a recipe file holds; a study or a base-only file is a RecipeError."""
     loaded = load_recipes(path, overrides, studies=studies)
     if not loaded:
-        msg = "holds shared settings for other files' `base:` (abstract: true); it is not an experiment"
+        msg = (
+            "holds shared settings for other files' `base:` (abstract: true); it is not an "
+            "experiment"
+        )
         raise RecipeError(msg, file=str(path))
     if loaded[0].cell is not None:
-        msg = f"is a study of {len(loaded)} experiments ({', '.join(c.recipe.name for c in loaded)}); "
+        msg = (
+            f"is a study of {len(loaded)} experiments "
+            f"({', '.join(c.recipe.name for c in loaded)}); "
+        )
         raise RecipeError(msg + "load it with load_recipes", file=str(path))
     return loaded[0]

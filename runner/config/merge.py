@@ -61,7 +61,8 @@ def merge_layer(base: dict, over: dict) -> dict:
 
 
 def rebase_paths(data: dict, src: Path, dst: Path) -> dict:
-    """Relative paths of a file in folder `src`, rewritten for a file in folder `dst` (lexically)."""
+    """Relative paths of a file in folder `src`, rewritten for a file in folder `dst`
+    (lexically)."""
     if src == dst:
         return data
     data, rel = copy.deepcopy(data), lambda v: os.path.relpath(os.path.normpath(src / v), dst)
@@ -75,7 +76,11 @@ def rebase_paths(data: dict, src: Path, dst: Path) -> dict:
         v = get_dotted(data, key)
         if not isinstance(v, str) or Path(v).is_absolute():
             continue
-        explicit = v.startswith(("./", "../")) if key.startswith("model.") else "/" in v and not v.startswith("~")
+        explicit = (
+            v.startswith(("./", "../"))
+            if key.startswith("model.")
+            else "/" in v and not v.startswith("~")
+        )
         if explicit:
             set_dotted(data, key, rel(v))
     return data
@@ -88,14 +93,22 @@ def with_bases(path: Path, data: dict, node: yaml.Node | None) -> tuple[dict, li
     cur_path, cur, cur_node = path, data, node
     while "base" in cur:
         ref = cur["base"]
-        bad = partial(RecipeError, file=str(cur_path), field="base", line=line_of(cur_node, ("base",), exact=True))
+        bad = partial(
+            RecipeError,
+            file=str(cur_path),
+            field="base",
+            line=line_of(cur_node, ("base",), exact=True),
+        )
         if not isinstance(ref, str) or not ref.strip():
             raise bad(f"expected the path of another recipe file, got {ref!r}")
         bpath = cur_path.parent / Path(ref).expanduser()  # an absolute path stays itself
         if bpath.resolve() in seen:
             raise bad(f"base chain loops: {' -> '.join(str(p) for p in [*seen, bpath.resolve()])}")
         if not bpath.is_file():
-            raise bad(f"base file {ref!r} {'is not a file' if bpath.exists() else 'not found'} (looked for {bpath})")
+            raise bad(
+                f"base file {ref!r} {'is not a file' if bpath.exists() else 'not found'} (looked "
+                f"for {bpath})"
+            )
         if len(seen) >= MAX_BASES:
             raise bad(f"more than {MAX_BASES} files in the base chain", line=None)
         seen.append(bpath.resolve())
@@ -105,5 +118,7 @@ def with_bases(path: Path, data: dict, node: yaml.Node | None) -> tuple[dict, li
     merged: dict = {}
     for i, layer in enumerate(reversed(layers)):
         top = i == len(layers) - 1  # the file itself: its `abstract` counts
-        merged = merge_layer(merged, {k: v for k, v in layer.items() if k != "base" and (top or k != "abstract")})
+        merged = merge_layer(
+            merged, {k: v for k, v in layer.items() if k != "base" and (top or k != "abstract")}
+        )
     return merged, sources

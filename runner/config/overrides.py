@@ -1,10 +1,12 @@
-"""`--set KEY=VALUE` and `--model-path HUB_ID=PATH`: changes to a recipe's data before it is validated, at dotted
-keys (`engine.engine_args.max_num_seqs`) checked against the recipe models (`key_target`).
+"""`--set KEY=VALUE` and `--model-path HUB_ID=PATH`: changes to a recipe's data before it is
+validated, at dotted keys (`engine.engine_args.max_num_seqs`) checked against the recipe models
+(`key_target`).
 
-A value for a text field (str, `str | None`, a Literal of strings, a value of a `dict[str, str]` such as
-`engine.env`) is taken as written (`--set name=2024`, `--set "prompt.system=#1 rule: be brief"`); `null` or
-`~` still clears a field that may be null. Other fields parse the value as YAML (`5`, `true`, `[a, b]`,
-`{k: v}`). Paths typed on the command line are relative to the current directory."""
+A value for a text field (str, `str | None`, a Literal of strings, a value of a `dict[str, str]`
+such as `engine.env`) is taken as written (`--set name=2024`, `--set "prompt.system=#1 rule: be
+brief"`); `null` or `~` still clears a field that may be null. Other fields parse the value as YAML
+(`5`, `true`, `[a, b]`, `{k: v}`). Paths typed on the command line are relative to the current
+directory."""
 
 from __future__ import annotations
 
@@ -25,8 +27,15 @@ from runner.base.errors import RecipeError
 from runner.engines import spec_class
 from runner.recipe import Recipe
 
-PATH_KEYS = {"model.id", "model.tokenizer", "dataset.path", "prompt.template", "prompt.system_template"}
-PATH_KEYS |= {"engine.compile_cache"}  # a folder that may not exist yet: resolved as given, like a model folder
+PATH_KEYS = {
+    "model.id",
+    "model.tokenizer",
+    "dataset.path",
+    "prompt.template",
+    "prompt.system_template",
+}
+# a folder that may not exist yet: resolved as given, like a model folder
+PATH_KEYS |= {"engine.compile_cache"}
 
 
 class KeyProblem(ValueError):
@@ -58,7 +67,8 @@ def model_classes(ann: Any) -> list[type[BaseModel]]:
 
 
 def _step(ann: Any, kind: Any, is_engine: bool) -> Any:
-    """What lies below a field of annotation `ann`: model classes, a DictOf, or the plain annotation."""
+    """What lies below a field of annotation `ann`: model classes, a DictOf, or the plain
+    annotation."""
     if models := model_classes(ann):
         return [spec_class(kind)] if is_engine and spec_class(kind) is not None else models
     bare = inner = _unwrap(ann)
@@ -72,9 +82,10 @@ def _step(ann: Any, kind: Any, is_engine: bool) -> Any:
 
 
 def key_target(key: str, kind: Any = None) -> Any:
-    """The annotation a dotted key sets (a list of model classes for a section, DictOf for a free-form
-    mapping, `Any` below one). `kind` picks the engine spec for `engine.*` keys; without it, a key
-    is valid when any engine has it. Raises KeyProblem for a key that is not a recipe field."""
+    """The annotation a dotted key sets (a list of model classes for a section, DictOf for a
+    free-form mapping, `Any` below one). `kind` picks the engine spec for `engine.*` keys; without
+    it, a key is valid when any engine has it. Raises KeyProblem for a key that is not a recipe
+    field."""
     parts = key.split(".")
     if not key or any(not p for p in parts):
         raise KeyProblem(f"{key!r} is not a dotted key (empty part)")
@@ -85,12 +96,17 @@ def key_target(key: str, kind: Any = None) -> Any:
             fields = sorted({n for m in cur for n in m.model_fields})
             if part not in fields:
                 close = difflib.get_close_matches(part, fields, n=1)
-                msg = f"{key!r} is not a recipe field ({f'{done!r} has' if done else 'a recipe has'} no key {part!r})"
+                msg = (
+                    f"{key!r} is not a recipe field "
+                    f"({f'{done!r} has' if done else 'a recipe has'} no key {part!r})"
+                )
                 if close:
                     msg += f"; did you mean {'.'.join([*filter(None, [done]), close[0]])!r}?"
                 raise KeyProblem(msg + " Allowed here: " + ", ".join(fields))
             holder = next(m for m in cur if part in m.model_fields)
-            cur = _step(holder.model_fields[part].annotation, kind, is_engine=(i == 0 and part == "engine"))
+            cur = _step(
+                holder.model_fields[part].annotation, kind, is_engine=(i == 0 and part == "engine")
+            )
         elif isinstance(cur, DictOf):
             cur = _step(cur.value, kind, False) if cur.value is not Any else Any
         elif cur is not Any:
@@ -99,7 +115,8 @@ def key_target(key: str, kind: Any = None) -> Any:
 
 
 def text_field(target: Any) -> tuple[bool, bool]:
-    """(takes text, also takes null) for a key_target result: str, `str | None`, Literal of strings."""
+    """(takes text, also takes null) for a key_target result: str, `str | None`, Literal of
+    strings."""
     ann = _unwrap(target)
     if ann is str:
         return True, False
@@ -135,11 +152,16 @@ def _cli_path(key: str, value):
     if key.startswith("model.") and not value.startswith(("./", "../", "~")):
         return value  # a hub id
     p = Path(value).expanduser()
-    return str(p.resolve()) if (p.exists() or key.startswith(("model.", "engine.compile_cache"))) else value
+    return (
+        str(p.resolve())
+        if (p.exists() or key.startswith(("model.", "engine.compile_cache")))
+        else value
+    )
 
 
 def _set_value(data: dict, key: str, raw: str) -> Any:
-    """The value `--set key=raw` means for this recipe: text as written for text fields, else YAML."""
+    """The value `--set key=raw` means for this recipe: text as written for text fields, else
+    YAML."""
     engine = data.get("engine")
     try:
         target = key_target(key, engine.get("kind") if isinstance(engine, dict) else None)
@@ -162,15 +184,22 @@ def _apply(data: dict, items: dict[str, str], where: str) -> None:
             raise RecipeError(f"--set {key}: {e}", file=where, field=key) from None
 
 
-def apply_overrides(data: dict, overrides: list[str], mp: Mapping[str, str], where: str) -> tuple[dict, list[str]]:
-    """Apply the --set items, then the --model-path ones, to `data`; (the --set items parsed, the --set items
-    --model-path stood for)."""
+def apply_overrides(
+    data: dict, overrides: list[str], mp: Mapping[str, str], where: str
+) -> tuple[dict, list[str]]:
+    """Apply the --set items, then the --model-path ones, to `data`; (the --set items parsed, the
+    --set items --model-path stood for)."""
     sets, extra = parse_set(overrides), []
     _apply(data, sets, where)
     model = data.get("model")
-    if mp and isinstance(model, dict):  # each hub id --model-path names, as the --set items it stands for
+    # each hub id --model-path names, as the --set items it stands for
+    if mp and isinstance(model, dict):
         mid, tok = model.get("id"), model.get("tokenizer")
-        extra = [f"model.{k}={mp[v]}" for k, v in (("id", mid), ("tokenizer", tok)) if isinstance(v, str) and v in mp]
+        extra = [
+            f"model.{k}={mp[v]}"
+            for k, v in (("id", mid), ("tokenizer", tok))
+            if isinstance(v, str) and v in mp
+        ]
         if tok is None and isinstance(mid, str) and mid in mp:
             extra.append(f"model.tokenizer={mp[mid]}")
     _apply(data, parse_set(extra), where)

@@ -49,7 +49,8 @@ def _line(node: yaml.Node) -> int:
 
 
 def _count_values(root: yaml.Node, err: Callable[..., RecipeError]) -> None:
-    """Values in the tree with aliases expanded, counted in time linear in the file (memoized per node)."""
+    """Values in the tree with aliases expanded, counted in time linear in the file (memoized per
+    node)."""
     sizes, active = {}, set()  # id(node) -> values below it; the nodes being counted
 
     def size(node: yaml.Node) -> int:
@@ -57,17 +58,24 @@ def _count_values(root: yaml.Node, err: Callable[..., RecipeError]) -> None:
         if key in sizes:
             return sizes[key]
         if key in active:
-            msg = "an alias (*name) refers to a mapping or list that contains it; a recipe cannot contain itself"
+            msg = (
+                "an alias (*name) refers to a mapping or list that contains it; a recipe cannot "
+                "contain itself"
+            )
             raise err(msg, line=_line(node))
         active.add(key)
         n = 1
         for item in node.value if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) else ():
-            n += size(item[0]) + size(item[1]) if isinstance(item, tuple) else size(item)  # (key, value) or value
+            # (key, value) or value
+            n += size(item[0]) + size(item[1]) if isinstance(item, tuple) else size(item)
             if n > MAX_VALUES:
                 break
         active.discard(key)
         if n > MAX_VALUES:
-            msg = f"the YAML holds more than {MAX_VALUES:,} values once its aliases (*name) are expanded"
+            msg = (
+                f"the YAML holds more than {MAX_VALUES:,} values once its aliases (*name) are "
+                "expanded"
+            )
             hint = "write the values out instead of nesting aliases"
             raise err(f"{msg}; a recipe is far smaller", line=_line(node), hint=hint)
         sizes[key] = n
@@ -89,7 +97,10 @@ def _no_duplicate_keys(root: yaml.Node, err: Callable[..., RecipeError]) -> None
             for k, v in node.value:
                 key = str(k.value)
                 if key in seen and key != "<<":
-                    msg = f"key {key!r} appears twice (first on line {seen[key]}); the second would silently replace"
+                    msg = (
+                        f"key {key!r} appears twice (first on line {seen[key]}); the second "
+                        "would silently replace"
+                    )
                     raise err(f"{msg} the first", line=_line(k))
                 seen[key] = _line(k)
                 stack.append(v)
@@ -111,7 +122,9 @@ def read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise err(f"not UTF-8 text (bad byte at offset {e.start})", hint="save the recipe as UTF-8") from None
+        raise err(
+            f"not UTF-8 text (bad byte at offset {e.start})", hint="save the recipe as UTF-8"
+        ) from None
     if not text.strip():
         raise err("file is empty; a recipe needs at least name, model, engine, dataset, prompt")
     return _parse(text, err)
@@ -124,7 +137,10 @@ def _parse(text: str, err: Callable[..., RecipeError]) -> tuple[Any, yaml.Node |
         line = text.count("\n", 0, e.position) + 1
         col = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
         why = f"a control character (0x{e.character:02x}) at column {col}: YAML allows none there"
-        hint = "delete it (text pasted from a colored terminal carries them; `cat -v FILE` shows them as ^[)"
+        hint = (
+            "delete it (text pasted from a colored terminal carries them; `cat -v FILE` shows "
+            "them as ^[)"
+        )
         raise err(why, line=line, hint=hint) from None
     try:
         node = loader.get_single_node()
@@ -134,10 +150,15 @@ def _parse(text: str, err: Callable[..., RecipeError]) -> tuple[Any, yaml.Node |
         _no_duplicate_keys(node, err)
         data = loader.construct_document(node)
     except _TooDeep as e:
-        raise err(f"nested more than {MAX_DEPTH} levels deep; a recipe needs fewer than 10", line=e.args[0]) from None
+        raise err(
+            f"nested more than {MAX_DEPTH} levels deep; a recipe needs fewer than 10",
+            line=e.args[0],
+        ) from None
     except yaml.MarkedYAMLError as e:
         line = e.problem_mark.line + 1 if e.problem_mark else None
-        raise err(f"YAML syntax error: {e.problem}" + (f" ({e.context})" if e.context else ""), line=line) from None
+        raise err(
+            f"YAML syntax error: {e.problem}" + (f" ({e.context})" if e.context else ""), line=line
+        ) from None
     except yaml.YAMLError as e:
         raise err(f"YAML error: {e}") from None
     except (ValueError, OverflowError) as e:  # e.g. an integer of more than 4,300 digits
@@ -150,14 +171,16 @@ def _parse(text: str, err: Callable[..., RecipeError]) -> tuple[Any, yaml.Node |
 
 
 def line_of(root: yaml.Node | None, loc: tuple, exact: bool = False) -> int | None:
-    """1-based line of the deepest node of `loc` present in the YAML tree (the root's line when none is);
-    with `exact`, None unless the whole of `loc` is there."""
+    """1-based line of the deepest node of `loc` present in the YAML tree (the root's line when none
+    is); with `exact`, None unless the whole of `loc` is there."""
     node, line = root, None
     for part in loc:
         hit = None  # (the node whose line counts, the node to go on from)
         if isinstance(node, yaml.MappingNode):
             hit = next(((k, v) for k, v in node.value if k.value == str(part)), None)
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+        elif (
+            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
+        ):
             hit = (node.value[part], node.value[part])
         if hit is None:
             if exact:

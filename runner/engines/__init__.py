@@ -1,6 +1,7 @@
-"""Engines. `ENGINES` is the registry: a new engine is one module with a spec class (a `kind` literal, its fields,
-`build()` and the class facts of `EngineSpecBase`) and one entry in this tuple. The recipe's discriminated union, the
-allowed kinds, error messages, the reference, reports and the environment record are all derived from it."""
+"""Engines. `ENGINES` is the registry: a new engine is one module with a spec class (a `kind`
+literal, its fields, `build()` and the class facts of `EngineSpecBase`) and one entry in this tuple.
+The recipe's discriminated union, the allowed kinds, error messages, the reference, reports and the
+environment record are all derived from it."""
 
 from __future__ import annotations
 

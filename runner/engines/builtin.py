@@ -1,5 +1,6 @@
-"""`model.id: builtin:demo`: a tiny random Qwen2-shaped model with a BPE tokenizer trained on the embedded Japanese
-sample, built offline in a second. Smoke tests only: its answers are noise and its scores mean nothing."""
+"""`model.id: builtin:demo`: a tiny random Qwen2-shaped model with a BPE tokenizer trained on the
+embedded Japanese sample, built offline in a second. Smoke tests only: its answers are noise and its
+scores mean nothing."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ SMOKE_NOTE = (
     "built offline; its outputs are noise and its scores mean nothing."
 )
 CHATML = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] "
+    "}}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 VERSION = "1"
@@ -38,11 +39,17 @@ def _corpus_texts() -> list[str]:
     texts = []
     for par in (par for art in data["data"] for par in art["paragraphs"]):
         texts += [par["context"], *(qa["question"] for qa in par["qas"])]
-    return texts + ["Contextを参考にして、問題に回答してください。", "Question:", "Context:", "Output:"]
+    return texts + [
+        "Contextを参考にして、問題に回答してください。",
+        "Question:",
+        "Context:",
+        "Output:",
+    ]
 
 
 def cache_root() -> Path:
-    """Where the runner keeps what it builds once (builtin models, GGUF conversions): $RUNNER_CACHE."""
+    """Where the runner keeps what it builds once (builtin models, GGUF conversions):
+    $RUNNER_CACHE."""
     return Path(os.environ.get("RUNNER_CACHE", Path.home() / ".cache" / "runner"))
 
 
@@ -66,8 +73,8 @@ def ensure_builtin(model_id: str) -> str:
 
 
 def cached(out: Path, build: Callable[[Path], None]) -> Path:
-    """`out`, built once: `build(folder)` writes into a temporary folder that is published as `out` whole
-    (with a manifest of its files' hashes); a folder cut short or damaged is built again."""
+    """`out`, built once: `build(folder)` writes into a temporary folder that is published as `out`
+    whole (with a manifest of its files' hashes); a folder cut short or damaged is built again."""
     if intact(out):
         return out
     if out.exists():  # a cache cut short or damaged: build it again
@@ -75,7 +82,9 @@ def cached(out: Path, build: Callable[[Path], None]) -> Path:
             shutil.rmtree(out)
         except OSError as e:
             msg = f"a cached build is damaged and cannot be removed ({e.strerror})"
-            raise RunnerError(msg, file=str(out), hint="delete that folder; the runner builds it again") from None
+            raise RunnerError(
+                msg, file=str(out), hint="delete that folder; the runner builds it again"
+            ) from None
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")  # a fresh folder beside `out`
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -96,8 +105,8 @@ def cached(out: Path, build: Callable[[Path], None]) -> Path:
 
 
 def _build(tmp: Path) -> None:
-    """Train a byte-level BPE tokenizer on the embedded sample (ChatML specials and template), initialise the model
-    and save both to `tmp`."""
+    """Train a byte-level BPE tokenizer on the embedded sample (ChatML specials and template),
+    initialise the model and save both to `tmp`."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -109,16 +118,22 @@ def _build(tmp: Path) -> None:
     alphabet = dict(special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     trainer = trainers.BpeTrainer(vocab_size=1200, show_progress=False, **alphabet)
     tok.train_from_iterator(_corpus_texts(), trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
     fast.chat_template = CHATML
-    torch.manual_seed(0)  # a tiny Qwen2-shaped model for the tokenizer, its weights drawn from a fixed seed
-    shape = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, max_position_embeddings=2048)
+    # a tiny Qwen2-shaped model for the tokenizer, its weights drawn from a fixed seed
+    torch.manual_seed(0)
+    shape = dict(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, max_position_embeddings=2048
+    )
     heads = dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
     bos = fast.convert_tokens_to_ids("<|endoftext|>")
     ids = dict(eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id, bos_token_id=bos)
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(fast), **shape, **heads, **ids))
     bars = tf_logging.is_progress_bar_enabled()
-    tf_logging.disable_progress_bar()  # a bar for one small shard would lead `runner check`'s first output
+    # a bar for one small shard would lead `runner check`'s first output
+    tf_logging.disable_progress_bar()
     try:
         model.save_pretrained(tmp)
     finally:

@@ -1,9 +1,11 @@
-"""A deterministic engine for pipeline tests and dry runs: no model, made-up replies. Its reply is a Jinja template
-over the example (`reply: "{{ answers[0] }}"` answers correctly, the default a fixed string), compiled and rendered in
-the prompts' bounded sandbox. Token counts come from the recipe's tokenizer when `model.tokenizer` names one (or the
-model is a builtin), otherwise from whitespace-separated words. It never stands in for a test of a real engine: reports
-label it as fake and its scores are marked not meaningful. Its server (`load:` recipes) is the serving wing's
-runner/serve/fake_server.py; the command that starts it and the verdicts read from its log are here."""
+"""A deterministic engine for pipeline tests and dry runs: no model, made-up replies. Its reply is a
+Jinja template over the example (`reply: "{{ answers[0] }}"` answers correctly, the default a fixed
+string), compiled and rendered in the prompts' bounded sandbox. Token counts come from the recipe's
+tokenizer when `model.tokenizer` names one (or the model is a builtin), otherwise from
+whitespace-separated words. It never stands in for a test of a real engine: reports label it as fake
+and its scores are marked not meaningful. Its server (`load:` recipes) is the serving wing's
+runner/serve/fake_server.py; the command that starts it and the verdicts read from its log are
+here."""
 
 from __future__ import annotations
 
@@ -24,17 +26,25 @@ from pydantic import Field, field_validator
 from runner.base.errors import TemplateError
 from runner.base.jinja import CompiledTemplate, compile_text
 from runner.base.types import EngineInfo, EngineSpecBase, Generation, Knob
-from runner.engines.hf import encode_prompts, load_tokenizer, messages_to_text, truncate_at_stop, uses_chat_template
+from runner.engines.hf import (
+    encode_prompts,
+    load_tokenizer,
+    messages_to_text,
+    truncate_at_stop,
+    uses_chat_template,
+)
 
 if TYPE_CHECKING:
     from runner.base.types import Advance, Example, Messages, ModelSpec, Request, Sampling, Sink
 
 DEFAULT_REPLY = "fake reply"
-SETTINGS_MARK = "fake server settings: "  # the fake server's line in engine.log with the settings it runs with
+# the fake server's line in engine.log with the settings it runs with
+SETTINGS_MARK = "fake server settings: "
 
 
 class FakeSpec(EngineSpecBase):
-    """A fake engine: deterministic replies rendered from the example, no model (pipeline tests, dry runs)."""
+    """A fake engine: deterministic replies rendered from the example, no model (pipeline tests, dry
+    runs)."""
 
     kind: Literal["fake"] = Field(description="Engine selector.")
     reply: str = Field(
@@ -55,8 +65,9 @@ class FakeSpec(EngineSpecBase):
         ge=0,
         le=3,
         allow_inf_nan=False,
-        description="Noise of a busy machine: each generate() call's delays are all multiplied by one log-normal "
-        "factor exp(N(0, jitter)), drawn afresh every call (median 1: the median time stays len x delay_s).",
+        description="Noise of a busy machine: each generate() call's delays are all multiplied by "
+        "one log-normal factor exp(N(0, jitter)), drawn afresh every call (median 1: the median "
+        "time stays len x delay_s).",
     )
     serve_fail: bool = Field(
         False,
@@ -75,7 +86,8 @@ class FakeSpec(EngineSpecBase):
         return v
 
     def check_examples(self, examples: Sequence[Example]) -> None:
-        """The reply rendered for every example now, so a template that fails on one row is found by `check`."""
+        """The reply rendered for every example now, so a template that fails on one row is found by
+        `check`."""
         template = reply_template(self.reply)
         for ex in examples:
             render_reply(template, ex)
@@ -83,17 +95,38 @@ class FakeSpec(EngineSpecBase):
     def build(self, model: ModelSpec, chat: bool | None) -> FakeEngine:
         return FakeEngine(self, model, chat)
 
-    def server_command(self, model: ModelSpec, host: str, port: int) -> tuple[list[str], dict[str, str]]:
+    def server_command(
+        self, model: ModelSpec, host: str, port: int
+    ) -> tuple[list[str], dict[str, str]]:
         fail = ["--fail-start"] if self.serve_fail else []
-        cmd = [sys.executable, "-m", "runner.serve.fake_server", "--host", host, "--port", str(port), *fail]
+        cmd = [
+            sys.executable,
+            "-m",
+            "runner.serve.fake_server",
+            "--host",
+            host,
+            "--port",
+            str(port),
+            *fail,
+        ]
         cmd += ["--reply", served_reply(self.reply), "--delay-s", repr(self.delay_s)]
         root = str(Path(__file__).resolve().parents[2])  # so `-m runner.serve.fake_server` imports
-        return cmd, {"PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        return cmd, {
+            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+        }
 
-    def served_evidence(self, model: ModelSpec, log: str, grown: dict[str, float], version: str) -> EngineInfo:
+    def served_evidence(
+        self, model: ModelSpec, log: str, grown: dict[str, float], version: str
+    ) -> EngineInfo:
         lines = [x[len(SETTINGS_MARK) :] for x in log.splitlines() if x.startswith(SETTINGS_MARK)]
-        got, ev = json.loads(lines[-1]) if lines else {}, "the fake server's settings line in engine.log"
-        why = "; the server sees token ids, not the example, so a reply template with variables is sent as a fixed text"
+        got, ev = (
+            json.loads(lines[-1]) if lines else {},
+            "the fake server's settings line in engine.log",
+        )
+        why = (
+            "; the server sees token ids, not the example, so a reply template with variables "
+            "is sent as a fixed text"
+        )
         sent = [
             ("reply", served_reply(self.reply), why if _variables(self.reply) else ""),
             ("delay_s", self.delay_s, ""),
@@ -109,13 +142,16 @@ class FakeSpec(EngineSpecBase):
             for k, want, note in sent
         ]
         return EngineInfo(
-            self.kind, version, knobs=knobs, notes=["fake server: replies are a fixed text, no model ran"]
+            self.kind,
+            version,
+            knobs=knobs,
+            notes=["fake server: replies are a fixed text, no model ran"],
         )
 
 
 def reply_template(text: str) -> CompiledTemplate:
-    """The reply compiled in the bounded sandbox (a template that would compute or loop without bound is
-    refused in seconds, as a prompt template is)."""
+    """The reply compiled in the bounded sandbox (a template that would compute or loop without
+    bound is refused in seconds, as a prompt template is)."""
     try:
         return compile_text(text, "reply", "", "engine.reply")
     except TemplateError as e:
@@ -123,7 +159,11 @@ def reply_template(text: str) -> CompiledTemplate:
 
 
 def _variables(reply: str) -> bool:
-    return bool(jinja2.meta.find_undeclared_variables(reply_template(reply).template.environment.parse(reply)))
+    return bool(
+        jinja2.meta.find_undeclared_variables(
+            reply_template(reply).template.environment.parse(reply)
+        )
+    )
 
 
 def served_reply(reply: str) -> str:
@@ -139,7 +179,8 @@ def render_reply(template: CompiledTemplate, ex: Example) -> str:
 
 
 def jitter_factor(jitter: float, rng: random.Random) -> float:
-    """One generate() call's slow-down: log-normal with median 1 (a busy machine's multiplicative noise)."""
+    """One generate() call's slow-down: log-normal with median 1 (a busy machine's multiplicative
+    noise)."""
     return math.exp(rng.gauss(0.0, jitter)) if jitter else 1.0
 
 
@@ -152,13 +193,30 @@ class FakeEngine:
             self.tokenizer = load_tokenizer(model)
             self.chat = uses_chat_template(self.tokenizer, chat)
         counted = "tokenizer" if self.tokenizer else "whitespace words"
-        done = {"reply": "per example", "delay_s": "slept", "jitter": "per call"}  # each setting as asked, and how
+        # each setting as asked, and how
+        done = {"reply": "per example", "delay_s": "slept", "jitter": "per call"}
         knobs = [
-            Knob(name=k, requested=getattr(spec, k), effective=getattr(spec, k), status="applied", evidence=ev)
+            Knob(
+                name=k,
+                requested=getattr(spec, k),
+                effective=getattr(spec, k),
+                status="applied",
+                evidence=ev,
+            )
             for k, ev in done.items()
         ]
-        knobs.append(Knob(name="tokens", effective=counted, status="default", evidence="how tokens are counted"))
-        self.info = EngineInfo("fake", "", "none (fake engine)", time.perf_counter() - t0, knobs=knobs)  # the report
+        knobs.append(
+            Knob(
+                name="tokens",
+                effective=counted,
+                status="default",
+                evidence="how tokens are counted",
+            )
+        )
+        # the report
+        self.info = EngineInfo(
+            "fake", "", "none (fake engine)", time.perf_counter() - t0, knobs=knobs
+        )
         # says it is fake in its own banner
 
     def encode(self, messages: Sequence[Messages]) -> tuple[list[str], list[list[int]]]:
@@ -173,7 +231,11 @@ class FakeEngine:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def generate(
-        self, requests: Sequence[Request], sampling: Sampling, progress: Advance | None = None, sink: Sink | None = None
+        self,
+        requests: Sequence[Request],
+        sampling: Sampling,
+        progress: Advance | None = None,
+        sink: Sink | None = None,
     ) -> list[Generation]:
         out, delay = [], self.spec.delay_s * jitter_factor(self.spec.jitter, random.SystemRandom())
         for i, req in enumerate(requests):
@@ -187,7 +249,9 @@ class FakeEngine:
                 text = " ".join(text.split()[:n])
             else:
                 text = self.tokenizer.decode(ids[:n], skip_special_tokens=True)
-            g = Generation(text=text, prompt_tokens=len(req.ids), output_tokens=n, latency_s=self.spec.delay_s)
+            g = Generation(
+                text=text, prompt_tokens=len(req.ids), output_tokens=n, latency_s=self.spec.delay_s
+            )
             out.append(g)
             if sink:
                 sink([(i, g)])

@@ -1,10 +1,10 @@
 """GGUF model files (`model.id: x.gguf`, or a folder plus `model.gguf_file`).
 
-transformers reads them itself (`gguf_file=`), dequantizing the weights on load. vLLM 0.26 has no GGUF loader, so
-it gets a safetensors copy, converted once into the runner's cache ($RUNNER_CACHE) under the file's SHA-256 and
-reused; the tokenizer (with the file's chat template) is converted once the same way, so every engine and
-`runner plan` encode prompts with the very same tokenizer files. Needs the `gguf` and `accelerate` packages
-(`pip install 'runner[gguf]'`)."""
+transformers reads them itself (`gguf_file=`), dequantizing the weights on load. vLLM 0.26 has no
+GGUF loader, so it gets a safetensors copy, converted once into the runner's cache ($RUNNER_CACHE)
+under the file's SHA-256 and reused; the tokenizer (with the file's chat template) is converted once
+the same way, so every engine and `runner plan` encode prompts with the very same tokenizer files.
+Needs the `gguf` and `accelerate` packages (`pip install 'runner[gguf]'`)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,10 @@ def check_file(model: ModelSpec) -> Path:
     assert path is not None
     if not path.is_file():
         field = "model.gguf_file" if model.gguf_file else "model.id"
-        hint = "give the path of a .gguf file (a relative path starts with ./ or ../, from the recipe's folder)"
+        hint = (
+            "give the path of a .gguf file (a relative path starts with ./ or ../, from the "
+            "recipe's folder)"
+        )
         raise RunnerError(f"GGUF file not found: {path}", field=field, hint=hint)
     return path
 
@@ -41,7 +44,10 @@ def readable(model: ModelSpec) -> Path:
     (else exit 2 with the install line)."""
     path = check_file(model)
     if missing := [p for p in PACKAGES if importlib.util.find_spec(p) is None]:
-        msg = f"a GGUF model needs the Python package{'s' * (len(missing) > 1)} {', '.join(missing)}, not installed"
+        msg = (
+            f"a GGUF model needs the Python package{'s' * (len(missing) > 1)} "
+            f"{', '.join(missing)}, not installed"
+        )
         raise RunnerError(msg, field="model.id", hint=INSTALL)
     return path
 
@@ -58,7 +64,8 @@ def sha256(path: Path) -> str:
 
 
 def quant_type(path: Path) -> str:
-    """The file's quantization as llama.cpp names it (`Q4_1`): the type most of its weight matrices have."""
+    """The file's quantization as llama.cpp names it (`Q4_1`): the type most of its weight matrices
+    have."""
     from gguf import GGUFReader
 
     kinds = Counter(t.tensor_type.name for t in GGUFReader(str(path)).tensors if len(t.shape) > 1)
@@ -87,9 +94,9 @@ def tokenizer_dir(model: ModelSpec) -> Path:
 
 
 def safetensors_dir(model: ModelSpec) -> tuple[Path, dict[str, Any]]:
-    """A float32 safetensors copy of the file's dequantized weights with its config and tokenizer (converted
-    once, reused), and what to report about it: file, sha256, quantization, copy, seconds spent getting
-    it, and whether this call did the conversion (`converted`)."""
+    """A float32 safetensors copy of the file's dequantized weights with its config and tokenizer
+    (converted once, reused), and what to report about it: file, sha256, quantization, copy, seconds
+    spent getting it, and whether this call did the conversion (`converted`)."""
     path = readable(model)
     t0, built = time.perf_counter(), []
 
@@ -97,8 +104,11 @@ def safetensors_dir(model: ModelSpec) -> tuple[Path, dict[str, Any]]:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        loaded = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-        loaded.hf_quantizer = None  # saved as plain weights: no GGUF quantizer, no quantization_config
+        loaded = AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, dtype=torch.float32
+        )
+        # saved as plain weights: no GGUF quantizer, no quantization_config
+        loaded.hf_quantizer = None
         if hasattr(loaded.config, "quantization_config"):
             del loaded.config.quantization_config
         loaded.save_pretrained(tmp)
@@ -115,7 +125,8 @@ def safetensors_dir(model: ModelSpec) -> tuple[Path, dict[str, Any]]:
 
 
 def config(model: ModelSpec) -> dict[str, Any]:
-    """The model's config (shapes, context length) as transformers reads it from the GGUF file's metadata."""
+    """The model's config (shapes, context length) as transformers reads it from the GGUF file's
+    metadata."""
     path = readable(model)
     from transformers import AutoConfig
 
@@ -126,17 +137,24 @@ def note(facts: dict[str, Any], engine: str) -> str:
     """One line for the report: where the weights the engine ran came from."""
     name = Path(facts["file"]).name
     if engine == "vllm":
-        done = f"converted in this run, {facts['convert_s']:.1f} s" if facts["converted"] else "converted before"
-        return (
-            f"Weights dequantized from {facts['quantization']} ({name}) into a float32 safetensors copy "
-            f"({done}: {facts['copy']}); vLLM has no GGUF loader."
+        done = (
+            f"converted in this run, {facts['convert_s']:.1f} s"
+            if facts["converted"]
+            else "converted before"
         )
-    return f"Weights dequantized from {facts['quantization']} ({name}) by transformers' GGUF loader."
+        return (
+            f"Weights dequantized from {facts['quantization']} ({name}) into a float32 safetensors "
+            f"copy ({done}: {facts['copy']}); vLLM has no GGUF loader."
+        )
+    return (
+        f"Weights dequantized from {facts['quantization']} ({name}) by transformers' GGUF loader."
+    )
 
 
 def vllm_model(model: ModelSpec) -> tuple[ModelSpec, dict[str, Any] | None]:
-    """The model as vLLM is to load it: for a GGUF file, its safetensors copy (with the copy's tokenizer unless
-    the recipe names one) and the conversion's facts; any other model as it is, and None."""
+    """The model as vLLM is to load it: for a GGUF file, its safetensors copy (with the copy's
+    tokenizer unless the recipe names one) and the conversion's facts; any other model as it is, and
+    None."""
     if model.gguf_path is None:
         return model, None
     folder, facts = safetensors_dir(model)

@@ -31,12 +31,17 @@ def uses_chat_template(tokenizer: Any, requested: bool | None) -> bool:
     return requested
 
 
-def encode_prompts(tokenizer: Any, messages: list[list[dict]], chat: bool) -> tuple[list[str], list[list[int]]]:
+def encode_prompts(
+    tokenizer: Any, messages: list[list[dict]], chat: bool
+) -> tuple[list[str], list[list[int]]]:
     """Prompt texts and their token ids, in one batch encode (the fast tokenizer spreads it over
     the cores). With a chat template the template supplies every special token (no BOS added
     again); without one the tokenizer adds its usual specials."""
     if chat:
-        texts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in messages]
+        texts = [
+            tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
+            for m in messages
+        ]
     else:
         texts = [messages_to_text(m) for m in messages]
     if not texts:
@@ -49,17 +54,29 @@ def looks_local(ref: str) -> bool:
     return ref.startswith(("/", "./", "../", "~")) or ref.count("/") > 1
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "spiece.model",
+)
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth")
 
 
 def check_model_source(model: Any) -> None:
-    """A model or tokenizer named by a local path must exist (else the hub client's error is cryptic), and the
-    folder the tokenizer is read from must hold one (transformers makes an empty tokenizer of a folder without)."""
+    """A model or tokenizer named by a local path must exist (else the hub client's error is
+    cryptic), and the folder the tokenizer is read from must hold one (transformers makes an empty
+    tokenizer of a folder without)."""
     if model.gguf_path is not None:
         gguf.check_file(model)
     for field, ref in (("model.id", model.id), ("model.tokenizer", model.tokenizer)):
-        if ref and not ref.startswith("builtin:") and looks_local(ref) and not Path(ref).expanduser().exists():
+        if (
+            ref
+            and not ref.startswith("builtin:")
+            and looks_local(ref)
+            and not Path(ref).expanduser().exists()
+        ):
             hint = "give a hub id (needs network) or an existing local folder; "
             hint += "--model-path HUB_ID=PATH maps hub ids to folders"
             raise RunnerError(f"model folder not found: {ref}", field=field, hint=hint)
@@ -74,22 +91,27 @@ def check_model_source(model: Any) -> None:
 
 
 def check_model_files(model: Any) -> None:
-    """A local model folder an engine loads weights from holds a config.json and weights (else the engine fails
-    minutes later, after its start)."""
+    """A local model folder an engine loads weights from holds a config.json and weights (else the
+    engine fails minutes later, after its start)."""
     folder = Path(model.id).expanduser()
     if model.gguf_path is not None or not looks_local(model.id) or not folder.is_dir():
         return
     if not (folder / "config.json").is_file():
-        raise RunnerError(f"{model.id} holds no config.json: it is not a model folder", field="model.id")
+        raise RunnerError(
+            f"{model.id} holds no config.json: it is not a model folder", field="model.id"
+        )
     if model.load_format != "dummy" and not any(next(folder.glob(p), None) for p in WEIGHT_FILES):
         why = f"{model.id} holds no weights (no {', '.join(WEIGHT_FILES)} files)"
-        hint = "point model.id at the folder with the weights, or set model.load_format: dummy for random weights"
+        hint = (
+            "point model.id at the folder with the weights, or set model.load_format: dummy "
+            "for random weights"
+        )
         raise RunnerError(why, field="model.id", hint=hint)
 
 
 def hub_note(model: Any) -> str | None:
-    """A model named by a hub id that is not in this machine's Hugging Face cache: running it downloads it, which
-    needs network (None: local, builtin, cached, or huggingface_hub absent)."""
+    """A model named by a hub id that is not in this machine's Hugging Face cache: running it
+    downloads it, which needs network (None: local, builtin, cached, or huggingface_hub absent)."""
     ref = model.id
     if ref.startswith("builtin:") or looks_local(ref) or model.gguf_path is not None:
         return None
@@ -100,29 +122,36 @@ def hub_note(model: Any) -> str | None:
     if isinstance(try_to_load_from_cache(ref, "config.json", revision=model.revision), str):
         return None
     return (
-        f"model.id {ref!r} is a hub id that is not in this machine's Hugging Face cache: runner go downloads it "
-        f"(needs network); without network, pass a local copy with --model-path {ref}=PATH"
+        f"model.id {ref!r} is a hub id that is not in this machine's Hugging Face cache: runner go "
+        "downloads it (needs network); without network, pass a local copy with --model-path "
+        f"{ref}=PATH"
     )
 
 
 def load_tokenizer(model: Any, builtin_dir: str | None = None, local_only: bool = False):
-    """The recipe's tokenizer: `model.tokenizer`, else the model's. `builtin_dir`: the folder an engine
-    loads a builtin model's weights from (its tokenizer comes with them); without it, a builtin
-    `model.tokenizer_id` is built (once) and read from its folder."""
+    """The recipe's tokenizer: `model.tokenizer`, else the model's. `builtin_dir`: the folder an
+    engine loads a builtin model's weights from (its tokenizer comes with them); without it, a
+    builtin `model.tokenizer_id` is built (once) and read from its folder."""
     from transformers import AutoTokenizer
 
     if builtin_dir is None and is_builtin(model.tokenizer_id):
         builtin_dir = ensure_builtin(model.tokenizer_id)
     check_model_source(model)
     if builtin_dir is None and model.tokenizer is None and model.gguf_path is not None:
-        builtin_dir = str(gguf.tokenizer_dir(model))  # the file's own tokenizer and chat template, converted once
-    kw = dict(revision=None if builtin_dir else model.revision, trust_remote_code=model.trust_remote_code)
-    return AutoTokenizer.from_pretrained(builtin_dir or model.tokenizer_id, local_files_only=local_only, **kw)
+        # the file's own tokenizer and chat template, converted once
+        builtin_dir = str(gguf.tokenizer_dir(model))
+    kw = dict(
+        revision=None if builtin_dir else model.revision, trust_remote_code=model.trust_remote_code
+    )
+    return AutoTokenizer.from_pretrained(
+        builtin_dir or model.tokenizer_id, local_files_only=local_only, **kw
+    )
 
 
 def tokenizer_folder(model: Any) -> Path | None:
-    """Where the recipe's tokenizer files are on this machine: a builtin's folder, a GGUF file's converted
-    tokenizer, a local folder, or the hub cache's snapshot (never the network); None when they are not here."""
+    """Where the recipe's tokenizer files are on this machine: a builtin's folder, a GGUF file's
+    converted tokenizer, a local folder, or the hub cache's snapshot (never the network); None when
+    they are not here."""
     ref = model.tokenizer_id
     if is_builtin(ref):
         return Path(ensure_builtin(ref))
@@ -146,12 +175,14 @@ def _hub_cached(ref: str, name: str, revision: str | None) -> Path | None:
     return Path(hit) if isinstance(hit, str) else None
 
 
-_COUNTING: dict[tuple, Any] = {}  # (tokenizer id, revision, GGUF file) -> the tokenizer check and plan count with
+# (tokenizer id, revision, GGUF file) -> the tokenizer check and plan count with
+_COUNTING: dict[tuple, Any] = {}
 
 
 def counting_tokenizer(model: Any) -> Any:
-    """The tokenizer `runner check` and `runner plan` count prompt tokens with when their counts are not kept:
-    the engines' (transformers' AutoTokenizer), from local files only, loaded once per process."""
+    """The tokenizer `runner check` and `runner plan` count prompt tokens with when their counts are
+    not kept: the engines' (transformers' AutoTokenizer), from local files only, loaded once per
+    process."""
     key = (model.tokenizer_id, model.revision, str(model.gguf_path))
     if key not in _COUNTING:
         check_model_source(model)
@@ -159,16 +190,23 @@ def counting_tokenizer(model: Any) -> Any:
             _COUNTING[key] = load_tokenizer(model, local_only=True)
         except RunnerError:
             raise
-        except Exception as e:  # transformers' "couldn't connect to huggingface.co" and kin: not here, and no network
+        # transformers' "couldn't connect to huggingface.co" and kin: not here, and no network
+        except Exception as e:
             field = "model.tokenizer" if model.tokenizer else "model.id"
             why = f"no tokenizer for {model.tokenizer_id} on this machine"
-            if looks_local(model.tokenizer_id) or tokenizer_folder(model) is not None:  # there, yet unreadable
+            # there, yet unreadable
+            if looks_local(model.tokenizer_id) or tokenizer_folder(model) is not None:
                 why += f" ({type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:160]})"
             else:
-                why += ": a hub id that is not in the Hugging Face cache (read from local files only)"
+                why += (
+                    ": a hub id that is not in the Hugging Face cache (read from local files only)"
+                )
             hint = f"pass a local copy with --model-path {model.tokenizer_id}=PATH"
             if looks_local(model.tokenizer_id):
-                hint = "point model.tokenizer (or model.id) at a folder with the model's tokenizer files"
+                hint = (
+                    "point model.tokenizer (or model.id) at a folder with the model's "
+                    "tokenizer files"
+                )
             raise RunnerError(why, field=field, hint=hint) from None
     return _COUNTING[key]
 
@@ -178,21 +216,27 @@ _COUNTED: dict[str, tuple[bool, list[list[int]]]] = {}  # the same, in this proc
 _WEIGHTS = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".msgpack", ".h5")
 
 
-def count_prompts(model: Any, messages: list[list[dict]], chat_template: bool | None) -> tuple[bool, list[list[int]]]:
-    """Whether the chat template is used, and each prompt's token ids as the engine gets them (transformers'
-    AutoTokenizer and `encode_prompts`, as every engine encodes): what `check` and `plan` count. Kept by the hash
-    of their inputs (the tokenizer's files, the transformers and tokenizers versions, the messages), in this
-    process and in $RUNNER_CACHE, so a study's cells that share prompts, and every later `check` or `plan` of the
-    same prompts, count without importing transformers (seconds) or encoding again."""
+def count_prompts(
+    model: Any, messages: list[list[dict]], chat_template: bool | None
+) -> tuple[bool, list[list[int]]]:
+    """Whether the chat template is used, and each prompt's token ids as the engine gets them
+    (transformers' AutoTokenizer and `encode_prompts`, as every engine encodes): what `check` and
+    `plan` count. Kept by the hash of their inputs (the tokenizer's files, the transformers and
+    tokenizers versions, the messages), in this process and in $RUNNER_CACHE, so a study's cells
+    that share prompts, and every later `check` or `plan` of the same prompts, count without
+    importing transformers (seconds) or encoding again."""
     return _counted(model, "prompts", chat_template, messages)
 
 
 def count_texts(model: Any, texts: list[str]) -> list[list[int]]:
-    """Token ids of plain texts (no special tokens), kept like `count_prompts`' (the plan's layout advice)."""
+    """Token ids of plain texts (no special tokens), kept like `count_prompts`' (the plan's layout
+    advice)."""
     return _counted(model, "texts", None, texts)[1]
 
 
-def _counted(model: Any, kind: str, chat_template: bool | None, inputs: list) -> tuple[bool, list[list[int]]]:
+def _counted(
+    model: Any, kind: str, chat_template: bool | None, inputs: list
+) -> tuple[bool, list[list[int]]]:
     folder = tokenizer_folder(model)
     key = None if folder is None else _count_key(folder, kind, chat_template, inputs)
     if key is not None and (hit := _COUNTED.get(key) or _read_counts(key)) is not None:
@@ -200,7 +244,10 @@ def _counted(model: Any, kind: str, chat_template: bool | None, inputs: list) ->
         return hit
     tok = counting_tokenizer(model)
     if kind == "texts":
-        got = False, [list(x) for x in tok(inputs, add_special_tokens=False)["input_ids"]] if inputs else []
+        got = (
+            False,
+            [list(x) for x in tok(inputs, add_special_tokens=False)["input_ids"]] if inputs else [],
+        )
     else:
         chat = uses_chat_template(tok, chat_template)
         got = chat, encode_prompts(tok, inputs, chat)[1]
@@ -211,7 +258,8 @@ def _counted(model: Any, kind: str, chat_template: bool | None, inputs: list) ->
 
 
 def _remember(key: str, got: tuple[bool, list[list[int]]]) -> None:
-    """Keep the newest few in memory (a study's distinct prompt lists; each can be tens of MB as Python lists)."""
+    """Keep the newest few in memory (a study's distinct prompt lists; each can be tens of MB as
+    Python lists)."""
     _COUNTED.pop(key, None)
     _COUNTED[key] = got
     while len(_COUNTED) > 8:
@@ -227,14 +275,22 @@ def _count_key(folder: Path, kind: str, chat_template: bool | None, inputs: list
             h.update(f"{pkg}={version(pkg)};".encode())
         except PackageNotFoundError:
             h.update(f"{pkg}=none;".encode())
-    for f in sorted(folder.iterdir()):  # the tokenizer's files and config.json (transformers 5 picks its class by it)
+    # the tokenizer's files and config.json (transformers 5 picks its class by it)
+    for f in sorted(folder.iterdir()):
         if not f.is_file() or f.name.endswith(_WEIGHTS):
             continue
-        st = f.stat()  # a large file by its size and time (hashing it would cost more than counting)
+        # a large file by its size and time (hashing it would cost more than counting)
+        st = f.stat()
         big = st.st_size >= 64 << 20
-        digest = f"{st.st_size}:{st.st_mtime_ns}" if big else hashlib.sha256(f.read_bytes()).hexdigest()
+        digest = (
+            f"{st.st_size}:{st.st_mtime_ns}" if big else hashlib.sha256(f.read_bytes()).hexdigest()
+        )
         h.update(f"{f.name}\x00{digest};".encode())
-    h.update(json.dumps([kind, chat_template, inputs], ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    h.update(
+        json.dumps([kind, chat_template, inputs], ensure_ascii=False).encode(
+            "utf-8", "surrogatepass"
+        )
+    )
     return h.hexdigest()[:40]
 
 
@@ -245,15 +301,19 @@ def _counts_path(key: str) -> Path:
 
 
 def _write_counts(key: str, chat: bool, ids: list[list[int]]) -> None:
-    """zlib(4-byte header length, JSON header, uint32 lengths, uint32 ids); a cache that cannot be written is
-    skipped."""
+    """zlib(4-byte header length, JSON header, uint32 lengths, uint32 ids); a cache that cannot be
+    written is skipped."""
     lens, flat = array("I", map(len, ids)), array("I", (t for x in ids for t in x))
     head = json.dumps({"chat": chat, "n": len(ids)}).encode()
     path = _counts_path(key)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(zlib.compress(len(head).to_bytes(4, "little") + head + lens.tobytes() + flat.tobytes(), 1))
+        tmp.write_bytes(
+            zlib.compress(
+                len(head).to_bytes(4, "little") + head + lens.tobytes() + flat.tobytes(), 1
+            )
+        )
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)
@@ -281,8 +341,8 @@ def truncate_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
 
 
 def model_config(m: Any, where: str | None = None) -> dict[str, Any]:
-    """The model's config.json: a local folder, a builtin, the hub cache (never the network), or a GGUF file's
-    metadata."""
+    """The model's config.json: a local folder, a builtin, the hub cache (never the network), or a
+    GGUF file's metadata."""
     if m.gguf_path is not None:
         return gguf.config(m)
     folder = Path(ensure_builtin(m.id)) if is_builtin(m.id) else Path(m.id).expanduser()
@@ -290,7 +350,10 @@ def model_config(m: Any, where: str | None = None) -> dict[str, Any]:
     if not cfg.is_file():
         cfg = _hub_cached(m.id, "config.json", m.revision)
         if cfg is None:
-            msg = f"no config.json for {m.id} on this machine (plan reads the model's config, never the network)"
+            msg = (
+                f"no config.json for {m.id} on this machine (plan reads the model's config, "
+                "never the network)"
+            )
             hint = f"pass a local copy with --model-path {m.id}=PATH"
             raise RunnerError(msg, file=where, field="model.id", hint=hint)
     return json.loads(cfg.read_text(encoding="utf-8"))

@@ -1,10 +1,11 @@
 """Hugging Face transformers: the baseline engine.
 
-`batching: static` (default) is `generate`: `batch_size: 1` is the plain one-prompt-at-a-time loop; larger batches pad
-on the left and run length-sorted. `batching: continuous` is transformers' own continuous batching (`generate_batch`'s
-manager, paged attention, prefix sharing): what a transformers user would try first for throughput. It is a setting of
-this engine, not a kind of its own, because everything but the generation loop (model loading, tokenizer, dtype,
-device, attention and quantization knobs, the prompt ids) is the same. torch/transformers are imported only when the
+`batching: static` (default) is `generate`: `batch_size: 1` is the plain one-prompt-at-a-time loop;
+larger batches pad on the left and run length-sorted. `batching: continuous` is transformers' own
+continuous batching (`generate_batch`'s manager, paged attention, prefix sharing): what a
+transformers user would try first for throughput. It is a setting of this engine, not a kind of its
+own, because everything but the generation loop (model loading, tokenizer, dtype, device, attention
+and quantization knobs, the prompt ids) is the same. torch/transformers are imported only when the
 engine is built."""
 
 from __future__ import annotations
@@ -30,19 +31,31 @@ if TYPE_CHECKING:
 
 
 class ContinuousSpec(StrictModel):
-    """Limits of transformers' continuous batching (`batching: continuous`); unset: transformers sizes them from the
-    free memory and the workload. Each is read back from the running manager (the report's knob table)."""
+    """Limits of transformers' continuous batching (`batching: continuous`); unset: transformers
+    sizes them from the free memory and the workload. Each is read back from the running manager
+    (the report's knob table)."""
 
     num_blocks: PositiveInt | None = Field(None, le=10_000_000, description="KV-cache blocks.")
     block_size: PositiveInt | None = Field(
-        None, le=65536, description="Tokens per KV-cache block (transformers 5.17: `block_size`; later: `page_size`)."
+        None,
+        le=65536,
+        description="Tokens per KV-cache block (transformers 5.17: `block_size`; later: "
+        "`page_size`).",
     )
-    max_batch_tokens: PositiveInt | None = Field(None, le=10_000_000, description="Most tokens in one step.")
-    max_requests_per_batch: PositiveInt | None = Field(None, le=1_000_000, description="Most requests in one step.")
+    max_batch_tokens: PositiveInt | None = Field(
+        None, le=10_000_000, description="Most tokens in one step."
+    )
+    max_requests_per_batch: PositiveInt | None = Field(
+        None, le=1_000_000, description="Most requests in one step."
+    )
     prefix_sharing: bool = Field(
-        True, description="Share KV blocks of common prompt prefixes (transformers' `allow_block_sharing`)."
+        True,
+        description="Share KV blocks of common prompt prefixes (transformers' "
+        "`allow_block_sharing`).",
     )
-    cuda_graphs: bool | None = Field(None, description="CUDA graphs for its steps; default: transformers' choice.")
+    cuda_graphs: bool | None = Field(
+        None, description="CUDA graphs for its steps; default: transformers' choice."
+    )
 
 
 class TransformersSpec(EngineSpecBase):
@@ -55,14 +68,17 @@ class TransformersSpec(EngineSpecBase):
     kind: Literal["transformers"] = Field(description="Engine selector.")
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto",
-        description="`auto` = cuda when available, else cpu. On Ray (`--executor ray`) `cuda` reserves a GPU; "
-        "`auto` reserves none.",
+        description="`auto` = cuda when available, else cpu. On Ray (`--executor ray`) `cuda` "
+        "reserves a GPU; `auto` reserves none.",
     )
     batch_size: PositiveInt = Field(
-        1, le=65536, description="1 = one prompt at a time; larger = left-padded, length-sorted batches."
+        1,
+        le=65536,
+        description="1 = one prompt at a time; larger = left-padded, length-sorted batches.",
     )
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] | None = Field(
-        None, description="Attention kernel; default is transformers' choice (sdpa where supported)."
+        None,
+        description="Attention kernel; default is transformers' choice (sdpa where supported).",
     )
     quantization: Literal["bitsandbytes-4bit", "bitsandbytes-8bit"] | None = Field(
         None,
@@ -76,39 +92,56 @@ class TransformersSpec(EngineSpecBase):
     )
     batching: Literal["static", "continuous"] = Field(
         "static",
-        description="`static`: `generate` on padded batches of `batch_size`; `continuous`: transformers' continuous "
-        "batching (paged attention; requests join and leave each step; limits in `continuous`).",
+        description="`static`: `generate` on padded batches of `batch_size`; `continuous`: "
+        "transformers' continuous batching (paged attention; requests join and leave each step; "
+        "limits in `continuous`).",
     )
     continuous: ContinuousSpec = Field(
-        default_factory=ContinuousSpec, description="Continuous batching's limits (`batching: continuous` only)."
+        default_factory=ContinuousSpec,
+        description="Continuous batching's limits (`batching: continuous` only).",
     )
 
     @model_validator(mode="after")
     def _continuous_only(self) -> TransformersSpec:
         if self.batching == "static" and self.continuous != ContinuousSpec():
-            raise ValueError("`continuous` sets continuous batching's limits: add `batching: continuous`")
+            raise ValueError(
+                "`continuous` sets continuous batching's limits: add `batching: continuous`"
+            )
         if self.batching == "continuous" and self.batch_size != 1:
-            raise ValueError("batch_size is for `batching: static`; continuous batching sizes its steps itself")
+            raise ValueError(
+                "batch_size is for `batching: static`; continuous batching sizes its steps itself"
+            )
         return self
 
     def build(self, model: ModelSpec, chat: bool | None) -> TransformersEngine:
         return TransformersEngine(self, model, chat)
 
     def gpus_needed(self) -> int:
-        """`cuda`: one GPU. `auto` asks for none (it must also run on a CPU-only node): Ray then reserves no
-        GPU for it, yet on a node with GPUs it may still use one, as Ray 2.60 leaves CUDA_VISIBLE_DEVICES as
-        it is for tasks that ask for none; set `device: cuda` to have one reserved."""
+        """`cuda`: one GPU. `auto` asks for none (it must also run on a CPU-only node): Ray then
+        reserves no GPU for it, yet on a node with GPUs it may still use one, as Ray 2.60 leaves
+        CUDA_VISIBLE_DEVICES as it is for tasks that ask for none; set `device: cuda` to have one
+        reserved."""
         return 1 if self.device == "cuda" else 0
 
     def plan_settings(self, model: ModelSpec) -> dict[str, Any]:
         device = {"cpu": "cpu", "cuda": "gpu"}.get(self.device)  # auto: the machine planned for
-        cpu_dtype = "float32" if model.dtype == "auto" else model.dtype  # as build() loads it on a CPU
-        return {"dtype": model.dtype, "cpu_dtype": cpu_dtype, "quantization": self.quantization, "device": device}
+        # as build() loads it on a CPU
+        cpu_dtype = "float32" if model.dtype == "auto" else model.dtype
+        return {
+            "dtype": model.dtype,
+            "cpu_dtype": cpu_dtype,
+            "quantization": self.quantization,
+            "device": device,
+        }
 
     def preflight(self, model: ModelSpec) -> None:
         if self.device == "cuda" and not has_cuda_device():
             hint = "use `device: auto` (cuda when there is one, else cpu) or `device: cpu`"
-            raise RunnerError("device is cuda but this machine has no NVIDIA GPU", field="engine.device", hint=hint)
+            raise RunnerError(
+                "device is cuda but this machine has no NVIDIA GPU",
+                field="engine.device",
+                hint=hint,
+            )
 
 
 @dataclass(frozen=True)
@@ -124,7 +157,9 @@ class TransformersFacts:
     weights_gib: float
 
 
-def transformers_knobs(spec: TransformersSpec, model: ModelSpec, f: TransformersFacts) -> list[Knob]:
+def transformers_knobs(
+    spec: TransformersSpec, model: ModelSpec, f: TransformersFacts
+) -> list[Knob]:
     """Every knob of a transformers recipe with its verdict (pure: facts given as data)."""
     attn, quant = spec.attn_implementation, spec.quantization
     weights = f"model.config.quantization_config; weights {f.weights_gib:.2f} GiB"
@@ -153,9 +188,10 @@ def transformers_knobs(spec: TransformersSpec, model: ModelSpec, f: Transformers
 
 
 def continuous_knobs(c: ContinuousSpec, manager: Any, attn: str | None = None) -> list[Knob]:
-    """Continuous batching's knobs, each read back from the running manager (its resolved config and KV cache, the
-    attention its model ran with: transformers pages it, or switches to flash attention where it can; `attn`: the
-    recipe's); before a generation started one: unverified. `manager` may be any object with those attributes."""
+    """Continuous batching's knobs, each read back from the running manager (its resolved config and
+    KV cache, the attention its model ran with: transformers pages it, or switches to flash
+    attention where it can; `attn`: the recipe's); before a generation started one: unverified.
+    `manager` may be any object with those attributes."""
     eff = getattr(manager, "continuous_batching_config", None)
     cache = getattr(getattr(manager, "batch_processor", None), "cache", None)
     model_config = getattr(getattr(manager, "model", None), "config", None)
@@ -177,7 +213,8 @@ def continuous_knobs(c: ContinuousSpec, manager: Any, attn: str | None = None) -
             status = "unverified"
         elif want is None:
             status = "default"
-        else:  # an attention transformers pages for continuous batching (paged|sdpa) is the one asked for
+        # an attention transformers pages for continuous batching (paged|sdpa) is the one asked for
+        else:
             status = "applied" if got in (want, f"paged|{want}") else "ignored"
         out.append(Knob(name=name, requested=want, effective=got, status=status, evidence=where))
     return out
@@ -189,9 +226,14 @@ class TransformersEngine:
         import transformers
 
         self.spec, self.model_spec, self.torch = spec, model, torch
-        self._cb: tuple[Any, Any] | None = None  # continuous batching: (sampling key, its running manager)
+        # continuous batching: (sampling key, its running manager)
+        self._cb: tuple[Any, Any] | None = None
         t0 = time.perf_counter()
-        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if spec.device == "auto" else spec.device
+        self.device = (
+            ("cuda" if torch.cuda.is_available() else "cpu")
+            if spec.device == "auto"
+            else spec.device
+        )
         if self.device == "cuda" and not torch.cuda.is_available():
             raise RunnerError("device is cuda but torch sees no CUDA device", field="engine.device")
         builtin_dir = ensure_builtin(model.id) if is_builtin(model.id) else None
@@ -203,11 +245,13 @@ class TransformersEngine:
         load_s = time.perf_counter() - t0
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        eos = self.model.generation_config.eos_token_id  # its end-of-sequence ids and the tokenizer's
+        # its end-of-sequence ids and the tokenizer's
+        eos = self.model.generation_config.eos_token_id
         self.eos_ids = {*(eos if isinstance(eos, list) else [eos]), self.tokenizer.eos_token_id}
         self.eos_ids.discard(None)
         self.info = self._engine_info(transformers.__version__, load_s, builtin_dir is not None)
-        if spec.warmup:  # part of engine start: first-call kernel selection/JIT stays out of generation time
+        # part of engine start: first-call kernel selection/JIT stays out of generation time
+        if spec.warmup:
             pad = self.tokenizer.pad_token_id
             ids, mask = self._padded([self.tokenizer("Hello")["input_ids"] or [pad]], [0])
             self._model_generate(ids, mask, max_new_tokens=2, do_sample=False, pad_token_id=pad)
@@ -216,8 +260,8 @@ class TransformersEngine:
             torch.cuda.reset_peak_memory_stats()
 
     def _load_model(self, builtin_dir: str | None) -> Any:
-        """The model, in eval mode on self.device: random weights from its config (`load_format: dummy`),
-        else the checkpoint's."""
+        """The model, in eval mode on self.device: random weights from its config (`load_format:
+        dummy`), else the checkpoint's."""
         from transformers import AutoConfig, AutoModelForCausalLM, BitsAndBytesConfig
 
         torch, model, device, spec = self.torch, self.model_spec, self.device, self.spec
@@ -226,9 +270,11 @@ class TransformersEngine:
         if model.gguf_path is not None:  # transformers reads the file itself, dequantizing on load
             path = gguf.readable(model)
             source, file = str(path.parent), {"gguf_file": path.name}
-        dtype = "float32" if model.dtype == "auto" and device == "cpu" else model.dtype  # auto: the checkpoint's
+        # auto: the checkpoint's
+        dtype = "float32" if model.dtype == "auto" and device == "cpu" else model.dtype
         torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
-        kwargs: dict[str, Any] = {"trust_remote_code": model.trust_remote_code}  # and the spec's kernel, bitsandbytes
+        # and the spec's kernel, bitsandbytes
+        kwargs: dict[str, Any] = {"trust_remote_code": model.trust_remote_code}
         if spec.attn_implementation:
             kwargs["attn_implementation"] = spec.attn_implementation
         if model.load_format == "dummy":  # unquantized
@@ -236,7 +282,9 @@ class TransformersEngine:
                 source, revision=revision, trust_remote_code=model.trust_remote_code, **file
             )
             with torch.device(device):
-                random_dtype = (config.dtype if torch_dtype == "auto" else torch_dtype) or torch.float32
+                random_dtype = (
+                    config.dtype if torch_dtype == "auto" else torch_dtype
+                ) or torch.float32
                 loaded = AutoModelForCausalLM.from_config(config, dtype=random_dtype, **kwargs)
         else:
             if spec.quantization:
@@ -258,9 +306,14 @@ class TransformersEngine:
         return loaded
 
     def _engine_info(self, version: str, load_s: float, builtin: bool) -> EngineInfo:
-        q = qcfg = getattr(self.model.config, "quantization_config", None)  # its quant_method; None: unquantized
+        # its quant_method; None: unquantized
+        q = qcfg = getattr(self.model.config, "quantization_config", None)
         if qcfg is not None:
-            q = qcfg.get("quant_method") if isinstance(qcfg, dict) else getattr(qcfg, "quant_method", qcfg)
+            q = (
+                qcfg.get("quant_method")
+                if isinstance(qcfg, dict)
+                else getattr(qcfg, "quant_method", qcfg)
+            )
             q = str(getattr(q, "value", q))
         weights, m = self.model.get_memory_footprint() / 2**30, self.model
         cuda, cpu = self.device == "cuda", f"cpu ({platform.processor() or platform.machine()})"
@@ -272,16 +325,27 @@ class TransformersEngine:
         if (path := self.model_spec.gguf_path) is not None:
             info.extra["gguf"] = gguf.facts(path)
             info.notes.append(gguf.note(info.extra["gguf"], "transformers"))
-        dtype, attn = str(m.dtype).replace("torch.", ""), getattr(m.config, "_attn_implementation", None)
-        facts = TransformersFacts(self.device, str(next(m.parameters()).device), dtype, attn, q, weights)
+        dtype, attn = (
+            str(m.dtype).replace("torch.", ""),
+            getattr(m.config, "_attn_implementation", None),
+        )
+        facts = TransformersFacts(
+            self.device, str(next(m.parameters()).device), dtype, attn, q, weights
+        )
         info.knobs = self._static_knobs = transformers_knobs(self.spec, self.model_spec, facts)
-        if self.spec.batching == "continuous":  # read back after the first generation started the manager
-            info.knobs = [*info.knobs, *continuous_knobs(self.spec.continuous, None, self.spec.attn_implementation)]
+        # read back after the first generation started the manager
+        if self.spec.batching == "continuous":
+            info.knobs = [
+                *info.knobs,
+                *continuous_knobs(self.spec.continuous, None, self.spec.attn_implementation),
+            ]
         return info
 
     def _model_generate(self, ids: Any, mask: Any, **kw: Any) -> Any:
         with self.torch.inference_mode():
-            gen = self.model.generate(ids.to(self.device), attention_mask=mask.to(self.device), **kw)
+            gen = self.model.generate(
+                ids.to(self.device), attention_mask=mask.to(self.device), **kw
+            )
         if self.device == "cuda":
             self.torch.cuda.synchronize()
         return gen
@@ -292,12 +356,17 @@ class TransformersEngine:
     def _gen_kwargs(self, s: Sampling) -> dict[str, Any]:
         from transformers import GenerationConfig
 
-        # a fresh config: the checkpoint's generation_config.json (e.g. repetition_penalty 1.05) must not
+        # a fresh config: the checkpoint's generation_config.json (e.g. repetition_penalty 1.05)
+        # must not
         # change decoding behind the recipe's back; vLLM gets exactly the recipe's settings too
-        config = GenerationConfig(eos_token_id=sorted(self.eos_ids) or None, pad_token_id=self.tokenizer.pad_token_id)
+        config = GenerationConfig(
+            eos_token_id=sorted(self.eos_ids) or None, pad_token_id=self.tokenizer.pad_token_id
+        )
         kw: dict[str, Any] = {"generation_config": config, "max_new_tokens": s.max_tokens}
         if s.temperature > 0:
-            kw.update(do_sample=True, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k or None)
+            kw.update(
+                do_sample=True, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k or None
+            )
         else:
             kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         if s.ignore_eos:
@@ -326,7 +395,11 @@ class TransformersEngine:
         return ids, mask
 
     def generate(
-        self, requests: Sequence[Request], sampling: Sampling, progress: Advance | None = None, sink: Sink | None = None
+        self,
+        requests: Sequence[Request],
+        sampling: Sampling,
+        progress: Advance | None = None,
+        sink: Sink | None = None,
     ) -> list[Generation]:
         prompts = [r.ids for r in requests]
         if sampling.seed is not None:
@@ -350,12 +423,15 @@ class TransformersEngine:
             if progress:
                 progress(len(idx))
         if self.device == "cuda":
-            self.info.extra["torch_peak_allocated_gib"] = self.torch.cuda.max_memory_allocated() / 2**30
+            self.info.extra["torch_peak_allocated_gib"] = (
+                self.torch.cuda.max_memory_allocated() / 2**30
+            )
         return out  # type: ignore[return-value]
 
     def prepare(self, sampling: Sampling) -> None:
-        """Before the generation is timed: continuous batching's manager for these sampling settings (its KV cache
-        allocated, warmed up, its loop started), kept across generations with the same settings."""
+        """Before the generation is timed: continuous batching's manager for these sampling settings
+        (its KV cache allocated, warmed up, its loop started), kept across generations with the same
+        settings."""
         if self.spec.batching != "continuous":
             return
         key = (sampling.temperature, sampling.top_p, sampling.top_k, sampling.ignore_eos)
@@ -367,22 +443,31 @@ class TransformersEngine:
         t0 = time.perf_counter()
         kw = self._gen_kwargs(sampling)
         config = kw.pop("generation_config")
-        config.update(**{k: v for k, v in kw.items() if k in ("do_sample", "temperature", "top_p", "top_k")})
+        config.update(
+            **{k: v for k, v in kw.items() if k in ("do_sample", "temperature", "top_p", "top_k")}
+        )
         if sampling.ignore_eos:
-            config.eos_token_id = -1  # continuous batching's way to run every request to max_new_tokens
+            # continuous batching's way to run every request to max_new_tokens
+            config.eos_token_id = -1
         fields_ = set(getattr(ContinuousBatchingConfig, "__dataclass_fields__", {}))
         names = {"prefix_sharing": "allow_block_sharing", "cuda_graphs": "use_cuda_graph"}
         names["block_size"] = "block_size" if "block_size" in fields_ else "page_size"
         asked = {names.get(k, k): v for k, v in self.spec.continuous.model_dump().items()}
-        cb = ContinuousBatchingConfig(**{k: v for k, v in asked.items() if v is not None and k in fields_})
-        manager = self.model.init_continuous_batching(generation_config=config, continuous_batching_config=cb)
+        cb = ContinuousBatchingConfig(
+            **{k: v for k, v in asked.items() if v is not None and k in fields_}
+        )
+        manager = self.model.init_continuous_batching(
+            generation_config=config, continuous_batching_config=cb
+        )
         if self.spec.warmup and not manager.warmed_up:
             manager.warmup()
         manager.start()
         self._cb = (key, manager)
         setup = time.perf_counter() - t0
-        if "continuous_setup_s" not in self.info.extra:  # the first: part of the engine start (KV cache, warm-up)
-            self.info.load_s += setup  # (a later one, between generations, is in neither start nor generation)
+        # the first: part of the engine start (KV cache, warm-up)
+        if "continuous_setup_s" not in self.info.extra:
+            # (a later one, between generations, is in neither start nor generation)
+            self.info.load_s += setup
         self.info.extra["continuous_setup_s"] = setup
 
     def _stop_manager(self) -> None:
@@ -393,7 +478,11 @@ class TransformersEngine:
                 manager.destroy()
 
     def _generate_continuous(
-        self, prompts: list[list[int]], sampling: Sampling, progress: Advance | None, sink: Sink | None
+        self,
+        prompts: list[list[int]],
+        sampling: Sampling,
+        progress: Advance | None,
+        sink: Sink | None,
     ) -> list[Generation]:
         self.prepare(sampling)
         manager = self._cb[1]  # type: ignore[index]
@@ -405,7 +494,10 @@ class TransformersEngine:
             got = manager.get_result(timeout=1)
             if got is None:
                 if not manager.is_running():
-                    raise RunnerError("transformers' continuous batching loop stopped before every request finished")
+                    raise RunnerError(
+                        "transformers' continuous batching loop stopped before every request "
+                        "finished"
+                    )
                 continue
             if not got.is_finished() or got.request_id not in where:
                 continue
@@ -422,14 +514,21 @@ class TransformersEngine:
         self.info.knobs = [*self._static_knobs, *knobs]
         ran = knobs[-1].effective  # continuous.attn_implementation
         if ran and "flash" not in str(ran):
-            note = f"Continuous batching ran with {ran} attention: without flash attention transformers builds an "
-            note += "attention mask for every step (it says continuous batching is much better with flash attention)."
+            note = (
+                f"Continuous batching ran with {ran} attention: without flash attention "
+                "transformers builds an "
+            )
+            note += (
+                "attention mask for every step (it says continuous batching is much better "
+                "with flash attention)."
+            )
             self.info.notes += [note] if note not in self.info.notes else []
         return out  # type: ignore[return-value]
 
     def reset_prefix_cache(self) -> bool:
-        """Static batches keep no cache. Continuous batching may keep shared prefix blocks in its manager: the
-        manager is ended, and the next generation's `prepare` builds a fresh one (outside the timed window)."""
+        """Static batches keep no cache. Continuous batching may keep shared prefix blocks in its
+        manager: the manager is ended, and the next generation's `prepare` builds a fresh one
+        (outside the timed window)."""
         if self.spec.batching != "continuous":
             return False
         self._stop_manager()

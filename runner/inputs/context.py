@@ -15,7 +15,8 @@ PER_MESSAGE, PER_PROMPT = 16, 16
 
 
 def context_length(lr: LoadedRecipe) -> int | None:
-    """The engine's context limit if the recipe sets one, else the model config's; None if unknown here."""
+    """The engine's context limit if the recipe sets one, else the model config's; None if unknown
+    here."""
     if limit := lr.recipe.engine.context_limit():
         return limit
     try:
@@ -24,8 +25,13 @@ def context_length(lr: LoadedRecipe) -> int | None:
         cfg = model_config(lr.recipe.model, lr.path)
     except (RunnerError, OSError, ValueError):
         return None
-    n = cfg.get("max_position_embeddings") or cfg.get("n_positions") or cfg.get("max_sequence_length")
-    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None  # else: plan names the bad key
+    n = (
+        cfg.get("max_position_embeddings")
+        or cfg.get("n_positions")
+        or cfg.get("max_sequence_length")
+    )
+    # else: plan names the bad key
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
 def token_bound(messages: Messages) -> int:
@@ -34,13 +40,19 @@ def token_bound(messages: Messages) -> int:
 
 
 def check_context(lr: LoadedRecipe, examples: Sequence[Any], messages: Sequence[Messages]) -> None:
-    """Refuses the prompts whose token count + max_tokens exceeds the context, counted with the tokenizer for the
-    few whose byte bound does not already prove they fit."""
+    """Refuses the prompts whose token count + max_tokens exceeds the context, counted with the
+    tokenizer for the few whose byte bound does not already prove they fit."""
     r, limit = lr.recipe, context_length(lr)
     if r.prompt.truncate and limit and r.sampling.max_tokens >= limit:
-        why = f"sampling.max_tokens {r.sampling.max_tokens:,} leaves no room for a prompt in the model's context of "
+        why = (
+            f"sampling.max_tokens {r.sampling.max_tokens:,} leaves no room for a prompt in the "
+            "model's context of "
+        )
         why += f"{limit:,} tokens, so prompt.truncate would cut every prompt to nothing"
-        hint = f"lower sampling.max_tokens below {limit:,} (the answer and the prompt share the context)"
+        hint = (
+            f"lower sampling.max_tokens below {limit:,} (the answer and the prompt share the "
+            "context)"
+        )
         raise RunnerError(why, file=lr.path, field="sampling.max_tokens", hint=hint)
     if r.prompt.truncate or not limit:
         return
@@ -58,18 +70,29 @@ def check_context(lr: LoadedRecipe, examples: Sequence[Any], messages: Sequence[
         names = ", ".join(str(examples[i].id) for i in over[:5]) + (
             f" and {len(over) - 5} more" if len(over) > 5 else ""
         )
-        msg = f"{len(over)} prompt(s) do not fit the model's context of {limit:,} tokens with max_tokens"
-        longer = (  # only an engine with the field can be given a longer context; otherwise it is the model's
+        msg = (
+            f"{len(over)} prompt(s) do not fit the model's context of {limit:,} tokens with "
+            "max_tokens"
+        )
+        # only an engine with the field can be given a longer context; otherwise it is the model's
+        longer = (
             "raise engine.max_model_len"
             if "max_model_len" in type(r.engine).model_fields
             else "use a model with a longer context"
         )
         hint = f"shorten the template or shots, lower sampling.max_tokens, {longer}, or set "
         hint += "prompt.truncate: true to cut such prompts from the left"
-        raise RunnerError(f"{msg} {r.sampling.max_tokens:,}: example {names}", file=lr.path, field="prompt", hint=hint)
+        raise RunnerError(
+            f"{msg} {r.sampling.max_tokens:,}: example {names}",
+            file=lr.path,
+            field="prompt",
+            hint=hint,
+        )
 
 
-def truncate_left(ids: list[list[int]], limit: int | None, max_tokens: int) -> tuple[list[list[int]], int]:
+def truncate_left(
+    ids: list[list[int]], limit: int | None, max_tokens: int
+) -> tuple[list[list[int]], int]:
     """Each prompt cut to its last `limit - max_tokens` tokens; the count of prompts cut."""
     if not limit:
         return ids, 0

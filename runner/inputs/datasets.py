@@ -22,12 +22,15 @@ from runner.inputs.readers import parse_rows, read_file
 @dataclass(frozen=True)
 class LoadedExamples:
     examples: tuple[Example, ...]
-    sha256: str | None  # of the file's bytes as read (16 hex digits, as runner.base.files.file_sha256); None: hub
+    # of the file's bytes as read (16 hex digits, as runner.base.files.file_sha256); None: hub
+    sha256: str | None
     path: str | None  # the file that was read; None for a hub dataset
 
 
 _MISSING = object()
-_ID_HINT = "give every row an id, or leave fields.id unset and remove the id column to number the rows"
+_ID_HINT = (
+    "give every row an id, or leave fields.id unset and remove the id column to number the rows"
+)
 
 
 def _get(row: dict, dotted: str) -> Any:
@@ -43,7 +46,8 @@ def _get(row: dict, dotted: str) -> Any:
 def _answers(value: Any, nested: bool = False) -> tuple[str, ...]:
     """Gold answers from a string, a list, `{text: ...}` or a list of those. A null at the top means
     "no gold answers"; a null inside (`[null]`, `{"text": null}`) is a broken row (ValueError)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):  # NaN: a missing cell of a number column
+    # NaN: a missing cell of a number column
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         if nested:
             raise ValueError("null answer")
         return ()
@@ -59,8 +63,8 @@ def _answers(value: Any, nested: bool = False) -> tuple[str, ...]:
 
 
 def as_text(value: Any) -> str:
-    """A cell as text; a whole float as the integer it holds (a number column with a missing cell is float: 1945.0
-    was written 1945)."""
+    """A cell as text; a whole float as the integer it holds (a number column with a missing cell is
+    float: 1945.0 was written 1945)."""
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
@@ -77,7 +81,9 @@ def _hub_rows(spec: Any, where: str, field: str) -> list[dict]:
         tmp = tempfile.mkdtemp(prefix="runner-dataset-")
         kwargs = {"cache_dir": tmp, "keep_in_memory": True}
     try:
-        return [dict(r) for r in datasets.load_dataset(spec.path, spec.name, split=spec.split, **kwargs)]
+        return [
+            dict(r) for r in datasets.load_dataset(spec.path, spec.name, split=spec.split, **kwargs)
+        ]
     except Exception as e:  # the hub library raises many kinds; all mean "could not load"
         detail = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
         msg = f"could not load hub dataset {spec.path!r} ({type(e).__name__}: {detail})"
@@ -89,7 +95,8 @@ def _hub_rows(spec: Any, where: str, field: str) -> list[dict]:
 
 
 class _Mapper:
-    """One row -> Example through `fields`; errors name the row and the `<prefix>.fields.<name>` to fix."""
+    """One row -> Example through `fields`; errors name the row and the `<prefix>.fields.<name>` to
+    fix."""
 
     def __init__(self, rows: list[dict], spec: Any, where: str, prefix: str):
         self.rows, self.fm, self.where, self.prefix = rows, spec.fields, where, prefix
@@ -107,10 +114,13 @@ class _Mapper:
         value = _MISSING if key is None else _get(row, key)
         if value is not _MISSING:
             return value
-        if key is None or self.anywhere(key):  # other rows have it: missing here reads as null (as Arrow reads JSON)
+        # other rows have it: missing here reads as null (as Arrow reads JSON)
+        if key is None or self.anywhere(key):
             return None
         cols = ", ".join(sorted(row)) if isinstance(row, dict) else "?"
-        raise self.error(f"row {n} has no column {key!r} (mapped to `{name}`); columns: {cols}", name)
+        raise self.error(
+            f"row {n} has no column {key!r} (mapped to `{name}`); columns: {cols}", name
+        )
 
     def required(self, n: int, row: dict, key: str, name: str) -> Any:
         value = self.need(n, row, key, name)
@@ -122,28 +132,42 @@ class _Mapper:
     def text(self, n: int, value: Any, key: str, name: str) -> str:
         if isinstance(value, (dict, list, tuple)):
             msg = f"row {n}: {key!r} (mapped to `{name}`) holds a {type(value).__name__}, not text"
-            raise self.error(msg, name, f"map fields.{name} to a column holding text (dotted keys reach inside)")
+            raise self.error(
+                msg, name, f"map fields.{name} to a column holding text (dotted keys reach inside)"
+            )
         return as_text(value)
 
     def example(self, n: int, row: dict) -> Example:
         fm = self.fm
         key = fm.id or "id"
-        ex_id = self.text(n, self.required(n, row, key, "id"), key, "id") if fm.id or self.anywhere("id") else str(n)
+        ex_id = (
+            self.text(n, self.required(n, row, key, "id"), key, "id")
+            if fm.id or self.anywhere("id")
+            else str(n)
+        )
         q = self.required(n, row, fm.question, "question")
         ctx = self.need(n, row, fm.context, "context") if fm.context else None
         try:
             ans = _answers(self.need(n, row, fm.answers, "answers")) if fm.answers else ()
         except ValueError as e:
-            hint = "every answer must be text; delete the broken ones (an empty list means no gold answers)"
-            raise self.error(f"row {n}: {fm.answers!r} (mapped to `answers`) holds {e}", "answers", hint) from None
+            hint = (
+                "every answer must be text; delete the broken ones (an empty list means no "
+                "gold answers)"
+            )
+            raise self.error(
+                f"row {n}: {fm.answers!r} (mapped to `answers`) holds {e}", "answers", hint
+            ) from None
         q = self.text(n, q, fm.question, "question")
         ctx = "" if ctx is None else self.text(n, ctx, str(fm.context), "context")
         return Example(id=ex_id, question=q, context=ctx, answers=ans)
 
 
-def read_examples(spec: Any, base_dir: Path, where: str = "", *, field: str = "dataset") -> LoadedExamples:
-    """The examples `spec` names (shuffled and limited as it says), with the hash of the file they came from.
-    `field`: the recipe field `spec` sits at (`dataset`, or `prompt.shots.source`), named by every error."""
+def read_examples(
+    spec: Any, base_dir: Path, where: str = "", *, field: str = "dataset"
+) -> LoadedExamples:
+    """The examples `spec` names (shuffled and limited as it says), with the hash of the file they
+    came from. `field`: the recipe field `spec` sits at (`dataset`, or `prompt.shots.source`), named
+    by every error."""
     if spec.format == "hub":
         rows = _hub_rows(spec, where, field)
         return LoadedExamples(_examples(rows, spec, where, field), None, None)
@@ -159,7 +183,8 @@ def read_examples(spec: Any, base_dir: Path, where: str = "", *, field: str = "d
     return kept
 
 
-_READ: dict[tuple, LoadedExamples] = {}  # (file sha256, path, spec, field) -> examples: files are read, bytes hashed
+# (file sha256, path, spec, field) -> examples: files are read, bytes hashed
+_READ: dict[tuple, LoadedExamples] = {}
 
 
 def _examples(rows: list, spec: Any, where: str, field: str) -> tuple[Example, ...]:
@@ -168,21 +193,30 @@ def _examples(rows: list, spec: Any, where: str, field: str) -> tuple[Example, .
         if spec.format == "hub":
             what = f"hub dataset {spec.path!r} (split {spec.split!r})"
         hint = f"point {field}.path at a file with at least one example"
-        raise DatasetError(f"{what} holds no examples", file=where, field=f"{field}.path", hint=hint)
+        raise DatasetError(
+            f"{what} holds no examples", file=where, field=f"{field}.path", hint=hint
+        )
     mapper = _Mapper(rows, spec, where, field)
     examples = [mapper.example(n, row) for n, row in enumerate(rows)]
     seen: set[str] = set()
     for ex in examples:
         if ex.id in seen:
-            msg = f"example id {ex.id!r} appears more than once; ids must be unique (they pair samples across runs"
+            msg = (
+                f"example id {ex.id!r} appears more than once; ids must be unique (they pair "
+                "samples across runs"
+            )
             hint = "map fields.id to a unique column, or leave it unset to number the rows"
-            raise DatasetError(f"{msg} and recipes)", file=where, field=f"{field}.fields.id", hint=hint)
+            raise DatasetError(
+                f"{msg} and recipes)", file=where, field=f"{field}.fields.id", hint=hint
+            )
         seen.add(ex.id)
     if spec.shuffle:
         random.Random(spec.seed).shuffle(examples)
     return tuple(examples[: spec.limit or None])
 
 
-def load_examples(spec: Any, base_dir: Path, where: str = "", *, field: str = "dataset") -> list[Example]:
+def load_examples(
+    spec: Any, base_dir: Path, where: str = "", *, field: str = "dataset"
+) -> list[Example]:
     """read_examples without the hash (for callers that only need the examples)."""
     return list(read_examples(spec, base_dir, where, field=field).examples)

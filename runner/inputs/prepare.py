@@ -20,19 +20,22 @@ class Prepared:
     examples: tuple[Example, ...]
     messages: tuple[Messages, ...]
     n_dataset: int  # examples in the dataset
-    n_target: int  # examples the run stands for (after limits; more than `examples` for an estimate)
+    # examples the run stands for (after limits; more than `examples` for an estimate)
+    n_target: int
     inputs: dict[str, str]  # input file -> sha256 (16 hex) of the bytes read
 
 
 def prepare(lr: LoadedRecipe, limit: int | None = None, estimate: int | None = None) -> Prepared:
-    """Examples and prompts, with the hashes of the bytes they were made from (what is recorded is what was read)."""
+    """Examples and prompts, with the hashes of the bytes they were made from (what is recorded is
+    what was read)."""
     r = lr.recipe
     base = Path(lr.base_dir)
     loaded = read_examples(r.dataset.model_copy(update={"limit": None}), base, lr.path)
     examples = list(loaded.examples)[: r.dataset.limit or None][: limit or None]
     n_target, est = len(examples), estimate or r.estimate
     if est and est < len(examples):
-        # a random sample (fixed seed), in dataset order: the first N of a file grouped by article are
+        # a random sample (fixed seed), in dataset order: the first N of a file grouped by article
+        # are
         # not representative of the rest
         examples = [examples[i] for i in sorted(random.Random(0).sample(range(len(examples)), est))]
     builder = PromptBuilder(r.prompt, base, lr.path)
@@ -41,12 +44,17 @@ def prepare(lr: LoadedRecipe, limit: int | None = None, estimate: int | None = N
     inputs = dict(builder.sources)
     if loaded.sha256:
         inputs[f"dataset:{r.dataset.path}"] = loaded.sha256
-    return Prepared(tuple(examples), messages, n_dataset=len(loaded.examples), n_target=n_target, inputs=inputs)
+    return Prepared(
+        tuple(examples), messages, n_dataset=len(loaded.examples), n_target=n_target, inputs=inputs
+    )
 
 
-def _shots_not_from_the_evaluated_set(lr: LoadedRecipe, dataset_sha: str | None, sources: dict[str, str]) -> None:
-    """Shots drawn from the very file being evaluated would put evaluated examples, answers included, into every
-    prompt: refused (the same bytes under any path; a hub dataset: the same name, config and split)."""
+def _shots_not_from_the_evaluated_set(
+    lr: LoadedRecipe, dataset_sha: str | None, sources: dict[str, str]
+) -> None:
+    """Shots drawn from the very file being evaluated would put evaluated examples, answers
+    included, into every prompt: refused (the same bytes under any path; a hub dataset: the same
+    name, config and split)."""
     r = lr.recipe
     shots = r.prompt.shots
     if not shots.k or shots.source is None:
@@ -56,7 +64,13 @@ def _shots_not_from_the_evaluated_set(lr: LoadedRecipe, dataset_sha: str | None,
         keys = ("path", "name", "split")
         same = all(getattr(r.dataset, k, None) == getattr(shots.source, k, None) for k in keys)
     if same:
-        why = f"prompt.shots.source is the evaluated dataset itself ({shots.source.path}): its {shots.k} drawn shots "
+        why = (
+            f"prompt.shots.source is the evaluated dataset itself ({shots.source.path}): its "
+            f"{shots.k} drawn shots "
+        )
         why += "would be evaluated examples, with their answers in every prompt"
-        hint = "draw the shots from another split (e.g. a train file), or write them under prompt.shots.examples"
+        hint = (
+            "draw the shots from another split (e.g. a train file), or write them under "
+            "prompt.shots.examples"
+        )
         raise DatasetError(why, file=lr.path, field="prompt.shots.source", hint=hint)

@@ -1,6 +1,7 @@
-"""Prompts: the recipe's Jinja templates (found beside the recipe or in templates/), rendered with its shots
-in the bounded sandbox (runner/base/jinja.py) with StrictUndefined: a typo is an error naming the template
-and the variable, not an empty string, and `render_all` bounds the time for all prompts of a run."""
+"""Prompts: the recipe's Jinja templates (found beside the recipe or in templates/), rendered with
+its shots in the bounded sandbox (runner/base/jinja.py) with StrictUndefined: a typo is an error
+naming the template and the variable, not an empty string, and `render_all` bounds the time for all
+prompts of a run."""
 
 from __future__ import annotations
 
@@ -39,14 +40,18 @@ def compile_file(name: str, base_dir: Path, where: str, field: str) -> jinja.Com
         near = sorted({f.name for d in folders if d.is_dir() for f in d.iterdir() if f.is_file()})
         close = difflib.get_close_matches(Path(name).expanduser().name, near, n=1)
         hint = f"did you mean {close[0]!r}?" if close else None
-        raise err(f"template not found: {name!r} (looked beside the recipe and in templates/)", hint=hint)
+        raise err(
+            f"template not found: {name!r} (looked beside the recipe and in templates/)", hint=hint
+        )
     try:
         if path.stat().st_size > 4 * jinja.MAX_CHARS:
             hint = "a prompt template this large is almost certainly the wrong file"
             raise err(f"template {path} is larger than {4 * jinja.MAX_CHARS:,} bytes", hint=hint)
         data = path.read_bytes()
     except OSError as e:
-        raise err(f"cannot read template {path}: {e.strerror or e}", hint="check the file's permissions") from None
+        raise err(
+            f"cannot read template {path}: {e.strerror or e}", hint="check the file's permissions"
+        ) from None
     try:
         source = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -56,7 +61,10 @@ def compile_file(name: str, base_dir: Path, where: str, field: str) -> jinja.Com
     if not source.strip():
         hint = "write the prompt into it; variables: question, context, answers, id, example, shots"
         raise err(f"template {path} is empty", hint=hint)
-    return replace(jinja.compile_text(source, str(path), where, field), sha256=hashlib.sha256(data).hexdigest()[:16])
+    return replace(
+        jinja.compile_text(source, str(path), where, field),
+        sha256=hashlib.sha256(data).hexdigest()[:16],
+    )
 
 
 def _shot(question: str, context: str, answers: list[str]) -> dict:
@@ -72,7 +80,9 @@ class PromptBuilder:
         self._sources = {f"template:{spec.template}": self.user.sha256}
         self.system = None
         if spec.system_template:
-            self.system = compile_file(spec.system_template, base_dir, where, "prompt.system_template")
+            self.system = compile_file(
+                spec.system_template, base_dir, where, "prompt.system_template"
+            )
             self._sources[f"template:{spec.system_template}"] = self.system.sha256
         elif spec.system is not None:
             self.system = jinja.compile_text(spec.system, "prompt.system", where, "prompt.system")
@@ -90,7 +100,9 @@ class PromptBuilder:
             picked = random.Random(shots.seed).sample(pool, shots.k)
             for e in picked:
                 if not e.answers:
-                    hint = "a worked example needs its answer: map fields.answers to the answer column"
+                    hint = (
+                        "a worked example needs its answer: map fields.answers to the answer column"
+                    )
                     msg = f"shot example {e.id!r} of {name} has no gold answer"
                     raise err(msg, field="prompt.shots.source.fields.answers", hint=hint)
             self.shots += [_shot(e.question, e.context, list(e.answers)) for e in picked]
@@ -102,7 +114,9 @@ class PromptBuilder:
         return {k: v for k, v in self._sources.items() if v}
 
     def _user(self, what: str, variables: dict) -> dict:
-        content = self.user.render(self.where, "prompt.template", what=what, **variables, shots=self.shots)
+        content = self.user.render(
+            self.where, "prompt.template", what=what, **variables, shots=self.shots
+        )
         return {"role": "user", "content": content}
 
     @cached_property
@@ -111,7 +125,9 @@ class PromptBuilder:
         msgs: list[dict] = []
         if self.system is not None:
             field = "prompt.system_template" if self.spec.system_template else "prompt.system"
-            content = self.system.render(self.where, field, what="the system prompt", shots=self.shots)
+            content = self.system.render(
+                self.where, field, what="the system prompt", shots=self.shots
+            )
             msgs.append({"role": "system", "content": content})
         if self.spec.shots.placement == "turns":
             for i, s in enumerate(self.shots):
@@ -122,20 +138,31 @@ class PromptBuilder:
 
     def messages(self, ex: Example) -> list[dict]:
         fixed = [dict(m) for m in self._fixed_messages]
-        ex_dict = {"id": ex.id, "question": ex.question, "context": ex.context, "answers": list(ex.answers)}
+        ex_dict = {
+            "id": ex.id,
+            "question": ex.question,
+            "context": ex.context,
+            "answers": list(ex.answers),
+        }
         return [*fixed, self._user(f"example {ex.id!r}", {**ex_dict, "example": ex_dict})]
 
     def render_all(self, examples: Any, seconds: float | None = None) -> list[list[dict]]:
         """messages() for every example, all within `seconds` (default: TOTAL_SECONDS plus
         PER_EXAMPLE_SECONDS per example); past it, a TemplateError naming the template."""
         examples, out = list(examples), []
-        seconds = seconds if seconds is not None else jinja.TOTAL_SECONDS + jinja.PER_EXAMPLE_SECONDS * len(examples)
+        seconds = (
+            seconds
+            if seconds is not None
+            else jinja.TOTAL_SECONDS + jinja.PER_EXAMPLE_SECONDS * len(examples)
+        )
         with jinja.limits(seconds, f"rendering all {len(examples)} prompts"):
             for ex in examples:
                 try:
                     jinja.tick()
                 except jinja.TemplateLimit as e:
                     msg = f"{self.user.path} (example {ex.id!r}): {e}"
-                    raise TemplateError(msg, file=self.where, field="prompt.template", hint=jinja.LIMIT_HINT) from None
+                    raise TemplateError(
+                        msg, file=self.where, field="prompt.template", hint=jinja.LIMIT_HINT
+                    ) from None
                 out.append(self.messages(ex))
         return out

@@ -19,8 +19,16 @@ from typing import Any
 
 from runner.base.errors import DatasetError
 
-FORMATS_HINT = "dataset formats: squad, json, jsonl, csv, parquet (a file) or hub (a dataset name or folder)"
-COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"PK\x03\x04": "zip", b"(\xb5/\xfd": "zstd"}
+FORMATS_HINT = (
+    "dataset formats: squad, json, jsonl, csv, parquet (a file) or hub (a dataset name or folder)"
+)
+COMPRESSED = {
+    b"\x1f\x8b": "gzip",
+    b"BZh": "bzip2",
+    b"\xfd7zXZ\x00": "xz",
+    b"PK\x03\x04": "zip",
+    b"(\xb5/\xfd": "zstd",
+}
 
 
 @dataclass(frozen=True)
@@ -32,7 +40,8 @@ class FileBytes:
 
 @dataclass(frozen=True)
 class _Where:
-    """Who to blame: the recipe file, the field prefix (`dataset` or `prompt.shots.source`), the data file."""
+    """Who to blame: the recipe file, the field prefix (`dataset` or `prompt.shots.source`), the
+    data file."""
 
     where: str
     prefix: str
@@ -51,7 +60,9 @@ class _Where:
         return self.error(f"cannot read {self.name} as {self.fmt}: {detail}", "format", hint)
 
     def wrong_format(self, message: str) -> DatasetError:
-        return self.error(message, "format", f"check {self.prefix}.format and {self.prefix}.path ({FORMATS_HINT})")
+        return self.error(
+            message, "format", f"check {self.prefix}.format and {self.prefix}.path ({FORMATS_HINT})"
+        )
 
 
 def read_file(path: Path, where: str, prefix: str) -> FileBytes:
@@ -64,7 +75,10 @@ def read_file(path: Path, where: str, prefix: str) -> FileBytes:
         hint = "check the file's permissions, or copy it somewhere readable"
         raise w.error(f"cannot read dataset file {path}: {e.strerror or e}", hint=hint) from None
     if _fingerprint(path, w) != before or len(data) != before[2]:
-        hint = "wait until whatever is writing it has finished (or point the recipe at a finished copy), then run again"
+        hint = (
+            "wait until whatever is writing it has finished (or point the recipe at a finished "
+            "copy), then run again"
+        )
         raise w.error(f"dataset file {path} changed while being read", hint=hint)
     return FileBytes(data, hashlib.sha256(data).hexdigest()[:16], path)
 
@@ -79,27 +93,37 @@ def _fingerprint(path: Path, w: _Where) -> tuple[int, ...]:
         st = os.stat(path)
     except FileNotFoundError:
         hint = "paths in a recipe are relative to the recipe file"
-        near = sorted(f.name for f in Path(path).parent.iterdir()) if Path(path).parent.is_dir() else []
+        near = (
+            sorted(f.name for f in Path(path).parent.iterdir())
+            if Path(path).parent.is_dir()
+            else []
+        )
         if close := difflib.get_close_matches(Path(path).name, near, n=1):
             hint = f"did you mean {close[0]!r} (in {Path(path).parent})? {hint}"
         raise w.error(f"dataset file not found: {path}", hint=hint) from None
     except OSError as e:
         raise w.error(f"cannot read dataset file {path}: {e.strerror or e}") from None
     if stat.S_ISDIR(st.st_mode):
-        hint = f"point {w.prefix}.path at a file inside it, or read a dataset folder with format: hub"
+        hint = (
+            f"point {w.prefix}.path at a file inside it, or read a dataset folder with format: hub"
+        )
         raise w.error(f"dataset path is a folder, not a file: {path}", hint=hint)
     if not stat.S_ISREG(st.st_mode):
-        raise w.error(f"dataset path is not a regular file: {path}", hint=f"point {w.prefix}.path at a data file")
+        raise w.error(
+            f"dataset path is not a regular file: {path}",
+            hint=f"point {w.prefix}.path at a data file",
+        )
     if st.st_size == 0:
         hint = f"point {w.prefix}.path at the file that holds the examples"
         raise w.error(f"dataset file is empty: {path}", hint=hint)
-    # ctime changes on every write (and cannot be set back), so a rewrite is seen even if mtime is restored
+    # ctime changes on every write (and cannot be set back), so a rewrite is seen even if mtime is
+    # restored
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def parse_rows(spec: Any, fb: FileBytes, where: str, prefix: str) -> list[dict]:
-    """Rows of a local file in format squad/json/jsonl/csv/parquet, as plain dicts; messages call the file by the
-    path the recipe writes (`spec.path`)."""
+    """Rows of a local file in format squad/json/jsonl/csv/parquet, as plain dicts; messages call
+    the file by the path the recipe writes (`spec.path`)."""
     fmt, w = spec.format, _Where(where, prefix, fb.path, spec.path, spec.format)
     data = _decompress(fb.data, w)
     if fmt == "parquet":
@@ -129,7 +153,9 @@ def _decompress(data: bytes, w: _Where) -> bytes:
         return {"gzip": gzip.decompress, "bzip2": bz2.decompress, "xz": lzma.decompress}[kind](data)
     except (OSError, EOFError, ValueError, lzma.LZMAError) as e:
         hint = "the file is damaged or cut short; copy it again"
-        raise w.error(f"{w.name} looks {kind}-compressed but cannot be decompressed ({e})", hint=hint) from None
+        raise w.error(
+            f"{w.name} looks {kind}-compressed but cannot be decompressed ({e})", hint=hint
+        ) from None
 
 
 def _text(data: bytes, fmt: str, w: _Where) -> str:
@@ -144,8 +170,13 @@ def _text(data: bytes, fmt: str, w: _Where) -> str:
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        msg = f"{name} is not UTF-8 text: byte 0x{data[e.start]:02x} at line {line}, column {col} cannot be decoded"
-        hint = "save the file as UTF-8 (for example, from Shift-JIS: iconv -f CP932 -t UTF-8 IN > OUT)"
+        msg = (
+            f"{name} is not UTF-8 text: byte 0x{data[e.start]:02x} at line {line}, column {col} "
+            "cannot be decoded"
+        )
+        hint = (
+            "save the file as UTF-8 (for example, from Shift-JIS: iconv -f CP932 -t UTF-8 IN > OUT)"
+        )
         raise w.error(msg, hint=hint) from None
 
 
@@ -154,16 +185,24 @@ def _csv(text: str, w: _Where) -> list[dict]:
     import pyarrow as pa
 
     if text.lstrip()[:1] in ("{", "["):
-        raise w.error(f"{w.name} looks like JSON, not CSV", field="format", hint="set format: json or jsonl")
+        raise w.error(
+            f"{w.name} looks like JSON, not CSV", field="format", hint="set format: json or jsonl"
+        )
     try:
-        # every cell as the text it is (`1945` stays "1945", `0012` stays "0012", `NA`/`None`/`null` stay words);
+        # every cell as the text it is (`1945` stays "1945", `0012` stays "0012", `NA`/`None`/`null`
+        # stay words);
         # only an empty cell is missing
         df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, na_values=[""])
     except pd.errors.EmptyDataError:
         return []
     except (pd.errors.ParserError, ValueError, OverflowError) as e:
-        hint = "the first line must name the columns, and every row must have as many comma-separated fields"
-        raise w.unreadable(_first_line(e), hint=f"{hint} (quote a field that holds a comma)") from None
+        hint = (
+            "the first line must name the columns, and every row must have as many "
+            "comma-separated fields"
+        )
+        raise w.unreadable(
+            _first_line(e), hint=f"{hint} (quote a field that holds a comma)"
+        ) from None
     try:
         return pa.Table.from_pandas(df, preserve_index=False).to_pylist()
     except (pa.ArrowException, ValueError, TypeError) as e:
@@ -175,11 +214,15 @@ def _parquet(data: bytes, w: _Where) -> list[dict]:
     import pyarrow.parquet as pq
 
     if len(data) < 12 or data[:4] != b"PAR1" or data[-4:] != b"PAR1":
-        raise w.wrong_format(f"{w.name} is not a Parquet file (Parquet files begin and end with 'PAR1')")
+        raise w.wrong_format(
+            f"{w.name} is not a Parquet file (Parquet files begin and end with 'PAR1')"
+        )
     try:
         return pq.read_table(pa.BufferReader(data)).to_pylist()
     except (pa.ArrowException, OSError, ValueError) as e:
-        raise w.unreadable(_first_line(e), hint="the file is damaged or cut short; write or copy it again") from None
+        raise w.unreadable(
+            _first_line(e), hint="the file is damaged or cut short; write or copy it again"
+        ) from None
 
 
 def _first_line(e: BaseException) -> str:
@@ -194,7 +237,9 @@ def json_doc(text: str, w: _Where) -> Any:
         hint = "fix the file at that place (`python -m json.tool FILE` shows it too)"
         if _json_lines(text):
             hint = "the file holds one JSON object per line (JSON Lines): set dataset.format: jsonl"
-        raise w.unreadable(f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}", hint=hint) from None
+        raise w.unreadable(
+            f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}", hint=hint
+        ) from None
     except RecursionError:
         raise w.error(f"{w.name} is nested too deeply to read as JSON") from None
 
@@ -210,15 +255,21 @@ def _json_lines(text: str) -> bool:
 
 def _jsonl_records(text: str, w: _Where) -> list[dict]:
     rows = []
-    for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may sit inside a JSON string
+    # not splitlines(): U+2028 may sit inside a JSON string
+    for n, line in enumerate(text.split("\n"), 1):
         s = line.strip()
         if not s:
             continue
         try:
             obj = json.loads(s)
         except json.JSONDecodeError as e:
-            hint = "each line of a JSONL file must be one complete JSON object; fix or delete that line"
-            raise w.unreadable(f"line {n} is not valid JSON: {e.msg} (column {e.colno})", hint=hint) from None
+            hint = (
+                "each line of a JSONL file must be one complete JSON object; fix or delete "
+                "that line"
+            )
+            raise w.unreadable(
+                f"line {n} is not valid JSON: {e.msg} (column {e.colno})", hint=hint
+            ) from None
         except RecursionError:
             raise w.error(f"{w.name} line {n} is nested too deeply to read as JSON") from None
         if not isinstance(obj, dict):
@@ -244,19 +295,32 @@ def _records(doc: Any, fmt: str, json_field: str | None, w: _Where) -> list[dict
     """The records of a JSON document: the list it is, or the one under `json_field`."""
     if json_field:
         if not isinstance(doc, dict) or json_field not in doc:
-            keys = ", ".join(sorted(doc)[:20]) if isinstance(doc, dict) else f"the file holds a JSON {_kind(doc)}"
+            keys = (
+                ", ".join(sorted(doc)[:20])
+                if isinstance(doc, dict)
+                else f"the file holds a JSON {_kind(doc)}"
+            )
             hint = "set json_field to the key that holds the list of records, or remove it"
-            raise w.error(f"{w.name} has no top-level key {json_field!r} ({keys})", field="json_field", hint=hint)
+            raise w.error(
+                f"{w.name} has no top-level key {json_field!r} ({keys})",
+                field="json_field",
+                hint=hint,
+            )
         doc = _columns_to_records(doc[json_field], w)
     elif isinstance(doc, dict):
         if fmt == "jsonl":
             return [doc]
-        msg = f"{w.name} holds a JSON object (keys: {', '.join(sorted(doc)[:20])}), not a list of records"
+        msg = (
+            f"{w.name} holds a JSON object (keys: {', '.join(sorted(doc)[:20])}), not a list of "
+            "records"
+        )
         hint = f"set {w.prefix}.json_field to the key that holds the records"
         hint += "; a SQuAD-style file needs format: squad" if "data" in doc else ""
         raise w.error(msg, field="json_field", hint=hint)
     if not isinstance(doc, list):
-        hint = 'a json dataset is a list of records such as [{"question": "...", "answers": ["..."]}]'
+        hint = (
+            'a json dataset is a list of records such as [{"question": "...", "answers": ["..."]}]'
+        )
         raise w.error(f"{w.name} holds a JSON {_kind(doc)}, not a list of records", hint=hint)
     for i, r in enumerate(doc):
         if not isinstance(r, dict):
@@ -266,8 +330,13 @@ def _records(doc: Any, fmt: str, json_field: str | None, w: _Where) -> list[dict
 
 
 def _columns_to_records(value: Any, w: _Where) -> Any:
-    """`{"question": [...], "answers": [...]}` (columns of equal length) as records; anything else unchanged."""
-    if not isinstance(value, dict) or not value or not all(isinstance(v, list) for v in value.values()):
+    """`{"question": [...], "answers": [...]}` (columns of equal length) as records; anything else
+    unchanged."""
+    if (
+        not isinstance(value, dict)
+        or not value
+        or not all(isinstance(v, list) for v in value.values())
+    ):
         return value
     if len({len(v) for v in value.values()}) != 1:
         lengths = ", ".join(f"{k}: {len(v)}" for k, v in value.items())
@@ -277,10 +346,14 @@ def _columns_to_records(value: Any, w: _Where) -> Any:
 
 
 def squad_rows(doc: Any, w: _Where) -> list[dict]:
-    """`data[].paragraphs[].qas[]` as flat rows; every structural problem names its place in the file."""
+    """`data[].paragraphs[].qas[]` as flat rows; every structural problem names its place in the
+    file."""
     data = doc.get("data") if isinstance(doc, dict) else None
     if not isinstance(data, list):
-        hint = 'SQuAD files look like {"data": [{"title": ..., "paragraphs": [{"context": ..., "qas": [...]}]}]}'
+        hint = (
+            'SQuAD files look like {"data": [{"title": ..., "paragraphs": [{"context": ..., '
+            '"qas": [...]}]}]}'
+        )
         msg = f'{w.name} is not SQuAD JSON: it has no top-level "data" list'
         raise w.error(msg, field="format", hint=f"{hint}; a plain list of records is format: json")
     rows = []
@@ -292,23 +365,43 @@ def squad_rows(doc: Any, w: _Where) -> list[dict]:
             for k, qa in enumerate(_need(par, "qas", list, at_p, w)):
                 at_q = f"{at_p}.qas[{k}]"
                 qid = _need(qa, "id", (str, int), at_q, w)
-                q, answers = _need(qa, "question", str, at_q, w), _squad_answers(qa, f"{at_q} (id {qid!r})", w)
-                rows.append({"id": qid, "question": q, "context": ctx, "answers": answers, "title": art.get("title")})
+                q, answers = (
+                    _need(qa, "question", str, at_q, w),
+                    _squad_answers(qa, f"{at_q} (id {qid!r})", w),
+                )
+                rows.append(
+                    {
+                        "id": qid,
+                        "question": q,
+                        "context": ctx,
+                        "answers": answers,
+                        "title": art.get("title"),
+                    }
+                )
     return rows
 
 
 def _squad_answers(qa: dict, at: str, w: _Where) -> list[str]:
     answers = qa.get("answers", None)
     if not isinstance(answers, list):
-        got = "has no answers" if "answers" not in qa else f'has "answers": {json.dumps(answers)[:40]}'
-        hint = 'give "answers" as a list of {"text": "..."} objects ([] for a question without a gold answer)'
+        got = (
+            "has no answers"
+            if "answers" not in qa
+            else f'has "answers": {json.dumps(answers)[:40]}'
+        )
+        hint = (
+            'give "answers" as a list of {"text": "..."} objects ([] for a question without a '
+            "gold answer)"
+        )
         raise w.error(f"{w.name}: {at} {got}", hint=hint)
     out = []
     for m, a in enumerate(answers):
         text = a.get("text") if isinstance(a, dict) else a
         if not isinstance(text, str):
             hint = 'every answer needs a "text" string; delete answers that have none'
-            raise w.error(f'{w.name}: {at} answer {m} has "text": {json.dumps(text)[:40]}', hint=hint)
+            raise w.error(
+                f'{w.name}: {at} answer {m} has "text": {json.dumps(text)[:40]}', hint=hint
+            )
         out.append(text)
     return out
 
@@ -316,7 +409,9 @@ def _squad_answers(qa: dict, at: str, w: _Where) -> list[str]:
 def _need(obj: Any, key: str, types: type | tuple, at: str, w: _Where) -> Any:
     hint = "check that the file is SQuAD JSON (format: squad)"
     if not isinstance(obj, dict):
-        raise w.error(f"{w.name}: {at} is a JSON {_kind(obj)}, not an object", field="format", hint=hint)
+        raise w.error(
+            f"{w.name}: {at} is a JSON {_kind(obj)}, not an object", field="format", hint=hint
+        )
     if key not in obj:
         raise w.error(f"{w.name}: {at} has no {key!r}", field="format", hint=f"{hint} and complete")
     if not isinstance(obj[key], types) or isinstance(obj[key], bool):
@@ -326,4 +421,6 @@ def _need(obj: Any, key: str, types: type | tuple, at: str, w: _Where) -> Any:
 
 
 def _kind(v: Any) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(v), "number")
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(v), "number"
+    )

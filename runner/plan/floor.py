@@ -1,30 +1,35 @@
 """The time no engine can beat: FLOPs at the GPU's peak, bytes at its bandwidth.
 
-Notation: P = decoder-layer matmul weights (``ParamCount.linear``), H hidden, V vocab, L layers, nh attention
-heads, d head dim; per request i: n_i prompt tokens, c_i of them served from the prefix cache, m output tokens
-(every request is assumed to produce ``max_tokens``, as with ``ignore_eos``); R requests; B the batch (sequences
-decoded together); W weight bytes on the GPU; kvb KV bytes per token; T max_num_batched_tokens.
+Notation: P = decoder-layer matmul weights (``ParamCount.linear``), H hidden, V vocab, L layers, nh
+attention heads, d head dim; per request i: n_i prompt tokens, c_i of them served from the prefix
+cache, m output tokens (every request is assumed to produce ``max_tokens``, as with ``ignore_eos``);
+R requests; B the batch (sequences decoded together); W weight bytes on the GPU; kvb KV bytes per
+token; T max_num_batched_tokens.
 
 FLOPs (a multiply-add = 2 FLOPs; embedding lookups, norms, activations and softmax are left out):
-  matmuls: 2P per token computed; logits 2HV per forward position that is sampled (vLLM computes logits only
+  matmuls: 2P per token computed; logits 2HV per forward position that is sampled (vLLM computes
+  logits only
     for the last prompt position and for each decode step).
   attention (causal, only the pairs computed): a token at 0-based position p attends to p + 1 keys,
     QK^T and AV = 4 * L * nh * d * (p + 1) FLOPs.
   prefill_i = 2P (n_i - c_i) + 2HV + 4 L nh d [n_i (n_i + 1) - c_i (c_i + 1)] / 2
   decode_i  = (m - 1) (2P + 2HV) + 4 L nh d [(m - 1) n_i + (m - 1) m / 2]
     (the first output token comes from the prefill; decode step j = 1..m-1 attends to n_i + j keys)
-  compute_s = (sum of prefill_i + decode_i) / peak; peak = the GPU's dense fp8 peak for fp8 (W8A8) weights
-    where the GPU has fp8 tensor cores, half the bf16 peak for float32 (TF32), else the bf16 peak (AWQ, GPTQ
-    and bitsandbytes dequantize to 16-bit for the matmul).
+  compute_s = (sum of prefill_i + decode_i) / peak; peak = the GPU's dense fp8 peak for fp8 (W8A8)
+  weights
+    where the GPU has fp8 tensor cores, half the bf16 peak for float32 (TF32), else the bf16 peak
+    (AWQ, GPTQ and bitsandbytes dequantize to 16-bit for the matmul).
 
 Bytes (memory_s, a lower bound for any schedule that keeps at most B sequences in flight):
-  decode steps S = ceil(R / B) * (m - 1); every step reads all GPU weights once; every decode token reads the
-  KV of its context: memory_s = [S * W + kvb * sum_i ((m - 1) n_i + (m - 1) m / 2)] / bandwidth.
-  (Prefill steps, ceil(sum (n_i - c_i) / T), also read W once each; that is added to memory_s too.)
-With ``cpu_offload_gb``: each forward pass (prefill and decode steps) brings the offloaded bytes over PCIe:
-  pcie_s = (S + prefill steps) * offloaded bytes / PCIe bandwidth. A loose floor: vLLM's UVA offload reads
-  host memory inside the matmul kernels, which re-read weights per tile (measured on the H200: ~1,200 tokens/s
-  with 8 GiB offloaded, far below this floor's rate).
+  decode steps S = ceil(R / B) * (m - 1); every step reads all GPU weights once; every decode token
+  reads the KV of its context: memory_s = [S * W + kvb * sum_i ((m - 1) n_i + (m - 1) m / 2)] /
+  bandwidth. (Prefill steps, ceil(sum (n_i - c_i) / T), also read W once each; that is added to
+  memory_s too.)
+With ``cpu_offload_gb``: each forward pass (prefill and decode steps) brings the offloaded bytes
+over PCIe:
+  pcie_s = (S + prefill steps) * offloaded bytes / PCIe bandwidth. A loose floor: vLLM's UVA offload
+  reads host memory inside the matmul kernels, which re-read weights per tile (measured on the H200:
+  ~1,200 tokens/s with 8 GiB offloaded, far below this floor's rate).
 floor_s = max(compute_s, memory_s, pcie_s); bound = the name of the largest.
 """
 
@@ -47,14 +52,16 @@ CUDA_RESERVED_MIB = 616  # NVML total minus CUDA's total, measured on the H200 (
 
 @dataclass(frozen=True)
 class GPU:
-    """One GPU model of the table below: memory, bandwidth and dense tensor-core peaks, each with its datasheet.
+    """One GPU model of the table below: memory, bandwidth and dense tensor-core peaks, each with
+    its datasheet.
 
-    Peaks are DENSE (the datasheets' headline figures with an asterisk are 2:4 sparsity, twice these). bf16 is with
-    FP32 accumulation (what inference kernels use); fp8 likewise (on GeForce cards FP16 accumulation doubles the
-    figure, kernels do not use it). ``memory_gib`` is what the CUDA runtime reports as total, the figure vLLM's
-    ``gpu_memory_utilization`` multiplies: on the H200 used by this project NVML reports 143,771 MiB (140.4 GiB)
-    and CUDA 150,109,880,320 bytes (139.8 GiB), a gap of 616 MiB; the other rows are nvidia-smi's usual total
-    less that same 616 MiB (not measured here)."""
+    Peaks are DENSE (the datasheets' headline figures with an asterisk are 2:4 sparsity, twice
+    these). bf16 is with FP32 accumulation (what inference kernels use); fp8 likewise (on GeForce
+    cards FP16 accumulation doubles the figure, kernels do not use it). ``memory_gib`` is what the
+    CUDA runtime reports as total, the figure vLLM's ``gpu_memory_utilization`` multiplies: on the
+    H200 used by this project NVML reports 143,771 MiB (140.4 GiB) and CUDA 150,109,880,320 bytes
+    (139.8 GiB), a gap of 616 MiB; the other rows are nvidia-smi's usual total less that same 616
+    MiB (not measured here)."""
 
     name: str  # Display name.
     memory_gib: float  # Total memory as the CUDA runtime reports it, GiB.
@@ -70,9 +77,14 @@ def _gib(nvml_mib: float) -> float:
 
 
 _DC = "https://www.nvidia.com/en-us/data-center/"
-_ADA = "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf (Appendix A)"
+_ADA = (
+    "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf "
+    "(Appendix A)"
+)
 _RTX = "; https://www.nvidia.com/en-us/geforce/graphics-cards/40-series/rtx-4090/"
-_ROWS = (  # GPU's fields in order, memory as NVML's total MiB: name, MiB, GB/s, bf16 and fp8 TFLOP/s, PCIe GB/s, source
+# GPU's fields in order, memory as NVML's total MiB: name, MiB, GB/s, bf16 and fp8 TFLOP/s, PCIe
+# GB/s, source
+_ROWS = (
     ("H100 SXM", 81559, 3350, 989.5, 1979, 64, _DC + "h100/ (H100 SXM column)"),
     ("H200", 143771, 4800, 989.5, 1979, 64, _DC + "h200/ (H200 SXM column); memory measured"),
     ("A100-80G", 81920, 2039, 312, None, 32, _DC + "a100/ (A100 80GB SXM column)"),
@@ -82,9 +94,12 @@ _ROWS = (  # GPU's fields in order, memory as NVML's total MiB: name, MiB, GB/s,
 )
 GPUS: dict[str, GPU] = {r[0]: GPU(r[0], _gib(r[1]), *r[2:]) for r in _ROWS}
 
-# per table name: its exact NVML device name (lower case; other variants, H100 PCIe/NVL, H200 NVL, A100 40GB or
-# PCIe, have other peaks or bandwidth and are left unmatched on purpose), then its aliases (normalized: lower
-# case, letters and digits only), which include the table name's and the NVML name's normalized forms
+# per table name: its exact NVML device name (lower case; other variants, H100 PCIe/NVL, H200 NVL,
+# A100 40GB or
+# PCIe, have other peaks or bandwidth and are left unmatched on purpose), then its aliases
+# (normalized: lower
+# case, letters and digits only), which include the table name's and the NVML name's normalized
+# forms
 _NAMES = {
     "H100 SXM": ("nvidia h100 80gb hbm3", "h100 h100sxm h100sxm5 h10080gbhbm3"),
     "H200": ("nvidia h200", "h200 h200sxm h200141gb"),
@@ -98,7 +113,8 @@ _ALIASES = {a: name for name, (_, aliases) in _NAMES.items() for a in aliases.sp
 
 
 def find_gpu(name: str) -> GPU | None:
-    """The table's entry for a name or alias, case and punctuation ignored ("h200", "NVIDIA H200", "a100-80g")."""
+    """The table's entry for a name or alias, case and punctuation ignored ("h200", "NVIDIA H200",
+    "a100-80g")."""
     hit = _ALIASES.get(re.sub(r"[^a-z0-9]", "", name.lower()).removeprefix("nvidia"))
     return GPUS[hit] if hit else None
 
@@ -110,8 +126,8 @@ def get_gpu(name: str) -> GPU:
 
 
 def gpu_from_nvml() -> GPU | None:
-    """The local GPU from NVML: its name and total memory, the table's peaks when its name matches exactly.
-    None without ``pynvml``, a driver or a device."""
+    """The local GPU from NVML: its name and total memory, the table's peaks when its name matches
+    exactly. None without ``pynvml``, a driver or a device."""
     try:
         import pynvml
 
@@ -134,12 +150,22 @@ class Floor(StrictModel):
     decode_flops: float = Field(description="FLOPs of the decode steps.")
     peak_tflops: float = Field(description="Peak used, TFLOP/s (dense, for the compute dtype).")
     compute_s: float = Field(description="(prefill_flops + decode_flops) / peak.")
-    prefill_steps: int = Field(description="Prefill forward passes: ceil(uncached tokens / max_num_batched_tokens).")
-    decode_steps: int = Field(description="Decode forward passes: ceil(requests / batch) * (max_tokens - 1).")
-    weight_read_bytes: float = Field(description="Weights read: (prefill + decode steps) * weight bytes on GPU.")
+    prefill_steps: int = Field(
+        description="Prefill forward passes: ceil(uncached tokens / max_num_batched_tokens)."
+    )
+    decode_steps: int = Field(
+        description="Decode forward passes: ceil(requests / batch) * (max_tokens - 1)."
+    )
+    weight_read_bytes: float = Field(
+        description="Weights read: (prefill + decode steps) * weight bytes on GPU."
+    )
     kv_read_bytes: float = Field(description="KV read by the decode steps.")
-    memory_s: float | None = Field(description="(weight + KV reads) / bandwidth; None if bandwidth unknown.")
-    pcie_s: float = Field(description="Offloaded weights over PCIe per forward pass; 0 without offload.")
+    memory_s: float | None = Field(
+        description="(weight + KV reads) / bandwidth; None if bandwidth unknown."
+    )
+    pcie_s: float = Field(
+        description="Offloaded weights over PCIe per forward pass; 0 without offload."
+    )
     floor_s: float = Field(description="max(compute_s, memory_s, pcie_s).")
     bound: str = Field(description="Which of them sets the floor: compute, memory or pcie.")
     batch: int = Field(description="Sequences decoded together (B).")
@@ -161,7 +187,11 @@ def workload_flops(
 ) -> tuple[float, float]:
     """(prefill FLOPs, decode FLOPs) for the workload (formulas in the module docstring)."""
     s, p = model_shape(config), count_parameters(config)
-    att, logits, m1 = 4 * s.layers * s.heads * s.head_dim, 2 * s.hidden * s.vocab, max(0, max_tokens - 1)
+    att, logits, m1 = (
+        4 * s.layers * s.heads * s.head_dim,
+        2 * s.hidden * s.vocab,
+        max(0, max_tokens - 1),
+    )
     prefill = decode = 0.0
     for n, c in zip(prompt_lens, cached, strict=True):
         prefill += 2 * p.linear * (n - c) + logits + att * (n * (n + 1) - c * (c + 1)) / 2

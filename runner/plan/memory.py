@@ -1,39 +1,48 @@
 """GPU memory of a dense decoder-only model under vLLM, from its Hugging Face ``config.json`` alone.
 
-Parameters (H hidden, L layers, nh attention heads, kv KV heads, d head dim, I intermediate, V vocab):
-  embedding V*H; lm_head V*H unless ``tie_word_embeddings``; per layer: q H*nh*d, k and v H*kv*d each,
-  o nh*d*H, MLP gate, up H*I each and down I*H; biases: q/k/v (nh*d + 2*kv*d) when ``attention_bias`` or
-  Qwen2 style (model_type qwen2: q/k/v biases, none on o), o (H) with ``attention_bias``, MLP (2I + H) with
-  ``mlp_bias``; norms 2H per layer + H final (+ 2d per layer for Qwen3's q/k norms).
-  Qwen2.5-7B: 7,615,616,512 (published: 7.62B).
+Parameters (H hidden, L layers, nh attention heads, kv KV heads, d head dim, I intermediate, V
+vocab):
+  embedding V*H; lm_head V*H unless ``tie_word_embeddings``; per layer: q H*nh*d, k and v H*kv*d
+  each, o nh*d*H, MLP gate, up H*I each and down I*H; biases: q/k/v (nh*d + 2*kv*d) when
+  ``attention_bias`` or Qwen2 style (model_type qwen2: q/k/v biases, none on o), o (H) with
+  ``attention_bias``, MLP (2I + H) with ``mlp_bias``; norms 2H per layer + H final (+ 2d per layer
+  for Qwen3's q/k norms). Qwen2.5-7B: 7,615,616,512 (published: 7.62B).
 
-Weight bytes: the decoder-layer matmul weights ("linear") are what quantization shrinks; embedding, lm_head,
-biases and norms stay 16-bit (vLLM quantizes neither the embedding nor, unless asked, the lm_head):
+Weight bytes: the decoder-layer matmul weights ("linear") are what quantization shrinks; embedding,
+lm_head, biases and norms stay 16-bit (vLLM quantizes neither the embedding nor, unless asked, the
+lm_head):
   none: all parameters * dtype bytes (bf16/fp16 2, fp32 4);
   fp8 (vLLM online or fp8 checkpoint): linear * 1 byte (per-tensor scales negligible);
   awq/gptq, b bits, group g (-1 = whole input row): per matrix in*out*b/8 + out*ceil(in/g)*(2 + b/8)
     (an fp16 scale and a b-bit zero point per group; AWQ without ``zero_point`` drops the zero);
   bitsandbytes 8-bit: linear * 1 + 4 bytes per output row; 4-bit (NF4, blocks of 64): linear / 2 +
     4 bytes per block, or with double quantization 1 byte per block + 4 bytes per 256 blocks.
-  Against vLLM on the H200 (Qwen2.5-7B, "Model loading took"): bf16 14.18 GiB predicted vs 14.29 measured,
-  fp8 8.11 vs 8.2, AWQ 5.19 vs 5.38 (vLLM's figure also holds a few non-parameter buffers).
+  Against vLLM on the H200 (Qwen2.5-7B, "Model loading took"): bf16 14.18 GiB predicted vs 14.29
+  measured, fp8 8.11 vs 8.2, AWQ 5.19 vs 5.38 (vLLM's figure also holds a few non-parameter
+  buffers).
 
 KV cache per token: L * kv * d * 2 (K and V) * kv dtype bytes (``auto`` = model dtype; fp8 = 1).
 
-KV capacity, as vLLM sizes it (``gpu_worker.py``: "Desired GPU memory utilization is (u, X GiB). Actual usage
-is W for weight, A for peak activation, N for non-torch memory, G for CUDAGraph memory"):
-  KV bytes = u * total - weights on GPU - A - N - G;  tokens = floor(KV bytes / (block_size * kv/token))
-  * block_size.  vLLM measures A by profiling a forward pass of ``max_num_batched_tokens`` tokens; here:
+KV capacity, as vLLM sizes it (``gpu_worker.py``: "Desired GPU memory utilization is (u, X GiB).
+Actual usage is W for weight, A for peak activation, N for non-torch memory, G for CUDAGraph
+memory"):
+  KV bytes = u * total - weights on GPU - A - N - G;  tokens = floor(KV bytes / (block_size *
+  kv/token))
+  * block_size.  vLLM measures A by profiling a forward pass of ``max_num_batched_tokens`` tokens;
+    here:
   A = max(T * (3I + 4H) * a [+ T * I for fp8's quantized copy of the down-projection input],
           max_num_seqs * V * 4 * 2)
-  (T = max_num_batched_tokens, a = activation bytes: gate_up output 2I, its activation I, and about four
-  hidden-sized buffers per token; the second term is the sampler's fp32 logits and one working copy).
-  Qwen2.5-7B at T = 16,384: 2.17 GiB (measured: bf16 2.2, AWQ 2.17), fp8 2.46 (measured 2.46).
-  N = 0.25 GiB (measured 0.22-0.25 on the H200). G = 0 with ``enforce_eager``, else 0.5 GiB: a guess, not
-  measured here (vLLM logs a few tenths of a GiB to about 1 GiB of CUDA graphs for 7B models).
-vLLM refuses to start when the KV cache cannot hold one ``max_model_len`` sequence: the model "fits" when
-  u * total >= weights + A + N + G + max_model_len * kv/token; otherwise ``cpu_offload_gb`` must cover the
-  difference (vLLM's cpu_offload_gb counts GiB, and offloads whole parameters, so it may overshoot slightly).
+  (T = max_num_batched_tokens, a = activation bytes: gate_up output 2I, its activation I, and about
+  four hidden-sized buffers per token; the second term is the sampler's fp32 logits and one working
+  copy). Qwen2.5-7B at T = 16,384: 2.17 GiB (measured: bf16 2.2, AWQ 2.17), fp8 2.46 (measured
+  2.46). N = 0.25 GiB (measured 0.22-0.25 on the H200). G = 0 with ``enforce_eager``, else 0.5 GiB:
+  a guess, not measured here (vLLM logs a few tenths of a GiB to about 1 GiB of CUDA graphs for 7B
+  models).
+vLLM refuses to start when the KV cache cannot hold one ``max_model_len`` sequence: the model "fits"
+when
+  u * total >= weights + A + N + G + max_model_len * kv/token; otherwise ``cpu_offload_gb`` must
+  cover the difference (vLLM's cpu_offload_gb counts GiB, and offloads whole parameters, so it may
+  overshoot slightly).
 """
 
 from __future__ import annotations
@@ -74,7 +83,8 @@ class ModelShape:
 
 
 def model_shape(config: Mapping[str, Any]) -> ModelShape:
-    """The shape from a config.json dict (a multimodal config's ``text_config`` when the top level has none)."""
+    """The shape from a config.json dict (a multimodal config's ``text_config`` when the top level
+    has none)."""
     c = config
     if "hidden_size" not in c and isinstance(c.get("text_config"), Mapping):
         c = {**c["text_config"], "quantization_config": config.get("quantization_config")}
@@ -84,7 +94,9 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
     mt, bias = str(c.get("model_type", "")), bool(c.get("attention_bias"))
     heads, hidden = _size(c, "num_attention_heads", 1 << 14), _size(c, "hidden_size", 1 << 20)
     max_position = (
-        _size(c, "max_position_embeddings", 1 << 26) if c.get("max_position_embeddings") is not None else None
+        _size(c, "max_position_embeddings", 1 << 26)
+        if c.get("max_position_embeddings") is not None
+        else None
     )
     return ModelShape(
         hidden=hidden,
@@ -105,12 +117,17 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
 
 
 def _size(c: Mapping[str, Any], key: str, most: int) -> int:
-    """A size from config.json: a whole number from 1 to `most` (ValueError naming the key otherwise)."""
+    """A size from config.json: a whole number from 1 to `most` (ValueError naming the key
+    otherwise)."""
     v = c.get(key)
-    whole = isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()
+    whole = (
+        isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()
+    )
     if not whole or not 1 <= v <= most:
         what = "missing" if v is None else f"{v!r}"
-        raise ValueError(f"config.json's {key} is {what}: a whole number from 1 to {most:,} is expected")
+        raise ValueError(
+            f"config.json's {key} is {what}: a whole number from 1 to {most:,} is expected"
+        )
     return int(v)
 
 
@@ -136,7 +153,11 @@ def count_parameters(config: Mapping[str, Any]) -> ParamCount:
     s = model_shape(config)
     q, kv, h, i = s.heads * s.head_dim, s.kv_heads * s.head_dim, s.hidden, s.intermediate
     linear = s.layers * sum(a * b for a, b in linear_shapes(s))
-    biases = s.layers * ((q + 2 * kv if s.qkv_bias else 0) + (h if s.o_bias else 0) + (2 * i + h if s.mlp_bias else 0))
+    biases = s.layers * (
+        (q + 2 * kv if s.qkv_bias else 0)
+        + (h if s.o_bias else 0)
+        + (2 * i + h if s.mlp_bias else 0)
+    )
     norms = s.layers * (2 * h + (2 * s.head_dim if s.qk_norm else 0)) + h
     emb, head = s.vocab * h, 0 if s.tied else s.vocab * h
     total = emb + head + linear + biases + norms
@@ -154,19 +175,32 @@ class Quantization:
     double_quant: bool = False  # bitsandbytes 4-bit double quantization.
 
 
-_ALIASES = dict(awq="awq", awq_marlin="awq", gptq="gptq", gptq_marlin="gptq", fp8="fp8", bitsandbytes="bitsandbytes")
-_ALIASES |= {"bitsandbytes-4bit": "bitsandbytes", "bitsandbytes-8bit": "bitsandbytes"}  # the transformers engine's
+_ALIASES = dict(
+    awq="awq",
+    awq_marlin="awq",
+    gptq="gptq",
+    gptq_marlin="gptq",
+    fp8="fp8",
+    bitsandbytes="bitsandbytes",
+)
+# the transformers engine's
+_ALIASES |= {"bitsandbytes-4bit": "bitsandbytes", "bitsandbytes-8bit": "bitsandbytes"}
 
 
-def resolve_quantization(config: Mapping[str, Any], quantization: str | None = None) -> Quantization:
-    """The recipe's ``engine.quantization`` (vLLM's name), else the checkpoint's ``quantization_config``."""
+def resolve_quantization(
+    config: Mapping[str, Any], quantization: str | None = None
+) -> Quantization:
+    """The recipe's ``engine.quantization`` (vLLM's name), else the checkpoint's
+    ``quantization_config``."""
     qc = config.get("quantization_config") or {}
     name = quantization or qc.get("quant_method")
     if name is None:
         return Quantization("none", 16)
     method = _ALIASES.get(str(name).lower())
     if method is None:
-        raise ValueError(f"quantization {name!r} is not modelled (known: {', '.join(sorted(set(_ALIASES)))})")
+        raise ValueError(
+            f"quantization {name!r} is not modelled (known: {', '.join(sorted(set(_ALIASES)))})"
+        )
     if method == "fp8":
         return Quantization("fp8", 8)
     if method == "bitsandbytes":
@@ -174,9 +208,14 @@ def resolve_quantization(config: Mapping[str, Any], quantization: str | None = N
         double = bool(qc.get("bnb_4bit_use_double_quant"))
         return Quantization(method, 8 if eight else 4, double_quant=double)
     if qc.get("quant_method") not in ("awq", "gptq"):
-        raise ValueError(f"{method} needs a checkpoint whose config.json has an {method} quantization_config")
+        raise ValueError(
+            f"{method} needs a checkpoint whose config.json has an {method} quantization_config"
+        )
     zero = bool(qc.get("zero_point", True)) if method == "awq" else True
-    bits, group = int(qc.get("bits", qc.get("w_bit", 4))), int(qc.get("group_size", qc.get("q_group_size", 128)))
+    bits, group = (
+        int(qc.get("bits", qc.get("w_bit", 4))),
+        int(qc.get("group_size", qc.get("q_group_size", 128))),
+    )
     return Quantization(method, bits, group, zero)
 
 
@@ -188,9 +227,15 @@ def resolve_dtype(config: Mapping[str, Any], dtype: str = "auto") -> str:
     return "bfloat16" if dtype == "auto" and DTYPE_BYTES[d] == 4 else d
 
 
-def weight_bytes(config: Mapping[str, Any], dtype: str = "auto", quantization: str | None = None) -> int:
+def weight_bytes(
+    config: Mapping[str, Any], dtype: str = "auto", quantization: str | None = None
+) -> int:
     """Bytes of the weights on the GPU (formulas in the module docstring)."""
-    s, p, q = model_shape(config), count_parameters(config), resolve_quantization(config, quantization)
+    s, p, q = (
+        model_shape(config),
+        count_parameters(config),
+        resolve_quantization(config, quantization),
+    )
     dtype_bytes, mats = DTYPE_BYTES[resolve_dtype(config, dtype)], linear_shapes(s)
     n = p.linear // s.layers  # the matmul weights of one layer
     if q.method == "none":
@@ -201,7 +246,9 @@ def weight_bytes(config: Mapping[str, Any], dtype: str = "auto", quantization: s
         per_layer = 0.0
         for fan_in, fan_out in mats:
             groups = fan_out * math.ceil(fan_in / (q.group_size if q.group_size > 0 else fan_in))
-            per_layer += fan_in * fan_out * q.bits / 8 + groups * (2 + (q.bits / 8 if q.zero_point else 0))
+            per_layer += fan_in * fan_out * q.bits / 8 + groups * (
+                2 + (q.bits / 8 if q.zero_point else 0)
+            )
     elif q.bits == 8:  # bitsandbytes LLM.int8: int8 weights + an fp32 scale per output row
         per_layer = n + 4 * sum(out for _, out in mats)
     else:  # bitsandbytes NF4, blocks of 64 weights
@@ -210,7 +257,9 @@ def weight_bytes(config: Mapping[str, Any], dtype: str = "auto", quantization: s
     return round(s.layers * per_layer + (p.total - p.linear) * dtype_bytes)
 
 
-def kv_bytes_per_token(config: Mapping[str, Any], kv_cache_dtype: str = "auto", dtype: str = "auto") -> int:
+def kv_bytes_per_token(
+    config: Mapping[str, Any], kv_cache_dtype: str = "auto", dtype: str = "auto"
+) -> int:
     """L * kv heads * head dim * 2 * bytes (``auto`` = the model dtype, ``fp8*`` = 1)."""
     s = model_shape(config)
     kv_dtype = resolve_dtype(config, dtype) if kv_cache_dtype == "auto" else kv_cache_dtype
@@ -269,7 +318,9 @@ class MemoryPlan(StrictModel):
     dtype: str = Field(description="Resolved model dtype.")
     weights_gib: float = Field(description="All weights, GiB.")
     weights_gpu_gib: float = Field(description="Weights left on the GPU after cpu_offload_gb, GiB.")
-    activation_gib: float = Field(description="Peak activation estimate (vLLM's profiling pass), GiB.")
+    activation_gib: float = Field(
+        description="Peak activation estimate (vLLM's profiling pass), GiB."
+    )
     non_torch_gib: float = Field(description="Non-torch allowance, GiB.")
     cuda_graph_gib: float = Field(description="CUDA-graph allowance (0 with enforce_eager), GiB.")
     budget_gib: float = Field(description="gpu_memory_utilization * GPU memory, GiB.")
@@ -278,12 +329,16 @@ class MemoryPlan(StrictModel):
     kv_capacity_blocks: int = Field(description="KV blocks that fit.")
     kv_capacity_tokens: int = Field(description="KV tokens that fit (blocks * block size).")
     max_model_len: int = Field(description="Context length the engine must hold one sequence of.")
-    fits: bool = Field(description="Without offload: weights, overheads and one max_model_len sequence fit.")
+    fits: bool = Field(
+        description="Without offload: weights, overheads and one max_model_len sequence fit."
+    )
     cpu_offload_gb_needed: float = Field(
         description="cpu_offload_gb (vLLM's unit: GiB) needed to fit; 0 if it fits; "
         "more than weights_gib: offload alone cannot make it fit."
     )
-    starts: bool = Field(description="With the given cpu_offload_gb, the KV cache holds one max_model_len sequence.")
+    starts: bool = Field(
+        description="With the given cpu_offload_gb, the KV cache holds one max_model_len sequence."
+    )
 
 
 def plan_memory(

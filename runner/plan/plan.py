@@ -1,9 +1,10 @@
-"""One recipe's plan: prompt tokens, prefix-cache reuse, memory, the compute floor and layout advice.
+"""One recipe's plan: prompt tokens, prefix-cache reuse, memory, the compute floor and layout
+advice.
 
-``make_plan`` is pure: token ids and a config.json dict in, a ``Plan`` out; no torch, no vLLM, no GPU needed.
-``plan_recipe`` makes it from what the runner has before the engine starts: the rendered prompts' token ids, the
-model's config.json, the engine's settings and the GPU (NVML, else `--gpu NAME`). Then the Markdown: `runner
-plan`'s table, and predicted-vs-measured in reports.
+``make_plan`` is pure: token ids and a config.json dict in, a ``Plan`` out; no torch, no vLLM, no
+GPU needed. ``plan_recipe`` makes it from what the runner has before the engine starts: the rendered
+prompts' token ids, the model's config.json, the engine's settings and the GPU (NVML, else `--gpu
+NAME`). Then the Markdown: `runner plan`'s table, and predicted-vs-measured in reports.
 """
 
 from __future__ import annotations
@@ -48,7 +49,15 @@ from .prefix_cache import (
 
 LAYOUT_VARIABLES = ("context", "question")
 DEFAULT_GPU = "H200"  # the GPU this project's measurements come from
-PLAN_HEADERS = ["recipe", "on", "prompt tokens", "mean / max per prompt", "context", "from prefix cache", "weights"]
+PLAN_HEADERS = [
+    "recipe",
+    "on",
+    "prompt tokens",
+    "mean / max per prompt",
+    "context",
+    "from prefix cache",
+    "weights",
+]
 PLAN_HEADERS += ["KV bytes/token", "KV capacity (tokens)", "fits", "floor"]
 
 
@@ -72,13 +81,18 @@ class Plan(StrictModel):
         description="Prompt length distribution; None without prompts."
     )
     max_tokens: int = Field(description="Output tokens per request assumed (sampling.max_tokens).")
-    max_model_len: int | None = Field(description="Context length (the recipe's, else the model's); None if unknown.")
-    over_context: int = Field(description="Prompts whose length + max_tokens exceeds max_model_len.")
+    max_model_len: int | None = Field(
+        description="Context length (the recipe's, else the model's); None if unknown."
+    )
+    over_context: int = Field(
+        description="Prompts whose length + max_tokens exceeds max_model_len."
+    )
     prefix_caching: bool = Field(False, description="Whether prefix caching is on.")
     cached_prompt_tokens: int | None = Field(
         None,
         description="Prompt tokens served from the prefix cache (0 when off); exact "
-        "for vLLM V1 unless cache_upper_bound. None: not planned (an engine without vLLM's KV-cache pool, or the CPU).",
+        "for vLLM V1 unless cache_upper_bound. None: not planned (an engine without vLLM's "
+        "KV-cache pool, or the CPU).",
     )
     cached_share: float | None = Field(None, description="cached_prompt_tokens / prompt_tokens.")
     block_size: int | None = Field(None, description="KV-cache block size, tokens.")
@@ -95,13 +109,16 @@ class Plan(StrictModel):
         description="When cache_upper_bound: an LRU estimate at the KV "
         "capacity (ignores blocks held by running requests).",
     )
-    weights_gib: float | None = Field(description="Weights, GiB (in CPU memory for a recipe on the CPU).")
+    weights_gib: float | None = Field(
+        description="Weights, GiB (in CPU memory for a recipe on the CPU)."
+    )
     kv_bytes_per_token: int = Field(description="KV-cache bytes per token.")
     kv_capacity_tokens: int | None = Field(
         None, description="KV-cache capacity, tokens (this and below: vLLM on a GPU)."
     )
     fits: bool | None = Field(
-        None, description="Fits without CPU offload (weights, overheads, one max_model_len sequence)."
+        None,
+        description="Fits without CPU offload (weights, overheads, one max_model_len sequence).",
     )
     cpu_offload_gb_needed: float | None = Field(
         None, description="cpu_offload_gb needed to fit (GiB, vLLM's unit); 0 if it fits."
@@ -109,11 +126,14 @@ class Plan(StrictModel):
     memory: MemoryPlan | None = Field(None, description="The memory budget in detail.")
     batch: int | None = Field(None, description="Sequences decoded together assumed for the floor.")
     floor_s: float | None = Field(
-        None, description="Lower bound on generation time, seconds; None if the GPU's peaks are unknown."
+        None,
+        description="Lower bound on generation time, seconds; None if the GPU's peaks are unknown.",
     )
     bound: str | None = Field(None, description="What sets the floor: compute, memory or pcie.")
     floor: Floor | None = Field(None, description="The floor in detail.")
-    layout_advice: list[LayoutAdvice] = Field([], description="Template layout advice (empty without layout inputs).")
+    layout_advice: list[LayoutAdvice] = Field(
+        [], description="Template layout advice (empty without layout inputs)."
+    )
     notes: list[str] = Field([], description="Caveats in words.")
 
 
@@ -187,7 +207,8 @@ def make_plan(
     mem, (t, seqs) = plan_memory(config, g.memory_gib, s, g.name), s.batch(g.memory_gib, g.name)
     lens, bs, cap = [len(x) for x in p.ids], s.block_size, mem.kv_capacity_blocks
     simulate, caching = lambda cap: simulate_prefix_cache(p.ids, bs, cap), s.enable_prefix_caching
-    # what caching would serve with room for every block; with fewer blocks than needed an upper bound
+    # what caching would serve with room for every block; with fewer blocks than needed an upper
+    # bound
     hits, needed, _ = _once("cache", p.ids, (bs, None), lambda: simulate(None))
     upper = caching and needed > cap
     lru = None  # an LRU estimate at the capacity
@@ -227,9 +248,10 @@ _ONCE: dict[tuple, tuple[Any, Any]] = {}  # (what, id(ids), args) -> (ids, resul
 
 
 def _once(what: str, ids: Any, args: tuple, compute: Any) -> Any:
-    """`compute()` once per prompts object: the cells of a study that send the same prompts share one token-id list
-    (`count_prompts` keeps one object per distinct prompts), so their cache simulations and layout advice are made
-    once. The entry holds `ids` itself, so its id cannot be reused by another object."""
+    """`compute()` once per prompts object: the cells of a study that send the same prompts share
+    one token-id list (`count_prompts` keeps one object per distinct prompts), so their cache
+    simulations and layout advice are made once. The entry holds `ids` itself, so its id cannot be
+    reused by another object."""
     key = (what, id(ids), *args)
     hit = _ONCE.get(key)
     if hit is None or hit[0] is not ids:
@@ -240,21 +262,24 @@ def _once(what: str, ids: Any, args: tuple, compute: Any) -> Any:
 
 
 def pick_gpu(name: str | None) -> tuple[GPU | None, bool]:
-    """The GPU to plan for: the named one (None for `cpu`: every recipe planned on the CPU), else this machine's
-    (NVML), else the H200. The flag is True when it fell back to the H200 because this machine has no GPU."""
+    """The GPU to plan for: the named one (None for `cpu`: every recipe planned on the CPU), else
+    this machine's (NVML), else the H200. The flag is True when it fell back to the H200 because
+    this machine has no GPU."""
     if name:
         if name.strip().lower() == "cpu":
             return None, False
         if (g := find_gpu(name)) is None:
-            raise RunnerError(f"unknown GPU {name!r}; known: " + ", ".join(GPUS) + ", or cpu", field="--gpu")
+            raise RunnerError(
+                f"unknown GPU {name!r}; known: " + ", ".join(GPUS) + ", or cpu", field="--gpu"
+            )
         return g, False
     g = gpu_from_nvml()
     return (get_gpu(DEFAULT_GPU), True) if g is None else (g, False)
 
 
 def _layout(lr: LoadedRecipe, prepared: Prepared, ids: list[list[int]]) -> LayoutInputs | None:
-    """The layout inputs when the user template uses both example variables (in the order it first uses them);
-    each distinct value encoded once, in one batch (and kept, see `count_texts`)."""
+    """The layout inputs when the user template uses both example variables (in the order it first
+    uses them); each distinct value encoded once, in one batch (and kept, see `count_texts`)."""
     from runner.inputs.prompts import find_template
 
     path = find_template(lr.recipe.prompt.template, Path(lr.base_dir))
@@ -267,16 +292,20 @@ def _layout(lr: LoadedRecipe, prepared: Prepared, ids: list[list[int]]) -> Layou
     values = list(dict.fromkeys(str(row[v]) for row in rows for v in order))
     encoded = dict(zip(values, count_texts(lr.recipe.model, values)))
     head = ids[0][: common_prefix_len(ids)] if ids else []
-    return LayoutInputs(examples=encode_examples(rows, encoded.__getitem__, order), order=order, head_ids=head)
+    return LayoutInputs(
+        examples=encode_examples(rows, encoded.__getitem__, order), order=order, head_ids=head
+    )
 
 
 def check_config(lr: LoadedRecipe) -> dict[str, Any]:
-    """The model's config.json, its sizes checked (whole numbers in range), as a plan reads it: bad ones are the
-    user's to fix, named with the key."""
+    """The model's config.json, its sizes checked (whole numbers in range), as a plan reads it: bad
+    ones are the user's to fix, named with the key."""
     config = model_config(lr.recipe.model, lr.path)
     try:
         model_shape(config)
-        resolve_quantization(config, lr.recipe.engine.plan_settings(lr.recipe.model).get("quantization"))
+        resolve_quantization(
+            config, lr.recipe.engine.plan_settings(lr.recipe.model).get("quantization")
+        )
     except (ValueError, TypeError, KeyError) as e:
         hint = "fix the model's config.json, or point model.id at the model's own folder"
         raise RunnerError(str(e), file=lr.path, field="model.id", hint=hint) from None
@@ -285,10 +314,16 @@ def check_config(lr: LoadedRecipe) -> dict[str, Any]:
 
 # more than five parameters: left for now (issue 40)
 def plan_recipe(  # noqa: PLR0913
-    lr: LoadedRecipe, prepared: Prepared, ids: list[list[int]], gpu: GPU | None, layout=False, config=None
+    lr: LoadedRecipe,
+    prepared: Prepared,
+    ids: list[list[int]],
+    gpu: GPU | None,
+    layout=False,
+    config=None,
 ) -> Plan:
-    """`ids`: the prompts' token ids in engine order; `gpu`: None plans for the CPU; `layout`: with the template
-    layout advice. vLLM on a GPU gets the whole plan; any other engine, or the CPU, what applies to it."""
+    """`ids`: the prompts' token ids in engine order; `gpu`: None plans for the CPU; `layout`: with
+    the template layout advice. vLLM on a GPU gets the whole plan; any other engine, or the CPU,
+    what applies to it."""
     r = lr.recipe
     settings = r.engine.plan_settings(r.model)
     device, cpu_dtype = settings.pop("device", None), settings.pop("cpu_dtype", None)
@@ -304,21 +339,25 @@ def plan_recipe(  # noqa: PLR0913
 
 
 def _not_planned(engine: Any, on: GPU | None, asked: GPU | None) -> str:
-    """What the plan of a recipe without vLLM's KV-cache pool on a GPU leaves out, and why: one sentence, the same
-    for every such recipe, so that `runner plan` prints it once for all of them."""
+    """What the plan of a recipe without vLLM's KV-cache pool on a GPU leaves out, and why: one
+    sentence, the same for every such recipe, so that `runner plan` prints it once for all of
+    them."""
     if on is not None:
         return (
-            f"{engine.label} has no paged KV-cache pool: KV capacity, prefix-cache hits, memory fit and the floor are "
+            f"{engine.label} has no paged KV-cache pool: KV capacity, prefix-cache hits, memory "
+            "fit and the floor are "
             "vLLM's and not planned; prompt tokens, context fit and weights are."
         )
     if engine.kv_pool:
         return (
-            f"{engine.label} runs on a GPU only: --gpu cpu plans its prompt tokens, context fit and weights, not its "
+            f"{engine.label} runs on a GPU only: --gpu cpu plans its prompt tokens, context fit "
+            "and weights, not its "
             "KV cache, prefix-cache hits, memory fit or floor."
         )
     where = "planned for the CPU (--gpu cpu)" if asked is None else "runs on the CPU"
     return (
-        f"{where}: GPU memory, KV cache, prefix-cache hits and the floor do not apply; prompt tokens, context fit "
+        f"{where}: GPU memory, KV cache, prefix-cache hits and the floor do not apply; prompt "
+        "tokens, context fit "
         "and weights (in CPU memory) are planned."
     )
 
@@ -330,8 +369,8 @@ def tokens_plan(
     s: Settings,
     why: str,
 ) -> Plan:
-    """What applies to any engine on any device: prompt tokens, context fit, the weights and KV bytes per token;
-    the rest None, and `why` in the notes."""
+    """What applies to any engine on any device: prompt tokens, context fit, the weights and KV
+    bytes per token; the rest None, and `why` in the notes."""
     fields = _base(p, gpu, s.max_model_len)
     over = fields["over_context"]
     notes = [why]
@@ -346,10 +385,11 @@ def tokens_plan(
 
 
 def plan_for_run(lr: LoadedRecipe, prepared: Prepared) -> dict[str, Any] | None:
-    """What `runner go` shows beside the measurement: the plan for this machine's GPU (NVML), made in the
-    parent before the run starts, from the prompts as the engine will get them (the recipe's tokenizer and
-    chat template, cut like the run where `prompt.truncate` asks it); None without a GPU. A prediction is
-    evidence, never a reason to stop: where it cannot be made, `{"error": ...}` says why."""
+    """What `runner go` shows beside the measurement: the plan for this machine's GPU (NVML), made
+    in the parent before the run starts, from the prompts as the engine will get them (the recipe's
+    tokenizer and chat template, cut like the run where `prompt.truncate` asks it); None without a
+    GPU. A prediction is evidence, never a reason to stop: where it cannot be made, `{"error": ...}`
+    says why."""
     gpu = gpu_from_nvml()
     if gpu is None:
         return None
@@ -364,7 +404,8 @@ def plan_for_run(lr: LoadedRecipe, prepared: Prepared) -> dict[str, Any] | None:
 
 
 def plan_table(plans: list[dict[str, Any]]) -> str:
-    """One row per recipe: what `runner plan` predicts ("–": not planned for that recipe, see its note)."""
+    """One row per recipe: what `runner plan` predicts ("–": not planned for that recipe, see its
+    note)."""
     rows = []
     num = lambda v, fmt="{:,}": "–" if v is None else fmt.format(v)
     for p in plans:
@@ -373,10 +414,14 @@ def plan_table(plans: list[dict[str, Any]]) -> str:
         if p["cached_prompt_tokens"] is not None:
             cached = f"{p['cached_prompt_tokens']:,} ({p['cached_share']:.1%})"
             cached += " ≤" if p["cache_upper_bound"] else ""
-        context = num(p["max_model_len"]) + (f" ({p['over_context']:,} over)" if p["over_context"] else "")
+        context = num(p["max_model_len"]) + (
+            f" ({p['over_context']:,} over)" if p["over_context"] else ""
+        )
         tokens = f"{p['prompt_tokens']:,}", f"{st.get('mean', 0):.0f} / {st.get('max', 0)}", context
         kv = num(p["kv_bytes_per_token"]), num(p["kv_capacity_tokens"])
-        fits = {None: "–", True: "yes", False: f"no (offload ≥ {p['cpu_offload_gb_needed']} GiB)"}[p["fits"]]
+        fits = {None: "–", True: "yes", False: f"no (offload ≥ {p['cpu_offload_gb_needed']} GiB)"}[
+            p["fits"]
+        ]
         floor = "–" if p["floor_s"] is None else f"{p['floor_s']:.2f} s ({p['bound']})"
         weights = _gib(p["weights_gib"])
         rows.append([p["name"], p["gpu"] or "CPU", *tokens, cached, weights, *kv, fits, floor])
@@ -388,7 +433,8 @@ def _gib(x: float) -> str:
 
 
 def plan_advice(plans: list[dict[str, Any]]) -> list[str]:
-    """The plans' notes, a note shared by several recipes written once with all their names, then layout advice."""
+    """The plans' notes, a note shared by several recipes written once with all their names, then
+    layout advice."""
     by_note: dict[str, list[str]] = {}
     for p in plans:
         for note in p.get("notes", []):
@@ -396,19 +442,24 @@ def plan_advice(plans: list[dict[str, Any]]) -> list[str]:
     out = [f"- {_names(names)}: {note}" for note, names in by_note.items()]
     for p in plans:
         for a in p.get("layout_advice", []):
-            if a["first_share"] > a["current_share"] + 0.01:  # only advice that would change something
+            # only advice that would change something
+            if a["first_share"] > a["current_share"] + 0.01:
                 out.append(f"- {p['name']} (layout): {a['text']}")
     return out
 
 
 def _names(names: list[str]) -> str:
-    return ", ".join(names) if len(names) <= 4 else ", ".join(names[:3]) + f" and {len(names) - 3} more"
+    return (
+        ", ".join(names)
+        if len(names) <= 4
+        else ", ".join(names[:3]) + f" and {len(names) - 3} more"
+    )
 
 
 def predicted_vs_measured(r: RunResult) -> list[str]:
-    """A report section: each prediction (cached tokens, weights, KV capacity) next to its measurement, with
-    warnings beyond tolerance, and the generation floor against the measured generation time, with a warning
-    where it is above it."""
+    """A report section: each prediction (cached tokens, weights, KV capacity) next to its
+    measurement, with warnings beyond tolerance, and the generation floor against the measured
+    generation time, with a warning where it is above it."""
     p = r.plan
     if not p or r.status != "ok":
         return []
@@ -435,7 +486,9 @@ def predicted_vs_measured(r: RunResult) -> list[str]:
     floor, gen, roof = p.get("floor_s"), r.timings.generate_s, roofline(r)
     if floor is not None:
         roof_cell = "–" if roof is None else f"roofline {roof:.0%}"
-        rows.append(["generation floor (s)", f"{floor:.2f} ({p.get('bound')})", fmt(gen), roof_cell])
+        rows.append(
+            ["generation floor (s)", f"{floor:.2f} ({p.get('bound')})", fmt(gen), roof_cell]
+        )
     if not rows:
         return []
     if (roof or 0) > 1:

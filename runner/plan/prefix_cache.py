@@ -1,27 +1,32 @@
 """Automatic prefix caching, counted the way vLLM V1 counts it.
 
-Read from vLLM's source (vllm-project/vllm, main at commit 003df29; the runner's H200 runs used 0.26.0):
+Read from vLLM's source (vllm-project/vllm, main at commit 003df29; the runner's H200 runs used
+0.26.0):
 
-- ``vllm/v1/core/kv_cache_utils.py``: a request's block hashes cover FULL blocks only; block i's hash is
-  ``hash((hash of block i-1, the block's token ids, extra keys))``, a chain, so equal hashes mean equal prefixes.
-- ``vllm/v1/core/kv_cache_manager.py`` ``KVCacheManager.get_computed_blocks``: ``max_cache_hit_length =
-  request.num_tokens - 1`` ("when all tokens hit the cache, we must recompute the last token to obtain logits").
+- ``vllm/v1/core/kv_cache_utils.py``: a request's block hashes cover FULL blocks only; block i's
+  hash is ``hash((hash of block i-1, the block's token ids, extra keys))``, a chain, so equal hashes
+  mean equal prefixes.
+- ``vllm/v1/core/kv_cache_manager.py`` ``KVCacheManager.get_computed_blocks``:
+  ``max_cache_hit_length = request.num_tokens - 1`` ("when all tokens hit the cache, we must
+  recompute the last token to obtain logits").
 - ``vllm/v1/core/single_type_kv_cache_manager.py`` ``FullAttentionManager.find_longest_cache_hit``:
-  ``max_num_blocks = max_length // block_size``; walk the hash chain from the first block and stop at the first
-  block not in the cache. So a request's hits are ``block_size * k`` tokens, k = the longest run of leading full
-  blocks already cached, at most ``(n - 1) // block_size``.
-- ``KVCacheManager.allocate_slots`` caches the request's full blocks when it allocates them (before the forward
-  pass), so a request scheduled later in the same step already hits them: in prompt order, every request sees
-  the full blocks of all requests before it.
+  ``max_num_blocks = max_length // block_size``; walk the hash chain from the first block and stop
+  at the first block not in the cache. So a request's hits are ``block_size * k`` tokens, k = the
+  longest run of leading full blocks already cached, at most ``(n - 1) // block_size``.
+- ``KVCacheManager.allocate_slots`` caches the request's full blocks when it allocates them (before
+  the forward pass), so a request scheduled later in the same step already hits them: in prompt
+  order, every request sees the full blocks of all requests before it.
 
-The counter below replays that: for each prompt in the order the engine receives it, hits = leading run of
-cached full blocks (capped as above), then all its full blocks enter the cache; cached tokens = sum of hits. This
-is what vLLM reports as ``vllm:prefix_cache_hits`` over ``vllm:prefix_cache_queries`` (= prompt tokens).
+The counter below replays that: for each prompt in the order the engine receives it, hits = leading
+run of cached full blocks (capped as above), then all its full blocks enter the cache; cached tokens
+= sum of hits. This is what vLLM reports as ``vllm:prefix_cache_hits`` over
+``vllm:prefix_cache_queries`` (= prompt tokens).
 
-Assumptions (each makes the count an upper bound if broken): the cache never evicts (the KV cache holds all
-``kv_blocks_needed`` distinct blocks, see ``capacity_blocks`` for an LRU estimate when it does not); prompts are
-not split by chunked prefill across a later request's lookup (only prompts longer than the step's token budget,
-16,384 on an H200, are); no LoRA, multimodal inputs or cache salt (their extra keys would split the hashes).
+Assumptions (each makes the count an upper bound if broken): the cache never evicts (the KV cache
+holds all ``kv_blocks_needed`` distinct blocks, see ``capacity_blocks`` for an LRU estimate when it
+does not); prompts are not split by chunked prefill across a later request's lookup (only prompts
+longer than the step's token budget, 16,384 on an H200, are); no LoRA, multimodal inputs or cache
+salt (their extra keys would split the hashes).
 """
 
 from __future__ import annotations
@@ -49,14 +54,17 @@ def simulate_prefix_cache(
     given: an LRU cache of that many blocks (an estimate: vLLM also holds the running requests'
     blocks, which this ignores); a capacity >= the distinct blocks gives the same count as None.
 
-    ``chain`` plays vLLM's hash function without collisions: (id of the parent block, block tokens) -> id, so an
-    id stands for a whole prefix. It never forgets; ``cache`` holds the ids currently cached. With a capacity,
-    blocks are evicted least recently used first, and a request's blocks are refreshed tail first (vLLM frees a
-    finished request's blocks in reverse order so its tail is evicted before its head)."""
+    ``chain`` plays vLLM's hash function without collisions: (id of the parent block, block tokens)
+    -> id, so an id stands for a whole prefix. It never forgets; ``cache`` holds the ids currently
+    cached. With a capacity, blocks are evicted least recently used first, and a request's blocks
+    are refreshed tail first (vLLM frees a finished request's blocks in reverse order so its tail is
+    evicted before its head)."""
     if block_size < 1:
         raise ValueError("block_size must be at least 1")
     if capacity_blocks is not None and capacity_blocks < 1:
-        raise ValueError("capacity_blocks must be at least 1 (or None for a cache that never evicts)")
+        raise ValueError(
+            "capacity_blocks must be at least 1 (or None for a cache that never evicts)"
+        )
     chain: dict[tuple[int, tuple[int, ...]], int] = {}
     cache: OrderedDict[int, None] = OrderedDict()
     hits, evicted = [], 0
@@ -65,8 +73,11 @@ def simulate_prefix_cache(
         max_hit_blocks = (n - 1) // block_size if n else 0
         parent, hit_blocks, hitting, ids = 0, 0, True, []
         for b in range(n // block_size):
-            parent = chain.setdefault((parent, p[b * block_size : (b + 1) * block_size]), len(chain) + 1)
-            hitting = hitting and b < max_hit_blocks and parent in cache  # the leading run of cached blocks
+            parent = chain.setdefault(
+                (parent, p[b * block_size : (b + 1) * block_size]), len(chain) + 1
+            )
+            # the leading run of cached blocks
+            hitting = hitting and b < max_hit_blocks and parent in cache
             hit_blocks += hitting
             ids.append(parent)
         hits.append(hit_blocks * block_size)
@@ -93,20 +104,29 @@ class LayoutInputs:
 class LayoutAdvice(StrictModel):
     """What moving repeating variables to the front of the template is predicted to change."""
 
-    variables: list[str] = Field(description="The repeating variables proposed first, in this order.")
+    variables: list[str] = Field(
+        description="The repeating variables proposed first, in this order."
+    )
     order: list[str] = Field(description="The full proposed variable order.")
-    distinct_values: int = Field(description="Distinct values (tuples of values for several variables).")
+    distinct_values: int = Field(
+        description="Distinct values (tuples of values for several variables)."
+    )
     mean_repeats: float = Field(description="Examples per distinct value.")
-    prompt_tokens: int = Field(description="Tokens of the simulated prompts (head + concatenated variables).")
+    prompt_tokens: int = Field(
+        description="Tokens of the simulated prompts (head + concatenated variables)."
+    )
     current_cached_tokens: int = Field(description="Predicted cache hits with the current order.")
     first_cached_tokens: int = Field(description="Predicted cache hits with these variables first.")
     grouped_cached_tokens: int = Field(
-        description="Predicted cache hits with these variables first and the examples grouped by their values."
+        description="Predicted cache hits with these variables first and the examples grouped by "
+        "their values."
     )
     current_share: float = Field(description="current_cached_tokens / prompt_tokens.")
     first_share: float = Field(description="first_cached_tokens / prompt_tokens.")
     grouped_share: float = Field(description="grouped_cached_tokens / prompt_tokens.")
-    capacity_blocks: int | None = Field(description="Cache capacity simulated (LRU); None = never evicts.")
+    capacity_blocks: int | None = Field(
+        description="Cache capacity simulated (LRU); None = never evicts."
+    )
     text: str = Field(description="The advice in one paragraph.")
 
 
@@ -121,7 +141,9 @@ def encode_examples(
 
 
 def _prompts(inputs: LayoutInputs, order: Sequence[str], index: Sequence[int]) -> list[list[int]]:
-    return [[*inputs.head_ids, *(t for var in order for t in inputs.examples[i][var])] for i in index]
+    return [
+        [*inputs.head_ids, *(t for var in order for t in inputs.examples[i][var])] for i in index
+    ]
 
 
 def _cached(prompts: list[list[int]], block_size: int, capacity: int | None) -> int:
@@ -134,13 +156,16 @@ def _value_keys(inputs: LayoutInputs, var: str) -> list[int]:
     return [first.setdefault(tuple(ex[var]), len(first)) for ex in inputs.examples]
 
 
-def _advise(inputs: LayoutInputs, lead: list[str], block_size: int, capacity: int | None, current: int) -> LayoutAdvice:
+def _advise(
+    inputs: LayoutInputs, lead: list[str], block_size: int, capacity: int | None, current: int
+) -> LayoutAdvice:
     """The advice to put `lead` first; `current`: the cached tokens with the current order."""
     n = len(inputs.examples)
     order = lead + [v for v in inputs.order if v not in lead]
     combos = list(zip(*[_value_keys(inputs, v) for v in lead], strict=True))
     distinct = len(set(combos))
-    grouped_index = sorted(range(n), key=lambda i: combos[i])  # stable: groups by first appearance, then arrival
+    # stable: groups by first appearance, then arrival
+    grouped_index = sorted(range(n), key=lambda i: combos[i])
     prompts = _prompts(inputs, order, range(n))
     grouped_prompts = _prompts(inputs, order, grouped_index)
     first, grouped = (_cached(x, block_size, capacity) for x in (prompts, grouped_prompts))
@@ -148,16 +173,20 @@ def _advise(inputs: LayoutInputs, lead: list[str], block_size: int, capacity: in
     cur, fst, grp = (x / total if total else 0.0 for x in (current, first, grouped))
     names = ", ".join(f"`{v}`" for v in lead)
     text = (
-        f"{names} repeat{'s' if len(lead) == 1 else ''}: {distinct:,} distinct value{'s' if distinct != 1 else ''}"
-        f" over {n:,} examples ({n / distinct:.1f} uses each). Predicted share of prompt tokens served from the "
-        f"prefix cache: {cur:.1%} with the current order, {fst:.1%} with {names} first, {grp:.1%} with the "
-        f"examples also grouped by {'it' if len(lead) == 1 else 'them'}."
+        f"{names} repeat{'s' if len(lead) == 1 else ''}: {distinct:,} distinct "
+        f"value{'s' if distinct != 1 else ''} over {n:,} examples ({n / distinct:.1f} uses each). "
+        f"Predicted share of prompt tokens served from the prefix cache: {cur:.1%} with the "
+        f"current order, {fst:.1%} with {names} first, {grp:.1%} with the examples also grouped by "
+        f"{'it' if len(lead) == 1 else 'them'}."
     )
     if capacity is None:
-        text += " (Grouping only matters when the KV cache cannot hold every block; here it never evicts.)"
+        text += (
+            " (Grouping only matters when the KV cache cannot hold every block; here it never "
+            "evicts.)"
+        )
     text += (
-        " Approximate: the variables' tokens are concatenated without the template's text between them; "
-        "count the rendered prompts for the exact figure."
+        " Approximate: the variables' tokens are concatenated without the template's text between "
+        "them; count the rendered prompts for the exact figure."
     )
     return LayoutAdvice(
         variables=lead,
@@ -182,15 +211,17 @@ def advise_layout(
     capacity_blocks: int | None = None,
     min_mean_repeats: float = 1.5,
 ) -> list[LayoutAdvice]:
-    """Which template variables repeat across examples, and what putting them first buys: a prefix cache reuses
-    a shared value (a passage asked about by several questions) only if everything before it is shared too.
+    """Which template variables repeat across examples, and what putting them first buys: a prefix
+    cache reuses a shared value (a passage asked about by several questions) only if everything
+    before it is shared too.
 
     One item per variable of ``inputs.order`` whose values repeat (examples / distinct values >=
-    ``min_mean_repeats``), plus, when several repeat, one putting all of them first (fewest distinct values first);
-    best grouped prediction first. Each counts three layouts: the current order, the variables first, and first
-    with the examples grouped by their values, each prompt approximated as ``head_ids + ids(var_1) + ...`` (no
-    template text between the variables). Grouping matters only to a cache that evicts: ``capacity_blocks``
-    simulates an LRU cache of that many blocks, None one that never evicts."""
+    ``min_mean_repeats``), plus, when several repeat, one putting all of them first (fewest distinct
+    values first); best grouped prediction first. Each counts three layouts: the current order, the
+    variables first, and first with the examples grouped by their values, each prompt approximated
+    as ``head_ids + ids(var_1) + ...`` (no template text between the variables). Grouping matters
+    only to a cache that evicts: ``capacity_blocks`` simulates an LRU cache of that many blocks,
+    None one that never evicts."""
     n = len(inputs.examples)
     if n == 0:
         return []
@@ -198,7 +229,10 @@ def advise_layout(
     if missing:
         raise ValueError(f"examples lack template variables: {sorted(missing)}")
     distinct = {v: len(set(_value_keys(inputs, v))) for v in inputs.order}
-    repeating = sorted((v for v in inputs.order if n / distinct[v] >= min_mean_repeats), key=lambda v: (distinct[v], v))
+    repeating = sorted(
+        (v for v in inputs.order if n / distinct[v] >= min_mean_repeats),
+        key=lambda v: (distinct[v], v),
+    )
     if not repeating:
         return []
     current = _cached(_prompts(inputs, inputs.order, range(n)), block_size, capacity_blocks)

@@ -1,1 +1,2 @@
-"""Reports from results only: report.md, summary.md, the charts (all Markdown is here or in a wing's report module)."""
+"""Reports from results only: report.md, summary.md, the charts (all Markdown is here or in a wing's
+report module)."""

@@ -1,5 +1,5 @@
-"""Markdown of one run: report.md, its sections in order; a wing adds its own (Ray replicas, serving rates,
-the plan against the measurement) through `extra`."""
+"""Markdown of one run: report.md, its sections in order; a wing adds its own (Ray replicas, serving
+rates, the plan against the measurement) through `extra`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,16 @@ from runner.results import RunResult
 from runner.scoring import conventions
 
 Section = Callable[[RunResult], list[str]]
-REPRO_KEYS = ("runner", "git_commit", "python", "platform", "gpu", "driver", "cuda_driver", "gpu_memory_gib")
+REPRO_KEYS = (
+    "runner",
+    "git_commit",
+    "python",
+    "platform",
+    "gpu",
+    "driver",
+    "cuda_driver",
+    "gpu_memory_gib",
+)
 
 
 def _interval(e: Any) -> str:
@@ -30,34 +39,49 @@ def _interval(e: Any) -> str:
 def _banners(r: RunResult) -> list[str]:
     out = []
     if r.recipe.engine.fake:
-        fake = f"> **FAKE ENGINE**: `{r.recipe.engine.kind}` made these outputs up from a template; no model ran. "
+        fake = (
+            f"> **FAKE ENGINE**: `{r.recipe.engine.kind}` made these outputs up from a "
+            "template; no model ran. "
+        )
         out.append(fake + "Times, tokens and scores test the pipeline only.")
     if r.status != "ok":
         out.append(f"> **FAILED**: {r.error}" + (f"\n>\n> Hint: {r.hint}" if r.hint else ""))
-    if not r.scores_meaningful and not r.recipe.engine.fake:  # the fake engine's banner says it already
+    # the fake engine's banner says it already
+    if not r.scores_meaningful and not r.recipe.engine.fake:
         dummy = "random weights (`load_format: dummy` or the builtin smoke-test model)"
-        out.append(f"> **Scores are not meaningful**: this run used {dummy}; read it for speed only.")
+        out.append(
+            f"> **Scores are not meaningful**: this run used {dummy}; read it for speed only."
+        )
     if r.engine_of:
-        shared = f"this recipe ran on the engine started for {r.engine_of} (engine start counted there)"
+        shared = (
+            f"this recipe ran on the engine started for {r.engine_of} (engine start counted there)"
+        )
         out.append(f"> Note: {shared}; the prefix cache was reset before it")
     out += [f"> Note: {n}" for n in r.notes]
     if where := busy(r):
         out.append("> **Busy machine**: the time may be off: " + "; ".join(where))
     if e := r.estimate:
         at = f"projected at {secs(e.projected_s)} ({_interval(e)}; {e.method})"
-        out.append(f"> **Estimate**: {e.n_measured} of {e.n_total} examples were run; the full time is {at}.")
+        out.append(
+            f"> **Estimate**: {e.n_measured} of {e.n_total} examples were run; the full time is "
+            f"{at}."
+        )
     return out
 
 
 def report_markdown(r: RunResult, samples: list[dict], extra: Sequence[Section] = ()) -> str:
     sections = (_header, _time_section, _tokens_section, _latency_section, *extra)
     sections += (_memory_section, _scores_section, _prefix_section, _knobs_section)
-    return "\n".join([line for section in sections for line in section(r)] + _samples_section(samples) + _reproduce(r))
+    return "\n".join(
+        [line for section in sections for line in section(r)]
+        + _samples_section(samples)
+        + _reproduce(r)
+    )
 
 
 def cell_value(v: Any) -> str:
-    """A study cell's value in a line or table cell: text as it is, mappings as k=v pairs (nested ones in
-    braces, lists of more than four values as a count), other values as JSON."""
+    """A study cell's value in a line or table cell: text as it is, mappings as k=v pairs (nested
+    ones in braces, lists of more than four values as a count), other values as JSON."""
 
     def one(x: Any) -> str:
         if isinstance(x, dict):
@@ -83,9 +107,10 @@ def _header(r: RunResult) -> list[str]:
         parts += [rec.description, ""]
     engine = rec.engine.label or r.engine.name or rec.engine.kind
     parts += [
-        f"Status: **{r.status}** · engine: {' '.join(x for x in (engine, r.engine.version) if x not in ('', '-'))} · "
-        f"model: `{rec.model.id}` · "
-        f"device: {r.engine.device or '–'} · samples: {r.n_samples} of {r.n_dataset} · finished {r.finished_at}",
+        f"Status: **{r.status}** · engine: "
+        f"{' '.join(x for x in (engine, r.engine.version) if x not in ('', '-'))} · model: "
+        f"`{rec.model.id}` · device: {r.engine.device or '–'} · samples: {r.n_samples} of "
+        f"{r.n_dataset} · finished {r.finished_at}",
         "",
     ]
     for b in _banners(r):  # each its own block quote (adjacent ones would merge)
@@ -98,17 +123,40 @@ def _time_section(r: RunResult) -> list[str]:
     t, th = r.timings, r.throughput
     row = [secs(t.load_s), time_cell(r) or secs(t.generate_s), secs(t.total_s)]
     row += [rate_cell(r, th.requests_per_s), rate_cell(r, th.output_tokens_per_s)]
-    row += [rate_cell(r, th.total_tokens_per_s), f"{t.gpu_busy:.0%}" if t.gpu_busy is not None else None]
-    head = ["engine start", "generation", "total", "requests/s", "output tok/s", "total tok/s", "GPU busy"]
+    row += [
+        rate_cell(r, th.total_tokens_per_s),
+        f"{t.gpu_busy:.0%}" if t.gpu_busy is not None else None,
+    ]
+    head = [
+        "engine start",
+        "generation",
+        "total",
+        "requests/s",
+        "output tok/s",
+        "total tok/s",
+        "GPU busy",
+    ]
     parts.append(table([row], head, frozenset({"GPU busy"})))
     total = "Total: engine start, tokenizing, generation, scoring and writing the samples"
     parts += ["", total + (", over every repeat and engine start." if len(r.repeats) > 1 else ".")]
     if t.gpu_busy is not None:
         tenths = " ".join(f"{x:.0%}" for x in t.gpu_busy_tenths or [])
-        lag = "NVML averages over its own window, up to a second: the tenths lag, the first reads low"
-        text = "GPU busy: the mean of NVML's utilization counter (share of time a kernel was running, whole device) "
-        text += "sampled every 50 ms during generation; it says whether the GPU waited, not how full it was."
-        parts += ["", text + (f" By tenth of the generation time: {tenths} ({lag})." if t.gpu_busy_tenths else "")]
+        lag = (
+            "NVML averages over its own window, up to a second: the tenths lag, the first reads low"
+        )
+        text = (
+            "GPU busy: the mean of NVML's utilization counter (share of time a kernel was "
+            "running, whole device) "
+        )
+        text += (
+            "sampled every 50 ms during generation; it says whether the GPU waited, not how "
+            "full it was."
+        )
+        parts += [
+            "",
+            text
+            + (f" By tenth of the generation time: {tenths} ({lag})." if t.gpu_busy_tenths else ""),
+        ]
     if e := r.estimate:
         when = f"~{secs(e.projected_s)} ({_interval(e)}) from {e.n_measured} examples."
         parts += ["", f"Projected full-dataset generation (**estimate**): {when}"]
@@ -120,24 +168,55 @@ def _start_section(r: RunResult) -> list[str]:
     starts = [(x.index, x.load_s, x.start) for x in r.repeats if x.start is not None]
     if not starts:
         return []
-    kind = lambda p: "eager (nothing compiled)" if p.cold is None else "cold (compiled)" if p.cold else "warm (cache)"
+    kind = lambda p: (
+        "eager (nothing compiled)"
+        if p.cold is None
+        else "cold (compiled)"
+        if p.cold
+        else "warm (cache)"
+    )
     opt = lambda v: secs(v) if v is not None else "–"
     rows = [
-        [i, opt(total), opt(p.load_s), opt(p.compile_s), opt(p.capture_s), opt(p.warmup_s), opt(p.other_s), kind(p)]
+        [
+            i,
+            opt(total),
+            opt(p.load_s),
+            opt(p.compile_s),
+            opt(p.capture_s),
+            opt(p.warmup_s),
+            opt(p.other_s),
+            kind(p),
+        ]
         for i, total, p in starts
     ]
-    head = ["before repeat", "engine start", "weights", "compile", "CUDA graphs", "warm-up", "other", "compile cache"]
+    head = [
+        "before repeat",
+        "engine start",
+        "weights",
+        "compile",
+        "CUDA graphs",
+        "warm-up",
+        "other",
+        "compile cache",
+    ]
     caches = sorted({p.compile_cache for _, _, p in starts if p.compile_cache})
-    note = "As the engine's own log accounts for it: weights loaded, torch.compile (or its output loaded from the "
-    note += "compile cache: a warm start), CUDA graph capture, the recipe's warm-up batch, and the rest (process "
+    note = (
+        "As the engine's own log accounts for it: weights loaded, torch.compile (or its output "
+        "loaded from the "
+    )
+    note += (
+        "compile cache: a warm start), CUDA graph capture, the recipe's warm-up batch, and "
+        "the rest (process "
+    )
     note += "start, memory profiling, KV-cache allocation)."
     note += f" Compile cache: {', '.join(f'`{c}`' for c in caches)}." if caches else ""
     return ["", "### Engine start", "", note, "", table(rows, head)]
 
 
 def priced(r: RunResult, usd_per_gpu_hour: float | None) -> RunResult:
-    """The result as a report shows it at another GPU-hour price (a price is no measured fact: results.json keeps
-    the recipe's own); the result itself when no price is given or it is the same."""
+    """The result as a report shows it at another GPU-hour price (a price is no measured fact:
+    results.json keeps the recipe's own); the result itself when no price is given or it is the
+    same."""
     from runner.recipe import CostSpec
 
     cost = CostSpec(usd_per_gpu_hour=usd_per_gpu_hour) if usd_per_gpu_hour is not None else None
@@ -147,9 +226,13 @@ def priced(r: RunResult, usd_per_gpu_hour: float | None) -> RunResult:
 
 
 def cost_figures(r: RunResult) -> dict[str, float] | None:
-    """Dollars from the recipe's price: GPU-seconds x GPUs x price per GPU-second, for one generation (per million
-    output or prompt tokens) and for the whole run (`timings.total_s`: every engine start and repeat)."""
-    price, gpus = r.recipe.cost.usd_per_gpu_hour if r.recipe.cost else None, r.energy.gpus if r.energy else 0
+    """Dollars from the recipe's price: GPU-seconds x GPUs x price per GPU-second, for one
+    generation (per million output or prompt tokens) and for the whole run (`timings.total_s`: every
+    engine start and repeat)."""
+    price, gpus = (
+        r.recipe.cost.usd_per_gpu_hour if r.recipe.cost else None,
+        r.energy.gpus if r.energy else 0,
+    )
     if price is None or not gpus or not r.timings.generate_s:
         return None
     per_s = price / 3600 * gpus
@@ -169,12 +252,25 @@ def _energy_section(r: RunResult) -> list[str]:
     if not e.measured:
         rows = [["energy", f"not measured: {e.why_not}"]]
     else:
-        per = (("per output token", e.j_per_output_token), ("per 1,000 prompt tokens", e.j_per_1k_prompt_tokens))
-        rows = [["energy per generation", f"{e.joules:,.0f} J"], ["average power", f"{e.watts:,.0f} W"]]
+        per = (
+            ("per output token", e.j_per_output_token),
+            ("per 1,000 prompt tokens", e.j_per_1k_prompt_tokens),
+        )
+        rows = [
+            ["energy per generation", f"{e.joules:,.0f} J"],
+            ["average power", f"{e.watts:,.0f} W"],
+        ]
         rows += [[what, f"{j:.3g} J"] for what, j in per if j is not None] + [["GPUs read", e.gpus]]
-    note = "Energy: NVML's total-energy counter of each GPU the engine ran on, read when the prompts went in and when "
+    note = (
+        "Energy: NVML's total-energy counter of each GPU the engine ran on, read when the "
+        "prompts went in and when "
+    )
     note += "the last output was back (whole devices), the mean over the repeats."
-    parts = ["", "## Energy and cost", ""] + ([note, ""] if e.measured else []) + [table(rows, ["", "value"])]
+    parts = (
+        ["", "## Energy and cost", ""]
+        + ([note, ""] if e.measured else [])
+        + [table(rows, ["", "value"])]
+    )
     if c := cost_figures(r):
         rows = [["price", f"${c['usd_per_gpu_hour']:g} per GPU-hour x {c['gpus']:g} GPU(s)"]]
         named = {
@@ -183,8 +279,14 @@ def _energy_section(r: RunResult) -> list[str]:
             "usd_run": "this run (engine starts, every repeat)",
         }
         rows += [[what, f"${c[k]:.4g}"] for k, what in named.items() if k in c]
-        formula = "Dollars: price per GPU-hour / 3600 x GPUs x seconds; per million tokens: the generation time (the "
-        formula += "geometric mean over the repeats) / the tokens of one generation x 10^6; the run: its total time."
+        formula = (
+            "Dollars: price per GPU-hour / 3600 x GPUs x seconds; per million tokens: the "
+            "generation time (the "
+        )
+        formula += (
+            "geometric mean over the repeats) / the tokens of one generation x 10^6; the "
+            "run: its total time."
+        )
         parts += ["", formula, "", table(rows, ["", "dollars"])]
     return parts
 
@@ -195,18 +297,37 @@ def _repeats_section(r: RunResult) -> list[str]:
         return []
     order = {
         "interleaved": "taking turns with the other recipes on its engine (A B A B)",
-        "interleaved with restarts": "taking turns with the other recipes, each turn on a freshly started engine",
+        "interleaved with "
+        "restarts": "taking turns with the other recipes, each turn on a freshly started engine",
         "back to back": "back to back on one engine",
     }.get(r.repeat_order or "", "")
     n = len(r.repeats)
     how = f"{n} repeats, {order}" if n > 1 else "1 run: no interval"
-    warm = f"; {r.recipe.warmup} uncounted warm-up generation(s) after each engine start" if r.recipe.warmup else ""
-    head = ["repeat", "generation", "GPU energy", "engine start", "outputs changed", "prompt tokens from cache"]
+    warm = (
+        f"; {r.recipe.warmup} uncounted warm-up generation(s) after each engine start"
+        if r.recipe.warmup
+        else ""
+    )
+    head = [
+        "repeat",
+        "generation",
+        "GPU energy",
+        "engine start",
+        "outputs changed",
+        "prompt tokens from cache",
+    ]
     head += ["load avg", "CPU pressure", "CPU s", "other GPU processes", "SM MHz", "busy", "call"]
-    note = f"{how}{warm}; the prefix cache was emptied before each. {LEGEND} Outputs changed: against repeat 1 "
-    note += "(its outputs are the samples). Busy: load average above the CPUs, tasks waiting for a CPU over 10% of "
+    note = (
+        f"{how}{warm}; the prefix cache was emptied before each. {LEGEND} Outputs changed: "
+        "against repeat 1 "
+    )
+    note += (
+        "(its outputs are the samples). Busy: load average above the CPUs, tasks waiting for "
+        "a CPU over 10% of "
+    )
     note += "the time (/proc/pressure/cpu), or another process on the GPU (NVML)."
-    rows = [_repeat_row(x) for x in r.repeats]  # GPU energy: NVML's over each repeat's generation, where read
+    # GPU energy: NVML's over each repeat's generation, where read
+    rows = [_repeat_row(x) for x in r.repeats]
     return ["", "### Repeats", "", note, "", table(rows, head, frozenset({"GPU energy"}))]
 
 
@@ -215,7 +336,12 @@ def _repeat_row(x: Any) -> list:
     part = x.reused_samples and j and x.energy_s  # a continued run: this call's part only
     others = None if n.gpu_other_processes is None else len(n.gpu_other_processes)
     row = [x.index, secs(x.generate_s), f"{j} (this call's {x.energy_s:.1f} s)" if part else j]
-    row += [secs(x.load_s) if x.load_s is not None else "(running)", x.changed, x.cached_tokens, n.load_avg]
+    row += [
+        secs(x.load_s) if x.load_s is not None else "(running)",
+        x.changed,
+        x.cached_tokens,
+        n.load_avg,
+    ]
     row += [f"{n.cpu_pressure:.0%}" if n.cpu_pressure is not None else None, n.process_cpu_s]
     row += ["cannot tell" if others is None and n.gpu_sm_clock_mhz else others, n.gpu_sm_clock_mhz]
     return [*row, "; ".join(n.busy) or "no", x.call]
@@ -223,13 +349,23 @@ def _repeat_row(x: Any) -> list:
 
 def _tokens_section(r: RunResult) -> list[str]:
     t, n = r.tokens, r.n_samples
-    row = [t.prompt, t.output, t.cached, f"{t.prompt / n:.1f}" if n else None, f"{t.output / n:.1f}" if n else None]
+    row = [
+        t.prompt,
+        t.output,
+        t.cached,
+        f"{t.prompt / n:.1f}" if n else None,
+        f"{t.output / n:.1f}" if n else None,
+    ]
     head = ["prompt", "output", "prompt from cache", "prompt / example", "output / example"]
     return ["", "## Tokens", "", table([row], head)]
 
 
 def _latency_section(r: RunResult) -> list[str]:
-    lat = [(n, p) for n, p in (("time to first token", r.latency.ttft_s), ("end-to-end", r.latency.e2e_s)) if p]
+    lat = [
+        (n, p)
+        for n, p in (("time to first token", r.latency.ttft_s), ("end-to-end", r.latency.e2e_s))
+        if p
+    ]
     if not lat:
         return []
     rows = [[n, secs(p.p50), secs(p.p90), secs(p.p99), secs(p.mean)] for n, p in lat]
@@ -239,21 +375,35 @@ def _latency_section(r: RunResult) -> list[str]:
 def _memory_section(r: RunResult) -> list[str]:
     m = r.memory
     kv_tokens = f"{m.kv_cache_tokens:,}" if m.kv_cache_tokens else None
-    row = [gib(m.peak_gpu_gib), gib(m.baseline_gpu_gib), gib(m.weights_gib), kv_tokens, gib(m.kv_cache_gib)]
-    head = ["peak GPU (whole device)", "GPU before start", "weights", "KV cache (tokens)", "KV cache"]
+    row = [
+        gib(m.peak_gpu_gib),
+        gib(m.baseline_gpu_gib),
+        gib(m.weights_gib),
+        kv_tokens,
+        gib(m.kv_cache_gib),
+    ]
+    head = [
+        "peak GPU (whole device)",
+        "GPU before start",
+        "weights",
+        "KV cache (tokens)",
+        "KV cache",
+    ]
     env = r.environment
     cpu = f"{env.get('cpu', 'CPU')}, {env['cpus']} CPUs" if env.get("cpus") else env.get("cpu")
     threads = f", torch threads {env['torch_threads']}" if env.get("torch_threads") else ""
     row += [gib(m.peak_rss_gib), f"{cpu}{threads}" if cpu else None]
     head += ["peak process memory (RSS)", "CPU"]
-    return ["", "## Memory", "", table([row], head, frozenset(head))]  # columns empty here (no GPU) left out
+    # columns empty here (no GPU) left out
+    return ["", "## Memory", "", table([row], head, frozenset(head))]
 
 
 def _scores_section(r: RunResult) -> list[str]:
     """Each score with the convention it follows, and the recipe's gold policy and clean-up."""
     unscored = r.n_samples - r.n_scored if r.n_scored is not None else 0
-    left = f"{unscored} of {r.n_samples} examples have no gold answers: they are left out of every score" + (
-        f" (scores are over the other {r.n_scored})." if r.n_scored else "."
+    left = (
+        f"{unscored} of {r.n_samples} examples have no gold answers: they are left out of every "
+        "score" + (f" (scores are over the other {r.n_scored})." if r.n_scored else ".")
     )
     if not r.scores:
         none = "No scores (no gold answers, or the run failed)."
@@ -261,11 +411,16 @@ def _scores_section(r: RunResult) -> list[str]:
     note = " (not meaningful: random weights or a fake engine)" if not r.scores_meaningful else ""
     gold = r.recipe.scoring.gold
     conv = conventions(list(r.scores))
-    rows = [[k, f"{v:.4f}", conv[k].name, gold or conv[k].gold, conv[k].formula] for k, v in r.scores.items()]
+    rows = [
+        [k, f"{v:.4f}", conv[k].name, gold or conv[k].gold, conv[k].formula]
+        for k, v in r.scores.items()
+    ]
     scores = table(rows, ["metric", "score" + note, "convention", "gold answers", "formula"])
     post = {k: v for k, v in r.recipe.scoring.postprocess.model_dump().items() if v}
     cleanup = ", ".join(f"{k}={v!r}" for k, v in post.items()) or "none"
-    policy = f"; gold policy set by the recipe: {gold}" if gold else "; gold policy: each metric's own"
+    policy = (
+        f"; gold policy set by the recipe: {gold}" if gold else "; gold policy: each metric's own"
+    )
     out = ["", "## Scores", "", scores, "", f"Output clean-up before scoring: {cleanup}{policy}."]
     return out + (["", f"> **Note**: {left}"] if unscored else [])
 
@@ -274,8 +429,14 @@ def _prefix_section(r: RunResult) -> list[str]:
     if r.status != "ok":
         return []
     p = r.prefix
-    text = f"Every prompt starts with the same {p.shared_prefix_tokens} tokens ({p.shared_prefix_share:.1%} of all "
-    text += "prompt tokens); a block-granular prefix cache also reuses prefixes shared by some prompts only"
+    text = (
+        f"Every prompt starts with the same {p.shared_prefix_tokens} tokens "
+        f"({p.shared_prefix_share:.1%} of all "
+    )
+    text += (
+        "prompt tokens); a block-granular prefix cache also reuses prefixes shared by some "
+        "prompts only"
+    )
     text += " (see the prediction below)." if r.plan and not r.plan.get("error") else "."
     text += f" Measured hit rate: {p.hit_rate:.1%}." if p.hit_rate is not None else ""
     return ["", "## Prompt prefix", "", text]
@@ -285,7 +446,9 @@ def _knobs_section(r: RunResult) -> list[str]:
     if not r.knobs:
         return []
     status = lambda k: "**IGNORED**" if k.status == "ignored" else k.status
-    rows = [[k.name, brief(k.requested), brief(k.effective), status(k), k.evidence] for k in r.knobs]
+    rows = [
+        [k.name, brief(k.requested), brief(k.effective), status(k), k.evidence] for k in r.knobs
+    ]
     head = ["knob", "requested", "effective", "status", "evidence"]
     return ["", "## Knobs: requested and effective", "", table(rows, head)]
 
@@ -296,7 +459,16 @@ def _samples_section(samples: list[dict]) -> list[str]:
     parts = ["", "## Sample prompts and outputs", ""]
     for s in samples[:N_EXAMPLES_SHOWN]:
         gold = ", ".join(f"`{inline(a)}`" for a in s.get("answers", []))
-        parts += [f"### {s['id']}", "", "Prompt:", "", "```text", s["prompt"].replace("```", "ˋˋˋ"), "```", ""]
+        parts += [
+            f"### {s['id']}",
+            "",
+            "Prompt:",
+            "",
+            "```text",
+            s["prompt"].replace("```", "ˋˋˋ"),
+            "```",
+            "",
+        ]
         parts += [f"Output: `{inline(s['output'])}` · gold: " + gold, ""]
     return parts
 
@@ -304,7 +476,10 @@ def _samples_section(samples: list[dict]) -> list[str]:
 def _reproduce(r: RunResult) -> list[str]:
     """Everything needed to run this again and get comparable numbers."""
     env = r.environment
-    rows = [["recipe hash", f"`{r.recipe_hash}`"], ["run key", f"`{r.run_key}`" if r.run_key else None]]
+    rows = [
+        ["recipe hash", f"`{r.recipe_hash}`"],
+        ["run key", f"`{r.run_key}`" if r.run_key else None],
+    ]
     rows += [[k, f"`{v}`"] for k, v in env.get("inputs", {}).items()]
     rows += [[k.replace("_", " "), env.get(k)] for k in REPRO_KEYS]
     rows += [[k, v] for k, v in env.get("packages", {}).items()]

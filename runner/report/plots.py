@@ -28,11 +28,13 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-LOG_ABOVE = 30  # times spanning more than this factor get a log axis; closer ones a linear axis from 0
+# times spanning more than this factor get a log axis; closer ones a linear axis from 0
+LOG_ABOVE = 30
 
 
 def scale_of(values: list[float]) -> str:
-    """`linear` (an axis from 0) where the values are within a factor LOG_ABOVE of each other, else `log`."""
+    """`linear` (an axis from 0) where the values are within a factor LOG_ABOVE of each other, else
+    `log`."""
     return "log" if max(values) / min(values) > LOG_ABOVE else "linear"
 
 
@@ -42,11 +44,16 @@ def two_digits(v: float) -> str:
 
 
 def _interval(r: RunResult) -> tuple[float, float] | None:
-    """The run's 95% interval of its time: from its repeats, else an estimate's projection interval."""
+    """The run's 95% interval of its time: from its repeats, else an estimate's projection
+    interval."""
     if (est := estimate(r)) is not None and est[1] is not None and est[2] is not None:
         return est[1], est[2]
     e = r.estimate
-    return (max(e.low_s, 1e-9), e.high_s) if e is not None and e.low_s is not None and e.high_s is not None else None
+    return (
+        (max(e.low_s, 1e-9), e.high_s)
+        if e is not None and e.low_s is not None and e.high_s is not None
+        else None
+    )
 
 
 def _err(v: float, ci: tuple[float, float] | None) -> list[list[float]] | None:
@@ -62,7 +69,14 @@ def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> 
     for y, r in enumerate(rs[::-1]):
         t, e, ci = r.projected_s, r.estimate, _interval(r)
         color = "#d62728" if r is base else "#1f77b4"
-        ax.barh(y, t, color="white" if e else color, edgecolor=color, hatch="//" if e else None, linewidth=1.5)
+        ax.barh(
+            y,
+            t,
+            color="white" if e else color,
+            edgecolor=color,
+            hatch="//" if e else None,
+            linewidth=1.5,
+        )
         if ci is not None:
             ax.errorbar(t, y, xerr=_err(t, ci), color="black", capsize=3)
         label = f" {two_digits(t)} s" + (" (est.)" if e else "")
@@ -73,15 +87,17 @@ def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> 
     if scale == "linear":
         ax.set_xlim(0, max((_interval(r) or (0, r.projected_s))[1] for r in rs) * 1.2)  # type: ignore[type-var]
     bars = "bars: 95% interval" if any(_interval(r) for r in rs) else ""
-    what = ", ".join(x for x in (f"{scale} scale" if scale == "log" else "", bars, "hatched: projected") if x)
+    what = ", ".join(
+        x for x in (f"{scale} scale" if scale == "log" else "", bars, "hatched: projected") if x
+    )
     ax.set_xlabel(f"generation time, s ({what})")
     ax.set_title("Time per recipe" + (f" (red: baseline {base.name})" if base else ""), fontsize=10)
     return _save(fig, path)
 
 
 def pareto_front(points: list[tuple[float, ...]]) -> list[int]:
-    """Indices of the points no other point beats: at most as large on every coordinate and smaller on one (every
-    coordinate lower-is-better)."""
+    """Indices of the points no other point beats: at most as large on every coordinate and smaller
+    on one (every coordinate lower-is-better)."""
     beats = lambda q, p: all(a <= b for a, b in zip(q, p)) and any(a < b for a, b in zip(q, p))
     return [i for i, p in enumerate(points) if not any(beats(q, p) for q in points)]
 
@@ -101,10 +117,14 @@ def accuracy_chart(  # noqa: PLR0913
     failed: Collection[str] = (),
     score_ci: dict[str, tuple[float, float]] | None = None,
 ) -> Path | None:
-    """Score against generation time with each run's 95% interval of its time (and of its score, from `score_ci` by
-    run name), the Pareto front in green among the runs not `failed` by their gate (drawn red); points named by
-    `label` (default: run name)."""
-    rs = [r for r in results if r.status == "ok" and r.scores_meaningful and metric in r.scores and r.projected_s]
+    """Score against generation time with each run's 95% interval of its time (and of its score,
+    from `score_ci` by run name), the Pareto front in green among the runs not `failed` by their
+    gate (drawn red); points named by `label` (default: run name)."""
+    rs = [
+        r
+        for r in results
+        if r.status == "ok" and r.scores_meaningful and metric in r.scores and r.projected_s
+    ]
     if len(rs) < 2:  # one point says nothing a table does not
         return None
     pts = [(r.projected_s, r.scores[metric]) for r in rs]
@@ -116,9 +136,17 @@ def accuracy_chart(  # noqa: PLR0913
         color = "#d62728" if r.name in failed else "#2ca02c" if i in front else "#7f7f7f"
         xerr, yerr = _err(t, _interval(r)), _err(s, score_ci.get(r.name))
         if xerr or yerr:
-            ax.errorbar(t, s, xerr=xerr, yerr=yerr, color=color, alpha=0.5, capsize=2, zorder=2, linewidth=1)
+            ax.errorbar(
+                t, s, xerr=xerr, yerr=yerr, color=color, alpha=0.5, capsize=2, zorder=2, linewidth=1
+            )
         ax.scatter(t, s, color=color, s=60 if i in front else 30, zorder=3)
-        ax.annotate(label(r) if label else r.name, (t, s), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        ax.annotate(
+            label(r) if label else r.name,
+            (t, s),
+            fontsize=7,
+            xytext=(4, 4),
+            textcoords="offset points",
+        )
     ax.plot(*zip(*sorted(pts[i] for i in front)), color="#2ca02c", linestyle="--", zorder=2)
     ts, ss = [t for t, _ in pts], [v for _, v in pts]
     ss += [v for r in rs for v in score_ci.get(r.name, ())]  # the score bars stay inside the axis
@@ -144,7 +172,11 @@ def memory_chart(results: list[RunResult], path: Path) -> Path | None:
     for y, r in enumerate(rs[::-1]):
         peak, w, kv = r.memory.peak_gpu_gib, r.memory.weights_gib or 0, r.memory.kv_cache_gib or 0
         rest, left = max(peak - w - kv, 0), 0
-        for val, col, lab in ((w, "#1f77b4", "weights"), (kv, "#ff7f0e", "KV cache"), (rest, "#c7c7c7", "rest")):
+        for val, col, lab in (
+            (w, "#1f77b4", "weights"),
+            (kv, "#ff7f0e", "KV cache"),
+            (rest, "#c7c7c7", "rest"),
+        ):
             ax.barh(y, val, left=left, color=col, label=lab if y == 0 else None)
             left += val
         ax.text(left, y, f" {peak:.1f} GiB", va="center", fontsize=8)
@@ -158,8 +190,8 @@ def memory_chart(results: list[RunResult], path: Path) -> Path | None:
 
 @dataclass(frozen=True)
 class Accuracy:
-    """A summary's accuracy chart: the score it plots against time, the runs their gate stopped (drawn red) and each
-    run's 95% interval of its score, by name."""
+    """A summary's accuracy chart: the score it plots against time, the runs their gate stopped
+    (drawn red) and each run's 95% interval of its score, by name."""
 
     metric: str
     failed: Collection[str] = ()
@@ -173,7 +205,10 @@ def write_charts(
     out, a = Path(out), accuracy
     made = [
         time_chart(results, base, out / CHARTS["time"]),
-        a and accuracy_chart(results, a.metric, out / CHARTS["accuracy"], failed=a.failed, score_ci=a.score_ci),
+        a
+        and accuracy_chart(
+            results, a.metric, out / CHARTS["accuracy"], failed=a.failed, score_ci=a.score_ci
+        ),
         memory_chart(results, out / CHARTS["memory"]),
     ]
     return [p for p in made if p is not None]

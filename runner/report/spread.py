@@ -1,6 +1,7 @@
-"""How much a time moves: a run's generation time (the geometric mean of its repeats) with its 95% interval, a
-speed-up as a ratio of geometric means with its interval ("no clear difference" where the interval holds 1), and
-what made the machine busy while it was measured. A run stored before repeats existed is one run: no interval."""
+"""How much a time moves: a run's generation time (the geometric mean of its repeats) with its 95%
+interval, a speed-up as a ratio of geometric means with its interval ("no clear difference" where
+the interval holds 1), and what made the machine busy while it was measured. A run stored before
+repeats existed is one run: no interval."""
 
 from __future__ import annotations
 
@@ -24,15 +25,17 @@ from runner.results import RunResult
 
 ONE_RUN = "1 run: no interval"
 LEGEND = (
-    f"Times are geometric means over the repeats with a 95% interval ({TIME_CI}; n = repeats). A speed-up is the "
-    "ratio of two geometric means with its 95% interval: t on the log ratios of the turns where the two recipes took "
-    "turns in one call (paired), else Welch's t on the log times; an interval that holds 1 is written as no clear "
-    "difference."
+    f"Times are geometric means over the repeats with a 95% interval ({TIME_CI}; n = repeats). A "
+    "speed-up is the "
+    "ratio of two geometric means with its 95% interval: t on the log ratios of the turns where "
+    "the two recipes took turns in one call (paired), else Welch's t on the log times; an interval "
+    "that holds 1 is written as no clear difference."
 )
 
 
 def times(r: RunResult) -> list[float]:
-    """The run's measured generation times; an estimate's scaled to the full dataset as its projection is."""
+    """The run's measured generation times; an estimate's scaled to the full dataset as its
+    projection is."""
     t = r.times
     if r.estimate and r.timings.generate_s:
         k = r.estimate.projected_s / r.timings.generate_s
@@ -41,15 +44,17 @@ def times(r: RunResult) -> list[float]:
 
 
 def estimate(r: RunResult) -> tuple[float, float | None, float | None] | None:
-    """The run's time (geometric mean over its repeats, projected for an estimate) and its 95% interval; None without a
-    time."""
+    """The run's time (geometric mean over its repeats, projected for an estimate) and its 95%
+    interval; None without a time."""
     t = times(r)
     return geomean_interval(t) if t else None
 
 
-def time_cell(r: RunResult, approx: str = "", compact: bool = False, bold: bool = False) -> str | None:
-    """`2.05 s (1.90–2.31 s, n=5)`, or `2.05 s (1 run: no interval)` (`compact`: `2.05 s`, where a note says it;
-    `bold`: the time in bold, the interval not)."""
+def time_cell(
+    r: RunResult, approx: str = "", compact: bool = False, bold: bool = False
+) -> str | None:
+    """`2.05 s (1.90–2.31 s, n=5)`, or `2.05 s (1 run: no interval)` (`compact`: `2.05 s`, where a
+    note says it; `bold`: the time in bold, the interval not)."""
     if (est := estimate(r)) is None:
         return None
     med, lo, hi = est
@@ -61,33 +66,40 @@ def time_cell(r: RunResult, approx: str = "", compact: bool = False, bold: bool 
 
 
 def rate_cell(r: RunResult, rate: float | None) -> str:
-    """A throughput at the geometric-mean time, with the interval the time's gives it (`229 (226–234)`)."""
+    """A throughput at the geometric-mean time, with the interval the time's gives it (`229
+    (226–234)`)."""
     if rate is None:
         return cell(rate)
     est = estimate(r)
     if est is None or est[1] is None or r.estimate:
         return cell(rate)
     med, lo, hi = est
-    rate *= (r.timings.generate_s or med) / med  # at the time shown (results stored before it was exp(mean log))
+    # at the time shown (results stored before it was exp(mean log))
+    rate *= (r.timings.generate_s or med) / med
     return f"{cell(rate)} ({cell(rate * med / hi)}–{cell(rate * med / lo)})"  # type: ignore[operator]
 
 
 def paired(a: RunResult, b: RunResult) -> bool:
-    """The two runs took turns: repeat i of each was measured side by side, in the same turns of one call."""
+    """The two runs took turns: repeat i of each was measured side by side, in the same turns of one
+    call."""
     if len(a.repeats) != len(b.repeats) or len(a.repeats) < 2:
         return False
-    return all(x.turns and x.turns == y.turns and x.index == y.index for x, y in zip(a.repeats, b.repeats))
+    return all(
+        x.turns and x.turns == y.turns and x.index == y.index for x, y in zip(a.repeats, b.repeats)
+    )
 
 
 def examples(r: RunResult) -> tuple[str, int]:
-    """What the run's time stands for: its dataset and how many of its examples (an estimate: the full count it
-    projects to; a `--limit`ed run such as a tune's screen: the examples it ran)."""
+    """What the run's time stands for: its dataset and how many of its examples (an estimate: the
+    full count it projects to; a `--limit`ed run such as a tune's screen: the examples it ran)."""
     return r.recipe.dataset.model_dump_json(), (r.estimate.n_total if r.estimate else r.n_samples)
 
 
-def speedup(slow: RunResult, fast: RunResult, level: float = 0.95) -> tuple[float, float | None, float | None] | None:
-    """time(slow) / time(fast): the ratio of the geometric means and its `level` interval (None without times, or for
-    two runs that did not time the same examples)."""
+def speedup(
+    slow: RunResult, fast: RunResult, level: float = 0.95
+) -> tuple[float, float | None, float | None] | None:
+    """time(slow) / time(fast): the ratio of the geometric means and its `level` interval (None
+    without times, or for two runs that did not time the same examples)."""
     a, b = times(slow), times(fast)
     if not a or not b or examples(slow) != examples(fast):
         return None
@@ -95,9 +107,10 @@ def speedup(slow: RunResult, fast: RunResult, level: float = 0.95) -> tuple[floa
 
 
 def repeats_to_tell(slow: RunResult, fast: RunResult) -> int | None:
-    """For a speed-up inside the noise: about how many repeats each would make a difference of the size seen clear at
-    the noise seen (95%, 80% power; `stats.examples_to_resolve`), from the turns' log ratios where they were paired,
-    else from both runs' spread of log times. None without two repeats each or without a difference."""
+    """For a speed-up inside the noise: about how many repeats each would make a difference of the
+    size seen clear at the noise seen (95%, 80% power; `stats.examples_to_resolve`), from the turns'
+    log ratios where they were paired, else from both runs' spread of log times. None without two
+    repeats each or without a difference."""
     a, b = times(slow), times(fast)
     if len(a) < 2 or len(b) < 2:
         return None
@@ -105,14 +118,19 @@ def repeats_to_tell(slow: RunResult, fast: RunResult) -> int | None:
         m, se, _ = log_ratio(a, b, True)
         return examples_to_resolve(se * math.sqrt(len(a)), m, len(a)) if se is not None else None
     sd = lambda xs: statistics.stdev(math.log(x) for x in xs)
-    return examples_to_resolve(math.hypot(sd(a), sd(b)), log_ratio(a, b, False)[0], max(len(a), len(b)))
+    return examples_to_resolve(
+        math.hypot(sd(a), sd(b)), log_ratio(a, b, False)[0], max(len(a), len(b))
+    )
 
 
-def speedup_parts(pairs: Sequence[tuple[RunResult, RunResult]]) -> tuple[float | None, float | None]:
-    """The 95% interval of the geometric mean of several pairs' speed-ups. Pairs with no cell in common: each pair's
-    own interval (paired where its cells took turns), combined. Pairs that share a cell (one cell against two
-    others): each cell's mean log time weighted by how often it stands first less how often second, its noise
-    counted once (Welch-Satterthwaite over the cells; the turns' pairing is not used)."""
+def speedup_parts(
+    pairs: Sequence[tuple[RunResult, RunResult]],
+) -> tuple[float | None, float | None]:
+    """The 95% interval of the geometric mean of several pairs' speed-ups. Pairs with no cell in
+    common: each pair's own interval (paired where its cells took turns), combined. Pairs that share
+    a cell (one cell against two others): each cell's mean log time weighted by how often it stands
+    first less how often second, its noise counted once (Welch-Satterthwaite over the cells; the
+    turns' pairing is not used)."""
     if any(not times(r) for pair in pairs for r in pair):
         return None, None
     ids = [id(r) for pair in pairs for r in pair]
@@ -127,9 +145,11 @@ def speedup_parts(pairs: Sequence[tuple[RunResult, RunResult]]) -> tuple[float |
 
 
 def ratio_text(ratio: float, lo: float | None, hi: float | None, approx: str = "") -> str:
-    """`1.80× (1.52–2.13)`, `3.4× slower (3.1–3.8)`, `no clear difference (0.91–1.12×)`, `1.80× (1 run: no
-    interval)`."""
-    x = lambda v: (lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}")(float(f"{v:.9g}"))
+    """`1.80× (1.52–2.13)`, `3.4× slower (3.1–3.8)`, `no clear difference (0.91–1.12×)`, `1.80× (1
+    run: no interval)`."""
+    x = lambda v: (lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}")(
+        float(f"{v:.9g}")
+    )
     if lo is not None and hi is not None and lo <= 1 <= hi:
         return f"no clear difference ({x(lo)}–{x(hi)}×)"
     if ratio < 1:  # slower: said as such, not as a speed-up below 1
@@ -144,17 +164,18 @@ def clear(lo: float | None, hi: float | None) -> bool:
 
 
 def compared(a: RunResult, b: RunResult) -> str:
-    """How two runs' times were set side by side: `in turns` (paired over the turns of one call), `across calls`
-    (measured, wholly or in part, in different `runner go` calls: the machine may have differed), or `back to back`
-    (one call, one after the other: a drift over the call lands on one of them)."""
+    """How two runs' times were set side by side: `in turns` (paired over the turns of one call),
+    `across calls` (measured, wholly or in part, in different `runner go` calls: the machine may
+    have differed), or `back to back` (one call, one after the other: a drift over the call lands on
+    one of them)."""
     if paired(a, b):
         return "in turns"
     return "across calls" if calls(a) and calls(b) and calls(a) != calls(b) else "back to back"
 
 
 def drifted(r: RunResult) -> tuple[float, float, float] | None:
-    """The run's repeats' trend per repeat with its 95% interval, where the interval excludes 0 (3 repeats or
-    more; `stats.drift`); None where no drift shows."""
+    """The run's repeats' trend per repeat with its 95% interval, where the interval excludes 0 (3
+    repeats or more; `stats.drift`); None where no drift shows."""
     got = drift([x.generate_s for x in r.repeats if x.generate_s]) if len(r.repeats) >= 3 else None
     return got if got is not None and not got[1] <= 0 <= got[2] else None
 
@@ -165,5 +186,6 @@ def busy(r: RunResult) -> list[str]:
 
 
 def calls(r: RunResult) -> frozenset[str]:
-    """The `runner go` calls that measured the run (empty for a run stored before calls were recorded)."""
+    """The `runner go` calls that measured the run (empty for a run stored before calls were
+    recorded)."""
     return frozenset(x.call for x in r.repeats if x.call)

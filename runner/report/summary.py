@@ -1,6 +1,6 @@
-"""Markdown of a call: summary.md, comparing every recipe of the call (and each study's cells), with the sections
-that pair recipes: what sets one recipe apart from another, prefix caching on against off, and the answers that
-change against the baseline (with an exact McNemar test)."""
+"""Markdown of a call: summary.md, comparing every recipe of the call (and each study's cells), with
+the sections that pair recipes: what sets one recipe apart from another, prefix caching on against
+off, and the answers that change against the baseline (with an exact McNemar test)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ from typing import Any
 from runner.base.dotted import flat_dotted
 from runner.base.files import write_text_atomic
 from runner.base.format import N_EXAMPLES_SHOWN, diff_cell, gib, inline, secs, table
-from runner.base.stats import MIN_PAIRED, PAIRED_CI, examples_to_resolve, mcnemar_exact, paired_interval
+from runner.base.stats import (
+    MIN_PAIRED,
+    PAIRED_CI,
+    examples_to_resolve,
+    mcnemar_exact,
+    paired_interval,
+)
 from runner.folder import SUMMARY, RunFolder, load_samples
 from runner.recipe import GateSpec, Recipe
 from runner.report.markdown import cost_figures
@@ -34,14 +40,15 @@ from runner.report.spread import (
 )
 from runner.results import RunResult
 
-# a wing's sections of summary.md (studies, serving runs): results, the --out folder -> Markdown lines
+# a wing's sections of summary.md (studies, serving runs): results, the --out folder -> Markdown
+# lines
 Sections = Callable[[list[RunResult], Path | None], list[str]]
 SKIP_DIFF = {"name", "description", "baseline", "timeout_s", "estimate"}
 
 
 def _engine_view(r: Recipe) -> dict:
-    """An engine's kind plus only the fields set away from that kind's defaults, so engines of different kinds
-    compare by what was chosen, not by every field either kind has."""
+    """An engine's kind plus only the fields set away from that kind's defaults, so engines of
+    different kinds compare by what was chosen, not by every field either kind has."""
     engine = r.engine.model_dump(mode="json")
     defaults = type(r.engine).model_validate({"kind": r.engine.kind}).model_dump(mode="json")
     return {k: v for k, v in engine.items() if k == "kind" or defaults.get(k) != v}
@@ -58,7 +65,8 @@ def recipe_diff(r: Recipe, base: Recipe) -> dict[str, Any]:
     for k in sorted(set(a) | set(b)):
         if k.split(".")[0] in SKIP_DIFF or k == "engine.kind":  # the kind has its own column
             continue
-        if other_kind and k.startswith("engine.") and k not in a:  # a field the other engine does not have
+        # a field the other engine does not have
+        if other_kind and k.startswith("engine.") and k not in a:
             continue
         if a.get(k) != b.get(k):
             out[k] = a.get(k, full.get(k))
@@ -69,20 +77,34 @@ def _prefix_on(r: RunResult) -> bool:
     """The engine has a prefix cache and it was on (as measured where the engine said so)."""
     field = r.recipe.engine.prefix_cache_field
     eff = next((k.effective for k in r.knobs if k.name == field), None)
-    return field is not None and (bool(eff) if eff is not None else r.recipe.engine.prefix_caching_requested())
+    return field is not None and (
+        bool(eff) if eff is not None else r.recipe.engine.prefix_caching_requested()
+    )
 
 
 def _prefix_row(r: RunResult, results: list[RunResult]) -> list:
     others = [o for o in results if o is not r and o.status == "ok"]
-    partners = [o for o in others if set(recipe_diff(r.recipe, o.recipe)) == {"engine.enable_prefix_caching"}]
-    partner = partners[-1] if partners else None  # the last other finished recipe that differs only in that
+    partners = [
+        o
+        for o in others
+        if set(recipe_diff(r.recipe, o.recipe)) == {"engine.enable_prefix_caching"}
+    ]
+    # the last other finished recipe that differs only in that
+    partner = partners[-1] if partners else None
     saved = None
     if partner and partner.timings.generate_s and r.timings.generate_s:
         d = partner.timings.generate_s - r.timings.generate_s
         saved = f"{d:.1f} s ({d / partner.timings.generate_s:.0%}) vs {partner.name}"
     pred, p = (r.plan or {}).get("cached_share"), r.prefix
     pct = lambda x: f"{x:.1%}" if x is not None else None
-    return [r.name, p.shared_prefix_tokens, f"{p.shared_prefix_share:.1%}", pct(pred), pct(p.hit_rate), saved]
+    return [
+        r.name,
+        p.shared_prefix_tokens,
+        f"{p.shared_prefix_share:.1%}",
+        pct(pred),
+        pct(p.hit_rate),
+        saved,
+    ]
 
 
 def prefix_section(results: list[RunResult]) -> list[str]:
@@ -91,9 +113,21 @@ def prefix_section(results: list[RunResult]) -> list[str]:
     rows = [_prefix_row(r, results) for r in results if r.status == "ok" and _prefix_on(r)]
     if not rows:
         return []
-    head = ["recipe", "prefix shared by all (tokens)", "share", "predicted hit rate", "measured hit rate"]
-    note = "Shared by all: tokens every prompt starts with (share of all prompt tokens). Predicted: the prompt tokens "
-    note += "a prefix cache serves, counted block by block over the real token ids before the engine started "
+    head = [
+        "recipe",
+        "prefix shared by all (tokens)",
+        "share",
+        "predicted hit rate",
+        "measured hit rate",
+    ]
+    note = (
+        "Shared by all: tokens every prompt starts with (share of all prompt tokens). "
+        "Predicted: the prompt tokens "
+    )
+    note += (
+        "a prefix cache serves, counted block by block over the real token ids before the "
+        "engine started "
+    )
     note += "(`runner plan`); measured: what the engine reported."
     return ["", "## Prefix caching", "", note, "", table(rows, [*head, "generation time saved"])]
 
@@ -109,8 +143,8 @@ def _em_metric(names: Iterable[str]) -> str | None:
 
 
 def _interval(diffs: list[float]) -> tuple[str, str | None]:
-    """`+0.004 (-0.002 to +0.010)` and the direction when the interval excludes 0 (`lower` / `higher`); under
-    MIN_PAIRED examples `+0.200 (too few examples to tell: n=5; 30 needed)`."""
+    """`+0.004 (-0.002 to +0.010)` and the direction when the interval excludes 0 (`lower` /
+    `higher`); under MIN_PAIRED examples `+0.200 (too few examples to tell: n=5; 30 needed)`."""
     got = paired_interval(diffs)
     if got is None:
         few = f"too few examples to tell: n={len(diffs)}; {MIN_PAIRED} needed"
@@ -127,8 +161,11 @@ def signed(x: float) -> str:
     return f"{round(x, 3) + 0.0:+.3f}"  # no "-0.000"
 
 
-def _changed_answers(r: RunResult, rs: dict, bs: dict, metrics: list[str]) -> tuple[list, list[str]] | None:
-    """`r`'s row of the table (against the baseline's samples `bs`) and its first changed answers."""
+def _changed_answers(
+    r: RunResult, rs: dict, bs: dict, metrics: list[str]
+) -> tuple[list, list[str]] | None:
+    """`r`'s row of the table (against the baseline's samples `bs`) and its first changed
+    answers."""
     em = metrics[0]
     common = [i for i in rs if i in bs and all(m in rs[i] and m in bs[i] for m in metrics)]
     if not common:
@@ -153,24 +190,47 @@ def _changed_answers(r: RunResult, rs: dict, bs: dict, metrics: list[str]) -> tu
     return row, lines
 
 
-def changed_answers_section(results: list[RunResult], base: RunResult | None, out: Path | None) -> list[str]:
-    """Per recipe with real weights against the baseline, on the same examples: how many outputs differ, the
-    examples whose exact match rose or fell (exact McNemar test), and every score's mean paired difference with
-    a paired 95% interval (PAIRED_CI); a difference whose interval holds 0 is no clear difference."""
+def changed_answers_section(
+    results: list[RunResult], base: RunResult | None, out: Path | None
+) -> list[str]:
+    """Per recipe with real weights against the baseline, on the same examples: how many outputs
+    differ, the examples whose exact match rose or fell (exact McNemar test), and every score's mean
+    paired difference with a paired 95% interval (PAIRED_CI); a difference whose interval holds 0 is
+    no clear difference."""
     em = _em_metric(base.scores) if base is not None else None
     has_em = lambda r: r.status == "ok" and r.scores_meaningful and em in r.scores
     if base is None or out is None or em is None or not has_em(base):
         return []
     bs, metrics = samples_by_id(out, base), [em, *(m for m in base.scores if m != em)]
-    found = [_changed_answers(r, samples_by_id(out, r), bs, metrics) for r in results if r is not base and has_em(r)]
+    found = [
+        _changed_answers(r, samples_by_id(out, r), bs, metrics)
+        for r in results
+        if r is not base and has_em(r)
+    ]
     changed = [c for c in found if c is not None]
     if not changed:
         return []
-    head = ["recipe", "paired examples", "outputs differ", "EM now right", "EM now wrong", "McNemar p (EM)"]
+    head = [
+        "recipe",
+        "paired examples",
+        "outputs differ",
+        "EM now right",
+        "EM now wrong",
+        "McNemar p (EM)",
+    ]
     head += [f"{m} difference (95% CI)" for m in metrics] + ["clear differences"]
-    note = f"EM is `{em}`; now right / now wrong: examples whose EM rose / fell against the baseline's on the same "
-    note += "example (McNemar: exact test on those). Differences: this recipe's score minus the baseline's, the mean "
-    note += f"over the paired examples, with a 95% interval ({PAIRED_CI}); an interval that holds 0 is no clear "
+    note = (
+        f"EM is `{em}`; now right / now wrong: examples whose EM rose / fell against the "
+        "baseline's on the same "
+    )
+    note += (
+        "example (McNemar: exact test on those). Differences: this recipe's score minus the "
+        "baseline's, the mean "
+    )
+    note += (
+        f"over the paired examples, with a 95% interval ({PAIRED_CI}); an interval that holds "
+        "0 is no clear "
+    )
     note += "difference."
     lines = [line for _, shown in changed for line in shown]
     table_md = table([row for row, _ in changed], head)
@@ -179,10 +239,11 @@ def changed_answers_section(results: list[RunResult], base: RunResult | None, ou
 
 @dataclass(frozen=True)
 class GateVerdict:
-    """A run's gate against the baseline, from their paired samples: `passed` None when too few examples to tell.
-    An allowance above 0 passes when the lower end of the paired 95% interval is above minus the allowance; an
-    allowance of 0 (`max_drop: 0`, `relative: 1`, or a share of a baseline scoring 0) passes when no example scored
-    lower than the baseline's, whatever the count."""
+    """A run's gate against the baseline, from their paired samples: `passed` None when too few
+    examples to tell. An allowance above 0 passes when the lower end of the paired 95% interval is
+    above minus the allowance; an allowance of 0 (`max_drop: 0`, `relative: 1`, or a share of a
+    baseline scoring 0) passes when no example scored lower than the baseline's, whatever the
+    count."""
 
     metric: str
     passed: bool | None
@@ -195,7 +256,9 @@ class GateVerdict:
 
     def interval_text(self) -> str:
         if self.lo is None or self.hi is None:
-            return f"{signed(self.mean)} (too few examples to tell: n={self.n}; {MIN_PAIRED} needed)"
+            return (
+                f"{signed(self.mean)} (too few examples to tell: n={self.n}; {MIN_PAIRED} needed)"
+            )
         return f"{signed(self.mean)} ({signed(self.lo)} to {signed(self.hi)})"
 
     def why(self) -> str:
@@ -203,15 +266,18 @@ class GateVerdict:
             return f"allowance 0: {self.fell or 'none'} of {self.n} examples scored lower"
         if self.passed is None:
             return f"too few examples to tell (n={self.n}; {MIN_PAIRED} needed)"
-        return f"lower end {self.lo:+.3f} {'above' if self.passed else 'at or below'} -{self.allowed:.3f}"
+        return (
+            f"lower end {self.lo:+.3f} {'above' if self.passed else 'at or below'} "
+            f"-{self.allowed:.3f}"
+        )
 
     def words(self) -> str:
         return f"{self.metric} {self.interval_text()}, allowed -{self.allowed:.3f}"
 
 
 def gate_verdict(rs: dict, bs: dict, g: GateSpec) -> GateVerdict | None:
-    """A run's samples `rs` against the baseline's `bs` (by example id) under gate `g`; None when no example is scored
-    in both."""
+    """A run's samples `rs` against the baseline's `bs` (by example id) under gate `g`; None when no
+    example is scored in both."""
     m = g.metric
     common = [i for i, s in rs.items() if i in bs and m in s and m in bs[i]]
     if not common:
@@ -225,10 +291,14 @@ def gate_verdict(rs: dict, bs: dict, g: GateSpec) -> GateVerdict | None:
 
 
 def gates(
-    results: list[RunResult], base: RunResult | None, out: Path | None, default: GateSpec | None = None
+    results: list[RunResult],
+    base: RunResult | None,
+    out: Path | None,
+    default: GateSpec | None = None,
 ) -> dict[str, GateVerdict | str]:
-    """Each gated run's verdict (its own `gate`, else `default`: `runner report --gate`) against the baseline, by
-    name; a string says why it could not be checked. Empty without a baseline, a folder or a gate."""
+    """Each gated run's verdict (its own `gate`, else `default`: `runner report --gate`) against the
+    baseline, by name; a string says why it could not be checked. Empty without a baseline, a folder
+    or a gate."""
     gate_of = lambda r: r.recipe.gate or default
     gated = [r for r in results if gate_of(r) is not None and r is not base]
     if not gated or base is None or out is None:
@@ -239,22 +309,32 @@ def gates(
     for r in gated:
         verdict = gate_verdict(samples_by_id(out, r) if scored(r) else {}, bs, gate_of(r))
         if verdict is None:
-            why = "baseline not scored" if not bs else f"status {r.status}" if r.status != "ok" else "no scores to pair"
-            verdict = "random weights or the fake engine" if r.status == "ok" and not scored(r) else why
+            why = (
+                "baseline not scored"
+                if not bs
+                else f"status {r.status}"
+                if r.status != "ok"
+                else "no scores to pair"
+            )
+            verdict = (
+                "random weights or the fake engine" if r.status == "ok" and not scored(r) else why
+            )
         got[r.name] = verdict
     return got
 
 
 def passed_gate(r: RunResult, verdicts: dict[str, GateVerdict | str]) -> bool:
-    """Whether `r` may be named fastest: no gate applies to it, or it passed (a gate that could not be checked, or
-    too few examples to tell, is not passed)."""
+    """Whether `r` may be named fastest: no gate applies to it, or it passed (a gate that could not
+    be checked, or too few examples to tell, is not passed)."""
     v = verdicts.get(r.name)
     return v is None or (isinstance(v, GateVerdict) and v.passed is True)
 
 
 def stopped_by_gate(verdicts: dict[str, GateVerdict | str]) -> set[str]:
     """The runs their gate stopped: failed, too few examples to tell, or not checkable."""
-    return {n for n, v in verdicts.items() if not isinstance(v, GateVerdict) or v.passed is not True}
+    return {
+        n for n, v in verdicts.items() if not isinstance(v, GateVerdict) or v.passed is not True
+    }
 
 
 def gate_section(
@@ -264,9 +344,10 @@ def gate_section(
     default: GateSpec | None = None,
     verdicts: dict[str, GateVerdict | str] | None = None,
 ) -> list[str]:
-    """Each recipe with a `gate` against the baseline: passed, failed (and by how much), too few to tell or not
-    scored; then the fastest recipe among those that passed that timed the baseline's examples (the baseline passes
-    its own gate). `verdicts`: `gates(...)` where the caller has them (each reads the runs' samples)."""
+    """Each recipe with a `gate` against the baseline: passed, failed (and by how much), too few to
+    tell or not scored; then the fastest recipe among those that passed that timed the baseline's
+    examples (the baseline passes its own gate). `verdicts`: `gates(...)` where the caller has them
+    (each reads the runs' samples)."""
     verdicts = gates(results, base, out, default) if verdicts is None else verdicts
     if not verdicts or base is None:
         return []
@@ -281,13 +362,22 @@ def gate_section(
         word = {True: "pass", False: "fail", None: "too few to tell"}[v.passed]
         rows.append([r.name, v.metric, v.interval_text(), f"-{v.allowed:.3f}", word, v.why()])
     head = ["recipe", "metric", "difference from the baseline (95% CI)", "allowed", "gate", "why"]
-    note = f"A recipe passes its `gate` when the lower end of its paired 95% interval ({PAIRED_CI}) against "
-    note += f"**{base.name}** is above the allowed drop (`max_drop`, or 1 - `relative` times the baseline's score); "
+    note = (
+        "A recipe passes its `gate` when the lower end of its paired 95% interval "
+        f"({PAIRED_CI}) against "
+    )
+    note += (
+        f"**{base.name}** is above the allowed drop (`max_drop`, or 1 - `relative` times the "
+        "baseline's score); "
+    )
     note += "with an allowance of 0, when no example scored lower than the baseline's."
     best = fastest_passed(results, base, verdicts, gated_only=True)
     last = "No recipe that passed has a time."
     if best is not None:
-        last = f"Fastest that passed: **{best.name}** ({time_cell(best, '~' if best.estimate else '')})"
+        last = (
+            f"Fastest that passed: **{best.name}** "
+            f"({time_cell(best, '~' if best.estimate else '')})"
+        )
         if best is not base and (ratio := speedup(base, best)) is not None:
             last += f"; against the baseline: {ratio_text(*ratio)}"
         last += "."
@@ -295,24 +385,32 @@ def gate_section(
 
 
 def fastest_passed(
-    results: list[RunResult], base: RunResult | None, verdicts: dict[str, GateVerdict | str], gated_only: bool = False
+    results: list[RunResult],
+    base: RunResult | None,
+    verdicts: dict[str, GateVerdict | str],
+    gated_only: bool = False,
 ) -> RunResult | None:
-    """The fastest run that passed its gate (or has none; `gated_only`: the baseline and the runs that passed one)
-    among those that timed the baseline's examples (without a timed baseline: the most examples any run timed, so a
-    tune's screen on the first few is never the fastest)."""
+    """The fastest run that passed its gate (or has none; `gated_only`: the baseline and the runs
+    that passed one) among those that timed the baseline's examples (without a timed baseline: the
+    most examples any run timed, so a tune's screen on the first few is never the fastest)."""
     timed = [r for r in results if r.status == "ok" and r.projected_s and r.serving is None]
     if base is not None and base in timed:
         timed = [r for r in timed if examples(r) == examples(base)]
     elif timed:
         most = max((examples(r) for r in timed), key=lambda e: e[1])
         timed = [r for r in timed if examples(r) == most]
-    ok = [r for r in timed if passed_gate(r, verdicts) and (not gated_only or r is base or r.name in verdicts)]
+    ok = [
+        r
+        for r in timed
+        if passed_gate(r, verdicts) and (not gated_only or r is base or r.name in verdicts)
+    ]
     return min(ok, key=lambda r: r.projected_s, default=None)  # type: ignore[arg-type, return-value]
 
 
 def chart_metric(results: list[RunResult], gate: GateSpec | None = None) -> str | None:
-    """The score the accuracy chart plots: the gate's (`--gate`, else the first recipe gate), else `exact_match`,
-    else the first metric; one that no run with meaningful scores scored above 0 is passed over."""
+    """The score the accuracy chart plots: the gate's (`--gate`, else the first recipe gate), else
+    `exact_match`, else the first metric; one that no run with meaningful scores scored above 0 is
+    passed over."""
     scored = [r for r in results if r.status == "ok" and r.scores_meaningful and r.scores]
     gated = [g.metric for g in [gate, *(r.recipe.gate for r in results)] if g is not None]
     names = [*gated, "exact_match", *(m for r in scored for m in r.scores)]
@@ -320,7 +418,8 @@ def chart_metric(results: list[RunResult], gate: GateSpec | None = None) -> str 
 
 
 def score_interval(out: Path, r: RunResult, metric: str) -> tuple[float, float] | None:
-    """The 95% interval of a run's mean score over its examples (Student t; none under MIN_PAIRED examples)."""
+    """The 95% interval of a run's mean score over its examples (Student t; none under MIN_PAIRED
+    examples)."""
     if r.status != "ok" or not r.scores_meaningful or metric not in r.scores:
         return None
     got = paired_interval([s[metric] for s in samples_by_id(out, r).values() if metric in s])
@@ -333,11 +432,12 @@ def pick_baseline(results: list[RunResult], name: str | None = None) -> RunResul
 
 
 def _speed(r: RunResult, base: RunResult | None) -> str | None:
-    """The speed-up cell: against the baseline, how it was measured and, inside the noise, how many repeats would
-    tell."""
+    """The speed-up cell: against the baseline, how it was measured and, inside the noise, how many
+    repeats would tell."""
     if r is base or base is None or base.status != "ok" or r.status != "ok":
         return "1.0×" if r is base and r.status == "ok" else None
-    if (ratio := speedup(base, r)) is None:  # a tune's screen, another --limit or dataset: no ratio to give
+    # a tune's screen, another --limit or dataset: no ratio to give
+    if (ratio := speedup(base, r)) is None:
         return f"– (other examples: {examples(r)[1]:,})" if examples(r) != examples(base) else None
     speed = ratio_text(*ratio, approx="~" if r.estimate or base.estimate else "")
     if ratio[1] is not None and (how := compared(base, r)) != "in turns":
@@ -348,72 +448,116 @@ def _speed(r: RunResult, base: RunResult | None) -> str | None:
 
 
 def _time(r: RunResult, base: RunResult | None) -> str | None:
-    """The generation-time cell with its marks: estimate, serving rate, busy, pooled calls, drift, another call."""
+    """The generation-time cell with its marks: estimate, serving rate, busy, pooled calls, drift,
+    another call."""
     tcell = time_cell(r, "~" if r.estimate else "")
     if r.estimate and tcell is not None:
         tcell += f" (est. from {r.estimate.n_measured})"
-    if r.serving is not None and r.serving.headline_rate is not None:  # its time is set by the offered rate
+    # its time is set by the offered rate
+    if r.serving is not None and r.serving.headline_rate is not None:
         tcell = f"{secs(r.projected_s)} at {r.serving.headline_rate:g} req/s (serving)"
     if tcell is not None:
-        tcell += (" busy" if busy(r) else "") + (f" ({len(calls(r))} calls)" if len(calls(r)) > 1 else "")
+        tcell += (" busy" if busy(r) else "") + (
+            f" ({len(calls(r))} calls)" if len(calls(r)) > 1 else ""
+        )
         tcell += f" drift {trend[0]:+.1%}/repeat" if (trend := drifted(r)) is not None else ""
     if base is not None and r is not base and calls(r) and calls(base) and calls(r) != calls(base):
         tcell = f"{tcell} †"
     return tcell
 
 
-def _row(r: RunResult, base: RunResult | None, metric_names: list[str], correct: str | None = None) -> list:
+def _row(
+    r: RunResult, base: RunResult | None, metric_names: list[str], correct: str | None = None
+) -> list:
     serving = r.serving is not None and r.serving.headline_rate is not None
     diff = recipe_diff(r.recipe, base.recipe) if base is not None and r is not base else {}
     ignored = ", ".join(k.name for k in r.knobs if k.status == "ignored")
     score = lambda m: f"{r.scores[m]:.3f}" if r.scores_meaningful else "n/a (random weights)"
-    floor = (r.plan or {}).get("floor_s")  # `runner plan`'s floor of the generation time, when it made one
-    roof = floor / r.timings.generate_s if floor and r.status == "ok" and r.timings.generate_s else None
+    # `runner plan`'s floor of the generation time, when it made one
+    floor = (r.plan or {}).get("floor_s")
+    roof = (
+        floor / r.timings.generate_s
+        if floor and r.status == "ok" and r.timings.generate_s
+        else None
+    )
     th, e, usd = r.throughput, r.energy, (cost_figures(r) or {}).get("usd_per_m_output_tokens")
-    row = [r.name, f"{r.status}; ignored: {ignored}" if ignored else r.status, r.recipe.engine.kind, _time(r, base)]
+    row = [
+        r.name,
+        f"{r.status}; ignored: {ignored}" if ignored else r.status,
+        r.recipe.engine.kind,
+        _time(r, base),
+    ]
     row += [None if serving else _speed(r, base), rate_cell(r, th.requests_per_s)]
-    row += [rate_cell(r, th.output_tokens_per_s), gib(r.memory.peak_gpu_gib), f"{roof:.0%}" if roof else None]
-    row.append(f"{e.j_per_output_token:.3g}" if e and e.measured and e.j_per_output_token is not None else None)
+    row += [
+        rate_cell(r, th.output_tokens_per_s),
+        gib(r.memory.peak_gpu_gib),
+        f"{roof:.0%}" if roof else None,
+    ]
+    row.append(
+        f"{e.j_per_output_token:.3g}"
+        if e and e.measured and e.j_per_output_token is not None
+        else None
+    )
     row += [f"${usd:.3g}" if usd is not None else None, _start_cell(r), *per_correct(r, correct)]
     scores = [score(m) if m in r.scores else None for m in metric_names]
     return [*row, *scores, diff_cell(diff) if diff else ("(baseline)" if r is base else "")]
 
 
 def per_correct(r: RunResult, metric: str | None) -> list[str | None]:
-    """Joules and dollars of one generation per 1,000 correct answers, counted by `metric` (its mean times the
-    examples scored: a 0/1 score counts the right answers, a graded one their credit); None where the scores mean
-    nothing or the run has no energy or price."""
+    """Joules and dollars of one generation per 1,000 correct answers, counted by `metric` (its mean
+    times the examples scored: a 0/1 score counts the right answers, a graded one their credit);
+    None where the scores mean nothing or the run has no energy or price."""
     if metric is None or r.status != "ok" or not r.scores_meaningful or not r.scores.get(metric):
         return [None, None]
     right = r.scores[metric] * (r.n_scored or r.n_samples)
     e, dollars = r.energy, cost_figures(r) or {}
     joules = e.joules if e and e.measured and e.joules else None
-    usd = dollars["usd_per_gpu_hour"] / 3600 * dollars["gpus"] * r.timings.generate_s if dollars else None  # type: ignore[operator]
-    return [f"{joules / right * 1000:,.4g}" if joules else None, f"${usd / right * 1000:.3g}" if usd else None]
+    usd = (
+        dollars["usd_per_gpu_hour"] / 3600 * dollars["gpus"] * r.timings.generate_s
+        if dollars
+        else None
+    )  # type: ignore[operator]
+    return [
+        f"{joules / right * 1000:,.4g}" if joules else None,
+        f"${usd / right * 1000:.3g}" if usd else None,
+    ]
 
 
 def _start_cell(r: RunResult) -> str | None:
-    """The run's engine start (the median over its starts), `cold`/`warm` where the engine compiled or loaded its
-    compiled graphs; None for a run on another recipe's engine or without a start."""
+    """The run's engine start (the median over its starts), `cold`/`warm` where the engine compiled
+    or loaded its compiled graphs; None for a run on another recipe's engine or without a start."""
     if not r.timings.load_s:
         return None
     kinds = {x.start.cold for x in r.repeats if x.start is not None and x.start.cold is not None}
-    mark = "" if not kinds else " cold" if kinds == {True} else " warm" if kinds == {False} else " cold+warm"
+    mark = (
+        ""
+        if not kinds
+        else " cold"
+        if kinds == {True}
+        else " warm"
+        if kinds == {False}
+        else " cold+warm"
+    )
     return secs(r.timings.load_s) + mark
 
 
 def in_order(results: Iterable[RunResult]) -> list[RunResult]:
-    """The one order of a summary, however its results were read: recipes by name, a study's cells together in the
-    study's own order (so `runner go` and `runner report` write the same summary; cells stored before that order was
-    recorded keep the order they come in)."""
-    key = lambda r: (r.cell.study, r.cell.index is None, r.cell.index or 0, "") if r.cell else ("", True, 0, r.name)
+    """The one order of a summary, however its results were read: recipes by name, a study's cells
+    together in the study's own order (so `runner go` and `runner report` write the same summary;
+    cells stored before that order was recorded keep the order they come in)."""
+    key = lambda r: (
+        (r.cell.study, r.cell.index is None, r.cell.index or 0, "")
+        if r.cell
+        else ("", True, 0, r.name)
+    )
     return sorted(results, key=key)
 
 
 @dataclass(frozen=True)
 class Judged:
-    """The runs a summary compares, in its order, with their baseline, the folder they are stored in (None: no
-    samples to pair), the `--gate` and every gate's verdict (`gates(...)`, which reads the runs' samples)."""
+    """The runs a summary compares, in its order, with their baseline, the folder they are stored in
+    (None: no samples to pair), the `--gate` and every gate's verdict (`gates(...)`, which reads the
+    runs' samples)."""
 
     results: list[RunResult]
     base: RunResult | None
@@ -422,7 +566,9 @@ class Judged:
     verdicts: dict[str, GateVerdict | str]
 
 
-def _judged(results: Iterable[RunResult], baseline: str | None, out: Path | None, gate: GateSpec | None) -> Judged:
+def _judged(
+    results: Iterable[RunResult], baseline: str | None, out: Path | None, gate: GateSpec | None
+) -> Judged:
     results = in_order(results)
     base = pick_baseline(results, baseline)
     return Judged(results, base, out, gate, gates(results, base, out, gate))
@@ -442,8 +588,14 @@ def summary_markdown(  # noqa: PLR0913
 
 def _markdown(j: Judged, extra: Sequence[Sections], title: str) -> str:
     rs, base, out = j.results, j.base, j.out
-    parts = _overview(j, title) + [line for section in extra for line in section(rs, out)] + prefix_section(rs)
-    parts += changed_answers_section(rs, base, out) + gate_section(rs, base, out, j.gate, j.verdicts)
+    parts = (
+        _overview(j, title)
+        + [line for section in extra for line in section(rs, out)]
+        + prefix_section(rs)
+    )
+    parts += changed_answers_section(rs, base, out) + gate_section(
+        rs, base, out, j.gate, j.verdicts
+    )
     note = "Times marked `~` are projections from a partial run (see each report). "
     note += "Scores of runs with random weights are left out of comparisons."
     return "\n".join([*parts, *_failures(rs), "", note, ""])
@@ -453,25 +605,54 @@ def _overview(j: Judged, title: str) -> list[str]:
     results, base = j.results, j.base
     none = "no baseline (mark one with `baseline: true` or `--baseline NAME`)."
     which = f"baseline: **{base.name}**." if base else none
-    parts = [f"# {title}", "", f"{len(results)} recipes; {which}", *_verdict(results, base, j.verdicts)]
-    metric_names = list(dict.fromkeys(m for r in results for m in r.scores))  # in order of first appearance
+    parts = [
+        f"# {title}",
+        "",
+        f"{len(results)} recipes; {which}",
+        *_verdict(results, base, j.verdicts),
+    ]
+    # in order of first appearance
+    metric_names = list(dict.fromkeys(m for r in results for m in r.scores))
     if metric_names and not any(r.scores_meaningful and r.scores for r in results):
-        parts.insert(3, "Scores are left out: every recipe here ran with random weights (speed and memory only).")
+        parts.insert(
+            3,
+            "Scores are left out: every recipe here ran with random weights (speed and memory "
+            "only).",
+        )
         metric_names = []
     correct = chart_metric(results, j.gate) if metric_names else None
     rows = [_row(r, base, metric_names, correct) for r in results]
-    headers = ["recipe", "status", "engine", "generation time", "speed-up", "requests/s", "output tok/s"]
+    headers = [
+        "recipe",
+        "status",
+        "engine",
+        "generation time",
+        "speed-up",
+        "requests/s",
+        "output tok/s",
+    ]
     headers += ["peak GPU", "roofline", "J / output token", "$ / M output tokens", "engine start"]
     headers += [f"J / 1,000 correct ({correct})", f"$ / 1,000 correct ({correct})", *metric_names]
-    roof = "Roofline: the predicted floor of the generation time (compute, memory bandwidth or PCIe, whichever binds; "
+    roof = (
+        "Roofline: the predicted floor of the generation time (compute, memory bandwidth or "
+        "PCIe, whichever binds; "
+    )
     roof += "`runner plan`) ÷ the measured generation time."
     notes = {
         8: roof,
-        9: "J / output token: GPU energy of one generation (NVML, whole devices) ÷ its output tokens.",
-        10: "$ / M output tokens: price per GPU-hour / 3600 × GPUs × generation time ÷ output tokens × 10^6.",
+        9: "J / output token: GPU energy of one generation (NVML, whole devices) ÷ its output "
+        "tokens.",
+        10: "$ / M output tokens: price per GPU-hour / 3600 × GPUs × generation time ÷ output "
+        "tokens × 10^6.",
     }
-    shown = [x for i, note in notes.items() if any(row[i] is not None for row in rows) for x in ("", note)]
-    # speed-up to the per-1,000-correct columns: left out where empty (CPU runs: no GPU; no counter, price, start)
+    shown = [
+        x
+        for i, note in notes.items()
+        if any(row[i] is not None for row in rows)
+        for x in ("", note)
+    ]
+    # speed-up to the per-1,000-correct columns: left out where empty (CPU runs: no GPU; no counter,
+    # price, start)
     table_md = table(rows, [*headers, "differs from baseline"], frozenset(headers[4:14]))
     return [*parts, "", table_md, *shown, "", _legend(j, rows)]
 
@@ -480,27 +661,37 @@ def _legend(j: Judged, rows: list[list]) -> str:
     """The legend of the summary table: what its times are, then each mark that shows in it."""
     results, base = j.results, j.base
     marks = {
-        "`drift`: the run's repeats trended in the order measured (the least-squares slope of log time per repeat, "
-        "its 95% interval excluding 0): the machine changed while it ran": any(drifted(r) for r in results),
-        "`(N calls)`: the run's repeats were measured in N `runner go` calls and pooled into one time; compare them "
-        "in its report's repeats table (a machine that changed between calls shows there)": any(
-            len(calls(r)) > 1 for r in results
+        "`drift`: the run's repeats trended in the order measured (the least-squares slope of log "
+        "time per repeat, its 95% interval excluding 0): the machine changed while it ran": any(
+            drifted(r) for r in results
         ),
-        "`(back to back)`, `(across calls)`: how the speed-up's two runs were measured when not in turns of one call: "
-        "one after the other (a drift over the call lands on one of them), or in different calls": any(
+        "`(N calls)`: the run's repeats were measured in N `runner go` calls and pooled into one "
+        "time; compare them in its report's repeats table (a machine that changed between calls "
+        "shows there)": any(len(calls(r)) > 1 for r in results),
+        "`(back to back)`, `(across calls)`: how the speed-up's two runs were measured when not in "
+        "turns of one call: one after the other (a drift over the call lands on one of them), or "
+        "in different calls": any(
             row[4] and ("(back to back)" in row[4] or "(across calls)" in row[4]) for row in rows
         ),
-        "`busy`: measured while the machine was busy (load, CPU pressure or another process on the GPU: see the "
-        "recipe's report)": any(busy(r) for r in results),
-        "`†`: measured, wholly or in part, in another `runner go` call than the baseline; the machine may have "
-        "differed": base is not None and any(calls(r) and calls(base) and calls(r) != calls(base) for r in results),
+        "`busy`: measured while the machine was busy (load, CPU pressure or another process on the "
+        "GPU: see the recipe's report)": any(busy(r) for r in results),
+        "`†`: measured, wholly or in part, in another `runner go` call than the baseline; the "
+        "machine may have differed": base is not None
+        and any(calls(r) and calls(base) and calls(r) != calls(base) for r in results),
     }
-    return " ".join([LEGEND + " Speed-up: against the baseline.", *(f"{m}." for m, shown in marks.items() if shown)])
+    return " ".join(
+        [
+            LEGEND + " Speed-up: against the baseline.",
+            *(f"{m}." for m, shown in marks.items() if shown),
+        ]
+    )
 
 
-def _verdict(results: list[RunResult], base: RunResult | None, verdicts: dict[str, GateVerdict | str]) -> list[str]:
-    """The answer first: the fastest recipe (that passed its gate, where one applies), and against the baseline by
-    how much and how sure; faster recipes the gate stopped are named after it."""
+def _verdict(
+    results: list[RunResult], base: RunResult | None, verdicts: dict[str, GateVerdict | str]
+) -> list[str]:
+    """The answer first: the fastest recipe (that passed its gate, where one applies), and against
+    the baseline by how much and how sure; faster recipes the gate stopped are named after it."""
     timed = [r for r in results if r.status == "ok" and r.projected_s and r.serving is None]
     if not timed:
         return []
@@ -509,15 +700,26 @@ def _verdict(results: list[RunResult], base: RunResult | None, verdicts: dict[st
         return ["", "No recipe passed its gate with a time: see the quality gate below."]
     what = "Fastest that passed its gate" if verdicts else "Fastest"
     line = f"{what}: **{best.name}**, {time_cell(best, '~' if best.estimate else '')}"
-    if base is not None and base is not best and base in timed and (ratio := speedup(base, best)) is not None:
+    if (
+        base is not None
+        and base is not best
+        and base in timed
+        and (ratio := speedup(base, best)) is not None
+    ):
         line += f"; against the baseline {base.name}: {ratio_text(*ratio)}"
     elif base is best:
         line += " (the baseline)"
     stopped = [
-        r for r in timed if r.projected_s < best.projected_s and speedup(best, r) and not passed_gate(r, verdicts)
+        r
+        for r in timed
+        if r.projected_s < best.projected_s and speedup(best, r) and not passed_gate(r, verdicts)
     ]
     if stopped:
-        word = lambda v: v if isinstance(v, str) else {False: "failed", None: "too few examples to tell"}[v.passed]
+        word = lambda v: (
+            v
+            if isinstance(v, str)
+            else {False: "failed", None: "too few examples to tell"}[v.passed]
+        )
         line += ". Faster, but not through the gate: " + ", ".join(
             f"{r.name} ({word(verdicts[r.name])})"
             for r in sorted(stopped, key=lambda r: r.projected_s)  # type: ignore[arg-type, return-value]
@@ -542,7 +744,9 @@ def write_summary(
 ) -> Path:
     j, accuracy = _judged(results, baseline, out, gate), None
     if metric := chart_metric(j.results, gate):
-        score_ci = {r.name: ci for r in j.results if (ci := score_interval(out, r, metric)) is not None}
+        score_ci = {
+            r.name: ci for r in j.results if (ci := score_interval(out, r, metric)) is not None
+        }
         accuracy = Accuracy(metric, stopped_by_gate(j.verdicts), score_ci)
     charts = write_charts(j.results, j.base, out, accuracy)
     text = _markdown(j, extra, "Summary")

@@ -1,1 +1,2 @@
-"""The offline run: a job in its own process group, one engine per job, resume, the one RunResult constructor."""
+"""The offline run: a job in its own process group, one engine per job, resume, the one RunResult
+constructor."""

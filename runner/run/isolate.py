@@ -1,13 +1,14 @@
 """Run each job in its own process group; end it and everything it started.
 
-The parent never imports torch or vLLM. The job (recipes, prepared inputs, options) goes to the child through its
-standard input, so no temporary file is left behind even if the runner is killed. When a job ends (done, error,
-timeout, Ctrl-C) the whole process group is killed, and `run_isolated` returns only once no member of it is left, so
-an engine core that outlives its parent cannot hold the GPU; GPU memory is checked to be back (NVML) before the next
-job starts. If a job's process dies in one recipe, that recipe is recorded failed (with what its log shows) and the
-recipes after it run again in a fresh process. The child is this module (`python -m runner.run.isolate`): its
-stdout/stderr (and those of every process the engine starts) go to the running recipe's `engine.log`; the progress
-bar goes to the terminal."""
+The parent never imports torch or vLLM. The job (recipes, prepared inputs, options) goes to the
+child through its standard input, so no temporary file is left behind even if the runner is killed.
+When a job ends (done, error, timeout, Ctrl-C) the whole process group is killed, and `run_isolated`
+returns only once no member of it is left, so an engine core that outlives its parent cannot hold
+the GPU; GPU memory is checked to be back (NVML) before the next job starts. If a job's process dies
+in one recipe, that recipe is recorded failed (with what its log shows) and the recipes after it run
+again in a fresh process. The child is this module (`python -m runner.run.isolate`): its
+stdout/stderr (and those of every process the engine starts) go to the running recipe's
+`engine.log`; the progress bar goes to the terminal."""
 
 from __future__ import annotations
 
@@ -40,7 +41,9 @@ def failed_result(unit: Unit, error: str, hint: str | None, command: str) -> Run
 
 def _start(job: Job) -> subprocess.Popen:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2]) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = (
+        str(Path(__file__).resolve().parents[2]) + os.pathsep + env.get("PYTHONPATH", "")
+    )
     cmd = [sys.executable, "-m", "runner.run.isolate"]
     proc = subprocess.Popen(cmd, start_new_session=True, env=env, stdin=subprocess.PIPE)
     try:
@@ -72,11 +75,11 @@ def _wait(proc: subprocess.Popen, timeout_s: float | None) -> str | None:
 def _collect(
     job: Job, proc: subprocess.Popen, error: str | None, since: int
 ) -> tuple[list[RunResult], tuple[Unit, ...]]:
-    """Results of the units that finished, a failure for the one that was running, and the others without results
-    (to run again in a fresh process: their finished repeats are kept). The one running is the one whose engine.log
-    was written last after `since` (the worker writes a line there before each generation; none written: the first
-    pending one). A process that ended well leaves no
-    failure: a unit without results then has repeats still to measure in a later turn."""
+    """Results of the units that finished, a failure for the one that was running, and the others
+    without results (to run again in a fresh process: their finished repeats are kept). The one
+    running is the one whose engine.log was written last after `since` (the worker writes a line
+    there before each generation; none written: the first pending one). A process that ended well
+    leaves no failure: a unit without results then has repeats still to measure in a later turn."""
     out: list[RunResult] = []
     pending: list[Unit] = []
     for unit in job.units:
@@ -115,18 +118,25 @@ def _mtime(path: Path) -> float:
 
 
 def run_isolated(job: Job, warn=print) -> list[RunResult]:
-    """Run a job's recipes in their own process group; one result per recipe, in order. `warn` gets a line
-    when GPU memory is not back after the job (it goes to the last recipe's engine.log too)."""
+    """Run a job's recipes in their own process group; one result per recipe, in order. `warn` gets
+    a line when GPU memory is not back after the job (it goes to the last recipe's engine.log
+    too)."""
     first = job.units[0].name
     for unit in job.units:
         folder = job.options.folder(unit.name)
         folder.root.mkdir(parents=True, exist_ok=True)
         folder.results.unlink(missing_ok=True)
-        with open(folder.engine_log, "a", encoding="utf-8") as f:  # a resumed run keeps the earlier log above
-            f.write(f"\n{LOG_MARK} {unit.name} started {time.strftime('%Y-%m-%d %H:%M:%S')} =====\n")
+        # a resumed run keeps the earlier log above
+        with open(folder.engine_log, "a", encoding="utf-8") as f:
+            f.write(
+                f"\n{LOG_MARK} {unit.name} started {time.strftime('%Y-%m-%d %H:%M:%S')} =====\n"
+            )
             if unit.name != first:
                 first_log = job.options.folder(first).engine_log
-                f.write(f"(runs on the engine started for {first}: the engine's own output is in {first_log})\n")
+                f.write(
+                    f"(runs on the engine started for {first}: the engine's own output is in "
+                    f"{first_log})\n"
+                )
     baseline, since = used_gib(), time.time_ns()
     try:
         proc = _start(job)
@@ -140,7 +150,10 @@ def run_isolated(job: Job, warn=print) -> list[RunResult]:
     after = wait_for_release(baseline)
     results, rest = _collect(job, proc, error, since)
     if baseline is not None and after is not None and after > baseline + 1.0:
-        line = f"GPU memory not fully released after the run: {after:.1f} GiB used vs {baseline:.1f} GiB before"
+        line = (
+            f"GPU memory not fully released after the run: {after:.1f} GiB used vs "
+            f"{baseline:.1f} GiB before"
+        )
         last = job.units[-1].name
         with open(job.options.folder(last).engine_log, "a", encoding="utf-8") as f:
             f.write(f"{LOG_MARK} {line}\n")
@@ -151,21 +164,22 @@ def run_isolated(job: Job, warn=print) -> list[RunResult]:
 
 
 def main() -> int:
-    """The child: run the job on its stdin, one engine for all its recipes; exit 0 unless the process itself fails
-    (a recipe that fails is recorded in its results.json)."""
+    """The child: run the job on its stdin, one engine for all its recipes; exit 0 unless the
+    process itself fails (a recipe that fails is recorded in its results.json)."""
     job = pickle.load(sys.stdin.buffer)
     parent = os.getppid()
 
     def watch_parent() -> None:
-        """If the runner that started us dies (even by SIGKILL), end this process group: the engine and every
-        process it started go with it, so nothing keeps holding the GPU."""
+        """If the runner that started us dies (even by SIGKILL), end this process group: the engine
+        and every process it started go with it, so nothing keeps holding the GPU."""
         while True:
             time.sleep(0.5)
             if os.getppid() != parent:
                 os.killpg(os.getpgrp(), signal.SIGKILL)
 
     threading.Thread(target=watch_parent, daemon=True, name="watch-parent").start()
-    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))  # SystemExit: `finally` blocks shut the engine down
+    # SystemExit: `finally` blocks shut the engine down
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
     from runner.run.loop import SharedEngine, run_rounds
 
     progress: IO[str] = os.fdopen(os.dup(2), "w", buffering=1)
@@ -174,7 +188,8 @@ def main() -> int:
     os.environ.update(job.env)
 
     def to_log(unit: Unit) -> None:
-        """This process's stdout/stderr (fds 1 and 2) appended to the recipe's engine.log while it generates."""
+        """This process's stdout/stderr (fds 1 and 2) appended to the recipe's engine.log while it
+        generates."""
         log = str(job.options.folder(unit.name).engine_log)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -187,7 +202,8 @@ def main() -> int:
 
     shared = SharedEngine(job.units[0])
     try:
-        run_rounds(job, shared, progress, before=to_log)  # each recipe's result is in its results.json
+        # each recipe's result is in its results.json
+        run_rounds(job, shared, progress, before=to_log)
     finally:
         shared.close()
     return 0

@@ -1,7 +1,8 @@
-"""What travels from `runner go` to a recipe's process: the options of the call and, per recipe, its validated
-recipe, prepared inputs, run key and the plan made for it. Several recipes that share an engine (study cells
-that differ only in request-side settings) travel in one job and run on one engine, in order. Before that, what
-`go` and `check` can refuse before anything runs, without importing an engine library."""
+"""What travels from `runner go` to a recipe's process: the options of the call and, per recipe, its
+validated recipe, prepared inputs, run key and the plan made for it. Several recipes that share an
+engine (study cells that differ only in request-side settings) travel in one job and run on one
+engine, in order. Before that, what `go` and `check` can refuse before anything runs, without
+importing an engine library."""
 
 from __future__ import annotations
 
@@ -21,7 +22,16 @@ from runner.recipe import LoadedRecipe
 from runner.run.resume import NOT_IN_KEY, run_key
 
 # what a recipe may change and still run on the same engine (the request side)
-REQUEST_SIDE = {*NOT_IN_KEY, "name", "prompt", "sampling", "dataset", "metrics", "scoring", "estimate"}
+REQUEST_SIDE = {
+    *NOT_IN_KEY,
+    "name",
+    "prompt",
+    "sampling",
+    "dataset",
+    "metrics",
+    "scoring",
+    "estimate",
+}
 
 
 @dataclass(frozen=True)
@@ -46,7 +56,8 @@ class Unit:
     loaded: LoadedRecipe
     prepared: Prepared
     run_key: str
-    plan: dict[str, Any] | None = None  # what `runner plan` predicted for it, made in the parent (JSON)
+    # what `runner plan` predicted for it, made in the parent (JSON)
+    plan: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -58,33 +69,39 @@ class Job:
     units: tuple[Unit, ...]
     options: RunOptions
     env: dict[str, str] = field(default_factory=dict)
-    rounds: tuple[int, ...] | None = None  # the repeats to measure (1-based); None: all each recipe asks for
-    restarts: bool = False  # one turn of an interleaving with engine restarts (the other turns in other jobs)
+    # the repeats to measure (1-based); None: all each recipe asks for
+    rounds: tuple[int, ...] | None = None
+    # one turn of an interleaving with engine restarts (the other turns in other jobs)
+    restarts: bool = False
 
     def timeout_s(self) -> float | None:
-        """The sum of the units' timeouts (each its recipe's, else the call's); none if any has none. A recipe's
-        timeout covers all its repeats."""
+        """The sum of the units' timeouts (each its recipe's, else the call's); none if any has
+        none. A recipe's timeout covers all its repeats."""
         each = [u.loaded.recipe.timeout_s or self.options.timeout_s for u in self.units]
         return None if any(t is None for t in each) else float(sum(each))  # type: ignore[arg-type]
 
 
 def make_unit(lr: LoadedRecipe, opts: RunOptions, host: bool = True, library: bool = True) -> Unit:
-    """Everything checkable without a model, done now: bad input stops the call before anything runs.
-    `host`: also what this machine needs to run it (the engine's library, the engine's own checks); False where
-    the recipe runs elsewhere (`--executor ray`: the worker checks them, see `check_host`). `library`: False where
-    the caller checks the engine's library itself (`runner go`: a missing one fails that recipe only)."""
+    """Everything checkable without a model, done now: bad input stops the call before anything
+    runs. `host`: also what this machine needs to run it (the engine's library, the engine's own
+    checks); False where the recipe runs elsewhere (`--executor ray`: the worker checks them, see
+    `check_host`). `library`: False where the caller checks the engine's library itself (`runner
+    go`: a missing one fails that recipe only)."""
     prepared = prepare(lr, opts.limit, opts.estimate)
     check_model(lr, host=host)
     check_context(lr, prepared.examples, prepared.messages)
     check_engine_examples(lr, prepared.examples)
     if host and library:
         check_library(lr)
-    return Unit(lr, prepared, run_key(lr.recipe.canonical(), prepared.inputs, opts.limit, opts.estimate))
+    return Unit(
+        lr, prepared, run_key(lr.recipe.canonical(), prepared.inputs, opts.limit, opts.estimate)
+    )
 
 
 def engine_key(lr: LoadedRecipe) -> str:
-    """Recipes with the same key can share one engine: same model, engine settings and chat template.
-    A serving run (`load:`) starts a server of its own, so it shares with no other recipe."""
+    """Recipes with the same key can share one engine: same model, engine settings and chat
+    template. A serving run (`load:`) starts a server of its own, so it shares with no other
+    recipe."""
     rec: dict[str, Any] = lr.recipe.canonical()
     shared = {k: v for k, v in rec.items() if k not in REQUEST_SIDE}
     shared["chat_template"] = rec["prompt"].get("chat_template")
@@ -93,10 +110,12 @@ def engine_key(lr: LoadedRecipe) -> str:
     return json.dumps(shared, sort_keys=True)
 
 
-def group_by_engine(units: list[Unit], call_timeout_s: float | None = None) -> list[tuple[Unit, ...]]:
-    """Units in groups that share an engine, in the order each group first appears. A recipe with a timeout (its
-    own, else the call's) does not share with one without: a shared job's timeout is the sum of its recipes', so
-    one without would leave the other's unbounded."""
+def group_by_engine(
+    units: list[Unit], call_timeout_s: float | None = None
+) -> list[tuple[Unit, ...]]:
+    """Units in groups that share an engine, in the order each group first appears. A recipe with a
+    timeout (its own, else the call's) does not share with one without: a shared job's timeout is
+    the sum of its recipes', so one without would leave the other's unbounded."""
     groups: dict[tuple[str, bool], list[Unit]] = {}
     for u in units:
         bounded = (u.loaded.recipe.timeout_s or call_timeout_s) is not None
@@ -110,12 +129,17 @@ def _named(e: RunnerError, lr: LoadedRecipe) -> RunnerError:
 
 
 def check_model(lr: LoadedRecipe, host: bool = True, weights: bool = True) -> None:
-    """`host`: also the engine's checks of this machine (e.g. `device: cuda` needs a GPU here); `weights`: a local
-    model folder must hold a config.json and weights (False for `runner plan`, which reads config.json only)."""
+    """`host`: also the engine's checks of this machine (e.g. `device: cuda` needs a GPU here);
+    `weights`: a local model folder must hold a config.json and weights (False for `runner plan`,
+    which reads config.json only)."""
     r = lr.recipe
     if is_builtin(r.model.id) and r.model.id[len(BUILTIN_PREFIX) :] not in BUILTINS:
         allowed = ", ".join(BUILTIN_PREFIX + b for b in BUILTINS)
-        raise RunnerError(f"unknown builtin model {r.model.id!r}; allowed: {allowed}", file=lr.path, field="model.id")
+        raise RunnerError(
+            f"unknown builtin model {r.model.id!r}; allowed: {allowed}",
+            file=lr.path,
+            field="model.id",
+        )
     try:
         check_model_source(r.model)
         if weights and not r.engine.fake:
@@ -130,19 +154,26 @@ def check_model(lr: LoadedRecipe, host: bool = True, weights: bool = True) -> No
 
 
 def check_serving_tokenizer(model) -> None:
-    """A serving run tokenizes its prompts in the runner (token counts, the benchmark client): its tokenizer must be
-    on this machine, checked now rather than found missing after the server started (or asked of the hub)."""
+    """A serving run tokenizes its prompts in the runner (token counts, the benchmark client): its
+    tokenizer must be on this machine, checked now rather than found missing after the server
+    started (or asked of the hub)."""
     try:
         counting_tokenizer(model)
     except RunnerError as e:
-        why = f"a serving run (`load`) counts its prompts with the model's tokenizer, and {e.message}"
-        hint = "set model.tokenizer to a local tokenizer folder (the fake engine can use builtin:demo)"
-        raise RunnerError(why, field=e.field, hint=f"{hint}, or map the hub id with --model-path ID=PATH") from None
+        why = (
+            f"a serving run (`load`) counts its prompts with the model's tokenizer, and {e.message}"
+        )
+        hint = (
+            "set model.tokenizer to a local tokenizer folder (the fake engine can use builtin:demo)"
+        )
+        raise RunnerError(
+            why, field=e.field, hint=f"{hint}, or map the hub id with --model-path ID=PATH"
+        ) from None
 
 
 def check_chat_template(lr: LoadedRecipe) -> None:
-    """A chat template asked of a local tokenizer folder that ships none (a builtin has one; a hub tokenizer is not
-    on this machine to look at)."""
+    """A chat template asked of a local tokenizer folder that ships none (a builtin has one; a hub
+    tokenizer is not on this machine to look at)."""
     r, ref = lr.recipe, lr.recipe.model.tokenizer_id
     if not r.prompt.chat_template or is_builtin(ref) or not looks_local(ref):
         return
@@ -150,17 +181,25 @@ def check_chat_template(lr: LoadedRecipe) -> None:
     if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
         return
     try:
-        has = bool(json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("chat_template"))
+        has = bool(
+            json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get(
+                "chat_template"
+            )
+        )
     except (OSError, ValueError):
         return  # cannot tell
     if not has:
-        hint = "set prompt.chat_template: false (plain text prompts), or use a tokenizer with a chat template"
+        hint = (
+            "set prompt.chat_template: false (plain text prompts), or use a tokenizer with a "
+            "chat template"
+        )
         why = f"chat_template is true but the tokenizer in {ref} has no chat template"
         raise RunnerError(why, field="prompt.chat_template", hint=hint)
 
 
 def check_engine_examples(lr: LoadedRecipe, examples) -> None:
-    """What the engine would fail on for some example (the fake engine's reply template), named by the recipe."""
+    """What the engine would fail on for some example (the fake engine's reply template), named by
+    the recipe."""
     try:
         lr.recipe.engine.check_examples(examples)
     except RunnerError as e:
@@ -176,7 +215,8 @@ def check_library(lr: LoadedRecipe) -> None:
 
 
 def check_host(lr: LoadedRecipe) -> None:
-    """What the machine running the recipe must have: the engine's library and what its checks ask for."""
+    """What the machine running the recipe must have: the engine's library and what its checks ask
+    for."""
     check_library(lr)
     try:
         lr.recipe.engine.preflight(lr.recipe.model)

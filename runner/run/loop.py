@@ -1,12 +1,13 @@
 """Running recipes on an engine: token ids -> generate -> score -> results files.
 
-Runs inside the recipes' own process (see isolate.py), or in the caller's. Recipes of one job share one engine (built
-for the first); the prefix cache is emptied before every generation but the engine's first, so no recipe or repeat is
-sped up by another's cache. A recipe with `repeat: N` is generated N times; the recipes of a job take turns, repeat by
-repeat (A B A B), so drift and load hit them alike, after the warm-up generations each asks for. The first repeat's
-samples are appended to the partial file as they finish (an interrupted run continues from them) and become
-samples.jsonl; every repeat is appended to repeats.jsonl when it ends (a later call skips those); results.json is
-written when the recipe has all its repeats."""
+Runs inside the recipes' own process (see isolate.py), or in the caller's. Recipes of one job share
+one engine (built for the first); the prefix cache is emptied before every generation but the
+engine's first, so no recipe or repeat is sped up by another's cache. A recipe with `repeat: N` is
+generated N times; the recipes of a job take turns, repeat by repeat (A B A B), so drift and load
+hit them alike, after the warm-up generations each asks for. The first repeat's samples are appended
+to the partial file as they finish (an interrupted run continues from them) and become
+samples.jsonl; every repeat is appended to repeats.jsonl when it ends (a later call skips those);
+results.json is written when the recipe has all its repeats."""
 
 from __future__ import annotations
 
@@ -35,11 +36,17 @@ from runner.run.trackers import parts, timed, untimed
 
 
 class SharedEngine:
-    """The job's one engine, built when the first recipe needs it; later generations reuse it, their prefix cache
-    emptied first."""
+    """The job's one engine, built when the first recipe needs it; later generations reuse it, their
+    prefix cache emptied first."""
 
     def __init__(self, unit: Unit):
-        self.unit, self.engine, self.error, self.users, self.sampler = unit, None, None, 0, PeakSampler()
+        self.unit, self.engine, self.error, self.users, self.sampler = (
+            unit,
+            None,
+            None,
+            0,
+            PeakSampler(),
+        )
         self.unclaimed_start = False  # the engine's start is not yet counted by a measured repeat
         self.started_by: str | None = None  # the recipe whose generation built the engine
 
@@ -64,7 +71,9 @@ class SharedEngine:
         """The engine start's fields of the repeat that first follows it (None in later ones)."""
         new, info = self.unclaimed_start, self.engine.info
         self.unclaimed_start = False
-        return dict(load_s=info.load_s if new else None, start=info.extra.get("start") if new else None)
+        return dict(
+            load_s=info.load_s if new else None, start=info.extra.get("start") if new else None
+        )
 
     def close(self) -> None:
         self.sampler.__exit__(None, None, None)
@@ -74,17 +83,22 @@ class SharedEngine:
 
 
 class _Collector:
-    """The sink engines hand finished generations to: scores them, appends their lines to the partial file
-    (made durable at most every second; the first repeat only), and keeps the clock of the last output. It knows
-    the examples still to do and the recorded seconds of those reused from an interrupted run (`done`)."""
+    """The sink engines hand finished generations to: scores them, appends their lines to the
+    partial file (made durable at most every second; the first repeat only), and keeps the clock of
+    the last output. It knows the examples still to do and the recorded seconds of those reused from
+    an interrupted run (`done`)."""
 
-    def __init__(self, unit: Unit, done: dict[str, Sample], texts: list[str], writer: PartialWriter | None):
+    def __init__(
+        self, unit: Unit, done: dict[str, Sample], texts: list[str], writer: PartialWriter | None
+    ):
         self.unit, self.texts, self.writer = unit, texts, writer
         self.todo = [i for i, ex in enumerate(unit.prepared.examples) if ex.id not in done]
-        self.reused_s = sum(d.seconds or 0.0 for d in done.values())  # samples reused from an interrupted run
+        # samples reused from an interrupted run
+        self.reused_s = sum(d.seconds or 0.0 for d in done.values())
         self.new: dict[str, Sample] = {}
         self.clock = time.perf_counter()
-        self.one_at_a_time = True  # per-example wall times are real only when examples finish one by one
+        # per-example wall times are real only when examples finish one by one
+        self.one_at_a_time = True
 
     def __call__(self, finished: list[tuple[int, Generation]]) -> None:
         self.one_at_a_time &= len(finished) == 1
@@ -94,28 +108,41 @@ class _Collector:
         for j, g in finished:
             i = self.todo[j]
             ex = self.unit.prepared.examples[i]
-            s = self.new[ex.id] = make_sample(ex, self.texts[i], g, self.unit.loaded.recipe, seconds=wall)
+            s = self.new[ex.id] = make_sample(
+                ex, self.texts[i], g, self.unit.loaded.recipe, seconds=wall
+            )
             lines.append(json.dumps(s.to_line(), ensure_ascii=False) + "\n")
         if self.writer is not None:
             self.writer.append(lines)
 
 
 def _encode(unit: Unit, engine: Engine) -> tuple[list[str], list[list[int]], list[str]]:
-    """The prompts as text and token ids, cut from the left where the recipe asks it (and a note saying so)."""
+    """The prompts as text and token ids, cut from the left where the recipe asks it (and a note
+    saying so)."""
     r = unit.loaded.recipe
     texts, ids = engine.encode(unit.prepared.messages)
     if not r.prompt.truncate:
         return texts, ids, []
     ids, cut = truncate_left(ids, context_length(unit.loaded), r.sampling.max_tokens)
-    note = f"{cut} prompt(s) were cut from the left to fit the model's context (prompt.truncate: true)"
+    note = (
+        f"{cut} prompt(s) were cut from the left to fit the model's context (prompt.truncate: true)"
+    )
     return texts, ids, [note] if cut else []
 
 
 class UnitRun:
-    """One recipe's repeats in this process: those an earlier call measured (repeats.jsonl), each generation run
-    here, and the facts of the last one, from which the result is made once every repeat is measured."""
+    """One recipe's repeats in this process: those an earlier call measured (repeats.jsonl), each
+    generation run here, and the facts of the last one, from which the result is made once every
+    repeat is measured."""
 
-    def __init__(self, unit: Unit, opts: RunOptions, restarts: bool, turns: str | None = None, sharing: int = 1):
+    def __init__(
+        self,
+        unit: Unit,
+        opts: RunOptions,
+        restarts: bool,
+        turns: str | None = None,
+        sharing: int = 1,
+    ):
         self.unit, self.opts, self.r = unit, opts, unit.loaded.recipe
         self.folder = opts.folder(unit.name)
         self.folder.root.mkdir(parents=True, exist_ok=True)
@@ -126,17 +153,22 @@ class UnitRun:
             for line in set_aside:
                 print(f"WARNING: {line}", file=sys.stderr, flush=True)
         else:
-            self.folder.repeats.unlink(missing_ok=True)  # repeats without the first one's samples: measured again
+            # repeats without the first one's samples: measured again
+            self.folder.repeats.unlink(missing_ok=True)
         self.restarts, self.turns, self.sharing, self.started = restarts, turns, sharing, now()
         self.result, self.last, self.engine_of = None, None, None
         self.per_example = False
-        self._samples: list[Sample] | None = None  # repeat 1's, read from samples.jsonl at most once
+        # repeat 1's, read from samples.jsonl at most once
+        self._samples: list[Sample] | None = None
 
     @property
     def samples(self) -> list[Sample]:
-        """The first repeat's samples (its outputs are the run's; later repeats are compared with them)."""
+        """The first repeat's samples (its outputs are the run's; later repeats are compared with
+        them)."""
         if self._samples is None:
-            self._samples = [Sample.from_line(d, list(self.r.metrics)) for d in load_samples(self.folder)]
+            self._samples = [
+                Sample.from_line(d, list(self.r.metrics)) for d in load_samples(self.folder)
+            ]
         return self._samples
 
     @property
@@ -153,14 +185,22 @@ class UnitRun:
     def order(self) -> str | None:
         if self.wanted == 1:
             return None
-        return "interleaved with restarts" if self.restarts else "interleaved" if self.sharing > 1 else "back to back"
+        return (
+            "interleaved with restarts"
+            if self.restarts
+            else "interleaved"
+            if self.sharing > 1
+            else "back to back"
+        )
 
     def generate(self, index: int, shared: SharedEngine, progress_file: IO[str] | None) -> None:
-        """Generation `index` of the recipe (0: a warm-up, not kept); on error the recipe's failed result."""
+        """Generation `index` of the recipe (0: a warm-up, not kept); on error the recipe's failed
+        result."""
         t_start = time.perf_counter()
         try:
             self._generate(index, shared, progress_file)
-        except Exception as e:  # a user error, an engine crash, OOM, ...: recorded as this recipe's failure
+        # a user error, an engine crash, OOM, ...: recorded as this recipe's failure
+        except Exception as e:
             if isinstance(e, RunnerError):
                 error, hint = e.render(with_hint=False), e.hint
             else:
@@ -168,33 +208,55 @@ class UnitRun:
                 error = f"{type(e).__name__}: {e}"
                 hint = failure_hint(error)
             m = Measured(Timings(total_s=time.perf_counter() - t_start), started_at=self.started)
-            self.result = run_result(self.unit, self.opts.command, [], None, m, error=error, hint=hint)
+            self.result = run_result(
+                self.unit, self.opts.command, [], None, m, error=error, hint=hint
+            )
             self.folder.write(self.result)
 
     def _generate(self, index: int, shared: SharedEngine, progress_file: IO[str] | None) -> None:
-        started, r, opts, unit, first = now("milliseconds"), self.r, self.opts, self.unit, index == 1
+        started, r, opts, unit, first = (
+            now("milliseconds"),
+            self.r,
+            self.opts,
+            self.unit,
+            index == 1,
+        )
         done = load_partial(self.folder.partial, unit.run_key, r.metrics) if first else {}
         engine = shared.get(unit.name)
         t_start = time.perf_counter()  # after the engine start, which is counted on its own
         if shared.started_by != unit.name:
-            self.engine_of = shared.started_by  # a recipe on the engine another recipe's generation started
+            # a recipe on the engine another recipe's generation started
+            self.engine_of = shared.started_by
         texts, ids, notes = _encode(unit, engine)
         if first and not done:
             start_partial(self.folder.partial, unit.run_key)
         from tqdm import tqdm
 
-        shown = dict(disable=not opts.progress, file=progress_file or sys.stderr, dynamic_ncols=True, mininterval=0.5)
-        turn = " (warm-up)" if index == 0 else f" ({index}/{self.wanted})" if self.wanted > 1 else ""
+        shown = dict(
+            disable=not opts.progress,
+            file=progress_file or sys.stderr,
+            dynamic_ncols=True,
+            mininterval=0.5,
+        )
+        turn = (
+            " (warm-up)" if index == 0 else f" ({index}/{self.wanted})" if self.wanted > 1 else ""
+        )
         bar = tqdm(total=len(ids), desc=r.name + turn, unit="ex", **shown)
         bar.update(len(done))
-        with ExitStack() as around, PartialWriter(self.folder.partial) if first else nullcontext() as writer:
+        with (
+            ExitStack() as around,
+            PartialWriter(self.folder.partial) if first else nullcontext() as writer,
+        ):
             trackers = [around.enter_context(t) for t in untimed()]
             sink = _Collector(unit, done, texts, writer)
             requests = [Request(ids=ids[i], example=unit.prepared.examples[i]) for i in sink.todo]
-            if (prepare := getattr(engine, "prepare", None)) is not None:  # engine-side setup for these settings
+            # engine-side setup for these settings
+            if (prepare := getattr(engine, "prepare", None)) is not None:
                 prepare(r.sampling)
             with ExitStack() as window:
-                trackers += [window.enter_context(t) for t in timed(engine.info.gpus, sink, shared.sampler)]
+                trackers += [
+                    window.enter_context(t) for t in timed(engine.info.gpus, sink, shared.sampler)
+                ]
                 engine.generate(requests, r.sampling, bar.update if opts.progress else None, sink)
         bar.close()
         if index == 0:
@@ -216,12 +278,15 @@ class UnitRun:
             **measured,
         )
         add_repeat(self.folder.repeats, unit.run_key, rep)
-        self.repeats = sorted([*(x for x in self.repeats if x.index != index), rep], key=lambda x: x.index)
+        self.repeats = sorted(
+            [*(x for x in self.repeats if x.index != index), rep], key=lambda x: x.index
+        )
         self.last = (engine, ids, notes, timings)
         self.finish(shared)
 
     def _keep(self, first: bool, done: dict[str, Sample], sink: _Collector) -> int | None:
-        """The first repeat's samples written (the reused and the new); a later repeat's outputs that differ."""
+        """The first repeat's samples written (the reused and the new); a later repeat's outputs
+        that differ."""
         if not first:
             before = {s.id: s.output for s in self.samples}
             return sum(before.get(i) != s.output for i, s in sink.new.items())
@@ -243,7 +308,13 @@ class UnitRun:
         gen_s = geomean_interval([x.generate_s for x in reps])[0]
         total_s = sum(loads) + sum(x.wall_s or x.generate_s for x in reps)
         starts = [x.start for x in reps if x.start is not None]
-        timings = Timings(load_s=load_s, generate_s=gen_s, total_s=total_s, start=starts[0] if starts else None, **busy)
+        timings = Timings(
+            load_s=load_s,
+            generate_s=gen_s,
+            total_s=total_s,
+            start=starts[0] if starts else None,
+            **busy,
+        )
         # with repeats an estimate scales the geomean
         per_example = self.per_example and len(reps) == 1
         peak, start_gib = shared.sampler.peak, shared.sampler.start_gib
@@ -251,7 +322,9 @@ class UnitRun:
         m = Measured(timings, peak, start_gib, per_example, first_at, reused_s, peak_rss())
         facts = dict(ids=ids, notes=notes, reused=first.reused_samples, engine_of=self.engine_of)
         facts.update(repeats=reps, repeat_order=self.order())
-        self.result = run_result(self.unit, self.opts.command, self.samples, engine.info, m, **facts)
+        self.result = run_result(
+            self.unit, self.opts.command, self.samples, engine.info, m, **facts
+        )
         self.folder.write(self.result)
 
 
@@ -261,11 +334,18 @@ def run_rounds(
     progress_file: IO[str] | None = None,
     before: Callable[[Unit], None] = lambda unit: None,
 ) -> list[RunResult]:
-    """The job's generations on its one engine: each recipe's warm-ups, then the repeats in turns (repeat 1 of
-    every recipe, then repeat 2 in the reverse order, ...), skipping those measured before; `before(unit)` runs
-    before each generation. Returns the results written: recipes that failed or have every repeat."""
+    """The job's generations on its one engine: each recipe's warm-ups, then the repeats in turns
+    (repeat 1 of every recipe, then repeat 2 in the reverse order, ...), skipping those measured
+    before; `before(unit)` runs before each generation. Returns the results written: recipes that
+    failed or have every repeat."""
     many, call = len(job.units) > 1, job.options.call or "call"
-    turns = f"{call}/turns" if job.restarts else f"{call}/{os.getpid()}/{job.units[0].name}" if many else None
+    turns = (
+        f"{call}/turns"
+        if job.restarts
+        else f"{call}/{os.getpid()}/{job.units[0].name}"
+        if many
+        else None
+    )
     runs = [UnitRun(u, job.options, job.restarts, turns, len(job.units)) for u in job.units]
     rounds = job.rounds or tuple(range(1, max(u.wanted for u in runs) + 1))
     todo = lambda u: [i for i in rounds if i <= u.wanted and not u.has(i)]
@@ -275,10 +355,12 @@ def run_rounds(
             if u.result is None:
                 step(u, 0)
     for i in rounds:
-        for u in runs if i % 2 else runs[::-1]:  # A B, B A, A B: a drift over the job hits each recipe alike
+        # A B, B A, A B: a drift over the job hits each recipe alike
+        for u in runs if i % 2 else runs[::-1]:
             if u.result is None and i in todo(u):
                 step(u, i)
-    for u in runs:  # measured before but never reported (the call ended first): the last repeat measured again
+    # measured before but never reported (the call ended first): the last repeat measured again
+    for u in runs:
         if u.result is None and u.last is None and u.complete and max(rounds) >= u.wanted:
             for i in [0] * u.r.warmup + [u.wanted]:
                 step(u, i)

@@ -1,6 +1,7 @@
-"""The one constructor of RunResult: a prepared unit, its samples, the engine's facts and what the run measured
--> the RunResult that results.json holds. Every result is made here (a finished run, a failed one, a run
-that died before it could report, a serving run, replicas merged on Ray), and nothing changes it after."""
+"""The one constructor of RunResult: a prepared unit, its samples, the engine's facts and what the
+run measured -> the RunResult that results.json holds. Every result is made here (a finished run, a
+failed one, a run that died before it could report, a serving run, replicas merged on Ray), and
+nothing changes it after."""
 
 from __future__ import annotations
 
@@ -35,11 +36,16 @@ def now(timespec: str = "seconds") -> str:
 def environment() -> dict:
     """Facts about where a run happened (read without importing torch or vLLM)."""
     root = str(Path(__file__).resolve().parents[2])
-    git = lambda *args: subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=5)
+    git = lambda *args: subprocess.run(
+        ["git", "-C", root, *args], capture_output=True, text=True, timeout=5
+    )
     try:
         head = git("rev-parse", "--short", "HEAD")
         commit = head.stdout.strip() if head.returncode == 0 else None
-        if commit is not None and git("status", "--porcelain", "--untracked-files=no").stdout.strip():
+        if (
+            commit is not None
+            and git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+        ):
             commit += "-dirty"
     except (OSError, subprocess.SubprocessError):
         commit = None
@@ -52,11 +58,14 @@ def environment() -> dict:
 
 
 def cpu_facts() -> dict:
-    """The CPU: its model name (/proc/cpuinfo) and the CPUs this process may use; torch's threads where torch ran."""
+    """The CPU: its model name (/proc/cpuinfo) and the CPUs this process may use; torch's threads
+    where torch ran."""
     facts: dict[str, Any] = {}
     with contextlib.suppress(OSError, StopIteration):
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            facts["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            facts["cpu"] = next(
+                line.split(":", 1)[1].strip() for line in f if line.startswith("model name")
+            )
     facts["cpus"] = cpus()
     if (torch := sys.modules.get("torch")) is not None:
         with contextlib.suppress(Exception):
@@ -73,34 +82,77 @@ class Measured:
     baseline_gpu_gib: float | None = None
     per_example: bool = False  # examples finished one by one: their wall times are real
     started_at: str = ""
-    reused_s: float = 0.0  # recorded wall time of the samples reused from an interrupted run (in generate_s)
+    # recorded wall time of the samples reused from an interrupted run (in generate_s)
+    reused_s: float = 0.0
     peak_rss_gib: float | None = None  # the process's peak resident memory
 
 
-def make_sample(ex: Example, prompt: str, g: Generation, r: Recipe, seconds: float | None) -> Sample:
+def make_sample(
+    ex: Example, prompt: str, g: Generation, r: Recipe, seconds: float | None
+) -> Sample:
     scores = score_sample(g.text, ex.answers, list(r.metrics), r.scoring) if ex.answers else {}
-    facts = {k: getattr(g, k) for k in ("prompt_tokens", "output_tokens", "cached_tokens", "ttft_s", "latency_s")}
+    facts = {
+        k: getattr(g, k)
+        for k in ("prompt_tokens", "output_tokens", "cached_tokens", "ttft_s", "latency_s")
+    }
     answers = list(ex.answers)
-    return Sample(id=ex.id, prompt=prompt, output=g.text, answers=answers, scores=scores, seconds=seconds, **facts)
+    return Sample(
+        id=ex.id,
+        prompt=prompt,
+        output=g.text,
+        answers=answers,
+        scores=scores,
+        seconds=seconds,
+        **facts,
+    )
 
 
 def merge_samples(examples: Sequence[Example], *parts: dict[str, Sample]) -> list[Sample]:
-    """The samples of every example in dataset order, from several sets by id (the first that has it wins): an
-    interrupted run's and this run's, or the shares of data-parallel replicas."""
-    return [next(p[ex.id] for p in parts if ex.id in p) for ex in examples if any(ex.id in p for p in parts)]
+    """The samples of every example in dataset order, from several sets by id (the first that has it
+    wins): an interrupted run's and this run's, or the shares of data-parallel replicas."""
+    return [
+        next(p[ex.id] for p in parts if ex.id in p)
+        for ex in examples
+        if any(ex.id in p for p in parts)
+    ]
 
 
 def failure_hint(error: str) -> str | None:
     e = error.lower()
-    if any(s in e for s in ("out of memory", "outofmemory", "less than desired gpu memory", "cuda oom")):
-        fix = "lower engine.gpu_memory_utilization or engine.max_model_len, use a quantized checkpoint"
-        fix += " (engine.quantization), set engine.cpu_offload_gb, or a smaller engine.batch_size (transformers)"
+    if any(
+        s in e for s in ("out of memory", "outofmemory", "less than desired gpu memory", "cuda oom")
+    ):
+        fix = (
+            "lower engine.gpu_memory_utilization or engine.max_model_len, use a quantized "
+            "checkpoint"
+        )
+        fix += (
+            " (engine.quantization), set engine.cpu_offload_gb, or a smaller engine.batch_size "
+            "(transformers)"
+        )
         return f"GPU memory ran out: {fix}"
-    if any(s in e for s in ("couldn't connect to", "connection error", "offline mode is enabled", "max retries")):
-        return "this machine cannot reach the model hub: pass a local copy with --model-path HUB_ID=PATH"
+    if any(
+        s in e
+        for s in (
+            "couldn't connect to",
+            "connection error",
+            "offline mode is enabled",
+            "max retries",
+        )
+    ):
+        return (
+            "this machine cannot reach the model hub: pass a local copy with --model-path "
+            "HUB_ID=PATH"
+        )
     missing = ("not a valid model identifier", "repository not found", "no such file", "can't load")
-    if any(s in e for s in (*missing, "does not appear to have", "repo id must be", "model folder not found")):
-        return "check model.id (a hub id needs network access; here pass a local folder with --set model.id=PATH)"
+    if any(
+        s in e
+        for s in (*missing, "does not appear to have", "repo id must be", "model folder not found")
+    ):
+        return (
+            "check model.id (a hub id needs network access; here pass a local folder with "
+            "--set model.id=PATH)"
+        )
     return None
 
 
@@ -115,7 +167,9 @@ def _pct(xs: list[float | None]) -> Percentiles | None:
     return Percentiles(**s) if s else None
 
 
-def project_estimate(samples: list[Sample], generate_s: float, per_example: bool, n_target: int) -> Estimate:
+def project_estimate(
+    samples: list[Sample], generate_s: float, per_example: bool, n_target: int
+) -> Estimate:
     n = len(samples)
     secs = [s.seconds for s in samples if s.seconds is not None]
     if per_example and len(secs) == n >= 1:
@@ -131,27 +185,40 @@ def project_estimate(samples: list[Sample], generate_s: float, per_example: bool
     else:
         per = generate_s / n
         p = {"per_example_s": per, "projected_s": per * n_target, "low_s": None, "high_s": None}
-        method = "generation time of a random sample scaled linearly (examples ran in batches: no per-example times, "
+        method = (
+            "generation time of a random sample scaled linearly (examples ran in batches: no "
+            "per-example times, "
+        )
         method += "no interval)"
     return Estimate(n_measured=n, n_total=n_target, method=method, **p)
 
 
 def ignored_knob_notes(knobs: list[Knob]) -> list[str]:
     """A note per knob the engine did not apply (long values cut as in the knob table)."""
-    took = lambda k: f"requested {brief(k.requested)}, effective {brief(k.effective)} ({k.evidence})"
-    return [f"knob `{k.name}` did NOT take effect: {took(k)}" for k in knobs if k.status == "ignored"]
+    took = lambda k: (
+        f"requested {brief(k.requested)}, effective {brief(k.effective)} ({k.evidence})"
+    )
+    return [
+        f"knob `{k.name}` did NOT take effect: {took(k)}" for k in knobs if k.status == "ignored"
+    ]
 
 
 def energy_of(repeats: Sequence[Repeat], gpus: int, p_tok: int, o_tok: int) -> Energy:
-    """The run's GPU energy from its repeats' readings: the mean joules of a generation, the average power over all
-    their windows, and per token (the tokens of one generation)."""
+    """The run's GPU energy from its repeats' readings: the mean joules of a generation, the average
+    power over all their windows, and per token (the tokens of one generation)."""
     if gpus == 0:
         return Energy(measured=False, why_not="no GPU: the engine ran on the CPU")
     if any(x.reused_samples for x in repeats):
-        return Energy(measured=False, gpus=gpus, why_not="part of the generation ran in an earlier, interrupted call")
+        return Energy(
+            measured=False,
+            gpus=gpus,
+            why_not="part of the generation ran in an earlier, interrupted call",
+        )
     got = [(x.energy_j, x.energy_s) for x in repeats if x.energy_j is not None and x.energy_s]
     if not got or len(got) < len(repeats):
-        return Energy(measured=False, gpus=gpus, why_not="no NVML energy counter for the engine's GPUs here")
+        return Energy(
+            measured=False, gpus=gpus, why_not="no NVML energy counter for the engine's GPUs here"
+        )
     joules = sum(j for j, _ in got) / len(got)
     watts = sum(j for j, _ in got) / sum(s for _, s in got)  # type: ignore[misc]
     per_out = joules / o_tok if o_tok else None
@@ -182,10 +249,11 @@ def run_result(  # noqa: PLR0913
     env: dict[str, Any] | None = None,
     **facts: Any,
 ) -> RunResult:
-    """`ids`: the prompts' token ids (the shared prefix is counted on them); `env`: facts of where it ran, beside
-    the host's (`ray`); `facts`: RunResult fields only some runs have (engine_of, serving, executor, replicas) or
-    that they know better than the samples tell (prefix, tokens). A result with an `error` is failed. A run of
-    fewer examples than it stands for (an estimate) gets the projection; a serving run never does."""
+    """`ids`: the prompts' token ids (the shared prefix is counted on them); `env`: facts of where
+    it ran, beside the host's (`ray`); `facts`: RunResult fields only some runs have (engine_of,
+    serving, executor, replicas) or that they know better than the samples tell (prefix, tokens). A
+    result with an `error` is failed. A run of fewer examples than it stands for (an estimate) gets
+    the projection; a serving run never does."""
     r, eng = unit.loaded.recipe, engine or EngineInfo()
     n, gen_s = len(samples), m.timings.generate_s or 0.0
     extra = {key: v for key, v in eng.extra.items() if key != "metrics"}
@@ -194,11 +262,19 @@ def run_result(  # noqa: PLR0913
         env["vllm_metrics"] = eng.extra["metrics"]
     notes = list(dict.fromkeys([*notes, *eng.notes, *ignored_knob_notes(eng.knobs)]))
     if reused:
-        was = f"{reused} of {n} samples were reused from an earlier, interrupted run of the same recipe"
-        took = f"their recorded wall time ({m.reused_s:.1f} s) to this run's ({gen_s - m.reused_s:.1f} s)"
+        was = (
+            f"{reused} of {n} samples were reused from an earlier, interrupted run of the same "
+            "recipe"
+        )
+        took = (
+            f"their recorded wall time ({m.reused_s:.1f} s) to this run's "
+            f"({gen_s - m.reused_s:.1f} s)"
+        )
         notes.append(f"{was}; generation time adds {took}.")
     if r.model.trust_remote_code:
-        notes.append("trust_remote_code was ON: code shipped with the checkpoint was allowed to run.")
+        notes.append(
+            "trust_remote_code was ON: code shipped with the checkpoint was allowed to run."
+        )
     fields = _identity(unit, command, error, hint) | _counted(samples, eng, m, ids)
     fields.update(n_samples=n, n_scored=sum(1 for s in samples if s.answers), knobs=list(eng.knobs))
     fields.update(timings=m.timings, scores=mean_scores(samples, list(r.metrics)), notes=notes)
@@ -254,8 +330,14 @@ def _counted(
 
 
 def engine_facts(res: RunResult) -> EngineInfo:
-    """What a stored result says of its engine, as the EngineInfo it was made from (for merging replicas)."""
+    """What a stored result says of its engine, as the EngineInfo it was made from (for merging
+    replicas)."""
     mem = res.memory
     extra = {**res.environment.get("engine_extra", {}), "kv_cache_gib": mem.kv_cache_gib}
-    facts = dict(weights_gib=mem.weights_gib, kv_cache_tokens=mem.kv_cache_tokens, knobs=list(res.knobs), extra=extra)
+    facts = dict(
+        weights_gib=mem.weights_gib,
+        kv_cache_tokens=mem.kv_cache_tokens,
+        knobs=list(res.knobs),
+        extra=extra,
+    )
     return EngineInfo(**res.engine.model_dump(), load_s=res.timings.load_s or 0.0, **facts)

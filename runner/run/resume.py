@@ -1,6 +1,7 @@
-"""Resuming a run: the run key that says whether stored results or finished samples belong to this very run, the
-partial samples file (`samples.partial.jsonl`, its first line the key) that an interrupted run left behind, and the
-repeats an earlier call measured (`repeats.jsonl`, read back line by line: a bad line is set aside, the others kept)."""
+"""Resuming a run: the run key that says whether stored results or finished samples belong to this
+very run, the partial samples file (`samples.partial.jsonl`, its first line the key) that an
+interrupted run left behind, and the repeats an earlier call measured (`repeats.jsonl`, read back
+line by line: a bad line is set aside, the others kept)."""
 
 from __future__ import annotations
 
@@ -18,27 +19,45 @@ from runner.base.files import write_bytes_atomic, write_error, write_text_atomic
 from runner.folder import RunFolder
 from runner.results import Repeat, Sample
 
-# change nothing a run produces (repeats are kept one by one: asking for more runs only the missing ones)
-NOT_IN_KEY = {"description", "baseline", "gate", "timeout_s", "repeat", "warmup", "interleave", "cost"}
+# change nothing a run produces (repeats are kept one by one: asking for more runs only the missing
+# ones)
+NOT_IN_KEY = {
+    "description",
+    "baseline",
+    "gate",
+    "timeout_s",
+    "repeat",
+    "warmup",
+    "interleave",
+    "cost",
+}
 
 
-def run_key(recipe: dict[str, Any], inputs: dict[str, str], limit: int | None, estimate: int | None) -> str:
-    """A hash of the resolved recipe (canonical dict) less the fields that change nothing it produces, the hashes of its
-    input files as read, and the call's limits. A complete result with the same key is skipped; a partial samples file
-    whose first line carries the same key is continued: its finished samples are kept and only the rest run."""
+def run_key(
+    recipe: dict[str, Any], inputs: dict[str, str], limit: int | None, estimate: int | None
+) -> str:
+    """A hash of the resolved recipe (canonical dict) less the fields that change nothing it
+    produces, the hashes of its input files as read, and the call's limits. A complete result with
+    the same key is skipped; a partial samples file whose first line carries the same key is
+    continued: its finished samples are kept and only the rest run."""
     kept = {k: v for k, v in recipe.items() if k not in NOT_IN_KEY}
-    blob = json.dumps({"recipe": kept, "inputs": inputs, "limit": limit, "estimate": estimate}, sort_keys=True)
+    blob = json.dumps(
+        {"recipe": kept, "inputs": inputs, "limit": limit, "estimate": estimate}, sort_keys=True
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _bad_line(path: Path, n: int, why: str) -> RunnerError:
     why = f"line {n} {why}, so the finished samples of the interrupted run cannot be trusted"
-    return RunnerError(why, file=str(path), hint=f"delete {path} (its samples run again), or rerun with --force")
+    return RunnerError(
+        why, file=str(path), hint=f"delete {path} (its samples run again), or rerun with --force"
+    )
 
 
 def repair_cut_line(path: Path, data: bytes) -> bytes:
-    """`data` (the bytes of `path`, a file appended to line by line) less a last line cut off by an interruption (no
-    newline at its end), which is cut from the file too, so that the next append starts on a line of its own."""
+    """`data` (the bytes of `path`, a file appended to line by line) less a last line cut off by an
+    interruption (no newline at its end), which is cut from the file too, so that the next append
+    starts on a line of its own."""
     if not data or data.endswith(b"\n"):
         return data
     data = data[: data.rfind(b"\n") + 1]
@@ -80,12 +99,14 @@ def start_partial(path: Path, key: str) -> None:
 
 
 def load_repeats(folder: RunFolder, key: str) -> tuple[list[Repeat], list[str]]:
-    """The repeats an earlier call measured of this very run (repeats.jsonl, its first line the run's key), by index,
-    the newest line of an index counting; and a line naming each line that was set aside. Each line is checked on its
-    own: one that is not a well-formed repeat (not JSON, an index below 1, a time that is not a positive finite
-    number, a `call` that is not text, ...) is set aside in repeats.rejected.jsonl (with its line number and why) and
-    left out of repeats.jsonl, while the good lines are kept; a last line cut off by an interruption is set aside and
-    cut the same way, and so is every line of a file of another run (or without its key)."""
+    """The repeats an earlier call measured of this very run (repeats.jsonl, its first line the
+    run's key), by index, the newest line of an index counting; and a line naming each line that was
+    set aside. Each line is checked on its own: one that is not a well-formed repeat (not JSON, an
+    index below 1, a time that is not a positive finite number, a `call` that is not text, ...) is
+    set aside in repeats.rejected.jsonl (with its line number and why) and left out of
+    repeats.jsonl, while the good lines are kept; a last line cut off by an interruption is set
+    aside and cut the same way, and so is every line of a file of another run (or without its
+    key)."""
     path = folder.repeats
     try:
         data = path.read_bytes()
@@ -98,16 +119,30 @@ def load_repeats(folder: RunFolder, key: str) -> tuple[list[Repeat], list[str]]:
         return [], []
     lines = data.split(b"\n")
     cut = lines.pop()  # b"" where the file ends with its newline
-    last = [(len(lines) + 1, cut, "was cut off (no newline at its end: an interrupted write)")] if cut else []
+    last = (
+        [(len(lines) + 1, cut, "was cut off (no newline at its end: an interrupted write)")]
+        if cut
+        else []
+    )
     head = _json(lines[0]) if lines else None
     other = head.get("_run_key") if isinstance(head, dict) else None
-    if other != key:  # another run's repeats, or a file without its key: none of its lines is this run's
-        why = f"belongs to another run (run key {other}, this run's is {key})" if other else "has no run key"
-        bad = [(n, line, f"is in a file that {why}") for n, line in enumerate(lines, 1) if line.strip()] + last
+    # another run's repeats, or a file without its key: none of its lines is this run's
+    if other != key:
+        why = (
+            f"belongs to another run (run key {other}, this run's is {key})"
+            if other
+            else "has no run key"
+        )
+        bad = [
+            (n, line, f"is in a file that {why}") for n, line in enumerate(lines, 1) if line.strip()
+        ] + last
         _set_aside(folder, bad)
         path.unlink()
         where = folder.repeats_rejected.name
-        return [], [f"{path}: {why}; its {len(bad)} line(s) set aside in {where}, its repeats are measured again"]
+        return [], [
+            f"{path}: {why}; its {len(bad)} line(s) set aside in {where}, its repeats are measured "
+            "again"
+        ]
     reps: dict[int, Repeat] = {}
     good, bad = [lines[0]], []
     for n, line in enumerate(lines[1:], 2):
@@ -120,7 +155,8 @@ def load_repeats(folder: RunFolder, key: str) -> tuple[list[Repeat], list[str]]:
             reps[rep.index] = rep
             good.append(line)
     if bad or last:
-        _set_aside(folder, bad + last)  # first, so that no line is lost if what follows is interrupted
+        # first, so that no line is lost if what follows is interrupted
+        _set_aside(folder, bad + last)
         if bad:  # the good lines only (a cut last line is not among them)
             write_bytes_atomic(path, b"".join(line + b"\n" for line in good))
         else:
@@ -154,11 +190,18 @@ def _repeat(line: bytes) -> tuple[Repeat | None, str]:
 
 
 def _set_aside(folder: RunFolder, bad: list[tuple[int, bytes, str]]) -> None:
-    """Append the bad lines of repeats.jsonl to repeats.rejected.jsonl, one record each: the line's number, why it
-    was set aside, when, and its text as it was."""
+    """Append the bad lines of repeats.jsonl to repeats.rejected.jsonl, one record each: the line's
+    number, why it was set aside, when, and its text as it was."""
     at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     records = [
-        json.dumps({"line": n, "why": why, "set_aside_at": at, "text": line.decode("utf-8", errors="replace")})
+        json.dumps(
+            {
+                "line": n,
+                "why": why,
+                "set_aside_at": at,
+                "text": line.decode("utf-8", errors="replace"),
+            }
+        )
         for n, line, why in bad
     ]
     try:
@@ -172,7 +215,10 @@ def _set_aside(folder: RunFolder, bad: list[tuple[int, bytes, str]]) -> None:
 
 def _named(folder: RunFolder, bad: list[tuple[int, bytes, str]]) -> list[str]:
     where = folder.repeats_rejected.name
-    return [f"{folder.repeats} line {n}: {why}; set aside in {where}, the other repeats kept" for n, _, why in bad]
+    return [
+        f"{folder.repeats} line {n}: {why}; set aside in {where}, the other repeats kept"
+        for n, _, why in bad
+    ]
 
 
 def add_repeat(path: Path, key: str, rep: Repeat) -> None:

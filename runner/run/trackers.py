@@ -1,8 +1,8 @@
-"""What is measured around one generation, a tracker each: started before it, stopped after it, then `part()` gives
-the tracker's fields of the repeat (`Repeat`), or of the result's timings (`into = "timings"`: the last generation's).
-`untimed` are entered before the engine's setup for the sampling settings (`prepare`), `timed` after it, around the
-engine's `generate` alone. A new measurement is a tracker here (listed in one of the two), its results field and its
-report section."""
+"""What is measured around one generation, a tracker each: started before it, stopped after it, then
+`part()` gives the tracker's fields of the repeat (`Repeat`), or of the result's timings (`into =
+"timings"`: the last generation's). `untimed` are entered before the engine's setup for the sampling
+settings (`prepare`), `timed` after it, around the engine's `generate` alone. A new measurement is a
+tracker here (listed in one of the two), its results field and its report section."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from runner.results import Noise
 
 
 class Tracker:
-    """A context manager around its window (`start()`, `stop()`); `part()`, after every tracker has stopped, gives
-    its fields of the repeat, or of the timings where `into` says so."""
+    """A context manager around its window (`start()`, `stop()`); `part()`, after every tracker has
+    stopped, gives its fields of the repeat, or of the timings where `into` says so."""
 
     into = "repeat"
 
@@ -34,15 +34,16 @@ class Tracker:
 
 
 class MachineNoise(Probe, Tracker):
-    """How busy the machine was (base/noise.py: load, CPU pressure, CPU time, other GPU processes, clocks)."""
+    """How busy the machine was (base/noise.py: load, CPU pressure, CPU time, other GPU processes,
+    clocks)."""
 
     def part(self) -> dict:
         return {"noise": Noise(**self.facts)}
 
 
 class Energy(Tracker):
-    """NVML's energy counters of the engine's GPUs, read just before the prompts go in and once they are all out;
-    none without NVML or a counter (the repeat's fields stay null)."""
+    """NVML's energy counters of the engine's GPUs, read just before the prompts go in and once they
+    are all out; none without NVML or a counter (the repeat's fields stay null)."""
 
     def __init__(self, gpus: int):
         self.gpus = gpu_indices(gpus)
@@ -54,14 +55,19 @@ class Energy(Tracker):
         self.e1, self.t1 = None if self.e0 is None else energy_j(self.gpus), time.perf_counter()
 
     def part(self) -> dict:
-        return {} if self.e1 is None else {"energy_j": self.e1 - self.e0, "energy_s": self.t1 - self.t0}
+        return (
+            {}
+            if self.e1 is None
+            else {"energy_j": self.e1 - self.e0, "energy_s": self.t1 - self.t0}
+        )
 
 
 class Latency(Tracker):
-    """Generation time: from the prompts going in (the sink's per-example clock starts then) until the last output
-    is back (the sink's clock), as a plain generate() call would time it: what the engine does after handing over
-    its last outputs counts in the repeat's wall time only. Samples reused from an interrupted run add their
-    recorded time. The sink: `clock`, `new` (the samples it got) and `reused_s`."""
+    """Generation time: from the prompts going in (the sink's per-example clock starts then) until
+    the last output is back (the sink's clock), as a plain generate() call would time it: what the
+    engine does after handing over its last outputs counts in the repeat's wall time only. Samples
+    reused from an interrupted run add their recorded time. The sink: `clock`, `new` (the samples it
+    got) and `reused_s`."""
 
     def __init__(self, sink):
         self.sink = sink
@@ -86,7 +92,10 @@ class GpuBusy(Tracker):
 
     def part(self) -> dict:
         t0, t1 = self.window.t0, self.window.t1
-        return {"gpu_busy": self.sampler.busy_share(t0, t1), "gpu_busy_tenths": self.sampler.busy_parts(t0, t1)}
+        return {
+            "gpu_busy": self.sampler.busy_share(t0, t1),
+            "gpu_busy_tenths": self.sampler.busy_parts(t0, t1),
+        }
 
 
 def untimed() -> list[Tracker]:
@@ -95,7 +104,8 @@ def untimed() -> list[Tracker]:
 
 
 def timed(gpus: int, sink, sampler: PeakSampler) -> list[Tracker]:
-    """Around the engine's generate: the engine's GPUs, the sink it hands finished generations to, the sampler."""
+    """Around the engine's generate: the engine's GPUs, the sink it hands finished generations to,
+    the sampler."""
     latency = Latency(sink)
     return [Energy(gpus), latency, GpuBusy(sampler, latency)]
 

@@ -8,7 +8,8 @@
 
 Post-processing runs once, before every metric; each metric then applies its own normalization and
 names its convention (formula and source, file@commit: see `runner.scoring.metrics`). Nothing is
-post-processed by default, so the scores of a recipe without `scoring` are those of the metrics alone.
+post-processed by default, so the scores of a recipe without `scoring` are those of the metrics
+alone.
 """
 
 from __future__ import annotations
@@ -24,7 +25,16 @@ from runner.base.types import StrictModel
 from .metrics import ALIASES, METRICS, conventions, get_metric
 from .normalize import runner_normalize as normalize
 
-__all__ = ["ALIASES", "METRICS", "PostProcess", "ScoringSpec", "conventions", "get_metric", "normalize", "score_sample"]
+__all__ = [
+    "ALIASES",
+    "METRICS",
+    "PostProcess",
+    "ScoringSpec",
+    "conventions",
+    "get_metric",
+    "normalize",
+    "score_sample",
+]
 
 
 class PostProcess(StrictModel):
@@ -37,11 +47,13 @@ class PostProcess(StrictModel):
     )
     strip_prefixes: list[str] = Field(
         default_factory=list,
-        description="Labels removed from the start of the output (after leading whitespace), with the whitespace after "
-        "them, e.g. `回答:`, `答え:`, `Answer:`. Case-insensitive; a `:` also matches the full-width `：`. At most one "
-        "label is removed (the longest that matches).",
+        description="Labels removed from the start of the output (after leading whitespace), with "
+        "the whitespace after them, e.g. `回答:`, `答え:`, `Answer:`. Case-insensitive; a `:` also "
+        "matches the full-width `：`. At most one label is removed (the longest that matches).",
     )
-    strip: bool = Field(False, description="Strip leading and trailing whitespace (after cutting and labels).")
+    strip: bool = Field(
+        False, description="Strip leading and trailing whitespace (after cutting and labels)."
+    )
 
     @field_validator("cut_at", "strip_prefixes")
     @classmethod
@@ -57,7 +69,9 @@ class PostProcess(StrictModel):
                 text = text[:i]
         if self.strip_prefixes:  # the longest label first; `:` matches the full-width `：` too
             one = lambda label: "".join("[:：]" if ch in ":：" else re.escape(ch) for ch in label)
-            alternatives = "|".join(one(lb) for lb in sorted(self.strip_prefixes, key=len, reverse=True))
+            alternatives = "|".join(
+                one(lb) for lb in sorted(self.strip_prefixes, key=len, reverse=True)
+            )
             text = re.sub(rf"^\s*(?:{alternatives})\s*", "", text, count=1, flags=re.IGNORECASE)
         return text.strip() if self.strip else text
 
@@ -67,8 +81,8 @@ class ScoringSpec(StrictModel):
 
     gold: Literal["max", "first"] | None = Field(
         None,
-        description="Which gold answers count: `max` = the best score over all answers, `first` = the "
-        "first answer only. Unset: each metric's own convention (JGLUE, flexeval and the "
+        description="Which gold answers count: `max` = the best score over all answers, `first` = "
+        "the first answer only. Unset: each metric's own convention (JGLUE, flexeval and the "
         "runner's metrics take `max`; llm-jp-eval takes `first`).",
     )
     postprocess: PostProcess = Field(
@@ -76,7 +90,9 @@ class ScoringSpec(StrictModel):
     )
 
 
-def score_sample(pred: str, golds: Sequence[str], metrics: list[str], spec: ScoringSpec) -> dict[str, float]:
+def score_sample(
+    pred: str, golds: Sequence[str], metrics: list[str], spec: ScoringSpec
+) -> dict[str, float]:
     """Post-process `pred` once, then score it with each named metric under `spec.gold`
     (or each metric's own gold policy). Keys are the names as given (aliases stay aliases)."""
     chosen = [get_metric(m) for m in metrics]  # unknown names fail before any work

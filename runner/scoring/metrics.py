@@ -45,7 +45,14 @@ from typing import Literal
 
 from rapidfuzz.distance import Indel
 
-from .normalize import aio_normalize, jglue_normalize, nfkc, runner_normalize, sorted_tokens, squad_normalize
+from .normalize import (
+    aio_normalize,
+    jglue_normalize,
+    nfkc,
+    runner_normalize,
+    sorted_tokens,
+    squad_normalize,
+)
 
 GoldPolicy = Literal["max", "first"]
 
@@ -95,8 +102,8 @@ def _f1(norm: Callable[[str], str]) -> Pair:
 
 
 def _squad_f1(pred: str, gold: str) -> float:
-    """evaluate-v1.1.py `f1_score`: F1 over the bags of normalized whitespace tokens (v1.1 has no rule for two
-    empty answers: no shared token scores 0)."""
+    """evaluate-v1.1.py `f1_score`: F1 over the bags of normalized whitespace tokens (v1.1 has no
+    rule for two empty answers: no shared token scores 0)."""
     return _bag_f1(squad_normalize(pred).split(), squad_normalize(gold).split())
 
 
@@ -135,7 +142,8 @@ def _llmjp_char_f1(pred: str, gold: str) -> float:
 
 
 def _jglue_golds(golds: Sequence[str]) -> list[str]:
-    """JGLUE `get_raw_scores`: golds that normalize to "" are dropped; none left means the gold is ""."""
+    """JGLUE `get_raw_scores`: golds that normalize to "" are dropped; none left means the gold is
+    ""."""
     return [g for g in golds if jglue_normalize(g)] or [""]
 
 
@@ -166,53 +174,92 @@ _FAMILIES: dict[str, tuple[str, GoldPolicy]] = {
     "runner": ("runner/scoring/normalize.py (this project)", "max"),
     "JGLUE": (
         "https://github.com/yahoojapan/JGLUE/blob/6f071c09316baae89c3d083a90985b4b1cb9968c/fine-tuning/patch/"
-        "transformers-4.9.2_jglue-1.3.0.patch (patch of transformers v4.9.2 src/transformers/data/metrics/"
-        "squad_metrics.py: normalize_answer, compute_exact, compute_f1, get_raw_scores)",
+        "transformers-4.9.2_jglue-1.3.0.patch (patch of transformers v4.9.2 "
+        "src/transformers/data/metrics/squad_metrics.py: normalize_answer, compute_exact, "
+        "compute_f1, get_raw_scores)",
         "max",
     ),
     "llm-jp-eval": (
         "https://github.com/swallow-llm/swallow-evaluation/blob/57c4ecdf989f708a54e84235621a6afdbcc28ddb/"
-        "llm-jp-eval/src/llm_jp_eval/utils.py (llm-jp-eval v1.3.0 as run by the Swallow leaderboard: "
-        "get_evaluation_result, normalize; fuzzywuzzy 0.18.0 + python-Levenshtein 0.21.1 per its poetry.lock)",
+        "llm-jp-eval/src/llm_jp_eval/utils.py (llm-jp-eval v1.3.0 as run by the Swallow "
+        "leaderboard: get_evaluation_result, normalize; fuzzywuzzy 0.18.0 + python-Levenshtein "
+        "0.21.1 per its poetry.lock)",
         "first",
     ),
     "flexeval": (f"{_FLEXEVAL}core/metric/char_f1.py and exact_match.py", "max"),
-    "flexeval+AIO": (f"{_FLEXEVAL}core/string_processor/aio.py (AIONormalizer) with core/metric/char_f1.py", "max"),
-    "SQuAD v1.1": (
-        "https://github.com/huggingface/evaluate/blob/b6e7c3b0ed02444f1b3f4f1eb48a39f27af321ec/metrics/squad/"
-        "compute_score.py (the official evaluate-v1.1.py: normalize_answer, exact_match_score, f1_score, "
-        "metric_max_over_ground_truths)",
+    "flexeval+AIO": (
+        f"{_FLEXEVAL}core/string_processor/aio.py (AIONormalizer) with core/metric/char_f1.py",
         "max",
     ),
-    "runner on SQuAD": ("runner/scoring/metrics.py (this project) with SQuAD v1.1's normalize_answer", "max"),
+    "SQuAD v1.1": (
+        "https://github.com/huggingface/evaluate/blob/b6e7c3b0ed02444f1b3f4f1eb48a39f27af321ec/metrics/squad/"
+        "compute_score.py (the official evaluate-v1.1.py: normalize_answer, exact_match_score, "
+        "f1_score, metric_max_over_ground_truths)",
+        "max",
+    ),
+    "runner on SQuAD": (
+        "runner/scoring/metrics.py (this project) with SQuAD v1.1's normalize_answer",
+        "max",
+    ),
 }
 _RUNNER_NORM = "norm = NFKC, lower-case, no whitespace or punctuation"
 _RUNNER_F1 = f"F1 over the bags of characters of norm(pred) and norm(gold), {_RUNNER_NORM}"
-_JGLUE_NORM = "norm = lower-case, rstrip '。', collapse whitespace (no NFKC); golds with empty norm dropped"
-_JGLUE_F1 = f"F1 over the bags of characters (spaces count) of norm(pred) and norm(gold), {_JGLUE_NORM}"
+_JGLUE_NORM = (
+    "norm = lower-case, rstrip '。', collapse whitespace (no NFKC); golds with empty norm dropped"
+)
+_JGLUE_F1 = (
+    f"F1 over the bags of characters (spaces count) of norm(pred) and norm(gold), {_JGLUE_NORM}"
+)
 _LLMJP_PRED = "NFKC(output cut at the first '\\n\\n', stripped)"
-_AIO = "AIONormalizer on both (NFKC, lower-case, 「」『』 unwrapped, ・ = - and whitespace and (…) removed)"
+_AIO = (
+    "AIONormalizer on both (NFKC, lower-case, 「」『』 unwrapped, ・ = - and whitespace and "
+    "(…) removed)"
+)
 _FUZZ = "fuzzywuzzy ratio(output, gold) / 100"
-_SQUAD_NORM = "norm = lower-case, no ASCII punctuation, articles a/an/the removed, whitespace collapsed"
+_SQUAD_NORM = (
+    "norm = lower-case, no ASCII punctuation, articles a/an/the removed, whitespace collapsed"
+)
 
 
 def _metric(name: str, pair: Pair, family: str, formula: str) -> Metric:
     source, gold = _FAMILIES[family]
-    golds = _jglue_golds if family == "JGLUE" else list  # JGLUE alone drops the golds that normalize to ""
+    # JGLUE alone drops the golds that normalize to ""
+    golds = _jglue_golds if family == "JGLUE" else list
     return Metric(name, pair, Convention(family, formula, source, gold), golds)
 
 
 _METRICS = [
-    _metric("runner_exact_match", _em(runner_normalize), "runner", f"norm(pred) == norm(gold), {_RUNNER_NORM}"),
     _metric(
-        "runner_char_f1", _f1(runner_normalize), "runner", f"{_RUNNER_F1} (not JGLUE's, not llm-jp-eval's char_f1)"
+        "runner_exact_match",
+        _em(runner_normalize),
+        "runner",
+        f"norm(pred) == norm(gold), {_RUNNER_NORM}",
     ),
     _metric(
-        "runner_contains", _contains, "runner", f"norm(gold) is a non-empty substring of norm(pred), {_RUNNER_NORM}"
+        "runner_char_f1",
+        _f1(runner_normalize),
+        "runner",
+        f"{_RUNNER_F1} (not JGLUE's, not llm-jp-eval's char_f1)",
     ),
-    _metric("jglue_exact_match", _em(jglue_normalize), "JGLUE", f"norm(pred) == norm(gold), {_JGLUE_NORM}"),
+    _metric(
+        "runner_contains",
+        _contains,
+        "runner",
+        f"norm(gold) is a non-empty substring of norm(pred), {_RUNNER_NORM}",
+    ),
+    _metric(
+        "jglue_exact_match",
+        _em(jglue_normalize),
+        "JGLUE",
+        f"norm(pred) == norm(gold), {_JGLUE_NORM}",
+    ),
     _metric("jglue_char_f1", _f1(jglue_normalize), "JGLUE", _JGLUE_F1),
-    _metric("llmjp_exact_match", _em(llmjp_prediction, nfkc), "llm-jp-eval", f"{_LLMJP_PRED} == NFKC(gold)"),
+    _metric(
+        "llmjp_exact_match",
+        _em(llmjp_prediction, nfkc),
+        "llm-jp-eval",
+        f"{_LLMJP_PRED} == NFKC(gold)",
+    ),
     _metric(
         "llmjp_char_f1",
         _llmjp_char_f1,
@@ -221,27 +268,52 @@ _METRICS = [
         "characters to spaces, tokens sorted, Indel ratio in whole percents",
     ),
     _metric("flexeval_exact_match", _em(), "flexeval", "output == gold (no normalization)"),
-    _metric("flexeval_char_f1", _ratio(), "flexeval", f"{_FUZZ}: Indel ratio in whole percents, no normalization"),
-    _metric("flexeval_exact_match_normalized", _em(aio_normalize), "flexeval+AIO", f"output == gold after {_AIO}"),
-    _metric("flexeval_char_f1_normalized", _ratio(aio_normalize), "flexeval+AIO", f"{_FUZZ} after {_AIO}"),
-    _metric("squad_exact_match", _em(squad_normalize), "SQuAD v1.1", f"norm(pred) == norm(gold), {_SQUAD_NORM}"),
+    _metric(
+        "flexeval_char_f1",
+        _ratio(),
+        "flexeval",
+        f"{_FUZZ}: Indel ratio in whole percents, no normalization",
+    ),
+    _metric(
+        "flexeval_exact_match_normalized",
+        _em(aio_normalize),
+        "flexeval+AIO",
+        f"output == gold after {_AIO}",
+    ),
+    _metric(
+        "flexeval_char_f1_normalized",
+        _ratio(aio_normalize),
+        "flexeval+AIO",
+        f"{_FUZZ} after {_AIO}",
+    ),
+    _metric(
+        "squad_exact_match",
+        _em(squad_normalize),
+        "SQuAD v1.1",
+        f"norm(pred) == norm(gold), {_SQUAD_NORM}",
+    ),
     _metric(
         "squad_f1",
         _squad_f1,
         "SQuAD v1.1",
-        f"F1 over the bags of whitespace tokens of norm(pred) and norm(gold) (0 when none shared), {_SQUAD_NORM}",
+        "F1 over the bags of whitespace tokens of norm(pred) and norm(gold) (0 when none shared), "
+        f"{_SQUAD_NORM}",
     ),
     _metric(
         "squad_contains",
         _squad_contains,
         "runner on SQuAD",
-        f"the tokens of norm(gold) appear in order and adjacent among those of norm(pred) (for answers written as "
-        f"sentences; an empty norm(gold) scores 0), {_SQUAD_NORM}",
+        "the tokens of norm(gold) appear in order and adjacent among those of norm(pred) (for "
+        f"answers written as sentences; an empty norm(gold) scores 0), {_SQUAD_NORM}",
     ),
 ]
 
 #: Names kept for recipes written before conventions were named; they are the runner's metrics.
-ALIASES = {"exact_match": "runner_exact_match", "char_f1": "runner_char_f1", "contains": "runner_contains"}
+ALIASES = {
+    "exact_match": "runner_exact_match",
+    "char_f1": "runner_char_f1",
+    "contains": "runner_contains",
+}
 
 METRICS: dict[str, Metric] = {m.name: m for m in _METRICS}
 METRICS.update({alias: METRICS[target] for alias, target in ALIASES.items()})

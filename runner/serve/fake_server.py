@@ -1,12 +1,14 @@
-"""The fake engine's server mode, so the serving wing runs end to end on a CPU: an OpenAI-compatible completions
-server that streams the same reply to every request, word by word, vLLM's way (`choices` chunks, a usage chunk
-when `stream_options.include_usage`, then `data: [DONE]`), cut at the first `stop` string and to `max_tokens`
-words (a word, with the spaces before it, is a token). Requests are served one at a time, each taking `delay_s`
-spread over its words, so offered rates above 1 / delay_s queue up and saturate it. `/health`, `/version`,
-`POST /reset_prefix_cache` (there is no cache) and `/metrics` (`fake:*_total` counters) answer as vLLM's do;
-`--fail-start` exits with code 1 before listening. It prints its pid, process group and settings.
+"""The fake engine's server mode, so the serving wing runs end to end on a CPU: an OpenAI-compatible
+completions server that streams the same reply to every request, word by word, vLLM's way (`choices`
+chunks, a usage chunk when `stream_options.include_usage`, then `data: [DONE]`), cut at the first
+`stop` string and to `max_tokens` words (a word, with the spaces before it, is a token). Requests
+are served one at a time, each taking `delay_s` spread over its words, so offered rates above 1 /
+delay_s queue up and saturate it. `/health`, `/version`, `POST /reset_prefix_cache` (there is no
+cache) and `/metrics` (`fake:*_total` counters) answer as vLLM's do; `--fail-start` exits with code
+1 before listening. It prints its pid, process group and settings.
 
-    python -m runner.serve.fake_server --host H --port P [--reply TEXT] [--delay-s S] [--fail-start]"""
+    python -m runner.serve.fake_server --host H --port P [--reply TEXT] [--delay-s S]
+    [--fail-start]"""
 
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ from runner.engines.hf import truncate_at_stop
 
 
 def reply_words(reply: str, body: dict[str, Any]) -> tuple[list[str], str]:
-    """The reply's words after `stop` and `max_tokens`, and the finish reason (`stop` or `length`)."""
+    """The reply's words after `stop` and `max_tokens`, and the finish reason (`stop` or
+    `length`)."""
     stop = body.get("stop") or []
     text, stopped = truncate_at_stop(reply, [stop] if isinstance(stop, str) else list(stop))
     words, limit = re.findall(r"\s*\S+", text) or [text], body.get("max_tokens")
@@ -41,7 +44,9 @@ def app(reply: str, delay_s: float) -> web.Application:
 
     async def metrics(request: web.Request) -> web.Response:
         names = ("requests", "prompt_tokens", "generation_tokens", "prefix_cache_resets")
-        text = "".join(f"# TYPE fake:{n} counter\nfake:{n}_total {float(counts[n])}\n" for n in names)
+        text = "".join(
+            f"# TYPE fake:{n} counter\nfake:{n}_total {float(counts[n])}\n" for n in names
+        )
         return web.Response(text=text, content_type="text/plain")
 
     async def reset(request: web.Request) -> web.Response:
@@ -54,19 +59,31 @@ def app(reply: str, delay_s: float) -> web.Application:
         n_prompt = len(prompt) if isinstance(prompt, list) else len(str(prompt or "").split())
         words, finish = reply_words(reply, body)
         counts.update(requests=1, prompt_tokens=n_prompt, generation_tokens=len(words))
-        usage = {"prompt_tokens": n_prompt, "completion_tokens": len(words), "total_tokens": n_prompt + len(words)}
-        base = {"id": f"cmpl-{counts['requests']}", "object": "text_completion", "model": body.get("model", "fake")}
+        usage = {
+            "prompt_tokens": n_prompt,
+            "completion_tokens": len(words),
+            "total_tokens": n_prompt + len(words),
+        }
+        base = {
+            "id": f"cmpl-{counts['requests']}",
+            "object": "text_completion",
+            "model": body.get("model", "fake"),
+        }
         async with lock:  # one request at a time
             if not body.get("stream"):
                 await asyncio.sleep(delay_s)
                 choice = {"index": 0, "text": "".join(words), "finish_reason": finish}
                 return web.json_response({**base, "choices": [choice], "usage": usage})
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+            resp = web.StreamResponse(
+                headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+            )
             await resp.prepare(request)
             for i, w in enumerate(words):
                 await asyncio.sleep(delay_s / len(words))
                 last = finish if i == len(words) - 1 else None
-                await resp.write(_event({**base, "choices": [{"index": 0, "text": w, "finish_reason": last}]}))
+                await resp.write(
+                    _event({**base, "choices": [{"index": 0, "text": w, "finish_reason": last}]})
+                )
             if (body.get("stream_options") or {}).get("include_usage"):
                 await resp.write(_event({**base, "choices": [], "usage": usage}))
             await resp.write(b"data: [DONE]\n\n")
@@ -95,12 +112,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fail-start", action="store_true")
     a = ap.parse_args(argv)
     print(f"fake server pid {os.getpid()} (process group {os.getpgrp()})", flush=True)
-    print(SETTINGS_MARK + json.dumps({"reply": a.reply, "delay_s": a.delay_s}, ensure_ascii=False), flush=True)
+    print(
+        SETTINGS_MARK + json.dumps({"reply": a.reply, "delay_s": a.delay_s}, ensure_ascii=False),
+        flush=True,
+    )
     if a.fail_start:
         print("fake server: failing before it is ready, as asked (engine.serve_fail)", flush=True)
         return 1
     print(f"fake server listening on http://{a.host}:{a.port}", flush=True)
-    web.run_app(app(a.reply, a.delay_s), host=a.host, port=a.port, print=None, access_log=None, shutdown_timeout=1.0)
+    web.run_app(
+        app(a.reply, a.delay_s),
+        host=a.host,
+        port=a.port,
+        print=None,
+        access_log=None,
+        shutdown_timeout=1.0,
+    )
     return 0
 
 

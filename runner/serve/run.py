@@ -1,23 +1,25 @@
 """A serving run: a recipe with `load:` against its engine's server, rate by rate, as one RunResult.
 
-One server per recipe (server.py), its output appended to the run's engine.log. Per rate, in increasing order:
-`load.warmup_requests` unmeasured requests, the prefix cache emptied (POST /reset_prefix_cache) so no rate
-starts with the cache of the one before, the server's counters read, then every measured request on the
-seeded schedule (below) with the recipe's sampling, as the token ids the offline engines get; the counters'
-growth covers the measured requests only. The sweep stops at the first saturated rate (`saturation`). The
-top-level figures of the result (time, throughput, latency, tokens, scores, samples.jsonl) are those of the
-headline rate, the highest rate below saturation at which a request completed; every rate is in `serving`.
+One server per recipe (server.py), its output appended to the run's engine.log. Per rate, in
+increasing order: `load.warmup_requests` unmeasured requests, the prefix cache emptied (POST
+/reset_prefix_cache) so no rate starts with the cache of the one before, the server's counters read,
+then every measured request on the seeded schedule (below) with the recipe's sampling, as the token
+ids the offline engines get; the counters' growth covers the measured requests only. The sweep stops
+at the first saturated rate (`saturation`). The top-level figures of the result (time, throughput,
+latency, tokens, scores, samples.jsonl) are those of the headline rate, the highest rate below
+saturation at which a request completed; every rate is in `serving`.
 
 The load: vLLM's own benchmark client, the request function `vllm bench serve` uses (vLLM 0.26.0
-`vllm/benchmarks/lib/endpoint_request_func.py`, `async_request_openai_completions`), on `vllm bench serve`'s
-arrival schedule. The client is loaded from the installed vLLM by its file, without importing the `vllm`
-package (that would bring torch into the runner's own process).
+`vllm/benchmarks/lib/endpoint_request_func.py`, `async_request_openai_completions`), on `vllm bench
+serve`'s arrival schedule. The client is loaded from the installed vLLM by its file, without
+importing the `vllm` package (that would bring torch into the runner's own process).
 
-It records per request the send time, TTFT, every gap between chunks, E2E, the generated text, the server's usage
-and the error (report.py's FORMULAS define each). Schedule (vLLM 0.26.0 `vllm/benchmarks/serve.py`, `get_request`,
-after `np.random.seed(seed)`): per request gap_i = gamma(shape=b, scale=1/(r·b)) (b = 1: Poisson arrivals), request
-i is due at gap_0 + … + gap_i, and every due time is rescaled so the last is n/r; r = inf sends everything at once,
-b = inf spaces them evenly. `vllm bench serve --seed S` gives the same schedule."""
+It records per request the send time, TTFT, every gap between chunks, E2E, the generated text, the
+server's usage and the error (report.py's FORMULAS define each). Schedule (vLLM 0.26.0
+`vllm/benchmarks/serve.py`, `get_request`, after `np.random.seed(seed)`): per request gap_i =
+gamma(shape=b, scale=1/(r·b)) (b = 1: Poisson arrivals), request i is due at gap_0 + … + gap_i, and
+every due time is rescaled so the last is n/r; r = inf sends everything at once, b = inf spaces them
+evenly. `vllm bench serve --seed S` gives the same schedule."""
 
 from __future__ import annotations
 
@@ -39,7 +41,16 @@ from runner.base.stats import prefix_share, summary
 from runner.base.types import EngineInfo, Generation, Sampling
 from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
 from runner.folder import RunFolder
-from runner.results import LatencyMs, Prefix, RatePoint, RunResult, Sample, ServingResult, Timings, Tokens
+from runner.results import (
+    LatencyMs,
+    Prefix,
+    RatePoint,
+    RunResult,
+    Sample,
+    ServingResult,
+    Timings,
+    Tokens,
+)
 from runner.run.job import RunOptions, Unit
 from runner.run.result import Measured, make_sample, mean_scores, now, run_result
 from runner.serve.server import Server, ServerError, command, free_port
@@ -51,12 +62,18 @@ CLIENT = Path("benchmarks", "lib", "endpoint_request_func.py")  # in the vllm pa
 def client() -> Any:
     """vLLM's endpoint_request_func module, loaded by its file from the installed vllm package."""
     spec = importlib.util.find_spec("vllm")
-    path = Path(spec.submodule_search_locations[0], CLIENT) if spec and spec.submodule_search_locations else None
+    path = (
+        Path(spec.submodule_search_locations[0], CLIENT)
+        if spec and spec.submodule_search_locations
+        else None
+    )
     if path is None or not path.is_file():
         raise RunnerError(
-            "a serving run sends its requests with vLLM's own benchmark client, and vLLM is not installed here",
+            "a serving run sends its requests with vLLM's own benchmark client, and vLLM is not "
+            "installed here",
             field="load",
-            hint="run serving recipes on a host with vLLM (`pip install vllm`), which also serves the model",
+            hint="run serving recipes on a host with vLLM (`pip install vllm`), which also serves "
+            "the model",
         )
     mod_spec = importlib.util.spec_from_file_location("runner_vllm_bench_client", path)
     module = importlib.util.module_from_spec(mod_spec)
@@ -71,16 +88,20 @@ def arrival_offsets(n: int, rate: float, burstiness: float = 1.0, seed: int = 0)
     if math.isinf(rate) or n == 0:
         return [0.0] * n
     gamma = np.random.RandomState(seed).gamma
-    gaps = [1.0 / rate] * n if math.isinf(burstiness) else gamma(burstiness, 1.0 / (rate * burstiness), n)
+    gaps = (
+        [1.0 / rate] * n
+        if math.isinf(burstiness)
+        else gamma(burstiness, 1.0 / (rate * burstiness), n)
+    )
     due = np.cumsum(gaps).tolist()
     factor = (n / rate) / due[-1] if due[-1] else 1.0
     return [t * factor for t in due]
 
 
 def request_body(s: Sampling) -> dict[str, Any]:
-    """The recipe's sampling as /v1/completions fields, equal to the offline SamplingParams: greedy at temperature
-    0 (top_p 1, top_k 0 = off); top_k, min_p and repetition_penalty always sent, so the server's defaults from
-    the model's generation_config do not apply; None fields left out."""
+    """The recipe's sampling as /v1/completions fields, equal to the offline SamplingParams: greedy
+    at temperature 0 (top_p 1, top_k 0 = off); top_k, min_p and repetition_penalty always sent, so
+    the server's defaults from the model's generation_config do not apply; None fields left out."""
     greedy = s.temperature == 0
     body = dict(
         max_tokens=s.max_tokens,
@@ -98,9 +119,10 @@ def request_body(s: Sampling) -> dict[str, Any]:
 
 @dataclass
 class Record:
-    """One request: vLLM's RequestFuncOutput (`out`), when it was due and sent (seconds from the rate's start), and
-    what follows: ok, error (the last line of the client's message), end_s, ttft_s, e2e_s and tpot_s =
-    (E2E − TTFT) / (output tokens − 1), vllm bench serve's TPOT (None for 1 or 0 output tokens)."""
+    """One request: vLLM's RequestFuncOutput (`out`), when it was due and sent (seconds from the
+    rate's start), and what follows: ok, error (the last line of the client's message), end_s,
+    ttft_s, e2e_s and tpot_s = (E2E − TTFT) / (output tokens − 1), vllm bench serve's TPOT (None for
+    1 or 0 output tokens)."""
 
     index: int  # position in the prompts list
     due_s: float
@@ -125,7 +147,11 @@ class RateRun:
     @property
     def wall_s(self) -> float:
         """Last response end − first send over all measured requests."""
-        return max(r.end_s for r in self.records) - min(r.sent_s for r in self.records) if self.records else 0.0
+        return (
+            max(r.end_s for r in self.records) - min(r.sent_s for r in self.records)
+            if self.records
+            else 0.0
+        )
 
 
 @dataclass(frozen=True)
@@ -139,8 +165,9 @@ class Target:
 
 
 def run_rate(target: Target, prompts: Sequence[list[int]], rate: float, load, warmed) -> RateRun:
-    """`load.warmup_requests` unmeasured requests (the first prompt, under the concurrency cap), `warmed()`, then
-    every prompt at its due time (`load`: the recipe's LoadSpec: burstiness, max_concurrency, seed)."""
+    """`load.warmup_requests` unmeasured requests (the first prompt, under the concurrency cap),
+    `warmed()`, then every prompt at its due time (`load`: the recipe's LoadSpec: burstiness,
+    max_concurrency, seed)."""
     import aiohttp
 
     c, body, max_tokens = client(), request_body(target.sampling), target.sampling.max_tokens
@@ -155,7 +182,9 @@ def run_rate(target: Target, prompts: Sequence[list[int]], rate: float, load, wa
                 return await c.async_request_openai_completions(c.RequestFuncInput(**args), session)
 
         async with aiohttp.ClientSession(timeout=c.AIOHTTP_TIMEOUT) as session:
-            warm = await asyncio.gather(*(send(session, prompts[0]) for _ in range(load.warmup_requests)))
+            warm = await asyncio.gather(
+                *(send(session, prompts[0]) for _ in range(load.warmup_requests))
+            )
             warmed()
             t0 = time.perf_counter()
 
@@ -166,7 +195,9 @@ def run_rate(target: Target, prompts: Sequence[list[int]], rate: float, load, wa
 
             due = arrival_offsets(len(prompts), rate, load.burstiness, load.seed)
             records = await asyncio.gather(*(one(i, d) for i, d in enumerate(due)))
-        return RateRun(rate, list(records), t0, [Record(-1, 0, 0, w).error for w in warm if not w.success])
+        return RateRun(
+            rate, list(records), t0, [Record(-1, 0, 0, w).error for w in warm if not w.success]
+        )
 
     return asyncio.run(sweep())
 
@@ -185,7 +216,12 @@ def _ms(xs: list[float]) -> LatencyMs | None:
 
 def _good(rec: Record, slo: dict[str, float]) -> bool:
     itl = max(rec.out.itl, default=0.0)
-    value = {"ttft_ms": rec.ttft_s, "e2e_ms": rec.e2e_s, "tpot_ms": rec.tpot_s or 0.0, "itl_ms": itl}
+    value = {
+        "ttft_ms": rec.ttft_s,
+        "e2e_ms": rec.e2e_s,
+        "tpot_ms": rec.tpot_s or 0.0,
+        "itl_ms": itl,
+    }
     return rec.ok and all(value[k] * 1000 <= limit for k, limit in slo.items())
 
 
@@ -198,8 +234,11 @@ def peak_concurrency(records: list[Record]) -> int:
     return peak
 
 
-def rate_point(run: RateRun, samples: list[Sample], metrics: list[str], slo: dict, **facts: Any) -> RatePoint:
-    """Every per-rate figure of the module docstring, from one rate's measured requests and their samples."""
+def rate_point(
+    run: RateRun, samples: list[Sample], metrics: list[str], slo: dict, **facts: Any
+) -> RatePoint:
+    """Every per-rate figure of the module docstring, from one rate's measured requests and their
+    samples."""
     ok, wall, n = [r for r in run.records if r.ok], run.wall_s, len(run.records)
     tokens, prompt = sum(r.out.output_tokens or 0 for r in ok), sum(r.out.prompt_len for r in ok)
     per_s = (lambda x: x / wall) if wall > 0 else (lambda x: 0.0)
@@ -231,10 +270,11 @@ def rate_point(run: RateRun, samples: list[Sample], metrics: list[str], slo: dic
 
 
 def saturation(points: list[RatePoint]) -> list[str]:
-    """Why the last rate saturated the server ([] when it did not). Rate i > 0 is saturated when throughput
-    stalls (achieved < 0.9 × offered for a finite rate, or < 1.05 × the achieved rate before it) *and* TTFT p50
-    grew beyond 2 × the lowest TTFT p50 before it. The TTFT test keeps short runs (whose drain after the last
-    arrival lowers achieved) and client-side caps (whose wait is in the client's queue) from reading as it."""
+    """Why the last rate saturated the server ([] when it did not). Rate i > 0 is saturated when
+    throughput stalls (achieved < 0.9 × offered for a finite rate, or < 1.05 × the achieved rate
+    before it) *and* TTFT p50 grew beyond 2 × the lowest TTFT p50 before it. The TTFT test keeps
+    short runs (whose drain after the last arrival lowers achieved) and client-side caps (whose wait
+    is in the client's queue) from reading as it."""
     if len(points) < 2:
         return []
     p, prev, stall = points[-1], points[-2], []
@@ -268,7 +308,8 @@ class Sweep:
     notes: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)  # why the last rate is saturated
     skipped: list[float] = field(default_factory=list)
-    grown: dict[str, float] = field(default_factory=dict)  # the counters' growth over every measured request
+    # the counters' growth over every measured request
+    grown: dict[str, float] = field(default_factory=dict)
 
     def rate(self, rate: float) -> RatePoint:
         """One rate: warmup, prefix-cache reset, the counters read, the measured requests; scored
@@ -395,30 +436,45 @@ class Sweep:
 
 
 def run_serving(unit: Unit, opts: RunOptions) -> RunResult:
-    """Run one `load:` recipe in this process: start the server, sweep the rates, stop the server; the result
-    and samples.jsonl (the headline rate's requests) are written. A failure is a failed result."""
+    """Run one `load:` recipe in this process: start the server, sweep the rates, stop the server;
+    the result and samples.jsonl (the headline rate's requests) are written. A failure is a failed
+    result."""
     folder, started, t_start = opts.folder(unit.name), now(), time.perf_counter()
     folder.root.mkdir(parents=True, exist_ok=True)
     try:
         res = _serve(unit, opts, folder, started, t_start)
     except (RunnerError, OSError) as e:
-        error = e.render(with_hint=False) if isinstance(e, RunnerError) else f"{type(e).__name__}: {e}"
+        error = (
+            e.render(with_hint=False) if isinstance(e, RunnerError) else f"{type(e).__name__}: {e}"
+        )
         m = Measured(Timings(total_s=time.perf_counter() - t_start), started_at=started)
-        res = run_result(unit, opts.command, [], None, m, error=error, hint=getattr(e, "hint", None))
+        res = run_result(
+            unit, opts.command, [], None, m, error=error, hint=getattr(e, "hint", None)
+        )
     folder.write(res)
     return res
 
 
-def _serve(unit: Unit, opts: RunOptions, folder: RunFolder, started: str, t_start: float) -> RunResult:
+def _serve(
+    unit: Unit, opts: RunOptions, folder: RunFolder, started: str, t_start: float
+) -> RunResult:
     r = unit.loaded.recipe
     tok = load_tokenizer(r.model)
-    texts, ids = encode_prompts(tok, list(unit.prepared.messages), uses_chat_template(tok, r.prompt.chat_template))
+    texts, ids = encode_prompts(
+        tok, list(unit.prepared.messages), uses_chat_template(tok, r.prompt.chat_template)
+    )
     port = free_port(HOST)
     cmd, env = command(r, HOST, port)
     say = print if opts.progress else (lambda line: None)
     say(f"{unit.name}: starting the server: {' '.join(cmd)}")
-    log_start, baseline = folder.engine_log.stat().st_size if folder.engine_log.exists() else 0, used_gib()
-    with PeakSampler() as sampler, Server(cmd, f"http://{HOST}:{port}", folder.engine_log, env) as server:
+    log_start, baseline = (
+        folder.engine_log.stat().st_size if folder.engine_log.exists() else 0,
+        used_gib(),
+    )
+    with (
+        PeakSampler() as sampler,
+        Server(cmd, f"http://{HOST}:{port}", folder.engine_log, env) as server,
+    ):
         say(f"{unit.name}: server ready in {server.startup_s:.1f} s")
         status, body = server.request("GET", "/version")
         version = str(json.loads(body).get("version", "")) if status == 200 else ""
@@ -429,8 +485,14 @@ def _serve(unit: Unit, opts: RunOptions, folder: RunFolder, started: str, t_star
         sw.notes.append(f"GPU memory not fully released after the server stopped: {used}")
     with open(folder.engine_log, "rb") as f:
         f.seek(log_start)
-        info = r.engine.served_evidence(r.model, f.read().decode("utf-8", "replace"), sw.grown, version)
-    info.device, info.load_s, info.extra = device_facts().get("gpu", ""), server.startup_s or 0.0, {"env": env}
+        info = r.engine.served_evidence(
+            r.model, f.read().decode("utf-8", "replace"), sw.grown, version
+        )
+    info.device, info.load_s, info.extra = (
+        device_facts().get("gpu", ""),
+        server.startup_s or 0.0,
+        {"env": env},
+    )
     timings = Timings(load_s=server.startup_s, total_s=time.perf_counter() - t_start)
     m = Measured(timings, sampler.peak, sampler.start_gib, False, started)
     return sw.result(opts.command, folder, info, m)

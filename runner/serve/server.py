@@ -1,9 +1,11 @@
-"""A recipe's engine as an OpenAI-compatible server: its process and its counters; the engine's spec says how it
-starts and what its log shows took effect (`server_command`, `served_evidence`). Facts from vLLM 0.26.0's source:
-`GET /health` answers 200 once the engine is up; `POST /reset_prefix_cache` answers `{"success": bool}` (false while
-running requests hold blocks) and is mounted only with `VLLM_SERVER_DEV_MODE=1`; `GET /metrics` is Prometheus text,
-counters with a `_total` suffix. The server runs in a session of its own under a watcher (`_WATCH`) that ends the
-whole session when the runner that started it dies, even by SIGKILL; on every other path `Server` ends it on leaving."""
+"""A recipe's engine as an OpenAI-compatible server: its process and its counters; the engine's spec
+says how it starts and what its log shows took effect (`server_command`, `served_evidence`). Facts
+from vLLM 0.26.0's source: `GET /health` answers 200 once the engine is up; `POST
+/reset_prefix_cache` answers `{"success": bool}` (false while running requests hold blocks) and is
+mounted only with `VLLM_SERVER_DEV_MODE=1`; `GET /metrics` is Prometheus text, counters with a
+`_total` suffix. The server runs in a session of its own under a watcher (`_WATCH`) that ends the
+whole session when the runner that started it dies, even by SIGKILL; on every other path `Server`
+ends it on leaving."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from runner.base.errors import RunnerError
 from runner.base.procs import cmdline, kill_group, session_members, stop_group
 from runner.recipe import Recipe
 
-# the server's first process: starts the server in this session, ends the session once the runner is gone
+# the server's first process: starts the server in this session, ends the session once the runner is
+# gone
 _WATCH = """import os, signal, subprocess, sys, time
 parent, p = int(sys.argv[1]), subprocess.Popen(sys.argv[2:])
 while p.poll() is None:
@@ -63,19 +66,34 @@ def counters(text: str) -> dict[str, float]:
 
 
 class Server:
-    """A server process in a session of its own, healthy between `__enter__` and `__exit__`. Leaving (normally,
-    on an error, Ctrl-C or SIGTERM) ends the whole session: SIGTERM, then SIGKILL after `grace_s`."""
+    """A server process in a session of its own, healthy between `__enter__` and `__exit__`. Leaving
+    (normally, on an error, Ctrl-C or SIGTERM) ends the whole session: SIGTERM, then SIGKILL after
+    `grace_s`."""
 
     proc: subprocess.Popen | None = None
     startup_s: float | None = None
     grace_s = 5.0
 
-    def __init__(self, cmd: list[str], base_url: str, log: Path, env: dict[str, str], timeout_s: float = 900.0):
-        self.cmd, self.base_url, self.log, self.env, self.timeout_s = cmd, base_url.rstrip("/"), log, env, timeout_s
+    def __init__(
+        self,
+        cmd: list[str],
+        base_url: str,
+        log: Path,
+        env: dict[str, str],
+        timeout_s: float = 900.0,
+    ):
+        self.cmd, self.base_url, self.log, self.env, self.timeout_s = (
+            cmd,
+            base_url.rstrip("/"),
+            log,
+            env,
+            timeout_s,
+        )
 
     def __enter__(self) -> Server:
         old = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))  # SIGTERM -> SystemExit: the group is ended
+        # SIGTERM -> SystemExit: the group is ended
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
         self._restore = lambda: signal.signal(signal.SIGTERM, old)
         try:
             self._start()
@@ -89,13 +107,15 @@ class Server:
 
     @property
     def session_file(self) -> Path:
-        """Beside the log while the server runs: its session id, so that a later call can end a server that a
-        killed call left running (the watcher ends it when the runner dies; this covers the watcher's own death)."""
+        """Beside the log while the server runs: its session id, so that a later call can end a
+        server that a killed call left running (the watcher ends it when the runner dies; this
+        covers the watcher's own death)."""
         return self.log.with_name(".server-session.json")
 
     def end_leftover(self) -> int | None:
-        """End the server session an earlier call left running here (a process of that session still runs the
-        command it recorded, so not one that took its ids since); returns the session id when it ended one."""
+        """End the server session an earlier call left running here (a process of that session still
+        runs the command it recorded, so not one that took its ids since); returns the session id
+        when it ended one."""
         try:
             kept = json.loads(self.session_file.read_text())
             sid, cmd = int(kept["session"]), "\0".join(kept["cmd"]).encode()
@@ -110,7 +130,9 @@ class Server:
     def _start(self) -> None:
         if (sid := self.end_leftover()) is not None:
             with open(self.log, "a", encoding="utf-8") as f:
-                f.write(f"ended the server session {sid} that an earlier, killed call left running\n")
+                f.write(
+                    f"ended the server session {sid} that an earlier, killed call left running\n"
+                )
         t0 = time.monotonic()
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
@@ -132,7 +154,8 @@ class Server:
         self.startup_s = time.monotonic() - t0
 
     def stop(self) -> None:
-        """End the whole session (idempotent); Ctrl-C or SIGTERM arriving meanwhile waits until it is gone."""
+        """End the whole session (idempotent); Ctrl-C or SIGTERM arriving meanwhile waits until it
+        is gone."""
         stop_group(self.proc, self.grace_s, then=getattr(self, "_restore", lambda: None))
         if self.proc is not None:
             self.session_file.unlink(missing_ok=True)
@@ -142,13 +165,14 @@ class Server:
         return f"last lines of {self.log}:\n" + "\n".join(lines)
 
     def died(self, when: str) -> ServerError:
-        """The server's death as the error to report, with its exit code and its last words (not the connection
-        error its clients saw)."""
+        """The server's death as the error to report, with its exit code and its last words (not the
+        connection error its clients saw)."""
         code = self.proc.returncode if self.proc else None
         return ServerError(f"the server exited {when} (code {code}); {self.tail()}")
 
     def exits_within(self, seconds: float) -> bool:
-        """Whether the server has exited, or does within `seconds` (a connection error can come just before)."""
+        """Whether the server has exited, or does within `seconds` (a connection error can come just
+        before)."""
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(seconds)
         return not self.alive()
@@ -157,9 +181,13 @@ class Server:
         return self.proc is not None and self.proc.poll() is None
 
     def request(self, method: str, path: str, timeout: float = 30) -> tuple[int, bytes]:
-        req = urllib.request.Request(self.base_url + path, method=method, data=b"" if method == "POST" else None)
+        req = urllib.request.Request(
+            self.base_url + path, method=method, data=b"" if method == "POST" else None
+        )
         try:  # never through a proxy
-            with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=timeout) as r:
+            with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+                req, timeout=timeout
+            ) as r:
                 return r.status, r.read()
         except urllib.error.HTTPError as e:
             return e.code, e.read()
@@ -175,7 +203,9 @@ class Server:
         for _ in range(retries):
             status, body = self.request("POST", "/reset_prefix_cache")
             if status == 404:
-                raise ServerError("POST /reset_prefix_cache: 404; vLLM mounts it only with VLLM_SERVER_DEV_MODE=1")
+                raise ServerError(
+                    "POST /reset_prefix_cache: 404; vLLM mounts it only with VLLM_SERVER_DEV_MODE=1"
+                )
             if status != 200:
                 raise ServerError(f"POST /reset_prefix_cache: HTTP {status}: {body[:200]!r}")
             if json.loads(body or b"{}").get("success", True):

@@ -1,1 +1,2 @@
-"""Studies: one file, many experiments (cells); their loading (load.py) and their sections of summary.md."""
+"""Studies: one file, many experiments (cells); their loading (load.py) and their sections of
+summary.md."""

@@ -12,22 +12,26 @@
       - {variant: fp8, engine.enable_prefix_caching: nocache}
 
 Rules:
-- Keys of `matrix`, of a variant and of `exclude` are dotted recipe keys (`engine.engine_args.max_num_seqs`; below a
-  free-form mapping any subkey). A matrix or variant value is *set* at its key, replacing what is there (a mapping value
-  replaces the whole section; use dotted keys to change one field).
-- An axis is a list of values or a mapping label -> value. A label names the value in cell names; an empty label ("")
-  leaves the value out of names (use it for the default). Without labels a value is labelled by itself: text by its last
-  path part without a file extension (`jsquad-context-first`), numbers, booleans and null by the key's last part and the
-  value (`max_num_seqs-32`, `enable_prefix_caching-on`); lists and mappings need labels.
-- A variant that sets an axis's key (or a key inside it, or a section holding it) fixes that axis for its cells: they do
-  not vary along it. This is how a transformers variant (`engine: {kind: transformers}`) escapes vLLM axes.
-- Cell name: the study's `name`, the variant's name (when there is more than one variant), then the labels of the axes
-  with more than one value that the cell varies along, in matrix order, joined with `-`. Names must fit the recipe name
-  rules (letters, digits, `._-`, at most 100 characters) and be unique.
-- `exclude` entries: mappings of axis key (or `variant`) -> value or label. Every entry must name axes and values the
-  study has.
-- `abstract: true` marks a file that only holds shared settings for other files' `base:`: it is never run, and
-  `runner go recipes/*.yaml` passes over it. Its recipe fields may be incomplete.
+- Keys of `matrix`, of a variant and of `exclude` are dotted recipe keys
+  (`engine.engine_args.max_num_seqs`; below a free-form mapping any subkey). A matrix or variant
+  value is *set* at its key, replacing what is there (a mapping value replaces the whole section;
+  use dotted keys to change one field).
+- An axis is a list of values or a mapping label -> value. A label names the value in cell names; an
+  empty label ("") leaves the value out of names (use it for the default). Without labels a value is
+  labelled by itself: text by its last path part without a file extension (`jsquad-context-first`),
+  numbers, booleans and null by the key's last part and the value (`max_num_seqs-32`,
+  `enable_prefix_caching-on`); lists and mappings need labels.
+- A variant that sets an axis's key (or a key inside it, or a section holding it) fixes that axis
+  for its cells: they do not vary along it. This is how a transformers variant (`engine: {kind:
+  transformers}`) escapes vLLM axes.
+- Cell name: the study's `name`, the variant's name (when there is more than one variant), then the
+  labels of the axes with more than one value that the cell varies along, in matrix order, joined
+  with `-`. Names must fit the recipe name rules (letters, digits, `._-`, at most 100 characters)
+  and be unique.
+- `exclude` entries: mappings of axis key (or `variant`) -> value or label. Every entry must name
+  axes and values the study has.
+- `abstract: true` marks a file that only holds shared settings for other files' `base:`: it is
+  never run, and `runner go recipes/*.yaml` passes over it. Its recipe fields may be incomplete.
 - `report: {rows: AXIS, columns: AXIS}` picks the summary's pivot axes (a matrix key or `variant`).
 """
 
@@ -49,7 +53,14 @@ from pydantic import Field
 from runner.base.dotted import overlaps, set_dotted
 from runner.base.errors import RecipeError
 from runner.base.types import StrictModel
-from runner.config.loading import RecipeFile, check_abstract, finish, load_recipes, locator, read_recipe_file
+from runner.config.loading import (
+    RecipeFile,
+    check_abstract,
+    finish,
+    load_recipes,
+    locator,
+    read_recipe_file,
+)
 from runner.config.overrides import KeyProblem, key_target, parse_set
 from runner.recipe import NAME_PATTERN, LoadedRecipe, StudyCell
 
@@ -62,12 +73,17 @@ MAX_CELLS, MAX_NAME = 1000, 100  # cells of a study (before `exclude`), characte
 class ReportAxes(StrictModel):
     """Which study axes the summary's pivot table puts on rows and columns."""
 
-    rows: str | None = Field(None, description="Axis whose values label the rows: a `matrix` key or `variant`.")
-    columns: str | None = Field(None, description="Axis whose values label the columns: a `matrix` key or `variant`.")
+    rows: str | None = Field(
+        None, description="Axis whose values label the rows: a `matrix` key or `variant`."
+    )
+    columns: str | None = Field(
+        None, description="Axis whose values label the columns: a `matrix` key or `variant`."
+    )
 
 
 class StudyKeys(StrictModel):
-    """Top-level keys that let one file share settings (`base`) or describe many experiments (a study)."""
+    """Top-level keys that let one file share settings (`base`) or describe many experiments (a
+    study)."""
 
     base: str | None = Field(
         None,
@@ -82,7 +98,8 @@ class StudyKeys(StrictModel):
     matrix: dict[str, list[Any] | dict[str, Any]] = Field(
         default_factory=dict,
         description="Grid axes: dotted recipe key -> list of values, or label -> value "
-        "(labels name the cells; an empty label leaves a value out of names). Every combination is a cell.",
+        "(labels name the cells; an empty label leaves a value out of names). Every combination is "
+        "a cell.",
     )
     variants: dict[str, dict[str, Any] | None] = Field(
         default_factory=dict,
@@ -91,14 +108,16 @@ class StudyKeys(StrictModel):
     )
     exclude: list[dict[str, Any]] = Field(
         default_factory=list,
-        description="Drop the cells that have every setting of an entry (axis key or `variant` -> value or label).",
+        description="Drop the cells that have every setting of an entry (axis key or `variant` -> "
+        "value or label).",
     )
     report: ReportAxes | None = Field(None, description="The summary's pivot axes.")
 
 
 def _relax(node: Any) -> Any:
-    """A JSON Schema fragment with nothing required (a file with a base may leave anything to it); refs point
-    at the relaxed copies; a discriminated `oneOf` becomes `anyOf` (a section without `kind` may fit several)."""
+    """A JSON Schema fragment with nothing required (a file with a base may leave anything to it);
+    refs point at the relaxed copies; a discriminated `oneOf` becomes `anyOf` (a section without
+    `kind` may fit several)."""
     if isinstance(node, list):
         return [_relax(x) for x in node]
     if not isinstance(node, dict):
@@ -117,20 +136,33 @@ def _relax(node: Any) -> Any:
 
 
 def add_study_keys(schema: dict) -> dict:
-    """The recipe JSON Schema (`Recipe.model_json_schema()`) with the study keys added. A file with `base`,
-    `matrix`, `variants` or `abstract: true` is checked with nothing required (its fields may come from a
-    base or a variant); any other file is checked in full, required fields included."""
+    """The recipe JSON Schema (`Recipe.model_json_schema()`) with the study keys added. A file with
+    `base`, `matrix`, `variants` or `abstract: true` is checked with nothing required (its fields
+    may come from a base or a variant); any other file is checked in full, required fields
+    included."""
     keys = StudyKeys.model_json_schema(ref_template="#/$defs/{model}")
     defs = schema.get("$defs", {})
     out = {k: v for k, v in schema.items() if k not in ("properties", "required", "$defs")}
     out["properties"] = {**_relax(schema.get("properties", {})), **keys["properties"]}
     if "baseline" in out["properties"]:  # a study may name its baseline cell
-        cell = {"type": "string", "description": "In a study: the name of the one cell that is the baseline."}
+        cell = {
+            "type": "string",
+            "description": "In a study: the name of the one cell that is the baseline.",
+        }
         out["properties"]["baseline"] = {"anyOf": [out["properties"]["baseline"], cell]}
-    out["$defs"] = {**defs, **{f"{k}Partial": _relax(v) for k, v in defs.items()}, **keys.get("$defs", {})}
+    out["$defs"] = {
+        **defs,
+        **{f"{k}Partial": _relax(v) for k, v in defs.items()},
+        **keys.get("$defs", {}),
+    }
     partial = [{"required": [k]} for k in ("base", "matrix", "variants")]
-    out["if"] = {"anyOf": [*partial, {"required": ["abstract"], "properties": {"abstract": {"const": True}}}]}
-    out["else"] = {"required": schema.get("required", []), "properties": schema.get("properties", {})}
+    out["if"] = {
+        "anyOf": [*partial, {"required": ["abstract"], "properties": {"abstract": {"const": True}}}]
+    }
+    out["else"] = {
+        "required": schema.get("required", []),
+        "properties": schema.get("properties", {}),
+    }
     return out
 
 
@@ -138,7 +170,8 @@ def _err(where: str, field: str, message: str, hint: str | None = None) -> Recip
     return RecipeError(message, file=where, field=field, hint=hint)
 
 
-def _clash(keys: Any, key: str) -> str | None:  # the first of `keys` that is `key` or one inside the other
+# the first of `keys` that is `key` or one inside the other
+def _clash(keys: Any, key: str) -> str | None:
     return next((k for k in keys if overlaps(k, key)), None)
 
 
@@ -155,12 +188,20 @@ class Axis:
     labels: tuple[str, ...]
 
     def label(self, value: Any) -> str | None:
-        return next((lab for v, lab in zip(self.values, self.labels, strict=True) if same(v, value)), None)
+        return next(
+            (lab for v, lab in zip(self.values, self.labels, strict=True) if same(v, value)), None
+        )
 
 
 def default_label(key: str, value: Any) -> str | None:
     if value is None or isinstance(value, (bool, int, float)):
-        shown = "none" if value is None else ("on" if value else "off") if isinstance(value, bool) else value
+        shown = (
+            "none"
+            if value is None
+            else ("on" if value else "off")
+            if isinstance(value, bool)
+            else value
+        )
         return f"{key.rsplit('.', 1)[-1]}-{shown}"
     if isinstance(value, str):
         s = value.rstrip("/").rsplit("/", 1)[-1]
@@ -173,7 +214,10 @@ def default_label(key: str, value: Any) -> str | None:
 
 def _label_key(k: Any, what: str, where: str) -> str:
     if isinstance(k, bool) or k is None:
-        msg = f"label {k!r}: YAML reads an unquoted on/off/yes/no/true/false/null as a boolean or null; quote it"
+        msg = (
+            f"label {k!r}: YAML reads an unquoted on/off/yes/no/true/false/null as a boolean or "
+            "null; quote it"
+        )
         raise _err(where, what, msg)
     return str(k)
 
@@ -189,7 +233,8 @@ def _check_key(key: Any, what: str, where: str) -> str:
 
 
 def parse_axes(matrix: Any, where: str) -> list[Axis]:
-    """Each axis written as a list of values (labelled by `default_label`) or as a mapping label -> value."""
+    """Each axis written as a list of values (labelled by `default_label`) or as a mapping label ->
+    value."""
     if matrix is None:
         return []
     if not isinstance(matrix, dict):
@@ -197,11 +242,17 @@ def parse_axes(matrix: Any, where: str) -> list[Axis]:
     axes: list[Axis] = []
     for key, spec in matrix.items():
         if key in ("variant", "name"):
-            why = "list variants under `variants`" if key == "variant" else "cell names are made from the study's name"
+            why = (
+                "list variants under `variants`"
+                if key == "variant"
+                else "cell names are made from the study's name"
+            )
             raise _err(where, "matrix", f"{key!r} cannot be an axis ({why})")
         axis = _axis(key, spec, "matrix." + _check_key(key, "matrix", where), where)
         if clash := _clash([a.key for a in axes], key):
-            raise _err(where, "matrix", f"axes {clash!r} and {key!r} overlap (one is inside the other)")
+            raise _err(
+                where, "matrix", f"axes {clash!r} and {key!r} overlap (one is inside the other)"
+            )
         axes.append(axis)
     return axes
 
@@ -240,17 +291,27 @@ def parse_variants(variants: Any, where: str) -> dict[str, dict]:
     for name, overlay in variants.items():
         name = _label_key(name, "variants", where)
         if not VARIANT_PATTERN.match(name):
-            msg = f"variant name {name!r}: letters, digits and ._- only, starting with a letter or digit"
+            msg = (
+                f"variant name {name!r}: letters, digits and ._- only, starting with a letter "
+                "or "
+                "digit"
+            )
             raise _err(where, "variants", msg)
         what, overlay = f"variants.{name}", {} if overlay is None else overlay
         if not isinstance(overlay, dict):
-            raise _err(where, what, f"expected a mapping of dotted recipe key -> value, got {overlay!r}")
+            raise _err(
+                where, what, f"expected a mapping of dotted recipe key -> value, got {overlay!r}"
+            )
         keys = [_check_key(k, what, where) for k in overlay]
         for i, k in enumerate(keys):
             if clash := _clash(keys[:i], k):
                 raise _err(where, what, f"{clash!r} and {k!r} overlap (one is inside the other)")
             if k == "name":
-                raise _err(where, what, "a variant cannot set `name` (cell names are made from the study's name)")
+                raise _err(
+                    where,
+                    what,
+                    "a variant cannot set `name` (cell names are made from the study's name)",
+                )
         out[name] = overlay
     return out
 
@@ -278,9 +339,13 @@ def parse_excludes(exclude: Any, all_axes: tuple[Axis, ...], where: str) -> list
             if (axis := by_key.get(k)) is None:
                 raise _err(where, what, _not_an_axis(k, list(by_key)))
             pairs = list(zip(axis.values, axis.labels, strict=True))
-            found = [w for w in axis.values if same(w, v)] or [w for w, lab in pairs if lab and lab == v]
+            found = [w for w in axis.values if same(w, v)] or [
+                w for w, lab in pairs if lab and lab == v
+            ]
             if not found:
-                shown = ", ".join(repr(w) + (f" ({lab})" if lab and lab != w else "") for w, lab in pairs)
+                shown = ", ".join(
+                    repr(w) + (f" ({lab})" if lab and lab != w else "") for w, lab in pairs
+                )
                 raise _err(where, what, f"{k}: {v!r} is none of the axis's values: {shown}")
             norm[k] = found[0]
         out.append(norm)
@@ -348,11 +413,15 @@ def expand(f: RecipeFile, name: str, g: Grid) -> list[Cell]:
     for v in vnames:
         overlay = g.variants.get(v, {})  # type: ignore[arg-type]
         free = [a for a in g.axes if _clash(overlay, a.key) is None]
-        origins = tuple(("variants", v, k) for k in overlay) + tuple(("matrix", a.key) for a in free)
+        origins = tuple(("variants", v, k) for k in overlay) + tuple(
+            ("matrix", a.key) for a in free
+        )
         for combo in product(*(a.values for a in free)):
             chosen = dict(zip((a.key for a in free), combo, strict=True))
-            setting = {**overlay, **chosen}  # a variant that sets an axis's own key fixes it at that value
-            match = {"variant": v} if v is not None else {}  # what `exclude` entries are matched against
+            # a variant that sets an axis's own key fixes it at that value
+            setting = {**overlay, **chosen}
+            # what `exclude` entries are matched against
+            match = {"variant": v} if v is not None else {}
             match |= {a.key: setting[a.key] for a in g.axes if a.key in setting}
             if any(all(k in match and same(match[k], x) for k, x in e.items()) for e in g.excludes):
                 continue
@@ -383,12 +452,18 @@ def _check_names(cells: list[Cell], axes: list[Axis], where: str) -> None:
         if len(c.name) > MAX_NAME or not re.match(NAME_PATTERN, c.name):
             msg = f"cell name {c.name!r} ({describe(c.cell, axes)}) is not a valid recipe name "
             msg += f"(letters, digits, ._-, at most {MAX_NAME} characters)"
-            hint = "shorten the study's name, or give the axis values short labels: `matrix: {key: {label: value}}`"
+            hint = (
+                "shorten the study's name, or give the axis values short labels: `matrix: "
+                "{key: {label: value}}`"
+            )
             raise _err(where, "name", msg, hint)
         if c.name in seen:
             msg = f"two cells are named {c.name!r}: ({describe(seen[c.name].cell, axes)}) and "
             msg += f"({describe(c.cell, axes)})"
-            hint = "give the axis values distinct labels: `matrix: {key: {label: value}}` (an empty label leaves a "
+            hint = (
+                "give the axis values distinct labels: `matrix: {key: {label: value}}` (an "
+                "empty label leaves a "
+            )
             hint += "value out of names)"
             raise _err(where, "matrix", msg, hint)
         seen[c.name] = c
@@ -396,7 +471,8 @@ def _check_names(cells: list[Cell], axes: list[Axis], where: str) -> None:
 
 @dataclass(frozen=True)
 class Study:
-    """What one file holds. `kind`: "recipe" (one experiment), "study" (cells) or "abstract" (none)."""
+    """What one file holds. `kind`: "recipe" (one experiment), "study" (cells) or "abstract"
+    (none)."""
 
     kind: Literal["recipe", "study", "abstract"]
     axes: tuple[Axis, ...]  # matrix axes in file order, then `variant` when there are variants
@@ -414,8 +490,8 @@ def load_study(
     model_paths: Mapping[str, str] | None = None,
     keep: Callable[[str], bool] | None = None,
 ) -> Study:
-    """Everything one recipe file holds, validated, with its axes (`runner check`): a plain file through
-    runner.config, a study's cells through `study_file`."""
+    """Everything one recipe file holds, validated, with its axes (`runner check`): a plain file
+    through runner.config, a study's cells through `study_file`."""
     f = read_recipe_file(path)
     if f.is_study:
         return study_file(f, list(overrides or []), dict(model_paths or {}), keep)
@@ -426,35 +502,57 @@ def load_study(
 def study_cells(
     f: RecipeFile, overrides: list[str], mp: Mapping[str, str], keep: Callable[[str], bool] | None
 ) -> list[LoadedRecipe]:
-    """A study file's cells (runner.config's `load_recipes` hands a study file here, through runner/wings.py)."""
+    """A study file's cells (runner.config's `load_recipes` hands a study file here, through
+    runner/wings.py)."""
     return list(study_file(f, overrides, mp, keep).cells)
 
 
-def study_file(f: RecipeFile, overrides: list[str], mp: Mapping[str, str], keep: Callable[[str], bool] | None) -> Study:
-    """A study's cells, each validated as a full recipe before anything runs (an invalid cell's error names the cell
-    and its field). `keep`: only the cells whose name it keeps are validated and returned (`--only`: a `--set` is not
-    checked against cells the call does not run)."""
+def study_file(
+    f: RecipeFile, overrides: list[str], mp: Mapping[str, str], keep: Callable[[str], bool] | None
+) -> Study:
+    """A study's cells, each validated as a full recipe before anything runs (an invalid cell's
+    error names the cell and its field). `keep`: only the cells whose name it keeps are validated
+    and returned (`--only`: a `--set` is not checked against cells the call does not run)."""
     where, name, g = str(f.path), f.data.get("name"), parse_grid(f)
     report = check_report(f.keys.get("report"), g.all_axes, where)
     if f.keys.get("abstract"):
         check_abstract(f)
         return Study("abstract", g.all_axes, report, ())
     if not isinstance(name, str) or not re.match(NAME_PATTERN, name):
-        hint = "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
+        hint = (
+            "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
+        )
         msg = "a study needs a `name` (letters, digits, ._-): its cells are named from it"
         raise _err(where, "name", msg, None if "name" in f.data else hint)
-    sets = parse_set(overrides)  # applies to every cell: it may not rename the study or pin a setting it varies
+    # applies to every cell: it may not rename the study or pin a setting it varies
+    sets = parse_set(overrides)
     for k in sets:
         if k == "name":
-            msg = "--set name: a study's cells are named from its `name`; rename the study in the file"
+            msg = (
+                "--set name: a study's cells are named from its `name`; rename the study in the "
+                "file"
+            )
             raise _err(where, "--set", msg)
         if clash := _clash([a.key for a in g.all_axes], k):
-            msg = f"--set {k}: the study varies {clash!r} across its cells; setting it for every cell would make "
-            raise _err(where, "--set", msg + "cells the same", "pick cells by name, or change the study's matrix")
+            msg = (
+                f"--set {k}: the study varies {clash!r} across its cells; setting it for every "
+                "cell would make "
+            )
+            raise _err(
+                where,
+                "--set",
+                msg + "cells the same",
+                "pick cells by name, or change the study's matrix",
+            )
     cells, loaded, by_key = expand(f, name, g), [], {a.key: a for a in g.all_axes}
-    if isinstance(base := f.data.get("baseline"), str):  # `baseline: CELL`: that cell alone is the baseline
+    # `baseline: CELL`: that cell alone is the baseline
+    if isinstance(base := f.data.get("baseline"), str):
         if base not in (names := [c.name for c in cells]):
-            raise _err(where, "baseline", f"{base!r} names no cell of the study; its cells: {', '.join(names)}")
+            raise _err(
+                where,
+                "baseline",
+                f"{base!r} names no cell of the study; its cells: {', '.join(names)}",
+            )
         cells = [c._replace(data={**c.data, "baseline": c.name == base}) for c in cells]
     for index, c in enumerate(cells):
         if keep is not None and not keep(c.name):
@@ -462,15 +560,21 @@ def study_file(f: RecipeFile, overrides: list[str], mp: Mapping[str, str], keep:
         title = f"cell {c.name!r} ({describe(c.cell, g.axes)}): invalid recipe"
         # the study file's short label of each varying value (what reports show), where it has one
         labels = {k: lab for k, v in c.cell.items() if k in by_key and (lab := by_key[k].label(v))}
-        cell = StudyCell(study=name, settings=c.cell, labels=labels, axes=report and report.model_dump(), index=index)
+        cell = StudyCell(
+            study=name,
+            settings=c.cell,
+            labels=labels,
+            axes=report and report.model_dump(),
+            index=index,
+        )
         at = locator(f.sources, sets, c.origins)
         loaded.append(finish(f, c.data, overrides, mp, at, title=title, cell=cell))
     return Study("study", g.all_axes, report, tuple(loaded))
 
 
 def cell_file(path: str | Path, name: str, field: str) -> RecipeFile:
-    """One cell of a study as a plain recipe file: the cell's data (the study's `baseline` mark dropped), the study
-    file's sources; `field` names what asked for it in an error."""
+    """One cell of a study as a plain recipe file: the cell's data (the study's `baseline` mark
+    dropped), the study file's sources; `field` names what asked for it in an error."""
     f = read_recipe_file(path)
     if not f.is_study:
         msg = "names a cell, but the file is not a study (no `matrix` or `variants`)"

@@ -1,8 +1,9 @@
-"""A study's section of summary.md, what each knob bought: a pivot of generation times over two axes (the
-study file's `report: {rows, columns}`, else the two with the most distinct values), the effect of each axis
-alone (over the pairs of cells that differ only there), the fastest cell, wall time against the cells'
-generation and engine starts, and the accuracy-vs-time chart. An axis: a key of the cells' `cell` (dotted key
-or `variant`) with more than one value. A cell's time: its generation time, projected for an estimate."""
+"""A study's section of summary.md, what each knob bought: a pivot of generation times over two axes
+(the study file's `report: {rows, columns}`, else the two with the most distinct values), the effect
+of each axis alone (over the pairs of cells that differ only there), the fastest cell, wall time
+against the cells' generation and engine starts, and the accuracy-vs-time chart. An axis: a key of
+the cells' `cell` (dotted key or `variant`) with more than one value. A cell's time: its generation
+time, projected for an estimate."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from runner.report.spread import clear, examples, ratio_text, speedup, speedup_p
 from runner.report.summary import Sections, chart_metric, gates, stopped_by_gate, summary_markdown
 from runner.results import RunResult
 
-ABSENT: Any = type("Absent", (), {"__repr__": lambda _: "ABSENT"})()  # an axis the cell's variant has not got
+# an axis the cell's variant has not got
+ABSENT: Any = type("Absent", (), {"__repr__": lambda _: "ABSENT"})()
 Axes = dict[str, list[Any]]
 Labels = dict[tuple[str, str], str]  # (axis, value key) -> the study file's label for that value
 
@@ -49,12 +51,20 @@ def axis_value(r: RunResult, axis: str) -> Any:
 
 def labels_of(cells: list[RunResult]) -> Labels:
     parts = [r.cell for r in cells if r.cell is not None]
-    return {(k, value_key(c.settings[k])): lab for c in parts for k, lab in c.labels.items() if k in c.settings}
+    return {
+        (k, value_key(c.settings[k])): lab
+        for c in parts
+        for k, lab in c.labels.items()
+        if k in c.settings
+    }
 
 
-def value_label(v: Any, width: int = 36, axis: str | None = None, labels: Labels | None = None) -> str:
-    """An axis value as a short label: the study file's own label where `labels` has one, else text as it is,
-    mappings as k=v pairs (nested ones in braces, lists of more than four values as a count), others as JSON."""
+def value_label(
+    v: Any, width: int = 36, axis: str | None = None, labels: Labels | None = None
+) -> str:
+    """An axis value as a short label: the study file's own label where `labels` has one, else text
+    as it is, mappings as k=v pairs (nested ones in braces, lists of more than four values as a
+    count), others as JSON."""
     if v is ABSENT:
         return "n/a"
     if (own := (labels or {}).get((axis, value_key(v)))) is not None:
@@ -75,10 +85,12 @@ def value_label(v: Any, width: int = 36, axis: str | None = None, labels: Labels
 
 
 def axes_of(cells: list[RunResult]) -> Axes:
-    """axis -> its distinct values in the order the cells bring them (ABSENT last); keys in the order of the
-    cells with the most keys (the study's)."""
+    """axis -> its distinct values in the order the cells bring them (ABSENT last); keys in the
+    order of the cells with the most keys (the study's)."""
     out: Axes = {}
-    for k in dict.fromkeys(k for r in sorted(cells, key=lambda r: -len(settings(r))) for k in settings(r)):
+    for k in dict.fromkeys(
+        k for r in sorted(cells, key=lambda r: -len(settings(r))) for k in settings(r)
+    ):
         seen: dict[str, Any] = {}
         for r in cells:
             seen.setdefault(value_key(axis_value(r, k)), axis_value(r, k))
@@ -88,19 +100,31 @@ def axes_of(cells: list[RunResult]) -> Axes:
 
 
 def requested_axes(cells: list[RunResult]) -> dict[str, str | None] | None:
-    """The study file's `report: {rows, columns}` as its cells carry it (`cell.axes`), if they do."""
-    return next((dict(r.cell.axes) for r in cells if r.cell is not None and r.cell.axes is not None), None)
+    """The study file's `report: {rows, columns}` as its cells carry it (`cell.axes`), if they
+    do."""
+    return next(
+        (dict(r.cell.axes) for r in cells if r.cell is not None and r.cell.axes is not None), None
+    )
 
 
-def pick_axes(axes: Axes, requested: dict[str, str | None] | None) -> tuple[str | None, str | None, str]:
-    """(rows axis, columns axis, how they were picked): the requested ones where they vary here, the rest
-    from the axes with the most distinct values (ties: the earlier axis)."""
+def pick_axes(
+    axes: Axes, requested: dict[str, str | None] | None
+) -> tuple[str | None, str | None, str]:
+    """(rows axis, columns axis, how they were picked): the requested ones where they vary here, the
+    rest from the axes with the most distinct values (ties: the earlier axis)."""
     req = requested or {}
     rows = req.get("rows") if req.get("rows") in axes else None
     cols = req.get("columns") if req.get("columns") in axes and req.get("columns") != rows else None
     unknown = [f"`{k}`" for k in (req.get("rows"), req.get("columns")) if k and k not in axes]
-    auto = sorted((k for k in axes if k not in (rows, cols)), key=lambda k: -sum(v is not ABSENT for v in axes[k]))
-    how = "from the study's `report`" if (rows or cols) else "picked automatically: most distinct values"
+    auto = sorted(
+        (k for k in axes if k not in (rows, cols)),
+        key=lambda k: -sum(v is not ABSENT for v in axes[k]),
+    )
+    how = (
+        "from the study's `report`"
+        if (rows or cols)
+        else "picked automatically: most distinct values"
+    )
     if rows is None and auto:
         rows = auto.pop(0)
     if cols is None and auto:
@@ -115,16 +139,19 @@ def timed(r: RunResult) -> bool:
 
 
 def full(cells: list[RunResult]) -> list[RunResult]:
-    """The timed cells that timed the most examples (a cell run with --limit in another call stands apart: its
-    time is not set against theirs)."""
+    """The timed cells that timed the most examples (a cell run with --limit in another call stands
+    apart: its time is not set against theirs)."""
     ok = [r for r in cells if timed(r)]
     most = max((examples(r) for r in ok), key=lambda e: e[1], default=None)
     return [r for r in ok if examples(r) == most]
 
 
 def fastest(cells: list[RunResult], stopped: Collection[str] = ()) -> RunResult | None:
-    """The fastest cell that timed the most examples, leaving out the cells `stopped` by their gate."""
-    return min((r for r in full(cells) if r.name not in stopped), key=lambda r: r.projected_s, default=None)
+    """The fastest cell that timed the most examples, leaving out the cells `stopped` by their
+    gate."""
+    return min(
+        (r for r in full(cells) if r.name not in stopped), key=lambda r: r.projected_s, default=None
+    )
 
 
 def baseline(cells: list[RunResult]) -> RunResult | None:
@@ -133,21 +160,22 @@ def baseline(cells: list[RunResult]) -> RunResult | None:
 
 
 def gate_stopped(cells: list[RunResult], out: Path | None) -> set[str]:
-    """The cells their gate stopped against the study's baseline cell (failed, too few examples to tell, or not
-    checkable): never named the study's fastest, drawn red."""
+    """The cells their gate stopped against the study's baseline cell (failed, too few examples to
+    tell, or not checkable): never named the study's fastest, drawn red."""
     return stopped_by_gate(gates(cells, baseline(cells), out))
 
 
 def time_text(r: RunResult, bold: bool = False) -> str | None:
-    """`12.0 s (11.2 s–12.9 s, n=5)`, `~12.0 s` for a projection of one run, `failed`; the time in bold for the
-    fastest cell."""
+    """`12.0 s (11.2 s–12.9 s, n=5)`, `~12.0 s` for a projection of one run, `failed`; the time in
+    bold for the fastest cell."""
     if r.status != "ok":
         return "failed"
     return time_cell(r, "~" if r.estimate else "", compact=True, bold=bold)
 
 
 def pivot(cells: list[RunResult], axes: Axes, rows: str | None, cols: str | None) -> str:
-    """Generation time per cell: a row per value of `rows` and of the other axes, a column per value of `cols`."""
+    """Generation time per cell: a row per value of `rows` and of the other axes, a column per value
+    of `cols`."""
     lead = [k for k in axes if k == rows] + [k for k in axes if k not in (rows, cols)]
     names, best = labels_of(cells), fastest(cells)
     pos = {(k, value_key(v)): i for k, vals in axes.items() for i, v in enumerate(vals)}
@@ -170,9 +198,9 @@ def pivot(cells: list[RunResult], axes: Axes, rows: str | None, cols: str | None
 
 @dataclass(frozen=True)
 class Effect:
-    """Changing `axis` alone from `frm` to `to`: the pairs of timed cells (from, to) that differ only there, the
-    geometric mean of their speed-ups (so the change back is its reciprocal), and whether a projected time went
-    into it."""
+    """Changing `axis` alone from `frm` to `to`: the pairs of timed cells (from, to) that differ
+    only there, the geometric mean of their speed-ups (so the change back is its reciprocal), and
+    whether a projected time went into it."""
 
     axis: str
     frm: Any
@@ -185,16 +213,20 @@ class Effect:
 
 
 def only_differ_in(a: RunResult, b: RunResult, axis: str) -> bool:
-    """Every other setting is the same. Across variants a setting only one of the cells has (the other's
-    variant replaced the section that holds it) is no difference: it belongs to the variant."""
+    """Every other setting is the same. Across variants a setting only one of the cells has (the
+    other's variant replaced the section that holds it) is no difference: it belongs to the
+    variant."""
     sa, sb = settings(a), settings(b)
     shared, keys = sa.keys() & sb.keys(), (sa.keys() | sb.keys()) - {axis}
-    return all(value_key(sa[k]) == value_key(sb[k]) if k in shared else axis == "variant" for k in keys)
+    return all(
+        value_key(sa[k]) == value_key(sb[k]) if k in shared else axis == "variant" for k in keys
+    )
 
 
 def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
-    """For each axis, from its reference value to each other value (cells without the axis take no part).
-    The reference is the baseline cell's value (a study's `baseline: true` cell), else the first value."""
+    """For each axis, from its reference value to each other value (cells without the axis take no
+    part). The reference is the baseline cell's value (a study's `baseline: true` cell), else the
+    first value."""
     ok = [r for r in cells if timed(r)]
     base, out = baseline(cells), []
     for axis, values in axes.items():
@@ -205,9 +237,16 @@ def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
         at = [[r for r in ok if value_key(axis_value(r, axis)) == value_key(v)] for v in vals]
         for v, group in zip(vals[1:], at[1:]):
             pairs = tuple(
-                (a, b) for a in at[0] for b in group if only_differ_in(a, b, axis) and examples(a) == examples(b)
+                (a, b)
+                for a in at[0]
+                for b in group
+                if only_differ_in(a, b, axis) and examples(a) == examples(b)
             )
-            speedup = statistics.geometric_mean([a.projected_s / b.projected_s for a, b in pairs]) if pairs else None
+            speedup = (
+                statistics.geometric_mean([a.projected_s / b.projected_s for a, b in pairs])
+                if pairs
+                else None
+            )
             approx = any(a.estimate or b.estimate for a, b in pairs)
             lo, hi = speedup_parts(pairs) if pairs else (None, None)
             out.append(Effect(axis, vals[0], v, pairs, speedup, approx, lo, hi))
@@ -215,8 +254,8 @@ def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
 
 
 def score_change(e: Effect, metric: str) -> float | None:
-    """What changing the setting did to a score: the mean over the pairs of (score with the other value - score
-    with the first); None where a pair lacks the score or ran with random weights."""
+    """What changing the setting did to a score: the mean over the pairs of (score with the other
+    value - score with the first); None where a pair lacks the score or ran with random weights."""
     pairs = [(a, b) for a, b in e.pairs if a.scores_meaningful and b.scores_meaningful]
     if not pairs or any(metric not in a.scores or metric not in b.scores for a, b in pairs):
         return None
@@ -230,7 +269,10 @@ def effects_section(effects: list[Effect], labels: Labels | None = None) -> list
     metrics = list(dict.fromkeys(m for r in cells if r.scores_meaningful for m in r.scores))
     rows, lines = [], []
     for e in effects:
-        change = f"{value_label(e.frm, axis=e.axis, labels=labels)} → {value_label(e.to, axis=e.axis, labels=labels)}"
+        change = (
+            f"{value_label(e.frm, axis=e.axis, labels=labels)} → "
+            f"{value_label(e.to, axis=e.axis, labels=labels)}"
+        )
         approx = "~" if e.approx else ""
         speed = ratio_text(e.speedup, e.low, e.high, approx) if e.speedup is not None else None
         deltas = [score_change(e, m) for m in metrics]
@@ -240,23 +282,26 @@ def effects_section(effects: list[Effect], labels: Labels | None = None) -> list
             each = (f"{a.name} → {b.name} ({ratio_text(*speedup(a, b))})" for a, b in e.pairs)  # type: ignore[misc]
             lines.append(f"- {e.axis} {change}: " + ", ".join(each))
     note = (
-        "Speed-up of changing one setting alone, every other setting held fixed: generation time with the first value "
-        "(the baseline cell's, where the study has one) ÷ time with the other value, the geometric mean over the "
-        "pairs of cells that differ only in that setting (above 1× the change is faster; failed cells take no part; "
-        "across variants, settings only one of the two cells has count as the variant's; `~`: a projected time), "
-        "with its 95% interval (over several pairs, of their geometric mean); an interval that holds 1 is no clear "
+        "Speed-up of changing one setting alone, every other setting held fixed: generation time "
+        "with the first value (the baseline cell's, where the study has one) ÷ time with the other "
+        "value, the geometric mean over the pairs of cells that differ only in that setting (above "
+        "1× the change is faster; failed cells take no part; across variants, settings only one of "
+        "the two cells has count as the variant's; `~`: a projected time), with its 95% interval "
+        "(over several pairs, of their geometric mean); an interval that holds 1 is no clear "
         "difference."
     )
     if metrics:
         note += (
-            " Beside it, what the change did to each score: the mean over the same pairs of (score with the other "
-            "value − score with the first); cells with random weights take no part."
+            " Beside it, what the change did to each score: the mean over the same pairs of (score "
+            "with the other value − score with the first); cells with random weights take no part."
         )
     head = ["setting", "change", "speed-up", "pairs", *(f"{m} change" for m in metrics)]
     return ["", "### What each setting bought", "", note, "", table(rows, head), "", *lines]
 
 
-def fastest_section(cells: list[RunResult], metric: str | None, stopped: Collection[str] = ()) -> list[str]:
+def fastest_section(
+    cells: list[RunResult], metric: str | None, stopped: Collection[str] = ()
+) -> list[str]:
     if (best := fastest(cells, stopped)) is None:
         why = "No cell that passed its gate has" if stopped else "No cell finished with"
         return ["", "### Fastest cell", "", f"{why} a generation time."]
@@ -277,24 +322,40 @@ def fastest_section(cells: list[RunResult], metric: str | None, stopped: Collect
     if base is best:
         parts.append("it is the study's baseline")
     elif base is not None and base is not slow:
-        parts.append(vs(base, "the baseline,") if timed(base) else f"the baseline, {base.name}, has no time")
-    runner_up = min((r for r in full(cells) if r is not best), key=lambda r: r.projected_s, default=None)
-    if runner_up is not None and (ratio := speedup(runner_up, best)) and ratio[1] is not None and not clear(*ratio[1:]):
         parts.append(
-            f"not clearly faster than the next, {runner_up.name} ({time_text(runner_up)}: {ratio_text(*ratio)})"
+            vs(base, "the baseline,") if timed(base) else f"the baseline, {base.name}, has no time"
+        )
+    runner_up = min(
+        (r for r in full(cells) if r is not best), key=lambda r: r.projected_s, default=None
+    )
+    if (
+        runner_up is not None
+        and (ratio := speedup(runner_up, best))
+        and ratio[1] is not None
+        and not clear(*ratio[1:])
+    ):
+        parts.append(
+            f"not clearly faster than the next, {runner_up.name} ({time_text(runner_up)}: "
+            f"{ratio_text(*ratio)})"
         )
     scored = metric and best.scores_meaningful and metric in best.scores
     score = f"; {metric} {best.scores[metric]:.3f}" if scored else ""
     faster = [r.name for r in full(cells) if r.name in stopped and r.projected_s < best.projected_s]  # type: ignore[operator]
     if faster:
         parts.append(f"faster, but stopped by their gate: {', '.join(faster)}")
-    return ["", "### Fastest cell", "", f"**{best.name}** ({time_text(best)}{score}): " + "; ".join(parts) + "."]
+    return [
+        "",
+        "### Fastest cell",
+        "",
+        f"**{best.name}** ({time_text(best)}{score}): " + "; ".join(parts) + ".",
+    ]
 
 
 @dataclass(frozen=True)
 class Spent:
-    """A study's time: wall (first start to last finish), running (the time at least one cell was running: less
-    when the cells ran in separate calls with pauses between), generation and engine start summed over its cells."""
+    """A study's time: wall (first start to last finish), running (the time at least one cell was
+    running: less when the cells ran in separate calls with pauses between), generation and engine
+    start summed over its cells."""
 
     wall_s: float | None
     running_s: float | None
@@ -302,7 +363,8 @@ class Spent:
     load_s: float
     starts: int
     reused: tuple[tuple[str, str | None], ...]  # (cell, the cell whose engine it ran on)
-    compile_s: float = 0.0  # torch.compile and CUDA graph capture, over every engine start the engines split
+    # torch.compile and CUDA graph capture, over every engine start the engines split
+    compile_s: float = 0.0
     cold: int = 0  # engine starts that compiled
     warm: int = 0  # engine starts that loaded the compiled graphs from the cache
 
@@ -341,23 +403,54 @@ def spent_section(cells: list[RunResult]) -> list[str]:
     busy = s.running_s or s.wall_s
     share = f" ({s.generate_s / busy:.0%} of the running time)" if busy else ""
     note = (
-        "Wall time: from the first cell's start to the last cell's finish; running: the part of it in which a cell was "
-        "running (less when the cells ran in separate calls). Generation and engine start: summed over the cells (as "
-        "measured: an estimate counts its partial run)."
+        "Wall time: from the first cell's start to the last cell's finish; running: the part of it "
+        "in which a cell was running (less when the cells ran in separate calls). Generation and "
+        "engine start: summed over the cells (as measured: an estimate counts its partial run)."
     )
-    row = [secs(s.wall_s), secs(s.running_s), secs(s.generate_s) + share, secs(s.load_s), s.starts, len(cells)]
-    heads = ["wall time", "running", "generation (sum)", "engine start (sum)", "engine starts", "cells"]
+    row = [
+        secs(s.wall_s),
+        secs(s.running_s),
+        secs(s.generate_s) + share,
+        secs(s.load_s),
+        s.starts,
+        len(cells),
+    ]
+    heads = [
+        "wall time",
+        "running",
+        "generation (sum)",
+        "engine start (sum)",
+        "engine starts",
+        "cells",
+    ]
     out = ["", "### Time spent", "", note, "", table([row], heads)]
     joules = [x.energy_j for r in cells for x in r.repeats if x.energy_j is not None]
     usd = [c["usd_run"] for r in cells if (c := cost_figures(r)) and "usd_run" in c]
     if joules or usd:
-        what = [f"GPU energy of every measured generation {sum(joules) / 1000:,.1f} kJ"] if joules else []
-        what += [f"the runs' cost ${sum(usd):.3g} (each run's total time x GPUs x its price)"] if usd else []
+        what = (
+            [f"GPU energy of every measured generation {sum(joules) / 1000:,.1f} kJ"]
+            if joules
+            else []
+        )
+        what += (
+            [f"the runs' cost ${sum(usd):.3g} (each run's total time x GPUs x its price)"]
+            if usd
+            else []
+        )
         out += ["", "Summed over the cells: " + "; ".join(what) + "."]
     if s.cold or s.warm:
-        words = f"Of the engine starts, {s.cold} compiled (cold) and {s.warm} loaded the compiled graphs from the "
-        words += f"compile cache (warm); compiling and capturing CUDA graphs took {secs(s.compile_s)} in all "
-        words += "(`engine.compile_cache` keeps the cache in a folder you name, for a later call or another host)."
+        words = (
+            f"Of the engine starts, {s.cold} compiled (cold) and {s.warm} loaded the compiled "
+            "graphs from the "
+        )
+        words += (
+            "compile cache (warm); compiling and capturing CUDA graphs took "
+            f"{secs(s.compile_s)} in all "
+        )
+        words += (
+            "(`engine.compile_cache` keeps the cache in a folder you name, for a later call "
+            "or another host)."
+        )
         out += ["", words]
     if s.reused:
         reused = ", ".join(f"{name} (on {host}'s)" if host else name for name, host in s.reused)
@@ -366,8 +459,8 @@ def spent_section(cells: list[RunResult]) -> list[str]:
 
 
 def in_study_order(cells: list[RunResult]) -> list[RunResult]:
-    """The cells in their study's order (how `runner go` ran them), whatever order they were read in; cells stored
-    before the order was recorded keep theirs, after the others."""
+    """The cells in their study's order (how `runner go` ran them), whatever order they were read
+    in; cells stored before the order was recorded keep theirs, after the others."""
     index = lambda r: r.cell.index if r.cell is not None else None  # noqa: E731
     return sorted(cells, key=lambda r: (index(r) is None, index(r) or 0))
 
@@ -379,8 +472,8 @@ def study_section(
     link: str | None = None,
     stopped: Collection[str] = (),
 ) -> list[str]:
-    """`link`: where the study's own summary is (from the call's summary); the chart lies beside the summary;
-    `stopped`: the cells their gate stopped (never named fastest)."""
+    """`link`: where the study's own summary is (from the call's summary); the chart lies beside the
+    summary; `stopped`: the cells their gate stopped (never named fastest)."""
     cells = in_study_order(cells)
     axes = axes_of(cells)
     rows, cols, how = pick_axes(axes, requested_axes(cells))
@@ -391,8 +484,13 @@ def study_section(
         out += [f"Every stored cell of this study, whichever call ran it: [{link}]({link}).", ""]
     if axes:
         picked = f"rows: **{rows}**" + (f", columns: **{cols}**" if cols else "")
-        note = "Generation time per cell (`~`: projected from a partial run; fastest in bold): the geometric mean with "
-        note += "its 95% interval and the number of repeats; a time alone is one run, with no interval."
+        note = (
+            "Generation time per cell (`~`: projected from a partial run; fastest in bold): "
+            "the geometric mean with "
+        )
+        note += (
+            "its 95% interval and the number of repeats; a time alone is one run, with no interval."
+        )
         out += [f"{head}; {picked} ({how}). {note}", "", pivot(cells, axes, rows, cols)]
     else:
         out.append(f"{head}; no setting varies among them.")
@@ -413,13 +511,16 @@ def study_groups(results: list[RunResult]) -> dict[str, list[RunResult]]:
 
 
 def study_summary(results: list[RunResult], out: Path | None) -> list[str]:
-    """summary.md's sections of the studies among `results`, each with its accuracy-vs-time chart in `out` and a
-    link to the study's own summary (`write_study_summaries`)."""
+    """summary.md's sections of the studies among `results`, each with its accuracy-vs-time chart in
+    `out` and a link to the study's own summary (`write_study_summaries`)."""
     groups = study_groups(results)
-    stopped = {s: gate_stopped(c, out) for s, c in groups.items()}  # each study's gates read its samples once
+    # each study's gates read its samples once
+    stopped = {s: gate_stopped(c, out) for s, c in groups.items()}
     charts = write_study_charts(results, out, stopped=stopped) if out is not None else {}
     link = lambda s: f"{s}/{SUMMARY}" if out is not None else None
-    return sum((study_section(s, c, charts.get(s), link(s), stopped[s]) for s, c in groups.items()), [])
+    return sum(
+        (study_section(s, c, charts.get(s), link(s), stopped[s]) for s, c in groups.items()), []
+    )
 
 
 def write_study_summaries(
@@ -429,13 +530,15 @@ def write_study_summaries(
     gate: GateSpec | None = None,
     others: Sequence[Sections] = (),
 ) -> list[Path]:
-    """Each study among `results` gets `<out>/<study>/summary.md`, of every cell of it stored in `out` (the cells a
-    call with `--only` did not run included), in the study's order; `others`: the other wings' sections."""
+    """Each study among `results` gets `<out>/<study>/summary.md`, of every cell of it stored in
+    `out` (the cells a call with `--only` did not run included), in the study's order; `others`: the
+    other wings' sections."""
     try:
         stored = load_results(out)
     except RunnerError:  # a damaged results.json elsewhere in --out: the cells of this call only
         stored = results
-    mine = {r.name: r for r in results}  # this call's view of a cell (a re-priced one) over the stored one
+    # this call's view of a cell (a re-priced one) over the stored one
+    mine = {r.name: r for r in results}
     stored = [mine.get(r.name, r) for r in stored]
     paths = []
     for study in study_groups(results):
@@ -443,10 +546,15 @@ def write_study_summaries(
         path = study_summary_path(out, study)
         path.parent.mkdir(parents=True, exist_ok=True)
         stopped = {study: gate_stopped(cells, out)}
-        charts = write_study_charts(cells, out, path.parent, stopped)  # its own: the call's shows the call's cells
-        section = lambda rs, o, s=study, c=charts.get(study), x=stopped[study]: study_section(s, rs, c, None, x)
+        # its own: the call's shows the call's cells
+        charts = write_study_charts(cells, out, path.parent, stopped)
+        section = lambda rs, o, s=study, c=charts.get(study), x=stopped[study]: study_section(
+            s, rs, c, None, x
+        )
         base = baseline if any(c.name == baseline for c in cells) else None
-        text = summary_markdown(cells, base, out, [section, *others], gate, title=f"Study {study}: every stored cell")
+        text = summary_markdown(
+            cells, base, out, [section, *others], gate, title=f"Study {study}: every stored cell"
+        )
         write_text_atomic(path, text)
         paths.append(path)
     return paths
@@ -458,9 +566,9 @@ def write_study_charts(
     dest: Path | None = None,
     stopped: Mapping[str, Collection[str]] | None = None,
 ) -> dict[str, Path]:
-    """study name -> its accuracy-vs-time chart, for each study among `results` with meaningful scores (in `out`,
-    or in `dest`: a study's own summary's folder); `stopped`: study -> the cells their gate stopped (drawn red;
-    `gate_stopped` where not given)."""
+    """study name -> its accuracy-vs-time chart, for each study among `results` with meaningful
+    scores (in `out`, or in `dest`: a study's own summary's folder); `stopped`: study -> the cells
+    their gate stopped (drawn red; `gate_stopped` where not given)."""
     try:
         pyplot()
     except ImportError:
@@ -474,9 +582,13 @@ def write_study_charts(
         except RunnerError:
             continue
         label = lambda r, s=study: r.name.removeprefix(f"{s}-") + (" (est.)" if r.estimate else "")
-        red_cells = stopped[study] if stopped is not None and study in stopped else gate_stopped(cells, out)
+        red_cells = (
+            stopped[study] if stopped is not None and study in stopped else gate_stopped(cells, out)
+        )
         red = "; red: stopped by its gate" if red_cells else ""
         title = f"{study}: {metric} against time (green: Pareto front{red})"
-        if (chart := accuracy_chart(cells, metric, path, label=label, title=title, failed=red_cells)) is not None:
+        if (
+            chart := accuracy_chart(cells, metric, path, label=label, title=title, failed=red_cells)
+        ) is not None:
             charts[study] = chart
     return charts

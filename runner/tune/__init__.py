@@ -1,1 +1,2 @@
-"""`runner tune`: search a recipe's settings for the fastest that keep its accuracy (the `tune:` block)."""
+"""`runner tune`: search a recipe's settings for the fastest that keep its accuracy (the `tune:`
+block)."""

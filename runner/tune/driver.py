@@ -1,8 +1,8 @@
-"""A tune from its file to its report, for `runner tune` and any other caller: the candidates of the `tune:` block
-(each the start recipe with its settings set into the data, checked as a recipe), the screen, the confirmation
-and the decision; every run goes through the orchestrator, as an ordinary cell under `out`, so an interrupted
-tune continues. The caller hands in what it wires (the wings, a study file's cells, messages): nothing here
-imports the CLI or another wing."""
+"""A tune from its file to its report, for `runner tune` and any other caller: the candidates of the
+`tune:` block (each the start recipe with its settings set into the data, checked as a recipe), the
+screen, the confirmation and the decision; every run goes through the orchestrator, as an ordinary
+cell under `out`, so an interrupted tune continues. The caller hands in what it wires (the wings, a
+study file's cells, messages): nothing here imports the CLI or another wing."""
 
 from __future__ import annotations
 
@@ -44,13 +44,14 @@ from .report import (
 from .search import Cell, against_hand_written, decide, keep_after_screen
 from .spec import TuneSpec
 
-CellFile = Callable[[Path, str, str], RecipeFile]  # a study's cell as a plain recipe file (the study wing's)
+# a study's cell as a plain recipe file (the study wing's)
+CellFile = Callable[[Path, str, str], RecipeFile]
 
 
 @dataclass(frozen=True)
 class Wiring:
-    """What the caller wires into a tune: the wings of its runs, a study file's cells and one cell as a file (the
-    study wing's), where messages go."""
+    """What the caller wires into a tune: the wings of its runs, a study file's cells and one cell
+    as a file (the study wing's), where messages go."""
 
     wings: Wings
     studies: Studies
@@ -60,7 +61,8 @@ class Wiring:
 
 @dataclass(frozen=True)
 class Call:
-    """One tune as asked for: the file, the folder, the call's `--set` items and `--model-path` mappings."""
+    """One tune as asked for: the file, the folder, the call's `--set` items and `--model-path`
+    mappings."""
 
     path: Path
     out: Path
@@ -97,7 +99,10 @@ class Tune:
 def read_spec(path: Path) -> tuple[RecipeFile, TuneSpec]:
     f = read_recipe_file(path)
     if "tune" not in f.keys:
-        hint = "runner tune takes a recipe or study file with a `tune:` block (axes, objective, gate, budget); see "
+        hint = (
+            "runner tune takes a recipe or study file with a `tune:` block (axes, objective, "
+            "gate, budget); see "
+        )
         hint += "docs/recipe-reference.md, section Tune"
         raise RunnerError("has no `tune:` block", file=str(path), field="tune", hint=hint)
     try:
@@ -110,18 +115,35 @@ def read_spec(path: Path) -> tuple[RecipeFile, TuneSpec]:
 
 
 def prepare(call: Call, wiring: Wiring) -> Tune:
-    """The tune `call` asks for, checked before anything runs: its spec, the recipe as written, every candidate
-    (a combination the recipe's checks refuse is listed, not run) and the plan in words."""
+    """The tune `call` asks for, checked before anything runs: its spec, the recipe as written,
+    every candidate (a combination the recipe's checks refuse is listed, not run) and the plan in
+    words."""
     f, spec = read_spec(call.path)
     for k in parse_set(list(call.sets)):
         if clash := next((a for a in spec.axes if overlaps(a, k)), None):
-            why = f"the tune varies {clash!r} across its candidates; setting it for every one makes them the same"
-            raise RunnerError(why, file=str(call.path), field=f"--set {k}", hint="change the tune's axes in the file")
+            why = (
+                f"the tune varies {clash!r} across its candidates; setting it for every one "
+                "makes them the same"
+            )
+            raise RunnerError(
+                why,
+                file=str(call.path),
+                field=f"--set {k}",
+                hint="change the tune's axes in the file",
+            )
     src, hand, start = _source(call.path, f, spec, wiring.cell_file)
     base = load_cell(src, call, {}, None)
     if spec.gate is not None and spec.gate.metric not in base.recipe.metrics:
-        why = f"{spec.gate.metric!r} is not among the recipe's metrics ({', '.join(base.recipe.metrics)})"
-        raise RunnerError(why, file=str(call.path), field="tune.gate.metric", hint="gate a metric the recipe scores")
+        why = (
+            f"{spec.gate.metric!r} is not among the recipe's metrics "
+            f"({', '.join(base.recipe.metrics)})"
+        )
+        raise RunnerError(
+            why,
+            file=str(call.path),
+            field="tune.gate.metric",
+            hint="gate a metric the recipe scores",
+        )
     cells = _candidates(src, call, spec, base)
     if not (valid := [c for c in cells if c.verdict == Cell.verdict]):
         why = "every candidate is the recipe as written: the axes change nothing"
@@ -134,7 +156,10 @@ def prepare(call: Call, wiring: Wiring) -> Tune:
     screened = spec.plan(len(valid))[0]
     if screened == 0:
         need = spec.runs(1, 1)
-        why = f"budget.cells {spec.budget.cells} leaves no room for a candidate (one needs {need} measured runs "
+        why = (
+            f"budget.cells {spec.budget.cells} leaves no room for a candidate (one needs {need} "
+            "measured runs "
+        )
         why += "with the baseline's" + (" and the compared cells'" if hand else "") + ")"
         hint = f"set budget.cells to {need} or more"
         raise RunnerError(why, file=str(call.path), field="tune.budget.cells", hint=hint)
@@ -163,43 +188,69 @@ def _candidates(src: RecipeFile, call: Call, spec: TuneSpec, base: LoadedRecipe)
 
 
 def dry_run(t: Tune) -> str:
-    """The candidates, their stage and the budget, with a time estimate from a stored screen: nothing runs."""
-    rows = [[c.name, settings_text(c.settings, c.labels), "screen" if c in t.to_screen else c.verdict] for c in t.cells]
+    """The candidates, their stage and the budget, with a time estimate from a stored screen:
+    nothing runs."""
+    rows = [
+        [c.name, settings_text(c.settings, c.labels), "screen" if c in t.to_screen else c.verdict]
+        for c in t.cells
+    ]
     rows += [[h, "hand-written cell of the study", "confirm"] for h in t.hand]
     head = f"# Tune: {t.name} (dry run)\n\n{t.plan}\n\n{_estimate(t)}\n\n"
     return head + table(rows, ["cell", "settings", "stage"])
 
 
 def _estimate(t: Tune) -> str:
-    """The dry run's time estimate, from the stored screen of the recipe as written (a measurement, scaled: each
-    screen as long as it, each confirmation run as long as it on every example); without one, says so."""
+    """The dry run's time estimate, from the stored screen of the recipe as written (a measurement,
+    scaled: each screen as long as it, each confirmation run as long as it on every example);
+    without one, says so."""
     screen = read_result(RunFolder.of(t.call.out, f"{t.name}-screen"))
     one = run_s_at(screen)
     if one is None or screen is None:
         return (
-            "Estimated time: not known yet (no finished screen of the recipe as written in this --out; the tune's "
-            "first run measures it, and `--dry-run` then estimates from it)."
+            "Estimated time: not known yet (no finished screen of the recipe as written in this "
+            "--out; the tune's first run measures it, and `--dry-run` then estimates from it)."
         )
     n = len(t.to_screen)
     rest = confirm_s(screen, t.spec, t.spec.confirmed(n), len(t.hand)) or 0.0
-    words = f"Estimated time: about {secs(one * n + rest)} ({n} screens of ~{secs(one)} each, as the stored screen "
-    words += f"of the recipe as written took, then a confirmation of ~{secs(rest)} on {screen.n_dataset:,} "
+    words = (
+        f"Estimated time: about {secs(one * n + rest)} ({n} screens of ~{secs(one)} each, as "
+        "the stored screen "
+    )
+    words += (
+        f"of the recipe as written took, then a confirmation of ~{secs(rest)} on "
+        f"{screen.n_dataset:,} "
+    )
     return words + "examples)."
 
 
-def _source(path: Path, f: RecipeFile, spec: TuneSpec, cell_file: CellFile) -> tuple[RecipeFile, list[str], str | None]:
-    """The recipe the candidates change (a study: its `tune.start` cell, else its baseline cell), the study's
-    hand-written cells to compare (checked to exist) and the start cell's name (None: not a study)."""
+def _source(
+    path: Path, f: RecipeFile, spec: TuneSpec, cell_file: CellFile
+) -> tuple[RecipeFile, list[str], str | None]:
+    """The recipe the candidates change (a study: its `tune.start` cell, else its baseline cell),
+    the study's hand-written cells to compare (checked to exist) and the start cell's name (None:
+    not a study)."""
     if not f.is_study:
         if spec.start or spec.compare:
             why = "only a study file has cells to start from or compare with"
             key = "tune.start" if spec.start else "tune.compare"
-            raise RunnerError(why, file=str(path), field=key, hint="remove it, or move the tune: block into the study")
+            raise RunnerError(
+                why,
+                file=str(path),
+                field=key,
+                hint="remove it, or move the tune: block into the study",
+            )
         return f, [], None
-    start = spec.start or (f.data.get("baseline") if isinstance(f.data.get("baseline"), str) else None)
+    start = spec.start or (
+        f.data.get("baseline") if isinstance(f.data.get("baseline"), str) else None
+    )
     if start is None:
-        hint = "name the cell the candidates change: `tune: {start: CELL, ...}` (runner check FILE lists the cells)"
-        raise RunnerError("a study's tune starts from one cell", file=str(path), field="tune.start", hint=hint)
+        hint = (
+            "name the cell the candidates change: `tune: {start: CELL, ...}` (runner check "
+            "FILE lists the cells)"
+        )
+        raise RunnerError(
+            "a study's tune starts from one cell", file=str(path), field="tune.start", hint=hint
+        )
     src = cell_file(path, start, "tune.start")
     for h in spec.compare:
         cell_file(path, h, "tune.compare")
@@ -235,8 +286,9 @@ def load_cell(
 
 
 def _front_chart(t: Tune, cells: list[Cell]) -> str | None:
-    """The confirmed cells' gate score against time (intervals; the front green, gate failures red), beside the tune
-    report; its file name, or None (no gate, scores not meaningful, fewer than two cells)."""
+    """The confirmed cells' gate score against time (intervals; the front green, gate failures red),
+    beside the tune report; its file name, or None (no gate, scores not meaningful, fewer than two
+    cells)."""
     if t.spec.gate is None:
         return None
     runs = [c.full for c in cells if c.full is not None]
@@ -244,7 +296,11 @@ def _front_chart(t: Tune, cells: list[Cell]) -> str | None:
     score_ci = {r.name: ci for r in runs if (ci := score_interval(t.call.out, r, m)) is not None}
     path = t.call.out / f"{t.name}-tune-front.png"
     title = f"{m} against time, every example (green: the front; red: failed the gate)"
-    return path.name if accuracy_chart(runs, m, path, title=title, failed=failed, score_ci=score_ci) else None
+    return (
+        path.name
+        if accuracy_chart(runs, m, path, title=title, failed=failed, score_ci=score_ci)
+        else None
+    )
 
 
 def _plan_words(spec: TuneSpec, cells: list[Cell], screened: int, name: str) -> str:
@@ -253,19 +309,35 @@ def _plan_words(spec: TuneSpec, cells: list[Cell], screened: int, name: str) -> 
     same = n - invalid - sum(c.verdict == Cell.verdict for c in cells)
     bad = f", {invalid} of them refused by the recipe's checks" if invalid else ""
     bad += f", {same} the recipe as written" if same else ""
-    cut = f" (the budget of {spec.budget.cells} runs leaves {screened})" if screened < n - invalid - same else ""
-    words = f"{n} candidates{bad}{cut}: each screened once on the first {spec.screen.examples} examples with the "
-    words += f"recipe as written ({name}, the baseline); the best {confirmed} then run on every example "
+    cut = (
+        f" (the budget of {spec.budget.cells} runs leaves {screened})"
+        if screened < n - invalid - same
+        else ""
+    )
+    words = (
+        f"{n} candidates{bad}{cut}: each screened once on the first {spec.screen.examples} "
+        "examples with the "
+    )
+    words += (
+        f"recipe as written ({name}, the baseline); the best {confirmed} then run on every example "
+    )
     words += f"{spec.confirm.repeat} times each, with the baseline"
     words += f" and the hand-written {', '.join(spec.compare)}" if spec.compare else ""
     words += f": at most {spec.runs(screened, confirmed)} measured runs. Objective: "
     words += "generation time" if spec.objective == "generate_s" else "output tokens per second"
     gate = spec.gate
     if gate is not None:
-        bound = f"drop at most {gate.max_drop}" if gate.max_drop is not None else f"keep {gate.relative:.0%}"
+        bound = (
+            f"drop at most {gate.max_drop}"
+            if gate.max_drop is not None
+            else f"keep {gate.relative:.0%}"
+        )
         words += f"; gate: {gate.metric}, {bound} (paired 95% interval, on every example)"
     if spec.budget.minutes:
-        words += f"; the {spec.budget.minutes:g}-minute budget covers the screen and the confirmation: screening "
+        words += (
+            f"; the {spec.budget.minutes:g}-minute budget covers the screen and the "
+            "confirmation: screening "
+        )
         words += "stops when the time spent plus the confirmation's projected time would pass it"
     return words + "."
 
@@ -290,7 +362,10 @@ def _stages(t: Tune, wiring: Wiring) -> Stages:
     def run(loaded: list[LoadedRecipe], limit: int | None) -> dict[str, RunResult]:
         opts = RunOptions(out=c.out, command="", progress=c.progress, call=new_call(), limit=limit)
         if c.report_only:  # a stored run of other settings is not theirs
-            keys = {lr.recipe.name: make_unit(lr, opts, host=False, library=False).run_key for lr in loaded}
+            keys = {
+                lr.recipe.name: make_unit(lr, opts, host=False, library=False).run_key
+                for lr in loaded
+            }
             got = {n: read_result(RunFolder.of(c.out, n)) for n in keys}
             return {n: r for n, r in got.items() if r is not None and r.run_key == keys[n]}
         return {r.name: r for r in run_loaded(loaded, opts, ex, wings=wiring.wings, say=wiring.say)}
@@ -299,8 +374,9 @@ def _stages(t: Tune, wiring: Wiring) -> Stages:
 
 
 def run(t: Tune, wiring: Wiring) -> Outcome:
-    """Screen the candidates (the budget's share, the baseline's screen first: the gate's reference), confirm the
-    best with the baseline and the hand-written cells, decide, write the report."""
+    """Screen the candidates (the budget's share, the baseline's screen first: the gate's
+    reference), confirm the best with the baseline and the hand-written cells, decide, write the
+    report."""
     spec, out, name, stages = t.spec, t.call.out, t.name, _stages(t, wiring)
     screen = f"{name}-screen"
     base = Cell(0, name, {}, screen=stages([t.load({}, screen)], spec.screen.examples).get(screen))
@@ -313,12 +389,15 @@ def run(t: Tune, wiring: Wiring) -> Outcome:
     for c in [base, *kept, *hand]:
         c.full = got.get(c.name)
     if t.call.report_only and base.screen is None and base.full is None:
-        raise RunnerError(f"no stored run of this tune in {out}", field="--report-only", hint="run the tune first")
+        raise RunnerError(
+            f"no stored run of this tune in {out}", field="--report-only", hint="run the tune first"
+        )
     decision = decide(kept, base, spec, samples, hand)
     pick = decision.winners[0] if decision.winners else base
     versus = hand_words(pick, base, *vs) if (vs := against_hand_written(pick, hand, spec)) else None
     recipe = None
-    if decision.winners:  # the file's recipe with this call's --set (as `runner go` applies them), then the winner's
+    # the file's recipe with this call's --set (as `runner go` applies them), then the winner's
+    if decision.winners:
         data = json.loads(json.dumps(t.src.data))
         apply_overrides(data, list(t.call.sets), {}, str(t.call.path))
         recipe = winner_yaml(data, decision.winners[0].settings, name)
@@ -332,8 +411,8 @@ def run(t: Tune, wiring: Wiring) -> Outcome:
 
 
 def _screen(t: Tune, base: Cell, stages: Stages, say: Say) -> None:
-    """The candidates' screens, `screen.chunk` at a time, until the minutes budget (spent + the confirmation's
-    projected time) would be passed."""
+    """The candidates' screens, `screen.chunk` at a time, until the minutes budget (spent + the
+    confirmation's projected time) would be passed."""
     spec, cells = t.spec, t.to_screen
     for start in range(0, len(cells), spec.screen.chunk):
         if spec.budget.minutes:
@@ -350,14 +429,16 @@ def _screen(t: Tune, base: Cell, stages: Stages, say: Say) -> None:
 
 
 def _as_written(t: Tune, wiring: Wiring) -> list[LoadedRecipe]:
-    """The recipe as written and the hand-written cells, for the confirmation. A study's start and hand-written cells
-    run as its own cells with the confirmation's repeats: the study's summary counts them, and a later `runner go`
-    of the study finds them done."""
+    """The recipe as written and the hand-written cells, for the confirmation. A study's start and
+    hand-written cells run as its own cells with the confirmation's repeats: the study's summary
+    counts them, and a later `runner go` of the study finds them done."""
     r = t.spec.confirm.repeat
     if t.cell is None:
         return [t.load({}, t.name, r)]
     sets = (*t.call.sets, f"repeat={r}", f"interleave={t.spec.confirm.interleave}")
     only = ",".join([t.cell, *t.hand])
-    loaded = load_all((str(t.call.path),), sets, t.call.model_paths, only, unused_ok=True, studies=wiring.studies)
+    loaded = load_all(
+        (str(t.call.path),), sets, t.call.model_paths, only, unused_ok=True, studies=wiring.studies
+    )
     by = {lr.recipe.name: lr for lr in loaded}
     return [by[t.cell], *(by[h] for h in t.hand)]

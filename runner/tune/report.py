@@ -1,4 +1,5 @@
-"""The tune's report: what was tried, in what order, at what cost; the winner against the baseline; its recipe."""
+"""The tune's report: what was tried, in what order, at what cost; the winner against the baseline;
+its recipe."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ from .spec import TuneSpec
 def settings_text(settings: dict[str, Any], labels: dict[str, str] | None = None) -> str:
     """`key=value, ...`; a labelled value (an axis written label -> value) by its label."""
     labels = labels or {}
-    shown = (labels[k] if k in labels else json.dumps(v, ensure_ascii=False) for k, v in settings.items())
+    shown = (
+        labels[k] if k in labels else json.dumps(v, ensure_ascii=False) for k, v in settings.items()
+    )
     return ", ".join(f"{k}={v}" for k, v in zip(settings, shown)) or "(as written)"
 
 
@@ -34,8 +37,8 @@ def _score(r: RunResult | None, metric: str | None) -> str:
 
 
 def cost_s(cells: list[Cell]) -> float:
-    """The measured total time of every run of the tune (engine starts, generations, repeats); a run that failed
-    before it measured one counts from its start to its end."""
+    """The measured total time of every run of the tune (engine starts, generations, repeats); a run
+    that failed before it measured one counts from its start to its end."""
     return sum(_run_s(r) for c in cells for r in (c.screen, c.full) if r is not None)
 
 
@@ -44,15 +47,19 @@ def _run_s(r: RunResult) -> float:
         return r.timings.total_s
     try:
         return max(
-            0.0, (dt.datetime.fromisoformat(r.finished_at) - dt.datetime.fromisoformat(r.started_at)).total_seconds()
+            0.0,
+            (
+                dt.datetime.fromisoformat(r.finished_at) - dt.datetime.fromisoformat(r.started_at)
+            ).total_seconds(),
         )
     except ValueError:
         return 0.0
 
 
 def run_s_at(screen: RunResult | None, n: int | None = None) -> float | None:
-    """What one run of `screen`'s recipe costs on `n` examples (None: the screen's own), from the screen: its measured
-    total time with the generation scaled to n; None without a screen that finished."""
+    """What one run of `screen`'s recipe costs on `n` examples (None: the screen's own), from the
+    screen: its measured total time with the generation scaled to n; None without a screen that
+    finished."""
     if screen is None or screen.status != "ok" or not screen.n_samples:
         return None
     gen = screen.timings.generate_s or 0.0
@@ -60,14 +67,16 @@ def run_s_at(screen: RunResult | None, n: int | None = None) -> float | None:
 
 
 def confirm_s(screen: RunResult | None, spec: TuneSpec, confirmed: int, hand: int) -> float | None:
-    """The confirmation's projected time: the recipe as written, the confirmed candidates and the hand-written cells,
-    `confirm.repeat` runs each on every example, each as long as the baseline's screen scaled to the dataset."""
+    """The confirmation's projected time: the recipe as written, the confirmed candidates and the
+    hand-written cells, `confirm.repeat` runs each on every example, each as long as the baseline's
+    screen scaled to the dataset."""
     one = run_s_at(screen, screen.n_dataset if screen is not None else None)
     return None if one is None else one * (1 + confirmed + hand) * spec.confirm.repeat
 
 
 def winner_yaml(data: dict[str, Any], settings: dict[str, Any], name: str) -> str:
-    """The recipe file's own settings (without `tune:`) with the winner's values set at their dotted keys."""
+    """The recipe file's own settings (without `tune:`) with the winner's values set at their dotted
+    keys."""
     out = json.loads(json.dumps({k: v for k, v in data.items() if k != "tune"}))
     for key, value in settings.items():
         set_dotted(out, key, value)
@@ -89,8 +98,15 @@ _FlowLists.add_representer(list, _FlowLists.represent_list)
 
 def hand_words(pick: Cell, base: Cell, hand: Cell, ratio: tuple | None) -> str:
     """The tune's pick against the fastest hand-written cell, in one sentence."""
-    who = f"the winner **{pick.name}**" if pick is not base else f"the recipe as written (**{base.name}**: no winner)"
-    head = f"Against the fastest hand-written cell, **{hand.name}** ({time_cell(hand.full) if hand.full else '–'}): "
+    who = (
+        f"the winner **{pick.name}**"
+        if pick is not base
+        else f"the recipe as written (**{base.name}**: no winner)"
+    )
+    head = (
+        f"Against the fastest hand-written cell, **{hand.name}** "
+        f"({time_cell(hand.full) if hand.full else '–'}): "
+    )
     if ratio is None:
         return head + f"{who} has no time to compare."
     if not clear(ratio[1], ratio[2]):
@@ -101,7 +117,8 @@ def hand_words(pick: Cell, base: Cell, hand: Cell, ratio: tuple | None) -> str:
 
 
 def _front_section(ran: Ran, metric: str | None) -> list[str]:
-    """The confirmed cells no other beats on time, the gate's score and dollars at once, with their intervals."""
+    """The confirmed cells no other beats on time, the gate's score and dollars at once, with their
+    intervals."""
     base, hand, decision = ran.base, ran.hand, ran.decision
     if not decision.front:
         return []
@@ -113,12 +130,38 @@ def _front_section(ran: Ran, metric: str | None) -> list[str]:
         usd = (cost_figures(r) or {}).get("usd_run")  # type: ignore[arg-type]
         gate = "(the baseline)" if c is base else c.gate or "–"
         win = "winner" if c in decision.winners else c.verdict if c is not base else "baseline"
-        rows.append([c.name, what, time_cell(r), _score(r, metric), gate, f"${usd:.3g}" if usd else None, win])
-    head = ["cell", "settings", "time on every example (95% CI)", "score", "gate against the baseline (95% CI)"]
+        rows.append(
+            [
+                c.name,
+                what,
+                time_cell(r),
+                _score(r, metric),
+                gate,
+                f"${usd:.3g}" if usd else None,
+                win,
+            ]
+        )
+    head = [
+        "cell",
+        "settings",
+        "time on every example (95% CI)",
+        "score",
+        "gate against the baseline (95% CI)",
+    ]
     head += ["$ for the run", "verdict"]
-    what = "generation time" + (f", {metric}" if metric else "") + ", and dollars where every cell is priced"
-    note = f"The confirmed cells (and the recipe as written) that no other beats on {what} at once, by their point "
-    note += "estimates; the winner is the fastest of them that passed the gate and is clearly faster than the recipe "
+    what = (
+        "generation time"
+        + (f", {metric}" if metric else "")
+        + ", and dollars where every cell is priced"
+    )
+    note = (
+        f"The confirmed cells (and the recipe as written) that no other beats on {what} at "
+        "once, by their point "
+    )
+    note += (
+        "estimates; the winner is the fastest of them that passed the gate and is clearly "
+        "faster than the recipe "
+    )
     note += "as written."
     out = ["", "## The front", "", note, "", table(rows, head, frozenset({"$ for the run"}))]
     return out + (["", f"![front]({ran.chart})"] if ran.chart else [])
@@ -145,28 +188,61 @@ def tune_markdown(name: str, spec: TuneSpec, plan: str, ran: Ran) -> str:
     every = [base, *ran.cells, *hand]
     rows = []
     for c in every:
-        screen = "–" if c.screen is None or c.screen.status != "ok" else secs(c.screen.timings.generate_s)
+        screen = (
+            "–"
+            if c.screen is None or c.screen.status != "ok"
+            else secs(c.screen.timings.generate_s)
+        )
         full = "–" if c.full is None else (time_cell(c.full) or c.full.status)
         what = "hand-written cell" if c in hand else settings_text(c.settings, c.labels)
         cost = secs(cost_s([c])) if c.screen or c.full else "–"
-        rows.append(["base" if c is base else "hand" if c in hand else c.index, c.name, what, screen])
+        rows.append(
+            ["base" if c is base else "hand" if c in hand else c.index, c.name, what, screen]
+        )
         rows[-1] += [_score(c.screen, metric), full, _score(c.full, metric), c.gate or "–", cost]
         rows[-1].append("baseline" if c is base else c.verdict)
     head = ["#", "cell", "settings", f"screen time ({spec.screen.examples} ex.)", "screen score"]
-    head += ["time on every example (95% CI)", "score", "gate against the baseline", "cost", "verdict"]
+    head += [
+        "time on every example (95% CI)",
+        "score",
+        "gate against the baseline",
+        "cost",
+        "verdict",
+    ]
     # runs as the budget counts them: each repeat of a run (a run that failed: one)
     runs = sum(max(1, len(r.repeats)) for c in every for r in (c.screen, c.full) if r is not None)
-    out = [f"# Tune: {name}", "", plan, "", f"Spent: {runs} measured runs, {secs(cost_s(every))} in all.", ""]
+    out = [
+        f"# Tune: {name}",
+        "",
+        plan,
+        "",
+        f"Spent: {runs} measured runs, {secs(cost_s(every))} in all.",
+        "",
+    ]
     out += ["## Verdict", "", decision.words]
-    if decision.winners and decision.against_baseline is not None:  # (without a winner the words say it)
-        out += ["", f"Against the recipe as written ({base.name}): {ratio_text(*decision.against_baseline)}."]
+    # (without a winner the words say it)
+    if decision.winners and decision.against_baseline is not None:
+        out += [
+            "",
+            f"Against the recipe as written ({base.name}): "
+            f"{ratio_text(*decision.against_baseline)}.",
+        ]
     if ran.versus:
         out += ["", ran.versus]
     out += _front_section(ran, metric)
     if not all(r.scores_meaningful for c in every for r in (c.screen, c.full) if r is not None):
-        out += ["", "> Scores here are not meaningful (random weights or the fake engine): the gate is exercised, "]
+        out += [
+            "",
+            "> Scores here are not meaningful (random weights or the fake engine): the gate is "
+            "exercised, ",
+        ]
         out[-1] += "not evidence."
-    out += ["", "## Trajectory", "", "In the order tried: the screen (first examples, one run each), then the "]
+    out += [
+        "",
+        "## Trajectory",
+        "",
+        "In the order tried: the screen (first examples, one run each), then the ",
+    ]
     out[-1] += "confirmation (every example, repeats taking turns"
     out[-1] += ", the study's hand-written cells with them" if hand else ""
     out[-1] += "). Cost: the cell's measured total time (engine starts, generations, repeats)."

@@ -1,5 +1,5 @@
-"""The tune's decisions, from stored results and samples (no engine here): which screened candidates go on, which
-confirmed one wins (spec.py has the method in words)."""
+"""The tune's decisions, from stored results and samples (no engine here): which screened candidates
+go on, which confirmed one wins (spec.py has the method in words)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ class Cell:
 
 
 def objective(r: RunResult | None, spec: TuneSpec) -> float | None:
-    """Lower is better: the geometric mean generation time (exp of the mean log over repeats), or minus the output
-    throughput; None for a run without it."""
+    """Lower is better: the geometric mean generation time (exp of the mean log over repeats), or
+    minus the output throughput; None for a run without it."""
     if r is None or r.status != "ok":
         return None
     if spec.objective == "throughput":
@@ -52,9 +52,10 @@ def gate_words(rs: dict, bs: dict, gate: GateSpec | None) -> tuple[bool | None, 
 
 
 def keep_after_screen(cells: list[Cell], base: Cell, spec: TuneSpec, samples: Any) -> list[Cell]:
-    """The screened candidates that go on to the confirmation: those that finished and are not clearly below the
-    gate (their whole interval under the allowed drop), best screen objective first, the `keep` share (at least
-    `min_keep`). `samples(result)` gives a run's samples by example id."""
+    """The screened candidates that go on to the confirmation: those that finished and are not
+    clearly below the gate (their whole interval under the allowed drop), best screen objective
+    first, the `keep` share (at least `min_keep`). `samples(result)` gives a run's samples by
+    example id."""
     bs = samples(base.screen) if base.screen is not None and base.screen.status == "ok" else {}
     ranked = []
     for c in cells:
@@ -65,9 +66,13 @@ def keep_after_screen(cells: list[Cell], base: Cell, spec: TuneSpec, samples: An
             continue
         if spec.gate is not None:
             if not bs or (v := gate_verdict(samples(c.screen), bs, spec.gate)) is None:
-                c.verdict, c.gate = "dropped at the screen: its gate cannot be checked (no paired scores)", "not scored"
+                c.verdict, c.gate = (
+                    "dropped at the screen: its gate cannot be checked (no paired scores)",
+                    "not scored",
+                )
                 continue
-            if v.hi is not None and v.hi < -v.allowed:  # its whole interval below the allowed drop: clearly worse
+            # its whole interval below the allowed drop: clearly worse
+            if v.hi is not None and v.hi < -v.allowed:
                 c.verdict, c.passed = "dropped at the screen: clearly below the gate", False
                 c.gate = v.words()
                 continue
@@ -82,10 +87,16 @@ def keep_after_screen(cells: list[Cell], base: Cell, spec: TuneSpec, samples: An
 def gain(
     a: RunResult | None, b: RunResult | None, spec: TuneSpec, level: float = 0.95
 ) -> tuple[float, float | None, float | None] | None:
-    """How much better b is than a in the objective's terms, with its `level` interval: the speed-up time(a)/time(b),
-    or for `throughput` the same ratio scaled by b's output tokens over a's (each run's tokens are the same in
-    every repeat); above 1: b is better."""
-    if a is None or b is None or a.status != "ok" or b.status != "ok" or (ratio := speedup(a, b, level)) is None:
+    """How much better b is than a in the objective's terms, with its `level` interval: the speed-up
+    time(a)/time(b), or for `throughput` the same ratio scaled by b's output tokens over a's (each
+    run's tokens are the same in every repeat); above 1: b is better."""
+    if (
+        a is None
+        or b is None
+        or a.status != "ok"
+        or b.status != "ok"
+        or (ratio := speedup(a, b, level)) is None
+    ):
         return None
     if spec.objective != "throughput":
         return ratio
@@ -97,27 +108,33 @@ def gain(
 
 @dataclass
 class Decision:
-    winners: list[Cell]  # one, or the ones within noise of each other (fastest first); empty when none passed
+    # one, or the ones within noise of each other (fastest first); empty when none passed
+    winners: list[Cell]
     against_baseline: tuple[float, float | None, float | None] | None
     words: str
-    front: list[Cell] = field(default_factory=list)  # no other finished cell is faster, as accurate and as cheap
+    # no other finished cell is faster, as accurate and as cheap
+    front: list[Cell] = field(default_factory=list)
 
 
 def family_level(k: int) -> float:
-    """The interval level that keeps the chance of crowning any of `k` candidates that are not truly faster at 5%
-    (Bonferroni: 1 - 0.05 / k): the winner is picked as the fastest of the k on the same runs that test it."""
+    """The interval level that keeps the chance of crowning any of `k` candidates that are not truly
+    faster at 5% (Bonferroni: 1 - 0.05 / k): the winner is picked as the fastest of the k on the
+    same runs that test it."""
     return 1 - 0.05 / max(k, 1)
 
 
 def front(cells: Sequence[Cell], metric: str | None) -> list[Cell]:
-    """The cells that finished and that no other finished cell beats on every count at once: generation time (lower),
-    the gate's score (higher; without a gate, time alone), dollars for the run where every one is priced (lower)."""
+    """The cells that finished and that no other finished cell beats on every count at once:
+    generation time (lower), the gate's score (higher; without a gate, time alone), dollars for the
+    run where every one is priced (lower)."""
     from runner.report.markdown import cost_figures
     from runner.report.plots import pareto_front
 
     done = [c for c in cells if c.full is not None and c.full.status == "ok" and estimate(c.full)]
     usd = [(cost_figures(c.full) or {}).get("usd_run") for c in done]  # type: ignore[arg-type]
-    scored = metric is not None and all(c.full.scores_meaningful and metric in c.full.scores for c in done)  # type: ignore[union-attr]
+    scored = metric is not None and all(
+        c.full.scores_meaningful and metric in c.full.scores for c in done
+    )  # type: ignore[union-attr]
     points = []
     for c, dollars in zip(done, usd):
         p = [estimate(c.full)[0]]  # type: ignore[arg-type, index]
@@ -127,9 +144,12 @@ def front(cells: Sequence[Cell], metric: str | None) -> list[Cell]:
     return [done[i] for i in pareto_front(points)]
 
 
-def against_hand_written(pick: Cell, hand: list[Cell], spec: TuneSpec) -> tuple[Cell, tuple | None] | None:
-    """The fastest hand-written cell that finished (by the objective) and how much better the tune's pick is than it
-    (the ratio with its 95% interval, as `gain`); None when no hand-written cell finished."""
+def against_hand_written(
+    pick: Cell, hand: list[Cell], spec: TuneSpec
+) -> tuple[Cell, tuple | None] | None:
+    """The fastest hand-written cell that finished (by the objective) and how much better the tune's
+    pick is than it (the ratio with its 95% interval, as `gain`); None when no hand-written cell
+    finished."""
     done = [c for c in hand if objective(c.full, spec) is not None]
     if not done:
         return None
@@ -137,10 +157,12 @@ def against_hand_written(pick: Cell, hand: list[Cell], spec: TuneSpec) -> tuple[
     return best, gain(best.full, pick.full, spec)
 
 
-def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any, hand: Sequence[Cell] = ()) -> Decision:
-    """Gate each confirmed candidate on the full set against the baseline, then the fastest that passed; the
-    runner-up is named with it when their ratio's 95% interval holds 1 (no clear difference). The `hand`-written
-    cells that finished are gated too (shown, never candidates)."""
+def decide(
+    confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any, hand: Sequence[Cell] = ()
+) -> Decision:
+    """Gate each confirmed candidate on the full set against the baseline, then the fastest that
+    passed; the runner-up is named with it when their ratio's 95% interval holds 1 (no clear
+    difference). The `hand`-written cells that finished are gated too (shown, never candidates)."""
     # an interrupted call, or --report-only before the confirmation ran
     if missing := [c.name for c in [base, *confirmed] if c.full is None]:
         for c in confirmed:
@@ -149,7 +171,10 @@ def decide(confirmed: list[Cell], base: Cell, spec: TuneSpec, samples: Any, hand
         words += f"stored yet ({', '.join(missing)}); the same command continues the tune."
         return Decision([], None, words)
     if base.full.status != "ok":  # type: ignore[union-attr]  (not missing: checked above)
-        words = f"The recipe as written ({base.name}) failed on every example: nothing to compare the candidates "
+        words = (
+            f"The recipe as written ({base.name}) failed on every example: nothing to compare "
+            "the candidates "
+        )
         return Decision([], None, words + "with (its report says why).")
     bs = samples(base.full)
     for h in hand:
@@ -175,7 +200,9 @@ def _passed(confirmed: list[Cell], bs: dict, spec: TuneSpec, samples: Any) -> li
         if c.passed is False:
             c.verdict = "failed the gate on every example"
         elif c.passed is None and spec.gate is not None:
-            c.verdict = "gate not checked (no paired scores, or too few examples to tell): not a candidate"
+            c.verdict = (
+                "gate not checked (no paired scores, or too few examples to tell): not a candidate"
+            )
         else:
             out.append(c)
     return out
@@ -195,10 +222,16 @@ def _crown(ok: list[Cell], base: Cell, spec: TuneSpec, k: int) -> tuple[list[Cel
         for c in ok:
             c.verdict = "passed; not clearly faster than the recipe as written"
         against = f": {ratio_text(*vs)}" if vs is not None else " (no time to compare)"
-        words = f"No candidate is clearly faster than the recipe as written; the fastest that passed, **{best.name}**, "
+        words = (
+            "No candidate is clearly faster than the recipe as written; the fastest that "
+            f"passed, **{best.name}**, "
+        )
         words += f"against it{against}{_level_words(k)}."
         if vs is not None and vs[0] > 1 and (n := repeats_to_tell(base.full, best.full)):  # type: ignore[arg-type]
-            words += f" About {n:,} repeats each would tell a difference this size at this noise (80% power)."
+            words += (
+                f" About {n:,} repeats each would tell a difference this size at this noise "
+                "(80% power)."
+            )
         return [], vs, words + " The recipe as written stays."
     winners = [best]  # and those within its noise, clearly faster than the recipe as written too
     for other in ok[1:]:
@@ -207,17 +240,34 @@ def _crown(ok: list[Cell], base: Cell, spec: TuneSpec, k: int) -> tuple[list[Cel
         if tied and _above(gain(base.full, other.full, spec, level)):
             winners.append(other)
     for c in ok:
-        c.verdict = "winner" if c is best and len(winners) == 1 else "tied for fastest" if c in winners else "passed"
+        c.verdict = (
+            "winner"
+            if c is best and len(winners) == 1
+            else "tied for fastest"
+            if c in winners
+            else "passed"
+        )
     words = f"**{best.name}** is the fastest that passed, clearly faster than the recipe as written"
     words += f"{_level_words(k)}."
     if len(winners) > 1:
         others = ", ".join(f"**{c.name}**" for c in winners[1:])
-        words = f"No single winner: **{best.name}** and {others} are within each other's noise (the 95% interval of "
-        words += "their time ratio holds 1), and both clearly faster than the recipe as written; more repeats would "
+        words = (
+            f"No single winner: **{best.name}** and {others} are within each other's noise "
+            "(the 95% interval of "
+        )
+        words += (
+            "their time ratio holds 1), and both clearly faster than the recipe as written; "
+            "more repeats would "
+        )
         words += "tell them apart."
     return winners, vs, words
 
 
 def _level_words(k: int) -> str:
-    """How the winner's interval was widened for the `k` candidates it was picked from (nothing for one)."""
-    return f" ({family_level(k):.1%} interval: Bonferroni over the {k} confirmed candidates)" if k > 1 else ""
+    """How the winner's interval was widened for the `k` candidates it was picked from (nothing for
+    one)."""
+    return (
+        f" ({family_level(k):.1%} interval: Bonferroni over the {k} confirmed candidates)"
+        if k > 1
+        else ""
+    )

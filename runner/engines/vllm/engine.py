@@ -1,6 +1,6 @@
-"""`VLLMEngine`: `vllm.LLM` built from a `VLLMSpec` in the recipe's own process (vllm and torch are imported only
-there), the facts read back from its configs and its part of engine.log, the streaming generation loop, vLLM's
-counters over each call, the optional warm-up batch."""
+"""`VLLMEngine`: `vllm.LLM` built from a `VLLMSpec` in the recipe's own process (vllm and torch are
+imported only there), the facts read back from its configs and its part of engine.log, the streaming
+generation loop, vLLM's counters over each call, the optional warm-up batch."""
 
 from __future__ import annotations
 
@@ -35,9 +35,10 @@ if TYPE_CHECKING:
 def warmup_prompts(
     max_num_seqs: int, max_num_batched_tokens: int, vocab_size: int, max_model_len: int
 ) -> list[list[int]]:
-    """The warm-up batch: as many prompts as the engine runs at once, together as long as its largest
-    step (at least one token each; at most 2,048, and room for 2 output tokens within `max_model_len`),
-    of token ids below `vocab_size`, the first token different for each where the vocabulary allows."""
+    """The warm-up batch: as many prompts as the engine runs at once, together as long as its
+    largest step (at least one token each; at most 2,048, and room for 2 output tokens within
+    `max_model_len`), of token ids below `vocab_size`, the first token different for each where the
+    vocabulary allows."""
     n = max(1, max_num_seqs)
     length = max(1, min(max_num_batched_tokens // n, 2048, max_model_len - 2))
     top = max(2, min(vocab_size, 100_000))
@@ -71,18 +72,25 @@ _KEPT_METRICS = {
 
 
 class VLLMEngine:
-    def __init__(self, spec: Any, model: ModelSpec, chat: bool | None):  # a VLLMSpec (spec.py imports this module)
-        for k, v in spec.engine_env().items():  # set before vllm is imported; the sampler switch only where unset
-            os.environ.setdefault(k, v) if k == "VLLM_USE_FLASHINFER_SAMPLER" else os.environ.__setitem__(k, v)
+    # a VLLMSpec (spec.py imports this module)
+    def __init__(self, spec: Any, model: ModelSpec, chat: bool | None):
+        # set before vllm is imported; the sampler switch only where unset
+        for k, v in spec.engine_env().items():
+            os.environ.setdefault(
+                k, v
+            ) if k == "VLLM_USE_FLASHINFER_SAMPLER" else os.environ.__setitem__(k, v)
         try:
             import vllm
         except ImportError as e:
             fix = "install vllm on a GPU host or use `engine: kind: transformers`"
-            raise RunnerError(f"vLLM is not installed in this Python ({e}); {fix}", field="engine.kind") from None
+            raise RunnerError(
+                f"vLLM is not installed in this Python ({e}); {fix}", field="engine.kind"
+            ) from None
         import torch
 
         self.spec, self.model_spec = spec, model
-        self.loaded, converted = gguf.vllm_model(model)  # a GGUF file: its safetensors copy, made once
+        # a GGUF file: its safetensors copy, made once
+        self.loaded, converted = gguf.vllm_model(model)
         kwargs, self.dropped = _accepted_kwargs(spec.llm_kwargs(self.loaded), vllm.__version__)
         self.tokenizer = load_tokenizer(model)
         self.chat = uses_chat_template(self.tokenizer, chat)
@@ -134,7 +142,8 @@ class VLLMEngine:
         shrinks = spec.quantization or mc.quantization or spec.cpu_offload_gb > 0
         full = unquantized_gib(self.loaded.id, model.trust_remote_code) if shrinks else None
         lf = getattr(vc.load_config, "load_format", "")
-        env_runner = "V1" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "0" else "unknown"  # unless the log says V2
+        # unless the log says V2
+        env_runner = "V1" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "0" else "unknown"
         return VLLMFacts(
             quantization=mc.quantization,
             prefix_caching=bool(cc.enable_prefix_caching),
@@ -159,7 +168,11 @@ class VLLMEngine:
         return encode_prompts(self.tokenizer, list(messages), self.chat)
 
     def generate(
-        self, requests: Sequence[Request], sampling: Sampling, progress: Advance | None = None, sink: Sink | None = None
+        self,
+        requests: Sequence[Request],
+        sampling: Sampling,
+        progress: Advance | None = None,
+        sink: Sink | None = None,
     ) -> list[Generation]:
         """All requests go to the engine at once (as `LLM.generate` does); finished outputs are
         handed to `sink` step by step, so an interrupted run keeps every sample it finished."""
@@ -169,8 +182,10 @@ class VLLMEngine:
         before = self._read_metrics()
         t0 = time.perf_counter()
         ids = self.llm.enqueue([{"prompt_token_ids": r.ids} for r in requests], sp, use_tqdm=False)
-        self.info.extra["enqueue_s"] = round(time.perf_counter() - t0, 3)  # handing the requests over
-        # enqueue() returns vLLM's internal ids ("<n>-<8 random chars>"); outputs carry the external "<n>"
+        # handing the requests over
+        self.info.extra["enqueue_s"] = round(time.perf_counter() - t0, 3)
+        # enqueue() returns vLLM's internal ids ("<n>-<8 random chars>"); outputs carry the external
+        # "<n>"
         index = {key: i for i, rid in enumerate(ids) for key in (rid, rid.split("-", 1)[0])}
         gens: list[Generation | None] = [None] * len(requests)
         engine = self.llm.llm_engine
@@ -186,20 +201,28 @@ class VLLMEngine:
             if progress:
                 progress(len(done))
         if missing := [i for i, g in enumerate(gens) if g is None]:
-            raise RuntimeError(f"vLLM finished without outputs for {len(missing)} requests (first: {missing[0]})")
-        # the counters' growth over this call, not the warm-up's nor an earlier cell's ({} where a reading failed)
+            raise RuntimeError(
+                f"vLLM finished without outputs for {len(missing)} requests (first: {missing[0]})"
+            )
+        # the counters' growth over this call, not the warm-up's nor an earlier cell's ({} where a
+        # reading failed)
         after = None if before is None else self._read_metrics()
-        self.info.extra["metrics"] = {} if before is None or after is None else counters_since(before, after)
+        self.info.extra["metrics"] = (
+            {} if before is None or after is None else counters_since(before, after)
+        )
         cached = sum(g.cached_tokens or 0 for g in gens)  # type: ignore[union-attr]
         prompt = sum(g.prompt_tokens for g in gens)  # type: ignore[union-attr]
-        self.info.knobs = vllm_knobs(self.spec, self.model_spec.load_format, self.facts, cached, prompt)
+        self.info.knobs = vllm_knobs(
+            self.spec, self.model_spec.load_format, self.facts, cached, prompt
+        )
         return gens  # type: ignore[return-value]
 
     def reset_prefix_cache(self) -> bool:
         return bool(self.llm.reset_prefix_cache())
 
     def _read_metrics(self) -> dict[str, float] | None:
-        """vLLM's counters kept for the report, summed over their labels (None where unavailable)."""
+        """vLLM's counters kept for the report, summed over their labels (None where
+        unavailable)."""
         metrics: dict[str, float] = {}
         try:
             for mt in self.llm.get_metrics():
@@ -215,7 +238,8 @@ class VLLMEngine:
     def close(self) -> None:
         if getattr(self, "llm", None) is None:
             return
-        with contextlib.suppress(Exception):  # best effort: the isolating parent kills the process group anyway
+        # best effort: the isolating parent kills the process group anyway
+        with contextlib.suppress(Exception):
             core = self.llm.llm_engine.engine_core
             try:
                 core.shutdown(timeout=10)
@@ -226,8 +250,8 @@ class VLLMEngine:
 
 
 def _accepted_kwargs(kwargs: dict[str, Any], version: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """`vllm.LLM` kwargs the installed vLLM accepts, and those dropped (`swap_space` where it has no such
-    argument: reported as ignored); any other argument it does not accept is an error."""
+    """`vllm.LLM` kwargs the installed vLLM accepts, and those dropped (`swap_space` where it has no
+    such argument: reported as ignored); any other argument it does not accept is an error."""
     from vllm.engine.arg_utils import EngineArgs
 
     accepted = {f.name for f in fields(EngineArgs)}
@@ -235,7 +259,9 @@ def _accepted_kwargs(kwargs: dict[str, Any], version: str) -> tuple[dict[str, An
     if "swap_space" in kwargs and "swap_space" not in accepted:
         dropped["swap_space"] = kwargs.pop("swap_space")
     if bad := check_args(kwargs, accepted):
-        msg = f"vLLM {version} does not accept {', '.join(bad)}; it accepts: " + ", ".join(sorted(accepted))
+        msg = f"vLLM {version} does not accept {', '.join(bad)}; it accepts: " + ", ".join(
+            sorted(accepted)
+        )
         raise RunnerError(msg, field="engine.engine_args")
     return kwargs, dropped
 
@@ -257,19 +283,29 @@ def _log_since(log: Path, start: int) -> str:
 
 
 def warm_up(llm: Any) -> str:
-    """`engine.warmup`: one synthetic batch at a `vllm.LLM`'s limits (`warmup_prompts`), 2 output tokens each,
-    then its prefix cache emptied (part of the engine start); what ran, for the report."""
+    """`engine.warmup`: one synthetic batch at a `vllm.LLM`'s limits (`warmup_prompts`), 2 output
+    tokens each, then its prefix cache emptied (part of the engine start); what ran, for the
+    report."""
     from vllm import SamplingParams
 
     sc, mc = llm.llm_engine.vllm_config.scheduler_config, llm.llm_engine.vllm_config.model_config
-    prompts = warmup_prompts(sc.max_num_seqs, sc.max_num_batched_tokens, mc.get_vocab_size(), mc.max_model_len)
+    prompts = warmup_prompts(
+        sc.max_num_seqs, sc.max_num_batched_tokens, mc.get_vocab_size(), mc.max_model_len
+    )
     t0 = time.perf_counter()
     sp = SamplingParams(max_tokens=2, ignore_eos=True, temperature=0.0)
     llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
     emptied = llm.reset_prefix_cache()
     took_s = time.perf_counter() - t0
-    ran = f"{len(prompts):,} prompts of {len(prompts[0]):,} tokens, 2 output tokens each, {took_s:.1f} s"
-    return ran + " (part of the engine start)" + ("" if emptied else "; vLLM did not empty the prefix cache after it")
+    ran = (
+        f"{len(prompts):,} prompts of {len(prompts[0]):,} tokens, 2 output tokens each, "
+        f"{took_s:.1f} s"
+    )
+    return (
+        ran
+        + " (part of the engine start)"
+        + ("" if emptied else "; vLLM did not empty the prefix cache after it")
+    )
 
 
 def counters_since(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

@@ -1,9 +1,10 @@
-"""What vLLM reports back, as plain data, and what it shows took effect. `VLLMFacts` (the engine's effective
-settings) is read from its configs after start (`effective_engine_args` walks a VllmConfig duck-typed, so tests pass
-plain objects), from its log (weights, KV cache, compile and CUDA-graph times, the compile cache), from a `vllm serve`
-log (`served_facts`), or from the log of a run that ended early (`crash_evidence`). Every knob's verdict (applied /
-ignored / default / unverified) is a pure function of (spec, facts, the generations' prefix-cache counts), so every
-row is unit-tested on the CPU with facts given as plain data."""
+"""What vLLM reports back, as plain data, and what it shows took effect. `VLLMFacts` (the engine's
+effective settings) is read from its configs after start (`effective_engine_args` walks a VllmConfig
+duck-typed, so tests pass plain objects), from its log (weights, KV cache, compile and CUDA-graph
+times, the compile cache), from a `vllm serve` log (`served_facts`), or from the log of a run that
+ended early (`crash_evidence`). Every knob's verdict (applied / ignored / default / unverified) is a
+pure function of (spec, facts, the generations' prefix-cache counts), so every row is unit-tested on
+the CPU with facts given as plain data."""
 
 from __future__ import annotations
 
@@ -39,7 +40,9 @@ _KV_RE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 _NUMBERS = {  # a figure of vLLM's log, by the key parse_engine_log gives it
     "kv_cache_gib": re.compile(r"Available KV cache memory: ([\d.]+) GiB"),
     "cpu_offloaded_gib": re.compile(r"Total CPU offloaded parameters: ([\d.]+)"),
-    "compile_s": re.compile(r"torch\.compile (?:and initial profiling/warmup run together )?took ([\d.]+) s in total"),
+    "compile_s": re.compile(
+        r"torch\.compile (?:and initial profiling/warmup run together )?took ([\d.]+) s in total"
+    ),
     "capture_s": re.compile(r"Graph capturing finished in ([\d.]+) secs"),
 }
 _CACHE_DIR_RE = re.compile(r"Using cache directory: (\S+) for vLLM's torch\.compile")
@@ -52,26 +55,33 @@ class VLLMFacts:
 
     quantization: str | None = None
     prefix_caching: bool = False
-    gpu_memory_utilization: float | None = 0.9  # None: not known (a server log without the worker's line)
+    # None: not known (a server log without the worker's line)
+    gpu_memory_utilization: float | None = 0.9
     enforce_eager: bool = False
     max_model_len: int | None = None
     tensor_parallel_size: int = 1
     cache_dtype: str = "auto"
     load_format: str = ""
     weights_gib: float | None = None
-    unquantized_gib: float | None = None  # bf16 size of the same parameters, for quantization/offload
+    # bf16 size of the same parameters, for quantization/offload
+    unquantized_gib: float | None = None
     model_runner: str = "unknown"
     kv_cache_tokens: int | None = None
     version: str = ""
     swap_space: float | None = None  # as the engine's cache config holds it, when it has one
-    dropped: dict[str, Any] = field(default_factory=dict)  # recipe arguments this vLLM has no field for
-    # engine_args as held: dotted key -> (the config it was found in, its value); None: not read back (served engine)
+    # recipe arguments this vLLM has no field for
+    dropped: dict[str, Any] = field(default_factory=dict)
+    # engine_args as held: dotted key -> (the config it was found in, its value); None: not read
+    # back (served engine)
     engine_args: dict[str, tuple[str, Any]] | None = None
-    compile_cache_dir: str | None = None  # where vLLM's log says torch.compile's cache is (None: nothing compiled)
+    # where vLLM's log says torch.compile's cache is (None: nothing compiled)
+    compile_cache_dir: str | None = None
 
 
 def parse_engine_log(text: str) -> dict[str, float]:
-    out: dict[str, float] = {k: float(m.group(1)) for k, rx in _NUMBERS.items() if (m := rx.search(text))}
+    out: dict[str, float] = {
+        k: float(m.group(1)) for k, rx in _NUMBERS.items() if (m := rx.search(text))
+    }
     if m := _LOAD_RE.search(text):
         out["weights_gib"], out["weights_load_s"] = float(m.group(1)), float(m.group(2))
     if m := _KV_RE.search(text):
@@ -89,29 +99,46 @@ def compile_cache_dir(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def start_parts(parsed: dict[str, float], cache_dir: str | None, total_s: float, warmup_s: float | None) -> dict:
-    """The engine start split as vLLM's log accounts for it (StartParts' fields): weights, compile (or loading it
-    from the cache), CUDA graph capture, the recipe's warm-up, and the rest of `total_s`; `cold` from whether the
-    compiled graphs came from the cache."""
+def start_parts(
+    parsed: dict[str, float], cache_dir: str | None, total_s: float, warmup_s: float | None
+) -> dict:
+    """The engine start split as vLLM's log accounts for it (StartParts' fields): weights, compile
+    (or loading it from the cache), CUDA graph capture, the recipe's warm-up, and the rest of
+    `total_s`; `cold` from whether the compiled graphs came from the cache."""
     parts = {"load_s": parsed.get("weights_load_s"), "compile_s": parsed.get("compile_s")}
     parts |= {"capture_s": parsed.get("capture_s"), "warmup_s": warmup_s}
     known = sum(v for v in parts.values() if v is not None)
-    cold = None if parts["compile_s"] is None and cache_dir is None else not parsed.get("compile_cache_hit")
-    # the cache folder as the recipe names it: vLLM's log gives <root>/torch_compile_cache/<hash>/rank_0_0/...
+    cold = (
+        None
+        if parts["compile_s"] is None and cache_dir is None
+        else not parsed.get("compile_cache_hit")
+    )
+    # the cache folder as the recipe names it: vLLM's log gives
+    # <root>/torch_compile_cache/<hash>/rank_0_0/...
     root = cache_dir.split("/torch_compile_cache/")[0] if cache_dir else None
     return parts | {"other_s": max(total_s - known, 0.0), "cold": cold, "compile_cache": root}
 
 
 def served_facts(spec: Any, model: Any, log: str, version: str) -> VLLMFacts | None:
-    """VLLMFacts from a `vllm serve` log: its `Initializing a V1 LLM engine (vX) with config: k=v, ...` line
-    (VllmConfig.__str__), the worker's `Desired GPU memory utilization is (u, ...)` and the weights and KV cache
-    lines; None without the config line."""
-    line, parsed = next((x for x in reversed(log.splitlines()) if "with config:" in x), None), parse_engine_log(log)
+    """VLLMFacts from a `vllm serve` log: its `Initializing a V1 LLM engine (vX) with config: k=v,
+    ...` line (VllmConfig.__str__), the worker's `Desired GPU memory utilization is (u, ...)` and
+    the weights and KV cache lines; None without the config line."""
+    line, parsed = (
+        next((x for x in reversed(log.splitlines()) if "with config:" in x), None),
+        parse_engine_log(log),
+    )
     if line is None:
         return None
-    cfg = {k: v.strip("'") for k, v in re.findall(r"(\w+)=('[^']*'|[^,\s]+)", line.split("with config:", 1)[1])}
+    cfg = {
+        k: v.strip("'")
+        for k, v in re.findall(r"(\w+)=('[^']*'|[^,\s]+)", line.split("with config:", 1)[1])
+    }
     desired = re.findall(r"Desired GPU memory utilization is \(([0-9.]+),", log)
-    full = unquantized_gib(model.id, model.trust_remote_code) if spec.quantization or spec.cpu_offload_gb > 0 else None
+    full = (
+        unquantized_gib(model.id, model.trust_remote_code)
+        if spec.quantization or spec.cpu_offload_gb > 0
+        else None
+    )
     return VLLMFacts(
         quantization=None if cfg.get("quantization", "None") == "None" else cfg["quantization"],
         prefix_caching=cfg.get("enable_prefix_caching") == "True",
@@ -133,7 +160,9 @@ def crash_evidence(log_text: str) -> EngineInfo:
     found = parse_engine_log(log_text)
     notes = []
     if "weights_gib" in found:
-        notes.append(f"from engine.log before the run ended: weights on the GPU {found['weights_gib']} GiB")
+        notes.append(
+            f"from engine.log before the run ended: weights on the GPU {found['weights_gib']} GiB"
+        )
     if "cpu_offloaded_gib" in found:
         off = f"{found['cpu_offloaded_gib']} GiB of parameters were offloaded to CPU memory"
         notes.append(f"from engine.log: {off} (cpu_offload_gb took effect)")
@@ -142,9 +171,9 @@ def crash_evidence(log_text: str) -> EngineInfo:
 
 
 def effective_engine_args(vllm_config: Any, args: dict[str, Any]) -> dict[str, tuple[str, Any]]:
-    """Where each engine_args key lives in the engine's config and its value there: a top-level key in
-    whichever `*_config` (or VllmConfig itself) has a field of that name, a dotted one by walking from its
-    head: a config (compilation_config.…) or a mapping field (hf_overrides.…).
+    """Where each engine_args key lives in the engine's config and its value there: a top-level key
+    in whichever `*_config` (or VllmConfig itself) has a field of that name, a dotted one by walking
+    from its head: a config (compilation_config.…) or a mapping field (hf_overrides.…).
     Keys found nowhere are left out (their knob reads "unverified")."""
     names = [n for n in dir(vllm_config) if n.endswith("_config")]
     configs = {n: c for n in names if (c := _attr(vllm_config, n)) is not None and not callable(c)}
@@ -154,7 +183,9 @@ def effective_engine_args(vllm_config: Any, args: dict[str, Any]) -> dict[str, t
         head, *path = key.split(".")
         if head in configs:  # compilation_config.cudagraph_capture_sizes
             where, value = head, configs[head]
-        else:  # the first config with a field of that name; VllmConfig's own fields last (optimization_level)
+        # the first config with a field of that name; VllmConfig's own fields last
+        # (optimization_level)
+        else:
             held = ((n, _attr(configs[n], head)) for n in order)
             own = ("vllm_config", _attr(vllm_config, head))
             where, value = next(((n, v) for n, v in held if v is not _MISSING), own)
@@ -166,13 +197,16 @@ def effective_engine_args(vllm_config: Any, args: dict[str, Any]) -> dict[str, t
 
 
 _MISSING = object()
-# where an engine argument's name is looked for first: a few names recur in sub-configs (max_model_len in
-# the scheduler's, model's and speculative config; quantization, enforce_eager in the speculative one)
+# where an engine argument's name is looked for first: a few names recur in sub-configs
+# (max_model_len in
+# the scheduler's, model's and speculative config; quantization, enforce_eager in the speculative
+# one)
 _FIRST = ("scheduler_config", "cache_config", "model_config", "parallel_config", "load_config")
 
 
 def _attr(obj: Any, name: str) -> Any:
-    """obj.name, or obj[name] in a mapping field (hf_overrides, inductor_compile_config); _MISSING if neither."""
+    """obj.name, or obj[name] in a mapping field (hf_overrides, inductor_compile_config); _MISSING
+    if neither."""
     if obj is _MISSING or obj is None:
         return _MISSING
     if isinstance(obj, dict):
@@ -184,7 +218,12 @@ def _attr(obj: Any, name: str) -> Any:
 
 
 # vLLM renames AWQ/GPTQ requests to the kernel it picks (config/model.py _verify_quantization)
-QUANT_ALIASES = {"awq": "auto_awq", "awq_marlin": "auto_awq", "gptq": "auto_gptq", "gptq_marlin": "auto_gptq"}
+QUANT_ALIASES = {
+    "awq": "auto_awq",
+    "awq_marlin": "auto_awq",
+    "gptq": "auto_gptq",
+    "gptq_marlin": "auto_gptq",
+}
 
 
 def compile_cache_knob(spec: Any, cache_dir: str | None) -> Knob | None:
@@ -196,11 +235,19 @@ def compile_cache_knob(spec: Any, cache_dir: str | None) -> Knob | None:
         why = "nothing compiled (enforce_eager) or vLLM's log names no cache folder"
         return _knob("compile_cache", spec.compile_cache, None, "unverified", why)
     took = str(Path(cache_dir).resolve()).startswith(want + "/")
-    return _knob("compile_cache", spec.compile_cache, cache_dir, "applied" if took else "ignored", "vLLM's log")
+    return _knob(
+        "compile_cache",
+        spec.compile_cache,
+        cache_dir,
+        "applied" if took else "ignored",
+        "vLLM's log",
+    )
 
 
 def _knob(name: str, requested: Any, effective: Any, status: str, evidence: str) -> Knob:
-    return Knob(name=name, requested=requested, effective=effective, status=status, evidence=evidence)
+    return Knob(
+        name=name, requested=requested, effective=effective, status=status, evidence=evidence
+    )
 
 
 def _quantization(spec: Any, f: VLLMFacts) -> Knob:
@@ -212,7 +259,9 @@ def _quantization(spec: Any, f: VLLMFacts) -> Knob:
     ok = f.quantization is not None and f.quantization in (want, spec.quantization)
     full = f" vs {f.unquantized_gib:.1f} GiB unquantized bf16" if f.unquantized_gib else ""
     ev = f"engine loaded {f.quantization}; weights {w} GiB" + full
-    return _knob("quantization", spec.quantization, f.quantization, "applied" if ok else "ignored", ev)
+    return _knob(
+        "quantization", spec.quantization, f.quantization, "applied" if ok else "ignored", ev
+    )
 
 
 def _prefix_caching(spec: Any, f: VLLMFacts, cached: int, prompt: int) -> Knob:
@@ -221,7 +270,11 @@ def _prefix_caching(spec: Any, f: VLLMFacts, cached: int, prompt: int) -> Knob:
     if want is None:
         status = "default"
     elif want:
-        status = "applied" if f.prefix_caching and cached > 0 else ("unverified" if f.prefix_caching else "ignored")
+        status = (
+            "applied"
+            if f.prefix_caching and cached > 0
+            else ("unverified" if f.prefix_caching else "ignored")
+        )
     else:
         status = "applied" if not f.prefix_caching and cached == 0 else "ignored"
     return _knob("enable_prefix_caching", want, f.prefix_caching, status, ev)
@@ -232,11 +285,18 @@ def _offload(spec: Any, f: VLLMFacts) -> Knob | None:
     if not asked:
         return None
     if w is None or full is None:
-        return _knob("cpu_offload_gb", asked, None, "unverified", "weight memory not reported by the engine")
+        return _knob(
+            "cpu_offload_gb", asked, None, "unverified", "weight memory not reported by the engine"
+        )
     expected = max(full - asked, 0)
     took = w <= full - 0.5 * asked  # at least half the asked amount left the GPU
-    ev = f"weights on GPU {w} GiB (full model {full:.1f} GiB, expected ~{expected:.1f}); model runner {f.model_runner}"
-    return _knob("cpu_offload_gb", asked, round(max(full - w, 0), 2), "applied" if took else "ignored", ev)
+    ev = (
+        f"weights on GPU {w} GiB (full model {full:.1f} GiB, expected ~{expected:.1f}); model "
+        f"runner {f.model_runner}"
+    )
+    return _knob(
+        "cpu_offload_gb", asked, round(max(full - w, 0), 2), "applied" if took else "ignored", ev
+    )
 
 
 def _swap_space(spec: Any, f: VLLMFacts) -> Knob | None:
@@ -250,7 +310,9 @@ def _swap_space(spec: Any, f: VLLMFacts) -> Knob | None:
 
 
 def _same(name: str, requested: Any, effective: Any, evidence: str) -> Knob:
-    return _knob(name, requested, effective, "applied" if requested == effective else "ignored", evidence)
+    return _knob(
+        name, requested, effective, "applied" if requested == effective else "ignored", evidence
+    )
 
 
 def vllm_knobs(spec: Any, load_format: str, f: VLLMFacts, cached: int, prompt: int) -> list[Knob]:
@@ -294,7 +356,8 @@ def vllm_knobs(spec: Any, load_format: str, f: VLLMFacts, cached: int, prompt: i
 
 
 def _verdict(requested: Any, effective: Any) -> tuple[str, str]:
-    """(status, a note on how they matched) for one engine argument and the value the engine holds."""
+    """(status, a note on how they matched) for one engine argument and the value the engine
+    holds."""
     if requested is None:
         return "default", "left to vLLM"
     if isinstance(effective, Enum) and isinstance(requested, str):
@@ -303,7 +366,11 @@ def _verdict(requested: Any, effective: Any) -> tuple[str, str]:
     req, eff = _plain(requested), _plain(effective)
     if req == eff:
         return "applied", ""
-    if isinstance(req, list) and isinstance(eff, list) and all(isinstance(x, (int, float, str)) for x in req + eff):
+    if (
+        isinstance(req, list)
+        and isinstance(eff, list)
+        and all(isinstance(x, (int, float, str)) for x in req + eff)
+    ):
         if set(req) == set(eff):
             return "applied", "the same values, in vLLM's order"
         if set(req) < set(eff):
@@ -312,7 +379,8 @@ def _verdict(requested: Any, effective: Any) -> tuple[str, str]:
 
 
 def _plain(v: Any) -> Any:
-    """A config value as results.json can hold it (paths as text, enums by name, tuples as lists)."""
+    """A config value as results.json can hold it (paths as text, enums by name, tuples as
+    lists)."""
     if isinstance(v, Enum):
         return v.name
     if isinstance(v, (list, tuple)):
@@ -324,22 +392,30 @@ def _plain(v: Any) -> Any:
     return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
 
 
-def engine_arg_knobs(engine_args: dict[str, Any], held: dict[str, tuple[str, Any]] | None) -> list[Knob]:
-    """One knob per engine_args key (nested mappings by dotted key), checked against what the engine holds
-    (`effective_engine_args`; None where it was not read back)."""
+def engine_arg_knobs(
+    engine_args: dict[str, Any], held: dict[str, tuple[str, Any]] | None
+) -> list[Knob]:
+    """One knob per engine_args key (nested mappings by dotted key), checked against what the engine
+    holds (`effective_engine_args`; None where it was not read back)."""
     knobs = []
     for key, requested in flat_dotted(engine_args).items():
         name = f"engine_args.{key}"
         if held is None or key not in held:
-            why = "not read back (a served engine)" if held is None else "not found in the engine's config"
+            why = (
+                "not read back (a served engine)"
+                if held is None
+                else "not found in the engine's config"
+            )
             knobs.append(_knob(name, requested, None, "unverified", why))
             continue
         where, effective = held[key]
         try:
             status, note = _verdict(requested, effective)
-        except Exception as e:  # evidence, not the result: a value that does not compare is unverified
+        # evidence, not the result: a value that does not compare is unverified
+        except Exception as e:
             status, note = "unverified", f"could not compare ({type(e).__name__})"
-        if where == "compilation_config":  # the engine core may still adjust CUDA-graph settings on its side
+        # the engine core may still adjust CUDA-graph settings on its side
+        if where == "compilation_config":
             where = "compilation_config, as the front end holds it"
         evidence = f"{where}; {note}" if note else where
         knobs.append(_knob(name, requested, _plain(effective), status, evidence))

@@ -1,8 +1,9 @@
-"""The recipe's `engine: kind: vllm` section (`VLLMSpec`): its fields and checks, and its mappings, all pure (no vLLM
-needed): onto `vllm.LLM(**kwargs)`, the engine process's environment, and the `vllm serve` command line of a `load:`
-recipe. Facts from vLLM 0.26.0's source: `python -m vllm.entrypoints.cli.main serve MODEL` takes the EngineArgs fields
-as `--kebab-case` flags (a bool as `--x`/`--no-x`, except the plain `store_true` flags in `_BARE_FLAGS`; lists
-`nargs="+"`; mappings as JSON); `POST /reset_prefix_cache` is mounted only with `VLLM_SERVER_DEV_MODE=1`."""
+"""The recipe's `engine: kind: vllm` section (`VLLMSpec`): its fields and checks, and its mappings,
+all pure (no vLLM needed): onto `vllm.LLM(**kwargs)`, the engine process's environment, and the
+`vllm serve` command line of a `load:` recipe. Facts from vLLM 0.26.0's source: `python -m
+vllm.entrypoints.cli.main serve MODEL` takes the EngineArgs fields as `--kebab-case` flags (a bool
+as `--x`/`--no-x`, except the plain `store_true` flags in `_BARE_FLAGS`; lists `nargs="+"`; mappings
+as JSON); `POST /reset_prefix_cache` is mounted only with `VLLM_SERVER_DEV_MODE=1`."""
 
 from __future__ import annotations
 
@@ -51,8 +52,12 @@ class VLLMSpec(EngineSpecBase):
         description="vLLM quantization method (`awq`, `gptq`, `fp8`, "
         "`bitsandbytes`, ...); default: what the checkpoint's config says.",
     )
-    enable_prefix_caching: bool | None = Field(None, description="Automatic prefix caching; default: vLLM's (on).")
-    cpu_offload_gb: float = Field(0, **_GIB, description="GiB of weights to keep in CPU memory (UVA offload).")
+    enable_prefix_caching: bool | None = Field(
+        None, description="Automatic prefix caching; default: vLLM's (on)."
+    )
+    cpu_offload_gb: float = Field(
+        0, **_GIB, description="GiB of weights to keep in CPU memory (UVA offload)."
+    )
     swap_space: float | None = Field(
         None,
         **_GIB,
@@ -60,50 +65,63 @@ class VLLMSpec(EngineSpecBase):
         "where the installed vLLM has no such argument).",
     )
     gpu_memory_utilization: float = Field(
-        0.9, gt=0, le=1, allow_inf_nan=False, description="Share of GPU memory vLLM may use, in (0, 1]."
+        0.9,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Share of GPU memory vLLM may use, in (0, 1].",
     )
-    enforce_eager: bool = Field(False, description="Skip CUDA graphs and torch.compile (faster start, slower decode).")
+    enforce_eager: bool = Field(
+        False, description="Skip CUDA graphs and torch.compile (faster start, slower decode)."
+    )
     max_model_len: PositiveInt | None = Field(
         None, le=MAX_TOKENS, description="Context length limit; default: the model's."
     )
-    tensor_parallel_size: PositiveInt = Field(1, le=1024, description="GPUs to shard the model over.")
+    tensor_parallel_size: PositiveInt = Field(
+        1, le=1024, description="GPUs to shard the model over."
+    )
     kv_cache_dtype: str = Field("auto", description="KV-cache dtype (`auto`, `fp8`, ...).")
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="Engine seed.")
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
-        description="Any other `vllm.EngineArgs` field, passed through; checked against the installed vLLM before "
-        "start, and each key (nested ones such as `compilation_config.cudagraph_capture_sizes` too) read back from "
-        "the engine's config after it starts: the report's knob table says applied, ignored or unverified.",
+        description="Any other `vllm.EngineArgs` field, passed through; checked against the "
+        "installed vLLM before start, and each key (nested ones such as "
+        "`compilation_config.cudagraph_capture_sizes` too) read back from the engine's config "
+        "after it starts: the report's knob table says applied, ignored or unverified.",
     )
     env: dict[str, str] = Field(
         default_factory=dict,
-        description='Environment variables for the engine process (e.g. `VLLM_USE_V2_MODEL_RUNNER: "0"`).',
+        description="Environment variables for the engine process (e.g. `VLLM_USE_V2_MODEL_RUNNER: "
+        '"0"`).',
     )
     compile_cache: str | None = Field(
         None,
-        description="A folder for vLLM's compile cache (VLLM_CACHE_ROOT, and TORCHINDUCTOR_CACHE_DIR below it; "
-        "relative to the recipe file): a later start of the same configuration, in another call or on another host "
-        "given the folder, loads the compiled graphs instead of compiling (a warm start; CUDA graphs are still "
-        "captured). Default: vLLM's own (~/.cache/vllm).",
+        description="A folder for vLLM's compile cache (VLLM_CACHE_ROOT, and "
+        "TORCHINDUCTOR_CACHE_DIR below it; relative to the recipe file): a later start of the same "
+        "configuration, in another call or on another host given the folder, loads the compiled "
+        "graphs instead of compiling (a warm start; CUDA graphs are still captured). Default: "
+        "vLLM's own (~/.cache/vllm).",
     )
     warmup: bool = Field(
         False,
-        description="At engine start, run one synthetic batch: as many prompts as the engine runs at once "
-        "(`max_num_seqs`), together about as long as its largest step (`max_num_batched_tokens`; at most 2,048 "
-        "tokens each), 2 output tokens each; the prefix cache is emptied after it. The first measured steps "
-        "then find the GPU memory allocator's cache and kernel choices warm. Offline runs only (a serving "
-        "run has `load.warmup_requests`).",
+        description="At engine start, run one synthetic batch: as many prompts as the engine runs "
+        "at once (`max_num_seqs`), together about as long as its largest step "
+        "(`max_num_batched_tokens`; at most 2,048 tokens each), 2 output tokens each; the prefix "
+        "cache is emptied after it. The first measured steps then find the GPU memory allocator's "
+        "cache and kernel choices warm. Offline runs only (a serving run has "
+        "`load.warmup_requests`).",
     )
 
     @field_validator("engine_args")
     @classmethod
     def _step_holds_the_sequences(cls, v: dict[str, Any]) -> dict[str, Any]:
-        """vLLM refuses to start when a step's tokens cannot hold one token of each sequence (its SchedulerConfig
-        check); found here instead of after the engine process started."""
+        """vLLM refuses to start when a step's tokens cannot hold one token of each sequence (its
+        SchedulerConfig check); found here instead of after the engine process started."""
         seqs, tokens = v.get("max_num_seqs"), v.get("max_num_batched_tokens")
         if isinstance(seqs, int) and isinstance(tokens, int) and tokens < seqs:
             raise ValueError(
-                f"max_num_batched_tokens ({tokens}) is below max_num_seqs ({seqs}); vLLM refuses to start: raise "
+                f"max_num_batched_tokens ({tokens}) is below max_num_seqs ({seqs}); vLLM refuses "
+                "to start: raise "
                 "max_num_batched_tokens or lower max_num_seqs"
             )
         return v
@@ -132,7 +150,11 @@ class VLLMSpec(EngineSpecBase):
 
     def llm_kwargs(self, model: ModelSpec) -> dict[str, Any]:
         """The recipe mapped onto `vllm.LLM(**kwargs)` (pure: no vLLM needed)."""
-        kw: dict[str, Any] = {"model": model.id, "tokenizer": model.tokenizer_id, "disable_log_stats": False}
+        kw: dict[str, Any] = {
+            "model": model.id,
+            "tokenizer": model.tokenizer_id,
+            "disable_log_stats": False,
+        }
         kw |= model.model_dump(include={"revision", "dtype", "load_format", "trust_remote_code"})
         kw |= self.model_dump(include=_LLM_FIELDS)
         kw |= {k: v for k, v in self.model_dump(include=_LLM_OPTIONAL).items() if v is not None}
@@ -144,15 +166,23 @@ class VLLMSpec(EngineSpecBase):
     def engine_env(self) -> dict[str, str]:
         env = {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
         if self.cpu_offload_gb > 0:
-            # vLLM 0.26's default V2 model runner accepts cpu_offload_gb and ignores it; V1 offloads.
+            # vLLM 0.26's default V2 model runner accepts cpu_offload_gb and ignores it; V1
+            # offloads.
             env["VLLM_USE_V2_MODEL_RUNNER"] = "0"
         if self.compile_cache:
-            env |= {"VLLM_CACHE_ROOT": self.compile_cache, "TORCHINDUCTOR_CACHE_DIR": f"{self.compile_cache}/inductor"}
+            env |= {
+                "VLLM_CACHE_ROOT": self.compile_cache,
+                "TORCHINDUCTOR_CACHE_DIR": f"{self.compile_cache}/inductor",
+            }
         return env | self.env
 
-    def server_command(self, model: ModelSpec, host: str, port: int) -> tuple[list[str], dict[str, str]]:
-        served, converted = gguf.vllm_model(model)  # a GGUF file is served from its safetensors copy
-        kwargs = {k: v for k, v in self.llm_kwargs(served).items() if k != "swap_space"}  # no such flag in 0.26
+    def server_command(
+        self, model: ModelSpec, host: str, port: int
+    ) -> tuple[list[str], dict[str, str]]:
+        # a GGUF file is served from its safetensors copy
+        served, converted = gguf.vllm_model(model)
+        # no such flag in 0.26
+        kwargs = {k: v for k, v in self.llm_kwargs(served).items() if k != "swap_space"}
         if converted:
             kwargs["served_model_name"] = model.id  # the name the load generator asks for
         cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(kwargs["model"])]
@@ -160,7 +190,9 @@ class VLLMSpec(EngineSpecBase):
             "VLLM_SERVER_DEV_MODE": "1"
         }
 
-    def served_evidence(self, model: ModelSpec, log: str, grown: dict[str, float], version: str) -> EngineInfo:
+    def served_evidence(
+        self, model: ModelSpec, log: str, grown: dict[str, float], version: str
+    ) -> EngineInfo:
         parsed = parse_engine_log(log)
         info = EngineInfo(self.kind, version, weights_gib=parsed.get("weights_gib"))
         info.kv_cache_tokens = parsed.get("kv_cache_tokens") or None
@@ -168,7 +200,9 @@ class VLLMSpec(EngineSpecBase):
         if facts is None:
             info.notes = ["the server's log has no engine config line: knobs not verified"]
             return info
-        hits, queries = (int(grown.get(f"vllm:prefix_cache_{n}_total") or 0) for n in ("hits", "queries"))
+        hits, queries = (
+            int(grown.get(f"vllm:prefix_cache_{n}_total") or 0) for n in ("hits", "queries")
+        )
         info.knobs = vllm_knobs(self, model.load_format, facts, hits, queries)
         return info
 
@@ -184,7 +218,8 @@ _BARE_FLAGS = {
 
 
 def cli_args(kwargs: dict[str, Any]) -> list[str]:
-    """EngineArgs-style kwargs -> vLLM CLI flags (`model` is the positional argument; None values left out)."""
+    """EngineArgs-style kwargs -> vLLM CLI flags (`model` is the positional argument; None values
+    left out)."""
     out: list[str] = []
     for k, v in kwargs.items():
         flag = "--" + k.replace("_", "-")
@@ -197,5 +232,6 @@ def cli_args(kwargs: dict[str, Any]) -> list[str]:
         elif isinstance(v, (list, tuple)):
             out += [flag, *(str(x) for x in v)]
         else:
-            out.append(f"{flag}={json.dumps(v) if isinstance(v, dict) else v}")  # `=`: a value may start with `-`
+            # `=`: a value may start with `-`
+            out.append(f"{flag}={json.dumps(v) if isinstance(v, dict) else v}")
     return out
