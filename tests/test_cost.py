@@ -315,7 +315,7 @@ def test_joules_and_dollars_per_1000_correct_answers_by_the_gates_metric():
 def test_the_summary_marks_a_run_whose_repeats_drifted():
     """Repeats that grow 10% each, in the order measured: the time cell says `drift +10.0%/repeat`
     and the legend says what it means; steady repeats carry no mark."""
-    from runner.report.summary import summary_markdown
+    from runner.report.summary import judged, summary_markdown
     from runner.results import RunResult, Timings
     from tests.wired import a_recipe
 
@@ -330,7 +330,9 @@ def test_the_summary_marks_a_run_whose_repeats_drifted():
         )
 
     md = summary_markdown(
-        [run("up", [1.0, 1.1, 1.21, 1.331, 1.4641]), run("flat", [1.2, 1.25, 1.18, 1.22, 1.2])]
+        judged(
+            [run("up", [1.0, 1.1, 1.21, 1.331, 1.4641]), run("flat", [1.2, 1.25, 1.18, 1.22, 1.2])]
+        )
     )
     rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ")}
     assert "drift +10.0%/repeat" in rows["up"] and "drift" not in rows["flat"]
@@ -340,7 +342,7 @@ def test_the_summary_marks_a_run_whose_repeats_drifted():
     two.repeats = [
         x.model_copy(update={"call": "c1" if x.index <= 3 else "c2"}) for x in two.repeats
     ]
-    md = summary_markdown([two])
+    md = summary_markdown(judged([two]))
     assert (
         "(2 calls)" in md
         and "`(N calls)`: the run's repeats were measured in N `runner go` calls" in md

@@ -330,7 +330,7 @@ def test_a_cpu_report_shows_cpu_figures_not_empty_gpu_columns(tmp_path, project_
 
 
 def test_charts_label_two_digits_use_a_linear_axis_when_they_can_and_need_two_points(tmp_path):
-    from runner.report.plots import accuracy_chart, scale_of, two_digits
+    from runner.report.plots import Accuracy, accuracy_chart, scale_of, two_digits
     from tests.test_report import result
 
     assert [two_digits(v) for v in (0.13, 6.93, 19.3, 1234.5)] == ["0.13", "6.9", "19", "1,234"]
@@ -338,7 +338,7 @@ def test_charts_label_two_digits_use_a_linear_axis_when_they_can_and_need_two_po
     one = [result("a", generate_s=2.0)]
     one[0].scores["exact_match"] = 0.5
     assert (
-        accuracy_chart(one, "exact_match", tmp_path / "a.png") is None
+        accuracy_chart(one, Accuracy("exact_match"), tmp_path / "a.png") is None
         and not (tmp_path / "a.png").exists()
     )
 

@@ -841,13 +841,12 @@ def test_the_summary_chart_plots_the_gates_metric_with_intervals_and_marks_gate_
     ]
     assert chart_metric(bare) == "char_f1"  # exact_match scored 0 everywhere: passed over
     seen = {}
-    monkeypatch.setattr(
-        plots, "accuracy_chart", lambda rs, metric, path, **kw: seen.update(metric=metric, **kw)
-    )
+    monkeypatch.setattr(plots, "accuracy_chart", lambda rs, a, path: seen.update(a=a))
     write_summary([base, worse], tmp_path)
-    assert seen["metric"] == "char_f1" and set(seen["failed"]) == {"worse"}
-    lo, hi = seen["score_ci"]["base"]
-    assert lo < 0.6 < hi and hi - lo < 0.1 and seen["score_ci"]["worse"] == (0.3, 0.3)
+    a = seen["a"]
+    assert a.metric == "char_f1" and set(a.failed) == {"worse"}
+    lo, hi = a.score_ci["base"]
+    assert lo < 0.6 < hi and hi - lo < 0.1 and a.score_ci["worse"] == (0.3, 0.3)
 
 
 def test_pareto_front():

@@ -25,7 +25,7 @@ def write_report(r, out: Path) -> Path:
 
 
 def summary_markdown(results, baseline=None, out: Path | None = None) -> str:
-    return summary.summary_markdown(results, baseline, out, summary_sections())
+    return summary.summary_markdown(summary.judged(results, baseline, out), summary_sections())
 
 
 def write_summary(results, out: Path, baseline=None) -> Path:

@@ -107,19 +107,27 @@ def pareto(points: list[tuple[float, float]]) -> list[int]:
     return pareto_front([(t, -s) for t, s in points])
 
 
-# more than five parameters: left for now (issue 40)
-def accuracy_chart(  # noqa: PLR0913
+@dataclass(frozen=True)
+class Accuracy:
+    """An accuracy chart's score, plotted against time, the runs their gate stopped
+    (drawn red) and each run's 95% interval of its score, by name."""
+
+    metric: str
+    failed: Collection[str] = ()
+    score_ci: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+
+def accuracy_chart(
     results: list[RunResult],
-    metric: str,
+    accuracy: Accuracy,
     path: Path,
     label: Callable[[RunResult], str] | None = None,
     title: str = "",
-    failed: Collection[str] = (),
-    score_ci: dict[str, tuple[float, float]] | None = None,
 ) -> Path | None:
-    """Score against generation time with each run's 95% interval of its time (and of its score,
-    from `score_ci` by run name), the Pareto front in green among the runs not `failed` by their
-    gate (drawn red); points named by `label` (default: run name)."""
+    """`accuracy`'s score against generation time with each run's 95% interval of its time (and of
+    its score, where `accuracy` has one), the Pareto front in green among the runs their gate did
+    not stop (drawn red); points named by `label` (default: run name)."""
+    metric, failed, score_ci = accuracy.metric, accuracy.failed, accuracy.score_ci
     rs = [
         r
         for r in results
@@ -131,7 +139,6 @@ def accuracy_chart(  # noqa: PLR0913
     ok = [i for i, r in enumerate(rs) if r.name not in failed]
     front = {ok[i] for i in pareto([pts[i] for i in ok])}
     fig, ax = pyplot().subplots(figsize=(7, 4.5))
-    score_ci = score_ci or {}
     for i, (r, (t, s)) in enumerate(zip(rs, pts, strict=True)):
         color = "#d62728" if r.name in failed else "#2ca02c" if i in front else "#7f7f7f"
         xerr, yerr = _err(t, _interval(r)), _err(s, score_ci.get(r.name))
@@ -188,27 +195,14 @@ def memory_chart(results: list[RunResult], path: Path) -> Path | None:
     return _save(fig, path)
 
 
-@dataclass(frozen=True)
-class Accuracy:
-    """A summary's accuracy chart: the score it plots against time, the runs their gate stopped
-    (drawn red) and each run's 95% interval of its score, by name."""
-
-    metric: str
-    failed: Collection[str] = ()
-    score_ci: dict[str, tuple[float, float]] = field(default_factory=dict)
-
-
 def write_charts(
     results: list[RunResult], base: RunResult | None, out: Path, accuracy: Accuracy | None = None
 ) -> list[Path]:
     """The time, accuracy (none without `accuracy`) and memory charts of a summary."""
-    out, a = Path(out), accuracy
+    out = Path(out)
     made = [
         time_chart(results, base, out / CHARTS["time"]),
-        a
-        and accuracy_chart(
-            results, a.metric, out / CHARTS["accuracy"], failed=a.failed, score_ci=a.score_ci
-        ),
+        accuracy and accuracy_chart(results, accuracy, out / CHARTS["accuracy"]),
         memory_chart(results, out / CHARTS["memory"]),
     ]
     return [p for p in made if p is not None]

@@ -566,27 +566,20 @@ class Judged:
     verdicts: dict[str, GateVerdict | str]
 
 
-def _judged(
-    results: Iterable[RunResult], baseline: str | None, out: Path | None, gate: GateSpec | None
+def judged(
+    results: Iterable[RunResult],
+    baseline: str | None = None,
+    out: Path | None = None,
+    gate: GateSpec | None = None,
 ) -> Judged:
+    """The runs of a summary, in its order, with the `baseline` named (or marked) and their gates
+    judged."""
     results = in_order(results)
     base = pick_baseline(results, baseline)
     return Judged(results, base, out, gate, gates(results, base, out, gate))
 
 
-# more than five parameters: left for now (issue 40)
-def summary_markdown(  # noqa: PLR0913
-    results: list[RunResult],
-    baseline: str | None = None,
-    out: Path | None = None,
-    extra: Sequence[Sections] = (),
-    gate: GateSpec | None = None,
-    title: str = "Summary",
-) -> str:
-    return _markdown(_judged(results, baseline, out, gate), extra, title)
-
-
-def _markdown(j: Judged, extra: Sequence[Sections], title: str) -> str:
+def summary_markdown(j: Judged, extra: Sequence[Sections] = (), title: str = "Summary") -> str:
     rs, base, out = j.results, j.base, j.out
     parts = (
         _overview(j, title)
@@ -742,14 +735,14 @@ def write_summary(
     extra: Sequence[Sections] = (),
     gate: GateSpec | None = None,
 ) -> Path:
-    j, accuracy = _judged(results, baseline, out, gate), None
+    j, accuracy = judged(results, baseline, out, gate), None
     if metric := chart_metric(j.results, gate):
         score_ci = {
             r.name: ci for r in j.results if (ci := score_interval(out, r, metric)) is not None
         }
         accuracy = Accuracy(metric, stopped_by_gate(j.verdicts), score_ci)
     charts = write_charts(j.results, j.base, out, accuracy)
-    text = _markdown(j, extra, "Summary")
+    text = summary_markdown(j, extra)
     if charts:
         text += "\n## Charts\n\n" + "\n\n".join(f"![{c.stem}]({c.name})" for c in charts) + "\n"
     write_text_atomic(Path(out) / SUMMARY, text)

@@ -21,9 +21,16 @@ from runner.base.format import cell, secs, short, table
 from runner.folder import SUMMARY, load_results, study_chart_path, study_summary_path
 from runner.recipe import GateSpec
 from runner.report.markdown import cost_figures
-from runner.report.plots import accuracy_chart, pyplot
+from runner.report.plots import Accuracy, accuracy_chart, pyplot
 from runner.report.spread import clear, examples, ratio_text, speedup, speedup_parts, time_cell
-from runner.report.summary import Sections, chart_metric, gates, stopped_by_gate, summary_markdown
+from runner.report.summary import (
+    Sections,
+    chart_metric,
+    gates,
+    judged,
+    stopped_by_gate,
+    summary_markdown,
+)
 from runner.results import RunResult
 
 # an axis the cell's variant has not got
@@ -552,9 +559,8 @@ def write_study_summaries(
             s, rs, c, None, x
         )
         base = baseline if any(c.name == baseline for c in cells) else None
-        text = summary_markdown(
-            cells, base, out, [section, *others], gate, title=f"Study {study}: every stored cell"
-        )
+        j = judged(cells, base, out, gate)
+        text = summary_markdown(j, [section, *others], f"Study {study}: every stored cell")
         write_text_atomic(path, text)
         paths.append(path)
     return paths
@@ -587,8 +593,7 @@ def write_study_charts(
         )
         red = "; red: stopped by its gate" if red_cells else ""
         title = f"{study}: {metric} against time (green: Pareto front{red})"
-        if (
-            chart := accuracy_chart(cells, metric, path, label=label, title=title, failed=red_cells)
-        ) is not None:
+        chart = accuracy_chart(cells, Accuracy(metric, red_cells), path, label=label, title=title)
+        if chart is not None:
             charts[study] = chart
     return charts

@@ -26,7 +26,7 @@ from runner.config.overrides import apply_overrides, parse_set
 from runner.folder import RunFolder, check_name, read_result
 from runner.orchestrate import Executor, Say, Wings, new_call, run_loaded
 from runner.recipe import LoadedRecipe
-from runner.report.plots import accuracy_chart
+from runner.report.plots import Accuracy, accuracy_chart
 from runner.report.summary import samples_by_id, score_interval
 from runner.results import RunResult
 from runner.run.job import RunOptions, make_unit
@@ -298,7 +298,7 @@ def _front_chart(t: Tune, cells: list[Cell]) -> str | None:
     title = f"{m} against time, every example (green: the front; red: failed the gate)"
     return (
         path.name
-        if accuracy_chart(runs, m, path, title=title, failed=failed, score_ci=score_ci)
+        if accuracy_chart(runs, Accuracy(m, failed, score_ci), path, title=title)
         else None
     )
 
