@@ -27,7 +27,7 @@ from runner.folder import RunFolder
 from runner.results import Prefix, ReplicaRun, RunResult, Sample, Timings
 from runner.run.isolate import LOG_MARK, failed_result, run_isolated
 from runner.run.job import Job, Unit, check_host
-from runner.run.result import Measured, engine_facts, merge_samples, run_result
+from runner.run.result import Failure, Measured, Output, engine_facts, merge_samples, run_result
 from runner.run.resume import load_partial
 
 
@@ -419,14 +419,7 @@ class _Call:
                     f" (and {len(bad) - 1} more of its replicas failed)" if len(bad) > 1 else ""
                 )
             res = run_result(
-                unit,
-                opts.command,
-                [],
-                engine_facts(r),
-                Measured(),
-                error=error,
-                hint=r.hint,
-                **facts,
+                unit, opts.command, Measured(), Failure(error, r.hint, engine_facts(r)), **facts
             )
         else:
             write_jsonl_atomic(folder.samples, [s.to_line() for s in samples])
@@ -462,7 +455,10 @@ class _Call:
             load_s=load_s, generate_s=gen_s, total_s=max(window("run_end", "total_s"), gen_s)
         )
         started = min(r.started_at for r in results)
-        m = Measured(timings, most("peak_gpu_gib"), most("baseline_gpu_gib"), False, started)
+        reused = sum(r.reused_samples for r in results)
+        m = Measured(
+            timings, most("peak_gpu_gib"), most("baseline_gpu_gib"), False, started, 0.0, reused
+        )
         every = [x for x in results[0].notes if all(x in r.notes for r in results)]
         notes = every + [
             f"replica {p.index + 1} of {n}: {x}"
@@ -488,19 +484,8 @@ class _Call:
         hit = sum(cached) / p_tok if cached and p_tok else None
         share = k * len(samples) / p_tok if p_tok else 0.0
         prefix = Prefix(shared_prefix_tokens=k, shared_prefix_share=share, hit_rate=hit)
-        reused = sum(r.reused_samples for r in results)
-        return run_result(
-            unit,
-            cmd,
-            samples,
-            engine,
-            m,
-            notes=notes,
-            reused=reused,
-            prefix=prefix,
-            engine_of=results[0].engine_of,
-            **facts,
-        )
+        out = Output(samples, engine, notes)
+        return run_result(unit, cmd, m, out, prefix=prefix, engine_of=results[0].engine_of, **facts)
 
 
 def where_it_ran(r: RunResult) -> list[str]:

@@ -28,7 +28,7 @@ from runner.base.nvml import used_gib, wait_for_release
 from runner.base.procs import kill_group
 from runner.results import RunResult, Timings
 from runner.run.job import Job, Unit
-from runner.run.result import Measured, failure_hint, run_result
+from runner.run.result import Failure, Measured, failure_hint, run_result
 
 LOG_MARK = "===== runner:"
 
@@ -36,7 +36,7 @@ LOG_MARK = "===== runner:"
 def failed_result(unit: Unit, error: str, hint: str | None, command: str) -> RunResult:
     """A recipe that ended before it could report (its engine's verdicts on an empty log)."""
     evidence = unit.loaded.recipe.engine.crash_evidence("")
-    return run_result(unit, command, [], evidence, Measured(), error=error, hint=hint)
+    return run_result(unit, command, Measured(), Failure(error, hint, evidence))
 
 
 def _start(job: Job) -> subprocess.Popen:
@@ -105,7 +105,7 @@ def _collect(
     # this run's part
     evidence = running.loaded.recipe.engine.crash_evidence(text.rsplit(LOG_MARK, 1)[-1])
     m = Measured(Timings(total_s=(time.time_ns() - since) / 1e9))  # a tune's budget counts it
-    res = run_result(running, job.options.command, [], evidence, m, error=why, hint=hint)
+    res = run_result(running, job.options.command, m, Failure(why, hint, evidence))
     folder.write(res)
     return [*out, res], tuple(u for u in pending if u is not running)
 

@@ -30,7 +30,16 @@ from runner.folder import load_samples
 from runner.inputs.context import context_length, truncate_left
 from runner.results import Repeat, RunResult, Sample, Timings
 from runner.run.job import Job, RunOptions, Unit
-from runner.run.result import Measured, failure_hint, make_sample, merge_samples, now, run_result
+from runner.run.result import (
+    Failure,
+    Measured,
+    Output,
+    failure_hint,
+    make_sample,
+    merge_samples,
+    now,
+    run_result,
+)
 from runner.run.resume import add_repeat, load_partial, load_repeats, start_partial
 from runner.run.trackers import parts, timed, untimed
 
@@ -208,9 +217,7 @@ class UnitRun:
                 error = f"{type(e).__name__}: {e}"
                 hint = failure_hint(error)
             m = Measured(Timings(total_s=time.perf_counter() - t_start), started_at=self.started)
-            self.result = run_result(
-                self.unit, self.opts.command, [], None, m, error=error, hint=hint
-            )
+            self.result = run_result(self.unit, self.opts.command, m, Failure(error, hint))
             self.folder.write(self.result)
 
     def _generate(self, index: int, shared: SharedEngine, progress_file: IO[str] | None) -> None:
@@ -318,12 +325,16 @@ class UnitRun:
         # with repeats an estimate scales the geomean
         per_example = self.per_example and len(reps) == 1
         peak, start_gib = shared.sampler.peak, shared.sampler.start_gib
-        first_at, reused_s = first.started_at, first.reused_s
-        m = Measured(timings, peak, start_gib, per_example, first_at, reused_s, peak_rss())
-        facts = dict(ids=ids, notes=notes, reused=first.reused_samples, engine_of=self.engine_of)
-        facts.update(repeats=reps, repeat_order=self.order())
+        first_at, reused = first.started_at, (first.reused_s, first.reused_samples)
+        m = Measured(timings, peak, start_gib, per_example, first_at, *reused, peak_rss())
         self.result = run_result(
-            self.unit, self.opts.command, self.samples, engine.info, m, **facts
+            self.unit,
+            self.opts.command,
+            m,
+            Output(self.samples, engine.info, notes, ids),
+            engine_of=self.engine_of,
+            repeats=reps,
+            repeat_order=self.order(),
         )
         self.folder.write(self.result)
 

@@ -82,9 +82,30 @@ class Measured:
     baseline_gpu_gib: float | None = None
     per_example: bool = False  # examples finished one by one: their wall times are real
     started_at: str = ""
-    # recorded wall time of the samples reused from an interrupted run (in generate_s)
+    # recorded wall time of the samples reused from an interrupted run (in generate_s), and how many
     reused_s: float = 0.0
+    reused_samples: int = 0
     peak_rss_gib: float | None = None  # the process's peak resident memory
+
+
+@dataclass(frozen=True)
+class Output:
+    """What a run that finished gave: its samples, its engine's facts, notes, and the prompts' token
+    ids (the shared prefix is counted on them)."""
+
+    samples: list[Sample]
+    engine: EngineInfo
+    notes: Sequence[str]
+    ids: list[list[int]] | None = None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How a run that failed ended: the error, a hint at the fix, what its engine's log shows."""
+
+    error: str
+    hint: str | None
+    engine: EngineInfo = field(default_factory=EngineInfo)
 
 
 def make_sample(
@@ -233,34 +254,27 @@ def energy_of(repeats: Sequence[Repeat], gpus: int, p_tok: int, o_tok: int) -> E
     )
 
 
-# more than five parameters: left for now (issue 40)
-def run_result(  # noqa: PLR0913
+def run_result(
     unit: Unit,
     command: str,
-    samples: list[Sample],
-    engine: EngineInfo | None,
     m: Measured,
-    *,
-    ids: list[list[int]] | None = None,
-    error: str | None = None,
-    hint: str | None = None,
-    notes: Sequence[str] = (),
-    reused: int = 0,
+    got: Output | Failure,
     env: dict[str, Any] | None = None,
     **facts: Any,
 ) -> RunResult:
-    """`ids`: the prompts' token ids (the shared prefix is counted on them); `env`: facts of where
-    it ran, beside the host's (`ray`); `facts`: RunResult fields only some runs have (engine_of,
-    serving, executor, replicas) or that they know better than the samples tell (prefix, tokens). A
-    result with an `error` is failed. A run of fewer examples than it stands for (an estimate) gets
-    the projection; a serving run never does."""
-    r, eng = unit.loaded.recipe, engine or EngineInfo()
+    """`env`: facts of where it ran, beside the host's (`ray`); `facts`: RunResult fields only some
+    runs have (engine_of, serving, executor, replicas) or that they know better than the samples
+    tell (prefix, tokens). A `Failure` makes a failed result. A run of fewer examples than it
+    stands for (an estimate) gets the projection; a serving run never does."""
+    r, fail = unit.loaded.recipe, got if isinstance(got, Failure) else None
+    out = got if isinstance(got, Output) else Output([], got.engine, ())
+    samples, eng, reused = out.samples, out.engine, m.reused_samples
     n, gen_s = len(samples), m.timings.generate_s or 0.0
     extra = {key: v for key, v in eng.extra.items() if key != "metrics"}
     env = {**environment(), **(env or {}), "inputs": unit.prepared.inputs, "engine_extra": extra}
     if eng.extra.get("metrics"):
         env["vllm_metrics"] = eng.extra["metrics"]
-    notes = list(dict.fromkeys([*notes, *eng.notes, *ignored_knob_notes(eng.knobs)]))
+    notes = list(dict.fromkeys([*out.notes, *eng.notes, *ignored_knob_notes(eng.knobs)]))
     if reused:
         was = (
             f"{reused} of {n} samples were reused from an earlier, interrupted run of the same "
@@ -275,43 +289,43 @@ def run_result(  # noqa: PLR0913
         notes.append(
             "trust_remote_code was ON: code shipped with the checkpoint was allowed to run."
         )
-    fields = _identity(unit, command, error, hint) | _counted(samples, eng, m, ids)
+    fields = _identity(unit, command, fail) | _counted(out, m)
     fields.update(n_samples=n, n_scored=sum(1 for s in samples if s.answers), knobs=list(eng.knobs))
     fields.update(timings=m.timings, scores=mean_scores(samples, list(r.metrics)), notes=notes)
-    fields.update(environment=env, started_at=m.started_at, finished_at=now())
-    fields["reused_samples"] = reused
+    fields.update(
+        environment=env, started_at=m.started_at, finished_at=now(), reused_samples=reused
+    )
     fields["engine"] = {k: getattr(eng, k) for k in ("name", "version", "device", "quantization")}
-    if error is None and "serving" not in facts and "replicas" not in facts:
+    alone = not fail and "serving" not in facts  # a serving run's figures are its own
+    if alone and "replicas" not in facts:
         reps, tok = facts.get("repeats") or [], fields["tokens"]
         fields["energy"] = energy_of(reps, eng.gpus, tok["prompt"], tok["output"])
-    if error is None and 0 < n < unit.prepared.n_target and "serving" not in facts:
+    if alone and 0 < n < unit.prepared.n_target and "serving" not in facts:
         fields["estimate"] = project_estimate(samples, gen_s, m.per_example, unit.prepared.n_target)
     return RunResult(**(fields | facts))
 
 
-def _identity(unit: Unit, command: str, error: str | None, hint: str | None) -> dict[str, Any]:
+def _identity(unit: Unit, command: str, fail: Failure | None) -> dict[str, Any]:
     """The fields that name the run: its recipe, where it came from, how it ended."""
     lr, r = unit.loaded, unit.loaded.recipe
     dummy = r.model.load_format == "dummy" or r.model.id.startswith("builtin:") or r.engine.fake
-    status = "failed" if error is not None else "ok"
     fields = dict(name=r.name, recipe=r, recipe_hash=r.digest(), recipe_path=lr.path, cell=lr.cell)
-    fields.update(command=command, status=status, error=error, hint=hint)
+    status = "failed" if fail else "ok"
+    fields.update(
+        command=command, status=status, error=fail and fail.error, hint=fail and fail.hint
+    )
     fields["scores_meaningful"] = not dummy
     return fields | dict(run_key=unit.run_key, n_dataset=unit.prepared.n_dataset, plan=unit.plan)
 
 
-def _counted(
-    samples: list[Sample],
-    eng: EngineInfo,
-    m: Measured,
-    ids: list[list[int]] | None,
-) -> dict[str, Any]:
+def _counted(out: Output, m: Measured) -> dict[str, Any]:
     """The parts of a result counted over its samples (tokens, throughput, latency, prefix) and its
     memory, as the nested parts' fields (checked by RunResult)."""
+    samples, eng = out.samples, out.engine
     n, gen_s = len(samples), m.timings.generate_s or 0.0
     p_tok, o_tok = sum(s.prompt_tokens for s in samples), sum(s.output_tokens for s in samples)
     cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
-    k, share = prefix_share(ids) if ids else (0, 0.0)
+    k, share = prefix_share(out.ids) if out.ids else (0, 0.0)
     hit = sum(cached) / p_tok if cached and p_tok else None
     rate = (lambda x: x / gen_s) if gen_s and n else (lambda x: None)
     latencies = [s.latency_s for s in samples]

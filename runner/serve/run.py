@@ -52,7 +52,7 @@ from runner.results import (
     Tokens,
 )
 from runner.run.job import RunOptions, Unit
-from runner.run.result import Measured, make_sample, mean_scores, now, run_result
+from runner.run.result import Failure, Measured, Output, make_sample, mean_scores, now, run_result
 from runner.serve.server import Server, ServerError, command, free_port
 
 CLIENT = Path("benchmarks", "lib", "endpoint_request_func.py")  # in the vllm package
@@ -431,8 +431,8 @@ class Sweep:
         tokens = Tokens(prompt=hp.prompt_tokens, output=hp.output_tokens, cached=hp.cached_tokens)
         timings = m.timings.model_copy(update={"generate_s": hp.wall_s, "gpu_busy": hp.gpu_busy})
         done = [s for x, s in zip(run.records, samples) if x.ok]
-        m, facts = replace(m, timings=timings), dict(serving=serving, tokens=tokens, prefix=prefix)
-        return run_result(self.unit, command, done, info, m, notes=notes, **facts)
+        m, out = replace(m, timings=timings), Output(done, info, notes)
+        return run_result(self.unit, command, m, out, serving=serving, tokens=tokens, prefix=prefix)
 
 
 def run_serving(unit: Unit, opts: RunOptions) -> RunResult:
@@ -448,9 +448,7 @@ def run_serving(unit: Unit, opts: RunOptions) -> RunResult:
             e.render(with_hint=False) if isinstance(e, RunnerError) else f"{type(e).__name__}: {e}"
         )
         m = Measured(Timings(total_s=time.perf_counter() - t_start), started_at=started)
-        res = run_result(
-            unit, opts.command, [], None, m, error=error, hint=getattr(e, "hint", None)
-        )
+        res = run_result(unit, opts.command, m, Failure(error, getattr(e, "hint", None)))
     folder.write(res)
     return res
 
