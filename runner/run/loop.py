@@ -325,8 +325,16 @@ class UnitRun:
         # with repeats an estimate scales the geomean
         per_example = self.per_example and len(reps) == 1
         peak, start_gib = shared.sampler.peak, shared.sampler.start_gib
-        first_at, reused = first.started_at, (first.reused_s, first.reused_samples)
-        m = Measured(timings, peak, start_gib, per_example, first_at, *reused, peak_rss())
+        reused = dict(reused_s=first.reused_s, reused_samples=first.reused_samples)
+        m = Measured(
+            timings,
+            peak,
+            start_gib,
+            per_example,
+            first.started_at,
+            **reused,
+            peak_rss_gib=peak_rss(),
+        )
         self.result = run_result(
             self.unit,
             self.opts.command,
