@@ -19,12 +19,13 @@ def cell_job(
     """The recipe (or study cell `only`) and its job: `llm_kwargs`, `env`, `sampling`
     (SamplingParams keyword arguments) and `prompts` (token ids, rendered and encoded as `runner go`
     does)."""
-    from runner.cli.loading import load_all
+    from runner.config.calls import Asked, load_all
     from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
     from runner.engines.vllm import sampling_params_kwargs
     from runner.inputs.prepare import prepare
+    from runner.wings import studies
 
-    loaded = load_all((recipe,), tuple(sets), tuple(model_paths), only)
+    loaded = load_all((recipe,), Asked(tuple(sets), tuple(model_paths), only), studies=studies)
     lr = next(x for x in loaded if only is None or x.recipe.name == only)
     r = lr.recipe
     tok = load_tokenizer(r.model)

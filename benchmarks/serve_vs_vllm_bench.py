@@ -34,11 +34,13 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runner.cli.loading import load_all  # noqa: E402  (the project root is put on the path above)
+# the project root is put on the path above
+from runner.config.calls import Asked, load_all  # noqa: E402
 from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template  # noqa: E402
 from runner.inputs.prepare import prepare  # noqa: E402
 from runner.serve.run import Target, rate_point, run_rate  # noqa: E402
 from runner.serve.server import Server, command, free_port  # noqa: E402
+from runner.wings import studies  # noqa: E402
 
 KEYS = ("ttft_p50_ms", "tpot_p50_ms", "request_throughput")
 
@@ -130,7 +132,8 @@ def main() -> int:
     a = ap.parse_args()
     work = Path(a.out).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    lr = load_all((a.recipe,), tuple(a.sets), tuple(a.model_path), a.only)[0]
+    asked = Asked(tuple(a.sets), tuple(a.model_path), a.only)
+    lr = load_all((a.recipe,), asked, studies=studies)[0]
     r, tok = lr.recipe, load_tokenizer(lr.recipe.model)
     texts, ids = encode_prompts(
         tok, list(prepare(lr).messages), uses_chat_template(tok, r.prompt.chat_template)

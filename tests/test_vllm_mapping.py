@@ -134,12 +134,12 @@ def test_parent_never_imports_engine_libraries():
     root = Path(__file__).resolve().parents[1]
     code = (
         "import sys\n"
-        "from runner.config.calls import load_all\n"
+        "from runner.config.calls import Asked, load_all\n"
         "from runner.run.job import make_unit\n"
         "from runner.run.job import RunOptions\n"
         "import runner.run.isolate, runner.report.markdown, runner.cli.inspect, runner.cli.go\n"
         "[make_unit(lr, RunOptions(out='.')) for lr in "
-        f"load_all(({str(root / 'recipes' / 'demo.yaml')!r},), ())]\n"
+        f"load_all(({str(root / 'recipes' / 'demo.yaml')!r},), Asked((), (), None))]\n"
         "print(sorted(m for m in ('torch', 'vllm', 'transformers') if m in sys.modules))"
     )
     out = subprocess.run(

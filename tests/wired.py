@@ -13,7 +13,7 @@ from runner.wings import report_sections, studies, summary_sections
 def load_all(paths, sets=(), model_paths=(), only=None, **kw):
     """The recipes of the named files as the CLI loads them (a study's cells through the study
     wing)."""
-    return calls.load_all(paths, sets, model_paths, only, studies=studies, **kw)
+    return calls.load_all(paths, calls.Asked(sets, model_paths, only), studies=studies, **kw)
 
 
 def report_markdown(r, samples, out: Path | None = None) -> str:

@@ -14,7 +14,7 @@ import click
 from runner.base.errors import RunnerError
 from runner.cli.app import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard
 from runner.cli.loading import IN_PROCESS, NO_PROGRESS, overrides, price
-from runner.config.calls import load_all
+from runner.config.calls import Asked, load_all
 from runner.orchestrate import Executor, Interrupted, new_call, run_loaded
 from runner.recipe import MAX_REPEAT, MAX_TIMEOUT_S
 from runner.run.job import RunOptions
@@ -140,7 +140,7 @@ def go(paths, out, only, sets, model_paths, executor, address, replicas, in_proc
             sets = (*sets, f"{key}={value}")
     if (price := run.pop("usd_per_gpu_hour")) is not None:
         sets = (*sets, f"cost.usd_per_gpu_hour={price}")
-    loaded = load_all(paths, sets, model_paths, only, studies=studies)
+    loaded = load_all(paths, Asked(sets, model_paths, only), studies=studies)
     ex.check_recipes(loaded)
     names = [lr.recipe.name for lr in loaded]
     if (baseline := run["baseline"]) and baseline not in names:

@@ -11,7 +11,7 @@ import click
 from runner.base.errors import RunnerError
 from runner.cli.app import UserError, cli, guard
 from runner.cli.loading import ONLY_HELP, overrides, price
-from runner.config.calls import check_model_paths, expand_paths, load_all
+from runner.config.calls import Asked, check_model_paths, expand_paths, load_all
 from runner.recipe import GateSpec
 from runner.results import RunResult
 from runner.wings import recipe_schema, studies
@@ -31,11 +31,10 @@ def check(paths, sets, model_paths, only, no_tokens):
     # a study shows the first prompt of each distinct prompt setting once
     shown: set[tuple[str, str]] = set()
     files, errors, names, every = expand_paths(paths), [], {}, []
+    asked = Asked(sets, model_paths, only)
     for f in files:  # each file to its first error; the others are still checked
         try:
-            for lr in load_all(
-                (str(f),), sets, model_paths, only, none_ok=True, unused_ok=True, studies=studies
-            ):
+            for lr in load_all((str(f),), asked, none_ok=True, unused_ok=True, studies=studies):
                 every.append(lr)
                 if lr.recipe.name in names:
                     why = (
@@ -50,7 +49,7 @@ def check(paths, sets, model_paths, only, no_tokens):
             errors.append(e.render())
     if only is not None and not names and not errors:
         # raises: --only matches no recipe (and lists them)
-        load_all(paths, sets, model_paths, only, studies=studies)
+        load_all(paths, asked, studies=studies)
     if not errors:
         check_model_paths(model_paths, every)
     if errors:
@@ -156,7 +155,7 @@ def plan(paths, gpu, as_json, sets, model_paths, only):  # noqa: PLR0913
 
     target, fallback = pick_gpu(gpu)
     plans = []
-    for lr in load_all(paths, sets, model_paths, only, studies=studies):
+    for lr in load_all(paths, Asked(sets, model_paths, only), studies=studies):
         check_model(lr, weights=False)
         config = check_config(lr)  # before the tokenizer, which reads config.json too
         r = lr.recipe
@@ -165,11 +164,7 @@ def plan(paths, gpu, as_json, sets, model_paths, only):  # noqa: PLR0913
             _, ids = count_prompts(r.model, list(prepared.messages), r.prompt.chat_template)
         except RunnerError as e:
             raise RunnerError(e.message, file=lr.path, field=e.field, hint=e.hint) from None
-        plans.append(
-            plan_recipe(lr, prepared, ids, target, layout=True, config=config).model_dump(
-                mode="json"
-            )
-        )
+        plans.append(plan_recipe(lr, prepared, ids, target, config).model_dump(mode="json"))
     if fallback and any(p["gpu"] for p in plans):
         click.echo(
             f"no GPU on this machine: planning for the {target.name} (--gpu NAME picks another)",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import glob
+from dataclasses import dataclass
 from pathlib import Path
 
 from runner.base.errors import RunnerError
@@ -50,12 +51,19 @@ def parse_model_paths(items: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-# more than five parameters: left for now (issue 40)
-def load_all(  # noqa: PLR0913
+@dataclass(frozen=True)
+class Asked:
+    """What one call asks of every recipe it loads: its --set items, --model-path mappings
+    (HUB_ID=PATH, as typed) and --only pattern (None: every recipe)."""
+
+    sets: tuple[str, ...]
+    model_paths: tuple[str, ...]
+    only: str | None
+
+
+def load_all(
     paths: tuple[str, ...],
-    sets: tuple[str, ...],
-    model_paths: tuple[str, ...] = (),
-    only: str | None = None,
+    asked: Asked,
     none_ok: bool = False,
     unused_ok: bool = False,
     *,
@@ -65,7 +73,7 @@ def load_all(  # noqa: PLR0913
     --only may match none of these files' recipes) and for --model-path mappings that map nothing
     (`unused_ok`: the caller checks them over several calls, see `check_model_paths`); `studies`
     expands a study file's cells (runner/wings.py's)."""
-    mp = parse_model_paths(model_paths)
+    only, mp = asked.only, parse_model_paths(asked.model_paths)
     patterns = [p.strip() for p in (only or "").split(",") if p.strip()]
     keep = (
         (lambda name: any(fnmatch.fnmatchcase(name, p) for p in patterns))
@@ -76,7 +84,7 @@ def load_all(  # noqa: PLR0913
     files = expand_paths(paths)
     # with --only, the recipes it leaves out are not validated (nor checked against --set)
     for p in files:
-        loaded += load_recipes(p, list(sets), model_paths=mp, keep=keep, studies=studies)
+        loaded += load_recipes(p, list(asked.sets), model_paths=mp, keep=keep, studies=studies)
     if only is not None and not loaded and not none_ok:
         every = [
             lr.recipe.name
@@ -89,15 +97,11 @@ def load_all(  # noqa: PLR0913
     for lr in loaded:
         n = check_name(lr.recipe.name, lr.path)
         if n in names:
-            why = (
-                f"two recipes are named {n!r}: {names[n]} and {lr.path}; names must be unique "
-                "in "
-                "one call"
-            )
-            raise RunnerError(why + " (they name the report folders)", field="name")
+            why = f"two recipes are named {n!r}: {names[n]} and {lr.path}; names must be unique in"
+            raise RunnerError(why + " one call (they name the report folders)", field="name")
         names[n] = lr.path
     if not unused_ok and (only is None or loaded):
-        check_model_paths(model_paths, loaded)
+        check_model_paths(asked.model_paths, loaded)
     return loaded
 
 

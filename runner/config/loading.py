@@ -8,7 +8,7 @@
 - `load_recipes`: every experiment a file holds: one LoadedRecipe for a recipe, none for a base-only
   file (`abstract: true`), one per cell of a study file (`matrix`/`variants`), whose cells the
   caller's `studies` expands (runner/wings.py hands in the study wing's, which uses
-  `read_recipe_file`, `locator` and `finish` from here for each cell); without one, a study file is
+  `read_recipe_file` and `finish` from here for each cell); without one, a study file is
   an error."""
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from pydantic import BaseModel, ValidationError
 from runner.base.dotted import overlaps
 from runner.base.errors import RecipeError
 from runner.config.merge import Source, with_bases
-from runner.config.overrides import apply_overrides, model_classes, parse_set
+from runner.config.overrides import apply_overrides, model_classes
 from runner.config.yamlfile import line_of, read_yaml
 from runner.engines import ENGINE_KINDS, ENGINES, spec_class
-from runner.recipe import LoadedRecipe, Recipe, StudyCell
+from runner.recipe import LoadedRecipe, Recipe
 
 Locate = Callable[[tuple, str], str]
 Keep = Callable[[str], bool]  # --only: the names of the experiments to load
@@ -217,25 +217,24 @@ def error_lines(errs: list, data: Any, sets: dict[str, str], locate: Locate) -> 
     return lines
 
 
-# more than five parameters: left for now (issue 40)
-def finish(  # noqa: PLR0913
+def finish(
     f: RecipeFile,
-    data: dict,
     overrides: list[str],
     mp: Mapping[str, str],
-    locate: Locate,
+    origins: tuple = (),
     title: str = "invalid recipe",
-    hint: str | None = None,
-    cell: StudyCell | None = None,
 ) -> LoadedRecipe:
-    """The recipe data with the call's overrides, validated, as a LoadedRecipe (`cell`: its place in
-    its study)."""
-    where = str(f.path)
+    """The file's recipe data (a study hands in each cell as a file, with the `origins` of its
+    settings, see `locator`) with the call's overrides, validated, as a LoadedRecipe (the study sets
+    its `cell`). Without a `name`, the error's hint says what a file of shared settings needs."""
+    where, data = str(f.path), f.data
+    hint = "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
+    hint = None if "name" in data else hint
     sets, extra = apply_overrides(data, overrides, mp, where)
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as e:
-        lines = error_lines(e.errors(), data, sets, locate)
+        lines = error_lines(e.errors(), data, sets, locator(f.sources, sets, origins))
         raise RecipeError(title + "\n" + "\n".join(lines), file=where, hint=hint) from None
     base_dir = f.path.resolve().parent
     named = (("id", recipe.model.id), ("tokenizer", recipe.model.tokenizer))
@@ -256,7 +255,6 @@ def finish(  # noqa: PLR0913
         path=str(f.path.resolve()),
         base_dir=str(base_dir),
         overrides=[*overrides, *extra],
-        cell=cell,
     )
 
 
@@ -293,19 +291,7 @@ def load_file(
     if f.keys.get("abstract"):
         check_abstract(f)
         return []
-    overrides = list(overrides or [])
-    hint = "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
-    locate = locator(f.sources, parse_set(overrides))
-    return [
-        finish(
-            f,
-            f.data,
-            overrides,
-            dict(model_paths or {}),
-            locate,
-            hint=None if "name" in f.data else hint,
-        )
-    ]
+    return [finish(f, list(overrides or []), dict(model_paths or {}))]
 
 
 Studies = Callable[["RecipeFile", list[str], Mapping[str, str], "Keep | None"], list[LoadedRecipe]]

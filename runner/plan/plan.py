@@ -312,29 +312,26 @@ def check_config(lr: LoadedRecipe) -> dict[str, Any]:
     return config
 
 
-# more than five parameters: left for now (issue 40)
-def plan_recipe(  # noqa: PLR0913
+def plan_recipe(
     lr: LoadedRecipe,
-    prepared: Prepared,
+    prepared: Prepared | None,
     ids: list[list[int]],
     gpu: GPU | None,
-    layout=False,
-    config=None,
+    config: dict,
 ) -> Plan:
-    """`ids`: the prompts' token ids in engine order; `gpu`: None plans for the CPU; `layout`: with
-    the template layout advice. vLLM on a GPU gets the whole plan; any other engine, or the CPU,
-    what applies to it."""
+    """`prepared`: the examples, for the template layout advice (None: without it); `ids`: the
+    prompts' token ids in engine order; `gpu`: None plans for the CPU. vLLM on a GPU gets the whole
+    plan; any other engine, or the CPU, what applies to it."""
     r = lr.recipe
     settings = r.engine.plan_settings(r.model)
     device, cpu_dtype = settings.pop("device", None), settings.pop("cpu_dtype", None)
-    config = config or check_config(lr)
     p, s = Prompts(r.name, ids, r.sampling.max_tokens), Settings(**settings)
     if gpu is None or device == "cpu" or not r.engine.kv_pool:
         on = None if gpu is None or device == "cpu" else gpu
         dtype = (on is None and cpu_dtype) or s.dtype
         s = replace(s, dtype=dtype, max_model_len=context_length(lr))
         return tokens_plan(p, config, on, s, _not_planned(r.engine, on, gpu))
-    inputs = _once("layout", ids, (), lambda: _layout(lr, prepared, ids)) if layout else None
+    inputs = prepared and _once("layout", ids, (), lambda: _layout(lr, prepared, ids))
     return make_plan(replace(p, layout=inputs), config, gpu, s)
 
 
@@ -398,7 +395,7 @@ def plan_for_run(lr: LoadedRecipe, prepared: Prepared) -> dict[str, Any] | None:
         _, ids = count_prompts(r.model, list(prepared.messages), r.prompt.chat_template)
         if r.prompt.truncate:
             ids = truncate_left(ids, context_length(lr), r.sampling.max_tokens)[0]
-        return plan_recipe(lr, prepared, ids, gpu).model_dump(mode="json")
+        return plan_recipe(lr, None, ids, gpu, check_config(lr)).model_dump(mode="json")
     except Exception as e:  # a prediction is evidence, never a reason to fail the run
         return {"error": f"{type(e).__name__}: {e}"}
 

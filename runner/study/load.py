@@ -43,7 +43,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -58,7 +58,6 @@ from runner.config.loading import (
     check_abstract,
     finish,
     load_recipes,
-    locator,
     read_recipe_file,
 )
 from runner.config.overrides import KeyProblem, key_target, parse_set
@@ -567,8 +566,8 @@ def study_file(
             axes=report and report.model_dump(),
             index=index,
         )
-        at = locator(f.sources, sets, c.origins)
-        loaded.append(finish(f, c.data, overrides, mp, at, title=title, cell=cell))
+        lr = finish(replace(f, data=c.data), overrides, mp, c.origins, title)
+        loaded.append(lr.model_copy(update={"cell": cell}))
     return Study("study", g.all_axes, report, tuple(loaded))
 
 

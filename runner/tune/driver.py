@@ -20,7 +20,7 @@ from runner.base.dotted import overlaps, set_dotted
 from runner.base.errors import RecipeError, RunnerError
 from runner.base.files import write_text_atomic
 from runner.base.format import secs, table
-from runner.config.calls import check_model_paths, load_all, parse_model_paths
+from runner.config.calls import Asked, check_model_paths, load_all, parse_model_paths
 from runner.config.loading import RecipeFile, Studies, load_file, read_recipe_file
 from runner.config.overrides import apply_overrides, parse_set
 from runner.folder import RunFolder, check_name, read_result
@@ -436,9 +436,7 @@ def _as_written(t: Tune, wiring: Wiring) -> list[LoadedRecipe]:
     if t.cell is None:
         return [t.load({}, t.name, r)]
     sets = (*t.call.sets, f"repeat={r}", f"interleave={t.spec.confirm.interleave}")
-    only = ",".join([t.cell, *t.hand])
-    loaded = load_all(
-        (str(t.call.path),), sets, t.call.model_paths, only, unused_ok=True, studies=wiring.studies
-    )
+    asked = Asked(sets, t.call.model_paths, ",".join([t.cell, *t.hand]))
+    loaded = load_all((str(t.call.path),), asked, unused_ok=True, studies=wiring.studies)
     by = {lr.recipe.name: lr for lr in loaded}
     return [by[t.cell], *(by[h] for h in t.hand)]
