@@ -101,6 +101,53 @@ class Timings(_M):
     )
 
 
+class Stages(_M):
+    """Where the run's wall time went (s), each stage timed where it happens, summed over the run's
+    repeats (and the process and engine starts, warm-ups before each); `other_s` is the wall time
+    no stage names. report.md, summary.md and the charts are written after results.json, by the
+    call: not in it."""
+
+    wall_s: float = Field(
+        0.0,
+        description="The run's wall time: input preparation, the process start, then each of its "
+        "generations from its start until its repeat is recorded.",
+    )
+    prepare_s: float = Field(
+        0.0,
+        description="Loading the data, rendering the prompts and the checks (in `runner go`'s "
+        "process, before anything runs).",
+    )
+    process_s: float = Field(
+        0.0, description="The worker process: started until it is ready (0: in the caller's)."
+    )
+    start_s: float = Field(
+        0.0,
+        description="Engine start as this process timed it (the engine's own account: "
+        "`timings.load_s`).",
+    )
+    warmup_s: float = Field(0.0, description="The warm-up generations.")
+    tokenize_s: float = Field(0.0, description="Encoding the prompts, every generation.")
+    generate_s: float = Field(
+        0.0, description="The repeats' generate calls, until the engine returns."
+    )
+    sink_s: float = Field(
+        0.0,
+        description="Scoring each finished generation and appending it to the partial samples "
+        "file: done while the engine generates, so it overlaps `generate_s` and `warmup_s` and "
+        "is not subtracted from `other_s`.",
+    )
+    write_s: float = Field(
+        0.0, description="Writing samples.jsonl (later repeats: their outputs compared with it)."
+    )
+    other_s: float = Field(0.0, description="`wall_s` less the stages above but `sink_s`.")
+
+    @classmethod
+    def of(cls, seconds: dict[str, float]) -> Stages:
+        """The stages from their seconds; `other_s`: the wall time they leave."""
+        named = sum(v for k, v in seconds.items() if k not in ("wall_s", "sink_s"))
+        return cls(**{**seconds, "other_s": seconds.get("wall_s", 0.0) - named})
+
+
 class Tokens(_M):
     prompt: int = 0
     output: int = 0
@@ -376,6 +423,9 @@ class Repeat(_M):
         None, description="GPU energy of this generation (J; see Energy)."
     )
     energy_s: Seconds | None = Field(None, description="The window the energy was read over (s).")
+    stages: Stages | None = Field(
+        None, description="Where its wall time went, with what came before it since the last."
+    )
 
 
 FLAT_CELL = {
@@ -466,6 +516,11 @@ class RunResult(_M):
         description="How the repeats were ordered: `interleaved` (taking turns with other recipes "
         "on one engine), `interleaved with restarts` (taking turns, a fresh engine each turn), "
         "`back to back`, or null for one run.",
+    )
+    stages: Stages | None = Field(
+        None,
+        description="Where the run's wall time went, summed over its repeats; null: a failed, "
+        "serving or Ray run, or a repeat stored before stages were recorded.",
     )
     engine_of: str | None = Field(
         None,

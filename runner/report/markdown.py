@@ -160,7 +160,7 @@ def _time_section(r: RunResult) -> list[str]:
     if e := r.estimate:
         when = f"~{secs(e.projected_s)} ({_interval(e)}) from {e.n_measured} examples."
         parts += ["", f"Projected full-dataset generation (**estimate**): {when}"]
-    return parts + _repeats_section(r) + _start_section(r) + _energy_section(r)
+    return parts + _repeats_section(r) + _start_section(r) + _stages_section(r) + _energy_section(r)
 
 
 def _start_section(r: RunResult) -> list[str]:
@@ -211,6 +211,35 @@ def _start_section(r: RunResult) -> list[str]:
     note += "start, memory profiling, KV-cache allocation)."
     note += f" Compile cache: {', '.join(f'`{c}`' for c in caches)}." if caches else ""
     return ["", "### Engine start", "", note, "", table(rows, head)]
+
+
+STAGES = {
+    "prepare_s": "input preparation",
+    "process_s": "process start",
+    "start_s": "engine start",
+    "warmup_s": "warm-up",
+    "tokenize_s": "tokenizing",
+    "generate_s": "generation",
+    "sink_s": "scoring and appending (during generation)",
+    "write_s": "writing samples",
+    "other_s": "other",
+    "wall_s": "wall time",
+}
+
+
+def _stages_section(r: RunResult) -> list[str]:
+    """Where the run's wall time went, stage by stage (runs that recorded it)."""
+    if (s := r.stages) is None:
+        return []
+    share = lambda v: f"{v / s.wall_s:.0%}" if s.wall_s else "–"
+    rows = [[what, secs(v := getattr(s, k)), share(v)] for k, what in STAGES.items()]
+    note = (
+        "Each stage timed where it happens, over every repeat; scoring and appending run while the "
+        "engine generates (part of generation, not of the sum). report.md, summary.md and the "
+        "charts are written after results.json: not counted."
+    )
+    head = ["stage", "seconds", "share of the wall time"]
+    return ["", "### Where the time went", "", note, "", table(rows, head)]
 
 
 def priced(r: RunResult, usd_per_gpu_hour: float | None) -> RunResult:

@@ -44,7 +44,7 @@ def _start(job: Job) -> subprocess.Popen:
     env["PYTHONPATH"] = (
         str(Path(__file__).resolve().parents[2]) + os.pathsep + env.get("PYTHONPATH", "")
     )
-    cmd = [sys.executable, "-m", "runner.run.isolate"]
+    cmd, job = [sys.executable, "-m", "runner.run.isolate"], replace(job, spawned_at=time.time())
     proc = subprocess.Popen(cmd, start_new_session=True, env=env, stdin=subprocess.PIPE)
     try:
         assert proc.stdin is not None
@@ -201,6 +201,7 @@ def main() -> int:
         print(f"runner worker pid {os.getpid()} (process group {os.getpgrp()})", flush=True)
 
     shared = SharedEngine(job.units[0])
+    shared.stages["process_s"] = time.time() - job.spawned_at
     try:
         # each recipe's result is in its results.json
         run_rounds(job, shared, progress, before=to_log)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ class Unit:
     run_key: str
     # what `runner plan` predicted for it, made in the parent (JSON)
     plan: dict[str, Any] | None = None
+    prepare_s: float = 0.0  # make_unit's time: the data loaded, the prompts rendered, the checks
 
     @property
     def name(self) -> str:
@@ -73,6 +75,7 @@ class Job:
     rounds: tuple[int, ...] | None = None
     # one turn of an interleaving with engine restarts (the other turns in other jobs)
     restarts: bool = False
+    spawned_at: float | None = None  # time.time() when its worker process was asked to start
 
     def timeout_s(self) -> float | None:
         """The sum of the units' timeouts (each its recipe's, else the call's); none if any has
@@ -87,15 +90,15 @@ def make_unit(lr: LoadedRecipe, opts: RunOptions, host: bool = True, library: bo
     checks); False where the recipe runs elsewhere (`--executor ray`: the worker checks them, see
     `check_host`). `library`: False where the caller checks the engine's library itself (`runner
     go`: a missing one fails that recipe only)."""
+    t0 = time.perf_counter()
     prepared = prepare(lr, opts.limit, opts.estimate)
     check_model(lr, host=host)
     check_context(lr, prepared.examples, prepared.messages)
     check_engine_examples(lr, prepared.examples)
     if host and library:
         check_library(lr)
-    return Unit(
-        lr, prepared, run_key(lr.recipe.canonical(), prepared.inputs, opts.limit, opts.estimate)
-    )
+    key = run_key(lr.recipe.canonical(), prepared.inputs, opts.limit, opts.estimate)
+    return Unit(lr, prepared, key, prepare_s=time.perf_counter() - t0)
 
 
 def engine_key(lr: LoadedRecipe) -> str:

@@ -16,6 +16,7 @@ import os
 import sys
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack, nullcontext
 from typing import IO
@@ -28,7 +29,7 @@ from runner.base.stats import geomean_interval, percentile
 from runner.base.types import Engine, Generation, Request
 from runner.folder import load_samples
 from runner.inputs.context import context_length, truncate_left
-from runner.results import Repeat, RunResult, Sample, Timings
+from runner.results import Repeat, RunResult, Sample, Stages, Timings
 from runner.run.job import Job, RunOptions, Unit
 from runner.run.result import (
     Failure,
@@ -41,7 +42,7 @@ from runner.run.result import (
     run_result,
 )
 from runner.run.resume import add_repeat, load_partial, load_repeats, start_partial
-from runner.run.trackers import parts, timed, untimed
+from runner.run.trackers import Stage, parts, timed, untimed
 
 
 class SharedEngine:
@@ -58,6 +59,8 @@ class SharedEngine:
         )
         self.unclaimed_start = False  # the engine's start is not yet counted by a measured repeat
         self.started_by: str | None = None  # the recipe whose generation built the engine
+        # the process and engine start (s), until the generation after them takes them
+        self.stages: Counter = Counter()
 
     def get(self, by: str = "") -> Engine:
         if self.error is not None:
@@ -66,7 +69,8 @@ class SharedEngine:
             r = self.unit.loaded.recipe
             self.sampler.__enter__()  # whole device, from before the engine starts
             try:
-                self.engine = r.engine.build(r.model, r.prompt.chat_template)
+                with Stage(self.stages, "start_s"):
+                    self.engine = r.engine.build(r.model, r.prompt.chat_template)
                 self.unclaimed_start, self.started_by = True, by or self.unit.name
             except BaseException as e:
                 self.error = e
@@ -107,7 +111,7 @@ class _Collector:
         self.new: dict[str, Sample] = {}
         self.clock = time.perf_counter()
         # per-example wall times are real only when examples finish one by one
-        self.one_at_a_time = True
+        self.one_at_a_time, self.busy_s = True, 0.0
 
     def __call__(self, finished: list[tuple[int, Generation]]) -> None:
         self.one_at_a_time &= len(finished) == 1
@@ -123,6 +127,7 @@ class _Collector:
             lines.append(json.dumps(s.to_line(), ensure_ascii=False) + "\n")
         if self.writer is not None:
             self.writer.append(lines)
+        self.busy_s += time.perf_counter() - t
 
 
 def _encode(unit: Unit, engine: Engine) -> tuple[list[str], list[list[int]], list[str]]:
@@ -167,6 +172,7 @@ class UnitRun:
         self.restarts, self.turns, self.sharing, self.started = restarts, turns, sharing, now()
         self.result, self.last, self.engine_of = None, None, None
         self.per_example = False
+        self.stages: Counter = Counter()  # since the last repeat recorded (see `Stages`)
         # repeat 1's, read from samples.jsonl at most once
         self._samples: list[Sample] | None = None
 
@@ -221,6 +227,7 @@ class UnitRun:
             self.folder.write(self.result)
 
     def _generate(self, index: int, shared: SharedEngine, progress_file: IO[str] | None) -> None:
+        t0, st = time.perf_counter(), self.stages
         started, r, opts, unit, first = (
             now("milliseconds"),
             self.r,
@@ -231,10 +238,13 @@ class UnitRun:
         done = load_partial(self.folder.partial, unit.run_key, r.metrics) if first else {}
         engine = shared.get(unit.name)
         t_start = time.perf_counter()  # after the engine start, which is counted on its own
+        st.update(shared.stages, wall_s=shared.stages["process_s"])
+        shared.stages.clear()
         if shared.started_by != unit.name:
             # a recipe on the engine another recipe's generation started
             self.engine_of = shared.started_by
-        texts, ids, notes = _encode(unit, engine)
+        with Stage(st, "tokenize_s"):
+            texts, ids, notes = _encode(unit, engine)
         if first and not done:
             start_partial(self.folder.partial, unit.run_key)
         from tqdm import tqdm
@@ -264,13 +274,19 @@ class UnitRun:
                 trackers += [
                     window.enter_context(t) for t in timed(engine.info.gpus, sink, shared.sampler)
                 ]
-                engine.generate(requests, r.sampling, bar.update if opts.progress else None, sink)
+                with Stage(st, "generate_s" if index else "warmup_s"):
+                    update = bar.update if opts.progress else None
+                    engine.generate(requests, r.sampling, update, sink)
         bar.close()
+        st["sink_s"] += sink.busy_s
         if index == 0:
+            st["wall_s"] += time.perf_counter() - t0
             return
         measured, timings = parts(trackers)
-        changed = self._keep(first, done, sink)  # before the repeat's wall time ends
+        with Stage(st, "write_s"):
+            changed = self._keep(first, done, sink)  # before the repeat's wall time ends
         cached = [s.cached_tokens for s in sink.new.values() if s.cached_tokens is not None]
+        st["wall_s"] += time.perf_counter() - t0
         rep = Repeat(
             index=index,
             wall_s=time.perf_counter() - t_start,
@@ -281,9 +297,11 @@ class UnitRun:
             cached_tokens=sum(cached) if cached else None,
             reused_samples=len(done),
             reused_s=sink.reused_s,
+            stages=Stages.of(st),
             **shared.claim_start(),
             **measured,
         )
+        self.stages = Counter()
         add_repeat(self.folder.repeats, unit.run_key, rep)
         self.repeats = sorted(
             [*(x for x in self.repeats if x.index != index), rep], key=lambda x: x.index
@@ -326,6 +344,9 @@ class UnitRun:
         per_example = self.per_example and len(reps) == 1
         peak, start_gib = shared.sampler.peak, shared.sampler.start_gib
         reused = dict(reused_s=first.reused_s, reused_samples=first.reused_samples)
+        stages = Counter(prepare_s=self.unit.prepare_s, wall_s=self.unit.prepare_s)
+        for x in reps:
+            stages.update(x.stages.model_dump() if x.stages else {})
         m = Measured(
             timings,
             peak,
@@ -341,6 +362,7 @@ class UnitRun:
             m,
             Output(self.samples, engine.info, notes, ids),
             engine_of=self.engine_of,
+            stages=Stages(**stages) if all(x.stages for x in reps) else None,
             repeats=reps,
             repeat_order=self.order(),
         )

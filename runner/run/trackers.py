@@ -2,7 +2,8 @@
 `part()` gives the tracker's fields of the repeat (`Repeat`), or of the result's timings (`into =
 "timings"`: the last generation's). `untimed` are entered before the engine's setup for the sampling
 settings (`prepare`), `timed` after it, around the engine's `generate` alone. A new measurement is a
-tracker here (listed in one of the two), its results field and its report section."""
+tracker here (listed in one of the two), its results field and its report section. A `Stage` times
+a stage of the run's wall time."""
 
 from __future__ import annotations
 
@@ -96,6 +97,20 @@ class GpuBusy(Tracker):
             "gpu_busy": self.sampler.busy_share(t0, t1),
             "gpu_busy_tenths": self.sampler.busy_parts(t0, t1),
         }
+
+
+class Stage(Tracker):
+    """A stage of the run's wall time: the seconds inside it added to `seconds[name]` (a Counter;
+    see `Stages`)."""
+
+    def __init__(self, seconds, name: str):
+        self.seconds, self.name = seconds, name
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def stop(self) -> None:
+        self.seconds[self.name] += time.perf_counter() - self.t0
 
 
 def untimed() -> list[Tracker]:
