@@ -216,7 +216,7 @@ def _start_section(r: RunResult) -> list[str]:
 STAGES = {
     "prepare_s": "input preparation",
     "process_s": "process start",
-    "start_s": "engine start",
+    "start_s": "engine start (its build, imports included)",
     "warmup_s": "warm-up",
     "tokenize_s": "tokenizing",
     "generate_s": "generation",
@@ -236,7 +236,8 @@ def _stages_section(r: RunResult) -> list[str]:
     note = (
         "Each stage timed where it happens, over every repeat; scoring and appending run while the "
         "engine generates (part of generation, not of the sum). report.md, summary.md and the "
-        "charts are written after results.json: not counted."
+        "charts are written after results.json: not counted. The engine start here is the whole "
+        "build, the libraries' imports included; the table above gives the engine's own account."
     )
     head = ["stage", "seconds", "share of the wall time"]
     return ["", "### Where the time went", "", note, "", table(rows, head)]
