@@ -10,21 +10,19 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.cluster.ray import run_jobs_on_ray, where_it_ran
-from runner.orchestrate import Wings
-from runner.plan.plan import plan_for_run, predicted_vs_measured
-from runner.report.markdown import Section
-from runner.report.summary import Sections
-from runner.results import RunResult
-from runner.run.job import RunOptions, Unit
-from runner.serve.report import serving_section, serving_summary
 from runner.study.load import add_study_keys, study_cells
 
 # one cell as a plain recipe file, for the tune
 from runner.study.load import cell_file as cell_file
-from runner.study.study import study_summary, write_study_summaries
+
+if TYPE_CHECKING:  # the wings of a run are imported when a call runs: loading a recipe stays light
+    from runner.orchestrate import Wings
+    from runner.report.markdown import Section
+    from runner.report.summary import Sections
+    from runner.results import RunResult
+    from runner.run.job import RunOptions, Unit
 
 studies = study_cells  # a study file's cells, for runner.config's load_recipes
 
@@ -32,6 +30,8 @@ studies = study_cells  # a study file's cells, for runner.config's load_recipes
 def plan_for(unit: Unit) -> dict[str, Any] | None:
     """The prediction for this run, made before it starts, for the GPU of this machine (none without
     one)."""
+    from runner.plan.plan import plan_for_run
+
     return plan_for_run(unit.loaded, unit.prepared)
 
 
@@ -52,15 +52,25 @@ class Plans:
 
 
 def report_sections(out: Path | None) -> list[Section]:
+    from runner.cluster.ray import where_it_ran
+    from runner.plan.plan import predicted_vs_measured
+    from runner.serve.report import serving_section
+
     return [where_it_ran, serving_section(out), predicted_vs_measured]
 
 
 def summary_sections() -> list[Sections]:
+    from runner.serve.report import serving_summary
+    from runner.study.study import study_summary
+
     return [study_summary, serving_summary]
 
 
 def study_summaries(results, out: Path, baseline: str | None = None, gate=None) -> list[Path]:
     """Each study's own summary of all its stored cells (`<out>/<study>/summary.md`)."""
+    from runner.serve.report import serving_summary
+    from runner.study.study import write_study_summaries
+
     return write_study_summaries(results, out, baseline, gate, [serving_summary])
 
 
@@ -68,6 +78,9 @@ def call_wings() -> Wings:
     """What the wings add to a call of `runner go`, `runner tune` or `runner.run_recipe`: the plans
     and sections here, the serving route for `load:` recipes and the Ray route for `--executor
     ray`."""
+    from runner.cluster.ray import run_jobs_on_ray
+    from runner.orchestrate import Wings
+
     return Wings(
         plans=Plans,
         report_sections=report_sections,
@@ -79,7 +92,6 @@ def call_wings() -> Wings:
 
 
 def _run_serving(unit: Unit, opts: RunOptions) -> RunResult:
-    # imported when a serving recipe runs: the parent stays light
     from runner.serve.run import run_serving
 
     return run_serving(unit, opts)
