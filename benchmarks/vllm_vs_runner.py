@@ -13,6 +13,10 @@
 With --rounds N it repeats 2-3, alternating which goes first (a cold cache or a noisy neighbour
 should not always hit the same side), and compares medians. Prints each round as it ends, then
 both times and their ratio (targets: generation within 2%, whole wall time within 10%).
+With --profile the runner's call runs under cProfile and each round also says where the call's time
+went: before the job (imports, loading, checks), waiting for the first job's plan, the job's process
+(its start, the run results.json records, and its end after results.json), the GPU memory check, the
+reports and the summary.
 GPU only; vLLM must be importable.
 """
 
@@ -63,6 +67,7 @@ def run_plain(work: Path, k: int) -> dict:
     return {
         "generate_s": res["generate_s"],
         "load_s": res["load_s"],
+        "import_s": res["import_s"],
         "wall_s": wall,
         "other_s": wall - res["load_s"] - res["generate_s"],
         "output_tokens": res["output_tokens"],
@@ -88,6 +93,9 @@ def run_runner(a, name: str, k: int) -> dict:
         cmd += ["--set", s]
     for m in a.model_path:
         cmd += ["--model-path", m]
+    prof = out.parent / f"round-{k}.prof"
+    if a.profile:
+        cmd[1:2] = ["-m", "cProfile", "-o", str(prof), "-m"]
     t0 = time.perf_counter()
     rr = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -97,6 +105,8 @@ def run_runner(a, name: str, k: int) -> dict:
         )
     res = json.loads((out / name / "results.json").read_text())
     t = res["timings"]
+    if a.profile:
+        print(call_parts(prof, res.get("stages") or {}, wall), flush=True)
     return {
         "generate_s": t["generate_s"],
         "load_s": t["load_s"],
@@ -104,6 +114,41 @@ def run_runner(a, name: str, k: int) -> dict:
         "other_s": wall - t["load_s"] - t["generate_s"],
         "output_tokens": res["tokens"]["output"],
     }
+
+
+# (file name, function) -> what it is, in the parent's profile
+PARTS = [
+    (("orchestrate.py", "run_loaded"), "the call's run (after imports, loading and checks)"),
+    (("wings.py", "attach"), "  waiting for the first job's plan"),
+    (("isolate.py", "_wait"), "  the job's process, spawned to exit"),
+    (("nvml.py", "wait_for_release"), "  GPU memory back after it"),
+    (("markdown.py", "write_report"), "  report.md"),
+    (("summary.py", "write_summary"), "  summary.md and its charts"),
+]
+
+
+def call_parts(prof: Path, stages: dict, wall: float) -> str:
+    """Where the runner's call went, from the parent's cProfile and the run's recorded stages."""
+    import pstats
+
+    st = pstats.Stats(str(prof)).stats  # (file, line, name) -> (cc, nc, tt, ct, callers)
+    cum = {}
+    for (file, _, name), v in st.items():
+        for key, _label in PARTS:
+            if file.endswith(key[0]) and name == key[1]:
+                cum[key] = cum.get(key, 0.0) + v[3]
+    rows = [("the call (benchmark's wall)", wall)]
+    rows += [(label, cum.get(key, 0.0)) for key, label in PARTS]
+    child = cum.get(PARTS[2][0], 0.0)
+    run = stages.get("wall_s", 0.0) - stages.get("prepare_s", 0.0)
+    rows += [
+        ("    of it the process start", stages.get("process_s", 0.0)),
+        ("    of it the run after the start", run - stages.get("process_s", 0.0)),
+        ("    of it after results.json (the process's end)", child - run),
+        ("    of the run: engine build (imports too)", stages.get("start_s", 0.0)),
+        ("before the call's run (imports, loading)", wall - cum.get(PARTS[0][0], 0.0)),
+    ]
+    return "\n".join(f"  {label:52}{s:9.2f} s" for label, s in rows)
 
 
 ROWS = [
@@ -144,6 +189,9 @@ def main() -> int:
     ap.add_argument(
         "--rounds", type=int, default=1, help="pairs of runs, alternating which goes first"
     )
+    ap.add_argument(
+        "--profile", action="store_true", help="say where the runner's call went (cProfile)"
+    )
     a = ap.parse_args()
 
     r, job = cell_job(a.recipe, a.sets, a.model_path, a.only)
@@ -168,7 +216,7 @@ def main() -> int:
         p, q = plains[-1], runners[-1]
         print(
             f"\nround {k} ({order[0]} first); output tokens plain {p['output_tokens']:,} / runner "
-            f"{q['output_tokens']:,}\n{table(p, q)}",
+            f"{q['output_tokens']:,}; plain vLLM's import {p['import_s']:.2f} s\n{table(p, q)}",
             flush=True,
         )
     if a.rounds > 1:
