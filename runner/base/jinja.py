@@ -31,7 +31,7 @@ import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from functools import partial, update_wrapper
+from functools import partial, update_wrapper, wraps
 from typing import Any
 
 import jinja2
@@ -42,7 +42,7 @@ from jinja2.sandbox import (
     SandboxedEscapeFormatter,
     SandboxedFormatter,
 )
-from jinja2.utils import Namespace, _PassArg, generate_lorem_ipsum
+from jinja2.utils import Namespace, generate_lorem_ipsum
 from jinja2.visitor import NodeTransformer
 from markupsafe import Markup
 
@@ -69,11 +69,10 @@ def limits(seconds: float, what: str) -> Iterator[None]:
     """Bound the template work done inside: a deadline (`what` took longer than `seconds`: refused)
     and a work budget. Nested limits keep the earlier deadline."""
     outer = getattr(_state, "budget", None)
-    b = types.SimpleNamespace(
-        due=time.monotonic() + seconds, what=what, seconds=seconds, left=WORK_CHARS
-    )
+    late = f"{what} took longer than {seconds:g} s"
+    b = types.SimpleNamespace(due=time.monotonic() + seconds, late=late, left=WORK_CHARS)
     if outer is not None and outer.due < b.due:
-        b.due, b.what, b.seconds = outer.due, outer.what, outer.seconds
+        b.due, b.late = outer.due, outer.late
     _state.budget = b
     try:
         yield
@@ -84,7 +83,7 @@ def limits(seconds: float, what: str) -> Iterator[None]:
 def tick() -> None:
     b = getattr(_state, "budget", None)
     if b is not None and time.monotonic() > b.due:
-        raise TemplateLimit(f"{b.what} took longer than {b.seconds:g} s")
+        raise TemplateLimit(b.late)
 
 
 def charge(n: int) -> None:
@@ -272,7 +271,7 @@ def _filter_pre(name: str, value: Any, args: tuple, kwargs: dict) -> Any:
         kwargs[key] if key in kwargs else (args[i] if len(args) > i else default)
     )
     if name == "center":
-        check_str_call("", name, (arg(0, "width", 80),), {})
+        check_str_call("", name, args, kwargs)
     elif name == "indent":
         width = arg(0, "width", 4)
         ind = len(width) if isinstance(width, str) else width if isinstance(width, int) else 0
@@ -324,24 +323,12 @@ _TEXT_FILTERS = set(
     "capitalize e escape forceescape lower pprint safe string striptags title trim truncate upper "
     "urlencode urlize wordcount xmlattr list".split()
 )
-_SIZED_FILTERS = {
-    "center",
-    "indent",
-    "wordwrap",
-    "replace",
-    "format",
-    "join",
-    "tojson",
-    "batch",
-    "slice",
-    "sum",
-}
+_SIZED_FILTERS = set("center indent wordwrap replace format join tojson batch slice sum".split())
 
 
 def _checked_filter(orig: Any, name: str) -> Any:
-    pass_arg = _PassArg.from_obj(orig)
-
     @pass_context  # context filters are never folded at compile time
+    @wraps(orig)
     def run(context: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
         tick()
         for v in (value, *args, *kwargs.values()):
@@ -349,12 +336,9 @@ def _checked_filter(orig: Any, name: str) -> Any:
                 check_size(v, "a filter's input")
         if name in _SIZED_FILTERS:
             value = _filter_pre(name, value, args, kwargs)
-        passed = {_PassArg.context: context, _PassArg.eval_context: context.eval_ctx}
-        passed[_PassArg.environment] = context.environment
-        lead = (passed[pass_arg],) if pass_arg in passed else ()
-        return _charged(orig(*lead, value, *args, **kwargs))
+        # Context.call passes the filter its context, eval context or environment, as it asks
+        return _charged(context.call(orig, value, *args, **kwargs))
 
-    run.__name__, run.__doc__ = getattr(orig, "__name__", "filter"), getattr(orig, "__doc__", None)
     return run
 
 
@@ -469,18 +453,14 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
     def wrap_str_format(self, value: Any) -> Any:
         """str.format / format_map through BoundedFormatter (Jinja >= 3.1.5 calls this on attribute
         access)."""
-        method = isinstance(value, (types.MethodType, types.BuiltinMethodType))
         if (
-            not method
-            or value.__name__ not in ("format", "format_map")
-            or not isinstance(value.__self__, str)
+            isinstance(value, (types.MethodType, types.BuiltinMethodType))
+            and value.__name__ in ("format", "format_map")
+            and isinstance(value.__self__, str)
         ):
-            return None
-
-        def wrapper(*args: Any, **kwargs: Any) -> str:
-            return self.format_string(value.__self__, args, kwargs, value)
-
-        return update_wrapper(wrapper, value)
+            wrapper = lambda *a, **kw: self.format_string(value.__self__, a, kw, value)
+            return update_wrapper(wrapper, value)
+        return None
 
     def format_string(self, s: str, args: tuple, kwargs: dict, format_func: Any = None) -> str:  # type: ignore[override]
         """Also what Jinja < 3.1.5 calls for `'...'.format(...)` (with `format_func`)."""
