@@ -410,19 +410,24 @@ class _BoundLoops(NodeTransformer):
 
 
 class BoundedSandbox(ImmutableSandboxedEnvironment):
-    """ImmutableSandboxedEnvironment with the bounds described at the top of this module."""
+    """ImmutableSandboxedEnvironment with the bounds described at the top of this module (and
+    StrictUndefined: a typo is an error)."""
 
     intercepted_binops = frozenset({"*", "**", "+", "%"})
     concat = staticmethod(bounded_concat)
 
-    def __init__(self, **kwargs: Any):
-        kwargs.setdefault("optimized", False)  # no constant folding at compile time
-        super().__init__(finalize=_finalize, **kwargs)
+    def __init__(self) -> None:
+        super().__init__(
+            optimized=False,  # no constant folding at compile time
+            finalize=_finalize,
+            undefined=jinja2.StrictUndefined,
+            keep_trailing_newline=True,
+            autoescape=False,
+        )
         self.globals.update(range=bounded_range, lipsum=bounded_lipsum)
         # the filters that make text, and those with a size argument: checked
-        for name in list(self.filters):
-            if name in _TEXT_FILTERS or name in _SIZED_FILTERS:
-                self.filters[name] = _checked_filter(self.filters[name], name)
+        for name in _TEXT_FILTERS | _SIZED_FILTERS:
+            self.filters[name] = _checked_filter(self.filters[name], name)
         self.filters.update(runner_loop=_ticking, runner_concat=_concat)
 
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
@@ -489,7 +494,6 @@ LIMIT_HINT = (
 
 @dataclass(frozen=True)
 class CompiledTemplate:
-    source: str
     path: str
     template: jinja2.Template
     sha256: str | None = None  # of the file's bytes as read (16 hex digits); None for inline text
@@ -527,10 +531,7 @@ def compile_text(source: str, label: str, where: str, field: str) -> CompiledTem
         raise err(f"{label} is longer than {MAX_CHARS:,} characters", hint=wrong)
     try:
         with limits(RENDER_SECONDS, "compiling"):
-            env = BoundedSandbox(
-                undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
-            )
-            return CompiledTemplate(source, label, env.from_string(source))
+            return CompiledTemplate(label, BoundedSandbox().from_string(source))
     except jinja2.TemplateSyntaxError as e:
         raise err(f"{label} line {e.lineno}: syntax error: {e.message}") from None
     except TemplateLimit as e:
