@@ -124,21 +124,26 @@ def token_stats(r, messages) -> str:
     )
 
 
-GPU_HELP = (
-    "Plan for this GPU (H100, H200, A100-80G, L40S, L4, RTX 4090), or cpu; default: the GPU of "
-    "this machine (NVML), or the H200 on a machine without one. A recipe that runs on the CPU "
-    "(engine.device: cpu) is planned for the CPU."
-)
-DRAFT = {"$schema": "https://json-schema.org/draft/2020-12/schema"}  # of both schemas
-JSON_HELP = (
-    'Print the plans as JSON: {"recipes": [...]} (keys: docs/recipe-reference.md, section Plan).'
-)
-
-
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--gpu", metavar="NAME", help=GPU_HELP)
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@click.option(
+    "--gpu",
+    metavar="NAME",
+    help=(
+        "Plan for this GPU (H100, H200, A100-80G, L40S, L4, RTX 4090), or cpu; default: the GPU of "
+        "this machine (NVML), or the H200 on a machine without one. A recipe that runs on the CPU "
+        "(engine.device: cpu) is planned for the CPU."
+    ),
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help=(
+        'Print the plans as JSON: {"recipes": [...]} (keys: docs/recipe-reference.md, section '
+        "Plan)."
+    ),
+)
 @overrides
 @click.option("--only", metavar="PATTERN", help=f"Plan {ONLY_HELP}")
 @guard
@@ -184,17 +189,19 @@ def plan(paths, gpu, as_json, sets, model_paths, only):  # noqa: PLR0913
         click.echo("\n" + "\n".join(advice))
 
 
-GATE_HELP = (
-    "A quality gate for every recipe that has none of its own: METRIC:DROP, the largest allowed "
-    "drop in absolute points (squad_f1:0.01), or METRIC:PCT% to keep that share of the baseline's "
-    "score (squad_f1:99%)."
-)
-
-
 @cli.command()
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
 @click.option("--baseline", help="Recipe name to compare against.")
-@click.option("--gate", "gate_text", metavar="METRIC:DROP", help=GATE_HELP)
+@click.option(
+    "--gate",
+    "gate_text",
+    metavar="METRIC:DROP",
+    help=(
+        "A quality gate for every recipe that has none of its own: METRIC:DROP, the largest "
+        "allowed drop in absolute points (squad_f1:0.01), or METRIC:PCT% to keep that share of "
+        "the baseline's score (squad_f1:99%)."
+    ),
+)
 @price(
     "Price the stored runs at X US dollars per GPU-hour (results.json keeps the recipe's own "
     "price)."
@@ -306,4 +313,8 @@ def schema(what):
 
 
 def results_schema() -> dict:
-    return {**RunResult.model_json_schema(), **DRAFT, "title": "runner results.json"}
+    return {
+        **RunResult.model_json_schema(),
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "runner results.json",
+    }
