@@ -25,7 +25,7 @@ def has_cuda_device() -> bool:
     """An NVIDIA GPU is present (NVML sees one, or the driver's device node exists); no torch
     needed."""
     return (
-        _handle(0)[1] is not None
+        _handle()[1] is not None
         or os.path.exists("/dev/nvidia0")
         or os.path.isdir("/proc/driver/nvidia/gpus")
     )

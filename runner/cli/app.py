@@ -46,7 +46,7 @@ def guard(fn):
             sys.exit(EXIT_INTERRUPTED)
         finally:
             if main:
-                signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
+                signal.signal(signal.SIGTERM, old or signal.SIG_DFL)  # None: not set from Python
 
     return wrapper
 
