@@ -143,6 +143,12 @@ def joined_size(items: list) -> int:
     return total
 
 
+def _cap(n: int, what: str) -> None:
+    """Refuse what would give `n` characters, more than MAX_CHARS."""
+    if n > MAX_CHARS:
+        raise refuse(f"{what} would give more than {MAX_CHARS:,} characters")
+
+
 def check_size(value: Any, what: str) -> None:
     if size_of(value) > MAX_CHARS:
         raise refuse(f"{what} has more than {MAX_CHARS:,} characters")
@@ -167,8 +173,7 @@ def check_percent(fmt: str, args: Any) -> None:
             if x
         ]
         total += max([biggest, *nums])
-        if total > MAX_CHARS:
-            raise refuse(f"`%` formatting would give more than {MAX_CHARS:,} characters")
+        _cap(total, "`%` formatting")
 
 
 def check_binop(op: str, a: Any, b: Any) -> None:
@@ -184,8 +189,7 @@ def check_binop(op: str, a: Any, b: Any) -> None:
     elif op == "+" and isinstance(a, (str, bytes, list, tuple)) and type(a) is type(b):
         if isinstance(a, (list, tuple)) and len(a) + len(b) > MAX_ITEMS:
             raise refuse(f"`+` would give a list of more than {MAX_ITEMS:,} items")
-        if size_of(a) + size_of(b) > MAX_CHARS:
-            raise refuse(f"`+` would give more than {MAX_CHARS:,} characters")
+        _cap(size_of(a) + size_of(b), "`+`")
     elif op == "%" and isinstance(a, str):
         check_percent(a, b)
 
@@ -199,8 +203,7 @@ def _check_times(a: Any, b: Any) -> None:
     if isinstance(n, int) and isinstance(seq, (str, bytes, list, tuple)) and n > 1:
         if isinstance(seq, (list, tuple)) and len(seq) * n > MAX_ITEMS:
             raise refuse(f"`*` would give a list of {len(seq) * n:,} items (at most {MAX_ITEMS:,})")
-        if size_of(seq) * n > MAX_CHARS:
-            raise refuse(f"`*` would give more than {MAX_CHARS:,} characters")
+        _cap(size_of(seq) * n, "`*`")
 
 
 def check_str_call(s: str | bytes, name: str, args: tuple, kwargs: dict) -> tuple:
@@ -209,21 +212,17 @@ def check_str_call(s: str | bytes, name: str, args: tuple, kwargs: dict) -> tupl
     arg = args[0] if args else None
     if name in ("center", "ljust", "rjust", "zfill"):
         width = kwargs.get("width", arg)
-        if isinstance(width, int) and width > MAX_CHARS:
-            raise refuse(f"{name}({width:,}) would give more than {MAX_CHARS:,} characters")
+        if isinstance(width, int):
+            _cap(width, f"{name}({width:,})")
     elif name == "expandtabs":
         size = kwargs.get("tabsize", 8 if arg is None else arg)
-        if (
-            isinstance(size, int)
-            and len(s) + s.count("\t" if isinstance(s, str) else b"\t") * size > MAX_CHARS
-        ):
-            raise refuse(f"expandtabs() would give more than {MAX_CHARS:,} characters")
+        if isinstance(size, int):
+            _cap(len(s) + s.count("\t" if isinstance(s, str) else b"\t") * size, "expandtabs()")
     elif name == "replace" and len(args) >= 2:
         check_replace(s, args[0], args[1], args[2] if len(args) > 2 else kwargs.get("count", -1))
     elif name == "join" and args:
         items = list(args[0])
-        if joined_size(items) + len(s) * len(items) > MAX_CHARS:
-            raise refuse(f"join() would give more than {MAX_CHARS:,} characters")
+        _cap(joined_size(items) + len(s) * len(items), "join()")
         return (items, *args[1:])
     elif name == "translate" and isinstance(arg, dict):
         if len(s) * max((size_of(v) for v in arg.values()), default=0) > MAX_CHARS:
@@ -238,8 +237,7 @@ def check_replace(s: Any, old: Any, new: Any, count: Any) -> None:
     n = s.count(old) if old else len(s) + 1
     if isinstance(count, int) and count >= 0:
         n = min(n, count)
-    if len(s) + n * max(0, len(new) - len(old)) > MAX_CHARS:
-        raise refuse(f"replace() would give more than {MAX_CHARS:,} characters")
+    _cap(len(s) + n * max(0, len(new) - len(old)), "replace()")
 
 
 class BoundedFormatter(SandboxedFormatter):
@@ -255,8 +253,7 @@ class BoundedFormatter(SandboxedFormatter):
             raise refuse(f"a format() field would be longer than {MAX_CHARS:,} characters")
         out = super().format_field(value, format_spec)
         self._total += len(out)
-        if self._total > MAX_CHARS:
-            raise refuse(f"format() would give more than {MAX_CHARS:,} characters")
+        _cap(self._total, "format()")
         return out
 
 
@@ -275,13 +272,11 @@ def _filter_pre(name: str, value: Any, args: tuple, kwargs: dict) -> Any:
     elif name == "indent":
         width = arg(0, "width", 4)
         ind = len(width) if isinstance(width, str) else width if isinstance(width, int) else 0
-        if ind * (str(value).count("\n") + 1) + len(str(value)) > MAX_CHARS:
-            raise refuse(f"indent() would give more than {MAX_CHARS:,} characters")
+        _cap(ind * (str(value).count("\n") + 1) + len(str(value)), "indent()")
     elif name == "wordwrap":
         s, width, wrap = str(value), arg(0, "width", 79), arg(2, "wrapstring", None)
         breaks = len(s) // max(width, 1) + s.count("\n") + 1 if isinstance(width, int) else len(s)
-        if len(s) + breaks * len(wrap or "\n") > MAX_CHARS:
-            raise refuse(f"wordwrap() would give more than {MAX_CHARS:,} characters")
+        _cap(len(s) + breaks * len(wrap or "\n"), "wordwrap()")
     elif name == "replace":
         count = arg(2, "count", None)
         check_replace(value, arg(0, "old", ""), arg(1, "new", ""), -1 if count is None else count)
@@ -296,8 +291,7 @@ def _items_pre(name: str, value: Any, arg: Callable[[int, str, Any], Any]) -> An
     """_filter_pre of the filters that take or make a list (or sum one)."""
     if name == "join":
         items = list(value)
-        if joined_size(items) + len(str(arg(0, "d", ""))) * len(items) > MAX_CHARS:
-            raise refuse(f"join would give more than {MAX_CHARS:,} characters")
+        _cap(joined_size(items) + len(str(arg(0, "d", ""))) * len(items), "join")
         return items
     elif name == "tojson":
         indent = arg(0, "indent", None)
@@ -370,11 +364,8 @@ def _ticking(iterable: Any) -> Iterator[Any]:
 @pass_eval_context
 def _concat(eval_ctx: Any, items: list) -> str:
     """`a ~ b`, refused before it would pass MAX_CHARS."""
-    if joined_size(items) > MAX_CHARS:
-        raise refuse(f"`~` would give more than {MAX_CHARS:,} characters")
-    out = markup_join(items) if eval_ctx.autoescape else str_join(items)
-    charge(len(out))
-    return out
+    _cap(joined_size(items), "`~`")
+    return _charged(markup_join(items) if eval_ctx.autoescape else str_join(items))
 
 
 def bounded_concat(parts: Any) -> str:
@@ -478,9 +469,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             if isinstance(s, Markup)
             else BoundedFormatter(self)
         )
-        out = type(s)(f.vformat(s, args, kwargs))
-        charge(len(out))
-        return out
+        return _charged(type(s)(f.vformat(s, args, kwargs)))
 
 
 RENDER_SECONDS = 5.0  # one template for one example (compiling one template, too)
