@@ -265,7 +265,7 @@ def _filter_pre(name: str, value: Any, args: tuple, kwargs: dict) -> Any:
     """The check of a filter with a size argument (`name`), before it runs. Returns the value to
     pass on (an iterable for `join` is read once, here)."""
     arg = lambda i, key, default: (
-        kwargs[key] if key in kwargs else (args[i] if len(args) > i else default)
+        kwargs[key] if key in kwargs else args[i] if len(args) > i else default
     )
     if name == "center":
         check_str_call("", name, args, kwargs)

@@ -186,7 +186,7 @@ def go(paths, out, only, sets, model_paths, executor, address, replicas, in_proc
         raise RunnerError(
             f"--baseline {baseline!r} names no recipe of this call; recipes: " + ", ".join(names)
         )
-    if not out or not out.strip():
+    if not out.strip():
         raise RunnerError("is empty; give a folder for the reports", field="--out")
     # this call's command line, for the reports (none where `runner go` was not how it was called)
     argv = sys.argv

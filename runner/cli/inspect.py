@@ -50,11 +50,10 @@ def check(paths, sets, model_paths, only, no_tokens):
     if only is not None and not names and not errors:
         # raises: --only matches no recipe (and lists them)
         load_all(paths, asked, studies=studies)
-    if not errors:
-        check_model_paths(model_paths, every)
     if errors:
         of = f"\n\n{len(errors)} of {len(files)} files have errors" if len(files) > 1 else ""
         raise UserError("\n\nError: ".join(errors) + of)
+    check_model_paths(model_paths, every)
 
 
 def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool) -> None:
@@ -70,7 +69,7 @@ def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool) -> None:
     est = f" (an estimate: runs {n}, projects {prepared.n_target})" if n < prepared.n_target else ""
     of = f"{prepared.n_target} of {prepared.n_dataset} examples{est}"
     click.echo(f"ok {lr.path}: {r.name} — {r.engine.kind}, {r.model.id}, {of}")
-    if r.metrics and (no_gold := sum(1 for e in prepared.examples if not e.answers)):
+    if r.metrics and (no_gold := sum(not e.answers for e in prepared.examples)):
         click.echo(
             f"  note: {no_gold} of {n} examples have no gold answers: they are left out of every "
             "score"
