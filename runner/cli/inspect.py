@@ -169,7 +169,8 @@ def plan(paths, gpu, as_json, sets, model_paths, only):  # noqa: PLR0913
         except RunnerError as e:
             raise RunnerError(e.message, file=lr.path, field=e.field, hint=e.hint) from None
         plans.append(plan_recipe(lr, prepared, ids, target, config).model_dump(mode="json"))
-    if fallback and any(p["gpu"] for p in plans):
+    on_gpu = any(p["gpu"] for p in plans)
+    if fallback and on_gpu:
         click.echo(
             f"no GPU on this machine: planning for the {target.name} (--gpu NAME picks another)",
             err=True,
@@ -177,11 +178,7 @@ def plan(paths, gpu, as_json, sets, model_paths, only):  # noqa: PLR0913
     if as_json:
         click.echo(json.dumps({"recipes": plans}, indent=2, ensure_ascii=False))
         return
-    on = (
-        f"{target.name}, {target.memory_gib:.0f} GiB"
-        if target and any(p["gpu"] for p in plans)
-        else "CPU"
-    )
+    on = f"{target.name}, {target.memory_gib:.0f} GiB" if target and on_gpu else "CPU"
     click.echo(f"# Plan ({on})\n")
     click.echo(plan_table(plans))
     if advice := plan_advice(plans):
