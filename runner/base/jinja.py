@@ -86,20 +86,16 @@ def tick() -> None:
         raise TemplateLimit(b.late)
 
 
-def charge(n: int) -> None:
+def _charged(out: Any) -> Any:
+    """`out`, its length (text, a list) taken from the work budget of the render."""
     b = getattr(_state, "budget", None)
-    if b is not None:
-        b.left -= n
+    if b is not None and isinstance(out, (str, bytes, list, tuple)):
+        b.left -= len(out)
         if b.left < 0:
             raise TemplateLimit(
                 f"it computes more than {WORK_CHARS:,} characters of text for one prompt"
             )
         tick()
-
-
-def _charged(out: Any) -> Any:
-    if isinstance(out, (str, bytes, list, tuple)):
-        charge(len(out))
     return out
 
 
