@@ -36,14 +36,13 @@ def check(paths, sets, model_paths, only, no_tokens):
         try:
             for lr in load_all((str(f),), asked, none_ok=True, unused_ok=True, studies=studies):
                 every.append(lr)
-                if lr.recipe.name in names:
+                if (name := lr.recipe.name) in names:
                     why = (
-                        f"two recipes are named {lr.recipe.name!r}: {names[lr.recipe.name]} and "
-                        f"{lr.path}"
+                        f"two recipes are named {name!r}: {names[name]} and {lr.path}; names must "
+                        "be unique in one call (they name the report folders)"
                     )
-                    why += "; names must be unique in one call (they name the report folders)"
                     raise RunnerError(why, file=lr.path, field="name")
-                names[lr.recipe.name] = lr.path
+                names[name] = lr.path
                 _check_one(lr, shown, no_tokens)
         except RunnerError as e:
             errors.append(e.render())
