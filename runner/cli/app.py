@@ -64,5 +64,4 @@ def cli():
     """
 
 
-def main():
-    cli()
+main = cli  # the console script (and `python -m runner`) calls it with no arguments
