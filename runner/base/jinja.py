@@ -69,8 +69,11 @@ def limits(seconds: float, what: str) -> Iterator[None]:
     """Bound the template work done inside: a deadline (`what` took longer than `seconds`: refused)
     and a work budget. Nested limits keep the earlier deadline."""
     outer = getattr(_state, "budget", None)
-    late = f"{what} took longer than {seconds:g} s"
-    b = types.SimpleNamespace(due=time.monotonic() + seconds, late=late, left=WORK_CHARS)
+    b = types.SimpleNamespace(
+        due=time.monotonic() + seconds,
+        late=f"{what} took longer than {seconds:g} s",
+        left=WORK_CHARS,
+    )
     if outer is not None and outer.due < b.due:
         b.due, b.late = outer.due, outer.late
     _state.budget = b
@@ -258,8 +261,8 @@ class BoundedEscapeFormatter(BoundedFormatter, SandboxedEscapeFormatter):
 
 
 def _filter_pre(name: str, value: Any, args: tuple, kwargs: dict) -> Any:
-    """The check of a filter with a size argument (`name`), before it runs. Returns the value to
-    pass on (an iterable for `join` is read once, here)."""
+    """The check of a filter with a size argument (`name`; any other passes), before it runs.
+    Returns the value to pass on (an iterable for `join` is read once, here)."""
     arg = lambda i, key, default: (
         kwargs[key] if key in kwargs else args[i] if len(args) > i else default
     )
@@ -324,8 +327,7 @@ def _checked_filter(orig: Any, name: str) -> Any:
         for v in (value, *args, *kwargs.values()):
             if not isinstance(v, (int, float, type(None))):
                 check_size(v, "a filter's input")
-        if name in _SIZED_FILTERS:
-            value = _filter_pre(name, value, args, kwargs)
+        value = _filter_pre(name, value, args, kwargs)  # a text filter: passed on as it is
         # Context.call passes the filter its context, eval context or environment, as it asks
         return _charged(context.call(orig, value, *args, **kwargs))
 
