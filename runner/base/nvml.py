@@ -85,11 +85,10 @@ class PeakSampler:
                     self.has_counter = False
 
     def __enter__(self) -> PeakSampler:
-        if self.h is None:
-            return self
-        self.start_gib = self.peak = self._read()
-        self._t = threading.Thread(target=self._loop, daemon=True)
-        self._t.start()
+        if self.h is not None:
+            self.start_gib = self.peak = self._read()
+            self._t = threading.Thread(target=self._loop, daemon=True)
+            self._t.start()
         return self
 
     def __exit__(self, *exc) -> None:
