@@ -58,13 +58,12 @@ def write_text_atomic(path: Path, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
-def save_figure(fig: Any, path: Path) -> Path:
+def save_figure(fig: Any, path: Path) -> None:
     """A matplotlib figure saved atomically (rendered in memory, then renamed over the path): a
     symbolic link at the path is replaced, never written through."""
     buf = io.BytesIO()
     fig.savefig(buf, dpi=110, format=Path(path).suffix.lstrip(".") or "png")
     write_bytes_atomic(path, buf.getvalue())
-    return path
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

@@ -31,7 +31,7 @@ import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from functools import partial, update_wrapper
+from functools import partial, update_wrapper, wraps
 from typing import Any
 
 import jinja2
@@ -42,7 +42,7 @@ from jinja2.sandbox import (
     SandboxedEscapeFormatter,
     SandboxedFormatter,
 )
-from jinja2.utils import Namespace, _PassArg, generate_lorem_ipsum
+from jinja2.utils import Namespace, generate_lorem_ipsum
 from jinja2.visitor import NodeTransformer
 from markupsafe import Markup
 
@@ -70,10 +70,12 @@ def limits(seconds: float, what: str) -> Iterator[None]:
     and a work budget. Nested limits keep the earlier deadline."""
     outer = getattr(_state, "budget", None)
     b = types.SimpleNamespace(
-        due=time.monotonic() + seconds, what=what, seconds=seconds, left=WORK_CHARS
+        due=time.monotonic() + seconds,
+        late=f"{what} took longer than {seconds:g} s",
+        left=WORK_CHARS,
     )
     if outer is not None and outer.due < b.due:
-        b.due, b.what, b.seconds = outer.due, outer.what, outer.seconds
+        b.due, b.late = outer.due, outer.late
     _state.budget = b
     try:
         yield
@@ -84,23 +86,19 @@ def limits(seconds: float, what: str) -> Iterator[None]:
 def tick() -> None:
     b = getattr(_state, "budget", None)
     if b is not None and time.monotonic() > b.due:
-        raise TemplateLimit(f"{b.what} took longer than {b.seconds:g} s")
+        raise TemplateLimit(b.late)
 
 
-def charge(n: int) -> None:
+def _charged(out: Any) -> Any:
+    """`out`, its length (text, a list) taken from the work budget of the render."""
     b = getattr(_state, "budget", None)
-    if b is not None:
-        b.left -= n
+    if b is not None and isinstance(out, (str, bytes, list, tuple)):
+        b.left -= len(out)
         if b.left < 0:
             raise TemplateLimit(
                 f"it computes more than {WORK_CHARS:,} characters of text for one prompt"
             )
         tick()
-
-
-def _charged(out: Any) -> Any:
-    if isinstance(out, (str, bytes, list, tuple)):
-        charge(len(out))
     return out
 
 
@@ -144,6 +142,12 @@ def joined_size(items: list) -> int:
     return total
 
 
+def _cap(n: int, what: str) -> None:
+    """Refuse what would give `n` characters, more than MAX_CHARS."""
+    if n > MAX_CHARS:
+        raise refuse(f"{what} would give more than {MAX_CHARS:,} characters")
+
+
 def check_size(value: Any, what: str) -> None:
     if size_of(value) > MAX_CHARS:
         raise refuse(f"{what} has more than {MAX_CHARS:,} characters")
@@ -168,8 +172,7 @@ def check_percent(fmt: str, args: Any) -> None:
             if x
         ]
         total += max([biggest, *nums])
-        if total > MAX_CHARS:
-            raise refuse(f"`%` formatting would give more than {MAX_CHARS:,} characters")
+        _cap(total, "`%` formatting")
 
 
 def check_binop(op: str, a: Any, b: Any) -> None:
@@ -185,8 +188,7 @@ def check_binop(op: str, a: Any, b: Any) -> None:
     elif op == "+" and isinstance(a, (str, bytes, list, tuple)) and type(a) is type(b):
         if isinstance(a, (list, tuple)) and len(a) + len(b) > MAX_ITEMS:
             raise refuse(f"`+` would give a list of more than {MAX_ITEMS:,} items")
-        if size_of(a) + size_of(b) > MAX_CHARS:
-            raise refuse(f"`+` would give more than {MAX_CHARS:,} characters")
+        _cap(size_of(a) + size_of(b), "`+`")
     elif op == "%" and isinstance(a, str):
         check_percent(a, b)
 
@@ -200,8 +202,7 @@ def _check_times(a: Any, b: Any) -> None:
     if isinstance(n, int) and isinstance(seq, (str, bytes, list, tuple)) and n > 1:
         if isinstance(seq, (list, tuple)) and len(seq) * n > MAX_ITEMS:
             raise refuse(f"`*` would give a list of {len(seq) * n:,} items (at most {MAX_ITEMS:,})")
-        if size_of(seq) * n > MAX_CHARS:
-            raise refuse(f"`*` would give more than {MAX_CHARS:,} characters")
+        _cap(size_of(seq) * n, "`*`")
 
 
 def check_str_call(s: str | bytes, name: str, args: tuple, kwargs: dict) -> tuple:
@@ -210,21 +211,17 @@ def check_str_call(s: str | bytes, name: str, args: tuple, kwargs: dict) -> tupl
     arg = args[0] if args else None
     if name in ("center", "ljust", "rjust", "zfill"):
         width = kwargs.get("width", arg)
-        if isinstance(width, int) and width > MAX_CHARS:
-            raise refuse(f"{name}({width:,}) would give more than {MAX_CHARS:,} characters")
+        if isinstance(width, int):
+            _cap(width, f"{name}({width:,})")
     elif name == "expandtabs":
         size = kwargs.get("tabsize", 8 if arg is None else arg)
-        if (
-            isinstance(size, int)
-            and len(s) + s.count("\t" if isinstance(s, str) else b"\t") * size > MAX_CHARS
-        ):
-            raise refuse(f"expandtabs() would give more than {MAX_CHARS:,} characters")
+        if isinstance(size, int):
+            _cap(len(s) + s.count("\t" if isinstance(s, str) else b"\t") * size, "expandtabs()")
     elif name == "replace" and len(args) >= 2:
         check_replace(s, args[0], args[1], args[2] if len(args) > 2 else kwargs.get("count", -1))
     elif name == "join" and args:
         items = list(args[0])
-        if joined_size(items) + len(s) * len(items) > MAX_CHARS:
-            raise refuse(f"join() would give more than {MAX_CHARS:,} characters")
+        _cap(joined_size(items) + len(s) * len(items), "join()")
         return (items, *args[1:])
     elif name == "translate" and isinstance(arg, dict):
         if len(s) * max((size_of(v) for v in arg.values()), default=0) > MAX_CHARS:
@@ -239,8 +236,7 @@ def check_replace(s: Any, old: Any, new: Any, count: Any) -> None:
     n = s.count(old) if old else len(s) + 1
     if isinstance(count, int) and count >= 0:
         n = min(n, count)
-    if len(s) + n * max(0, len(new) - len(old)) > MAX_CHARS:
-        raise refuse(f"replace() would give more than {MAX_CHARS:,} characters")
+    _cap(len(s) + n * max(0, len(new) - len(old)), "replace()")
 
 
 class BoundedFormatter(SandboxedFormatter):
@@ -256,8 +252,7 @@ class BoundedFormatter(SandboxedFormatter):
             raise refuse(f"a format() field would be longer than {MAX_CHARS:,} characters")
         out = super().format_field(value, format_spec)
         self._total += len(out)
-        if self._total > MAX_CHARS:
-            raise refuse(f"format() would give more than {MAX_CHARS:,} characters")
+        _cap(self._total, "format()")
         return out
 
 
@@ -266,23 +261,21 @@ class BoundedEscapeFormatter(BoundedFormatter, SandboxedEscapeFormatter):
 
 
 def _filter_pre(name: str, value: Any, args: tuple, kwargs: dict) -> Any:
-    """The check of a filter with a size argument (`name`), before it runs. Returns the value to
-    pass on (an iterable for `join` is read once, here)."""
+    """The check of a filter with a size argument (`name`; any other passes), before it runs.
+    Returns the value to pass on (an iterable for `join` is read once, here)."""
     arg = lambda i, key, default: (
-        kwargs[key] if key in kwargs else (args[i] if len(args) > i else default)
+        kwargs[key] if key in kwargs else args[i] if len(args) > i else default
     )
     if name == "center":
-        check_str_call("", name, (arg(0, "width", 80),), {})
+        check_str_call("", name, args, kwargs)
     elif name == "indent":
         width = arg(0, "width", 4)
         ind = len(width) if isinstance(width, str) else width if isinstance(width, int) else 0
-        if ind * (str(value).count("\n") + 1) + len(str(value)) > MAX_CHARS:
-            raise refuse(f"indent() would give more than {MAX_CHARS:,} characters")
+        _cap(ind * (str(value).count("\n") + 1) + len(str(value)), "indent()")
     elif name == "wordwrap":
         s, width, wrap = str(value), arg(0, "width", 79), arg(2, "wrapstring", None)
         breaks = len(s) // max(width, 1) + s.count("\n") + 1 if isinstance(width, int) else len(s)
-        if len(s) + breaks * len(wrap or "\n") > MAX_CHARS:
-            raise refuse(f"wordwrap() would give more than {MAX_CHARS:,} characters")
+        _cap(len(s) + breaks * len(wrap or "\n"), "wordwrap()")
     elif name == "replace":
         count = arg(2, "count", None)
         check_replace(value, arg(0, "old", ""), arg(1, "new", ""), -1 if count is None else count)
@@ -297,8 +290,7 @@ def _items_pre(name: str, value: Any, arg: Callable[[int, str, Any], Any]) -> An
     """_filter_pre of the filters that take or make a list (or sum one)."""
     if name == "join":
         items = list(value)
-        if joined_size(items) + len(str(arg(0, "d", ""))) * len(items) > MAX_CHARS:
-            raise refuse(f"join would give more than {MAX_CHARS:,} characters")
+        _cap(joined_size(items) + len(str(arg(0, "d", ""))) * len(items), "join")
         return items
     elif name == "tojson":
         indent = arg(0, "indent", None)
@@ -324,37 +316,21 @@ _TEXT_FILTERS = set(
     "capitalize e escape forceescape lower pprint safe string striptags title trim truncate upper "
     "urlencode urlize wordcount xmlattr list".split()
 )
-_SIZED_FILTERS = {
-    "center",
-    "indent",
-    "wordwrap",
-    "replace",
-    "format",
-    "join",
-    "tojson",
-    "batch",
-    "slice",
-    "sum",
-}
+_SIZED_FILTERS = set("center indent wordwrap replace format join tojson batch slice sum".split())
 
 
 def _checked_filter(orig: Any, name: str) -> Any:
-    pass_arg = _PassArg.from_obj(orig)
-
     @pass_context  # context filters are never folded at compile time
+    @wraps(orig)
     def run(context: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
         tick()
         for v in (value, *args, *kwargs.values()):
             if not isinstance(v, (int, float, type(None))):
                 check_size(v, "a filter's input")
-        if name in _SIZED_FILTERS:
-            value = _filter_pre(name, value, args, kwargs)
-        passed = {_PassArg.context: context, _PassArg.eval_context: context.eval_ctx}
-        passed[_PassArg.environment] = context.environment
-        lead = (passed[pass_arg],) if pass_arg in passed else ()
-        return _charged(orig(*lead, value, *args, **kwargs))
+        value = _filter_pre(name, value, args, kwargs)  # a text filter: passed on as it is
+        # Context.call passes the filter its context, eval context or environment, as it asks
+        return _charged(context.call(orig, value, *args, **kwargs))
 
-    run.__name__, run.__doc__ = getattr(orig, "__name__", "filter"), getattr(orig, "__doc__", None)
     return run
 
 
@@ -386,11 +362,8 @@ def _ticking(iterable: Any) -> Iterator[Any]:
 @pass_eval_context
 def _concat(eval_ctx: Any, items: list) -> str:
     """`a ~ b`, refused before it would pass MAX_CHARS."""
-    if joined_size(items) > MAX_CHARS:
-        raise refuse(f"`~` would give more than {MAX_CHARS:,} characters")
-    out = markup_join(items) if eval_ctx.autoescape else str_join(items)
-    charge(len(out))
-    return out
+    _cap(joined_size(items), "`~`")
+    return _charged(markup_join(items) if eval_ctx.autoescape else str_join(items))
 
 
 def bounded_concat(parts: Any) -> str:
@@ -426,19 +399,24 @@ class _BoundLoops(NodeTransformer):
 
 
 class BoundedSandbox(ImmutableSandboxedEnvironment):
-    """ImmutableSandboxedEnvironment with the bounds described at the top of this module."""
+    """ImmutableSandboxedEnvironment with the bounds described at the top of this module (and
+    StrictUndefined: a typo is an error)."""
 
     intercepted_binops = frozenset({"*", "**", "+", "%"})
     concat = staticmethod(bounded_concat)
 
-    def __init__(self, **kwargs: Any):
-        kwargs.setdefault("optimized", False)  # no constant folding at compile time
-        super().__init__(finalize=_finalize, **kwargs)
+    def __init__(self) -> None:
+        super().__init__(
+            optimized=False,  # no constant folding at compile time
+            finalize=_finalize,
+            undefined=jinja2.StrictUndefined,
+            keep_trailing_newline=True,
+            autoescape=False,
+        )
         self.globals.update(range=bounded_range, lipsum=bounded_lipsum)
         # the filters that make text, and those with a size argument: checked
-        for name in list(self.filters):
-            if name in _TEXT_FILTERS or name in _SIZED_FILTERS:
-                self.filters[name] = _checked_filter(self.filters[name], name)
+        for name in _TEXT_FILTERS | _SIZED_FILTERS:
+            self.filters[name] = _checked_filter(self.filters[name], name)
         self.filters.update(runner_loop=_ticking, runner_concat=_concat)
 
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
@@ -469,18 +447,14 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
     def wrap_str_format(self, value: Any) -> Any:
         """str.format / format_map through BoundedFormatter (Jinja >= 3.1.5 calls this on attribute
         access)."""
-        method = isinstance(value, (types.MethodType, types.BuiltinMethodType))
         if (
-            not method
-            or value.__name__ not in ("format", "format_map")
-            or not isinstance(value.__self__, str)
+            isinstance(value, (types.MethodType, types.BuiltinMethodType))
+            and value.__name__ in ("format", "format_map")
+            and isinstance(value.__self__, str)
         ):
-            return None
-
-        def wrapper(*args: Any, **kwargs: Any) -> str:
-            return self.format_string(value.__self__, args, kwargs, value)
-
-        return update_wrapper(wrapper, value)
+            wrapper = lambda *a, **kw: self.format_string(value.__self__, a, kw, value)
+            return update_wrapper(wrapper, value)
+        return None
 
     def format_string(self, s: str, args: tuple, kwargs: dict, format_func: Any = None) -> str:  # type: ignore[override]
         """Also what Jinja < 3.1.5 calls for `'...'.format(...)` (with `format_func`)."""
@@ -493,9 +467,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             if isinstance(s, Markup)
             else BoundedFormatter(self)
         )
-        out = type(s)(f.vformat(s, args, kwargs))
-        charge(len(out))
-        return out
+        return _charged(type(s)(f.vformat(s, args, kwargs)))
 
 
 RENDER_SECONDS = 5.0  # one template for one example (compiling one template, too)
@@ -509,7 +481,6 @@ LIMIT_HINT = (
 
 @dataclass(frozen=True)
 class CompiledTemplate:
-    source: str
     path: str
     template: jinja2.Template
     sha256: str | None = None  # of the file's bytes as read (16 hex digits); None for inline text
@@ -547,10 +518,7 @@ def compile_text(source: str, label: str, where: str, field: str) -> CompiledTem
         raise err(f"{label} is longer than {MAX_CHARS:,} characters", hint=wrong)
     try:
         with limits(RENDER_SECONDS, "compiling"):
-            env = BoundedSandbox(
-                undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
-            )
-            return CompiledTemplate(source, label, env.from_string(source))
+            return CompiledTemplate(label, BoundedSandbox().from_string(source))
     except jinja2.TemplateSyntaxError as e:
         raise err(f"{label} line {e.lineno}: syntax error: {e.message}") from None
     except TemplateLimit as e:

@@ -98,10 +98,10 @@ class Probe:
         if pids is not None:
             seen = {p: _ours(p) for p in pids}
             # another PID namespace: cannot tell whose they are
-            if seen and all(v is None for v in seen.values()):
-                facts["gpu_other_processes"] = None
-            else:
-                facts["gpu_other_processes"] = sorted(p for p, v in seen.items() if v is False)
+            unknown = seen and all(v is None for v in seen.values())
+            facts["gpu_other_processes"] = (
+                None if unknown else sorted(p for p, v in seen.items() if v is False)
+            )
         clocks = sm_clocks()
         if clocks is not None:
             facts["gpu_sm_clock_mhz"], facts["gpu_max_sm_clock_mhz"] = clocks

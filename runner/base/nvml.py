@@ -25,7 +25,7 @@ def has_cuda_device() -> bool:
     """An NVIDIA GPU is present (NVML sees one, or the driver's device node exists); no torch
     needed."""
     return (
-        _handle(0)[1] is not None
+        _handle()[1] is not None
         or os.path.exists("/dev/nvidia0")
         or os.path.isdir("/proc/driver/nvidia/gpus")
     )
@@ -85,11 +85,10 @@ class PeakSampler:
                     self.has_counter = False
 
     def __enter__(self) -> PeakSampler:
-        if self.h is None:
-            return self
-        self.start_gib = self.peak = self._read()
-        self._t = threading.Thread(target=self._loop, daemon=True)
-        self._t.start()
+        if self.h is not None:
+            self.start_gib = self.peak = self._read()
+            self._t = threading.Thread(target=self._loop, daemon=True)
+            self._t.start()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -116,9 +115,10 @@ class PeakSampler:
         edges = [bisect_left(times, t0 + k * step) for k in range(parts)] + [
             bisect_right(times, t1)
         ]
-        if any(b - a < min_samples for a, b in zip(edges, edges[1:])):
+        spans = list(zip(edges, edges[1:]))
+        if any(b - a < min_samples for a, b in spans):
             return None
-        return [round(sum(self._utils[a:b]) / (b - a) / 100, 3) for a, b in zip(edges, edges[1:])]
+        return [round(sum(self._utils[a:b]) / (b - a) / 100, 3) for a, b in spans]
 
 
 def wait_for_release(baseline_gib: float | None) -> float | None:
@@ -150,13 +150,10 @@ def gpu_processes() -> list[int] | None:
 def sm_clocks() -> tuple[int, int] | None:
     """(the SM clock now, its maximum) in MHz; None without NVML."""
     nv, h = _handle()
-    if h is None:
-        return None
-    try:
+    with contextlib.suppress(Exception):  # without NVML, nv is None: an AttributeError
         sm = nv.NVML_CLOCK_SM
         return int(nv.nvmlDeviceGetClockInfo(h, sm)), int(nv.nvmlDeviceGetMaxClockInfo(h, sm))
-    except Exception:
-        return None
+    return None
 
 
 def gpu_indices(n: int) -> list[int]:
@@ -172,13 +169,12 @@ def energy_j(indices: list[int]) -> float | None:
     """The sum of NVML's total-energy counters of these devices (joules since the driver loaded,
     whole device: every process on it counts); None without NVML, or where a device has no such
     counter (before Volta)."""
-    total = 0.0
-    for i in indices:
-        nv, h = _handle(i)
-        if h is None:
-            return None
-        try:
-            total += nv.nvmlDeviceGetTotalEnergyConsumption(h) / 1000  # millijoules
-        except Exception:
-            return None
-    return total if indices else None
+    if not indices:
+        return None
+    try:  # without NVML, nv is None: an AttributeError
+        # millijoules
+        return sum(
+            nv.nvmlDeviceGetTotalEnergyConsumption(h) / 1000 for nv, h in map(_handle, indices)
+        )
+    except Exception:
+        return None

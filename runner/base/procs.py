@@ -86,7 +86,7 @@ def stop_group(proc: subprocess.Popen | None, grace_s: float, then: Callable[[],
             kill_group(proc.pid, grace_s, proc)
     finally:
         for sig, handler in held.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            signal.signal(sig, handler or signal.SIG_DFL)  # None: not set from Python
         then()
     if signal.SIGINT in pending:
         raise KeyboardInterrupt
@@ -97,7 +97,7 @@ def stop_group(proc: subprocess.Popen | None, grace_s: float, then: Callable[[],
 def session_members(sid: int) -> list[int]:
     """The live processes of session `sid` (Linux /proc; none elsewhere)."""
     try:
-        return [pid for pid, fields in _live_procs() if len(fields) > 3 and fields[3] == str(sid)]
+        return [pid for pid, fields in _live_procs() if fields[3] == str(sid)]
     except OSError:
         return []
 
@@ -110,11 +110,9 @@ def descendants(pid: int) -> list[int]:
             children.setdefault(int(fields[1]), []).append(child)
     except OSError:
         return []
-    out, todo = [], list(children.get(pid, []))
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo += children.get(p, [])
+    out = list(children.get(pid, []))
+    for p in out:  # the list grows as it is read: breadth first
+        out += children.get(p, [])
     return out
 
 

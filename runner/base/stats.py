@@ -21,12 +21,7 @@ def summary(xs: Sequence[float]) -> dict[str, float] | None:
     xs = [x for x in xs if x is not None]
     if not xs:
         return None
-    return {
-        "p50": percentile(xs, 50),
-        "p90": percentile(xs, 90),
-        "p99": percentile(xs, 99),
-        "mean": sum(xs) / len(xs),
-    }
+    return {**{f"p{q}": percentile(xs, q) for q in (50, 90, 99)}, "mean": sum(xs) / len(xs)}
 
 
 LEVEL = 0.95  # every interval the reports print
@@ -40,11 +35,6 @@ def t_quantile(df: float, level: float = LEVEL) -> float:
     from scipy.stats import t
 
     return float(t.ppf((1 + level) / 2, df))
-
-
-def z_quantile(p: float) -> float:
-    """The standard normal quantile at `p` (stdlib)."""
-    return NormalDist().inv_cdf(p)
 
 
 # fewer measured examples: a projection without an interval ("too few examples to tell")
@@ -64,13 +54,13 @@ def project(per_example_s: Sequence[float], n_total: int) -> dict[str, float]:
     }
 
 
-def mean_interval(xs: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
-    """The mean of `xs` and its `level` Student t interval (NaN ends for one value)."""
+def mean_interval(xs: Sequence[float]) -> tuple[float, float, float]:
+    """The mean of `xs` and its 95% Student t interval (NaN ends for one value)."""
     n = len(xs)
     m = math.fsum(xs) / n
     if n < 2:
         return m, float("nan"), float("nan")
-    half = t_quantile(n - 1, level) * math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (n - 1) / n)
+    half = t_quantile(n - 1) * math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (n - 1) / n)
     return m, m - half, m + half
 
 
@@ -100,15 +90,13 @@ PAIRED_CI = (
 )
 
 
-def paired_interval(
-    diffs: Sequence[float], level: float = LEVEL
-) -> tuple[float, float, float] | None:
+def paired_interval(diffs: Sequence[float]) -> tuple[float, float, float] | None:
     """The mean of paired differences (one per example, this run's score minus the other's) and its
-    `level` interval: Student t on the differences. None under MIN_PAIRED examples: too few to tell
+    95% interval: Student t on the differences. None under MIN_PAIRED examples: too few to tell
     (the t interval covers at its stated rate from there on in the seeded simulations of
     tests/test_stats.py, within about 2 points where few answers change and mostly one way; a
     percentile bootstrap covered 85% at 5 examples and gave one example a zero-width interval)."""
-    return mean_interval(diffs, level) if len(diffs) >= MIN_PAIRED else None
+    return mean_interval(diffs) if len(diffs) >= MIN_PAIRED else None
 
 
 def examples_to_resolve(sd: float, effect: float, n_now: int) -> int | None:
@@ -117,7 +105,8 @@ def examples_to_resolve(sd: float, effect: float, n_now: int) -> int | None:
     + z_.8) sd / effect)^2, at least one more than now; None for no effect or no noise."""
     if not effect or not sd or not math.isfinite(sd):
         return None
-    need = math.ceil(((z_quantile(0.975) + z_quantile(0.8)) * sd / abs(effect)) ** 2)
+    z = NormalDist().inv_cdf  # the standard normal quantile
+    need = math.ceil(((z(0.975) + z(0.8)) * sd / abs(effect)) ** 2)
     return max(need, n_now + 1)
 
 
@@ -134,15 +123,10 @@ def geomean_interval(xs: Sequence[float]) -> tuple[float, float | None, float | 
     too). One time: itself, no interval."""
     if not xs or any(not x > 0 or not math.isfinite(x) for x in xs):
         raise ValueError("times must be positive and finite")
-    m, var = _log_mean_var(xs)
+    m, var = _mean_var([math.log(x) for x in xs])
     if var is None:
         return xs[0], None, None
     return (math.exp(m), *interval_of(m, math.sqrt(var), len(xs) - 1))
-
-
-def _log_mean_var(xs: Sequence[float]) -> tuple[float, float | None]:
-    """(mean log, the variance of that mean); None under two times."""
-    return _mean_var([math.log(x) for x in xs])
 
 
 def _mean_var(vs: list[float]) -> tuple[float, float | None]:
@@ -170,7 +154,9 @@ def combined_log(
     freedom, the cells' repeats taken as independent samples. One cell may stand in several pairs (a
     study's shared cell): its weight then sums its parts, and its noise counts once with that
     weight, not once per pair as if independent."""
-    used = [(w, *_log_mean_var(xs), len(xs)) for w, xs in zip(weights, cells) if w]
+    used = [
+        (w, *_mean_var([math.log(x) for x in xs]), len(xs)) for w, xs in zip(weights, cells) if w
+    ]
     m = sum(w * mu for w, mu, _, _ in used)
     if any(v is None for _, _, v, _ in used):
         return m, None, 0
@@ -197,8 +183,7 @@ def combined_interval(
         if sum(var)
         else 1.0
     )
-    half = t_quantile(df) * math.sqrt(sum(var))
-    return math.exp(m - half), math.exp(m + half)
+    return interval_of(m, math.sqrt(sum(var)), df)
 
 
 def interval_of(
@@ -233,5 +218,5 @@ def drift(xs: Sequence[float]) -> tuple[float, float, float] | None:
     sxx = sum((i - mx) ** 2 for i in range(n))
     b = sum((i - mx) * (y - my) for i, y in enumerate(ys)) / sxx
     resid = sum((y - my - b * (i - mx)) ** 2 for i, y in enumerate(ys))
-    half = t_quantile(n - 2) * math.sqrt(resid / (n - 2) / sxx)
-    return math.exp(b) - 1, math.exp(b - half) - 1, math.exp(b + half) - 1
+    lo, hi = interval_of(b, math.sqrt(resid / (n - 2) / sxx), n - 2)
+    return math.exp(b) - 1, lo - 1, hi - 1  # type: ignore[operator]

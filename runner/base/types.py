@@ -59,9 +59,10 @@ class ModelSpec(StrictModel):
     @property
     def gguf_path(self) -> Path | None:
         """The GGUF file this model is loaded from, or None for any other model."""
+        path = Path(self.id).expanduser()
         if self.gguf_file:
-            return Path(self.id).expanduser() / self.gguf_file
-        return Path(self.id).expanduser() if self.id.lower().endswith(".gguf") else None
+            return path / self.gguf_file
+        return path if self.id.lower().endswith(".gguf") else None
 
 
 class Sampling(StrictModel):

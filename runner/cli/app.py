@@ -46,7 +46,7 @@ def guard(fn):
             sys.exit(EXIT_INTERRUPTED)
         finally:
             if main:
-                signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
+                signal.signal(signal.SIGTERM, old or signal.SIG_DFL)  # None: not set from Python
 
     return wrapper
 
@@ -64,5 +64,4 @@ def cli():
     """
 
 
-def main():
-    cli()
+main = cli  # the console script (and `python -m runner`) calls it with no arguments

@@ -36,42 +36,6 @@ def interrupted(e: Interrupted) -> NoReturn:
     sys.exit(EXIT_INTERRUPTED)
 
 
-EXECUTORS = ("local", "ray")
-HELP = {  # the options' help, where it does not fit on the option's line
-    "out": "Folder for the reports; nothing is written outside it.",
-    "limit": "Run only the first N examples of each recipe.",
-    "only": "Run only the recipes or study cells named PATTERN, or matching it as a glob (e.g. "
-    "'jsquad-vllm-*cache*'); several patterns separated by commas.",
-    "estimate": "Run N randomly chosen examples (fixed seed) and project the full-dataset time, "
-    "with a 95% interval; marked as an estimate everywhere it is shown.",
-    "timeout": "Seconds per recipe before it is ended and recorded failed (a recipe's own "
-    "timeout_s wins).",
-    "baseline": "Name of the recipe the summary compares against (default: the recipe with "
-    "`baseline: true`).",
-    "force": "Rerun recipes whose complete results are already in --out (default: an unchanged "
-    "recipe is skipped; an interrupted one continues from its finished samples).",
-    "executor": "Where jobs run: `local` (one after another, each in its own process on this "
-    "machine) or `ray` (each a Ray task asking for the engine's GPUs, as many at once as the "
-    "cluster holds; reports are still written under --out here).",
-    "address": "With --executor ray: the Ray cluster to run on (e.g. HEAD:6379, or `auto`); "
-    "default: a local Ray instance started for this call.",
-    "repeat": "Measure each recipe's generation N times (the same as --set repeat=N): reports give "
-    "the geometric mean with a 95% interval, and a speed-up whose interval holds 1 is 'no clear "
-    "difference'. Repeats already measured by an earlier call of the same recipe are kept.",
-    "warmup": "Uncounted generations after each engine start (the same as --set warmup=N).",
-    "interleave": "How repeats of recipes on different engines are ordered (--set interleave=...): "
-    "`restarts` takes turns (A B A B), starting each engine afresh every turn; `off` runs each "
-    "recipe's repeats back to back; `auto` (the recipes' default) takes turns only where every "
-    "engine starts in seconds. Recipes on one engine always take turns.",
-    "usd_per_gpu_hour": "Price of one GPU-hour in US dollars (the same as --set "
-    "cost.usd_per_gpu_hour=X): reports add dollars per million output and prompt tokens and the "
-    "cost of each run; a run already complete is not rerun for it.",
-    "replicas": "With --executor ray: split each recipe's examples into N contiguous shares, each "
-    "run by its own engine (the same as --set replicas=N: it is recorded in the recipe and its run "
-    "key).",
-}
-
-
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option(
@@ -79,40 +43,115 @@ HELP = {  # the options' help, where it does not fit on the option's line
     default="reports",
     show_default=True,
     type=click.Path(file_okay=False),
-    help=HELP["out"],
+    help="Folder for the reports; nothing is written outside it.",
 )
-@click.option("--only", metavar="PATTERN", help=HELP["only"])
-@click.option("--limit", type=click.IntRange(min=1, max=100_000_000), help=HELP["limit"])
-@click.option("--estimate", type=click.IntRange(min=2, max=100_000_000), help=HELP["estimate"])
+@click.option(
+    "--only",
+    metavar="PATTERN",
+    help=(
+        "Run only the recipes or study cells named PATTERN, or matching it as a glob (e.g. "
+        "'jsquad-vllm-*cache*'); several patterns separated by commas."
+    ),
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1, max=100_000_000),
+    help="Run only the first N examples of each recipe.",
+)
+@click.option(
+    "--estimate",
+    type=click.IntRange(min=2, max=100_000_000),
+    help=(
+        "Run N randomly chosen examples (fixed seed) and project the full-dataset time, "
+        "with a 95% interval; marked as an estimate everywhere it is shown."
+    ),
+)
 @overrides
 @click.option(
-    "--timeout", "timeout_s", type=click.IntRange(min=1, max=MAX_TIMEOUT_S), help=HELP["timeout"]
+    "--timeout",
+    "timeout_s",
+    type=click.IntRange(min=1, max=MAX_TIMEOUT_S),
+    help=(
+        "Seconds per recipe before it is ended and recorded failed (a recipe's own timeout_s wins)."
+    ),
 )
-@click.option("--baseline", help=HELP["baseline"])
-@click.option("--force", is_flag=True, help=HELP["force"])
+@click.option(
+    "--baseline",
+    help=(
+        "Name of the recipe the summary compares against (default: the recipe with "
+        "`baseline: true`)."
+    ),
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help=(
+        "Rerun recipes whose complete results are already in --out (default: an unchanged "
+        "recipe is skipped; an interrupted one continues from its finished samples)."
+    ),
+)
 @IN_PROCESS
 @NO_PROGRESS
 @click.option(
     "--executor",
-    type=click.Choice(EXECUTORS),
+    type=click.Choice(("local", "ray")),
     default="local",
     show_default=True,
-    help=HELP["executor"],
-)
-@click.option("--address", metavar="ADDR", help=HELP["address"])
-@click.option(
-    "--replicas", type=click.IntRange(min=1, max=1024), metavar="N", help=HELP["replicas"]
-)
-@click.option(
-    "--repeat", type=click.IntRange(min=1, max=MAX_REPEAT), metavar="N", help=HELP["repeat"]
+    help=(
+        "Where jobs run: `local` (one after another, each in its own process on this "
+        "machine) or `ray` (each a Ray task asking for the engine's GPUs, as many at once as the "
+        "cluster holds; reports are still written under --out here)."
+    ),
 )
 @click.option(
-    "--warmup", type=click.IntRange(min=0, max=MAX_REPEAT), metavar="N", help=HELP["warmup"]
+    "--address",
+    metavar="ADDR",
+    help=(
+        "With --executor ray: the Ray cluster to run on (e.g. HEAD:6379, or `auto`); "
+        "default: a local Ray instance started for this call."
+    ),
 )
 @click.option(
-    "--interleave", type=click.Choice(["auto", "restarts", "off"]), help=HELP["interleave"]
+    "--replicas",
+    type=click.IntRange(min=1, max=1024),
+    metavar="N",
+    help=(
+        "With --executor ray: split each recipe's examples into N contiguous shares, each run "
+        "by its own engine (the same as --set replicas=N: it is recorded in the recipe and its "
+        "run key)."
+    ),
 )
-@price(HELP["usd_per_gpu_hour"])
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1, max=MAX_REPEAT),
+    metavar="N",
+    help=(
+        "Measure each recipe's generation N times (the same as --set repeat=N): reports give the "
+        "geometric mean with a 95% interval, and a speed-up whose interval holds 1 is 'no clear "
+        "difference'. Repeats already measured by an earlier call of the same recipe are kept."
+    ),
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0, max=MAX_REPEAT),
+    metavar="N",
+    help="Uncounted generations after each engine start (the same as --set warmup=N).",
+)
+@click.option(
+    "--interleave",
+    type=click.Choice(["auto", "restarts", "off"]),
+    help=(
+        "How repeats of recipes on different engines are ordered (--set interleave=...): "
+        "`restarts` takes turns (A B A B), starting each engine afresh every turn; `off` runs each "
+        "recipe's repeats back to back; `auto` (the recipes' default) takes turns only where every "
+        "engine starts in seconds. Recipes on one engine always take turns."
+    ),
+)
+@price(
+    "Price of one GPU-hour in US dollars (the same as --set "
+    "cost.usd_per_gpu_hour=X): reports add dollars per million output and prompt tokens and the "
+    "cost of each run; a run already complete is not rerun for it."
+)
 @guard
 # click hands each option in as a parameter
 def go(paths, out, only, sets, model_paths, executor, address, replicas, in_process, **run):  # noqa: PLR0913
@@ -147,7 +186,7 @@ def go(paths, out, only, sets, model_paths, executor, address, replicas, in_proc
         raise RunnerError(
             f"--baseline {baseline!r} names no recipe of this call; recipes: " + ", ".join(names)
         )
-    if not out or not out.strip():
+    if not out.strip():
         raise RunnerError("is empty; give a folder for the reports", field="--out")
     # this call's command line, for the reports (none where `runner go` was not how it was called)
     argv = sys.argv

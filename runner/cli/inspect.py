@@ -36,25 +36,23 @@ def check(paths, sets, model_paths, only, no_tokens):
         try:
             for lr in load_all((str(f),), asked, none_ok=True, unused_ok=True, studies=studies):
                 every.append(lr)
-                if lr.recipe.name in names:
+                if (name := lr.recipe.name) in names:
                     why = (
-                        f"two recipes are named {lr.recipe.name!r}: {names[lr.recipe.name]} and "
-                        f"{lr.path}"
+                        f"two recipes are named {name!r}: {names[name]} and {lr.path}; names must "
+                        "be unique in one call (they name the report folders)"
                     )
-                    why += "; names must be unique in one call (they name the report folders)"
                     raise RunnerError(why, file=lr.path, field="name")
-                names[lr.recipe.name] = lr.path
+                names[name] = lr.path
                 _check_one(lr, shown, no_tokens)
         except RunnerError as e:
             errors.append(e.render())
     if only is not None and not names and not errors:
         # raises: --only matches no recipe (and lists them)
         load_all(paths, asked, studies=studies)
-    if not errors:
-        check_model_paths(model_paths, every)
     if errors:
         of = f"\n\n{len(errors)} of {len(files)} files have errors" if len(files) > 1 else ""
         raise UserError("\n\nError: ".join(errors) + of)
+    check_model_paths(model_paths, every)
 
 
 def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool) -> None:
@@ -70,7 +68,7 @@ def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool) -> None:
     est = f" (an estimate: runs {n}, projects {prepared.n_target})" if n < prepared.n_target else ""
     of = f"{prepared.n_target} of {prepared.n_dataset} examples{est}"
     click.echo(f"ok {lr.path}: {r.name} — {r.engine.kind}, {r.model.id}, {of}")
-    if r.metrics and (no_gold := sum(1 for e in prepared.examples if not e.answers)):
+    if r.metrics and (no_gold := sum(not e.answers for e in prepared.examples)):
         click.echo(
             f"  note: {no_gold} of {n} examples have no gold answers: they are left out of every "
             "score"
@@ -124,21 +122,26 @@ def token_stats(r, messages) -> str:
     )
 
 
-GPU_HELP = (
-    "Plan for this GPU (H100, H200, A100-80G, L40S, L4, RTX 4090), or cpu; default: the GPU of "
-    "this machine (NVML), or the H200 on a machine without one. A recipe that runs on the CPU "
-    "(engine.device: cpu) is planned for the CPU."
-)
-DRAFT = {"$schema": "https://json-schema.org/draft/2020-12/schema"}  # of both schemas
-JSON_HELP = (
-    'Print the plans as JSON: {"recipes": [...]} (keys: docs/recipe-reference.md, section Plan).'
-)
-
-
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--gpu", metavar="NAME", help=GPU_HELP)
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@click.option(
+    "--gpu",
+    metavar="NAME",
+    help=(
+        "Plan for this GPU (H100, H200, A100-80G, L40S, L4, RTX 4090), or cpu; default: the GPU of "
+        "this machine (NVML), or the H200 on a machine without one. A recipe that runs on the CPU "
+        "(engine.device: cpu) is planned for the CPU."
+    ),
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help=(
+        'Print the plans as JSON: {"recipes": [...]} (keys: docs/recipe-reference.md, section '
+        "Plan)."
+    ),
+)
 @overrides
 @click.option("--only", metavar="PATTERN", help=f"Plan {ONLY_HELP}")
 @guard
@@ -165,7 +168,8 @@ def plan(paths, gpu, as_json, sets, model_paths, only):  # noqa: PLR0913
         except RunnerError as e:
             raise RunnerError(e.message, file=lr.path, field=e.field, hint=e.hint) from None
         plans.append(plan_recipe(lr, prepared, ids, target, config).model_dump(mode="json"))
-    if fallback and any(p["gpu"] for p in plans):
+    on_gpu = any(p["gpu"] for p in plans)
+    if fallback and on_gpu:
         click.echo(
             f"no GPU on this machine: planning for the {target.name} (--gpu NAME picks another)",
             err=True,
@@ -173,28 +177,26 @@ def plan(paths, gpu, as_json, sets, model_paths, only):  # noqa: PLR0913
     if as_json:
         click.echo(json.dumps({"recipes": plans}, indent=2, ensure_ascii=False))
         return
-    on = (
-        f"{target.name}, {target.memory_gib:.0f} GiB"
-        if target and any(p["gpu"] for p in plans)
-        else "CPU"
-    )
+    on = f"{target.name}, {target.memory_gib:.0f} GiB" if target and on_gpu else "CPU"
     click.echo(f"# Plan ({on})\n")
     click.echo(plan_table(plans))
     if advice := plan_advice(plans):
         click.echo("\n" + "\n".join(advice))
 
 
-GATE_HELP = (
-    "A quality gate for every recipe that has none of its own: METRIC:DROP, the largest allowed "
-    "drop in absolute points (squad_f1:0.01), or METRIC:PCT% to keep that share of the baseline's "
-    "score (squad_f1:99%)."
-)
-
-
 @cli.command()
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
 @click.option("--baseline", help="Recipe name to compare against.")
-@click.option("--gate", "gate_text", metavar="METRIC:DROP", help=GATE_HELP)
+@click.option(
+    "--gate",
+    "gate_text",
+    metavar="METRIC:DROP",
+    help=(
+        "A quality gate for every recipe that has none of its own: METRIC:DROP, the largest "
+        "allowed drop in absolute points (squad_f1:0.01), or METRIC:PCT% to keep that share of "
+        "the baseline's score (squad_f1:99%)."
+    ),
+)
 @price(
     "Price the stored runs at X US dollars per GPU-hour (results.json keeps the recipe's own "
     "price)."
@@ -306,4 +308,8 @@ def schema(what):
 
 
 def results_schema() -> dict:
-    return {**RunResult.model_json_schema(), **DRAFT, "title": "runner results.json"}
+    return {
+        **RunResult.model_json_schema(),
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "runner results.json",
+    }

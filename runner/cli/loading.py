@@ -5,14 +5,6 @@ from __future__ import annotations
 
 import click
 
-MP_HELP = (
-    "Load a hub model from a local folder instead: HUB_ID=PATH (repeatable; applies to model.id "
-    "and model.tokenizer of every recipe that names HUB_ID)."
-)
-SET_HELP = (
-    "Override a recipe field, e.g. --set model.id=../shared/models/x (repeatable). A value for a "
-    "text field is taken as written; other values are read as YAML (numbers, true/false, lists)."
-)
 ONLY_HELP = (
     "only the recipes or study cells whose name matches (a name or glob; several "
     "separated by commas)."
@@ -29,9 +21,26 @@ NO_PROGRESS = click.option("--no-progress", is_flag=True, help="No progress bars
 def overrides(f):
     """--set and --model-path."""
     f = click.option(
-        "--model-path", "model_paths", multiple=True, metavar="HUB_ID=PATH", help=MP_HELP
+        "--model-path",
+        "model_paths",
+        multiple=True,
+        metavar="HUB_ID=PATH",
+        help=(
+            "Load a hub model from a local folder instead: HUB_ID=PATH (repeatable; applies to "
+            "model.id and model.tokenizer of every recipe that names HUB_ID)."
+        ),
     )(f)
-    return click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)(f)
+    return click.option(
+        "--set",
+        "sets",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help=(
+            "Override a recipe field, e.g. --set model.id=../shared/models/x (repeatable). A value "
+            "for a text field is taken as written; other values are read as YAML (numbers, "
+            "true/false, lists)."
+        ),
+    )(f)
 
 
 def price(text: str):
