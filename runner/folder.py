@@ -163,16 +163,16 @@ class RunFolder:
     def check_files(self) -> None:
         """Each file the run writes is a file or absent: a folder (or other non-file) in its place
         is refused, and so is a symbolic link (the run would write through it, outside --out)."""
-        files = (
+        for path in (
             self.results,
             self.samples,
             self.partial,
             self.repeats,
             self.repeats_rejected,
             self.report,
-        )
-        files += (self.engine_log, self.lock)
-        for path in files:
+            self.engine_log,
+            self.lock,
+        ):
             if path.is_symlink():
                 why = f"is a symbolic link (to {os.readlink(path)}): the run would write through it"
                 hint = f"remove the link (rm '{path}') and rerun; the run writes its own file there"
@@ -287,24 +287,19 @@ def _load_result(p: Path) -> RunResult:
         raise RunnerError("is not a file", file=str(p), hint="remove it, or rerun that recipe")
     try:
         raw = p.read_bytes()
-        r = RunResult.model_validate_json(raw)
-        json.loads(raw, parse_constant=_not_finite)
-    except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
-        why = (
-            f"not a valid results.json ({e.error_count()} problem(s); first: {loc}: {first['msg']})"
-        )
-        raise RunnerError(
-            why, file=str(p), hint="rerun that recipe, or remove its folder"
-        ) from None
-    except ValueError as e:  # not JSON, or Infinity/NaN
-        why = f"not a valid results.json ({str(e).splitlines()[0][:200]})"
-        raise RunnerError(
-            why, file=str(p), hint="rerun that recipe, or remove its folder"
-        ) from None
     except OSError as e:
         raise RunnerError(f"cannot read it: {e.strerror}", file=str(p)) from None
+    try:
+        r = RunResult.model_validate_json(raw)
+        json.loads(raw, parse_constant=_not_finite)
+    except ValueError as e:  # not JSON, Infinity/NaN, or not the schema
+        why = str(e).splitlines()[0][:200]
+        if isinstance(e, ValidationError):
+            first = e.errors()[0]
+            loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
+            why = f"{e.error_count()} problem(s); first: {loc}: {first['msg']}"
+        hint = "rerun that recipe, or remove its folder"
+        raise RunnerError(f"not a valid results.json ({why})", file=str(p), hint=hint) from None
     check_name(r.name, str(p))
     if r.name != p.parent.name:
         why = f"names the run {r.name!r} but lies in the folder {p.parent.name!r}"

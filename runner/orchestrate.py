@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib.util
 import os
+import resource
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -227,13 +228,9 @@ def _out_dir(out: str) -> Path:
 
 
 def _room_for_locks(n: int) -> None:
-    """One lock file is held open per recipe for the whole call: raise the open-files limit to the
-    hard limit when a large study needs it (an ordinary 256 or 1,024 is below a big matrix), or say
-    why it cannot run."""
-    try:
-        import resource
-    except ImportError:  # not POSIX
-        return
+    """One lock file is held open per recipe for the whole call: raise the open-files limit (within
+    the hard limit) when a large study needs it (an ordinary 256 or 1,024 is below a big matrix), or
+    say why it cannot run."""
     need = n + 256  # the locks, and room for what the run itself opens
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= need:
@@ -246,9 +243,7 @@ def _room_for_locks(n: int) -> None:
         raise RunnerError(
             why, hint="run fewer recipes per call (--only), or raise the hard limit (ulimit -Hn)"
         )
-    resource.setrlimit(
-        resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else min(need, hard), hard)
-    )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
 def _lock(folder: RunFolder):
@@ -336,8 +331,9 @@ class _Call:
             kept = folder.set_aside(u.run_key, force=True)
             say(f"rerun {u.name}: its results were complete but {short} (kept in {kept})", False)
         if (kept := folder.set_aside(u.run_key, self.opts.force)) is not None:
-            why = "the recipe, its inputs or --limit changed since"
-            why = "--force" if self.opts.force else why
+            why = (
+                "--force" if self.opts.force else "the recipe, its inputs or --limit changed since"
+            )
             say(f"kept {u.name}'s earlier results in {kept} ({why}); this run replaces them", False)
         if cannot is None:
             return True
@@ -374,10 +370,9 @@ class _Call:
                     group = groups[n - 1] = plans.attach(group)
                 ended = {r.name for r in self.results}
                 live = [u for u in group if u.name not in ended and turn <= u.loaded.recipe.repeat]
-                if live and turns > 1:
-                    self._run_job(Job(tuple(live), opts, rounds=(turn,), restarts=True))
-                elif live:
-                    self._run_job(Job(tuple(live), opts))
+                if live:
+                    rounds = (turn,) if turns > 1 else None
+                    self._run_job(Job(tuple(live), opts, rounds=rounds, restarts=turns > 1))
 
     def _run_job(self, job: Job) -> None:
         # a serving run: the recipe against its engine's server
@@ -411,8 +406,8 @@ def one_line(res: RunResult, path: Path) -> str:
         f"ok {res.name}: {res.n_samples} examples",
         f"generation {secs(t.generate_s)}",
         f"start {secs(t.load_s)}",
+        f"{res.throughput.requests_per_s or 0:.2f} req/s",
     ]
-    bits.append(f"{res.throughput.requests_per_s or 0:.2f} req/s")
     if res.estimate:
         bits.append(f"projected full run ~{secs(res.estimate.projected_s)} (estimate)")
     if res.scores:
