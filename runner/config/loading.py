@@ -91,26 +91,21 @@ def locator(sources: list[Source], sets: dict, origins: tuple[tuple, ...] | None
     return locate
 
 
-def _submodel(loc: tuple, data: Any) -> type[BaseModel] | None:
+def _submodel(loc: tuple, data: dict) -> type[BaseModel] | None:
     """The recipe model class that holds the field at loc[-1] (for listing allowed keys)."""
-    cur, d = Recipe, data  # the model class and the data at the current part of loc
+    cur: type[BaseModel] | None = Recipe
     for part in loc[:-1]:
         if isinstance(part, int):  # a list index: `cur` is already the item type
-            d = d[part] if isinstance(d, list) and 0 <= part < len(d) else None
             continue
-        if (
-            not (isinstance(cur, type) and issubclass(cur, BaseModel))
-            or part not in cur.model_fields
-        ):
+        if cur is None or part not in cur.model_fields:
             return None
         ann = cur.model_fields[part].annotation
-        d = d.get(part) if isinstance(d, dict) else None
         if typing.get_origin(ann) is list:
             ann = typing.get_args(ann)[0]
-        if part == "engine":
-            cur = spec_class(d.get("kind") if isinstance(d, dict) else None)
-            continue
-        cur = next(iter(model_classes(ann)), None)
+        cur = (model_classes(ann) or [None])[0]
+        if part == "engine":  # the recipe's engine section: its kind's spec
+            engine = data.get("engine")
+            cur = spec_class(engine.get("kind") if isinstance(engine, dict) else None)
     return cur
 
 
@@ -124,12 +119,14 @@ def _did_you_mean(value: str, allowed: list[str]) -> str:
 
 def _home_of(key: str) -> list[str]:
     """The sections of a recipe that have a field `key` (`max_tokens` -> `sampling.max_tokens`)."""
-    homes = []
-    for name, f in Recipe.model_fields.items():
-        models = ENGINES if name == "engine" else model_classes(f.annotation)
-        if any(key in m.model_fields for m in models):
-            homes.append(f"{name}.{key}")
-    return homes
+    return [
+        f"{name}.{key}"
+        for name, f in Recipe.model_fields.items()
+        if any(
+            key in m.model_fields
+            for m in (ENGINES if name == "engine" else model_classes(f.annotation))
+        )
+    ]
 
 
 def _unknown_key(loc: tuple, data: Any, set_by_call: bool) -> str:
