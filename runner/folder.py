@@ -96,15 +96,9 @@ class RunFolder:
         and finished samples, moved into `replaced/<time>-<key>/` so that nothing finished is lost;
         returns that folder when something moved."""
         prev = _key_of(self.results, ok_only=True)
-        moving = (
-            [self.results, self.samples, self.samples_gz, self.report]
-            if prev and (force or prev != key)
-            else []
-        )
-        for path in (self.partial, self.repeats):
-            other = _key_of(path)
-            if other and (force or other != key):
-                moving.append(path)
+        stale = lambda k: bool(k) and (force or k != key)
+        moving = [self.results, self.samples, self.samples_gz, self.report] if stale(prev) else []
+        moving += [p for p in (self.partial, self.repeats) if stale(_key_of(p))]
         return self._move_aside(moving, prev or _key_of(moving[0]) if moving else None)
 
     def _move_aside(self, paths: list[Path], key: str | None) -> Path | None:

@@ -350,10 +350,9 @@ class _Call:
         groups, ex, opts = group_by_engine(todo, self.opts.timeout_s), self.ex, self.opts
         if ex.on_ray:
             assert self.wings.run_on_ray is not None  # check_routes
-            groups = [plans.attach(g) for g in groups]
             for n, group in enumerate(groups, 1):
                 ex.announce(group, n, opts.out, self.say)
-            jobs = [Job(g, opts) for g in groups]
+            jobs = [Job(plans.attach(g), opts) for g in groups]
             self.wings.run_on_ray(jobs, address=ex.address, on_result=self.done)
             return
         turns = max(u.loaded.recipe.repeat for u in todo) if takes_turns(groups) else 1

@@ -497,5 +497,4 @@ class LoadedRecipe(StrictModel):
     )
 
     def resolve(self, p: str) -> Path:
-        q = Path(p).expanduser()
-        return q if q.is_absolute() else (Path(self.base_dir) / q)
+        return Path(self.base_dir) / Path(p).expanduser()  # an absolute path stays itself

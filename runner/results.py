@@ -566,6 +566,4 @@ class Sample(_M):
 
     def to_line(self) -> dict[str, Any]:
         """samples.jsonl layout: one key per metric at the top level."""
-        d = self.model_dump(exclude={"scores"})
-        d.update(self.scores)
-        return d
+        return {**self.model_dump(exclude={"scores"}), **self.scores}

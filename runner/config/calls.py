@@ -118,10 +118,10 @@ def check_model_paths(model_paths: tuple[str, ...], loaded: list[LoadedRecipe]) 
             hub_id, ids, 1, 0.6
         )
         why = f"{hub_id}=...: no recipe here names {hub_id!r} (model.id or model.tokenizer)"
-        hint = f"did you mean {near[0]!r}? (hub ids match exactly, case included)" if near else None
-        hint = hint or (
-            "hub ids of these recipes: " + ", ".join(ids)
-            if ids
-            else "no recipe here names a hub id"
-        )
+        if near:
+            hint = f"did you mean {near[0]!r}? (hub ids match exactly, case included)"
+        elif ids:
+            hint = "hub ids of these recipes: " + ", ".join(ids)
+        else:
+            hint = "no recipe here names a hub id"
         raise RunnerError(why, field="--model-path", hint=hint)
