@@ -55,9 +55,7 @@ class RecipeFile:
 def read_recipe_file(path: str | Path) -> RecipeFile:
     path = Path(path)
     data, node = read_yaml(path)
-    merged, sources = (
-        with_bases(path, data, node) if "base" in data else (data, [Source(path, node)])
-    )
+    merged, sources = with_bases(path, data, node)
     keys = {k: merged.pop(k) for k in FILE_KEYS if k in merged and k != "base"}
     abstract = keys.get("abstract", False)
     if not isinstance(abstract, bool):
@@ -234,9 +232,10 @@ def finish(
         lines = error_lines(e.errors(), data, sets, locator(f.sources, sets, origins))
         raise RecipeError(title + "\n" + "\n".join(lines), file=where, hint=hint) from None
     base_dir = f.path.resolve().parent
-    named = (("id", recipe.model.id), ("tokenizer", recipe.model.tokenizer))
     local = {
-        k: str((base_dir / v).resolve()) for k, v in named if v and v.startswith(("./", "../"))
+        k: str((base_dir / v).resolve())
+        for k in ("id", "tokenizer")
+        if (v := getattr(recipe.model, k)) and v.startswith(("./", "../"))
     }
     if local:  # a model folder named relative to the recipe file, like every other path in it
         recipe = recipe.model_copy(update={"model": recipe.model.model_copy(update=local)})
