@@ -312,23 +312,3 @@ def load_recipes(
     if not f.is_study and keep is not None and isinstance(name, str) and not keep(name):
         return []
     return load_file(f, overrides, model_paths=mp)  # a study file without `studies`: refused there
-
-
-def load_recipe(
-    path: str | Path, overrides: list[str] | None = None, *, studies: Studies | None = None
-) -> LoadedRecipe:
-    """The one experiment a recipe file holds; a study or a base-only file is a RecipeError."""
-    loaded = load_recipes(path, overrides, studies=studies)
-    if not loaded:
-        msg = (
-            "holds shared settings for other files' `base:` (abstract: true); it is not an "
-            "experiment"
-        )
-        raise RecipeError(msg, file=str(path))
-    if loaded[0].cell is not None:
-        msg = (
-            f"is a study of {len(loaded)} experiments "
-            f"({', '.join(c.recipe.name for c in loaded)}); "
-        )
-        raise RecipeError(msg + "load it with load_recipes", file=str(path))
-    return loaded[0]
