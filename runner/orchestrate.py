@@ -349,7 +349,7 @@ class _Call:
         B A, ...), each on a freshly started engine."""
         groups, ex, opts = group_by_engine(todo, self.opts.timeout_s), self.ex, self.opts
         if ex.on_ray:
-            assert self.wings.run_on_ray is not None  # check_routes
+            # check_routes: there is a Ray route
             for n, group in enumerate(groups, 1):
                 ex.announce(group, n, opts.out, self.say)
             jobs = [Job(plans.attach(g), opts) for g in groups]
@@ -376,7 +376,7 @@ class _Call:
     def _run_job(self, job: Job) -> None:
         # a serving run: the recipe against its engine's server
         if job.units[0].loaded.recipe.load is not None:
-            assert self.wings.run_serving is not None  # check_routes
+            # check_routes: there is a serving route
             results = [self.wings.run_serving(job.units[0], job.options)]
         elif self.ex.in_process:
             results = run_job(job)

@@ -232,7 +232,7 @@ class LoadSpec(StrictModel):
                 raise ValueError(
                     f"a request rate is a number of requests per second or `inf`, not {x!r}"
                 )
-            if math.isnan(r) or r <= 0:
+            if not r > 0:  # NaN too
                 raise ValueError(
                     f"request rate {x!r} is out of range: each rate must be > 0 requests/s, or "
                     "`inf`"
@@ -248,7 +248,7 @@ class LoadSpec(StrictModel):
     @classmethod
     def _burstiness(cls, v: Any) -> Any:
         v = read_inf(v)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isnan(v):
+        if isinstance(v, float) and math.isnan(v):
             raise ValueError("burstiness must be > 0 (1 = Poisson, `inf` = evenly spaced), not NaN")
         return v
 

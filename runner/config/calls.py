@@ -28,7 +28,7 @@ def expand_paths(paths: tuple[str, ...]) -> list[Path]:
             )
         elif path.exists():
             found, why = [path], ""
-        elif any(ch in p for ch in "*?["):
+        elif glob.has_magic(p):
             found, why = sorted(Path(x) for x in glob.glob(p)), "glob matches no file"
         else:
             found, why = [], "file not found"
@@ -74,17 +74,16 @@ def load_all(
     (`unused_ok`: the caller checks them over several calls, see `check_model_paths`); `studies`
     expands a study file's cells (runner/wings.py's)."""
     only, mp = asked.only, parse_model_paths(asked.model_paths)
-    patterns = [p.strip() for p in (only or "").split(",") if p.strip()]
-    keep = (
-        (lambda name: any(fnmatch.fnmatchcase(name, p) for p in patterns))
-        if only is not None
-        else None
-    )
-    loaded: list[LoadedRecipe] = []
+    keep = None
+    if only is not None:
+        keep = lambda name: any(fnmatch.fnmatchcase(name, p.strip()) for p in only.split(","))
     files = expand_paths(paths)
     # with --only, the recipes it leaves out are not validated (nor checked against --set)
-    for p in files:
-        loaded += load_recipes(p, list(asked.sets), model_paths=mp, keep=keep, studies=studies)
+    loaded = [
+        lr
+        for p in files
+        for lr in load_recipes(p, list(asked.sets), model_paths=mp, keep=keep, studies=studies)
+    ]
     if only is not None and not loaded and not none_ok:
         every = [
             lr.recipe.name
