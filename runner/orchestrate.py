@@ -204,10 +204,8 @@ def takes_turns(groups: list[tuple[Unit, ...]]) -> bool:
     (the fake engine, builtin models); never when one says `off`. Recipes on one engine always take
     turns, within their job."""
     recipes = [u.loaded.recipe for g in groups for u in g]
-    if max((r.repeat for r in recipes), default=1) == 1 or any(r.load is not None for r in recipes):
-        return False
     modes = {r.interleave for r in recipes}
-    if "off" in modes:
+    if all(r.repeat == 1 for r in recipes) or any(r.load for r in recipes) or "off" in modes:
         return False
     quick = all(r.engine.fake or is_builtin(r.model.id) for r in recipes)
     return "restarts" in modes or (quick and len(groups) > 1)
@@ -357,8 +355,11 @@ class _Call:
             return
         turns = max(u.loaded.recipe.repeat for u in todo) if takes_turns(groups) else 1
         if turns > 1:
-            across = f"take turns across the {len(groups)} engines"
-            across = across if len(groups) > 1 else "run one at a time"
+            across = (
+                f"take turns across the {len(groups)} engines"
+                if len(groups) > 1
+                else "run one at a time"
+            )
             self.say(f"repeats {across}, each on a freshly started engine", True)
         # A B, then B A, A B, ...: a drift over the call hits every recipe alike
         for turn in range(1, turns + 1):
