@@ -323,8 +323,8 @@ class _Call:
         """What another run left is set aside; a recipe that cannot run here is recorded failed
         without running."""
         folder, say = self.opts.folder(u.name), self.say
-        stored = None if self.opts.force else stored_ok(folder, u.run_key)
-        if stored is not None and (short := folder.samples_short(stored.n_samples)):
+        stored = not self.opts.force and stored_ok(folder, u.run_key)
+        if stored and (short := folder.samples_short(stored.n_samples)):
             # results, samples and repeats: run again whole
             kept = folder.set_aside(u.run_key, force=True)
             say(f"rerun {u.name}: its results were complete but {short} (kept in {kept})", False)

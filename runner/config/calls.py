@@ -108,7 +108,7 @@ def check_model_paths(model_paths: tuple[str, ...], loaded: list[LoadedRecipe]) 
     """A --model-path whose hub id is no recipe's model.id or model.tokenizer (a typo, a case slip)
     would leave the recipe on the hub id, sending a download to the hub: refused, with the ids the
     recipes do name."""
-    used = {v for lr in loaded for v in (lr.recipe.model.id, lr.recipe.model.tokenizer) if v}
+    used = {v for lr in loaded for v in (lr.recipe.model.id, lr.recipe.model.tokenizer)}
     for hub_id, path in parse_model_paths(model_paths).items():
         if path in used:
             continue

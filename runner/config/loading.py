@@ -65,7 +65,7 @@ def read_recipe_file(path: str | Path) -> RecipeFile:
     return RecipeFile(path, merged, keys, sources)
 
 
-def locator(sources: list[Source], sets: dict, origins: tuple[tuple, ...] | None = None) -> Locate:
+def locator(sources: list[Source], sets: dict, origins: tuple = ()) -> Locate:
     """locate(loc, dotted) -> `line N, ` / `base.yaml line N, ` / "" for an error at loc. `origins`:
     the YAML locations of a study cell's settings (its own matrix value or variant key, found
     first)."""
@@ -80,7 +80,7 @@ def locator(sources: list[Source], sets: dict, origins: tuple[tuple, ...] | None
     def locate(loc: tuple, dotted: str) -> str:
         if dotted in sets:
             return ""
-        for origin in origins or ():
+        for origin in origins:
             if overlaps(str(origin[-1]), dotted):
                 return at(origin) or ""
         line = line_of(sources[0].node, loc)  # where the file itself comes closest
