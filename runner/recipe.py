@@ -411,7 +411,8 @@ class Recipe(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _load_needs_a_server(self) -> Recipe:
+    def _parts_agree(self) -> Recipe:
+        """`load` needs an engine with a server and one replica; `gate.metric` is a scored one."""
         if self.load is not None and not self.engine.serves:
             kinds = ", ".join(e.kind_name() for e in ENGINES if e.serves)
             why = (
@@ -429,10 +430,6 @@ class Recipe(StrictModel):
                 f"{why} and report one replica's requests: set replicas: 1 (one server per serving "
                 "run)"
             )
-        return self
-
-    @model_validator(mode="after")
-    def _gate_metric_is_scored(self) -> Recipe:
         if self.gate is not None and self.gate.metric not in self.metrics:
             raise ValueError(
                 f"gate.metric {self.gate.metric!r} is not among `metrics` "
