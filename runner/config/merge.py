@@ -54,24 +54,26 @@ def rebase_paths(data: dict, src: Path, dst: Path) -> dict:
     (lexically)."""
     if src == dst:
         return data
-    data, rel = copy.deepcopy(data), lambda v: os.path.relpath(os.path.normpath(src / v), dst)
-    for sect in ("dataset", "prompt.shots.source"):
-        spec = get_dotted(data, sect)
-        if isinstance(spec, dict) and spec.get("format") != "hub":
-            p = spec.get("path")
-            if isinstance(p, str) and p and not p.startswith("~") and not Path(p).is_absolute():
-                spec["path"] = rel(p)
-    for key in ("model.id", "model.tokenizer", "prompt.template", "prompt.system_template"):
+    data = copy.deepcopy(data)
+    for key in (
+        "dataset.path",
+        "prompt.shots.source.path",
+        "model.id",
+        "model.tokenizer",
+        "prompt.template",
+        "prompt.system_template",
+    ):
         v = get_dotted(data, key)
-        if not isinstance(v, str) or Path(v).is_absolute():
+        if not isinstance(v, str) or not v or v.startswith("~") or Path(v).is_absolute():
             continue
-        explicit = (
-            v.startswith(("./", "../"))
-            if key.startswith("model.")
-            else "/" in v and not v.startswith("~")
-        )
-        if explicit:
-            set_dotted(data, key, rel(v))
+        if key.startswith("model."):  # a folder when written ./ or ../ (else a hub id)
+            moves = v.startswith(("./", "../"))
+        elif key.endswith(".path"):  # a dataset file, unless it names a hub dataset
+            moves = get_dotted(data, key.removesuffix("path") + "format") != "hub"
+        else:  # a template named with its folder (a bare name is found as usual)
+            moves = "/" in v
+        if moves:
+            set_dotted(data, key, os.path.relpath(os.path.normpath(src / v), dst))
     return data
 
 
