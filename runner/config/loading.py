@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from runner.base.dotted import overlaps
+from runner.base.dotted import get_dotted, overlaps, set_dotted
 from runner.base.errors import RecipeError
 from runner.config.merge import Source, with_bases
 from runner.config.overrides import apply_overrides, model_classes
@@ -226,26 +226,20 @@ def finish(
     hint = "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
     hint = None if "name" in data else hint
     sets, extra = apply_overrides(data, overrides, mp, where)
+    base_dir = f.path.resolve().parent
+    # a model folder named ./ or ../, and a compile cache folder: relative to the recipe file, like
+    # every other path in it
+    for key in ("model.id", "model.tokenizer", "engine.compile_cache"):
+        v = get_dotted(data, key)
+        if not isinstance(v, str) or not v:
+            continue
+        if v.startswith(("./", "../")) if key.startswith("model.") else not Path(v).is_absolute():
+            set_dotted(data, key, str((base_dir / v).resolve()))
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as e:
         lines = error_lines(e.errors(), data, sets, locator(f.sources, sets, origins))
         raise RecipeError(title + "\n" + "\n".join(lines), file=where, hint=hint) from None
-    base_dir = f.path.resolve().parent
-    local = {
-        k: str((base_dir / v).resolve())
-        for k in ("id", "tokenizer")
-        if (v := getattr(recipe.model, k)) and v.startswith(("./", "../"))
-    }
-    if local:  # a model folder named relative to the recipe file, like every other path in it
-        recipe = recipe.model_copy(update={"model": recipe.model.model_copy(update=local)})
-    cache = getattr(recipe.engine, "compile_cache", None)
-    # a compile cache folder, relative to the recipe file as well
-    if cache and not Path(cache).is_absolute():
-        engine = recipe.engine.model_copy(
-            update={"compile_cache": str((base_dir / cache).resolve())}
-        )
-        recipe = recipe.model_copy(update={"engine": engine})
     return LoadedRecipe(
         recipe=recipe,
         path=str(f.path.resolve()),
