@@ -183,10 +183,9 @@ def apply_overrides(
         mid, tok = model.get("id"), model.get("tokenizer")
         extra = [
             f"model.{k}={mp[v]}"
-            for k, v in (("id", mid), ("tokenizer", tok))
+            # no tokenizer: the model's id stands for it
+            for k, v in (("id", mid), ("tokenizer", mid if tok is None else tok))
             if isinstance(v, str) and v in mp
         ]
-        if tok is None and isinstance(mid, str) and mid in mp:
-            extra.append(f"model.tokenizer={mp[mid]}")
     _apply(data, parse_set(extra), where)
     return sets, extra
