@@ -36,9 +36,9 @@ from pydantic import ValidationError
 
 from runner.base.errors import RunnerError
 from runner.base.files import write_json_atomic
+from runner.recipe import NAME_PATTERN
 from runner.results import RunResult
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 NAME_MAX = 100
 SUMMARY = "summary.md"
 CHARTS = {"time": "time.png", "accuracy": "accuracy_vs_time.png", "memory": "memory.png"}
@@ -50,7 +50,7 @@ def check_name(name: object, where: str = "") -> str:
     """A run name that is safe as one folder under --out (no separators, no `..`, not reserved)."""
     if (
         not isinstance(name, str)
-        or not NAME_RE.match(name)
+        or not re.match(NAME_PATTERN, name)
         or len(name) > NAME_MAX
         or name in RESERVED
     ):

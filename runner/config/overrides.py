@@ -73,7 +73,7 @@ def key_target(key: str, kind: Any = None) -> Any:
     engine spec for `engine.*` keys; without it, a key is valid when any engine has it. Raises
     KeyProblem for a key that is not a recipe field."""
     parts = key.split(".")
-    if not key or any(not p for p in parts):
+    if any(not p for p in parts):  # "" too
         raise KeyProblem(f"{key!r} is not a dotted key (empty part)")
     cur: Any = [Recipe]
     for i, part in enumerate(parts):
@@ -110,7 +110,7 @@ def text_field(target: Any) -> tuple[bool, bool]:
         return all(isinstance(a, str) for a in typing.get_args(ann)), False
     if args := _union_args(ann):
         rest = [a for a in args if a is not type(None)]
-        return bool(rest) and all(text_field(a)[0] for a in rest), len(rest) < len(args)
+        return all(text_field(a)[0] for a in rest), len(rest) < len(args)
     return False, False
 
 
