@@ -33,10 +33,8 @@ from runner.recipe import LoadedRecipe, Recipe
 Locate = Callable[[tuple, str], str]
 Keep = Callable[[str], bool]  # --only: the names of the experiments to load
 MAX_ERRORS = 8
-# top-level keys of a recipe file besides the recipe's own: `base`, `abstract` (config/merge.py) and
-# the
-# study keys (runner/study/load.py)
-# tune: runner/tune/spec.py
+# top-level keys of a recipe file besides the recipe's own: `base`, `abstract` (config/merge.py),
+# the study keys (runner/study/load.py) and `tune` (runner/tune/spec.py)
 FILE_KEYS = ("base", "abstract", "matrix", "variants", "exclude", "report", "tune")
 
 
@@ -56,7 +54,7 @@ def read_recipe_file(path: str | Path) -> RecipeFile:
     path = Path(path)
     data, node = read_yaml(path)
     merged, sources = with_bases(path, data, node)
-    keys = {k: merged.pop(k) for k in FILE_KEYS if k in merged and k != "base"}
+    keys = {k: merged.pop(k) for k in FILE_KEYS if k in merged}  # with_bases drops `base`
     abstract = keys.get("abstract", False)
     if not isinstance(abstract, bool):
         raise RecipeError(
