@@ -113,18 +113,6 @@ def _did_you_mean(value: str, allowed: list[str]) -> str:
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."
 
 
-def _home_of(key: str) -> list[str]:
-    """The sections of a recipe that have a field `key` (`max_tokens` -> `sampling.max_tokens`)."""
-    return [
-        f"{name}.{key}"
-        for name, f in Recipe.model_fields.items()
-        if any(
-            key in m.model_fields
-            for m in (ENGINES if name == "engine" else model_classes(f.annotation))
-        )
-    ]
-
-
 def _unknown_key(loc: tuple, data: Any, set_by_call: bool) -> str:
     holder = _submodel(loc, data)
     allowed = sorted(holder.model_fields) if holder else []
@@ -132,7 +120,16 @@ def _unknown_key(loc: tuple, data: Any, set_by_call: bool) -> str:
         allowed = sorted([*allowed, *FILE_KEYS])
     key = str(loc[-1])
     msg = f"--set {'.'.join(map(str, loc))}: no such key" if set_by_call else f"unknown key {key!r}"
-    homes = _home_of(key) if len(loc) == 1 else []
+    # at the top level: the sections that have such a field (`max_tokens` -> `sampling.max_tokens`)
+    homes = [
+        f"{name}.{key}"
+        for name, f in Recipe.model_fields.items()
+        if len(loc) == 1
+        and any(
+            key in m.model_fields
+            for m in (ENGINES if name == "engine" else model_classes(f.annotation))
+        )
+    ]
     if homes:
         msg += f"; did you mean {' or '.join(map(repr, homes))}?"
     else:
