@@ -264,9 +264,7 @@ class LoadSpec(StrictModel):
 
     def request_indices(self, n_prompts: int) -> list[int]:
         """Which prompt each measured request sends: the first `num_requests`, cycling when there
-        are fewer."""
-        if n_prompts <= 0:
-            raise ValueError("no prompts to send")
+        are fewer (a dataset holds at least one: runner.inputs refuses an empty one)."""
         return [i % n_prompts for i in range(self.num_requests or n_prompts)]
 
 
