@@ -128,10 +128,9 @@ class RunFolder:
         if (src and (_key_of(src / self.results.name) or _key_of(src / self.partial.name))) != key:
             return None
         self.set_aside(key)
-        # a failed run of another
+        # a failed run of another key: set_aside leaves those (a run overwrites them), but the
+        # results coming back must not be blocked
         if self.results.is_file() and (other := _key_of(self.results)) != key:
-            # key: set_aside leaves those (a run overwrites them), but the results coming back must
-            # not be blocked
             self._move_aside([self.results, self.report], other)
         for f in src.iterdir():
             if f.is_file() and not (self.root / f.name).exists():
