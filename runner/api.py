@@ -36,10 +36,22 @@ def load_recipes(
 
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> LoadedRecipe:
     """The one experiment a recipe file holds (a study or a base-only file is a RunnerError)."""
-    from runner.config.loading import load_recipe as load
-    from runner.wings import studies
+    from runner.base.errors import RecipeError
 
-    return load(path, overrides, studies=studies)
+    loaded = load_recipes(path, overrides)
+    if not loaded:
+        msg = (
+            "holds shared settings for other files' `base:` (abstract: true); it is not an "
+            "experiment"
+        )
+        raise RecipeError(msg, file=str(path))
+    if loaded[0].cell is not None:
+        msg = (
+            f"is a study of {len(loaded)} experiments "
+            f"({', '.join(c.recipe.name for c in loaded)}); "
+        )
+        raise RecipeError(msg + "load it with load_recipes", file=str(path))
+    return loaded[0]
 
 
 def run_recipe(

@@ -36,9 +36,9 @@ from pydantic import ValidationError
 
 from runner.base.errors import RunnerError
 from runner.base.files import write_json_atomic
+from runner.recipe import NAME_PATTERN
 from runner.results import RunResult
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 NAME_MAX = 100
 SUMMARY = "summary.md"
 CHARTS = {"time": "time.png", "accuracy": "accuracy_vs_time.png", "memory": "memory.png"}
@@ -50,7 +50,7 @@ def check_name(name: object, where: str = "") -> str:
     """A run name that is safe as one folder under --out (no separators, no `..`, not reserved)."""
     if (
         not isinstance(name, str)
-        or not NAME_RE.match(name)
+        or not re.match(NAME_PATTERN, name)
         or len(name) > NAME_MAX
         or name in RESERVED
     ):
@@ -96,15 +96,9 @@ class RunFolder:
         and finished samples, moved into `replaced/<time>-<key>/` so that nothing finished is lost;
         returns that folder when something moved."""
         prev = _key_of(self.results, ok_only=True)
-        moving = (
-            [self.results, self.samples, self.samples_gz, self.report]
-            if prev and (force or prev != key)
-            else []
-        )
-        for path in (self.partial, self.repeats):
-            other = _key_of(path)
-            if other and (force or other != key):
-                moving.append(path)
+        stale = lambda k: bool(k) and (force or k != key)
+        moving = [self.results, self.samples, self.samples_gz, self.report] if stale(prev) else []
+        moving += [p for p in (self.partial, self.repeats) if stale(_key_of(p))]
         return self._move_aside(moving, prev or _key_of(moving[0]) if moving else None)
 
     def _move_aside(self, paths: list[Path], key: str | None) -> Path | None:
@@ -134,10 +128,9 @@ class RunFolder:
         if (src and (_key_of(src / self.results.name) or _key_of(src / self.partial.name))) != key:
             return None
         self.set_aside(key)
-        # a failed run of another
+        # a failed run of another key: set_aside leaves those (a run overwrites them), but the
+        # results coming back must not be blocked
         if self.results.is_file() and (other := _key_of(self.results)) != key:
-            # key: set_aside leaves those (a run overwrites them), but the results coming back must
-            # not be blocked
             self._move_aside([self.results, self.report], other)
         for f in src.iterdir():
             if f.is_file() and not (self.root / f.name).exists():
@@ -163,16 +156,16 @@ class RunFolder:
     def check_files(self) -> None:
         """Each file the run writes is a file or absent: a folder (or other non-file) in its place
         is refused, and so is a symbolic link (the run would write through it, outside --out)."""
-        files = (
+        for path in (
             self.results,
             self.samples,
             self.partial,
             self.repeats,
             self.repeats_rejected,
             self.report,
-        )
-        files += (self.engine_log, self.lock)
-        for path in files:
+            self.engine_log,
+            self.lock,
+        ):
             if path.is_symlink():
                 why = f"is a symbolic link (to {os.readlink(path)}): the run would write through it"
                 hint = f"remove the link (rm '{path}') and rerun; the run writes its own file there"
@@ -287,24 +280,19 @@ def _load_result(p: Path) -> RunResult:
         raise RunnerError("is not a file", file=str(p), hint="remove it, or rerun that recipe")
     try:
         raw = p.read_bytes()
-        r = RunResult.model_validate_json(raw)
-        json.loads(raw, parse_constant=_not_finite)
-    except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
-        why = (
-            f"not a valid results.json ({e.error_count()} problem(s); first: {loc}: {first['msg']})"
-        )
-        raise RunnerError(
-            why, file=str(p), hint="rerun that recipe, or remove its folder"
-        ) from None
-    except ValueError as e:  # not JSON, or Infinity/NaN
-        why = f"not a valid results.json ({str(e).splitlines()[0][:200]})"
-        raise RunnerError(
-            why, file=str(p), hint="rerun that recipe, or remove its folder"
-        ) from None
     except OSError as e:
         raise RunnerError(f"cannot read it: {e.strerror}", file=str(p)) from None
+    try:
+        r = RunResult.model_validate_json(raw)
+        json.loads(raw, parse_constant=_not_finite)
+    except ValueError as e:  # not JSON, Infinity/NaN, or not the schema
+        why = str(e).splitlines()[0][:200]
+        if isinstance(e, ValidationError):
+            first = e.errors()[0]
+            loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
+            why = f"{e.error_count()} problem(s); first: {loc}: {first['msg']}"
+        hint = "rerun that recipe, or remove its folder"
+        raise RunnerError(f"not a valid results.json ({why})", file=str(p), hint=hint) from None
     check_name(r.name, str(p))
     if r.name != p.parent.name:
         why = f"names the run {r.name!r} but lies in the folder {p.parent.name!r}"

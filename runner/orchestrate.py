@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib.util
 import os
+import resource
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -203,10 +204,8 @@ def takes_turns(groups: list[tuple[Unit, ...]]) -> bool:
     (the fake engine, builtin models); never when one says `off`. Recipes on one engine always take
     turns, within their job."""
     recipes = [u.loaded.recipe for g in groups for u in g]
-    if max((r.repeat for r in recipes), default=1) == 1 or any(r.load is not None for r in recipes):
-        return False
     modes = {r.interleave for r in recipes}
-    if "off" in modes:
+    if all(r.repeat == 1 for r in recipes) or any(r.load for r in recipes) or "off" in modes:
         return False
     quick = all(r.engine.fake or is_builtin(r.model.id) for r in recipes)
     return "restarts" in modes or (quick and len(groups) > 1)
@@ -227,13 +226,9 @@ def _out_dir(out: str) -> Path:
 
 
 def _room_for_locks(n: int) -> None:
-    """One lock file is held open per recipe for the whole call: raise the open-files limit to the
-    hard limit when a large study needs it (an ordinary 256 or 1,024 is below a big matrix), or say
-    why it cannot run."""
-    try:
-        import resource
-    except ImportError:  # not POSIX
-        return
+    """One lock file is held open per recipe for the whole call: raise the open-files limit (within
+    the hard limit) when a large study needs it (an ordinary 256 or 1,024 is below a big matrix), or
+    say why it cannot run."""
     need = n + 256  # the locks, and room for what the run itself opens
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= need:
@@ -246,9 +241,7 @@ def _room_for_locks(n: int) -> None:
         raise RunnerError(
             why, hint="run fewer recipes per call (--only), or raise the hard limit (ulimit -Hn)"
         )
-    resource.setrlimit(
-        resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else min(need, hard), hard)
-    )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
 def _lock(folder: RunFolder):
@@ -330,14 +323,15 @@ class _Call:
         """What another run left is set aside; a recipe that cannot run here is recorded failed
         without running."""
         folder, say = self.opts.folder(u.name), self.say
-        stored = None if self.opts.force else stored_ok(folder, u.run_key)
-        if stored is not None and (short := folder.samples_short(stored.n_samples)):
+        stored = not self.opts.force and stored_ok(folder, u.run_key)
+        if stored and (short := folder.samples_short(stored.n_samples)):
             # results, samples and repeats: run again whole
             kept = folder.set_aside(u.run_key, force=True)
             say(f"rerun {u.name}: its results were complete but {short} (kept in {kept})", False)
         if (kept := folder.set_aside(u.run_key, self.opts.force)) is not None:
-            why = "the recipe, its inputs or --limit changed since"
-            why = "--force" if self.opts.force else why
+            why = (
+                "--force" if self.opts.force else "the recipe, its inputs or --limit changed since"
+            )
             say(f"kept {u.name}'s earlier results in {kept} ({why}); this run replaces them", False)
         if cannot is None:
             return True
@@ -353,17 +347,19 @@ class _Call:
         B A, ...), each on a freshly started engine."""
         groups, ex, opts = group_by_engine(todo, self.opts.timeout_s), self.ex, self.opts
         if ex.on_ray:
-            assert self.wings.run_on_ray is not None  # check_routes
-            groups = [plans.attach(g) for g in groups]
+            # check_routes: there is a Ray route
             for n, group in enumerate(groups, 1):
                 ex.announce(group, n, opts.out, self.say)
-            jobs = [Job(g, opts) for g in groups]
+            jobs = [Job(plans.attach(g), opts) for g in groups]
             self.wings.run_on_ray(jobs, address=ex.address, on_result=self.done)
             return
         turns = max(u.loaded.recipe.repeat for u in todo) if takes_turns(groups) else 1
         if turns > 1:
-            across = f"take turns across the {len(groups)} engines"
-            across = across if len(groups) > 1 else "run one at a time"
+            across = (
+                f"take turns across the {len(groups)} engines"
+                if len(groups) > 1
+                else "run one at a time"
+            )
             self.say(f"repeats {across}, each on a freshly started engine", True)
         # A B, then B A, A B, ...: a drift over the call hits every recipe alike
         for turn in range(1, turns + 1):
@@ -374,15 +370,14 @@ class _Call:
                     group = groups[n - 1] = plans.attach(group)
                 ended = {r.name for r in self.results}
                 live = [u for u in group if u.name not in ended and turn <= u.loaded.recipe.repeat]
-                if live and turns > 1:
-                    self._run_job(Job(tuple(live), opts, rounds=(turn,), restarts=True))
-                elif live:
-                    self._run_job(Job(tuple(live), opts))
+                if live:
+                    rounds = (turn,) if turns > 1 else None
+                    self._run_job(Job(tuple(live), opts, rounds=rounds, restarts=turns > 1))
 
     def _run_job(self, job: Job) -> None:
         # a serving run: the recipe against its engine's server
         if job.units[0].loaded.recipe.load is not None:
-            assert self.wings.run_serving is not None  # check_routes
+            # check_routes: there is a serving route
             results = [self.wings.run_serving(job.units[0], job.options)]
         elif self.ex.in_process:
             results = run_job(job)
@@ -411,8 +406,8 @@ def one_line(res: RunResult, path: Path) -> str:
         f"ok {res.name}: {res.n_samples} examples",
         f"generation {secs(t.generate_s)}",
         f"start {secs(t.load_s)}",
+        f"{res.throughput.requests_per_s or 0:.2f} req/s",
     ]
-    bits.append(f"{res.throughput.requests_per_s or 0:.2f} req/s")
     if res.estimate:
         bits.append(f"projected full run ~{secs(res.estimate.projected_s)} (estimate)")
     if res.scores:

@@ -232,7 +232,7 @@ class LoadSpec(StrictModel):
                 raise ValueError(
                     f"a request rate is a number of requests per second or `inf`, not {x!r}"
                 )
-            if math.isnan(r) or r <= 0:
+            if not r > 0:  # NaN too
                 raise ValueError(
                     f"request rate {x!r} is out of range: each rate must be > 0 requests/s, or "
                     "`inf`"
@@ -248,7 +248,7 @@ class LoadSpec(StrictModel):
     @classmethod
     def _burstiness(cls, v: Any) -> Any:
         v = read_inf(v)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isnan(v):
+        if isinstance(v, float) and math.isnan(v):
             raise ValueError("burstiness must be > 0 (1 = Poisson, `inf` = evenly spaced), not NaN")
         return v
 
@@ -264,9 +264,7 @@ class LoadSpec(StrictModel):
 
     def request_indices(self, n_prompts: int) -> list[int]:
         """Which prompt each measured request sends: the first `num_requests`, cycling when there
-        are fewer."""
-        if n_prompts <= 0:
-            raise ValueError("no prompts to send")
+        are fewer (a dataset holds at least one: runner.inputs refuses an empty one)."""
         return [i % n_prompts for i in range(self.num_requests or n_prompts)]
 
 
@@ -411,7 +409,8 @@ class Recipe(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _load_needs_a_server(self) -> Recipe:
+    def _parts_agree(self) -> Recipe:
+        """`load` needs an engine with a server and one replica; `gate.metric` is a scored one."""
         if self.load is not None and not self.engine.serves:
             kinds = ", ".join(e.kind_name() for e in ENGINES if e.serves)
             why = (
@@ -429,10 +428,6 @@ class Recipe(StrictModel):
                 f"{why} and report one replica's requests: set replicas: 1 (one server per serving "
                 "run)"
             )
-        return self
-
-    @model_validator(mode="after")
-    def _gate_metric_is_scored(self) -> Recipe:
         if self.gate is not None and self.gate.metric not in self.metrics:
             raise ValueError(
                 f"gate.metric {self.gate.metric!r} is not among `metrics` "
@@ -497,5 +492,4 @@ class LoadedRecipe(StrictModel):
     )
 
     def resolve(self, p: str) -> Path:
-        q = Path(p).expanduser()
-        return q if q.is_absolute() else (Path(self.base_dir) / q)
+        return Path(self.base_dir) / Path(p).expanduser()  # an absolute path stays itself

@@ -444,9 +444,9 @@ class RunResult(_M):
         `cell`."""
         if not isinstance(data, dict) or "study" not in data:
             return data
-        d, study = dict(data), data["study"]
+        d = dict(data)
+        study = d.pop("study")
         part = {new: d.pop(old) for old, new in FLAT_CELL.items() if old in d}
-        del d["study"]
         return {**d, "cell": {"study": study, **part} if study else None}
 
     schema_version: int = SCHEMA_VERSION
@@ -566,6 +566,4 @@ class Sample(_M):
 
     def to_line(self) -> dict[str, Any]:
         """samples.jsonl layout: one key per metric at the top level."""
-        d = self.model_dump(exclude={"scores"})
-        d.update(self.scores)
-        return d
+        return {**self.model_dump(exclude={"scores"}), **self.scores}

@@ -28,7 +28,7 @@ def expand_paths(paths: tuple[str, ...]) -> list[Path]:
             )
         elif path.exists():
             found, why = [path], ""
-        elif any(ch in p for ch in "*?["):
+        elif glob.has_magic(p):
             found, why = sorted(Path(x) for x in glob.glob(p)), "glob matches no file"
         else:
             found, why = [], "file not found"
@@ -74,17 +74,16 @@ def load_all(
     (`unused_ok`: the caller checks them over several calls, see `check_model_paths`); `studies`
     expands a study file's cells (runner/wings.py's)."""
     only, mp = asked.only, parse_model_paths(asked.model_paths)
-    patterns = [p.strip() for p in (only or "").split(",") if p.strip()]
-    keep = (
-        (lambda name: any(fnmatch.fnmatchcase(name, p) for p in patterns))
-        if only is not None
-        else None
-    )
-    loaded: list[LoadedRecipe] = []
+    keep = None
+    if only is not None:
+        keep = lambda name: any(fnmatch.fnmatchcase(name, p.strip()) for p in only.split(","))
     files = expand_paths(paths)
     # with --only, the recipes it leaves out are not validated (nor checked against --set)
-    for p in files:
-        loaded += load_recipes(p, list(asked.sets), model_paths=mp, keep=keep, studies=studies)
+    loaded = [
+        lr
+        for p in files
+        for lr in load_recipes(p, list(asked.sets), model_paths=mp, keep=keep, studies=studies)
+    ]
     if only is not None and not loaded and not none_ok:
         every = [
             lr.recipe.name
@@ -109,7 +108,7 @@ def check_model_paths(model_paths: tuple[str, ...], loaded: list[LoadedRecipe]) 
     """A --model-path whose hub id is no recipe's model.id or model.tokenizer (a typo, a case slip)
     would leave the recipe on the hub id, sending a download to the hub: refused, with the ids the
     recipes do name."""
-    used = {v for lr in loaded for v in (lr.recipe.model.id, lr.recipe.model.tokenizer) if v}
+    used = {v for lr in loaded for v in (lr.recipe.model.id, lr.recipe.model.tokenizer)}
     for hub_id, path in parse_model_paths(model_paths).items():
         if path in used:
             continue
@@ -118,10 +117,10 @@ def check_model_paths(model_paths: tuple[str, ...], loaded: list[LoadedRecipe]) 
             hub_id, ids, 1, 0.6
         )
         why = f"{hub_id}=...: no recipe here names {hub_id!r} (model.id or model.tokenizer)"
-        hint = f"did you mean {near[0]!r}? (hub ids match exactly, case included)" if near else None
-        hint = hint or (
-            "hub ids of these recipes: " + ", ".join(ids)
-            if ids
-            else "no recipe here names a hub id"
-        )
+        if near:
+            hint = f"did you mean {near[0]!r}? (hub ids match exactly, case included)"
+        elif ids:
+            hint = "hub ids of these recipes: " + ", ".join(ids)
+        else:
+            hint = "no recipe here names a hub id"
         raise RunnerError(why, field="--model-path", hint=hint)

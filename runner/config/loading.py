@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from runner.base.dotted import overlaps
+from runner.base.dotted import get_dotted, overlaps, set_dotted
 from runner.base.errors import RecipeError
 from runner.config.merge import Source, with_bases
 from runner.config.overrides import apply_overrides, model_classes
@@ -33,10 +33,8 @@ from runner.recipe import LoadedRecipe, Recipe
 Locate = Callable[[tuple, str], str]
 Keep = Callable[[str], bool]  # --only: the names of the experiments to load
 MAX_ERRORS = 8
-# top-level keys of a recipe file besides the recipe's own: `base`, `abstract` (config/merge.py) and
-# the
-# study keys (runner/study/load.py)
-# tune: runner/tune/spec.py
+# top-level keys of a recipe file besides the recipe's own: `base`, `abstract` (config/merge.py),
+# the study keys (runner/study/load.py) and `tune` (runner/tune/spec.py)
 FILE_KEYS = ("base", "abstract", "matrix", "variants", "exclude", "report", "tune")
 
 
@@ -55,10 +53,8 @@ class RecipeFile:
 def read_recipe_file(path: str | Path) -> RecipeFile:
     path = Path(path)
     data, node = read_yaml(path)
-    merged, sources = (
-        with_bases(path, data, node) if "base" in data else (data, [Source(path, node)])
-    )
-    keys = {k: merged.pop(k) for k in FILE_KEYS if k in merged and k != "base"}
+    merged, sources = with_bases(path, data, node)
+    keys = {k: merged.pop(k) for k in FILE_KEYS if k in merged}  # with_bases drops `base`
     abstract = keys.get("abstract", False)
     if not isinstance(abstract, bool):
         raise RecipeError(
@@ -67,7 +63,7 @@ def read_recipe_file(path: str | Path) -> RecipeFile:
     return RecipeFile(path, merged, keys, sources)
 
 
-def locator(sources: list[Source], sets: dict, origins: tuple[tuple, ...] | None = None) -> Locate:
+def locator(sources: list[Source], sets: dict, origins: tuple = ()) -> Locate:
     """locate(loc, dotted) -> `line N, ` / `base.yaml line N, ` / "" for an error at loc. `origins`:
     the YAML locations of a study cell's settings (its own matrix value or variant key, found
     first)."""
@@ -82,7 +78,7 @@ def locator(sources: list[Source], sets: dict, origins: tuple[tuple, ...] | None
     def locate(loc: tuple, dotted: str) -> str:
         if dotted in sets:
             return ""
-        for origin in origins or ():
+        for origin in origins:
             if overlaps(str(origin[-1]), dotted):
                 return at(origin) or ""
         line = line_of(sources[0].node, loc)  # where the file itself comes closest
@@ -91,26 +87,21 @@ def locator(sources: list[Source], sets: dict, origins: tuple[tuple, ...] | None
     return locate
 
 
-def _submodel(loc: tuple, data: Any) -> type[BaseModel] | None:
+def _submodel(loc: tuple, data: dict) -> type[BaseModel] | None:
     """The recipe model class that holds the field at loc[-1] (for listing allowed keys)."""
-    cur, d = Recipe, data  # the model class and the data at the current part of loc
+    cur: type[BaseModel] | None = Recipe
     for part in loc[:-1]:
         if isinstance(part, int):  # a list index: `cur` is already the item type
-            d = d[part] if isinstance(d, list) and 0 <= part < len(d) else None
             continue
-        if (
-            not (isinstance(cur, type) and issubclass(cur, BaseModel))
-            or part not in cur.model_fields
-        ):
+        if cur is None or part not in cur.model_fields:
             return None
         ann = cur.model_fields[part].annotation
-        d = d.get(part) if isinstance(d, dict) else None
         if typing.get_origin(ann) is list:
             ann = typing.get_args(ann)[0]
-        if part == "engine":
-            cur = spec_class(d.get("kind") if isinstance(d, dict) else None)
-            continue
-        cur = next(iter(model_classes(ann)), None)
+        cur = (model_classes(ann) or [None])[0]
+        if part == "engine":  # the recipe's engine section: its kind's spec
+            engine = data.get("engine")
+            cur = spec_class(engine.get("kind") if isinstance(engine, dict) else None)
     return cur
 
 
@@ -122,16 +113,6 @@ def _did_you_mean(value: str, allowed: list[str]) -> str:
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."
 
 
-def _home_of(key: str) -> list[str]:
-    """The sections of a recipe that have a field `key` (`max_tokens` -> `sampling.max_tokens`)."""
-    homes = []
-    for name, f in Recipe.model_fields.items():
-        models = ENGINES if name == "engine" else model_classes(f.annotation)
-        if any(key in m.model_fields for m in models):
-            homes.append(f"{name}.{key}")
-    return homes
-
-
 def _unknown_key(loc: tuple, data: Any, set_by_call: bool) -> str:
     holder = _submodel(loc, data)
     allowed = sorted(holder.model_fields) if holder else []
@@ -139,7 +120,16 @@ def _unknown_key(loc: tuple, data: Any, set_by_call: bool) -> str:
         allowed = sorted([*allowed, *FILE_KEYS])
     key = str(loc[-1])
     msg = f"--set {'.'.join(map(str, loc))}: no such key" if set_by_call else f"unknown key {key!r}"
-    homes = _home_of(key) if len(loc) == 1 else []
+    # at the top level: the sections that have such a field (`max_tokens` -> `sampling.max_tokens`)
+    homes = [
+        f"{name}.{key}"
+        for name, f in Recipe.model_fields.items()
+        if len(loc) == 1
+        and any(
+            key in m.model_fields
+            for m in (ENGINES if name == "engine" else model_classes(f.annotation))
+        )
+    ]
     if homes:
         msg += f"; did you mean {' or '.join(map(repr, homes))}?"
     else:
@@ -231,25 +221,20 @@ def finish(
     hint = "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
     hint = None if "name" in data else hint
     sets, extra = apply_overrides(data, overrides, mp, where)
+    base_dir = f.path.resolve().parent
+    # a model folder named ./ or ../, and a compile cache folder: relative to the recipe file, like
+    # every other path in it
+    for key in ("model.id", "model.tokenizer", "engine.compile_cache"):
+        v = get_dotted(data, key)
+        if not isinstance(v, str) or not v:
+            continue
+        if v.startswith(("./", "../")) if key.startswith("model.") else not Path(v).is_absolute():
+            set_dotted(data, key, str((base_dir / v).resolve()))
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as e:
         lines = error_lines(e.errors(), data, sets, locator(f.sources, sets, origins))
         raise RecipeError(title + "\n" + "\n".join(lines), file=where, hint=hint) from None
-    base_dir = f.path.resolve().parent
-    named = (("id", recipe.model.id), ("tokenizer", recipe.model.tokenizer))
-    local = {
-        k: str((base_dir / v).resolve()) for k, v in named if v and v.startswith(("./", "../"))
-    }
-    if local:  # a model folder named relative to the recipe file, like every other path in it
-        recipe = recipe.model_copy(update={"model": recipe.model.model_copy(update=local)})
-    cache = getattr(recipe.engine, "compile_cache", None)
-    # a compile cache folder, relative to the recipe file as well
-    if cache and not Path(cache).is_absolute():
-        engine = recipe.engine.model_copy(
-            update={"compile_cache": str((base_dir / cache).resolve())}
-        )
-        recipe = recipe.model_copy(update={"engine": engine})
     return LoadedRecipe(
         recipe=recipe,
         path=str(f.path.resolve()),
@@ -316,23 +301,3 @@ def load_recipes(
     if not f.is_study and keep is not None and isinstance(name, str) and not keep(name):
         return []
     return load_file(f, overrides, model_paths=mp)  # a study file without `studies`: refused there
-
-
-def load_recipe(
-    path: str | Path, overrides: list[str] | None = None, *, studies: Studies | None = None
-) -> LoadedRecipe:
-    """The one experiment a recipe file holds; a study or a base-only file is a RecipeError."""
-    loaded = load_recipes(path, overrides, studies=studies)
-    if not loaded:
-        msg = (
-            "holds shared settings for other files' `base:` (abstract: true); it is not an "
-            "experiment"
-        )
-        raise RecipeError(msg, file=str(path))
-    if loaded[0].cell is not None:
-        msg = (
-            f"is a study of {len(loaded)} experiments "
-            f"({', '.join(c.recipe.name for c in loaded)}); "
-        )
-        raise RecipeError(msg + "load it with load_recipes", file=str(path))
-    return loaded[0]

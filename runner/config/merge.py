@@ -38,26 +38,15 @@ class Source:
     node: yaml.Node | None
 
 
-def deep_merge(base: Any, over: Any) -> Any:
-    """`over` on top of `base`: mappings merge recursively, everything else is replaced."""
-    if isinstance(base, dict) and isinstance(over, dict):
+def deep_merge(base: Any, over: Any, levels: int = -1) -> Any:
+    """`over` on top of `base`: mappings merge key by key, `levels` deep (-1: all the way down),
+    everything else is replaced."""
+    if levels and isinstance(base, dict) and isinstance(over, dict):
         out = dict(base)
         for k, v in over.items():
-            out[k] = deep_merge(base[k], v) if k in base else copy.deepcopy(v)
+            out[k] = deep_merge(base.get(k), v, levels - 1)
         return out
     return copy.deepcopy(over)
-
-
-def merge_layer(base: dict, over: dict) -> dict:
-    rest = lambda d: {k: v for k, v in d.items() if k not in ONE_LEVEL}
-    out = deep_merge(rest(base), rest(over))
-    for k in ONE_LEVEL:
-        b, o = base.get(k), over.get(k)
-        if isinstance(b, dict) and isinstance(o, dict):
-            out[k] = {**copy.deepcopy(b), **copy.deepcopy(o)}
-        elif k in over or k in base:
-            out[k] = copy.deepcopy(o if k in over else b)
-    return out
 
 
 def rebase_paths(data: dict, src: Path, dst: Path) -> dict:
@@ -65,24 +54,26 @@ def rebase_paths(data: dict, src: Path, dst: Path) -> dict:
     (lexically)."""
     if src == dst:
         return data
-    data, rel = copy.deepcopy(data), lambda v: os.path.relpath(os.path.normpath(src / v), dst)
-    for sect in ("dataset", "prompt.shots.source"):
-        spec = get_dotted(data, sect)
-        if isinstance(spec, dict) and spec.get("format") != "hub":
-            p = spec.get("path")
-            if isinstance(p, str) and p and not p.startswith("~") and not Path(p).is_absolute():
-                spec["path"] = rel(p)
-    for key in ("model.id", "model.tokenizer", "prompt.template", "prompt.system_template"):
+    data = copy.deepcopy(data)
+    for key in (
+        "dataset.path",
+        "prompt.shots.source.path",
+        "model.id",
+        "model.tokenizer",
+        "prompt.template",
+        "prompt.system_template",
+    ):
         v = get_dotted(data, key)
-        if not isinstance(v, str) or Path(v).is_absolute():
+        if not isinstance(v, str) or not v or v.startswith("~") or Path(v).is_absolute():
             continue
-        explicit = (
-            v.startswith(("./", "../"))
-            if key.startswith("model.")
-            else "/" in v and not v.startswith("~")
-        )
-        if explicit:
-            set_dotted(data, key, rel(v))
+        if key.startswith("model."):  # a folder when written ./ or ../ (else a hub id)
+            moves = v.startswith(("./", "../"))
+        elif key.endswith(".path"):  # a dataset file, unless it names a hub dataset
+            moves = get_dotted(data, key.removesuffix("path") + "format") != "hub"
+        else:  # a template named with its folder (a bare name is found as usual)
+            moves = "/" in v
+        if moves:
+            set_dotted(data, key, os.path.relpath(os.path.normpath(src / v), dst))
     return data
 
 
@@ -116,9 +107,8 @@ def with_bases(path: Path, data: dict, node: yaml.Node | None) -> tuple[dict, li
         sources.append(Source(bpath, cur_node))
         layers.append(rebase_paths(cur, bpath.resolve().parent, top_dir))
     merged: dict = {}
-    for i, layer in enumerate(reversed(layers)):
-        top = i == len(layers) - 1  # the file itself: its `abstract` counts
-        merged = merge_layer(
-            merged, {k: v for k, v in layer.items() if k != "base" and (top or k != "abstract")}
-        )
+    for layer in reversed(layers):
+        for k, v in layer.items():
+            if k != "base" and (k != "abstract" or layer is data):  # the file's own `abstract`
+                merged[k] = deep_merge(merged.get(k), v, 1 if k in ONE_LEVEL else -1)
     return merged, sources

@@ -14,7 +14,6 @@ import difflib
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -33,20 +32,12 @@ PATH_KEYS = {
     "dataset.path",
     "prompt.template",
     "prompt.system_template",
+    "engine.compile_cache",  # a folder that may not exist yet: resolved as given, like a model's
 }
-# a folder that may not exist yet: resolved as given, like a model folder
-PATH_KEYS |= {"engine.compile_cache"}
 
 
 class KeyProblem(ValueError):
     """A dotted key that names no recipe field; the message says what is allowed."""
-
-
-@dataclass(frozen=True)
-class DictOf:
-    """A free-form mapping field (`engine_args`, `env`): any subkey, values of `value`."""
-
-    value: Any
 
 
 def _unwrap(ann: Any) -> Any:
@@ -67,27 +58,22 @@ def model_classes(ann: Any) -> list[type[BaseModel]]:
 
 
 def _step(ann: Any, kind: Any, is_engine: bool) -> Any:
-    """What lies below a field of annotation `ann`: model classes, a DictOf, or the plain
-    annotation."""
+    """What lies below a field of annotation `ann`: model classes, a free-form mapping's
+    `dict[str, X]` (`dict[str, str] | None` too), or the plain annotation."""
     if models := model_classes(ann):
         return [spec_class(kind)] if is_engine and spec_class(kind) is not None else models
-    bare = inner = _unwrap(ann)
-    if (args := _union_args(bare)) is not None:  # `dict[str, str] | None` and the like
-        rest = [a for a in args if a is not type(None)]
-        inner = _unwrap(rest[0]) if len(rest) == 1 else bare
-    if typing.get_origin(inner) is dict:
-        args = typing.get_args(inner)
-        return DictOf(args[1] if len(args) == 2 else Any)
-    return bare
+    bare = _unwrap(ann)
+    rest = [_unwrap(a) for a in _union_args(bare) or () if a is not type(None)]
+    return rest[0] if len(rest) == 1 and typing.get_origin(rest[0]) is dict else bare
 
 
 def key_target(key: str, kind: Any = None) -> Any:
-    """The annotation a dotted key sets (a list of model classes for a section, DictOf for a
-    free-form mapping, `Any` below one). `kind` picks the engine spec for `engine.*` keys; without
-    it, a key is valid when any engine has it. Raises KeyProblem for a key that is not a recipe
-    field."""
+    """The annotation a dotted key sets (a list of model classes for a section, `dict[str, X]`
+    for a free-form mapping such as `engine_args` or `env`, `Any` below one). `kind` picks the
+    engine spec for `engine.*` keys; without it, a key is valid when any engine has it. Raises
+    KeyProblem for a key that is not a recipe field."""
     parts = key.split(".")
-    if not key or any(not p for p in parts):
+    if any(not p for p in parts):  # "" too
         raise KeyProblem(f"{key!r} is not a dotted key (empty part)")
     cur: Any = [Recipe]
     for i, part in enumerate(parts):
@@ -107,8 +93,8 @@ def key_target(key: str, kind: Any = None) -> Any:
             cur = _step(
                 holder.model_fields[part].annotation, kind, is_engine=(i == 0 and part == "engine")
             )
-        elif isinstance(cur, DictOf):
-            cur = _step(cur.value, kind, False) if cur.value is not Any else Any
+        elif typing.get_origin(cur) is dict:  # any subkey
+            cur = _step(typing.get_args(cur)[1], kind, False)
         elif cur is not Any:
             raise KeyProblem(f"{key!r}: {done!r} is a single value, not a mapping with keys")
     return cur
@@ -124,7 +110,7 @@ def text_field(target: Any) -> tuple[bool, bool]:
         return all(isinstance(a, str) for a in typing.get_args(ann)), False
     if args := _union_args(ann):
         rest = [a for a in args if a is not type(None)]
-        return bool(rest) and all(text_field(a)[0] for a in rest), len(rest) < len(args)
+        return all(text_field(a)[0] for a in rest), len(rest) < len(args)
     return False, False
 
 
@@ -197,10 +183,9 @@ def apply_overrides(
         mid, tok = model.get("id"), model.get("tokenizer")
         extra = [
             f"model.{k}={mp[v]}"
-            for k, v in (("id", mid), ("tokenizer", tok))
+            # no tokenizer: the model's id stands for it
+            for k, v in (("id", mid), ("tokenizer", mid if tok is None else tok))
             if isinstance(v, str) and v in mp
         ]
-        if tok is None and isinstance(mid, str) and mid in mp:
-            extra.append(f"model.tokenizer={mp[mid]}")
     _apply(data, parse_set(extra), where)
     return sets, extra

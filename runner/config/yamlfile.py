@@ -51,26 +51,25 @@ def _line(node: yaml.Node) -> int:
 def _count_values(root: yaml.Node, err: Callable[..., RecipeError]) -> None:
     """Values in the tree with aliases expanded, counted in time linear in the file (memoized per
     node)."""
-    sizes, active = {}, set()  # id(node) -> values below it; the nodes being counted
+    sizes = {}  # id(node) -> values below it (0 while they are being counted)
 
     def size(node: yaml.Node) -> int:
         key = id(node)
-        if key in sizes:
+        if sizes.get(key):
             return sizes[key]
-        if key in active:
+        if key in sizes:  # being counted: an alias inside what it names
             msg = (
                 "an alias (*name) refers to a mapping or list that contains it; a recipe cannot "
                 "contain itself"
             )
             raise err(msg, line=_line(node))
-        active.add(key)
+        sizes[key] = 0
         n = 1
         for item in node.value if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) else ():
             # (key, value) or value
             n += size(item[0]) + size(item[1]) if isinstance(item, tuple) else size(item)
             if n > MAX_VALUES:
                 break
-        active.discard(key)
         if n > MAX_VALUES:
             msg = (
                 f"the YAML holds more than {MAX_VALUES:,} values once its aliases (*name) are "
