@@ -12,6 +12,7 @@ the run.
     finishes (resume skips those done) <out>/<name>/repeats.rejected.jsonl     lines of
     repeats.jsonl set aside when read back (why, line number, text) <out>/<name>/engine.log
     the engine's own output <out>/<name>/report.md                  the recipe's report
+    <out>/<name>/profile/                   the traces of `profile: true`
     <out>/<name>/.runner.lock               held by the one `runner go` writing this folder
     <out>/<name>/replaced/<time>-<key>/     what an earlier, different run of this name left (never
     lost) <out>/<name>/.server-session.json       a serving run's server session while it runs
@@ -80,6 +81,7 @@ class RunFolder:
     repeats_rejected = _file("repeats.rejected.jsonl")
     engine_log = _file("engine.log")
     report = _file("report.md")
+    profile = _file("profile")  # a folder: the traces of `profile: true` (runner/run/profile.py)
     lock = _file(".runner.lock")
 
     @classmethod
@@ -97,14 +99,15 @@ class RunFolder:
         returns that folder when something moved."""
         prev = _key_of(self.results, ok_only=True)
         stale = lambda k: bool(k) and (force or k != key)
-        moving = [self.results, self.samples, self.samples_gz, self.report] if stale(prev) else []
+        own = [self.results, self.samples, self.samples_gz, self.report, self.profile]
+        moving = own if stale(prev) else []
         moving += [p for p in (self.partial, self.repeats) if stale(_key_of(p))]
         return self._move_aside(moving, prev or _key_of(moving[0]) if moving else None)
 
     def _move_aside(self, paths: list[Path], key: str | None) -> Path | None:
-        """Move the files of `paths` that exist into `replaced/<time>-<key>/`; that folder, or None
-        when none did."""
-        moving = [p for p in paths if p.is_file()]
+        """Move the files (and the profile folder) of `paths` that exist into
+        `replaced/<time>-<key>/`; that folder, or None when none did."""
+        moving = [p for p in paths if p.exists()]
         if not moving:
             return None
         dest = self.root / "replaced" / f"{time.strftime('%Y%m%d-%H%M%S')}-{key or 'unknown'}"
@@ -133,7 +136,7 @@ class RunFolder:
         if self.results.is_file() and (other := _key_of(self.results)) != key:
             self._move_aside([self.results, self.report], other)
         for f in src.iterdir():
-            if f.is_file() and not (self.root / f.name).exists():
+            if not (self.root / f.name).exists():
                 f.rename(self.root / f.name)
         if not any(src.iterdir()):
             src.rmdir()

@@ -16,6 +16,7 @@ import datetime as dt
 import importlib.util
 import os
 import resource
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -270,6 +271,7 @@ class _Call:
     wings: Wings
     say: Say
     results: list[RunResult] = field(default_factory=list)
+    warm: threading.Thread | None = None  # imports for the reports, made while a job runs
 
     def report(self, res: RunResult) -> Path:
         return write_report(res, self.opts.out, self.wings.report_sections(self.opts.out))
@@ -382,9 +384,20 @@ class _Call:
         elif self.ex.in_process:
             results = run_job(job)
         else:
+            self._warm_reports()
             results = run_isolated(job, warn=lambda line: self.say(line, True))
         for res in results:
             self.done(res)
+
+    def _warm_reports(self) -> None:
+        """While a job runs in its own process this one idles: import what the reports after it
+        would wait for (matplotlib's pyplot for the summary's charts: about a second), once a call.
+        Not for a job run in this process, where it would take the CPU from the engine."""
+        from runner.report.plots import pyplot
+
+        if self.warm is None:
+            self.warm = threading.Thread(target=pyplot, name="runner-warm-reports")
+            self.warm.start()
 
     def _summarize(self, units: list[Unit], to_stderr: bool) -> None:
         """The results in the call's order, summary.md and each study's own summary written."""

@@ -407,6 +407,13 @@ class Recipe(StrictModel):
         le=MAX_TIMEOUT_S,
         description="End the run and record it failed after this many seconds (at most 30 days).",
     )
+    profile: bool = Field(
+        False,
+        description="After the measured repeats, generate the first prompts twice more under the "
+        "engine's profiler (untimed; vLLM's and torch's profilers): report.md then says where the "
+        "generation's time goes (GPU kernels by class, GPU idle, prefill against decode); the "
+        "trace is kept in the run folder. The fake engine has no profiler.",
+    )
 
     @model_validator(mode="after")
     def _parts_agree(self) -> Recipe:
@@ -443,11 +450,13 @@ class Recipe(StrictModel):
         return v
 
     def canonical(self) -> dict[str, Any]:
-        """The recipe as results record it and its hashes see it; `replicas: 1` (the default) is
-        left out, so results stored before the field existed keep their run keys."""
+        """The recipe as results record it and its hashes see it; `replicas: 1` and `profile: false`
+        (the defaults) are left out, so results stored before the fields existed keep their run
+        keys."""
         d = self.model_dump(mode="json")
-        if d.get("replicas") == 1:
-            del d["replicas"]
+        for key, default in (("replicas", 1), ("profile", False)):
+            if d.get(key) == default:
+                del d[key]
         return d
 
     def digest(self) -> str:

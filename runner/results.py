@@ -436,6 +436,38 @@ FLAT_CELL = {
 }
 
 
+class ProfileWindow(_M):
+    """One generation of the profiled window, under the engine's profiler."""
+
+    wall_s: float = Field(description="Its wall time (the profiler slows it; not a measurement).")
+    device: str = Field(
+        description="`cuda`: GPU kernel time from the trace; `cpu`: the CPU operators' own time."
+    )
+    busy_s: float = Field(
+        description="The time `classes` share: kernels running (their union) or operators' own."
+    )
+    classes: dict[str, float] = Field(
+        description="Seconds by class: gemm, attention, sampling, norms and elementwise, other."
+    )
+    idle_s: float | None = Field(
+        None, description="GPU: the window's wall time with no kernel running; null on the CPU."
+    )
+
+
+class Profile(_M):
+    """`profile: true`: after the measured repeats, the first prompts generated twice more under the
+    engine's profiler, untimed: once with one output token (the prefill) and once as the recipe
+    asks. Decode is the second less the first."""
+
+    examples: int = Field(0, description="The prompts profiled (the first ones).")
+    prefill: ProfileWindow | None = None
+    full: ProfileWindow | None = None
+    traces: list[str] = Field(
+        default_factory=list, description="The full window's trace files, in the run folder."
+    )
+    note: str | None = Field(None, description="Why there is no profile, or what limits it.")
+
+
 class RunResult(_M):
     @model_validator(mode="before")
     @classmethod
@@ -526,6 +558,9 @@ class RunResult(_M):
         None,
         description="The recipe whose engine this run used (cells that share one engine); null: "
         "its own.",
+    )
+    profile: Profile | None = Field(
+        None, description="Where the generation's time goes (`profile: true`); null: not asked."
     )
 
     @field_serializer("recipe")

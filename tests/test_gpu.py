@@ -275,3 +275,20 @@ def test_serving_sweep_against_a_real_vllm_server(tiny, tmp_path):
     )
     assert knobs["gpu_memory_utilization"] == "applied"
     assert used_gib() < before + 1.0  # the server's GPU memory is back
+
+
+def test_profile_true_on_vllm_sorts_the_gpu_kernels_and_keeps_the_workers_trace(tiny, tmp_path):
+    """`profile: true` on vLLM (issue 41): its profiler set up at construction, the profiled
+    windows' CUDA kernels by class, the GPU idle time, the trace kept in the run folder."""
+    from runner.run.isolate import run_isolated
+
+    p = tmp_path / "prof.yaml"
+    p.write_text(recipe_yaml(tiny, "prof", limit=8) + "profile: true\n")
+    [res] = run_isolated(_job(p, tmp_path / "out"))
+    assert res.status == "ok", res.error
+    prof = res.profile
+    assert prof is not None and prof.examples == 8, prof
+    assert prof.full.device == "cuda" and prof.full.busy_s > 0 and prof.full.idle_s is not None
+    assert prof.full.classes.get("gemm", 0) > 0 and prof.full.classes.get("attention", 0) > 0
+    assert prof.traces and all((tmp_path / "out" / "prof" / t).is_file() for t in prof.traces)
+    assert res.n_samples == 8 and res.tokens.output == 64  # the measured run is the recipe's own

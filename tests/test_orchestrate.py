@@ -99,3 +99,44 @@ def test_a_route_the_caller_left_out_is_refused_before_anything_runs(
     assert e.value.field == "load" and "no serving route" in e.value.message and not out.exists()
     with pytest.raises(RunnerError, match="no Ray route"):
         run_loaded([], _opts(out), Executor(kind="ray"), wings=Wings())
+
+
+def test_the_reports_imports_are_made_while_an_isolated_job_runs_and_never_beside_one_in_process(
+    write_recipe, base_recipe, tmp_path, monkeypatch
+):
+    """The parent idles while a job runs in its own process: matplotlib's pyplot (the summary's
+    charts, about a second on the H200) is imported then, in a thread of its own, once a call; a job
+    run in this process gets no such thread beside its engine."""
+    import threading
+
+    import runner.orchestrate as orch
+    import runner.report.plots as plots
+    from runner.run.loop import run_job
+
+    seen: list[str] = []
+    started = threading.Event()
+    real = plots.pyplot
+
+    def pyplot():
+        seen.append(threading.current_thread().name)
+        started.set()
+        return real()
+
+    def isolated(job, warn):  # the job's process stands in here; the import is under way meanwhile
+        assert started.wait(10), "pyplot was not imported while the job ran"
+        return run_job(job)
+
+    monkeypatch.setattr(plots, "pyplot", pyplot)
+    monkeypatch.setattr(orch, "run_isolated", isolated)
+    other = {**_fake(base_recipe, "b"), "engine": {"kind": "fake", "reply": "x"}}  # its own job
+    a, b = (
+        runner.load_recipe(write_recipe(r, f"{r['name']}.yaml"))
+        for r in (_fake(base_recipe, "a"), other)
+    )
+    results = run_loaded([a, b], _opts(tmp_path / "iso"), Executor())
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert seen[0] == "runner-warm-reports" and seen.count("runner-warm-reports") == 1
+
+    seen.clear()
+    run_loaded([a], _opts(tmp_path / "inproc"), Executor(in_process=True))
+    assert "runner-warm-reports" not in seen

@@ -162,6 +162,11 @@ Advance = Callable[[int], None]  # a progress bar's update: how many more reques
 Sink = Callable[[list[tuple[int, Generation]]], None]
 
 
+# set (to "1") while the engine of a job with a recipe that profiles is built: an engine whose
+# profiler must be set up at construction (vLLM) reads it
+PROFILE_ENV = "RUNNER_PROFILE"
+
+
 class Engine(Protocol):
     info: EngineInfo
 
@@ -178,6 +183,8 @@ class Engine(Protocol):
         """One completion per request, in order; finished ones go to `sink` as soon as they are done
         (so an interrupted run keeps them)."""
 
+    # optional: `profiled(folder)`, a context manager running what is inside under the engine's
+    # profiler and leaving Chrome trace files in `folder` (`profile: true`; runner/run/profile.py)
     # optional: `prepare(sampling)`, called before a generation is timed (engine-side setup for
     # those settings,
     # e.g. transformers' continuous batching manager); it counts toward the engine start

@@ -10,11 +10,13 @@ engine is built."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, PositiveInt, model_validator
@@ -393,6 +395,19 @@ class TransformersEngine:
             ids[r, width - len(p) :] = torch.tensor(p)
             mask[r, width - len(p) :] = 1
         return ids, mask
+
+    @contextlib.contextmanager
+    def profiled(self, folder: Path) -> Iterator[None]:
+        """torch's profiler over what runs inside (CPU operators; CUDA kernels on a GPU), its
+        Chrome trace written to `folder`."""
+        prof = self.torch.profiler
+        acts = [prof.ProfilerActivity.CPU]
+        acts += [prof.ProfilerActivity.CUDA] if self.device == "cuda" else []
+        with prof.profile(activities=acts) as p:
+            yield
+            if self.device == "cuda":
+                self.torch.cuda.synchronize()
+        p.export_chrome_trace(str(folder / "trace.json"))
 
     def generate(
         self,

@@ -160,7 +160,8 @@ def _time_section(r: RunResult) -> list[str]:
     if e := r.estimate:
         when = f"~{secs(e.projected_s)} ({_interval(e)}) from {e.n_measured} examples."
         parts += ["", f"Projected full-dataset generation (**estimate**): {when}"]
-    return parts + _repeats_section(r) + _start_section(r) + _stages_section(r) + _energy_section(r)
+    parts += _repeats_section(r) + _start_section(r) + _stages_section(r) + _profile_section(r)
+    return parts + _energy_section(r)
 
 
 def _start_section(r: RunResult) -> list[str]:
@@ -241,6 +242,50 @@ def _stages_section(r: RunResult) -> list[str]:
     )
     head = ["stage", "seconds", "share of the wall time"]
     return ["", "### Where the time went", "", note, "", table(rows, head)]
+
+
+def _profile_section(r: RunResult) -> list[str]:
+    """`profile: true`: the profiled window's time by kernel class, prefill against the whole, the
+    GPU's idle time, the largest part, and the plan's floor beside it."""
+    if (p := r.profile) is None:
+        return []
+    head = ["", "### Where the generation's time goes (profile)", ""]
+    if p.full is None or p.prefill is None:
+        return [*head, f"No profile: {p.note}."]
+    full, pre = p.full, p.prefill
+    what = "GPU kernel time" if full.device == "cuda" else "CPU operators' own time"
+    rows = [
+        [
+            k,
+            secs(pre.classes.get(k, 0.0)),
+            secs(v),
+            f"{v / full.busy_s:.0%}" if full.busy_s else "–",
+        ]
+        for k, v in full.classes.items()
+    ]
+    parts = {**full.classes}
+    if full.idle_s is not None:
+        rows.append(
+            ["GPU idle (no kernel running)", secs(pre.idle_s or 0.0), secs(full.idle_s), ""]
+        )
+        parts["the GPU idle (waiting on the CPU side)"] = full.idle_s
+    rows.append(["window wall time (under the profiler)", secs(pre.wall_s), secs(full.wall_s), ""])
+    note = (
+        f"The first {p.examples} prompts generated twice more after the measured repeats, under "
+        f"the engine's profiler ({what}; untimed: the profiler slows them, the figures above "
+        "do not include them): once with one output token (the prefill) and once as the recipe "
+        "asks; decode is roughly the second less the first. Classes are read from kernel and "
+        f"operator names. Largest part: **{max(parts, key=parts.get)}**"
+    )
+    plan = r.plan or {}
+    if plan.get("bound") and plan.get("floor_s"):
+        note += (
+            f"; the plan's floor for all prompts: {secs(plan['floor_s'])}, {plan['bound']}-bound"
+        )
+    traces = ", ".join(f"`{t}`" for t in p.traces)
+    note += f". Trace: {traces} (Perfetto, chrome://tracing)." if traces else "."
+    cols = ["class", "prefill window", "full window", "share of the full window's busy time"]
+    return [*head, note, "", table(rows, cols)]
 
 
 def priced(r: RunResult, usd_per_gpu_hour: float | None) -> RunResult:

@@ -26,11 +26,12 @@ from runner.base.files import PartialWriter, write_jsonl_atomic
 from runner.base.noise import peak_rss
 from runner.base.nvml import PeakSampler
 from runner.base.stats import geomean_interval, percentile
-from runner.base.types import Engine, Generation, Request
+from runner.base.types import PROFILE_ENV, Engine, Generation, Request
 from runner.folder import load_samples
 from runner.inputs.context import context_length, truncate_left
 from runner.results import Repeat, RunResult, Sample, Stages, Timings
 from runner.run.job import Job, RunOptions, Unit
+from runner.run.profile import profile_run
 from runner.run.result import (
     Failure,
     Measured,
@@ -43,6 +44,16 @@ from runner.run.result import (
 )
 from runner.run.resume import add_repeat, load_partial, load_repeats, start_partial
 from runner.run.trackers import Stage, parts, timed, untimed
+
+
+def _build(r, profile: bool) -> Engine:
+    """The recipe's engine; PROFILE_ENV set while it is built where a recipe of the job profiles."""
+    if profile:
+        os.environ[PROFILE_ENV] = "1"
+    try:
+        return r.engine.build(r.model, r.prompt.chat_template)
+    finally:
+        os.environ.pop(PROFILE_ENV, None)
 
 
 class SharedEngine:
@@ -58,6 +69,7 @@ class SharedEngine:
             PeakSampler(),
         )
         self.unclaimed_start = False  # the engine's start is not yet counted by a measured repeat
+        self.profile = False  # a recipe of the job profiles (`profile: true`)
         self.started_by: str | None = None  # the recipe whose generation built the engine
         # the process and engine start (s), until the generation after them takes them
         self.stages: Counter = Counter()
@@ -70,7 +82,7 @@ class SharedEngine:
             self.sampler.__enter__()  # whole device, from before the engine starts
             try:
                 with Stage(self.stages, "start_s"):
-                    self.engine = r.engine.build(r.model, r.prompt.chat_template)
+                    self.engine = _build(r, self.profile)
                 self.unclaimed_start, self.started_by = True, by or self.unit.name
             except BaseException as e:
                 self.error = e
@@ -356,11 +368,13 @@ class UnitRun:
             **reused,
             peak_rss_gib=peak_rss(),
         )
+        profile = profile_run(engine, self.unit, ids, self.folder) if self.r.profile else None
         self.result = run_result(
             self.unit,
             self.opts.command,
             m,
             Output(self.samples, engine.info, notes, ids),
+            profile=profile,
             engine_of=self.engine_of,
             stages=Stages(**stages) if all(x.stages for x in reps) else None,
             repeats=reps,
@@ -388,6 +402,7 @@ def run_rounds(
         else None
     )
     runs = [UnitRun(u, job.options, job.restarts, turns, len(job.units)) for u in job.units]
+    shared.profile = any(u.r.profile for u in runs)
     rounds = job.rounds or tuple(range(1, max(u.wanted for u in runs) + 1))
     todo = lambda u: [i for i in rounds if i <= u.wanted and not u.has(i)]
     step = lambda u, i: (before(u.unit), u.generate(i, shared, progress_file))

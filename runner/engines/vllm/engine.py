@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import shutil
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import runner.engines.gguf as gguf  # the module, not the package: tests patch its functions
 from runner.base.errors import RunnerError
 from runner.base.nvml import device_facts
-from runner.base.types import EngineInfo, Generation
+from runner.base.types import PROFILE_ENV, EngineInfo, Generation
 from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
 from runner.engines.vllm.facts import (
     VLLMFacts,
@@ -92,6 +94,14 @@ class VLLMEngine:
         # a GGUF file: its safetensors copy, made once
         self.loaded, converted = gguf.vllm_model(model)
         kwargs, self.dropped = _accepted_kwargs(spec.llm_kwargs(self.loaded), vllm.__version__)
+        self._traces = None
+        if os.environ.get(PROFILE_ENV):  # a recipe of this job profiles: the profiler is set up now
+            self._traces = tempfile.mkdtemp(prefix="runner-vllm-profile-")
+            kwargs["profiler_config"] = {
+                "profiler": "torch",
+                "torch_profiler_dir": self._traces,
+                "torch_profiler_with_stack": False,
+            }
         self.tokenizer = load_tokenizer(model)
         self.chat = uses_chat_template(self.tokenizer, chat)
         log = Path(os.environ.get("RUNNER_ENGINE_LOG", ""))
@@ -234,6 +244,22 @@ class VLLMEngine:
                 self.info.notes.append(note)
             return None
         return metrics
+
+    @contextlib.contextmanager
+    def profiled(self, folder: Path) -> Iterator[None]:
+        """vLLM's torch profiler in its workers (`LLM.start_profile`/`stop_profile`), their traces
+        moved to `folder` once written."""
+        if self._traces is None:
+            raise RunnerError("the engine was started without its profiler", field="profile")
+        self.llm.start_profile()
+        yield
+        self.llm.stop_profile()
+        deadline = time.monotonic() + 120  # the workers write the traces after stopping
+        while not any(Path(self._traces).rglob("*.json*")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(1.0)
+        for p in Path(self._traces).iterdir():
+            shutil.move(str(p), folder / p.name)
 
     def close(self) -> None:
         if getattr(self, "llm", None) is None:
