@@ -85,7 +85,7 @@ def cached(out: Path, build: Callable[[Path], None]) -> Path:
             raise RunnerError(
                 msg, file=str(out), hint="delete that folder; the runner builds it again"
             ) from None
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")  # a fresh folder beside `out`
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")  # a fresh folder beside `out`
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:

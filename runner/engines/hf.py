@@ -77,8 +77,10 @@ def check_model_source(model: Any) -> None:
             and looks_local(ref)
             and not Path(ref).expanduser().exists()
         ):
-            hint = "give a hub id (needs network) or an existing local folder; "
-            hint += "--model-path HUB_ID=PATH maps hub ids to folders"
+            hint = (
+                "give a hub id (needs network) or an existing local folder; "
+                "--model-path HUB_ID=PATH maps hub ids to folders"
+            )
             raise RunnerError(f"model folder not found: {ref}", field=field, hint=hint)
     ref = model.tokenizer_id
     folder = Path(ref).expanduser()
@@ -140,11 +142,11 @@ def load_tokenizer(model: Any, builtin_dir: str | None = None, local_only: bool 
     if builtin_dir is None and model.tokenizer is None and model.gguf_path is not None:
         # the file's own tokenizer and chat template, converted once
         builtin_dir = str(gguf.tokenizer_dir(model))
-    kw = dict(
-        revision=None if builtin_dir else model.revision, trust_remote_code=model.trust_remote_code
-    )
     return AutoTokenizer.from_pretrained(
-        builtin_dir or model.tokenizer_id, local_files_only=local_only, **kw
+        builtin_dir or model.tokenizer_id,
+        local_files_only=local_only,
+        revision=None if builtin_dir else model.revision,
+        trust_remote_code=model.trust_remote_code,
     )
 
 

@@ -102,10 +102,12 @@ class VLLMEngine:
             "torch": torch.__version__,
             "kv_cache_gib": parsed.get("kv_cache_gib"),
             "model_runner": f.model_runner,
+            "env": spec.engine_env(),
+            "block_size": self._block_size,
+            "start": start_parts(parsed, f.compile_cache_dir, load_s, warm_s),
         }
-        extra |= {"env": spec.engine_env(), "block_size": self._block_size}
-        extra["start"] = start_parts(parsed, f.compile_cache_dir, load_s, warm_s)
-        extra |= {"warmup": warm} if warm else {}
+        if warm:
+            extra["warmup"] = warm
         gpu = device_facts().get("gpu", "")  # NVML: no CUDA context in this process
         info = EngineInfo(
             "vllm",

@@ -254,7 +254,7 @@ def _knob(name: str, requested: Any, effective: Any, status: str, evidence: str)
 def _quantization(spec: Any, f: VLLMFacts) -> Knob:
     w = f.weights_gib
     if spec.quantization is None:
-        ev = "from the checkpoint config" + (f"; weights {w} GiB" if w else "")
+        ev = f"from the checkpoint config{f'; weights {w} GiB' if w else ''}"
         return _knob("quantization", None, f.quantization, "default", ev)
     want = QUANT_ALIASES.get(spec.quantization, spec.quantization)
     ok = f.quantization is not None and f.quantization in (want, spec.quantization)
@@ -289,11 +289,10 @@ def _offload(spec: Any, f: VLLMFacts) -> Knob | None:
         return _knob(
             "cpu_offload_gb", asked, None, "unverified", "weight memory not reported by the engine"
         )
-    expected = max(full - asked, 0)
     took = w <= full - 0.5 * asked  # at least half the asked amount left the GPU
     ev = (
-        f"weights on GPU {w} GiB (full model {full:.1f} GiB, expected ~{expected:.1f}); model "
-        f"runner {f.model_runner}"
+        f"weights on GPU {w} GiB (full model {full:.1f} GiB, expected "
+        f"~{max(full - asked, 0):.1f}); model runner {f.model_runner}"
     )
     return _knob(
         "cpu_offload_gb", asked, round(max(full - w, 0), 2), "applied" if took else "ignored", ev

@@ -222,13 +222,13 @@ def cli_args(kwargs: dict[str, Any]) -> list[str]:
     left out)."""
     out: list[str] = []
     for k, v in kwargs.items():
-        flag = "--" + k.replace("_", "-")
+        flag = f"--{k.replace('_', '-')}"
         if k == "model" or v is None or (isinstance(v, (list, tuple)) and not v):
             continue
         if isinstance(v, bool) and k in _BARE_FLAGS:
             out += [flag] if v else []
         elif isinstance(v, bool):
-            out.append(flag if v else "--no-" + flag[2:])
+            out.append(flag if v else f"--no-{flag[2:]}")
         elif isinstance(v, (list, tuple)):
             out += [flag, *(str(x) for x in v)]
         else:
