@@ -445,9 +445,9 @@ class TransformersEngine:
         fields_ = set(getattr(ContinuousBatchingConfig, "__dataclass_fields__", {}))
         names = {"prefix_sharing": "allow_block_sharing", "cuda_graphs": "use_cuda_graph"}
         names["block_size"] = "block_size" if "block_size" in fields_ else "page_size"
-        asked = {names.get(k, k): v for k, v in self.spec.continuous.model_dump().items()}
+        asked = self.spec.continuous.model_dump(exclude_none=True)
         cb = ContinuousBatchingConfig(
-            **{k: v for k, v in asked.items() if v is not None and k in fields_}
+            **{names.get(k, k): v for k, v in asked.items() if names.get(k, k) in fields_}
         )
         manager = self.model.init_continuous_batching(
             generation_config=config, continuous_batching_config=cb

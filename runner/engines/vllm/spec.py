@@ -157,7 +157,7 @@ class VLLMSpec(EngineSpecBase):
         }
         kw |= model.model_dump(include={"revision", "dtype", "load_format", "trust_remote_code"})
         kw |= self.model_dump(include=_LLM_FIELDS)
-        kw |= {k: v for k, v in self.model_dump(include=_LLM_OPTIONAL).items() if v is not None}
+        kw |= self.model_dump(include=_LLM_OPTIONAL, exclude_none=True)
         if overlap := set(self.engine_args) & set(kw):
             why = f"engine_args repeats {sorted(overlap)}; set them as engine fields instead"
             raise RunnerError(why, field="engine.engine_args")
