@@ -378,14 +378,13 @@ class TransformersEngine:
 
     def _padded(self, prompts: Sequence[list[int]], idx: list[int]) -> tuple[Any, Any]:
         """The prompts at idx, padded on the left to the longest, and their attention mask."""
-        torch = self.torch
-        width = max(len(prompts[i]) for i in idx)
-        ids = torch.full((len(idx), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(idx), width), dtype=torch.long)
-        for r, p in enumerate(prompts[i] for i in idx):
-            ids[r, width - len(p) :] = torch.tensor(p)
-            mask[r, width - len(p) :] = 1
-        return ids, mask
+        from torch.nn.utils.rnn import pad_sequence
+
+        rows = [self.torch.tensor(prompts[i], dtype=self.torch.long) for i in idx]
+        pad = self.tokenizer.pad_token_id
+        ids = pad_sequence(rows, batch_first=True, padding_value=pad, padding_side="left")
+        ones = [self.torch.ones_like(r) for r in rows]
+        return ids, pad_sequence(ones, batch_first=True, padding_side="left")
 
     def generate(
         self,
