@@ -147,6 +147,9 @@ def test_swap_space_is_dropped_where_vllm_has_none_and_an_unknown_argument_is_re
         vllm_engine._accepted_kwargs({"model": "m", "max_num_seqz": 8}, "0.26.0")
     assert e.value.field == "engine.engine_args"
     assert e.value.message == "vLLM 0.26.0 does not accept max_num_seqz; it accepts: dtype, model"
+    with pytest.raises(RunnerError) as e:  # every name it does not accept, sorted
+        vllm_engine._accepted_kwargs({"model": "m", "swap_space": 4, "zz": 1, "bogus": 1}, "0.26.0")
+    assert e.value.message.startswith("vLLM 0.26.0 does not accept bogus, zz; it accepts")
 
 
 def test_without_vllm_the_engine_says_how_to_get_it(monkeypatch):

@@ -6,7 +6,6 @@ import pytest
 
 from runner.base.types import ModelSpec, Sampling
 from runner.engines.vllm import VLLMSpec, parse_engine_log, sampling_params_kwargs
-from runner.engines.vllm.engine import check_args
 
 
 def spec(**kw):
@@ -64,13 +63,6 @@ def test_engine_args_may_not_shadow_fields():
 
     with pytest.raises(RunnerError, match="enforce_eager"):
         spec(engine_args={"enforce_eager": True}).llm_kwargs(ModelSpec(id="m"))
-
-
-def test_unaccepted_args_are_listed():
-    assert check_args({"model": 1, "swap_space": 4, "bogus": 1}, {"model", "dtype"}) == [
-        "bogus",
-        "swap_space",
-    ]
 
 
 def test_offload_selects_v1_runner_unless_user_overrides():
@@ -181,19 +173,3 @@ def test_warmup_batch_fills_the_largest_step_within_the_model_length():
     # room for 2 output tokens
     assert {len(x) for x in warmup_prompts(8, 8192, 152064, 100)} == {98}
     assert all(t < 50 for x in warmup_prompts(16, 256, 50, 4096) for t in x)  # a tiny vocabulary
-
-
-def test_metrics_count_from_the_start_of_the_call():
-    from runner.engines.vllm.engine import counters_since
-
-    before = {"vllm:prompt_tokens": 16384.0, "vllm:prefix_cache_hits": 0.0}
-    after = {
-        "vllm:prompt_tokens": 1_253_925.0,
-        "vllm:prefix_cache_hits": 999_824.0,
-        "vllm:num_preemptions": 0.0,
-    }
-    assert counters_since(before, after) == {
-        "vllm:prompt_tokens": 1_237_541.0,
-        "vllm:prefix_cache_hits": 999_824.0,
-        "vllm:num_preemptions": 0.0,
-    }

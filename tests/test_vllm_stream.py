@@ -118,6 +118,37 @@ def test_metrics_are_the_counters_growth_over_the_call(monkeypatch):
     assert eng.llm.steps == 2 and eng.info.extra["metrics"] == {"vllm:prompt_tokens": 2000.0}
 
 
+class _GrowingLLM(_StandInLLM):
+    """Counters read before the call and after it, one of them first seen after it."""
+
+    def get_metrics(self):
+        if not self.steps:
+            return [
+                _Counter("vllm:prompt_tokens", 16384.0),
+                _Counter("vllm:prefix_cache_hits", 0.0),
+            ]
+        return [
+            _Counter("vllm:prompt_tokens", 1_253_925.0),
+            _Counter("vllm:prefix_cache_hits", 999_824.0),
+            _Counter("vllm:num_preemptions", 0.0),
+        ]
+
+
+def test_metrics_count_from_the_start_of_the_call(monkeypatch):
+    """Each counter's growth over the call; a counter absent before counts from 0."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kw: kw))
+    eng = _engine([])
+    eng.llm = _GrowingLLM([0, 1])
+    eng.generate(_two_requests(), Sampling(max_tokens=4))
+    assert eng.info.extra["metrics"] == {
+        "vllm:prompt_tokens": 1_237_541.0,
+        "vllm:prefix_cache_hits": 999_824.0,
+        "vllm:num_preemptions": 0.0,
+    }
+
+
 def test_unavailable_metrics_leave_one_note_and_no_figures(monkeypatch):
     import sys
 

@@ -85,7 +85,7 @@ def cached(out: Path, build: Callable[[Path], None]) -> Path:
             raise RunnerError(
                 msg, file=str(out), hint="delete that folder; the runner builds it again"
             ) from None
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")  # a fresh folder beside `out`
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")  # a fresh folder beside `out`
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
@@ -115,8 +115,12 @@ def _build(tmp: Path) -> None:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    alphabet = dict(special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    trainer = trainers.BpeTrainer(vocab_size=1200, show_progress=False, **alphabet)
+    trainer = trainers.BpeTrainer(
+        vocab_size=1200,
+        show_progress=False,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(_corpus_texts(), trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>"
@@ -124,13 +128,20 @@ def _build(tmp: Path) -> None:
     fast.chat_template = CHATML
     # a tiny Qwen2-shaped model for the tokenizer, its weights drawn from a fixed seed
     torch.manual_seed(0)
-    shape = dict(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, max_position_embeddings=2048
+    config = Qwen2Config(
+        vocab_size=len(fast),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        max_position_embeddings=2048,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+        eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.pad_token_id,
+        bos_token_id=fast.convert_tokens_to_ids("<|endoftext|>"),
     )
-    heads = dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
-    bos = fast.convert_tokens_to_ids("<|endoftext|>")
-    ids = dict(eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id, bos_token_id=bos)
-    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(fast), **shape, **heads, **ids))
+    model = Qwen2ForCausalLM(config)
     bars = tf_logging.is_progress_bar_enabled()
     # a bar for one small shard would lead `runner check`'s first output
     tf_logging.disable_progress_bar()

@@ -118,7 +118,9 @@ class FakeSpec(EngineSpecBase):
     def served_evidence(
         self, model: ModelSpec, log: str, grown: dict[str, float], version: str
     ) -> EngineInfo:
-        lines = [x[len(SETTINGS_MARK) :] for x in log.splitlines() if x.startswith(SETTINGS_MARK)]
+        lines = [
+            x.removeprefix(SETTINGS_MARK) for x in log.splitlines() if x.startswith(SETTINGS_MARK)
+        ]
         got, ev = (
             json.loads(lines[-1]) if lines else {},
             "the fake server's settings line in engine.log",

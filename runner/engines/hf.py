@@ -3,18 +3,18 @@ identical ids) and config.json, read from a local folder, a builtin or the hub c
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import os
+import marshal
 import zlib
-from array import array
-from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
 import runner.engines.gguf as gguf  # the module, not the package: tests patch its functions
 from runner.base.errors import RunnerError
-from runner.engines.builtin import ensure_builtin, is_builtin
+from runner.base.files import file_sha256, write_bytes_atomic
+from runner.engines.builtin import cache_root, ensure_builtin, is_builtin
 
 
 def messages_to_text(messages: list[dict]) -> str:
@@ -77,8 +77,10 @@ def check_model_source(model: Any) -> None:
             and looks_local(ref)
             and not Path(ref).expanduser().exists()
         ):
-            hint = "give a hub id (needs network) or an existing local folder; "
-            hint += "--model-path HUB_ID=PATH maps hub ids to folders"
+            hint = (
+                "give a hub id (needs network) or an existing local folder; "
+                "--model-path HUB_ID=PATH maps hub ids to folders"
+            )
             raise RunnerError(f"model folder not found: {ref}", field=field, hint=hint)
     ref = model.tokenizer_id
     folder = Path(ref).expanduser()
@@ -140,11 +142,11 @@ def load_tokenizer(model: Any, builtin_dir: str | None = None, local_only: bool 
     if builtin_dir is None and model.tokenizer is None and model.gguf_path is not None:
         # the file's own tokenizer and chat template, converted once
         builtin_dir = str(gguf.tokenizer_dir(model))
-    kw = dict(
-        revision=None if builtin_dir else model.revision, trust_remote_code=model.trust_remote_code
-    )
     return AutoTokenizer.from_pretrained(
-        builtin_dir or model.tokenizer_id, local_files_only=local_only, **kw
+        builtin_dir or model.tokenizer_id,
+        local_files_only=local_only,
+        revision=None if builtin_dir else model.revision,
+        trust_remote_code=model.trust_remote_code,
     )
 
 
@@ -253,7 +255,8 @@ def _counted(
         got = chat, encode_prompts(tok, inputs, chat)[1]
     if key is not None:
         _remember(key, got)
-        _write_counts(key, *got)
+        with contextlib.suppress(OSError):  # a cache that cannot be written is skipped
+            write_bytes_atomic(_counts_path(key), zlib.compress(marshal.dumps(got), 1))
     return got
 
 
@@ -271,21 +274,16 @@ def _count_key(folder: Path, kind: str, chat_template: bool | None, inputs: list
 
     h = hashlib.sha256()
     for pkg in ("transformers", "tokenizers"):
-        try:
+        with contextlib.suppress(PackageNotFoundError):
             h.update(f"{pkg}={version(pkg)};".encode())
-        except PackageNotFoundError:
-            h.update(f"{pkg}=none;".encode())
     # the tokenizer's files and config.json (transformers 5 picks its class by it)
     for f in sorted(folder.iterdir()):
-        if not f.is_file() or f.name.endswith(_WEIGHTS):
-            continue
-        # a large file by its size and time (hashing it would cost more than counting)
-        st = f.stat()
-        big = st.st_size >= 64 << 20
-        digest = (
-            f"{st.st_size}:{st.st_mtime_ns}" if big else hashlib.sha256(f.read_bytes()).hexdigest()
-        )
-        h.update(f"{f.name}\x00{digest};".encode())
+        if f.is_file() and not f.name.endswith(_WEIGHTS):
+            # a large file by its size and time (hashing it would cost more than counting)
+            st = f.stat()
+            big = st.st_size >= 64 << 20
+            digest = f"{st.st_size}:{st.st_mtime_ns}" if big else file_sha256(f, 64)
+            h.update(f"{f.name}\x00{digest};".encode())
     h.update(
         json.dumps([kind, chat_template, inputs], ensure_ascii=False).encode(
             "utf-8", "surrogatepass"
@@ -295,44 +293,16 @@ def _count_key(folder: Path, kind: str, chat_template: bool | None, inputs: list
 
 
 def _counts_path(key: str) -> Path:
-    from runner.engines.builtin import cache_root
-
-    return cache_root() / COUNTS_FOLDER / f"{key}.bin"
-
-
-def _write_counts(key: str, chat: bool, ids: list[list[int]]) -> None:
-    """zlib(4-byte header length, JSON header, uint32 lengths, uint32 ids); a cache that cannot be
-    written is skipped."""
-    lens, flat = array("I", map(len, ids)), array("I", (t for x in ids for t in x))
-    head = json.dumps({"chat": chat, "n": len(ids)}).encode()
-    path = _counts_path(key)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(
-            zlib.compress(
-                len(head).to_bytes(4, "little") + head + lens.tobytes() + flat.tobytes(), 1
-            )
-        )
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
+    return cache_root() / COUNTS_FOLDER / f"{key}.marshal"
 
 
 def _read_counts(key: str) -> tuple[bool, list[list[int]]] | None:
-    """None when absent or damaged (then counted again)."""
+    """zlib(marshal((chat, ids))); None when absent or damaged (then counted again)."""
     try:
-        data = zlib.decompress(_counts_path(key).read_bytes())
-        at = 4 + int.from_bytes(data[:4], "little")
-        head = json.loads(data[4:at])
-        lens = array("I", data[at : at + 4 * head["n"]])
-        flat = array("I", data[at + 4 * head["n"] :])
-    except (OSError, ValueError, KeyError, zlib.error):
+        chat, ids = marshal.loads(zlib.decompress(_counts_path(key).read_bytes()))
+    except (OSError, ValueError, EOFError, TypeError, zlib.error):
         return None
-    if len(lens) != head["n"] or sum(lens) != len(flat):
-        return None
-    ids = [flat[end - n : end].tolist() for n, end in zip(lens, accumulate(lens))]
-    return bool(head["chat"]), ids
+    return chat, ids
 
 
 def truncate_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:

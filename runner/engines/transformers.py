@@ -126,14 +126,13 @@ class TransformersSpec(EngineSpecBase):
         return 1 if self.device == "cuda" else 0
 
     def plan_settings(self, model: ModelSpec) -> dict[str, Any]:
-        device = {"cpu": "cpu", "cuda": "gpu"}.get(self.device)  # auto: the machine planned for
-        # as build() loads it on a CPU
-        cpu_dtype = "float32" if model.dtype == "auto" else model.dtype
         return {
             "dtype": model.dtype,
-            "cpu_dtype": cpu_dtype,
+            # as build() loads it on a CPU
+            "cpu_dtype": "float32" if model.dtype == "auto" else model.dtype,
             "quantization": self.quantization,
-            "device": device,
+            # auto: the machine planned for
+            "device": {"cpu": "cpu", "cuda": "gpu"}.get(self.device),
         }
 
     def preflight(self, model: ModelSpec) -> None:
@@ -163,33 +162,28 @@ def transformers_knobs(
     spec: TransformersSpec, model: ModelSpec, f: TransformersFacts
 ) -> list[Knob]:
     """Every knob of a transformers recipe with its verdict (pure: facts given as data)."""
-    attn, quant = spec.attn_implementation, spec.quantization
+    attn, quant, size = spec.attn_implementation, spec.quantization, spec.batch_size
     weights = f"model.config.quantization_config; weights {f.weights_gib:.2f} GiB"
     on = f"parameters on {f.param_device}"
-    rows = [("device", spec.device, f.device, spec.device in ("auto", f.device), on)]
     dtype_ok = model.dtype in ("auto", f.dtype)
-    rows += [("dtype", model.dtype, f.dtype, dtype_ok, "dtype of the loaded parameters")]
-    if spec.batching == "static":
-        size = spec.batch_size
-        rows += [("batch_size", size, size, True, "batches built by the runner")]
-    # ok None: left to transformers
     held = "model.config._attn_implementation"
-    rows += [("attn_implementation", attn, f.attn, attn and f.attn == attn, held)]
-    rows += [("quantization", quant, f.quantization, quant and bool(f.quantization), weights)]
+    # ok None: left to transformers
+    rows = [
+        ("device", spec.device, f.device, spec.device in ("auto", f.device), on),
+        ("dtype", model.dtype, f.dtype, dtype_ok, "dtype of the loaded parameters"),
+        ("attn_implementation", attn, f.attn, attn and f.attn == attn, held),
+        ("quantization", quant, f.quantization, quant and bool(f.quantization), weights),
+    ]
+    if spec.batching == "static":
+        rows.insert(2, ("batch_size", size, size, True, "batches built by the runner"))
     status = {True: "applied", False: "ignored", None: "default"}
     return [
-        Knob(
-            name=n,
-            requested=r,
-            effective=e,
-            status=status[ok],
-            evidence=ev,
-        )
+        Knob(name=n, requested=r, effective=e, status=status[ok], evidence=ev)
         for n, r, e, ok, ev in rows
     ]
 
 
-def continuous_knobs(c: ContinuousSpec, manager: Any, attn: str | None = None) -> list[Knob]:
+def continuous_knobs(c: ContinuousSpec, manager: Any, attn: str | None) -> list[Knob]:
     """Continuous batching's knobs, each read back from the running manager (its resolved config and
     KV cache, the attention its model ran with: transformers pages it, or switches to flash
     attention where it can; `attn`: the recipe's); before a generation started one: unverified.
@@ -250,7 +244,7 @@ class TransformersEngine:
         # its end-of-sequence ids and the tokenizer's
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = {*(eos if isinstance(eos, list) else [eos]), self.tokenizer.eos_token_id}
-        self.eos_ids.discard(None)
+        self.eos_ids -= {None}
         self.info = self._engine_info(transformers.__version__, load_s, builtin_dir is not None)
         # part of engine start: first-call kernel selection/JIT stays out of generation time
         if spec.warmup:
@@ -304,8 +298,7 @@ class TransformersEngine:
             )
             if device == "cpu":
                 loaded.to("cpu")
-        loaded.eval()
-        return loaded
+        return loaded.eval()
 
     def _engine_info(self, version: str, load_s: float, builtin: bool) -> EngineInfo:
         # its quant_method; None: unquantized
@@ -327,20 +320,20 @@ class TransformersEngine:
         if (path := self.model_spec.gguf_path) is not None:
             info.extra["gguf"] = gguf.facts(path)
             info.notes.append(gguf.note(info.extra["gguf"], "transformers"))
-        dtype, attn = (
+        facts = TransformersFacts(
+            self.device,
+            str(next(m.parameters()).device),
             str(m.dtype).replace("torch.", ""),
             getattr(m.config, "_attn_implementation", None),
-        )
-        facts = TransformersFacts(
-            self.device, str(next(m.parameters()).device), dtype, attn, q, weights
+            q,
+            weights,
         )
         info.knobs = self._static_knobs = transformers_knobs(self.spec, self.model_spec, facts)
         # read back after the first generation started the manager
         if self.spec.batching == "continuous":
-            info.knobs = [
-                *info.knobs,
-                *continuous_knobs(self.spec.continuous, None, self.spec.attn_implementation),
-            ]
+            info.knobs = info.knobs + continuous_knobs(
+                self.spec.continuous, None, self.spec.attn_implementation
+            )
         return info
 
     def _model_generate(self, ids: Any, mask: Any, **kw: Any) -> Any:
@@ -387,14 +380,13 @@ class TransformersEngine:
 
     def _padded(self, prompts: Sequence[list[int]], idx: list[int]) -> tuple[Any, Any]:
         """The prompts at idx, padded on the left to the longest, and their attention mask."""
-        torch = self.torch
-        width = max(len(prompts[i]) for i in idx)
-        ids = torch.full((len(idx), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(idx), width), dtype=torch.long)
-        for r, p in enumerate(prompts[i] for i in idx):
-            ids[r, width - len(p) :] = torch.tensor(p)
-            mask[r, width - len(p) :] = 1
-        return ids, mask
+        from torch.nn.utils.rnn import pad_sequence
+
+        rows = [self.torch.tensor(prompts[i], dtype=self.torch.long) for i in idx]
+        pad = self.tokenizer.pad_token_id
+        ids = pad_sequence(rows, batch_first=True, padding_value=pad, padding_side="left")
+        ones = [self.torch.ones_like(r) for r in rows]
+        return ids, pad_sequence(ones, batch_first=True, padding_side="left")
 
     @contextlib.contextmanager
     def profiled(self, folder: Path) -> Iterator[None]:
@@ -467,9 +459,9 @@ class TransformersEngine:
         fields_ = set(getattr(ContinuousBatchingConfig, "__dataclass_fields__", {}))
         names = {"prefix_sharing": "allow_block_sharing", "cuda_graphs": "use_cuda_graph"}
         names["block_size"] = "block_size" if "block_size" in fields_ else "page_size"
-        asked = {names.get(k, k): v for k, v in self.spec.continuous.model_dump().items()}
+        asked = self.spec.continuous.model_dump(exclude_none=True)
         cb = ContinuousBatchingConfig(
-            **{k: v for k, v in asked.items() if v is not None and k in fields_}
+            **{names.get(k, k): v for k, v in asked.items() if names.get(k, k) in fields_}
         )
         manager = self.model.init_continuous_batching(
             generation_config=config, continuous_batching_config=cb
@@ -526,16 +518,13 @@ class TransformersEngine:
             if progress:
                 progress(1)
         knobs = continuous_knobs(self.spec.continuous, manager, self.spec.attn_implementation)
-        self.info.knobs = [*self._static_knobs, *knobs]
+        self.info.knobs = self._static_knobs + knobs
         ran = knobs[-1].effective  # continuous.attn_implementation
         if ran and "flash" not in str(ran):
             note = (
                 f"Continuous batching ran with {ran} attention: without flash attention "
-                "transformers builds an "
-            )
-            note += (
-                "attention mask for every step (it says continuous batching is much better "
-                "with flash attention)."
+                "transformers builds an attention mask for every step (it says continuous "
+                "batching is much better with flash attention)."
             )
             self.info.notes += [note] if note not in self.info.notes else []
         return out  # type: ignore[return-value]

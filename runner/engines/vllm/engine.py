@@ -59,11 +59,6 @@ def sampling_params_kwargs(s: Sampling) -> dict[str, Any]:
     }
 
 
-def check_args(kwargs: dict[str, Any], accepted: set[str]) -> list[str]:
-    """Names in kwargs the installed vLLM does not accept (swap_space handled by the caller)."""
-    return sorted(k for k in kwargs if k not in accepted)
-
-
 _KEPT_METRICS = {
     "vllm:prefix_cache_queries",
     "vllm:prefix_cache_hits",
@@ -117,10 +112,12 @@ class VLLMEngine:
             "torch": torch.__version__,
             "kv_cache_gib": parsed.get("kv_cache_gib"),
             "model_runner": f.model_runner,
+            "env": spec.engine_env(),
+            "block_size": self._block_size,
+            "start": start_parts(parsed, f.compile_cache_dir, load_s, warm_s),
         }
-        extra |= {"env": spec.engine_env(), "block_size": self._block_size}
-        extra["start"] = start_parts(parsed, f.compile_cache_dir, load_s, warm_s)
-        extra |= {"warmup": warm} if warm else {}
+        if warm:
+            extra["warmup"] = warm
         gpu = device_facts().get("gpu", "")  # NVML: no CUDA context in this process
         info = EngineInfo(
             "vllm",
@@ -216,9 +213,12 @@ class VLLMEngine:
             )
         # the counters' growth over this call, not the warm-up's nor an earlier cell's ({} where a
         # reading failed)
+        # (a counter absent before counts from 0)
         after = None if before is None else self._read_metrics()
         self.info.extra["metrics"] = (
-            {} if before is None or after is None else counters_since(before, after)
+            {}
+            if before is None or after is None
+            else {k: v - before.get(k, 0) for k, v in after.items()}
         )
         cached = sum(g.cached_tokens or 0 for g in gens)  # type: ignore[union-attr]
         prompt = sum(g.prompt_tokens for g in gens)  # type: ignore[union-attr]
@@ -284,7 +284,7 @@ def _accepted_kwargs(kwargs: dict[str, Any], version: str) -> tuple[dict[str, An
     dropped: dict[str, Any] = {}
     if "swap_space" in kwargs and "swap_space" not in accepted:
         dropped["swap_space"] = kwargs.pop("swap_space")
-    if bad := check_args(kwargs, accepted):
+    if bad := sorted(set(kwargs) - accepted):
         msg = f"vLLM {version} does not accept {', '.join(bad)}; it accepts: " + ", ".join(
             sorted(accepted)
         )
@@ -323,17 +323,8 @@ def warm_up(llm: Any) -> str:
     llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
     emptied = llm.reset_prefix_cache()
     took_s = time.perf_counter() - t0
-    ran = (
-        f"{len(prompts):,} prompts of {len(prompts[0]):,} tokens, 2 output tokens each, "
-        f"{took_s:.1f} s"
-    )
+    kept = "" if emptied else "; vLLM did not empty the prefix cache after it"
     return (
-        ran
-        + " (part of the engine start)"
-        + ("" if emptied else "; vLLM did not empty the prefix cache after it")
+        f"{len(prompts):,} prompts of {len(prompts[0]):,} tokens, 2 output tokens each, "
+        f"{took_s:.1f} s (part of the engine start){kept}"
     )
-
-
-def counters_since(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """Each counter's growth (a counter absent before counts from 0)."""
-    return {k: v - before.get(k, 0) for k, v in after.items()}

@@ -105,8 +105,12 @@ def start_parts(
     """The engine start split as vLLM's log accounts for it (StartParts' fields): weights, compile
     (or loading it from the cache), CUDA graph capture, the recipe's warm-up, and the rest of
     `total_s`; `cold` from whether the compiled graphs came from the cache."""
-    parts = {"load_s": parsed.get("weights_load_s"), "compile_s": parsed.get("compile_s")}
-    parts |= {"capture_s": parsed.get("capture_s"), "warmup_s": warmup_s}
+    parts = {
+        "load_s": parsed.get("weights_load_s"),
+        "compile_s": parsed.get("compile_s"),
+        "capture_s": parsed.get("capture_s"),
+        "warmup_s": warmup_s,
+    }
     known = sum(v for v in parts.values() if v is not None)
     cold = (
         None
@@ -123,12 +127,10 @@ def served_facts(spec: Any, model: Any, log: str, version: str) -> VLLMFacts | N
     """VLLMFacts from a `vllm serve` log: its `Initializing a V1 LLM engine (vX) with config: k=v,
     ...` line (VllmConfig.__str__), the worker's `Desired GPU memory utilization is (u, ...)` and
     the weights and KV cache lines; None without the config line."""
-    line, parsed = (
-        next((x for x in reversed(log.splitlines()) if "with config:" in x), None),
-        parse_engine_log(log),
-    )
+    line = next((x for x in reversed(log.splitlines()) if "with config:" in x), None)
     if line is None:
         return None
+    parsed = parse_engine_log(log)
     cfg = {
         k: v.strip("'")
         for k, v in re.findall(r"(\w+)=('[^']*'|[^,\s]+)", line.split("with config:", 1)[1])
@@ -230,11 +232,10 @@ def compile_cache_knob(spec: Any, cache_dir: str | None) -> Knob | None:
     """`compile_cache`: applied when vLLM's log names a cache folder inside it."""
     if not spec.compile_cache:
         return None
-    want = str(Path(spec.compile_cache).resolve())
     if cache_dir is None:
         why = "nothing compiled (enforce_eager) or vLLM's log names no cache folder"
         return _knob("compile_cache", spec.compile_cache, None, "unverified", why)
-    took = str(Path(cache_dir).resolve()).startswith(want + "/")
+    took = Path(spec.compile_cache).resolve() in Path(cache_dir).resolve().parents
     return _knob(
         "compile_cache",
         spec.compile_cache,
@@ -253,7 +254,7 @@ def _knob(name: str, requested: Any, effective: Any, status: str, evidence: str)
 def _quantization(spec: Any, f: VLLMFacts) -> Knob:
     w = f.weights_gib
     if spec.quantization is None:
-        ev = "from the checkpoint config" + (f"; weights {w} GiB" if w else "")
+        ev = f"from the checkpoint config{f'; weights {w} GiB' if w else ''}"
         return _knob("quantization", None, f.quantization, "default", ev)
     want = QUANT_ALIASES.get(spec.quantization, spec.quantization)
     ok = f.quantization is not None and f.quantization in (want, spec.quantization)
@@ -288,11 +289,10 @@ def _offload(spec: Any, f: VLLMFacts) -> Knob | None:
         return _knob(
             "cpu_offload_gb", asked, None, "unverified", "weight memory not reported by the engine"
         )
-    expected = max(full - asked, 0)
     took = w <= full - 0.5 * asked  # at least half the asked amount left the GPU
     ev = (
-        f"weights on GPU {w} GiB (full model {full:.1f} GiB, expected ~{expected:.1f}); model "
-        f"runner {f.model_runner}"
+        f"weights on GPU {w} GiB (full model {full:.1f} GiB, expected "
+        f"~{max(full - asked, 0):.1f}); model runner {f.model_runner}"
     )
     return _knob(
         "cpu_offload_gb", asked, round(max(full - w, 0), 2), "applied" if took else "ignored", ev

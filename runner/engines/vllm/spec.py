@@ -157,7 +157,7 @@ class VLLMSpec(EngineSpecBase):
         }
         kw |= model.model_dump(include={"revision", "dtype", "load_format", "trust_remote_code"})
         kw |= self.model_dump(include=_LLM_FIELDS)
-        kw |= {k: v for k, v in self.model_dump(include=_LLM_OPTIONAL).items() if v is not None}
+        kw |= self.model_dump(include=_LLM_OPTIONAL, exclude_none=True)
         if overlap := set(self.engine_args) & set(kw):
             why = f"engine_args repeats {sorted(overlap)}; set them as engine fields instead"
             raise RunnerError(why, field="engine.engine_args")
@@ -222,13 +222,13 @@ def cli_args(kwargs: dict[str, Any]) -> list[str]:
     left out)."""
     out: list[str] = []
     for k, v in kwargs.items():
-        flag = "--" + k.replace("_", "-")
+        flag = f"--{k.replace('_', '-')}"
         if k == "model" or v is None or (isinstance(v, (list, tuple)) and not v):
             continue
         if isinstance(v, bool) and k in _BARE_FLAGS:
             out += [flag] if v else []
         elif isinstance(v, bool):
-            out.append(flag if v else "--no-" + flag[2:])
+            out.append(flag if v else f"--no-{flag[2:]}")
         elif isinstance(v, (list, tuple)):
             out += [flag, *(str(x) for x in v)]
         else:
