@@ -24,7 +24,7 @@ from runner.base.files import write_bytes_atomic, write_jsonl_atomic
 from runner.base.format import secs, table
 from runner.base.procs import cmdline, descendants, end_stragglers
 from runner.folder import RunFolder
-from runner.results import Prefix, ReplicaRun, RunResult, Sample, Timings
+from runner.results import ReplicaRun, RunResult, Sample, Timings
 from runner.run.isolate import LOG_MARK, failed_result, run_isolated
 from runner.run.job import Job, Unit, check_host
 from runner.run.result import Failure, Measured, Output, engine_facts, merge_samples, run_result
@@ -477,15 +477,10 @@ class _Call:
         engine = engine_facts(results[0])
         ignored = {k.name: k for r in results for k in r.knobs if k.status == "ignored"}
         engine.knobs = [ignored.get(k.name, k) for k in engine.knobs]
-        # token ids do not come back: the smallest
+        # token ids do not come back: the smallest shared prefix
         k = min(r.prefix.shared_prefix_tokens for r in results)
-        p_tok = sum(s.prompt_tokens for s in samples)
-        cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
-        hit = sum(cached) / p_tok if cached and p_tok else None
-        share = k * len(samples) / p_tok if p_tok else 0.0
-        prefix = Prefix(shared_prefix_tokens=k, shared_prefix_share=share, hit_rate=hit)
-        out = Output(samples, engine, notes)
-        return run_result(unit, cmd, m, out, prefix=prefix, engine_of=results[0].engine_of, **facts)
+        out = Output(samples, engine, notes, shared_prefix=k)
+        return run_result(unit, cmd, m, out, engine_of=results[0].engine_of, **facts)
 
 
 def where_it_ran(r: RunResult) -> list[str]:
