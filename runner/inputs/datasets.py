@@ -86,9 +86,12 @@ def _hub_rows(spec: Any, where: str, field: str) -> list[dict]:
         ]
     except Exception as e:  # the hub library raises many kinds; all mean "could not load"
         detail = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
-        msg = f"could not load hub dataset {spec.path!r} ({type(e).__name__}: {detail})"
-        hint = "without network access use a local file (format: squad/json/jsonl/csv/parquet)"
-        raise DatasetError(msg, file=where, field=f"{field}.path", hint=hint) from None
+        raise DatasetError(
+            f"could not load hub dataset {spec.path!r} ({type(e).__name__}: {detail})",
+            file=where,
+            field=f"{field}.path",
+            hint="without network access use a local file (format: squad/json/jsonl/csv/parquet)",
+        ) from None
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -110,12 +113,11 @@ class _Mapper:
             self._present[key] = any(_get(r, key) is not _MISSING for r in self.rows)
         return self._present[key]
 
-    def need(self, n: int, row: dict, key: str | None, name: str) -> Any:
-        value = _MISSING if key is None else _get(row, key)
-        if value is not _MISSING:
+    def need(self, n: int, row: dict, key: str, name: str) -> Any:
+        if (value := _get(row, key)) is not _MISSING:
             return value
         # other rows have it: missing here reads as null (as Arrow reads JSON)
-        if key is None or self.anywhere(key):
+        if self.anywhere(key):
             return None
         cols = ", ".join(sorted(row)) if isinstance(row, dict) else "?"
         raise self.error(
@@ -175,10 +177,9 @@ def read_examples(
     fb = read_file(base_dir / Path(spec.path).expanduser(), where, field)
     key = (fb.sha256, str(fb.path), spec.model_dump_json(), field)
     if (kept := _READ.get(key)) is None:  # a study's cells read one file many times: parsed once
-        rows = parse_rows(spec, fb, where, field)
         if len(_READ) >= 8:
             _READ.clear()
-        examples = _examples(rows, spec, where, field)
+        examples = _examples(parse_rows(spec, fb, where, field), spec, where, field)
         _READ[key] = kept = LoadedExamples(examples, fb.sha256, str(fb.path))
     return kept
 
@@ -189,34 +190,26 @@ _READ: dict[tuple, LoadedExamples] = {}
 
 def _examples(rows: list, spec: Any, where: str, field: str) -> tuple[Example, ...]:
     if not rows:
-        what = spec.path
-        if spec.format == "hub":
-            what = f"hub dataset {spec.path!r} (split {spec.split!r})"
-        hint = f"point {field}.path at a file with at least one example"
+        what = f"hub dataset {spec.path!r} (split {spec.split!r})" if spec.format == "hub" else None
         raise DatasetError(
-            f"{what} holds no examples", file=where, field=f"{field}.path", hint=hint
+            f"{what or spec.path} holds no examples",
+            file=where,
+            field=f"{field}.path",
+            hint=f"point {field}.path at a file with at least one example",
         )
     mapper = _Mapper(rows, spec, where, field)
     examples = [mapper.example(n, row) for n, row in enumerate(rows)]
     seen: set[str] = set()
     for ex in examples:
         if ex.id in seen:
-            msg = (
-                f"example id {ex.id!r} appears more than once; ids must be unique (they pair "
-                "samples across runs"
-            )
-            hint = "map fields.id to a unique column, or leave it unset to number the rows"
             raise DatasetError(
-                f"{msg} and recipes)", file=where, field=f"{field}.fields.id", hint=hint
+                f"example id {ex.id!r} appears more than once; ids must be unique (they pair "
+                "samples across runs and recipes)",
+                file=where,
+                field=f"{field}.fields.id",
+                hint="map fields.id to a unique column, or leave it unset to number the rows",
             )
         seen.add(ex.id)
     if spec.shuffle:
         random.Random(spec.seed).shuffle(examples)
     return tuple(examples[: spec.limit or None])
-
-
-def load_examples(
-    spec: Any, base_dir: Path, where: str = "", *, field: str = "dataset"
-) -> list[Example]:
-    """read_examples without the hash (for callers that only need the examples)."""
-    return list(read_examples(spec, base_dir, where, field=field).examples)

@@ -137,24 +137,22 @@ class PromptBuilder:
         return msgs
 
     def messages(self, ex: Example) -> list[dict]:
-        fixed = [dict(m) for m in self._fixed_messages]
-        ex_dict = {
+        v = {
             "id": ex.id,
             "question": ex.question,
             "context": ex.context,
             "answers": list(ex.answers),
         }
-        return [*fixed, self._user(f"example {ex.id!r}", {**ex_dict, "example": ex_dict})]
+        return [
+            *(dict(m) for m in self._fixed_messages),
+            self._user(f"example {ex.id!r}", {**v, "example": v}),
+        ]
 
-    def render_all(self, examples: Any, seconds: float | None = None) -> list[list[dict]]:
-        """messages() for every example, all within `seconds` (default: TOTAL_SECONDS plus
-        PER_EXAMPLE_SECONDS per example); past it, a TemplateError naming the template."""
-        examples, out = list(examples), []
-        seconds = (
-            seconds
-            if seconds is not None
-            else jinja.TOTAL_SECONDS + jinja.PER_EXAMPLE_SECONDS * len(examples)
-        )
+    def render_all(self, examples: list[Example]) -> list[list[dict]]:
+        """messages() for every example, all within jinja's TOTAL_SECONDS plus PER_EXAMPLE_SECONDS
+        per example; past it, a TemplateError naming the template."""
+        out: list[list[dict]] = []
+        seconds = jinja.TOTAL_SECONDS + jinja.PER_EXAMPLE_SECONDS * len(examples)
         with jinja.limits(seconds, f"rendering all {len(examples)} prompts"):
             for ex in examples:
                 try:

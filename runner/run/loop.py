@@ -62,7 +62,7 @@ class SharedEngine:
         # the process and engine start (s), until the generation after them takes them
         self.stages: Counter = Counter()
 
-    def get(self, by: str = "") -> Engine:
+    def get(self, by: str) -> Engine:
         if self.error is not None:
             raise self.error
         if self.engine is None:
@@ -71,7 +71,7 @@ class SharedEngine:
             try:
                 with Stage(self.stages, "start_s"):
                     self.engine = r.engine.build(r.model, r.prompt.chat_template)
-                self.unclaimed_start, self.started_by = True, by or self.unit.name
+                self.unclaimed_start, self.started_by = True, by
             except BaseException as e:
                 self.error = e
                 raise
@@ -154,8 +154,8 @@ class UnitRun:
         unit: Unit,
         opts: RunOptions,
         restarts: bool,
-        turns: str | None = None,
-        sharing: int = 1,
+        turns: str | None,
+        sharing: int,
     ):
         self.unit, self.opts, self.r = unit, opts, unit.loaded.recipe
         self.folder = opts.folder(unit.name)
@@ -249,16 +249,18 @@ class UnitRun:
             start_partial(self.folder.partial, unit.run_key)
         from tqdm import tqdm
 
-        shown = dict(
+        turn = (
+            " (warm-up)" if index == 0 else f" ({index}/{self.wanted})" if self.wanted > 1 else ""
+        )
+        bar = tqdm(
+            total=len(ids),
+            desc=r.name + turn,
+            unit="ex",
             disable=not opts.progress,
             file=progress_file or sys.stderr,
             dynamic_ncols=True,
             mininterval=0.5,
         )
-        turn = (
-            " (warm-up)" if index == 0 else f" ({index}/{self.wanted})" if self.wanted > 1 else ""
-        )
-        bar = tqdm(total=len(ids), desc=r.name + turn, unit="ex", **shown)
         bar.update(len(done))
         with (
             ExitStack() as around,
@@ -332,29 +334,20 @@ class UnitRun:
         load_s = 0.0 if self.engine_of else percentile(loads, 50) if loads else engine.info.load_s
         gen_s = geomean_interval([x.generate_s for x in reps])[0]
         total_s = sum(loads) + sum(x.wall_s or x.generate_s for x in reps)
-        starts = [x.start for x in reps if x.start is not None]
-        timings = Timings(
-            load_s=load_s,
-            generate_s=gen_s,
-            total_s=total_s,
-            start=starts[0] if starts else None,
-            **busy,
-        )
-        # with repeats an estimate scales the geomean
-        per_example = self.per_example and len(reps) == 1
-        peak, start_gib = shared.sampler.peak, shared.sampler.start_gib
-        reused = dict(reused_s=first.reused_s, reused_samples=first.reused_samples)
+        start = next((x.start for x in reps if x.start is not None), None)
+        timings = Timings(load_s=load_s, generate_s=gen_s, total_s=total_s, start=start, **busy)
         stages = Counter(prepare_s=self.unit.prepare_s, wall_s=self.unit.prepare_s)
         for x in reps:
             stages.update(x.stages.model_dump() if x.stages else {})
         m = Measured(
             timings,
-            peak,
-            start_gib,
-            per_example,
+            shared.sampler.peak,
+            shared.sampler.start_gib,
+            self.per_example and len(reps) == 1,  # with repeats an estimate scales the geomean
             first.started_at,
-            **reused,
-            peak_rss_gib=peak_rss(),
+            first.reused_s,
+            first.reused_samples,
+            peak_rss(),
         )
         self.result = run_result(
             self.unit,
