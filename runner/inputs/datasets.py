@@ -119,23 +119,28 @@ class _Mapper:
         # other rows have it: missing here reads as null (as Arrow reads JSON)
         if self.anywhere(key):
             return None
-        cols = ", ".join(sorted(row)) if isinstance(row, dict) else "?"
         raise self.error(
-            f"row {n} has no column {key!r} (mapped to `{name}`); columns: {cols}", name
+            f"row {n} has no column {key!r} (mapped to `{name}`); columns: "
+            + ", ".join(sorted(row)),
+            name,
         )
 
     def required(self, n: int, row: dict, key: str, name: str) -> Any:
         value = self.need(n, row, key, name)
         if value is None:
-            msg = f"row {n} has no value for {key!r} (mapped to `{name}`)"
-            raise self.error(msg, name, _ID_HINT if name == "id" else None)
+            raise self.error(
+                f"row {n} has no value for {key!r} (mapped to `{name}`)",
+                name,
+                _ID_HINT if name == "id" else None,
+            )
         return value
 
     def text(self, n: int, value: Any, key: str, name: str) -> str:
         if isinstance(value, (dict, list, tuple)):
-            msg = f"row {n}: {key!r} (mapped to `{name}`) holds a {type(value).__name__}, not text"
             raise self.error(
-                msg, name, f"map fields.{name} to a column holding text (dotted keys reach inside)"
+                f"row {n}: {key!r} (mapped to `{name}`) holds a {type(value).__name__}, not text",
+                name,
+                f"map fields.{name} to a column holding text (dotted keys reach inside)",
             )
         return as_text(value)
 
@@ -152,12 +157,11 @@ class _Mapper:
         try:
             ans = _answers(self.need(n, row, fm.answers, "answers")) if fm.answers else ()
         except ValueError as e:
-            hint = (
-                "every answer must be text; delete the broken ones (an empty list means no "
-                "gold answers)"
-            )
             raise self.error(
-                f"row {n}: {fm.answers!r} (mapped to `answers`) holds {e}", "answers", hint
+                f"row {n}: {fm.answers!r} (mapped to `answers`) holds {e}",
+                "answers",
+                "every answer must be text; delete the broken ones (an empty list means no gold "
+                "answers)",
             ) from None
         q = self.text(n, q, fm.question, "question")
         ctx = "" if ctx is None else self.text(n, ctx, str(fm.context), "context")

@@ -11,7 +11,7 @@ import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,6 @@ class Unit:
 class Job:
     units: tuple[Unit, ...]
     options: RunOptions
-    env: dict[str, str] = field(default_factory=dict)
     # the repeats to measure (1-based); None: all each recipe asks for
     rounds: tuple[int, ...] | None = None
     # one turn of an interleaving with engine restarts (the other turns in other jobs)

@@ -169,7 +169,17 @@ class UnitRun:
         else:
             # repeats without the first one's samples: measured again
             self.folder.repeats.unlink(missing_ok=True)
-        self.restarts, self.turns, self.sharing, self.started = restarts, turns, sharing, now()
+        self.turns, self.started = turns, now()
+        # how its repeats were ordered (results.json's repeat_order)
+        self.order = (
+            None
+            if self.r.repeat == 1
+            else "interleaved with restarts"
+            if restarts
+            else "interleaved"
+            if sharing > 1
+            else "back to back"
+        )
         self.result, self.last, self.engine_of = None, None, None
         self.per_example = False
         self.stages: Counter = Counter()  # since the last repeat recorded (see `Stages`)
@@ -196,17 +206,6 @@ class UnitRun:
     @property
     def complete(self) -> bool:
         return all(self.has(i) for i in range(1, self.wanted + 1))
-
-    def order(self) -> str | None:
-        if self.wanted == 1:
-            return None
-        return (
-            "interleaved with restarts"
-            if self.restarts
-            else "interleaved"
-            if self.sharing > 1
-            else "back to back"
-        )
 
     def generate(self, index: int, shared: SharedEngine, progress_file: IO[str] | None) -> None:
         """Generation `index` of the recipe (0: a warm-up, not kept); on error the recipe's failed
@@ -357,7 +356,7 @@ class UnitRun:
             engine_of=self.engine_of,
             stages=Stages(**stages) if all(x.stages for x in reps) else None,
             repeats=reps,
-            repeat_order=self.order(),
+            repeat_order=self.order,
         )
         self.folder.write(self.result)
 
