@@ -162,8 +162,7 @@ def run_here(job: Job, node_ip: str) -> None:
     except RunnerError as e:
         why = f"Ray node {node_ip} cannot run it: {e.render(with_hint=False)}"
         for u in job.units:
-            res = failed_result(u, why, e.hint, job.options.command)
-            job.options.folder(u.name).write(res)
+            job.options.folder(u.name).write(failed_result(u, why, e.hint, job.options.command))
         return
     run_isolated(job)
 
@@ -515,10 +514,10 @@ def where_it_ran(r: RunResult) -> list[str]:
     )
     columns = ["replica", "examples", "node", "pid", "attempts", "start", "generation"]
     out = ["", "## Where it ran", "", about, "", table(rows, columns)]
-    retried = ", ".join(str(x.index + 1) for x in r.replicas if x.attempts > 1)
-    if retried:
-        how = (
-            "each continued from the samples it had finished; see `reused_samples` in results.json"
-        )
-        out += ["", f"Retried after its worker or node died: replica {retried} ({how})."]
+    if retried := ", ".join(str(x.index + 1) for x in r.replicas if x.attempts > 1):
+        out += [
+            "",
+            f"Retried after its worker or node died: replica {retried} (each continued from the "
+            "samples it had finished; see `reused_samples` in results.json).",
+        ]
     return out

@@ -371,12 +371,12 @@ def run_rounds(
     (repeat 1 of every recipe, then repeat 2 in the reverse order, ...), skipping those measured
     before; `before(unit)` runs before each generation. Returns the results written: recipes that
     failed or have every repeat."""
-    many, call = len(job.units) > 1, job.options.call or "call"
+    call = job.options.call or "call"
     turns = (
         f"{call}/turns"
         if job.restarts
         else f"{call}/{os.getpid()}/{job.units[0].name}"
-        if many
+        if len(job.units) > 1
         else None
     )
     runs = [UnitRun(u, job.options, job.restarts, turns, len(job.units)) for u in job.units]

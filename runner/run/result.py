@@ -370,11 +370,11 @@ def engine_facts(res: RunResult) -> EngineInfo:
     """What a stored result says of its engine, as the EngineInfo it was made from (for merging
     replicas)."""
     mem = res.memory
-    extra = {**res.environment.get("engine_extra", {}), "kv_cache_gib": mem.kv_cache_gib}
-    facts = dict(
+    return EngineInfo(
+        **res.engine.model_dump(),
+        load_s=res.timings.load_s or 0.0,
         weights_gib=mem.weights_gib,
         kv_cache_tokens=mem.kv_cache_tokens,
         knobs=list(res.knobs),
-        extra=extra,
+        extra={**res.environment.get("engine_extra", {}), "kv_cache_gib": mem.kv_cache_gib},
     )
-    return EngineInfo(**res.engine.model_dump(), load_s=res.timings.load_s or 0.0, **facts)
