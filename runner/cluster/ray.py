@@ -185,20 +185,24 @@ def _connect(address: str | None) -> None:
     if address is None:
         ray.init(include_dashboard=False, log_to_driver=False)
         return
-    here = [str(Path(__file__).resolve().parents[1])]  # the runner package for the workers
-    env = {"py_modules": here, "excludes": ["__pycache__/"]}
-    if "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ:  # a `ray job submit` driver: the job's own env
-        env = None
+    # the runner package for the workers; a `ray job submit` driver: the job's own env
+    env = (
+        None
+        if "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
+        else {
+            "py_modules": [str(Path(__file__).resolve().parents[1])],
+            "excludes": ["__pycache__/"],
+        }
+    )
     try:
         ray.init(address=address, log_to_driver=False, runtime_env=env)
     except ConnectionError as e:
-        hint = (
-            "check the address (`ray status` on the head node prints it); a cluster with token "
-            "authentication needs RAY_AUTH_MODE=token here and its token in RAY_AUTH_TOKEN or "
-            "~/.ray/auth_token (`ray get-auth-token` on the head node)"
-        )
         raise RunnerError(
-            f"cannot connect to the Ray cluster: {e}", field="--address", hint=hint
+            f"cannot connect to the Ray cluster: {e}",
+            field="--address",
+            hint="check the address (`ray status` on the head node prints it); a cluster with "
+            "token authentication needs RAY_AUTH_MODE=token here and its token in RAY_AUTH_TOKEN "
+            "or ~/.ray/auth_token (`ray get-auth-token` on the head node)",
         ) from None
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import random
-import shutil
 import tempfile
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,26 +75,28 @@ def _hub_rows(spec: Any, where: str, field: str) -> list[dict]:
 
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
-    tmp, kwargs = None, {}
-    if Path(spec.path).expanduser().is_dir():
-        # a local dataset folder: a private cache, removed afterwards, so no stale copy can serve it
-        tmp = tempfile.mkdtemp(prefix="runner-dataset-")
-        kwargs = {"cache_dir": tmp, "keep_in_memory": True}
-    try:
-        return [
-            dict(r) for r in datasets.load_dataset(spec.path, spec.name, split=spec.split, **kwargs)
-        ]
-    except Exception as e:  # the hub library raises many kinds; all mean "could not load"
-        detail = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
-        raise DatasetError(
-            f"could not load hub dataset {spec.path!r} ({type(e).__name__}: {detail})",
-            file=where,
-            field=f"{field}.path",
-            hint="without network access use a local file (format: squad/json/jsonl/csv/parquet)",
-        ) from None
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+    local = Path(spec.path).expanduser().is_dir()
+    # a local dataset folder: a private cache, removed afterwards, so no stale copy can serve it
+    with (
+        tempfile.TemporaryDirectory(prefix="runner-dataset-", ignore_cleanup_errors=True)
+        if local
+        else nullcontext()
+    ) as tmp:
+        kwargs = {"cache_dir": tmp, "keep_in_memory": True} if local else {}
+        try:
+            return [
+                dict(r)
+                for r in datasets.load_dataset(spec.path, spec.name, split=spec.split, **kwargs)
+            ]
+        except Exception as e:  # the hub library raises many kinds; all mean "could not load"
+            detail = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+            raise DatasetError(
+                f"could not load hub dataset {spec.path!r} ({type(e).__name__}: {detail})",
+                file=where,
+                field=f"{field}.path",
+                hint="without network access use a local file (format: "
+                "squad/json/jsonl/csv/parquet)",
+            ) from None
 
 
 class _Mapper:
