@@ -124,10 +124,12 @@ class PromptBuilder:
         return {k: v for k, v in self._sources.items() if v}
 
     def _user(self, what: str, variables: dict) -> dict:
-        content = self.user.render(
-            self.where, "prompt.template", what=what, **variables, shots=self.shots
-        )
-        return {"role": "user", "content": content}
+        return {
+            "role": "user",
+            "content": self.user.render(
+                self.where, "prompt.template", what=what, **variables, shots=self.shots
+            ),
+        }
 
     @cached_property
     def _fixed_messages(self) -> list[dict]:

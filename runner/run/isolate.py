@@ -150,7 +150,7 @@ def run_isolated(job: Job, warn=print) -> list[RunResult]:
     error = _wait(proc, job.timeout_s())
     after = wait_for_release(baseline)
     results, rest = _collect(job, proc, error, since)
-    if baseline is not None and after is not None and after > baseline + 1.0:
+    if None not in (baseline, after) and after > baseline + 1.0:
         line = (
             f"GPU memory not fully released after the run: {after:.1f} GiB used vs "
             f"{baseline:.1f} GiB before"
