@@ -6,9 +6,11 @@ cache, so what a run uses and what it records are the same file contents."""
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import tempfile
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,75 +101,68 @@ def _hub_rows(spec: Any, where: str, field: str) -> list[dict]:
             ) from None
 
 
-class _Mapper:
+def _mapper(rows: list[dict], spec: Any, where: str, prefix: str) -> Callable[[int, dict], Example]:
     """One row -> Example through `fields`; errors name the row and the `<prefix>.fields.<name>` to
     fix."""
+    fm = spec.fields
+    # whether any row has the key (computed once per key)
+    anywhere = functools.cache(lambda key: any(_get(r, key) is not _MISSING for r in rows))
+    error = lambda msg, name, hint=None: DatasetError(
+        msg, file=where, field=f"{prefix}.fields.{name}", hint=hint
+    )
 
-    def __init__(self, rows: list[dict], spec: Any, where: str, prefix: str):
-        self.rows, self.fm, self.where, self.prefix = rows, spec.fields, where, prefix
-        self._present: dict[str, bool] = {}
-
-    def error(self, msg: str, name: str, hint: str | None = None) -> DatasetError:
-        return DatasetError(msg, file=self.where, field=f"{self.prefix}.fields.{name}", hint=hint)
-
-    def anywhere(self, key: str) -> bool:
-        if key not in self._present:
-            self._present[key] = any(_get(r, key) is not _MISSING for r in self.rows)
-        return self._present[key]
-
-    def need(self, n: int, row: dict, key: str, name: str) -> Any:
+    def need(n: int, row: dict, key: str, name: str) -> Any:
         if (value := _get(row, key)) is not _MISSING:
             return value
         # other rows have it: missing here reads as null (as Arrow reads JSON)
-        if self.anywhere(key):
+        if anywhere(key):
             return None
-        raise self.error(
+        raise error(
             f"row {n} has no column {key!r} (mapped to `{name}`); columns: "
             + ", ".join(sorted(row)),
             name,
         )
 
-    def required(self, n: int, row: dict, key: str, name: str) -> Any:
-        value = self.need(n, row, key, name)
+    def required(n: int, row: dict, key: str, name: str) -> Any:
+        value = need(n, row, key, name)
         if value is None:
-            raise self.error(
+            raise error(
                 f"row {n} has no value for {key!r} (mapped to `{name}`)",
                 name,
                 _ID_HINT if name == "id" else None,
             )
         return value
 
-    def text(self, n: int, value: Any, key: str, name: str) -> str:
+    def text(n: int, value: Any, key: str, name: str) -> str:
         if isinstance(value, (dict, list, tuple)):
-            raise self.error(
+            raise error(
                 f"row {n}: {key!r} (mapped to `{name}`) holds a {type(value).__name__}, not text",
                 name,
                 f"map fields.{name} to a column holding text (dotted keys reach inside)",
             )
         return as_text(value)
 
-    def example(self, n: int, row: dict) -> Example:
-        fm = self.fm
+    def example(n: int, row: dict) -> Example:
         key = fm.id or "id"
         ex_id = (
-            self.text(n, self.required(n, row, key, "id"), key, "id")
-            if fm.id or self.anywhere("id")
-            else str(n)
+            text(n, required(n, row, key, "id"), key, "id") if fm.id or anywhere("id") else str(n)
         )
-        q = self.required(n, row, fm.question, "question")
-        ctx = self.need(n, row, fm.context, "context") if fm.context else None
+        q = required(n, row, fm.question, "question")
+        ctx = need(n, row, fm.context, "context") if fm.context else None
         try:
-            ans = _answers(self.need(n, row, fm.answers, "answers")) if fm.answers else ()
+            ans = _answers(need(n, row, fm.answers, "answers")) if fm.answers else ()
         except ValueError as e:
-            raise self.error(
+            raise error(
                 f"row {n}: {fm.answers!r} (mapped to `answers`) holds {e}",
                 "answers",
                 "every answer must be text; delete the broken ones (an empty list means no gold "
                 "answers)",
             ) from None
-        q = self.text(n, q, fm.question, "question")
-        ctx = "" if ctx is None else self.text(n, ctx, str(fm.context), "context")
+        q = text(n, q, fm.question, "question")
+        ctx = "" if ctx is None else text(n, ctx, str(fm.context), "context")
         return Example(id=ex_id, question=q, context=ctx, answers=ans)
+
+    return example
 
 
 def read_examples(
@@ -203,8 +198,8 @@ def _examples(rows: list, spec: Any, where: str, field: str) -> tuple[Example, .
             field=f"{field}.path",
             hint=f"point {field}.path at a file with at least one example",
         )
-    mapper = _Mapper(rows, spec, where, field)
-    examples = [mapper.example(n, row) for n, row in enumerate(rows)]
+    example = _mapper(rows, spec, where, field)
+    examples = [example(n, row) for n, row in enumerate(rows)]
     seen: set[str] = set()
     for ex in examples:
         if ex.id in seen:
