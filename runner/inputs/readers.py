@@ -129,7 +129,7 @@ def parse_rows(spec: Any, fb: FileBytes, where: str, prefix: str) -> list[dict]:
     data = _decompress(fb.data, w)
     if fmt == "parquet":
         return _parquet(data, w)
-    text = _text(data, fmt, w)
+    text = _text(data, w)
     if fmt == "squad":
         return squad_rows(json_doc(text, w), w)
     if fmt == "csv":
@@ -161,14 +161,14 @@ def _decompress(data: bytes, w: _Where) -> bytes:
         ) from None
 
 
-def _text(data: bytes, fmt: str, w: _Where) -> str:
+def _text(data: bytes, w: _Where) -> str:
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
         raise w.error(
             f"{w.name} is UTF-16 text; the runner reads UTF-8",
             hint="save it as UTF-8 (for example: iconv -f UTF-16 -t UTF-8 IN > OUT)",
         )
     if b"\x00" in data:
-        raise w.wrong_format(f"{w.name} is a binary file, not {fmt} text")
+        raise w.wrong_format(f"{w.name} is a binary file, not {w.fmt} text")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:

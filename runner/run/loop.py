@@ -19,6 +19,7 @@ import traceback
 from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack, nullcontext
+from functools import cached_property
 from typing import IO
 
 from runner.base.errors import RunnerError
@@ -183,18 +184,12 @@ class UnitRun:
         self.result, self.last, self.engine_of = None, None, None
         self.per_example = False
         self.stages: Counter = Counter()  # since the last repeat recorded (see `Stages`)
-        # repeat 1's, read from samples.jsonl at most once
-        self._samples: list[Sample] | None = None
 
-    @property
+    @cached_property
     def samples(self) -> list[Sample]:
         """The first repeat's samples (its outputs are the run's; later repeats are compared with
-        them)."""
-        if self._samples is None:
-            self._samples = [
-                Sample.from_line(d, list(self.r.metrics)) for d in load_samples(self.folder)
-            ]
-        return self._samples
+        them): read from samples.jsonl at most once, or set by the first repeat."""
+        return [Sample.from_line(d, list(self.r.metrics)) for d in load_samples(self.folder)]
 
     @property
     def wanted(self) -> int:
@@ -316,8 +311,8 @@ class UnitRun:
         if not first:
             before = {s.id: s.output for s in self.samples}
             return sum(before.get(i) != s.output for i, s in sink.new.items())
-        self._samples = merge_samples(self.unit.prepared.examples, done, sink.new)
-        write_jsonl_atomic(self.folder.samples, [s.to_line() for s in self._samples])
+        self.samples = merge_samples(self.unit.prepared.examples, done, sink.new)
+        write_jsonl_atomic(self.folder.samples, [s.to_line() for s in self.samples])
         self.folder.partial.unlink(missing_ok=True)
         self.per_example = sink.one_at_a_time
         return None

@@ -281,9 +281,23 @@ def run_result(
         notes.append(
             "trust_remote_code was ON: code shipped with the checkpoint was allowed to run."
         )
+    dummy = r.model.load_format == "dummy" or r.model.id.startswith("builtin:") or r.engine.fake
     fields = dict(
-        _identity(unit, command, fail),
-        **_counted(out, m),
+        _counted(out, m),
+        # the fields that name the run: its recipe, where it came from, how it ended
+        name=r.name,
+        recipe=r,
+        recipe_hash=r.digest(),
+        recipe_path=unit.loaded.path,
+        cell=unit.loaded.cell,
+        command=command,
+        status="failed" if fail else "ok",
+        error=fail and fail.error,
+        hint=fail and fail.hint,
+        scores_meaningful=not dummy,
+        run_key=unit.run_key,
+        n_dataset=unit.prepared.n_dataset,
+        plan=unit.plan,
         n_samples=n,
         n_scored=sum(1 for s in samples if s.answers),
         knobs=list(eng.knobs),
@@ -306,27 +320,6 @@ def run_result(
                 samples, gen_s, m.per_example, unit.prepared.n_target
             )
     return RunResult(**(fields | facts))
-
-
-def _identity(unit: Unit, command: str, fail: Failure | None) -> dict[str, Any]:
-    """The fields that name the run: its recipe, where it came from, how it ended."""
-    lr, r = unit.loaded, unit.loaded.recipe
-    dummy = r.model.load_format == "dummy" or r.model.id.startswith("builtin:") or r.engine.fake
-    return dict(
-        name=r.name,
-        recipe=r,
-        recipe_hash=r.digest(),
-        recipe_path=lr.path,
-        cell=lr.cell,
-        command=command,
-        status="failed" if fail else "ok",
-        error=fail and fail.error,
-        hint=fail and fail.hint,
-        scores_meaningful=not dummy,
-        run_key=unit.run_key,
-        n_dataset=unit.prepared.n_dataset,
-        plan=unit.plan,
-    )
 
 
 def _counted(out: Output, m: Measured) -> dict[str, Any]:
