@@ -11,7 +11,7 @@ import pytest
 
 from runner.base.errors import DatasetError
 from runner.base.types import Example
-from runner.inputs.datasets import _answers, load_examples
+from runner.inputs.datasets import _answers, read_examples
 from runner.recipe import DatasetSpec
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ def spec(**kw) -> DatasetSpec:
 def jsquad() -> list[Example]:
     if not JSQUAD.is_file():
         pytest.skip(f"shared data absent: {JSQUAD}")
-    return load_examples(spec(format="squad", path=str(JSQUAD)), PROJECT)
+    return list(read_examples(spec(format="squad", path=str(JSQUAD)), PROJECT).examples)
 
 
 def test_jsquad_has_4442_examples(jsquad):
@@ -76,7 +76,7 @@ def test_jsquad_first_example(jsquad):
 
 
 def test_demo_squad_file_loads():
-    exs = load_examples(spec(format="squad", path=str(DEMO_DATA)), PROJECT)
+    exs = list(read_examples(spec(format="squad", path=str(DEMO_DATA)), PROJECT).examples)
     assert len(exs) == 36
     assert all(" [SEP] " in e.context and e.answers for e in exs)
 
@@ -116,20 +116,28 @@ EXPECTED = [
 
 def test_jsonl_dotted_fields(tmp_path):
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
-    assert load_examples(spec(format="jsonl", path="d.jsonl", fields=DOTTED), tmp_path) == EXPECTED
+    assert (
+        list(read_examples(spec(format="jsonl", path="d.jsonl", fields=DOTTED), tmp_path).examples)
+        == EXPECTED
+    )
 
 
 def test_json_list_of_records(tmp_path):
     (tmp_path / "d.json").write_text(json.dumps(ROWS), encoding="utf-8")
-    assert load_examples(spec(format="json", path="d.json", fields=DOTTED), tmp_path) == EXPECTED
+    assert (
+        list(read_examples(spec(format="json", path="d.json", fields=DOTTED), tmp_path).examples)
+        == EXPECTED
+    )
 
 
 def test_json_records_under_field(tmp_path):
     (tmp_path / "d.json").write_text(
         json.dumps({"version": "1", "records": ROWS}), encoding="utf-8"
     )
-    got = load_examples(
-        spec(format="json", path="d.json", json_field="records", fields=DOTTED), tmp_path
+    got = list(
+        read_examples(
+            spec(format="json", path="d.json", json_field="records", fields=DOTTED), tmp_path
+        ).examples
     )
     assert got == EXPECTED
 
@@ -146,26 +154,30 @@ def test_csv_string_answers_and_default_ids(tmp_path):
     (tmp_path / "d.csv").write_text(
         "question,passage,answer\n質問0,文0,答0\n質問1,文1,答1\n", encoding="utf-8"
     )
-    got = load_examples(
-        spec(
-            format="csv",
-            path="d.csv",
-            fields={"question": "question", "context": "passage", "answers": "answer"},
-        ),
-        tmp_path,
+    got = list(
+        read_examples(
+            spec(
+                format="csv",
+                path="d.csv",
+                fields={"question": "question", "context": "passage", "answers": "answer"},
+            ),
+            tmp_path,
+        ).examples
     )
     assert got == [Example("0", "質問0", "文0", ("答0",)), Example("1", "質問1", "文1", ("答1",))]
 
 
 def test_csv_without_context_or_answers(tmp_path):
     (tmp_path / "d.csv").write_text("id,text\nx,hello\ny,world\n", encoding="utf-8")
-    got = load_examples(
-        spec(
-            format="csv",
-            path="d.csv",
-            fields={"question": "text", "context": None, "answers": None},
-        ),
-        tmp_path,
+    got = list(
+        read_examples(
+            spec(
+                format="csv",
+                path="d.csv",
+                fields={"question": "text", "context": None, "answers": None},
+            ),
+            tmp_path,
+        ).examples
     )
     assert got == [Example("x", "hello", "", ()), Example("y", "world", "", ())]
 
@@ -181,13 +193,15 @@ def test_parquet_nested_struct_and_list_answers(tmp_path):
         }
     )
     pq.write_table(table, tmp_path / "d.parquet")
-    got = load_examples(
-        spec(
-            format="parquet",
-            path="d.parquet",
-            fields={"question": "meta.question", "context": "meta.ctx"},
-        ),
-        tmp_path,
+    got = list(
+        read_examples(
+            spec(
+                format="parquet",
+                path="d.parquet",
+                fields={"question": "meta.question", "context": "meta.ctx"},
+            ),
+            tmp_path,
+        ).examples
     )
     assert got == [Example("10", "Q0", "C0", ("x",)), Example("11", "Q1", "C1", ("y", "z"))]
 
@@ -195,7 +209,7 @@ def test_parquet_nested_struct_and_list_answers(tmp_path):
 def test_jsonl_string_answers(tmp_path):
     rows = [{"question": f"Q{i}", "context": f"C{i}", "answers": f"A{i}"} for i in range(3)]
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    got = load_examples(spec(format="jsonl", path="d.jsonl"), tmp_path)
+    got = list(read_examples(spec(format="jsonl", path="d.jsonl"), tmp_path).examples)
     assert [e.answers for e in got] == [("A0",), ("A1",), ("A2",)]
     assert [e.id for e in got] == ["0", "1", "2"]
 
@@ -205,9 +219,11 @@ def test_missing_mapped_column_is_dataset_error(tmp_path):
         json.dumps({"q": "x", "context": "c"}) + "\n", encoding="utf-8"
     )
     with pytest.raises(DatasetError) as ei:
-        load_examples(
-            spec(format="jsonl", path="d.jsonl", fields={"question": "nope", "answers": None}),
-            tmp_path,
+        list(
+            read_examples(
+                spec(format="jsonl", path="d.jsonl", fields={"question": "nope", "answers": None}),
+                tmp_path,
+            ).examples
         )
     assert ei.value.field == "dataset.fields.question"
     assert "no column 'nope'" in ei.value.message
@@ -216,9 +232,11 @@ def test_missing_mapped_column_is_dataset_error(tmp_path):
 def test_missing_dotted_part_is_dataset_error(tmp_path):
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
     with pytest.raises(DatasetError) as ei:
-        load_examples(
-            spec(format="jsonl", path="d.jsonl", fields={**DOTTED, "context": "body.nope"}),
-            tmp_path,
+        list(
+            read_examples(
+                spec(format="jsonl", path="d.jsonl", fields={**DOTTED, "context": "body.nope"}),
+                tmp_path,
+            ).examples
         )
     assert ei.value.field == "dataset.fields.context"
     assert "'body.nope'" in ei.value.message
@@ -233,16 +251,16 @@ def test_row_missing_question_is_an_error_not_None(tmp_path):
         encoding="utf-8",
     )
     with pytest.raises(DatasetError, match="row 1") as ei:
-        load_examples(spec(format="jsonl", path="d.jsonl"), tmp_path)
+        list(read_examples(spec(format="jsonl", path="d.jsonl"), tmp_path).examples)
     assert ei.value.field == "dataset.fields.question"
 
 
 def test_empty_file_and_missing_file(tmp_path):
     (tmp_path / "e.jsonl").write_text("")
     with pytest.raises(DatasetError, match="empty"):
-        load_examples(spec(format="jsonl", path="e.jsonl"), tmp_path)
+        list(read_examples(spec(format="jsonl", path="e.jsonl"), tmp_path).examples)
     with pytest.raises(DatasetError, match="not found"):
-        load_examples(spec(format="jsonl", path="absent.jsonl"), tmp_path)
+        list(read_examples(spec(format="jsonl", path="absent.jsonl"), tmp_path).examples)
 
 
 # --------------------------------------------------------------------------- limit / shuffle
@@ -259,27 +277,44 @@ def twenty(tmp_path) -> Path:
 
 
 def test_limit_takes_first_n(twenty):
-    got = load_examples(spec(format="jsonl", path="d.jsonl", limit=5), twenty)
+    got = list(read_examples(spec(format="jsonl", path="d.jsonl", limit=5), twenty).examples)
     assert [e.id for e in got] == ["e00", "e01", "e02", "e03", "e04"]
 
 
 def test_limit_larger_than_dataset(twenty):
-    assert len(load_examples(spec(format="jsonl", path="d.jsonl", limit=500), twenty)) == 20
+    assert (
+        len(list(read_examples(spec(format="jsonl", path="d.jsonl", limit=500), twenty).examples))
+        == 20
+    )
 
 
 def test_shuffle_is_deterministic_and_changes_order(twenty):
-    plain = [e.id for e in load_examples(spec(format="jsonl", path="d.jsonl"), twenty)]
+    plain = [
+        e.id for e in list(read_examples(spec(format="jsonl", path="d.jsonl"), twenty).examples)
+    ]
     a = [
         e.id
-        for e in load_examples(spec(format="jsonl", path="d.jsonl", shuffle=True, seed=7), twenty)
+        for e in list(
+            read_examples(
+                spec(format="jsonl", path="d.jsonl", shuffle=True, seed=7), twenty
+            ).examples
+        )
     ]
     b = [
         e.id
-        for e in load_examples(spec(format="jsonl", path="d.jsonl", shuffle=True, seed=7), twenty)
+        for e in list(
+            read_examples(
+                spec(format="jsonl", path="d.jsonl", shuffle=True, seed=7), twenty
+            ).examples
+        )
     ]
     c = [
         e.id
-        for e in load_examples(spec(format="jsonl", path="d.jsonl", shuffle=True, seed=8), twenty)
+        for e in list(
+            read_examples(
+                spec(format="jsonl", path="d.jsonl", shuffle=True, seed=8), twenty
+            ).examples
+        )
     ]
     assert a == b
     assert a != plain
@@ -290,12 +325,18 @@ def test_shuffle_is_deterministic_and_changes_order(twenty):
 def test_limit_applies_after_shuffle(twenty):
     full = [
         e.id
-        for e in load_examples(spec(format="jsonl", path="d.jsonl", shuffle=True, seed=3), twenty)
+        for e in list(
+            read_examples(
+                spec(format="jsonl", path="d.jsonl", shuffle=True, seed=3), twenty
+            ).examples
+        )
     ]
     part = [
         e.id
-        for e in load_examples(
-            spec(format="jsonl", path="d.jsonl", shuffle=True, seed=3, limit=4), twenty
+        for e in list(
+            read_examples(
+                spec(format="jsonl", path="d.jsonl", shuffle=True, seed=3, limit=4), twenty
+            ).examples
         )
     ]
     assert part == full[:4]
@@ -313,7 +354,7 @@ def test_hub_format_reads_a_local_dataset_folder(tmp_path):
     """`format: hub` goes through datasets.load_dataset(name); offline, a local folder is a valid
     name."""
     pd = pytest.importorskip("pandas")
-    from runner.inputs.datasets import load_examples
+    from runner.inputs.datasets import read_examples
     from runner.recipe import DatasetSpec
 
     folder = tmp_path / "my-qa"
@@ -327,7 +368,7 @@ def test_hub_format_reads_a_local_dataset_folder(tmp_path):
         split="validation",
         fields={"id": "qid", "question": "q", "context": "ctx", "answers": "gold"},
     )
-    exs = load_examples(spec, tmp_path)
+    exs = list(read_examples(spec, tmp_path).examples)
     assert [(e.id, e.question, e.answers) for e in exs] == [
         ("a", "一?", ("x",)),
         ("b", "二?", ("y", "z")),
@@ -336,11 +377,15 @@ def test_hub_format_reads_a_local_dataset_folder(tmp_path):
 
 def test_hub_dataset_that_cannot_load_is_a_dataset_error(tmp_path):
     from runner.base.errors import DatasetError
-    from runner.inputs.datasets import load_examples
+    from runner.inputs.datasets import read_examples
     from runner.recipe import DatasetSpec
 
     with pytest.raises(DatasetError, match="could not load hub dataset"):
-        load_examples(DatasetSpec(format="hub", path=str(tmp_path / "nothing-here")), tmp_path)
+        list(
+            read_examples(
+                DatasetSpec(format="hub", path=str(tmp_path / "nothing-here")), tmp_path
+            ).examples
+        )
 
 
 def test_a_file_read_again_is_parsed_once_and_again_when_its_bytes_change(tmp_path, monkeypatch):
@@ -353,11 +398,20 @@ def test_a_file_read_again_is_parsed_once_and_again_when_its_bytes_change(tmp_pa
     parsed, real = [], ds.parse_rows
     monkeypatch.setattr(ds, "parse_rows", lambda *a: parsed.append(1) or real(*a))
     s = spec(format="jsonl", path="d.jsonl", fields=DOTTED)
-    assert load_examples(s, tmp_path) == load_examples(s, tmp_path) == EXPECTED and len(parsed) == 1
-    path.write_text(json.dumps(ROWS[0]) + "\n", encoding="utf-8")
-    assert load_examples(s, tmp_path) == EXPECTED[:1] and len(parsed) == 2
     assert (
-        load_examples(spec(format="jsonl", path="d.jsonl", fields=DOTTED, limit=1), tmp_path)
+        list(read_examples(s, tmp_path).examples)
+        == list(read_examples(s, tmp_path).examples)
+        == EXPECTED
+        and len(parsed) == 1
+    )
+    path.write_text(json.dumps(ROWS[0]) + "\n", encoding="utf-8")
+    assert list(read_examples(s, tmp_path).examples) == EXPECTED[:1] and len(parsed) == 2
+    assert (
+        list(
+            read_examples(
+                spec(format="jsonl", path="d.jsonl", fields=DOTTED, limit=1), tmp_path
+            ).examples
+        )
         == EXPECTED[:1]
     )
     assert len(parsed) == 3  # another spec of the same bytes: mapped again
@@ -371,7 +425,7 @@ def test_csv_cells_are_read_as_the_text_they_are(tmp_path):
     text += "9,Q5,C,null\n10,Q6,C,n/a\n"
     (tmp_path / "d.csv").write_text(text, encoding="utf-8")
     fields = {"id": "id", "question": "question", "context": "context", "answers": "answer"}
-    got = load_examples(spec(format="csv", path="d.csv", fields=fields), tmp_path)
+    got = list(read_examples(spec(format="csv", path="d.csv", fields=fields), tmp_path).examples)
     assert [(e.id, e.answers) for e in got] == [
         ("0012", ("1945",)),
         ("007", ("NA",)),
@@ -392,7 +446,9 @@ def test_a_nan_answer_in_parquet_is_no_gold_and_a_whole_float_its_integer(tmp_pa
         {"question": ["Q0", "Q1"], "context": ["C", "C"], "answers": [1945.0, float("nan")]}
     )
     pq.write_table(table, tmp_path / "d.parquet")
-    got = load_examples(
-        spec(format="parquet", path="d.parquet", fields={"answers": "answers"}), tmp_path
+    got = list(
+        read_examples(
+            spec(format="parquet", path="d.parquet", fields={"answers": "answers"}), tmp_path
+        ).examples
     )
     assert [e.answers for e in got] == [("1945",), ()]

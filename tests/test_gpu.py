@@ -17,13 +17,15 @@ def tiny(tmp_path_factory):
 
 
 def _messages():
-    from runner.inputs.datasets import load_examples
+    from runner.inputs.datasets import read_examples
     from runner.inputs.prompts import PromptBuilder
     from runner.recipe import DatasetSpec, PromptSpec
 
     root = Path(__file__).resolve().parents[1]
-    exs = load_examples(
-        DatasetSpec(format="squad", path=str(root / "runner/demo/demo-ja.json"), limit=5), root
+    exs = list(
+        read_examples(
+            DatasetSpec(format="squad", path=str(root / "runner/demo/demo-ja.json"), limit=5), root
+        ).examples
     )
     b = PromptBuilder(PromptSpec(template="jsquad.j2", system_template="jsquad-system.j2"), root)
     return [b.messages(e) for e in exs]

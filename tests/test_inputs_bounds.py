@@ -21,12 +21,13 @@ from pathlib import Path
 
 import pytest
 
+from runner.base import jinja
 from runner.base.errors import DatasetError, RunnerError, TemplateError
 from runner.base.files import file_sha256
 from runner.base.jinja import compile_text
 from runner.base.types import Example
 from runner.inputs import readers
-from runner.inputs.datasets import LoadedExamples, load_examples, read_examples
+from runner.inputs.datasets import LoadedExamples, read_examples
 from runner.inputs.prompts import PromptBuilder
 from runner.recipe import DatasetSpec, PromptSpec
 
@@ -81,10 +82,10 @@ def test_rewrite_with_same_mtime_other_formats(tmp_path, fmt, name):
     p.write_text(body("old"), encoding="utf-8")
     st = os.stat(p)
     spec = DatasetSpec(format=fmt, path=name, fields={"context": None} if fmt != "squad" else {})
-    assert load_examples(spec, tmp_path)[0].question == "old"
+    assert list(read_examples(spec, tmp_path).examples)[0].question == "old"
     p.write_text(body("new"), encoding="utf-8")
     os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert load_examples(spec, tmp_path)[0].question == "new"
+    assert list(read_examples(spec, tmp_path).examples)[0].question == "new"
 
 
 def test_file_changing_while_read_is_refused(tmp_path, monkeypatch):
@@ -115,7 +116,6 @@ def test_loaded_examples_shape(tmp_path):
     got = read_examples(DatasetSpec(format="jsonl", path="d.jsonl", limit=1), tmp_path)
     assert isinstance(got, LoadedExamples) and isinstance(got.examples, tuple)
     assert [e.id for e in got.examples] == ["b"] and len(got.sha256) == 16
-    assert isinstance(load_examples(DatasetSpec(format="jsonl", path="d.jsonl"), tmp_path), list)
 
 
 def test_gzip_file_is_read_and_hashed_as_stored(tmp_path):
@@ -132,7 +132,7 @@ def test_column_missing_in_some_rows_reads_as_null(tmp_path):
     (tmp_path / "d.jsonl").write_text(
         jsonl([{"question": "q0", "context": "c", "answers": "a"}, {"question": "q1"}])
     )
-    got = load_examples(DatasetSpec(format="jsonl", path="d.jsonl"), tmp_path)
+    got = list(read_examples(DatasetSpec(format="jsonl", path="d.jsonl"), tmp_path).examples)
     assert [(e.context, e.answers) for e in got] == [("c", ("a",)), ("", ())]
 
 
@@ -275,7 +275,7 @@ def test_prompt_size_cap_names_template_and_example(tmp_path):
     assert b.messages(Example(id="short", question="q", context="c"))[0]["content"] == "c" * 2000
 
 
-def test_render_all_has_a_wall_clock_bound(tmp_path):
+def test_render_all_has_a_wall_clock_bound(tmp_path, monkeypatch):
     (tmp_path / "slow.j2").write_text(
         "{% for i in range(10000) %}{% for j in range(3) %}{% endfor %}{% endfor %}{{ question }}",
         encoding="utf-8",
@@ -283,10 +283,15 @@ def test_render_all_has_a_wall_clock_bound(tmp_path):
     b = PromptBuilder(PromptSpec(template="slow.j2"), tmp_path, "recipe.yaml")
     exs = [Example(id=f"e{i}", question="q") for i in range(10_000)]
     t0 = time.monotonic()
-    with pytest.raises(
-        TemplateError, match=r"rendering all 10000 prompts took longer than 0.3 s"
-    ) as ei:
-        b.render_all(exs, seconds=0.3)
+    with (
+        monkeypatch.context() as m,
+        pytest.raises(
+            TemplateError, match=r"rendering all 10000 prompts took longer than 0.3 s"
+        ) as ei,
+    ):
+        m.setattr(jinja, "TOTAL_SECONDS", 0.3)
+        m.setattr(jinja, "PER_EXAMPLE_SECONDS", 0.0)
+        b.render_all(exs)
     assert time.monotonic() - t0 < 3
     assert "slow.j2" in one_screen(ei.value) and ei.value.field == "prompt.template"
     assert b.render_all(exs[:2]) == [b.messages(exs[0]), b.messages(exs[1])]
@@ -491,7 +496,11 @@ def test_broken_dataset_is_one_dataset_error(tmp_path, name, fmt, content, extra
     p = tmp_path / name
     p.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
     with pytest.raises(DatasetError) as ei:
-        load_examples(DatasetSpec(format=fmt, path=name, **extra), tmp_path, "recipe.yaml")
+        list(
+            read_examples(
+                DatasetSpec(format=fmt, path=name, **extra), tmp_path, "recipe.yaml"
+            ).examples
+        )
     text = one_screen(ei.value)
     assert ei.value.field == field and ei.value.file == "recipe.yaml"
     for w in words:
@@ -510,7 +519,11 @@ def test_broken_dataset_is_one_dataset_error(tmp_path, name, fmt, content, extra
 def test_dataset_path_that_is_not_a_file(tmp_path, make, words):
     make(tmp_path / "d.jsonl")
     with pytest.raises(DatasetError) as ei:
-        load_examples(DatasetSpec(format="jsonl", path="d.jsonl"), tmp_path, "recipe.yaml")
+        list(
+            read_examples(
+                DatasetSpec(format="jsonl", path="d.jsonl"), tmp_path, "recipe.yaml"
+            ).examples
+        )
     assert ei.value.field == "dataset.path" and all(w in one_screen(ei.value) for w in words)
 
 
@@ -520,7 +533,11 @@ def test_unreadable_dataset_file(tmp_path):
     p.write_text(jsonl([{"question": "q"}]))
     p.chmod(0)
     with pytest.raises(DatasetError, match="cannot read dataset file"):
-        load_examples(DatasetSpec(format="jsonl", path="d.jsonl"), tmp_path, "recipe.yaml")
+        list(
+            read_examples(
+                DatasetSpec(format="jsonl", path="d.jsonl"), tmp_path, "recipe.yaml"
+            ).examples
+        )
 
 
 # --------------------------------------------------------------------------- 4. never a traceback:

@@ -14,12 +14,14 @@ DEMO = ROOT / "recipes" / "demo.yaml"
 
 
 def _messages(n=12):
-    from runner.inputs.datasets import load_examples
+    from runner.inputs.datasets import read_examples
     from runner.inputs.prompts import PromptBuilder
     from runner.recipe import DatasetSpec, PromptSpec
 
-    exs = load_examples(
-        DatasetSpec(format="squad", path=str(ROOT / "runner/demo/demo-ja.json"), limit=n), ROOT
+    exs = list(
+        read_examples(
+            DatasetSpec(format="squad", path=str(ROOT / "runner/demo/demo-ja.json"), limit=n), ROOT
+        ).examples
     )
     b = PromptBuilder(
         PromptSpec(template="jsquad.j2", system_template="jsquad-system-oneshot.j2"), ROOT

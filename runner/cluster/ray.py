@@ -24,11 +24,11 @@ from runner.base.files import write_bytes_atomic, write_jsonl_atomic
 from runner.base.format import secs, table
 from runner.base.procs import cmdline, descendants, end_stragglers
 from runner.folder import RunFolder
-from runner.results import Prefix, ReplicaRun, RunResult, Sample, Timings
+from runner.results import ReplicaRun, RunResult, Sample, Timings
 from runner.run.isolate import LOG_MARK, failed_result, run_isolated
 from runner.run.job import Job, Unit, check_host
 from runner.run.result import Failure, Measured, Output, engine_facts, merge_samples, run_result
-from runner.run.resume import load_partial
+from runner.run.resume import load_partial, start_partial
 
 
 @dataclass(frozen=True)
@@ -113,9 +113,7 @@ def run_replica(rep: Replica, seeds: dict[str, list[Sample]], events: Any) -> di
         f.samples.unlink(missing_ok=True)
         # (an earlier attempt's partial file holds them)
         if seeds.get(u.name) and not f.partial.exists():
-            write_jsonl_atomic(
-                f.partial, [{"_run_key": u.run_key}, *(s.to_line() for s in seeds[u.name])]
-            )
+            start_partial(f.partial, u.run_key, seeds[u.name])
     stop, sent = threading.Event(), {}
 
     # every half second, each recipe's finished samples (partial file lines)
@@ -164,8 +162,7 @@ def run_here(job: Job, node_ip: str) -> None:
     except RunnerError as e:
         why = f"Ray node {node_ip} cannot run it: {e.render(with_hint=False)}"
         for u in job.units:
-            res = failed_result(u, why, e.hint, job.options.command)
-            job.options.folder(u.name).write(res)
+            job.options.folder(u.name).write(failed_result(u, why, e.hint, job.options.command))
         return
     run_isolated(job)
 
@@ -188,20 +185,24 @@ def _connect(address: str | None) -> None:
     if address is None:
         ray.init(include_dashboard=False, log_to_driver=False)
         return
-    here = [str(Path(__file__).resolve().parents[1])]  # the runner package for the workers
-    env = {"py_modules": here, "excludes": ["__pycache__/"]}
-    if "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ:  # a `ray job submit` driver: the job's own env
-        env = None
+    # the runner package for the workers; a `ray job submit` driver: the job's own env
+    env = (
+        None
+        if "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
+        else {
+            "py_modules": [str(Path(__file__).resolve().parents[1])],
+            "excludes": ["__pycache__/"],
+        }
+    )
     try:
         ray.init(address=address, log_to_driver=False, runtime_env=env)
     except ConnectionError as e:
-        hint = (
-            "check the address (`ray status` on the head node prints it); a cluster with token "
-            "authentication needs RAY_AUTH_MODE=token here and its token in RAY_AUTH_TOKEN or "
-            "~/.ray/auth_token (`ray get-auth-token` on the head node)"
-        )
         raise RunnerError(
-            f"cannot connect to the Ray cluster: {e}", field="--address", hint=hint
+            f"cannot connect to the Ray cluster: {e}",
+            field="--address",
+            hint="check the address (`ray status` on the head node prints it); a cluster with "
+            "token authentication needs RAY_AUTH_MODE=token here and its token in RAY_AUTH_TOKEN "
+            "or ~/.ray/auth_token (`ray get-auth-token` on the head node)",
         ) from None
 
 
@@ -324,13 +325,15 @@ class _Call:
 
     def _seeds(self, rep: Replica) -> dict[str, list[Sample]]:
         """The finished samples the driver's `--out` holds for the replica's shares."""
-        out = {}
-        for u in rep.job.units:
-            done = load_partial(
-                rep.job.options.folder(u.name).partial, u.run_key, u.loaded.recipe.metrics
+        return {
+            u.name: merge_samples(
+                u.prepared.examples,
+                load_partial(
+                    rep.job.options.folder(u.name).partial, u.run_key, u.loaded.recipe.metrics
+                ),
             )
-            out[u.name] = [done[ex.id] for ex in u.prepared.examples if ex.id in done]
-        return out
+            for u in rep.job.units
+        }
 
     def _pump(self, events: Any) -> None:
         from tqdm import tqdm
@@ -347,8 +350,13 @@ class _Call:
                 rep = self.by_tag[tag]
                 for name in rep.bounds if rep.job.options.progress else ():
                     if name not in self.bars:
-                        bar = dict(desc=name, unit="ex", dynamic_ncols=True, mininterval=0.5)
-                        self.bars[name] = tqdm(total=self.totals[name], **bar)
+                        self.bars[name] = tqdm(
+                            total=self.totals[name],
+                            desc=name,
+                            unit="ex",
+                            dynamic_ncols=True,
+                            mininterval=0.5,
+                        )
                 continue
             name, count = ev
             self.where[tag].setdefault("counts", {})[name] = count
@@ -363,42 +371,42 @@ class _Call:
         self.outputs[j][rep.index] = got
         if len(self.outputs[j]) == len(self.plans[j]):
             for u in self.jobs[j].units:
-                self.results[j].append(self._merge(self.jobs[j], u, self.plans[j], self.outputs[j]))
+                self.results[j].append(self._merge(j, u))
                 self.on_result(self.results[j][-1])
 
-    def _merge(
-        self, job: Job, unit: Unit, reps: list[Replica], outputs: dict[int, Any]
-    ) -> RunResult:
-        """The recipe's files under the driver's --out, from its replicas' shards."""
-        opts, folder = job.options, job.options.folder(unit.name)
+    def _merge(self, j: int, unit: Unit) -> RunResult:
+        """The recipe's files under the driver's --out, from its replicas' shards (job `j`)."""
+        opts = self.jobs[j].options
+        folder = opts.folder(unit.name)
         shards, rows, logs = [], [], []
-        for rep in (r for r in reps if unit.name in r.bounds):
-            got, where = outputs[rep.index], self.where.get(rep.tag, {})
+        for rep in (r for r in self.plans[j] if unit.name in r.bounds):
+            got, where = self.outputs[j][rep.index], self.where.get(rep.tag, {})
             shard = got.get(unit.name) if isinstance(got, dict) else None
             res = shard.result if shard else None
             if res is None:
-                why = "the replica's run left no results.json"
-                if isinstance(got, BaseException):
-                    why = (
-                        f"the Ray task failed: {type(got).__name__}: "
-                        f"{' '.join(str(got).split())[:600]}"
-                    )
+                why = (
+                    f"the Ray task failed: {type(got).__name__}: {' '.join(str(got).split())[:600]}"
+                    if isinstance(got, BaseException)
+                    else "the replica's run left no results.json"
+                )
                 res = failed_result(unit, why, None, opts.command)
-            node, pid, attempt = (
-                where.get("node_ip", "?"),
-                where.get("pid", "?"),
-                where.get("attempts", "?"),
-            )
             head = (
-                f"{unit.name}: Ray {rep.share(unit.name)} on node {node}, worker pid {pid}, "
-                f"attempt {attempt}"
+                f"{unit.name}: Ray {rep.share(unit.name)} on node {where.get('node_ip', '?')}, "
+                f"worker pid {where.get('pid', '?')}, attempt {where.get('attempts', '?')}"
             )
             logs += [f"\n{LOG_MARK} {head} =====\n".encode(), shard.log if shard else b""]
-            row = {k: where[k] for k in ("node_id", "node_ip", "pid") if where.get(k)}
-            row |= dict(index=rep.index, examples=list(rep.bounds[unit.name]), status=res.status)
-            row |= dict(attempts=where.get("attempts") or 1, reused_samples=res.reused_samples)
-            row |= dict(load_s=res.timings.load_s, generate_s=res.timings.generate_s)
-            rows.append(ReplicaRun(**row))
+            rows.append(
+                ReplicaRun(
+                    **{k: where[k] for k in ("node_id", "node_ip", "pid") if where.get(k)},
+                    index=rep.index,
+                    examples=list(rep.bounds[unit.name]),
+                    status=res.status,
+                    attempts=where.get("attempts") or 1,
+                    reused_samples=res.reused_samples,
+                    load_s=res.timings.load_s,
+                    generate_s=res.timings.generate_s,
+                )
+            )
             shards.append((rep, shard, res))
         write_bytes_atomic(folder.engine_log, b"".join(logs))
         samples = merge_samples(
@@ -408,9 +416,7 @@ class _Call:
         bad = [(rep, r) for rep, _, r in shards if r.status != "ok"]
         # the samples the replicas finished stay in the driver's partial file for the next call
         if bad:
-            write_jsonl_atomic(
-                folder.partial, [{"_run_key": unit.run_key}, *(s.to_line() for s in samples)]
-            )
+            start_partial(folder.partial, unit.run_key, samples)
             rep, r = bad[0]
             error = r.error or "the run wrote no results"
             if rep.of > 1:
@@ -450,14 +456,19 @@ class _Call:
             return max((v for v in values if v is not None), default=None)
 
         gen_s = window("generation_end", "generate_s")
-        load_s = max(r.timings.load_s or 0.0 for r in results)
         timings = Timings(
-            load_s=load_s, generate_s=gen_s, total_s=max(window("run_end", "total_s"), gen_s)
+            load_s=max(r.timings.load_s or 0.0 for r in results),
+            generate_s=gen_s,
+            total_s=max(window("run_end", "total_s"), gen_s),
         )
-        started = min(r.started_at for r in results)
-        reused = sum(r.reused_samples for r in results)
         m = Measured(
-            timings, most("peak_gpu_gib"), most("baseline_gpu_gib"), False, started, 0.0, reused
+            timings,
+            most("peak_gpu_gib"),
+            most("baseline_gpu_gib"),
+            False,
+            min(r.started_at for r in results),
+            0.0,
+            sum(r.reused_samples for r in results),
         )
         every = [x for x in results[0].notes if all(x in r.notes for r in results)]
         notes = every + [
@@ -477,15 +488,10 @@ class _Call:
         engine = engine_facts(results[0])
         ignored = {k.name: k for r in results for k in r.knobs if k.status == "ignored"}
         engine.knobs = [ignored.get(k.name, k) for k in engine.knobs]
-        # token ids do not come back: the smallest
+        # token ids do not come back: the smallest shared prefix
         k = min(r.prefix.shared_prefix_tokens for r in results)
-        p_tok = sum(s.prompt_tokens for s in samples)
-        cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
-        hit = sum(cached) / p_tok if cached and p_tok else None
-        share = k * len(samples) / p_tok if p_tok else 0.0
-        prefix = Prefix(shared_prefix_tokens=k, shared_prefix_share=share, hit_rate=hit)
-        out = Output(samples, engine, notes)
-        return run_result(unit, cmd, m, out, prefix=prefix, engine_of=results[0].engine_of, **facts)
+        out = Output(samples, engine, notes, shared_prefix=k)
+        return run_result(unit, cmd, m, out, engine_of=results[0].engine_of, **facts)
 
 
 def where_it_ran(r: RunResult) -> list[str]:
@@ -512,10 +518,10 @@ def where_it_ran(r: RunResult) -> list[str]:
     )
     columns = ["replica", "examples", "node", "pid", "attempts", "start", "generation"]
     out = ["", "## Where it ran", "", about, "", table(rows, columns)]
-    retried = ", ".join(str(x.index + 1) for x in r.replicas if x.attempts > 1)
-    if retried:
-        how = (
-            "each continued from the samples it had finished; see `reused_samples` in results.json"
-        )
-        out += ["", f"Retried after its worker or node died: replica {retried} ({how})."]
+    if retried := ", ".join(str(x.index + 1) for x in r.replicas if x.attempts > 1):
+        out += [
+            "",
+            f"Retried after its worker or node died: replica {retried} (each continued from the "
+            "samples it had finished; see `reused_samples` in results.json).",
+        ]
     return out

@@ -44,16 +44,15 @@ def check_context(lr: LoadedRecipe, examples: Sequence[Any], messages: Sequence[
     tokenizer for the few whose byte bound does not already prove they fit."""
     r, limit = lr.recipe, context_length(lr)
     if r.prompt.truncate and limit and r.sampling.max_tokens >= limit:
-        why = (
+        raise RunnerError(
             f"sampling.max_tokens {r.sampling.max_tokens:,} leaves no room for a prompt in the "
-            "model's context of "
+            f"model's context of {limit:,} tokens, so prompt.truncate would cut every prompt to "
+            "nothing",
+            file=lr.path,
+            field="sampling.max_tokens",
+            hint=f"lower sampling.max_tokens below {limit:,} (the answer and the prompt share the "
+            "context)",
         )
-        why += f"{limit:,} tokens, so prompt.truncate would cut every prompt to nothing"
-        hint = (
-            f"lower sampling.max_tokens below {limit:,} (the answer and the prompt share the "
-            "context)"
-        )
-        raise RunnerError(why, file=lr.path, field="sampling.max_tokens", hint=hint)
     if r.prompt.truncate or not limit:
         return
     room = limit - r.sampling.max_tokens
@@ -65,14 +64,9 @@ def check_context(lr: LoadedRecipe, examples: Sequence[Any], messages: Sequence[
         _, ids = count_prompts(r.model, [messages[i] for i in maybe], r.prompt.chat_template)
     except Exception:  # no tokenizer on this machine: the byte bound cannot be refined
         return
-    over = [i for i, x in zip(maybe, ids) if len(x) > room]
-    if over:
+    if over := [i for i, x in zip(maybe, ids) if len(x) > room]:
         names = ", ".join(str(examples[i].id) for i in over[:5]) + (
             f" and {len(over) - 5} more" if len(over) > 5 else ""
-        )
-        msg = (
-            f"{len(over)} prompt(s) do not fit the model's context of {limit:,} tokens with "
-            "max_tokens"
         )
         # only an engine with the field can be given a longer context; otherwise it is the model's
         longer = (
@@ -80,13 +74,13 @@ def check_context(lr: LoadedRecipe, examples: Sequence[Any], messages: Sequence[
             if "max_model_len" in type(r.engine).model_fields
             else "use a model with a longer context"
         )
-        hint = f"shorten the template or shots, lower sampling.max_tokens, {longer}, or set "
-        hint += "prompt.truncate: true to cut such prompts from the left"
         raise RunnerError(
-            f"{msg} {r.sampling.max_tokens:,}: example {names}",
+            f"{len(over)} prompt(s) do not fit the model's context of {limit:,} tokens with "
+            f"max_tokens {r.sampling.max_tokens:,}: example {names}",
             file=lr.path,
             field="prompt",
-            hint=hint,
+            hint=f"shorten the template or shots, lower sampling.max_tokens, {longer}, or set "
+            "prompt.truncate: true to cut such prompts from the left",
         )
 
 

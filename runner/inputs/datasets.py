@@ -6,10 +6,12 @@ cache, so what a run uses and what it records are the same file contents."""
 
 from __future__ import annotations
 
+import functools
 import math
 import random
-import shutil
 import tempfile
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,91 +77,92 @@ def _hub_rows(spec: Any, where: str, field: str) -> list[dict]:
 
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
-    tmp, kwargs = None, {}
-    if Path(spec.path).expanduser().is_dir():
-        # a local dataset folder: a private cache, removed afterwards, so no stale copy can serve it
-        tmp = tempfile.mkdtemp(prefix="runner-dataset-")
-        kwargs = {"cache_dir": tmp, "keep_in_memory": True}
-    try:
-        return [
-            dict(r) for r in datasets.load_dataset(spec.path, spec.name, split=spec.split, **kwargs)
-        ]
-    except Exception as e:  # the hub library raises many kinds; all mean "could not load"
-        detail = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
-        msg = f"could not load hub dataset {spec.path!r} ({type(e).__name__}: {detail})"
-        hint = "without network access use a local file (format: squad/json/jsonl/csv/parquet)"
-        raise DatasetError(msg, file=where, field=f"{field}.path", hint=hint) from None
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+    local = Path(spec.path).expanduser().is_dir()
+    # a local dataset folder: a private cache, removed afterwards, so no stale copy can serve it
+    with (
+        tempfile.TemporaryDirectory(prefix="runner-dataset-", ignore_cleanup_errors=True)
+        if local
+        else nullcontext()
+    ) as tmp:
+        kwargs = {"cache_dir": tmp, "keep_in_memory": True} if local else {}
+        try:
+            return [
+                dict(r)
+                for r in datasets.load_dataset(spec.path, spec.name, split=spec.split, **kwargs)
+            ]
+        except Exception as e:  # the hub library raises many kinds; all mean "could not load"
+            detail = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+            raise DatasetError(
+                f"could not load hub dataset {spec.path!r} ({type(e).__name__}: {detail})",
+                file=where,
+                field=f"{field}.path",
+                hint="without network access use a local file (format: "
+                "squad/json/jsonl/csv/parquet)",
+            ) from None
 
 
-class _Mapper:
+def _mapper(rows: list[dict], spec: Any, where: str, prefix: str) -> Callable[[int, dict], Example]:
     """One row -> Example through `fields`; errors name the row and the `<prefix>.fields.<name>` to
     fix."""
+    fm = spec.fields
+    # whether any row has the key (computed once per key)
+    anywhere = functools.cache(lambda key: any(_get(r, key) is not _MISSING for r in rows))
+    error = lambda msg, name, hint=None: DatasetError(
+        msg, file=where, field=f"{prefix}.fields.{name}", hint=hint
+    )
 
-    def __init__(self, rows: list[dict], spec: Any, where: str, prefix: str):
-        self.rows, self.fm, self.where, self.prefix = rows, spec.fields, where, prefix
-        self._present: dict[str, bool] = {}
-
-    def error(self, msg: str, name: str, hint: str | None = None) -> DatasetError:
-        return DatasetError(msg, file=self.where, field=f"{self.prefix}.fields.{name}", hint=hint)
-
-    def anywhere(self, key: str) -> bool:
-        if key not in self._present:
-            self._present[key] = any(_get(r, key) is not _MISSING for r in self.rows)
-        return self._present[key]
-
-    def need(self, n: int, row: dict, key: str | None, name: str) -> Any:
-        value = _MISSING if key is None else _get(row, key)
-        if value is not _MISSING:
+    def need(n: int, row: dict, key: str, name: str) -> Any:
+        if (value := _get(row, key)) is not _MISSING:
             return value
         # other rows have it: missing here reads as null (as Arrow reads JSON)
-        if key is None or self.anywhere(key):
+        if anywhere(key):
             return None
-        cols = ", ".join(sorted(row)) if isinstance(row, dict) else "?"
-        raise self.error(
-            f"row {n} has no column {key!r} (mapped to `{name}`); columns: {cols}", name
+        raise error(
+            f"row {n} has no column {key!r} (mapped to `{name}`); columns: "
+            + ", ".join(sorted(row)),
+            name,
         )
 
-    def required(self, n: int, row: dict, key: str, name: str) -> Any:
-        value = self.need(n, row, key, name)
+    def required(n: int, row: dict, key: str, name: str) -> Any:
+        value = need(n, row, key, name)
         if value is None:
-            msg = f"row {n} has no value for {key!r} (mapped to `{name}`)"
-            raise self.error(msg, name, _ID_HINT if name == "id" else None)
+            raise error(
+                f"row {n} has no value for {key!r} (mapped to `{name}`)",
+                name,
+                _ID_HINT if name == "id" else None,
+            )
         return value
 
-    def text(self, n: int, value: Any, key: str, name: str) -> str:
+    def text(n: int, value: Any, key: str, name: str) -> str:
         if isinstance(value, (dict, list, tuple)):
-            msg = f"row {n}: {key!r} (mapped to `{name}`) holds a {type(value).__name__}, not text"
-            raise self.error(
-                msg, name, f"map fields.{name} to a column holding text (dotted keys reach inside)"
+            raise error(
+                f"row {n}: {key!r} (mapped to `{name}`) holds a {type(value).__name__}, not text",
+                name,
+                f"map fields.{name} to a column holding text (dotted keys reach inside)",
             )
         return as_text(value)
 
-    def example(self, n: int, row: dict) -> Example:
-        fm = self.fm
+    def example(n: int, row: dict) -> Example:
         key = fm.id or "id"
         ex_id = (
-            self.text(n, self.required(n, row, key, "id"), key, "id")
-            if fm.id or self.anywhere("id")
-            else str(n)
+            text(n, required(n, row, key, "id"), key, "id") if fm.id or anywhere("id") else str(n)
         )
-        q = self.required(n, row, fm.question, "question")
-        ctx = self.need(n, row, fm.context, "context") if fm.context else None
+        q = required(n, row, fm.question, "question")
+        ctx = need(n, row, fm.context, "context") if fm.context else None
         try:
-            ans = _answers(self.need(n, row, fm.answers, "answers")) if fm.answers else ()
+            ans = _answers(need(n, row, fm.answers, "answers")) if fm.answers else ()
         except ValueError as e:
-            hint = (
-                "every answer must be text; delete the broken ones (an empty list means no "
-                "gold answers)"
-            )
-            raise self.error(
-                f"row {n}: {fm.answers!r} (mapped to `answers`) holds {e}", "answers", hint
+            raise error(
+                f"row {n}: {fm.answers!r} (mapped to `answers`) holds {e}",
+                "answers",
+                "every answer must be text; delete the broken ones (an empty list means no gold "
+                "answers)",
             ) from None
-        q = self.text(n, q, fm.question, "question")
-        ctx = "" if ctx is None else self.text(n, ctx, str(fm.context), "context")
+        q = text(n, q, fm.question, "question")
+        ctx = "" if ctx is None else text(n, ctx, str(fm.context), "context")
         return Example(id=ex_id, question=q, context=ctx, answers=ans)
+
+    return example
 
 
 def read_examples(
@@ -175,10 +178,9 @@ def read_examples(
     fb = read_file(base_dir / Path(spec.path).expanduser(), where, field)
     key = (fb.sha256, str(fb.path), spec.model_dump_json(), field)
     if (kept := _READ.get(key)) is None:  # a study's cells read one file many times: parsed once
-        rows = parse_rows(spec, fb, where, field)
         if len(_READ) >= 8:
             _READ.clear()
-        examples = _examples(rows, spec, where, field)
+        examples = _examples(parse_rows(spec, fb, where, field), spec, where, field)
         _READ[key] = kept = LoadedExamples(examples, fb.sha256, str(fb.path))
     return kept
 
@@ -189,34 +191,26 @@ _READ: dict[tuple, LoadedExamples] = {}
 
 def _examples(rows: list, spec: Any, where: str, field: str) -> tuple[Example, ...]:
     if not rows:
-        what = spec.path
-        if spec.format == "hub":
-            what = f"hub dataset {spec.path!r} (split {spec.split!r})"
-        hint = f"point {field}.path at a file with at least one example"
+        what = f"hub dataset {spec.path!r} (split {spec.split!r})" if spec.format == "hub" else None
         raise DatasetError(
-            f"{what} holds no examples", file=where, field=f"{field}.path", hint=hint
+            f"{what or spec.path} holds no examples",
+            file=where,
+            field=f"{field}.path",
+            hint=f"point {field}.path at a file with at least one example",
         )
-    mapper = _Mapper(rows, spec, where, field)
-    examples = [mapper.example(n, row) for n, row in enumerate(rows)]
+    example = _mapper(rows, spec, where, field)
+    examples = [example(n, row) for n, row in enumerate(rows)]
     seen: set[str] = set()
     for ex in examples:
         if ex.id in seen:
-            msg = (
-                f"example id {ex.id!r} appears more than once; ids must be unique (they pair "
-                "samples across runs"
-            )
-            hint = "map fields.id to a unique column, or leave it unset to number the rows"
             raise DatasetError(
-                f"{msg} and recipes)", file=where, field=f"{field}.fields.id", hint=hint
+                f"example id {ex.id!r} appears more than once; ids must be unique (they pair "
+                "samples across runs and recipes)",
+                file=where,
+                field=f"{field}.fields.id",
+                hint="map fields.id to a unique column, or leave it unset to number the rows",
             )
         seen.add(ex.id)
     if spec.shuffle:
         random.Random(spec.seed).shuffle(examples)
     return tuple(examples[: spec.limit or None])
-
-
-def load_examples(
-    spec: Any, base_dir: Path, where: str = "", *, field: str = "dataset"
-) -> list[Example]:
-    """read_examples without the hash (for callers that only need the examples)."""
-    return list(read_examples(spec, base_dir, where, field=field).examples)

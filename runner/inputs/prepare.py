@@ -35,18 +35,15 @@ def prepare(lr: LoadedRecipe, limit: int | None = None, estimate: int | None = N
     n_target, est = len(examples), estimate or r.estimate
     if est and est < len(examples):
         # a random sample (fixed seed), in dataset order: the first N of a file grouped by article
-        # are
-        # not representative of the rest
+        # are not representative of the rest
         examples = [examples[i] for i in sorted(random.Random(0).sample(range(len(examples)), est))]
     builder = PromptBuilder(r.prompt, base, lr.path)
     _shots_not_from_the_evaluated_set(lr, loaded.sha256, builder.sources)
-    messages = tuple(builder.render_all(examples))
-    inputs = dict(builder.sources)
+    inputs = builder.sources
     if loaded.sha256:
         inputs[f"dataset:{r.dataset.path}"] = loaded.sha256
-    return Prepared(
-        tuple(examples), messages, n_dataset=len(loaded.examples), n_target=n_target, inputs=inputs
-    )
+    messages = tuple(builder.render_all(examples))
+    return Prepared(tuple(examples), messages, len(loaded.examples), n_target, inputs)
 
 
 def _shots_not_from_the_evaluated_set(
@@ -56,21 +53,18 @@ def _shots_not_from_the_evaluated_set(
     included, into every prompt: refused (the same bytes under any path; a hub dataset: the same
     name, config and split)."""
     r = lr.recipe
-    shots = r.prompt.shots
-    if not shots.k or shots.source is None:
+    shots, src = r.prompt.shots, r.prompt.shots.source
+    if not shots.k or src is None:
         return
-    same = dataset_sha is not None and sources.get(f"shots:{shots.source.path}") == dataset_sha
-    if r.dataset.format == "hub" and shots.source.format == "hub":
-        keys = ("path", "name", "split")
-        same = all(getattr(r.dataset, k, None) == getattr(shots.source, k, None) for k in keys)
+    same = dataset_sha is not None and sources.get(f"shots:{src.path}") == dataset_sha
+    if r.dataset.format == "hub" and src.format == "hub":
+        same = all(getattr(r.dataset, k) == getattr(src, k) for k in ("path", "name", "split"))
     if same:
-        why = (
-            f"prompt.shots.source is the evaluated dataset itself ({shots.source.path}): its "
-            f"{shots.k} drawn shots "
+        raise DatasetError(
+            f"prompt.shots.source is the evaluated dataset itself ({src.path}): its {shots.k} "
+            "drawn shots would be evaluated examples, with their answers in every prompt",
+            file=lr.path,
+            field="prompt.shots.source",
+            hint="draw the shots from another split (e.g. a train file), or write them under "
+            "prompt.shots.examples",
         )
-        why += "would be evaluated examples, with their answers in every prompt"
-        hint = (
-            "draw the shots from another split (e.g. a train file), or write them under "
-            "prompt.shots.examples"
-        )
-        raise DatasetError(why, file=lr.path, field="prompt.shots.source", hint=hint)

@@ -45,8 +45,10 @@ def compile_file(name: str, base_dir: Path, where: str, field: str) -> jinja.Com
         )
     try:
         if path.stat().st_size > 4 * jinja.MAX_CHARS:
-            hint = "a prompt template this large is almost certainly the wrong file"
-            raise err(f"template {path} is larger than {4 * jinja.MAX_CHARS:,} bytes", hint=hint)
+            raise err(
+                f"template {path} is larger than {4 * jinja.MAX_CHARS:,} bytes",
+                hint="a prompt template this large is almost certainly the wrong file",
+            )
         data = path.read_bytes()
     except OSError as e:
         raise err(
@@ -56,11 +58,16 @@ def compile_file(name: str, base_dir: Path, where: str, field: str) -> jinja.Com
         source = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        msg = f"template {path} is not UTF-8 text (byte 0x{data[e.start]:02x} on line {line})"
-        raise err(msg, hint="save the template as UTF-8") from None
+        raise err(
+            f"template {path} is not UTF-8 text (byte 0x{data[e.start]:02x} on line {line})",
+            hint="save the template as UTF-8",
+        ) from None
     if not source.strip():
-        hint = "write the prompt into it; variables: question, context, answers, id, example, shots"
-        raise err(f"template {path} is empty", hint=hint)
+        raise err(
+            f"template {path} is empty",
+            hint="write the prompt into it; variables: question, context, answers, id, example, "
+            "shots",
+        )
     return replace(
         jinja.compile_text(source, str(path), where, field),
         sha256=hashlib.sha256(data).hexdigest()[:16],
@@ -91,20 +98,23 @@ class PromptBuilder:
             loaded = read_examples(shots.source, base_dir, self.where, field="prompt.shots.source")
             # None for a hub dataset: `sources` leaves it out
             self._sources[f"shots:{shots.source.path}"] = loaded.sha256
-            pool, name = list(loaded.examples), loaded.path or shots.source.path
+            pool, name = loaded.examples, loaded.path or shots.source.path
             err = partial(DatasetError, file=self.where)
             if shots.k > len(pool):
-                hint = "lower prompt.shots.k, or draw from a larger prompt.shots.source"
-                msg = f"asks for {shots.k} shots, but {name} has only {len(pool)} examples"
-                raise err(msg, field="prompt.shots.k", hint=hint)
+                raise err(
+                    f"asks for {shots.k} shots, but {name} has only {len(pool)} examples",
+                    field="prompt.shots.k",
+                    hint="lower prompt.shots.k, or draw from a larger prompt.shots.source",
+                )
             picked = random.Random(shots.seed).sample(pool, shots.k)
             for e in picked:
                 if not e.answers:
-                    hint = (
-                        "a worked example needs its answer: map fields.answers to the answer column"
+                    raise err(
+                        f"shot example {e.id!r} of {name} has no gold answer",
+                        field="prompt.shots.source.fields.answers",
+                        hint="a worked example needs its answer: map fields.answers to the answer "
+                        "column",
                     )
-                    msg = f"shot example {e.id!r} of {name} has no gold answer"
-                    raise err(msg, field="prompt.shots.source.fields.answers", hint=hint)
             self.shots += [_shot(e.question, e.context, list(e.answers)) for e in picked]
 
     @property
@@ -114,10 +124,12 @@ class PromptBuilder:
         return {k: v for k, v in self._sources.items() if v}
 
     def _user(self, what: str, variables: dict) -> dict:
-        content = self.user.render(
-            self.where, "prompt.template", what=what, **variables, shots=self.shots
-        )
-        return {"role": "user", "content": content}
+        return {
+            "role": "user",
+            "content": self.user.render(
+                self.where, "prompt.template", what=what, **variables, shots=self.shots
+            ),
+        }
 
     @cached_property
     def _fixed_messages(self) -> list[dict]:
@@ -132,29 +144,29 @@ class PromptBuilder:
         if self.spec.shots.placement == "turns":
             for i, s in enumerate(self.shots):
                 v = {"id": "shot", **s}
-                msgs.append(self._user(f"shot {i + 1}", {**v, "example": v}))
-                msgs.append({"role": "assistant", "content": s["answer"]})
+                msgs += [
+                    self._user(f"shot {i + 1}", {**v, "example": v}),
+                    {"role": "assistant", "content": s["answer"]},
+                ]
         return msgs
 
     def messages(self, ex: Example) -> list[dict]:
-        fixed = [dict(m) for m in self._fixed_messages]
-        ex_dict = {
+        v = {
             "id": ex.id,
             "question": ex.question,
             "context": ex.context,
             "answers": list(ex.answers),
         }
-        return [*fixed, self._user(f"example {ex.id!r}", {**ex_dict, "example": ex_dict})]
+        return [
+            *(dict(m) for m in self._fixed_messages),
+            self._user(f"example {ex.id!r}", {**v, "example": v}),
+        ]
 
-    def render_all(self, examples: Any, seconds: float | None = None) -> list[list[dict]]:
-        """messages() for every example, all within `seconds` (default: TOTAL_SECONDS plus
-        PER_EXAMPLE_SECONDS per example); past it, a TemplateError naming the template."""
-        examples, out = list(examples), []
-        seconds = (
-            seconds
-            if seconds is not None
-            else jinja.TOTAL_SECONDS + jinja.PER_EXAMPLE_SECONDS * len(examples)
-        )
+    def render_all(self, examples: list[Example]) -> list[list[dict]]:
+        """messages() for every example, all within jinja's TOTAL_SECONDS plus PER_EXAMPLE_SECONDS
+        per example; past it, a TemplateError naming the template."""
+        out: list[list[dict]] = []
+        seconds = jinja.TOTAL_SECONDS + jinja.PER_EXAMPLE_SECONDS * len(examples)
         with jinja.limits(seconds, f"rendering all {len(examples)} prompts"):
             for ex in examples:
                 try:

@@ -72,14 +72,16 @@ def read_file(path: Path, where: str, prefix: str) -> FileBytes:
     try:
         data = _slurp(path)
     except OSError as e:
-        hint = "check the file's permissions, or copy it somewhere readable"
-        raise w.error(f"cannot read dataset file {path}: {e.strerror or e}", hint=hint) from None
+        raise w.error(
+            f"cannot read dataset file {path}: {e.strerror or e}",
+            hint="check the file's permissions, or copy it somewhere readable",
+        ) from None
     if _fingerprint(path, w) != before or len(data) != before[2]:
-        hint = (
-            "wait until whatever is writing it has finished (or point the recipe at a finished "
-            "copy), then run again"
+        raise w.error(
+            f"dataset file {path} changed while being read",
+            hint="wait until whatever is writing it has finished (or point the recipe at a "
+            "finished copy), then run again",
         )
-        raise w.error(f"dataset file {path} changed while being read", hint=hint)
     return FileBytes(data, hashlib.sha256(data).hexdigest()[:16], path)
 
 
@@ -93,29 +95,28 @@ def _fingerprint(path: Path, w: _Where) -> tuple[int, ...]:
         st = os.stat(path)
     except FileNotFoundError:
         hint = "paths in a recipe are relative to the recipe file"
-        near = (
-            sorted(f.name for f in Path(path).parent.iterdir())
-            if Path(path).parent.is_dir()
-            else []
-        )
-        if close := difflib.get_close_matches(Path(path).name, near, n=1):
-            hint = f"did you mean {close[0]!r} (in {Path(path).parent})? {hint}"
+        near = sorted(f.name for f in path.parent.iterdir()) if path.parent.is_dir() else []
+        if close := difflib.get_close_matches(path.name, near, n=1):
+            hint = f"did you mean {close[0]!r} (in {path.parent})? {hint}"
         raise w.error(f"dataset file not found: {path}", hint=hint) from None
     except OSError as e:
         raise w.error(f"cannot read dataset file {path}: {e.strerror or e}") from None
     if stat.S_ISDIR(st.st_mode):
-        hint = (
-            f"point {w.prefix}.path at a file inside it, or read a dataset folder with format: hub"
+        raise w.error(
+            f"dataset path is a folder, not a file: {path}",
+            hint=f"point {w.prefix}.path at a file inside it, or read a dataset folder with "
+            "format: hub",
         )
-        raise w.error(f"dataset path is a folder, not a file: {path}", hint=hint)
     if not stat.S_ISREG(st.st_mode):
         raise w.error(
             f"dataset path is not a regular file: {path}",
             hint=f"point {w.prefix}.path at a data file",
         )
     if st.st_size == 0:
-        hint = f"point {w.prefix}.path at the file that holds the examples"
-        raise w.error(f"dataset file is empty: {path}", hint=hint)
+        raise w.error(
+            f"dataset file is empty: {path}",
+            hint=f"point {w.prefix}.path at the file that holds the examples",
+        )
     # ctime changes on every write (and cannot be set back), so a rewrite is seen even if mtime is
     # restored
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
@@ -128,7 +129,7 @@ def parse_rows(spec: Any, fb: FileBytes, where: str, prefix: str) -> list[dict]:
     data = _decompress(fb.data, w)
     if fmt == "parquet":
         return _parquet(data, w)
-    text = _text(data, fmt, w)
+    text = _text(data, w)
     if fmt == "squad":
         return squad_rows(json_doc(text, w), w)
     if fmt == "csv":
@@ -143,8 +144,10 @@ def _decompress(data: bytes, w: _Where) -> bytes:
     if kind is None:
         return data
     if kind in ("zip", "zstd"):
-        hint = f"extract it and point {w.prefix}.path at the data file inside"
-        raise w.error(f"{w.name} is a {kind} archive, not a data file", hint=hint)
+        raise w.error(
+            f"{w.name} is a {kind} archive, not a data file",
+            hint=f"extract it and point {w.prefix}.path at the data file inside",
+        )
     import bz2
     import gzip
     import lzma
@@ -152,32 +155,31 @@ def _decompress(data: bytes, w: _Where) -> bytes:
     try:
         return {"gzip": gzip.decompress, "bzip2": bz2.decompress, "xz": lzma.decompress}[kind](data)
     except (OSError, EOFError, ValueError, lzma.LZMAError) as e:
-        hint = "the file is damaged or cut short; copy it again"
         raise w.error(
-            f"{w.name} looks {kind}-compressed but cannot be decompressed ({e})", hint=hint
+            f"{w.name} looks {kind}-compressed but cannot be decompressed ({e})",
+            hint="the file is damaged or cut short; copy it again",
         ) from None
 
 
-def _text(data: bytes, fmt: str, w: _Where) -> str:
-    name = w.name
+def _text(data: bytes, w: _Where) -> str:
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        hint = "save it as UTF-8 (for example: iconv -f UTF-16 -t UTF-8 IN > OUT)"
-        raise w.error(f"{name} is UTF-16 text; the runner reads UTF-8", hint=hint)
+        raise w.error(
+            f"{w.name} is UTF-16 text; the runner reads UTF-8",
+            hint="save it as UTF-8 (for example: iconv -f UTF-16 -t UTF-8 IN > OUT)",
+        )
     if b"\x00" in data:
-        raise w.wrong_format(f"{name} is a binary file, not {fmt} text")
+        raise w.wrong_format(f"{w.name} is a binary file, not {w.fmt} text")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        msg = (
-            f"{name} is not UTF-8 text: byte 0x{data[e.start]:02x} at line {line}, column {col} "
-            "cannot be decoded"
-        )
-        hint = (
-            "save the file as UTF-8 (for example, from Shift-JIS: iconv -f CP932 -t UTF-8 IN > OUT)"
-        )
-        raise w.error(msg, hint=hint) from None
+        raise w.error(
+            f"{w.name} is not UTF-8 text: byte 0x{data[e.start]:02x} at line {line}, column {col} "
+            "cannot be decoded",
+            hint="save the file as UTF-8 (for example, from Shift-JIS: iconv -f CP932 -t UTF-8 IN "
+            "> OUT)",
+        ) from None
 
 
 def _csv(text: str, w: _Where) -> list[dict]:
@@ -196,12 +198,10 @@ def _csv(text: str, w: _Where) -> list[dict]:
     except pd.errors.EmptyDataError:
         return []
     except (pd.errors.ParserError, ValueError, OverflowError) as e:
-        hint = (
-            "the first line must name the columns, and every row must have as many "
-            "comma-separated fields"
-        )
         raise w.unreadable(
-            _first_line(e), hint=f"{hint} (quote a field that holds a comma)"
+            _first_line(e),
+            hint="the first line must name the columns, and every row must have as many "
+            "comma-separated fields (quote a field that holds a comma)",
         ) from None
     try:
         return pa.Table.from_pandas(df, preserve_index=False).to_pylist()
@@ -263,18 +263,18 @@ def _jsonl_records(text: str, w: _Where) -> list[dict]:
         try:
             obj = json.loads(s)
         except json.JSONDecodeError as e:
-            hint = (
-                "each line of a JSONL file must be one complete JSON object; fix or delete "
-                "that line"
-            )
             raise w.unreadable(
-                f"line {n} is not valid JSON: {e.msg} (column {e.colno})", hint=hint
+                f"line {n} is not valid JSON: {e.msg} (column {e.colno})",
+                hint="each line of a JSONL file must be one complete JSON object; fix or delete "
+                "that line",
             ) from None
         except RecursionError:
             raise w.error(f"{w.name} line {n} is nested too deeply to read as JSON") from None
         if not isinstance(obj, dict):
-            hint = 'each line must be one record such as {"question": "...", "answers": ["..."]}'
-            raise w.unreadable(f"line {n} is a JSON {_kind(obj)}, not an object", hint=hint)
+            raise w.unreadable(
+                f"line {n} is a JSON {_kind(obj)}, not an object",
+                hint='each line must be one record such as {"question": "...", "answers": ["..."]}',
+            )
         rows.append(obj)
     return rows
 
@@ -300,32 +300,34 @@ def _records(doc: Any, fmt: str, json_field: str | None, w: _Where) -> list[dict
                 if isinstance(doc, dict)
                 else f"the file holds a JSON {_kind(doc)}"
             )
-            hint = "set json_field to the key that holds the list of records, or remove it"
             raise w.error(
                 f"{w.name} has no top-level key {json_field!r} ({keys})",
                 field="json_field",
-                hint=hint,
+                hint="set json_field to the key that holds the list of records, or remove it",
             )
         doc = _columns_to_records(doc[json_field], w)
     elif isinstance(doc, dict):
         if fmt == "jsonl":
             return [doc]
-        msg = (
+        squad = "; a SQuAD-style file needs format: squad" if "data" in doc else ""
+        raise w.error(
             f"{w.name} holds a JSON object (keys: {', '.join(sorted(doc)[:20])}), not a list of "
-            "records"
+            "records",
+            field="json_field",
+            hint=f"set {w.prefix}.json_field to the key that holds the records{squad}",
         )
-        hint = f"set {w.prefix}.json_field to the key that holds the records"
-        hint += "; a SQuAD-style file needs format: squad" if "data" in doc else ""
-        raise w.error(msg, field="json_field", hint=hint)
     if not isinstance(doc, list):
-        hint = (
-            'a json dataset is a list of records such as [{"question": "...", "answers": ["..."]}]'
+        raise w.error(
+            f"{w.name} holds a JSON {_kind(doc)}, not a list of records",
+            hint='a json dataset is a list of records such as [{"question": "...", "answers": '
+            '["..."]}]',
         )
-        raise w.error(f"{w.name} holds a JSON {_kind(doc)}, not a list of records", hint=hint)
     for i, r in enumerate(doc):
         if not isinstance(r, dict):
-            hint = 'records look like {"question": "...", "answers": ["..."]}'
-            raise w.error(f"{w.name}: record {i} is a JSON {_kind(r)}, not an object", hint=hint)
+            raise w.error(
+                f"{w.name}: record {i} is a JSON {_kind(r)}, not an object",
+                hint='records look like {"question": "...", "answers": ["..."]}',
+            )
     return doc
 
 
@@ -340,8 +342,10 @@ def _columns_to_records(value: Any, w: _Where) -> Any:
         return value
     if len({len(v) for v in value.values()}) != 1:
         lengths = ", ".join(f"{k}: {len(v)}" for k, v in value.items())
-        msg = f"{w.name}: the columns under the json_field have different lengths ({lengths})"
-        raise w.error(msg, field="json_field")
+        raise w.error(
+            f"{w.name}: the columns under the json_field have different lengths ({lengths})",
+            field="json_field",
+        )
     return [dict(zip(value, vals, strict=True)) for vals in zip(*value.values(), strict=True)]
 
 
@@ -350,12 +354,12 @@ def squad_rows(doc: Any, w: _Where) -> list[dict]:
     file."""
     data = doc.get("data") if isinstance(doc, dict) else None
     if not isinstance(data, list):
-        hint = (
-            'SQuAD files look like {"data": [{"title": ..., "paragraphs": [{"context": ..., '
-            '"qas": [...]}]}]}'
+        raise w.error(
+            f'{w.name} is not SQuAD JSON: it has no top-level "data" list',
+            field="format",
+            hint='SQuAD files look like {"data": [{"title": ..., "paragraphs": [{"context": ..., '
+            '"qas": [...]}]}]}; a plain list of records is format: json',
         )
-        msg = f'{w.name} is not SQuAD JSON: it has no top-level "data" list'
-        raise w.error(msg, field="format", hint=f"{hint}; a plain list of records is format: json")
     rows = []
     for i, art in enumerate(data):
         at = f"data[{i}]"
@@ -365,16 +369,12 @@ def squad_rows(doc: Any, w: _Where) -> list[dict]:
             for k, qa in enumerate(_need(par, "qas", list, at_p, w)):
                 at_q = f"{at_p}.qas[{k}]"
                 qid = _need(qa, "id", (str, int), at_q, w)
-                q, answers = (
-                    _need(qa, "question", str, at_q, w),
-                    _squad_answers(qa, f"{at_q} (id {qid!r})", w),
-                )
                 rows.append(
                     {
                         "id": qid,
-                        "question": q,
+                        "question": _need(qa, "question", str, at_q, w),
                         "context": ctx,
-                        "answers": answers,
+                        "answers": _squad_answers(qa, f"{at_q} (id {qid!r})", w),
                         "title": art.get("title"),
                     }
                 )
@@ -389,18 +389,18 @@ def _squad_answers(qa: dict, at: str, w: _Where) -> list[str]:
             if "answers" not in qa
             else f'has "answers": {json.dumps(answers)[:40]}'
         )
-        hint = (
-            'give "answers" as a list of {"text": "..."} objects ([] for a question without a '
-            "gold answer)"
+        raise w.error(
+            f"{w.name}: {at} {got}",
+            hint='give "answers" as a list of {"text": "..."} objects ([] for a question without a '
+            "gold answer)",
         )
-        raise w.error(f"{w.name}: {at} {got}", hint=hint)
     out = []
     for m, a in enumerate(answers):
         text = a.get("text") if isinstance(a, dict) else a
         if not isinstance(text, str):
-            hint = 'every answer needs a "text" string; delete answers that have none'
             raise w.error(
-                f'{w.name}: {at} answer {m} has "text": {json.dumps(text)[:40]}', hint=hint
+                f'{w.name}: {at} answer {m} has "text": {json.dumps(text)[:40]}',
+                hint='every answer needs a "text" string; delete answers that have none',
             )
         out.append(text)
     return out
@@ -415,8 +415,10 @@ def _need(obj: Any, key: str, types: type | tuple, at: str, w: _Where) -> Any:
     if key not in obj:
         raise w.error(f"{w.name}: {at} has no {key!r}", field="format", hint=f"{hint} and complete")
     if not isinstance(obj[key], types) or isinstance(obj[key], bool):
-        msg = f"{w.name}: {at}.{key} is a JSON {_kind(obj[key])}, which SQuAD does not allow there"
-        raise w.error(msg, hint="fix the file at that place")
+        raise w.error(
+            f"{w.name}: {at}.{key} is a JSON {_kind(obj[key])}, which SQuAD does not allow there",
+            hint="fix the file at that place",
+        )
     return obj[key]
 
 

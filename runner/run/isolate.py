@@ -40,12 +40,15 @@ def failed_result(unit: Unit, error: str, hint: str | None, command: str) -> Run
 
 
 def _start(job: Job) -> subprocess.Popen:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = (
-        str(Path(__file__).resolve().parents[2]) + os.pathsep + env.get("PYTHONPATH", "")
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    job = replace(job, spawned_at=time.time())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner.run.isolate"],
+        start_new_session=True,
+        env=env,
+        stdin=subprocess.PIPE,
     )
-    cmd, job = [sys.executable, "-m", "runner.run.isolate"], replace(job, spawned_at=time.time())
-    proc = subprocess.Popen(cmd, start_new_session=True, env=env, stdin=subprocess.PIPE)
     try:
         assert proc.stdin is not None
         proc.stdin.write(pickle.dumps(job, pickle.HIGHEST_PROTOCOL))
@@ -91,8 +94,7 @@ def _collect(
     if not pending or (error is None and proc.returncode == 0):
         return out, ()
     logged = {u.name: _mtime(job.options.folder(u.name).engine_log) for u in pending}
-    started = [u for u in pending if logged[u.name] > since]
-    running = max(started, key=lambda u: logged[u.name]) if started else pending[0]
+    running = max(pending, key=lambda u: logged[u.name] if logged[u.name] > since else -1)
     folder = job.options.folder(running.name)
     text = ""
     with contextlib.suppress(OSError):
@@ -132,10 +134,9 @@ def run_isolated(job: Job, warn=print) -> list[RunResult]:
                 f"\n{LOG_MARK} {unit.name} started {time.strftime('%Y-%m-%d %H:%M:%S')} =====\n"
             )
             if unit.name != first:
-                first_log = job.options.folder(first).engine_log
                 f.write(
                     f"(runs on the engine started for {first}: the engine's own output is in "
-                    f"{first_log})\n"
+                    f"{job.options.folder(first).engine_log})\n"
                 )
     baseline, since = used_gib(), time.time_ns()
     try:
@@ -149,7 +150,7 @@ def run_isolated(job: Job, warn=print) -> list[RunResult]:
     error = _wait(proc, job.timeout_s())
     after = wait_for_release(baseline)
     results, rest = _collect(job, proc, error, since)
-    if baseline is not None and after is not None and after > baseline + 1.0:
+    if None not in (baseline, after) and after > baseline + 1.0:
         line = (
             f"GPU memory not fully released after the run: {after:.1f} GiB used vs "
             f"{baseline:.1f} GiB before"
@@ -185,7 +186,6 @@ def main() -> int:
     progress: IO[str] = os.fdopen(os.dup(2), "w", buffering=1)
     sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
     sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
-    os.environ.update(job.env)
 
     def to_log(unit: Unit) -> None:
         """This process's stdout/stderr (fds 1 and 2) appended to the recipe's engine.log while it

@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +72,6 @@ class Unit:
 class Job:
     units: tuple[Unit, ...]
     options: RunOptions
-    env: dict[str, str] = field(default_factory=dict)
     # the repeats to measure (1-based); None: all each recipe asks for
     rounds: tuple[int, ...] | None = None
     # one turn of an interleaving with engine restarts (the other turns in other jobs)
@@ -126,9 +127,14 @@ def group_by_engine(
     return [tuple(g) for g in groups.values()]
 
 
-def _named(e: RunnerError, lr: LoadedRecipe) -> RunnerError:
-    e.file = e.file or lr.path
-    return e
+@contextmanager
+def _named(lr: LoadedRecipe) -> Iterator[None]:
+    """A RunnerError raised inside names the recipe's file where it names none."""
+    try:
+        yield
+    except RunnerError as e:
+        e.file = e.file or lr.path
+        raise e from None
 
 
 def check_model(lr: LoadedRecipe, host: bool = True, weights: bool = True) -> None:
@@ -143,7 +149,7 @@ def check_model(lr: LoadedRecipe, host: bool = True, weights: bool = True) -> No
             file=lr.path,
             field="model.id",
         )
-    try:
+    with _named(lr):
         check_model_source(r.model)
         if weights and not r.engine.fake:
             check_model_files(r.model)
@@ -152,8 +158,6 @@ def check_model(lr: LoadedRecipe, host: bool = True, weights: bool = True) -> No
         check_chat_template(lr)
         if r.load is not None:
             check_serving_tokenizer(r.model)
-    except RunnerError as e:
-        raise _named(e, lr) from None
 
 
 def check_serving_tokenizer(model) -> None:
@@ -163,14 +167,12 @@ def check_serving_tokenizer(model) -> None:
     try:
         counting_tokenizer(model)
     except RunnerError as e:
-        why = (
-            f"a serving run (`load`) counts its prompts with the model's tokenizer, and {e.message}"
-        )
-        hint = (
-            "set model.tokenizer to a local tokenizer folder (the fake engine can use builtin:demo)"
-        )
         raise RunnerError(
-            why, field=e.field, hint=f"{hint}, or map the hub id with --model-path ID=PATH"
+            "a serving run (`load`) counts its prompts with the model's tokenizer, and "
+            + e.message,
+            field=e.field,
+            hint="set model.tokenizer to a local tokenizer folder (the fake engine can use "
+            "builtin:demo), or map the hub id with --model-path ID=PATH",
         ) from None
 
 
@@ -181,47 +183,42 @@ def check_chat_template(lr: LoadedRecipe) -> None:
     if not r.prompt.chat_template or is_builtin(ref) or not looks_local(ref):
         return
     folder = Path(ref).expanduser()
-    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+    if any((folder / f"chat_template.{ext}").is_file() for ext in ("jinja", "json")):
         return
     try:
-        has = bool(
-            json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get(
-                "chat_template"
-            )
-        )
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return  # cannot tell
-    if not has:
-        hint = (
-            "set prompt.chat_template: false (plain text prompts), or use a tokenizer with a "
-            "chat template"
+    if not config.get("chat_template"):
+        raise RunnerError(
+            f"chat_template is true but the tokenizer in {ref} has no chat template",
+            field="prompt.chat_template",
+            hint="set prompt.chat_template: false (plain text prompts), or use a tokenizer with a "
+            "chat template",
         )
-        why = f"chat_template is true but the tokenizer in {ref} has no chat template"
-        raise RunnerError(why, field="prompt.chat_template", hint=hint)
 
 
 def check_engine_examples(lr: LoadedRecipe, examples) -> None:
     """What the engine would fail on for some example (the fake engine's reply template), named by
     the recipe."""
-    try:
+    with _named(lr):
         lr.recipe.engine.check_examples(examples)
-    except RunnerError as e:
-        raise _named(e, lr) from None
 
 
 def check_library(lr: LoadedRecipe) -> None:
     lib, kind = lr.recipe.engine.library, lr.recipe.engine.kind
     if lib and importlib.util.find_spec(lib) is None:
-        why = f"{lib} is not installed in this Python, so `engine: kind: {kind}` cannot run here"
-        hint = "run on a host with it installed (`runner check` works anywhere)"
-        raise RunnerError(why, file=lr.path, field="engine.kind", hint=hint)
+        raise RunnerError(
+            f"{lib} is not installed in this Python, so `engine: kind: {kind}` cannot run here",
+            file=lr.path,
+            field="engine.kind",
+            hint="run on a host with it installed (`runner check` works anywhere)",
+        )
 
 
 def check_host(lr: LoadedRecipe) -> None:
     """What the machine running the recipe must have: the engine's library and what its checks ask
     for."""
     check_library(lr)
-    try:
+    with _named(lr):
         lr.recipe.engine.preflight(lr.recipe.model)
-    except RunnerError as e:
-        raise _named(e, lr) from None

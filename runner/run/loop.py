@@ -19,6 +19,7 @@ import traceback
 from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack, nullcontext
+from functools import cached_property
 from typing import IO
 
 from runner.base.errors import RunnerError
@@ -74,7 +75,7 @@ class SharedEngine:
         # the process and engine start (s), until the generation after them takes them
         self.stages: Counter = Counter()
 
-    def get(self, by: str = "") -> Engine:
+    def get(self, by: str) -> Engine:
         if self.error is not None:
             raise self.error
         if self.engine is None:
@@ -83,7 +84,7 @@ class SharedEngine:
             try:
                 with Stage(self.stages, "start_s"):
                     self.engine = _build(r, self.profile)
-                self.unclaimed_start, self.started_by = True, by or self.unit.name
+                self.unclaimed_start, self.started_by = True, by
             except BaseException as e:
                 self.error = e
                 raise
@@ -166,8 +167,8 @@ class UnitRun:
         unit: Unit,
         opts: RunOptions,
         restarts: bool,
-        turns: str | None = None,
-        sharing: int = 1,
+        turns: str | None,
+        sharing: int,
     ):
         self.unit, self.opts, self.r = unit, opts, unit.loaded.recipe
         self.folder = opts.folder(unit.name)
@@ -181,22 +182,26 @@ class UnitRun:
         else:
             # repeats without the first one's samples: measured again
             self.folder.repeats.unlink(missing_ok=True)
-        self.restarts, self.turns, self.sharing, self.started = restarts, turns, sharing, now()
+        self.turns, self.started = turns, now()
+        # how its repeats were ordered (results.json's repeat_order)
+        self.order = (
+            None
+            if self.r.repeat == 1
+            else "interleaved with restarts"
+            if restarts
+            else "interleaved"
+            if sharing > 1
+            else "back to back"
+        )
         self.result, self.last, self.engine_of = None, None, None
         self.per_example = False
         self.stages: Counter = Counter()  # since the last repeat recorded (see `Stages`)
-        # repeat 1's, read from samples.jsonl at most once
-        self._samples: list[Sample] | None = None
 
-    @property
+    @cached_property
     def samples(self) -> list[Sample]:
         """The first repeat's samples (its outputs are the run's; later repeats are compared with
-        them)."""
-        if self._samples is None:
-            self._samples = [
-                Sample.from_line(d, list(self.r.metrics)) for d in load_samples(self.folder)
-            ]
-        return self._samples
+        them): read from samples.jsonl at most once, or set by the first repeat."""
+        return [Sample.from_line(d, list(self.r.metrics)) for d in load_samples(self.folder)]
 
     @property
     def wanted(self) -> int:
@@ -208,17 +213,6 @@ class UnitRun:
     @property
     def complete(self) -> bool:
         return all(self.has(i) for i in range(1, self.wanted + 1))
-
-    def order(self) -> str | None:
-        if self.wanted == 1:
-            return None
-        return (
-            "interleaved with restarts"
-            if self.restarts
-            else "interleaved"
-            if self.sharing > 1
-            else "back to back"
-        )
 
     def generate(self, index: int, shared: SharedEngine, progress_file: IO[str] | None) -> None:
         """Generation `index` of the recipe (0: a warm-up, not kept); on error the recipe's failed
@@ -261,16 +255,18 @@ class UnitRun:
             start_partial(self.folder.partial, unit.run_key)
         from tqdm import tqdm
 
-        shown = dict(
+        turn = (
+            " (warm-up)" if index == 0 else f" ({index}/{self.wanted})" if self.wanted > 1 else ""
+        )
+        bar = tqdm(
+            total=len(ids),
+            desc=r.name + turn,
+            unit="ex",
             disable=not opts.progress,
             file=progress_file or sys.stderr,
             dynamic_ncols=True,
             mininterval=0.5,
         )
-        turn = (
-            " (warm-up)" if index == 0 else f" ({index}/{self.wanted})" if self.wanted > 1 else ""
-        )
-        bar = tqdm(total=len(ids), desc=r.name + turn, unit="ex", **shown)
         bar.update(len(done))
         with (
             ExitStack() as around,
@@ -327,8 +323,8 @@ class UnitRun:
         if not first:
             before = {s.id: s.output for s in self.samples}
             return sum(before.get(i) != s.output for i, s in sink.new.items())
-        self._samples = merge_samples(self.unit.prepared.examples, done, sink.new)
-        write_jsonl_atomic(self.folder.samples, [s.to_line() for s in self._samples])
+        self.samples = merge_samples(self.unit.prepared.examples, done, sink.new)
+        write_jsonl_atomic(self.folder.samples, [s.to_line() for s in self.samples])
         self.folder.partial.unlink(missing_ok=True)
         self.per_example = sink.one_at_a_time
         return None
@@ -344,29 +340,20 @@ class UnitRun:
         load_s = 0.0 if self.engine_of else percentile(loads, 50) if loads else engine.info.load_s
         gen_s = geomean_interval([x.generate_s for x in reps])[0]
         total_s = sum(loads) + sum(x.wall_s or x.generate_s for x in reps)
-        starts = [x.start for x in reps if x.start is not None]
-        timings = Timings(
-            load_s=load_s,
-            generate_s=gen_s,
-            total_s=total_s,
-            start=starts[0] if starts else None,
-            **busy,
-        )
-        # with repeats an estimate scales the geomean
-        per_example = self.per_example and len(reps) == 1
-        peak, start_gib = shared.sampler.peak, shared.sampler.start_gib
-        reused = dict(reused_s=first.reused_s, reused_samples=first.reused_samples)
+        start = next((x.start for x in reps if x.start is not None), None)
+        timings = Timings(load_s=load_s, generate_s=gen_s, total_s=total_s, start=start, **busy)
         stages = Counter(prepare_s=self.unit.prepare_s, wall_s=self.unit.prepare_s)
         for x in reps:
             stages.update(x.stages.model_dump() if x.stages else {})
         m = Measured(
             timings,
-            peak,
-            start_gib,
-            per_example,
+            shared.sampler.peak,
+            shared.sampler.start_gib,
+            self.per_example and len(reps) == 1,  # with repeats an estimate scales the geomean
             first.started_at,
-            **reused,
-            peak_rss_gib=peak_rss(),
+            first.reused_s,
+            first.reused_samples,
+            peak_rss(),
         )
         profile = profile_run(engine, self.unit, ids, self.folder) if self.r.profile else None
         self.result = run_result(
@@ -378,7 +365,7 @@ class UnitRun:
             engine_of=self.engine_of,
             stages=Stages(**stages) if all(x.stages for x in reps) else None,
             repeats=reps,
-            repeat_order=self.order(),
+            repeat_order=self.order,
         )
         self.folder.write(self.result)
 
@@ -393,12 +380,12 @@ def run_rounds(
     (repeat 1 of every recipe, then repeat 2 in the reverse order, ...), skipping those measured
     before; `before(unit)` runs before each generation. Returns the results written: recipes that
     failed or have every repeat."""
-    many, call = len(job.units) > 1, job.options.call or "call"
+    call = job.options.call or "call"
     turns = (
         f"{call}/turns"
         if job.restarts
         else f"{call}/{os.getpid()}/{job.units[0].name}"
-        if many
+        if len(job.units) > 1
         else None
     )
     runs = [UnitRun(u, job.options, job.restarts, turns, len(job.units)) for u in job.units]

@@ -49,12 +49,19 @@ def environment() -> dict:
             commit += "-dirty"
     except (OSError, subprocess.SubprocessError):
         commit = None
-    env = {"python": sys.version.split()[0], "platform": platform.platform(), "runner": __version__}
     packages = {}
     for p in (*engine_packages(), "datasets", "pydantic", "jinja2", "tabulate"):
         with contextlib.suppress(md.PackageNotFoundError):
             packages[p] = md.version(p)
-    return {**env, "git_commit": commit, "packages": packages, **cpu_facts(), **device_facts()}
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "runner": __version__,
+        "git_commit": commit,
+        "packages": packages,
+        **cpu_facts(),
+        **device_facts(),
+    }
 
 
 def cpu_facts() -> dict:
@@ -97,6 +104,7 @@ class Output:
     engine: EngineInfo
     notes: Sequence[str]
     ids: list[list[int]] | None = None
+    shared_prefix: int = 0  # without ids: the tokens every prompt shares at its start
 
 
 @dataclass(frozen=True)
@@ -116,12 +124,11 @@ def make_sample(
         k: getattr(g, k)
         for k in ("prompt_tokens", "output_tokens", "cached_tokens", "ttft_s", "latency_s")
     }
-    answers = list(ex.answers)
     return Sample(
         id=ex.id,
         prompt=prompt,
         output=g.text,
-        answers=answers,
+        answers=list(ex.answers),
         scores=scores,
         seconds=seconds,
         **facts,
@@ -138,43 +145,37 @@ def merge_samples(examples: Sequence[Example], *parts: dict[str, Sample]) -> lis
     ]
 
 
+# what an error says (lower case) -> the hint at its fix
+_HINTS = (
+    (
+        ("out of memory", "outofmemory", "less than desired gpu memory", "cuda oom"),
+        "GPU memory ran out: lower engine.gpu_memory_utilization or engine.max_model_len, use a "
+        "quantized checkpoint (engine.quantization), set engine.cpu_offload_gb, or a smaller "
+        "engine.batch_size (transformers)",
+    ),
+    (
+        ("couldn't connect to", "connection error", "offline mode is enabled", "max retries"),
+        "this machine cannot reach the model hub: pass a local copy with --model-path HUB_ID=PATH",
+    ),
+    (
+        (
+            "not a valid model identifier",
+            "repository not found",
+            "no such file",
+            "can't load",
+            "does not appear to have",
+            "repo id must be",
+            "model folder not found",
+        ),
+        "check model.id (a hub id needs network access; here pass a local folder with "
+        "--set model.id=PATH)",
+    ),
+)
+
+
 def failure_hint(error: str) -> str | None:
     e = error.lower()
-    if any(
-        s in e for s in ("out of memory", "outofmemory", "less than desired gpu memory", "cuda oom")
-    ):
-        fix = (
-            "lower engine.gpu_memory_utilization or engine.max_model_len, use a quantized "
-            "checkpoint"
-        )
-        fix += (
-            " (engine.quantization), set engine.cpu_offload_gb, or a smaller engine.batch_size "
-            "(transformers)"
-        )
-        return f"GPU memory ran out: {fix}"
-    if any(
-        s in e
-        for s in (
-            "couldn't connect to",
-            "connection error",
-            "offline mode is enabled",
-            "max retries",
-        )
-    ):
-        return (
-            "this machine cannot reach the model hub: pass a local copy with --model-path "
-            "HUB_ID=PATH"
-        )
-    missing = ("not a valid model identifier", "repository not found", "no such file", "can't load")
-    if any(
-        s in e
-        for s in (*missing, "does not appear to have", "repo id must be", "model folder not found")
-    ):
-        return (
-            "check model.id (a hub id needs network access; here pass a local folder with "
-            "--set model.id=PATH)"
-        )
-    return None
+    return next((hint for words, hint in _HINTS if any(w in e for w in words)), None)
 
 
 def mean_scores(samples: list[Sample], metrics: list[str]) -> dict[str, float]:
@@ -201,57 +202,52 @@ def project_estimate(
             method += ", 95% t-interval"
         else:
             p.update(low_s=None, high_s=None)
-            few = f"too few examples to tell (n = {n}, an interval needs {MIN_PROJECTED})"
-            method += f"; {few}: no interval"
+            method += (
+                f"; too few examples to tell (n = {n}, an interval needs {MIN_PROJECTED}): no "
+                "interval"
+            )
     else:
         per = generate_s / n
         p = {"per_example_s": per, "projected_s": per * n_target, "low_s": None, "high_s": None}
         method = (
             "generation time of a random sample scaled linearly (examples ran in batches: no "
-            "per-example times, "
+            "per-example times, no interval)"
         )
-        method += "no interval)"
     return Estimate(n_measured=n, n_total=n_target, method=method, **p)
 
 
 def ignored_knob_notes(knobs: list[Knob]) -> list[str]:
     """A note per knob the engine did not apply (long values cut as in the knob table)."""
-    took = lambda k: (
-        f"requested {brief(k.requested)}, effective {brief(k.effective)} ({k.evidence})"
-    )
     return [
-        f"knob `{k.name}` did NOT take effect: {took(k)}" for k in knobs if k.status == "ignored"
+        f"knob `{k.name}` did NOT take effect: requested {brief(k.requested)}, effective "
+        f"{brief(k.effective)} ({k.evidence})"
+        for k in knobs
+        if k.status == "ignored"
     ]
 
 
 def energy_of(repeats: Sequence[Repeat], gpus: int, p_tok: int, o_tok: int) -> Energy:
     """The run's GPU energy from its repeats' readings: the mean joules of a generation, the average
     power over all their windows, and per token (the tokens of one generation)."""
-    if gpus == 0:
-        return Energy(measured=False, why_not="no GPU: the engine ran on the CPU")
-    if any(x.reused_samples for x in repeats):
-        return Energy(
-            measured=False,
-            gpus=gpus,
-            why_not="part of the generation ran in an earlier, interrupted call",
-        )
     got = [(x.energy_j, x.energy_s) for x in repeats if x.energy_j is not None and x.energy_s]
-    if not got or len(got) < len(repeats):
+    if gpus == 0:
+        why_not = "no GPU: the engine ran on the CPU"
+    elif any(x.reused_samples for x in repeats):
+        why_not = "part of the generation ran in an earlier, interrupted call"
+    elif not got or len(got) < len(repeats):
+        why_not = "no NVML energy counter for the engine's GPUs here"
+    else:
+        joules, seconds = zip(*got)
+        j = sum(joules) / len(got)
         return Energy(
-            measured=False, gpus=gpus, why_not="no NVML energy counter for the engine's GPUs here"
+            measured=True,
+            gpus=gpus,
+            joules=j,
+            watts=sum(joules) / sum(seconds),
+            j_per_output_token=j / o_tok if o_tok else None,
+            j_per_1k_prompt_tokens=j / p_tok * 1000 if p_tok else None,
         )
-    joules = sum(j for j, _ in got) / len(got)
-    watts = sum(j for j, _ in got) / sum(s for _, s in got)  # type: ignore[misc]
-    per_out = joules / o_tok if o_tok else None
-    per_prompt = joules / p_tok * 1000 if p_tok else None
-    return Energy(
-        measured=True,
-        gpus=gpus,
-        joules=joules,
-        watts=watts,
-        j_per_output_token=per_out,
-        j_per_1k_prompt_tokens=per_prompt,
-    )
+    return Energy(measured=False, gpus=gpus, why_not=why_not)
 
 
 def run_result(
@@ -276,70 +272,90 @@ def run_result(
         env["vllm_metrics"] = eng.extra["metrics"]
     notes = list(dict.fromkeys([*out.notes, *eng.notes, *ignored_knob_notes(eng.knobs)]))
     if reused:
-        was = (
+        notes.append(
             f"{reused} of {n} samples were reused from an earlier, interrupted run of the same "
-            "recipe"
+            f"recipe; generation time adds their recorded wall time ({m.reused_s:.1f} s) to this "
+            f"run's ({gen_s - m.reused_s:.1f} s)."
         )
-        took = (
-            f"their recorded wall time ({m.reused_s:.1f} s) to this run's "
-            f"({gen_s - m.reused_s:.1f} s)"
-        )
-        notes.append(f"{was}; generation time adds {took}.")
     if r.model.trust_remote_code:
         notes.append(
             "trust_remote_code was ON: code shipped with the checkpoint was allowed to run."
         )
-    fields = _identity(unit, command, fail) | _counted(out, m)
-    fields.update(n_samples=n, n_scored=sum(1 for s in samples if s.answers), knobs=list(eng.knobs))
-    fields.update(timings=m.timings, scores=mean_scores(samples, list(r.metrics)), notes=notes)
-    fields.update(
-        environment=env, started_at=m.started_at, finished_at=now(), reused_samples=reused
-    )
-    fields["engine"] = {k: getattr(eng, k) for k in ("name", "version", "device", "quantization")}
-    alone = not fail and "serving" not in facts  # a serving run's figures are its own
-    if alone and "replicas" not in facts:
-        reps, tok = facts.get("repeats") or [], fields["tokens"]
-        fields["energy"] = energy_of(reps, eng.gpus, tok["prompt"], tok["output"])
-    if alone and 0 < n < unit.prepared.n_target and "serving" not in facts:
-        fields["estimate"] = project_estimate(samples, gen_s, m.per_example, unit.prepared.n_target)
-    return RunResult(**(fields | facts))
-
-
-def _identity(unit: Unit, command: str, fail: Failure | None) -> dict[str, Any]:
-    """The fields that name the run: its recipe, where it came from, how it ended."""
-    lr, r = unit.loaded, unit.loaded.recipe
     dummy = r.model.load_format == "dummy" or r.model.id.startswith("builtin:") or r.engine.fake
-    fields = dict(name=r.name, recipe=r, recipe_hash=r.digest(), recipe_path=lr.path, cell=lr.cell)
-    status = "failed" if fail else "ok"
-    fields.update(
-        command=command, status=status, error=fail and fail.error, hint=fail and fail.hint
+    fields = dict(
+        _counted(out, m),
+        # the fields that name the run: its recipe, where it came from, how it ended
+        name=r.name,
+        recipe=r,
+        recipe_hash=r.digest(),
+        recipe_path=unit.loaded.path,
+        cell=unit.loaded.cell,
+        command=command,
+        status="failed" if fail else "ok",
+        error=fail and fail.error,
+        hint=fail and fail.hint,
+        scores_meaningful=not dummy,
+        run_key=unit.run_key,
+        n_dataset=unit.prepared.n_dataset,
+        plan=unit.plan,
+        n_samples=n,
+        n_scored=sum(1 for s in samples if s.answers),
+        knobs=list(eng.knobs),
+        timings=m.timings,
+        scores=mean_scores(samples, list(r.metrics)),
+        notes=notes,
+        environment=env,
+        started_at=m.started_at,
+        finished_at=now(),
+        reused_samples=reused,
+        engine={k: getattr(eng, k) for k in ("name", "version", "device", "quantization")},
     )
-    fields["scores_meaningful"] = not dummy
-    return fields | dict(run_key=unit.run_key, n_dataset=unit.prepared.n_dataset, plan=unit.plan)
+    if not fail and "serving" not in facts:  # a serving run's figures are its own
+        if "replicas" not in facts:
+            tok = fields["tokens"]
+            reps = facts.get("repeats") or []
+            fields["energy"] = energy_of(reps, eng.gpus, tok["prompt"], tok["output"])
+        if 0 < n < unit.prepared.n_target:
+            fields["estimate"] = project_estimate(
+                samples, gen_s, m.per_example, unit.prepared.n_target
+            )
+    return RunResult(**(fields | facts))
 
 
 def _counted(out: Output, m: Measured) -> dict[str, Any]:
     """The parts of a result counted over its samples (tokens, throughput, latency, prefix) and its
-    memory, as the nested parts' fields (checked by RunResult)."""
+    memory, as the nested parts' fields (checked by RunResult). The shared prefix is counted on the
+    prompts' token ids, else (replicas merged) `shared_prefix` tokens of every prompt."""
     samples, eng = out.samples, out.engine
     n, gen_s = len(samples), m.timings.generate_s or 0.0
     p_tok, o_tok = sum(s.prompt_tokens for s in samples), sum(s.output_tokens for s in samples)
     cached = [s.cached_tokens for s in samples if s.cached_tokens is not None]
-    k, share = prefix_share(out.ids) if out.ids else (0, 0.0)
-    hit = sum(cached) / p_tok if cached and p_tok else None
+    k = out.shared_prefix
+    k, share = prefix_share(out.ids) if out.ids else (k, k * n / p_tok if p_tok else 0.0)
     rate = (lambda x: x / gen_s) if gen_s and n else (lambda x: None)
-    latencies = [s.latency_s for s in samples]
-    per_s = dict(requests_per_s=rate(n), output_tokens_per_s=rate(o_tok))
-    per_s["total_tokens_per_s"] = rate(p_tok + o_tok)
-    memory = dict(peak_gpu_gib=m.peak_gpu_gib, baseline_gpu_gib=m.baseline_gpu_gib)
-    memory.update(peak_rss_gib=m.peak_rss_gib, weights_gib=eng.weights_gib)
-    memory.update(kv_cache_tokens=eng.kv_cache_tokens, kv_cache_gib=eng.extra.get("kv_cache_gib"))
     return dict(
         tokens=dict(prompt=p_tok, output=o_tok, cached=sum(cached) if cached else None),
-        throughput=per_s,
-        latency=dict(ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct(latencies)),
-        memory=memory,
-        prefix=dict(shared_prefix_tokens=k, shared_prefix_share=share, hit_rate=hit),
+        throughput=dict(
+            requests_per_s=rate(n),
+            output_tokens_per_s=rate(o_tok),
+            total_tokens_per_s=rate(p_tok + o_tok),
+        ),
+        latency=dict(
+            ttft_s=_pct([s.ttft_s for s in samples]), e2e_s=_pct([s.latency_s for s in samples])
+        ),
+        memory=dict(
+            peak_gpu_gib=m.peak_gpu_gib,
+            baseline_gpu_gib=m.baseline_gpu_gib,
+            peak_rss_gib=m.peak_rss_gib,
+            weights_gib=eng.weights_gib,
+            kv_cache_tokens=eng.kv_cache_tokens,
+            kv_cache_gib=eng.extra.get("kv_cache_gib"),
+        ),
+        prefix=dict(
+            shared_prefix_tokens=k,
+            shared_prefix_share=share,
+            hit_rate=sum(cached) / p_tok if cached and p_tok else None,
+        ),
     )
 
 
@@ -347,11 +363,11 @@ def engine_facts(res: RunResult) -> EngineInfo:
     """What a stored result says of its engine, as the EngineInfo it was made from (for merging
     replicas)."""
     mem = res.memory
-    extra = {**res.environment.get("engine_extra", {}), "kv_cache_gib": mem.kv_cache_gib}
-    facts = dict(
+    return EngineInfo(
+        **res.engine.model_dump(),
+        load_s=res.timings.load_s or 0.0,
         weights_gib=mem.weights_gib,
         kv_cache_tokens=mem.kv_cache_tokens,
         knobs=list(res.knobs),
-        extra=extra,
+        extra={**res.environment.get("engine_extra", {}), "kv_cache_gib": mem.kv_cache_gib},
     )
-    return EngineInfo(**res.engine.model_dump(), load_s=res.timings.load_s or 0.0, **facts)

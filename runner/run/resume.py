@@ -9,13 +9,14 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from runner.base.errors import RunnerError
-from runner.base.files import write_bytes_atomic, write_error, write_text_atomic
+from runner.base.files import write_bytes_atomic, write_error, write_jsonl_atomic
 from runner.folder import RunFolder
 from runner.results import Repeat, Sample
 
@@ -94,8 +95,9 @@ def load_partial(path: Path, key: str, metrics: list[str]) -> dict[str, Sample]:
     return out
 
 
-def start_partial(path: Path, key: str) -> None:
-    write_text_atomic(path, json.dumps({"_run_key": key}) + "\n")
+def start_partial(path: Path, key: str, samples: Sequence[Sample] = ()) -> None:
+    """A partial samples file (or repeats.jsonl) begun: the run's key, then the samples given."""
+    write_jsonl_atomic(path, [{"_run_key": key}, *(s.to_line() for s in samples)])
 
 
 def load_repeats(folder: RunFolder, key: str) -> tuple[list[Repeat], list[str]]:
@@ -138,10 +140,9 @@ def load_repeats(folder: RunFolder, key: str) -> tuple[list[Repeat], list[str]]:
         ] + last
         _set_aside(folder, bad)
         path.unlink()
-        where = folder.repeats_rejected.name
         return [], [
-            f"{path}: {why}; its {len(bad)} line(s) set aside in {where}, its repeats are measured "
-            "again"
+            f"{path}: {why}; its {len(bad)} line(s) set aside in {folder.repeats_rejected.name}, "
+            "its repeats are measured again"
         ]
     reps: dict[int, Repeat] = {}
     good, bad = [lines[0]], []
@@ -161,7 +162,11 @@ def load_repeats(folder: RunFolder, key: str) -> tuple[list[Repeat], list[str]]:
             write_bytes_atomic(path, b"".join(line + b"\n" for line in good))
         else:
             repair_cut_line(path, data)
-    return [reps[i] for i in sorted(reps)], _named(folder, bad + last)
+    return [reps[i] for i in sorted(reps)], [
+        f"{path} line {n}: {why}; set aside in {folder.repeats_rejected.name}, the other repeats "
+        "kept"
+        for n, _, why in bad + last
+    ]
 
 
 def _json(line: bytes | str) -> Any:
@@ -193,7 +198,7 @@ def _set_aside(folder: RunFolder, bad: list[tuple[int, bytes, str]]) -> None:
     """Append the bad lines of repeats.jsonl to repeats.rejected.jsonl, one record each: the line's
     number, why it was set aside, when, and its text as it was."""
     at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    records = [
+    text = "".join(
         json.dumps(
             {
                 "line": n,
@@ -202,23 +207,16 @@ def _set_aside(folder: RunFolder, bad: list[tuple[int, bytes, str]]) -> None:
                 "text": line.decode("utf-8", errors="replace"),
             }
         )
+        + "\n"
         for n, line, why in bad
-    ]
+    )
     try:
         with open(folder.repeats_rejected, "a", encoding="utf-8") as f:
-            f.write("".join(r + "\n" for r in records))
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
     except OSError as e:  # nothing was taken out of repeats.jsonl yet
         raise write_error(folder.repeats_rejected, e) from None
-
-
-def _named(folder: RunFolder, bad: list[tuple[int, bytes, str]]) -> list[str]:
-    where = folder.repeats_rejected.name
-    return [
-        f"{folder.repeats} line {n}: {why}; set aside in {where}, the other repeats kept"
-        for n, _, why in bad
-    ]
 
 
 def add_repeat(path: Path, key: str, rep: Repeat) -> None:
