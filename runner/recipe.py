@@ -31,15 +31,17 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
 class FieldMap(StrictModel):
-    """Where each part of a normalized example comes from in a dataset row (dotted keys allowed)."""
+    """Where each part of a normalized example comes from in a dataset row (dotted keys reach
+    inside nested records; a column whose own name has dots, as a CSV's `q.text`, comes first)."""
 
     id: str | None = Field(None, description="Column holding a unique id; row number when unset.")
     question: str = Field("question", description="Column holding the question.")
     context: str | None = Field("context", description="Column holding the passage; null for none.")
     answers: str | None = Field(
         "answers",
-        description="Column holding gold answers: a string, a list of "
-        "strings, `{text: [...]}` or a list of `{text: ...}`; null for none.",
+        description="Column holding gold answers: a string, a list of strings, `{text: [...]}` "
+        "or a list of `{text: ...}`; null for none. A text cell holding a JSON list of strings "
+        '(`["Monday", "Mondays"]`) gives several answers: how a CSV lists them.',
     )
 
 

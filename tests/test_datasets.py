@@ -167,6 +167,31 @@ def test_csv_string_answers_and_default_ids(tmp_path):
     assert got == [Example("0", "質問0", "文0", ("答0",)), Example("1", "質問1", "文1", ("答1",))]
 
 
+def test_a_csv_lists_several_answers_as_a_json_list_and_maps_a_column_named_with_dots(tmp_path):
+    """Issue 42: a gold cell `["Mondays", "Monday"]` is two answers (it was one literal string, so
+    the right answer scored 0), other bracketed text stays one answer, and a column whose name has
+    a dot (`q.text`) can be mapped."""
+    (tmp_path / "d.csv").write_text(
+        "q.text,answers\n"
+        'When?,"[""Mondays"", ""Monday""]"\n'
+        "Which?,[see above]\n"
+        'How many?,"[1, 2]"\n',
+        encoding="utf-8",
+    )
+    got = read_examples(
+        spec(format="csv", path="d.csv", fields={"question": "q.text", "context": None}), tmp_path
+    ).examples
+    assert [(e.question, e.answers) for e in got] == [
+        ("When?", ("Mondays", "Monday")),
+        ("Which?", ("[see above]",)),
+        ("How many?", ("[1, 2]",)),
+    ]
+    from runner.scoring.metrics import get_metric
+
+    em = get_metric("exact_match")
+    assert em.score("Monday", got[0].answers, gold="max") == 1.0 > em.score("Monday", ["Mondays"])
+
+
 def test_csv_without_context_or_answers(tmp_path):
     (tmp_path / "d.csv").write_text("id,text\nx,hello\ny,world\n", encoding="utf-8")
     got = list(

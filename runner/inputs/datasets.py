@@ -6,7 +6,9 @@ cache, so what a run uses and what it records are the same file contents."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import math
 import random
 import tempfile
@@ -36,7 +38,10 @@ _ID_HINT = (
 
 
 def _get(row: dict, dotted: str) -> Any:
-    """The value at a dotted key, or _MISSING."""
+    """The value at a dotted key (a column whose own name has dots, as a CSV's `q.text`, first),
+    or _MISSING."""
+    if dotted in row:
+        return row[dotted]
     cur: Any = row
     for part in dotted.split("."):
         if not isinstance(cur, dict) or part not in cur:
@@ -54,7 +59,7 @@ def _answers(value: Any, nested: bool = False) -> tuple[str, ...]:
             raise ValueError("null answer")
         return ()
     if isinstance(value, str):
-        return (value,)
+        return _listed(value) if not nested else (value,)
     if isinstance(value, dict) and "text" in value:
         return _answers(value["text"], nested=True)
     if isinstance(value, (list, tuple)):
@@ -62,6 +67,17 @@ def _answers(value: Any, nested: bool = False) -> tuple[str, ...]:
     if isinstance(value, dict):
         raise ValueError("an object without a 'text' key")
     return (as_text(value),)
+
+
+def _listed(cell: str) -> tuple[str, ...]:
+    """A text cell holding a JSON list of strings (`["Monday", "Mondays"]`: how a CSV gives several
+    answers) as those answers; any other text as one answer."""
+    if cell.startswith("[") and cell.endswith("]"):
+        with contextlib.suppress(ValueError):
+            listed = json.loads(cell)
+            if isinstance(listed, list) and listed and all(isinstance(a, str) for a in listed):
+                return tuple(listed)
+    return (cell,)
 
 
 def as_text(value: Any) -> str:
