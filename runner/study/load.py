@@ -46,20 +46,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from itertools import product
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 from pydantic import Field
 
 from runner.base.dotted import overlaps, set_dotted
 from runner.base.errors import RecipeError
 from runner.base.types import StrictModel
-from runner.config.loading import (
-    RecipeFile,
-    check_abstract,
-    finish,
-    load_recipes,
-    read_recipe_file,
-)
+from runner.config.loading import RecipeFile, check_abstract, finish, read_recipe_file
 from runner.config.overrides import KeyProblem, key_target, parse_set
 from runner.recipe import NAME_PATTERN, LoadedRecipe, StudyCell
 
@@ -468,55 +462,19 @@ def _check_names(cells: list[Cell], axes: list[Axis], where: str) -> None:
         seen[c.name] = c
 
 
-@dataclass(frozen=True)
-class Study:
-    """What one file holds. `kind`: "recipe" (one experiment), "study" (cells) or "abstract"
-    (none)."""
-
-    kind: Literal["recipe", "study", "abstract"]
-    axes: tuple[Axis, ...]  # matrix axes in file order, then `variant` when there are variants
-    report: ReportAxes | None
-    cells: tuple[LoadedRecipe, ...]
-
-    def describe(self, lr: LoadedRecipe) -> str:
-        return describe(lr.cell.settings if lr.cell else {}, self.axes)
-
-
-def load_study(
-    path: str | Path,
-    overrides: list[str] | None = None,
-    *,
-    model_paths: Mapping[str, str] | None = None,
-    keep: Callable[[str], bool] | None = None,
-) -> Study:
-    """Everything one recipe file holds, validated, with its axes (`runner check`): a plain file
-    through runner.config, a study's cells through `study_file`."""
-    f = read_recipe_file(path)
-    if f.is_study:
-        return study_file(f, list(overrides or []), dict(model_paths or {}), keep)
-    loaded = tuple(load_recipes(f, overrides, model_paths=model_paths, keep=keep))
-    return Study("abstract" if f.keys.get("abstract") else "recipe", (), None, loaded)
-
-
 def study_cells(
     f: RecipeFile, overrides: list[str], mp: Mapping[str, str], keep: Callable[[str], bool] | None
 ) -> list[LoadedRecipe]:
     """A study file's cells (runner.config's `load_recipes` hands a study file here, through
-    runner/wings.py)."""
-    return list(study_file(f, overrides, mp, keep).cells)
-
-
-def study_file(
-    f: RecipeFile, overrides: list[str], mp: Mapping[str, str], keep: Callable[[str], bool] | None
-) -> Study:
-    """A study's cells, each validated as a full recipe before anything runs (an invalid cell's
-    error names the cell and its field). `keep`: only the cells whose name it keeps are validated
-    and returned (`--only`: a `--set` is not checked against cells the call does not run)."""
+    runner/wings.py), each validated as a full recipe before anything runs (an invalid cell's error
+    names the cell and its field); none for an abstract file. `keep`: only the cells whose name it
+    keeps are validated and returned (`--only`: a `--set` is not checked against cells the call does
+    not run)."""
     where, name, g = str(f.path), f.data.get("name"), parse_grid(f)
     report = check_report(f.keys.get("report"), g.all_axes, where)
     if f.keys.get("abstract"):
         check_abstract(f)
-        return Study("abstract", g.all_axes, report, ())
+        return []
     if not isinstance(name, str) or not re.match(NAME_PATTERN, name):
         hint = (
             "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
@@ -568,7 +526,7 @@ def study_file(
         )
         lr = finish(replace(f, data=c.data), overrides, mp, c.origins, title)
         loaded.append(lr.model_copy(update={"cell": cell}))
-    return Study("study", g.all_axes, report, tuple(loaded))
+    return loaded
 
 
 def cell_file(path: str | Path, name: str, field: str) -> RecipeFile:
