@@ -284,12 +284,8 @@ def parse_variants(variants: Any, where: str) -> dict[str, dict]:
     for name, overlay in variants.items():
         name = _label_key(name, "variants", where)
         if not VARIANT_PATTERN.match(name):
-            msg = (
-                f"variant name {name!r}: letters, digits and ._- only, starting with a letter "
-                "or "
-                "digit"
-            )
-            raise _err(where, "variants", msg)
+            msg = f"variant name {name!r}: letters, digits and ._- only, starting with a letter"
+            raise _err(where, "variants", msg + " or digit")
         what, overlay = f"variants.{name}", {} if overlay is None else overlay
         if not isinstance(overlay, dict):
             raise _err(
@@ -345,7 +341,7 @@ def parse_excludes(exclude: Any, all_axes: tuple[Axis, ...], where: str) -> list
     return out
 
 
-def check_report(report: Any, all_axes: tuple[Axis, ...], where: str) -> ReportAxes | None:
+def check_report(report: Any, all_axes: tuple[Axis, ...], where: str) -> dict | None:
     if report is None:
         return None
     if not isinstance(report, dict) or set(report) - {"rows", "columns"}:
@@ -354,7 +350,7 @@ def check_report(report: Any, all_axes: tuple[Axis, ...], where: str) -> ReportA
     for k, v in report.items():
         if v is not None and v not in names:
             raise _err(where, f"report.{k}", _not_an_axis(v, names))
-    return ReportAxes(**report)
+    return {"rows": report.get("rows"), "columns": report.get("columns")}
 
 
 class Cell(NamedTuple):
@@ -455,9 +451,8 @@ def _check_names(cells: list[Cell], axes: list[Axis], where: str) -> None:
             msg += f"({describe(c.cell, axes)})"
             hint = (
                 "give the axis values distinct labels: `matrix: {key: {label: value}}` (an "
-                "empty label leaves a "
+                "empty label leaves a value out of names)"
             )
-            hint += "value out of names)"
             raise _err(where, "matrix", msg, hint)
         seen[c.name] = c
 
@@ -493,14 +488,9 @@ def study_cells(
         if clash := _clash([a.key for a in g.all_axes], k):
             msg = (
                 f"--set {k}: the study varies {clash!r} across its cells; setting it for every "
-                "cell would make "
+                "cell would make cells the same"
             )
-            raise _err(
-                where,
-                "--set",
-                msg + "cells the same",
-                "pick cells by name, or change the study's matrix",
-            )
+            raise _err(where, "--set", msg, "pick cells by name, or change the study's matrix")
     cells, loaded, by_key = expand(f, name, g), [], {a.key: a for a in g.all_axes}
     # `baseline: CELL`: that cell alone is the baseline
     if isinstance(base := f.data.get("baseline"), str):
@@ -521,7 +511,7 @@ def study_cells(
             study=name,
             settings=c.cell,
             labels=labels,
-            axes=report and report.model_dump(),
+            axes=report,
             index=index,
         )
         lr = finish(replace(f, data=c.data), overrides, mp, c.origins, title)

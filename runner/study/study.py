@@ -57,10 +57,9 @@ def axis_value(r: RunResult, axis: str) -> Any:
 
 
 def labels_of(cells: list[RunResult]) -> Labels:
-    parts = [r.cell for r in cells if r.cell is not None]
     return {
         (k, value_key(c.settings[k])): lab
-        for c in parts
+        for c in (r.cell for r in cells if r.cell is not None)
         for k, lab in c.labels.items()
         if k in c.settings
     }
@@ -119,10 +118,10 @@ def pick_axes(
 ) -> tuple[str | None, str | None, str]:
     """(rows axis, columns axis, how they were picked): the requested ones where they vary here, the
     rest from the axes with the most distinct values (ties: the earlier axis)."""
-    req = requested or {}
-    rows = req.get("rows") if req.get("rows") in axes else None
-    cols = req.get("columns") if req.get("columns") in axes and req.get("columns") != rows else None
-    unknown = [f"`{k}`" for k in (req.get("rows"), req.get("columns")) if k and k not in axes]
+    want = (requested or {}).get("rows"), (requested or {}).get("columns")
+    rows = want[0] if want[0] in axes else None
+    cols = want[1] if want[1] in axes and want[1] != rows else None
+    unknown = [f"`{k}`" for k in want if k and k not in axes]
     auto = sorted(
         (k for k in axes if k not in (rows, cols)),
         key=lambda k: -sum(v is not ABSENT for v in axes[k]),
@@ -215,8 +214,8 @@ class Effect:
     pairs: tuple[tuple[RunResult, RunResult], ...]
     speedup: float | None
     approx: bool
-    low: float | None = None  # the 95% interval of the speed-up (none from single runs)
-    high: float | None = None
+    low: float | None  # the 95% interval of the speed-up (none from single runs)
+    high: float | None
 
 
 def only_differ_in(a: RunResult, b: RunResult, axis: str) -> bool:
@@ -371,9 +370,9 @@ class Spent:
     starts: int
     reused: tuple[tuple[str, str | None], ...]  # (cell, the cell whose engine it ran on)
     # torch.compile and CUDA graph capture, over every engine start the engines split
-    compile_s: float = 0.0
-    cold: int = 0  # engine starts that compiled
-    warm: int = 0  # engine starts that loaded the compiled graphs from the cache
+    compile_s: float
+    cold: int  # engine starts that compiled
+    warm: int  # engine starts that loaded the compiled graphs from the cache
 
 
 def _when(s: str) -> dt.datetime | None:
@@ -448,15 +447,9 @@ def spent_section(cells: list[RunResult]) -> list[str]:
     if s.cold or s.warm:
         words = (
             f"Of the engine starts, {s.cold} compiled (cold) and {s.warm} loaded the compiled "
-            "graphs from the "
-        )
-        words += (
-            "compile cache (warm); compiling and capturing CUDA graphs took "
-            f"{secs(s.compile_s)} in all "
-        )
-        words += (
-            "(`engine.compile_cache` keeps the cache in a folder you name, for a later call "
-            "or another host)."
+            "graphs from the compile cache (warm); compiling and capturing CUDA graphs took "
+            f"{secs(s.compile_s)} in all (`engine.compile_cache` keeps the cache in a folder you "
+            "name, for a later call or another host)."
         )
         out += ["", words]
     if s.reused:
@@ -492,11 +485,9 @@ def study_section(
     if axes:
         picked = f"rows: **{rows}**" + (f", columns: **{cols}**" if cols else "")
         note = (
-            "Generation time per cell (`~`: projected from a partial run; fastest in bold): "
-            "the geometric mean with "
-        )
-        note += (
-            "its 95% interval and the number of repeats; a time alone is one run, with no interval."
+            "Generation time per cell (`~`: projected from a partial run; fastest in bold): the "
+            "geometric mean with its 95% interval and the number of repeats; a time alone is one "
+            "run, with no interval."
         )
         out += [f"{head}; {picked} ({how}). {note}", "", pivot(cells, axes, rows, cols)]
     else:
@@ -523,7 +514,7 @@ def study_summary(results: list[RunResult], out: Path | None) -> list[str]:
     groups = study_groups(results)
     # each study's gates read its samples once
     stopped = {s: gate_stopped(c, out) for s, c in groups.items()}
-    charts = write_study_charts(results, out, stopped=stopped) if out is not None else {}
+    charts = write_study_charts(results, out, stopped) if out is not None else {}
     link = lambda s: f"{s}/{SUMMARY}" if out is not None else None
     return sum(
         (study_section(s, c, charts.get(s), link(s), stopped[s]) for s, c in groups.items()), []
@@ -554,7 +545,7 @@ def write_study_summaries(
         path.parent.mkdir(parents=True, exist_ok=True)
         stopped = {study: gate_stopped(cells, out)}
         # its own: the call's shows the call's cells
-        charts = write_study_charts(cells, out, path.parent, stopped)
+        charts = write_study_charts(cells, path.parent, stopped)
         section = lambda rs, o, s=study, c=charts.get(study), x=stopped[study]: study_section(
             s, rs, c, None, x
         )
@@ -567,14 +558,11 @@ def write_study_summaries(
 
 
 def write_study_charts(
-    results: list[RunResult],
-    out: Path,
-    dest: Path | None = None,
-    stopped: Mapping[str, Collection[str]] | None = None,
+    results: list[RunResult], dest: Path, stopped: Mapping[str, Collection[str]]
 ) -> dict[str, Path]:
-    """study name -> its accuracy-vs-time chart, for each study among `results` with meaningful
-    scores (in `out`, or in `dest`: a study's own summary's folder); `stopped`: study -> the cells
-    their gate stopped (drawn red; `gate_stopped` where not given)."""
+    """study name -> its accuracy-vs-time chart in `dest` (the call's --out, or a study's own
+    summary's folder), for each study among `results` with meaningful scores; `stopped`: study ->
+    the cells their gate stopped (drawn red)."""
     try:
         pyplot()
     except ImportError:
@@ -584,16 +572,15 @@ def write_study_charts(
         if (metric := chart_metric(cells)) is None:
             continue
         try:
-            path = study_chart_path(dest or out, study)
+            path = study_chart_path(dest, study)
         except RunnerError:
             continue
         label = lambda r, s=study: r.name.removeprefix(f"{s}-") + (" (est.)" if r.estimate else "")
-        red_cells = (
-            stopped[study] if stopped is not None and study in stopped else gate_stopped(cells, out)
-        )
-        red = "; red: stopped by its gate" if red_cells else ""
+        red = "; red: stopped by its gate" if stopped[study] else ""
         title = f"{study}: {metric} against time (green: Pareto front{red})"
-        chart = accuracy_chart(cells, Accuracy(metric, red_cells), path, label=label, title=title)
+        chart = accuracy_chart(
+            cells, Accuracy(metric, stopped[study]), path, label=label, title=title
+        )
         if chart is not None:
             charts[study] = chart
     return charts
