@@ -170,12 +170,11 @@ def prepare(call: Call, wiring: Wiring) -> Tune:
 def _candidates(src: RecipeFile, call: Call, spec: TuneSpec, base: LoadedRecipe) -> list[Cell]:
     """Every candidate, named `<name>-tNN`; one the recipe's checks refuse (e.g. vLLM's step
     smaller than its sequences) or that is the recipe as written has its verdict already."""
-    cands, labels = spec.candidates(), spec.candidate_labels()
+    cands = spec.candidates()
     # t1..t9, t01..t10, ...: more candidates later rename them (their runs start over)
     width = len(str(len(cands)))
     name, as_written = base.recipe.name, base.recipe.model_dump(exclude={"name"})
-    numbered = enumerate(zip(cands, labels), 1)
-    cells = [Cell(i, f"{name}-t{i:0{width}d}", c, lab) for i, (c, lab) in numbered]
+    cells = [Cell(i, f"{name}-t{i:0{width}d}", *c) for i, c in enumerate(cands, 1)]
     for c in cells:
         try:
             lr = load_cell(src, call, c.settings, c.name)
