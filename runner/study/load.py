@@ -134,28 +134,24 @@ def add_study_keys(schema: dict) -> dict:
     may come from a base or a variant); any other file is checked in full, required fields
     included."""
     keys = StudyKeys.model_json_schema(ref_template="#/$defs/{model}")
-    defs = schema.get("$defs", {})
+    defs, props = schema["$defs"], schema["properties"]
     out = {k: v for k, v in schema.items() if k not in ("properties", "required", "$defs")}
-    out["properties"] = {**_relax(schema.get("properties", {})), **keys["properties"]}
-    if "baseline" in out["properties"]:  # a study may name its baseline cell
-        cell = {
-            "type": "string",
-            "description": "In a study: the name of the one cell that is the baseline.",
-        }
-        out["properties"]["baseline"] = {"anyOf": [out["properties"]["baseline"], cell]}
+    out["properties"] = {**_relax(props), **keys["properties"]}
+    cell = {  # a study may name its baseline cell
+        "type": "string",
+        "description": "In a study: the name of the one cell that is the baseline.",
+    }
+    out["properties"]["baseline"] = {"anyOf": [out["properties"]["baseline"], cell]}
     out["$defs"] = {
         **defs,
         **{f"{k}Partial": _relax(v) for k, v in defs.items()},
-        **keys.get("$defs", {}),
+        **keys["$defs"],
     }
     partial = [{"required": [k]} for k in ("base", "matrix", "variants")]
     out["if"] = {
         "anyOf": [*partial, {"required": ["abstract"], "properties": {"abstract": {"const": True}}}]
     }
-    out["else"] = {
-        "required": schema.get("required", []),
-        "properties": schema.get("properties", {}),
-    }
+    out["else"] = {"required": schema["required"], "properties": props}
     return out
 
 
@@ -402,9 +398,7 @@ def expand(f: RecipeFile, name: str, g: Grid) -> list[Cell]:
     for v in vnames:
         overlay = g.variants.get(v, {})  # type: ignore[arg-type]
         free = [a for a in g.axes if _clash(overlay, a.key) is None]
-        origins = tuple(("variants", v, k) for k in overlay) + tuple(
-            ("matrix", a.key) for a in free
-        )
+        origins = (*(("variants", v, k) for k in overlay), *(("matrix", a.key) for a in free))
         for combo in product(*(a.values for a in free)):
             chosen = dict(zip((a.key for a in free), combo, strict=True))
             # a variant that sets an axis's own key fixes it at that value

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,15 +210,11 @@ def _estimate(t: Tune) -> str:
         )
     n = len(t.to_screen)
     rest = confirm_s(screen, t.spec, t.spec.confirmed(n), len(t.hand)) or 0.0
-    words = (
+    return (
         f"Estimated time: about {secs(one * n + rest)} ({n} screens of ~{secs(one)} each, as "
-        "the stored screen "
+        f"the stored screen of the recipe as written took, then a confirmation of ~{secs(rest)} "
+        f"on {screen.n_dataset:,} examples)."
     )
-    words += (
-        f"of the recipe as written took, then a confirmation of ~{secs(rest)} on "
-        f"{screen.n_dataset:,} "
-    )
-    return words + "examples)."
 
 
 def _source(
@@ -315,12 +310,9 @@ def _plan_words(spec: TuneSpec, cells: list[Cell], screened: int, name: str) -> 
     )
     words = (
         f"{n} candidates{bad}{cut}: each screened once on the first {spec.screen.examples} "
-        "examples with the "
+        f"examples with the recipe as written ({name}, the baseline); the best {confirmed} then "
+        f"run on every example {spec.confirm.repeat} times each, with the baseline"
     )
-    words += (
-        f"recipe as written ({name}, the baseline); the best {confirmed} then run on every example "
-    )
-    words += f"{spec.confirm.repeat} times each, with the baseline"
     words += f" and the hand-written {', '.join(spec.compare)}" if spec.compare else ""
     words += f": at most {spec.runs(screened, confirmed)} measured runs. Objective: "
     words += "generation time" if spec.objective == "generate_s" else "output tokens per second"
@@ -335,9 +327,9 @@ def _plan_words(spec: TuneSpec, cells: list[Cell], screened: int, name: str) -> 
     if spec.budget.minutes:
         words += (
             f"; the {spec.budget.minutes:g}-minute budget covers the screen and the "
-            "confirmation: screening "
+            "confirmation: screening stops when the time spent plus the confirmation's projected "
+            "time would pass it"
         )
-        words += "stops when the time spent plus the confirmation's projected time would pass it"
     return words + "."
 
 
@@ -397,7 +389,7 @@ def run(t: Tune, wiring: Wiring) -> Outcome:
     recipe = None
     # the file's recipe with this call's --set (as `runner go` applies them), then the winner's
     if decision.winners:
-        data = json.loads(json.dumps(t.src.data))
+        data = copy.deepcopy(t.src.data)
         apply_overrides(data, list(t.call.sets), {}, str(t.call.path))
         recipe = winner_yaml(data, decision.winners[0].settings, name)
     chart = _front_chart(t, [base, *t.cells, *hand])
