@@ -20,7 +20,7 @@ from runner.base.files import write_text_atomic
 from runner.base.format import cell, secs, short, table
 from runner.folder import SUMMARY, load_results, study_chart_path, study_summary_path
 from runner.recipe import GateSpec
-from runner.report.markdown import cost_figures
+from runner.report.markdown import cell_value, cost_figures
 from runner.report.plots import Accuracy, accuracy_chart, pyplot
 from runner.report.spread import clear, examples, ratio_text, speedup, speedup_parts, time_cell
 from runner.report.summary import (
@@ -68,26 +68,14 @@ def labels_of(cells: list[RunResult]) -> Labels:
 def value_label(
     v: Any, width: int = 36, axis: str | None = None, labels: Labels | None = None
 ) -> str:
-    """An axis value as a short label: the study file's own label where `labels` has one, else text
-    as it is, mappings as k=v pairs (nested ones in braces, lists of more than four values as a
-    count), others as JSON."""
+    """An axis value as a short label: the study file's own label where `labels` has one, else as
+    report.md writes a cell's value (text as it is, mappings as k=v pairs, nested ones in braces,
+    lists of more than four values as a count, others as JSON), cut to `width`."""
     if v is ABSENT:
         return "n/a"
     if (own := (labels or {}).get((axis, value_key(v)))) is not None:
         return own
-
-    def one(x: Any) -> str:
-        if isinstance(x, dict):
-            return "{" + ",".join(f"{k}={one(y)}" for k, y in x.items()) + "}"
-        if isinstance(x, list) and len(x) > 4:
-            return f"[{len(x)} values]"
-        return x if isinstance(x, str) else json.dumps(x, ensure_ascii=False)
-
-    if isinstance(v, dict) and v:
-        v = one(v)[1:-1]
-    elif not isinstance(v, (str, list)):
-        v = json.dumps(v, ensure_ascii=False, default=str)
-    return short(v, width)
+    return short(cell_value(v), width)
 
 
 def axes_of(cells: list[RunResult]) -> Axes:

@@ -95,6 +95,10 @@ class Tune:
         return load_cell(self.src, self.call, settings, cell, run)
 
 
+def _refused(path: Path, field: str, why: str, hint: str | None = None) -> RunnerError:
+    return RunnerError(why, file=str(path), field=field, hint=hint)
+
+
 def read_spec(path: Path) -> tuple[RecipeFile, TuneSpec]:
     f = read_recipe_file(path)
     if "tune" not in f.keys:
@@ -103,13 +107,13 @@ def read_spec(path: Path) -> tuple[RecipeFile, TuneSpec]:
             "gate, budget); see "
         )
         hint += "docs/recipe-reference.md, section Tune"
-        raise RunnerError("has no `tune:` block", file=str(path), field="tune", hint=hint)
+        raise _refused(path, "tune", "has no `tune:` block", hint)
     try:
         spec = TuneSpec.model_validate(f.keys["tune"])
     except ValidationError as e:
         first = e.errors()[0]
         loc = ".".join(str(x) for x in ("tune", *first["loc"]))
-        raise RunnerError(first["msg"], file=str(path), field=loc) from None
+        raise _refused(path, loc, first["msg"]) from None
     return f, spec
 
 
@@ -124,12 +128,7 @@ def prepare(call: Call, wiring: Wiring) -> Tune:
                 f"the tune varies {clash!r} across its candidates; setting it for every one "
                 "makes them the same"
             )
-            raise RunnerError(
-                why,
-                file=str(call.path),
-                field=f"--set {k}",
-                hint="change the tune's axes in the file",
-            )
+            raise _refused(call.path, f"--set {k}", why, "change the tune's axes in the file")
     src, hand, start = _source(call.path, f, spec, wiring.cell_file)
     base = load_cell(src, call, {}, None)
     if spec.gate is not None and spec.gate.metric not in base.recipe.metrics:
@@ -137,12 +136,7 @@ def prepare(call: Call, wiring: Wiring) -> Tune:
             f"{spec.gate.metric!r} is not among the recipe's metrics "
             f"({', '.join(base.recipe.metrics)})"
         )
-        raise RunnerError(
-            why,
-            file=str(call.path),
-            field="tune.gate.metric",
-            hint="gate a metric the recipe scores",
-        )
+        raise _refused(call.path, "tune.gate.metric", why, "gate a metric the recipe scores")
     cells = _candidates(src, call, spec, base)
     if not (valid := [c for c in cells if c.verdict == Cell.verdict]):
         why = "every candidate is the recipe as written: the axes change nothing"
@@ -151,7 +145,7 @@ def prepare(call: Call, wiring: Wiring) -> Tune:
             why = f"all {len(cells)} candidates are refused by the recipe's checks; "
             why += f"the first: {first}"
         hint = "fix the axes' keys or values (runner check)"
-        raise RunnerError(why, file=str(call.path), field="tune.axes", hint=hint)
+        raise _refused(call.path, "tune.axes", why, hint)
     screened = spec.plan(len(valid))[0]
     if screened == 0:
         need = spec.runs(1, 1)
@@ -161,7 +155,7 @@ def prepare(call: Call, wiring: Wiring) -> Tune:
         )
         why += "with the baseline's" + (" and the compared cells'" if hand else "") + ")"
         hint = f"set budget.cells to {need} or more"
-        raise RunnerError(why, file=str(call.path), field="tune.budget.cells", hint=hint)
+        raise _refused(call.path, "tune.budget.cells", why, hint)
     plan = _plan_words(spec, cells, screened, base.recipe.name)
     return Tune(call, spec, src, hand, start, base, cells, valid[:screened], plan)
 
@@ -227,12 +221,7 @@ def _source(
         if spec.start or spec.compare:
             why = "only a study file has cells to start from or compare with"
             key = "tune.start" if spec.start else "tune.compare"
-            raise RunnerError(
-                why,
-                file=str(path),
-                field=key,
-                hint="remove it, or move the tune: block into the study",
-            )
+            raise _refused(path, key, why, "remove it, or move the tune: block into the study")
         return f, [], None
     start = spec.start or (
         f.data.get("baseline") if isinstance(f.data.get("baseline"), str) else None
@@ -242,15 +231,13 @@ def _source(
             "name the cell the candidates change: `tune: {start: CELL, ...}` (runner check "
             "FILE lists the cells)"
         )
-        raise RunnerError(
-            "a study's tune starts from one cell", file=str(path), field="tune.start", hint=hint
-        )
+        raise _refused(path, "tune.start", "a study's tune starts from one cell", hint)
     src = cell_file(path, start, "tune.start")
     for h in spec.compare:
         cell_file(path, h, "tune.compare")
     if start in spec.compare:
         why = f"{start!r} is the cell the tune starts from: it is confirmed already"
-        raise RunnerError(why, file=str(path), field="tune.compare", hint="compare other cells")
+        raise _refused(path, "tune.compare", why, "compare other cells")
     return src, list(spec.compare), start
 
 
