@@ -345,24 +345,6 @@ def fastest_section(
     ]
 
 
-@dataclass(frozen=True)
-class Spent:
-    """A study's time: wall (first start to last finish), running (the time at least one cell was
-    running: less when the cells ran in separate calls with pauses between), generation and engine
-    start summed over its cells."""
-
-    wall_s: float | None
-    running_s: float | None
-    generate_s: float
-    load_s: float
-    starts: int
-    reused: tuple[tuple[str, str | None], ...]  # (cell, the cell whose engine it ran on)
-    # torch.compile and CUDA graph capture, over every engine start the engines split
-    compile_s: float
-    cold: int  # engine starts that compiled
-    warm: int  # engine starts that loaded the compiled graphs from the cache
-
-
 def _when(s: str) -> dt.datetime | None:
     try:
         t = dt.datetime.fromisoformat(s)  # a trailing Z included
@@ -371,42 +353,37 @@ def _when(s: str) -> dt.datetime | None:
     return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
 
 
-def time_spent(cells: list[RunResult]) -> Spent:
-    parts = [x.start for r in cells for x in r.repeats if x.start is not None]
+def time_spent(cells: list[RunResult]) -> tuple[float | None, float | None]:
+    """(wall: the first start to the last finish, running: the time at least one cell was running,
+    less when the cells ran in separate calls with pauses between), in seconds."""
     spans = [(_when(r.started_at), _when(r.finished_at)) for r in cells]
     starts, ends = [a for a, _ in spans if a], [b for _, b in spans if b]
     running, reach = None, None
     for a, b in sorted((a, b) for a, b in spans if a and b):  # the union of the spans, in seconds
         running = (running or 0.0) + max(0.0, (b - max(a, reach or a)).total_seconds())
         reach = max(b, reach or b)
-    return Spent(
-        (max(ends) - min(starts)).total_seconds() if starts and ends else None,
-        running,
-        sum(r.timings.generate_s or 0 for r in cells),
-        sum(r.timings.load_s or 0 for r in cells),
-        sum(1 for r in cells if (r.timings.load_s or 0) > 0),
-        tuple((r.name, r.engine_of) for r in cells if r.timings.load_s == 0),
-        sum((p.compile_s or 0) + (p.capture_s or 0) for p in parts),
-        sum(1 for p in parts if p.cold is True),
-        sum(1 for p in parts if p.cold is False),
-    )
+    return (max(ends) - min(starts)).total_seconds() if starts and ends else None, running
 
 
 def spent_section(cells: list[RunResult]) -> list[str]:
-    s = time_spent(cells)
-    busy = s.running_s or s.wall_s
-    share = f" ({s.generate_s / busy:.0%} of the running time)" if busy else ""
+    """The study's wall and running time against its generation and engine starts summed over its
+    cells, its energy and cost, its cold and warm engine starts (torch.compile and CUDA graph
+    capture over every engine start the engines split) and the cells that ran on another's
+    engine."""
+    wall, running = time_spent(cells)
+    generate, busy = sum(r.timings.generate_s or 0 for r in cells), running or wall
+    share = f" ({generate / busy:.0%} of the running time)" if busy else ""
     note = (
         "Wall time: from the first cell's start to the last cell's finish; running: the part of it "
         "in which a cell was running (less when the cells ran in separate calls). Generation and "
         "engine start: summed over the cells (as measured: an estimate counts its partial run)."
     )
     row = [
-        secs(s.wall_s),
-        secs(s.running_s),
-        secs(s.generate_s) + share,
-        secs(s.load_s),
-        s.starts,
+        secs(wall),
+        secs(running),
+        secs(generate) + share,
+        secs(sum(r.timings.load_s or 0 for r in cells)),
+        sum(1 for r in cells if (r.timings.load_s or 0) > 0),
         len(cells),
     ]
     heads = [
@@ -432,17 +409,20 @@ def spent_section(cells: list[RunResult]) -> list[str]:
             else []
         )
         out += ["", "Summed over the cells: " + "; ".join(what) + "."]
-    if s.cold or s.warm:
+    parts = [x.start for r in cells for x in r.repeats if x.start is not None]
+    if cold := [p for p in parts if p.cold is not None]:
+        compile_s = sum((p.compile_s or 0) + (p.capture_s or 0) for p in parts)
         words = (
-            f"Of the engine starts, {s.cold} compiled (cold) and {s.warm} loaded the compiled "
-            "graphs from the compile cache (warm); compiling and capturing CUDA graphs took "
-            f"{secs(s.compile_s)} in all (`engine.compile_cache` keeps the cache in a folder you "
-            "name, for a later call or another host)."
+            f"Of the engine starts, {sum(p.cold for p in cold)} compiled (cold) and "
+            f"{sum(not p.cold for p in cold)} loaded the compiled graphs from the compile cache "
+            f"(warm); compiling and capturing CUDA graphs took {secs(compile_s)} in all "
+            "(`engine.compile_cache` keeps the cache in a folder you name, for a later call or "
+            "another host)."
         )
         out += ["", words]
-    if s.reused:
-        reused = ", ".join(f"{name} (on {host}'s)" if host else name for name, host in s.reused)
-        out += ["", f"Cells that ran on an engine started for another cell: {reused}."]
+    if reused := [r for r in cells if r.timings.load_s == 0]:
+        on = ", ".join(f"{r.name} (on {r.engine_of}'s)" if r.engine_of else r.name for r in reused)
+        out += ["", f"Cells that ran on an engine started for another cell: {on}."]
     return out
 
 
