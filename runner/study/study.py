@@ -27,7 +27,9 @@ from runner.report.summary import (
     Sections,
     chart_metric,
     gates,
+    in_order,
     judged,
+    pick_baseline,
     stopped_by_gate,
     summary_markdown,
 )
@@ -148,15 +150,10 @@ def fastest(cells: list[RunResult], stopped: Collection[str] = ()) -> RunResult 
     )
 
 
-def baseline(cells: list[RunResult]) -> RunResult | None:
-    """The study's baseline cell (`baseline: true`), if it has one."""
-    return next((r for r in cells if r.recipe.baseline), None)
-
-
 def gate_stopped(cells: list[RunResult], out: Path | None) -> set[str]:
     """The cells their gate stopped against the study's baseline cell (failed, too few examples to
     tell, or not checkable): never named the study's fastest, drawn red."""
-    return stopped_by_gate(gates(cells, baseline(cells), out))
+    return stopped_by_gate(gates(cells, pick_baseline(cells), out))
 
 
 def time_text(r: RunResult, bold: bool = False) -> str | None:
@@ -222,7 +219,7 @@ def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
     part). The reference is the baseline cell's value (a study's `baseline: true` cell), else the
     first value."""
     ok = [r for r in cells if timed(r)]
-    base, out = baseline(cells), []
+    base, out = pick_baseline(cells), []
     for axis, values in axes.items():
         vals = [v for v in values if v is not ABSENT]
         ref = ABSENT if base is None else axis_value(base, axis)
@@ -310,7 +307,7 @@ def fastest_section(
         how = "against" if tied else "faster than"
         return f"{text} {how} {what} {other.name} ({time_text(other)})"
 
-    base = baseline(cells)
+    base = pick_baseline(cells)
     slowest = "the slowest" + (" (the study's baseline)," if slow is base else ",")
     parts = [vs(slow, slowest) if slow is not best else "the only cell with a time"]
     if base is best:
@@ -426,13 +423,6 @@ def spent_section(cells: list[RunResult]) -> list[str]:
     return out
 
 
-def in_study_order(cells: list[RunResult]) -> list[RunResult]:
-    """The cells in their study's order (how `runner go` ran them), whatever order they were read
-    in; cells stored before the order was recorded keep theirs, after the others."""
-    index = lambda r: r.cell.index if r.cell is not None else None  # noqa: E731
-    return sorted(cells, key=lambda r: (index(r) is None, index(r) or 0))
-
-
 def study_section(
     study: str,
     cells: list[RunResult],
@@ -442,7 +432,7 @@ def study_section(
 ) -> list[str]:
     """`link`: where the study's own summary is (from the call's summary); the chart lies beside the
     summary; `stopped`: the cells their gate stopped (never named fastest)."""
-    cells = in_study_order(cells)
+    cells = in_order(cells)  # the study's order (how `runner go` ran them)
     axes = axes_of(cells)
     rows, cols, how = pick_axes(axes, requested_axes(cells))
     failed = sum(r.status != "ok" for r in cells)
