@@ -141,9 +141,10 @@ def prepare(call: Call, wiring: Wiring) -> Tune:
     if not (valid := [c for c in cells if c.verdict == Cell.verdict]):
         why = "every candidate is the recipe as written: the axes change nothing"
         if first := next((c.verdict for c in cells if c.verdict.startswith("invalid")), None):
-            first = first.removeprefix("invalid: ")
-            why = f"all {len(cells)} candidates are refused by the recipe's checks; "
-            why += f"the first: {first}"
+            why = (
+                f"all {len(cells)} candidates are refused by the recipe's checks; "
+                f"the first: {first.removeprefix('invalid: ')}"
+            )
         hint = "fix the axes' keys or values (runner check)"
         raise _refused(call.path, "tune.axes", why, hint)
     screened = spec.plan(len(valid))[0]
@@ -417,4 +418,4 @@ def _as_written(t: Tune, wiring: Wiring) -> list[LoadedRecipe]:
     asked = Asked(sets, t.call.model_paths, ",".join([t.cell, *t.hand]))
     loaded = load_all((str(t.call.path),), asked, unused_ok=True, studies=wiring.studies)
     by = {lr.recipe.name: lr for lr in loaded}
-    return [by[t.cell], *(by[h] for h in t.hand)]
+    return [by[n] for n in (t.cell, *t.hand)]
