@@ -104,9 +104,8 @@ def read_spec(path: Path) -> tuple[RecipeFile, TuneSpec]:
     if "tune" not in f.keys:
         hint = (
             "runner tune takes a recipe or study file with a `tune:` block (axes, objective, "
-            "gate, budget); see "
+            "gate, budget); see docs/recipe-reference.md, section Tune"
         )
-        hint += "docs/recipe-reference.md, section Tune"
         raise _refused(path, "tune", "has no `tune:` block", hint)
     try:
         spec = TuneSpec.model_validate(f.keys["tune"])
