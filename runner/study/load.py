@@ -119,7 +119,7 @@ def _relax(node: Any) -> Any:
     for k, v in node.items():
         if k in ("default", "const", "enum", "examples"):
             out[k] = v
-        elif k == "$ref" and isinstance(v, str) and v.startswith("#/$defs/"):
+        elif k == "$ref" and v.startswith("#/$defs/"):
             out[k] = v + "Partial"
         elif k in ("properties", "$defs"):
             out[k] = {name: _relax(sub) for name, sub in v.items()}
