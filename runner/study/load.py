@@ -471,21 +471,21 @@ def study_cells(
         msg = "a study needs a `name` (letters, digits, ._-): its cells are named from it"
         raise _err(where, "name", msg, None if "name" in f.data else hint)
     # applies to every cell: it may not rename the study or pin a setting it varies
-    sets = parse_set(overrides)
-    for k in sets:
+    by_key = {a.key: a for a in g.all_axes}
+    for k in parse_set(overrides):
         if k == "name":
             msg = (
                 "--set name: a study's cells are named from its `name`; rename the study in the "
                 "file"
             )
             raise _err(where, "--set", msg)
-        if clash := _clash([a.key for a in g.all_axes], k):
+        if clash := _clash(by_key, k):
             msg = (
                 f"--set {k}: the study varies {clash!r} across its cells; setting it for every "
                 "cell would make cells the same"
             )
             raise _err(where, "--set", msg, "pick cells by name, or change the study's matrix")
-    cells, loaded, by_key = expand(f, name, g), [], {a.key: a for a in g.all_axes}
+    cells, loaded = expand(f, name, g), []
     # `baseline: CELL`: that cell alone is the baseline
     if isinstance(base := f.data.get("baseline"), str):
         if base not in (names := [c.name for c in cells]):
