@@ -24,10 +24,10 @@ from runner.study.study import (
     effects_section,
     pick_axes,
     requested_axes,
+    study_chart,
     study_section,
     time_spent,
     value_label,
-    write_study_charts,
 )
 from tests.wired import report_markdown, summary_markdown, write_summary
 
@@ -489,11 +489,11 @@ def test_study_chart_is_written_named_and_linked(tmp_path):
 
 
 def test_no_chart_without_meaningful_scores_or_a_safe_name(tmp_path):
-    assert write_study_charts(study_cells(meaningful=False), tmp_path, {"s": set()}) == {}
+    assert study_chart("s", study_cells(meaningful=False), tmp_path, set()) is None
     assert "No accuracy chart: no cell of this study has meaningful scores." in study_part(
         summary_markdown(study_cells(meaningful=False))
     )
-    assert write_study_charts(study_cells(study="../evil"), tmp_path, {}) == {}
+    assert study_chart("../evil", study_cells(study="../evil"), tmp_path, set()) is None
     assert list(tmp_path.iterdir()) == [] and not (tmp_path.parent / "evil-pareto.png").exists()
     assert "![" not in "\n".join(study_section("s", study_cells()))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import statistics
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -469,14 +469,13 @@ def study_groups(results: list[RunResult]) -> dict[str, list[RunResult]]:
 def study_summary(results: list[RunResult], out: Path | None) -> list[str]:
     """summary.md's sections of the studies among `results`, each with its accuracy-vs-time chart in
     `out` and a link to the study's own summary (`write_study_summaries`)."""
-    groups = study_groups(results)
-    # each study's gates read its samples once
-    stopped = {s: gate_stopped(c, out) for s, c in groups.items()}
-    charts = write_study_charts(results, out, stopped) if out is not None else {}
-    link = lambda s: f"{s}/{SUMMARY}" if out is not None else None
-    return sum(
-        (study_section(s, c, charts.get(s), link(s), stopped[s]) for s, c in groups.items()), []
-    )
+    sections: list[str] = []
+    for s, cells in study_groups(results).items():
+        stopped = gate_stopped(cells, out)  # each study's gates read its samples once
+        chart = None if out is None else study_chart(s, cells, out, stopped)
+        link = None if out is None else f"{s}/{SUMMARY}"
+        sections += study_section(s, cells, chart, link, stopped)
+    return sections
 
 
 def write_study_summaries(
@@ -501,12 +500,10 @@ def write_study_summaries(
         cells = [r for r in stored if study_of(r) == study]
         path = study_summary_path(out, study)
         path.parent.mkdir(parents=True, exist_ok=True)
-        stopped = {study: gate_stopped(cells, out)}
+        stopped = gate_stopped(cells, out)
         # its own: the call's shows the call's cells
-        charts = write_study_charts(cells, path.parent, stopped)
-        section = lambda rs, o, s=study, c=charts.get(study), x=stopped[study]: study_section(
-            s, rs, c, None, x
-        )
+        chart = study_chart(study, cells, path.parent, stopped)
+        section = lambda rs, o, s=study, c=chart, x=stopped: study_section(s, rs, c, None, x)
         base = baseline if any(c.name == baseline for c in cells) else None
         j = judged(cells, base, out, gate)
         text = summary_markdown(j, [section, *others], f"Study {study}: every stored cell")
@@ -515,30 +512,20 @@ def write_study_summaries(
     return paths
 
 
-def write_study_charts(
-    results: list[RunResult], dest: Path, stopped: Mapping[str, Collection[str]]
-) -> dict[str, Path]:
-    """study name -> its accuracy-vs-time chart in `dest` (the call's --out, or a study's own
-    summary's folder), for each study among `results` with meaningful scores; `stopped`: study ->
-    the cells their gate stopped (drawn red)."""
+def study_chart(
+    study: str, cells: list[RunResult], dest: Path, stopped: Collection[str]
+) -> Path | None:
+    """The study's accuracy-vs-time chart in `dest` (the call's --out, or the study's own summary's
+    folder); None without meaningful scores, matplotlib or a safe file name. `stopped`: the cells
+    their gate stopped (drawn red)."""
     try:
         pyplot()
-    except ImportError:
-        return {}
-    charts = {}
-    for study, cells in study_groups(results).items():
-        if (metric := chart_metric(cells)) is None:
-            continue
-        try:
-            path = study_chart_path(dest, study)
-        except RunnerError:
-            continue
-        label = lambda r, s=study: r.name.removeprefix(f"{s}-") + (" (est.)" if r.estimate else "")
-        red = "; red: stopped by its gate" if stopped[study] else ""
-        title = f"{study}: {metric} against time (green: Pareto front{red})"
-        chart = accuracy_chart(
-            cells, Accuracy(metric, stopped[study]), path, label=label, title=title
-        )
-        if chart is not None:
-            charts[study] = chart
-    return charts
+        path = study_chart_path(dest, study)
+    except (ImportError, RunnerError):
+        return None
+    if (metric := chart_metric(cells)) is None:
+        return None
+    label = lambda r: r.name.removeprefix(f"{study}-") + (" (est.)" if r.estimate else "")
+    red = "; red: stopped by its gate" if stopped else ""
+    title = f"{study}: {metric} against time (green: Pareto front{red})"
+    return accuracy_chart(cells, Accuracy(metric, stopped), path, label=label, title=title)
