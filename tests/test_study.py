@@ -12,7 +12,6 @@ import yaml
 
 from runner import load_recipe, load_recipes
 from runner.base.errors import RecipeError
-from runner.study.load import load_study
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -404,14 +403,17 @@ def test_report_axes(write_recipe, base_recipe):
         variants={"a": {}, "b": {}},
         report={"rows": "variant", "columns": "sampling.max_tokens"},
     )
-    s = load_study(write_recipe(r))
-    assert (s.report.rows, s.report.columns) == ("variant", "sampling.max_tokens")
-    assert [a.key for a in s.axes] == ["sampling.max_tokens", "variant"]
-    # default labels are not repeated
-    assert s.describe(s.cells[1]) == "variant=a, sampling.max_tokens=16"
+    cells = load_recipes(write_recipe(r))
+    assert cells[1].cell.axes == {"rows": "variant", "columns": "sampling.max_tokens"}
+    # default labels are not repeated in the cell's description (its error's title)
+    bad = study(r, variants={"a": {"sampling.temperature": -1}, "b": {}})
+    e = error(load_recipes, write_recipe(bad))
+    assert e.message.startswith("cell 't-a-max_tokens-8' (variant=a, sampling.max_tokens=8): ")
     r["report"] = {"rows": "sampling.max_token"}
-    e = error(load_study, write_recipe(r))
+    e = error(load_recipes, write_recipe(r))
     assert e.field == "report.rows" and "did you mean 'sampling.max_tokens'?" in e.message
+    # the axes: the matrix keys in file order, then `variant`
+    assert e.message.endswith("Axes: sampling.max_tokens, variant")
 
 
 # --------------------------------------------------------------------------- plain recipes,
@@ -420,9 +422,7 @@ def test_report_axes(write_recipe, base_recipe):
 
 def test_plain_recipe_loads_as_before(write_recipe, base_recipe):
     p = write_recipe(base_recipe)
-    s = load_study(p)
-    assert s.kind == "recipe" and s.axes == () and s.report is None
-    assert load_recipes(p) == [load_recipe(p)]
+    assert load_recipes(p) == [load_recipe(p)] and load_recipe(p).cell is None
     assert load_recipe(p).recipe.canonical()["name"] == "t"
 
 
@@ -433,7 +433,7 @@ def test_base_only_file_is_skipped_but_still_checked(write_recipe, base_recipe):
         "sampling": {"max_tokens": 8},
     }
     p = write_recipe(partial, "base.yaml")
-    assert load_recipes(p) == [] and load_study(p).kind == "abstract"
+    assert load_recipes(p) == []
     e = error(load_recipe, p)
     assert (
         e.message
@@ -547,9 +547,9 @@ JSQUAD_CELLS = {
 
 def test_project_jsquad_study():
     h200 = ["model.load_format=dummy", "sampling.max_tokens=16", "sampling.ignore_eos=true"]
-    s = load_study(PROJECT / "recipes" / "jsquad-study.yaml", h200)
-    assert {lr.recipe.name for lr in s.cells} == JSQUAD_CELLS and len(s.cells) == 23
-    by = {lr.recipe.name: lr.recipe for lr in s.cells}
+    cells = load_recipes(PROJECT / "recipes" / "jsquad-study.yaml", h200)
+    assert {lr.recipe.name for lr in cells} == JSQUAD_CELLS and len(cells) == 23
+    by = {lr.recipe.name: lr.recipe for lr in cells}
     assert [n for n, r in by.items() if r.baseline] == ["jsquad-hf-sequential"]
     assert by["jsquad-hf-sequential"].estimate == 40 and by["jsquad-vllm-offload"].estimate == 1000
     assert (

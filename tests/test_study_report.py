@@ -24,10 +24,10 @@ from runner.study.study import (
     effects_section,
     pick_axes,
     requested_axes,
+    study_chart,
     study_section,
     time_spent,
     value_label,
-    write_study_charts,
 )
 from tests.wired import report_markdown, summary_markdown, write_summary
 
@@ -384,19 +384,10 @@ def test_the_study_never_names_a_cell_its_gate_stopped_the_fastest():
 
 
 def test_wall_time_against_generation_and_engine_starts():
-    spent = time_spent(study_cells())
-    assert (
-        spent.wall_s == 360.0
-        and spent.generate_s == 118.0
-        and spent.load_s == 15.0
-        and spent.starts == 3
-    )
-    assert spent.reused == (
-        ("s-vllm-nocache-ctx", "s-vllm-nocache"),
-        ("s-vllm-cache-ctx", "s-vllm-cache"),
-    )
+    # the cells ran back to back: wall and running time 360 s
+    assert time_spent(study_cells()) == (360.0, 360.0)
     part = re.sub(r" +\|", " |", study_part(summary_markdown(study_cells())))
-    assert spent.running_s == 360.0  # the cells ran back to back
+    # generation 118 s and engine start 15 s summed, 3 engine starts
     assert "| 360.0 s | 360.0 s | 118.0 s (33% of the running time) | 15.0 s | 3 | 6 |" in part
     assert (
         "Cells that ran on an engine started for another cell: s-vllm-nocache-ctx (on "
@@ -414,8 +405,7 @@ def test_running_time_leaves_out_the_pauses_between_calls():
         cell_result("w-c", {"x": 3}, 10.0, study="w", minute=3),
         cell_result("w-d", {"x": 4}, 10.0, study="w", minute=30),
     ]
-    spent = time_spent(cells)
-    assert spent.wall_s == 31 * 60 and spent.running_s == 60 + 120 + 60
+    assert time_spent(cells) == (31 * 60, 60 + 120 + 60)
     part = re.sub(r" +\|", " |", study_part(summary_markdown(cells), "w"))
     assert "| 1,860.0 s | 240.0 s | 40.0 s (17% of the running time) |" in part
 
@@ -499,11 +489,11 @@ def test_study_chart_is_written_named_and_linked(tmp_path):
 
 
 def test_no_chart_without_meaningful_scores_or_a_safe_name(tmp_path):
-    assert write_study_charts(study_cells(meaningful=False), tmp_path) == {}
+    assert study_chart("s", study_cells(meaningful=False), tmp_path, set()) is None
     assert "No accuracy chart: no cell of this study has meaningful scores." in study_part(
         summary_markdown(study_cells(meaningful=False))
     )
-    assert write_study_charts(study_cells(study="../evil"), tmp_path) == {}
+    assert study_chart("../evil", study_cells(study="../evil"), tmp_path, set()) is None
     assert list(tmp_path.iterdir()) == [] and not (tmp_path.parent / "evil-pareto.png").exists()
     assert "![" not in "\n".join(study_section("s", study_cells()))
 

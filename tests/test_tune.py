@@ -210,8 +210,8 @@ def test_axes_as_ranges_and_the_budget_plan():
             }
         }
     )
-    assert spec.axis_values()["engine.engine_args.max_num_seqs"] == [256, 512, 1024, 2048]
-    assert len(spec.candidates()) == 8 and spec.candidates()[1] == {
+    assert spec.axes["engine.engine_args.max_num_seqs"].values() == [256, 512, 1024, 2048]
+    assert len(spec.candidates()) == 8 and spec.candidates()[1][0] == {
         "engine.engine_args.max_num_seqs": 256,
         "engine.enforce_eager": False,
     }
@@ -220,7 +220,7 @@ def test_axes_as_ranges_and_the_budget_plan():
     linear = TuneSpec.model_validate(
         {"axes": {"x": {"low": 1, "high": 2, "scale": "linear", "step": 0.5}}}
     )
-    assert linear.axis_values()["x"] == [1, 1.5, 2]
+    assert linear.axes["x"].values() == [1, 1.5, 2]
 
 
 def test_check_says_a_tune_block_is_for_runner_tune(write_recipe, base_recipe):

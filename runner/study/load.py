@@ -46,20 +46,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from itertools import product
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 from pydantic import Field
 
 from runner.base.dotted import overlaps, set_dotted
 from runner.base.errors import RecipeError
 from runner.base.types import StrictModel
-from runner.config.loading import (
-    RecipeFile,
-    check_abstract,
-    finish,
-    load_recipes,
-    read_recipe_file,
-)
+from runner.config.loading import RecipeFile, check_abstract, finish, read_recipe_file
 from runner.config.overrides import KeyProblem, key_target, parse_set
 from runner.recipe import NAME_PATTERN, LoadedRecipe, StudyCell
 
@@ -125,7 +119,7 @@ def _relax(node: Any) -> Any:
     for k, v in node.items():
         if k in ("default", "const", "enum", "examples"):
             out[k] = v
-        elif k == "$ref" and isinstance(v, str) and v.startswith("#/$defs/"):
+        elif k == "$ref" and v.startswith("#/$defs/"):
             out[k] = v + "Partial"
         elif k in ("properties", "$defs"):
             out[k] = {name: _relax(sub) for name, sub in v.items()}
@@ -140,28 +134,24 @@ def add_study_keys(schema: dict) -> dict:
     may come from a base or a variant); any other file is checked in full, required fields
     included."""
     keys = StudyKeys.model_json_schema(ref_template="#/$defs/{model}")
-    defs = schema.get("$defs", {})
+    defs, props = schema["$defs"], schema["properties"]
     out = {k: v for k, v in schema.items() if k not in ("properties", "required", "$defs")}
-    out["properties"] = {**_relax(schema.get("properties", {})), **keys["properties"]}
-    if "baseline" in out["properties"]:  # a study may name its baseline cell
-        cell = {
-            "type": "string",
-            "description": "In a study: the name of the one cell that is the baseline.",
-        }
-        out["properties"]["baseline"] = {"anyOf": [out["properties"]["baseline"], cell]}
+    out["properties"] = {**_relax(props), **keys["properties"]}
+    cell = {  # a study may name its baseline cell
+        "type": "string",
+        "description": "In a study: the name of the one cell that is the baseline.",
+    }
+    out["properties"]["baseline"] = {"anyOf": [out["properties"]["baseline"], cell]}
     out["$defs"] = {
         **defs,
         **{f"{k}Partial": _relax(v) for k, v in defs.items()},
-        **keys.get("$defs", {}),
+        **keys["$defs"],
     }
     partial = [{"required": [k]} for k in ("base", "matrix", "variants")]
     out["if"] = {
         "anyOf": [*partial, {"required": ["abstract"], "properties": {"abstract": {"const": True}}}]
     }
-    out["else"] = {
-        "required": schema.get("required", []),
-        "properties": schema.get("properties", {}),
-    }
+    out["else"] = {"required": schema["required"], "properties": props}
     return out
 
 
@@ -290,12 +280,8 @@ def parse_variants(variants: Any, where: str) -> dict[str, dict]:
     for name, overlay in variants.items():
         name = _label_key(name, "variants", where)
         if not VARIANT_PATTERN.match(name):
-            msg = (
-                f"variant name {name!r}: letters, digits and ._- only, starting with a letter "
-                "or "
-                "digit"
-            )
-            raise _err(where, "variants", msg)
+            msg = f"variant name {name!r}: letters, digits and ._- only, starting with a letter"
+            raise _err(where, "variants", msg + " or digit")
         what, overlay = f"variants.{name}", {} if overlay is None else overlay
         if not isinstance(overlay, dict):
             raise _err(
@@ -351,7 +337,7 @@ def parse_excludes(exclude: Any, all_axes: tuple[Axis, ...], where: str) -> list
     return out
 
 
-def check_report(report: Any, all_axes: tuple[Axis, ...], where: str) -> ReportAxes | None:
+def check_report(report: Any, all_axes: tuple[Axis, ...], where: str) -> dict | None:
     if report is None:
         return None
     if not isinstance(report, dict) or set(report) - {"rows", "columns"}:
@@ -360,7 +346,7 @@ def check_report(report: Any, all_axes: tuple[Axis, ...], where: str) -> ReportA
     for k, v in report.items():
         if v is not None and v not in names:
             raise _err(where, f"report.{k}", _not_an_axis(v, names))
-    return ReportAxes(**report)
+    return {"rows": report.get("rows"), "columns": report.get("columns")}
 
 
 class Cell(NamedTuple):
@@ -412,9 +398,7 @@ def expand(f: RecipeFile, name: str, g: Grid) -> list[Cell]:
     for v in vnames:
         overlay = g.variants.get(v, {})  # type: ignore[arg-type]
         free = [a for a in g.axes if _clash(overlay, a.key) is None]
-        origins = tuple(("variants", v, k) for k in overlay) + tuple(
-            ("matrix", a.key) for a in free
-        )
+        origins = (*(("variants", v, k) for k in overlay), *(("matrix", a.key) for a in free))
         for combo in product(*(a.values for a in free)):
             chosen = dict(zip((a.key for a in free), combo, strict=True))
             # a variant that sets an axis's own key fixes it at that value
@@ -461,62 +445,25 @@ def _check_names(cells: list[Cell], axes: list[Axis], where: str) -> None:
             msg += f"({describe(c.cell, axes)})"
             hint = (
                 "give the axis values distinct labels: `matrix: {key: {label: value}}` (an "
-                "empty label leaves a "
+                "empty label leaves a value out of names)"
             )
-            hint += "value out of names)"
             raise _err(where, "matrix", msg, hint)
         seen[c.name] = c
-
-
-@dataclass(frozen=True)
-class Study:
-    """What one file holds. `kind`: "recipe" (one experiment), "study" (cells) or "abstract"
-    (none)."""
-
-    kind: Literal["recipe", "study", "abstract"]
-    axes: tuple[Axis, ...]  # matrix axes in file order, then `variant` when there are variants
-    report: ReportAxes | None
-    cells: tuple[LoadedRecipe, ...]
-
-    def describe(self, lr: LoadedRecipe) -> str:
-        return describe(lr.cell.settings if lr.cell else {}, self.axes)
-
-
-def load_study(
-    path: str | Path,
-    overrides: list[str] | None = None,
-    *,
-    model_paths: Mapping[str, str] | None = None,
-    keep: Callable[[str], bool] | None = None,
-) -> Study:
-    """Everything one recipe file holds, validated, with its axes (`runner check`): a plain file
-    through runner.config, a study's cells through `study_file`."""
-    f = read_recipe_file(path)
-    if f.is_study:
-        return study_file(f, list(overrides or []), dict(model_paths or {}), keep)
-    loaded = tuple(load_recipes(f, overrides, model_paths=model_paths, keep=keep))
-    return Study("abstract" if f.keys.get("abstract") else "recipe", (), None, loaded)
 
 
 def study_cells(
     f: RecipeFile, overrides: list[str], mp: Mapping[str, str], keep: Callable[[str], bool] | None
 ) -> list[LoadedRecipe]:
     """A study file's cells (runner.config's `load_recipes` hands a study file here, through
-    runner/wings.py)."""
-    return list(study_file(f, overrides, mp, keep).cells)
-
-
-def study_file(
-    f: RecipeFile, overrides: list[str], mp: Mapping[str, str], keep: Callable[[str], bool] | None
-) -> Study:
-    """A study's cells, each validated as a full recipe before anything runs (an invalid cell's
-    error names the cell and its field). `keep`: only the cells whose name it keeps are validated
-    and returned (`--only`: a `--set` is not checked against cells the call does not run)."""
+    runner/wings.py), each validated as a full recipe before anything runs (an invalid cell's error
+    names the cell and its field); none for an abstract file. `keep`: only the cells whose name it
+    keeps are validated and returned (`--only`: a `--set` is not checked against cells the call does
+    not run)."""
     where, name, g = str(f.path), f.data.get("name"), parse_grid(f)
     report = check_report(f.keys.get("report"), g.all_axes, where)
     if f.keys.get("abstract"):
         check_abstract(f)
-        return Study("abstract", g.all_axes, report, ())
+        return []
     if not isinstance(name, str) or not re.match(NAME_PATTERN, name):
         hint = (
             "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
@@ -524,26 +471,21 @@ def study_file(
         msg = "a study needs a `name` (letters, digits, ._-): its cells are named from it"
         raise _err(where, "name", msg, None if "name" in f.data else hint)
     # applies to every cell: it may not rename the study or pin a setting it varies
-    sets = parse_set(overrides)
-    for k in sets:
+    by_key = {a.key: a for a in g.all_axes}
+    for k in parse_set(overrides):
         if k == "name":
             msg = (
                 "--set name: a study's cells are named from its `name`; rename the study in the "
                 "file"
             )
             raise _err(where, "--set", msg)
-        if clash := _clash([a.key for a in g.all_axes], k):
+        if clash := _clash(by_key, k):
             msg = (
                 f"--set {k}: the study varies {clash!r} across its cells; setting it for every "
-                "cell would make "
+                "cell would make cells the same"
             )
-            raise _err(
-                where,
-                "--set",
-                msg + "cells the same",
-                "pick cells by name, or change the study's matrix",
-            )
-    cells, loaded, by_key = expand(f, name, g), [], {a.key: a for a in g.all_axes}
+            raise _err(where, "--set", msg, "pick cells by name, or change the study's matrix")
+    cells, loaded = expand(f, name, g), []
     # `baseline: CELL`: that cell alone is the baseline
     if isinstance(base := f.data.get("baseline"), str):
         if base not in (names := [c.name for c in cells]):
@@ -563,12 +505,12 @@ def study_file(
             study=name,
             settings=c.cell,
             labels=labels,
-            axes=report and report.model_dump(),
+            axes=report,
             index=index,
         )
         lr = finish(replace(f, data=c.data), overrides, mp, c.origins, title)
         loaded.append(lr.model_copy(update={"cell": cell}))
-    return Study("study", g.all_axes, report, tuple(loaded))
+    return loaded
 
 
 def cell_file(path: str | Path, name: str, field: str) -> RecipeFile:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import statistics
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,14 +20,16 @@ from runner.base.files import write_text_atomic
 from runner.base.format import cell, secs, short, table
 from runner.folder import SUMMARY, load_results, study_chart_path, study_summary_path
 from runner.recipe import GateSpec
-from runner.report.markdown import cost_figures
+from runner.report.markdown import cell_value, cost_figures
 from runner.report.plots import Accuracy, accuracy_chart, pyplot
 from runner.report.spread import clear, examples, ratio_text, speedup, speedup_parts, time_cell
 from runner.report.summary import (
     Sections,
     chart_metric,
     gates,
+    in_order,
     judged,
+    pick_baseline,
     stopped_by_gate,
     summary_markdown,
 )
@@ -57,10 +59,9 @@ def axis_value(r: RunResult, axis: str) -> Any:
 
 
 def labels_of(cells: list[RunResult]) -> Labels:
-    parts = [r.cell for r in cells if r.cell is not None]
     return {
         (k, value_key(c.settings[k])): lab
-        for c in parts
+        for c in (r.cell for r in cells if r.cell is not None)
         for k, lab in c.labels.items()
         if k in c.settings
     }
@@ -69,26 +70,14 @@ def labels_of(cells: list[RunResult]) -> Labels:
 def value_label(
     v: Any, width: int = 36, axis: str | None = None, labels: Labels | None = None
 ) -> str:
-    """An axis value as a short label: the study file's own label where `labels` has one, else text
-    as it is, mappings as k=v pairs (nested ones in braces, lists of more than four values as a
-    count), others as JSON."""
+    """An axis value as a short label: the study file's own label where `labels` has one, else as
+    report.md writes a cell's value (text as it is, mappings as k=v pairs, nested ones in braces,
+    lists of more than four values as a count, others as JSON), cut to `width`."""
     if v is ABSENT:
         return "n/a"
     if (own := (labels or {}).get((axis, value_key(v)))) is not None:
         return own
-
-    def one(x: Any) -> str:
-        if isinstance(x, dict):
-            return "{" + ",".join(f"{k}={one(y)}" for k, y in x.items()) + "}"
-        if isinstance(x, list) and len(x) > 4:
-            return f"[{len(x)} values]"
-        return x if isinstance(x, str) else json.dumps(x, ensure_ascii=False)
-
-    if isinstance(v, dict) and v:
-        v = one(v)[1:-1]
-    elif not isinstance(v, (str, list)):
-        v = json.dumps(v, ensure_ascii=False, default=str)
-    return short(v, width)
+    return short(cell_value(v), width)
 
 
 def axes_of(cells: list[RunResult]) -> Axes:
@@ -119,10 +108,10 @@ def pick_axes(
 ) -> tuple[str | None, str | None, str]:
     """(rows axis, columns axis, how they were picked): the requested ones where they vary here, the
     rest from the axes with the most distinct values (ties: the earlier axis)."""
-    req = requested or {}
-    rows = req.get("rows") if req.get("rows") in axes else None
-    cols = req.get("columns") if req.get("columns") in axes and req.get("columns") != rows else None
-    unknown = [f"`{k}`" for k in (req.get("rows"), req.get("columns")) if k and k not in axes]
+    want = (requested or {}).get("rows"), (requested or {}).get("columns")
+    rows = want[0] if want[0] in axes else None
+    cols = want[1] if want[1] in axes and want[1] != rows else None
+    unknown = [f"`{k}`" for k in want if k and k not in axes]
     auto = sorted(
         (k for k in axes if k not in (rows, cols)),
         key=lambda k: -sum(v is not ABSENT for v in axes[k]),
@@ -161,15 +150,10 @@ def fastest(cells: list[RunResult], stopped: Collection[str] = ()) -> RunResult 
     )
 
 
-def baseline(cells: list[RunResult]) -> RunResult | None:
-    """The study's baseline cell (`baseline: true`), if it has one."""
-    return next((r for r in cells if r.recipe.baseline), None)
-
-
 def gate_stopped(cells: list[RunResult], out: Path | None) -> set[str]:
     """The cells their gate stopped against the study's baseline cell (failed, too few examples to
     tell, or not checkable): never named the study's fastest, drawn red."""
-    return stopped_by_gate(gates(cells, baseline(cells), out))
+    return stopped_by_gate(gates(cells, pick_baseline(cells), out))
 
 
 def time_text(r: RunResult, bold: bool = False) -> str | None:
@@ -215,8 +199,8 @@ class Effect:
     pairs: tuple[tuple[RunResult, RunResult], ...]
     speedup: float | None
     approx: bool
-    low: float | None = None  # the 95% interval of the speed-up (none from single runs)
-    high: float | None = None
+    low: float | None  # the 95% interval of the speed-up (none from single runs)
+    high: float | None
 
 
 def only_differ_in(a: RunResult, b: RunResult, axis: str) -> bool:
@@ -235,7 +219,7 @@ def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
     part). The reference is the baseline cell's value (a study's `baseline: true` cell), else the
     first value."""
     ok = [r for r in cells if timed(r)]
-    base, out = baseline(cells), []
+    base, out = pick_baseline(cells), []
     for axis, values in axes.items():
         vals = [v for v in values if v is not ABSENT]
         ref = ABSENT if base is None else axis_value(base, axis)
@@ -323,7 +307,7 @@ def fastest_section(
         how = "against" if tied else "faster than"
         return f"{text} {how} {what} {other.name} ({time_text(other)})"
 
-    base = baseline(cells)
+    base = pick_baseline(cells)
     slowest = "the slowest" + (" (the study's baseline)," if slow is base else ",")
     parts = [vs(slow, slowest) if slow is not best else "the only cell with a time"]
     if base is best:
@@ -358,24 +342,6 @@ def fastest_section(
     ]
 
 
-@dataclass(frozen=True)
-class Spent:
-    """A study's time: wall (first start to last finish), running (the time at least one cell was
-    running: less when the cells ran in separate calls with pauses between), generation and engine
-    start summed over its cells."""
-
-    wall_s: float | None
-    running_s: float | None
-    generate_s: float
-    load_s: float
-    starts: int
-    reused: tuple[tuple[str, str | None], ...]  # (cell, the cell whose engine it ran on)
-    # torch.compile and CUDA graph capture, over every engine start the engines split
-    compile_s: float = 0.0
-    cold: int = 0  # engine starts that compiled
-    warm: int = 0  # engine starts that loaded the compiled graphs from the cache
-
-
 def _when(s: str) -> dt.datetime | None:
     try:
         t = dt.datetime.fromisoformat(s)  # a trailing Z included
@@ -384,42 +350,37 @@ def _when(s: str) -> dt.datetime | None:
     return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
 
 
-def time_spent(cells: list[RunResult]) -> Spent:
-    parts = [x.start for r in cells for x in r.repeats if x.start is not None]
+def time_spent(cells: list[RunResult]) -> tuple[float | None, float | None]:
+    """(wall: the first start to the last finish, running: the time at least one cell was running,
+    less when the cells ran in separate calls with pauses between), in seconds."""
     spans = [(_when(r.started_at), _when(r.finished_at)) for r in cells]
     starts, ends = [a for a, _ in spans if a], [b for _, b in spans if b]
     running, reach = None, None
     for a, b in sorted((a, b) for a, b in spans if a and b):  # the union of the spans, in seconds
         running = (running or 0.0) + max(0.0, (b - max(a, reach or a)).total_seconds())
         reach = max(b, reach or b)
-    return Spent(
-        (max(ends) - min(starts)).total_seconds() if starts and ends else None,
-        running,
-        sum(r.timings.generate_s or 0 for r in cells),
-        sum(r.timings.load_s or 0 for r in cells),
-        sum(1 for r in cells if (r.timings.load_s or 0) > 0),
-        tuple((r.name, r.engine_of) for r in cells if r.timings.load_s == 0),
-        sum((p.compile_s or 0) + (p.capture_s or 0) for p in parts),
-        sum(1 for p in parts if p.cold is True),
-        sum(1 for p in parts if p.cold is False),
-    )
+    return (max(ends) - min(starts)).total_seconds() if starts and ends else None, running
 
 
 def spent_section(cells: list[RunResult]) -> list[str]:
-    s = time_spent(cells)
-    busy = s.running_s or s.wall_s
-    share = f" ({s.generate_s / busy:.0%} of the running time)" if busy else ""
+    """The study's wall and running time against its generation and engine starts summed over its
+    cells, its energy and cost, its cold and warm engine starts (torch.compile and CUDA graph
+    capture over every engine start the engines split) and the cells that ran on another's
+    engine."""
+    wall, running = time_spent(cells)
+    generate, busy = sum(r.timings.generate_s or 0 for r in cells), running or wall
+    share = f" ({generate / busy:.0%} of the running time)" if busy else ""
     note = (
         "Wall time: from the first cell's start to the last cell's finish; running: the part of it "
         "in which a cell was running (less when the cells ran in separate calls). Generation and "
         "engine start: summed over the cells (as measured: an estimate counts its partial run)."
     )
     row = [
-        secs(s.wall_s),
-        secs(s.running_s),
-        secs(s.generate_s) + share,
-        secs(s.load_s),
-        s.starts,
+        secs(wall),
+        secs(running),
+        secs(generate) + share,
+        secs(sum(r.timings.load_s or 0 for r in cells)),
+        sum(1 for r in cells if (r.timings.load_s or 0) > 0),
         len(cells),
     ]
     heads = [
@@ -445,31 +406,21 @@ def spent_section(cells: list[RunResult]) -> list[str]:
             else []
         )
         out += ["", "Summed over the cells: " + "; ".join(what) + "."]
-    if s.cold or s.warm:
+    parts = [x.start for r in cells for x in r.repeats if x.start is not None]
+    if cold := [p for p in parts if p.cold is not None]:
+        compile_s = sum((p.compile_s or 0) + (p.capture_s or 0) for p in parts)
         words = (
-            f"Of the engine starts, {s.cold} compiled (cold) and {s.warm} loaded the compiled "
-            "graphs from the "
-        )
-        words += (
-            "compile cache (warm); compiling and capturing CUDA graphs took "
-            f"{secs(s.compile_s)} in all "
-        )
-        words += (
-            "(`engine.compile_cache` keeps the cache in a folder you name, for a later call "
-            "or another host)."
+            f"Of the engine starts, {sum(p.cold for p in cold)} compiled (cold) and "
+            f"{sum(not p.cold for p in cold)} loaded the compiled graphs from the compile cache "
+            f"(warm); compiling and capturing CUDA graphs took {secs(compile_s)} in all "
+            "(`engine.compile_cache` keeps the cache in a folder you name, for a later call or "
+            "another host)."
         )
         out += ["", words]
-    if s.reused:
-        reused = ", ".join(f"{name} (on {host}'s)" if host else name for name, host in s.reused)
-        out += ["", f"Cells that ran on an engine started for another cell: {reused}."]
+    if reused := [r for r in cells if r.timings.load_s == 0]:
+        on = ", ".join(f"{r.name} (on {r.engine_of}'s)" if r.engine_of else r.name for r in reused)
+        out += ["", f"Cells that ran on an engine started for another cell: {on}."]
     return out
-
-
-def in_study_order(cells: list[RunResult]) -> list[RunResult]:
-    """The cells in their study's order (how `runner go` ran them), whatever order they were read
-    in; cells stored before the order was recorded keep theirs, after the others."""
-    index = lambda r: r.cell.index if r.cell is not None else None  # noqa: E731
-    return sorted(cells, key=lambda r: (index(r) is None, index(r) or 0))
 
 
 def study_section(
@@ -481,7 +432,7 @@ def study_section(
 ) -> list[str]:
     """`link`: where the study's own summary is (from the call's summary); the chart lies beside the
     summary; `stopped`: the cells their gate stopped (never named fastest)."""
-    cells = in_study_order(cells)
+    cells = in_order(cells)  # the study's order (how `runner go` ran them)
     axes = axes_of(cells)
     rows, cols, how = pick_axes(axes, requested_axes(cells))
     failed = sum(r.status != "ok" for r in cells)
@@ -492,11 +443,9 @@ def study_section(
     if axes:
         picked = f"rows: **{rows}**" + (f", columns: **{cols}**" if cols else "")
         note = (
-            "Generation time per cell (`~`: projected from a partial run; fastest in bold): "
-            "the geometric mean with "
-        )
-        note += (
-            "its 95% interval and the number of repeats; a time alone is one run, with no interval."
+            "Generation time per cell (`~`: projected from a partial run; fastest in bold): the "
+            "geometric mean with its 95% interval and the number of repeats; a time alone is one "
+            "run, with no interval."
         )
         out += [f"{head}; {picked} ({how}). {note}", "", pivot(cells, axes, rows, cols)]
     else:
@@ -520,14 +469,13 @@ def study_groups(results: list[RunResult]) -> dict[str, list[RunResult]]:
 def study_summary(results: list[RunResult], out: Path | None) -> list[str]:
     """summary.md's sections of the studies among `results`, each with its accuracy-vs-time chart in
     `out` and a link to the study's own summary (`write_study_summaries`)."""
-    groups = study_groups(results)
-    # each study's gates read its samples once
-    stopped = {s: gate_stopped(c, out) for s, c in groups.items()}
-    charts = write_study_charts(results, out, stopped=stopped) if out is not None else {}
-    link = lambda s: f"{s}/{SUMMARY}" if out is not None else None
-    return sum(
-        (study_section(s, c, charts.get(s), link(s), stopped[s]) for s, c in groups.items()), []
-    )
+    sections: list[str] = []
+    for s, cells in study_groups(results).items():
+        stopped = gate_stopped(cells, out)  # each study's gates read its samples once
+        chart = None if out is None else study_chart(s, cells, out, stopped)
+        link = None if out is None else f"{s}/{SUMMARY}"
+        sections += study_section(s, cells, chart, link, stopped)
+    return sections
 
 
 def write_study_summaries(
@@ -552,12 +500,10 @@ def write_study_summaries(
         cells = [r for r in stored if study_of(r) == study]
         path = study_summary_path(out, study)
         path.parent.mkdir(parents=True, exist_ok=True)
-        stopped = {study: gate_stopped(cells, out)}
+        stopped = gate_stopped(cells, out)
         # its own: the call's shows the call's cells
-        charts = write_study_charts(cells, out, path.parent, stopped)
-        section = lambda rs, o, s=study, c=charts.get(study), x=stopped[study]: study_section(
-            s, rs, c, None, x
-        )
+        chart = study_chart(study, cells, path.parent, stopped)
+        section = lambda rs, o, s=study, c=chart, x=stopped: study_section(s, rs, c, None, x)
         base = baseline if any(c.name == baseline for c in cells) else None
         j = judged(cells, base, out, gate)
         text = summary_markdown(j, [section, *others], f"Study {study}: every stored cell")
@@ -566,34 +512,20 @@ def write_study_summaries(
     return paths
 
 
-def write_study_charts(
-    results: list[RunResult],
-    out: Path,
-    dest: Path | None = None,
-    stopped: Mapping[str, Collection[str]] | None = None,
-) -> dict[str, Path]:
-    """study name -> its accuracy-vs-time chart, for each study among `results` with meaningful
-    scores (in `out`, or in `dest`: a study's own summary's folder); `stopped`: study -> the cells
-    their gate stopped (drawn red; `gate_stopped` where not given)."""
+def study_chart(
+    study: str, cells: list[RunResult], dest: Path, stopped: Collection[str]
+) -> Path | None:
+    """The study's accuracy-vs-time chart in `dest` (the call's --out, or the study's own summary's
+    folder); None without meaningful scores, matplotlib or a safe file name. `stopped`: the cells
+    their gate stopped (drawn red)."""
     try:
         pyplot()
-    except ImportError:
-        return {}
-    charts = {}
-    for study, cells in study_groups(results).items():
-        if (metric := chart_metric(cells)) is None:
-            continue
-        try:
-            path = study_chart_path(dest or out, study)
-        except RunnerError:
-            continue
-        label = lambda r, s=study: r.name.removeprefix(f"{s}-") + (" (est.)" if r.estimate else "")
-        red_cells = (
-            stopped[study] if stopped is not None and study in stopped else gate_stopped(cells, out)
-        )
-        red = "; red: stopped by its gate" if red_cells else ""
-        title = f"{study}: {metric} against time (green: Pareto front{red})"
-        chart = accuracy_chart(cells, Accuracy(metric, red_cells), path, label=label, title=title)
-        if chart is not None:
-            charts[study] = chart
-    return charts
+        path = study_chart_path(dest, study)
+    except (ImportError, RunnerError):
+        return None
+    if (metric := chart_metric(cells)) is None:
+        return None
+    label = lambda r: r.name.removeprefix(f"{study}-") + (" (est.)" if r.estimate else "")
+    red = "; red: stopped by its gate" if stopped else ""
+    title = f"{study}: {metric} against time (green: Pareto front{red})"
+    return accuracy_chart(cells, Accuracy(metric, stopped), path, label=label, title=title)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,21 +95,24 @@ class Tune:
         return load_cell(self.src, self.call, settings, cell, run)
 
 
+def _refused(path: Path, field: str, why: str, hint: str | None = None) -> RunnerError:
+    return RunnerError(why, file=str(path), field=field, hint=hint)
+
+
 def read_spec(path: Path) -> tuple[RecipeFile, TuneSpec]:
     f = read_recipe_file(path)
     if "tune" not in f.keys:
         hint = (
             "runner tune takes a recipe or study file with a `tune:` block (axes, objective, "
-            "gate, budget); see "
+            "gate, budget); see docs/recipe-reference.md, section Tune"
         )
-        hint += "docs/recipe-reference.md, section Tune"
-        raise RunnerError("has no `tune:` block", file=str(path), field="tune", hint=hint)
+        raise _refused(path, "tune", "has no `tune:` block", hint)
     try:
         spec = TuneSpec.model_validate(f.keys["tune"])
     except ValidationError as e:
         first = e.errors()[0]
         loc = ".".join(str(x) for x in ("tune", *first["loc"]))
-        raise RunnerError(first["msg"], file=str(path), field=loc) from None
+        raise _refused(path, loc, first["msg"]) from None
     return f, spec
 
 
@@ -125,12 +127,7 @@ def prepare(call: Call, wiring: Wiring) -> Tune:
                 f"the tune varies {clash!r} across its candidates; setting it for every one "
                 "makes them the same"
             )
-            raise RunnerError(
-                why,
-                file=str(call.path),
-                field=f"--set {k}",
-                hint="change the tune's axes in the file",
-            )
+            raise _refused(call.path, f"--set {k}", why, "change the tune's axes in the file")
     src, hand, start = _source(call.path, f, spec, wiring.cell_file)
     base = load_cell(src, call, {}, None)
     if spec.gate is not None and spec.gate.metric not in base.recipe.metrics:
@@ -138,21 +135,17 @@ def prepare(call: Call, wiring: Wiring) -> Tune:
             f"{spec.gate.metric!r} is not among the recipe's metrics "
             f"({', '.join(base.recipe.metrics)})"
         )
-        raise RunnerError(
-            why,
-            file=str(call.path),
-            field="tune.gate.metric",
-            hint="gate a metric the recipe scores",
-        )
+        raise _refused(call.path, "tune.gate.metric", why, "gate a metric the recipe scores")
     cells = _candidates(src, call, spec, base)
     if not (valid := [c for c in cells if c.verdict == Cell.verdict]):
         why = "every candidate is the recipe as written: the axes change nothing"
         if first := next((c.verdict for c in cells if c.verdict.startswith("invalid")), None):
-            first = first.removeprefix("invalid: ")
-            why = f"all {len(cells)} candidates are refused by the recipe's checks; "
-            why += f"the first: {first}"
+            why = (
+                f"all {len(cells)} candidates are refused by the recipe's checks; "
+                f"the first: {first.removeprefix('invalid: ')}"
+            )
         hint = "fix the axes' keys or values (runner check)"
-        raise RunnerError(why, file=str(call.path), field="tune.axes", hint=hint)
+        raise _refused(call.path, "tune.axes", why, hint)
     screened = spec.plan(len(valid))[0]
     if screened == 0:
         need = spec.runs(1, 1)
@@ -162,7 +155,7 @@ def prepare(call: Call, wiring: Wiring) -> Tune:
         )
         why += "with the baseline's" + (" and the compared cells'" if hand else "") + ")"
         hint = f"set budget.cells to {need} or more"
-        raise RunnerError(why, file=str(call.path), field="tune.budget.cells", hint=hint)
+        raise _refused(call.path, "tune.budget.cells", why, hint)
     plan = _plan_words(spec, cells, screened, base.recipe.name)
     return Tune(call, spec, src, hand, start, base, cells, valid[:screened], plan)
 
@@ -170,12 +163,11 @@ def prepare(call: Call, wiring: Wiring) -> Tune:
 def _candidates(src: RecipeFile, call: Call, spec: TuneSpec, base: LoadedRecipe) -> list[Cell]:
     """Every candidate, named `<name>-tNN`; one the recipe's checks refuse (e.g. vLLM's step
     smaller than its sequences) or that is the recipe as written has its verdict already."""
-    cands, labels = spec.candidates(), spec.candidate_labels()
+    cands = spec.candidates()
     # t1..t9, t01..t10, ...: more candidates later rename them (their runs start over)
     width = len(str(len(cands)))
     name, as_written = base.recipe.name, base.recipe.model_dump(exclude={"name"})
-    numbered = enumerate(zip(cands, labels), 1)
-    cells = [Cell(i, f"{name}-t{i:0{width}d}", c, lab) for i, (c, lab) in numbered]
+    cells = [Cell(i, f"{name}-t{i:0{width}d}", *c) for i, c in enumerate(cands, 1)]
     for c in cells:
         try:
             lr = load_cell(src, call, c.settings, c.name)
@@ -212,15 +204,11 @@ def _estimate(t: Tune) -> str:
         )
     n = len(t.to_screen)
     rest = confirm_s(screen, t.spec, t.spec.confirmed(n), len(t.hand)) or 0.0
-    words = (
+    return (
         f"Estimated time: about {secs(one * n + rest)} ({n} screens of ~{secs(one)} each, as "
-        "the stored screen "
+        f"the stored screen of the recipe as written took, then a confirmation of ~{secs(rest)} "
+        f"on {screen.n_dataset:,} examples)."
     )
-    words += (
-        f"of the recipe as written took, then a confirmation of ~{secs(rest)} on "
-        f"{screen.n_dataset:,} "
-    )
-    return words + "examples)."
 
 
 def _source(
@@ -233,12 +221,7 @@ def _source(
         if spec.start or spec.compare:
             why = "only a study file has cells to start from or compare with"
             key = "tune.start" if spec.start else "tune.compare"
-            raise RunnerError(
-                why,
-                file=str(path),
-                field=key,
-                hint="remove it, or move the tune: block into the study",
-            )
+            raise _refused(path, key, why, "remove it, or move the tune: block into the study")
         return f, [], None
     start = spec.start or (
         f.data.get("baseline") if isinstance(f.data.get("baseline"), str) else None
@@ -248,15 +231,13 @@ def _source(
             "name the cell the candidates change: `tune: {start: CELL, ...}` (runner check "
             "FILE lists the cells)"
         )
-        raise RunnerError(
-            "a study's tune starts from one cell", file=str(path), field="tune.start", hint=hint
-        )
+        raise _refused(path, "tune.start", "a study's tune starts from one cell", hint)
     src = cell_file(path, start, "tune.start")
     for h in spec.compare:
         cell_file(path, h, "tune.compare")
     if start in spec.compare:
         why = f"{start!r} is the cell the tune starts from: it is confirmed already"
-        raise RunnerError(why, file=str(path), field="tune.compare", hint="compare other cells")
+        raise _refused(path, "tune.compare", why, "compare other cells")
     return src, list(spec.compare), start
 
 
@@ -316,12 +297,9 @@ def _plan_words(spec: TuneSpec, cells: list[Cell], screened: int, name: str) -> 
     )
     words = (
         f"{n} candidates{bad}{cut}: each screened once on the first {spec.screen.examples} "
-        "examples with the "
+        f"examples with the recipe as written ({name}, the baseline); the best {confirmed} then "
+        f"run on every example {spec.confirm.repeat} times each, with the baseline"
     )
-    words += (
-        f"recipe as written ({name}, the baseline); the best {confirmed} then run on every example "
-    )
-    words += f"{spec.confirm.repeat} times each, with the baseline"
     words += f" and the hand-written {', '.join(spec.compare)}" if spec.compare else ""
     words += f": at most {spec.runs(screened, confirmed)} measured runs. Objective: "
     words += "generation time" if spec.objective == "generate_s" else "output tokens per second"
@@ -336,9 +314,9 @@ def _plan_words(spec: TuneSpec, cells: list[Cell], screened: int, name: str) -> 
     if spec.budget.minutes:
         words += (
             f"; the {spec.budget.minutes:g}-minute budget covers the screen and the "
-            "confirmation: screening "
+            "confirmation: screening stops when the time spent plus the confirmation's projected "
+            "time would pass it"
         )
-        words += "stops when the time spent plus the confirmation's projected time would pass it"
     return words + "."
 
 
@@ -398,7 +376,7 @@ def run(t: Tune, wiring: Wiring) -> Outcome:
     recipe = None
     # the file's recipe with this call's --set (as `runner go` applies them), then the winner's
     if decision.winners:
-        data = json.loads(json.dumps(t.src.data))
+        data = copy.deepcopy(t.src.data)
         apply_overrides(data, list(t.call.sets), {}, str(t.call.path))
         recipe = winner_yaml(data, decision.winners[0].settings, name)
     chart = _front_chart(t, [base, *t.cells, *hand])
@@ -439,4 +417,4 @@ def _as_written(t: Tune, wiring: Wiring) -> list[LoadedRecipe]:
     asked = Asked(sets, t.call.model_paths, ",".join([t.cell, *t.hand]))
     loaded = load_all((str(t.call.path),), asked, unused_ok=True, studies=wiring.studies)
     by = {lr.recipe.name: lr for lr in loaded}
-    return [by[t.cell], *(by[h] for h in t.hand)]
+    return [by[n] for n in (t.cell, *t.hand)]

@@ -20,9 +20,8 @@ from .search import Cell, Decision
 from .spec import TuneSpec
 
 
-def settings_text(settings: dict[str, Any], labels: dict[str, str] | None = None) -> str:
+def settings_text(settings: dict[str, Any], labels: dict[str, str]) -> str:
     """`key=value, ...`; a labelled value (an axis written label -> value) by its label."""
-    labels = labels or {}
     shown = (
         labels[k] if k in labels else json.dumps(v, ensure_ascii=False) for k, v in settings.items()
     )
@@ -109,10 +108,13 @@ def hand_words(pick: Cell, base: Cell, hand: Cell, ratio: tuple | None) -> str:
     )
     if ratio is None:
         return head + f"{who} has no time to compare."
-    if not clear(ratio[1], ratio[2]):
-        verdict = "as fast within the noise"
-    else:
-        verdict = "clearly faster" if ratio[0] > 1 else "clearly slower"
+    verdict = (
+        "as fast within the noise"
+        if not clear(ratio[1], ratio[2])
+        else "clearly faster"
+        if ratio[0] > 1
+        else "clearly slower"
+    )
     return head + f"{who} is {ratio_text(*ratio)}: {verdict}."
 
 
@@ -125,8 +127,13 @@ def _front_section(ran: Ran, metric: str | None) -> list[str]:
     rows = []
     for c in sorted(decision.front, key=lambda c: c.full.timings.generate_s or 0):  # type: ignore[union-attr]
         r = c.full
-        what = settings_text(c.settings, c.labels)
-        what = "the recipe as written" if c is base else "hand-written cell" if c in hand else what
+        what = (
+            "the recipe as written"
+            if c is base
+            else "hand-written cell"
+            if c in hand
+            else settings_text(c.settings, c.labels)
+        )
         usd = (cost_figures(r) or {}).get("usd_run")  # type: ignore[arg-type]
         gate = "(the baseline)" if c is base else c.gate or "–"
         win = "winner" if c in decision.winners else c.verdict if c is not base else "baseline"
@@ -147,8 +154,9 @@ def _front_section(ran: Ran, metric: str | None) -> list[str]:
         "time on every example (95% CI)",
         "score",
         "gate against the baseline (95% CI)",
+        "$ for the run",
+        "verdict",
     ]
-    head += ["$ for the run", "verdict"]
     what = (
         "generation time"
         + (f", {metric}" if metric else "")
@@ -156,13 +164,9 @@ def _front_section(ran: Ran, metric: str | None) -> list[str]:
     )
     note = (
         f"The confirmed cells (and the recipe as written) that no other beats on {what} at "
-        "once, by their point "
+        "once, by their point estimates; the winner is the fastest of them that passed the gate "
+        "and is clearly faster than the recipe as written."
     )
-    note += (
-        "estimates; the winner is the fastest of them that passed the gate and is clearly "
-        "faster than the recipe "
-    )
-    note += "as written."
     out = ["", "## The front", "", note, "", table(rows, head, frozenset({"$ for the run"}))]
     return out + (["", f"![front]({ran.chart})"] if ran.chart else [])
 
@@ -197,12 +201,25 @@ def tune_markdown(name: str, spec: TuneSpec, plan: str, ran: Ran) -> str:
         what = "hand-written cell" if c in hand else settings_text(c.settings, c.labels)
         cost = secs(cost_s([c])) if c.screen or c.full else "–"
         rows.append(
-            ["base" if c is base else "hand" if c in hand else c.index, c.name, what, screen]
+            [
+                "base" if c is base else "hand" if c in hand else c.index,
+                c.name,
+                what,
+                screen,
+                _score(c.screen, metric),
+                full,
+                _score(c.full, metric),
+                c.gate or "–",
+                cost,
+                "baseline" if c is base else c.verdict,
+            ]
         )
-        rows[-1] += [_score(c.screen, metric), full, _score(c.full, metric), c.gate or "–", cost]
-        rows[-1].append("baseline" if c is base else c.verdict)
-    head = ["#", "cell", "settings", f"screen time ({spec.screen.examples} ex.)", "screen score"]
-    head += [
+    head = [
+        "#",
+        "cell",
+        "settings",
+        f"screen time ({spec.screen.examples} ex.)",
+        "screen score",
         "time on every example (95% CI)",
         "score",
         "gate against the baseline",
@@ -234,19 +251,19 @@ def tune_markdown(name: str, spec: TuneSpec, plan: str, ran: Ran) -> str:
         out += [
             "",
             "> Scores here are not meaningful (random weights or the fake engine): the gate is "
-            "exercised, ",
+            "exercised, not evidence.",
         ]
-        out[-1] += "not evidence."
+    with_hand = ", the study's hand-written cells with them" if hand else ""
     out += [
         "",
         "## Trajectory",
         "",
-        "In the order tried: the screen (first examples, one run each), then the ",
+        "In the order tried: the screen (first examples, one run each), then the confirmation "
+        f"(every example, repeats taking turns{with_hand}). Cost: the cell's measured total time "
+        "(engine starts, generations, repeats).",
+        "",
+        table(rows, head),
     ]
-    out[-1] += "confirmation (every example, repeats taking turns"
-    out[-1] += ", the study's hand-written cells with them" if hand else ""
-    out[-1] += "). Cost: the cell's measured total time (engine starts, generations, repeats)."
-    out += ["", table(rows, head)]
     if ran.recipe_yaml:
         out += ["", "## The winner's recipe", "", "```yaml", ran.recipe_yaml.rstrip(), "```"]
     return "\n".join(out) + "\n"

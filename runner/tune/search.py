@@ -135,12 +135,15 @@ def front(cells: Sequence[Cell], metric: str | None) -> list[Cell]:
     scored = metric is not None and all(
         c.full.scores_meaningful and metric in c.full.scores for c in done
     )  # type: ignore[union-attr]
-    points = []
-    for c, dollars in zip(done, usd):
-        p = [estimate(c.full)[0]]  # type: ignore[arg-type, index]
-        p += [-c.full.scores[metric]] if scored else []  # type: ignore[union-attr, index]
-        p += [dollars] if all(u is not None for u in usd) else []
-        points.append(tuple(p))
+    priced = None not in usd
+    points = [
+        (
+            estimate(c.full)[0],  # type: ignore[arg-type, index]
+            *([-c.full.scores[metric]] if scored else []),  # type: ignore[union-attr, index]
+            *([dollars] if priced else []),
+        )
+        for c, dollars in zip(done, usd)
+    ]
     return [done[i] for i in pareto_front(points)]
 
 
@@ -167,15 +170,17 @@ def decide(
     if missing := [c.name for c in [base, *confirmed] if c.full is None]:
         for c in confirmed:
             c.verdict = "confirmation not finished" if c.full is None else c.verdict
-        words = f"Unfinished: {len(missing)} of {len(confirmed) + 1} confirmation runs are not "
-        words += f"stored yet ({', '.join(missing)}); the same command continues the tune."
+        words = (
+            f"Unfinished: {len(missing)} of {len(confirmed) + 1} confirmation runs are not "
+            f"stored yet ({', '.join(missing)}); the same command continues the tune."
+        )
         return Decision([], None, words)
     if base.full.status != "ok":  # type: ignore[union-attr]  (not missing: checked above)
         words = (
             f"The recipe as written ({base.name}) failed on every example: nothing to compare "
-            "the candidates "
+            "the candidates with (its report says why)."
         )
-        return Decision([], None, words + "with (its report says why).")
+        return Decision([], None, words)
     bs = samples(base.full)
     for h in hand:
         if h.full is not None and h.full.status == "ok":
@@ -224,9 +229,8 @@ def _crown(ok: list[Cell], base: Cell, spec: TuneSpec, k: int) -> tuple[list[Cel
         against = f": {ratio_text(*vs)}" if vs is not None else " (no time to compare)"
         words = (
             "No candidate is clearly faster than the recipe as written; the fastest that "
-            f"passed, **{best.name}**, "
+            f"passed, **{best.name}**, against it{against}{_level_words(k)}."
         )
-        words += f"against it{against}{_level_words(k)}."
         if vs is not None and vs[0] > 1 and (n := repeats_to_tell(base.full, best.full)):  # type: ignore[arg-type]
             words += (
                 f" About {n:,} repeats each would tell a difference this size at this noise "
@@ -247,19 +251,17 @@ def _crown(ok: list[Cell], base: Cell, spec: TuneSpec, k: int) -> tuple[list[Cel
             if c in winners
             else "passed"
         )
-    words = f"**{best.name}** is the fastest that passed, clearly faster than the recipe as written"
-    words += f"{_level_words(k)}."
+    words = (
+        f"**{best.name}** is the fastest that passed, clearly faster than the recipe as written"
+        f"{_level_words(k)}."
+    )
     if len(winners) > 1:
         others = ", ".join(f"**{c.name}**" for c in winners[1:])
         words = (
             f"No single winner: **{best.name}** and {others} are within each other's noise "
-            "(the 95% interval of "
+            "(the 95% interval of their time ratio holds 1), and both clearly faster than the "
+            "recipe as written; more repeats would tell them apart."
         )
-        words += (
-            "their time ratio holds 1), and both clearly faster than the recipe as written; "
-            "more repeats would "
-        )
-        words += "tell them apart."
     return winners, vs, words
 
 

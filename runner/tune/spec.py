@@ -84,12 +84,10 @@ class Range(StrictModel):
 
 
 def _labelled(axis: list[Any] | Range | dict[str, Any]) -> tuple[list[Any], list[str | None]]:
-    if isinstance(axis, Range):
-        values = axis.values()
-        return values, [None] * len(values)
     if isinstance(axis, dict):
         return list(axis.values()), [str(k) for k in axis]
-    return list(axis), [None] * len(axis)
+    values = axis.values() if isinstance(axis, Range) else list(axis)
+    return values, [None] * len(values)
 
 
 class Screen(StrictModel):
@@ -211,19 +209,17 @@ class TuneSpec(StrictModel):
                 seen.add(k)
         return v
 
-    def axis_values(self) -> dict[str, list[Any]]:
-        return {k: _labelled(v)[0] for k, v in self.axes.items()}
-
-    def candidates(self) -> list[dict[str, Any]]:
-        """Each combination of one value per axis, in the order the axes and values are written."""
-        values = self.axis_values()
-        return [dict(zip(values, combo)) for combo in itertools.product(*values.values())]
-
-    def candidate_labels(self) -> list[dict[str, str]]:
-        """Parallel to `candidates()`: each candidate's labelled values, key -> label (none for a
-        value written in a list or range)."""
-        combos = itertools.product(*(_labelled(v)[1] for v in self.axes.values()))
-        return [{k: lab for k, lab in zip(self.axes, combo) if lab is not None} for combo in combos]
+    def candidates(self) -> list[tuple[dict[str, Any], dict[str, str]]]:
+        """Each combination of one value per axis, in the order the axes and values are written,
+        with its labelled values, key -> label (none for a value written in a list or range)."""
+        combos = itertools.product(*(zip(*_labelled(v)) for v in self.axes.values()))
+        return [
+            (
+                {k: v for k, (v, _) in zip(self.axes, combo)},
+                {k: lab for k, (_, lab) in zip(self.axes, combo) if lab is not None},
+            )
+            for combo in combos
+        ]
 
     def runs(self, screened: int, confirmed: int) -> int:
         """Measured runs: one screen each (the baseline's too), `confirm.repeat` for each confirmed,
