@@ -52,8 +52,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import Field
-
 from runner.base.types import StrictModel
 
 GIB = 2**30
@@ -314,31 +312,24 @@ class Settings:
 class MemoryPlan(StrictModel):
     """Where the GPU's memory goes under vLLM, and what is left for the KV cache."""
 
-    quantization: str = Field(description="Resolved method: none, fp8, awq, gptq, bitsandbytes.")
-    dtype: str = Field(description="Resolved model dtype.")
-    weights_gib: float = Field(description="All weights, GiB.")
-    weights_gpu_gib: float = Field(description="Weights left on the GPU after cpu_offload_gb, GiB.")
-    activation_gib: float = Field(
-        description="Peak activation estimate (vLLM's profiling pass), GiB."
-    )
-    non_torch_gib: float = Field(description="Non-torch allowance, GiB.")
-    cuda_graph_gib: float = Field(description="CUDA-graph allowance (0 with enforce_eager), GiB.")
-    budget_gib: float = Field(description="gpu_memory_utilization * GPU memory, GiB.")
-    kv_bytes_per_token: int = Field(description="KV-cache bytes per token, all layers.")
-    kv_cache_gib: float = Field(description="Memory left for the KV cache, GiB (0 when negative).")
-    kv_capacity_blocks: int = Field(description="KV blocks that fit.")
-    kv_capacity_tokens: int = Field(description="KV tokens that fit (blocks * block size).")
-    max_model_len: int = Field(description="Context length the engine must hold one sequence of.")
-    fits: bool = Field(
-        description="Without offload: weights, overheads and one max_model_len sequence fit."
-    )
-    cpu_offload_gb_needed: float = Field(
-        description="cpu_offload_gb (vLLM's unit: GiB) needed to fit; 0 if it fits; "
-        "more than weights_gib: offload alone cannot make it fit."
-    )
-    starts: bool = Field(
-        description="With the given cpu_offload_gb, the KV cache holds one max_model_len sequence."
-    )
+    quantization: str  # Resolved method: none, fp8, awq, gptq, bitsandbytes.
+    dtype: str  # Resolved model dtype.
+    weights_gib: float  # All weights, GiB.
+    weights_gpu_gib: float  # Weights left on the GPU after cpu_offload_gb, GiB.
+    activation_gib: float  # Peak activation estimate (vLLM's profiling pass), GiB.
+    non_torch_gib: float  # Non-torch allowance, GiB.
+    cuda_graph_gib: float  # CUDA-graph allowance (0 with enforce_eager), GiB.
+    budget_gib: float  # gpu_memory_utilization * GPU memory, GiB.
+    kv_bytes_per_token: int  # KV-cache bytes per token, all layers.
+    kv_cache_gib: float  # Memory left for the KV cache, GiB (0 when negative).
+    kv_capacity_blocks: int  # KV blocks that fit.
+    kv_capacity_tokens: int  # KV tokens that fit (blocks * block size).
+    max_model_len: int  # Context length the engine must hold one sequence of.
+    fits: bool  # Without offload: weights, overheads and one max_model_len sequence fit.
+    # cpu_offload_gb (vLLM's unit: GiB) needed to fit; 0 if it fits; more than weights_gib: offload
+    # alone cannot make it fit.
+    cpu_offload_gb_needed: float
+    starts: bool  # With the given cpu_offload_gb, the KV cache holds one max_model_len sequence.
 
 
 def plan_memory(

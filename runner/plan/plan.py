@@ -64,10 +64,10 @@ PLAN_HEADERS += ["KV bytes/token", "KV capacity (tokens)", "fits", "floor"]
 class TokenStats(StrictModel):
     """Distribution of prompt lengths, tokens per example."""
 
-    mean: float = Field(description="Mean.")
-    p50: float = Field(description="Median.")
-    p90: float = Field(description="90th percentile.")
-    max: int = Field(description="Longest.")
+    mean: float  # Mean.
+    p50: float  # Median.
+    p90: float  # 90th percentile.
+    max: int  # Longest.
 
 
 class Plan(StrictModel):

@@ -36,8 +36,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pydantic import Field
-
 from runner.base.types import StrictModel
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's default block size for CUDA attention backends
@@ -104,30 +102,20 @@ class LayoutInputs:
 class LayoutAdvice(StrictModel):
     """What moving repeating variables to the front of the template is predicted to change."""
 
-    variables: list[str] = Field(
-        description="The repeating variables proposed first, in this order."
-    )
-    order: list[str] = Field(description="The full proposed variable order.")
-    distinct_values: int = Field(
-        description="Distinct values (tuples of values for several variables)."
-    )
-    mean_repeats: float = Field(description="Examples per distinct value.")
-    prompt_tokens: int = Field(
-        description="Tokens of the simulated prompts (head + concatenated variables)."
-    )
-    current_cached_tokens: int = Field(description="Predicted cache hits with the current order.")
-    first_cached_tokens: int = Field(description="Predicted cache hits with these variables first.")
-    grouped_cached_tokens: int = Field(
-        description="Predicted cache hits with these variables first and the examples grouped by "
-        "their values."
-    )
-    current_share: float = Field(description="current_cached_tokens / prompt_tokens.")
-    first_share: float = Field(description="first_cached_tokens / prompt_tokens.")
-    grouped_share: float = Field(description="grouped_cached_tokens / prompt_tokens.")
-    capacity_blocks: int | None = Field(
-        description="Cache capacity simulated (LRU); None = never evicts."
-    )
-    text: str = Field(description="The advice in one paragraph.")
+    variables: list[str]  # The repeating variables proposed first, in this order.
+    order: list[str]  # The full proposed variable order.
+    distinct_values: int  # Distinct values (tuples of values for several variables).
+    mean_repeats: float  # Examples per distinct value.
+    prompt_tokens: int  # Tokens of the simulated prompts (head + concatenated variables).
+    current_cached_tokens: int  # Predicted cache hits with the current order.
+    first_cached_tokens: int  # Predicted cache hits with these variables first.
+    # Predicted cache hits with these variables first and the examples grouped by their values.
+    grouped_cached_tokens: int
+    current_share: float  # current_cached_tokens / prompt_tokens.
+    first_share: float  # first_cached_tokens / prompt_tokens.
+    grouped_share: float  # grouped_cached_tokens / prompt_tokens.
+    capacity_blocks: int | None  # Cache capacity simulated (LRU); None = never evicts.
+    text: str  # The advice in one paragraph.
 
 
 def encode_examples(

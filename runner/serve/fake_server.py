@@ -70,10 +70,6 @@ def app(reply: str, delay_s: float) -> web.Application:
             "model": body.get("model", "fake"),
         }
         async with lock:  # one request at a time
-            if not body.get("stream"):
-                await asyncio.sleep(delay_s)
-                choice = {"index": 0, "text": "".join(words), "finish_reason": finish}
-                return web.json_response({**base, "choices": [choice], "usage": usage})
             resp = web.StreamResponse(
                 headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
             )
