@@ -62,11 +62,8 @@ CLIENT = Path("benchmarks", "lib", "endpoint_request_func.py")  # in the vllm pa
 def client() -> Any:
     """vLLM's endpoint_request_func module, loaded by its file from the installed vllm package."""
     spec = importlib.util.find_spec("vllm")
-    path = (
-        Path(spec.submodule_search_locations[0], CLIENT)
-        if spec and spec.submodule_search_locations
-        else None
-    )
+    where = spec and spec.submodule_search_locations
+    path = Path(where[0], CLIENT) if where else None
     if path is None or not path.is_file():
         raise RunnerError(
             "a serving run sends its requests with vLLM's own benchmark client, and vLLM is not "
@@ -177,9 +174,15 @@ def run_rate(target: Target, prompts: Sequence[list[int]], rate: float, load, wa
 
         async def send(session: Any, ids: list[int]) -> Any:
             async with gate:
-                args = dict(prompt=ids, api_url=target.url, prompt_len=len(ids))
-                args |= dict(output_len=max_tokens, model=target.model, extra_body=body)
-                return await c.async_request_openai_completions(c.RequestFuncInput(**args), session)
+                args = c.RequestFuncInput(
+                    prompt=ids,
+                    api_url=target.url,
+                    prompt_len=len(ids),
+                    output_len=max_tokens,
+                    model=target.model,
+                    extra_body=body,
+                )
+                return await c.async_request_openai_completions(args, session)
 
         async with aiohttp.ClientSession(timeout=c.AIOHTTP_TIMEOUT) as session:
             warm = await asyncio.gather(
