@@ -59,6 +59,14 @@ PLAN_HEADERS = [
     "weights",
 ]
 PLAN_HEADERS += ["KV bytes/token", "KV capacity (tokens)", "fits", "floor"]
+# the plan's fields that are the memory plan's
+MEMORY_KEYS = {
+    "weights_gib",
+    "kv_bytes_per_token",
+    "kv_capacity_tokens",
+    "fits",
+    "cpu_offload_gb_needed",
+}
 
 
 class TokenStats(StrictModel):
@@ -206,14 +214,13 @@ def make_plan(
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     mem, (t, seqs) = plan_memory(config, g.memory_gib, s, g.name), s.batch(g.memory_gib, g.name)
     lens, bs, cap = [len(x) for x in p.ids], s.block_size, mem.kv_capacity_blocks
-    simulate, caching = lambda cap: simulate_prefix_cache(p.ids, bs, cap), s.enable_prefix_caching
+    caching = s.enable_prefix_caching
+    simulate = lambda c: _once("cache", p.ids, (bs, c), lambda: simulate_prefix_cache(p.ids, bs, c))
     # what caching would serve with room for every block; with fewer blocks than needed an upper
     # bound
-    hits, needed, _ = _once("cache", p.ids, (bs, None), lambda: simulate(None))
+    hits, needed, _ = simulate(None)
     upper = caching and needed > cap
-    lru = None  # an LRU estimate at the capacity
-    if upper and cap > 0:
-        lru = sum(_once("cache", p.ids, (bs, cap), lambda: simulate(cap))[0])
+    lru = sum(simulate(cap)[0]) if upper and cap > 0 else None  # an LRU estimate at the capacity
     used = hits if caching else []
     # sequences of the mean prompt + max_tokens
     per_seq = max(1, math.ceil(sum(lens) / max(1, len(lens)) + p.max_tokens))
@@ -224,8 +231,7 @@ def make_plan(
     advice = _once("advice", p.ids, (bs, evicts), advise) if p.layout else []
     plan = Plan(
         **_base(p, g, mem.max_model_len),
-        **mem.model_dump(include={"weights_gib", "kv_bytes_per_token", "kv_capacity_tokens"}),
-        fits=mem.fits,
+        **mem.model_dump(include=MEMORY_KEYS),
         prefix_caching=caching,
         cached_prompt_tokens=sum(used),
         cached_share=sum(used) / sum(lens) if sum(lens) else 0.0,
@@ -233,7 +239,6 @@ def make_plan(
         kv_blocks_needed=needed,
         cache_upper_bound=upper,
         cached_prompt_tokens_lru=lru,
-        cpu_offload_gb_needed=mem.cpu_offload_gb_needed,
         memory=mem,
         batch=b,
         floor_s=fl and fl.floor_s,
@@ -326,13 +331,22 @@ def plan_recipe(
     settings = r.engine.plan_settings(r.model)
     device, cpu_dtype = settings.pop("device", None), settings.pop("cpu_dtype", None)
     p, s = Prompts(r.name, ids, r.sampling.max_tokens), Settings(**settings)
-    if gpu is None or device == "cpu" or not r.engine.kv_pool:
-        on = None if gpu is None or device == "cpu" else gpu
-        dtype = (on is None and cpu_dtype) or s.dtype
-        s = replace(s, dtype=dtype, max_model_len=context_length(lr))
-        return tokens_plan(p, config, on, s, _not_planned(r.engine, on, gpu))
-    inputs = prepared and _once("layout", ids, (), lambda: _layout(lr, prepared, ids))
-    return make_plan(replace(p, layout=inputs), config, gpu, s)
+    if gpu is not None and device != "cpu" and r.engine.kv_pool:
+        inputs = prepared and _once("layout", ids, (), lambda: _layout(lr, prepared, ids))
+        return make_plan(replace(p, layout=inputs), config, gpu, s)
+    # what applies to any engine on any device: prompt tokens, context fit, the weights and KV bytes
+    # per token; the rest None, and why in the notes
+    on = None if gpu is None or device == "cpu" else gpu
+    dtype, mml = (on is None and cpu_dtype) or s.dtype, context_length(lr)
+    fields, notes = _base(p, on, mml), [_not_planned(r.engine, on, gpu)]
+    if over := fields["over_context"]:
+        notes.append(f"{over:,} prompts + max_tokens exceed the context of {mml:,}.")
+    return Plan(
+        **fields,
+        weights_gib=weight_bytes(config, dtype, s.quantization) / GIB,
+        kv_bytes_per_token=kv_bytes_per_token(config, "auto", dtype),
+        notes=notes,
+    )
 
 
 def _not_planned(engine: Any, on: GPU | None, asked: GPU | None) -> str:
@@ -356,28 +370,6 @@ def _not_planned(engine: Any, on: GPU | None, asked: GPU | None) -> str:
         f"{where}: GPU memory, KV cache, prefix-cache hits and the floor do not apply; prompt "
         "tokens, context fit "
         "and weights (in CPU memory) are planned."
-    )
-
-
-def tokens_plan(
-    p: Prompts,
-    config: Mapping[str, Any],
-    gpu: GPU | None,
-    s: Settings,
-    why: str,
-) -> Plan:
-    """What applies to any engine on any device: prompt tokens, context fit, the weights and KV
-    bytes per token; the rest None, and `why` in the notes."""
-    fields = _base(p, gpu, s.max_model_len)
-    over = fields["over_context"]
-    notes = [why]
-    if over:
-        notes.append(f"{over:,} prompts + max_tokens exceed the context of {s.max_model_len:,}.")
-    return Plan(
-        **fields,
-        weights_gib=weight_bytes(config, s.dtype, s.quantization) / GIB,
-        kv_bytes_per_token=kv_bytes_per_token(config, "auto", s.dtype),
-        notes=notes,
     )
 
 
