@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict
 
 from runner.base.errors import RunnerError
 from runner.base.format import table
@@ -81,68 +81,74 @@ class TokenStats(StrictModel):
 class Plan(StrictModel):
     """What a recipe will need and can reach on a GPU, before running it."""
 
-    name: str = Field(description="Recipe name.")
-    gpu: str | None = Field(description="GPU planned for; None: the recipe runs on the CPU.")
-    requests: int = Field(description="Prompts.")
-    prompt_tokens: int = Field(description="All prompt tokens.")
-    prompt_tokens_per_example: TokenStats | None = Field(
-        description="Prompt length distribution; None without prompts."
+    # each field's description is the docstring below it (`runner plan --json`'s contract, in
+    # docs/recipe-reference.md)
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    name: str
+    """Recipe name."""
+    gpu: str | None
+    """GPU planned for; None: the recipe runs on the CPU."""
+    requests: int
+    """Prompts."""
+    prompt_tokens: int
+    """All prompt tokens."""
+    prompt_tokens_per_example: TokenStats | None
+    """Prompt length distribution; None without prompts."""
+    max_tokens: int
+    """Output tokens per request assumed (sampling.max_tokens)."""
+    max_model_len: int | None
+    """Context length (the recipe's, else the model's); None if unknown."""
+    over_context: int
+    """Prompts whose length + max_tokens exceeds max_model_len."""
+    prefix_caching: bool = False
+    """Whether prefix caching is on."""
+    cached_prompt_tokens: int | None = None
+    (
+        "Prompt tokens served from the prefix cache (0 when off); exact for vLLM V1 unless "
+        "cache_upper_bound. None: not planned (an engine without vLLM's KV-cache pool, or the "
+        "CPU)."
     )
-    max_tokens: int = Field(description="Output tokens per request assumed (sampling.max_tokens).")
-    max_model_len: int | None = Field(
-        description="Context length (the recipe's, else the model's); None if unknown."
+    cached_share: float | None = None
+    """cached_prompt_tokens / prompt_tokens."""
+    block_size: int | None = None
+    """KV-cache block size, tokens."""
+    kv_blocks_needed: int | None = None
+    """Distinct full prompt blocks a cache must hold for all the reuse."""
+    cache_upper_bound: bool = False
+    (
+        "The KV cache holds fewer blocks than kv_blocks_needed: blocks get evicted and "
+        "cached_prompt_tokens is an upper bound."
     )
-    over_context: int = Field(
-        description="Prompts whose length + max_tokens exceeds max_model_len."
+    cached_prompt_tokens_lru: int | None = None
+    (
+        "When cache_upper_bound: an LRU estimate at the KV capacity (ignores blocks held by "
+        "running requests)."
     )
-    prefix_caching: bool = Field(False, description="Whether prefix caching is on.")
-    cached_prompt_tokens: int | None = Field(
-        None,
-        description="Prompt tokens served from the prefix cache (0 when off); exact "
-        "for vLLM V1 unless cache_upper_bound. None: not planned (an engine without vLLM's "
-        "KV-cache pool, or the CPU).",
-    )
-    cached_share: float | None = Field(None, description="cached_prompt_tokens / prompt_tokens.")
-    block_size: int | None = Field(None, description="KV-cache block size, tokens.")
-    kv_blocks_needed: int | None = Field(
-        None, description="Distinct full prompt blocks a cache must hold for all the reuse."
-    )
-    cache_upper_bound: bool = Field(
-        False,
-        description="The KV cache holds fewer blocks than kv_blocks_needed: blocks get "
-        "evicted and cached_prompt_tokens is an upper bound.",
-    )
-    cached_prompt_tokens_lru: int | None = Field(
-        None,
-        description="When cache_upper_bound: an LRU estimate at the KV "
-        "capacity (ignores blocks held by running requests).",
-    )
-    weights_gib: float | None = Field(
-        description="Weights, GiB (in CPU memory for a recipe on the CPU)."
-    )
-    kv_bytes_per_token: int = Field(description="KV-cache bytes per token.")
-    kv_capacity_tokens: int | None = Field(
-        None, description="KV-cache capacity, tokens (this and below: vLLM on a GPU)."
-    )
-    fits: bool | None = Field(
-        None,
-        description="Fits without CPU offload (weights, overheads, one max_model_len sequence).",
-    )
-    cpu_offload_gb_needed: float | None = Field(
-        None, description="cpu_offload_gb needed to fit (GiB, vLLM's unit); 0 if it fits."
-    )
-    memory: MemoryPlan | None = Field(None, description="The memory budget in detail.")
-    batch: int | None = Field(None, description="Sequences decoded together assumed for the floor.")
-    floor_s: float | None = Field(
-        None,
-        description="Lower bound on generation time, seconds; None if the GPU's peaks are unknown.",
-    )
-    bound: str | None = Field(None, description="What sets the floor: compute, memory or pcie.")
-    floor: Floor | None = Field(None, description="The floor in detail.")
-    layout_advice: list[LayoutAdvice] = Field(
-        [], description="Template layout advice (empty without layout inputs)."
-    )
-    notes: list[str] = Field([], description="Caveats in words.")
+    weights_gib: float | None
+    """Weights, GiB (in CPU memory for a recipe on the CPU)."""
+    kv_bytes_per_token: int
+    """KV-cache bytes per token."""
+    kv_capacity_tokens: int | None = None
+    """KV-cache capacity, tokens (this and below: vLLM on a GPU)."""
+    fits: bool | None = None
+    """Fits without CPU offload (weights, overheads, one max_model_len sequence)."""
+    cpu_offload_gb_needed: float | None = None
+    """cpu_offload_gb needed to fit (GiB, vLLM's unit); 0 if it fits."""
+    memory: MemoryPlan | None = None
+    """The memory budget in detail."""
+    batch: int | None = None
+    """Sequences decoded together assumed for the floor."""
+    floor_s: float | None = None
+    """Lower bound on generation time, seconds; None if the GPU's peaks are unknown."""
+    bound: str | None = None
+    """What sets the floor: compute, memory or pcie."""
+    floor: Floor | None = None
+    """The floor in detail."""
+    layout_advice: list[LayoutAdvice] = []
+    """Template layout advice (empty without layout inputs)."""
+    notes: list[str] = []
+    """Caveats in words."""
 
 
 def _stats(lens: Sequence[int]) -> TokenStats | None:
