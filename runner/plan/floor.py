@@ -205,12 +205,12 @@ def compute_floor(
         return None
     lens, m = work.prompt_lens, work.max_tokens
     cached = work.cached or [0] * len(lens)
-    r, m1 = len(lens), max(0, m - 1)
+    m1 = max(0, m - 1)
     prefill, decode = workload_flops(config, lens, cached, m)
     compute_s = (prefill + decode) / (peak * 1e12)
     uncached = sum(lens) - sum(cached)
     pre_steps = math.ceil(uncached / work.max_num_batched_tokens) if uncached > 0 else 0
-    dec_steps = math.ceil(r / work.batch) * m1
+    dec_steps = math.ceil(len(lens) / work.batch) * m1
     steps = pre_steps + dec_steps
     weights_read = steps * (mem.weights_gpu_gib * GIB)
     kv_read = mem.kv_bytes_per_token * sum(m1 * n + m1 * m / 2 for n in lens)

@@ -48,6 +48,7 @@ when
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -173,16 +174,10 @@ class Quantization:
     double_quant: bool = False  # bitsandbytes 4-bit double quantization.
 
 
-_ALIASES = dict(
-    awq="awq",
-    awq_marlin="awq",
-    gptq="gptq",
-    gptq_marlin="gptq",
-    fp8="fp8",
-    bitsandbytes="bitsandbytes",
-)
-# the transformers engine's
-_ALIASES |= {"bitsandbytes-4bit": "bitsandbytes", "bitsandbytes-8bit": "bitsandbytes"}
+# vLLM's names and the transformers engine's (bitsandbytes-4bit, -8bit), each to its method: the
+# name before any `_` or `-`
+_NAMES = "awq awq_marlin gptq gptq_marlin fp8 bitsandbytes bitsandbytes-4bit bitsandbytes-8bit"
+_ALIASES = {name: re.split("[_-]", name)[0] for name in _NAMES.split()}
 
 
 def resolve_quantization(

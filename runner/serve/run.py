@@ -31,6 +31,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -84,11 +85,10 @@ def arrival_offsets(n: int, rate: float, burstiness: float = 1.0, seed: int = 0)
 
     if math.isinf(rate) or n == 0:
         return [0.0] * n
-    gamma = np.random.RandomState(seed).gamma
     gaps = (
         [1.0 / rate] * n
         if math.isinf(burstiness)
-        else gamma(burstiness, 1.0 / (rate * burstiness), n)
+        else np.random.RandomState(seed).gamma(burstiness, 1.0 / (rate * burstiness), n)
     )
     due = np.cumsum(gaps).tolist()
     factor = (n / rate) / due[-1] if due[-1] else 1.0
@@ -218,23 +218,20 @@ def _ms(xs: list[float]) -> LatencyMs | None:
 
 
 def _good(rec: Record, slo: dict[str, float]) -> bool:
-    itl = max(rec.out.itl, default=0.0)
+    """Whether a completed request meets every SLO."""
     value = {
         "ttft_ms": rec.ttft_s,
         "e2e_ms": rec.e2e_s,
         "tpot_ms": rec.tpot_s or 0.0,
-        "itl_ms": itl,
+        "itl_ms": max(rec.out.itl, default=0.0),
     }
-    return rec.ok and all(value[k] * 1000 <= limit for k, limit in slo.items())
+    return all(value[k] * 1000 <= limit for k, limit in slo.items())
 
 
 def peak_concurrency(records: list[Record]) -> int:
     """Most requests in flight at once over [send, end) (an end before a start at equal times)."""
-    now = peak = 0
-    for _, d in sorted([(r.sent_s, 1) for r in records] + [(r.end_s, -1) for r in records]):
-        now += d
-        peak = max(peak, now)
-    return peak
+    events = sorted([(r.sent_s, 1) for r in records] + [(r.end_s, -1) for r in records])
+    return max(accumulate(d for _, d in events), default=0)
 
 
 def rate_point(
@@ -334,8 +331,7 @@ class Sweep:
             if not server.exits_within(2.0):
                 raise
             raise server.died(f"during rate {rate_label(rate)} (its warm-up or requests)") from None
-        before = state["before"]
-        after = server.counters()
+        before, after = state["before"], server.counters()
         grown = {n: v - before.get(n, 0.0) for n, v in after.items() if v > before.get(n, 0.0)}
         self.grown |= {n: self.grown.get(n, 0.0) + v for n, v in grown.items()}
         samples = []
@@ -431,7 +427,7 @@ class Sweep:
         cached, prompt = hp.cached_tokens, hp.prompt_tokens
         hit = cached / prompt if cached is not None and prompt else None
         prefix = Prefix(shared_prefix_tokens=k, shared_prefix_share=share, hit_rate=hit)
-        tokens = Tokens(prompt=hp.prompt_tokens, output=hp.output_tokens, cached=hp.cached_tokens)
+        tokens = Tokens(prompt=prompt, output=hp.output_tokens, cached=cached)
         timings = m.timings.model_copy(update={"generate_s": hp.wall_s, "gpu_busy": hp.gpu_busy})
         done = [s for x, s in zip(run.records, samples) if x.ok]
         m, out = replace(m, timings=timings), Output(done, info, notes)
