@@ -302,9 +302,9 @@ class Sweep:
     texts: list[str]  # every prompt as rendered
     ids: list[list[int]]  # and as token ids
     sampler: PeakSampler
-    runs: list[RateRun] = field(default_factory=list)
+    # per rate: its requests and their samples, and its figures
+    runs: list[tuple[RateRun, list[Sample]]] = field(default_factory=list)
     points: list[RatePoint] = field(default_factory=list)
-    samples: list[list[Sample]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)  # why the last rate is saturated
     skipped: list[float] = field(default_factory=list)
@@ -343,7 +343,7 @@ class Sweep:
             samples.append(s if x.ok else s.model_copy(update=failed))
         hits = grown.get("vllm:prefix_cache_hits_total")
         busy = self.sampler.busy_share(run.t0, run.t0 + run.wall_s)
-        self.runs.append(run), self.samples.append(samples)
+        self.runs.append((run, samples))
         return rate_point(
             run,
             samples,
@@ -396,7 +396,7 @@ class Sweep:
             errors = " | ".join(sorted({e for p in points for e in p.error_samples})[:3])
             errors = f"; errors: {errors}" if errors else ""
             raise RunnerError("no rate below saturation completed any request" + errors)
-        hp, run, samples = points[h], self.runs[h], self.samples[h]
+        hp, (run, samples) = points[h], self.runs[h]
         rate = rate_label(hp.rate)
         lines = [
             {**s.to_line(), "request": x.index, "rate": rate, "e2e_s": x.e2e_s, "tpot_s": x.tpot_s}
