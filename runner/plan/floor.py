@@ -218,7 +218,7 @@ def compute_floor(
     offload = (mem.weights_gib - mem.weights_gpu_gib) * GIB
     pcie_s = steps * offload / (gpu.pcie_gbs * 1e9) if offload > 0 and gpu.pcie_gbs else 0.0
     bounds = {"compute": compute_s, "memory": memory_s or 0.0, "pcie": pcie_s}
-    bound = max(bounds, key=lambda k: bounds[k])
+    bound = max(bounds, key=bounds.get)
     return Floor(
         prefill_flops=prefill,
         decode_flops=decode,

@@ -402,7 +402,7 @@ def plan_table(plans: list[dict[str, Any]]) -> str:
     """One row per recipe: what `runner plan` predicts ("–": not planned for that recipe, see its
     note)."""
     rows = []
-    num = lambda v, fmt="{:,}": "–" if v is None else fmt.format(v)
+    num = lambda v: "–" if v is None else f"{v:,}"
     for p in plans:
         st = p.get("prompt_tokens_per_example") or {}
         cached = "–"

@@ -153,7 +153,7 @@ def _advise(
     combos = list(zip(*[_value_keys(inputs, v) for v in lead], strict=True))
     distinct = len(set(combos))
     # stable: groups by first appearance, then arrival
-    grouped_index = sorted(range(n), key=lambda i: combos[i])
+    grouped_index = sorted(range(n), key=combos.__getitem__)
     prompts = _prompts(inputs, order, range(n))
     grouped_prompts = _prompts(inputs, order, grouped_index)
     first, grouped = (_cached(x, block_size, capacity) for x in (prompts, grouped_prompts))
