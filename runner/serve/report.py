@@ -241,13 +241,12 @@ def serving_section(out: Path | None):
         if errors:
             lines += ["", "### Errors (up to 5 distinct messages per rate)", "", *errors]
         if sv.command:
-            cmd = " ".join(shlex.quote(c) for c in sv.command)
             lines += [
                 "",
                 "Server command (its output is in engine.log):",
                 "",
                 "```bash",
-                cmd,
+                shlex.join(sv.command),
                 "```",
             ]
         return lines + ["", "### How these are computed", "", *FORMULAS]

@@ -399,8 +399,16 @@ class Sweep:
         hp, (run, samples) = points[h], self.runs[h]
         rate = rate_label(hp.rate)
         lines = [
-            {**s.to_line(), "request": x.index, "rate": rate, "e2e_s": x.e2e_s, "tpot_s": x.tpot_s}
-            | {"sent_s": x.sent_s, "queue_s": x.sent_s - x.due_s, "error": x.error}
+            {
+                **s.to_line(),
+                "request": x.index,
+                "rate": rate,
+                "e2e_s": x.e2e_s,
+                "tpot_s": x.tpot_s,
+                "sent_s": x.sent_s,
+                "queue_s": x.sent_s - x.due_s,
+                "error": x.error,
+            }
             for x, s in zip(run.records, samples)
         ]
         write_jsonl_atomic(folder.samples, lines)
