@@ -212,7 +212,7 @@ def resolve_quantization(
     return Quantization(method, bits, group, zero)
 
 
-def resolve_dtype(config: Mapping[str, Any], dtype: str = "auto") -> str:
+def resolve_dtype(config: Mapping[str, Any], dtype: str) -> str:
     """vLLM's ``dtype=auto``: the checkpoint's dtype, float32 checkpoints run in bfloat16."""
     d = model_shape(config).dtype if dtype == "auto" else dtype
     if d not in DTYPE_BYTES:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from runner.base.types import StrictModel
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's default block size for CUDA attention backends
+MIN_MEAN_REPEATS = 1.5  # examples per distinct value from which a variable counts as repeating
 
 
 def simulate_prefix_cache(
@@ -197,14 +198,13 @@ def advise_layout(
     inputs: LayoutInputs,
     block_size: int = DEFAULT_BLOCK_SIZE,
     capacity_blocks: int | None = None,
-    min_mean_repeats: float = 1.5,
 ) -> list[LayoutAdvice]:
     """Which template variables repeat across examples, and what putting them first buys: a prefix
     cache reuses a shared value (a passage asked about by several questions) only if everything
     before it is shared too.
 
     One item per variable of ``inputs.order`` whose values repeat (examples / distinct values >=
-    ``min_mean_repeats``), plus, when several repeat, one putting all of them first (fewest distinct
+    ``MIN_MEAN_REPEATS``), plus, when several repeat, one putting all of them first (fewest distinct
     values first); best grouped prediction first. Each counts three layouts: the current order, the
     variables first, and first with the examples grouped by their values, each prompt approximated
     as ``head_ids + ids(var_1) + ...`` (no template text between the variables). Grouping matters
@@ -218,7 +218,7 @@ def advise_layout(
         raise ValueError(f"examples lack template variables: {sorted(missing)}")
     distinct = {v: len(set(_value_keys(inputs, v))) for v in inputs.order}
     repeating = sorted(
-        (v for v in inputs.order if n / distinct[v] >= min_mean_repeats),
+        (v for v in inputs.order if n / distinct[v] >= MIN_MEAN_REPEATS),
         key=lambda v: (distinct[v], v),
     )
     if not repeating:
