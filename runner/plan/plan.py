@@ -151,17 +151,6 @@ class Plan(StrictModel):
     """Caveats in words."""
 
 
-def _stats(lens: Sequence[int]) -> TokenStats | None:
-    if not lens:
-        return None
-    return TokenStats(
-        mean=sum(lens) / len(lens),
-        p50=percentile(lens, 50),
-        p90=percentile(lens, 90),
-        max=max(lens),
-    )
-
-
 def _notes(p: Plan, gpu: GPU, caching_would: int) -> list[str]:
     notes = []
     if not p.prefix_caching and caching_would:
@@ -201,7 +190,14 @@ def _base(p: Prompts, gpu: GPU | None, max_model_len: int | None) -> dict[str, A
         gpu=gpu and gpu.name,
         requests=len(lens),
         prompt_tokens=sum(lens),
-        prompt_tokens_per_example=_stats(lens),
+        prompt_tokens_per_example=TokenStats(
+            mean=sum(lens) / len(lens),
+            p50=percentile(lens, 50),
+            p90=percentile(lens, 90),
+            max=max(lens),
+        )
+        if lens
+        else None,
         max_tokens=p.max_tokens,
         max_model_len=max_model_len,
         over_context=sum(n + p.max_tokens > max_model_len for n in lens) if max_model_len else 0,

@@ -167,7 +167,7 @@ def run_rate(target: Target, prompts: Sequence[list[int]], rate: float, load, wa
     max_concurrency, seed)."""
     import aiohttp
 
-    c, body, max_tokens = client(), request_body(target.sampling), target.sampling.max_tokens
+    c, body = client(), request_body(target.sampling)
 
     async def sweep() -> RateRun:
         gate = asyncio.Semaphore(load.max_concurrency or len(prompts) + load.warmup_requests + 1)
@@ -178,7 +178,7 @@ def run_rate(target: Target, prompts: Sequence[list[int]], rate: float, load, wa
                     prompt=ids,
                     api_url=target.url,
                     prompt_len=len(ids),
-                    output_len=max_tokens,
+                    output_len=target.sampling.max_tokens,
                     model=target.model,
                     extra_body=body,
                 )
