@@ -41,8 +41,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pydantic import Field
-
 from runner.base.types import StrictModel
 
 from .memory import GIB, MemoryPlan, count_parameters, model_shape
@@ -83,33 +81,25 @@ _ADA = (
 )
 _RTX = "; https://www.nvidia.com/en-us/geforce/graphics-cards/40-series/rtx-4090/"
 # GPU's fields in order, memory as NVML's total MiB: name, MiB, GB/s, bf16 and fp8 TFLOP/s, PCIe
-# GB/s, source
+# GB/s, source; then its exact NVML device name (lower case; other variants, H100 PCIe/NVL, H200
+# NVL, A100 40GB or PCIe, have other peaks or bandwidth and are left unmatched on purpose), then its
+# aliases (normalized: lower case, letters and digits only), which include the table name's and the
+# NVML name's normalized forms
 _ROWS = (
-    ("H100 SXM", 81559, 3350, 989.5, 1979, 64, _DC + "h100/ (H100 SXM column)"),
-    ("H200", 143771, 4800, 989.5, 1979, 64, _DC + "h200/ (H200 SXM column); memory measured"),
-    ("A100-80G", 81920, 2039, 312, None, 32, _DC + "a100/ (A100 80GB SXM column)"),
-    ("L40S", 46068, 864, 362.05, 733, 32, _DC + "l40s/"),
-    ("L4", 23034, 300, 121, 242, 32, _DC + "l4/"),
-    ("RTX 4090", 24564, 1008, 165.2, 330.3, 32, _ADA + _RTX),
+    ("H100 SXM", 81559, 3350, 989.5, 1979, 64, _DC + "h100/ (H100 SXM column)")
+    + ("nvidia h100 80gb hbm3", "h100 h100sxm h100sxm5 h10080gbhbm3"),
+    ("H200", 143771, 4800, 989.5, 1979, 64, _DC + "h200/ (H200 SXM column); memory measured")
+    + ("nvidia h200", "h200 h200sxm h200141gb"),
+    ("A100-80G", 81920, 2039, 312, None, 32, _DC + "a100/ (A100 80GB SXM column)")
+    + ("nvidia a100-sxm4-80gb", "a100 a10080g a10080gb a100sxm480gb a100sxm80gb"),
+    ("L40S", 46068, 864, 362.05, 733, 32, _DC + "l40s/", "nvidia l40s", "l40s"),
+    ("L4", 23034, 300, 121, 242, 32, _DC + "l4/", "nvidia l4", "l4"),
+    ("RTX 4090", 24564, 1008, 165.2, 330.3, 32, _ADA + _RTX)
+    + ("nvidia geforce rtx 4090", "rtx4090 4090 geforcertx4090"),
 )
-GPUS: dict[str, GPU] = {r[0]: GPU(r[0], _gib(r[1]), *r[2:]) for r in _ROWS}
-
-# per table name: its exact NVML device name (lower case; other variants, H100 PCIe/NVL, H200 NVL,
-# A100 40GB or
-# PCIe, have other peaks or bandwidth and are left unmatched on purpose), then its aliases
-# (normalized: lower
-# case, letters and digits only), which include the table name's and the NVML name's normalized
-# forms
-_NAMES = {
-    "H100 SXM": ("nvidia h100 80gb hbm3", "h100 h100sxm h100sxm5 h10080gbhbm3"),
-    "H200": ("nvidia h200", "h200 h200sxm h200141gb"),
-    "A100-80G": ("nvidia a100-sxm4-80gb", "a100 a10080g a10080gb a100sxm480gb a100sxm80gb"),
-    "L40S": ("nvidia l40s", "l40s"),
-    "L4": ("nvidia l4", "l4"),
-    "RTX 4090": ("nvidia geforce rtx 4090", "rtx4090 4090 geforcertx4090"),
-}
-_NVML_NAMES = {nvml: name for name, (nvml, _) in _NAMES.items()}
-_ALIASES = {a: name for name, (_, aliases) in _NAMES.items() for a in aliases.split()}
+GPUS: dict[str, GPU] = {r[0]: GPU(r[0], _gib(r[1]), *r[2:7]) for r in _ROWS}
+_NVML_NAMES = {r[7]: r[0] for r in _ROWS}
+_ALIASES = {a: r[0] for r in _ROWS for a in r[8].split()}
 
 
 def find_gpu(name: str) -> GPU | None:
@@ -146,29 +136,19 @@ def gpu_from_nvml() -> GPU | None:
 class Floor(StrictModel):
     """Lower bounds on the generation time of a workload on one GPU."""
 
-    prefill_flops: float = Field(description="FLOPs of the uncached prefill.")
-    decode_flops: float = Field(description="FLOPs of the decode steps.")
-    peak_tflops: float = Field(description="Peak used, TFLOP/s (dense, for the compute dtype).")
-    compute_s: float = Field(description="(prefill_flops + decode_flops) / peak.")
-    prefill_steps: int = Field(
-        description="Prefill forward passes: ceil(uncached tokens / max_num_batched_tokens)."
-    )
-    decode_steps: int = Field(
-        description="Decode forward passes: ceil(requests / batch) * (max_tokens - 1)."
-    )
-    weight_read_bytes: float = Field(
-        description="Weights read: (prefill + decode steps) * weight bytes on GPU."
-    )
-    kv_read_bytes: float = Field(description="KV read by the decode steps.")
-    memory_s: float | None = Field(
-        description="(weight + KV reads) / bandwidth; None if bandwidth unknown."
-    )
-    pcie_s: float = Field(
-        description="Offloaded weights over PCIe per forward pass; 0 without offload."
-    )
-    floor_s: float = Field(description="max(compute_s, memory_s, pcie_s).")
-    bound: str = Field(description="Which of them sets the floor: compute, memory or pcie.")
-    batch: int = Field(description="Sequences decoded together (B).")
+    prefill_flops: float  # FLOPs of the uncached prefill.
+    decode_flops: float  # FLOPs of the decode steps.
+    peak_tflops: float  # Peak used, TFLOP/s (dense, for the compute dtype).
+    compute_s: float  # (prefill_flops + decode_flops) / peak.
+    prefill_steps: int  # Prefill forward passes: ceil(uncached tokens / max_num_batched_tokens).
+    decode_steps: int  # Decode forward passes: ceil(requests / batch) * (max_tokens - 1).
+    weight_read_bytes: float  # Weights read: (prefill + decode steps) * weight bytes on GPU.
+    kv_read_bytes: float  # KV read by the decode steps.
+    memory_s: float | None  # (weight + KV reads) / bandwidth; None if bandwidth unknown.
+    pcie_s: float  # Offloaded weights over PCIe per forward pass; 0 without offload.
+    floor_s: float  # max(compute_s, memory_s, pcie_s).
+    bound: str  # Which of them sets the floor: compute, memory or pcie.
+    batch: int  # Sequences decoded together (B).
 
 
 def peak_tflops(gpu: GPU, quantization: str, dtype: str) -> float | None:
@@ -225,12 +205,12 @@ def compute_floor(
         return None
     lens, m = work.prompt_lens, work.max_tokens
     cached = work.cached or [0] * len(lens)
-    r, m1 = len(lens), max(0, m - 1)
+    m1 = max(0, m - 1)
     prefill, decode = workload_flops(config, lens, cached, m)
     compute_s = (prefill + decode) / (peak * 1e12)
     uncached = sum(lens) - sum(cached)
     pre_steps = math.ceil(uncached / work.max_num_batched_tokens) if uncached > 0 else 0
-    dec_steps = math.ceil(r / work.batch) * m1
+    dec_steps = math.ceil(len(lens) / work.batch) * m1
     steps = pre_steps + dec_steps
     weights_read = steps * (mem.weights_gpu_gib * GIB)
     kv_read = mem.kv_bytes_per_token * sum(m1 * n + m1 * m / 2 for n in lens)
@@ -238,7 +218,7 @@ def compute_floor(
     offload = (mem.weights_gib - mem.weights_gpu_gib) * GIB
     pcie_s = steps * offload / (gpu.pcie_gbs * 1e9) if offload > 0 and gpu.pcie_gbs else 0.0
     bounds = {"compute": compute_s, "memory": memory_s or 0.0, "pcie": pcie_s}
-    bound = max(bounds, key=lambda k: bounds[k])
+    bound = max(bounds, key=bounds.get)
     return Floor(
         prefill_flops=prefill,
         decode_flops=decode,

@@ -48,11 +48,10 @@ when
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-from pydantic import Field
 
 from runner.base.types import StrictModel
 
@@ -175,16 +174,10 @@ class Quantization:
     double_quant: bool = False  # bitsandbytes 4-bit double quantization.
 
 
-_ALIASES = dict(
-    awq="awq",
-    awq_marlin="awq",
-    gptq="gptq",
-    gptq_marlin="gptq",
-    fp8="fp8",
-    bitsandbytes="bitsandbytes",
-)
-# the transformers engine's
-_ALIASES |= {"bitsandbytes-4bit": "bitsandbytes", "bitsandbytes-8bit": "bitsandbytes"}
+# vLLM's names and the transformers engine's (bitsandbytes-4bit, -8bit), each to its method: the
+# name before any `_` or `-`
+_NAMES = "awq awq_marlin gptq gptq_marlin fp8 bitsandbytes bitsandbytes-4bit bitsandbytes-8bit"
+_ALIASES = {name: re.split("[_-]", name)[0] for name in _NAMES.split()}
 
 
 def resolve_quantization(
@@ -219,7 +212,7 @@ def resolve_quantization(
     return Quantization(method, bits, group, zero)
 
 
-def resolve_dtype(config: Mapping[str, Any], dtype: str = "auto") -> str:
+def resolve_dtype(config: Mapping[str, Any], dtype: str) -> str:
     """vLLM's ``dtype=auto``: the checkpoint's dtype, float32 checkpoints run in bfloat16."""
     d = model_shape(config).dtype if dtype == "auto" else dtype
     if d not in DTYPE_BYTES:
@@ -314,31 +307,24 @@ class Settings:
 class MemoryPlan(StrictModel):
     """Where the GPU's memory goes under vLLM, and what is left for the KV cache."""
 
-    quantization: str = Field(description="Resolved method: none, fp8, awq, gptq, bitsandbytes.")
-    dtype: str = Field(description="Resolved model dtype.")
-    weights_gib: float = Field(description="All weights, GiB.")
-    weights_gpu_gib: float = Field(description="Weights left on the GPU after cpu_offload_gb, GiB.")
-    activation_gib: float = Field(
-        description="Peak activation estimate (vLLM's profiling pass), GiB."
-    )
-    non_torch_gib: float = Field(description="Non-torch allowance, GiB.")
-    cuda_graph_gib: float = Field(description="CUDA-graph allowance (0 with enforce_eager), GiB.")
-    budget_gib: float = Field(description="gpu_memory_utilization * GPU memory, GiB.")
-    kv_bytes_per_token: int = Field(description="KV-cache bytes per token, all layers.")
-    kv_cache_gib: float = Field(description="Memory left for the KV cache, GiB (0 when negative).")
-    kv_capacity_blocks: int = Field(description="KV blocks that fit.")
-    kv_capacity_tokens: int = Field(description="KV tokens that fit (blocks * block size).")
-    max_model_len: int = Field(description="Context length the engine must hold one sequence of.")
-    fits: bool = Field(
-        description="Without offload: weights, overheads and one max_model_len sequence fit."
-    )
-    cpu_offload_gb_needed: float = Field(
-        description="cpu_offload_gb (vLLM's unit: GiB) needed to fit; 0 if it fits; "
-        "more than weights_gib: offload alone cannot make it fit."
-    )
-    starts: bool = Field(
-        description="With the given cpu_offload_gb, the KV cache holds one max_model_len sequence."
-    )
+    quantization: str  # Resolved method: none, fp8, awq, gptq, bitsandbytes.
+    dtype: str  # Resolved model dtype.
+    weights_gib: float  # All weights, GiB.
+    weights_gpu_gib: float  # Weights left on the GPU after cpu_offload_gb, GiB.
+    activation_gib: float  # Peak activation estimate (vLLM's profiling pass), GiB.
+    non_torch_gib: float  # Non-torch allowance, GiB.
+    cuda_graph_gib: float  # CUDA-graph allowance (0 with enforce_eager), GiB.
+    budget_gib: float  # gpu_memory_utilization * GPU memory, GiB.
+    kv_bytes_per_token: int  # KV-cache bytes per token, all layers.
+    kv_cache_gib: float  # Memory left for the KV cache, GiB (0 when negative).
+    kv_capacity_blocks: int  # KV blocks that fit.
+    kv_capacity_tokens: int  # KV tokens that fit (blocks * block size).
+    max_model_len: int  # Context length the engine must hold one sequence of.
+    fits: bool  # Without offload: weights, overheads and one max_model_len sequence fit.
+    # cpu_offload_gb (vLLM's unit: GiB) needed to fit; 0 if it fits; more than weights_gib: offload
+    # alone cannot make it fit.
+    cpu_offload_gb_needed: float
+    starts: bool  # With the given cpu_offload_gb, the KV cache holds one max_model_len sequence.
 
 
 def plan_memory(

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict
 
 from runner.base.errors import RunnerError
 from runner.base.format import table
@@ -59,93 +59,96 @@ PLAN_HEADERS = [
     "weights",
 ]
 PLAN_HEADERS += ["KV bytes/token", "KV capacity (tokens)", "fits", "floor"]
+# the plan's fields that are the memory plan's
+MEMORY_KEYS = {
+    "weights_gib",
+    "kv_bytes_per_token",
+    "kv_capacity_tokens",
+    "fits",
+    "cpu_offload_gb_needed",
+}
 
 
 class TokenStats(StrictModel):
     """Distribution of prompt lengths, tokens per example."""
 
-    mean: float = Field(description="Mean.")
-    p50: float = Field(description="Median.")
-    p90: float = Field(description="90th percentile.")
-    max: int = Field(description="Longest.")
+    mean: float  # Mean.
+    p50: float  # Median.
+    p90: float  # 90th percentile.
+    max: int  # Longest.
 
 
 class Plan(StrictModel):
     """What a recipe will need and can reach on a GPU, before running it."""
 
-    name: str = Field(description="Recipe name.")
-    gpu: str | None = Field(description="GPU planned for; None: the recipe runs on the CPU.")
-    requests: int = Field(description="Prompts.")
-    prompt_tokens: int = Field(description="All prompt tokens.")
-    prompt_tokens_per_example: TokenStats | None = Field(
-        description="Prompt length distribution; None without prompts."
-    )
-    max_tokens: int = Field(description="Output tokens per request assumed (sampling.max_tokens).")
-    max_model_len: int | None = Field(
-        description="Context length (the recipe's, else the model's); None if unknown."
-    )
-    over_context: int = Field(
-        description="Prompts whose length + max_tokens exceeds max_model_len."
-    )
-    prefix_caching: bool = Field(False, description="Whether prefix caching is on.")
-    cached_prompt_tokens: int | None = Field(
-        None,
-        description="Prompt tokens served from the prefix cache (0 when off); exact "
-        "for vLLM V1 unless cache_upper_bound. None: not planned (an engine without vLLM's "
-        "KV-cache pool, or the CPU).",
-    )
-    cached_share: float | None = Field(None, description="cached_prompt_tokens / prompt_tokens.")
-    block_size: int | None = Field(None, description="KV-cache block size, tokens.")
-    kv_blocks_needed: int | None = Field(
-        None, description="Distinct full prompt blocks a cache must hold for all the reuse."
-    )
-    cache_upper_bound: bool = Field(
-        False,
-        description="The KV cache holds fewer blocks than kv_blocks_needed: blocks get "
-        "evicted and cached_prompt_tokens is an upper bound.",
-    )
-    cached_prompt_tokens_lru: int | None = Field(
-        None,
-        description="When cache_upper_bound: an LRU estimate at the KV "
-        "capacity (ignores blocks held by running requests).",
-    )
-    weights_gib: float | None = Field(
-        description="Weights, GiB (in CPU memory for a recipe on the CPU)."
-    )
-    kv_bytes_per_token: int = Field(description="KV-cache bytes per token.")
-    kv_capacity_tokens: int | None = Field(
-        None, description="KV-cache capacity, tokens (this and below: vLLM on a GPU)."
-    )
-    fits: bool | None = Field(
-        None,
-        description="Fits without CPU offload (weights, overheads, one max_model_len sequence).",
-    )
-    cpu_offload_gb_needed: float | None = Field(
-        None, description="cpu_offload_gb needed to fit (GiB, vLLM's unit); 0 if it fits."
-    )
-    memory: MemoryPlan | None = Field(None, description="The memory budget in detail.")
-    batch: int | None = Field(None, description="Sequences decoded together assumed for the floor.")
-    floor_s: float | None = Field(
-        None,
-        description="Lower bound on generation time, seconds; None if the GPU's peaks are unknown.",
-    )
-    bound: str | None = Field(None, description="What sets the floor: compute, memory or pcie.")
-    floor: Floor | None = Field(None, description="The floor in detail.")
-    layout_advice: list[LayoutAdvice] = Field(
-        [], description="Template layout advice (empty without layout inputs)."
-    )
-    notes: list[str] = Field([], description="Caveats in words.")
+    # each field's description is the docstring below it (`runner plan --json`'s contract, in
+    # docs/recipe-reference.md)
+    model_config = ConfigDict(use_attribute_docstrings=True)
 
-
-def _stats(lens: Sequence[int]) -> TokenStats | None:
-    if not lens:
-        return None
-    return TokenStats(
-        mean=sum(lens) / len(lens),
-        p50=percentile(lens, 50),
-        p90=percentile(lens, 90),
-        max=max(lens),
+    name: str
+    """Recipe name."""
+    gpu: str | None
+    """GPU planned for; None: the recipe runs on the CPU."""
+    requests: int
+    """Prompts."""
+    prompt_tokens: int
+    """All prompt tokens."""
+    prompt_tokens_per_example: TokenStats | None
+    """Prompt length distribution; None without prompts."""
+    max_tokens: int
+    """Output tokens per request assumed (sampling.max_tokens)."""
+    max_model_len: int | None
+    """Context length (the recipe's, else the model's); None if unknown."""
+    over_context: int
+    """Prompts whose length + max_tokens exceeds max_model_len."""
+    prefix_caching: bool = False
+    """Whether prefix caching is on."""
+    cached_prompt_tokens: int | None = None
+    (
+        "Prompt tokens served from the prefix cache (0 when off); exact for vLLM V1 unless "
+        "cache_upper_bound. None: not planned (an engine without vLLM's KV-cache pool, or the "
+        "CPU)."
     )
+    cached_share: float | None = None
+    """cached_prompt_tokens / prompt_tokens."""
+    block_size: int | None = None
+    """KV-cache block size, tokens."""
+    kv_blocks_needed: int | None = None
+    """Distinct full prompt blocks a cache must hold for all the reuse."""
+    cache_upper_bound: bool = False
+    (
+        "The KV cache holds fewer blocks than kv_blocks_needed: blocks get evicted and "
+        "cached_prompt_tokens is an upper bound."
+    )
+    cached_prompt_tokens_lru: int | None = None
+    (
+        "When cache_upper_bound: an LRU estimate at the KV capacity (ignores blocks held by "
+        "running requests)."
+    )
+    weights_gib: float | None
+    """Weights, GiB (in CPU memory for a recipe on the CPU)."""
+    kv_bytes_per_token: int
+    """KV-cache bytes per token."""
+    kv_capacity_tokens: int | None = None
+    """KV-cache capacity, tokens (this and below: vLLM on a GPU)."""
+    fits: bool | None = None
+    """Fits without CPU offload (weights, overheads, one max_model_len sequence)."""
+    cpu_offload_gb_needed: float | None = None
+    """cpu_offload_gb needed to fit (GiB, vLLM's unit); 0 if it fits."""
+    memory: MemoryPlan | None = None
+    """The memory budget in detail."""
+    batch: int | None = None
+    """Sequences decoded together assumed for the floor."""
+    floor_s: float | None = None
+    """Lower bound on generation time, seconds; None if the GPU's peaks are unknown."""
+    bound: str | None = None
+    """What sets the floor: compute, memory or pcie."""
+    floor: Floor | None = None
+    """The floor in detail."""
+    layout_advice: list[LayoutAdvice] = []
+    """Template layout advice (empty without layout inputs)."""
+    notes: list[str] = []
+    """Caveats in words."""
 
 
 def _notes(p: Plan, gpu: GPU, caching_would: int) -> list[str]:
@@ -187,7 +190,14 @@ def _base(p: Prompts, gpu: GPU | None, max_model_len: int | None) -> dict[str, A
         gpu=gpu and gpu.name,
         requests=len(lens),
         prompt_tokens=sum(lens),
-        prompt_tokens_per_example=_stats(lens),
+        prompt_tokens_per_example=TokenStats(
+            mean=sum(lens) / len(lens),
+            p50=percentile(lens, 50),
+            p90=percentile(lens, 90),
+            max=max(lens),
+        )
+        if lens
+        else None,
         max_tokens=p.max_tokens,
         max_model_len=max_model_len,
         over_context=sum(n + p.max_tokens > max_model_len for n in lens) if max_model_len else 0,
@@ -206,14 +216,13 @@ def make_plan(
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     mem, (t, seqs) = plan_memory(config, g.memory_gib, s, g.name), s.batch(g.memory_gib, g.name)
     lens, bs, cap = [len(x) for x in p.ids], s.block_size, mem.kv_capacity_blocks
-    simulate, caching = lambda cap: simulate_prefix_cache(p.ids, bs, cap), s.enable_prefix_caching
+    caching = s.enable_prefix_caching
+    simulate = lambda c: _once("cache", p.ids, (bs, c), lambda: simulate_prefix_cache(p.ids, bs, c))
     # what caching would serve with room for every block; with fewer blocks than needed an upper
     # bound
-    hits, needed, _ = _once("cache", p.ids, (bs, None), lambda: simulate(None))
+    hits, needed, _ = simulate(None)
     upper = caching and needed > cap
-    lru = None  # an LRU estimate at the capacity
-    if upper and cap > 0:
-        lru = sum(_once("cache", p.ids, (bs, cap), lambda: simulate(cap))[0])
+    lru = sum(simulate(cap)[0]) if upper and cap > 0 else None  # an LRU estimate at the capacity
     used = hits if caching else []
     # sequences of the mean prompt + max_tokens
     per_seq = max(1, math.ceil(sum(lens) / max(1, len(lens)) + p.max_tokens))
@@ -224,8 +233,7 @@ def make_plan(
     advice = _once("advice", p.ids, (bs, evicts), advise) if p.layout else []
     plan = Plan(
         **_base(p, g, mem.max_model_len),
-        **mem.model_dump(include={"weights_gib", "kv_bytes_per_token", "kv_capacity_tokens"}),
-        fits=mem.fits,
+        **mem.model_dump(include=MEMORY_KEYS),
         prefix_caching=caching,
         cached_prompt_tokens=sum(used),
         cached_share=sum(used) / sum(lens) if sum(lens) else 0.0,
@@ -233,7 +241,6 @@ def make_plan(
         kv_blocks_needed=needed,
         cache_upper_bound=upper,
         cached_prompt_tokens_lru=lru,
-        cpu_offload_gb_needed=mem.cpu_offload_gb_needed,
         memory=mem,
         batch=b,
         floor_s=fl and fl.floor_s,
@@ -326,13 +333,22 @@ def plan_recipe(
     settings = r.engine.plan_settings(r.model)
     device, cpu_dtype = settings.pop("device", None), settings.pop("cpu_dtype", None)
     p, s = Prompts(r.name, ids, r.sampling.max_tokens), Settings(**settings)
-    if gpu is None or device == "cpu" or not r.engine.kv_pool:
-        on = None if gpu is None or device == "cpu" else gpu
-        dtype = (on is None and cpu_dtype) or s.dtype
-        s = replace(s, dtype=dtype, max_model_len=context_length(lr))
-        return tokens_plan(p, config, on, s, _not_planned(r.engine, on, gpu))
-    inputs = prepared and _once("layout", ids, (), lambda: _layout(lr, prepared, ids))
-    return make_plan(replace(p, layout=inputs), config, gpu, s)
+    if gpu is not None and device != "cpu" and r.engine.kv_pool:
+        inputs = prepared and _once("layout", ids, (), lambda: _layout(lr, prepared, ids))
+        return make_plan(replace(p, layout=inputs), config, gpu, s)
+    # what applies to any engine on any device: prompt tokens, context fit, the weights and KV bytes
+    # per token; the rest None, and why in the notes
+    on = None if gpu is None or device == "cpu" else gpu
+    dtype, mml = (on is None and cpu_dtype) or s.dtype, context_length(lr)
+    fields, notes = _base(p, on, mml), [_not_planned(r.engine, on, gpu)]
+    if over := fields["over_context"]:
+        notes.append(f"{over:,} prompts + max_tokens exceed the context of {mml:,}.")
+    return Plan(
+        **fields,
+        weights_gib=weight_bytes(config, dtype, s.quantization) / GIB,
+        kv_bytes_per_token=kv_bytes_per_token(config, "auto", dtype),
+        notes=notes,
+    )
 
 
 def _not_planned(engine: Any, on: GPU | None, asked: GPU | None) -> str:
@@ -359,28 +375,6 @@ def _not_planned(engine: Any, on: GPU | None, asked: GPU | None) -> str:
     )
 
 
-def tokens_plan(
-    p: Prompts,
-    config: Mapping[str, Any],
-    gpu: GPU | None,
-    s: Settings,
-    why: str,
-) -> Plan:
-    """What applies to any engine on any device: prompt tokens, context fit, the weights and KV
-    bytes per token; the rest None, and `why` in the notes."""
-    fields = _base(p, gpu, s.max_model_len)
-    over = fields["over_context"]
-    notes = [why]
-    if over:
-        notes.append(f"{over:,} prompts + max_tokens exceed the context of {s.max_model_len:,}.")
-    return Plan(
-        **fields,
-        weights_gib=weight_bytes(config, s.dtype, s.quantization) / GIB,
-        kv_bytes_per_token=kv_bytes_per_token(config, "auto", s.dtype),
-        notes=notes,
-    )
-
-
 def plan_for_run(lr: LoadedRecipe, prepared: Prepared) -> dict[str, Any] | None:
     """What `runner go` shows beside the measurement: the plan for this machine's GPU (NVML), made
     in the parent before the run starts, from the prompts as the engine will get them (the recipe's
@@ -404,7 +398,7 @@ def plan_table(plans: list[dict[str, Any]]) -> str:
     """One row per recipe: what `runner plan` predicts ("–": not planned for that recipe, see its
     note)."""
     rows = []
-    num = lambda v, fmt="{:,}": "–" if v is None else fmt.format(v)
+    num = lambda v: "–" if v is None else f"{v:,}"
     for p in plans:
         st = p.get("prompt_tokens_per_example") or {}
         cached = "–"

@@ -36,11 +36,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pydantic import Field
-
 from runner.base.types import StrictModel
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's default block size for CUDA attention backends
+MIN_MEAN_REPEATS = 1.5  # examples per distinct value from which a variable counts as repeating
 
 
 def simulate_prefix_cache(
@@ -104,30 +103,20 @@ class LayoutInputs:
 class LayoutAdvice(StrictModel):
     """What moving repeating variables to the front of the template is predicted to change."""
 
-    variables: list[str] = Field(
-        description="The repeating variables proposed first, in this order."
-    )
-    order: list[str] = Field(description="The full proposed variable order.")
-    distinct_values: int = Field(
-        description="Distinct values (tuples of values for several variables)."
-    )
-    mean_repeats: float = Field(description="Examples per distinct value.")
-    prompt_tokens: int = Field(
-        description="Tokens of the simulated prompts (head + concatenated variables)."
-    )
-    current_cached_tokens: int = Field(description="Predicted cache hits with the current order.")
-    first_cached_tokens: int = Field(description="Predicted cache hits with these variables first.")
-    grouped_cached_tokens: int = Field(
-        description="Predicted cache hits with these variables first and the examples grouped by "
-        "their values."
-    )
-    current_share: float = Field(description="current_cached_tokens / prompt_tokens.")
-    first_share: float = Field(description="first_cached_tokens / prompt_tokens.")
-    grouped_share: float = Field(description="grouped_cached_tokens / prompt_tokens.")
-    capacity_blocks: int | None = Field(
-        description="Cache capacity simulated (LRU); None = never evicts."
-    )
-    text: str = Field(description="The advice in one paragraph.")
+    variables: list[str]  # The repeating variables proposed first, in this order.
+    order: list[str]  # The full proposed variable order.
+    distinct_values: int  # Distinct values (tuples of values for several variables).
+    mean_repeats: float  # Examples per distinct value.
+    prompt_tokens: int  # Tokens of the simulated prompts (head + concatenated variables).
+    current_cached_tokens: int  # Predicted cache hits with the current order.
+    first_cached_tokens: int  # Predicted cache hits with these variables first.
+    # Predicted cache hits with these variables first and the examples grouped by their values.
+    grouped_cached_tokens: int
+    current_share: float  # current_cached_tokens / prompt_tokens.
+    first_share: float  # first_cached_tokens / prompt_tokens.
+    grouped_share: float  # grouped_cached_tokens / prompt_tokens.
+    capacity_blocks: int | None  # Cache capacity simulated (LRU); None = never evicts.
+    text: str  # The advice in one paragraph.
 
 
 def encode_examples(
@@ -165,7 +154,7 @@ def _advise(
     combos = list(zip(*[_value_keys(inputs, v) for v in lead], strict=True))
     distinct = len(set(combos))
     # stable: groups by first appearance, then arrival
-    grouped_index = sorted(range(n), key=lambda i: combos[i])
+    grouped_index = sorted(range(n), key=combos.__getitem__)
     prompts = _prompts(inputs, order, range(n))
     grouped_prompts = _prompts(inputs, order, grouped_index)
     first, grouped = (_cached(x, block_size, capacity) for x in (prompts, grouped_prompts))
@@ -209,14 +198,13 @@ def advise_layout(
     inputs: LayoutInputs,
     block_size: int = DEFAULT_BLOCK_SIZE,
     capacity_blocks: int | None = None,
-    min_mean_repeats: float = 1.5,
 ) -> list[LayoutAdvice]:
     """Which template variables repeat across examples, and what putting them first buys: a prefix
     cache reuses a shared value (a passage asked about by several questions) only if everything
     before it is shared too.
 
     One item per variable of ``inputs.order`` whose values repeat (examples / distinct values >=
-    ``min_mean_repeats``), plus, when several repeat, one putting all of them first (fewest distinct
+    ``MIN_MEAN_REPEATS``), plus, when several repeat, one putting all of them first (fewest distinct
     values first); best grouped prediction first. Each counts three layouts: the current order, the
     variables first, and first with the examples grouped by their values, each prompt approximated
     as ``head_ids + ids(var_1) + ...`` (no template text between the variables). Grouping matters
@@ -230,7 +218,7 @@ def advise_layout(
         raise ValueError(f"examples lack template variables: {sorted(missing)}")
     distinct = {v: len(set(_value_keys(inputs, v))) for v in inputs.order}
     repeating = sorted(
-        (v for v in inputs.order if n / distinct[v] >= min_mean_repeats),
+        (v for v in inputs.order if n / distinct[v] >= MIN_MEAN_REPEATS),
         key=lambda v: (distinct[v], v),
     )
     if not repeating:

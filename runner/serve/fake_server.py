@@ -70,10 +70,6 @@ def app(reply: str, delay_s: float) -> web.Application:
             "model": body.get("model", "fake"),
         }
         async with lock:  # one request at a time
-            if not body.get("stream"):
-                await asyncio.sleep(delay_s)
-                choice = {"index": 0, "text": "".join(words), "finish_reason": finish}
-                return web.json_response({**base, "choices": [choice], "usage": usage})
             resp = web.StreamResponse(
                 headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
             )
@@ -103,14 +99,14 @@ def _event(data: dict[str, Any]) -> bytes:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main() -> int:
     ap = argparse.ArgumentParser(description="the fake engine's OpenAI-compatible server")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--reply", default="fake reply")
     ap.add_argument("--delay-s", type=float, default=0.0)
     ap.add_argument("--fail-start", action="store_true")
-    a = ap.parse_args(argv)
+    a = ap.parse_args()
     print(f"fake server pid {os.getpid()} (process group {os.getpgrp()})", flush=True)
     print(
         SETTINGS_MARK + json.dumps({"reply": a.reply, "delay_s": a.delay_s}, ensure_ascii=False),

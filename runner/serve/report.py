@@ -48,9 +48,13 @@ FORMULAS = [
 
 LATENCY = [  # the latency table's columns: (name, RatePoint field, percentile)
     (name, key, q)
-    for name, key, qs in [("TTFT", "ttft_ms", "p50 p90 p99"), ("TPOT", "tpot_ms", "p50 p90 p99")]
-    + [("ITL", "itl_ms", "p50 p99"), ("E2E", "e2e_ms", "p50 p99")]
-    + [("client wait", "queue_ms", "p99")]
+    for name, key, qs in [
+        ("TTFT", "ttft_ms", "p50 p90 p99"),
+        ("TPOT", "tpot_ms", "p50 p90 p99"),
+        ("ITL", "itl_ms", "p50 p99"),
+        ("E2E", "e2e_ms", "p50 p99"),
+        ("client wait", "queue_ms", "p99"),
+    ]
     for q in qs.split()
 ]
 
@@ -126,19 +130,19 @@ def _tables(sv: ServingResult, metrics: list[str]) -> tuple[str, str]:
             f" ({p.cached_tokens / p.prompt_tokens:.0%})" if p.prompt_tokens else ""
         )
         rows.append(
-            [rate_label(p.rate), f"{p.request_throughput:.2f}", f"{p.output_throughput:,.0f}"]
-            + [
+            [
+                rate_label(p.rate),
+                f"{p.request_throughput:.2f}",
+                f"{p.output_throughput:,.0f}",
                 None if p.goodput is None else f"{p.goodput:.2f}",
                 f"{p.completed}/{p.requests}",
                 p.errors,
-            ]
-            + [
                 p.peak_concurrency,
                 cached,
                 *([None if p.gpu_busy is None else f"{p.gpu_busy:.0%}"] if busy else []),
+                *(f"{p.scores[m]:.3f}" if m in p.scores else None for m in metrics),
+                _flag(sv, p),
             ]
-            + [f"{p.scores[m]:.3f}" if m in p.scores else None for m in metrics]
-            + [_flag(sv, p)]
         )
         lat.append([rate_label(p.rate), *(_ms(getattr(p, key), q) for _, key, q in LATENCY)])
     heads = [
@@ -148,8 +152,6 @@ def _tables(sv: ServingResult, metrics: list[str]) -> tuple[str, str]:
         "goodput req/s",
         "completed",
         "errors",
-    ]
-    heads += [
         "peak in flight",
         "prompt tokens from cache",
         *(["GPU busy"] if busy else []),
@@ -223,8 +225,9 @@ def serving_section(out: Path | None):
             *_intro(r, sv),
             "",
             "### Throughput, accuracy and errors per rate",
+            "",
+            rates,
         ]
-        lines += ["", rates]
         if not r.scores_meaningful and metrics:
             lines += ["", "Scores are not meaningful here (random weights or a fake engine)."]
         lines += ["", "### Latency per rate (ms)", "", latency]
@@ -238,13 +241,12 @@ def serving_section(out: Path | None):
         if errors:
             lines += ["", "### Errors (up to 5 distinct messages per rate)", "", *errors]
         if sv.command:
-            cmd = " ".join(shlex.quote(c) for c in sv.command)
             lines += [
                 "",
                 "Server command (its output is in engine.log):",
                 "",
                 "```bash",
-                cmd,
+                shlex.join(sv.command),
                 "```",
             ]
         return lines + ["", "### How these are computed", "", *FORMULAS]
@@ -261,9 +263,9 @@ def serving_summary(results: list[RunResult], out: Path | None = None) -> list[s
             f"{p.request_throughput:.2f}",
             _ms(p.ttft_ms, "p50"),
             _ms(p.ttft_ms, "p99"),
-        ]
-        + [_ms(p.tpot_ms, "p50"), None if p.goodput is None else f"{p.goodput:.2f}", p.errors]
-        + [
+            _ms(p.tpot_ms, "p50"),
+            None if p.goodput is None else f"{p.goodput:.2f}",
+            p.errors,
             ", ".join(f"{m} {v:.3f}" for m, v in p.scores.items()) if r.scores_meaningful else None,
             _flag(r.serving, p),
         ]
@@ -281,17 +283,13 @@ def serving_summary(results: list[RunResult], out: Path | None = None) -> list[s
         "TTFT p99",
         "TPOT p50",
         "goodput req/s",
+        "errors",
+        "scores",
+        "",
     ]
     intro = (
         "Every rate of every serving recipe (latencies in ms; TPOT = (E2E − TTFT) / (output tokens "
         "− 1); each report has the formulas). The summary table's figures for these recipes are "
         "those of their headline rate (the highest below saturation)."
     )
-    return [
-        "",
-        "## Serving under load",
-        "",
-        intro,
-        "",
-        table(rows, [*heads, "errors", "scores", ""]),
-    ]
+    return ["", "## Serving under load", "", intro, "", table(rows, heads)]

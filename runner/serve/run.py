@@ -31,6 +31,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +63,8 @@ CLIENT = Path("benchmarks", "lib", "endpoint_request_func.py")  # in the vllm pa
 def client() -> Any:
     """vLLM's endpoint_request_func module, loaded by its file from the installed vllm package."""
     spec = importlib.util.find_spec("vllm")
-    path = (
-        Path(spec.submodule_search_locations[0], CLIENT)
-        if spec and spec.submodule_search_locations
-        else None
-    )
+    where = spec and spec.submodule_search_locations
+    path = Path(where[0], CLIENT) if where else None
     if path is None or not path.is_file():
         raise RunnerError(
             "a serving run sends its requests with vLLM's own benchmark client, and vLLM is not "
@@ -87,11 +85,10 @@ def arrival_offsets(n: int, rate: float, burstiness: float = 1.0, seed: int = 0)
 
     if math.isinf(rate) or n == 0:
         return [0.0] * n
-    gamma = np.random.RandomState(seed).gamma
     gaps = (
         [1.0 / rate] * n
         if math.isinf(burstiness)
-        else gamma(burstiness, 1.0 / (rate * burstiness), n)
+        else np.random.RandomState(seed).gamma(burstiness, 1.0 / (rate * burstiness), n)
     )
     due = np.cumsum(gaps).tolist()
     factor = (n / rate) / due[-1] if due[-1] else 1.0
@@ -170,16 +167,22 @@ def run_rate(target: Target, prompts: Sequence[list[int]], rate: float, load, wa
     max_concurrency, seed)."""
     import aiohttp
 
-    c, body, max_tokens = client(), request_body(target.sampling), target.sampling.max_tokens
+    c, body = client(), request_body(target.sampling)
 
     async def sweep() -> RateRun:
         gate = asyncio.Semaphore(load.max_concurrency or len(prompts) + load.warmup_requests + 1)
 
         async def send(session: Any, ids: list[int]) -> Any:
             async with gate:
-                args = dict(prompt=ids, api_url=target.url, prompt_len=len(ids))
-                args |= dict(output_len=max_tokens, model=target.model, extra_body=body)
-                return await c.async_request_openai_completions(c.RequestFuncInput(**args), session)
+                args = c.RequestFuncInput(
+                    prompt=ids,
+                    api_url=target.url,
+                    prompt_len=len(ids),
+                    output_len=target.sampling.max_tokens,
+                    model=target.model,
+                    extra_body=body,
+                )
+                return await c.async_request_openai_completions(args, session)
 
         async with aiohttp.ClientSession(timeout=c.AIOHTTP_TIMEOUT) as session:
             warm = await asyncio.gather(
@@ -215,23 +218,20 @@ def _ms(xs: list[float]) -> LatencyMs | None:
 
 
 def _good(rec: Record, slo: dict[str, float]) -> bool:
-    itl = max(rec.out.itl, default=0.0)
+    """Whether a completed request meets every SLO."""
     value = {
         "ttft_ms": rec.ttft_s,
         "e2e_ms": rec.e2e_s,
         "tpot_ms": rec.tpot_s or 0.0,
-        "itl_ms": itl,
+        "itl_ms": max(rec.out.itl, default=0.0),
     }
-    return rec.ok and all(value[k] * 1000 <= limit for k, limit in slo.items())
+    return all(value[k] * 1000 <= limit for k, limit in slo.items())
 
 
 def peak_concurrency(records: list[Record]) -> int:
     """Most requests in flight at once over [send, end) (an end before a start at equal times)."""
-    now = peak = 0
-    for _, d in sorted([(r.sent_s, 1) for r in records] + [(r.end_s, -1) for r in records]):
-        now += d
-        peak = max(peak, now)
-    return peak
+    events = sorted([(r.sent_s, 1) for r in records] + [(r.end_s, -1) for r in records])
+    return max(accumulate(d for _, d in events), default=0)
 
 
 def rate_point(
@@ -302,9 +302,9 @@ class Sweep:
     texts: list[str]  # every prompt as rendered
     ids: list[list[int]]  # and as token ids
     sampler: PeakSampler
-    runs: list[RateRun] = field(default_factory=list)
+    # per rate: its requests and their samples, and its figures
+    runs: list[tuple[RateRun, list[Sample]]] = field(default_factory=list)
     points: list[RatePoint] = field(default_factory=list)
-    samples: list[list[Sample]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)  # why the last rate is saturated
     skipped: list[float] = field(default_factory=list)
@@ -331,8 +331,7 @@ class Sweep:
             if not server.exits_within(2.0):
                 raise
             raise server.died(f"during rate {rate_label(rate)} (its warm-up or requests)") from None
-        before = state["before"]
-        after = server.counters()
+        before, after = state["before"], server.counters()
         grown = {n: v - before.get(n, 0.0) for n, v in after.items() if v > before.get(n, 0.0)}
         self.grown |= {n: self.grown.get(n, 0.0) + v for n, v in grown.items()}
         samples = []
@@ -344,7 +343,7 @@ class Sweep:
             samples.append(s if x.ok else s.model_copy(update=failed))
         hits = grown.get("vllm:prefix_cache_hits_total")
         busy = self.sampler.busy_share(run.t0, run.t0 + run.wall_s)
-        self.runs.append(run), self.samples.append(samples)
+        self.runs.append((run, samples))
         return rate_point(
             run,
             samples,
@@ -397,11 +396,19 @@ class Sweep:
             errors = " | ".join(sorted({e for p in points for e in p.error_samples})[:3])
             errors = f"; errors: {errors}" if errors else ""
             raise RunnerError("no rate below saturation completed any request" + errors)
-        hp, run, samples = points[h], self.runs[h], self.samples[h]
+        hp, (run, samples) = points[h], self.runs[h]
         rate = rate_label(hp.rate)
         lines = [
-            {**s.to_line(), "request": x.index, "rate": rate, "e2e_s": x.e2e_s, "tpot_s": x.tpot_s}
-            | {"sent_s": x.sent_s, "queue_s": x.sent_s - x.due_s, "error": x.error}
+            {
+                **s.to_line(),
+                "request": x.index,
+                "rate": rate,
+                "e2e_s": x.e2e_s,
+                "tpot_s": x.tpot_s,
+                "sent_s": x.sent_s,
+                "queue_s": x.sent_s - x.due_s,
+                "error": x.error,
+            }
             for x, s in zip(run.records, samples)
         ]
         write_jsonl_atomic(folder.samples, lines)
@@ -428,7 +435,7 @@ class Sweep:
         cached, prompt = hp.cached_tokens, hp.prompt_tokens
         hit = cached / prompt if cached is not None and prompt else None
         prefix = Prefix(shared_prefix_tokens=k, shared_prefix_share=share, hit_rate=hit)
-        tokens = Tokens(prompt=hp.prompt_tokens, output=hp.output_tokens, cached=hp.cached_tokens)
+        tokens = Tokens(prompt=prompt, output=hp.output_tokens, cached=cached)
         timings = m.timings.model_copy(update={"generate_s": hp.wall_s, "gpu_busy": hp.gpu_busy})
         done = [s for x, s in zip(run.records, samples) if x.ok]
         m, out = replace(m, timings=timings), Output(done, info, notes)

@@ -19,6 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from runner.base.errors import RunnerError
@@ -65,30 +66,20 @@ def counters(text: str) -> dict[str, float]:
     return out
 
 
+@dataclass(eq=False)
 class Server:
     """A server process in a session of its own, healthy between `__enter__` and `__exit__`. Leaving
     (normally, on an error, Ctrl-C or SIGTERM) ends the whole session: SIGTERM, then SIGKILL after
     `grace_s`."""
 
+    cmd: list[str]
+    base_url: str  # without a trailing slash
+    log: Path
+    env: dict[str, str]
+    timeout_s: float = 900.0
     proc: subprocess.Popen | None = None
     startup_s: float | None = None
-    grace_s = 5.0
-
-    def __init__(
-        self,
-        cmd: list[str],
-        base_url: str,
-        log: Path,
-        env: dict[str, str],
-        timeout_s: float = 900.0,
-    ):
-        self.cmd, self.base_url, self.log, self.env, self.timeout_s = (
-            cmd,
-            base_url.rstrip("/"),
-            log,
-            env,
-            timeout_s,
-        )
+    grace_s: float = 5.0
 
     def __enter__(self) -> Server:
         old = signal.getsignal(signal.SIGTERM)
@@ -160,8 +151,8 @@ class Server:
         if self.proc is not None:
             self.session_file.unlink(missing_ok=True)
 
-    def tail(self, n: int = 15) -> str:
-        lines = self.log.read_text(errors="replace").strip().splitlines()[-n:]
+    def tail(self) -> str:
+        lines = self.log.read_text(errors="replace").strip().splitlines()[-15:]
         return f"last lines of {self.log}:\n" + "\n".join(lines)
 
     def died(self, when: str) -> ServerError:
@@ -198,9 +189,10 @@ class Server:
         except (OSError, ValueError):  # refused, reset, timed out: not up yet
             return None
 
-    def reset_prefix_cache(self, retries: int = 20) -> bool:
-        """POST /reset_prefix_cache until it reports success (running requests make it fail)."""
-        for _ in range(retries):
+    def reset_prefix_cache(self) -> bool:
+        """POST /reset_prefix_cache until it reports success (running requests make it fail), 20
+        tries at most."""
+        for _ in range(20):
             status, body = self.request("POST", "/reset_prefix_cache")
             if status == 404:
                 raise ServerError(
