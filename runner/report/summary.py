@@ -145,14 +145,12 @@ def _em_metric(names: Iterable[str]) -> str | None:
 def _interval(diffs: list[float]) -> tuple[str, str | None]:
     """`+0.004 (-0.002 to +0.010)` and the direction when the interval excludes 0 (`lower` /
     `higher`); under MIN_PAIRED examples `+0.200 (too few examples to tell: n=5; 30 needed)`."""
-    got = paired_interval(diffs)
-    if got is None:
-        few = f"too few examples to tell: n={len(diffs)}; {MIN_PAIRED} needed"
-        return f"{signed(sum(diffs) / len(diffs))} ({few})", None
-    mean, lo, hi = got
-    way = "higher" if lo > 0 else "lower" if hi < 0 else None
-    text = f"{signed(mean)} ({signed(lo)} to {signed(hi)})"
-    if way is None and (n := examples_to_resolve(statistics.stdev(diffs), mean, len(diffs))):
+    v = _paired("", diffs)
+    if v.lo is None or v.hi is None:
+        return v.interval_text(), None
+    way = "higher" if v.lo > 0 else "lower" if v.hi < 0 else None
+    text = v.interval_text()
+    if way is None and (n := examples_to_resolve(statistics.stdev(diffs), v.mean, v.n)):
         text += f"; ~{n:,} examples would tell"
     return text, way
 
@@ -221,17 +219,10 @@ def changed_answers_section(
     head += [f"{m} difference (95% CI)" for m in metrics] + ["clear differences"]
     note = (
         f"EM is `{em}`; now right / now wrong: examples whose EM rose / fell against the "
-        "baseline's on the same "
+        "baseline's on the same example (McNemar: exact test on those). Differences: this "
+        "recipe's score minus the baseline's, the mean over the paired examples, with a 95% "
+        f"interval ({PAIRED_CI}); an interval that holds 0 is no clear difference."
     )
-    note += (
-        "example (McNemar: exact test on those). Differences: this recipe's score minus the "
-        "baseline's, the mean "
-    )
-    note += (
-        f"over the paired examples, with a 95% interval ({PAIRED_CI}); an interval that holds "
-        "0 is no clear "
-    )
-    note += "difference."
     lines = [line for _, shown in changed for line in shown]
     table_md = table([row for row, _ in changed], head)
     return ["", f"## Answers that change against {base.name}", "", note, "", table_md, "", *lines]
@@ -275,6 +266,15 @@ class GateVerdict:
         return f"{self.metric} {self.interval_text()}, allowed -{self.allowed:.3f}"
 
 
+def _paired(metric: str, diffs: list[float], allowed: float = 0) -> GateVerdict:
+    """The paired differences `diffs` (a run's score minus the baseline's, one per example) judged
+    against the drop `allowed`."""
+    got, fell = paired_interval(diffs), sum(d < 0 for d in diffs)
+    mean, lo, hi = got if got is not None else (sum(diffs) / len(diffs), None, None)
+    passed = fell == 0 if allowed == 0 else None if lo is None else lo > -allowed
+    return GateVerdict(metric, passed, len(diffs), mean, lo, hi, allowed, fell)
+
+
 def gate_verdict(rs: dict, bs: dict, g: GateSpec) -> GateVerdict | None:
     """A run's samples `rs` against the baseline's `bs` (by example id) under gate `g`; None when no
     example is scored in both."""
@@ -282,12 +282,8 @@ def gate_verdict(rs: dict, bs: dict, g: GateSpec) -> GateVerdict | None:
     common = [i for i, s in rs.items() if i in bs and m in s and m in bs[i]]
     if not common:
         return None
-    diffs = [rs[i][m] - bs[i][m] for i in common]
     allowed = g.allowed_drop(sum(bs[i][m] for i in common) / len(common))
-    got, fell = paired_interval(diffs), sum(d < 0 for d in diffs)
-    mean, lo, hi = got if got is not None else (sum(diffs) / len(diffs), None, None)
-    passed = fell == 0 if allowed == 0 else None if lo is None else lo > -allowed
-    return GateVerdict(m, passed, len(common), mean, lo, hi, allowed, fell)
+    return _paired(m, [rs[i][m] - bs[i][m] for i in common], allowed)
 
 
 def gates(
@@ -308,26 +304,16 @@ def gates(
     got: dict[str, GateVerdict | str] = {}
     for r in gated:
         verdict = gate_verdict(samples_by_id(out, r) if scored(r) else {}, bs, gate_of(r))
-        if verdict is None:
-            why = (
-                "baseline not scored"
-                if not bs
-                else f"status {r.status}"
-                if r.status != "ok"
-                else "no scores to pair"
-            )
-            verdict = (
-                "random weights or the fake engine" if r.status == "ok" and not scored(r) else why
-            )
-        got[r.name] = verdict
+        got[r.name] = verdict or (
+            "random weights or the fake engine"
+            if r.status == "ok" and not scored(r)
+            else "baseline not scored"
+            if not bs
+            else f"status {r.status}"
+            if r.status != "ok"
+            else "no scores to pair"
+        )
     return got
-
-
-def passed_gate(r: RunResult, verdicts: dict[str, GateVerdict | str]) -> bool:
-    """Whether `r` may be named fastest: no gate applies to it, or it passed (a gate that could not
-    be checked, or too few examples to tell, is not passed)."""
-    v = verdicts.get(r.name)
-    return v is None or (isinstance(v, GateVerdict) and v.passed is True)
 
 
 def stopped_by_gate(verdicts: dict[str, GateVerdict | str]) -> set[str]:
@@ -337,26 +323,19 @@ def stopped_by_gate(verdicts: dict[str, GateVerdict | str]) -> set[str]:
     }
 
 
-def gate_section(
-    results: list[RunResult],
-    base: RunResult | None,
-    out: Path | None,
-    default: GateSpec | None = None,
-    verdicts: dict[str, GateVerdict | str] | None = None,
-) -> list[str]:
+def gate_section(j: Judged) -> list[str]:
     """Each recipe with a `gate` against the baseline: passed, failed (and by how much), too few to
     tell or not scored; then the fastest recipe among those that passed that timed the baseline's
-    examples (the baseline passes its own gate). `verdicts`: `gates(...)` where the caller has them
-    (each reads the runs' samples)."""
-    verdicts = gates(results, base, out, default) if verdicts is None else verdicts
+    examples (the baseline passes its own gate)."""
+    base, verdicts = j.base, j.verdicts
     if not verdicts or base is None:
         return []
     rows = []
-    for r in results:
+    for r in j.results:
         if (v := verdicts.get(r.name)) is None:
             continue
-        gate = (r.recipe.gate or default).metric  # type: ignore[union-attr]
         if isinstance(v, str):
+            gate = (r.recipe.gate or j.gate).metric  # type: ignore[union-attr]
             rows.append([r.name, gate, None, None, "not scored", v])
             continue
         word = {True: "pass", False: "fail", None: "too few to tell"}[v.passed]
@@ -364,14 +343,13 @@ def gate_section(
     head = ["recipe", "metric", "difference from the baseline (95% CI)", "allowed", "gate", "why"]
     note = (
         "A recipe passes its `gate` when the lower end of its paired 95% interval "
-        f"({PAIRED_CI}) against "
+        f"({PAIRED_CI}) against **{base.name}** is above the allowed drop (`max_drop`, or 1 - "
+        "`relative` times the baseline's score); with an allowance of 0, when no example scored "
+        "lower than the baseline's."
     )
-    note += (
-        f"**{base.name}** is above the allowed drop (`max_drop`, or 1 - `relative` times the "
-        "baseline's score); "
-    )
-    note += "with an allowance of 0, when no example scored lower than the baseline's."
-    best = fastest_passed(results, base, verdicts, gated_only=True)
+    stopped = stopped_by_gate(verdicts)
+    ok = [r for r in _timed(j) if r is base or r.name in verdicts and r.name not in stopped]
+    best = min(ok, key=lambda r: r.projected_s, default=None)  # type: ignore[arg-type, return-value]
     last = "No recipe that passed has a time."
     if best is not None:
         last = (
@@ -384,27 +362,17 @@ def gate_section(
     return ["", "## Quality gate", "", note, "", table(rows, head), "", last]
 
 
-def fastest_passed(
-    results: list[RunResult],
-    base: RunResult | None,
-    verdicts: dict[str, GateVerdict | str],
-    gated_only: bool = False,
-) -> RunResult | None:
-    """The fastest run that passed its gate (or has none; `gated_only`: the baseline and the runs
-    that passed one) among those that timed the baseline's examples (without a timed baseline: the
-    most examples any run timed, so a tune's screen on the first few is never the fastest)."""
-    timed = [r for r in results if r.status == "ok" and r.projected_s and r.serving is None]
-    if base is not None and base in timed:
-        timed = [r for r in timed if examples(r) == examples(base)]
-    elif timed:
-        most = max((examples(r) for r in timed), key=lambda e: e[1])
-        timed = [r for r in timed if examples(r) == most]
-    ok = [
-        r
-        for r in timed
-        if passed_gate(r, verdicts) and (not gated_only or r is base or r.name in verdicts)
-    ]
-    return min(ok, key=lambda r: r.projected_s, default=None)  # type: ignore[arg-type, return-value]
+def _timed(j: Judged) -> list[RunResult]:
+    """The runs that may be named fastest: finished, timed and not served, on the baseline's
+    examples (without a timed baseline: the most examples any run timed, so a tune's screen on the
+    first few is never the fastest)."""
+    timed = [r for r in j.results if r.status == "ok" and r.projected_s and r.serving is None]
+    on = (
+        examples(j.base)  # type: ignore[arg-type]
+        if j.base in timed
+        else max((examples(r) for r in timed), key=lambda e: e[1], default=None)
+    )
+    return [r for r in timed if examples(r) == on]
 
 
 def chart_metric(results: list[RunResult], gate: GateSpec | None = None) -> str | None:
@@ -586,9 +554,7 @@ def summary_markdown(j: Judged, extra: Sequence[Sections] = (), title: str = "Su
         + [line for section in extra for line in section(rs, out)]
         + prefix_section(rs)
     )
-    parts += changed_answers_section(rs, base, out) + gate_section(
-        rs, base, out, j.gate, j.verdicts
-    )
+    parts += changed_answers_section(rs, base, out) + gate_section(j)
     note = "Times marked `~` are projections from a partial run (see each report). "
     note += "Scores of runs with random weights are left out of comparisons."
     return "\n".join([*parts, *_failures(rs), "", note, ""])
@@ -602,7 +568,7 @@ def _overview(j: Judged, title: str) -> list[str]:
         f"# {title}",
         "",
         f"{len(results)} recipes; {which}",
-        *_verdict(results, base, j.verdicts),
+        *_verdict(j),
     ]
     # in order of first appearance
     metric_names = list(dict.fromkeys(m for r in results for m in r.scores))
@@ -680,34 +646,29 @@ def _legend(j: Judged, rows: list[list]) -> str:
     )
 
 
-def _verdict(
-    results: list[RunResult], base: RunResult | None, verdicts: dict[str, GateVerdict | str]
-) -> list[str]:
+def _verdict(j: Judged) -> list[str]:
     """The answer first: the fastest recipe (that passed its gate, where one applies), and against
     the baseline by how much and how sure; faster recipes the gate stopped are named after it."""
-    timed = [r for r in results if r.status == "ok" and r.projected_s and r.serving is None]
-    if not timed:
+    base, verdicts = j.base, j.verdicts
+    if not (timed := _timed(j)):
         return []
-    best = fastest_passed(results, base, verdicts)
+    stopped = stopped_by_gate(verdicts)
+    ok = [r for r in timed if r.name not in stopped]
+    best = min(ok, key=lambda r: r.projected_s, default=None)  # type: ignore[arg-type, return-value]
     if best is None:
         return ["", "No recipe passed its gate with a time: see the quality gate below."]
     what = "Fastest that passed its gate" if verdicts else "Fastest"
     line = f"{what}: **{best.name}**, {time_cell(best, '~' if best.estimate else '')}"
-    if (
-        base is not None
-        and base is not best
-        and base in timed
-        and (ratio := speedup(base, best)) is not None
-    ):
+    if base is not best and base in timed and (ratio := speedup(base, best)) is not None:
         line += f"; against the baseline {base.name}: {ratio_text(*ratio)}"
     elif base is best:
         line += " (the baseline)"
-    stopped = [
+    faster = [
         r
         for r in timed
-        if r.projected_s < best.projected_s and speedup(best, r) and not passed_gate(r, verdicts)
+        if r.projected_s < best.projected_s and speedup(best, r) and r.name in stopped
     ]
-    if stopped:
+    if faster:
         word = lambda v: (
             v
             if isinstance(v, str)
@@ -715,7 +676,7 @@ def _verdict(
         )
         line += ". Faster, but not through the gate: " + ", ".join(
             f"{r.name} ({word(verdicts[r.name])})"
-            for r in sorted(stopped, key=lambda r: r.projected_s)  # type: ignore[arg-type, return-value]
+            for r in sorted(faster, key=lambda r: r.projected_s)  # type: ignore[arg-type, return-value]
         )
     return ["", line + "."]
 
