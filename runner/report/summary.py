@@ -56,21 +56,18 @@ def _engine_view(r: Recipe) -> dict:
 
 def recipe_diff(r: Recipe, base: Recipe) -> dict[str, Any]:
     """Settings of `r` that differ from `base` (dotted keys)."""
-    rec, full = r.canonical(), flat_dotted(r.canonical())
-    rec = {**rec, "engine": _engine_view(r)}
-    base = {**base.canonical(), "engine": _engine_view(base)}
-    a, b = flat_dotted(rec), flat_dotted(base)
-    other_kind = rec["engine"].get("kind") != base["engine"].get("kind")
-    out = {}
-    for k in sorted(set(a) | set(b)):
-        if k.split(".")[0] in SKIP_DIFF or k == "engine.kind":  # the kind has its own column
-            continue
-        # a field the other engine does not have
-        if other_kind and k.startswith("engine.") and k not in a:
-            continue
-        if a.get(k) != b.get(k):
-            out[k] = a.get(k, full.get(k))
-    return out
+    view = lambda x: flat_dotted({**x.canonical(), "engine": _engine_view(x)})
+    a, b, full = view(r), view(base), flat_dotted(r.canonical())
+    other_kind = r.engine.kind != base.engine.kind
+    return {
+        k: a.get(k, full.get(k))
+        for k in sorted(set(a) | set(b))
+        # the kind has its own column; a field the other engine does not have is left out
+        if k.split(".")[0] not in SKIP_DIFF
+        and k != "engine.kind"
+        and not (other_kind and k.startswith("engine.") and k not in a)
+        and a.get(k) != b.get(k)
+    }
 
 
 def _prefix_on(r: RunResult) -> bool:
@@ -83,14 +80,17 @@ def _prefix_on(r: RunResult) -> bool:
 
 
 def _prefix_row(r: RunResult, results: list[RunResult]) -> list:
-    others = [o for o in results if o is not r and o.status == "ok"]
-    partners = [
-        o
-        for o in others
-        if set(recipe_diff(r.recipe, o.recipe)) == {"engine.enable_prefix_caching"}
-    ]
-    # the last other finished recipe that differs only in that
-    partner = partners[-1] if partners else None
+    # the last other finished recipe that differs only in prefix caching
+    partner = next(
+        (
+            o
+            for o in reversed(results)
+            if o is not r
+            and o.status == "ok"
+            and set(recipe_diff(r.recipe, o.recipe)) == {"engine.enable_prefix_caching"}
+        ),
+        None,
+    )
     saved = None
     if partner and partner.timings.generate_s and r.timings.generate_s:
         d = partner.timings.generate_s - r.timings.generate_s
@@ -122,24 +122,15 @@ def prefix_section(results: list[RunResult]) -> list[str]:
     ]
     note = (
         "Shared by all: tokens every prompt starts with (share of all prompt tokens). "
-        "Predicted: the prompt tokens "
+        "Predicted: the prompt tokens a prefix cache serves, counted block by block over the real "
+        "token ids before the engine started (`runner plan`); measured: what the engine reported."
     )
-    note += (
-        "a prefix cache serves, counted block by block over the real token ids before the "
-        "engine started "
-    )
-    note += "(`runner plan`); measured: what the engine reported."
     return ["", "## Prefix caching", "", note, "", table(rows, [*head, "generation time saved"])]
 
 
 def samples_by_id(out: Path, r: RunResult) -> dict[str, dict]:
     """The run's stored samples by example id (how two runs are paired)."""
     return {s["id"]: s for s in load_samples(RunFolder.of(out, r.name))}
-
-
-def _em_metric(names: Iterable[str]) -> str | None:
-    """The run's exact-match score: `exact_match` or a `*_exact_match` (the first such)."""
-    return next((m for m in names if m == "exact_match" or m.endswith("_exact_match")), None)
 
 
 def _interval(diffs: list[float]) -> tuple[str, str | None]:
@@ -195,7 +186,8 @@ def changed_answers_section(
     differ, the examples whose exact match rose or fell (exact McNemar test), and every score's mean
     paired difference with a paired 95% interval (PAIRED_CI); a difference whose interval holds 0 is
     no clear difference."""
-    em = _em_metric(base.scores) if base is not None else None
+    # the baseline's exact-match score: `exact_match` or a `*_exact_match` (the first such)
+    em = next((m for m in base.scores if m.endswith("exact_match")), None) if base else None
     has_em = lambda r: r.status == "ok" and r.scores_meaningful and em in r.scores
     if base is None or out is None or em is None or not has_em(base):
         return []
@@ -449,26 +441,25 @@ def _row(
         else None
     )
     th, e, usd = r.throughput, r.energy, (cost_figures(r) or {}).get("usd_per_m_output_tokens")
-    row = [
+    return [
         r.name,
         f"{r.status}; ignored: {ignored}" if ignored else r.status,
         r.recipe.engine.kind,
         _time(r, base),
-    ]
-    row += [None if serving else _speed(r, base), rate_cell(r, th.requests_per_s)]
-    row += [
+        None if serving else _speed(r, base),
+        rate_cell(r, th.requests_per_s),
         rate_cell(r, th.output_tokens_per_s),
         gib(r.memory.peak_gpu_gib),
         f"{roof:.0%}" if roof else None,
-    ]
-    row.append(
         f"{e.j_per_output_token:.3g}"
         if e and e.measured and e.j_per_output_token is not None
-        else None
-    )
-    row += [f"${usd:.3g}" if usd is not None else None, _start_cell(r), *per_correct(r, correct)]
-    scores = [score(m) if m in r.scores else None for m in metric_names]
-    return [*row, *scores, diff_cell(diff) if diff else ("(baseline)" if r is base else "")]
+        else None,
+        f"${usd:.3g}" if usd is not None else None,
+        _start_cell(r),
+        *per_correct(r, correct),
+        *(score(m) if m in r.scores else None for m in metric_names),
+        diff_cell(diff) if diff else ("(baseline)" if r is base else ""),
+    ]
 
 
 def per_correct(r: RunResult, metric: str | None) -> list[str | None]:
@@ -548,16 +539,24 @@ def judged(
 
 
 def summary_markdown(j: Judged, extra: Sequence[Sections] = (), title: str = "Summary") -> str:
-    rs, base, out = j.results, j.base, j.out
-    parts = (
-        _overview(j, title)
-        + [line for section in extra for line in section(rs, out)]
-        + prefix_section(rs)
+    rs, out = j.results, j.out
+    note = (
+        "Times marked `~` are projections from a partial run (see each report). "
+        "Scores of runs with random weights are left out of comparisons."
     )
-    parts += changed_answers_section(rs, base, out) + gate_section(j)
-    note = "Times marked `~` are projections from a partial run (see each report). "
-    note += "Scores of runs with random weights are left out of comparisons."
-    return "\n".join([*parts, *_failures(rs), "", note, ""])
+    return "\n".join(
+        [
+            *_overview(j, title),
+            *(line for section in extra for line in section(rs, out)),
+            *prefix_section(rs),
+            *changed_answers_section(rs, j.base, out),
+            *gate_section(j),
+            *_failures(rs),
+            "",
+            note,
+            "",
+        ]
+    )
 
 
 def _overview(j: Judged, title: str) -> list[str]:
@@ -589,16 +588,18 @@ def _overview(j: Judged, title: str) -> list[str]:
         "speed-up",
         "requests/s",
         "output tok/s",
+        "peak GPU",
+        "roofline",
+        "J / output token",
+        "$ / M output tokens",
+        "engine start",
+        f"J / 1,000 correct ({correct})",
+        f"$ / 1,000 correct ({correct})",
+        *metric_names,
     ]
-    headers += ["peak GPU", "roofline", "J / output token", "$ / M output tokens", "engine start"]
-    headers += [f"J / 1,000 correct ({correct})", f"$ / 1,000 correct ({correct})", *metric_names]
-    roof = (
-        "Roofline: the predicted floor of the generation time (compute, memory bandwidth or "
-        "PCIe, whichever binds; "
-    )
-    roof += "`runner plan`) ÷ the measured generation time."
     notes = {
-        8: roof,
+        8: "Roofline: the predicted floor of the generation time (compute, memory bandwidth or "
+        "PCIe, whichever binds; `runner plan`) ÷ the measured generation time.",
         9: "J / output token: GPU energy of one generation (NVML, whole devices) ÷ its output "
         "tokens.",
         10: "$ / M output tokens: price per GPU-hour / 3600 × GPUs × generation time ÷ output "
@@ -653,8 +654,11 @@ def _verdict(j: Judged) -> list[str]:
     if not (timed := _timed(j)):
         return []
     stopped = stopped_by_gate(verdicts)
-    ok = [r for r in timed if r.name not in stopped]
-    best = min(ok, key=lambda r: r.projected_s, default=None)  # type: ignore[arg-type, return-value]
+    best = min(
+        (r for r in timed if r.name not in stopped),
+        key=lambda r: r.projected_s,  # type: ignore[arg-type, return-value]
+        default=None,
+    )
     if best is None:
         return ["", "No recipe passed its gate with a time: see the quality gate below."]
     what = "Fastest that passed its gate" if verdicts else "Fastest"
@@ -663,11 +667,14 @@ def _verdict(j: Judged) -> list[str]:
         line += f"; against the baseline {base.name}: {ratio_text(*ratio)}"
     elif base is best:
         line += " (the baseline)"
-    faster = [
-        r
-        for r in timed
-        if r.projected_s < best.projected_s and speedup(best, r) and r.name in stopped
-    ]
+    faster = sorted(
+        (
+            r
+            for r in timed
+            if r.projected_s < best.projected_s and speedup(best, r) and r.name in stopped
+        ),
+        key=lambda r: r.projected_s,  # type: ignore[arg-type, return-value]
+    )
     if faster:
         word = lambda v: (
             v
@@ -675,8 +682,7 @@ def _verdict(j: Judged) -> list[str]:
             else {False: "failed", None: "too few examples to tell"}[v.passed]
         )
         line += ". Faster, but not through the gate: " + ", ".join(
-            f"{r.name} ({word(verdicts[r.name])})"
-            for r in sorted(faster, key=lambda r: r.projected_s)  # type: ignore[arg-type, return-value]
+            f"{r.name} ({word(verdicts[r.name])})" for r in faster
         )
     return ["", line + "."]
 
@@ -706,5 +712,5 @@ def write_summary(
     text = summary_markdown(j, extra)
     if charts:
         text += "\n## Charts\n\n" + "\n\n".join(f"![{c.stem}]({c.name})" for c in charts) + "\n"
-    write_text_atomic(Path(out) / SUMMARY, text)
-    return Path(out) / SUMMARY
+    write_text_atomic(path := Path(out) / SUMMARY, text)
+    return path
