@@ -190,16 +190,7 @@ def _start_section(r: RunResult) -> list[str]:
     )
     opt = lambda v: secs(v) if v is not None else "–"
     rows = [
-        [
-            i,
-            opt(total),
-            opt(p.load_s),
-            opt(p.compile_s),
-            opt(p.capture_s),
-            opt(p.warmup_s),
-            opt(p.other_s),
-            kind(p),
-        ]
+        [i, *map(opt, (total, p.load_s, p.compile_s, p.capture_s, p.warmup_s, p.other_s)), kind(p)]
         for i, total, p in starts
     ]
     head = [
@@ -298,26 +289,31 @@ def _energy_section(r: RunResult) -> list[str]:
         rows = [
             ["energy per generation", f"{e.joules:,.0f} J"],
             ["average power", f"{e.watts:,.0f} W"],
+            *([what, f"{j:.3g} J"] for what, j in per if j is not None),
+            ["GPUs read", e.gpus],
         ]
-        rows += [[what, f"{j:.3g} J"] for what, j in per if j is not None] + [["GPUs read", e.gpus]]
     note = (
         "Energy: NVML's total-energy counter of each GPU the engine ran on, read when the "
         "prompts went in and when the last output was back (whole devices), the mean over the "
         "repeats."
     )
-    parts = (
-        ["", "## Energy and cost", ""]
-        + ([note, ""] if e.measured else [])
-        + [table(rows, ["", "value"])]
-    )
+    parts = [
+        "",
+        "## Energy and cost",
+        "",
+        *([note, ""] if e.measured else []),
+        table(rows, ["", "value"]),
+    ]
     if c := cost_figures(r):
-        rows = [["price", f"${c['usd_per_gpu_hour']:g} per GPU-hour x {c['gpus']:g} GPU(s)"]]
         named = {
             "usd_per_m_output_tokens": "per million output tokens",
             "usd_per_m_prompt_tokens": "per million prompt tokens",
             "usd_run": "this run (engine starts, every repeat)",
         }
-        rows += [[what, f"${c[k]:.4g}"] for k, what in named.items() if k in c]
+        rows = [
+            ["price", f"${c['usd_per_gpu_hour']:g} per GPU-hour x {c['gpus']:g} GPU(s)"],
+            *([what, f"${c[k]:.4g}"] for k, what in named.items() if k in c),
+        ]
         formula = (
             "Dollars: price per GPU-hour / 3600 x GPUs x seconds; per million tokens: the "
             "generation time (the geometric mean over the repeats) / the tokens of one generation "

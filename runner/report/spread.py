@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 
 from runner.base.format import cell, secs
@@ -68,10 +69,7 @@ def time_cell(
 def rate_cell(r: RunResult, rate: float | None) -> str:
     """A throughput at the geometric-mean time, with the interval the time's gives it (`229
     (226–234)`)."""
-    if rate is None:
-        return cell(rate)
-    est = estimate(r)
-    if est is None or est[1] is None or r.estimate:
+    if rate is None or (est := estimate(r)) is None or est[1] is None or r.estimate:
         return cell(rate)
     med, lo, hi = est
     # at the time shown (results stored before it was exp(mean log))
@@ -136,11 +134,11 @@ def speedup_parts(
     ids = [id(r) for pair in pairs for r in pair]
     if len(set(ids)) == len(ids):
         return combined_interval([log_ratio(times(a), times(b), paired(a, b)) for a, b in pairs])
-    cells, weights = {}, {}
+    cells, weights = {}, Counter()
     for a, b in pairs:
         for r, w in ((a, 1), (b, -1)):
             cells[id(r)] = times(r)
-            weights[id(r)] = weights.get(id(r), 0) + w / len(pairs)
+            weights[id(r)] += w / len(pairs)
     return interval_of(*combined_log(list(cells.values()), [weights[k] for k in cells]))
 
 
@@ -152,11 +150,10 @@ def ratio_text(ratio: float, lo: float | None, hi: float | None, approx: str = "
     )
     if lo is not None and hi is not None and lo <= 1 <= hi:
         return f"no clear difference ({x(lo)}–{x(hi)}×)"
-    if ratio < 1:  # slower: said as such, not as a speed-up below 1
-        spread = ONE_RUN if lo is None or hi is None else f"{x(1 / hi)}–{x(1 / lo)}"
-        return f"{approx}{x(1 / ratio)}× slower ({spread})"
+    if slower := ratio < 1:  # said as such, not as a speed-up below 1
+        ratio, lo, hi = 1 / ratio, hi and 1 / hi, lo and 1 / lo
     spread = ONE_RUN if lo is None or hi is None else f"{x(lo)}–{x(hi)}"
-    return f"{approx}{x(ratio)}× ({spread})"
+    return f"{approx}{x(ratio)}×{' slower' if slower else ''} ({spread})"
 
 
 def clear(lo: float | None, hi: float | None) -> bool:
