@@ -167,7 +167,7 @@ def compared(a: RunResult, b: RunResult) -> str:
     one of them)."""
     if paired(a, b):
         return "in turns"
-    return "across calls" if calls(a) and calls(b) and calls(a) != calls(b) else "back to back"
+    return "across calls" if across_calls(a, b) else "back to back"
 
 
 def drifted(r: RunResult) -> tuple[float, float, float] | None:
@@ -186,3 +186,8 @@ def calls(r: RunResult) -> frozenset[str]:
     """The `runner go` calls that measured the run (empty for a run stored before calls were
     recorded)."""
     return frozenset(x.call for x in r.repeats if x.call)
+
+
+def across_calls(a: RunResult, b: RunResult) -> bool:
+    """The two runs were measured, wholly or in part, in different `runner go` calls."""
+    return bool(calls(a) and calls(b) and calls(a) != calls(b))

@@ -26,6 +26,7 @@ from runner.report.markdown import cost_figures
 from runner.report.plots import Accuracy, write_charts
 from runner.report.spread import (
     LEGEND,
+    across_calls,
     busy,
     calls,
     clear,
@@ -162,15 +163,19 @@ def _changed_answers(
     differ = sum(rs[i]["output"] != bs[i]["output"] for i in common)
     gained = [i for i in common if rs[i][em] > bs[i][em]]
     lost = [i for i in common if rs[i][em] < bs[i][em]]
-    p = mcnemar_exact(len(gained), len(lost))
-    cells, clear = [], []
-    for m in metrics:
-        text, way = _interval([rs[i][m] - bs[i][m] for i in common])
-        cells.append(text)
-        clear += [f"{m} {way}"] if way else []
-    row = [r.name, len(common), differ, len(gained), len(lost), f"{p:.3g}", *cells]
+    got = {m: _interval([rs[i][m] - bs[i][m] for i in common]) for m in metrics}
+    clear = ", ".join(f"{m} {way}" for m, (_, way) in got.items() if way)
     few = len(common) < MIN_PAIRED
-    row.append(", ".join(clear) or ("too few examples to tell" if few else "no clear difference"))
+    row = [
+        r.name,
+        len(common),
+        differ,
+        len(gained),
+        len(lost),
+        f"{mcnemar_exact(len(gained), len(lost)):.3g}",
+        *(text for text, _ in got.values()),
+        clear or ("too few examples to tell" if few else "no clear difference"),
+    ]
     lines = [
         f"- {r.name} · `{i}`: baseline `{inline(bs[i]['output'])}` → `{inline(rs[i]['output'])}` "
         f"(gold: {', '.join(inline(a) for a in rs[i]['answers'])})"
@@ -421,7 +426,7 @@ def _time(r: RunResult, base: RunResult | None) -> str | None:
             f" ({len(calls(r))} calls)" if len(calls(r)) > 1 else ""
         )
         tcell += f" drift {trend[0]:+.1%}/repeat" if (trend := drifted(r)) is not None else ""
-    if base is not None and r is not base and calls(r) and calls(base) and calls(r) != calls(base):
+    if base is not None and across_calls(r, base):
         tcell = f"{tcell} †"
     return tcell
 
@@ -637,7 +642,7 @@ def _legend(j: Judged, rows: list[list]) -> str:
         "GPU: see the recipe's report)": any(busy(r) for r in results),
         "`†`: measured, wholly or in part, in another `runner go` call than the baseline; the "
         "machine may have differed": base is not None
-        and any(calls(r) and calls(base) and calls(r) != calls(base) for r in results),
+        and any(across_calls(r, base) for r in results),
     }
     return " ".join(
         [
