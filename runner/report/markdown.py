@@ -481,9 +481,15 @@ def _prefix_section(r: RunResult) -> list[str]:
 def _knobs_section(r: RunResult) -> list[str]:
     if not r.knobs:
         return []
-    status = lambda k: "**IGNORED**" if k.status == "ignored" else k.status
     rows = [
-        [k.name, brief(k.requested), brief(k.effective), status(k), k.evidence] for k in r.knobs
+        [
+            k.name,
+            brief(k.requested),
+            brief(k.effective),
+            "**IGNORED**" if k.status == "ignored" else k.status,
+            k.evidence,
+        ]
+        for k in r.knobs
     ]
     head = ["knob", "requested", "effective", "status", "evidence"]
     return ["", "## Knobs: requested and effective", "", table(rows, head)]

@@ -298,10 +298,9 @@ def gates(
         return {}
     scored = lambda r: r.status == "ok" and r.scores_meaningful and r.recipe.engine.kind != "fake"
     bs = samples_by_id(out, base) if scored(base) else {}
-    got: dict[str, GateVerdict | str] = {}
-    for r in gated:
-        verdict = gate_verdict(samples_by_id(out, r) if scored(r) else {}, bs, gate_of(r))
-        got[r.name] = verdict or (
+    return {
+        r.name: gate_verdict(samples_by_id(out, r) if scored(r) else {}, bs, gate_of(r))
+        or (
             "random weights or the fake engine"
             if r.status == "ok" and not scored(r)
             else "baseline not scored"
@@ -310,7 +309,8 @@ def gates(
             if r.status != "ok"
             else "no scores to pair"
         )
-    return got
+        for r in gated
+    }
 
 
 def stopped_by_gate(verdicts: dict[str, GateVerdict | str]) -> set[str]:
@@ -509,12 +509,14 @@ def in_order(results: Iterable[RunResult]) -> list[RunResult]:
     """The one order of a summary, however its results were read: recipes by name, a study's cells
     together in the study's own order (so `runner go` and `runner report` write the same summary;
     cells stored before that order was recorded keep the order they come in)."""
-    key = lambda r: (
-        (r.cell.study, r.cell.index is None, r.cell.index or 0, "")
-        if r.cell
-        else ("", True, 0, r.name)
+    return sorted(
+        results,
+        key=lambda r: (
+            (r.cell.study, r.cell.index is None, r.cell.index or 0, "")
+            if r.cell
+            else ("", True, 0, r.name)
+        ),
     )
-    return sorted(results, key=key)
 
 
 @dataclass(frozen=True)
@@ -696,8 +698,12 @@ def _failures(results: list[RunResult]) -> list[str]:
     failed = [r for r in results if r.status != "ok"]
     if not failed:
         return []
-    hint = lambda r: f" — hint: {r.hint}" if r.hint else ""
-    return ["", "## Failures", "", *(f"- **{r.name}**: {r.error}{hint(r)}" for r in failed)]
+    return [
+        "",
+        "## Failures",
+        "",
+        *(f"- **{r.name}**: {r.error}" + (f" — hint: {r.hint}" if r.hint else "") for r in failed),
+    ]
 
 
 def write_summary(
