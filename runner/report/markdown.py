@@ -249,8 +249,9 @@ def priced(r: RunResult, usd_per_gpu_hour: float | None) -> RunResult:
     same."""
     from runner.recipe import CostSpec
 
-    cost = CostSpec(usd_per_gpu_hour=usd_per_gpu_hour) if usd_per_gpu_hour is not None else None
-    if cost is None or r.recipe.cost == cost:
+    if usd_per_gpu_hour is None or r.recipe.cost == (
+        cost := CostSpec(usd_per_gpu_hour=usd_per_gpu_hour)
+    ):
         return r
     return r.model_copy(update={"recipe": r.recipe.model_copy(update={"cost": cost})})
 

@@ -388,7 +388,7 @@ def score_interval(out: Path, r: RunResult, metric: str) -> tuple[float, float] 
     if r.status != "ok" or not r.scores_meaningful or metric not in r.scores:
         return None
     got = paired_interval([s[metric] for s in samples_by_id(out, r).values() if metric in s])
-    return (got[1], got[2]) if got is not None else None
+    return got and got[1:]  # type: ignore[return-value]
 
 
 def pick_baseline(results: list[RunResult], name: str | None = None) -> RunResult | None:
