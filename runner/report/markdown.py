@@ -363,8 +363,8 @@ def _repeats_section(r: RunResult) -> list[str]:
         "on the GPU (NVML)."
     )
     # GPU energy: NVML's over each repeat's generation, where read
-    rows = [_repeat_row(x) for x in r.repeats]
-    return ["", "### Repeats", "", note, "", table(rows, head, frozenset({"GPU energy"}))]
+    table_md = table([_repeat_row(x) for x in r.repeats], head, frozenset({"GPU energy"}))
+    return ["", "### Repeats", "", note, "", table_md]
 
 
 def _repeat_row(x: Any) -> list:
@@ -456,8 +456,8 @@ def _scores_section(r: RunResult) -> list[str]:
         for k, v in r.scores.items()
     ]
     scores = table(rows, ["metric", "score" + note, "convention", "gold answers", "formula"])
-    post = {k: v for k, v in r.recipe.scoring.postprocess.model_dump().items() if v}
-    cleanup = ", ".join(f"{k}={v!r}" for k, v in post.items()) or "none"
+    post = r.recipe.scoring.postprocess.model_dump().items()
+    cleanup = ", ".join(f"{k}={v!r}" for k, v in post if v) or "none"
     policy = (
         f"; gold policy set by the recipe: {gold}" if gold else "; gold policy: each metric's own"
     )

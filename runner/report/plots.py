@@ -91,7 +91,7 @@ def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> 
         ax.set_xlim(0, max((_interval(r) or (0, r.projected_s))[1] for r in rs) * 1.2)  # type: ignore[type-var]
     bars = "bars: 95% interval" if any(_interval(r) for r in rs) else ""
     what = ", ".join(
-        x for x in (f"{scale} scale" if scale == "log" else "", bars, "hatched: projected") if x
+        filter(None, ("log scale" if scale == "log" else "", bars, "hatched: projected"))
     )
     ax.set_xlabel(f"generation time, s ({what})")
     ax.set_title("Time per recipe" + (f" (red: baseline {base.name})" if base else ""), fontsize=10)
