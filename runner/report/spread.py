@@ -80,9 +80,7 @@ def rate_cell(r: RunResult, rate: float | None) -> str:
 def paired(a: RunResult, b: RunResult) -> bool:
     """The two runs took turns: repeat i of each was measured side by side, in the same turns of one
     call."""
-    if len(a.repeats) != len(b.repeats) or len(a.repeats) < 2:
-        return False
-    return all(
+    return len(a.repeats) == len(b.repeats) >= 2 and all(
         x.turns and x.turns == y.turns and x.index == y.index for x, y in zip(a.repeats, b.repeats)
     )
 

@@ -377,8 +377,11 @@ def chart_metric(results: list[RunResult], gate: GateSpec | None = None) -> str 
     `exact_match`, else the first metric; one that no run with meaningful scores scored above 0 is
     passed over."""
     scored = [r for r in results if r.status == "ok" and r.scores_meaningful and r.scores]
-    gated = [g.metric for g in [gate, *(r.recipe.gate for r in results)] if g is not None]
-    names = [*gated, "exact_match", *(m for r in scored for m in r.scores)]
+    names = [
+        *(g.metric for g in [gate, *(r.recipe.gate for r in results)] if g is not None),
+        "exact_match",
+        *(m for r in scored for m in r.scores),
+    ]
     return next((m for m in names if any(r.scores.get(m, 0) > 0 for r in scored)), None)
 
 
@@ -568,8 +571,11 @@ def summary_markdown(j: Judged, extra: Sequence[Sections] = (), title: str = "Su
 
 def _overview(j: Judged, title: str) -> list[str]:
     results, base = j.results, j.base
-    none = "no baseline (mark one with `baseline: true` or `--baseline NAME`)."
-    which = f"baseline: **{base.name}**." if base else none
+    which = (
+        f"baseline: **{base.name}**."
+        if base
+        else "no baseline (mark one with `baseline: true` or `--baseline NAME`)."
+    )
     parts = [
         f"# {title}",
         "",
