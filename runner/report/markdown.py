@@ -231,8 +231,10 @@ def _stages_section(r: RunResult) -> list[str]:
     """Where the run's wall time went, stage by stage (runs that recorded it)."""
     if (s := r.stages) is None:
         return []
-    share = lambda v: f"{v / s.wall_s:.0%}" if s.wall_s else "–"
-    rows = [[what, secs(v := getattr(s, k)), share(v)] for k, what in STAGES.items()]
+    rows = [
+        [what, secs(v := getattr(s, k)), f"{v / s.wall_s:.0%}" if s.wall_s else "–"]
+        for k, what in STAGES.items()
+    ]
     note = (
         "Each stage timed where it happens, over every repeat; scoring and appending run while the "
         "engine generates (part of generation, not of the sum). report.md, summary.md and the "

@@ -37,11 +37,9 @@ LEGEND = (
 def times(r: RunResult) -> list[float]:
     """The run's measured generation times; an estimate's scaled to the full dataset as its
     projection is."""
-    t = r.times
-    if r.estimate and r.timings.generate_s:
-        k = r.estimate.projected_s / r.timings.generate_s
-        return [x * k for x in t]
-    return t
+    if not (r.estimate and r.timings.generate_s):
+        return r.times
+    return [x * (r.estimate.projected_s / r.timings.generate_s) for x in r.times]
 
 
 def estimate(r: RunResult) -> tuple[float, float | None, float | None] | None:
