@@ -197,12 +197,13 @@ def changed_answers_section(
     if base is None or out is None or em is None or not has_em(base):
         return []
     bs, metrics = samples_by_id(out, base), [em, *(m for m in base.scores if m != em)]
-    found = [
-        _changed_answers(r, samples_by_id(out, r), bs, metrics)
+    changed = [
+        c
         for r in results
-        if r is not base and has_em(r)
+        if r is not base
+        and has_em(r)
+        and (c := _changed_answers(r, samples_by_id(out, r), bs, metrics)) is not None
     ]
-    changed = [c for c in found if c is not None]
     if not changed:
         return []
     head = [
