@@ -262,10 +262,7 @@ def cost_figures(r: RunResult) -> dict[str, float] | None:
     """Dollars from the recipe's price: GPU-seconds x GPUs x price per GPU-second, for one
     generation (per million output or prompt tokens) and for the whole run (`timings.total_s`: every
     engine start and repeat)."""
-    price, gpus = (
-        r.recipe.cost.usd_per_gpu_hour if r.recipe.cost else None,
-        r.energy.gpus if r.energy else 0,
-    )
+    price, gpus = r.recipe.cost and r.recipe.cost.usd_per_gpu_hour, r.energy and r.energy.gpus
     if price is None or not gpus or not r.timings.generate_s:
         return None
     per_s = price / 3600 * gpus

@@ -142,7 +142,8 @@ def accuracy_chart(
     ok = [i for i, r in enumerate(rs) if r.name not in failed]
     front = {ok[i] for i in pareto([pts[i] for i in ok])}
     fig, ax = pyplot().subplots(figsize=(7, 4.5))
-    for i, (r, (t, s)) in enumerate(zip(rs, pts, strict=True)):
+    for i, r in enumerate(rs):
+        t, s = pts[i]
         color = "#d62728" if r.name in failed else "#2ca02c" if i in front else "#7f7f7f"
         xerr, yerr = _err(t, _interval(r)), _err(s, score_ci.get(r.name))
         if xerr or yerr:
