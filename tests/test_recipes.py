@@ -246,8 +246,8 @@ def test_unknown_top_level_key_suggests(write_recipe, base_recipe):
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
         "  line 16, sampilng: unknown key 'sampilng'; did you mean 'sampling'? Allowed here: "
         "abstract, base, baseline, cost, dataset, description, engine, estimate, exclude, gate, "
-        "interleave, load, matrix, metrics, model, name, profile, prompt, repeat, replicas, report, "
-        "sampling, scoring, timeout_s, tune, variants, warmup\n",
+        "interleave, load, matrix, metrics, model, name, profile, prompt, repeat, replicas, "
+        "report, sampling, scoring, timeout_s, tune, variants, warmup\n",
     )
 
 

@@ -1225,7 +1225,7 @@ def test_gate_passes_fails_and_leaves_unscored_runs_out(tmp_path):
     """char_f1 may drop at most 0.05: a recipe 0.10 lower on every example fails, one that only
     moves inside the noise passes and, being the fastest that passed, is named; a random-weights run
     is not scored; a relative gate allows (1 - 0.5) x the baseline's mean."""
-    from runner.report.summary import gate_section
+    from runner.report.summary import gate_section, judged
 
     gate = {"gate": {"metric": "char_f1", "max_drop": 0.05}}
     n = 100
@@ -1248,7 +1248,7 @@ def test_gate_passes_fails_and_leaves_unscored_runs_out(tmp_path):
     store(tmp_path, worse, rows(lambda i: 0.5))
     store(tmp_path, same, rows(lambda i: 0.6 + (0.02 if i % 2 else -0.02)))
     store(tmp_path, dummy, rows(lambda i: 0.0))
-    md = "\n".join(gate_section([base, worse, same, dummy], base, tmp_path))
+    md = "\n".join(gate_section(judged([base, worse, same, dummy], out=tmp_path)))
     got = {r["recipe"]: r for r in table_with(md, "allowed")}
     assert got["worse"]["gate"] == "fail" and got["worse"][
         "difference from the baseline (95% CI)"
@@ -1267,7 +1267,7 @@ def test_gate_passes_fails_and_leaves_unscored_runs_out(tmp_path):
     worse2 = result(
         "worse", recipe("worse", engine=vllm(quantization="fp8"), **rel), generate_s=5.0
     )
-    md = "\n".join(gate_section([base2, worse2], base2, tmp_path))
+    md = "\n".join(gate_section(judged([base2, worse2], out=tmp_path)))
     (row,) = table_with(md, "allowed")
     assert (row["gate"], row["allowed"]) == (
         "pass",

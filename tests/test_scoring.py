@@ -405,6 +405,6 @@ def test_conventions_for_a_report():
         "llmjp_char_f1": "llm-jp-eval",
         "jglue_char_f1": "JGLUE",
     }
-    assert got["llmjp_char_f1"].as_dict()["gold"] == "first"
-    assert got["jglue_char_f1"].describe().startswith("JGLUE (gold: max): ")
+    assert got["llmjp_char_f1"].gold == "first"
+    assert (got["jglue_char_f1"].name, got["jglue_char_f1"].gold) == ("JGLUE", "max")
     assert get_metric("char_f1").name == "runner_char_f1"

@@ -39,39 +39,46 @@ def _interval(e: Any) -> str:
 def _banners(r: RunResult) -> list[str]:
     out = []
     if r.recipe.engine.fake:
-        fake = (
+        out.append(
             f"> **FAKE ENGINE**: `{r.recipe.engine.kind}` made these outputs up from a "
-            "template; no model ran. "
+            "template; no model ran. Times, tokens and scores test the pipeline only."
         )
-        out.append(fake + "Times, tokens and scores test the pipeline only.")
     if r.status != "ok":
         out.append(f"> **FAILED**: {r.error}" + (f"\n>\n> Hint: {r.hint}" if r.hint else ""))
     # the fake engine's banner says it already
     if not r.scores_meaningful and not r.recipe.engine.fake:
-        dummy = "random weights (`load_format: dummy` or the builtin smoke-test model)"
         out.append(
-            f"> **Scores are not meaningful**: this run used {dummy}; read it for speed only."
+            "> **Scores are not meaningful**: this run used random weights (`load_format: dummy` "
+            "or the builtin smoke-test model); read it for speed only."
         )
     if r.engine_of:
-        shared = (
-            f"this recipe ran on the engine started for {r.engine_of} (engine start counted there)"
+        out.append(
+            f"> Note: this recipe ran on the engine started for {r.engine_of} (engine start "
+            "counted there); the prefix cache was reset before it"
         )
-        out.append(f"> Note: {shared}; the prefix cache was reset before it")
     out += [f"> Note: {n}" for n in r.notes]
     if where := busy(r):
         out.append("> **Busy machine**: the time may be off: " + "; ".join(where))
     if e := r.estimate:
-        at = f"projected at {secs(e.projected_s)} ({_interval(e)}; {e.method})"
         out.append(
             f"> **Estimate**: {e.n_measured} of {e.n_total} examples were run; the full time is "
-            f"{at}."
+            f"projected at {secs(e.projected_s)} ({_interval(e)}; {e.method})."
         )
     return out
 
 
 def report_markdown(r: RunResult, samples: list[dict], extra: Sequence[Section] = ()) -> str:
-    sections = (_header, _time_section, _tokens_section, _latency_section, *extra)
-    sections += (_memory_section, _scores_section, _prefix_section, _knobs_section)
+    sections = (
+        _header,
+        _time_section,
+        _tokens_section,
+        _latency_section,
+        *extra,
+        _memory_section,
+        _scores_section,
+        _prefix_section,
+        _knobs_section,
+    )
     return "\n".join(
         [line for section in sections for line in section(r)]
         + _samples_section(samples)
@@ -119,11 +126,13 @@ def _header(r: RunResult) -> list[str]:
 
 
 def _time_section(r: RunResult) -> list[str]:
-    parts = ["", "## Time and throughput", ""]
     t, th = r.timings, r.throughput
-    row = [secs(t.load_s), time_cell(r) or secs(t.generate_s), secs(t.total_s)]
-    row += [rate_cell(r, th.requests_per_s), rate_cell(r, th.output_tokens_per_s)]
-    row += [
+    row = [
+        secs(t.load_s),
+        time_cell(r) or secs(t.generate_s),
+        secs(t.total_s),
+        rate_cell(r, th.requests_per_s),
+        rate_cell(r, th.output_tokens_per_s),
         rate_cell(r, th.total_tokens_per_s),
         f"{t.gpu_busy:.0%}" if t.gpu_busy is not None else None,
     ]
@@ -136,30 +145,34 @@ def _time_section(r: RunResult) -> list[str]:
         "total tok/s",
         "GPU busy",
     ]
-    parts.append(table([row], head, frozenset({"GPU busy"})))
     total = "Total: engine start, tokenizing, generation, scoring and writing the samples"
-    parts += ["", total + (", over every repeat and engine start." if len(r.repeats) > 1 else ".")]
+    parts = [
+        "",
+        "## Time and throughput",
+        "",
+        table([row], head, frozenset({"GPU busy"})),
+        "",
+        total + (", over every repeat and engine start." if len(r.repeats) > 1 else "."),
+    ]
     if t.gpu_busy is not None:
-        tenths = " ".join(f"{x:.0%}" for x in t.gpu_busy_tenths or [])
-        lag = (
-            "NVML averages over its own window, up to a second: the tenths lag, the first reads low"
-        )
         text = (
             "GPU busy: the mean of NVML's utilization counter (share of time a kernel was "
-            "running, whole device) "
+            "running, whole device) sampled every 50 ms during generation; it says whether the GPU "
+            "waited, not how full it was."
         )
-        text += (
-            "sampled every 50 ms during generation; it says whether the GPU waited, not how "
-            "full it was."
-        )
+        if t.gpu_busy_tenths:
+            tenths = " ".join(f"{x:.0%}" for x in t.gpu_busy_tenths)
+            text += (
+                f" By tenth of the generation time: {tenths} (NVML averages over its own window, "
+                "up to a second: the tenths lag, the first reads low)."
+            )
+        parts += ["", text]
+    if e := r.estimate:
         parts += [
             "",
-            text
-            + (f" By tenth of the generation time: {tenths} ({lag})." if t.gpu_busy_tenths else ""),
+            f"Projected full-dataset generation (**estimate**): ~{secs(e.projected_s)} "
+            f"({_interval(e)}) from {e.n_measured} examples.",
         ]
-    if e := r.estimate:
-        when = f"~{secs(e.projected_s)} ({_interval(e)}) from {e.n_measured} examples."
-        parts += ["", f"Projected full-dataset generation (**estimate**): {when}"]
     parts += _repeats_section(r) + _start_section(r) + _stages_section(r) + _profile_section(r)
     return parts + _energy_section(r)
 
@@ -178,16 +191,7 @@ def _start_section(r: RunResult) -> list[str]:
     )
     opt = lambda v: secs(v) if v is not None else "–"
     rows = [
-        [
-            i,
-            opt(total),
-            opt(p.load_s),
-            opt(p.compile_s),
-            opt(p.capture_s),
-            opt(p.warmup_s),
-            opt(p.other_s),
-            kind(p),
-        ]
+        [i, *map(opt, (total, p.load_s, p.compile_s, p.capture_s, p.warmup_s, p.other_s)), kind(p)]
         for i, total, p in starts
     ]
     head = [
@@ -203,13 +207,9 @@ def _start_section(r: RunResult) -> list[str]:
     caches = sorted({p.compile_cache for _, _, p in starts if p.compile_cache})
     note = (
         "As the engine's own log accounts for it: weights loaded, torch.compile (or its output "
-        "loaded from the "
+        "loaded from the compile cache: a warm start), CUDA graph capture, the recipe's warm-up "
+        "batch, and the rest (process start, memory profiling, KV-cache allocation)."
     )
-    note += (
-        "compile cache: a warm start), CUDA graph capture, the recipe's warm-up batch, and "
-        "the rest (process "
-    )
-    note += "start, memory profiling, KV-cache allocation)."
     note += f" Compile cache: {', '.join(f'`{c}`' for c in caches)}." if caches else ""
     return ["", "### Engine start", "", note, "", table(rows, head)]
 
@@ -232,8 +232,10 @@ def _stages_section(r: RunResult) -> list[str]:
     """Where the run's wall time went, stage by stage (runs that recorded it)."""
     if (s := r.stages) is None:
         return []
-    share = lambda v: f"{v / s.wall_s:.0%}" if s.wall_s else "–"
-    rows = [[what, secs(v := getattr(s, k)), share(v)] for k, what in STAGES.items()]
+    rows = [
+        [what, secs(v := getattr(s, k)), f"{v / s.wall_s:.0%}" if s.wall_s else "–"]
+        for k, what in STAGES.items()
+    ]
     note = (
         "Each stage timed where it happens, over every repeat; scoring and appending run while the "
         "engine generates (part of generation, not of the sum). report.md, summary.md and the "
@@ -294,8 +296,9 @@ def priced(r: RunResult, usd_per_gpu_hour: float | None) -> RunResult:
     same."""
     from runner.recipe import CostSpec
 
-    cost = CostSpec(usd_per_gpu_hour=usd_per_gpu_hour) if usd_per_gpu_hour is not None else None
-    if cost is None or r.recipe.cost == cost:
+    if usd_per_gpu_hour is None or r.recipe.cost == (
+        cost := CostSpec(usd_per_gpu_hour=usd_per_gpu_hour)
+    ):
         return r
     return r.model_copy(update={"recipe": r.recipe.model_copy(update={"cost": cost})})
 
@@ -304,10 +307,7 @@ def cost_figures(r: RunResult) -> dict[str, float] | None:
     """Dollars from the recipe's price: GPU-seconds x GPUs x price per GPU-second, for one
     generation (per million output or prompt tokens) and for the whole run (`timings.total_s`: every
     engine start and repeat)."""
-    price, gpus = (
-        r.recipe.cost.usd_per_gpu_hour if r.recipe.cost else None,
-        r.energy.gpus if r.energy else 0,
-    )
+    price, gpus = r.recipe.cost and r.recipe.cost.usd_per_gpu_hour, r.energy and r.energy.gpus
     if price is None or not gpus or not r.timings.generate_s:
         return None
     per_s = price / 3600 * gpus
@@ -334,33 +334,35 @@ def _energy_section(r: RunResult) -> list[str]:
         rows = [
             ["energy per generation", f"{e.joules:,.0f} J"],
             ["average power", f"{e.watts:,.0f} W"],
+            *([what, f"{j:.3g} J"] for what, j in per if j is not None),
+            ["GPUs read", e.gpus],
         ]
-        rows += [[what, f"{j:.3g} J"] for what, j in per if j is not None] + [["GPUs read", e.gpus]]
     note = (
         "Energy: NVML's total-energy counter of each GPU the engine ran on, read when the "
-        "prompts went in and when "
+        "prompts went in and when the last output was back (whole devices), the mean over the "
+        "repeats."
     )
-    note += "the last output was back (whole devices), the mean over the repeats."
-    parts = (
-        ["", "## Energy and cost", ""]
-        + ([note, ""] if e.measured else [])
-        + [table(rows, ["", "value"])]
-    )
+    parts = [
+        "",
+        "## Energy and cost",
+        "",
+        *([note, ""] if e.measured else []),
+        table(rows, ["", "value"]),
+    ]
     if c := cost_figures(r):
-        rows = [["price", f"${c['usd_per_gpu_hour']:g} per GPU-hour x {c['gpus']:g} GPU(s)"]]
         named = {
             "usd_per_m_output_tokens": "per million output tokens",
             "usd_per_m_prompt_tokens": "per million prompt tokens",
             "usd_run": "this run (engine starts, every repeat)",
         }
-        rows += [[what, f"${c[k]:.4g}"] for k, what in named.items() if k in c]
+        rows = [
+            ["price", f"${c['usd_per_gpu_hour']:g} per GPU-hour x {c['gpus']:g} GPU(s)"],
+            *([what, f"${c[k]:.4g}"] for k, what in named.items() if k in c),
+        ]
         formula = (
             "Dollars: price per GPU-hour / 3600 x GPUs x seconds; per million tokens: the "
-            "generation time (the "
-        )
-        formula += (
-            "geometric mean over the repeats) / the tokens of one generation x 10^6; the "
-            "run: its total time."
+            "generation time (the geometric mean over the repeats) / the tokens of one generation "
+            "x 10^6; the run: its total time."
         )
         parts += ["", formula, "", table(rows, ["", "dollars"])]
     return parts
@@ -390,36 +392,44 @@ def _repeats_section(r: RunResult) -> list[str]:
         "engine start",
         "outputs changed",
         "prompt tokens from cache",
+        "load avg",
+        "CPU pressure",
+        "CPU s",
+        "other GPU processes",
+        "SM MHz",
+        "busy",
+        "call",
     ]
-    head += ["load avg", "CPU pressure", "CPU s", "other GPU processes", "SM MHz", "busy", "call"]
     note = (
         f"{how}{warm}; the prefix cache was emptied before each. {LEGEND} Outputs changed: "
-        "against repeat 1 "
+        "against repeat 1 (its outputs are the samples). Busy: load average above the CPUs, "
+        "tasks waiting for a CPU over 10% of the time (/proc/pressure/cpu), or another process "
+        "on the GPU (NVML)."
     )
-    note += (
-        "(its outputs are the samples). Busy: load average above the CPUs, tasks waiting for "
-        "a CPU over 10% of "
-    )
-    note += "the time (/proc/pressure/cpu), or another process on the GPU (NVML)."
     # GPU energy: NVML's over each repeat's generation, where read
-    rows = [_repeat_row(x) for x in r.repeats]
-    return ["", "### Repeats", "", note, "", table(rows, head, frozenset({"GPU energy"}))]
+    table_md = table([_repeat_row(x) for x in r.repeats], head, frozenset({"GPU energy"}))
+    return ["", "### Repeats", "", note, "", table_md]
 
 
 def _repeat_row(x: Any) -> list:
     n, j = x.noise, f"{x.energy_j:,.0f} J" if x.energy_j is not None else None
     part = x.reused_samples and j and x.energy_s  # a continued run: this call's part only
     others = None if n.gpu_other_processes is None else len(n.gpu_other_processes)
-    row = [x.index, secs(x.generate_s), f"{j} (this call's {x.energy_s:.1f} s)" if part else j]
-    row += [
+    return [
+        x.index,
+        secs(x.generate_s),
+        f"{j} (this call's {x.energy_s:.1f} s)" if part else j,
         secs(x.load_s) if x.load_s is not None else "(running)",
         x.changed,
         x.cached_tokens,
         n.load_avg,
+        f"{n.cpu_pressure:.0%}" if n.cpu_pressure is not None else None,
+        n.process_cpu_s,
+        "cannot tell" if others is None and n.gpu_sm_clock_mhz else others,
+        n.gpu_sm_clock_mhz,
+        "; ".join(n.busy) or "no",
+        x.call,
     ]
-    row += [f"{n.cpu_pressure:.0%}" if n.cpu_pressure is not None else None, n.process_cpu_s]
-    row += ["cannot tell" if others is None and n.gpu_sm_clock_mhz else others, n.gpu_sm_clock_mhz]
-    return [*row, "; ".join(n.busy) or "no", x.call]
 
 
 def _tokens_section(r: RunResult) -> list[str]:
@@ -436,26 +446,28 @@ def _tokens_section(r: RunResult) -> list[str]:
 
 
 def _latency_section(r: RunResult) -> list[str]:
-    lat = [
-        (n, p)
+    rows = [
+        [n, secs(p.p50), secs(p.p90), secs(p.p99), secs(p.mean)]
         for n, p in (("time to first token", r.latency.ttft_s), ("end-to-end", r.latency.e2e_s))
         if p
     ]
-    if not lat:
+    if not rows:
         return []
-    rows = [[n, secs(p.p50), secs(p.p90), secs(p.p99), secs(p.mean)] for n, p in lat]
     return ["", "## Latency per request", "", table(rows, ["", "p50", "p90", "p99", "mean"])]
 
 
 def _memory_section(r: RunResult) -> list[str]:
-    m = r.memory
-    kv_tokens = f"{m.kv_cache_tokens:,}" if m.kv_cache_tokens else None
+    m, env = r.memory, r.environment
+    cpu = f"{env.get('cpu', 'CPU')}, {env['cpus']} CPUs" if env.get("cpus") else env.get("cpu")
+    threads = f", torch threads {env['torch_threads']}" if env.get("torch_threads") else ""
     row = [
         gib(m.peak_gpu_gib),
         gib(m.baseline_gpu_gib),
         gib(m.weights_gib),
-        kv_tokens,
+        f"{m.kv_cache_tokens:,}" if m.kv_cache_tokens else None,
         gib(m.kv_cache_gib),
+        gib(m.peak_rss_gib),
+        f"{cpu}{threads}" if cpu else None,
     ]
     head = [
         "peak GPU (whole device)",
@@ -463,12 +475,9 @@ def _memory_section(r: RunResult) -> list[str]:
         "weights",
         "KV cache (tokens)",
         "KV cache",
+        "peak process memory (RSS)",
+        "CPU",
     ]
-    env = r.environment
-    cpu = f"{env.get('cpu', 'CPU')}, {env['cpus']} CPUs" if env.get("cpus") else env.get("cpu")
-    threads = f", torch threads {env['torch_threads']}" if env.get("torch_threads") else ""
-    row += [gib(m.peak_rss_gib), f"{cpu}{threads}" if cpu else None]
-    head += ["peak process memory (RSS)", "CPU"]
     # columns empty here (no GPU) left out
     return ["", "## Memory", "", table([row], head, frozenset(head))]
 
@@ -491,8 +500,8 @@ def _scores_section(r: RunResult) -> list[str]:
         for k, v in r.scores.items()
     ]
     scores = table(rows, ["metric", "score" + note, "convention", "gold answers", "formula"])
-    post = {k: v for k, v in r.recipe.scoring.postprocess.model_dump().items() if v}
-    cleanup = ", ".join(f"{k}={v!r}" for k, v in post.items()) or "none"
+    post = r.recipe.scoring.postprocess.model_dump().items()
+    cleanup = ", ".join(f"{k}={v!r}" for k, v in post if v) or "none"
     policy = (
         f"; gold policy set by the recipe: {gold}" if gold else "; gold policy: each metric's own"
     )
@@ -506,11 +515,8 @@ def _prefix_section(r: RunResult) -> list[str]:
     p = r.prefix
     text = (
         f"Every prompt starts with the same {p.shared_prefix_tokens} tokens "
-        f"({p.shared_prefix_share:.1%} of all "
-    )
-    text += (
-        "prompt tokens); a block-granular prefix cache also reuses prefixes shared by some "
-        "prompts only"
+        f"({p.shared_prefix_share:.1%} of all prompt tokens); a block-granular prefix cache also "
+        "reuses prefixes shared by some prompts only"
     )
     text += " (see the prediction below)." if r.plan and not r.plan.get("error") else "."
     text += f" Measured hit rate: {p.hit_rate:.1%}." if p.hit_rate is not None else ""
@@ -520,9 +526,15 @@ def _prefix_section(r: RunResult) -> list[str]:
 def _knobs_section(r: RunResult) -> list[str]:
     if not r.knobs:
         return []
-    status = lambda k: "**IGNORED**" if k.status == "ignored" else k.status
     rows = [
-        [k.name, brief(k.requested), brief(k.effective), status(k), k.evidence] for k in r.knobs
+        [
+            k.name,
+            brief(k.requested),
+            brief(k.effective),
+            "**IGNORED**" if k.status == "ignored" else k.status,
+            k.evidence,
+        ]
+        for k in r.knobs
     ]
     head = ["knob", "requested", "effective", "status", "evidence"]
     return ["", "## Knobs: requested and effective", "", table(rows, head)]
@@ -543,8 +555,9 @@ def _samples_section(samples: list[dict]) -> list[str]:
             s["prompt"].replace("```", "ˋˋˋ"),
             "```",
             "",
+            f"Output: `{inline(s['output'])}` · gold: " + gold,
+            "",
         ]
-        parts += [f"Output: `{inline(s['output'])}` · gold: " + gold, ""]
     return parts
 
 
@@ -554,10 +567,10 @@ def _reproduce(r: RunResult) -> list[str]:
     rows = [
         ["recipe hash", f"`{r.recipe_hash}`"],
         ["run key", f"`{r.run_key}`" if r.run_key else None],
+        *([k, f"`{v}`"] for k, v in env.get("inputs", {}).items()),
+        *([k.replace("_", " "), env.get(k)] for k in REPRO_KEYS),
+        *([k, v] for k, v in env.get("packages", {}).items()),
     ]
-    rows += [[k, f"`{v}`"] for k, v in env.get("inputs", {}).items()]
-    rows += [[k.replace("_", " "), env.get(k)] for k in REPRO_KEYS]
-    rows += [[k, v] for k, v in env.get("packages", {}).items()]
     extra = env.get("engine_extra", {})
     if extra.get("model_runner"):
         rows.append(["vLLM model runner", extra["model_runner"]])

@@ -46,14 +46,10 @@ def two_digits(v: float) -> str:
 def _interval(r: RunResult) -> tuple[float, float] | None:
     """The run's 95% interval of its time: from its repeats, else an estimate's projection
     interval."""
-    if (est := estimate(r)) is not None and est[1] is not None and est[2] is not None:
-        return est[1], est[2]
+    if (est := estimate(r)) is not None and None not in est:
+        return est[1:]  # type: ignore[return-value]
     e = r.estimate
-    return (
-        (max(e.low_s, 1e-9), e.high_s)
-        if e is not None and e.low_s is not None and e.high_s is not None
-        else None
-    )
+    return (max(e.low_s, 1e-9), e.high_s) if e and None not in (e.low_s, e.high_s) else None  # type: ignore[type-var, return-value]
 
 
 def _err(v: float, ci: tuple[float, float] | None) -> list[list[float]] | None:
@@ -61,12 +57,20 @@ def _err(v: float, ci: tuple[float, float] | None) -> list[list[float]] | None:
     return [[max(v - ci[0], 0)], [max(ci[1] - v, 0)]] if ci else None
 
 
+def _rows(rs: list[RunResult]) -> tuple:
+    """A figure with a row of bars per run, the first run at the top: the figure, its axes and
+    the runs bottom-up with their row."""
+    fig, ax = pyplot().subplots(figsize=(8, 0.45 * len(rs) + 1.4))
+    ax.set_yticks(range(len(rs)), [r.name for r in rs][::-1], fontsize=8)
+    return fig, ax, enumerate(rs[::-1])
+
+
 def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> Path | None:
     rs = [r for r in results if r.status == "ok" and r.projected_s]
     if not rs:
         return None
-    fig, ax = pyplot().subplots(figsize=(8, 0.45 * len(rs) + 1.4))
-    for y, r in enumerate(rs[::-1]):
+    fig, ax, rows = _rows(rs)
+    for y, r in rows:
         t, e, ci = r.projected_s, r.estimate, _interval(r)
         color = "#d62728" if r is base else "#1f77b4"
         ax.barh(
@@ -81,14 +85,13 @@ def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> 
             ax.errorbar(t, y, xerr=_err(t, ci), color="black", capsize=3)
         label = f" {two_digits(t)} s" + (" (est.)" if e else "")
         ax.text(max(t, ci[1]) if ci else t, y, label, va="center", fontsize=8)
-    ax.set_yticks(range(len(rs)), [r.name for r in rs][::-1], fontsize=8)
     scale = scale_of([r.projected_s for r in rs])  # type: ignore[misc]
     ax.set_xscale(scale)
     if scale == "linear":
         ax.set_xlim(0, max((_interval(r) or (0, r.projected_s))[1] for r in rs) * 1.2)  # type: ignore[type-var]
     bars = "bars: 95% interval" if any(_interval(r) for r in rs) else ""
     what = ", ".join(
-        x for x in (f"{scale} scale" if scale == "log" else "", bars, "hatched: projected") if x
+        filter(None, ("log scale" if scale == "log" else "", bars, "hatched: projected"))
     )
     ax.set_xlabel(f"generation time, s ({what})")
     ax.set_title("Time per recipe" + (f" (red: baseline {base.name})" if base else ""), fontsize=10)
@@ -139,7 +142,8 @@ def accuracy_chart(
     ok = [i for i, r in enumerate(rs) if r.name not in failed]
     front = {ok[i] for i in pareto([pts[i] for i in ok])}
     fig, ax = pyplot().subplots(figsize=(7, 4.5))
-    for i, (r, (t, s)) in enumerate(zip(rs, pts, strict=True)):
+    for i, r in enumerate(rs):
+        t, s = pts[i]
         color = "#d62728" if r.name in failed else "#2ca02c" if i in front else "#7f7f7f"
         xerr, yerr = _err(t, _interval(r)), _err(s, score_ci.get(r.name))
         if xerr or yerr:
@@ -155,7 +159,7 @@ def accuracy_chart(
             textcoords="offset points",
         )
     ax.plot(*zip(*sorted(pts[i] for i in front)), color="#2ca02c", linestyle="--", zorder=2)
-    ts, ss = [t for t, _ in pts], [v for _, v in pts]
+    ts, ss = map(list, zip(*pts))
     ss += [v for r in rs for v in score_ci.get(r.name, ())]  # the score bars stay inside the axis
     log = scale_of(ts) == "log"
     ax.set_xscale("log" if log else "linear")
@@ -175,8 +179,8 @@ def memory_chart(results: list[RunResult], path: Path) -> Path | None:
     rs = [r for r in results if r.status == "ok" and r.memory.peak_gpu_gib is not None]
     if not rs:
         return None
-    fig, ax = pyplot().subplots(figsize=(8, 0.45 * len(rs) + 1.4))
-    for y, r in enumerate(rs[::-1]):
+    fig, ax, rows = _rows(rs)
+    for y, r in rows:
         peak, w, kv = r.memory.peak_gpu_gib, r.memory.weights_gib or 0, r.memory.kv_cache_gib or 0
         rest, left = max(peak - w - kv, 0), 0
         for val, col, lab in (
@@ -187,7 +191,6 @@ def memory_chart(results: list[RunResult], path: Path) -> Path | None:
             ax.barh(y, val, left=left, color=col, label=lab if y == 0 else None)
             left += val
         ax.text(left, y, f" {peak:.1f} GiB", va="center", fontsize=8)
-    ax.set_yticks(range(len(rs)), [r.name for r in rs][::-1], fontsize=8)
     ax.set_xlabel("peak GPU memory, GiB (whole device, NVML)")
     ax.set_xlim(0, max(r.memory.peak_gpu_gib for r in rs) * 1.18)
     ax.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 
 from runner.base.format import cell, secs
@@ -36,11 +37,9 @@ LEGEND = (
 def times(r: RunResult) -> list[float]:
     """The run's measured generation times; an estimate's scaled to the full dataset as its
     projection is."""
-    t = r.times
-    if r.estimate and r.timings.generate_s:
-        k = r.estimate.projected_s / r.timings.generate_s
-        return [x * k for x in t]
-    return t
+    if not (r.estimate and r.timings.generate_s):
+        return r.times
+    return [x * (r.estimate.projected_s / r.timings.generate_s) for x in r.times]
 
 
 def estimate(r: RunResult) -> tuple[float, float | None, float | None] | None:
@@ -68,10 +67,7 @@ def time_cell(
 def rate_cell(r: RunResult, rate: float | None) -> str:
     """A throughput at the geometric-mean time, with the interval the time's gives it (`229
     (226–234)`)."""
-    if rate is None:
-        return cell(rate)
-    est = estimate(r)
-    if est is None or est[1] is None or r.estimate:
+    if rate is None or (est := estimate(r)) is None or est[1] is None or r.estimate:
         return cell(rate)
     med, lo, hi = est
     # at the time shown (results stored before it was exp(mean log))
@@ -82,9 +78,7 @@ def rate_cell(r: RunResult, rate: float | None) -> str:
 def paired(a: RunResult, b: RunResult) -> bool:
     """The two runs took turns: repeat i of each was measured side by side, in the same turns of one
     call."""
-    if len(a.repeats) != len(b.repeats) or len(a.repeats) < 2:
-        return False
-    return all(
+    return len(a.repeats) == len(b.repeats) >= 2 and all(
         x.turns and x.turns == y.turns and x.index == y.index for x, y in zip(a.repeats, b.repeats)
     )
 
@@ -136,11 +130,11 @@ def speedup_parts(
     ids = [id(r) for pair in pairs for r in pair]
     if len(set(ids)) == len(ids):
         return combined_interval([log_ratio(times(a), times(b), paired(a, b)) for a, b in pairs])
-    cells, weights = {}, {}
+    cells, weights = {}, Counter()
     for a, b in pairs:
         for r, w in ((a, 1), (b, -1)):
             cells[id(r)] = times(r)
-            weights[id(r)] = weights.get(id(r), 0) + w / len(pairs)
+            weights[id(r)] += w / len(pairs)
     return interval_of(*combined_log(list(cells.values()), [weights[k] for k in cells]))
 
 
@@ -152,11 +146,10 @@ def ratio_text(ratio: float, lo: float | None, hi: float | None, approx: str = "
     )
     if lo is not None and hi is not None and lo <= 1 <= hi:
         return f"no clear difference ({x(lo)}–{x(hi)}×)"
-    if ratio < 1:  # slower: said as such, not as a speed-up below 1
-        spread = ONE_RUN if lo is None or hi is None else f"{x(1 / hi)}–{x(1 / lo)}"
-        return f"{approx}{x(1 / ratio)}× slower ({spread})"
+    if slower := ratio < 1:  # said as such, not as a speed-up below 1
+        ratio, lo, hi = 1 / ratio, hi and 1 / hi, lo and 1 / lo
     spread = ONE_RUN if lo is None or hi is None else f"{x(lo)}–{x(hi)}"
-    return f"{approx}{x(ratio)}× ({spread})"
+    return f"{approx}{x(ratio)}×{' slower' if slower else ''} ({spread})"
 
 
 def clear(lo: float | None, hi: float | None) -> bool:
@@ -170,7 +163,7 @@ def compared(a: RunResult, b: RunResult) -> str:
     one of them)."""
     if paired(a, b):
         return "in turns"
-    return "across calls" if calls(a) and calls(b) and calls(a) != calls(b) else "back to back"
+    return "across calls" if across_calls(a, b) else "back to back"
 
 
 def drifted(r: RunResult) -> tuple[float, float, float] | None:
@@ -189,3 +182,8 @@ def calls(r: RunResult) -> frozenset[str]:
     """The `runner go` calls that measured the run (empty for a run stored before calls were
     recorded)."""
     return frozenset(x.call for x in r.repeats if x.call)
+
+
+def across_calls(a: RunResult, b: RunResult) -> bool:
+    """The two runs were measured, wholly or in part, in different `runner go` calls."""
+    return bool(calls(a) and calls(b) and calls(a) != calls(b))

@@ -26,6 +26,7 @@ from runner.report.markdown import cost_figures
 from runner.report.plots import Accuracy, write_charts
 from runner.report.spread import (
     LEGEND,
+    across_calls,
     busy,
     calls,
     clear,
@@ -56,21 +57,18 @@ def _engine_view(r: Recipe) -> dict:
 
 def recipe_diff(r: Recipe, base: Recipe) -> dict[str, Any]:
     """Settings of `r` that differ from `base` (dotted keys)."""
-    rec, full = r.canonical(), flat_dotted(r.canonical())
-    rec = {**rec, "engine": _engine_view(r)}
-    base = {**base.canonical(), "engine": _engine_view(base)}
-    a, b = flat_dotted(rec), flat_dotted(base)
-    other_kind = rec["engine"].get("kind") != base["engine"].get("kind")
-    out = {}
-    for k in sorted(set(a) | set(b)):
-        if k.split(".")[0] in SKIP_DIFF or k == "engine.kind":  # the kind has its own column
-            continue
-        # a field the other engine does not have
-        if other_kind and k.startswith("engine.") and k not in a:
-            continue
-        if a.get(k) != b.get(k):
-            out[k] = a.get(k, full.get(k))
-    return out
+    view = lambda x: flat_dotted({**x.canonical(), "engine": _engine_view(x)})
+    a, b, full = view(r), view(base), flat_dotted(r.canonical())
+    other_kind = r.engine.kind != base.engine.kind
+    return {
+        k: a.get(k, full.get(k))
+        for k in sorted(set(a) | set(b))
+        # the kind has its own column; a field the other engine does not have is left out
+        if k.split(".")[0] not in SKIP_DIFF
+        and k != "engine.kind"
+        and not (other_kind and k.startswith("engine.") and k not in a)
+        and a.get(k) != b.get(k)
+    }
 
 
 def _prefix_on(r: RunResult) -> bool:
@@ -83,14 +81,17 @@ def _prefix_on(r: RunResult) -> bool:
 
 
 def _prefix_row(r: RunResult, results: list[RunResult]) -> list:
-    others = [o for o in results if o is not r and o.status == "ok"]
-    partners = [
-        o
-        for o in others
-        if set(recipe_diff(r.recipe, o.recipe)) == {"engine.enable_prefix_caching"}
-    ]
-    # the last other finished recipe that differs only in that
-    partner = partners[-1] if partners else None
+    # the last other finished recipe that differs only in prefix caching
+    partner = next(
+        (
+            o
+            for o in reversed(results)
+            if o is not r
+            and o.status == "ok"
+            and set(recipe_diff(r.recipe, o.recipe)) == {"engine.enable_prefix_caching"}
+        ),
+        None,
+    )
     saved = None
     if partner and partner.timings.generate_s and r.timings.generate_s:
         d = partner.timings.generate_s - r.timings.generate_s
@@ -122,13 +123,9 @@ def prefix_section(results: list[RunResult]) -> list[str]:
     ]
     note = (
         "Shared by all: tokens every prompt starts with (share of all prompt tokens). "
-        "Predicted: the prompt tokens "
+        "Predicted: the prompt tokens a prefix cache serves, counted block by block over the real "
+        "token ids before the engine started (`runner plan`); measured: what the engine reported."
     )
-    note += (
-        "a prefix cache serves, counted block by block over the real token ids before the "
-        "engine started "
-    )
-    note += "(`runner plan`); measured: what the engine reported."
     return ["", "## Prefix caching", "", note, "", table(rows, [*head, "generation time saved"])]
 
 
@@ -137,22 +134,15 @@ def samples_by_id(out: Path, r: RunResult) -> dict[str, dict]:
     return {s["id"]: s for s in load_samples(RunFolder.of(out, r.name))}
 
 
-def _em_metric(names: Iterable[str]) -> str | None:
-    """The run's exact-match score: `exact_match` or a `*_exact_match` (the first such)."""
-    return next((m for m in names if m == "exact_match" or m.endswith("_exact_match")), None)
-
-
 def _interval(diffs: list[float]) -> tuple[str, str | None]:
     """`+0.004 (-0.002 to +0.010)` and the direction when the interval excludes 0 (`lower` /
     `higher`); under MIN_PAIRED examples `+0.200 (too few examples to tell: n=5; 30 needed)`."""
-    got = paired_interval(diffs)
-    if got is None:
-        few = f"too few examples to tell: n={len(diffs)}; {MIN_PAIRED} needed"
-        return f"{signed(sum(diffs) / len(diffs))} ({few})", None
-    mean, lo, hi = got
-    way = "higher" if lo > 0 else "lower" if hi < 0 else None
-    text = f"{signed(mean)} ({signed(lo)} to {signed(hi)})"
-    if way is None and (n := examples_to_resolve(statistics.stdev(diffs), mean, len(diffs))):
+    v = _paired("", diffs)
+    if v.lo is None or v.hi is None:
+        return v.interval_text(), None
+    way = "higher" if v.lo > 0 else "lower" if v.hi < 0 else None
+    text = v.interval_text()
+    if way is None and (n := examples_to_resolve(statistics.stdev(diffs), v.mean, v.n)):
         text += f"; ~{n:,} examples would tell"
     return text, way
 
@@ -173,15 +163,19 @@ def _changed_answers(
     differ = sum(rs[i]["output"] != bs[i]["output"] for i in common)
     gained = [i for i in common if rs[i][em] > bs[i][em]]
     lost = [i for i in common if rs[i][em] < bs[i][em]]
-    p = mcnemar_exact(len(gained), len(lost))
-    cells, clear = [], []
-    for m in metrics:
-        text, way = _interval([rs[i][m] - bs[i][m] for i in common])
-        cells.append(text)
-        clear += [f"{m} {way}"] if way else []
-    row = [r.name, len(common), differ, len(gained), len(lost), f"{p:.3g}", *cells]
+    got = {m: _interval([rs[i][m] - bs[i][m] for i in common]) for m in metrics}
+    clear = ", ".join(f"{m} {way}" for m, (_, way) in got.items() if way)
     few = len(common) < MIN_PAIRED
-    row.append(", ".join(clear) or ("too few examples to tell" if few else "no clear difference"))
+    row = [
+        r.name,
+        len(common),
+        differ,
+        len(gained),
+        len(lost),
+        f"{mcnemar_exact(len(gained), len(lost)):.3g}",
+        *(text for text, _ in got.values()),
+        clear or ("too few examples to tell" if few else "no clear difference"),
+    ]
     lines = [
         f"- {r.name} · `{i}`: baseline `{inline(bs[i]['output'])}` → `{inline(rs[i]['output'])}` "
         f"(gold: {', '.join(inline(a) for a in rs[i]['answers'])})"
@@ -197,17 +191,19 @@ def changed_answers_section(
     differ, the examples whose exact match rose or fell (exact McNemar test), and every score's mean
     paired difference with a paired 95% interval (PAIRED_CI); a difference whose interval holds 0 is
     no clear difference."""
-    em = _em_metric(base.scores) if base is not None else None
+    # the baseline's exact-match score: `exact_match` or a `*_exact_match` (the first such)
+    em = next((m for m in base.scores if m.endswith("exact_match")), None) if base else None
     has_em = lambda r: r.status == "ok" and r.scores_meaningful and em in r.scores
     if base is None or out is None or em is None or not has_em(base):
         return []
     bs, metrics = samples_by_id(out, base), [em, *(m for m in base.scores if m != em)]
-    found = [
-        _changed_answers(r, samples_by_id(out, r), bs, metrics)
+    changed = [
+        c
         for r in results
-        if r is not base and has_em(r)
+        if r is not base
+        and has_em(r)
+        and (c := _changed_answers(r, samples_by_id(out, r), bs, metrics)) is not None
     ]
-    changed = [c for c in found if c is not None]
     if not changed:
         return []
     head = [
@@ -221,17 +217,10 @@ def changed_answers_section(
     head += [f"{m} difference (95% CI)" for m in metrics] + ["clear differences"]
     note = (
         f"EM is `{em}`; now right / now wrong: examples whose EM rose / fell against the "
-        "baseline's on the same "
+        "baseline's on the same example (McNemar: exact test on those). Differences: this "
+        "recipe's score minus the baseline's, the mean over the paired examples, with a 95% "
+        f"interval ({PAIRED_CI}); an interval that holds 0 is no clear difference."
     )
-    note += (
-        "example (McNemar: exact test on those). Differences: this recipe's score minus the "
-        "baseline's, the mean "
-    )
-    note += (
-        f"over the paired examples, with a 95% interval ({PAIRED_CI}); an interval that holds "
-        "0 is no clear "
-    )
-    note += "difference."
     lines = [line for _, shown in changed for line in shown]
     table_md = table([row for row, _ in changed], head)
     return ["", f"## Answers that change against {base.name}", "", note, "", table_md, "", *lines]
@@ -275,6 +264,15 @@ class GateVerdict:
         return f"{self.metric} {self.interval_text()}, allowed -{self.allowed:.3f}"
 
 
+def _paired(metric: str, diffs: list[float], allowed: float = 0) -> GateVerdict:
+    """The paired differences `diffs` (a run's score minus the baseline's, one per example) judged
+    against the drop `allowed`."""
+    got, fell = paired_interval(diffs), sum(d < 0 for d in diffs)
+    mean, lo, hi = got if got is not None else (sum(diffs) / len(diffs), None, None)
+    passed = fell == 0 if allowed == 0 else None if lo is None else lo > -allowed
+    return GateVerdict(metric, passed, len(diffs), mean, lo, hi, allowed, fell)
+
+
 def gate_verdict(rs: dict, bs: dict, g: GateSpec) -> GateVerdict | None:
     """A run's samples `rs` against the baseline's `bs` (by example id) under gate `g`; None when no
     example is scored in both."""
@@ -282,12 +280,8 @@ def gate_verdict(rs: dict, bs: dict, g: GateSpec) -> GateVerdict | None:
     common = [i for i, s in rs.items() if i in bs and m in s and m in bs[i]]
     if not common:
         return None
-    diffs = [rs[i][m] - bs[i][m] for i in common]
     allowed = g.allowed_drop(sum(bs[i][m] for i in common) / len(common))
-    got, fell = paired_interval(diffs), sum(d < 0 for d in diffs)
-    mean, lo, hi = got if got is not None else (sum(diffs) / len(diffs), None, None)
-    passed = fell == 0 if allowed == 0 else None if lo is None else lo > -allowed
-    return GateVerdict(m, passed, len(common), mean, lo, hi, allowed, fell)
+    return _paired(m, [rs[i][m] - bs[i][m] for i in common], allowed)
 
 
 def gates(
@@ -305,29 +299,19 @@ def gates(
         return {}
     scored = lambda r: r.status == "ok" and r.scores_meaningful and r.recipe.engine.kind != "fake"
     bs = samples_by_id(out, base) if scored(base) else {}
-    got: dict[str, GateVerdict | str] = {}
-    for r in gated:
-        verdict = gate_verdict(samples_by_id(out, r) if scored(r) else {}, bs, gate_of(r))
-        if verdict is None:
-            why = (
-                "baseline not scored"
-                if not bs
-                else f"status {r.status}"
-                if r.status != "ok"
-                else "no scores to pair"
-            )
-            verdict = (
-                "random weights or the fake engine" if r.status == "ok" and not scored(r) else why
-            )
-        got[r.name] = verdict
-    return got
-
-
-def passed_gate(r: RunResult, verdicts: dict[str, GateVerdict | str]) -> bool:
-    """Whether `r` may be named fastest: no gate applies to it, or it passed (a gate that could not
-    be checked, or too few examples to tell, is not passed)."""
-    v = verdicts.get(r.name)
-    return v is None or (isinstance(v, GateVerdict) and v.passed is True)
+    return {
+        r.name: gate_verdict(samples_by_id(out, r) if scored(r) else {}, bs, gate_of(r))
+        or (
+            "random weights or the fake engine"
+            if r.status == "ok" and not scored(r)
+            else "baseline not scored"
+            if not bs
+            else f"status {r.status}"
+            if r.status != "ok"
+            else "no scores to pair"
+        )
+        for r in gated
+    }
 
 
 def stopped_by_gate(verdicts: dict[str, GateVerdict | str]) -> set[str]:
@@ -337,26 +321,19 @@ def stopped_by_gate(verdicts: dict[str, GateVerdict | str]) -> set[str]:
     }
 
 
-def gate_section(
-    results: list[RunResult],
-    base: RunResult | None,
-    out: Path | None,
-    default: GateSpec | None = None,
-    verdicts: dict[str, GateVerdict | str] | None = None,
-) -> list[str]:
+def gate_section(j: Judged) -> list[str]:
     """Each recipe with a `gate` against the baseline: passed, failed (and by how much), too few to
     tell or not scored; then the fastest recipe among those that passed that timed the baseline's
-    examples (the baseline passes its own gate). `verdicts`: `gates(...)` where the caller has them
-    (each reads the runs' samples)."""
-    verdicts = gates(results, base, out, default) if verdicts is None else verdicts
+    examples (the baseline passes its own gate)."""
+    base, verdicts = j.base, j.verdicts
     if not verdicts or base is None:
         return []
     rows = []
-    for r in results:
+    for r in j.results:
         if (v := verdicts.get(r.name)) is None:
             continue
-        gate = (r.recipe.gate or default).metric  # type: ignore[union-attr]
         if isinstance(v, str):
+            gate = (r.recipe.gate or j.gate).metric  # type: ignore[union-attr]
             rows.append([r.name, gate, None, None, "not scored", v])
             continue
         word = {True: "pass", False: "fail", None: "too few to tell"}[v.passed]
@@ -364,14 +341,13 @@ def gate_section(
     head = ["recipe", "metric", "difference from the baseline (95% CI)", "allowed", "gate", "why"]
     note = (
         "A recipe passes its `gate` when the lower end of its paired 95% interval "
-        f"({PAIRED_CI}) against "
+        f"({PAIRED_CI}) against **{base.name}** is above the allowed drop (`max_drop`, or 1 - "
+        "`relative` times the baseline's score); with an allowance of 0, when no example scored "
+        "lower than the baseline's."
     )
-    note += (
-        f"**{base.name}** is above the allowed drop (`max_drop`, or 1 - `relative` times the "
-        "baseline's score); "
-    )
-    note += "with an allowance of 0, when no example scored lower than the baseline's."
-    best = fastest_passed(results, base, verdicts, gated_only=True)
+    stopped = stopped_by_gate(verdicts)
+    ok = [r for r in _timed(j) if r is base or r.name in verdicts and r.name not in stopped]
+    best = min(ok, key=lambda r: r.projected_s, default=None)  # type: ignore[arg-type, return-value]
     last = "No recipe that passed has a time."
     if best is not None:
         last = (
@@ -384,27 +360,17 @@ def gate_section(
     return ["", "## Quality gate", "", note, "", table(rows, head), "", last]
 
 
-def fastest_passed(
-    results: list[RunResult],
-    base: RunResult | None,
-    verdicts: dict[str, GateVerdict | str],
-    gated_only: bool = False,
-) -> RunResult | None:
-    """The fastest run that passed its gate (or has none; `gated_only`: the baseline and the runs
-    that passed one) among those that timed the baseline's examples (without a timed baseline: the
-    most examples any run timed, so a tune's screen on the first few is never the fastest)."""
-    timed = [r for r in results if r.status == "ok" and r.projected_s and r.serving is None]
-    if base is not None and base in timed:
-        timed = [r for r in timed if examples(r) == examples(base)]
-    elif timed:
-        most = max((examples(r) for r in timed), key=lambda e: e[1])
-        timed = [r for r in timed if examples(r) == most]
-    ok = [
-        r
-        for r in timed
-        if passed_gate(r, verdicts) and (not gated_only or r is base or r.name in verdicts)
-    ]
-    return min(ok, key=lambda r: r.projected_s, default=None)  # type: ignore[arg-type, return-value]
+def _timed(j: Judged) -> list[RunResult]:
+    """The runs that may be named fastest: finished, timed and not served, on the baseline's
+    examples (without a timed baseline: the most examples any run timed, so a tune's screen on the
+    first few is never the fastest)."""
+    timed = [r for r in j.results if r.status == "ok" and r.projected_s and r.serving is None]
+    on = (
+        examples(j.base)  # type: ignore[arg-type]
+        if j.base in timed
+        else max((examples(r) for r in timed), key=lambda e: e[1], default=None)
+    )
+    return [r for r in timed if examples(r) == on]
 
 
 def chart_metric(results: list[RunResult], gate: GateSpec | None = None) -> str | None:
@@ -412,8 +378,11 @@ def chart_metric(results: list[RunResult], gate: GateSpec | None = None) -> str 
     `exact_match`, else the first metric; one that no run with meaningful scores scored above 0 is
     passed over."""
     scored = [r for r in results if r.status == "ok" and r.scores_meaningful and r.scores]
-    gated = [g.metric for g in [gate, *(r.recipe.gate for r in results)] if g is not None]
-    names = [*gated, "exact_match", *(m for r in scored for m in r.scores)]
+    names = [
+        *(g.metric for g in [gate, *(r.recipe.gate for r in results)] if g is not None),
+        "exact_match",
+        *(m for r in scored for m in r.scores),
+    ]
     return next((m for m in names if any(r.scores.get(m, 0) > 0 for r in scored)), None)
 
 
@@ -423,7 +392,7 @@ def score_interval(out: Path, r: RunResult, metric: str) -> tuple[float, float] 
     if r.status != "ok" or not r.scores_meaningful or metric not in r.scores:
         return None
     got = paired_interval([s[metric] for s in samples_by_id(out, r).values() if metric in s])
-    return (got[1], got[2]) if got is not None else None
+    return got and got[1:]  # type: ignore[return-value]
 
 
 def pick_baseline(results: list[RunResult], name: str | None = None) -> RunResult | None:
@@ -461,7 +430,7 @@ def _time(r: RunResult, base: RunResult | None) -> str | None:
             f" ({len(calls(r))} calls)" if len(calls(r)) > 1 else ""
         )
         tcell += f" drift {trend[0]:+.1%}/repeat" if (trend := drifted(r)) is not None else ""
-    if base is not None and r is not base and calls(r) and calls(base) and calls(r) != calls(base):
+    if base is not None and across_calls(r, base):
         tcell = f"{tcell} †"
     return tcell
 
@@ -481,26 +450,25 @@ def _row(
         else None
     )
     th, e, usd = r.throughput, r.energy, (cost_figures(r) or {}).get("usd_per_m_output_tokens")
-    row = [
+    return [
         r.name,
         f"{r.status}; ignored: {ignored}" if ignored else r.status,
         r.recipe.engine.kind,
         _time(r, base),
-    ]
-    row += [None if serving else _speed(r, base), rate_cell(r, th.requests_per_s)]
-    row += [
+        None if serving else _speed(r, base),
+        rate_cell(r, th.requests_per_s),
         rate_cell(r, th.output_tokens_per_s),
         gib(r.memory.peak_gpu_gib),
         f"{roof:.0%}" if roof else None,
-    ]
-    row.append(
         f"{e.j_per_output_token:.3g}"
         if e and e.measured and e.j_per_output_token is not None
-        else None
-    )
-    row += [f"${usd:.3g}" if usd is not None else None, _start_cell(r), *per_correct(r, correct)]
-    scores = [score(m) if m in r.scores else None for m in metric_names]
-    return [*row, *scores, diff_cell(diff) if diff else ("(baseline)" if r is base else "")]
+        else None,
+        f"${usd:.3g}" if usd is not None else None,
+        _start_cell(r),
+        *per_correct(r, correct),
+        *(score(m) if m in r.scores else None for m in metric_names),
+        diff_cell(diff) if diff else ("(baseline)" if r is base else ""),
+    ]
 
 
 def per_correct(r: RunResult, metric: str | None) -> list[str | None]:
@@ -545,12 +513,14 @@ def in_order(results: Iterable[RunResult]) -> list[RunResult]:
     """The one order of a summary, however its results were read: recipes by name, a study's cells
     together in the study's own order (so `runner go` and `runner report` write the same summary;
     cells stored before that order was recorded keep the order they come in)."""
-    key = lambda r: (
-        (r.cell.study, r.cell.index is None, r.cell.index or 0, "")
-        if r.cell
-        else ("", True, 0, r.name)
+    return sorted(
+        results,
+        key=lambda r: (
+            (r.cell.study, r.cell.index is None, r.cell.index or 0, "")
+            if r.cell
+            else ("", True, 0, r.name)
+        ),
     )
-    return sorted(results, key=key)
 
 
 @dataclass(frozen=True)
@@ -580,29 +550,38 @@ def judged(
 
 
 def summary_markdown(j: Judged, extra: Sequence[Sections] = (), title: str = "Summary") -> str:
-    rs, base, out = j.results, j.base, j.out
-    parts = (
-        _overview(j, title)
-        + [line for section in extra for line in section(rs, out)]
-        + prefix_section(rs)
+    rs, out = j.results, j.out
+    note = (
+        "Times marked `~` are projections from a partial run (see each report). "
+        "Scores of runs with random weights are left out of comparisons."
     )
-    parts += changed_answers_section(rs, base, out) + gate_section(
-        rs, base, out, j.gate, j.verdicts
+    return "\n".join(
+        [
+            *_overview(j, title),
+            *(line for section in extra for line in section(rs, out)),
+            *prefix_section(rs),
+            *changed_answers_section(rs, j.base, out),
+            *gate_section(j),
+            *_failures(rs),
+            "",
+            note,
+            "",
+        ]
     )
-    note = "Times marked `~` are projections from a partial run (see each report). "
-    note += "Scores of runs with random weights are left out of comparisons."
-    return "\n".join([*parts, *_failures(rs), "", note, ""])
 
 
 def _overview(j: Judged, title: str) -> list[str]:
     results, base = j.results, j.base
-    none = "no baseline (mark one with `baseline: true` or `--baseline NAME`)."
-    which = f"baseline: **{base.name}**." if base else none
+    which = (
+        f"baseline: **{base.name}**."
+        if base
+        else "no baseline (mark one with `baseline: true` or `--baseline NAME`)."
+    )
     parts = [
         f"# {title}",
         "",
         f"{len(results)} recipes; {which}",
-        *_verdict(results, base, j.verdicts),
+        *_verdict(j),
     ]
     # in order of first appearance
     metric_names = list(dict.fromkeys(m for r in results for m in r.scores))
@@ -623,16 +602,18 @@ def _overview(j: Judged, title: str) -> list[str]:
         "speed-up",
         "requests/s",
         "output tok/s",
+        "peak GPU",
+        "roofline",
+        "J / output token",
+        "$ / M output tokens",
+        "engine start",
+        f"J / 1,000 correct ({correct})",
+        f"$ / 1,000 correct ({correct})",
+        *metric_names,
     ]
-    headers += ["peak GPU", "roofline", "J / output token", "$ / M output tokens", "engine start"]
-    headers += [f"J / 1,000 correct ({correct})", f"$ / 1,000 correct ({correct})", *metric_names]
-    roof = (
-        "Roofline: the predicted floor of the generation time (compute, memory bandwidth or "
-        "PCIe, whichever binds; "
-    )
-    roof += "`runner plan`) ÷ the measured generation time."
     notes = {
-        8: roof,
+        8: "Roofline: the predicted floor of the generation time (compute, memory bandwidth or "
+        "PCIe, whichever binds; `runner plan`) ÷ the measured generation time.",
         9: "J / output token: GPU energy of one generation (NVML, whole devices) ÷ its output "
         "tokens.",
         10: "$ / M output tokens: price per GPU-hour / 3600 × GPUs × generation time ÷ output "
@@ -670,7 +651,7 @@ def _legend(j: Judged, rows: list[list]) -> str:
         "GPU: see the recipe's report)": any(busy(r) for r in results),
         "`†`: measured, wholly or in part, in another `runner go` call than the baseline; the "
         "machine may have differed": base is not None
-        and any(calls(r) and calls(base) and calls(r) != calls(base) for r in results),
+        and any(across_calls(r, base) for r in results),
     }
     return " ".join(
         [
@@ -680,42 +661,42 @@ def _legend(j: Judged, rows: list[list]) -> str:
     )
 
 
-def _verdict(
-    results: list[RunResult], base: RunResult | None, verdicts: dict[str, GateVerdict | str]
-) -> list[str]:
+def _verdict(j: Judged) -> list[str]:
     """The answer first: the fastest recipe (that passed its gate, where one applies), and against
     the baseline by how much and how sure; faster recipes the gate stopped are named after it."""
-    timed = [r for r in results if r.status == "ok" and r.projected_s and r.serving is None]
-    if not timed:
+    base, verdicts = j.base, j.verdicts
+    if not (timed := _timed(j)):
         return []
-    best = fastest_passed(results, base, verdicts)
+    stopped = stopped_by_gate(verdicts)
+    best = min(
+        (r for r in timed if r.name not in stopped),
+        key=lambda r: r.projected_s,  # type: ignore[arg-type, return-value]
+        default=None,
+    )
     if best is None:
         return ["", "No recipe passed its gate with a time: see the quality gate below."]
     what = "Fastest that passed its gate" if verdicts else "Fastest"
     line = f"{what}: **{best.name}**, {time_cell(best, '~' if best.estimate else '')}"
-    if (
-        base is not None
-        and base is not best
-        and base in timed
-        and (ratio := speedup(base, best)) is not None
-    ):
+    if base is not best and base in timed and (ratio := speedup(base, best)) is not None:
         line += f"; against the baseline {base.name}: {ratio_text(*ratio)}"
     elif base is best:
         line += " (the baseline)"
-    stopped = [
-        r
-        for r in timed
-        if r.projected_s < best.projected_s and speedup(best, r) and not passed_gate(r, verdicts)
-    ]
-    if stopped:
+    faster = sorted(
+        (
+            r
+            for r in timed
+            if r.projected_s < best.projected_s and speedup(best, r) and r.name in stopped
+        ),
+        key=lambda r: r.projected_s,  # type: ignore[arg-type, return-value]
+    )
+    if faster:
         word = lambda v: (
             v
             if isinstance(v, str)
             else {False: "failed", None: "too few examples to tell"}[v.passed]
         )
         line += ". Faster, but not through the gate: " + ", ".join(
-            f"{r.name} ({word(verdicts[r.name])})"
-            for r in sorted(stopped, key=lambda r: r.projected_s)  # type: ignore[arg-type, return-value]
+            f"{r.name} ({word(verdicts[r.name])})" for r in faster
         )
     return ["", line + "."]
 
@@ -724,8 +705,12 @@ def _failures(results: list[RunResult]) -> list[str]:
     failed = [r for r in results if r.status != "ok"]
     if not failed:
         return []
-    hint = lambda r: f" — hint: {r.hint}" if r.hint else ""
-    return ["", "## Failures", "", *(f"- **{r.name}**: {r.error}{hint(r)}" for r in failed)]
+    return [
+        "",
+        "## Failures",
+        "",
+        *(f"- **{r.name}**: {r.error}" + (f" — hint: {r.hint}" if r.hint else "") for r in failed),
+    ]
 
 
 def write_summary(
@@ -745,5 +730,5 @@ def write_summary(
     text = summary_markdown(j, extra)
     if charts:
         text += "\n## Charts\n\n" + "\n\n".join(f"![{c.stem}]({c.name})" for c in charts) + "\n"
-    write_text_atomic(Path(out) / SUMMARY, text)
-    return Path(out) / SUMMARY
+    write_text_atomic(path := Path(out) / SUMMARY, text)
+    return path

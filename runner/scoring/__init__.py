@@ -64,9 +64,7 @@ class PostProcess(StrictModel):
 
     def apply(self, text: str) -> str:
         for stop in self.cut_at:
-            i = text.find(stop)
-            if i != -1:
-                text = text[:i]
+            text = text.split(stop, 1)[0]
         if self.strip_prefixes:  # the longest label first; `:` matches the full-width `：` too
             one = lambda label: "".join("[:：]" if ch in ":：" else re.escape(ch) for ch in label)
             alternatives = "|".join(

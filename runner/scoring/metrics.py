@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Literal
 
 from rapidfuzz.distance import Indel
@@ -65,13 +65,6 @@ class Convention:
     formula: str
     source: str
     gold: GoldPolicy
-
-    def as_dict(self) -> dict[str, str]:
-        return asdict(self)
-
-    def describe(self) -> str:
-        """One line for a report: `name (gold: policy): formula [source]`."""
-        return f"{self.name} (gold: {self.gold}): {self.formula} [{self.source}]"
 
 
 Pair = Callable[[str, str], float]
