@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from runner import load_recipe
@@ -739,3 +740,25 @@ def test_error_prefix_is_not_doubled(write_recipe):
     assert r.exit_code == 2
     assert "Error: Error:" not in r.output
     assert r.output.startswith("Error: ")
+
+
+def test_a_stop_string_written_unquoted_as_backslash_n_is_refused_with_the_fix(
+    write_recipe, base_recipe
+):
+    """Issue 42: `stop: [\\n]` unquoted in YAML (or through --set) is a backslash and an n, never
+    in an output: `check` said ok and the stop never matched."""
+    text = yaml.safe_dump({**base_recipe, "sampling": {"max_tokens": 8}}, sort_keys=False)
+    path = write_recipe(text.replace("max_tokens: 8", "max_tokens: 8\n  stop: [\\n]"))
+    out = assert_user_error(
+        check(path),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 15, sampling.stop: '\\\\n' holds a backslash and a letter ('\\\\n'), not a newline "
+        "or tab: YAML reads escapes only in double quotes; write stop: [\"\\n\"] (got ['\\\\n'])\n",
+    )
+    assert out
+    fixed = write_recipe(text.replace("max_tokens: 8", 'max_tokens: 8\n  stop: ["\\n"]'), "ok.yaml")
+    assert check(fixed).exit_code == 0
+    assert (
+        check(write_recipe(base_recipe, "s.yaml"), extra=("--set", "sampling.stop=[\\t]")).exit_code
+        == 2
+    )

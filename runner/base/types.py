@@ -6,12 +6,13 @@ Engines import these (and nothing above them); recipes embed ModelSpec and Sampl
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
 
 MAX_TOKENS = 1_048_576  # 2**20: more than any model's context
 MAX_SEED = 2**63 - 1  # what every engine's RNG takes
@@ -95,6 +96,19 @@ class Sampling(StrictModel):
         le=MAX_SEED,
         description="Sampling seed (only matters when temperature > 0), 0 to 2**63-1.",
     )
+
+    @field_validator("stop")
+    @classmethod
+    def _no_written_escapes(cls, stop: list[str]) -> list[str]:
+        """`stop: [\\n]` unquoted in YAML (or through --set) is a backslash and an n, which no
+        output holds: refused, not silently never matched."""
+        for s in stop:
+            if m := re.search(r"\\[ntr]", s):
+                raise ValueError(
+                    f"{s!r} holds a backslash and a letter ({m.group()!r}), not a newline or tab: "
+                    'YAML reads escapes only in double quotes; write stop: ["\\n"]'
+                )
+        return stop
 
 
 @dataclass(frozen=True)
