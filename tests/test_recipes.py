@@ -762,3 +762,16 @@ def test_a_stop_string_written_unquoted_as_backslash_n_is_refused_with_the_fix(
         check(write_recipe(base_recipe, "s.yaml"), extra=("--set", "sampling.stop=[\\t]")).exit_code
         == 2
     )
+
+
+def test_set_without_an_equals_sign_is_named_before_its_value_is_taken_for_a_file(
+    write_recipe, base_recipe
+):
+    """Issue 42: `--set sampling.max_tokens 32` said `32: file not found`."""
+    path = write_recipe(base_recipe)
+    expected = (
+        "Error: --set: 'sampling.max_tokens': expected dotted.key=value\n"
+        "  hint: write --set key.path=value, e.g. --set sampling.max_tokens=64\n"
+    )
+    assert_user_error(invoke("check", path, "--set", "sampling.max_tokens", "32"), expected)
+    assert_user_error(invoke("go", path, "--set", "sampling.max_tokens", "32"), expected)

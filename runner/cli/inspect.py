@@ -12,6 +12,7 @@ from runner.base.errors import RunnerError
 from runner.cli.app import UserError, cli, guard
 from runner.cli.loading import ONLY_HELP, overrides, price
 from runner.config.calls import Asked, check_model_paths, expand_paths, load_all
+from runner.config.overrides import parse_set
 from runner.recipe import GateSpec
 from runner.results import RunResult
 from runner.wings import recipe_schema, studies
@@ -30,6 +31,7 @@ def check(paths, sets, model_paths, only, no_tokens):
     (a study's cells with the settings that vary) and prompt-token statistics."""
     # a study shows the first prompt of each distinct prompt setting once
     shown: set[tuple[str, str]] = set()
+    parse_set(list(sets))  # `--set key value` (no '='): said so, before `value` is a path
     files, errors, names, every = expand_paths(paths), [], {}, []
     asked = Asked(sets, model_paths, only)
     for f in files:  # each file to its first error; the others are still checked

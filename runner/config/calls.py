@@ -11,6 +11,7 @@ from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.config.loading import Studies, load_recipes
+from runner.config.overrides import parse_set
 from runner.engines.hf import looks_local
 from runner.folder import check_name
 from runner.recipe import LoadedRecipe
@@ -77,6 +78,7 @@ def load_all(
     keep = None
     if only is not None:
         keep = lambda name: any(fnmatch.fnmatchcase(name, p.strip()) for p in only.split(","))
+    parse_set(list(asked.sets))  # `--set key value` (no '='): said so, before `value` is a path
     files = expand_paths(paths)
     # with --only, the recipes it leaves out are not validated (nor checked against --set)
     loaded = [
