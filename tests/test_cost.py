@@ -192,6 +192,13 @@ def test_the_price_option_prices_every_recipe_without_rerunning(
     assert "--usd-per-gpu-hour" in CliRunner().invoke(cli, ["go", "--help"]).output
     bad = CliRunner().invoke(cli, ["go", str(path), "--usd-per-gpu-hour", "0"])
     assert bad.exit_code == 2 and "--usd-per-gpu-hour" in bad.output
+    # issue 42: nan passed click's range and gave `runner report` a traceback
+    for cmd in (["go", str(path)], ["report", str(out)]):
+        nan = CliRunner().invoke(cli, [*cmd, "--usd-per-gpu-hour", "nan"])
+        assert nan.exit_code == 2 and nan.output.endswith(
+            "Error: Invalid value for '--usd-per-gpu-hour': nan is not a price: give a number of "
+            "dollars, e.g. 3.5\n"
+        ), nan.output
 
 
 def test_the_study_sums_its_cold_and_warm_starts():

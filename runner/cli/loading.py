@@ -3,6 +3,8 @@ runner/config/calls.py's."""
 
 from __future__ import annotations
 
+import math
+
 import click
 
 ONLY_HELP = (
@@ -43,7 +45,15 @@ def overrides(f):
     )(f)
 
 
+def _finite(ctx, param, value: float | None) -> float | None:
+    if value is not None and math.isnan(value):  # FloatRange lets nan through (no comparison holds)
+        raise click.BadParameter("nan is not a price: give a number of dollars, e.g. 3.5")
+    return value
+
+
 def price(text: str):
     """--usd-per-gpu-hour, with its help."""
     price_range = click.FloatRange(min=0, min_open=True, max=1_000_000)
-    return click.option("--usd-per-gpu-hour", type=price_range, metavar="X", help=text)
+    return click.option(
+        "--usd-per-gpu-hour", type=price_range, metavar="X", help=text, callback=_finite
+    )
