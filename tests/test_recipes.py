@@ -775,3 +775,22 @@ def test_set_without_an_equals_sign_is_named_before_its_value_is_taken_for_a_fil
     )
     assert_user_error(invoke("check", path, "--set", "sampling.max_tokens", "32"), expected)
     assert_user_error(invoke("go", path, "--set", "sampling.max_tokens", "32"), expected)
+
+
+def test_an_empty_or_malformed_model_id_is_refused_by_check_not_a_traceback(
+    write_recipe, base_recipe
+):
+    """Issue 42: `model.id: ''` passed check; a malformed hub id gave a traceback."""
+    path = write_recipe(base_recipe)
+    assert_user_error(
+        check(path, extra=("--set", "model.id=")),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  model.id: String should have at least 1 character (got '')\n",
+    )
+    assert_user_error(
+        check(path, extra=("--set", "model.id=a b/c d")),
+        "Error: {tmp}/recipe.yaml: model.id: 'a b/c d' is not a hub id (Repo id must use "
+        "alphanumeric chars, '-', '_' or '.')\n"
+        "  hint: give a hub id (needs network) or an existing local folder; --model-path "
+        "HUB_ID=PATH maps hub ids to folders\n",
+    )

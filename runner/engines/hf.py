@@ -64,24 +64,36 @@ TOKENIZER_FILES = (
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth")
 
 
+def _not_a_hub_id(ref: str) -> str | None:
+    """Why `ref` cannot be a hub id (huggingface_hub's own rule), or None."""
+    try:
+        from huggingface_hub.utils import validate_repo_id
+    except ImportError:
+        return None
+    try:
+        validate_repo_id(ref)
+    except ValueError as e:
+        return str(e).split(". ")[0]
+    return None
+
+
 def check_model_source(model: Any) -> None:
     """A model or tokenizer named by a local path must exist (else the hub client's error is
     cryptic), and the folder the tokenizer is read from must hold one (transformers makes an empty
     tokenizer of a folder without)."""
     if model.gguf_path is not None:
         gguf.check_file(model)
+    hint = (
+        "give a hub id (needs network) or an existing local folder; "
+        "--model-path HUB_ID=PATH maps hub ids to folders"
+    )
     for field, ref in (("model.id", model.id), ("model.tokenizer", model.tokenizer)):
-        if (
-            ref
-            and not ref.startswith("builtin:")
-            and looks_local(ref)
-            and not Path(ref).expanduser().exists()
-        ):
-            hint = (
-                "give a hub id (needs network) or an existing local folder; "
-                "--model-path HUB_ID=PATH maps hub ids to folders"
-            )
+        if not ref or ref.startswith("builtin:"):
+            continue
+        if looks_local(ref) and not Path(ref).expanduser().exists():
             raise RunnerError(f"model folder not found: {ref}", field=field, hint=hint)
+        if not looks_local(ref) and (why := _not_a_hub_id(ref)):
+            raise RunnerError(f"{ref!r} is not a hub id ({why})", field=field, hint=hint)
     ref = model.tokenizer_id
     folder = Path(ref).expanduser()
     if model.gguf_path is None and looks_local(ref) and folder.is_dir():
