@@ -31,7 +31,7 @@ class ModelSpec(StrictModel):
     id: str = Field(
         min_length=1,
         description="Hub id (`Qwen/Qwen2.5-7B-Instruct`), a local folder, a local `.gguf` file, or "
-        "`builtin:demo` (a tiny random model built offline for smoke tests)."
+        "`builtin:demo` (a tiny random model built offline for smoke tests).",
     )
     gguf_file: str | None = Field(
         None,
