@@ -78,9 +78,12 @@ def _constraints(f: Any) -> str:
 def _reference_models() -> list[tuple[type[BaseModel], str]]:
     """Every model a recipe can hold, with where it sits; the engines come from the registry."""
     from runner.engines import ENGINES
+    from runner.engines.transformers import ContinuousSpec
     from runner.recipe import (
+        CostSpec,
         DatasetSpec,
         FieldMap,
+        GateSpec,
         LoadSpec,
         ModelSpec,
         PromptSpec,
@@ -99,6 +102,7 @@ def _reference_models() -> list[tuple[type[BaseModel], str]]:
         (ReportAxes, "`report`"),
         (ModelSpec, "`model`"),
         *engines,
+        (ContinuousSpec, "`engine.continuous` (transformers)"),
         (DatasetSpec, "`dataset`"),
         (FieldMap, "`dataset.fields`"),
         (PromptSpec, "`prompt`"),
@@ -108,6 +112,8 @@ def _reference_models() -> list[tuple[type[BaseModel], str]]:
         (ScoringSpec, "`scoring`"),
         (PostProcess, "`scoring.postprocess`"),
         (LoadSpec, "`load`"),
+        (GateSpec, "`gate`, `tune.gate`"),
+        (CostSpec, "`cost`"),
     ]
 
 

@@ -138,6 +138,15 @@ def test_every_recipe_field_is_in_the_reference_with_a_description(model):
         assert meaning, f"{model.__name__}.{name}: empty meaning column in the reference"
 
 
+def test_every_link_in_the_reference_has_its_section():
+    """Issue 42: the reference linked to GateSpec, CostSpec and ContinuousSpec sections that did
+    not exist."""
+    md = gen.reference_markdown()
+    heads = {h.lower().replace(" ", "-") for h in re.findall(r"^#+ (.+)$", md, flags=re.M)}
+    links = set(re.findall(r"\]\(#([^)]+)\)", md))
+    assert links and links <= heads, sorted(links - heads)
+
+
 def test_reference_lists_the_models_in_order():
     md = gen.reference_markdown()
     heads = re.findall(r"^## (\w+)$", md, flags=re.M)
