@@ -312,7 +312,7 @@ def test_report_leaves_out_a_results_json_with_infinity_or_a_wrong_section_and_r
     (out / "a" / "results.json").write_text(json.dumps(a))
     (out / "b" / "results.json").write_text(json.dumps(b))
     r = CliRunner().invoke(cli, ["report", str(out)])
-    assert r.exit_code == 0 and "summary: " in r.output and "(1 recipes)" in r.output
+    assert r.exit_code == 0 and "summary: " in r.output and "(1 recipe)" in r.output
     assert (
         "left out: " in r.stderr
         and "a/results.json: not a valid results.json (holds Infinity" in r.stderr

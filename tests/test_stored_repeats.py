@@ -256,6 +256,6 @@ def test_report_leaves_out_a_result_with_a_0_s_negative_or_nan_repeat(
         and "not a valid results.json" in left
         and "repeats.0.generate_s" in left
     ), left
-    assert "summary: " in r.output and "(1 recipes)" in r.output
+    assert "summary: " in r.output and "(1 recipe)" in r.output
     skipped: list[str] = []
     assert [x.name for x in load_results(out, skipped)] == ["good"] and len(skipped) == 1

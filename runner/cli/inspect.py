@@ -233,7 +233,7 @@ def report(out, baseline, gate_text, usd_per_gpu_hour):
                 f"{r.name}: {short} (deleted or cut short since the run): `runner go` runs it again"
             )
     summary = write_summary(results, out_dir, baseline, summary_sections(), gate)
-    click.echo(f"summary: {summary} ({len(results)} recipes)")
+    click.echo(f"summary: {summary} ({len(results)} recipe{'s' * (len(results) != 1)})")
     for path in study_summaries(results, out_dir, baseline, gate):
         click.echo(f"study summary: {path}")
     for folder in sorted(p for p in out_dir.iterdir() if p.is_dir() and p.name not in names):

@@ -580,7 +580,7 @@ def _overview(j: Judged, title: str) -> list[str]:
     parts = [
         f"# {title}",
         "",
-        f"{len(results)} recipes; {which}",
+        f"{len(results)} recipe{'s' * (len(results) != 1)}; {which}",
         *_verdict(j),
     ]
     # in order of first appearance
