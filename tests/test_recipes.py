@@ -794,3 +794,16 @@ def test_an_empty_or_malformed_model_id_is_refused_by_check_not_a_traceback(
         "  hint: give a hub id (needs network) or an existing local folder; --model-path "
         "HUB_ID=PATH maps hub ids to folders\n",
     )
+
+
+@pytest.mark.parametrize("item", ["base=other.yaml", "matrix.x=1", "tune.budget.max_s=100"])
+def test_set_of_a_files_own_key_says_so(write_recipe, base_recipe, item):
+    """Issue 42: `--set base=...` said "no such key; did you mean 'base'?", `--set matrix.x=1`
+    "unknown key 'matrix'; did you mean 'matrix'?"."""
+    top = item.split(".")[0].split("=")[0]
+    assert_user_error(
+        check(write_recipe(base_recipe), extra=("--set", item)),
+        f"Error: --set: {item!r}: `{top}` is the file's own key, read before --set applies\n"
+        "  hint: edit the file, or write one that builds on it with `base:`; --only picks a "
+        "study's cells\n",
+    )

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from runner.base.dotted import get_dotted, overlaps, set_dotted
 from runner.base.errors import RecipeError
 from runner.config.merge import Source, with_bases
-from runner.config.overrides import apply_overrides, model_classes
+from runner.config.overrides import FILE_KEYS, apply_overrides, model_classes
 from runner.config.yamlfile import line_of, read_yaml
 from runner.engines import ENGINE_KINDS, ENGINES, spec_class
 from runner.recipe import LoadedRecipe, Recipe
@@ -35,7 +35,6 @@ Keep = Callable[[str], bool]  # --only: the names of the experiments to load
 MAX_ERRORS = 8
 # top-level keys of a recipe file besides the recipe's own: `base`, `abstract` (config/merge.py),
 # the study keys (runner/study/load.py) and `tune` (runner/tune/spec.py)
-FILE_KEYS = ("base", "abstract", "matrix", "variants", "exclude", "report", "tune")
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,10 @@ def text_field(target: Any) -> tuple[bool, bool]:
     return False, False
 
 
+# a file's own keys, read before --set applies (runner/config/loading.py)
+FILE_KEYS = ("base", "abstract", "matrix", "variants", "exclude", "report", "tune")
+
+
 def parse_set(items: list[str]) -> dict[str, str]:
     """The --set items as dotted key -> the value as typed."""
     out = {}
@@ -128,6 +132,13 @@ def parse_set(items: list[str]) -> dict[str, str]:
             raise err(f"{it!r}: the key before '=' is empty; expected dotted.key=value")
         if any(not p.strip() for p in k.split(".")):
             raise err(f"{it!r}: {k!r} is not a dotted key (empty part)")
+        if (top := k.split(".")[0]) in FILE_KEYS:
+            raise RecipeError(
+                f"{it!r}: `{top}` is the file's own key, read before --set applies",
+                field="--set",
+                hint="edit the file, or write one that builds on it with `base:`; --only picks a "
+                "study's cells",
+            )
         out[k] = v
     return out
 
