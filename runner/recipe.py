@@ -375,11 +375,12 @@ class Recipe(StrictModel):
         description="What a GPU-hour costs: reports add dollars per million tokens and the cost of "
         "the run (`runner go --usd-per-gpu-hour X` sets it for every recipe).",
     )
-    estimate: PositiveInt | None = Field(
+    estimate: int | None = Field(
         None,
+        ge=2,
         le=MAX_EXAMPLES,
-        description="Run only N examples and project the full-dataset time (reported as an "
-        "estimate).",
+        description="Run only N examples (at least 2, as `runner go --estimate`: the projection's "
+        "interval needs two) and project the full-dataset time (reported as an estimate).",
     )
     repeat: PositiveInt = Field(
         1,

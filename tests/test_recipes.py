@@ -807,3 +807,12 @@ def test_set_of_a_files_own_key_says_so(write_recipe, base_recipe, item):
         "  hint: edit the file, or write one that builds on it with `base:`; --only picks a "
         "study's cells\n",
     )
+
+
+def test_a_recipes_estimate_of_one_example_is_refused_as_go_refuses_it(write_recipe, base_recipe):
+    """Issue 42: `estimate: 1` was accepted in a recipe while `--estimate 1` was refused."""
+    assert_user_error(
+        check(write_recipe({**base_recipe, "estimate": 1})),
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 19, estimate: Input should be greater than or equal to 2 (got 1)\n",
+    )
