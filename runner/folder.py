@@ -2,22 +2,21 @@
 back; below the pipeline, so the run writes it and the reports read it without the reports importing
 the run.
 
-    <out>/summary.md, <out>/*.png            the call's summary and charts
-    <out>/<study>-pareto.png                 a study's accuracy-vs-time chart
-    <out>/<study>/summary.md                 a study's summary of all its stored cells, from every
-    call <out>/<name>/results.json               what the run produced (schema:
-    schema/results.schema.json) <out>/<name>/samples.jsonl[.gz]         one line per example,
-    written when the run completes <out>/<name>/samples.partial.jsonl      finished samples of a run
-    in progress (resume reads it) <out>/<name>/repeats.jsonl              each measured repeat as it
-    finishes (resume skips those done) <out>/<name>/repeats.rejected.jsonl     lines of
-    repeats.jsonl set aside when read back (why, line number, text) <out>/<name>/engine.log
-    the engine's own output <out>/<name>/report.md                  the recipe's report
-    <out>/<name>/profile/                   the traces of `profile: true`
-    <out>/<name>/.runner.lock               held by the one `runner go` writing this folder
-    <out>/<name>/replaced/<time>-<key>/     what an earlier, different run of this name left (never
-    lost) <out>/<name>/.server-session.json       a serving run's server session while it runs
-    (serve/server.py) <out>/<name>-tune.md                     `runner tune`'s report
-    (runner/tune/report.py)
+    <out>/summary.md, <out>/*.png          the call's summary and charts
+    <out>/<study>-pareto.png               a study's accuracy-vs-time chart
+    <out>/<study>/summary.md               a study's summary of all its stored cells (every call)
+    <out>/<name>/results.json              what the run produced (schema/results.schema.json)
+    <out>/<name>/samples.jsonl[.gz]        one line per example, written when the run completes
+    <out>/<name>/samples.partial.jsonl     finished samples of a run in progress (resume reads it)
+    <out>/<name>/repeats.jsonl             each measured repeat as it finishes (resume skips those)
+    <out>/<name>/repeats.rejected.jsonl    lines of repeats.jsonl set aside when read back
+    <out>/<name>/engine.log                the engine's own output
+    <out>/<name>/report.md                 the recipe's report
+    <out>/<name>/profile/                  the traces of `profile: true` (runner/run/profile.py)
+    <out>/<name>/.runner.lock              held by the one `runner go` writing this folder
+    <out>/<name>/replaced/<time>-<key>/    what an earlier, different run of this name left (kept)
+    <out>/<name>/.server-session.json      a serving run's server session while it runs
+    <out>/<name>-tune.md                   `runner tune`'s report (runner/tune/report.py)
 
 Every name read back from disk goes through `RunFolder.of`, which checks it like a recipe name,
 so a `results.json` that says `name: ../../x` cannot make the runner write outside `--out`."""
