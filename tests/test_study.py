@@ -414,6 +414,12 @@ def test_report_axes(write_recipe, base_recipe):
     assert e.field == "report.rows" and "did you mean 'sampling.max_tokens'?" in e.message
     # the axes: the matrix keys in file order, then `variant`
     assert e.message.endswith("Axes: sampling.max_tokens, variant")
+    # issue 42: one axis on both sides was accepted
+    r["report"] = {"rows": "variant", "columns": "variant"}
+    e = error(load_recipes, write_recipe(r))
+    assert e.field == "report" and e.message == (
+        "rows and columns are both 'variant': a pivot needs two different axes"
+    )
 
 
 # --------------------------------------------------------------------------- plain recipes,

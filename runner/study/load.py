@@ -346,7 +346,10 @@ def check_report(report: Any, all_axes: tuple[Axis, ...], where: str) -> dict | 
     for k, v in report.items():
         if v is not None and v not in names:
             raise _err(where, f"report.{k}", _not_an_axis(v, names))
-    return {"rows": report.get("rows"), "columns": report.get("columns")}
+    if (rows := report.get("rows")) is not None and rows == report.get("columns"):
+        why = f"rows and columns are both {rows!r}: a pivot needs two different axes"
+        raise _err(where, "report", why)
+    return {"rows": rows, "columns": report.get("columns")}
 
 
 class Cell(NamedTuple):
