@@ -171,10 +171,13 @@ def test_dollars_are_gpu_seconds_times_gpus_times_the_price():
     text = report_markdown(r, [])
     assert "| per million output tokens              | $0.4                         |" in text
     assert "| this run (engine starts, every repeat) | $0.2                         |" in text
-    # no GPU
-    assert (
-        cost_figures(r.model_copy(update={"energy": Energy(measured=False, why_not="x")})) is None
+    # no GPU: no dollars, and report.md says why (issue 42: the price was dropped without a word)
+    cpu = r.model_copy(update={"energy": Energy(measured=False, why_not="x")})
+    assert cost_figures(cpu) is None
+    assert "No dollars: the price is per GPU-hour ($3.6) and this run used no GPU." in (
+        report_markdown(cpu, [])
     )
+    assert "No dollars" not in text
 
 
 def test_the_price_option_prices_every_recipe_without_rerunning(

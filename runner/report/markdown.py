@@ -365,6 +365,9 @@ def _energy_section(r: RunResult) -> list[str]:
             "x 10^6; the run: its total time."
         )
         parts += ["", formula, "", table(rows, ["", "dollars"])]
+    elif r.recipe.cost is not None and not e.gpus:
+        price = f"${r.recipe.cost.usd_per_gpu_hour:g}"
+        parts += ["", f"No dollars: the price is per GPU-hour ({price}) and this run used no GPU."]
     return parts
 
 
