@@ -589,6 +589,18 @@ def test_missing_template_file(write_recipe, base_recipe):
     )
 
 
+def test_a_template_name_too_long_for_the_file_system_is_not_found_in_one_line(
+    write_recipe, base_recipe
+):
+    """Issue 42: a 5,000-character value gave an OSError traceback (file name too long)."""
+    p = write_recipe(with_changes(base_recipe, prompt={"template": "x" * 5000}))
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: prompt.template: template not found: "
+        f"{'x' * 100!r}... (5,000 characters) (looked beside the recipe and in templates/)\n",
+    )
+
+
 def test_missing_system_template_file(write_recipe, base_recipe):
     p = write_recipe(with_changes(base_recipe, prompt={"system_template": "nosys.j2"}))
     assert_user_error(

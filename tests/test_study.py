@@ -391,6 +391,20 @@ def test_exclude_mistakes_are_named(write_recipe, base_recipe):
     assert error(load_recipes, write_recipe(r)).message == "`exclude` drops every cell of the study"
 
 
+def test_an_axis_of_more_values_than_a_study_may_have_cells_is_refused_at_once(
+    write_recipe, base_recipe
+):
+    """Issue 42: a 40,000-value axis took minutes (the pairwise check of repeated values) before
+    the 1,000-cell limit refused it."""
+    e = error(
+        load_recipes,
+        write_recipe(study(base_recipe, matrix={"sampling.seed": list(range(40_000))})),
+    )
+    assert e.field == "matrix.sampling.seed" and e.message == (
+        "the axis has 40,000 values; a study makes at most 1,000 cells"
+    )
+
+
 def test_exclude_or_report_need_a_study(write_recipe, base_recipe):
     e = error(load_recipes, write_recipe(study(base_recipe, exclude=[{"variant": "x"}])))
     assert e.field == "exclude" and e.message.startswith("only a study")

@@ -5,6 +5,7 @@ prompts of a run."""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import random
@@ -24,7 +25,9 @@ PROJECT_TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 def find_template(name: str, base_dir: Path) -> Path | None:
     """Relative to the recipe file first, then the recipe folder's `templates/`, its
     parent's `templates/`, and the project's `templates/`."""
-    return next((c for c in _candidates(name, base_dir) if c.is_file()), None)
+    with contextlib.suppress(OSError):  # a name too long for the file system is no file
+        return next((c for c in _candidates(name, base_dir) if c.is_file()), None)
+    return None
 
 
 def _candidates(name: str, base_dir: Path) -> list[Path]:
@@ -40,8 +43,9 @@ def compile_file(name: str, base_dir: Path, where: str, field: str) -> jinja.Com
         near = sorted({f.name for d in folders if d.is_dir() for f in d.iterdir() if f.is_file()})
         close = difflib.get_close_matches(Path(name).expanduser().name, near, n=1)
         hint = f"did you mean {close[0]!r}?" if close else None
+        shown = repr(name) if len(name) <= 200 else f"{name[:100]!r}... ({len(name):,} characters)"
         raise err(
-            f"template not found: {name!r} (looked beside the recipe and in templates/)", hint=hint
+            f"template not found: {shown} (looked beside the recipe and in templates/)", hint=hint
         )
     try:
         if path.stat().st_size > 4 * jinja.MAX_CHARS:

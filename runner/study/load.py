@@ -262,6 +262,9 @@ def _axis(key: str, spec: Any, what: str, where: str) -> Axis:
         raise _err(where, what, msg, "a setting with one value belongs at its own key")
     if not values:
         raise _err(where, what, "the axis has no values")
+    if len(values) > MAX_CELLS:  # before the pairwise check of repeated values
+        msg = f"the axis has {len(values):,} values; a study makes at most {MAX_CELLS:,} cells"
+        raise _err(where, what, msg, "fewer values, or split the study into files")
     for i, v in enumerate(values):
         if any(same(v, w) for w in values[:i]):
             raise _err(where, what, f"value {v!r} is listed twice")
