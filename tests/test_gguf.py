@@ -206,3 +206,40 @@ def test_plan_reads_the_shapes_from_the_file(gguf_model):
         3,
     )
     assert cfg["max_position_embeddings"] == 8192 and cfg["vocab_size"] == 49152
+
+
+def test_an_empty_or_cut_gguf_file_and_a_csv_as_model_are_refused_by_check_without_a_traceback(
+    write_recipe, base_recipe, tmp_path
+):
+    """Issue 42: an empty file named .gguf passed check, a truncated GGUF gave a struct.error
+    traceback, model.id pointing at a CSV passed check."""
+    from click.testing import CliRunner
+
+    from runner.cli import cli
+
+    pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    empty, cut, csv = tmp_path / "e.gguf", tmp_path / "c.gguf", tmp_path / "d.csv"
+    empty.write_bytes(b"")
+    # the magic, version 3, 0 tensors, 5 metadata entries announced, then nothing: cut short
+    cut.write_bytes(
+        b"GGUF" + (3).to_bytes(4, "little") + (0).to_bytes(8, "little") + (5).to_bytes(8, "little")
+    )
+    csv.write_text("a,b\n1,2\n")
+    path = write_recipe(base_recipe)
+    check = lambda model: CliRunner().invoke(
+        cli, ["check", str(path), "--no-tokens", "--set", f"model.id={model}"]
+    )
+    r = check(empty)
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert f"model.id: {empty} is not a GGUF file (it does not begin with GGUF's magic bytes)" in (
+        r.output
+    )
+    r = check(cut)
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert f"model.id: cannot read GGUF file {cut} (" in r.output
+    assert (
+        "hint: a download that stopped early leaves a damaged file: download it again" in r.output
+    )
+    r = check(csv)
+    assert r.exit_code == 2 and f"model.id: {csv} is a file, not a model" in r.output, r.output

@@ -8,9 +8,12 @@ Needs the `gguf` and `accelerate` packages (`pip install 'runner[gguf]'`)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import struct
 import time
 from collections import Counter
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -36,7 +39,30 @@ def check_file(model: ModelSpec) -> Path:
             "recipe's folder)"
         )
         raise RunnerError(f"GGUF file not found: {path}", field=field, hint=hint)
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF":
+            why = f"{path} is not a GGUF file (it does not begin with GGUF's magic bytes)"
+            hint = "point at a .gguf model file; a download that stopped early: download it again"
+            raise RunnerError(
+                why, field="model.gguf_file" if model.gguf_file else "model.id", hint=hint
+            )
     return path
+
+
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """transformers reading the file: a file cut short (struct.error) or one it cannot read becomes
+    a RunnerError naming the file, not a traceback."""
+    try:
+        yield
+    except (struct.error, EOFError, ValueError, KeyError, IndexError) as e:
+        first = str(e).splitlines()[0] if str(e) else ""
+        hint = "a download that stopped early leaves a damaged file: download it again"
+        raise RunnerError(
+            f"cannot read GGUF file {path} ({type(e).__name__}: {first[:300]})",
+            field="model.id",
+            hint=hint,
+        ) from None
 
 
 def readable(model: ModelSpec) -> Path:
@@ -88,7 +114,9 @@ def tokenizer_dir(model: ModelSpec) -> Path:
     def build(tmp: Path) -> None:
         from transformers import AutoTokenizer
 
-        AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(tmp)
+        with _reading(path):
+            tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        tok.save_pretrained(tmp)
 
     return cached(_folder(path) / "tokenizer", build)
 
@@ -104,9 +132,10 @@ def safetensors_dir(model: ModelSpec) -> tuple[Path, dict[str, Any]]:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        loaded = AutoModelForCausalLM.from_pretrained(
-            str(path.parent), gguf_file=path.name, dtype=torch.float32
-        )
+        with _reading(path):
+            loaded = AutoModelForCausalLM.from_pretrained(
+                str(path.parent), gguf_file=path.name, dtype=torch.float32
+            )
         # saved as plain weights: no GGUF quantizer, no quantization_config
         loaded.hf_quantizer = None
         if hasattr(loaded.config, "quantization_config"):
@@ -130,7 +159,8 @@ def config(model: ModelSpec) -> dict[str, Any]:
     path = readable(model)
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name).to_dict()
+    with _reading(path):
+        return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name).to_dict()
 
 
 def note(facts: dict[str, Any], engine: str) -> str:

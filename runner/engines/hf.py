@@ -92,6 +92,9 @@ def check_model_source(model: Any) -> None:
             continue
         if looks_local(ref) and not Path(ref).expanduser().exists():
             raise RunnerError(f"model folder not found: {ref}", field=field, hint=hint)
+        if looks_local(ref) and Path(ref).expanduser().is_file() and model.gguf_path is None:
+            why = f"{ref} is a file, not a model: a model is a folder (config.json, weights, "
+            raise RunnerError(why + "tokenizer) or a .gguf file", field=field, hint=hint)
         if not looks_local(ref) and (why := _not_a_hub_id(ref)):
             raise RunnerError(f"{ref!r} is not a hub id ({why})", field=field, hint=hint)
     ref = model.tokenizer_id

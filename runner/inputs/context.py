@@ -23,7 +23,10 @@ def context_length(lr: LoadedRecipe) -> int | None:
         from runner.engines.hf import model_config
 
         cfg = model_config(lr.recipe.model, lr.path)
-    except (RunnerError, OSError, ValueError):
+    except (RunnerError, OSError, ValueError) as e:
+        if isinstance(e, RunnerError) and lr.recipe.model.gguf_path is not None:
+            e.file = e.file or lr.path  # read from the file itself: the file is damaged
+            raise
         return None
     n = (
         cfg.get("max_position_embeddings")
