@@ -504,6 +504,14 @@ def test_set_on_an_axis_or_the_name_is_refused(write_recipe, base_recipe):
     )
     assert error(load_recipes, p, ["sampling=x"]).field == "--set"
     assert error(load_recipes, p, ["name=other"]).field == "--set"
+    # issue 42: with --only one cell (or cells that agree on it) nothing is made the same
+    from runner.config.calls import Asked, load_all
+    from runner.wings import studies
+
+    asked = lambda only: Asked(("sampling.max_tokens=4",), (), only)
+    [one] = load_all((str(p),), asked("*-8"), studies=studies)
+    assert one.recipe.name == "t-max_tokens-8" and one.recipe.sampling.max_tokens == 4
+    assert error(load_all, (str(p),), asked("t-*"), studies=studies).field == "--set"
 
 
 def test_model_paths_apply_per_cell(write_recipe, base_recipe, tmp_path):

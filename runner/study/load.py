@@ -478,20 +478,21 @@ def study_cells(
         raise _err(where, "name", msg, None if "name" in f.data else hint)
     # applies to every cell: it may not rename the study or pin a setting it varies
     by_key = {a.key: a for a in g.all_axes}
-    for k in parse_set(overrides):
-        if k == "name":
-            msg = (
-                "--set name: a study's cells are named from its `name`; rename the study in the "
-                "file"
-            )
-            raise _err(where, "--set", msg)
-        if clash := _clash(by_key, k):
+    sets = parse_set(overrides)
+    if "name" in sets:
+        msg = "--set name: a study's cells are named from its `name`; rename the study in the file"
+        raise _err(where, "--set", msg)
+    cells, loaded = expand(f, name, g), []
+    runs = [c for c in cells if keep is None or keep(c.name)]
+    for k in sets:
+        # only where the cells this call runs differ in it (`--only` one cell may pin it)
+        clash = _clash(by_key, k)
+        if clash and len({json.dumps(c.cell.get(clash), default=str) for c in runs}) > 1:
             msg = (
                 f"--set {k}: the study varies {clash!r} across its cells; setting it for every "
                 "cell would make cells the same"
             )
             raise _err(where, "--set", msg, "pick cells by name, or change the study's matrix")
-    cells, loaded = expand(f, name, g), []
     # `baseline: CELL`: that cell alone is the baseline
     if isinstance(base := f.data.get("baseline"), str):
         if base not in (names := [c.name for c in cells]):
