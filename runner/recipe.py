@@ -420,7 +420,8 @@ class Recipe(StrictModel):
 
     @model_validator(mode="after")
     def _parts_agree(self) -> Recipe:
-        """`load` needs an engine with a server and one replica; `gate.metric` is a scored one."""
+        """`load` needs an engine with a server and one replica; `gate.metric` is a scored one;
+        `profile` an offline run in one process."""
         if self.load is not None and not self.engine.serves:
             kinds = ", ".join(e.kind_name() for e in ENGINES if e.serves)
             why = (
@@ -443,6 +444,9 @@ class Recipe(StrictModel):
                 f"gate.metric {self.gate.metric!r} is not among `metrics` "
                 f"({', '.join(self.metrics)})"
             )
+        if self.profile and (self.load is not None or self.replicas > 1):
+            why = "`load` (a server under load)" if self.load else f"replicas: {self.replicas}"
+            raise ValueError(f"profile: true profiles one offline run in one process, not {why}")
         return self
 
     @field_validator("metrics")

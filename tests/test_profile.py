@@ -129,3 +129,17 @@ def test_the_fake_engine_says_it_has_no_profiler_and_profile_false_keeps_run_key
     off = runner.load_recipe(write_recipe({**fake, "profile": False}, "off.yaml")).recipe
     assert "profile" not in plain.canonical() and off.digest() == plain.digest()
     assert lr.recipe.digest() != plain.digest()
+
+
+def test_profile_is_refused_where_no_offline_run_in_one_process_is_made(write_recipe, base_recipe):
+    from runner.base.errors import RecipeError
+
+    fake = {**base_recipe, "model": {"id": "none"}, "engine": {"kind": "fake"}, "profile": True}
+    with pytest.raises(RecipeError) as e:
+        runner.load_recipe(write_recipe({**fake, "replicas": 2}))
+    assert "profile: true profiles one offline run in one process, not replicas: 2" in str(
+        e.value.render()
+    )
+    with pytest.raises(RecipeError) as e:
+        runner.load_recipe(write_recipe({**fake, "load": {"request_rate": [1.0]}}, "l.yaml"))
+    assert "not `load` (a server under load)" in e.value.render()
