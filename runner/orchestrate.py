@@ -406,6 +406,13 @@ class _Call:
         sections = self.wings.summary_sections()
         summary = write_summary(self.results, out, self.opts.baseline, sections)
         self.say(f"summary: {summary}", to_stderr)
+        names = {r.name for r in self.results}
+        if others := [p for p in Path(out).glob("*/results.json") if p.parent.name not in names]:
+            self.say(
+                f"  (this call's recipes only: {len(others)} other run(s) stored in {out} are not "
+                f"in it; `runner report {out}` summarizes every stored run)",
+                to_stderr,
+            )
         for path in self.wings.study_summaries(self.results, out, self.opts.baseline):
             self.say(f"study summary (every stored cell): {path}", to_stderr)
 

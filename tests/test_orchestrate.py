@@ -140,3 +140,26 @@ def test_the_reports_imports_are_made_while_an_isolated_job_runs_and_never_besid
     seen.clear()
     run_loaded([a], _opts(tmp_path / "inproc"), Executor(in_process=True))
     assert "runner-warm-reports" not in seen
+
+
+def test_a_calls_summary_says_when_other_stored_runs_are_not_in_it(
+    write_recipe, base_recipe, tmp_path
+):
+    """Issue 42: every call rewrote summary.md with its own recipes only, without a word about the
+    runs an earlier call left in the same --out."""
+    out = tmp_path / "out"
+    a, b = (runner.load_recipe(write_recipe(_fake(base_recipe, n), f"{n}.yaml")) for n in "ab")
+    said: list[tuple[str, bool]] = []
+    say = lambda text, err: said.append((text, err))
+    run_loaded([a], _opts(out), Executor(in_process=True), say=say)
+    assert said[-1] == (f"summary: {out / 'summary.md'}", False)
+    said.clear()
+    run_loaded([b], _opts(out), Executor(in_process=True), say=say)
+    assert said[-2:] == [
+        (f"summary: {out / 'summary.md'}", False),
+        (
+            f"  (this call's recipes only: 1 other run(s) stored in {out} are not in it; "
+            f"`runner report {out}` summarizes every stored run)",
+            False,
+        ),
+    ]
