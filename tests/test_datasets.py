@@ -314,33 +314,11 @@ def test_limit_larger_than_dataset(twenty):
 
 
 def test_shuffle_is_deterministic_and_changes_order(twenty):
-    plain = [
-        e.id for e in list(read_examples(spec(format="jsonl", path="d.jsonl"), twenty).examples)
+    ids = lambda **kw: [
+        e.id for e in read_examples(spec(format="jsonl", path="d.jsonl", **kw), twenty).examples
     ]
-    a = [
-        e.id
-        for e in list(
-            read_examples(
-                spec(format="jsonl", path="d.jsonl", shuffle=True, seed=7), twenty
-            ).examples
-        )
-    ]
-    b = [
-        e.id
-        for e in list(
-            read_examples(
-                spec(format="jsonl", path="d.jsonl", shuffle=True, seed=7), twenty
-            ).examples
-        )
-    ]
-    c = [
-        e.id
-        for e in list(
-            read_examples(
-                spec(format="jsonl", path="d.jsonl", shuffle=True, seed=8), twenty
-            ).examples
-        )
-    ]
+    plain = ids()
+    a, b, c = ids(shuffle=True, seed=7), ids(shuffle=True, seed=7), ids(shuffle=True, seed=8)
     assert a == b
     assert a != plain
     assert a != c
