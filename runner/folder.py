@@ -256,12 +256,17 @@ def _unzipped(path: Path) -> bytes:
     return gzip.decompress(raw) if path.suffix == ".gz" else raw
 
 
+def stored(out: Path) -> list[Path]:
+    """Every stored `<out>/*/results.json`, in name order."""
+    return sorted(Path(out).glob("*/results.json"))
+
+
 def load_results(out: Path, skipped: list[str] | None = None) -> list[RunResult]:
     """Every stored `<out>/*/results.json`, in name order, each checked (schema, finite numbers, and
     a name that is its folder's). A bad one raises, or with `skipped` is left out and its error
     appended there (one bad file does not stop the report of the others)."""
     res = []
-    for p in sorted(Path(out).glob("*/results.json")):
+    for p in stored(out):
         try:
             res.append(_load_result(p))
         except RunnerError as e:

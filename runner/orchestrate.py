@@ -27,7 +27,7 @@ from typing import Any
 from runner.base.errors import RunnerError
 from runner.base.format import brief, secs
 from runner.engines.builtin import is_builtin
-from runner.folder import RunFolder, previous_result, stored_ok
+from runner.folder import RunFolder, previous_result, stored, stored_ok
 from runner.recipe import LoadedRecipe
 from runner.report.markdown import Section, priced, write_report
 from runner.report.summary import Sections, write_summary
@@ -407,7 +407,7 @@ class _Call:
         summary = write_summary(self.results, out, self.opts.baseline, sections)
         self.say(f"summary: {summary}", to_stderr)
         names = {r.name for r in self.results}
-        if others := [p for p in Path(out).glob("*/results.json") if p.parent.name not in names]:
+        if others := [p for p in stored(out) if p.parent.name not in names]:
             self.say(
                 f"  (this call's recipes only: {len(others)} other run(s) stored in {out} are not "
                 f"in it; `runner report {out}` summarizes every stored run)",
