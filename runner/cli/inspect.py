@@ -12,7 +12,6 @@ from runner.base.errors import RunnerError
 from runner.cli.app import UserError, cli, guard
 from runner.cli.loading import ONLY_HELP, overrides, price
 from runner.config.calls import Asked, check_model_paths, expand_paths, load_all
-from runner.config.overrides import parse_set
 from runner.recipe import GateSpec
 from runner.results import RunResult
 from runner.wings import recipe_schema, studies
@@ -31,9 +30,8 @@ def check(paths, sets, model_paths, only, no_tokens):
     (a study's cells with the settings that vary) and prompt-token statistics."""
     # a study shows the first prompt of each distinct prompt setting once
     shown: set[tuple[str, str]] = set()
-    parse_set(list(sets))  # `--set key value` (no '='): said so, before `value` is a path
+    asked = Asked(sets, model_paths, only)  # its --set items checked before the paths are read
     files, errors, names, every = expand_paths(paths), [], {}, []
-    asked = Asked(sets, model_paths, only)
     for f in files:  # each file to its first error; the others are still checked
         try:
             for lr in load_all((str(f),), asked, none_ok=True, unused_ok=True, studies=studies):

@@ -61,6 +61,9 @@ class Asked:
     model_paths: tuple[str, ...]
     only: str | None
 
+    def __post_init__(self) -> None:
+        parse_set(list(self.sets))  # `--set key value` (no '='): said so before `value` is a path
+
 
 def load_all(
     paths: tuple[str, ...],
@@ -78,7 +81,6 @@ def load_all(
     keep = None
     if only is not None:
         keep = lambda name: any(fnmatch.fnmatchcase(name, p.strip()) for p in only.split(","))
-    parse_set(list(asked.sets))  # `--set key value` (no '='): said so, before `value` is a path
     files = expand_paths(paths)
     # with --only, the recipes it leaves out are not validated (nor checked against --set)
     loaded = [
