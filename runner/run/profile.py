@@ -86,11 +86,8 @@ def breakdown(events: list[dict[str, Any]], wall_s: float) -> ProfileWindow:
     operators' own time by class."""
     kernels = [e for e in events if e.get("cat") == "kernel" and "dur" in e]
     if kernels:
-        times, busy = (
-            [float(e["dur"]) for e in kernels],
-            _union_us([(e["ts"], e["ts"] + e["dur"]) for e in kernels]),
-        )
-        ops = kernels
+        ops, times = kernels, [float(e["dur"]) for e in kernels]
+        busy = _union_us([(e["ts"], e["ts"] + e["dur"]) for e in kernels])
     else:
         ops = [e for e in events if e.get("cat") == "cpu_op" and "dur" in e]
         times = _own_us(ops)
