@@ -32,7 +32,7 @@ from runner.recipe import LoadedRecipe
 from runner.report.markdown import Section, priced, write_report
 from runner.report.summary import Sections, write_summary
 from runner.results import RunResult
-from runner.run.isolate import failed_result, run_isolated
+from runner.run.isolate import Ends, Worker, failed_result, run_isolated
 from runner.run.job import Job, RunOptions, Unit, check_library, group_by_engine, make_unit
 from runner.run.loop import run_job
 
@@ -272,6 +272,8 @@ class _Call:
     say: Say
     results: list[RunResult] = field(default_factory=list)
     warm: threading.Thread | None = None  # imports for the reports, made while a job runs
+    ends: Ends = field(default_factory=Ends)  # jobs' process groups still ending
+    worker: Worker | None = None  # the next job's process, started ahead of it
 
     def report(self, res: RunResult) -> Path:
         return write_report(res, self.opts.out, self.wings.report_sections(self.opts.out))
@@ -281,6 +283,14 @@ class _Call:
         self.say(one_line(res, self.report(res)), False)
 
     def run(self, units: list[Unit], cannot: dict[str, RunnerError]) -> list[RunResult]:
+        try:  # the last job's process group ends while the summary is written
+            self._run(units, cannot)
+            self._summarize(units, to_stderr=False)
+            return self.results
+        finally:
+            self.ends.join()
+
+    def _run(self, units: list[Unit], cannot: dict[str, RunnerError]) -> None:
         try:  # SIGTERM arrives as Ctrl-C where the CLI's guard (runner.cli.app.guard) makes it so
             todo = [u for u in units if not self._skipped(u) and self._runs(u, cannot.get(u.name))]
             # made in the background, the next job's while the current one runs
@@ -289,6 +299,8 @@ class _Call:
                 self._run_units(todo, plans)
             finally:
                 plans.close()
+                if self.worker is not None:  # interrupted before its job
+                    self.worker.close()
         except KeyboardInterrupt:
             have = {r.name for r in self.results}
             # recipes of the interrupted job that finished before it (complete ones were skipped)
@@ -299,8 +311,6 @@ class _Call:
             if self.results:
                 self._summarize(units, to_stderr=True)
             raise Interrupted(len(self.results), len(units)) from None
-        self._summarize(units, to_stderr=False)
-        return self.results
 
     def _skipped(self, u: Unit) -> bool:
         """An unchanged recipe whose results are complete (set aside by an earlier call: taken back)
@@ -348,6 +358,8 @@ class _Call:
         turn is a job of its own: repeat 1 of every job, then repeat 2 in the reverse order (A B,
         B A, ...), each on a freshly started engine."""
         groups, ex, opts = group_by_engine(todo, self.opts.timeout_s), self.ex, self.opts
+        if not groups:
+            return
         if ex.on_ray:
             # check_routes: there is a Ray route
             for n, group in enumerate(groups, 1):
@@ -363,6 +375,9 @@ class _Call:
                 else "run one at a time"
             )
             self.say(f"repeats {across}, each on a freshly started engine", True)
+        # one job after another: each job's process started while the job before ends
+        ahead = groups[1:] if turns == 1 else []
+        self.worker = self._ahead(groups[0])
         # A B, then B A, A B, ...: a drift over the call hits every recipe alike
         for turn in range(1, turns + 1):
             seq = list(enumerate(groups, 1))
@@ -374,9 +389,19 @@ class _Call:
                 live = [u for u in group if u.name not in ended and turn <= u.loaded.recipe.repeat]
                 if live:
                     rounds = (turn,) if turns > 1 else None
-                    self._run_job(Job(tuple(live), opts, rounds=rounds, restarts=turns > 1))
+                    job = Job(tuple(live), opts, rounds=rounds, restarts=turns > 1)
+                    self._run_job(job, ahead.pop(0) if ahead else None)
 
-    def _run_job(self, job: Job) -> None:
+    def _ahead(self, group: tuple[Unit, ...]) -> Worker | None:
+        """A job's process started ahead of it, where the job runs in a process of its own."""
+        if self.ex.in_process or self.ex.on_ray or group[0].loaded.recipe.load is not None:
+            return None
+        return Worker(group, self.opts)
+
+    def _run_job(self, job: Job, then: tuple[Unit, ...] | None = None) -> None:
+        """Run the job; `then`: the next job's units, whose process starts as soon as this job's
+        results are in (while its engine shuts down and its reports are written)."""
+        self.ends.join()  # the job before is over, its GPU memory back
         # a serving run: the recipe against its engine's server
         if job.units[0].loaded.recipe.load is not None:
             # check_routes: there is a serving route
@@ -385,7 +410,11 @@ class _Call:
             results = run_job(job)
         else:
             self._warm_reports()
-            results = run_isolated(job, warn=lambda line: self.say(line, True))
+            worker, self.worker = self.worker, None
+            say = lambda line: self.say(line, True)
+            results = run_isolated(job, warn=say, worker=worker, ends=self.ends)
+        if then is not None:
+            self.worker = self._ahead(then)
         for res in results:
             self.done(res)
 

@@ -118,7 +118,10 @@ class Stages(_M):
         "process, before anything runs).",
     )
     process_s: float = Field(
-        0.0, description="The worker process: started until it is ready (0: in the caller's)."
+        0.0,
+        description="How long the job waited for its worker process: its start and the engine "
+        "library's import, less what was done while the caller still prepared the job (0: in the "
+        "caller's process, or ready in time).",
     )
     start_s: float = Field(
         0.0,

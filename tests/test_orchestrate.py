@@ -122,8 +122,10 @@ def test_the_reports_imports_are_made_while_an_isolated_job_runs_and_never_besid
         started.set()
         return real()
 
-    def isolated(job, warn):  # the job's process stands in here; the import is under way meanwhile
+    def isolated(job, warn, worker=None, ends=None):  # this process stands in for the job's
         assert started.wait(10), "pyplot was not imported while the job ran"
+        if worker is not None:
+            worker.close()
         return run_job(job)
 
     monkeypatch.setattr(plots, "pyplot", pyplot)
@@ -163,3 +165,39 @@ def test_a_calls_summary_says_when_other_stored_runs_are_not_in_it(
             False,
         ),
     ]
+
+
+def test_the_next_jobs_process_starts_while_the_job_before_ends_and_none_outlives_the_call(
+    write_recipe, base_recipe, tmp_path, monkeypatch
+):
+    """Issue 41: the first job's process is started before the job is ready (its plan), each next
+    one as soon as the job before wrote its results (while that engine shuts down and the reports
+    are written); the call returns only once every job's process group is gone."""
+    import runner.orchestrate as orch
+    from runner.base.procs import group_alive
+
+    events, procs = [], []
+    real = orch.Worker
+
+    def worker(units, options):
+        events.append(f"process for {units[0].name}")
+        procs.append((w := real(units, options)).proc)
+        return w
+
+    monkeypatch.setattr(orch, "Worker", worker)
+    other = {**_fake(base_recipe, "b"), "engine": {"kind": "fake", "reply": "x"}}  # its own job
+    a, b = (
+        runner.load_recipe(write_recipe(r, f"{r['name']}.yaml"))
+        for r in (_fake(base_recipe, "a"), other)
+    )
+    say = lambda text, err: events.append(text.split(":")[0])
+    results = run_loaded([a, b], _opts(tmp_path / "out"), Executor(), say=say)
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert [e for e in events if e.startswith(("process", "ok"))] == [
+        "process for a",
+        "process for b",  # before a's result is reported
+        "ok a",
+        "ok b",
+    ]
+    assert all(p.poll() is not None and not group_alive(p.pid) for p in procs)
+    assert all(r.stages is not None and r.stages.process_s >= 0 for r in results)

@@ -6,6 +6,7 @@ Engines import these (and nothing above them); recipes embed ModelSpec and Sampl
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -238,6 +239,12 @@ class EngineSpecBase(StrictModel):
 
     def build(self, model: ModelSpec, chat: bool | None) -> Engine:
         raise NotImplementedError
+
+    def preload(self) -> None:
+        """Import the engine's library ahead of `build` (a worker process started before its
+        job)."""
+        if self.library:
+            importlib.import_module(self.library)
 
     def preflight(self, model: ModelSpec) -> None:
         """User errors this engine can see on the host that runs it before anything runs (pure of

@@ -2,9 +2,11 @@
 
 The parent never imports torch or vLLM. The job (recipes, prepared inputs, options) goes to the
 child through its standard input, so no temporary file is left behind even if the runner is killed.
-When a job ends (done, error, timeout, Ctrl-C) the whole process group is killed, and `run_isolated`
-returns only once no member of it is left, so an engine core that outlives its parent cannot hold
-the GPU; GPU memory is checked to be back (NVML) before the next job starts. If a job's process dies
+A job's process may be started ahead of it (`Worker`: Python, the runner and the engine's library
+load meanwhile). When a job ends (done, error, timeout, Ctrl-C) the whole process group is killed,
+and no member of it is left when the next job starts or `runner go` returns, so an engine core that
+outlives its parent cannot hold the GPU; GPU memory is checked to be back (NVML) before the next job
+starts (the caller writes the reports meanwhile: `Ends`). If a job's process dies
 in one recipe, that recipe is recorded failed (with what its log shows) and the recipes after it run
 again in a fresh process. The child is this module (`python -m runner.run.isolate`): its
 stdout/stderr (and those of every process the engine starts) go to the running recipe's
@@ -39,40 +41,98 @@ def failed_result(unit: Unit, error: str, hint: str | None, command: str) -> Run
     return run_result(unit, command, Measured(), Failure(error, hint, evidence))
 
 
-def _start(job: Job) -> subprocess.Popen:
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    job = replace(job, spawned_at=time.time())
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner.run.isolate"],
-        start_new_session=True,
-        env=env,
-        stdin=subprocess.PIPE,
-    )
-    try:
-        assert proc.stdin is not None
-        proc.stdin.write(pickle.dumps(job, pickle.HIGHEST_PROTOCOL))
-        proc.stdin.close()
-    except BrokenPipeError:  # the child died before reading its job: its exit code tells
-        pass
-    except BaseException:
-        kill_group(proc.pid, grace_s=2, proc=proc)
-        raise
-    return proc
+class Worker:
+    """A job's process, started ahead of its job: Python, the runner and the engine's library load
+    (its output in the first recipe's engine.log) while the caller still prepares the job (waits
+    for its plan, ends the job before and writes its reports); the job follows on its standard
+    input."""
+
+    def __init__(self, units: tuple[Unit, ...], options):
+        _headers(units, options)
+        root = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "runner.run.isolate"],
+            start_new_session=True,
+            env=env,
+            stdin=subprocess.PIPE,
+        )
+        log = str(options.folder(units[0].name).engine_log)
+        self._write((units[0].loaded.recipe.engine, log), close=False)
+
+    def _write(self, obj, close: bool) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL))
+            self.proc.stdin.flush()
+            if close:
+                self.proc.stdin.close()
+        except BrokenPipeError:  # the child died before reading its job: its exit code tells
+            pass
+        except BaseException:
+            self.close()
+            raise
+
+    def send(self, job: Job) -> subprocess.Popen:
+        self._write(replace(job, spawned_at=time.time()), close=True)
+        return self.proc
+
+    def close(self) -> None:
+        kill_group(self.proc.pid, grace_s=2, proc=self.proc)
 
 
-def _wait(proc: subprocess.Popen, timeout_s: float | None) -> str | None:
+class Ends:
+    """The ends of jobs whose recipes all wrote their results: the process group ends (the engine's
+    shutdown, then the group killed) and GPU memory is checked to be back, in the background while
+    the caller writes the reports; `join()` before the next job starts and before the call
+    returns."""
+
+    def __init__(self) -> None:
+        self._threads: list[threading.Thread] = []
+
+    def add(self, end) -> None:
+        self._threads.append(t := threading.Thread(target=end, name="runner-job-end"))
+        t.start()
+
+    def join(self) -> None:
+        while self._threads:
+            self._threads.pop().join()
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float | None, done=lambda: False) -> str | None:
+    """Until the process ends, or `done()` (its recipes wrote their results); past the timeout the
+    group is ended."""
+    deadline = time.monotonic() + timeout_s if timeout_s is not None else None
     try:
-        proc.wait(timeout=timeout_s)
-        return None
-    except subprocess.TimeoutExpired:
-        return f"timed out after {timeout_s:.0f} s (recipe timeout); the run was ended"
+        while proc.poll() is None and not done():
+            if deadline is not None and time.monotonic() >= deadline:
+                kill_group(proc.pid, proc=proc)
+                proc.wait()
+                return f"timed out after {timeout_s:.0f} s (recipe timeout); the run was ended"
+            time.sleep(0.05)
     except KeyboardInterrupt:
         kill_group(proc.pid, grace_s=5, proc=proc)
         raise
-    finally:
-        kill_group(proc.pid, proc=proc)
-        proc.wait()
+    return None
+
+
+def _end(proc: subprocess.Popen, baseline: float | None, job: Job, warn) -> None:
+    """The job's process group ended (the engine's own shutdown first, a minute at most) and GPU
+    memory checked to be back (NVML)."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=60)
+    kill_group(proc.pid, proc=proc)
+    proc.wait()
+    after = wait_for_release(baseline)
+    if None not in (baseline, after) and after > baseline + 1.0:  # type: ignore[operator]
+        line = (
+            f"GPU memory not fully released after the run: {after:.1f} GiB used vs "
+            f"{baseline:.1f} GiB before"
+        )
+        last = job.units[-1].name
+        with open(job.options.folder(last).engine_log, "a", encoding="utf-8") as f:
+            f.write(f"{LOG_MARK} {line}\n")
+        warn(f"WARNING: {last}: {line}")
 
 
 def _collect(
@@ -119,13 +179,11 @@ def _mtime(path: Path) -> float:
         return 0
 
 
-def run_isolated(job: Job, warn=print) -> list[RunResult]:
-    """Run a job's recipes in their own process group; one result per recipe, in order. `warn` gets
-    a line when GPU memory is not back after the job (it goes to the last recipe's engine.log
-    too)."""
-    first = job.units[0].name
-    for unit in job.units:
-        folder = job.options.folder(unit.name)
+def _headers(units: tuple[Unit, ...], options) -> None:
+    """Each recipe's results.json removed and a line marking its start in its engine.log."""
+    first = units[0].name
+    for unit in units:
+        folder = options.folder(unit.name)
         folder.root.mkdir(parents=True, exist_ok=True)
         folder.results.unlink(missing_ok=True)
         # a resumed run keeps the earlier log above
@@ -136,29 +194,33 @@ def run_isolated(job: Job, warn=print) -> list[RunResult]:
             if unit.name != first:
                 f.write(
                     f"(runs on the engine started for {first}: the engine's own output is in "
-                    f"{job.options.folder(first).engine_log})\n"
+                    f"{options.folder(first).engine_log})\n"
                 )
-    baseline, since = used_gib(), time.time_ns()
+
+
+def run_isolated(
+    job: Job, warn=print, worker: Worker | None = None, ends: Ends | None = None
+) -> list[RunResult]:
+    """Run a job's recipes in their own process group (`worker`: one started ahead for this job);
+    one result per recipe, in order. `warn` gets a line when GPU memory is not back after the job
+    (it goes to the last recipe's engine.log too). With `ends`, the results come back as soon as
+    every recipe wrote them, and the group's end is left to `ends`; else it is over on return."""
+    since = time.time_ns()
+    baseline = used_gib()
     try:
-        proc = _start(job)
+        proc = (worker or Worker(job.units, job.options)).send(job)
     except OSError as e:  # the recipes fail; the others still run
         why = f"could not start the recipe's process: {type(e).__name__}: {e}"
         results = [failed_result(u, why, None, job.options.command) for u in job.units]
         for res in results:
             job.options.folder(res.name).write(res)
         return results
-    error = _wait(proc, job.timeout_s())
-    after = wait_for_release(baseline)
+    written = lambda: all(job.options.folder(u.name).results.is_file() for u in job.units)
+    error = _wait(proc, job.timeout_s(), written if ends is not None else lambda: False)
+    end = lambda: _end(proc, baseline, job, warn)
+    # ended early only once every recipe wrote its results: none to run again
+    ends.add(end) if ends is not None and proc.poll() is None else end()
     results, rest = _collect(job, proc, error, since)
-    if None not in (baseline, after) and after > baseline + 1.0:
-        line = (
-            f"GPU memory not fully released after the run: {after:.1f} GiB used vs "
-            f"{baseline:.1f} GiB before"
-        )
-        last = job.units[-1].name
-        with open(job.options.folder(last).engine_log, "a", encoding="utf-8") as f:
-            f.write(f"{LOG_MARK} {line}\n")
-        warn(f"WARNING: {last}: {line}")
     if rest:
         results += run_isolated(replace(job, units=rest), warn)
     return results
@@ -167,7 +229,6 @@ def run_isolated(job: Job, warn=print) -> list[RunResult]:
 def main() -> int:
     """The child: run the job on its stdin, one engine for all its recipes; exit 0 unless the
     process itself fails (a recipe that fails is recorded in its results.json)."""
-    job = pickle.load(sys.stdin.buffer)
     parent = os.getppid()
 
     def watch_parent() -> None:
@@ -187,10 +248,8 @@ def main() -> int:
     sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
     sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
 
-    def to_log(unit: Unit) -> None:
-        """This process's stdout/stderr (fds 1 and 2) appended to the recipe's engine.log while it
-        generates."""
-        log = str(job.options.folder(unit.name).engine_log)
+    def to_log(log: str) -> None:
+        """This process's stdout/stderr (fds 1 and 2) appended to a recipe's engine.log."""
         sys.stdout.flush()
         sys.stderr.flush()
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -198,13 +257,23 @@ def main() -> int:
         os.dup2(fd, 2)
         os.close(fd)
         os.environ["RUNNER_ENGINE_LOG"] = log
+
+    spec, log = pickle.load(sys.stdin.buffer)  # the first recipe's engine: loaded ahead of the job
+    to_log(log)
+    with contextlib.suppress(Exception):  # an import that fails fails again in the engine's build
+        spec.preload()
+    ready = time.time()
+    job: Job = pickle.load(sys.stdin.buffer)
+
+    def before(unit: Unit) -> None:
+        to_log(str(job.options.folder(unit.name).engine_log))
         print(f"runner worker pid {os.getpid()} (process group {os.getpgrp()})", flush=True)
 
     shared = SharedEngine(job.units[0])
-    shared.stages["process_s"] = time.time() - job.spawned_at
+    shared.stages["process_s"] = max(0.0, ready - job.spawned_at)
     try:
         # each recipe's result is in its results.json
-        run_rounds(job, shared, progress, before=to_log)
+        run_rounds(job, shared, progress, before=before)
     finally:
         shared.close()
     return 0

@@ -71,11 +71,7 @@ _KEPT_METRICS = {
 class VLLMEngine:
     # a VLLMSpec (spec.py imports this module)
     def __init__(self, spec: Any, model: ModelSpec, chat: bool | None):
-        # set before vllm is imported; the sampler switch only where unset
-        for k, v in spec.engine_env().items():
-            os.environ.setdefault(
-                k, v
-            ) if k == "VLLM_USE_FLASHINFER_SAMPLER" else os.environ.__setitem__(k, v)
+        spec.set_env()
         try:
             import vllm
         except ImportError as e:

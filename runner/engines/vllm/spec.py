@@ -8,6 +8,7 @@ as JSON); `POST /reset_prefix_cache` is mounted only with `VLLM_SERVER_DEV_MODE=
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -162,6 +163,19 @@ class VLLMSpec(EngineSpecBase):
             why = f"engine_args repeats {sorted(overlap)}; set them as engine fields instead"
             raise RunnerError(why, field="engine.engine_args")
         return kw | self.engine_args
+
+    def preload(self) -> None:
+        self.set_env()
+        super().preload()
+
+    def set_env(self) -> None:
+        """The engine's environment, set before vLLM is imported; the sampler switch only where
+        unset."""
+        for k, v in self.engine_env().items():
+            if k == "VLLM_USE_FLASHINFER_SAMPLER":
+                os.environ.setdefault(k, v)
+            else:
+                os.environ[k] = v
 
     def engine_env(self) -> dict[str, str]:
         env = {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
