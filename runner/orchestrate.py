@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import fmean
+from time import monotonic
 from typing import Any
 
 from runner.base.errors import RunnerError
@@ -149,17 +151,21 @@ class Executor:
                 why = "is a serving recipe, and this call has no serving route (the serve wing)"
                 raise RunnerError(why, file=lr.path, field="load", hint="run it with `runner go`")
 
-    def announce(self, group: tuple[Unit, ...], n: int, out: Path, say: Say) -> None:
+    def announce(
+        self, group: tuple[Unit, ...], job: str, out: Path, say: Say, turn: tuple[int, int] | None
+    ) -> None:
+        """`[job 2 of 7] name (engine, model)`; `turn`: (3, 7) with repeats taken in turns."""
         r = group[0].loaded.recipe
         names = ", ".join(u.name for u in group)
         shared = f" ({len(group)} recipes on one engine)" if len(group) > 1 else ""
         reps = f", {r.replicas} replicas" if r.replicas > 1 else ""
-        say(f"[{n}] {names} ({r.engine.kind}, {r.model.id}{reps}){shared}", True)
+        reps += f"; turn {turn[0]} of {turn[1]}" if turn else ""
+        say(f"[job {job}] {names} ({r.engine.kind}, {r.model.id}{reps}){shared}", True)
         log = RunFolder.of(out, group[0].name).engine_log
         if self.on_ray:
             say(f"  engine output: {log} (from the Ray worker, when the job ends)", True)
-        # engine start can take a minute with nothing on screen: say where to look
-        elif not self.in_process:
+        # engine start can take a minute with nothing on screen: say where to look (once)
+        elif not self.in_process and (turn is None or turn[0] == 1):
             say(f"  engine output: {log}", True)
 
 
@@ -356,16 +362,18 @@ class _Call:
         """Run the units, those that share an engine as one job; each job takes its units' plans
         just before it starts. With repeats taken in turns across engines (`interleave`), each
         turn is a job of its own: repeat 1 of every job, then repeat 2 in the reverse order (A B,
-        B A, ...), each on a freshly started engine."""
+        B A, ...), each on a freshly started engine. Each job is announced with its place in the
+        call; after each (but the last), how long the rest should take."""
         groups, ex, opts = group_by_engine(todo, self.opts.timeout_s), self.ex, self.opts
         if not groups:
             return
         if ex.on_ray:
             # check_routes: there is a Ray route
             for n, group in enumerate(groups, 1):
-                ex.announce(group, n, opts.out, self.say)
+                ex.announce(group, f"{n} of {len(groups)}", opts.out, self.say, None)
             jobs = [Job(plans.attach(g), opts) for g in groups]
-            self.wings.run_on_ray(jobs, address=ex.address, on_result=self.done)
+            got = lambda res: self._from_ray(res, groups)  # noqa: E731
+            self.wings.run_on_ray(jobs, address=ex.address, on_result=got)
             return
         turns = max(u.loaded.recipe.repeat for u in todo) if takes_turns(groups) else 1
         if turns > 1:
@@ -375,22 +383,44 @@ class _Call:
                 else "run one at a time"
             )
             self.say(f"repeats {across}, each on a freshly started engine", True)
-        # one job after another: each job's process started while the job before ends
-        ahead = groups[1:] if turns == 1 else []
+        # the first job's process starts now (one after another: each next one as the job before
+        # ends)
         self.worker = self._ahead(groups[0])
         # A B, then B A, A B, ...: a drift over the call hits every recipe alike
-        for turn in range(1, turns + 1):
-            seq = list(enumerate(groups, 1))
-            for n, group in seq if turn % 2 else seq[::-1]:
-                if turn == 1:
-                    ex.announce(group, n, opts.out, self.say)
-                    group = groups[n - 1] = plans.attach(group)
-                ended = {r.name for r in self.results}
-                live = [u for u in group if u.name not in ended and turn <= u.loaded.recipe.repeat]
-                if live:
-                    rounds = (turn,) if turns > 1 else None
-                    job = Job(tuple(live), opts, rounds=rounds, restarts=turns > 1)
-                    self._run_job(job, ahead.pop(0) if ahead else None)
+        most, order = [max(u.loaded.recipe.repeat for u in g) for g in groups], range(len(groups))
+        seq = [
+            (turn, i)
+            for turn in range(1, turns + 1)
+            for i in (order if turn % 2 else order[::-1])
+            if turn <= most[i]
+        ]
+        walls: dict[int, list[float]] = {}  # each group's jobs' wall times (announce to end)
+        total, begun = len(seq), monotonic()
+        for k, (turn, i) in enumerate(seq):
+            ended = {r.name for r in self.results}
+            live = [u for u in groups[i] if u.name not in ended and turn <= u.loaded.recipe.repeat]
+            if not live:  # its recipes ended in an earlier turn (a failure)
+                total -= 1
+                continue
+            start, done = monotonic(), sum(map(len, walls.values()))
+            of = (turn, most[i]) if turns > 1 else None
+            ex.announce(tuple(live), f"{done + 1} of {total}", opts.out, self.say, of)
+            if turn == 1:
+                live = groups[i] = plans.attach(groups[i])
+            rounds = (turn,) if turns > 1 else None
+            then = groups[seq[k + 1][1]] if turns == 1 and k + 1 < len(seq) else None
+            self._run_job(Job(tuple(live), opts, rounds=rounds, restarts=turns > 1), then)
+            walls.setdefault(i, []).append(monotonic() - start)
+            if left := [j for _, j in seq[k + 1 :]]:
+                self.say(_rest(walls, left, total, monotonic() - begun), True)
+
+    def _from_ray(self, res: RunResult, groups: list[tuple[Unit, ...]]) -> None:
+        """A result from Ray; as a job's last one comes in, how many jobs are done."""
+        self.done(res)
+        have = {r.name for r in self.results}
+        full = [g for g in groups if all(u.name in have for u in g)]
+        if len(groups) > 1 and any(u.name == res.name for g in full for u in g):
+            self.say(f"  call: {len(full)} of {len(groups)} jobs done", True)
 
     def _ahead(self, group: tuple[Unit, ...]) -> Worker | None:
         """A job's process started ahead of it, where the job runs in a process of its own."""
@@ -444,6 +474,16 @@ class _Call:
             )
         for path in self.wings.study_summaries(self.results, out, self.opts.baseline):
             self.say(f"study summary (every stored cell): {path}", to_stderr)
+
+
+def _rest(walls: dict[int, list[float]], left: list[int], total: int, spent: float) -> str:
+    """How long the jobs `left` should take: each group's mean wall time in this call, or the
+    mean of every job so far where the group has none yet."""
+    every = [w for ws in walls.values() for w in ws]
+    rest = sum(fmean(walls.get(j, every)) for j in left)
+    how = "their earlier turns" if all(j in walls for j in left) else "the jobs so far"
+    done = f"{len(every)} of {total} jobs done in {secs(spent)}"
+    return f"  call: {done}; about {secs(rest)} left (from {how})"
 
 
 def one_line(res: RunResult, path: Path) -> str:

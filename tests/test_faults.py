@@ -76,7 +76,8 @@ def test_failing_recipe_does_not_lose_the_others(tmp_path):
     assert "## Failures" in summary and "bad" in summary and "| good" in summary
     assert "FAILED bad" in res.output and "Traceback" not in res.output
     # where each recipe's engine output goes is said before its engine starts
-    assert f"[1] bad (fake, none)\n  engine output: {out / 'bad' / 'engine.log'}\n" in res.stderr
+    log = f"  engine output: {out / 'bad' / 'engine.log'}\n"
+    assert f"[job 1 of 2] bad (fake, none)\n{log}" in res.stderr
     assert f"  engine output: {out / 'good' / 'engine.log'}\n" in res.stderr
 
 

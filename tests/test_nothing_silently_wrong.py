@@ -394,7 +394,7 @@ def test_disk_full_while_writing_is_one_screen_and_keeps_finished_samples(
         ],
     )
     assert user_error(r) == (
-        "[1] t (fake, none)\n"
+        "[job 1 of 1] t (fake, none)\n"
         "Error: {tmp}/out/t/results.json: cannot write it: No space left on device\n"
         "  hint: free disk space or choose another --out; finished samples are kept, and the same "
         "command continues from them\n"

@@ -53,7 +53,7 @@ def test_messages_go_to_say_as_text_and_stream(write_recipe, base_recipe, tmp_pa
         and (out / "t" / "report.md").is_file()
         and (out / "summary.md").is_file()
     )
-    assert said[0] == ("[1] t (fake, none)", True)
+    assert said[0] == ("[job 1 of 1] t (fake, none)", True)
     assert said[1][0].startswith("ok t: 3 examples; generation ") and said[1][1] is False
     assert said[-1] == (f"summary: {out / 'summary.md'}", False)
     said.clear()

@@ -225,7 +225,7 @@ def test_a_rerun_on_ray_is_skipped_as_unchanged(tmp_path, ray_local):
     before = _stored(out)
     again = _go(p, out, "--executor", "ray", "--replicas", "2")
     assert again.exit_code == 0, again.output
-    assert "skip fk: unchanged since" in again.output and "[1] fk" not in again.output
+    assert "skip fk: unchanged since" in again.output and "[job 1 of 1] fk" not in again.output
     assert _stored(out) == before
     changed = _go(p, out, "--executor", "ray", "--replicas", "3")  # replicas is in the run key
     assert changed.exit_code == 0 and "skip fk" not in changed.output

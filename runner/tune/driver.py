@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from time import monotonic
 from typing import Any
 
 from pydantic import ValidationError
@@ -329,15 +330,17 @@ class Outcome:
     failed: bool
 
 
-Stages = Callable[[list[LoadedRecipe], int | None], dict[str, RunResult]]  # runs -> results by name
+# (runs, limit, the stage in words) -> results by name
+Stages = Callable[[list[LoadedRecipe], int | None, str], dict[str, RunResult]]
 
 
 def _stages(t: Tune, wiring: Wiring) -> Stages:
     """The tune's runs, stage by stage, through the orchestrator (`report_only`: what is stored of
-    these very runs)."""
+    these very runs). Each stage is said before it runs, with the tune's time so far."""
     c, ex = t.call, Executor(kind="local", in_process=t.call.in_process)
+    begun: list[float] = []  # when each stage started
 
-    def run(loaded: list[LoadedRecipe], limit: int | None) -> dict[str, RunResult]:
+    def run(loaded: list[LoadedRecipe], limit: int | None, what: str) -> dict[str, RunResult]:
         opts = RunOptions(out=c.out, command="", progress=c.progress, call=new_call(), limit=limit)
         if c.report_only:  # a stored run of other settings is not theirs
             keys = {
@@ -346,6 +349,9 @@ def _stages(t: Tune, wiring: Wiring) -> Stages:
             }
             got = {n: read_result(RunFolder.of(c.out, n)) for n in keys}
             return {n: r for n, r in got.items() if r is not None and r.run_key == keys[n]}
+        so_far = f"; {secs(monotonic() - begun[0])} into the tune" if begun else ""
+        begun.append(monotonic())
+        wiring.say(f"tune {t.name}: {what}{so_far}", True)
         return {r.name: r for r in run_loaded(loaded, opts, ex, wings=wiring.wings, say=wiring.say)}
 
     return run
@@ -357,13 +363,16 @@ def run(t: Tune, wiring: Wiring) -> Outcome:
     report."""
     spec, out, name, stages = t.spec, t.call.out, t.name, _stages(t, wiring)
     screen = f"{name}-screen"
-    base = Cell(0, name, {}, screen=stages([t.load({}, screen)], spec.screen.examples).get(screen))
+    base = Cell(
+        0, name, {}, screen=stages([t.load({}, screen)], spec.screen.examples, _BASE).get(screen)
+    )
     _screen(t, base, stages, wiring.say)
     samples = lambda r: samples_by_id(out, r) if r is not None else {}  # noqa: E731
     kept = keep_after_screen(t.to_screen, base, spec, samples)
     hand = [Cell(-1, h, {}, verdict="hand-written") for h in t.hand]
     confirm = [t.load(c.settings, c.name, spec.confirm.repeat) for c in kept]
-    got = stages([*_as_written(t, wiring), *confirm], None)
+    both = [*_as_written(t, wiring), *confirm]
+    got = stages(both, None, f"confirmation ({sum(lr.recipe.repeat for lr in both)} runs)")
     for c in [base, *kept, *hand]:
         c.full = got.get(c.name)
     if t.call.report_only and base.screen is None and base.full is None:
@@ -388,6 +397,9 @@ def run(t: Tune, wiring: Wiring) -> Outcome:
     return Outcome(words, report, any(x is not None and x.status != "ok" for x in runs))
 
 
+_BASE = "screen of the recipe as written (the baseline)"
+
+
 def _screen(t: Tune, base: Cell, stages: Stages, say: Say) -> None:
     """The candidates' screens, `screen.chunk` at a time, until the minutes budget (spent + the
     confirmation's projected time) would be passed."""
@@ -400,8 +412,12 @@ def _screen(t: Tune, base: Cell, stages: Stages, say: Say) -> None:
                 stop = f"screening stops at {start} of {len(cells)}"
                 say(f"tune {t.name}: the minutes budget is reached ({spent}); {stop}", False)
                 return
-        part = cells[start : start + spec.screen.chunk]
-        got = stages([t.load(c.settings, f"{c.name}-screen") for c in part], spec.screen.examples)
+        part, k = cells[start : start + spec.screen.chunk], start // spec.screen.chunk + 1
+        span = f"cells {start + 1}-{start + len(part)}" if len(part) > 1 else f"cell {start + 1}"
+        what = f"screen {k} of {-(-len(cells) // spec.screen.chunk)} ({span} of {len(cells)})"
+        got = stages(
+            [t.load(c.settings, f"{c.name}-screen") for c in part], spec.screen.examples, what
+        )
         for c in part:
             c.screen = got.get(f"{c.name}-screen")
 
