@@ -44,7 +44,7 @@ from runner.serve.run import (
     request_body,
     saturation,
 )
-from runner.serve.server import Server, ServerError, counters, free_port
+from runner.serve.server import Server, ServerError, counters, exit_status, free_port
 from tests.cli_output import user_error
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -718,4 +718,14 @@ def test_a_client_error_with_a_live_server_stays_a_client_error(tmp_path, vllm_c
     assert first.error_samples == [
         f"aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host 127.0.0.1:{port} "
         f"ssl:default [Connect call failed ('127.0.0.1', {port})]"
+    ]
+
+
+def test_exit_status_in_words():
+    assert [exit_status(c) for c in (0, 3, -9, -15, -40)] == [
+        "exited with code 0",
+        "exited with code 3",
+        "was killed by SIGKILL",
+        "was killed by SIGTERM",
+        "was killed by signal 40",  # a real-time signal has no name
     ]
