@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -43,7 +44,7 @@ from runner.serve.run import (
     request_body,
     saturation,
 )
-from runner.serve.server import Server, ServerError, counters, free_port
+from runner.serve.server import Server, ServerError, counters, exit_status, free_port
 from tests.cli_output import user_error
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -621,9 +622,110 @@ def test_a_server_that_dies_during_warm_up_is_reported_as_its_death_with_its_log
         with pytest.raises(sr.ServerError) as e:
             sr.Sweep(srv, unit, ["t"], [[1, 2]], None).rate(10.0)
     assert e.value.message.startswith(
-        "the server exited during rate 10 (its warm-up or requests) (code 9); last lines"
+        f"the server (pid {srv.pid}) died during the warm-up of rate 10 req/s: it exited with code "
+        f"9; last lines of {srv.log}:\n"
     )
     assert (
         "CUDA out of memory: the stand-in dies" in e.value.message
         and "refused" not in e.value.message
     )
+    assert e.value.hint.startswith("GPU memory ran out")  # from the log's `out of memory`
+
+
+def killed(monkeypatch, tmp_path, vllm_client_dir, die_at: int) -> tuple:
+    """`runner go` of a 2-rate sweep (2 and 4 req/s, evenly spaced: each request is answered before
+    the next is due; per rate 1 warm-up request and 3 measured ones) whose fake server kills itself
+    with SIGKILL on its `die_at`th request."""
+    monkeypatch.setenv("RUNNER_FAKE_SERVER_DIE_AT", str(die_at))
+    monkeypatch.syspath_prepend(str(vllm_client_dir))
+    load = {"request_rate": [2, 4], "num_requests": 3, "warmup_requests": 1, "burstiness": "inf"}
+    path, out = write(tmp_path / "k.yaml", recipe("k", load=load)), tmp_path / "out"
+    res = CliRunner().invoke(cli, ["go", str(path), "--out", str(out), "--no-progress"])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    log = out / "k" / "engine.log"
+    pid = int(re.findall(r"fake server pid (\d+)", log.read_text())[-1])
+    lines = log.read_text().strip().splitlines()[-15:]
+    assert f"fake server: killing itself on request {die_at}, as asked" in lines
+    tail = f"; last lines of {log}:\n" + "\n".join(lines)
+    return res, result(out, "k"), pid, tail
+
+
+HINT = (
+    "SIGKILL is what the kernel's out-of-memory killer sends (`dmesg` shows it): ask the server "
+    "for less memory or free some; its log says why: {}"
+)
+
+
+def test_a_server_killed_during_warm_up_is_its_death_not_a_client_error(
+    monkeypatch, tmp_path, vllm_client_dir
+):
+    res, r, pid, tail = killed(monkeypatch, tmp_path, vllm_client_dir, 1)
+    error = (
+        f"the server (pid {pid}) died during the warm-up of rate 2 req/s: it was killed by SIGKILL"
+    )
+    assert r.status == "failed" and r.error == error + tail
+    assert r.hint == HINT.format(tmp_path / "out" / "k" / "engine.log")
+    assert r.serving.rates == []  # nothing measured before it
+    assert f"FAILED k: {error + tail}\n  hint: {r.hint}\n" in res.output
+
+
+def test_a_server_killed_during_a_rate_keeps_the_rates_before_it(
+    monkeypatch, tmp_path, vllm_client_dir
+):
+    # requests 1-4: rate 2 (warm-up, 3 measured); 5: rate 4's warm-up; 7: its second measured
+    res, r, pid, tail = killed(monkeypatch, tmp_path, vllm_client_dir, 7)
+    assert r.error == (
+        f"the server (pid {pid}) died at rate 4 req/s (1 of 3 measured requests completed): it was "
+        "killed by SIGKILL (the rates before it are kept: 2 req/s)" + tail
+    )
+    assert r.hint == HINT.format(tmp_path / "out" / "k" / "engine.log")
+    [kept] = r.serving.rates
+    assert (kept.rate, kept.completed, kept.errors, r.serving.headline_rate) == (2, 3, 0, None)
+    report = (tmp_path / "out" / "k" / "report.md").read_text()
+    assert (
+        "**The sweep did not finish** (the run failed: above): below are the rates measured before "
+        "it failed, with no headline rate."
+        in report
+        and "**Headline" not in report
+        and "| 2 " in report
+    )
+
+
+def test_a_client_error_with_a_live_server_stays_a_client_error(tmp_path, vllm_client_dir):
+    """The first measured request goes to a port nobody listens on: its client's error is the
+    rate's, the server lives, the sweep goes on."""
+    import runner.serve.run as sr
+
+    load = {"request_rate": [2, 4], "num_requests": 3, "warmup_requests": 1, "burstiness": "inf"}
+    path, out = write(tmp_path / "c.yaml", recipe("c", load=load)), tmp_path / "out"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(vllm_client_dir))
+        c, calls, port = sr.client(), [], free_port()
+        send = c.async_request_openai_completions
+
+        async def one_astray(args, session):
+            calls.append(args)
+            if len(calls) == 2:
+                args = replace(args, api_url=f"http://127.0.0.1:{port}/v1/completions")
+            return await send(args, session)
+
+        mp.setattr(c, "async_request_openai_completions", one_astray)
+        res = CliRunner().invoke(cli, ["go", str(path), "--out", str(out), "--no-progress"])
+    r = result(out, "c")
+    assert res.exit_code == 0 and r.status == "ok" and "died" not in res.output, res.output
+    first, second = r.serving.rates
+    assert (first.completed, first.errors, second.completed, second.errors) == (2, 1, 3, 0)
+    assert first.error_samples == [
+        f"aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host 127.0.0.1:{port} "
+        f"ssl:default [Connect call failed ('127.0.0.1', {port})]"
+    ]
+
+
+def test_exit_status_in_words():
+    assert [exit_status(c) for c in (0, 3, -9, -15, -40)] == [
+        "exited with code 0",
+        "exited with code 3",
+        "was killed by SIGKILL",
+        "was killed by SIGTERM",
+        "was killed by signal 40",  # a real-time signal has no name
+    ]

@@ -5,7 +5,9 @@ chunks, a usage chunk when `stream_options.include_usage`, then `data: [DONE]`),
 are served one at a time, each taking `delay_s` spread over its words, so offered rates above 1 /
 delay_s queue up and saturate it. `/health`, `/version`, `POST /reset_prefix_cache` (there is no
 cache) and `/metrics` (`fake:*_total` counters) answer as vLLM's do; `--fail-start` exits with code
-1 before listening. It prints its pid, process group and settings.
+1 before listening. A test knob: with `RUNNER_FAKE_SERVER_DIE_AT=N` in its environment it kills
+itself with SIGKILL on its Nth completions request (as the kernel's OOM killer would). It prints its
+pid, process group and settings.
 
     python -m runner.serve.fake_server --host H --port P [--reply TEXT] [--delay-s S]
     [--fail-start]"""
@@ -17,6 +19,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import sys
 from collections import Counter
 from typing import Any
@@ -40,7 +43,7 @@ def reply_words(reply: str, body: dict[str, Any]) -> tuple[list[str], str]:
 
 def app(reply: str, delay_s: float) -> web.Application:
     counts: Counter[str] = Counter()
-    lock = asyncio.Lock()
+    lock, die_at = asyncio.Lock(), int(os.environ.get("RUNNER_FAKE_SERVER_DIE_AT", 0))
 
     async def metrics(request: web.Request) -> web.Response:
         names = ("requests", "prompt_tokens", "generation_tokens", "prefix_cache_resets")
@@ -59,6 +62,9 @@ def app(reply: str, delay_s: float) -> web.Application:
         n_prompt = len(prompt) if isinstance(prompt, list) else len(str(prompt or "").split())
         words, finish = reply_words(reply, body)
         counts.update(requests=1, prompt_tokens=n_prompt, generation_tokens=len(words))
+        if counts["requests"] == die_at:
+            print(f"fake server: killing itself on request {die_at}, as asked", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
         usage = {
             "prompt_tokens": n_prompt,
             "completion_tokens": len(words),

@@ -104,6 +104,11 @@ def _intro(r: RunResult, sv: ServingResult) -> list[str]:
             "above): their figures may include hits on earlier rates' prompts.",
             "",
         ]
+    if r.status != "ok":  # the server died mid-sweep
+        return out + [
+            "**The sweep did not finish** (the run failed: above): below are the rates measured "
+            "before it failed, with no headline rate."
+        ]
     out += [
         f"**Headline: {rate_label(sv.headline_rate)} req/s**, the highest rate below saturation: "
         "the sections above "

@@ -7,7 +7,9 @@ then every measured request on the seeded schedule (below) with the recipe's sam
 ids the offline engines get; the counters' growth covers the measured requests only. The sweep stops
 at the first saturated rate (`saturation`). The top-level figures of the result (time, throughput,
 latency, tokens, scores, samples.jsonl) are those of the headline rate, the highest rate below
-saturation at which a request completed; every rate is in `serving`.
+saturation at which a request completed; every rate is in `serving`. A server that dies fails the
+run as its death (when, its exit code or signal, its log), not as its clients' errors; the rates
+measured before it stay in the failed result's `serving`.
 
 The load: vLLM's own benchmark client, the request function `vllm bench serve` uses (vLLM 0.26.0
 `vllm/benchmarks/lib/endpoint_request_func.py`, `async_request_openai_completions`), on `vllm bench
@@ -327,10 +329,15 @@ class Sweep:
         target = Target(f"{server.base_url}/v1/completions", r.model.id, r.sampling)
         try:
             run = run_rate(target, [self.ids[i] for i in indices], rate, r.load, warmed)
-        except OSError:  # refused or reset: a dead server says why in its log, not in the error
+        except OSError:  # refused or reset (the cache reset after the warm-up): the server died?
             if not server.exits_within(2.0):
                 raise
-            raise server.died(f"during rate {rate_label(rate)} (its warm-up or requests)") from None
+            raise self.died(f"during the warm-up of rate {rate_label(rate)} req/s") from None
+        ok = sum(x.ok for x in run.records)
+        # a request failed: the server's death, if it died, says why (its clients say `refused`)
+        if (run.warmup_errors or ok < len(run.records)) and server.exits_within(2.0):
+            done = f"{ok} of {len(run.records)} measured requests completed"
+            raise self.died(f"at rate {rate_label(rate)} req/s ({done})")
         before, after = state["before"], server.counters()
         grown = {n: v - before.get(n, 0.0) for n, v in after.items() if v > before.get(n, 0.0)}
         self.grown |= {n: self.grown.get(n, 0.0) + v for n, v in grown.items()}
@@ -367,7 +374,7 @@ class Sweep:
             done = f"{p.completed}/{p.requests} completed, {p.request_throughput:.2f} req/s"
             say(f"{self.unit.name}: rate {at}: {done}")
             if not self.server.alive():
-                raise self.server.died(f"during rate {at}")
+                raise self.died(f"after rate {at} req/s")
             stop = (
                 f"saturated at {at} req/s: " + "; ".join(self.reasons)
                 if self.reasons
@@ -384,6 +391,24 @@ class Sweep:
                 say(f"{self.unit.name}: {self.notes[-1]}")
                 break
         return self
+
+    def serving(self, headline: float | None = None) -> ServingResult:
+        return ServingResult(
+            headline_rate=headline,
+            saturated_rate=self.points[-1].rate if self.reasons else None,
+            saturation_reasons=self.reasons,
+            skipped_rates=self.skipped,
+            server_start_s=self.server.startup_s,
+            command=self.server.cmd,
+            rates=self.points,
+        )
+
+    def died(self, when: str) -> ServerError:
+        """The server's death, with the rates measured before it (kept in the failed result)."""
+        kept = ", ".join(rate_label(p.rate) for p in self.points)
+        e = self.server.died(when, kept and f" (the rates before it are kept: {kept} req/s)")
+        e.serving = self.serving()
+        return e
 
     def result(self, command: str, folder: RunFolder, info: EngineInfo, m: Measured) -> RunResult:
         """The headline rate's result (the highest rate below saturation at which a request
@@ -421,15 +446,7 @@ class Sweep:
         if hp.errors:
             failed = f"{hp.errors} of {hp.requests} requests failed at {rate} req/s: "
             notes.append(failed + " | ".join(hp.error_samples))
-        serving = ServingResult(
-            headline_rate=hp.rate,
-            saturated_rate=points[-1].rate if self.reasons else None,
-            saturation_reasons=self.reasons,
-            skipped_rates=self.skipped,
-            server_start_s=info.load_s,
-            command=self.server.cmd,
-            rates=points,
-        )
+        serving = self.serving(hp.rate)
         load = self.unit.loaded.recipe.load
         k, share = prefix_share([self.ids[i] for i in load.request_indices(len(self.ids))])
         cached, prompt = hp.cached_tokens, hp.prompt_tokens
@@ -455,7 +472,8 @@ def run_serving(unit: Unit, opts: RunOptions) -> RunResult:
             e.render(with_hint=False) if isinstance(e, RunnerError) else f"{type(e).__name__}: {e}"
         )
         m = Measured(Timings(total_s=time.perf_counter() - t_start), started_at=started)
-        res = run_result(unit, opts.command, m, Failure(error, getattr(e, "hint", None)))
+        failed = Failure(error, getattr(e, "hint", None))
+        res = run_result(unit, opts.command, m, failed, serving=getattr(e, "serving", None))
     folder.write(res)
     return res
 

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.base.errors import RunnerError
-from runner.base.procs import cmdline, kill_group, session_members, stop_group
+from runner.base.procs import cmdline, descendants, kill_group, session_members, stop_group
 from runner.recipe import Recipe
+from runner.run.result import failure_hint
 
 # the server's first process: starts the server in this session, ends the session once the runner is
 # gone
@@ -34,11 +35,28 @@ while p.poll() is None:
     if os.getppid() != parent:
         os.killpg(0, signal.SIGKILL)
     time.sleep(0.2)
+if p.returncode < 0:  # killed by a signal: the watcher too, so that the runner sees which
+    try:
+        signal.signal(-p.returncode, signal.SIG_DFL)
+    except OSError:  # SIGKILL: no handler to reset
+        pass
+    os.kill(os.getpid(), -p.returncode)
 sys.exit(p.returncode)"""
 
 
 class ServerError(RunnerError):
     """The server did not start, crashed, or refused a control call."""
+
+    serving = None  # the rates measured before the server died (a ServingResult), if any
+
+
+def exit_status(code: int) -> str:
+    """A process's return code in words: its exit code, or the signal that killed it."""
+    if code >= 0:
+        return f"exited with code {code}"
+    with contextlib.suppress(ValueError):
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"was killed by signal {-code}"
 
 
 def command(r: Recipe, host: str, port: int) -> tuple[list[str], dict[str, str]]:
@@ -79,6 +97,7 @@ class Server:
     timeout_s: float = 900.0
     proc: subprocess.Popen | None = None
     startup_s: float | None = None
+    pid: int | None = None  # the server's own process (below the watcher), once ready
     grace_s: float = 5.0
 
     def __enter__(self) -> Server:
@@ -139,10 +158,11 @@ class Server:
             code = self.proc.poll()
             if code is not None or time.monotonic() - t0 > self.timeout_s:
                 what = f"did not answer /health within {self.timeout_s:g} s"
-                what = what if code is None else f"exited with code {code} before it was ready"
+                what = what if code is None else f"{exit_status(code)} before it was ready"
                 raise ServerError(f"the server {what}; {self.tail()}")
             time.sleep(0.25)
         self.startup_s = time.monotonic() - t0
+        self.pid = next(iter(descendants(self.proc.pid)), None)
 
     def stop(self) -> None:
         """End the whole session (idempotent); Ctrl-C or SIGTERM arriving meanwhile waits until it
@@ -155,11 +175,20 @@ class Server:
         lines = self.log.read_text(errors="replace").strip().splitlines()[-15:]
         return f"last lines of {self.log}:\n" + "\n".join(lines)
 
-    def died(self, when: str) -> ServerError:
-        """The server's death as the error to report, with its exit code and its last words (not the
-        connection error its clients saw)."""
-        code = self.proc.returncode if self.proc else None
-        return ServerError(f"the server exited {when} (code {code}); {self.tail()}")
+    def died(self, when: str, kept: str = "") -> ServerError:
+        """The server's death as the error to report (not the connection error its clients saw):
+        when, its exit code or signal, its last words, a hint."""
+        code, tail = self.proc.returncode, self.tail()
+        oom = (
+            "SIGKILL is what the kernel's out-of-memory killer sends (`dmesg` shows it): ask the "
+            "server for less memory or free some; "
+            if code == -signal.SIGKILL
+            else ""
+        )
+        return ServerError(
+            f"the server (pid {self.pid}) died {when}: it {exit_status(code)}{kept}; {tail}",
+            hint=failure_hint(tail) or f"{oom}its log says why: {self.log}",
+        )
 
     def exits_within(self, seconds: float) -> bool:
         """Whether the server has exited, or does within `seconds` (a connection error can come just
