@@ -230,3 +230,53 @@ def test_a_rerun_on_ray_is_skipped_as_unchanged(tmp_path, ray_local):
     changed = _go(p, out, "--executor", "ray", "--replicas", "3")  # replicas is in the run key
     assert changed.exit_code == 0 and "skip fk" not in changed.output
     assert len(_stored(out)["replicas"]) == 3
+
+
+@pytest.mark.slow
+def test_finished_samples_come_back_as_they_finish_and_a_sigterm_keeps_them(tmp_path, ray_local):
+    """The driver's partial file gains each replica's finished samples during the run; a SIGTERM
+    of the call leaves them there, and the next call (under another --out: another worker folder,
+    as on another node) continues from them."""
+    import os
+    import shutil
+    import signal
+    import threading
+    import time
+
+    p = _recipe(tmp_path, engine={"kind": "fake", "reply": "{{ answers[0] }}", "delay_s": 0.5})
+    twelve = ("--executor", "ray", "--replicas", "2", "--set", "dataset.limit=12")
+    out, partial, seen = tmp_path / "out", tmp_path / "out" / "fk" / "samples.partial.jsonl", []
+
+    def watch() -> None:  # the first sample line seen while the run goes on: SIGTERM the call
+        end = time.monotonic() + 120
+        while time.monotonic() < end and not seen:
+            lines = partial.read_text().count("\n") if partial.is_file() else 0
+            if lines > 1:
+                seen.append((lines, (out / "fk" / "results.json").exists()))
+                os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+
+    threading.Thread(target=watch, daemon=True).start()
+    r = _go(p, out, *twelve)
+    assert seen and seen[0][1] is False, seen  # lines before the run ended
+    assert r.exit_code == 130 and r.stderr.endswith(
+        "interrupted: 0 of 1 recipes finished; finished samples of an interrupted recipe are kept; "
+        "the same command without --force continues from them\n"
+    )
+    assert not (out / "fk" / "results.json").exists()
+    head, *kept = map(json.loads, partial.read_text(encoding="utf-8").splitlines())
+    assert list(head) == ["_run_key"] and 1 <= len(kept) < 12
+    assert all(d["output"] == d["answers"][0] for d in kept)
+    shutil.move(out, tmp_path / "moved")
+    again = _go(p, tmp_path / "moved", *twelve)
+    assert again.exit_code == 0, again.output
+    stored = _stored(tmp_path / "moved")
+    assert stored["run_key"] == head["_run_key"] and stored["status"] == "ok"
+    assert (
+        stored["reused_samples"]
+        == len(kept)
+        == sum(x["reused_samples"] for x in stored["replicas"])
+    )
+    local = _go(p, tmp_path / "local", "--set", "dataset.limit=12", "--set", "engine.delay_s=0")
+    assert local.exit_code == 0 and _samples(tmp_path / "moved") == _samples(tmp_path / "local")
+    assert not (tmp_path / "moved" / "fk" / "samples.partial.jsonl").exists()

@@ -102,6 +102,26 @@ def test_split_keeps_dataset_order_in_contiguous_shards(tmp_path):
     assert split(job, 1)[0].job is job
 
 
+def test_samples_sent_by_the_tasks_go_to_the_driver_partial_file_each_once(tmp_path):
+    from runner.cluster.ray import _Call
+    from runner.run.resume import load_partial
+
+    job = _job([_recipe(tmp_path, "p")], tmp_path / "out", limit=4)
+    call, unit = _Call([job], 2, None, None, {}), job.units[0]
+
+    def line(i: int) -> str:
+        d = dict(id=unit.prepared.examples[i].id, output=f"o{i}", prompt="p", answers=["a"])
+        return json.dumps({**d, "prompt_tokens": 1, "output_tokens": 1}) + "\n"
+
+    call._keep("p", (line(0) + line(1)).encode())
+    call._keep("p", (line(1) + line(2)).encode())  # a retried task sends its samples again
+    path = tmp_path / "out" / "p" / "samples.partial.jsonl"
+    head = json.dumps({"_run_key": unit.run_key}) + "\n"
+    assert path.read_text() == head + line(0) + line(1) + line(2)
+    kept = load_partial(path, unit.run_key, ["exact_match"])
+    assert [s.output for s in kept.values()] == ["o0", "o1", "o2"]
+
+
 @pytest.mark.slow
 def test_job_on_ray_writes_what_the_local_executor_writes(tmp_path, ray_local):
     p = _recipe(tmp_path, "one", engine={**FAKE, "delay_s": 0.01})

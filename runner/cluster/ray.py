@@ -1,8 +1,10 @@
 """`runner go --executor ray`: each job (recipes sharing an engine), or each data-parallel replica
 of one, as a Ray task asking for the engine's GPUs: `run_isolated` in a folder on the worker node,
 where a retry (of a task whose worker or node died) finds the samples it had finished. What it wrote
-comes back; the driver merges the replicas and writes every file under its `--out` (no shared disk);
-progress comes via a Ray queue. And report.md's "Where it ran"."""
+comes back; the driver merges the replicas and writes every file under its `--out` (no shared disk).
+Finished samples come as they finish, via a Ray queue, into the driver's partial samples file (a
+call interrupted there continues from them, as on the local executor). And report.md's "Where it
+ran"."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.errors import RunnerError
-from runner.base.files import write_bytes_atomic, write_jsonl_atomic
+from runner.base.files import PartialWriter, write_bytes_atomic, write_jsonl_atomic
 from runner.base.format import secs, table
 from runner.base.procs import cmdline, descendants, end_stragglers
 from runner.folder import RunFolder
@@ -116,17 +118,19 @@ def run_replica(rep: Replica, seeds: dict[str, list[Sample]], events: Any) -> di
             start_partial(f.partial, u.run_key, seeds[u.name])
     stop, sent = threading.Event(), {}
 
-    # every half second, each recipe's finished samples (partial file lines)
+    # every half second, each recipe's finished samples (whole lines of its partial file after the
+    # run key) not sent yet, with their count, for the driver's partial file
     def report_progress() -> None:
         while not stop.wait(0.5):
             for name, folder in folders.items():
                 try:
-                    n = folder.partial.read_bytes().count(b"\n") - 1
+                    data = folder.partial.read_bytes()
                 except OSError:
                     continue
-                if n > sent.get(name, 0):
-                    sent[name] = n
-                    events.put(("samples", rep.tag, name, n))
+                data = data[: data.rfind(b"\n") + 1]
+                if len(data) > (at := sent.get(name) or data.find(b"\n") + 1):
+                    sent[name] = len(data)
+                    events.put(("samples", rep.tag, name, data.count(b"\n") - 1, data[at:]))
 
     threading.Thread(target=report_progress, daemon=True).start()
     try:
@@ -281,6 +285,13 @@ class _Call:
         self.by_tag = {r.tag: r for reps in self.plans for r in reps}
         # over the recipe's replicas
         self.totals = {u.name: len(u.prepared.examples) for j in jobs for u in j.units}
+        self.units = {u.name: (u, j.options.folder(u.name)) for j in jobs for u in j.units}
+        # each recipe's finished samples in the driver's partial file, by id: the tasks' seeds, and
+        # those the tasks send are appended as they come
+        self.kept = {
+            n: load_partial(f.partial, u.run_key, u.loaded.recipe.metrics)
+            for n, (u, f) in self.units.items()
+        }
         self.outputs: list[dict[int, Any]] = [{} for _ in jobs]  # [job][replica]: shards or error
         self.results: list[list[RunResult]] = [[] for _ in jobs]
         self.bars, self.where = {}, {}  # where: replica tag -> node, pid, attempts, counts
@@ -326,14 +337,24 @@ class _Call:
     def _seeds(self, rep: Replica) -> dict[str, list[Sample]]:
         """The finished samples the driver's `--out` holds for the replica's shares."""
         return {
-            u.name: merge_samples(
-                u.prepared.examples,
-                load_partial(
-                    rep.job.options.folder(u.name).partial, u.run_key, u.loaded.recipe.metrics
-                ),
-            )
-            for u in rep.job.units
+            u.name: merge_samples(u.prepared.examples, self.kept[u.name]) for u in rep.job.units
         }
+
+    def _keep(self, name: str, lines: bytes) -> None:
+        """A task's finished samples (partial file lines) appended to the driver's partial file,
+        each once: an interrupted call leaves them to the next."""
+        (u, folder), kept, new = self.units[name], self.kept[name], []
+        for line in lines.splitlines(keepends=True):
+            s = Sample.from_line(json.loads(line), list(u.loaded.recipe.metrics))
+            if s.id not in kept:
+                kept[s.id] = s
+                new.append(line.decode())
+        if not new:
+            return
+        if not folder.partial.is_file():
+            start_partial(folder.partial, u.run_key)
+        with PartialWriter(folder.partial) as w:
+            w.append(new)
 
     def _pump(self, events: Any) -> None:
         from tqdm import tqdm
@@ -358,7 +379,8 @@ class _Call:
                             mininterval=0.5,
                         )
                 continue
-            name, count = ev
+            name, count, lines = ev
+            self._keep(name, lines)
             self.where[tag].setdefault("counts", {})[name] = count
             done = sum(w.get("counts", {}).get(name, 0) for w in self.where.values())
             if name in self.bars:
@@ -410,7 +432,9 @@ class _Call:
             shards.append((rep, shard, res))
         write_bytes_atomic(folder.engine_log, b"".join(logs))
         samples = merge_samples(
-            unit.prepared.examples, *[s.samples if s else {} for _, s, _ in shards]
+            unit.prepared.examples,
+            *[s.samples if s else {} for _, s, _ in shards],
+            self.kept[unit.name],  # (a failed task's, sent before it failed)
         )
         facts = dict(executor="ray", replicas=rows, env={"ray": self.env})
         bad = [(rep, r) for rep, _, r in shards if r.status != "ok"]
