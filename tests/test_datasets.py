@@ -455,3 +455,67 @@ def test_a_nan_answer_in_parquet_is_no_gold_and_a_whole_float_its_integer(tmp_pa
         ).examples
     )
     assert [e.answers for e in got] == [("1945",), ()]
+
+
+# --------------------------------------------------------------------------- a limit reads little
+
+
+def test_a_limit_parses_only_its_rows_of_a_large_jsonl_and_the_counts_stay_right(
+    tmp_path, write_recipe, base_recipe, monkeypatch
+):
+    """Issue 42: `--limit 5` on a large JSONL parsed every row; now 5 are parsed, the rest counted
+    (blank lines are not rows), and reports still say "5 of 200000"."""
+    from click.testing import CliRunner
+
+    import runner.inputs.readers as readers
+    from runner.cli import cli
+    from runner.config.loading import load_recipes
+    from runner.inputs.prepare import prepare
+
+    line = '{{"id": "q{0}", "question": "Q{0}", "context": "", "answers": ["{0}"]}}\n'
+    text = "".join(line.format(i) + ("\n" if i % 1000 == 0 else "") for i in range(200_000))
+    (tmp_path / "big.jsonl").write_text(text, encoding="utf-8")
+    d = {
+        **base_recipe,
+        "model": {"id": "none"},
+        "engine": {"kind": "fake"},
+        "dataset": {"format": "jsonl", "path": "big.jsonl"},
+    }
+    path = write_recipe(d)
+    parsed, real = [], readers.json.loads
+    monkeypatch.setattr(readers.json, "loads", lambda s, **kw: parsed.append(s) or real(s, **kw))
+    (lr,) = load_recipes(path)
+    got = prepare(lr, limit=5)
+    assert [e.id for e in got.examples] == [f"q{i}" for i in range(5)]
+    assert (got.n_target, got.n_dataset) == (5, 200_000)
+    # the whole text once (it stops at the first line's end: "Extra data"), then 5 lines
+    assert len(parsed) == 6, len(parsed)
+    monkeypatch.undo()
+    out = tmp_path / "out"
+    r = CliRunner().invoke(
+        cli, ["go", str(path), "--out", str(out), "--limit", "5", "--in-process"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "samples: 5 of 200000 ·" in (out / "t" / "report.md").read_text()
+    assert prepare(lr).n_dataset == 200_000  # all parsed: the same count
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_a_broken_row_after_the_limit_is_not_seen_and_without_it_is_named(tmp_path, fmt):
+    rows = {
+        "jsonl": ['{"question": "a"}', '{"question": "b"}', "", '{"question": "c"}', "{broken"],
+        "csv": ["question,context", "a,x", "b,y", "", "c,z", "d,w,extra"],
+    }[fmt]
+    (tmp_path / f"d.{fmt}").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    fields = {"context": None, "answers": None}
+    s = lambda **kw: spec(format=fmt, path=f"d.{fmt}", fields=fields, **kw)
+    got = read_examples(s(limit=2), tmp_path)
+    assert ([e.question for e in got.examples], got.total) == (["a", "b"], 4)
+    with pytest.raises(DatasetError) as e:
+        read_examples(s(), tmp_path)
+    assert ("line 5 is not valid JSON" if fmt == "jsonl" else "Expected 2 fields in line 6") in (
+        e.value.message
+    )
+    # shuffled, every row is read: the broken one is seen
+    with pytest.raises(DatasetError):
+        read_examples(s(limit=2, shuffle=True), tmp_path)

@@ -243,3 +243,35 @@ def test_an_empty_or_cut_gguf_file_and_a_csv_as_model_are_refused_by_check_witho
     )
     r = check(csv)
     assert r.exit_code == 2 and f"model.id: {csv} is a file, not a model" in r.output, r.output
+
+
+@pytest.mark.slow
+def test_a_damaged_conversion_is_built_again_and_a_second_check_reads_the_kept_config(
+    smollm2_gguf, tmp_path, monkeypatch, write_recipe, base_recipe
+):
+    """Issue 42: the converted tokenizer's folder replaced by a file gave 'Not a directory:
+    .../tokenizer.tmp1234' (a temporary path); each check parsed the file's metadata again."""
+    from click.testing import CliRunner
+
+    from runner.cli import cli
+    from runner.engines import gguf
+
+    pytest.importorskip("gguf")
+    monkeypatch.setenv("RUNNER_CACHE", str(tmp_path / "cache"))
+    model = ModelSpec(id=str(smollm2_gguf))
+    entry = gguf.tokenizer_dir(model).parent
+    for p in sorted(entry.rglob("*"), reverse=True):
+        p.unlink() if p.is_file() else p.rmdir()
+    entry.rmdir()
+    entry.write_bytes(b"\0" * 100)
+    gguf._config.cache_clear()
+    path = write_recipe({**base_recipe, "model": {"id": str(smollm2_gguf)}})
+    check = lambda: CliRunner().invoke(cli, ["check", str(path)])
+    r = check()
+    assert r.exit_code == 0, r.output
+    assert f"note: cached build {entry} is damaged: building it again\n" in r.output
+    assert "prompt tokens over 36 prompts: mean" in r.output and ".tmp" not in r.output
+    gguf._config.cache_clear()  # as a new process: the config comes from $RUNNER_CACHE
+    monkeypatch.setattr(gguf, "_read_config", lambda p: pytest.fail("parsed again"))
+    r = check()
+    assert r.exit_code == 0 and "note: cached build" not in r.output, r.output

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -74,20 +75,32 @@ def ensure_builtin(model_id: str) -> str:
 
 def cached(out: Path, build: Callable[[Path], None]) -> Path:
     """`out`, built once: `build(folder)` writes into a temporary folder that is published as `out`
-    whole (with a manifest of its files' hashes); a folder cut short or damaged is built again."""
+    whole (with a manifest of its files' hashes). A damaged entry (files changed or cut short, or a
+    file in the cache where its folder belongs) is removed and built again, saying so on stderr."""
     if intact(out):
         return out
-    if out.exists():  # a cache cut short or damaged: build it again
+    root = cache_root()
+    # what is damaged: a file where a folder of the entry belongs (below the cache root), or `out`
+    up = (p for p in out.parents if root in p.parents and os.path.lexists(p) and not p.is_dir())
+    if os.path.lexists(damaged := next(up, out)):
+        print(f"note: cached build {damaged} is damaged: building it again", file=sys.stderr)
         try:
-            shutil.rmtree(out)
+            if damaged.is_dir() and not damaged.is_symlink():
+                shutil.rmtree(damaged)
+            else:
+                damaged.unlink()
         except OSError as e:
             msg = f"a cached build is damaged and cannot be removed ({e.strerror})"
-            raise RunnerError(
-                msg, file=str(out), hint="delete that folder; the runner builds it again"
-            ) from None
+            hint = "delete it; the runner builds it again"
+            raise RunnerError(msg, file=str(damaged), hint=hint) from None
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")  # a fresh folder beside `out`
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as e:
+        msg = f"cannot create cache folder {out.parent} ({e.strerror})"
+        hint = f"RUNNER_CACHE (now {root}) must name a folder the runner can write"
+        raise RunnerError(msg, hint=hint) from None
     try:
         build(tmp)
     except BaseException:

@@ -9,7 +9,9 @@ Needs the `gguf` and `accelerate` packages (`pip install 'runner[gguf]'`)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
+import json
 import struct
 import time
 from collections import Counter
@@ -19,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.errors import RunnerError
-from runner.base.files import file_sha256
+from runner.base.files import file_sha256, write_bytes_atomic
 from runner.base.types import ModelSpec
 from runner.engines.builtin import cache_root, cached
 
 PACKAGES = ("gguf", "accelerate")
 INSTALL = "pip install 'runner[gguf]'  (the gguf and accelerate packages)"
 FORMAT = "1"  # bump when what a conversion writes changes
+CONFIGS = "gguf-config"  # under $RUNNER_CACHE: GGUF files' configs, by path, size and mtime
 
 
 def check_file(model: ModelSpec) -> Path:
@@ -155,12 +158,34 @@ def safetensors_dir(model: ModelSpec) -> tuple[Path, dict[str, Any]]:
 
 def config(model: ModelSpec) -> dict[str, Any]:
     """The model's config (shapes, context length) as transformers reads it from the GGUF file's
-    metadata."""
-    path = readable(model)
+    metadata: parsed once (seconds: the metadata holds the whole vocabulary), then kept by the
+    file's path, size and mtime, in this process and in $RUNNER_CACHE."""
+    path = readable(model).resolve()
+    st = path.stat()
+    return json.loads(_config(str(path), st.st_size, st.st_mtime_ns))
+
+
+@lru_cache(maxsize=16)
+def _config(path: str, size: int, mtime_ns: int) -> str:
+    from importlib.metadata import version
+
+    key = f"{path}\0{size}\0{mtime_ns}\0{version('transformers')}\0{FORMAT}"
+    kept = cache_root() / CONFIGS / f"{hashlib.sha256(key.encode()).hexdigest()[:40]}.json"
+    with contextlib.suppress(OSError, ValueError):  # absent or damaged: read from the file
+        if isinstance(json.loads(text := kept.read_text(encoding="utf-8")), dict):
+            return text
+    text = _read_config(Path(path))
+    with contextlib.suppress(OSError):  # a cache that cannot be written is skipped
+        write_bytes_atomic(kept, text.encode())
+    return text
+
+
+def _read_config(path: Path) -> str:
     from transformers import AutoConfig
 
     with _reading(path):
-        return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name).to_dict()
+        cfg = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+    return cfg.to_json_string(use_diff=False)
 
 
 def note(facts: dict[str, Any], engine: str) -> str:

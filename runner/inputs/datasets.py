@@ -29,6 +29,7 @@ class LoadedExamples:
     # of the file's bytes as read (16 hex digits, as runner.base.files.file_sha256); None: hub
     sha256: str | None
     path: str | None  # the file that was read; None for a hub dataset
+    total: int  # rows in the dataset (only the first `limit` may have been parsed)
 
 
 _MISSING = object()
@@ -189,15 +190,16 @@ def read_examples(
     by every error."""
     if spec.format == "hub":
         rows = _hub_rows(spec, where, field)
-        return LoadedExamples(_examples(rows, spec, where, field), None, None)
+        return LoadedExamples(_examples(rows, spec, where, field), None, None, len(rows))
     # a path relative to the recipe file (an absolute one stays itself)
     fb = read_file(base_dir / Path(spec.path).expanduser(), where, field)
     key = (fb.sha256, str(fb.path), spec.model_dump_json(), field)
     if (kept := _READ.get(key)) is None:  # a study's cells read one file many times: parsed once
         if len(_READ) >= 8:
             _READ.clear()
-        examples = _examples(parse_rows(spec, fb, where, field), spec, where, field)
-        _READ[key] = kept = LoadedExamples(examples, fb.sha256, str(fb.path))
+        rows, total = parse_rows(spec, fb, where, field)
+        examples = _examples(rows, spec, where, field)
+        _READ[key] = kept = LoadedExamples(examples, fb.sha256, str(fb.path), total)
     return kept
 
 

@@ -30,8 +30,10 @@ def prepare(lr: LoadedRecipe, limit: int | None = None, estimate: int | None = N
     what was read)."""
     r = lr.recipe
     base = Path(lr.base_dir)
-    loaded = read_examples(r.dataset.model_copy(update={"limit": None}), base, lr.path)
-    examples = list(loaded.examples)[: r.dataset.limit or None][: limit or None]
+    # the smaller limit: without shuffle, only that many rows are parsed
+    cap = min(filter(None, (r.dataset.limit, limit)), default=None)
+    loaded = read_examples(r.dataset.model_copy(update={"limit": cap}), base, lr.path)
+    examples = list(loaded.examples)
     n_target, est = len(examples), estimate or r.estimate
     if est and est < len(examples):
         # a random sample (fixed seed), in dataset order: the first N of a file grouped by article
@@ -43,7 +45,7 @@ def prepare(lr: LoadedRecipe, limit: int | None = None, estimate: int | None = N
     if loaded.sha256:
         inputs[f"dataset:{r.dataset.path}"] = loaded.sha256
     messages = tuple(builder.render_all(examples))
-    return Prepared(tuple(examples), messages, len(loaded.examples), n_target, inputs)
+    return Prepared(tuple(examples), messages, loaded.total, n_target, inputs)
 
 
 def _shots_not_from_the_evaluated_set(

@@ -122,19 +122,26 @@ def _fingerprint(path: Path, w: _Where) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def parse_rows(spec: Any, fb: FileBytes, where: str, prefix: str) -> list[dict]:
-    """Rows of a local file in format squad/json/jsonl/csv/parquet, as plain dicts; messages call
-    the file by the path the recipe writes (`spec.path`)."""
+def parse_rows(spec: Any, fb: FileBytes, where: str, prefix: str) -> tuple[list[dict], int]:
+    """Rows of a local file in format squad/json/jsonl/csv/parquet, as plain dicts, and how many the
+    file holds; messages call the file by the path the recipe writes (`spec.path`). With a limit
+    and no shuffle, JSON Lines and CSV are parsed up to the limit only: the rest is counted, not
+    parsed (a broken JSON line or a repeated id there is not seen)."""
     fmt, w = spec.format, _Where(where, prefix, fb.path, spec.path, spec.format)
+    first = None if spec.shuffle else spec.limit
     data = _decompress(fb.data, w)
     if fmt == "parquet":
-        return _parquet(data, w)
+        return _all(_parquet(data, w))
     text = _text(data, w)
     if fmt == "squad":
-        return squad_rows(json_doc(text, w), w)
+        return _all(squad_rows(json_doc(text, w), w))
     if fmt == "csv":
-        return _csv(text, w)
-    return json_rows(text, fmt, spec.json_field, w)
+        return _csv(text, w, first)
+    return json_rows(text, fmt, spec.json_field, w, first)
+
+
+def _all(rows: list[dict]) -> tuple[list[dict], int]:
+    return rows, len(rows)
 
 
 def _decompress(data: bytes, w: _Where) -> bytes:
@@ -182,7 +189,7 @@ def _text(data: bytes, w: _Where) -> str:
         ) from None
 
 
-def _csv(text: str, w: _Where) -> list[dict]:
+def _csv(text: str, w: _Where, first: int | None = None) -> tuple[list[dict], int]:
     import pandas as pd
     import pyarrow as pa
 
@@ -194,9 +201,14 @@ def _csv(text: str, w: _Where) -> list[dict]:
         # every cell as the text it is (`1945` stays "1945", `0012` stays "0012", `NA`/`None`/`null`
         # stay words);
         # only an empty cell is missing
-        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, na_values=[""])
+        read = lambda **kw: pd.read_csv(
+            io.StringIO(text), dtype=str, keep_default_na=False, na_values=[""], **kw
+        )
+        df = read(nrows=first)
+        # more rows than the limit: counted by the same parser, reading one column
+        total = len(read(usecols=[0])) if first and len(df) == first else len(df)
     except pd.errors.EmptyDataError:
-        return []
+        return [], 0
     except (pd.errors.ParserError, ValueError, OverflowError) as e:
         raise w.unreadable(
             _first_line(e),
@@ -204,7 +216,7 @@ def _csv(text: str, w: _Where) -> list[dict]:
             "comma-separated fields (quote a field that holds a comma)",
         ) from None
     try:
-        return pa.Table.from_pandas(df, preserve_index=False).to_pylist()
+        return pa.Table.from_pandas(df, preserve_index=False).to_pylist(), total
     except (pa.ArrowException, ValueError, TypeError) as e:
         raise w.unreadable(_first_line(e)) from None
 
@@ -253,10 +265,14 @@ def _json_lines(text: str) -> bool:
         return False
 
 
-def _jsonl_records(text: str, w: _Where) -> list[dict]:
-    rows = []
+def _jsonl_records(text: str, w: _Where, first: int | None) -> tuple[list[dict], int]:
+    """The first `first` records (None: all) and the number of non-empty lines."""
+    rows: list[dict] = []
     # not splitlines(): U+2028 may sit inside a JSON string
-    for n, line in enumerate(text.split("\n"), 1):
+    lines = text.split("\n")
+    for n, line in enumerate(lines, 1):
+        if len(rows) == first:  # the rest counted, not parsed
+            return rows, len(rows) + sum(1 for x in lines[n - 1 :] if x.strip())
         s = line.strip()
         if not s:
             continue
@@ -276,19 +292,21 @@ def _jsonl_records(text: str, w: _Where) -> list[dict]:
                 hint='each line must be one record such as {"question": "...", "answers": ["..."]}',
             )
         rows.append(obj)
-    return rows
+    return _all(rows)
 
 
-def json_rows(text: str, fmt: str, json_field: str | None, w: _Where) -> list[dict]:
+def json_rows(
+    text: str, fmt: str, json_field: str | None, w: _Where, first: int | None = None
+) -> tuple[list[dict], int]:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         if fmt == "jsonl" or (e.msg == "Extra data" and text.lstrip().startswith("{")):
-            return _jsonl_records(text, w)  # JSON Lines (also accepted as format: json)
+            return _jsonl_records(text, w, first)  # JSON Lines (also accepted as format: json)
         return json_doc(text, w)  # raises, naming the line and column
     except RecursionError:
         raise w.error(f"{w.name} is nested too deeply to read as JSON") from None
-    return _records(doc, fmt, json_field, w)
+    return _all(_records(doc, fmt, json_field, w))
 
 
 def _records(doc: Any, fmt: str, json_field: str | None, w: _Where) -> list[dict]:

@@ -1,0 +1,115 @@
+"""What the runner keeps of a GGUF file under $RUNNER_CACHE (issue 42): the converted tokenizer, a
+damaged entry of which is built again (never a temporary path in a message), and the config that
+check and plan read, parsed once per file. transformers is a stand-in here: no model needed."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+from runner.base.errors import RunnerError
+from runner.base.types import ModelSpec
+from runner.engines import gguf
+
+CFG = {"model_type": "llama", "max_position_embeddings": 64, "num_hidden_layers": 2}
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """A file with GGUF's magic, $RUNNER_CACHE in tmp_path, and a transformers whose tokenizer and
+    config readers count their reads of the file."""
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"GGUF" + bytes(60))
+    monkeypatch.setenv("RUNNER_CACHE", str(tmp_path / "cache"))
+    reads: list[str] = []
+
+    def tokenizer(*a, **kw):
+        reads.append("tokenizer")
+        save = lambda d: (Path(d) / "tokenizer.json").write_text('{"v": 1}')
+        return SimpleNamespace(save_pretrained=save)
+
+    def config(*a, **kw):
+        reads.append("config")
+        return SimpleNamespace(to_json_string=lambda use_diff: json.dumps(CFG))
+
+    monkeypatch.setitem(
+        sys.modules,
+        "transformers",
+        SimpleNamespace(
+            AutoTokenizer=SimpleNamespace(from_pretrained=tokenizer),
+            AutoConfig=SimpleNamespace(from_pretrained=config),
+        ),
+    )
+    gguf._config.cache_clear()
+    yield SimpleNamespace(path=path, model=ModelSpec(id=str(path)), reads=reads)
+    gguf._config.cache_clear()
+
+
+def test_a_damaged_tokenizer_entry_is_built_again_saying_so(fake, capsys):
+    folder = gguf.tokenizer_dir(fake.model)
+    assert gguf.tokenizer_dir(fake.model) == folder and fake.reads == ["tokenizer"]  # kept
+    (folder / "tokenizer.json").write_text('{"v"')  # cut short
+    assert gguf.tokenizer_dir(fake.model) == folder and fake.reads == ["tokenizer"] * 2
+    assert capsys.readouterr().err == f"note: cached build {folder} is damaged: building it again\n"
+    # the entry's folder replaced by a file (a copy cut short): the file goes, the entry is built
+    entry = folder.parent
+    for p in sorted(entry.rglob("*"), reverse=True):
+        p.unlink() if p.is_file() else p.rmdir()
+    entry.rmdir()
+    entry.write_text("garbage")
+    assert gguf.tokenizer_dir(fake.model) == folder and json.loads(
+        (folder / "tokenizer.json").read_text()
+    ) == {"v": 1}
+    assert capsys.readouterr().err == f"note: cached build {entry} is damaged: building it again\n"
+    assert [p.name for p in entry.parent.iterdir()] == [entry.name]  # no temporary folder left
+
+
+def test_a_cache_that_cannot_be_written_names_its_folder_not_a_temporary_one(fake, monkeypatch):
+    root = fake.path.parent / "not-a-folder"
+    root.write_text("")
+    monkeypatch.setenv("RUNNER_CACHE", str(root))
+    with pytest.raises(RunnerError) as e:
+        gguf.tokenizer_dir(fake.model)
+    folder = f"{root}/gguf-{gguf.sha256(fake.path)[:16]}-v{gguf.FORMAT}"
+    assert e.value.render() == (
+        f"cannot create cache folder {folder} (Not a directory)\n"
+        f"  hint: RUNNER_CACHE (now {root}) must name a folder the runner can write"
+    )
+    assert root.read_text() == ""  # the user's file is left alone
+
+
+def test_the_config_is_parsed_once_per_file_and_again_when_the_file_changes(fake):
+    assert gguf.config(fake.model) == CFG and fake.reads == ["config"]
+    assert gguf.config(fake.model) == CFG and fake.reads == ["config"]  # this process: kept
+    gguf._config.cache_clear()  # another process: from $RUNNER_CACHE
+    assert gguf.config(fake.model) == CFG and fake.reads == ["config"]
+    (kept,) = (Path(os.environ["RUNNER_CACHE"]) / gguf.CONFIGS).iterdir()
+    kept.write_text("{")  # damaged: read from the file again
+    gguf._config.cache_clear()
+    assert gguf.config(fake.model) == CFG and fake.reads == ["config"] * 2
+    st = fake.path.stat()
+    os.utime(fake.path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # rewritten: read again
+    assert gguf.config(fake.model) == CFG and fake.reads == ["config"] * 3
+    with fake.path.open("ab") as f:
+        f.write(b"\0")
+    assert gguf.config(fake.model) == CFG and fake.reads == ["config"] * 4
+
+
+def test_a_second_check_of_a_gguf_recipe_does_not_parse_the_file(fake, write_recipe, base_recipe):
+    """Issue 42: each `runner check` of a GGUF recipe parsed the file's metadata again (10-18 s on
+    a 135M model's file)."""
+    from runner.cli import cli
+
+    d = {**base_recipe, "model": {"id": str(fake.path)}, "engine": {"kind": "fake"}}
+    path = write_recipe(d)
+    for _ in range(2):
+        r = CliRunner().invoke(cli, ["check", str(path), "--no-tokens"])
+        assert r.exit_code == 0 and f"ok {path}: t — fake, {fake.path}," in r.output, r.output
+        gguf._config.cache_clear()  # as a new process
+    assert fake.reads.count("config") == 1
