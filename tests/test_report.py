@@ -328,7 +328,11 @@ def test_estimated_baseline_uses_projected_time_and_is_marked(base_rec):
     assert "3,000" in rows["base"]["generation time"]
     assert not rows["fast"]["generation time"].startswith("~")
     md = report_markdown(rs[0], [])
-    assert "**Estimate**" in md and "40 of 4442" in md
+    assert (
+        "· **estimate**: 40 of 4,442 examples run, the full generation projected at ~3,000.0 s"
+        in md
+    )
+    assert "Projected full-dataset" not in md  # said once, in the verdict
 
 
 def test_random_weight_scores_are_not_shown(base_rec):
@@ -342,7 +346,8 @@ def test_random_weight_scores_are_not_shown(base_rec):
     assert rows["base"]["exact_match"] == "0.800"
     assert rows["base"]["char_f1"] == "0.900"
     md = report_markdown(rs[1], [])
-    assert "Scores are not meaningful" in md and "not meaningful: random weights" in md
+    assert "- Scores: not meaningful (random weights): read it for speed only" in md
+    assert "score (not meaningful: random weights" in md and "Scores are not meaningful" not in md
 
 
 def test_ignored_knob_is_flagged_in_status():
@@ -690,8 +695,8 @@ def test_report_input_file_names_are_shown_verbatim():
 def test_report_header_samples_and_sections():
     r = _repro_result(peak=30.0)
     md = report_markdown(r, samples("repro", [1, 0, 1, 1], outputs=["a`b", "x\ny", "c", "d"]))
-    assert md.startswith("# repro\n\na vLLM run\n")
-    assert "Status: **ok**" in md and "model: `Qwen/Qwen2.5-7B-Instruct`" in md
+    assert md.startswith("# repro\n\n- **ok** · 10 examples, generation 10.0 s (1 run: no ")
+    assert "\n\na vLLM run\n\nEngine: vLLM 1.0 · model: `Qwen/Qwen2.5-7B-Instruct` · " in md
     for h in (
         "Time and throughput",
         "Tokens",
@@ -718,9 +723,10 @@ def test_failed_result_in_report_and_summary(tmp_path, base_rec):
     path = write_report(failed, tmp_path)
     md = path.read_text(encoding="utf-8")
     assert path == tmp_path / "offload" / "report.md"
-    assert "Status: **failed**" in md
-    assert "> **FAILED**: timed out after 400 s (recipe timeout); the run was ended" in md
-    assert "Hint: see reports/offload/engine.log" in md
+    assert md.startswith(
+        "# offload\n\n- **failed**: timed out after 400 s (recipe timeout); the run was ended\n"
+        "- Hint: see reports/offload/engine.log\n"
+    )
     assert "No scores" in md
     rs = [result("base", base_rec), failed]
     s = summary_markdown(rs)
@@ -1423,3 +1429,60 @@ def test_without_a_baseline_the_headline_never_names_a_screen_on_fewer_examples(
     )
     md = summary_markdown([full, screen])
     assert "Fastest: **full**" in md
+
+
+# --------------------------------------------------------------------------- report.md's verdict
+
+
+def test_the_report_answers_first_in_the_figures_its_sections_show():
+    """Right under the title: status, examples and time, throughput, scores, the knobs ignored, a
+    busy machine, the largest stage; each figure as its section below shows it."""
+    from runner.results import Noise, Repeat, Stages
+
+    knob = lambda name, status: KnobResult(
+        name=name, requested=1, effective=0, status=status, evidence="e"
+    )
+    reps = [
+        Repeat(index=1, generate_s=2.0),
+        Repeat(index=2, generate_s=2.2, noise=Noise(busy=["load average 3.1 on 2 CPUs"])),
+    ]
+    r = result(
+        "v",
+        generate_s=2.1,
+        n=36,
+        repeats=reps,
+        knobs=[knob("a", "applied"), knob("cpu_offload_gb", "ignored"), knob("b", "unverified")],
+        stages=Stages(wall_s=20.0, start_s=12.0, generate_s=4.2, sink_s=13.0, other_s=3.8),
+    )
+    md = report_markdown(r, [])
+    shown = table_with(md, "total tok/s")[0]
+    assert md.split("\n\n")[1].splitlines() == [
+        f"- **ok** · 36 examples, generation {shown['generation']} · {shown['requests/s']} "
+        f"requests/s · {shown['output tok/s']} output tok/s",
+        "- Scores: exact_match 0.5000, char_f1 0.7000",
+        "- Knobs **IGNORED**: cpu_offload_gb · **Busy machine** in repeat 2: the time may be off "
+        "(see Repeats)",
+        # scoring runs during generation: never the largest stage
+        "- Most of the wall time went to engine start (its build, imports included): 12.0 s, "
+        "60% of 20.0 s",
+    ]
+    assert (
+        shown["output tok/s"] == "137 (74.9–252)" and "Busy machine" not in md.split("\n\n", 2)[2]
+    )
+    assert "| load average 3.1 on 2 CPUs |" in section(md, "Time and throughput")  # why: in Repeats
+    both = r.model_copy(update={"repeats": [reps[1], reps[1].model_copy(update={"index": 3})]})
+    assert "- Knobs **IGNORED**: cpu_offload_gb · **Busy machine** in repeats 2, 3: " in (
+        report_markdown(both, [])
+    )
+    quiet = r.model_copy(update={"repeats": reps[:1], "knobs": [knob("b", "unverified")]})
+    assert (
+        "- Knobs: none ignored (1 read back; unverified: b) · No repeat found the machine busy"
+        in report_markdown(quiet, [])
+    )
+    fake = result("f", recipe("f", engine={"kind": "fake"}), meaningful=False, n=36)
+    head = report_markdown(fake.model_copy(update={"n_samples": 8}), []).split("\n\n")[1]
+    assert head.splitlines() == [
+        "- **ok** · 8 of 36 examples, generation 10.0 s (1 run: no interval) · 3.6 requests/s · "
+        "28.8 output tok/s",
+        "- Scores: not meaningful (fake engine: no model ran)",
+    ]

@@ -504,12 +504,12 @@ def test_no_chart_without_meaningful_scores_or_a_safe_name(tmp_path):
 def test_report_names_its_study_and_cell():
     r = study_cells()[4]
     lines = report_markdown(r, []).splitlines()
-    assert lines[:3] == [
-        "# s-vllm-cache-ctx",
-        "",
+    # the verdict, then the cell
+    assert lines[:2] == ["# s-vllm-cache-ctx", ""] and lines[2].startswith("- **ok**")
+    assert lines[lines.index("", 2) + 1] == (
         "Cell of study **s**: variant=vllm, engine.enable_prefix_caching=true, "
-        "prompt.template=ctx.j2",
-    ]
+        "prompt.template=ctx.j2"
+    )
     assert "Cell of study" not in report_markdown(plain(), [])
 
 

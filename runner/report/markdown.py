@@ -13,7 +13,7 @@ import yaml
 from runner.base.files import write_text_atomic
 from runner.base.format import N_EXAMPLES_SHOWN, brief, gib, inline, secs, short, table
 from runner.folder import RunFolder, load_samples
-from runner.report.spread import LEGEND, busy, rate_cell, time_cell
+from runner.report.spread import LEGEND, rate_cell, time_cell
 from runner.results import RunResult
 from runner.scoring import conventions
 
@@ -43,28 +43,60 @@ def _banners(r: RunResult) -> list[str]:
             f"> **FAKE ENGINE**: `{r.recipe.engine.kind}` made these outputs up from a "
             "template; no model ran. Times, tokens and scores test the pipeline only."
         )
-    if r.status != "ok":
-        out.append(f"> **FAILED**: {r.error}" + (f"\n>\n> Hint: {r.hint}" if r.hint else ""))
-    # the fake engine's banner says it already
-    if not r.scores_meaningful and not r.recipe.engine.fake:
-        out.append(
-            "> **Scores are not meaningful**: this run used random weights (`load_format: dummy` "
-            "or the builtin smoke-test model); read it for speed only."
-        )
     if r.engine_of:
         out.append(
             f"> Note: this recipe ran on the engine started for {r.engine_of} (engine start "
             "counted there); the prefix cache was reset before it"
         )
-    out += [f"> Note: {n}" for n in r.notes]
-    if where := busy(r):
-        out.append("> **Busy machine**: the time may be off: " + "; ".join(where))
-    if e := r.estimate:
-        out.append(
-            f"> **Estimate**: {e.n_measured} of {e.n_total} examples were run; the full time is "
-            f"projected at {secs(e.projected_s)} ({_interval(e)}; {e.method})."
+    return out + [f"> Note: {n}" for n in r.notes]
+
+
+def _verdict(r: RunResult) -> list[str]:
+    """The answer first, in the figures the sections below show: how it ended, its time and
+    throughput, its scores, the knobs ignored, a busy machine, the largest stage."""
+    t, th, e = r.timings, r.throughput, r.estimate
+    n = f"{r.n_samples:,}" + (f" of {r.n_dataset:,}" if r.n_dataset not in (0, r.n_samples) else "")
+    head = f"**{r.status}**" + (f": {r.error}" if r.error else "")
+    if e:
+        head += (
+            f" · **estimate**: {e.n_measured:,} of {e.n_total:,} examples run, the full "
+            f"generation projected at ~{secs(e.projected_s)} ({_interval(e)}; {e.method})"
         )
-    return out
+    elif time := time_cell(r) or (t.generate_s and secs(t.generate_s)):
+        head += f" · {n} examples, generation {time}"
+    rates = (("requests/s", th.requests_per_s), ("output tok/s", th.output_tokens_per_s))
+    head += "".join(f" · {rate_cell(r, v)} {what}" for what, v in rates if v)
+    out = [head] + ([f"Hint: {r.hint}"] if r.hint else [])
+    if r.recipe.engine.fake:
+        out.append("Scores: not meaningful (fake engine: no model ran)")
+    elif not r.scores_meaningful:
+        out.append("Scores: not meaningful (random weights): read it for speed only")
+    elif r.scores:
+        out.append("Scores: " + ", ".join(f"{k} {v:.4f}" for k, v in r.scores.items()))
+    named = lambda status: ", ".join(k.name for k in r.knobs if k.status == status)
+    unsure = f"; unverified: {named('unverified')}" if named("unverified") else ""
+    knobs = r.knobs and (
+        f"Knobs **IGNORED**: {named('ignored')}"
+        if named("ignored")
+        else f"Knobs: none ignored ({len(r.knobs)} read back{unsure})"
+    )
+    where = ", ".join(str(x.index) for x in r.repeats if x.noise.busy)
+    machine = r.repeats and (
+        f"**Busy machine** in repeat{'s' * (',' in where)} {where}: the time may be off (see "
+        "Repeats)"
+        if where
+        else "No repeat found the machine busy"
+    )
+    if line := " · ".join(x for x in (knobs, machine) if x):
+        out.append(line)
+    if (s := r.stages) and s.wall_s:
+        k = max((k for k in STAGES if k not in ("sink_s", "wall_s")), key=lambda k: getattr(s, k))
+        v = getattr(s, k)
+        out.append(
+            f"Most of the wall time went to {STAGES[k]}: {secs(v)}, {v / s.wall_s:.0%} of "
+            f"{secs(s.wall_s)}"
+        )
+    return [f"- {x}" for x in out]
 
 
 def report_markdown(r: RunResult, samples: list[dict], extra: Sequence[Section] = ()) -> str:
@@ -106,7 +138,7 @@ def cell_value(v: Any) -> str:
 
 def _header(r: RunResult) -> list[str]:
     rec = r.recipe
-    parts = [f"# {r.name}", ""]
+    parts = [f"# {r.name}", "", *_verdict(r), ""]
     if (c := r.cell) is not None:
         what = ", ".join(f"{k}={c.labels.get(k) or cell_value(v)}" for k, v in c.settings.items())
         parts += [f"Cell of study **{c.study}**" + (f": {what}" if what else ""), ""]
@@ -114,10 +146,8 @@ def _header(r: RunResult) -> list[str]:
         parts += [rec.description, ""]
     engine = rec.engine.label or r.engine.name or rec.engine.kind
     parts += [
-        f"Status: **{r.status}** · engine: "
-        f"{' '.join(x for x in (engine, r.engine.version) if x not in ('', '-'))} · model: "
-        f"`{rec.model.id}` · device: {r.engine.device or '–'} · samples: {r.n_samples} of "
-        f"{r.n_dataset} · finished {r.finished_at}",
+        f"Engine: {' '.join(x for x in (engine, r.engine.version) if x not in ('', '-'))} · "
+        f"model: `{rec.model.id}` · device: {r.engine.device or '–'} · finished {r.finished_at}",
         "",
     ]
     for b in _banners(r):  # each its own block quote (adjacent ones would merge)
@@ -167,12 +197,6 @@ def _time_section(r: RunResult) -> list[str]:
                 "up to a second: the tenths lag, the first reads low)."
             )
         parts += ["", text]
-    if e := r.estimate:
-        parts += [
-            "",
-            f"Projected full-dataset generation (**estimate**): ~{secs(e.projected_s)} "
-            f"({_interval(e)}) from {e.n_measured} examples.",
-        ]
     parts += _repeats_section(r) + _start_section(r) + _stages_section(r) + _profile_section(r)
     return parts + _energy_section(r)
 
@@ -382,7 +406,7 @@ def _repeats_section(r: RunResult) -> list[str]:
         "back to back": "back to back on one engine",
     }.get(r.repeat_order or "", "")
     n = len(r.repeats)
-    how = f"{n} repeats, {order}" if n > 1 else "1 run: no interval"
+    how = f"{n} repeats, {order}" if n > 1 else "1 run"
     warm = (
         f"; {r.recipe.warmup} uncounted warm-up generation(s) after each engine start"
         if r.recipe.warmup
@@ -521,7 +545,7 @@ def _prefix_section(r: RunResult) -> list[str]:
         f"({p.shared_prefix_share:.1%} of all prompt tokens); a block-granular prefix cache also "
         "reuses prefixes shared by some prompts only"
     )
-    text += " (see the prediction below)." if r.plan and not r.plan.get("error") else "."
+    text += " (see Predicted and measured)." if r.plan and not r.plan.get("error") else "."
     text += f" Measured hit rate: {p.hit_rate:.1%}." if p.hit_rate is not None else ""
     return ["", "## Prompt prefix", "", text]
 

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 from runner.base.format import cell, secs
 from runner.base.stats import (
-    TIME_CI,
     combined_interval,
     combined_log,
     drift,
@@ -26,11 +25,9 @@ from runner.results import RunResult
 
 ONE_RUN = "1 run: no interval"
 LEGEND = (
-    f"Times are geometric means over the repeats with a 95% interval ({TIME_CI}; n = repeats). A "
-    "speed-up is the "
-    "ratio of two geometric means with its 95% interval: t on the log ratios of the turns where "
-    "the two recipes took turns in one call (paired), else Welch's t on the log times; an interval "
-    "that holds 1 is written as no clear difference."
+    "Times are geometric means of the repeats with 95% intervals (Student t on the log times), "
+    "speed-ups ratios of them (paired t over the turns of one call, else Welch's t), and an "
+    "interval that holds 1 is no clear difference (in full: docs/statistics.md)."
 )
 
 
@@ -89,13 +86,31 @@ def examples(r: RunResult) -> tuple[str, int]:
     return r.recipe.dataset.model_dump_json(), (r.estimate.n_total if r.estimate else r.n_samples)
 
 
+def why_no_ratio(slow: RunResult, fast: RunResult) -> str | None:
+    """Why the two runs' times make no speed-up, None where they do: other examples timed, or random
+    weights (or a fake engine) against real weights unless both were held to the same number of
+    output tokens (`sampling.ignore_eos` and the same count measured): other outputs' lengths."""
+    if examples(slow) != examples(fast):
+        return f"other examples: {examples(fast)[1]:,}"
+    fixed = lambda r: r.recipe.sampling.ignore_eos
+    if slow.scores_meaningful == fast.scores_meaningful or (
+        fixed(slow) and fixed(fast) and slow.tokens.output == fast.tokens.output
+    ):
+        return None
+    made_up = (fast if slow.scores_meaningful else slow).recipe.engine.fake
+    return (
+        f"{'a fake engine' if made_up else 'random weights'} against real weights: their outputs "
+        "differ in length"
+    )
+
+
 def speedup(
     slow: RunResult, fast: RunResult, level: float = 0.95
 ) -> tuple[float, float | None, float | None] | None:
     """time(slow) / time(fast): the ratio of the geometric means and its `level` interval (None
-    without times, or for two runs that did not time the same examples)."""
+    without times, or where `why_no_ratio` gives a reason)."""
     a, b = times(slow), times(fast)
-    if not a or not b or examples(slow) != examples(fast):
+    if not a or not b or why_no_ratio(slow, fast):
         return None
     return ratio_interval(a, b, paired(slow, fast), level)
 

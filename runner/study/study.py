@@ -22,7 +22,15 @@ from runner.folder import SUMMARY, load_results, study_chart_path, study_summary
 from runner.recipe import GateSpec
 from runner.report.markdown import cell_value, cost_figures
 from runner.report.plots import Accuracy, accuracy_chart, pyplot
-from runner.report.spread import clear, examples, ratio_text, speedup, speedup_parts, time_cell
+from runner.report.spread import (
+    clear,
+    examples,
+    ratio_text,
+    speedup,
+    speedup_parts,
+    time_cell,
+    why_no_ratio,
+)
 from runner.report.summary import (
     Sections,
     chart_metric,
@@ -231,7 +239,7 @@ def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
                 (a, b)
                 for a in at[0]
                 for b in group
-                if only_differ_in(a, b, axis) and examples(a) == examples(b)
+                if only_differ_in(a, b, axis) and why_no_ratio(a, b) is None
             )
             speedup = (
                 statistics.geometric_mean([a.projected_s / b.projected_s for a, b in pairs])
