@@ -1,7 +1,8 @@
-"""The generated files, from the models (never by hand): schema/recipe.schema.json and
-schema/results.schema.json (what `runner schema` prints) and docs/recipe-reference.md (the recipe's
-models, the study wing's keys, the metrics and the plan wing's contract). `python docs/generate.py`
-rewrites them; tests/test_schema.py fails when they are out of date."""
+"""The generated files, from the models (never by hand): schema/recipe.schema.json,
+schema/results.schema.json and schema/summary.schema.json (what `runner schema` prints) and
+docs/recipe-reference.md (the recipe's models, the study wing's keys, the metrics and the plan
+wing's contract). `python docs/generate.py` rewrites them; tests/test_schema.py and
+tests/test_summary_json.py fail when they are out of date."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere: the runner beside this folder
     sys.path.insert(0, str(ROOT))
 
-from runner.cli.inspect import results_schema  # noqa: E402
+from runner.cli.inspect import results_schema, summary_schema  # noqa: E402
 from runner.wings import recipe_schema  # noqa: E402
 
 
@@ -240,6 +241,10 @@ def write_all(root: Path = ROOT) -> list[Path]:
         (
             "schema/results.schema.json",
             json.dumps(results_schema(), indent=2, ensure_ascii=False) + "\n",
+        ),
+        (
+            "schema/summary.schema.json",
+            json.dumps(summary_schema(), indent=2, ensure_ascii=False) + "\n",
         ),
         ("docs/recipe-reference.md", reference_markdown()),
     ):

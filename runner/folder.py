@@ -40,9 +40,9 @@ from runner.recipe import NAME_PATTERN
 from runner.results import RunResult
 
 NAME_MAX = 100
-SUMMARY = "summary.md"
+SUMMARY, SUMMARY_JSON = "summary.md", "summary.json"
 CHARTS = {"time": "time.png", "accuracy": "accuracy_vs_time.png", "memory": "memory.png"}
-RESERVED = frozenset({SUMMARY, *CHARTS.values()})
+RESERVED = frozenset({SUMMARY, SUMMARY_JSON, *CHARTS.values()})
 RERUN = "delete the file and rerun the recipe (runner go ... --force)"
 
 

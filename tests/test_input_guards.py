@@ -56,7 +56,7 @@ def test_names_of_summary_files_are_reserved(write_recipe, base_recipe, name):
     rules = (
         "letters, digits, `._-`, at most 100 characters, not starting with `.` or `-`, not one of "
     )
-    rules += "accuracy_vs_time.png, memory.png, summary.md, time.png"
+    rules += "accuracy_vs_time.png, memory.png, summary.json, summary.md, time.png"
     assert (
         user_error(r)
         == f"Error: {{tmp}}/recipe.yaml: name: {name!r} is not a valid run name ({rules})\n"

@@ -160,7 +160,7 @@ def test_report_never_writes_outside_out_for_a_name_read_from_disk(tmp_path, nam
     rules = (
         "letters, digits, `._-`, at most 100 characters, not starting with `.` or `-`, not one of "
     )
-    rules += "accuracy_vs_time.png, memory.png, summary.md, time.png"
+    rules += "accuracy_vs_time.png, memory.png, summary.json, summary.md, time.png"
     why = f"name: {name!r} is not a valid run name ({rules})"
     assert user_error(r) == f"Error: {{tmp}}/deep/out/run/results.json: {why}\n"
     assert sorted(p.name for p in tmp_path.rglob("*.md")) == []

@@ -1,6 +1,6 @@
 """The command group, the exit codes and the guard that turns errors into them (the only place they
-become exit codes): 0 = every recipe succeeded, 1 = some recipe failed, 2 = bad input (nothing run),
-130 = interrupted."""
+become exit codes): 0 = every recipe succeeded, 1 = some recipe failed (or, with `--fail-on-gate`,
+clearly failed its quality gate), 2 = bad input (nothing run), 130 = interrupted."""
 
 from __future__ import annotations
 
@@ -59,8 +59,11 @@ def cli():
     Write one YAML recipe per experiment (model, engine, dataset, prompt,
     sampling, metrics) or a study file that expands into many, then
     `runner go recipes/*.yaml`. Each recipe runs in its own process; reports
-    go to reports/<name>/ and reports/summary.md. The recipe reference is
-    docs/recipe-reference.md.
+    go to reports/<name>/ and reports/summary.md (with summary.json). The
+    recipe reference is docs/recipe-reference.md.
+
+    Exit codes: 0 ok, 1 some recipe failed (with --fail-on-gate: or clearly
+    failed its quality gate), 2 bad input, 130 interrupted.
     """
 
 

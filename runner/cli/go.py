@@ -13,8 +13,17 @@ import click
 
 from runner.base.errors import RunnerError
 from runner.cli.app import EXIT_FAILED, EXIT_INTERRUPTED, cli, guard
-from runner.cli.loading import IN_PROCESS, NO_PROGRESS, overrides, price
+from runner.cli.loading import (
+    FAIL_ON_GATE,
+    IN_PROCESS,
+    NO_PROGRESS,
+    SUMMARY_AS_JSON,
+    after_summary,
+    overrides,
+    price,
+)
 from runner.config.calls import Asked, load_all
+from runner.folder import SUMMARY
 from runner.orchestrate import Executor, Interrupted, new_call, run_loaded
 from runner.recipe import MAX_REPEAT, MAX_TIMEOUT_S
 from runner.run.job import RunOptions
@@ -23,6 +32,11 @@ from runner.wings import call_wings, studies
 
 def echo(text: str, to_stderr: bool) -> None:
     click.echo(text, err=to_stderr)
+
+
+def say(as_json: bool):
+    """`echo`, or with --json every message to stderr (stdout holds the JSON)."""
+    return (lambda text, _: click.echo(text, err=True)) if as_json else echo
 
 
 def interrupted(e: Interrupted) -> NoReturn:
@@ -152,6 +166,8 @@ def interrupted(e: Interrupted) -> NoReturn:
     "cost.usd_per_gpu_hour=X): reports add dollars per million output and prompt tokens and the "
     "cost of each run; a run already complete is not rerun for it."
 )
+@FAIL_ON_GATE
+@SUMMARY_AS_JSON
 @guard
 # click hands each option in as a parameter
 def go(paths, out, only, sets, model_paths, executor, address, replicas, in_process, **run):  # noqa: PLR0913
@@ -168,8 +184,8 @@ def go(paths, out, only, sets, model_paths, executor, address, replicas, in_proc
     on one engine take turns; see --interleave) and reports give geometric means
     with 95% intervals.
     Exit code 0 when every recipe succeeded, 1 when any failed (the others
-    still run and report), 2 for bad input (nothing is run), 130 when
-    interrupted."""
+    still run and report) or, with --fail-on-gate, clearly failed its gate, 2
+    for bad input (nothing is run), 130 when interrupted."""
     ex = Executor(executor, address, in_process)
     ex.check_options(replicas)
     if replicas is not None:
@@ -191,12 +207,14 @@ def go(paths, out, only, sets, model_paths, executor, address, replicas, in_proc
     # this call's command line, for the reports (none where `runner go` was not how it was called)
     argv = sys.argv
     command = "runner go " + shlex.join(argv[2:]) if argv[1:2] == ["go"] else ""
-    progress = not run.pop("no_progress")
+    progress, as_json = not run.pop("no_progress"), run.pop("as_json")
+    fail_on_gate = run.pop("fail_on_gate")
     # --limit, --force, ...
     opts = RunOptions(Path(out), command=command, progress=progress, call=new_call(), **run)
     try:
-        results = run_loaded(loaded, opts, ex, wings=call_wings(), say=echo)
+        results = run_loaded(loaded, opts, ex, wings=call_wings(), say=say(as_json))
     except Interrupted as e:
         interrupted(e)
-    if any(r.status != "ok" for r in results):
+    gate_failed = after_summary(Path(out) / SUMMARY, as_json, fail_on_gate)
+    if gate_failed or any(r.status != "ok" for r in results):
         sys.exit(EXIT_FAILED)

@@ -7,10 +7,19 @@ import json
 from pathlib import Path
 
 import click
+from pydantic import BaseModel
 
 from runner.base.errors import RunnerError
-from runner.cli.app import UserError, cli, guard
-from runner.cli.loading import ONLY_HELP, overrides, price
+from runner.cli.app import EXIT_FAILED, UserError, cli, guard
+from runner.cli.loading import (
+    FAIL_ON_GATE,
+    ONLY_HELP,
+    SUMMARY_AS_JSON,
+    after_summary,
+    json_flag,
+    overrides,
+    price,
+)
 from runner.config.calls import Asked, check_model_paths, expand_paths, load_all
 from runner.recipe import GateSpec
 from runner.results import RunResult
@@ -24,14 +33,20 @@ from runner.wings import recipe_schema, studies
 @click.option(
     "--no-tokens", is_flag=True, help="Skip prompt-token statistics (they need the tokenizer)."
 )
+@json_flag(
+    '{"recipes": [{path, name, engine, model, examples, dataset_examples, runs, notes}], "errors": '
+    "[{path, error}]}",
+    " A file with errors still exits 2, after the JSON.",
+)
 @guard
-def check(paths, sets, model_paths, only, no_tokens):
+def check(paths, sets, model_paths, only, no_tokens, as_json):  # noqa: PLR0913
     """Validate recipes and study files without loading a model; show each recipe's first prompt
     (a study's cells with the settings that vary) and prompt-token statistics."""
     # a study shows the first prompt of each distinct prompt setting once
     shown: set[tuple[str, str]] = set()
     asked = Asked(sets, model_paths, only)  # its --set items checked before the paths are read
-    files, errors, names, every = expand_paths(paths), [], {}, []
+    files, errors, names, every, checked = expand_paths(paths), [], {}, [], []
+    say = lambda text: click.echo(text, err=as_json)
     for f in files:  # each file to its first error; the others are still checked
         try:
             for lr in load_all((str(f),), asked, none_ok=True, unused_ok=True, studies=studies):
@@ -43,19 +58,23 @@ def check(paths, sets, model_paths, only, no_tokens):
                     )
                     raise RunnerError(why, file=lr.path, field="name")
                 names[name] = lr.path
-                _check_one(lr, shown, no_tokens)
+                checked.append(_check_one(lr, shown, no_tokens, say))
         except RunnerError as e:
-            errors.append(e.render())
+            errors.append({"path": str(f), "error": e.render()})
     if only is not None and not names and not errors:
         # raises: --only matches no recipe (and lists them)
         load_all(paths, asked, studies=studies)
+    if not errors:
+        check_model_paths(model_paths, every)
+    if as_json:
+        click.echo(json.dumps({"recipes": checked, "errors": errors}, indent=2, ensure_ascii=False))
     if errors:
         of = f"\n\n{len(errors)} of {len(files)} files have errors" if len(files) > 1 else ""
-        raise UserError("\n\nError: ".join(errors) + of)
-    check_model_paths(model_paths, every)
+        raise UserError("\n\nError: ".join(e["error"] for e in errors) + of)
 
 
-def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool) -> None:
+def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool, say) -> dict:
+    """Check one recipe, saying what was found; what `check --json` prints of it."""
     from runner.inputs.context import check_context
     from runner.inputs.prepare import prepare
     from runner.run.job import check_engine_examples, check_library, check_model
@@ -67,41 +86,45 @@ def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool) -> None:
     r, n = lr.recipe, len(prepared.examples)
     est = f" (an estimate: runs {n}, projects {prepared.n_target})" if n < prepared.n_target else ""
     of = f"{prepared.n_target} of {prepared.n_dataset} examples{est}"
-    click.echo(f"ok {lr.path}: {r.name} — {r.engine.kind}, {r.model.id}, {of}")
+    say(f"ok {lr.path}: {r.name} — {r.engine.kind}, {r.model.id}, {of}")
+    got = {"path": str(lr.path), "name": r.name, "engine": r.engine.kind, "model": r.model.id}
+    got |= {"examples": prepared.n_target, "dataset_examples": prepared.n_dataset, "runs": n}
+    notes = got["notes"] = []
+
+    def note(text: str) -> None:
+        notes.append(text)
+        say(f"  note: {text}")
+
     if r.metrics and (no_gold := sum(not e.answers for e in prepared.examples)):
-        click.echo(
-            f"  note: {no_gold} of {n} examples have no gold answers: they are left out of every "
-            "score"
-        )
+        note(f"{no_gold} of {n} examples have no gold answers: they are left out of every score")
     from runner.engines.hf import hub_note
 
-    if not r.engine.fake and (note := hub_note(r.model)):
-        click.echo(f"  note: {note}")
+    if not r.engine.fake and (hub := hub_note(r.model)):
+        note(hub)
     try:
         check_library(lr)
     except RunnerError as e:  # `runner go` records such a recipe failed and runs the others
-        click.echo(f"  note: cannot run on this machine: {e.message}")
+        note(f"cannot run on this machine: {e.message}")
     from runner.config.loading import read_recipe_file
 
     if ("tune", lr.path) not in shown and "tune" in read_recipe_file(lr.path).keys:
         shown.add(("tune", lr.path))  # once per file
         what = "its cells" if lr.cell else "the recipe as written"
-        click.echo(
-            f"  note: this file has a `tune:` block: runner go runs {what}, runner tune searches it"
-        )
+        note(f"this file has a `tune:` block: runner go runs {what}, runner tune searches it")
     if (c := lr.cell) is not None:
         cell = ", ".join(f"{k}={v}" for k, v in c.settings.items()) or "(no varying settings)"
-        click.echo(f"  cell of study {c.study}: {cell}")
+        say(f"  cell of study {c.study}: {cell}")
         # one first prompt per distinct prompt
         prompt = json.dumps(r.prompt.model_dump(mode="json"), sort_keys=True)
         if (c.study, prompt) in shown:
-            return
+            return got
         shown.add((c.study, prompt))
-    click.echo("first prompt:")
+    say("first prompt:")
     for m in prepared.messages[0]:
-        click.echo(f"  [{m['role']}] " + m["content"].replace("\n", "\n    "))
+        say(f"  [{m['role']}] " + m["content"].replace("\n", "\n    "))
     if not no_tokens:
-        click.echo("  " + token_stats(r, list(prepared.messages)))
+        say("  " + token_stats(r, list(prepared.messages)))
+    return got
 
 
 def token_stats(r, messages) -> str:
@@ -201,16 +224,19 @@ def plan(paths, gpu, as_json, sets, model_paths, only):  # noqa: PLR0913
     "Price the stored runs at X US dollars per GPU-hour (results.json keeps the recipe's own "
     "price)."
 )
+@FAIL_ON_GATE
+@SUMMARY_AS_JSON
 @guard
-def report(out, baseline, gate_text, usd_per_gpu_hour):
+def report(out, baseline, gate_text, usd_per_gpu_hour, fail_on_gate, as_json):  # noqa: PLR0913
     """Rebuild every report.md and summary.md (and each study's own summary) from stored
-    results.json files (runs nothing)."""
+    results.json files (runs nothing). Exit code 0, or 1 with --fail-on-gate when a recipe clearly
+    failed its gate; 2 for bad input."""
     from runner.folder import RunFolder, load_results
     from runner.report.markdown import priced, write_report
     from runner.report.summary import write_summary
     from runner.wings import report_sections, study_summaries, summary_sections
 
-    out_dir, skipped = Path(out), []
+    out_dir, skipped, say = Path(out), [], lambda text: click.echo(text, err=as_json)
     results = [priced(r, usd_per_gpu_hour) for r in load_results(out_dir, skipped)]
     if not results:
         none = RunnerError("no */results.json here", file=out)
@@ -227,22 +253,24 @@ def report(out, baseline, gate_text, usd_per_gpu_hour):
     for r in results:
         write_report(r, out_dir, report_sections(out_dir))
         if r.status == "ok" and (short := RunFolder.of(out_dir, r.name).samples_short(r.n_samples)):
-            click.echo(
+            say(
                 f"{r.name}: {short} (deleted or cut short since the run): `runner go` runs it again"
             )
     summary = write_summary(results, out_dir, baseline, summary_sections(), gate)
-    click.echo(f"summary: {summary} ({len(results)} recipe{'s' * (len(results) != 1)})")
+    say(f"summary: {summary} ({len(results)} recipe{'s' * (len(results) != 1)})")
     for path in study_summaries(results, out_dir, baseline, gate):
-        click.echo(f"study summary: {path}")
+        say(f"study summary: {path}")
     for folder in sorted(p for p in out_dir.iterdir() if p.is_dir() and p.name not in names):
         # a run folder without a result
         ran = (folder / "engine.log").is_file() or (folder / "replaced").is_dir()
         # (one with a results.json was left out above)
         if ran and not (folder / "results.json").exists():
-            click.echo(
+            say(
                 f"no results.json in {folder}: a run that did not finish (left out; rerun it to "
                 "report it)"
             )
+    if after_summary(summary, as_json, fail_on_gate):
+        raise SystemExit(EXIT_FAILED)
 
 
 def gate_for(text: str, results: list, baseline: str | None) -> GateSpec:
@@ -297,19 +325,26 @@ def gate_for(text: str, results: list, baseline: str | None) -> GateSpec:
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["recipe", "results"]), default="recipe")
+@click.argument("what", type=click.Choice(["recipe", "results", "summary"]), default="recipe")
 def schema(what):
-    """Print the JSON Schema of recipe files or of results.json."""
-    click.echo(
-        json.dumps(
-            recipe_schema() if what == "recipe" else results_schema(), indent=2, ensure_ascii=False
-        )
-    )
+    """Print the JSON Schema of recipe files, of results.json or of summary.json."""
+    got = {"recipe": recipe_schema, "results": results_schema, "summary": summary_schema}[what]()
+    click.echo(json.dumps(got, indent=2, ensure_ascii=False))
+
+
+def _schema(model: type[BaseModel], title: str) -> dict:
+    return {
+        **model.model_json_schema(),
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": title,
+    }
 
 
 def results_schema() -> dict:
-    return {
-        **RunResult.model_json_schema(),
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": "runner results.json",
-    }
+    return _schema(RunResult, "runner results.json")
+
+
+def summary_schema() -> dict:
+    from runner.report.summary import SummaryJson
+
+    return _schema(SummaryJson, "runner summary.json")

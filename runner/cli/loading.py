@@ -1,9 +1,10 @@
-"""The options every command that loads recipes shares; the loading itself is
-runner/config/calls.py's."""
+"""The options commands share (the loading itself is runner/config/calls.py's), and what `go` and
+`report` do after the summary: --json and --fail-on-gate."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import click
 
@@ -57,3 +58,40 @@ def price(text: str):
     return click.option(
         "--usd-per-gpu-hour", type=price_range, metavar="X", help=text, callback=_finite
     )
+
+
+FAIL_ON_GATE = click.option(
+    "--fail-on-gate",
+    is_flag=True,
+    help=(
+        "Exit 1 when a recipe clearly failed its quality gate (`fail` in the summary's quality "
+        "gate); one too few to tell or not checked does not fail the call. Each gate that did not "
+        "pass is named on stderr."
+    ),
+)
+
+
+def json_flag(what: str, after: str = ""):
+    """--json: `what` on stdout as one JSON document, every message on stderr."""
+    text = f"Print {what} on stdout as one JSON document; every message goes to stderr.{after}"
+    return click.option("--json", "as_json", is_flag=True, help=text)
+
+
+SUMMARY_AS_JSON = json_flag("the summary (summary.json's document, with `path`: the summary.md)")
+
+
+def after_summary(summary: Path, as_json: bool, fail_on_gate: bool) -> bool:
+    """The summary.json beside `summary` on stdout (`as_json`, with its path); with `fail_on_gate`,
+    each gate that did not pass on stderr. True when some recipe clearly failed its gate."""
+    from runner.folder import SUMMARY_JSON
+    from runner.report.summary import SummaryJson
+
+    doc = SummaryJson.model_validate_json(summary.with_name(SUMMARY_JSON).read_text("utf-8"))
+    if as_json:
+        click.echo(doc.model_copy(update={"path": str(summary)}).model_dump_json(indent=2))
+    gated = [(r.name, r.gate) for r in doc.recipes if r.gate and r.gate.verdict != "pass"]
+    for name, g in gated if fail_on_gate else ():
+        tail = "" if g.passed is False else "; not a failure for --fail-on-gate"
+        word = {"fail": "failed", "too few to tell": "not decided"}.get(g.verdict, "not checked")
+        click.echo(f"gate {word}: {name} — {g.metric}: {g.why}{tail}", err=True)
+    return fail_on_gate and any(g.passed is False for _, g in gated)

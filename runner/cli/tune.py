@@ -4,13 +4,15 @@ ordinary cell under --out, so an interrupted tune continues."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
 
+from runner.base.errors import RunnerError
 from runner.cli.app import EXIT_FAILED, cli, guard
-from runner.cli.go import echo, interrupted
-from runner.cli.loading import IN_PROCESS, NO_PROGRESS, overrides, price
+from runner.cli.go import interrupted, say
+from runner.cli.loading import IN_PROCESS, NO_PROGRESS, json_flag, overrides, price
 from runner.orchestrate import Interrupted
 
 
@@ -32,10 +34,23 @@ from runner.orchestrate import Interrupted
     "dollars."
 )
 @IN_PROCESS
+@json_flag(
+    "the outcome (report, failed, words, winners, against_baseline, front, the winner's recipe, "
+    "every cell)"
+)
 @guard
 # click hands each option in as a parameter
 def tune(  # noqa: PLR0913
-    path, out, dry_run, sets, model_paths, no_progress, report_only, usd_per_gpu_hour, in_process
+    path,
+    out,
+    dry_run,
+    sets,
+    model_paths,
+    no_progress,
+    report_only,
+    usd_per_gpu_hour,
+    in_process,
+    as_json,
 ):
     """Search the `tune:` block of a recipe or study file for the fastest settings that keep its
     accuracy: every candidate screened on the first examples, the best confirmed on every example
@@ -46,12 +61,15 @@ def tune(  # noqa: PLR0913
     from runner.tune import driver
     from runner.wings import call_wings, cell_file, studies
 
+    if dry_run and as_json:
+        why = "lists the candidates as Markdown: it has no JSON"
+        raise RunnerError(why, field="--json with --dry-run", hint="leave out --json")
     if usd_per_gpu_hour is not None:
         sets = (*sets, f"cost.usd_per_gpu_hour={usd_per_gpu_hour}")
     call = driver.Call(
         Path(path), Path(out), sets, model_paths, not no_progress, in_process, report_only
     )
-    wiring = driver.Wiring(call_wings(), studies, cell_file, echo)
+    wiring = driver.Wiring(call_wings(), studies, cell_file, say(as_json))
     t = driver.prepare(call, wiring)
     if dry_run:
         click.echo(driver.dry_run(t))
@@ -60,6 +78,9 @@ def tune(  # noqa: PLR0913
         outcome = driver.run(t, wiring)
     except Interrupted as e:
         interrupted(e)
-    click.echo(f"tune {t.name}: {outcome.words.replace('**', '')}\ntune report: {outcome.report}")
+    words = f"tune {t.name}: {outcome.words.replace('**', '')}\ntune report: {outcome.report}"
+    click.echo(words, err=as_json)
+    if as_json:
+        click.echo(json.dumps({"tune": t.name, **outcome.as_json()}, indent=2, ensure_ascii=False))
     if outcome.failed:
         raise SystemExit(EXIT_FAILED)

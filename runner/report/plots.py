@@ -120,6 +120,22 @@ class Accuracy:
     score_ci: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
+def plotted(results: list[RunResult], metric: str) -> list[RunResult]:
+    """The runs an accuracy chart of `metric` plots: finished, timed, scored with real weights."""
+    return [
+        r
+        for r in results
+        if r.status == "ok" and r.scores_meaningful and metric in r.scores and r.projected_s
+    ]
+
+
+def accuracy_front(results: list[RunResult], accuracy: Accuracy) -> list[RunResult]:
+    """The chart's Pareto front: the plotted runs their gate did not stop that no other of them
+    beats on both lower time and higher score."""
+    ok = [r for r in plotted(results, accuracy.metric) if r.name not in accuracy.failed]
+    return [ok[i] for i in pareto([(r.projected_s, r.scores[accuracy.metric]) for r in ok])]
+
+
 def accuracy_chart(
     results: list[RunResult],
     accuracy: Accuracy,
@@ -131,16 +147,12 @@ def accuracy_chart(
     its score, where `accuracy` has one), the Pareto front in green among the runs their gate did
     not stop (drawn red); points named by `label` (default: run name)."""
     metric, failed, score_ci = accuracy.metric, accuracy.failed, accuracy.score_ci
-    rs = [
-        r
-        for r in results
-        if r.status == "ok" and r.scores_meaningful and metric in r.scores and r.projected_s
-    ]
+    rs = plotted(results, metric)
     if len(rs) < 2:  # one point says nothing a table does not
         return None
     pts = [(r.projected_s, r.scores[metric]) for r in rs]
-    ok = [i for i, r in enumerate(rs) if r.name not in failed]
-    front = {ok[i] for i in pareto([pts[i] for i in ok])}
+    on = {id(r) for r in accuracy_front(rs, accuracy)}
+    front = {i for i, r in enumerate(rs) if id(r) in on}
     fig, ax = pyplot().subplots(figsize=(7, 4.5))
     for i, r in enumerate(rs):
         t, s = pts[i]

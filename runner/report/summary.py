@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
 
 from runner.base.dotted import flat_dotted
 from runner.base.files import write_text_atomic
@@ -16,14 +18,15 @@ from runner.base.format import N_EXAMPLES_SHOWN, diff_cell, gib, inline, secs, t
 from runner.base.stats import (
     MIN_PAIRED,
     PAIRED_CI,
+    TIME_CI,
     examples_to_resolve,
     mcnemar_exact,
     paired_interval,
 )
-from runner.folder import SUMMARY, RunFolder, load_samples
+from runner.folder import SUMMARY, SUMMARY_JSON, RunFolder, load_samples
 from runner.recipe import GateSpec, Recipe
 from runner.report.markdown import cost_figures
-from runner.report.plots import Accuracy, write_charts
+from runner.report.plots import Accuracy, accuracy_front, write_charts
 from runner.report.spread import (
     LEGEND,
     across_calls,
@@ -32,7 +35,9 @@ from runner.report.spread import (
     clear,
     compared,
     drifted,
+    estimate,
     examples,
+    paired,
     rate_cell,
     ratio_text,
     repeats_to_tell,
@@ -264,6 +269,9 @@ class GateVerdict:
         return f"{self.metric} {self.interval_text()}, allowed -{self.allowed:.3f}"
 
 
+GATE_WORDS = {True: "pass", False: "fail", None: "too few to tell"}
+
+
 def _paired(metric: str, diffs: list[float], allowed: float = 0) -> GateVerdict:
     """The paired differences `diffs` (a run's score minus the baseline's, one per example) judged
     against the drop `allowed`."""
@@ -333,10 +341,9 @@ def gate_section(j: Judged) -> list[str]:
         if (v := verdicts.get(r.name)) is None:
             continue
         if isinstance(v, str):
-            gate = (r.recipe.gate or j.gate).metric  # type: ignore[union-attr]
-            rows.append([r.name, gate, None, None, "not scored", v])
+            rows.append([r.name, _gate_metric(r, j), None, None, "not scored", v])
             continue
-        word = {True: "pass", False: "fail", None: "too few to tell"}[v.passed]
+        word = GATE_WORDS[v.passed]
         rows.append([r.name, v.metric, v.interval_text(), f"-{v.allowed:.3f}", word, v.why()])
     head = ["recipe", "metric", "difference from the baseline (95% CI)", "allowed", "gate", "why"]
     note = (
@@ -386,12 +393,15 @@ def chart_metric(results: list[RunResult], gate: GateSpec | None = None) -> str 
     return next((m for m in names if any(r.scores.get(m, 0) > 0 for r in scored)), None)
 
 
-def score_interval(out: Path, r: RunResult, metric: str) -> tuple[float, float] | None:
+def score_interval(
+    out: Path, r: RunResult, metric: str, rows: Iterable[dict] | None = None
+) -> tuple[float, float] | None:
     """The 95% interval of a run's mean score over its examples (Student t; none under MIN_PAIRED
-    examples)."""
+    examples); `rows`: its samples, where read already."""
     if r.status != "ok" or not r.scores_meaningful or metric not in r.scores:
         return None
-    got = paired_interval([s[metric] for s in samples_by_id(out, r).values() if metric in s])
+    rows = samples_by_id(out, r).values() if rows is None else rows
+    got = paired_interval([s[metric] for s in rows if metric in s])
     return got and got[1:]  # type: ignore[return-value]
 
 
@@ -403,7 +413,7 @@ def pick_baseline(results: list[RunResult], name: str | None = None) -> RunResul
 def _speed(r: RunResult, base: RunResult | None) -> str | None:
     """The speed-up cell: against the baseline, how it was measured and, inside the noise, how many
     repeats would tell."""
-    if r is base or base is None or base.status != "ok" or r.status != "ok":
+    if not _vs_base(r, base):
         return "1.0×" if r is base and r.status == "ok" else None
     # a tune's screen, another --limit or dataset: no ratio to give
     if (ratio := speedup(base, r)) is None:
@@ -416,6 +426,16 @@ def _speed(r: RunResult, base: RunResult | None) -> str | None:
     return speed
 
 
+def _vs_base(r: RunResult, base: RunResult | None) -> bool:
+    """`r` has a speed-up against the baseline: both finished, `r` is not it."""
+    return r is not base and base is not None and base.status == "ok" and r.status == "ok"
+
+
+def _served(r: RunResult) -> bool:
+    """A serving run: its time is set by the offered rate (no speed-up)."""
+    return r.serving is not None and r.serving.headline_rate is not None
+
+
 def _time(r: RunResult, base: RunResult | None) -> str | None:
     """The generation-time cell with its marks: estimate, serving rate, busy, pooled calls, drift,
     another call."""
@@ -423,8 +443,8 @@ def _time(r: RunResult, base: RunResult | None) -> str | None:
     if r.estimate and tcell is not None:
         tcell += f" (est. from {r.estimate.n_measured})"
     # its time is set by the offered rate
-    if r.serving is not None and r.serving.headline_rate is not None:
-        tcell = f"{secs(r.projected_s)} at {r.serving.headline_rate:g} req/s (serving)"
+    if _served(r):
+        tcell = f"{secs(r.projected_s)} at {r.serving.headline_rate:g} req/s (serving)"  # type: ignore[union-attr]
     if tcell is not None:
         tcell += (" busy" if busy(r) else "") + (
             f" ({len(calls(r))} calls)" if len(calls(r)) > 1 else ""
@@ -438,7 +458,6 @@ def _time(r: RunResult, base: RunResult | None) -> str | None:
 def _row(
     r: RunResult, base: RunResult | None, metric_names: list[str], correct: str | None = None
 ) -> list:
-    serving = r.serving is not None and r.serving.headline_rate is not None
     diff = recipe_diff(r.recipe, base.recipe) if base is not None and r is not base else {}
     ignored = ", ".join(k.name for k in r.knobs if k.status == "ignored")
     score = lambda m: f"{r.scores[m]:.3f}" if r.scores_meaningful else "n/a (random weights)"
@@ -449,26 +468,32 @@ def _row(
         if floor and r.status == "ok" and r.timings.generate_s
         else None
     )
-    th, e, usd = r.throughput, r.energy, (cost_figures(r) or {}).get("usd_per_m_output_tokens")
+    th, jpt, usd = r.throughput, _j_per_token(r), _usd_per_m(r)
     return [
         r.name,
         f"{r.status}; ignored: {ignored}" if ignored else r.status,
         r.recipe.engine.kind,
         _time(r, base),
-        None if serving else _speed(r, base),
+        None if _served(r) else _speed(r, base),
         rate_cell(r, th.requests_per_s),
         rate_cell(r, th.output_tokens_per_s),
         gib(r.memory.peak_gpu_gib),
         f"{roof:.0%}" if roof else None,
-        f"{e.j_per_output_token:.3g}"
-        if e and e.measured and e.j_per_output_token is not None
-        else None,
+        f"{jpt:.3g}" if jpt is not None else None,
         f"${usd:.3g}" if usd is not None else None,
         _start_cell(r),
         *per_correct(r, correct),
         *(score(m) if m in r.scores else None for m in metric_names),
         diff_cell(diff) if diff else ("(baseline)" if r is base else ""),
     ]
+
+
+def _j_per_token(r: RunResult) -> float | None:
+    return r.energy.j_per_output_token if r.energy and r.energy.measured else None
+
+
+def _usd_per_m(r: RunResult) -> float | None:
+    return (cost_figures(r) or {}).get("usd_per_m_output_tokens")
 
 
 def per_correct(r: RunResult, metric: str | None) -> list[str | None]:
@@ -667,12 +692,7 @@ def _verdict(j: Judged) -> list[str]:
     base, verdicts = j.base, j.verdicts
     if not (timed := _timed(j)):
         return []
-    stopped = stopped_by_gate(verdicts)
-    best = min(
-        (r for r in timed if r.name not in stopped),
-        key=lambda r: r.projected_s,  # type: ignore[arg-type, return-value]
-        default=None,
-    )
+    stopped, best = stopped_by_gate(verdicts), fastest(j)
     if best is None:
         return ["", "No recipe passed its gate with a time: see the quality gate below."]
     what = "Fastest that passed its gate" if verdicts else "Fastest"
@@ -699,6 +719,17 @@ def _verdict(j: Judged) -> list[str]:
             f"{r.name} ({word(verdicts[r.name])})" for r in faster
         )
     return ["", line + "."]
+
+
+def fastest(j: Judged) -> RunResult | None:
+    """What the summary's headline names: the fastest run that may be named (`_timed`) that its gate
+    did not stop."""
+    stopped = stopped_by_gate(j.verdicts)
+    return min(
+        (r for r in _timed(j) if r.name not in stopped),
+        key=lambda r: r.projected_s,  # type: ignore[arg-type, return-value]
+        default=None,
+    )
 
 
 def _failures(results: list[RunResult]) -> list[str]:
@@ -731,4 +762,176 @@ def write_summary(
     if charts:
         text += "\n## Charts\n\n" + "\n\n".join(f"![{c.stem}]({c.name})" for c in charts) + "\n"
     write_text_atomic(path := Path(out) / SUMMARY, text)
+    write_summary_json(j, out)
+    return path
+
+
+def _gate_metric(r: RunResult, j: Judged) -> str:
+    return (r.recipe.gate or j.gate).metric  # type: ignore[union-attr]
+
+
+class Time(BaseModel):
+    """A generation time in seconds: the geometric mean over the repeats (projected to the full
+    dataset for an estimate) with its 95% interval (null for one repeat)."""
+
+    s: float
+    lo: float | None
+    hi: float | None
+    n: int = Field(description="Repeats measured.")
+    method: str = TIME_CI
+
+    @classmethod
+    def of(cls, r: RunResult) -> Time | None:
+        return None if (e := estimate(r)) is None else cls(s=e[0], lo=e[1], hi=e[2], n=len(r.times))
+
+
+class Speedup(BaseModel):
+    """The baseline's generation time ÷ this recipe's: the ratio of their geometric means with its
+    95% interval; `verdict` `no clear difference` where the interval holds 1."""
+
+    ratio: float
+    lo: float | None
+    hi: float | None
+    method: Literal["paired t on log ratios (in turns)", "Welch t on log times"]
+    measured: Literal["in turns", "back to back", "across calls"]
+    verdict: Literal["faster", "slower", "no clear difference", "no interval"]
+
+    @classmethod
+    def of(cls, r: RunResult, base: RunResult | None) -> Speedup | None:
+        if not _vs_base(r, base) or _served(r) or (got := speedup(base, r)) is None:  # type: ignore[arg-type]
+            return None
+        ratio, lo, hi = got
+        verdict = "faster" if ratio > 1 else "slower"
+        verdict = (
+            "no interval" if lo is None else verdict if clear(lo, hi) else "no clear difference"
+        )
+        how = "paired t on log ratios (in turns)" if paired(base, r) else "Welch t on log times"  # type: ignore[arg-type]
+        return cls(
+            ratio=ratio, lo=lo, hi=hi, method=how, measured=compared(base, r), verdict=verdict
+        )  # type: ignore[arg-type]
+
+
+class Score(BaseModel):
+    """A score's mean over the examples with its 95% interval (Student t; null under 30)."""
+
+    mean: float
+    lo: float | None = None
+    hi: float | None = None
+
+
+class Gate(BaseModel):
+    """The recipe's quality gate against the baseline on their paired examples (as summary.md's
+    quality gate section), or why it could not be checked (`not scored`: the figures null)."""
+
+    metric: str
+    verdict: Literal["pass", "fail", "too few to tell", "not scored"]
+    passed: bool | None = Field(description="Null: too few examples to tell, or not checked.")
+    why: str
+    n: int | None = Field(None, description="Paired examples.")
+    mean: float | None = Field(None, description="Mean difference from the baseline.")
+    lo: float | None = None
+    hi: float | None = None
+    allowed: float | None = Field(None, description="The allowed drop.")
+    fell: int | None = Field(None, description="Examples that scored lower than the baseline's.")
+
+    @classmethod
+    def of(cls, r: RunResult, j: Judged) -> Gate | None:
+        if (v := j.verdicts.get(r.name)) is None:
+            return None
+        if isinstance(v, str):
+            return cls(metric=_gate_metric(r, j), verdict="not scored", passed=None, why=v)
+        return cls(**asdict(v), verdict=GATE_WORDS[v.passed], why=v.why())  # type: ignore[arg-type]
+
+
+class RecipeFigures(BaseModel):
+    """One recipe's row of summary.md."""
+
+    name: str
+    status: str
+    engine: str
+    error: str | None
+    time: Time | None
+    estimate: bool = Field(description="The time is projected from a partial run (--estimate).")
+    speedup: Speedup | None = Field(
+        description="Null for the baseline, a failed or serving run, or one on other examples."
+    )
+    scores: dict[str, Score] = Field(
+        description="Empty where scores mean nothing (random weights)."
+    )
+    requests_per_s: float | None
+    output_tokens_per_s: float | None
+    peak_gpu_gib: float | None
+    j_per_output_token: float | None
+    usd_per_m_output_tokens: float | None
+    gate: Gate | None
+
+    @classmethod
+    def of(cls, r: RunResult, j: Judged) -> RecipeFigures:
+        ok = j.out is not None and r.status == "ok" and r.scores_meaningful
+        rows = list(samples_by_id(j.out, r).values()) if ok else []  # type: ignore[arg-type]
+        ci = lambda m: (rows and score_interval(j.out, r, m, rows)) or (None, None)  # type: ignore[arg-type]
+        scores = {m: Score(mean=v, lo=ci(m)[0], hi=ci(m)[1]) for m, v in r.scores.items()}
+        return cls(
+            name=r.name,
+            status=r.status,
+            engine=r.recipe.engine.kind,
+            error=r.error,
+            time=Time.of(r),
+            estimate=r.estimate is not None,
+            speedup=Speedup.of(r, j.base),
+            scores=scores if r.scores_meaningful else {},
+            requests_per_s=r.throughput.requests_per_s,
+            output_tokens_per_s=r.throughput.output_tokens_per_s,
+            peak_gpu_gib=r.memory.peak_gpu_gib,
+            j_per_output_token=_j_per_token(r),
+            usd_per_m_output_tokens=_usd_per_m(r),
+            gate=Gate.of(r, j),
+        )
+
+
+class SummaryJson(BaseModel):
+    """summary.json, written beside every summary.md (a call's and each study's own) from the same
+    functions: each recipe's figures, the fastest that passed its gate and the front."""
+
+    schema_version: Literal[1] = 1
+    title: str
+    baseline: str | None
+    fastest: str | None = Field(
+        description="The fastest finished, timed run on the baseline's examples that its gate did "
+        "not stop (summary.md's headline)."
+    )
+    front_metric: str | None = Field(
+        description="The score of the front and the accuracy chart: the gate's, else "
+        "exact_match, else the first a run scored above 0 with real weights."
+    )
+    front: list[str] = Field(
+        description="The Pareto front over (generation time, front_metric) among the finished, "
+        "timed runs with meaningful scores that their gate did not stop: no other is at most as "
+        "slow and at least as accurate, and better in one (the accuracy chart's green points)."
+    )
+    recipes: list[RecipeFigures]
+    path: str | None = Field(None, description="The summary.md (in `--json` output only).")
+
+    @classmethod
+    def of(cls, j: Judged, title: str = "Summary") -> SummaryJson:
+        metric, best = chart_metric(j.results, j.gate), fastest(j)
+        on = (
+            accuracy_front(j.results, Accuracy(metric, stopped_by_gate(j.verdicts)))
+            if metric
+            else []
+        )
+        return cls(
+            title=title,
+            baseline=j.base and j.base.name,
+            fastest=best and best.name,
+            front_metric=metric,
+            front=[r.name for r in on],
+            recipes=[RecipeFigures.of(r, j) for r in j.results],
+        )
+
+
+def write_summary_json(j: Judged, folder: Path, title: str = "Summary") -> Path:
+    """`<folder>/summary.json`: `SummaryJson.of(j, title)`."""
+    text = SummaryJson.of(j, title).model_dump_json(indent=2)
+    write_text_atomic(path := Path(folder) / SUMMARY_JSON, text + "\n")
     return path

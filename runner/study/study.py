@@ -40,6 +40,7 @@ from runner.report.summary import (
     pick_baseline,
     stopped_by_gate,
     summary_markdown,
+    write_summary_json,
 )
 from runner.results import RunResult
 
@@ -514,8 +515,9 @@ def write_study_summaries(
         section = lambda rs, o, s=study, c=chart, x=stopped: study_section(s, rs, c, None, x)
         base = baseline if any(c.name == baseline for c in cells) else None
         j = judged(cells, base, out, gate)
-        text = summary_markdown(j, [section, *others], f"Study {study}: every stored cell")
-        write_text_atomic(path, text)
+        title = f"Study {study}: every stored cell"
+        write_text_atomic(path, summary_markdown(j, [section, *others], title))
+        write_summary_json(j, path.parent, title)
         paths.append(path)
     return paths
 
