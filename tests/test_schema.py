@@ -80,11 +80,19 @@ def _generated() -> dict[str, str]:
         + "\n",
         "schema/results.schema.json": json.dumps(gen.results_schema(), indent=2, ensure_ascii=False)
         + "\n",
+        "schema/compare.schema.json": json.dumps(gen.compare_schema(), indent=2, ensure_ascii=False)
+        + "\n",
     }
 
 
 @pytest.mark.parametrize(
-    "rel", ["docs/recipe-reference.md", "schema/recipe.schema.json", "schema/results.schema.json"]
+    "rel",
+    [
+        "docs/recipe-reference.md",
+        "schema/recipe.schema.json",
+        "schema/results.schema.json",
+        "schema/compare.schema.json",
+    ],
 )
 def test_generated_file_is_current(rel):
     committed = (PROJECT / rel).read_text(encoding="utf-8")
