@@ -1,8 +1,9 @@
 """The generated files, from the models (never by hand): schema/recipe.schema.json,
-schema/results.schema.json and schema/summary.schema.json (what `runner schema` prints) and
-docs/recipe-reference.md (the recipe's models, the study wing's keys, the metrics and the plan
-wing's contract). `python docs/generate.py` rewrites them; tests/test_schema.py and
-tests/test_summary_json.py fail when they are out of date."""
+schema/results.schema.json and schema/summary.schema.json (what `runner schema` prints),
+schema/compare.schema.json (`runner compare`'s compare.json) and docs/recipe-reference.md (the
+recipe's models, the study wing's keys, the metrics and the plan wing's contract). `python
+docs/generate.py` rewrites them; tests/test_schema.py and tests/test_summary_json.py fail when they
+are out of date."""
 
 from __future__ import annotations
 
@@ -229,6 +230,16 @@ def plan_reference() -> list[str]:
     return out + [""]
 
 
+def compare_schema() -> dict:
+    from runner.compare.compare import Comparison
+
+    return {
+        **Comparison.model_json_schema(),
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "runner compare.json",
+    }
+
+
 def write_all(root: Path = ROOT) -> list[Path]:
     from runner.base.files import write_text_atomic
 
@@ -245,6 +256,10 @@ def write_all(root: Path = ROOT) -> list[Path]:
         (
             "schema/summary.schema.json",
             json.dumps(summary_schema(), indent=2, ensure_ascii=False) + "\n",
+        ),
+        (
+            "schema/compare.schema.json",
+            json.dumps(compare_schema(), indent=2, ensure_ascii=False) + "\n",
         ),
         ("docs/recipe-reference.md", reference_markdown()),
     ):

@@ -82,6 +82,8 @@ def _generated() -> dict[str, str]:
         + "\n",
         "schema/summary.schema.json": json.dumps(gen.summary_schema(), indent=2, ensure_ascii=False)
         + "\n",
+        "schema/compare.schema.json": json.dumps(gen.compare_schema(), indent=2, ensure_ascii=False)
+        + "\n",
     }
 
 
@@ -92,6 +94,7 @@ def _generated() -> dict[str, str]:
         "schema/recipe.schema.json",
         "schema/results.schema.json",
         "schema/summary.schema.json",
+        "schema/compare.schema.json",
     ],
 )
 def test_generated_file_is_current(rel):

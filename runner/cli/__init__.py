@@ -4,7 +4,7 @@ interrupted."""
 
 from __future__ import annotations
 
-from runner.cli import go, inspect, tune  # noqa: E402, F401, I001  (registers the commands on `cli`)
+from runner.cli import compare, go, inspect, tune  # noqa: E402, F401, I001  (registers the commands on `cli`)
 from runner.cli.app import cli, main
 
 __all__ = ["cli", "main"]

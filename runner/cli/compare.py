@@ -1,0 +1,66 @@
+"""`runner compare OLD NEW`: did a new engine, driver or prompt make a workload slower or change its
+answers (runner/compare/); exit 1 on the conditions a CI gates on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from runner.cli.app import EXIT_FAILED, cli, guard
+
+
+@cli.command()
+@click.argument("old", type=click.Path(path_type=Path))
+@click.argument("new", type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Folder for compare.md, compare.json and compare.png (default: NEW, the --out folder or "
+    "run folder named); never OLD or a folder in it. Earlier compare files there are replaced, "
+    "and said so.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print compare.json on stdout.")
+@click.option(
+    "--fail-on-slower",
+    "pct",
+    type=float,
+    metavar="PCT",
+    help="Exit 1 when a recipe is clearly slower by more than PCT percent: the lower end of its "
+    "NEW/OLD time's 95% interval above 1 + PCT/100 (a time without an interval cannot fail).",
+)
+@click.option(
+    "--fail-on-drop",
+    "drop",
+    metavar="METRIC:DROP",
+    help="Exit 1 when a recipe's paired difference of METRIC is clearly below -DROP: the upper end "
+    "of its 95% interval below -DROP (under 30 paired examples it cannot fail).",
+)
+@guard
+def compare(old, new, out, as_json, pct, drop):  # noqa: PLR0913
+    """Compare the runs stored in NEW with those in OLD: each a `runner go --out` folder or one run
+    folder (results.json in it, e.g. OUT/NAME/replaced/<time>-<key>), recipes matched by name. Per
+    recipe: what differs (settings, versions), NEW/OLD generation time with its 95% interval
+    (Welch's t on the log times), each score's paired difference with its 95% interval, the outputs
+    that changed, and a verdict. Exit 1 when a --fail-on condition holds, 2 on bad input."""
+    from runner.compare import compare as cmp
+    from runner.compare import report
+
+    c = cmp.compare(old, new)
+    fails, cannot = cmp.gates(c, pct, drop)
+    out = out or new
+    if replaced := report.check_out(out, old):
+        click.echo(f"replacing the earlier {', '.join(replaced)} in {out}", err=True)
+    md = report.write(c, out)
+    for side, names in (("old", c.only_old), ("new", c.only_new)):
+        if names:
+            click.echo(f"only in {side}: {', '.join(names)}", err=True)
+    for line in [*(f"{p.name}: {p.time}; {p.answers}" for p in c.recipes), f"compare: {md}"]:
+        click.echo(line, err=as_json)
+    if as_json:
+        click.echo(json.dumps(c.model_dump(mode="json"), indent=2, ensure_ascii=False))
+    for line in [*cannot, *(f"failed {x}" for x in fails)]:
+        click.echo(line, err=True)
+    if fails:
+        raise SystemExit(EXIT_FAILED)

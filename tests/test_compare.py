@@ -1,0 +1,274 @@
+"""`runner compare OLD NEW`: fake-engine runs of two calls, one slowed by a known factor, one whose
+answers change on known examples; versions named; run folders matched whatever their names; exit
+codes a CI gates on; the bad-input messages; compare.json against its schema."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from jsonschema import Draft202012Validator
+from scipy.stats import t
+
+from runner.base.dotted import set_dotted
+from runner.cli import cli
+from tests.cli_output import normalized, user_error
+from tests.conftest import DEMO_DATA, PROJECT
+
+DELAY = 0.004
+WRONG = "{% if id[-1] in '12' %}wrong{% else %}{{ answers[0] }}{% endif %}"  # 8 of the 36 ids
+
+
+def _go(tmp: Path, out: str, delay: float = DELAY, reply: str = "{{ answers[0] }}") -> Path:
+    recipe = {
+        "name": "fk",
+        "model": {"id": "none"},
+        "engine": {"kind": "fake", "reply": reply, "delay_s": delay, "jitter": 0.2},
+        "dataset": {"format": "squad", "path": str(DEMO_DATA)},
+        "prompt": {"template": "jsquad.j2"},
+        "sampling": {"temperature": 0, "max_tokens": 16},
+        "metrics": ["exact_match", "char_f1"],
+        "repeat": 4,
+    }
+    path = tmp / f"{out}.yaml"
+    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    args = ["go", str(path), "--out", str(tmp / out), "--no-progress", "--in-process"]
+    assert CliRunner().invoke(cli, args).exit_code == 0
+    return tmp / out
+
+
+@pytest.fixture(scope="module")
+def calls(tmp_path_factory) -> dict[str, Path]:
+    """Four calls of the same recipe: old, the same again, 3x the per-example delay, and replies
+    that are wrong on 8 known examples."""
+    tmp = tmp_path_factory.mktemp("compare")
+    return {
+        "old": _go(tmp, "old"),
+        "same": _go(tmp, "same"),
+        "slow": _go(tmp, "slow", delay=3 * DELAY),
+        "changed": _go(tmp, "changed", reply=WRONG),
+    }
+
+
+def _copy(src: Path, dest: Path, env: dict | None = None) -> Path:
+    """A copy of an out folder, its results scored for real (as with real weights), with
+    environment facts set (dotted keys)."""
+    shutil.copytree(src, dest)
+    p = dest / "fk" / "results.json"
+    d = json.loads(p.read_text())
+    d["scores_meaningful"] = True
+    for k, v in (env or {}).items():
+        set_dotted(d["environment"], k, v)
+    p.write_text(json.dumps(d))
+    return dest
+
+
+def _compare(*args):
+    return CliRunner().invoke(cli, ["compare", *map(str, args)])
+
+
+def _json(tmp: Path, *args) -> dict:
+    r = _compare(*args, "--json", "--out", tmp / "cmp")
+    assert r.exit_code in (0, 1), r.output
+    doc = json.loads(r.stdout)
+    assert doc == json.loads((tmp / "cmp" / "compare.json").read_text())
+    return doc
+
+
+def test_the_same_runs_are_no_clear_difference_and_pass_the_gate(calls, tmp_path):
+    old, copy = _copy(calls["old"], tmp_path / "a"), _copy(calls["old"], tmp_path / "copy")
+    r = _compare(old, copy, "--fail-on-slower", "10")
+    assert r.exit_code == 0, r.output
+    line, written = r.stdout.splitlines()
+    assert line.startswith("fk: no clear difference (0.") and line.endswith("×); same answers")
+    assert written == f"compare: {copy / 'compare.md'}"
+    assert {p.name for p in copy.iterdir()} >= {"compare.md", "compare.json", "compare.png"}
+    # a second call of the same recipe: its time moves across calls, never clearly by 10%
+    r = _compare(calls["old"], calls["same"], "--fail-on-slower", "10", "--out", tmp_path / "o")
+    assert r.exit_code == 0, r.output
+    assert "fk: " in r.stdout and "scores not comparable (random weights or the fake" in r.stdout
+
+
+def test_a_run_3x_slower_per_example_is_clearly_slower_and_fails_the_gate(calls, tmp_path):
+    r = _compare(calls["old"], calls["slow"], "--fail-on-slower", "10", "--out", tmp_path)
+    assert r.exit_code == 1, r.output
+    doc = json.loads((tmp_path / "compare.json").read_text())
+    p = doc["recipes"][0]
+    assert 1.5 < p["low"] < p["ratio"] < p["high"] and 1.8 < p["ratio"] < 4.5
+    assert p["time"].startswith("clearly slower: ") and p["settings"] == {
+        "engine.delay_s": "0.004 -> 0.012"
+    }
+    assert r.stdout.startswith(f"fk: {p['time']}; same answers")
+    assert r.stderr == (
+        f"failed --fail-on-slower 10: fk is {p['time']}; the lower end {p['low']:.3f} is above "
+        "1.1\n"
+    )
+    md = (tmp_path / "compare.md").read_text()
+    assert "| engine.delay_s 0.004 -> 0.012 " in md and f"{p['time']}; same answers" in md
+    # clearly slower, but not by more than 500%: a pass; nothing replaced without a word
+    r = _compare(calls["old"], calls["slow"], "--fail-on-slower", "500", "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    assert r.stderr == (
+        f"replacing the earlier compare.md, compare.json, compare.png in {tmp_path}\n"
+    )
+
+
+def test_changed_answers_count_and_paired_interval(calls, tmp_path):
+    old, new = _copy(calls["old"], tmp_path / "a"), _copy(calls["changed"], tmp_path / "b")
+    doc = _json(tmp_path, old, new)
+    p = doc["recipes"][0]
+    assert (p["paired"], p["changed"]) == (36, 8)
+    em = next(s for s in p["scores"] if s["metric"] == "exact_match")
+    diffs = [-1.0] * 8 + [0.0] * 28
+    half = t.ppf(0.975, 35) * statistics.stdev(diffs) / 6
+    assert em["difference"] == pytest.approx(-8 / 36)
+    assert (em["low"], em["high"]) == pytest.approx((-8 / 36 - half, -8 / 36 + half))
+    assert (em["now_right"], em["now_wrong"], em["mcnemar_p"]) == (0, 8, 2 / 2**8)
+    assert p["answers"].startswith(
+        f"answers changed: 8 of 36, exact_match -0.222 ({-8 / 36 - half:+.3f} to "
+        f"{-8 / 36 + half:+.3f}), char_f1 -0.222"
+    )
+    # the upper end (-0.080) is below -0.05, not below -0.1
+    r = _compare(old, new, "--fail-on-drop", "exact_match:0.05", "--out", tmp_path / "c")
+    assert r.exit_code == 1, r.output
+    assert r.stderr.splitlines()[-1] == (
+        f"failed --fail-on-drop exact_match:0.05: fk: {em['words']}; the upper end "
+        f"{em['high']:+.3f} is below -0.05"
+    )
+    assert _compare(old, new, "--fail-on-drop", "exact_match:0.1").exit_code == 0
+    md = (new / "compare.md").read_text()
+    assert "| exact_match 0 / 8 (p=0.00781) " in md and em["words"] in md
+
+
+def test_versions_that_differ_are_named(calls, tmp_path):
+    old = _copy(calls["old"], tmp_path / "a", {"packages.vllm": "0.10.0", "driver": "550.1"})
+    new = _copy(calls["old"], tmp_path / "b", {"packages.vllm": "0.11.0", "driver": "580.2"})
+    set_dotted(
+        doc := json.loads((new / "fk" / "results.json").read_text()), "environment.gpu", "H200"
+    )
+    (new / "fk" / "results.json").write_text(json.dumps(doc))
+    doc = _json(tmp_path, old, new)
+    want = ["driver 550.1 -> 580.2", "gpu (unset) -> H200", "packages.vllm 0.10.0 -> 0.11.0"]
+    assert doc["differs"] == want
+    assert doc["recipes"][0]["settings"] == {}
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert f"- versions that differ: {'; '.join(want)}" in md and "| same " in md
+
+
+def test_run_folders_match_whatever_their_names_and_one_run_has_no_interval(calls, tmp_path):
+    """A run folder against the copy a later run set aside in it (replaced/<time>-<key>/, samples
+    gzipped), of another name and one repeat: matched, said so, no interval, the gate cannot fail
+    it; written into NEW, and refused the other way round (NEW in OLD)."""
+    run = tmp_path / "fk"
+    shutil.copytree(calls["same"] / "fk", run)
+    aside = run / "replaced" / "20250101-000000-abc"
+    shutil.copytree(calls["old"] / "fk", aside)
+    samples = aside / "samples.jsonl"
+    (aside / "samples.jsonl.gz").write_bytes(gzip.compress(samples.read_bytes()))
+    samples.unlink()
+    d = json.loads((aside / "results.json").read_text())
+    (aside / "results.json").write_text(
+        json.dumps({**d, "name": "fk0", "repeats": d["repeats"][:1]})
+    )
+    r = _compare(aside, run, "--fail-on-slower", "10", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["matched"] == "two run folders: whatever their names"
+    p = doc["recipes"][0]
+    assert (p["name"], p["old_name"], p["low"], p["high"]) == ("fk", "fk0", None, None)
+    assert (p["paired"], p["changed"]) == (36, 0)
+    assert p["time"].endswith("× (1 run: no interval)") and "clearly" not in p["time"]
+    assert r.stderr.splitlines() == [
+        f"fk: {p['time']}; {p['answers']}",
+        f"compare: {run / 'compare.md'}",
+        f"fk: {p['time']}: --fail-on-slower cannot fail it",
+    ]
+    assert "| fk (old: fk0) " in (run / "compare.md").read_text()
+    assert user_error(_compare(run, aside)) == normalized(
+        f"Error: --out: {aside} is in OLD ({run}): compare never writes into the older runs\n"
+        "  hint: name another folder with --out\n"
+    )
+
+
+def test_recipes_on_one_side_are_named(calls, tmp_path):
+    old = _copy(calls["old"], tmp_path / "a")
+    shutil.copytree(old / "fk", old / "gone")
+    d = json.loads((old / "gone" / "results.json").read_text())
+    (old / "gone" / "results.json").write_text(json.dumps({**d, "name": "gone"}))
+    r = _compare(old, calls["same"], "--out", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert r.stderr == "only in old: gone\n"
+    assert "- only in old: gone\n" in (tmp_path / "out" / "compare.md").read_text()
+
+
+SIDE = "name a `runner go --out` folder, or one run folder with results.json in it"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["{tmp}/nope", "{old}"], f"{{tmp}}/nope: no such folder\n  hint: {SIDE}"),
+        (
+            ["{tmp}", "{old}"],
+            f"{{tmp}}: no results.json here, nor in */results.json\n  hint: {SIDE}",
+        ),
+        (
+            ["{old}", "{old}", "--fail-on-slower", "-5"],
+            "--fail-on-slower: -5 is below 0\n  hint: PCT is how much slower, in percent, "
+            "fails: e.g. --fail-on-slower 10",
+        ),
+        (
+            ["{old}", "{old}", "--fail-on-drop", "exact_match"],
+            "--fail-on-drop: 'exact_match' is not METRIC:DROP (DROP a number from 0 to 1)\n"
+            "  hint: e.g. squad_f1:0.01; paired scores here: char_f1, exact_match",
+        ),
+        (
+            ["{old}", "{old}", "--fail-on-drop", "squad_f1:0.01"],
+            "--fail-on-drop: no recipe has paired scores of 'squad_f1'\n"
+            "  hint: paired scores here: char_f1, exact_match",
+        ),
+        (
+            ["{old}", "{fake}", "--fail-on-drop", "exact_match:0.01"],
+            "--fail-on-drop: no recipe has paired scores of 'exact_match'\n  hint: no recipe has "
+            "scores on both sides to pair (the fake engine's and random weights' are not "
+            "comparable): leave --fail-on-drop out",
+        ),
+        (
+            ["{old}", "{other}"],
+            "no recipe is on both sides (old: fk; new: other)\n  hint: name two run folders "
+            "(OLD/NAME NEW/NAME) to compare them whatever their names",
+        ),
+        (
+            ["{old}", "{old}"],
+            "--out: {tmp}/a is in OLD ({tmp}/a): compare never writes into the older runs\n"
+            "  hint: name another folder with --out",
+        ),
+    ],
+)
+def test_bad_input_is_refused_with_a_hint(calls, tmp_path, args, message):
+    old = _copy(calls["old"], tmp_path / "a")
+    other = tmp_path / "b" / "other"
+    shutil.copytree(old / "fk", other)
+    d = json.loads((other / "results.json").read_text())
+    (other / "results.json").write_text(json.dumps({**d, "name": "other"}))
+    paths = {"tmp": tmp_path, "old": old, "fake": calls["same"], "other": tmp_path / "b"}
+    r = _compare(*(a.format(**paths) for a in args))
+    assert user_error(r) == f"Error: {message}\n"
+    assert not (old / "compare.md").exists()
+
+
+def test_compare_json_follows_its_schema(calls, tmp_path):
+    schema = json.loads((PROJECT / "schema" / "compare.schema.json").read_text())
+    Draft202012Validator.check_schema(schema)
+    old, new = _copy(calls["old"], tmp_path / "a"), _copy(calls["changed"], tmp_path / "b")
+    doc = _json(tmp_path, old, new)
+    errors = [e.message for e in Draft202012Validator(schema).iter_errors(doc)]
+    assert errors == [] and doc["recipes"][0]["scores"]
+    doc["recipes"][0]["ratio"] = "fast"
+    assert list(Draft202012Validator(schema).iter_errors(doc))
