@@ -383,8 +383,7 @@ class _Call:
                 else "run one at a time"
             )
             self.say(f"repeats {across}, each on a freshly started engine", True)
-        # the first job's process starts now (one after another: each next one as the job before
-        # ends)
+        # the first job's process starts now (each next one as the job before ends)
         self.worker = self._ahead(groups[0])
         # A B, then B A, A B, ...: a drift over the call hits every recipe alike
         most, order = [max(u.loaded.recipe.repeat for u in g) for g in groups], range(len(groups))
@@ -408,7 +407,7 @@ class _Call:
             if turn == 1:
                 live = groups[i] = plans.attach(groups[i])
             rounds = (turn,) if turns > 1 else None
-            then = groups[seq[k + 1][1]] if turns == 1 and k + 1 < len(seq) else None
+            then = (groups[seq[k + 1][1]], seq[k + 1][0]) if k + 1 < len(seq) else None
             self._run_job(Job(tuple(live), opts, rounds=rounds, restarts=turns > 1), then)
             walls.setdefault(i, []).append(monotonic() - start)
             if left := [j for _, j in seq[k + 1 :]]:
@@ -428,9 +427,9 @@ class _Call:
             return None
         return Worker(group, self.opts)
 
-    def _run_job(self, job: Job, then: tuple[Unit, ...] | None = None) -> None:
-        """Run the job; `then`: the next job's units, whose process starts as soon as this job's
-        results are in (while its engine shuts down and its reports are written)."""
+    def _run_job(self, job: Job, then: tuple[tuple[Unit, ...], int] | None = None) -> None:
+        """Run the job; `then`: the next job's group and turn, whose process starts as soon as this
+        job's results are in (while its engine shuts down and its reports are written)."""
         self.ends.join()  # the job before is over, its GPU memory back
         # a serving run: the recipe against its engine's server
         if job.units[0].loaded.recipe.load is not None:
@@ -443,8 +442,10 @@ class _Call:
             worker, self.worker = self.worker, None
             say = lambda line: self.say(line, True)
             results = run_isolated(job, warn=say, worker=worker, ends=self.ends)
-        if then is not None:
-            self.worker = self._ahead(then)
+        if then is not None:  # its recipes still to run in its turn
+            gone, (group, turn) = {r.name for r in (*self.results, *results)}, then
+            live = [u for u in group if u.name not in gone and turn <= u.loaded.recipe.repeat]
+            self.worker = self._ahead(tuple(live)) if live else None
         for res in results:
             self.done(res)
 

@@ -496,7 +496,7 @@ def test_a_limit_parses_only_its_rows_of_a_large_jsonl_and_the_counts_stay_right
         cli, ["go", str(path), "--out", str(out), "--limit", "5", "--in-process"]
     )
     assert r.exit_code == 0, r.output
-    assert "samples: 5 of 200000 ·" in (out / "t" / "report.md").read_text()
+    assert "**ok** · 5 of 200,000 examples," in (out / "t" / "report.md").read_text()
     assert prepare(lr).n_dataset == 200_000  # all parsed: the same count
 
 

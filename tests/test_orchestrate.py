@@ -201,3 +201,21 @@ def test_the_next_jobs_process_starts_while_the_job_before_ends_and_none_outlive
     ]
     assert all(p.poll() is not None and not group_alive(p.pid) for p in procs)
     assert all(r.stages is not None and r.stages.process_s >= 0 for r in results)
+
+    # turns (A B, then B A): each turn's process is started ahead of it too
+    events.clear()
+    opts = _opts(tmp_path / "turns")
+    turns = [
+        lr.model_copy(
+            update={"recipe": lr.recipe.model_copy(update={"repeat": 2, "interleave": "restarts"})}
+        )
+        for lr in (a, b)
+    ]
+    assert [r.status for r in run_loaded(turns, opts, Executor(), say=say)] == ["ok", "ok"]
+    assert [e for e in events if e.startswith("process")] == [
+        "process for a",
+        "process for b",
+        "process for b",
+        "process for a",
+    ]
+    assert all(p.poll() is not None and not group_alive(p.pid) for p in procs)

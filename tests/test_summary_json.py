@@ -141,7 +141,7 @@ def test_go_json_prints_the_summary_and_each_study_gets_its_summary_json(
     assert r.exit_code == 0, r.output
     doc = _valid(json.loads(r.stdout))
     assert [x.name for x in doc.recipes] == ["s-a", "s-b"] and doc.path == str(out / "summary.md")
-    assert r.stderr.startswith("[1] s-a, s-b (fake, none)")
+    assert r.stderr.startswith("[job 1 of 1] s-a, s-b (fake, none)")
     assert f"summary: {out / 'summary.md'}\n" in r.stderr and "{" not in r.stderr
     own = _valid(json.loads((out / "s" / "summary.json").read_text(encoding="utf-8")))
     assert own.title == "Study s: every stored cell" and len(own.recipes) == 2

@@ -43,6 +43,7 @@ from runner.report.spread import (
     repeats_to_tell,
     speedup,
     time_cell,
+    why_no_ratio,
 )
 from runner.results import RunResult
 
@@ -369,14 +370,13 @@ def gate_section(j: Judged) -> list[str]:
 
 def _timed(j: Judged) -> list[RunResult]:
     """The runs that may be named fastest: finished, timed and not served, on the baseline's
-    examples (without a timed baseline: the most examples any run timed, so a tune's screen on the
-    first few is never the fastest)."""
+    examples and comparable with it (`why_no_ratio`: random weights are not set against real ones);
+    without a timed baseline: on the most examples any run timed, so a tune's screen on the first
+    few is never the fastest."""
     timed = [r for r in j.results if r.status == "ok" and r.projected_s and r.serving is None]
-    on = (
-        examples(j.base)  # type: ignore[arg-type]
-        if j.base in timed
-        else max((examples(r) for r in timed), key=lambda e: e[1], default=None)
-    )
+    if j.base in timed:
+        return [r for r in timed if why_no_ratio(j.base, r) is None]  # type: ignore[arg-type]
+    on = max((examples(r) for r in timed), key=lambda e: e[1], default=None)
     return [r for r in timed if examples(r) == on]
 
 
@@ -417,7 +417,7 @@ def _speed(r: RunResult, base: RunResult | None) -> str | None:
         return "1.0×" if r is base and r.status == "ok" else None
     # a tune's screen, another --limit or dataset: no ratio to give
     if (ratio := speedup(base, r)) is None:
-        return f"– (other examples: {examples(r)[1]:,})" if examples(r) != examples(base) else None
+        return f"– ({why})" if (why := why_no_ratio(base, r)) else None
     speed = ratio_text(*ratio, approx="~" if r.estimate or base.estimate else "")
     if ratio[1] is not None and (how := compared(base, r)) != "in turns":
         speed += f" ({how})"

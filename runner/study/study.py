@@ -309,7 +309,9 @@ def fastest_section(
 
     def vs(other: RunResult, what: str) -> str:
         if (got := speedup(other, best)) is None:
-            return f"{what} {other.name} timed other examples ({examples(other)[1]:,})"
+            if examples(other) != examples(best):
+                return f"{what} {other.name} timed other examples ({examples(other)[1]:,})"
+            return f"no ratio against {what} {other.name}: {why_no_ratio(other, best)}"
         ratio, lo, hi = got
         text = ratio_text(ratio, lo, hi, "~" if (best.estimate or other.estimate) else "")
         tied = lo is not None and lo <= 1 <= hi  # type: ignore[operator]
