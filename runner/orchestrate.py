@@ -421,6 +421,13 @@ class _Call:
         if len(groups) > 1 and any(u.name == res.name for g in full for u in g):
             self.say(f"  call: {len(full)} of {len(groups)} jobs done", True)
 
+    def _next(self, then: tuple[tuple[Unit, ...], int], gone: set[str]) -> None:
+        """The next job's process started, for its recipes still to run in its turn."""
+        gone |= {r.name for r in self.results}
+        group, turn = then
+        live = tuple(u for u in group if u.name not in gone and turn <= u.loaded.recipe.repeat)
+        self.worker = self._ahead(live) if live else None
+
     def _ahead(self, group: tuple[Unit, ...]) -> Worker | None:
         """A job's process started ahead of it, where the job runs in a process of its own."""
         if self.ex.in_process or self.ex.on_ray or group[0].loaded.recipe.load is not None:
@@ -428,9 +435,17 @@ class _Call:
         return Worker(group, self.opts)
 
     def _run_job(self, job: Job, then: tuple[tuple[Unit, ...], int] | None = None) -> None:
-        """Run the job; `then`: the next job's group and turn, whose process starts as soon as this
-        job's results are in (while its engine shuts down and its reports are written)."""
+        """Run the job; `then`: the next job's group and turn, whose process starts ahead of it:
+        while this job runs where they share no recipe (its output goes to their engine.log), else
+        as soon as this job's results are in (while its engine shuts down and its reports are
+        written)."""
         self.ends.join()  # the job before is over, its GPU memory back
+        worker, self.worker = self.worker, None
+        if worker is not None and worker.names != [u.name for u in job.units]:
+            worker.close()  # one of its recipes ended since it was started
+            worker = None
+        if then is not None and not {u.name for u in job.units} & {u.name for u in then[0]}:
+            self._next(then, set())
         # a serving run: the recipe against its engine's server
         if job.units[0].loaded.recipe.load is not None:
             # check_routes: there is a serving route
@@ -439,13 +454,10 @@ class _Call:
             results = run_job(job)
         else:
             self._warm_reports()
-            worker, self.worker = self.worker, None
             say = lambda line: self.say(line, True)
             results = run_isolated(job, warn=say, worker=worker, ends=self.ends)
-        if then is not None:  # its recipes still to run in its turn
-            gone, (group, turn) = {r.name for r in (*self.results, *results)}, then
-            live = [u for u in group if u.name not in gone and turn <= u.loaded.recipe.repeat]
-            self.worker = self._ahead(tuple(live)) if live else None
+        if then is not None and self.worker is None:
+            self._next(then, {r.name for r in results})
         for res in results:
             self.done(res)
 

@@ -180,7 +180,8 @@ def test_the_next_jobs_process_starts_while_the_job_before_ends_and_none_outlive
     real = orch.Worker
 
     def worker(units, options):
-        events.append(f"process for {units[0].name}")
+        ended = procs and procs[-1].poll() is not None  # the process started before it
+        events.append(f"process for {units[0].name}" + (" after the last ended" if ended else ""))
         procs.append((w := real(units, options)).proc)
         return w
 
@@ -195,7 +196,7 @@ def test_the_next_jobs_process_starts_while_the_job_before_ends_and_none_outlive
     assert [r.status for r in results] == ["ok", "ok"]
     assert [e for e in events if e.startswith(("process", "ok"))] == [
         "process for a",
-        "process for b",  # before a's result is reported
+        "process for b",  # while a runs (they share no recipe)
         "ok a",
         "ok b",
     ]
@@ -204,6 +205,7 @@ def test_the_next_jobs_process_starts_while_the_job_before_ends_and_none_outlive
 
     # turns (A B, then B A): each turn's process is started ahead of it too
     events.clear()
+    procs.clear()
     opts = _opts(tmp_path / "turns")
     turns = [
         lr.model_copy(
@@ -214,8 +216,8 @@ def test_the_next_jobs_process_starts_while_the_job_before_ends_and_none_outlive
     assert [r.status for r in run_loaded(turns, opts, Executor(), say=say)] == ["ok", "ok"]
     assert [e for e in events if e.startswith("process")] == [
         "process for a",
-        "process for b",
-        "process for b",
-        "process for a",
+        "process for b",  # while a's first turn runs
+        "process for b after the last ended",  # b's second turn: once its first is over
+        "process for a",  # while b's second turn runs
     ]
     assert all(p.poll() is not None and not group_alive(p.pid) for p in procs)

@@ -44,10 +44,11 @@ def failed_result(unit: Unit, error: str, hint: str | None, command: str) -> Run
 class Worker:
     """A job's process, started ahead of its job: Python, the runner and the engine's library load
     (its output in the first recipe's engine.log) while the caller still prepares the job (waits
-    for its plan, ends the job before and writes its reports); the job follows on its standard
-    input."""
+    for its plan, runs the job before, ends it and writes its reports); the job follows on its
+    standard input."""
 
     def __init__(self, units: tuple[Unit, ...], options):
+        self.names = [u.name for u in units]
         _headers(units, options)
         root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
