@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from runner import load_recipe, load_recipes
 from runner.base.errors import RecipeError
+from runner.cli import cli
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -682,3 +684,13 @@ def test_serving_cells_do_not_claim_a_shared_engine():
     assert engine_key(cells[0]) != engine_key(cells[1])
     offline = load_all((str(PROJECT / "recipes" / "jsquad-serve.yaml"),), ("load=null",))
     assert engine_key(offline[0]) == engine_key(offline[1])
+
+
+def test_an_error_in_a_cell_with_a_very_long_axis_value_stays_on_one_screen(
+    write_recipe, base_recipe
+):
+    """Issue 42: a 5,000-character axis value made a 10 KB error (the value written out whole)."""
+    study = {**base_recipe, "matrix": {"sampling.stop": {"a": ["x" * 5000], "b": ["y"]}}}
+    r = CliRunner().invoke(cli, ["check", str(write_recipe(study)), "--no-tokens"])
+    assert r.exit_code == 2 and len(r.output) < 1000, r.output
+    assert f'(sampling.stop=["{"x" * 77}…' in r.output

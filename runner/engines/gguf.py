@@ -38,8 +38,9 @@ def check_file(model: ModelSpec) -> Path:
     if not path.is_file():
         field = "model.gguf_file" if model.gguf_file else "model.id"
         hint = (
-            "give the path of a .gguf file (a relative path starts with ./ or ../, from the "
-            "recipe's folder)"
+            "fetch or make the file first (a shipped recipe's comments say how), or point at one "
+            "with --set model.id=PATH (a relative path starts with ./ or ../, from the recipe's "
+            "folder)"
         )
         raise RunnerError(f"GGUF file not found: {path}", field=field, hint=hint)
     with open(path, "rb") as f:

@@ -156,8 +156,6 @@ def check_model(lr: LoadedRecipe, host: bool = True, weights: bool = True) -> No
         if host:
             r.engine.preflight(r.model)
         check_chat_template(lr)
-        if r.load is not None:
-            check_serving_tokenizer(r.model)
 
 
 def check_serving_tokenizer(model) -> None:
@@ -206,6 +204,8 @@ def check_engine_examples(lr: LoadedRecipe, examples) -> None:
 
 
 def check_library(lr: LoadedRecipe) -> None:
+    """What this machine lacks to run the recipe (`runner check` notes it, `runner go` records the
+    recipe failed and runs the others): the engine's library, a serving run's tokenizer."""
     lib, kind = lr.recipe.engine.library, lr.recipe.engine.kind
     if lib and importlib.util.find_spec(lib) is None:
         raise RunnerError(
@@ -214,6 +214,9 @@ def check_library(lr: LoadedRecipe) -> None:
             field="engine.kind",
             hint="run on a host with it installed (`runner check` works anywhere)",
         )
+    if lr.recipe.load is not None:
+        with _named(lr):
+            check_serving_tokenizer(lr.recipe.model)
 
 
 def check_host(lr: LoadedRecipe) -> None:

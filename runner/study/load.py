@@ -368,6 +368,7 @@ def describe(cell: dict[str, Any], axes: Iterable[Axis]) -> str:
     out = []
     for k, v in cell.items():
         text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+        text = text if len(text) <= 80 else text[:79] + "…"  # a long value, cut: one screen
         lab = by_key[k].label(v) if k in by_key else None
         shown = lab and lab != text and lab != default_label(k, v)
         out.append(f"{k}={text}" + (f" ({lab})" if shown else ""))
