@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere: the runner beside this folder
     sys.path.insert(0, str(ROOT))
 
-from runner.cli.inspect import results_schema, summary_schema  # noqa: E402
+from runner.cli.inspect import compare_schema, results_schema, summary_schema  # noqa: E402
 from runner.wings import recipe_schema  # noqa: E402
 
 
@@ -228,16 +228,6 @@ def plan_reference() -> list[str]:
     ):
         out += ["", f"### {title}", "", (mod.__doc__ or "").strip()]
     return out + [""]
-
-
-def compare_schema() -> dict:
-    from runner.compare.compare import Comparison
-
-    return {
-        **Comparison.model_json_schema(),
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": "runner compare.json",
-    }
 
 
 def write_all(root: Path = ROOT) -> list[Path]:

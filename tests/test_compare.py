@@ -18,6 +18,8 @@ from scipy.stats import t
 
 from runner.base.dotted import set_dotted
 from runner.cli import cli
+from runner.compare.compare import change
+from runner.report.spread import ratio_text
 from tests.cli_output import normalized, user_error
 from tests.conftest import DEMO_DATA, PROJECT
 
@@ -92,7 +94,7 @@ def test_the_same_runs_are_no_clear_difference_and_pass_the_gate(calls, tmp_path
     # a second call of the same recipe: its time moves across calls, never clearly by 10%
     r = _compare(calls["old"], calls["same"], "--fail-on-slower", "10", "--out", tmp_path / "o")
     assert r.exit_code == 0, r.output
-    assert "fk: " in r.stdout and "scores not comparable (random weights or the fake" in r.stdout
+    assert "fk: " in r.stdout and "; scores not comparable (a fake engine)\n" in r.stdout
 
 
 def test_a_run_3x_slower_per_example_is_clearly_slower_and_fails_the_gate(calls, tmp_path):
@@ -100,14 +102,21 @@ def test_a_run_3x_slower_per_example_is_clearly_slower_and_fails_the_gate(calls,
     assert r.exit_code == 1, r.output
     doc = json.loads((tmp_path / "compare.json").read_text())
     p = doc["recipes"][0]
-    assert 1.5 < p["low"] < p["ratio"] < p["high"] and 1.8 < p["ratio"] < 4.5
-    assert p["time"].startswith("clearly slower: ") and p["settings"] == {
-        "engine.delay_s": "0.004 -> 0.012"
-    }
+    sp, low = p["speedup"], 1 / p["speedup"]["hi"]  # NEW/OLD time's lower end
+    assert 1.1 < low < 1 / sp["ratio"] < 1 / sp["lo"] and 1.5 < 1 / sp["ratio"] < 4.5
+    assert (sp["verdict"], sp["method"], sp["measured"]) == (
+        "slower",
+        "Welch t on log times",
+        "across calls",
+    )
+    assert p["time"] == f"clearly slower: {ratio_text(1 / sp['ratio'], low, 1 / sp['lo'])}"
+    assert p["settings"] == {"engine.delay_s": "0.004 -> 0.012"}
+    assert p["old_time"]["n"] == p["new_time"]["n"] == 4
+    assert p["new_time"]["s"] / p["old_time"]["s"] == pytest.approx(1 / sp["ratio"])
     assert r.stdout.startswith(f"fk: {p['time']}; same answers")
     assert r.stderr == (
-        f"failed --fail-on-slower 10: fk is {p['time']}; the lower end {p['low']:.3f} is above "
-        "1.1\n"
+        f"failed --fail-on-slower 10: fk is {p['time']}; NEW/OLD time's lower end {low:.3f} is "
+        "above 1.1\n"
     )
     md = (tmp_path / "compare.md").read_text()
     assert "| engine.delay_s 0.004 -> 0.012 " in md and f"{p['time']}; same answers" in md
@@ -127,8 +136,8 @@ def test_changed_answers_count_and_paired_interval(calls, tmp_path):
     em = next(s for s in p["scores"] if s["metric"] == "exact_match")
     diffs = [-1.0] * 8 + [0.0] * 28
     half = t.ppf(0.975, 35) * statistics.stdev(diffs) / 6
-    assert em["difference"] == pytest.approx(-8 / 36)
-    assert (em["low"], em["high"]) == pytest.approx((-8 / 36 - half, -8 / 36 + half))
+    assert (em["n"], em["mean"]) == (36, pytest.approx(-8 / 36))
+    assert (em["lo"], em["hi"]) == pytest.approx((-8 / 36 - half, -8 / 36 + half))
     assert (em["now_right"], em["now_wrong"], em["mcnemar_p"]) == (0, 8, 2 / 2**8)
     assert p["answers"].startswith(
         f"answers changed: 8 of 36, exact_match -0.222 ({-8 / 36 - half:+.3f} to "
@@ -139,11 +148,22 @@ def test_changed_answers_count_and_paired_interval(calls, tmp_path):
     assert r.exit_code == 1, r.output
     assert r.stderr.splitlines()[-1] == (
         f"failed --fail-on-drop exact_match:0.05: fk: {em['words']}; the upper end "
-        f"{em['high']:+.3f} is below -0.05"
+        f"{em['hi']:+.3f} is below -0.05"
     )
     assert _compare(old, new, "--fail-on-drop", "exact_match:0.1").exit_code == 0
     md = (new / "compare.md").read_text()
-    assert "| exact_match 0 / 8 (p=0.00781) " in md and em["words"] in md
+    # McNemar where every score is 0 or 1: char_f1 here too (the fake replies are exact or wrong)
+    assert "| exact_match 0 / 8 (p=0.00781); char_f1 0 / 8 (p=0.00781) " in md and em["words"] in md
+
+
+def test_mcnemar_only_where_every_score_is_0_or_1():
+    olds = {i: {"em": 1.0, "f1": 1.0} for i in range(4)}
+    news = {0: {"em": 0.0, "f1": 0.5}, 1: {"em": 1.0, "f1": 1.0}, 2: {"em": 0.0, "f1": 0.0}}
+    news[3] = {"em": 1.0, "f1": 1.0}
+    em, f1 = (change(m, olds, news, [0, 1, 2, 3]) for m in ("em", "f1"))
+    assert (em.now_right, em.now_wrong, em.mcnemar_p, em.n, em.mean) == (0, 2, 0.5, 4, -0.5)
+    assert (f1.now_right, f1.now_wrong, f1.mcnemar_p) == (None, None, None)
+    assert f1.words == "f1 -0.375 (too few examples to tell: n=4; 30 needed)"
 
 
 def test_versions_that_differ_are_named(calls, tmp_path):
@@ -181,9 +201,16 @@ def test_run_folders_match_whatever_their_names_and_one_run_has_no_interval(call
     doc = json.loads(r.stdout)
     assert doc["matched"] == "two run folders: whatever their names"
     p = doc["recipes"][0]
-    assert (p["name"], p["old_name"], p["low"], p["high"]) == ("fk", "fk0", None, None)
+    assert (p["name"], p["old_name"], p["speedup"]["lo"], p["speedup"]["verdict"]) == (
+        "fk",
+        "fk0",
+        None,
+        "no interval",
+    )
     assert (p["paired"], p["changed"]) == (36, 0)
-    assert p["time"].endswith("× (1 run: no interval)") and "clearly" not in p["time"]
+    # a direction from one run is no verdict (it said `faster: 1.90× (1 run: no interval)`)
+    assert p["time"] == f"no verdict: {ratio_text(p['speedup']['ratio'], None, None)}"
+    assert p["time"].endswith(" (1 run: no interval)")
     assert r.stderr.splitlines() == [
         f"fk: {p['time']}; {p['answers']}",
         f"compare: {run / 'compare.md'}",
@@ -270,5 +297,28 @@ def test_compare_json_follows_its_schema(calls, tmp_path):
     doc = _json(tmp_path, old, new)
     errors = [e.message for e in Draft202012Validator(schema).iter_errors(doc)]
     assert errors == [] and doc["recipes"][0]["scores"]
-    doc["recipes"][0]["ratio"] = "fast"
+    doc["recipes"][0]["speedup"]["ratio"] = "fast"
     assert list(Draft202012Validator(schema).iter_errors(doc))
+
+
+def test_no_samples_and_no_ratio_say_why(calls, tmp_path):
+    """Real weights against a fake engine have no time ratio and say why (it said `not the same
+    examples`); a side without samples says `no samples` (it said `0 of 0` outputs changed)."""
+    old, new = _copy(calls["old"], tmp_path / "a"), tmp_path / "b"
+    shutil.copytree(calls["same"], new)
+    (new / "fk" / "samples.jsonl").unlink()
+    doc = _json(tmp_path, old, new, "--fail-on-slower", "10")
+    p = doc["recipes"][0]
+    why = "a fake engine against real weights: their outputs differ in length"
+    assert (p["speedup"], p["time"]) == (None, f"no time ratio: {why}")
+    assert (p["paired"], p["answers"]) == (
+        0,
+        "no samples to pair; scores not comparable (a fake engine)",
+    )
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert f"| no samples        | {p['time']}; {p['answers']} |" in md
+
+
+def test_runner_schema_prints_the_compare_schema():
+    got = CliRunner().invoke(cli, ["schema", "compare"]).stdout
+    assert got == (PROJECT / "schema" / "compare.schema.json").read_text()

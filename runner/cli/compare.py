@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from runner.cli.app import EXIT_FAILED, cli, guard
+from runner.cli.loading import json_flag
 
 
 @cli.command()
@@ -21,7 +22,7 @@ from runner.cli.app import EXIT_FAILED, cli, guard
     "run folder named); never OLD or a folder in it. Earlier compare files there are replaced, "
     "and said so.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print compare.json on stdout.")
+@json_flag("compare.json's document")
 @click.option(
     "--fail-on-slower",
     "pct",
@@ -41,9 +42,10 @@ from runner.cli.app import EXIT_FAILED, cli, guard
 def compare(old, new, out, as_json, pct, drop):  # noqa: PLR0913
     """Compare the runs stored in NEW with those in OLD: each a `runner go --out` folder or one run
     folder (results.json in it, e.g. OUT/NAME/replaced/<time>-<key>), recipes matched by name. Per
-    recipe: what differs (settings, versions), NEW/OLD generation time with its 95% interval
-    (Welch's t on the log times), each score's paired difference with its 95% interval, the outputs
-    that changed, and a verdict. Exit 1 when a --fail-on condition holds, 2 on bad input."""
+    recipe: what differs (settings, versions), the speed-up (OLD's time ÷ NEW's) with its 95%
+    interval (Welch's t on the log times across calls), each score's paired difference with its
+    95% interval, the outputs that changed, and a verdict. Exit 1 when a --fail-on condition holds,
+    2 on bad input."""
     from runner.compare import compare as cmp
     from runner.compare import report
 

@@ -325,10 +325,17 @@ def gate_for(text: str, results: list, baseline: str | None) -> GateSpec:
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["recipe", "results", "summary"]), default="recipe")
+@click.argument(
+    "what", type=click.Choice(["recipe", "results", "summary", "compare"]), default="recipe"
+)
 def schema(what):
-    """Print the JSON Schema of recipe files, of results.json or of summary.json."""
-    got = {"recipe": recipe_schema, "results": results_schema, "summary": summary_schema}[what]()
+    """Print the JSON Schema of recipe files, of results.json, summary.json or compare.json."""
+    got = {
+        "recipe": recipe_schema,
+        "results": results_schema,
+        "summary": summary_schema,
+        "compare": compare_schema,
+    }[what]()
     click.echo(json.dumps(got, indent=2, ensure_ascii=False))
 
 
@@ -348,3 +355,9 @@ def summary_schema() -> dict:
     from runner.report.summary import SummaryJson
 
     return _schema(SummaryJson, "runner summary.json")
+
+
+def compare_schema() -> dict:
+    from runner.compare.compare import Comparison
+
+    return _schema(Comparison, "runner compare.json")

@@ -1,7 +1,7 @@
 """Two sets of stored runs side by side. A side is a `runner go --out` folder (its */results.json)
 or one run folder (results.json in it, such as a run's replaced/<time>-<key>/ copy); recipes are
-matched by name (two run folders: whatever their names). Per recipe: NEW/OLD generation time with
-its 95% interval, each score's paired difference over the examples both stored, the outputs that
+matched by name (two run folders: whatever their names). Per recipe: the speed-up with its 95%
+interval, each score's paired difference over the examples both stored, the outputs that
 changed, verdicts in words, and the conditions a CI exits on."""
 
 from __future__ import annotations
@@ -13,11 +13,18 @@ from pydantic import BaseModel
 from runner.base.dotted import flat_dotted, get_dotted
 from runner.base.errors import RunnerError
 from runner.base.format import short
-from runner.base.stats import MIN_PAIRED, PAIRED_CI, TIME_CI, mcnemar_exact, paired_interval
+from runner.base.stats import PAIRED_CI, TIME_CI, mcnemar_exact
 from runner.folder import RunFolder, load_results, load_samples, read_result
-from runner.report.markdown import cost_figures
-from runner.report.spread import estimate, ratio_text, speedup
-from runner.report.summary import signed
+from runner.report.spread import ratio_text, why_no_ratio
+from runner.report.summary import (
+    Score,
+    Speedup,
+    Time,
+    j_per_token,
+    paired_verdict,
+    signed,
+    usd_per_m,
+)
 from runner.results import RunResult
 from runner.run.resume import NOT_IN_KEY
 
@@ -25,64 +32,61 @@ VERSIONS = ("packages.vllm", "packages.torch", "packages.transformers")
 VERSIONS += ("driver", "gpu", "runner", "git_commit")
 NO_PAIRS = "no recipe has scores on both sides to pair (the fake engine's and random weights' are "
 NO_PAIRS += "not comparable): leave --fail-on-drop out"
-NOT_SCORED = "; scores not comparable (random weights or the fake engine)"
-USD = "usd_per_m_output_tokens"
 SIDE = "name a `runner go --out` folder, or one run folder with results.json in it"
 METHOD = [
-    f"Time: each side's generation time is {TIME_CI}. NEW/OLD is the ratio of the two with its 95% "
-    "interval by Welch's t on the log times across calls (t on the turns' log ratios where the two "
-    "took turns in one call); an interval that holds 1 is no clear difference; one run on a side "
-    "has no interval and is never clearly slower or faster.",
+    f"Time: each side's generation time is {TIME_CI}. The speed-up is OLD's time ÷ NEW's with its "
+    "95% interval by Welch's t on the log times across calls (t on the turns' log ratios where the "
+    "two took turns in one call); slower is said as NEW/OLD time; an interval that holds 1 is no "
+    "clear difference; one run on a side has no interval and no verdict.",
     "Scores: each metric's paired difference NEW − OLD over the examples both sides stored "
     f"(paired by id), with a 95% interval ({PAIRED_CI}); only where both runs' scores mean "
-    "something (not random weights or the fake engine). A 0/1 metric adds the examples now right "
-    "and now wrong and the exact McNemar test on them.",
+    "something (not random weights or the fake engine). A metric scored 0 or 1 adds the examples "
+    "now right and now wrong and the exact McNemar test on them.",
     "Energy (J per output token) and dollars (per million output tokens): old -> new, where both "
     "runs have them.",
 ]
 
 
-class Score(BaseModel):
-    """One metric over the examples both sides scored (paired by id): `difference`, the mean of NEW
-    − OLD, with its 95% interval `low`–`high` (null under 30 examples); a 0/1 metric adds the
-    examples `now_right` (0 in OLD, 1 in NEW) and `now_wrong`, and the exact McNemar p on them."""
+class Change(Score):
+    """A metric's paired difference NEW − OLD over the `n` examples both sides scored (by id): its
+    mean with the 95% interval (null under 30 examples); where every score is 0 or 1, the examples
+    `now_right` (0 in OLD, 1 in NEW) and `now_wrong`, and the exact McNemar p on them."""
 
     metric: str
-    paired: int
-    difference: float
-    low: float | None
-    high: float | None
+    n: int
     now_right: int | None
     now_wrong: int | None
     mcnemar_p: float | None
     words: str
 
 
+class OldNew(BaseModel):
+    old: float
+    new: float
+
+
 class Pair(BaseModel):
     """One recipe on both sides: the `settings` (recipe settings, input files' hashes, example
     count) and `versions` that differ, as `old -> new` (no settings: the same workload); each
-    side's generation time (s: the geometric mean of its repeats and its 95% interval), NEW/OLD
-    `ratio` with its 95% interval `low`–`high` (null with one run on a side; no ratio: a failed run
-    or not the same examples) and its verdict `time`; the examples stored on both sides
-    (`paired`), those whose output differs (`changed`), each score and the answers' verdict; energy
-    (J per output token) and dollars (per million output tokens), old and new, where both have
+    side's generation time; `speedup`, OLD's time ÷ NEW's (above 1: NEW is faster; null: a failed
+    run or no ratio, `time` says why) and `time`, its verdict in words; the examples stored on both
+    sides (`paired`), those whose output differs (`changed`), each score's change and the answers'
+    verdict; energy (J per output token) and dollars (per million output tokens) where both have
     them."""
 
     name: str
     old_name: str
     settings: dict[str, str]
     versions: dict[str, str]
-    old_s: tuple[float, float | None, float | None] | None
-    new_s: tuple[float, float | None, float | None] | None
-    ratio: float | None
-    low: float | None
-    high: float | None
+    old_time: Time | None
+    new_time: Time | None
+    speedup: Speedup | None
     time: str
     paired: int
     changed: int
-    scores: list[Score]
-    j_per_output_token: tuple[float, float] | None
-    usd_per_m_output_tokens: tuple[float, float] | None
+    scores: list[Change]
+    j_per_output_token: OldNew | None
+    usd_per_m_output_tokens: OldNew | None
     answers: str
 
 
@@ -148,69 +152,66 @@ def workload(r: RunResult) -> dict:
 
 
 def pair(a: RunResult, fa: RunFolder, b: RunResult, fb: RunFolder) -> Pair:
-    failed = [f"failed in {s}" for s, r in (("old", a), ("new", b)) if r.status != "ok"]
-    ratio, lo, hi = (None if failed else speedup(b, a)) or (None, None, None)  # time(new)/time(old)
     olds, news = ({s["id"]: s for s in load_samples(f)} for f in (fa, fb))
     ids = [i for i in news if i in olds]
     changed = sum(news[i]["output"] != olds[i]["output"] for i in ids)
     scored = a.scores_meaningful and b.scores_meaningful
-    scores = [s for m in b.scores if scored and m in a.scores and (s := score(m, olds, news, ids))]
+    scores = [s for m in b.scores if scored and m in a.scores and (s := change(m, olds, news, ids))]
     words = ", ".join([f"answers changed: {changed:,} of {len(ids):,}", *(s.words for s in scores)])
-    answers = words if changed else "same answers" if ids else "no samples on both sides"
-    both = lambda f: None if None in (f(a), f(b)) else (f(a), f(b))
+    answers = words if changed else "same answers" if ids else "no samples to pair"
+    fake = "a fake engine" if a.recipe.engine.fake or b.recipe.engine.fake else "random weights"
+    both = lambda f: None if None in (f(a), f(b)) else OldNew(old=f(a), new=f(b))
     env = lambda r: {k: get_dotted(r.environment, k) for k in VERSIONS}
     return Pair(
         name=b.name,
         old_name=a.name,
         settings=differ(workload(a), workload(b)),
         versions=differ(env(a), env(b)),
-        old_s=estimate(a),
-        new_s=estimate(b),
-        ratio=ratio,
-        low=lo,
-        high=hi,
-        time=(failed or [time_words(ratio, lo, hi)])[0],
+        old_time=Time.of(a),
+        new_time=Time.of(b),
+        speedup=(s := Speedup.of(b, a)),
+        time=time_words(s, a, b),
         paired=len(ids),
         changed=changed,
         scores=scores,
-        j_per_output_token=both(lambda r: r.energy and r.energy.j_per_output_token),
-        usd_per_m_output_tokens=both(lambda r: (cost_figures(r) or {}).get(USD)),
-        answers=answers + ("" if scored else NOT_SCORED),
+        j_per_output_token=both(j_per_token),
+        usd_per_m_output_tokens=both(usd_per_m),
+        answers=answers + ("" if scored else f"; scores not comparable ({fake})"),
     )
 
 
-def time_words(ratio: float | None, lo: float | None, hi: float | None) -> str:
+def time_words(s: Speedup | None, a: RunResult, b: RunResult) -> str:
     """`clearly slower: 1.23× (1.10–1.38)` (NEW/OLD time), `clearly faster: 1.25× (1.10–1.41)` (the
-    speed-up), `no clear difference (0.95–1.08×)`, `slower: 1.23× (1 run: no interval)`."""
-    if ratio is None:
-        return "not the same examples: no time ratio"
-    if lo is not None and hi is not None and lo <= 1 <= hi:
-        return ratio_text(ratio, lo, hi)
-    slower = ratio >= 1
-    text = ratio_text(*((ratio, lo, hi) if slower else (1 / ratio, hi and 1 / hi, lo and 1 / lo)))
-    return f"{'clearly ' * (lo is not None)}{'slower' if slower else 'faster'}: {text}"
+    speed-up), `no clear difference (0.95–1.08×)`, `no verdict: 1.23× slower (1 run: no interval)`,
+    or why there is no ratio."""
+    if s is None:
+        failed = [f"failed in {w}" for w, r in (("old", a), ("new", b)) if r.status != "ok"]
+        return (failed or [f"no time ratio: {why_no_ratio(a, b) or 'no time on a side'}"])[0]
+    if s.verdict in ("faster", "slower"):
+        up = s.verdict == "faster"
+        got = (s.ratio, s.lo, s.hi) if up else (1 / s.ratio, 1 / s.hi, 1 / s.lo)  # type: ignore[operator]
+        return f"clearly {s.verdict}: {ratio_text(*got)}"
+    return ("no verdict: " if s.lo is None else "") + ratio_text(s.ratio, s.lo, s.hi)
 
 
-def score(m: str, olds: dict, news: dict, ids: list) -> Score | None:
+def change(m: str, olds: dict, news: dict, ids: list) -> Change | None:
     """Metric `m`'s paired difference NEW − OLD over the examples both sides scored."""
     ids = [i for i in ids if m in olds[i] and m in news[i]]
     if not ids:
         return None
-    d = [news[i][m] - olds[i][m] for i in ids]
-    mean, lo, hi = paired_interval(d) or (sum(d) / len(d), None, None)
-    binary = any(w in m for w in ("exact_match", "contains"))  # a 0/1 metric
-    right, wrong = (sum(x > 0 for x in d), sum(x < 0 for x in d)) if binary else (None, None)
-    few = f"too few examples to tell: n={len(d)}; {MIN_PAIRED} needed"
-    return Score(
+    v = paired_verdict(m, d := [news[i][m] - olds[i][m] for i in ids])
+    binary = {x[i][m] for x in (olds, news) for i in ids} <= {0, 1}
+    right, wrong = (sum(x > 0 for x in d), v.fell) if binary else (None, None)
+    return Change(
         metric=m,
-        paired=len(d),
-        difference=mean,
-        low=lo,
-        high=hi,
+        n=v.n,
+        mean=v.mean,
+        lo=v.lo,
+        hi=v.hi,
         now_right=right,
         now_wrong=wrong,
         mcnemar_p=None if right is None else mcnemar_exact(right, wrong),  # type: ignore[arg-type]
-        words=f"{m} {signed(mean)} ({few if lo is None else f'{signed(lo)} to {signed(hi)}'})",
+        words=f"{m} {v.interval_text()}",
     )
 
 
@@ -241,16 +242,17 @@ def gates(c: Comparison, pct: float | None, drop: str | None) -> tuple[list[str]
     metric, limit = parse_drop(drop, c) if drop is not None else (None, 0.0)
     fails, cannot = [], []
     for p in c.recipes:
-        if pct is not None and p.low is None:
+        hi = p.speedup and p.speedup.hi  # NEW/OLD time's lower end: 1 / hi
+        if pct is not None and not hi:
             cannot.append(f"{p.name}: {p.time}: --fail-on-slower cannot fail it")
-        elif pct is not None and p.low > 1 + pct / 100:  # type: ignore[operator]
-            bound = f"the lower end {p.low:.3f} is above {1 + pct / 100:g}"
+        elif pct is not None and 1 / hi > 1 + pct / 100:  # type: ignore[operator]
+            bound = f"NEW/OLD time's lower end {1 / hi:.3f} is above {1 + pct / 100:g}"  # type: ignore[operator]
             fails.append(f"--fail-on-slower {pct:g}: {p.name} is {p.time}; {bound}")
         s = next((s for s in p.scores if s.metric == metric), None)
-        if metric and (s is None or s.high is None):
+        if metric and (s is None or s.hi is None):
             why = s.words if s else f"no paired {metric}"
             cannot.append(f"{p.name}: {why}: --fail-on-drop cannot fail it")
-        elif s and s.high < -limit:  # type: ignore[operator]
-            bound = f"the upper end {signed(s.high)} is below -{limit:g}"  # type: ignore[arg-type]
+        elif s and s.hi < -limit:  # type: ignore[operator]
+            bound = f"the upper end {signed(s.hi)} is below -{limit:g}"  # type: ignore[arg-type]
             fails.append(f"--fail-on-drop {drop}: {p.name}: {s.words}; {bound}")
     return fails, cannot

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner.base.errors import RunnerError
-from runner.base.files import save_figure, write_json_atomic, write_text_atomic
+from runner.base.files import write_json_atomic, write_text_atomic
 from runner.base.format import secs, table
 from runner.compare.compare import Comparison
-from runner.report.plots import pyplot
+from runner.report.plots import bar_rows, err_bars, save
 from runner.report.spread import ONE_RUN
 
 FILES = ("compare.md", "compare.json", "compare.png")
@@ -23,15 +23,15 @@ def markdown(c: Comparison) -> str:
     head += ["- versions that differ: " + ("; ".join(c.differs) or "none")]
     only = (("old", c.only_old), ("new", c.only_new))
     head += [f"- only in {w}: {', '.join(n)}" for w, n in only if n]
-    pair = lambda v: v and f"{v[0]:.3g} -> {v[1]:.3g}"
-    t = lambda v: v and secs(v[0]) + (f" ({secs(v[1])}–{secs(v[2])})" if v[1] else f" ({ONE_RUN})")
+    pair = lambda v: v and f"{v.old:.3g} -> {v.new:.3g}"
+    t = lambda v: v and secs(v.s) + (f" ({secs(v.lo)}–{secs(v.hi)})" if v.lo else f" ({ONE_RUN})")
     rows = [
         [
             p.name + (f" (old: {p.old_name})" if p.old_name != p.name else ""),
             "; ".join(f"{k} {v}" for k, v in p.settings.items()) or "same",
-            t(p.old_s),
-            t(p.new_s),
-            f"{p.changed:,} of {p.paired:,}",
+            t(p.old_time),
+            t(p.new_time),
+            f"{p.changed:,} of {p.paired:,}" if p.paired else "no samples",
             "; ".join(
                 f"{s.metric} {s.now_right} / {s.now_wrong} (p={s.mcnemar_p:.3g})"
                 for s in p.scores
@@ -39,7 +39,7 @@ def markdown(c: Comparison) -> str:
             ),
             pair(p.j_per_output_token),
             pair(p.usd_per_m_output_tokens),
-            f"{p.time}; {p.answers}",  # the time: NEW/OLD, or the speed-up where faster
+            f"{p.time}; {p.answers}",
         ]
         for p in c.recipes
     ]
@@ -48,26 +48,22 @@ def markdown(c: Comparison) -> str:
 
 
 def chart(c: Comparison, path: Path) -> bool:
-    """Each recipe's NEW/OLD time with its 95% interval as a bar, a line at 1; False: no ratio."""
-    ps = [p for p in c.recipes if p.ratio][::-1]
-    if not ps:
+    """Each recipe's speed-up (OLD's time ÷ NEW's) with its 95% interval, a line at 1; False: no
+    ratio."""
+    if not (ps := [p for p in c.recipes if p.speedup]):
         return False
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(ps) + 1.4))
-    for y, p in enumerate(ps):
-        err = p.low is not None and [[p.ratio - p.low], [p.high - p.ratio]]  # type: ignore[operator]
-        red = p.time.startswith("clearly slower")
-        color = "#d62728" if red else "#1f77b4"
-        ax.errorbar(p.ratio, y, xerr=err or None, fmt="o", capsize=3, color=color)
-        ax.text(p.ratio, y + 0.15, f" {p.ratio:.2f}×", fontsize=8)
+    fig, ax, rows = bar_rows(ps)
+    for y, p in rows:
+        s = p.speedup
+        color = "#d62728" if s.verdict == "slower" else "#1f77b4"  # type: ignore[union-attr]
+        err = err_bars(s.ratio, s.lo is not None and (s.lo, s.hi))  # type: ignore[union-attr, arg-type]
+        ax.errorbar(s.ratio, y, xerr=err, fmt="o", capsize=3, color=color)  # type: ignore[union-attr]
+        ax.text(s.ratio, y + 0.15, f" {s.ratio:.2f}×", fontsize=8)  # type: ignore[union-attr]
     ax.axvline(1, color="gray", linewidth=1)
-    ax.set_yticks(range(len(ps)), [p.name for p in ps], fontsize=8)
     ax.set_ylim(-0.7, len(ps) - 0.3)
-    ax.set_xlabel("generation time NEW/OLD (95% interval; right of 1: slower; red: clearly slower)")
+    ax.set_xlabel("speed-up: OLD time ÷ NEW time (95% interval; left of 1: slower; red: clearly)")
     ax.set_title(f"{c.new} against {c.old}", fontsize=10)
-    fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
+    save(fig, path)
     return True
 
 

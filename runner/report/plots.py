@@ -21,7 +21,7 @@ def pyplot():
     return plt
 
 
-def _save(fig, path: Path) -> Path:
+def save(fig, path: Path) -> Path:
     fig.tight_layout()
     save_figure(fig, path)
     pyplot().close(fig)
@@ -52,12 +52,12 @@ def _interval(r: RunResult) -> tuple[float, float] | None:
     return (max(e.low_s, 1e-9), e.high_s) if e and None not in (e.low_s, e.high_s) else None  # type: ignore[type-var, return-value]
 
 
-def _err(v: float, ci: tuple[float, float] | None) -> list[list[float]] | None:
+def err_bars(v: float, ci: tuple[float, float] | None) -> list[list[float]] | None:
     """An error bar's lengths below and above `v` to the interval `ci` (None: no bar)."""
     return [[max(v - ci[0], 0)], [max(ci[1] - v, 0)]] if ci else None
 
 
-def _rows(rs: list[RunResult]) -> tuple:
+def bar_rows(rs: list) -> tuple:
     """A figure with a row of bars per run, the first run at the top: the figure, its axes and
     the runs bottom-up with their row."""
     fig, ax = pyplot().subplots(figsize=(8, 0.45 * len(rs) + 1.4))
@@ -69,7 +69,7 @@ def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> 
     rs = [r for r in results if r.status == "ok" and r.projected_s]
     if not rs:
         return None
-    fig, ax, rows = _rows(rs)
+    fig, ax, rows = bar_rows(rs)
     for y, r in rows:
         t, e, ci = r.projected_s, r.estimate, _interval(r)
         color = "#d62728" if r is base else "#1f77b4"
@@ -82,7 +82,7 @@ def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> 
             linewidth=1.5,
         )
         if ci is not None:
-            ax.errorbar(t, y, xerr=_err(t, ci), color="black", capsize=3)
+            ax.errorbar(t, y, xerr=err_bars(t, ci), color="black", capsize=3)
         label = f" {two_digits(t)} s" + (" (est.)" if e else "")
         ax.text(max(t, ci[1]) if ci else t, y, label, va="center", fontsize=8)
     scale = scale_of([r.projected_s for r in rs])  # type: ignore[misc]
@@ -95,7 +95,7 @@ def time_chart(results: list[RunResult], base: RunResult | None, path: Path) -> 
     )
     ax.set_xlabel(f"generation time, s ({what})")
     ax.set_title("Time per recipe" + (f" (red: baseline {base.name})" if base else ""), fontsize=10)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def pareto_front(points: list[tuple[float, ...]]) -> list[int]:
@@ -157,7 +157,7 @@ def accuracy_chart(
     for i, r in enumerate(rs):
         t, s = pts[i]
         color = "#d62728" if r.name in failed else "#2ca02c" if i in front else "#7f7f7f"
-        xerr, yerr = _err(t, _interval(r)), _err(s, score_ci.get(r.name))
+        xerr, yerr = err_bars(t, _interval(r)), err_bars(s, score_ci.get(r.name))
         if xerr or yerr:
             ax.errorbar(
                 t, s, xerr=xerr, yerr=yerr, color=color, alpha=0.5, capsize=2, zorder=2, linewidth=1
@@ -184,14 +184,14 @@ def accuracy_chart(
     ax.set_ylabel(metric)
     red = "; red: failed its gate" if any(r.name in failed for r in rs) else ""
     ax.set_title(title or f"{metric} against time (green: Pareto front{red})", fontsize=10)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def memory_chart(results: list[RunResult], path: Path) -> Path | None:
     rs = [r for r in results if r.status == "ok" and r.memory.peak_gpu_gib is not None]
     if not rs:
         return None
-    fig, ax, rows = _rows(rs)
+    fig, ax, rows = bar_rows(rs)
     for y, r in rows:
         peak, w, kv = r.memory.peak_gpu_gib, r.memory.weights_gib or 0, r.memory.kv_cache_gib or 0
         rest, left = max(peak - w - kv, 0), 0
@@ -207,7 +207,7 @@ def memory_chart(results: list[RunResult], path: Path) -> Path | None:
     ax.set_xlim(0, max(r.memory.peak_gpu_gib for r in rs) * 1.18)
     ax.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     ax.set_title("GPU memory per recipe", fontsize=10, pad=22)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def write_charts(

@@ -143,7 +143,7 @@ def samples_by_id(out: Path, r: RunResult) -> dict[str, dict]:
 def _interval(diffs: list[float]) -> tuple[str, str | None]:
     """`+0.004 (-0.002 to +0.010)` and the direction when the interval excludes 0 (`lower` /
     `higher`); under MIN_PAIRED examples `+0.200 (too few examples to tell: n=5; 30 needed)`."""
-    v = _paired("", diffs)
+    v = paired_verdict("", diffs)
     if v.lo is None or v.hi is None:
         return v.interval_text(), None
     way = "higher" if v.lo > 0 else "lower" if v.hi < 0 else None
@@ -273,7 +273,7 @@ class GateVerdict:
 GATE_WORDS = {True: "pass", False: "fail", None: "too few to tell"}
 
 
-def _paired(metric: str, diffs: list[float], allowed: float = 0) -> GateVerdict:
+def paired_verdict(metric: str, diffs: list[float], allowed: float = 0) -> GateVerdict:
     """The paired differences `diffs` (a run's score minus the baseline's, one per example) judged
     against the drop `allowed`."""
     got, fell = paired_interval(diffs), sum(d < 0 for d in diffs)
@@ -290,7 +290,7 @@ def gate_verdict(rs: dict, bs: dict, g: GateSpec) -> GateVerdict | None:
     if not common:
         return None
     allowed = g.allowed_drop(sum(bs[i][m] for i in common) / len(common))
-    return _paired(m, [rs[i][m] - bs[i][m] for i in common], allowed)
+    return paired_verdict(m, [rs[i][m] - bs[i][m] for i in common], allowed)
 
 
 def gates(
@@ -468,7 +468,7 @@ def _row(
         if floor and r.status == "ok" and r.timings.generate_s
         else None
     )
-    th, jpt, usd = r.throughput, _j_per_token(r), _usd_per_m(r)
+    th, jpt, usd = r.throughput, j_per_token(r), usd_per_m(r)
     return [
         r.name,
         f"{r.status}; ignored: {ignored}" if ignored else r.status,
@@ -488,11 +488,11 @@ def _row(
     ]
 
 
-def _j_per_token(r: RunResult) -> float | None:
+def j_per_token(r: RunResult) -> float | None:
     return r.energy.j_per_output_token if r.energy and r.energy.measured else None
 
 
-def _usd_per_m(r: RunResult) -> float | None:
+def usd_per_m(r: RunResult) -> float | None:
     return (cost_figures(r) or {}).get("usd_per_m_output_tokens")
 
 
@@ -883,8 +883,8 @@ class RecipeFigures(BaseModel):
             requests_per_s=r.throughput.requests_per_s,
             output_tokens_per_s=r.throughput.output_tokens_per_s,
             peak_gpu_gib=r.memory.peak_gpu_gib,
-            j_per_output_token=_j_per_token(r),
-            usd_per_m_output_tokens=_usd_per_m(r),
+            j_per_output_token=j_per_token(r),
+            usd_per_m_output_tokens=usd_per_m(r),
             gate=Gate.of(r, j),
         )
 
