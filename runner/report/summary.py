@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from runner.base.dotted import flat_dotted
 from runner.base.files import write_text_atomic
@@ -771,13 +771,13 @@ def _gate_metric(r: RunResult, j: Judged) -> str:
 
 
 class Time(BaseModel):
-    """A generation time in seconds: the geometric mean over the repeats (projected to the full
+    """A generation time in seconds: the geometric mean over the `n` repeats (projected to the full
     dataset for an estimate) with its 95% interval (null for one repeat)."""
 
     s: float
     lo: float | None
     hi: float | None
-    n: int = Field(description="Repeats measured.")
+    n: int
     method: str = TIME_CI
 
     @classmethod
@@ -820,19 +820,21 @@ class Score(BaseModel):
 
 
 class Gate(BaseModel):
-    """The recipe's quality gate against the baseline on their paired examples (as summary.md's
-    quality gate section), or why it could not be checked (`not scored`: the figures null)."""
+    """The recipe's quality gate against the baseline on their `n` paired examples (as summary.md's
+    quality gate section): the `mean` difference from the baseline with its 95% interval, the
+    `allowed` drop, the examples that scored lower (`fell`); `passed` null: too few examples to
+    tell, or `not scored` (why not; the figures null)."""
 
     metric: str
     verdict: Literal["pass", "fail", "too few to tell", "not scored"]
-    passed: bool | None = Field(description="Null: too few examples to tell, or not checked.")
+    passed: bool | None
     why: str
-    n: int | None = Field(None, description="Paired examples.")
-    mean: float | None = Field(None, description="Mean difference from the baseline.")
+    n: int | None = None
+    mean: float | None = None
     lo: float | None = None
     hi: float | None = None
-    allowed: float | None = Field(None, description="The allowed drop.")
-    fell: int | None = Field(None, description="Examples that scored lower than the baseline's.")
+    allowed: float | None = None
+    fell: int | None = None
 
     @classmethod
     def of(cls, r: RunResult, j: Judged) -> Gate | None:
@@ -844,20 +846,18 @@ class Gate(BaseModel):
 
 
 class RecipeFigures(BaseModel):
-    """One recipe's row of summary.md."""
+    """One recipe's row of summary.md: `estimate`, its time projected from a partial run
+    (--estimate); `speedup` null for the baseline, a failed or serving run, or one on other
+    examples; `scores` empty where they mean nothing (random weights)."""
 
     name: str
     status: str
     engine: str
     error: str | None
     time: Time | None
-    estimate: bool = Field(description="The time is projected from a partial run (--estimate).")
-    speedup: Speedup | None = Field(
-        description="Null for the baseline, a failed or serving run, or one on other examples."
-    )
-    scores: dict[str, Score] = Field(
-        description="Empty where scores mean nothing (random weights)."
-    )
+    estimate: bool
+    speedup: Speedup | None
+    scores: dict[str, Score]
     requests_per_s: float | None
     output_tokens_per_s: float | None
     peak_gpu_gib: float | None
@@ -891,26 +891,21 @@ class RecipeFigures(BaseModel):
 
 class SummaryJson(BaseModel):
     """summary.json, written beside every summary.md (a call's and each study's own) from the same
-    functions: each recipe's figures, the fastest that passed its gate and the front."""
+    functions: each recipe's figures; `fastest`, the fastest finished, timed run on the baseline's
+    examples that its gate did not stop (summary.md's headline); `front`, the Pareto front over
+    (generation time, `front_metric`) among the finished, timed runs with meaningful scores that
+    their gate did not stop (the accuracy chart's green points); `front_metric`, the gate's score,
+    else exact_match, else the first a run scored above 0 with real weights; `path`, the summary.md
+    (in `--json` output only)."""
 
     schema_version: Literal[1] = 1
     title: str
     baseline: str | None
-    fastest: str | None = Field(
-        description="The fastest finished, timed run on the baseline's examples that its gate did "
-        "not stop (summary.md's headline)."
-    )
-    front_metric: str | None = Field(
-        description="The score of the front and the accuracy chart: the gate's, else "
-        "exact_match, else the first a run scored above 0 with real weights."
-    )
-    front: list[str] = Field(
-        description="The Pareto front over (generation time, front_metric) among the finished, "
-        "timed runs with meaningful scores that their gate did not stop: no other is at most as "
-        "slow and at least as accurate, and better in one (the accuracy chart's green points)."
-    )
+    fastest: str | None
+    front_metric: str | None
+    front: list[str]
     recipes: list[RecipeFigures]
-    path: str | None = Field(None, description="The summary.md (in `--json` output only).")
+    path: str | None = None
 
     @classmethod
     def of(cls, j: Judged, title: str = "Summary") -> SummaryJson:
