@@ -1,6 +1,7 @@
 """The command group, the exit codes and the guard that turns errors into them (the only place they
 become exit codes): 0 = every recipe succeeded, 1 = some recipe failed (or, with `--fail-on-gate`,
-clearly failed its quality gate), 2 = bad input (nothing run), 130 = interrupted."""
+clearly failed its quality gate; `compare`: a --fail-on condition met), 2 = bad input (nothing run),
+130 = interrupted."""
 
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ def cli():
     recipe reference is docs/recipe-reference.md.
 
     Exit codes: 0 ok, 1 some recipe failed (with --fail-on-gate: or clearly
-    failed its quality gate), 2 bad input, 130 interrupted.
+    failed its quality gate; compare: a --fail-on condition met), 2 bad input,
+    130 interrupted.
     """
 
 

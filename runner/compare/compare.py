@@ -61,6 +61,8 @@ class Change(Score):
 
 
 class OldNew(BaseModel):
+    """A figure of each side."""
+
     old: float
     new: float
 
