@@ -30,13 +30,9 @@ from runner.run.job import RunOptions
 from runner.wings import call_wings, studies
 
 
-def echo(text: str, to_stderr: bool) -> None:
-    click.echo(text, err=to_stderr)
-
-
 def say(as_json: bool):
-    """`echo`, or with --json every message to stderr (stdout holds the JSON)."""
-    return (lambda text, _: click.echo(text, err=True)) if as_json else echo
+    """The orchestrator's `say`: with --json every message to stderr (stdout holds the JSON)."""
+    return lambda text, to_stderr: click.echo(text, err=to_stderr or as_json)
 
 
 def interrupted(e: Interrupted) -> NoReturn:

@@ -188,7 +188,8 @@ def time_words(s: Speedup | None, a: RunResult, b: RunResult) -> str:
     or why there is no ratio."""
     if s is None:
         failed = [f"failed in {w}" for w, r in (("old", a), ("new", b)) if r.status != "ok"]
-        return (failed or [f"no time ratio: {why_no_ratio(a, b) or 'no time on a side'}"])[0]
+        why = why_no_ratio(a, b) or "no time, or a serving run"
+        return (failed or [f"no time ratio: {why}"])[0]
     if s.verdict in ("faster", "slower"):
         up = s.verdict == "faster"
         got = (s.ratio, s.lo, s.hi) if up else (1 / s.ratio, 1 / s.hi, 1 / s.lo)  # type: ignore[operator]

@@ -61,7 +61,7 @@ def chart(c: Comparison, path: Path) -> bool:
         ax.text(s.ratio, y + 0.15, f" {s.ratio:.2f}×", fontsize=8)  # type: ignore[union-attr]
     ax.axvline(1, color="gray", linewidth=1)
     ax.set_ylim(-0.7, len(ps) - 0.3)
-    ax.set_xlabel("speed-up: OLD time ÷ NEW time (95% interval; left of 1: slower; red: clearly)")
+    ax.set_xlabel("speed-up: OLD time ÷ NEW time (95% interval; left of 1: slower, red: clearly)")
     ax.set_title(f"{c.new} against {c.old}", fontsize=10)
     save(fig, path)
     return True
