@@ -247,8 +247,13 @@ SIDE = "name a `runner go --out` folder, or one run folder with results.json in 
         ),
         (
             ["{old}", "{old}", "--fail-on-slower", "-5"],
-            "--fail-on-slower: -5 is below 0\n  hint: PCT is how much slower, in percent, "
-            "fails: e.g. --fail-on-slower 10",
+            "--fail-on-slower: -5 is not a percent at or above 0\n  hint: PCT is how much slower, "
+            "in percent, fails: e.g. --fail-on-slower 10",
+        ),
+        (
+            ["{old}", "{old}", "--fail-on-slower", "nan"],
+            "--fail-on-slower: nan is not a percent at or above 0\n  hint: PCT is how much "
+            "slower, in percent, fails: e.g. --fail-on-slower 10",
         ),
         (
             ["{old}", "{old}", "--fail-on-drop", "exact_match"],

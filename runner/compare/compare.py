@@ -241,7 +241,9 @@ def gates(c: Comparison, pct: float | None, drop: str | None) -> tuple[list[str]
     recipes a condition cannot fail, in words."""
     if pct is not None and not pct >= 0:
         hint = "PCT is how much slower, in percent, fails: e.g. --fail-on-slower 10"
-        raise RunnerError(f"{pct:g} is below 0", field="--fail-on-slower", hint=hint)
+        raise RunnerError(
+            f"{pct:g} is not a percent at or above 0", field="--fail-on-slower", hint=hint
+        )
     metric, limit = parse_drop(drop, c) if drop is not None else (None, 0.0)
     fails, cannot = [], []
     for p in c.recipes:
