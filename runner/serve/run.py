@@ -57,7 +57,7 @@ from runner.results import (
 )
 from runner.run.job import RunOptions, Unit
 from runner.run.result import Failure, Measured, Output, make_sample, mean_scores, now, run_result
-from runner.serve.server import Server, ServerError, command, free_port
+from runner.serve.server import Server, ServerError, free_port
 
 CLIENT = Path("benchmarks", "lib", "endpoint_request_func.py")  # in the vllm package
 
@@ -479,7 +479,7 @@ def _serve(
         tok, list(unit.prepared.messages), uses_chat_template(tok, r.prompt.chat_template)
     )
     port = free_port(HOST)
-    cmd, env = command(r, HOST, port)
+    cmd, env = r.engine.server_command(r.model, HOST, port)  # recipe.py: `load` needs `serves`
     say = print if opts.progress else (lambda line: None)
     say(f"{unit.name}: starting the server: {' '.join(cmd)}")
     log_start, baseline = (
