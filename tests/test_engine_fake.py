@@ -12,8 +12,6 @@ import pytest
 from runner.base.types import ModelSpec
 from runner.engines.fake import DEFAULT_REPLY, SETTINGS_MARK, FakeSpec, served_reply
 from runner.engines.transformers import TransformersSpec
-from runner.recipe import Recipe
-from runner.serve.server import ServerError, command
 
 ROOT = str(Path(__file__).resolve().parents[1])
 MODEL = ModelSpec(id="builtin:demo")
@@ -90,16 +88,9 @@ def test_a_reply_template_with_variables_is_ignored_saying_why_and_verified_by_n
 
 
 def test_an_engine_without_a_server_mode_has_no_command():
+    # validation refuses `load` with it first (test_serving.py)
     with pytest.raises(NotImplementedError):
         TransformersSpec(kind="transformers").server_command(MODEL, "h", 1)
-    # validation refuses it
-    r = Recipe.model_construct(engine=TransformersSpec(kind="transformers"), model=MODEL)
-    with pytest.raises(ServerError) as e:
-        command(r, "h", 1)
-    assert (e.value.message, e.value.field) == (
-        "engine kind 'transformers' has no server mode",
-        "load",
-    )
 
 
 def test_the_offline_fake_engine_reports_each_setting_as_applied_and_how_it_counts_tokens():

@@ -611,7 +611,7 @@ def test_a_server_that_dies_during_warm_up_is_reported_as_its_death_with_its_log
     srv = standin("dies", env={"VLLM_SERVER_DEV_MODE": "1"})
     with srv:
 
-        def run_rate(target, prompts, rate, load, warmed):
+        def run_rate(url, recipe, prompts, rate, warmed):
             warmed()  # the prefix-cache reset after the warm-up: the server dies answering it
             raise AssertionError("not reached")
 

@@ -281,6 +281,16 @@ def test_free_form_mappings_take_any_subkey(write_recipe, base_recipe):
     ]
 
 
+def test_a_cell_setting_below_a_plain_value_is_refused_naming_the_cell(write_recipe, base_recipe):
+    engine = {"kind": "vllm", "engine_args": {"a": 5}}
+    p = write_recipe(study(base_recipe, engine=engine, matrix={"engine.engine_args.a.b": [1, 2]}))
+    e = error(load_recipes, p)
+    assert (e.message, e.field) == (
+        "cell 't-b-1': cannot set engine.engine_args.a.b: 'a' is not a mapping",
+        "engine.engine_args.a.b",
+    )
+
+
 def test_invalid_cell_names_the_cell_and_field(write_recipe, base_recipe):
     p = write_recipe(study(base_recipe, matrix={"sampling.max_tokens": [8, 0]}))
     e = error(load_recipes, p)

@@ -276,6 +276,15 @@ def test_combinations_the_recipe_refuses_are_listed_and_left_out(
     assert "| 2    | tu-t2  | engine.delay_s=-1.0" in (tmp_path / "out" / "tu-tune.md").read_text()
 
 
+def test_a_candidate_setting_below_a_plain_value_is_refused(write_recipe, base_recipe):
+    r = _tune(_tune_file(write_recipe, base_recipe, {"engine.reply.x": [1]}), "--dry-run")
+    assert r.exit_code == 2
+    assert (
+        "all 1 candidates are refused by the recipe's checks; the first: cannot set "
+        "engine.reply.x: 'reply' is not a mapping" in r.output
+    )
+
+
 def test_the_confirmation_takes_turns_as_confirm_interleave_says(
     tmp_path, write_recipe, base_recipe
 ):

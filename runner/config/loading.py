@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 import typing
 from collections.abc import Callable, Mapping
@@ -47,6 +48,18 @@ class RecipeFile:
     @property
     def is_study(self) -> bool:
         return bool(self.keys.get("matrix") or self.keys.get("variants"))
+
+
+def with_settings(f: RecipeFile, settings: dict[str, Any], what: str = "") -> dict:
+    """A copy of the file's data with a copy of each value set at its dotted key (replacing what is
+    there); a key whose way holds a value that is not a mapping is an error led by `what`."""
+    data = copy.deepcopy(f.data)
+    for k, v in settings.items():
+        try:
+            set_dotted(data, k, copy.deepcopy(v))
+        except TypeError as e:
+            raise RecipeError(f"{what}cannot set {k}: {e}", file=str(f.path), field=k) from None
+    return data
 
 
 def read_recipe_file(path: str | Path) -> RecipeFile:

@@ -33,10 +33,9 @@ CONFIGS = "gguf-config"  # under $RUNNER_CACHE: GGUF files' configs, by path, si
 
 def check_file(model: ModelSpec) -> Path:
     """The model's GGUF file, which must exist."""
-    path = model.gguf_path
+    path, field = model.gguf_path, "model.gguf_file" if model.gguf_file else "model.id"
     assert path is not None
     if not path.is_file():
-        field = "model.gguf_file" if model.gguf_file else "model.id"
         hint = (
             "fetch or make the file first (a shipped recipe's comments say how), or point at one "
             "with --set model.id=PATH (a relative path starts with ./ or ../, from the recipe's "
@@ -47,9 +46,7 @@ def check_file(model: ModelSpec) -> Path:
         if f.read(4) != b"GGUF":
             why = f"{path} is not a GGUF file (it does not begin with GGUF's magic bytes)"
             hint = "point at a .gguf model file; a download that stopped early: download it again"
-            raise RunnerError(
-                why, field="model.gguf_file" if model.gguf_file else "model.id", hint=hint
-            )
+            raise RunnerError(why, field=field, hint=hint)
     return path
 
 

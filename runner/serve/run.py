@@ -44,6 +44,7 @@ from runner.base.stats import prefix_share, summary
 from runner.base.types import EngineInfo, Generation, Sampling
 from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
 from runner.folder import RunFolder
+from runner.recipe import Recipe
 from runner.results import (
     LatencyMs,
     Prefix,
@@ -56,7 +57,7 @@ from runner.results import (
 )
 from runner.run.job import RunOptions, Unit
 from runner.run.result import Failure, Measured, Output, make_sample, mean_scores, now, run_result
-from runner.serve.server import Server, ServerError, command, free_port
+from runner.serve.server import Server, ServerError, free_port
 
 CLIENT = Path("benchmarks", "lib", "endpoint_request_func.py")  # in the vllm package
 
@@ -153,23 +154,14 @@ class RateRun:
         )
 
 
-@dataclass(frozen=True)
-class Target:
-    """Where a rate's requests go (the completions URL) and what each asks: the model's id, the
-    recipe's sampling."""
-
-    url: str
-    model: str
-    sampling: Sampling
-
-
-def run_rate(target: Target, prompts: Sequence[list[int]], rate: float, load, warmed) -> RateRun:
+def run_rate(url: str, r: Recipe, prompts: Sequence[list[int]], rate: float, warmed) -> RateRun:
     """`load.warmup_requests` unmeasured requests (the first prompt, under the concurrency cap),
     `warmed()`, then every prompt at its due time (`load`: the recipe's LoadSpec: burstiness,
-    max_concurrency, seed)."""
+    max_concurrency, seed), each to the completions `url` with the recipe's model id and
+    sampling."""
     import aiohttp
 
-    c, body = client(), request_body(target.sampling)
+    c, body, load = client(), request_body(r.sampling), r.load
 
     async def sweep() -> RateRun:
         gate = asyncio.Semaphore(load.max_concurrency or len(prompts) + load.warmup_requests + 1)
@@ -178,10 +170,10 @@ def run_rate(target: Target, prompts: Sequence[list[int]], rate: float, load, wa
             async with gate:
                 args = c.RequestFuncInput(
                     prompt=ids,
-                    api_url=target.url,
+                    api_url=url,
                     prompt_len=len(ids),
-                    output_len=target.sampling.max_tokens,
-                    model=target.model,
+                    output_len=r.sampling.max_tokens,
+                    model=r.model.id,
                     extra_body=body,
                 )
                 return await c.async_request_openai_completions(args, session)
@@ -326,9 +318,9 @@ class Sweep:
                 self.notes.append(f"prefix cache not reset: {e.message}")
             state["before"] = server.counters()
 
-        target = Target(f"{server.base_url}/v1/completions", r.model.id, r.sampling)
+        url = f"{server.base_url}/v1/completions"
         try:
-            run = run_rate(target, [self.ids[i] for i in indices], rate, r.load, warmed)
+            run = run_rate(url, r, [self.ids[i] for i in indices], rate, warmed)
         except OSError:  # refused or reset (the cache reset after the warm-up): the server died?
             if not server.exits_within(2.0):
                 raise
@@ -487,7 +479,7 @@ def _serve(
         tok, list(unit.prepared.messages), uses_chat_template(tok, r.prompt.chat_template)
     )
     port = free_port(HOST)
-    cmd, env = command(r, HOST, port)
+    cmd, env = r.engine.server_command(r.model, HOST, port)  # recipe.py: `load` needs `serves`
     say = print if opts.progress else (lambda line: None)
     say(f"{unit.name}: starting the server: {' '.join(cmd)}")
     log_start, baseline = (

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from runner.base.errors import RunnerError
 from runner.base.procs import cmdline, descendants, kill_group, session_members, stop_group
-from runner.recipe import Recipe
 from runner.run.result import failure_hint
 
 # the server's first process: starts the server in this session, ends the session once the runner is
@@ -57,13 +56,6 @@ def exit_status(code: int) -> str:
     with contextlib.suppress(ValueError):
         return f"was killed by {signal.Signals(-code).name}"
     return f"was killed by signal {-code}"
-
-
-def command(r: Recipe, host: str, port: int) -> tuple[list[str], dict[str, str]]:
-    """The command line and environment that start the recipe's engine as a server."""
-    if not r.engine.serves:
-        raise ServerError(f"engine kind {r.engine.kind!r} has no server mode", field="load")
-    return r.engine.server_command(r.model, host, port)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

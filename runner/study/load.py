@@ -37,7 +37,6 @@ Rules:
 
 from __future__ import annotations
 
-import copy
 import difflib
 import json
 import math
@@ -50,10 +49,16 @@ from typing import Any, NamedTuple
 
 from pydantic import Field
 
-from runner.base.dotted import overlaps, set_dotted
+from runner.base.dotted import overlaps
 from runner.base.errors import RecipeError
 from runner.base.types import StrictModel
-from runner.config.loading import RecipeFile, check_abstract, finish, read_recipe_file
+from runner.config.loading import (
+    RecipeFile,
+    check_abstract,
+    finish,
+    read_recipe_file,
+    with_settings,
+)
 from runner.config.overrides import KeyProblem, key_target, parse_set
 from runner.recipe import NAME_PATTERN, LoadedRecipe, StudyCell
 
@@ -419,21 +424,12 @@ def expand(f: RecipeFile, name: str, g: Grid) -> list[Cell]:
             named = [v] if v is not None and len(g.variants) > 1 else []  # the variant, of several
             cell_name = "-".join([name, *named, *labels])
             cell = {k: x for k, x in match.items() if k in varying}
-            cells.append(Cell(cell_name, cell, _cell_data(f, setting, cell_name), origins))
+            data = with_settings(f, setting, f"cell {cell_name!r}: ") | {"name": cell_name}
+            cells.append(Cell(cell_name, cell, data, origins))
     if not cells:
         raise _err(where, "exclude", "`exclude` drops every cell of the study")
     _check_names(cells, g.axes, where)
     return cells
-
-
-def _cell_data(f: RecipeFile, setting: dict[str, Any], name: str) -> dict:
-    d = copy.deepcopy(f.data)
-    for k, val in setting.items():
-        try:
-            set_dotted(d, k, copy.deepcopy(val))
-        except TypeError as e:
-            raise _err(str(f.path), k, f"cell {name!r}: cannot set {k}: {e}") from None
-    return d | {"name": name}
 
 
 def _check_names(cells: list[Cell], axes: list[Axis], where: str) -> None:

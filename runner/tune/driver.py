@@ -16,12 +16,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from runner.base.dotted import overlaps, set_dotted
-from runner.base.errors import RecipeError, RunnerError
+from runner.base.dotted import overlaps
+from runner.base.errors import RunnerError
 from runner.base.files import write_text_atomic
 from runner.base.format import secs, table
 from runner.config.calls import Asked, check_model_paths, load_all, parse_model_paths
-from runner.config.loading import RecipeFile, Studies, load_file, read_recipe_file
+from runner.config.loading import RecipeFile, Studies, load_file, read_recipe_file, with_settings
 from runner.config.overrides import apply_overrides, parse_set
 from runner.folder import RunFolder, check_name, read_result
 from runner.orchestrate import Executor, Say, Wings, new_call, run_loaded
@@ -252,14 +252,8 @@ def load_cell(
     """The recipe `src` with one candidate's settings set into its data (as a study's matrix
     values are), named `cell` (None: its own name), with `run`'s repeat and interleave, then the
     call's --set items and --model-path mappings, validated."""
-    data = copy.deepcopy(src.data)
     run = {**({"name": cell} if cell else {}), "repeat": run[0], "interleave": run[1]}
-    for k, v in {**settings, **run}.items():
-        try:
-            set_dotted(data, k, copy.deepcopy(v))
-        except TypeError as e:
-            raise RecipeError(f"cannot set {k}: {e}", file=str(src.path), field=k) from None
-    fresh = dataclasses.replace(src, data=data)
+    fresh = dataclasses.replace(src, data=with_settings(src, {**settings, **run}))
     [lr] = load_file(fresh, list(call.sets), model_paths=parse_model_paths(call.model_paths))
     check_name(lr.recipe.name, lr.path)
     if cell is None:
