@@ -436,6 +436,8 @@ class _Call:
             *[s.samples if s else {} for _, s, _ in shards],
             self.kept[unit.name],  # (a failed task's, sent before it failed)
         )
+        # a task's samples event that comes after its result brings none of them again
+        self.kept[unit.name] = {s.id: s for s in samples}
         facts = dict(executor="ray", replicas=rows, env={"ray": self.env})
         bad = [(rep, r) for rep, _, r in shards if r.status != "ok"]
         # the samples the replicas finished stay in the driver's partial file for the next call

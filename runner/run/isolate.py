@@ -59,23 +59,28 @@ class Worker:
             stdin=subprocess.PIPE,
         )
         log = str(options.folder(units[0].name).engine_log)
-        self._write((units[0].loaded.recipe.engine, log), close=False)
-
-    def _write(self, obj, close: bool) -> None:
         try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL))
-            self.proc.stdin.flush()
-            if close:
-                self.proc.stdin.close()
-        except BrokenPipeError:  # the child died before reading its job: its exit code tells
-            pass
+            self._write(pickle.dumps((units[0].loaded.recipe.engine, log)))
         except BaseException:
             self.close()
             raise
 
+    def _write(self, data: bytes, close: bool = False) -> None:
+        assert self.proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):  # the child died first: its exit code tells
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+            if close:
+                self.proc.stdin.close()
+
     def send(self, job: Job) -> subprocess.Popen:
-        self._write(replace(job, spawned_at=time.time()), close=True)
+        """The job's results.json removed, then the job written to the process in the background:
+        it reads it once its library is loaded (a process that hangs before is ended by the
+        job's timeout)."""
+        for unit in job.units:
+            job.options.folder(unit.name).results.unlink(missing_ok=True)
+        data = pickle.dumps(replace(job, spawned_at=time.time()))
+        threading.Thread(target=self._write, args=(data, True), daemon=True).start()
         return self.proc
 
     def close(self) -> None:
@@ -181,12 +186,11 @@ def _mtime(path: Path) -> float:
 
 
 def _headers(units: tuple[Unit, ...], options) -> None:
-    """Each recipe's results.json removed and a line marking its start in its engine.log."""
+    """A line marking each recipe's start in its engine.log."""
     first = units[0].name
     for unit in units:
         folder = options.folder(unit.name)
         folder.root.mkdir(parents=True, exist_ok=True)
-        folder.results.unlink(missing_ok=True)
         # a resumed run keeps the earlier log above
         with open(folder.engine_log, "a", encoding="utf-8") as f:
             f.write(
