@@ -24,7 +24,7 @@ from typing import Any
 from runner.base.errors import RunnerError
 from runner.base.files import PartialWriter, write_bytes_atomic, write_jsonl_atomic
 from runner.base.format import secs, table
-from runner.base.procs import cmdline, descendants, end_stragglers
+from runner.base.procs import cmdline, descendants, end_stragglers, signals_held
 from runner.folder import RunFolder
 from runner.results import ReplicaRun, RunResult, Sample, Timings
 from runner.run.isolate import LOG_MARK, failed_result, run_isolated
@@ -215,25 +215,14 @@ def _start_ray(address: str | None) -> None:
     its agents running or aborted the process; its own SIGTERM handler exits 15), then raised as
     KeyboardInterrupt once Ray is up and can be shut down whole. Our SIGTERM handler is put back
     over Ray's."""
-    pending: list[int] = []
-
-    def hold(signum, frame) -> None:
-        # the abort Ray's C++ SIGTERM handler arms for 3 s later (see cli.sigterm_as_ctrl_c)
-        signal.alarm(0)
-        pending.append(signum)
-
-    main = threading.current_thread() is threading.main_thread()
-    held = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
-    try:
-        _connect(address)
-    # Ray's own SIGTERM handler, installed during init, caught a SIGTERM in its window
-    except SystemExit as e:
-        if e.code != signal.SIGTERM:
-            raise
-        pending.append(signal.SIGTERM)
-    finally:
-        for sig, handler in held.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    with signals_held() as pending:
+        try:
+            _connect(address)
+        # Ray's own SIGTERM handler, installed during init, caught a SIGTERM in its window
+        except SystemExit as e:
+            if e.code != signal.SIGTERM:
+                raise
+            pending.append(signal.SIGTERM)
     if pending:
         shutdown()
         raise KeyboardInterrupt

@@ -48,8 +48,20 @@ class Worker:
     standard input."""
 
     def __init__(self, units: tuple[Unit, ...], options):
-        self.names = [u.name for u in units]
-        _headers(units, options)
+        self.names, first = [u.name for u in units], options.folder(units[0].name).engine_log
+        for unit in units:  # a line marking each recipe's start in its engine.log
+            folder = options.folder(unit.name)
+            folder.root.mkdir(parents=True, exist_ok=True)
+            # a resumed run keeps the earlier log above
+            with open(folder.engine_log, "a", encoding="utf-8") as f:
+                f.write(
+                    f"\n{LOG_MARK} {unit.name} started {time.strftime('%Y-%m-%d %H:%M:%S')} =====\n"
+                )
+                if unit is not units[0]:
+                    f.write(
+                        f"(runs on the engine started for {units[0].name}: the engine's own "
+                        f"output is in {first})\n"
+                    )
         root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
         self.proc = subprocess.Popen(
@@ -58,9 +70,8 @@ class Worker:
             env=env,
             stdin=subprocess.PIPE,
         )
-        log = str(options.folder(units[0].name).engine_log)
         try:
-            self._write(pickle.dumps((units[0].loaded.recipe.engine, log)))
+            self._write(pickle.dumps((units[0].loaded.recipe.engine, str(first))))
         except BaseException:
             self.close()
             raise
@@ -105,7 +116,7 @@ class Ends:
             self._threads.pop().join()
 
 
-def _wait(proc: subprocess.Popen, timeout_s: float | None, done=lambda: False) -> str | None:
+def _wait(proc: subprocess.Popen, timeout_s: float | None, done) -> str | None:
     """Until the process ends, or `done()` (its recipes wrote their results); past the timeout the
     group is ended."""
     deadline = time.monotonic() + timeout_s if timeout_s is not None else None
@@ -183,24 +194,6 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime_ns
     except OSError:
         return 0
-
-
-def _headers(units: tuple[Unit, ...], options) -> None:
-    """A line marking each recipe's start in its engine.log."""
-    first = units[0].name
-    for unit in units:
-        folder = options.folder(unit.name)
-        folder.root.mkdir(parents=True, exist_ok=True)
-        # a resumed run keeps the earlier log above
-        with open(folder.engine_log, "a", encoding="utf-8") as f:
-            f.write(
-                f"\n{LOG_MARK} {unit.name} started {time.strftime('%Y-%m-%d %H:%M:%S')} =====\n"
-            )
-            if unit.name != first:
-                f.write(
-                    f"(runs on the engine started for {first}: the engine's own output is in "
-                    f"{options.folder(first).engine_log})\n"
-                )
 
 
 def run_isolated(
