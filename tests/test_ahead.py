@@ -236,3 +236,23 @@ def test_the_gpu_memory_warning_of_a_job_ended_in_the_background_reaches_say(
     assert [x for x in said if x.startswith("WARNING")] == [f"WARNING: {n}: {line}" for n in "ab"]
     assert f"===== runner: {line}" in (out / "b" / "engine.log").read_text()
     assert _none_left(workers)
+
+
+def test_a_recipe_whose_process_died_in_its_first_turn_has_no_later_turn_nor_process(
+    load, workers, tmp_path
+):
+    """Turns A B, B A: a's process dies in its first turn; b's first turn runs on the process
+    started for it meanwhile, b's second on one started once its first was over, and a's second
+    turn is no job (nor a process) and leaves the count at once."""
+    out, said = tmp_path / "out", []
+    _kill_when_running(out / "a" / "engine.log")
+    turns = dict(repeat=2, interleave="restarts")
+    recipes = [load("a", 0.5, **turns), load("b", 1e-4, **turns)]
+    results = run_loaded(recipes, _opts(out), Executor(), say=lambda t, e: said.append(t))
+    assert [(r.name, r.status) for r in results] == [("a", "failed"), ("b", "ok")]
+    assert [n for n, _ in workers] == ["a", "b", "b"] and _none_left(workers)
+    assert [x for x in said if x.startswith("[job")] == [
+        "[job 1 of 4] a (fake, none; turn 1 of 2)",
+        "[job 2 of 3] b (fake, none; turn 1 of 2)",
+        "[job 3 of 3] b (fake, none; turn 2 of 2)",
+    ]
