@@ -5,6 +5,7 @@ from the thread that ends a job's process group."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -24,6 +25,7 @@ from runner.run import isolate
 from runner.run.job import RunOptions
 
 ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "runner" / "demo" / "demo-ja.json"
 
 
 @pytest.fixture
@@ -129,12 +131,11 @@ def test_sigterm_of_go_while_a_job_runs_with_the_next_ones_process_started(load,
     go = subprocess.Popen(
         [*cmd, "--no-progress", "--limit", "20"], cwd=tmp_path, env=env, stderr=subprocess.PIPE
     )
-    end, logs = time.monotonic() + 60, [out / n / "engine.log" for n in "ab"]
-    while not (logs[1].exists() and "runner worker pid" in _text(logs[0])):
+    end, log = time.monotonic() + 60, out / "a" / "engine.log"
+    # a runs; b's process is started (its start line is written just before)
+    while not ("runner worker pid" in _text(log) and len(pids := descendants(go.pid)) == 2):
         assert time.monotonic() < end and go.poll() is None
         time.sleep(0.05)
-    pids = descendants(go.pid)
-    assert len(pids) == 2  # a's process and b's, started ahead
     go.send_signal(signal.SIGTERM)
     _, err = go.communicate(timeout=60)
     assert go.returncode == 130 and err.decode().endswith(
@@ -186,27 +187,22 @@ def test_a_crash_and_a_timeout_beside_the_next_jobs_process(load, workers, tmp_p
 def test_a_process_that_hangs_before_reading_its_job_is_ended_by_the_timeout(
     load, workers, tmp_path, monkeypatch
 ):
-    """The job (more than a pipe holds) is written in the background: a process stuck before it
-    reads it (its Python start, the engine library's import) is ended by the job's timeout, and the
-    recipes after the one it was on run in a fresh process."""
-    mark, python = tmp_path / "hung", tmp_path / "python"
-    python.write_text(
-        f"#!/bin/sh\n[ -e {mark} ] || {{ touch {mark}; exec sleep 60; }}\n"
-        f'exec {sys.executable} "$@"\n'
-    )
+    """The job (more than a pipe holds: long contexts) is written in the background: a process
+    stuck before it reads it (its Python start, the engine library's import) is ended by the
+    job's timeout; the call went on waiting for the write before."""
+    data = json.loads(DEMO.read_text(encoding="utf-8"))
+    for p in (p for d in data["data"] for p in d["paragraphs"]):
+        p["context"] *= 20
+    (big := tmp_path / "big.json").write_text(json.dumps(data), encoding="utf-8")
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\nexec sleep 60\n")
     python.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(python))
-    fields = dict(timeout_s=1, engine={"kind": "fake", "reply": "x" * 9000})
-    recipes = [
-        load(n, sampling={"temperature": 0, "max_tokens": k}, **fields)
-        for n, k in (("a", 8), ("b", 9), ("c", 10))
-    ]
-    t0 = time.monotonic()
-    results = run_loaded(recipes, _opts(tmp_path / "out", None), Executor())
-    assert time.monotonic() - t0 < 30
-    assert [r.status for r in results] == ["failed", "ok", "ok"]
-    assert results[0].error == "timed out after 3 s (recipe timeout); the run was ended"
-    assert [n for n, _ in workers] == ["a"] and _none_left(workers)
+    dataset = {"format": "squad", "path": str(big)}
+    t0, a = time.monotonic(), load("a", timeout_s=2, dataset=dataset)
+    [res] = run_loaded([a], _opts(tmp_path / "out", None), Executor())
+    assert time.monotonic() - t0 < 30 and [n for n, _ in workers] == ["a"] and _none_left(workers)
+    assert res.error == "timed out after 2 s (recipe timeout); the run was ended"
 
 
 def test_a_process_that_cannot_start_fails_its_recipes_not_the_call(load, tmp_path, monkeypatch):
