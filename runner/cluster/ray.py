@@ -302,7 +302,12 @@ class _Call:
                         self._received(j, rep, RuntimeError(why))
                     else:
                         run = task.options(num_gpus=gpus, name=f"runner:{rep.tag}")
-                        refs[run.remote(rep, self._seeds(rep), events)] = (j, rep)
+                        # the finished samples the driver's `--out` holds for its shares
+                        seeds = {
+                            u.name: merge_samples(u.prepared.examples, self.kept[u.name])
+                            for u in rep.job.units
+                        }
+                        refs[run.remote(rep, seeds, events)] = (j, rep)
             while refs:
                 ready, _ = ray.wait(list(refs), num_returns=1, timeout=0.5)
                 self._pump(events)
@@ -322,12 +327,6 @@ class _Call:
                 bar.close()
             ray.kill(events.actor)
         return [res for results in self.results for res in results]
-
-    def _seeds(self, rep: Replica) -> dict[str, list[Sample]]:
-        """The finished samples the driver's `--out` holds for the replica's shares."""
-        return {
-            u.name: merge_samples(u.prepared.examples, self.kept[u.name]) for u in rep.job.units
-        }
 
     def _keep(self, name: str, lines: bytes) -> None:
         """A task's finished samples (partial file lines) appended to the driver's partial file,
