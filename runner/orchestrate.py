@@ -19,7 +19,7 @@ import resource
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
@@ -383,8 +383,7 @@ class _Call:
                 else "run one at a time"
             )
             self.say(f"repeats {across}, each on a freshly started engine", True)
-        # the first job's process starts now (each next one as the job before ends)
-        self.worker = self._ahead(groups[0])
+        self._ahead((groups[0], 1), set())  # the first job's process starts now
         # A B, then B A, A B, ...: a drift over the call hits every recipe alike
         most, order = [max(u.loaded.recipe.repeat for u in g) for g in groups], range(len(groups))
         seq = [
@@ -394,24 +393,23 @@ class _Call:
             if turn <= most[i]
         ]
         walls: dict[int, list[float]] = {}  # each group's jobs' wall times (announce to end)
-        total, begun = len(seq), monotonic()
-        for k, (turn, i) in enumerate(seq):
-            ended = {r.name for r in self.results}
-            live = [u for u in groups[i] if u.name not in ended and turn <= u.loaded.recipe.repeat]
-            if not live:  # its recipes ended in an earlier turn (a failure)
-                total -= 1
-                continue
+        begun = monotonic()
+        while seq:
+            (turn, i), *seq = seq
             start, done = monotonic(), sum(map(len, walls.values()))
+            live = _live(groups[i], turn, {r.name for r in self.results})
             of = (turn, most[i]) if turns > 1 else None
-            ex.announce(tuple(live), f"{done + 1} of {total}", opts.out, self.say, of)
+            ex.announce(live, f"{done + 1} of {done + 1 + len(seq)}", opts.out, self.say, of)
             if turn == 1:
                 live = groups[i] = plans.attach(groups[i])
             rounds = (turn,) if turns > 1 else None
-            then = (groups[seq[k + 1][1]], seq[k + 1][0]) if k + 1 < len(seq) else None
-            self._run_job(Job(tuple(live), opts, rounds=rounds, restarts=turns > 1), then)
+            then = (groups[seq[0][1]], seq[0][0]) if seq else None
+            self._run_job(Job(live, opts, rounds=rounds, restarts=turns > 1), then)
             walls.setdefault(i, []).append(monotonic() - start)
-            if left := [j for _, j in seq[k + 1 :]]:
-                self.say(_rest(walls, left, total, monotonic() - begun), True)
+            # a job whose recipes all ended in an earlier turn (a failure) is none
+            ended = {r.name for r in self.results}
+            if seq := [(t, j) for t, j in seq if _live(groups[j], t, ended)]:
+                self.say(_rest(walls, [j for _, j in seq], monotonic() - begun), True)
 
     def _from_ray(self, res: RunResult, groups: list[tuple[Unit, ...]]) -> None:
         """A result from Ray; as a job's last one comes in, how many jobs are done."""
@@ -421,18 +419,14 @@ class _Call:
         if len(groups) > 1 and any(u.name == res.name for g in full for u in g):
             self.say(f"  call: {len(full)} of {len(groups)} jobs done", True)
 
-    def _next(self, then: tuple[tuple[Unit, ...], int], gone: set[str]) -> None:
-        """The next job's process started, for its recipes still to run in its turn."""
-        gone |= {r.name for r in self.results}
-        group, turn = then
-        live = tuple(u for u in group if u.name not in gone and turn <= u.loaded.recipe.repeat)
-        self.worker = self._ahead(live) if live else None
-
-    def _ahead(self, group: tuple[Unit, ...]) -> Worker | None:
-        """A job's process started ahead of it, where the job runs in a process of its own."""
-        if self.ex.in_process or self.ex.on_ray or group[0].loaded.recipe.load is not None:
-            return None
-        return Worker(group, self.opts)
+    def _ahead(self, then: tuple[tuple[Unit, ...], int], gone: set[str]) -> None:
+        """The process of the job `then` (its group and turn) started ahead of it, for its recipes
+        still to run, where it runs in a process of its own; one that cannot start now is started
+        by the job (which records why, if it still cannot)."""
+        live = _live(*then, gone | {r.name for r in self.results})
+        if live and not (self.ex.in_process or self.ex.on_ray or live[0].loaded.recipe.load):
+            with suppress(OSError):
+                self.worker = Worker(live, self.opts)
 
     def _run_job(self, job: Job, then: tuple[tuple[Unit, ...], int] | None = None) -> None:
         """Run the job; `then`: the next job's group and turn, whose process starts ahead of it:
@@ -441,23 +435,28 @@ class _Call:
         written)."""
         self.ends.join()  # the job before is over, its GPU memory back
         worker, self.worker = self.worker, None
-        if worker is not None and worker.names != [u.name for u in job.units]:
-            worker.close()  # one of its recipes ended since it was started
-            worker = None
-        if then is not None and not {u.name for u in job.units} & {u.name for u in then[0]}:
-            self._next(then, set())
-        # a serving run: the recipe against its engine's server
-        if job.units[0].loaded.recipe.load is not None:
-            # check_routes: there is a serving route
-            results = [self.wings.run_serving(job.units[0], job.options)]
-        elif self.ex.in_process:
-            results = run_job(job)
-        else:
-            self._warm_reports()
-            say = lambda line: self.say(line, True)
-            results = run_isolated(job, warn=say, worker=worker, ends=self.ends)
+        try:
+            if worker is not None and worker.names != [u.name for u in job.units]:
+                worker.close()  # one of its recipes ended since it was started
+                worker = None
+            if then is not None and not {u.name for u in job.units} & {u.name for u in then[0]}:
+                self._ahead(then, set())
+            # a serving run: the recipe against its engine's server
+            if job.units[0].loaded.recipe.load is not None:
+                # check_routes: there is a serving route
+                results = [self.wings.run_serving(job.units[0], job.options)]
+            elif self.ex.in_process:
+                results = run_job(job)
+            else:
+                self._warm_reports()
+                say = lambda line: self.say(line, True)
+                results = run_isolated(job, warn=say, worker=worker, ends=self.ends)
+        except BaseException:  # Ctrl-C before its process had the job: none left behind
+            if worker is not None:
+                worker.close()
+            raise
         if then is not None and self.worker is None:
-            self._next(then, {r.name for r in results})
+            self._ahead(then, {r.name for r in results})
         for res in results:
             self.done(res)
 
@@ -489,13 +488,18 @@ class _Call:
             self.say(f"study summary (every stored cell): {path}", to_stderr)
 
 
-def _rest(walls: dict[int, list[float]], left: list[int], total: int, spent: float) -> str:
+def _live(group: tuple[Unit, ...], turn: int, ended: set[str]) -> tuple[Unit, ...]:
+    """The group's recipes that run in this turn: a repeat left, and not ended (failed) before."""
+    return tuple(u for u in group if u.name not in ended and turn <= u.loaded.recipe.repeat)
+
+
+def _rest(walls: dict[int, list[float]], left: list[int], spent: float) -> str:
     """How long the jobs `left` should take: each group's mean wall time in this call, or the
     mean of every job so far where the group has none yet."""
     every = [w for ws in walls.values() for w in ws]
     rest = sum(fmean(walls.get(j, every)) for j in left)
     how = "their earlier turns" if all(j in walls for j in left) else "the jobs so far"
-    done = f"{len(every)} of {total} jobs done in {secs(spent)}"
+    done = f"{len(every)} of {len(every) + len(left)} jobs done in {secs(spent)}"
     return f"  call: {done}; about {secs(rest)} left (from {how})"
 
 

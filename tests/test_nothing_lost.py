@@ -421,6 +421,31 @@ def test_sigterm_while_ray_starts_is_held_until_it_is_up_then_ends_the_call(monk
         cr._start_ray(None)
 
 
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_while_a_group_stops_is_held_until_it_is_gone(sig, monkeypatch):
+    """runner.base.procs.stop_group: the signal waits for the group's end and `then`, with the
+    handlers from before back; Ctrl-C is raised as KeyboardInterrupt, SIGTERM as exit 143."""
+    import os
+    import signal
+    import time
+    from types import SimpleNamespace
+
+    from runner.base import procs
+
+    seen, before = [], signal.getsignal(signal.SIGTERM)
+
+    def kill_group(*a):
+        os.kill(os.getpid(), getattr(signal, sig))
+        time.sleep(0.05)
+        seen.append("gone")
+
+    monkeypatch.setattr(procs, "kill_group", kill_group)
+    with pytest.raises(KeyboardInterrupt if sig == "SIGINT" else SystemExit) as e:
+        procs.stop_group(SimpleNamespace(pid=0), 1, then=lambda: seen.append("then"))
+    assert seen == ["gone", "then"] and signal.getsignal(signal.SIGTERM) is before
+    assert sig == "SIGINT" or e.value.code == 143
+
+
 def test_sigterm_cancels_the_abort_alarm_ray_arms():
     import signal
 

@@ -170,3 +170,33 @@ def test_a_tune_says_each_stage_before_it_runs(write_recipe, base_recipe, tmp_pa
     # the jobs of each stage are its own call's
     assert r.stderr.count("[job 1 of 1] tu-screen (fake, none)") == 1
     assert "[job 1 of 2] tu-t1-screen (fake, none)" in r.stderr
+
+
+def test_a_job_whose_recipes_failed_in_an_earlier_turn_leaves_the_count_and_the_estimate(
+    write_recipe, base_recipe, tmp_path, clock, monkeypatch
+):
+    """a fails in its first turn: its second turn is no job, neither in '[job k of n]' nor in the
+    time left (they counted it until its place came)."""
+    from runner.run.isolate import failed_result
+
+    clock.update(a=10, b=30)
+    job = orchestrate.run_job
+
+    def a_fails(j):  # on the fake clock
+        if (got := job(j)) or j.units[0].name != "a":  # (a turn but the last: no result)
+            return got
+        res = failed_result(j.units[0], "boom", None, "")
+        j.options.folder("a").write(res)
+        return [res]
+
+    monkeypatch.setattr(orchestrate, "run_job", a_fails)
+    over = {"repeat": 2, "interleave": "restarts"}
+    said = _run(write_recipe, base_recipe, tmp_path / "out", {"a": 0, "b": 1e-4}, **over)
+    assert said == [
+        "repeats take turns across the 2 engines, each on a freshly started engine",
+        "[job 1 of 4] a (fake, none; turn 1 of 2)",
+        "  call: 1 of 3 jobs done in 10.0 s; about 20.0 s left (from the jobs so far)",
+        "[job 2 of 3] b (fake, none; turn 1 of 2)",
+        "  call: 2 of 3 jobs done in 40.0 s; about 30.0 s left (from their earlier turns)",
+        "[job 3 of 3] b (fake, none; turn 2 of 2)",
+    ]

@@ -122,6 +122,29 @@ def test_samples_sent_by_the_tasks_go_to_the_driver_partial_file_each_once(tmp_p
     assert [s.output for s in kept.values()] == ["o0", "o1", "o2"]
 
 
+def test_samples_a_task_sent_as_it_ended_leave_no_partial_file_beside_its_results(tmp_path):
+    """A task's last samples event can reach the driver after its result was merged (the queue
+    and the task's return race): its samples are the merged run's, so no partial file comes back
+    beside complete results."""
+    from dataclasses import replace
+
+    from runner.cluster.ray import _Call, _shard
+    from runner.run.loop import run_job
+
+    out, task = tmp_path / "out", tmp_path / "task"
+    job = _job([_recipe(tmp_path, "p")], out, limit=3)
+    call = _Call([job], 1, lambda r: None, lambda e: None, {})
+    there = replace(job.options, out=task)
+    run_job(replace(job, options=there))
+    lines = (task / "p" / "samples.jsonl").read_bytes()
+    call._keep("p", lines.splitlines(keepends=True)[0])
+    shard = _shard(job.units[0], there.folder("p"), task, out)
+    call._received(0, split(job, 1)[0], {"p": shard})
+    assert call.results[0][0].status == "ok" and not (out / "p" / "samples.partial.jsonl").exists()
+    call._keep("p", lines)  # late
+    assert not (out / "p" / "samples.partial.jsonl").exists()
+
+
 @pytest.mark.slow
 def test_job_on_ray_writes_what_the_local_executor_writes(tmp_path, ray_local):
     p = _recipe(tmp_path, "one", engine={**FAKE, "delay_s": 0.01})

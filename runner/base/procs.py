@@ -3,6 +3,7 @@ member is left; Ctrl-C and SIGTERM arriving meanwhile wait until it is gone."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -72,21 +73,32 @@ def kill_group(pgid: int, grace_s: float = 10.0, proc: subprocess.Popen | None =
         proc.poll()
 
 
-def stop_group(proc: subprocess.Popen | None, grace_s: float, then: Callable[[], None]) -> None:
-    """kill_group (nothing without a process); Ctrl-C or SIGTERM arriving meanwhile (main thread) is
-    held until the group is gone, then raised, after the handlers from before are back and `then`
-    has run."""
+@contextlib.contextmanager
+def signals_held() -> Iterator[list[int]]:
+    """Ctrl-C and SIGTERM (main thread) held: the list of those that came, to raise once the
+    handlers from before are back. An alarm is cancelled with each (the abort Ray's C++ SIGTERM
+    handler arms: see cli.sigterm_as_ctrl_c)."""
     pending: list[int] = []
     held: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
-            held[sig] = signal.signal(sig, lambda signum, frame: pending.append(signum))
+            held[sig] = signal.signal(sig, lambda n, frame: (signal.alarm(0), pending.append(n)))
     try:
-        if proc is not None:
-            kill_group(proc.pid, grace_s, proc)
+        yield pending
     finally:
         for sig, handler in held.items():
             signal.signal(sig, handler or signal.SIG_DFL)  # None: not set from Python
+
+
+def stop_group(proc: subprocess.Popen | None, grace_s: float, then: Callable[[], None]) -> None:
+    """kill_group (nothing without a process); Ctrl-C or SIGTERM arriving meanwhile (main thread) is
+    held until the group is gone, then raised, after the handlers from before are back and `then`
+    has run."""
+    try:
+        with signals_held() as pending:
+            if proc is not None:
+                kill_group(proc.pid, grace_s, proc)
+    finally:
         then()
     if signal.SIGINT in pending:
         raise KeyboardInterrupt

@@ -24,7 +24,7 @@ from typing import Any
 from runner.base.errors import RunnerError
 from runner.base.files import PartialWriter, write_bytes_atomic, write_jsonl_atomic
 from runner.base.format import secs, table
-from runner.base.procs import cmdline, descendants, end_stragglers
+from runner.base.procs import cmdline, descendants, end_stragglers, signals_held
 from runner.folder import RunFolder
 from runner.results import ReplicaRun, RunResult, Sample, Timings
 from runner.run.isolate import LOG_MARK, failed_result, run_isolated
@@ -215,25 +215,14 @@ def _start_ray(address: str | None) -> None:
     its agents running or aborted the process; its own SIGTERM handler exits 15), then raised as
     KeyboardInterrupt once Ray is up and can be shut down whole. Our SIGTERM handler is put back
     over Ray's."""
-    pending: list[int] = []
-
-    def hold(signum, frame) -> None:
-        # the abort Ray's C++ SIGTERM handler arms for 3 s later (see cli.sigterm_as_ctrl_c)
-        signal.alarm(0)
-        pending.append(signum)
-
-    main = threading.current_thread() is threading.main_thread()
-    held = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
-    try:
-        _connect(address)
-    # Ray's own SIGTERM handler, installed during init, caught a SIGTERM in its window
-    except SystemExit as e:
-        if e.code != signal.SIGTERM:
-            raise
-        pending.append(signal.SIGTERM)
-    finally:
-        for sig, handler in held.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    with signals_held() as pending:
+        try:
+            _connect(address)
+        # Ray's own SIGTERM handler, installed during init, caught a SIGTERM in its window
+        except SystemExit as e:
+            if e.code != signal.SIGTERM:
+                raise
+            pending.append(signal.SIGTERM)
     if pending:
         shutdown()
         raise KeyboardInterrupt
@@ -313,7 +302,12 @@ class _Call:
                         self._received(j, rep, RuntimeError(why))
                     else:
                         run = task.options(num_gpus=gpus, name=f"runner:{rep.tag}")
-                        refs[run.remote(rep, self._seeds(rep), events)] = (j, rep)
+                        # the finished samples the driver's `--out` holds for its shares
+                        seeds = {
+                            u.name: merge_samples(u.prepared.examples, self.kept[u.name])
+                            for u in rep.job.units
+                        }
+                        refs[run.remote(rep, seeds, events)] = (j, rep)
             while refs:
                 ready, _ = ray.wait(list(refs), num_returns=1, timeout=0.5)
                 self._pump(events)
@@ -333,12 +327,6 @@ class _Call:
                 bar.close()
             ray.kill(events.actor)
         return [res for results in self.results for res in results]
-
-    def _seeds(self, rep: Replica) -> dict[str, list[Sample]]:
-        """The finished samples the driver's `--out` holds for the replica's shares."""
-        return {
-            u.name: merge_samples(u.prepared.examples, self.kept[u.name]) for u in rep.job.units
-        }
 
     def _keep(self, name: str, lines: bytes) -> None:
         """A task's finished samples (partial file lines) appended to the driver's partial file,
@@ -436,6 +424,8 @@ class _Call:
             *[s.samples if s else {} for _, s, _ in shards],
             self.kept[unit.name],  # (a failed task's, sent before it failed)
         )
+        # a task's samples event that comes after its result brings none of them again
+        self.kept[unit.name] = {s.id: s for s in samples}
         facts = dict(executor="ray", replicas=rows, env={"ray": self.env})
         bad = [(rep, r) for rep, _, r in shards if r.status != "ok"]
         # the samples the replicas finished stay in the driver's partial file for the next call

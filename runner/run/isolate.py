@@ -48,8 +48,20 @@ class Worker:
     standard input."""
 
     def __init__(self, units: tuple[Unit, ...], options):
-        self.names = [u.name for u in units]
-        _headers(units, options)
+        self.names, first = [u.name for u in units], options.folder(units[0].name).engine_log
+        for unit in units:  # a line marking each recipe's start in its engine.log
+            folder = options.folder(unit.name)
+            folder.root.mkdir(parents=True, exist_ok=True)
+            # a resumed run keeps the earlier log above
+            with open(folder.engine_log, "a", encoding="utf-8") as f:
+                f.write(
+                    f"\n{LOG_MARK} {unit.name} started {time.strftime('%Y-%m-%d %H:%M:%S')} =====\n"
+                )
+                if unit is not units[0]:
+                    f.write(
+                        f"(runs on the engine started for {units[0].name}: the engine's own "
+                        f"output is in {first})\n"
+                    )
         root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
         self.proc = subprocess.Popen(
@@ -58,24 +70,28 @@ class Worker:
             env=env,
             stdin=subprocess.PIPE,
         )
-        log = str(options.folder(units[0].name).engine_log)
-        self._write((units[0].loaded.recipe.engine, log), close=False)
-
-    def _write(self, obj, close: bool) -> None:
         try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL))
-            self.proc.stdin.flush()
-            if close:
-                self.proc.stdin.close()
-        except BrokenPipeError:  # the child died before reading its job: its exit code tells
-            pass
+            self._write(pickle.dumps((units[0].loaded.recipe.engine, str(first))))
         except BaseException:
             self.close()
             raise
 
+    def _write(self, data: bytes, close: bool = False) -> None:
+        assert self.proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):  # the child died first: its exit code tells
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+            if close:
+                self.proc.stdin.close()
+
     def send(self, job: Job) -> subprocess.Popen:
-        self._write(replace(job, spawned_at=time.time()), close=True)
+        """The job's results.json removed, then the job written to the process in the background:
+        it reads it once its library is loaded (a process that hangs before is ended by the
+        job's timeout)."""
+        for unit in job.units:
+            job.options.folder(unit.name).results.unlink(missing_ok=True)
+        data = pickle.dumps(replace(job, spawned_at=time.time()))
+        threading.Thread(target=self._write, args=(data, True), daemon=True).start()
         return self.proc
 
     def close(self) -> None:
@@ -100,7 +116,7 @@ class Ends:
             self._threads.pop().join()
 
 
-def _wait(proc: subprocess.Popen, timeout_s: float | None, done=lambda: False) -> str | None:
+def _wait(proc: subprocess.Popen, timeout_s: float | None, done) -> str | None:
     """Until the process ends, or `done()` (its recipes wrote their results); past the timeout the
     group is ended."""
     deadline = time.monotonic() + timeout_s if timeout_s is not None else None
@@ -178,25 +194,6 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime_ns
     except OSError:
         return 0
-
-
-def _headers(units: tuple[Unit, ...], options) -> None:
-    """Each recipe's results.json removed and a line marking its start in its engine.log."""
-    first = units[0].name
-    for unit in units:
-        folder = options.folder(unit.name)
-        folder.root.mkdir(parents=True, exist_ok=True)
-        folder.results.unlink(missing_ok=True)
-        # a resumed run keeps the earlier log above
-        with open(folder.engine_log, "a", encoding="utf-8") as f:
-            f.write(
-                f"\n{LOG_MARK} {unit.name} started {time.strftime('%Y-%m-%d %H:%M:%S')} =====\n"
-            )
-            if unit.name != first:
-                f.write(
-                    f"(runs on the engine started for {first}: the engine's own output is in "
-                    f"{options.folder(first).engine_log})\n"
-                )
 
 
 def run_isolated(
