@@ -53,8 +53,10 @@ def test_tune_finds_the_fastest_and_never_crowns_a_faster_one_that_fails_the_gat
     # far apart: a loaded
     axes = {"engine": [_engine(0.02), _engine(0.01), _engine(0.005), _engine(0.0025, WRONG)]}
     # machine keeps the order
-    path, out = _tune_file(write_recipe, base_recipe, axes, delay=0.02), tmp_path / "out"
-    r = _tune(path, "--out", out)
+    # 5 repeats: one slow repeat of 3 (a loaded machine) left the interval holding 1 once
+    confirm = {"repeat": 5}
+    path = _tune_file(write_recipe, base_recipe, axes, delay=0.02, confirm=confirm)
+    r, out = _tune(path, "--out", tmp_path / "out"), tmp_path / "out"
     assert r.exit_code == 0, r.output
     assert (
         "tune tu: tu-t3 is the fastest that passed, clearly faster than the recipe as written "
