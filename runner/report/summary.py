@@ -752,9 +752,12 @@ def write_summary(
     gate: GateSpec | None = None,
 ) -> Path:
     j, accuracy = judged(results, baseline, out, gate), None
+    doc = SummaryJson.of(j)  # the scores' intervals, each run's samples read once
     if metric := chart_metric(j.results, gate):
         score_ci = {
-            r.name: ci for r in j.results if (ci := score_interval(out, r, metric)) is not None
+            f.name: (s.lo, s.hi)
+            for f in doc.recipes
+            if (s := f.scores.get(metric)) is not None and s.lo is not None and s.hi is not None
         }
         accuracy = Accuracy(metric, stopped_by_gate(j.verdicts), score_ci)
     charts = write_charts(j.results, j.base, out, accuracy)
@@ -762,7 +765,7 @@ def write_summary(
     if charts:
         text += "\n## Charts\n\n" + "\n\n".join(f"![{c.stem}]({c.name})" for c in charts) + "\n"
     write_text_atomic(path := Path(out) / SUMMARY, text)
-    write_summary_json(j, out)
+    write_summary_json(doc, out)
     return path
 
 
@@ -870,7 +873,7 @@ class RecipeFigures(BaseModel):
         ok = j.out is not None and r.status == "ok" and r.scores_meaningful
         rows = list(samples_by_id(j.out, r).values()) if ok else []  # type: ignore[arg-type]
         ci = lambda m: (rows and score_interval(j.out, r, m, rows)) or (None, None)  # type: ignore[arg-type]
-        scores = {m: Score(mean=v, lo=ci(m)[0], hi=ci(m)[1]) for m, v in r.scores.items()}
+        scores = {m: Score(mean=v, lo=lo, hi=hi) for m, v in r.scores.items() for lo, hi in [ci(m)]}
         return cls(
             name=r.name,
             status=r.status,
@@ -925,8 +928,8 @@ class SummaryJson(BaseModel):
         )
 
 
-def write_summary_json(j: Judged, folder: Path, title: str = "Summary") -> Path:
-    """`<folder>/summary.json`: `SummaryJson.of(j, title)`."""
-    text = SummaryJson.of(j, title).model_dump_json(indent=2)
+def write_summary_json(doc: SummaryJson, folder: Path) -> Path:
+    """`<folder>/summary.json`."""
+    text = doc.model_dump_json(indent=2)
     write_text_atomic(path := Path(folder) / SUMMARY_JSON, text + "\n")
     return path

@@ -33,6 +33,7 @@ from runner.report.spread import (
 )
 from runner.report.summary import (
     Sections,
+    SummaryJson,
     chart_metric,
     gates,
     in_order,
@@ -519,7 +520,7 @@ def write_study_summaries(
         j = judged(cells, base, out, gate)
         title = f"Study {study}: every stored cell"
         write_text_atomic(path, summary_markdown(j, [section, *others], title))
-        write_summary_json(j, path.parent, title)
+        write_summary_json(SummaryJson.of(j, title), path.parent)
         paths.append(path)
     return paths
 
