@@ -45,6 +45,12 @@ class StartParts(_M):
         "compiled (eager).",
     )
     compile_cache: str | None = Field(None, description="The compile cache folder the engine used.")
+    profiled: bool | None = Field(
+        None,
+        description="true: the engine measured the memory it may use (its profiling run); false: "
+        "it applied the startup plan an earlier start of the same configuration on this GPU "
+        "recorded (vLLM's VLLM_ENABLE_STARTUP_PLAN), skipping that measurement; null: not known.",
+    )
 
 
 class Energy(_M):

@@ -37,6 +37,7 @@ def test_the_start_split_from_vllms_log_cold_then_warm():
         "other_s": 70.0 - (3.512345 + 41.37 + 12.0 + 4.0),
         "cold": True,
         "compile_cache": "/c",
+        "profiled": None,  # no memory line in this log
     }
     warm = start_parts(
         parse_engine_log(WARM_LOG),
@@ -49,6 +50,65 @@ def test_the_start_split_from_vllms_log_cold_then_warm():
         parse_engine_log("INFO Model loading took 14.3 GiB and 9.5 seconds\n"), None, 17.0, None
     )
     assert eager["cold"] is None and eager["compile_s"] is None and eager["other_s"] == 7.5
+
+
+# vLLM 0.26's lines (v1/worker/gpu_worker.py, startup_plan.py): measured, then a plan applied
+PROFILED = "(EngineCore pid=1) INFO [gpu_worker.py:561] Available KV cache memory: 104.51 GiB\n"
+PLANNED = (
+    "(EngineCore pid=1) INFO Applying persisted startup plan (fingerprint 0123456789abcdef): "
+    "kv_cache_memory_bytes=112215424614 (104.51 GiB), recorded free-memory baseline 139.25 GiB, "
+    "current 139.30 GiB. Memory profiling will be skipped.\n"
+    "(EngineCore pid=1) INFO Initial free memory 139.30 GiB, reserved 104.51 GiB memory for KV "
+    "Cache as specified by kv_cache_memory_bytes config and skipped memory profiling. This does "
+    "not respect the gpu_memory_utilization config.\n"
+)
+
+
+def test_a_start_that_applied_vllms_startup_plan_skipped_memory_profiling():
+    measured, planned = (parse_engine_log(COLD_LOG + x) for x in (PROFILED, PLANNED))
+    assert measured["kv_cache_gib"] == planned["kv_cache_gib"] == 104.51
+    assert start_parts(measured, None, 70.0, None)["profiled"] is True
+    assert start_parts(planned, None, 50.0, None)["profiled"] is False
+
+
+def test_vllm_keeps_its_caches_and_startup_plan_under_the_runners_cache(tmp_path, monkeypatch):
+    """By default the compile cache and the startup plan live in $RUNNER_CACHE/vllm (a
+    VLLM_CACHE_ROOT already set wins); `engine.env` turns the plan off."""
+    for k in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "VLLM_ENABLE_STARTUP_PLAN"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("RUNNER_CACHE", str(tmp_path / "rc"))
+    env = VLLMSpec(kind="vllm").engine_env()
+    assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "rc" / "vllm")
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "rc" / "vllm" / "inductor")
+    assert env["VLLM_ENABLE_STARTUP_PLAN"] == "1"
+    monkeypatch.setenv("VLLM_CACHE_ROOT", "/mine")
+    assert VLLMSpec(kind="vllm").engine_env()["VLLM_CACHE_ROOT"] == "/mine"
+    monkeypatch.setenv("VLLM_ENABLE_STARTUP_PLAN", "1")
+    VLLMSpec(kind="vllm", env={"VLLM_ENABLE_STARTUP_PLAN": "0"}).set_env()
+    import os
+
+    assert os.environ["VLLM_ENABLE_STARTUP_PLAN"] == "0"
+
+
+def test_the_report_says_a_start_reused_its_memory_plan():
+    from runner.report.markdown import _start_section
+    from runner.results import RunResult, StartParts, Timings
+    from tests.wired import a_recipe
+
+    start = StartParts(load_s=4.0, compile_s=5.0, other_s=3.0, cold=False, profiled=False)
+    r = RunResult(
+        name="a",
+        recipe=a_recipe("a"),
+        status="ok",
+        repeats=[Repeat(index=1, generate_s=6, load_s=12, start=start)],
+        timings=Timings(load_s=12.0),
+    )
+    text = "\n".join(_start_section(r))
+    assert "| warm (cache); memory plan reused |" in text
+    assert "*Memory plan reused*: the engine skipped its memory profiling" in text
+    measured = r.model_copy(deep=True)
+    measured.repeats[0].start.profiled = True
+    assert "memory plan" not in "\n".join(_start_section(measured)).lower()
 
 
 def test_the_compile_cache_folder_sets_vllms_cache_root_and_is_checked_in_its_log(tmp_path):

@@ -123,12 +123,21 @@ def test_plan_settings_read_the_engine_args_and_vllms_defaults():
     ) == (4, 2048)
 
 
-def test_engine_env_compile_cache_and_the_users_variables_last():
-    assert spec().engine_env() == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+def test_engine_env_compile_cache_and_the_users_variables_last(monkeypatch):
+    for k in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("RUNNER_CACHE", "/rc")
+    assert spec().engine_env() == {
+        "VLLM_USE_FLASHINFER_SAMPLER": "0",
+        "VLLM_ENABLE_STARTUP_PLAN": "1",
+        "VLLM_CACHE_ROOT": "/rc/vllm",
+        "TORCHINDUCTOR_CACHE_DIR": "/rc/vllm/inductor",
+    }
     assert spec(
         compile_cache="/c", env={"VLLM_USE_FLASHINFER_SAMPLER": "1", "X": "y"}
     ).engine_env() == {
         "VLLM_USE_FLASHINFER_SAMPLER": "1",
+        "VLLM_ENABLE_STARTUP_PLAN": "1",
         "VLLM_CACHE_ROOT": "/c",
         "TORCHINDUCTOR_CACHE_DIR": "/c/inductor",
         "X": "y",
@@ -186,7 +195,7 @@ def test_server_command_from_the_recipes_engine_settings():
         # left
         # out
     ]
-    assert env == {"VLLM_USE_FLASHINFER_SAMPLER": "0", "A": "b", "VLLM_SERVER_DEV_MODE": "1"}
+    assert env == spec().engine_env() | {"A": "b", "VLLM_SERVER_DEV_MODE": "1"}
 
 
 def test_a_gguf_model_is_served_from_its_copy_under_the_recipes_name(monkeypatch):

@@ -207,11 +207,14 @@ def _start_section(r: RunResult) -> list[str]:
     if not starts:
         return []
     kind = lambda p: (
-        "eager (nothing compiled)"
-        if p.cold is None
-        else "cold (compiled)"
-        if p.cold
-        else "warm (cache)"
+        (
+            "eager (nothing compiled)"
+            if p.cold is None
+            else "cold (compiled)"
+            if p.cold
+            else "warm (cache)"
+        )
+        + ("; memory plan reused" if p.profiled is False else "")
     )
     opt = lambda v: secs(v) if v is not None else "–"
     rows = [
@@ -235,6 +238,12 @@ def _start_section(r: RunResult) -> list[str]:
         "batch, and the rest (process start, memory profiling, KV-cache allocation)."
     )
     note += f" Compile cache: {', '.join(f'`{c}`' for c in caches)}." if caches else ""
+    if any(p.profiled is False for _, _, p in starts):
+        note += (
+            " *Memory plan reused*: the engine skipped its memory profiling and reserved the KV "
+            "cache an earlier start of the same configuration on this GPU measured (vLLM's startup "
+            'plan; `engine.env: {VLLM_ENABLE_STARTUP_PLAN: "0"}` measures every start).'
+        )
     return ["", "### Engine start", "", note, "", table(rows, head)]
 
 

@@ -38,7 +38,10 @@ def unquantized_gib(model_source: str, trust_remote_code: bool) -> float | None:
 _LOAD_RE = re.compile(r"Model loading took ([\d.]+) GiB(?: memory)? and ([\d.]+) seconds")
 _KV_RE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 _NUMBERS = {  # a figure of vLLM's log, by the key parse_engine_log gives it
-    "kv_cache_gib": re.compile(r"Available KV cache memory: ([\d.]+) GiB"),
+    # measured by the memory profiling, or reserved as a startup plan recorded it
+    "kv_cache_gib": re.compile(
+        r"Available KV cache memory: ([\d.]+) GiB|reserved ([\d.]+) GiB memory for KV Cache"
+    ),
     "cpu_offloaded_gib": re.compile(r"Total CPU offloaded parameters: ([\d.]+)"),
     "compile_s": re.compile(
         r"torch\.compile (?:and initial profiling/warmup run together )?took ([\d.]+) s in total"
@@ -80,7 +83,7 @@ class VLLMFacts:
 
 def parse_engine_log(text: str) -> dict[str, float]:
     out: dict[str, float] = {
-        k: float(m.group(1)) for k, rx in _NUMBERS.items() if (m := rx.search(text))
+        k: float(m.group(m.lastindex)) for k, rx in _NUMBERS.items() if (m := rx.search(text))
     }
     if m := _LOAD_RE.search(text):
         out["weights_gib"], out["weights_load_s"] = float(m.group(1)), float(m.group(2))
@@ -90,6 +93,8 @@ def parse_engine_log(text: str) -> dict[str, float]:
         out["v2_runner"] = 1.0
     if any(s in text for s in _CACHE_HIT):
         out["compile_cache_hit"] = 1.0
+    if "Applying persisted startup plan" in text:
+        out["startup_plan"] = 1.0
     return out
 
 
@@ -104,7 +109,8 @@ def start_parts(
 ) -> dict:
     """The engine start split as vLLM's log accounts for it (StartParts' fields): weights, compile
     (or loading it from the cache), CUDA graph capture, the recipe's warm-up, and the rest of
-    `total_s`; `cold` from whether the compiled graphs came from the cache."""
+    `total_s`; `cold` from whether the compiled graphs came from the cache, `profiled` from whether
+    the memory was measured or a startup plan applied."""
     parts = {
         "load_s": parsed.get("weights_load_s"),
         "compile_s": parsed.get("compile_s"),
@@ -120,7 +126,13 @@ def start_parts(
     # the cache folder as the recipe names it: vLLM's log gives
     # <root>/torch_compile_cache/<hash>/rank_0_0/...
     root = cache_dir.split("/torch_compile_cache/")[0] if cache_dir else None
-    return parts | {"other_s": max(total_s - known, 0.0), "cold": cold, "compile_cache": root}
+    profiled = False if parsed.get("startup_plan") else True if "kv_cache_gib" in parsed else None
+    return parts | {
+        "other_s": max(total_s - known, 0.0),
+        "cold": cold,
+        "compile_cache": root,
+        "profiled": profiled,
+    }
 
 
 def served_facts(spec: Any, model: Any, log: str, version: str) -> VLLMFacts | None:

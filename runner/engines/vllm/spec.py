@@ -17,12 +17,14 @@ from pydantic import Field, PositiveInt, field_validator
 import runner.engines.gguf as gguf  # the module, not the package: tests patch its functions
 from runner.base.errors import RunnerError
 from runner.base.types import MAX_SEED, MAX_TOKENS, EngineInfo, EngineSpecBase
+from runner.engines.builtin import cache_root
 from runner.engines.vllm.engine import VLLMEngine
 from runner.engines.vllm.facts import crash_evidence, parse_engine_log, served_facts, vllm_knobs
 
 if TYPE_CHECKING:
     from runner.base.types import ModelSpec
 
+_DEFAULT_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "VLLM_ENABLE_STARTUP_PLAN": "1"}
 _LLM_FIELDS = {  # passed as they are
     "quantization",
     "cpu_offload_gb",
@@ -100,8 +102,9 @@ class VLLMSpec(EngineSpecBase):
         description="A folder for vLLM's compile cache (VLLM_CACHE_ROOT, and "
         "TORCHINDUCTOR_CACHE_DIR below it; relative to the recipe file): a later start of the same "
         "configuration, in another call or on another host given the folder, loads the compiled "
-        "graphs instead of compiling (a warm start; CUDA graphs are still captured). Default: "
-        "vLLM's own (~/.cache/vllm).",
+        "graphs instead of compiling (a warm start; CUDA graphs are still captured) and reuses the "
+        "memory plan an earlier start on the same GPU recorded (vLLM's startup plan: no memory "
+        "profiling). Default: `$RUNNER_CACHE/vllm` (VLLM_CACHE_ROOT where it is set).",
     )
     warmup: bool = Field(
         False,
@@ -169,25 +172,26 @@ class VLLMSpec(EngineSpecBase):
         super().preload()
 
     def set_env(self) -> None:
-        """The engine's environment, set before vLLM is imported; the sampler switch only where
-        unset."""
+        """The engine's environment, set before vLLM is imported; the defaults only where unset."""
         for k, v in self.engine_env().items():
-            if k == "VLLM_USE_FLASHINFER_SAMPLER":
+            if k in _DEFAULT_ENV and k not in self.env:
                 os.environ.setdefault(k, v)
             else:
                 os.environ[k] = v
 
     def engine_env(self) -> dict[str, str]:
-        env = {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+        # the compile cache, and vLLM 0.26's startup plan beside it: a later start of the same
+        # configuration on the same GPU skips memory profiling
+        root = self.compile_cache or os.environ.get("VLLM_CACHE_ROOT") or str(cache_root() / "vllm")
+        inductor = None if self.compile_cache else os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        env = _DEFAULT_ENV | {
+            "VLLM_CACHE_ROOT": root,
+            "TORCHINDUCTOR_CACHE_DIR": inductor or f"{root}/inductor",
+        }
         if self.cpu_offload_gb > 0:
             # vLLM 0.26's default V2 model runner accepts cpu_offload_gb and ignores it; V1
             # offloads.
             env["VLLM_USE_V2_MODEL_RUNNER"] = "0"
-        if self.compile_cache:
-            env |= {
-                "VLLM_CACHE_ROOT": self.compile_cache,
-                "TORCHINDUCTOR_CACHE_DIR": f"{self.compile_cache}/inductor",
-            }
         return env | self.env
 
     def server_command(
