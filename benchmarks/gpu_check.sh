@@ -22,8 +22,12 @@
 #                                                 best technique) and fastest cell (jsquad-vllm-fp8-graphs), N repeats
 #                                                 each (default 5), taking turns with an engine restart every turn, in
 #                                                 one call; the folder tarred to OUT (run again to finish if cut off)
-#   bash benchmarks/gpu_check.sh tune OUT         runner tune recipes/jsquad-tune.yaml (the step size around the best
-#                                                 hand-written cell), its folder tarred to OUT (run again to resume)
+#   bash benchmarks/gpu_check.sh tune OUT         runner tune recipes/jsquad-tune.yaml (step size, attention backend
+#                                                 and fp8 KV cache around the best hand-written cell), its folder
+#                                                 tarred to OUT (two calls: run again to resume)
+#   bash benchmarks/gpu_check.sh profile OUT      the JSQuAD study's reference cell and fastest hand-written cell with
+#                                                 `profile: true` (kernel classes, idle, prefill vs decode beside the
+#                                                 plan's floor), all 4,442 questions; the folder tarred to OUT
 #   bash benchmarks/gpu_check.sh study-tune OUT [S] runner tune recipes/jsquad-study.yaml (weights, CUDA graphs, step
 #                                                 shape from the plain context-first cell, against the hand-written
 #                                                 cells), compile cache in /root/vcache, at most S seconds (default
@@ -79,6 +83,10 @@ case $step in
     timeout 570 python3 -m runner tune recipes/jsquad-tune.yaml --out /root/tune --no-progress \
       "${MP[@]}" "${SETS[@]}" 2>&1 | tee -a "$out/tune.log"
     tar -C /root -czf "$out/tune.tgz" --exclude='*.lock' tune ;;
+  profile)
+    timeout 570 python3 -m runner go recipes/jsquad-study.yaml --only jsquad-vllm-oneshot-cache,jsquad-vllm-fp8-8k-graphs \
+      --set profile=true --out /root/profile --no-progress "${MP[@]}" "${SETS[@]}" 2>&1 | tee -a "$out/profile.log"
+    tar -C /root -czf "$out/profile.tgz" --exclude='*.lock' profile ;;
   gguf) mkdir -p $ST && cp .gpu/gguf/* $ST/ && ls -la $ST | tee -a "$out/stage.log" ;;
   study-tune)
     timeout "${3:-560}" python3 -m runner tune recipes/jsquad-study.yaml --out /root/study-tune --no-progress \
