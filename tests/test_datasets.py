@@ -378,6 +378,55 @@ def test_hub_format_reads_a_local_dataset_folder(tmp_path):
     ]
 
 
+def test_a_limited_hub_dataset_reads_only_its_first_rows_and_counts_the_split(
+    tmp_path, monkeypatch
+):
+    """With a limit and no shuffle only the first rows are loaded (every row was turned into a dict
+    before), and "N of M examples" still counts the whole split; shuffled or unlimited loads read
+    it all, as before."""
+    pd = pytest.importorskip("pandas")
+    import datasets
+
+    from runner.inputs.datasets import read_examples
+    from runner.recipe import DatasetSpec
+
+    folder = tmp_path / "qa"
+    folder.mkdir()
+    pd.DataFrame(
+        {
+            "id": [f"e{i}" for i in range(7)],
+            "question": list("abcdefg"),
+            "context": "c",
+            "answers": "x",
+        }
+    ).to_parquet(folder / "validation.parquet")
+    splits, load, info = [], datasets.load_dataset, [True]
+
+    def recorded(*a, split, **kw):
+        splits.append(split)
+        ds = load(*a, split=split, **kw)
+        ds.info.splits = ds.info.splits if info else None
+        return ds
+
+    monkeypatch.setattr(datasets, "load_dataset", recorded)
+
+    def read(**kw):
+        loaded = read_examples(DatasetSpec(format="hub", path=str(folder), **kw), tmp_path)
+        return [e.id for e in loaded.examples], loaded.total, splits.pop()
+
+    ids = [f"e{i}" for i in range(7)]
+    assert read(limit=3) == (ids[:3], 7, "validation[:3]")
+    assert read(limit=7) == (ids, 7, "validation[:7]")
+    assert read(limit=9) == (ids, 7, "validation[:9]")
+    assert read() == (ids, 7, "validation")
+    shuffled = read(limit=3, shuffle=True, seed=1)
+    assert shuffled[1:] == (7, "validation") and shuffled[0] != ids[:3]
+    assert shuffled[0] == read(shuffle=True, seed=1)[0][:3]  # the same 3 as before: whole split
+    assert read(limit=3, split="validation[2:]") == (ids[2:5], 5, "validation[2:]")  # not sliced
+    info.clear()  # no split sizes in the dataset's info: the split is counted by loading it
+    assert read(limit=3) == (ids[:3], 7, "validation") and splits == ["validation[:3]"]
+
+
 def test_hub_dataset_that_cannot_load_is_a_dataset_error(tmp_path):
     from runner.base.errors import DatasetError
     from runner.inputs.datasets import read_examples

@@ -264,14 +264,14 @@ def test_a_damaged_conversion_is_built_again_and_a_second_check_reads_the_kept_c
         p.unlink() if p.is_file() else p.rmdir()
     entry.rmdir()
     entry.write_bytes(b"\0" * 100)
-    gguf._config.cache_clear()
+    gguf._kept_text.cache_clear()
     path = write_recipe({**base_recipe, "model": {"id": str(smollm2_gguf)}})
     check = lambda: CliRunner().invoke(cli, ["check", str(path)])
     r = check()
     assert r.exit_code == 0, r.output
     assert f"note: cached build {entry} is damaged: building it again\n" in r.output
     assert "prompt tokens over 36 prompts: mean" in r.output and ".tmp" not in r.output
-    gguf._config.cache_clear()  # as a new process: the config comes from $RUNNER_CACHE
+    gguf._kept_text.cache_clear()  # as a new process: the config comes from $RUNNER_CACHE
     monkeypatch.setattr(gguf, "_read_config", lambda p: pytest.fail("parsed again"))
     r = check()
     assert r.exit_code == 0 and "note: cached build" not in r.output, r.output

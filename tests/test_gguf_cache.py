@@ -46,9 +46,9 @@ def fake(tmp_path, monkeypatch):
             AutoConfig=SimpleNamespace(from_pretrained=config),
         ),
     )
-    gguf._config.cache_clear()
+    gguf._kept_text.cache_clear()
     yield SimpleNamespace(path=path, model=ModelSpec(id=str(path)), reads=reads)
-    gguf._config.cache_clear()
+    gguf._kept_text.cache_clear()
 
 
 def test_a_damaged_tokenizer_entry_is_built_again_saying_so(fake, capsys):
@@ -67,7 +67,8 @@ def test_a_damaged_tokenizer_entry_is_built_again_saying_so(fake, capsys):
         (folder / "tokenizer.json").read_text()
     ) == {"v": 1}
     assert capsys.readouterr().err == f"note: cached build {entry} is damaged: building it again\n"
-    assert [p.name for p in entry.parent.iterdir()] == [entry.name]  # no temporary folder left
+    # no temporary folder left (beside the file's hash, kept in CACHE)
+    assert sorted(p.name for p in entry.parent.iterdir()) == sorted([entry.name, gguf.CACHE])
 
 
 def test_a_cache_that_cannot_be_written_names_its_folder_not_a_temporary_one(fake, monkeypatch):
@@ -87,11 +88,11 @@ def test_a_cache_that_cannot_be_written_names_its_folder_not_a_temporary_one(fak
 def test_the_config_is_parsed_once_per_file_and_again_when_the_file_changes(fake):
     assert gguf.config(fake.model) == CFG and fake.reads == ["config"]
     assert gguf.config(fake.model) == CFG and fake.reads == ["config"]  # this process: kept
-    gguf._config.cache_clear()  # another process: from $RUNNER_CACHE
+    gguf._kept_text.cache_clear()  # another process: from $RUNNER_CACHE
     assert gguf.config(fake.model) == CFG and fake.reads == ["config"]
-    (kept,) = (Path(os.environ["RUNNER_CACHE"]) / gguf.CONFIGS).iterdir()
+    (kept,) = (Path(os.environ["RUNNER_CACHE"]) / gguf.CACHE).iterdir()
     kept.write_text("{")  # damaged: read from the file again
-    gguf._config.cache_clear()
+    gguf._kept_text.cache_clear()
     assert gguf.config(fake.model) == CFG and fake.reads == ["config"] * 2
     st = fake.path.stat()
     os.utime(fake.path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # rewritten: read again
@@ -111,5 +112,32 @@ def test_a_second_check_of_a_gguf_recipe_does_not_parse_the_file(fake, write_rec
     for _ in range(2):
         r = CliRunner().invoke(cli, ["check", str(path), "--no-tokens"])
         assert r.exit_code == 0 and f"ok {path}: t — fake, {fake.path}," in r.output, r.output
-        gguf._config.cache_clear()  # as a new process
+        gguf._kept_text.cache_clear()  # as a new process
     assert fake.reads.count("config") == 1
+
+
+def test_the_file_facts_are_read_once_per_file_and_again_when_it_changes(fake, monkeypatch):
+    """A run with the transformers engine hashed the whole file and parsed its tensors for the
+    quantization every time (2 s for a 135M model's file, far more for a 7B's)."""
+    reads: list[str] = []
+    monkeypatch.setattr(gguf, "file_sha256", lambda p, d: reads.append("hash") or "ab")
+    q = {"quantization": "Q4_1"}
+    monkeypatch.setattr(gguf, "_quantization", lambda p: reads.append("parse") or q)
+    want = {"file": str(fake.path), "sha256": "ab", "quantization": "Q4_1"}
+    assert gguf.facts(fake.path) == want and reads == ["hash", "parse"]
+    assert gguf.facts(fake.path) == want and gguf.sha256(fake.path) == "ab"  # this process: kept
+    assert reads == ["hash", "parse"]
+    gguf._kept_text.cache_clear()  # another process: from $RUNNER_CACHE
+    assert gguf.facts(fake.path) == want and reads == ["hash", "parse"]
+    for kept in (Path(os.environ["RUNNER_CACHE"]) / gguf.CACHE).iterdir():
+        kept.write_text('{"sha')  # damaged: read from the file again, saying nothing
+    gguf._kept_text.cache_clear()
+    assert gguf.facts(fake.path) == want and reads == ["hash", "parse"] * 2
+    gguf._kept_text.cache_clear()
+    assert gguf.facts(fake.path) == want and reads == ["hash", "parse"] * 2  # rebuilt entries
+    st = fake.path.stat()
+    os.utime(fake.path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # rewritten: read again
+    assert gguf.facts(fake.path) == want and reads == ["hash", "parse"] * 3
+    with fake.path.open("ab") as f:
+        f.write(b"\0")
+    assert gguf.facts(fake.path) == want and reads == ["hash", "parse"] * 4

@@ -15,7 +15,7 @@ import json
 import struct
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,9 @@ from runner.engines.builtin import cache_root, cached
 PACKAGES = ("gguf", "accelerate")
 INSTALL = "pip install 'runner[gguf]'  (the gguf and accelerate packages)"
 FORMAT = "1"  # bump when what a conversion writes changes
-CONFIGS = "gguf-config"  # under $RUNNER_CACHE: GGUF files' configs, by path, size and mtime
+# under $RUNNER_CACHE: what is read from GGUF files (config, SHA-256, quantization), by path, size
+# and mtime
+CACHE = "gguf-config"
 
 
 def check_file(model: ModelSpec) -> Path:
@@ -79,29 +81,27 @@ def readable(model: ModelSpec) -> Path:
     return path
 
 
-@lru_cache(maxsize=16)
-def _sha256(path: str, size: int, mtime_ns: int) -> str:
-    return file_sha256(Path(path), 64)
+def _hash(path: Path) -> dict[str, str]:
+    return {"sha256": file_sha256(path, 64)}
 
 
-def sha256(path: Path) -> str:
-    """The file's whole SHA-256, hashed once per process while its size and mtime stay."""
-    st = path.stat()
-    return _sha256(str(path.resolve()), st.st_size, st.st_mtime_ns)
-
-
-def quant_type(path: Path) -> str:
+def _quantization(path: Path) -> dict[str, str]:
     """The file's quantization as llama.cpp names it (`Q4_1`): the type most of its weight matrices
     have."""
     from gguf import GGUFReader
 
     kinds = Counter(t.tensor_type.name for t in GGUFReader(str(path)).tensors if len(t.shape) > 1)
-    return kinds.most_common(1)[0][0] if kinds else "unknown"
+    return {"quantization": kinds.most_common(1)[0][0] if kinds else "unknown"}
+
+
+def sha256(path: Path) -> str:
+    """The file's whole SHA-256, hashed once per file (see `_kept`)."""
+    return _kept(path, _hash, "sha256")["sha256"]
 
 
 def facts(path: Path) -> dict[str, Any]:
-    """What a report says of a GGUF file: its path, SHA-256 and quantization."""
-    return {"file": str(path), "sha256": sha256(path), "quantization": quant_type(path)}
+    """What a report says of a GGUF file: its path, SHA-256 and quantization (each read once)."""
+    return {"file": str(path), "sha256": sha256(path)} | _kept(path, _quantization, "quantization")
 
 
 def _folder(path: Path) -> Path:
@@ -156,34 +156,39 @@ def safetensors_dir(model: ModelSpec) -> tuple[Path, dict[str, Any]]:
 
 def config(model: ModelSpec) -> dict[str, Any]:
     """The model's config (shapes, context length) as transformers reads it from the GGUF file's
-    metadata: parsed once (seconds: the metadata holds the whole vocabulary), then kept by the
-    file's path, size and mtime, in this process and in $RUNNER_CACHE."""
-    path = readable(model).resolve()
-    st = path.stat()
-    return json.loads(_config(str(path), st.st_size, st.st_mtime_ns))
-
-
-@lru_cache(maxsize=16)
-def _config(path: str, size: int, mtime_ns: int) -> str:
+    metadata: parsed once per file (seconds: the metadata holds the whole vocabulary)."""
     from importlib.metadata import version
 
-    key = f"{path}\0{size}\0{mtime_ns}\0{version('transformers')}\0{FORMAT}"
-    kept = cache_root() / CONFIGS / f"{hashlib.sha256(key.encode()).hexdigest()[:40]}.json"
+    return _kept(readable(model), _read_config, version("transformers"))
+
+
+def _kept(path: Path, read: Callable[[Path], dict], *key: str) -> dict[str, Any]:
+    """`read(path)`, done once per file: kept by the file's path, size and mtime (and `key`), in
+    this process and in $RUNNER_CACHE; a damaged entry there is read from the file again."""
+    path = path.resolve()
+    st = path.stat()
+    return json.loads(_kept_text(str(path), st.st_size, st.st_mtime_ns, read, key))
+
+
+@lru_cache(maxsize=48)
+def _kept_text(path: str, size: int, mtime_ns: int, read: Callable, key: tuple[str, ...]) -> str:
+    name = "\0".join(map(str, (path, size, mtime_ns, *key, FORMAT)))
+    kept = cache_root() / CACHE / f"{hashlib.sha256(name.encode()).hexdigest()[:40]}.json"
     with contextlib.suppress(OSError, ValueError):  # absent or damaged: read from the file
         if isinstance(json.loads(text := kept.read_text(encoding="utf-8")), dict):
             return text
-    text = _read_config(Path(path))
+    text = json.dumps(read(Path(path)))
     with contextlib.suppress(OSError):  # a cache that cannot be written is skipped
         write_bytes_atomic(kept, text.encode())
     return text
 
 
-def _read_config(path: Path) -> str:
+def _read_config(path: Path) -> dict[str, Any]:
     from transformers import AutoConfig
 
     with _reading(path):
         cfg = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
-    return cfg.to_json_string(use_diff=False)
+    return json.loads(cfg.to_json_string(use_diff=False))
 
 
 def note(facts: dict[str, Any], engine: str) -> str:

@@ -11,6 +11,7 @@ import functools
 import json
 import math
 import random
+import re
 import tempfile
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -89,12 +90,17 @@ def as_text(value: Any) -> str:
     return str(value)
 
 
-def _hub_rows(spec: Any, where: str, field: str) -> list[dict]:
+def _hub_rows(spec: Any, where: str, field: str) -> tuple[list[dict], int]:
+    """The rows of a hub dataset and how many its split holds. With a limit and no shuffle, only the
+    first `limit` rows are taken (datasets' split slicing; a repeated id after them is not seen)
+    and the split's size comes from its info."""
     import datasets
 
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
     local = Path(spec.path).expanduser().is_dir()
+    # a split name as datasets names them (not `train[:10]` or `train+test`) can be sliced
+    first = not spec.shuffle and re.fullmatch(r"\w+(\.\w+)*", spec.split) and spec.limit
     # a local dataset folder: a private cache, removed afterwards, so no stale copy can serve it
     with (
         tempfile.TemporaryDirectory(prefix="runner-dataset-", ignore_cleanup_errors=True)
@@ -102,11 +108,14 @@ def _hub_rows(spec: Any, where: str, field: str) -> list[dict]:
         else nullcontext()
     ) as tmp:
         kwargs = {"cache_dir": tmp, "keep_in_memory": True} if local else {}
+        load = lambda split: datasets.load_dataset(spec.path, spec.name, split=split, **kwargs)
         try:
-            return [
-                dict(r)
-                for r in datasets.load_dataset(spec.path, spec.name, split=spec.split, **kwargs)
-            ]
+            ds = load(f"{spec.split}[:{first}]" if first else spec.split)
+            rows = [dict(r) for r in ds]
+            if not first or len(rows) < first:
+                return rows, len(rows)
+            info = (ds.info.splits or {}).get(spec.split)
+            return rows, info.num_examples if info else len(load(spec.split))
         except Exception as e:  # the hub library raises many kinds; all mean "could not load"
             detail = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
             raise DatasetError(
@@ -189,8 +198,8 @@ def read_examples(
     came from. `field`: the recipe field `spec` sits at (`dataset`, or `prompt.shots.source`), named
     by every error."""
     if spec.format == "hub":
-        rows = _hub_rows(spec, where, field)
-        return LoadedExamples(_examples(rows, spec, where, field), None, None, len(rows))
+        rows, total = _hub_rows(spec, where, field)
+        return LoadedExamples(_examples(rows, spec, where, field), None, None, total)
     # a path relative to the recipe file (an absolute one stays itself)
     fb = read_file(base_dir / Path(spec.path).expanduser(), where, field)
     key = (fb.sha256, str(fb.path), spec.model_dump_json(), field)
