@@ -471,11 +471,14 @@ class _Call:
             self.warm.start()
 
     def _summarize(self, units: list[Unit], to_stderr: bool) -> None:
-        """The results in the call's order, summary.md and each study's own summary written."""
+        """The results in the call's order, summary.md and each study's own summary written; the
+        last job's end (its warnings) awaited before they are named."""
         out, order = self.opts.out, {u.name: i for i, u in enumerate(units)}
         self.results.sort(key=lambda r: order.get(r.name, len(order)))
         sections = self.wings.summary_sections()
         summary = write_summary(self.results, out, self.opts.baseline, sections)
+        studies = self.wings.study_summaries(self.results, out, self.opts.baseline)
+        self.ends.join()
         self.say(f"summary: {summary}", to_stderr)
         names = {r.name for r in self.results}
         if others := [p for p in stored(out) if p.parent.name not in names]:
@@ -484,7 +487,7 @@ class _Call:
                 f"in it; `runner report {out}` summarizes every stored run)",
                 to_stderr,
             )
-        for path in self.wings.study_summaries(self.results, out, self.opts.baseline):
+        for path in studies:
             self.say(f"study summary (every stored cell): {path}", to_stderr)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -135,9 +136,19 @@ def prefix_section(results: list[RunResult]) -> list[str]:
     return ["", "## Prefix caching", "", note, "", table(rows, [*head, "generation time saved"])]
 
 
+# a run's stored samples by example id (how two runs are paired), by the run's name
+Samples = Callable[[str], dict[str, dict]]
+
+
+def reader(out: Path | Samples) -> Samples:
+    """The samples of the runs stored in `out`, each run's read at most once (`out` a reader:
+    itself, so a summary's readers share one)."""
+    by_id = lambda name: {s["id"]: s for s in load_samples(RunFolder.of(out, name))}  # type: ignore[arg-type]
+    return out if callable(out) else cache(by_id)
+
+
 def samples_by_id(out: Path, r: RunResult) -> dict[str, dict]:
-    """The run's stored samples by example id (how two runs are paired)."""
-    return {s["id"]: s for s in load_samples(RunFolder.of(out, r.name))}
+    return reader(out)(r.name)
 
 
 def _interval(diffs: list[float]) -> tuple[str, str | None]:
@@ -191,7 +202,7 @@ def _changed_answers(
 
 
 def changed_answers_section(
-    results: list[RunResult], base: RunResult | None, out: Path | None
+    results: list[RunResult], base: RunResult | None, out: Path | Samples | None
 ) -> list[str]:
     """Per recipe with real weights against the baseline, on the same examples: how many outputs
     differ, the examples whose exact match rose or fell (exact McNemar test), and every score's mean
@@ -202,13 +213,13 @@ def changed_answers_section(
     has_em = lambda r: r.status == "ok" and r.scores_meaningful and em in r.scores
     if base is None or out is None or em is None or not has_em(base):
         return []
-    bs, metrics = samples_by_id(out, base), [em, *(m for m in base.scores if m != em)]
+    read, metrics = reader(out), [em, *(m for m in base.scores if m != em)]
     changed = [
         c
         for r in results
         if r is not base
         and has_em(r)
-        and (c := _changed_answers(r, samples_by_id(out, r), bs, metrics)) is not None
+        and (c := _changed_answers(r, read(r.name), read(base.name), metrics)) is not None
     ]
     if not changed:
         return []
@@ -296,7 +307,7 @@ def gate_verdict(rs: dict, bs: dict, g: GateSpec) -> GateVerdict | None:
 def gates(
     results: list[RunResult],
     base: RunResult | None,
-    out: Path | None,
+    out: Path | Samples | None,
     default: GateSpec | None = None,
 ) -> dict[str, GateVerdict | str]:
     """Each gated run's verdict (its own `gate`, else `default`: `runner report --gate`) against the
@@ -307,9 +318,10 @@ def gates(
     if not gated or base is None or out is None:
         return {}
     scored = lambda r: r.status == "ok" and r.scores_meaningful and r.recipe.engine.kind != "fake"
-    bs = samples_by_id(out, base) if scored(base) else {}
+    read = reader(out)
+    bs = read(base.name) if scored(base) else {}
     return {
-        r.name: gate_verdict(samples_by_id(out, r) if scored(r) else {}, bs, gate_of(r))
+        r.name: gate_verdict(read(r.name) if scored(r) else {}, bs, gate_of(r))
         or (
             "random weights or the fake engine"
             if r.status == "ok" and not scored(r)
@@ -393,15 +405,12 @@ def chart_metric(results: list[RunResult], gate: GateSpec | None = None) -> str 
     return next((m for m in names if any(r.scores.get(m, 0) > 0 for r in scored)), None)
 
 
-def score_interval(
-    out: Path, r: RunResult, metric: str, rows: Iterable[dict] | None = None
-) -> tuple[float, float] | None:
+def score_interval(out: Path | Samples, r: RunResult, metric: str) -> tuple[float, float] | None:
     """The 95% interval of a run's mean score over its examples (Student t; none under MIN_PAIRED
-    examples); `rows`: its samples, where read already."""
+    examples)."""
     if r.status != "ok" or not r.scores_meaningful or metric not in r.scores:
         return None
-    rows = samples_by_id(out, r).values() if rows is None else rows
-    got = paired_interval([s[metric] for s in rows if metric in s])
+    got = paired_interval([s[metric] for s in reader(out)(r.name).values() if metric in s])
     return got and got[1:]  # type: ignore[return-value]
 
 
@@ -551,14 +560,15 @@ def in_order(results: Iterable[RunResult]) -> list[RunResult]:
 @dataclass(frozen=True)
 class Judged:
     """The runs a summary compares, in its order, with their baseline, the folder they are stored in
-    (None: no samples to pair), the `--gate` and every gate's verdict (`gates(...)`, which reads the
-    runs' samples)."""
+    (None: no samples to pair), the `--gate`, every gate's verdict (`gates(...)`) and the runs'
+    samples, each run's read at most once."""
 
     results: list[RunResult]
     base: RunResult | None
     out: Path | None
     gate: GateSpec | None
     verdicts: dict[str, GateVerdict | str]
+    samples: Samples | None
 
 
 def judged(
@@ -570,8 +580,8 @@ def judged(
     """The runs of a summary, in its order, with the `baseline` named (or marked) and their gates
     judged."""
     results = in_order(results)
-    base = pick_baseline(results, baseline)
-    return Judged(results, base, out, gate, gates(results, base, out, gate))
+    base, read = pick_baseline(results, baseline), out and reader(out)
+    return Judged(results, base, out, gate, gates(results, base, read, gate), read)
 
 
 def summary_markdown(j: Judged, extra: Sequence[Sections] = (), title: str = "Summary") -> str:
@@ -585,7 +595,7 @@ def summary_markdown(j: Judged, extra: Sequence[Sections] = (), title: str = "Su
             *_overview(j, title),
             *(line for section in extra for line in section(rs, out)),
             *prefix_section(rs),
-            *changed_answers_section(rs, j.base, out),
+            *changed_answers_section(rs, j.base, j.samples),
             *gate_section(j),
             *_failures(rs),
             "",
@@ -752,20 +762,15 @@ def write_summary(
     gate: GateSpec | None = None,
 ) -> Path:
     j, accuracy = judged(results, baseline, out, gate), None
-    doc = SummaryJson.of(j)  # the scores' intervals, each run's samples read once
     if metric := chart_metric(j.results, gate):
-        score_ci = {
-            f.name: (s.lo, s.hi)
-            for f in doc.recipes
-            if (s := f.scores.get(metric)) is not None and s.lo is not None and s.hi is not None
-        }
+        score_ci = {r.name: c for r in j.results if (c := score_interval(j.samples, r, metric))}  # type: ignore[arg-type]
         accuracy = Accuracy(metric, stopped_by_gate(j.verdicts), score_ci)
     charts = write_charts(j.results, j.base, out, accuracy)
     text = summary_markdown(j, extra)
     if charts:
         text += "\n## Charts\n\n" + "\n\n".join(f"![{c.stem}]({c.name})" for c in charts) + "\n"
     write_text_atomic(path := Path(out) / SUMMARY, text)
-    write_summary_json(doc, out)
+    write_summary_json(SummaryJson.of(j), out)
     return path
 
 
@@ -870,9 +875,7 @@ class RecipeFigures(BaseModel):
 
     @classmethod
     def of(cls, r: RunResult, j: Judged) -> RecipeFigures:
-        ok = j.out is not None and r.status == "ok" and r.scores_meaningful
-        rows = list(samples_by_id(j.out, r).values()) if ok else []  # type: ignore[arg-type]
-        ci = lambda m: (rows and score_interval(j.out, r, m, rows)) or (None, None)  # type: ignore[arg-type]
+        ci = lambda m: (j.samples and score_interval(j.samples, r, m)) or (None, None)
         scores = {m: Score(mean=v, lo=lo, hi=hi) for m, v in r.scores.items() for lo, hi in [ci(m)]}
         return cls(
             name=r.name,

@@ -20,6 +20,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import replace
@@ -43,25 +44,15 @@ def failed_result(unit: Unit, error: str, hint: str | None, command: str) -> Run
 
 class Worker:
     """A job's process, started ahead of its job: Python, the runner and the engine's library load
-    (its output in the first recipe's engine.log) while the caller still prepares the job (waits
-    for its plan, runs the job before, ends it and writes its reports); the job follows on its
-    standard input."""
+    while the caller still prepares the job (waits for its plan, runs the job before, ends it and
+    writes its reports); the job follows on its standard input. Its output until then is held in a
+    file without a name (in the first recipe's folder) and goes to that recipe's engine.log with the
+    job: one closed before its job leaves no trace."""
 
     def __init__(self, units: tuple[Unit, ...], options):
-        self.names, first = [u.name for u in units], options.folder(units[0].name).engine_log
-        for unit in units:  # a line marking each recipe's start in its engine.log
-            folder = options.folder(unit.name)
-            folder.root.mkdir(parents=True, exist_ok=True)
-            # a resumed run keeps the earlier log above
-            with open(folder.engine_log, "a", encoding="utf-8") as f:
-                f.write(
-                    f"\n{LOG_MARK} {unit.name} started {time.strftime('%Y-%m-%d %H:%M:%S')} =====\n"
-                )
-                if unit is not units[0]:
-                    f.write(
-                        f"(runs on the engine started for {units[0].name}: the engine's own "
-                        f"output is in {first})\n"
-                    )
+        self.names, folder = [u.name for u in units], options.folder(units[0].name).root
+        folder.mkdir(parents=True, exist_ok=True)
+        self.held = tempfile.TemporaryFile(dir=folder)
         root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
         self.proc = subprocess.Popen(
@@ -69,9 +60,10 @@ class Worker:
             start_new_session=True,
             env=env,
             stdin=subprocess.PIPE,
+            pass_fds=(self.held.fileno(),),
         )
         try:
-            self._write(pickle.dumps((units[0].loaded.recipe.engine, str(first))))
+            self._write(pickle.dumps((units[0].loaded.recipe.engine, self.held.fileno())))
         except BaseException:
             self.close()
             raise
@@ -85,17 +77,40 @@ class Worker:
                 self.proc.stdin.close()
 
     def send(self, job: Job) -> subprocess.Popen:
-        """The job's results.json removed, then the job written to the process in the background:
-        it reads it once its library is loaded (a process that hangs before is ended by the
-        job's timeout)."""
-        for unit in job.units:
-            job.options.folder(unit.name).results.unlink(missing_ok=True)
+        """The job's results.json removed and a line marking each recipe's start in its engine.log,
+        then the job written to the process in the background: it reads it once its library is
+        loaded (a process that hangs before is ended by the job's timeout)."""
+        units, options = job.units, job.options
+        self.first = first = options.folder(units[0].name).engine_log
+        for unit in units:
+            folder = options.folder(unit.name)
+            folder.root.mkdir(parents=True, exist_ok=True)
+            folder.results.unlink(missing_ok=True)
+            # a resumed run keeps the earlier log above
+            with open(folder.engine_log, "a", encoding="utf-8") as f:
+                f.write(
+                    f"\n{LOG_MARK} {unit.name} started {time.strftime('%Y-%m-%d %H:%M:%S')} =====\n"
+                )
+                if unit is not units[0]:
+                    f.write(
+                        f"(runs on the engine started for {units[0].name}: the engine's own "
+                        f"output is in {first})\n"
+                    )
         data = pickle.dumps(replace(job, spawned_at=time.time()))
         threading.Thread(target=self._write, args=(data, True), daemon=True).start()
         return self.proc
 
+    def spill(self) -> None:
+        """What the process wrote before it took its job (it died first) appended to the first
+        recipe's engine.log."""
+        self.held.seek(0)
+        with open(self.first, "ab") as f:
+            f.write(self.held.read())
+        self.held.close()
+
     def close(self) -> None:
         kill_group(self.proc.pid, grace_s=2, proc=self.proc)
+        self.held.close()
 
 
 class Ends:
@@ -203,18 +218,19 @@ def run_isolated(
     one result per recipe, in order. `warn` gets a line when GPU memory is not back after the job
     (it goes to the last recipe's engine.log too). With `ends`, the results come back as soon as
     every recipe wrote them, and the group's end is left to `ends`; else it is over on return."""
-    since = time.time_ns()
     baseline = used_gib()
     try:
-        proc = (worker or Worker(job.units, job.options)).send(job)
+        proc = (worker := worker or Worker(job.units, job.options)).send(job)
     except OSError as e:  # the recipes fail; the others still run
         why = f"could not start the recipe's process: {type(e).__name__}: {e}"
         results = [failed_result(u, why, None, job.options.command) for u in job.units]
         for res in results:
             job.options.folder(res.name).write(res)
         return results
+    since = time.time_ns()  # after the start lines: a log written since is the running recipe's
     written = lambda: all(job.options.folder(u.name).results.is_file() for u in job.units)
     error = _wait(proc, job.timeout_s(), written if ends is not None else lambda: False)
+    worker.spill()
     end = lambda: _end(proc, baseline, job, warn)
     # ended early only once every recipe wrote its results: none to run again
     ends.add(end) if ends is not None and proc.poll() is None else end()
@@ -256,12 +272,16 @@ def main() -> int:
         os.close(fd)
         os.environ["RUNNER_ENGINE_LOG"] = log
 
-    spec, log = pickle.load(sys.stdin.buffer)  # the first recipe's engine: loaded ahead of the job
-    to_log(log)
+    spec, held = pickle.load(sys.stdin.buffer)  # the first recipe's engine: loaded ahead of the job
+    os.dup2(held, 1)  # the output held until the job comes
+    os.dup2(held, 2)
     with contextlib.suppress(Exception):  # an import that fails fails again in the engine's build
         spec.preload()
     ready = time.time()
     job: Job = pickle.load(sys.stdin.buffer)
+    to_log(str(job.options.folder(job.units[0].name).engine_log))
+    os.write(1, os.pread(held, os.fstat(held).st_size, 0))
+    os.ftruncate(held, 0)  # taken: none for the parent's `spill`
 
     def before(unit: Unit) -> None:
         to_log(str(job.options.folder(unit.name).engine_log))
