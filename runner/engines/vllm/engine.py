@@ -10,6 +10,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -230,11 +231,11 @@ class VLLMEngine:
     def _read_metrics(self) -> dict[str, float] | None:
         """vLLM's counters kept for the report, summed over their labels (None where
         unavailable)."""
-        metrics: dict[str, float] = {}
+        metrics: Counter = Counter()
         try:
             for mt in self.llm.get_metrics():
                 if hasattr(mt, "value") and mt.name in _KEPT_METRICS:
-                    metrics[mt.name] = metrics.get(mt.name, 0) + mt.value
+                    metrics[mt.name] += mt.value
         except Exception as e:  # metrics are evidence, not the result: record and go on
             note = f"vLLM metrics unavailable: {e}"
             if note not in self.info.notes:
