@@ -11,6 +11,7 @@ import importlib.metadata as md
 import platform
 import subprocess
 import sys
+from collections import ChainMap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,11 +132,8 @@ def make_sample(
 def merge_samples(examples: Sequence[Example], *parts: dict[str, Sample]) -> list[Sample]:
     """The samples of every example in dataset order, from several sets by id (the first that has it
     wins): an interrupted run's and this run's, or the shares of data-parallel replicas."""
-    return [
-        next(p[ex.id] for p in parts if ex.id in p)
-        for ex in examples
-        if any(ex.id in p for p in parts)
-    ]
+    merged = ChainMap(*parts)
+    return [merged[ex.id] for ex in examples if ex.id in merged]
 
 
 # what an error says (lower case) -> the hint at its fix
