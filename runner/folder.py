@@ -84,8 +84,8 @@ class RunFolder:
     lock = _file(".runner.lock")
 
     @classmethod
-    def of(cls, out: Path, name: str, where: str = "") -> RunFolder:
-        return cls(Path(out) / check_name(name, where))
+    def of(cls, out: Path, name: str) -> RunFolder:
+        return cls(Path(out) / check_name(name))
 
     def write(self, res: RunResult) -> None:
         """results.json, written atomically."""

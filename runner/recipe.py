@@ -16,6 +16,7 @@ from pydantic import (
     NonNegativeInt,
     PlainSerializer,
     PositiveInt,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -146,18 +147,6 @@ InfFloat = Annotated[
 ]
 
 
-def _rates_schema(schema: dict[str, Any]) -> None:
-    schema["items"] = dict(NUMBER_OR_INF)
-    schema.pop("type", None)
-    schema["anyOf"] = [{"type": "array", "minItems": 1}, NUMBER_OR_INF]
-
-
-def _burstiness_schema(schema: dict[str, Any]) -> None:
-    schema.pop("type", None)
-    schema.pop("exclusiveMinimum", None)
-    schema.update(NUMBER_OR_INF)
-
-
 def read_inf(v: Any) -> Any:
     """`inf` written as a string -> math.inf; anything else as it is."""
     return math.inf if isinstance(v, str) and v.strip().lower() in INF_WORDS else v
@@ -167,8 +156,12 @@ class LoadSpec(StrictModel):
     """Serving-mode load: the recipe runs against vLLM's OpenAI-compatible server at each request
     rate."""
 
-    request_rate: list[InfFloat] = Field(
-        json_schema_extra=_rates_schema,
+    request_rate: Annotated[
+        list[InfFloat],
+        WithJsonSchema(
+            {"anyOf": [{"type": "array", "minItems": 1}, NUMBER_OR_INF], "items": NUMBER_OR_INF}
+        ),
+    ] = Field(
         description="Offered load in requests/s, one measured run per value, in increasing order; "
         "`inf` (YAML `.inf` or the string `inf`) sends every request at once. A single number is "
         "one rate.",
@@ -179,10 +172,9 @@ class LoadSpec(StrictModel):
         description="Most requests in flight at once; a request due while the cap is reached waits "
         "on the client (its queue time is recorded). Default: no cap.",
     )
-    burstiness: InfFloat = Field(
+    burstiness: Annotated[InfFloat, WithJsonSchema(NUMBER_OR_INF)] = Field(
         1.0,
         gt=0,
-        json_schema_extra=_burstiness_schema,
         description="Shape of the gamma distribution of the gaps between arrivals, > 0: 1 = "
         "Poisson arrivals, < 1 burstier, > 1 more even, `inf` = evenly spaced.",
     )

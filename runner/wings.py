@@ -21,8 +21,7 @@ if TYPE_CHECKING:  # the wings of a run are imported when a call runs: loading a
     from runner.orchestrate import Wings
     from runner.report.markdown import Section
     from runner.report.summary import Sections
-    from runner.results import RunResult
-    from runner.run.job import RunOptions, Unit
+    from runner.run.job import Unit
 
 studies = study_cells  # a study file's cells, for runner.config's load_recipes
 
@@ -80,21 +79,16 @@ def call_wings() -> Wings:
     ray`."""
     from runner.cluster.ray import run_jobs_on_ray
     from runner.orchestrate import Wings
+    from runner.serve.run import run_serving
 
     return Wings(
         plans=Plans,
         report_sections=report_sections,
         summary_sections=summary_sections,
         study_summaries=study_summaries,
-        run_serving=_run_serving,
+        run_serving=run_serving,
         run_on_ray=run_jobs_on_ray,
     )
-
-
-def _run_serving(unit: Unit, opts: RunOptions) -> RunResult:
-    from runner.serve.run import run_serving
-
-    return run_serving(unit, opts)
 
 
 def recipe_schema() -> dict:

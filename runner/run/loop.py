@@ -18,7 +18,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from functools import cached_property
 from typing import IO
 
@@ -31,7 +31,7 @@ from runner.base.types import PROFILE_ENV, Engine, Generation, Request
 from runner.folder import load_samples
 from runner.inputs.context import context_length, truncate_left
 from runner.results import Repeat, RunResult, Sample, Stages, Timings
-from runner.run.job import Job, RunOptions, Unit
+from runner.run.job import Job, Unit
 from runner.run.profile import profile_run
 from runner.run.result import (
     Failure,
@@ -45,16 +45,6 @@ from runner.run.result import (
 )
 from runner.run.resume import add_repeat, load_partial, load_repeats, start_partial
 from runner.run.trackers import Stage, parts, timed, untimed
-
-
-def _build(r, profile: bool) -> Engine:
-    """The recipe's engine; PROFILE_ENV set while it is built where a recipe of the job profiles."""
-    if profile:
-        os.environ[PROFILE_ENV] = "1"
-    try:
-        return r.engine.build(r.model, r.prompt.chat_template)
-    finally:
-        os.environ.pop(PROFILE_ENV, None)
 
 
 class SharedEngine:
@@ -81,13 +71,17 @@ class SharedEngine:
         if self.engine is None:
             r = self.unit.loaded.recipe
             self.sampler.__enter__()  # whole device, from before the engine starts
+            if self.profile:  # read by an engine whose profiler is set up as it is built
+                os.environ[PROFILE_ENV] = "1"
             try:
                 with Stage(self.stages, "start_s"):
-                    self.engine = _build(r, self.profile)
+                    self.engine = r.engine.build(r.model, r.prompt.chat_template)
                 self.unclaimed_start, self.started_by = True, by
             except BaseException as e:
                 self.error = e
                 raise
+            finally:
+                os.environ.pop(PROFILE_ENV, None)
         elif self.users:
             self.engine.reset_prefix_cache()
         self.users += 1
@@ -95,11 +89,8 @@ class SharedEngine:
 
     def claim_start(self) -> dict:
         """The engine start's fields of the repeat that first follows it (None in later ones)."""
-        new, info = self.unclaimed_start, self.engine.info
-        self.unclaimed_start = False
-        return dict(
-            load_s=info.load_s if new else None, start=info.extra.get("start") if new else None
-        )
+        new, self.unclaimed_start, info = self.unclaimed_start, False, self.engine.info
+        return dict(load_s=info.load_s, start=info.extra.get("start")) if new else {}
 
     def close(self) -> None:
         self.sampler.__exit__(None, None, None)
@@ -162,35 +153,37 @@ class UnitRun:
     generation run here, and the facts of the last one, from which the result is made once every
     repeat is measured."""
 
-    def __init__(
-        self,
-        unit: Unit,
-        opts: RunOptions,
-        restarts: bool,
-        turns: str | None,
-        sharing: int,
-    ):
-        self.unit, self.opts, self.r = unit, opts, unit.loaded.recipe
-        self.folder = opts.folder(unit.name)
+    def __init__(self, unit: Unit, job: Job):
+        self.unit, self.opts, self.r = unit, job.options, unit.loaded.recipe
+        self.folder = self.opts.folder(unit.name)
         self.folder.root.mkdir(parents=True, exist_ok=True)
-        self.repeats: list[Repeat] = []
+        self.repeats: dict[int, Repeat] = {}  # by index
         # each bad stored line named here (before output goes to engine.log)
         if self.folder.samples.is_file():
-            self.repeats, set_aside = load_repeats(self.folder, unit.run_key)
+            reps, set_aside = load_repeats(self.folder, unit.run_key)
+            self.repeats = {x.index: x for x in reps}
             for line in set_aside:
                 print(f"WARNING: {line}", file=sys.stderr, flush=True)
         else:
             # repeats without the first one's samples: measured again
             self.folder.repeats.unlink(missing_ok=True)
-        self.turns, self.started = turns, now()
+        self.started, call, sharing = now(), self.opts.call or "call", len(job.units) > 1
+        # the turn-taking its repeats are part of (see `Repeat.turns`)
+        self.turns = (
+            f"{call}/turns"
+            if job.restarts
+            else f"{call}/{os.getpid()}/{job.units[0].name}"
+            if sharing
+            else None
+        )
         # how its repeats were ordered (results.json's repeat_order)
         self.order = (
             None
             if self.r.repeat == 1
             else "interleaved with restarts"
-            if restarts
+            if job.restarts
             else "interleaved"
-            if sharing > 1
+            if sharing
             else "back to back"
         )
         self.result, self.last, self.engine_of = None, None, None
@@ -201,18 +194,15 @@ class UnitRun:
     def samples(self) -> list[Sample]:
         """The first repeat's samples (its outputs are the run's; later repeats are compared with
         them): read from samples.jsonl at most once, or set by the first repeat."""
-        return [Sample.from_line(d, list(self.r.metrics)) for d in load_samples(self.folder)]
+        return [Sample.from_line(d, self.r.metrics) for d in load_samples(self.folder)]
 
     @property
     def wanted(self) -> int:
         return self.r.repeat
 
-    def has(self, index: int) -> bool:
-        return any(rep.index == index for rep in self.repeats)
-
     @property
     def complete(self) -> bool:
-        return all(self.has(i) for i in range(1, self.wanted + 1))
+        return all(i in self.repeats for i in range(1, self.wanted + 1))
 
     def generate(self, index: int, shared: SharedEngine, progress_file: IO[str] | None) -> None:
         """Generation `index` of the recipe (0: a warm-up, not kept); on error the recipe's failed
@@ -268,23 +258,21 @@ class UnitRun:
             mininterval=0.5,
         )
         bar.update(len(done))
-        with (
-            ExitStack() as around,
-            PartialWriter(self.folder.partial) if first else nullcontext() as writer,
-        ):
-            trackers = [around.enter_context(t) for t in untimed()]
+        # left in the reverse order: the timed trackers, the partial file, the untimed trackers
+        with ExitStack() as stack:
+            trackers = [stack.enter_context(t) for t in untimed()]
+            writer = stack.enter_context(PartialWriter(self.folder.partial)) if first else None
             sink = _Collector(unit, done, texts, writer)
             requests = [Request(ids=ids[i], example=unit.prepared.examples[i]) for i in sink.todo]
             # engine-side setup for these settings
             if (prepare := getattr(engine, "prepare", None)) is not None:
                 prepare(r.sampling)
-            with ExitStack() as window:
-                trackers += [
-                    window.enter_context(t) for t in timed(engine.info.gpus, sink, shared.sampler)
-                ]
-                with Stage(st, "generate_s" if index else "warmup_s"):
-                    update = bar.update if opts.progress else None
-                    engine.generate(requests, r.sampling, update, sink)
+            trackers += [
+                stack.enter_context(t) for t in timed(engine.info.gpus, sink, shared.sampler)
+            ]
+            with Stage(st, "generate_s" if index else "warmup_s"):
+                update = bar.update if opts.progress else None
+                engine.generate(requests, r.sampling, update, sink)
         bar.close()
         st["sink_s"] += sink.busy_s
         if index == 0:
@@ -311,11 +299,9 @@ class UnitRun:
         )
         self.stages = Counter()
         add_repeat(self.folder.repeats, unit.run_key, rep)
-        self.repeats = sorted(
-            [*(x for x in self.repeats if x.index != index), rep], key=lambda x: x.index
-        )
-        self.last = (engine, ids, notes, timings)
-        self.finish(shared)
+        self.repeats[index], self.last = rep, (engine, ids, notes, timings)
+        if self.complete:
+            self.finish(shared)
 
     def _keep(self, first: bool, done: dict[str, Sample], sink: _Collector) -> int | None:
         """The first repeat's samples written (the reused and the new); a later repeat's outputs
@@ -331,17 +317,18 @@ class UnitRun:
 
     def finish(self, shared: SharedEngine) -> None:
         """The recipe's result once every repeat is measured (written to results.json)."""
-        if self.result is not None or not self.complete or self.last is None:
-            return
         engine, ids, notes, busy = self.last
-        reps = [x for x in self.repeats if x.index <= self.wanted]
+        reps = [self.repeats[i] for i in range(1, self.wanted + 1)]
         first = reps[0]
         loads = [x.load_s for x in reps if x.load_s is not None]
         load_s = 0.0 if self.engine_of else percentile(loads, 50) if loads else engine.info.load_s
-        gen_s = geomean_interval([x.generate_s for x in reps])[0]
-        total_s = sum(loads) + sum(x.wall_s or x.generate_s for x in reps)
-        start = next((x.start for x in reps if x.start is not None), None)
-        timings = Timings(load_s=load_s, generate_s=gen_s, total_s=total_s, start=start, **busy)
+        timings = Timings(
+            load_s=load_s,
+            generate_s=geomean_interval([x.generate_s for x in reps])[0],
+            total_s=sum(loads) + sum(x.wall_s or x.generate_s for x in reps),
+            start=next((x.start for x in reps if x.start is not None), None),
+            **busy,
+        )
         stages = Counter(prepare_s=self.unit.prepare_s, wall_s=self.unit.prepare_s)
         for x in reps:
             stages.update(x.stages.model_dump() if x.stages else {})
@@ -380,18 +367,10 @@ def run_rounds(
     (repeat 1 of every recipe, then repeat 2 in the reverse order, ...), skipping those measured
     before; `before(unit)` runs before each generation. Returns the results written: recipes that
     failed or have every repeat."""
-    call = job.options.call or "call"
-    turns = (
-        f"{call}/turns"
-        if job.restarts
-        else f"{call}/{os.getpid()}/{job.units[0].name}"
-        if len(job.units) > 1
-        else None
-    )
-    runs = [UnitRun(u, job.options, job.restarts, turns, len(job.units)) for u in job.units]
+    runs = [UnitRun(u, job) for u in job.units]
     shared.profile = any(u.r.profile for u in runs)
     rounds = job.rounds or tuple(range(1, max(u.wanted for u in runs) + 1))
-    todo = lambda u: [i for i in rounds if i <= u.wanted and not u.has(i)]
+    todo = lambda u: [i for i in rounds if i <= u.wanted and i not in u.repeats]
     step = lambda u, i: (before(u.unit), u.generate(i, shared, progress_file))
     for u in runs:
         for _ in range(u.r.warmup if todo(u) else 0):

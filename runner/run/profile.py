@@ -121,8 +121,8 @@ def profile_run(engine: Engine, unit: Unit, ids: list[list[int]], folder: RunFol
     hook = getattr(engine, "profiled", None)
     if hook is None:
         return Profile(note=f"the {engine.info.name or 'this'} engine has no profiler")
-    r, n = unit.loaded.recipe, min(WINDOW, len(ids))
-    requests = [Request(ids=ids[i], example=unit.prepared.examples[i]) for i in range(n)]
+    r, examples = unit.loaded.recipe, unit.prepared.examples
+    requests = [Request(ids=x, example=ex) for x, ex in zip(ids[:WINDOW], examples)]
     one = r.sampling.model_copy(update={"max_tokens": 1})
     windows, kept = {}, folder.profile
     shutil.rmtree(kept, ignore_errors=True)
@@ -136,4 +136,4 @@ def profile_run(engine: Engine, unit: Unit, ids: list[list[int]], folder: RunFol
             if name == "full":
                 _keep(Path(tmp), kept)
     traces = sorted(str(p.relative_to(folder.root)) for p in kept.rglob("*") if p.is_file())
-    return Profile(examples=n, prefill=windows["prefill"], full=windows["full"], traces=traces)
+    return Profile(examples=len(requests), traces=traces, **windows)

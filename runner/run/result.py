@@ -11,6 +11,7 @@ import importlib.metadata as md
 import platform
 import subprocess
 import sys
+from collections import ChainMap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,31 +54,24 @@ def environment() -> dict:
     for p in (*engine_packages(), "datasets", "pydantic", "jinja2", "tabulate"):
         with contextlib.suppress(md.PackageNotFoundError):
             packages[p] = md.version(p)
-    return {
+    env = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "runner": __version__,
         "git_commit": commit,
         "packages": packages,
-        **cpu_facts(),
-        **device_facts(),
     }
-
-
-def cpu_facts() -> dict:
-    """The CPU: its model name (/proc/cpuinfo) and the CPUs this process may use; torch's threads
-    where torch ran."""
-    facts: dict[str, Any] = {}
+    # the CPU: its model name, the CPUs this process may use; torch's threads where torch ran
     with contextlib.suppress(OSError, StopIteration):
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            facts["cpu"] = next(
+            env["cpu"] = next(
                 line.split(":", 1)[1].strip() for line in f if line.startswith("model name")
             )
-    facts["cpus"] = cpus()
+    env["cpus"] = cpus()
     if (torch := sys.modules.get("torch")) is not None:
         with contextlib.suppress(Exception):
-            facts["torch_threads"] = torch.get_num_threads()
-    return facts
+            env["torch_threads"] = torch.get_num_threads()
+    return env | device_facts()
 
 
 @dataclass(frozen=True)
@@ -119,7 +113,7 @@ class Failure:
 def make_sample(
     ex: Example, prompt: str, g: Generation, r: Recipe, seconds: float | None
 ) -> Sample:
-    scores = score_sample(g.text, ex.answers, list(r.metrics), r.scoring) if ex.answers else {}
+    scores = score_sample(g.text, ex.answers, r.metrics, r.scoring) if ex.answers else {}
     facts = {
         k: getattr(g, k)
         for k in ("prompt_tokens", "output_tokens", "cached_tokens", "ttft_s", "latency_s")
@@ -138,11 +132,8 @@ def make_sample(
 def merge_samples(examples: Sequence[Example], *parts: dict[str, Sample]) -> list[Sample]:
     """The samples of every example in dataset order, from several sets by id (the first that has it
     wins): an interrupted run's and this run's, or the shares of data-parallel replicas."""
-    return [
-        next(p[ex.id] for p in parts if ex.id in p)
-        for ex in examples
-        if any(ex.id in p for p in parts)
-    ]
+    merged = ChainMap(*parts)
+    return [merged[ex.id] for ex in examples if ex.id in merged]
 
 
 # what an error says (lower case) -> the hint at its fix
@@ -208,7 +199,7 @@ def project_estimate(
             )
     else:
         per = generate_s / n
-        p = {"per_example_s": per, "projected_s": per * n_target, "low_s": None, "high_s": None}
+        p = {"per_example_s": per, "projected_s": per * n_target}  # no interval
         method = (
             "generation time of a random sample scaled linearly (examples ran in batches: no "
             "per-example times, no interval)"
@@ -300,9 +291,9 @@ def run_result(
         plan=unit.plan,
         n_samples=n,
         n_scored=sum(1 for s in samples if s.answers),
-        knobs=list(eng.knobs),
+        knobs=eng.knobs,
         timings=m.timings,
-        scores=mean_scores(samples, list(r.metrics)),
+        scores=mean_scores(samples, r.metrics),
         notes=notes,
         environment=env,
         started_at=m.started_at,

@@ -76,8 +76,7 @@ def load_partial(path: Path, key: str, metrics: list[str]) -> dict[str, Sample]:
         return {}
     data = repair_cut_line(path, path.read_bytes())
     lines = data.decode("utf-8", errors="replace").splitlines()
-    head = _json(lines[0]) if lines else None
-    if not isinstance(head, dict) or head.get("_run_key") != key:
+    if _key(lines) != key:
         path.unlink()
         return {}
     out: dict[str, Sample] = {}
@@ -119,17 +118,14 @@ def load_repeats(folder: RunFolder, key: str) -> tuple[list[Repeat], list[str]]:
     if not data.strip():  # nothing but an empty file: nothing to keep
         path.unlink(missing_ok=True)
         return [], []
-    lines = data.split(b"\n")
-    cut = lines.pop()  # b"" where the file ends with its newline
+    *lines, cut = data.split(b"\n")  # cut: b"" where the file ends with its newline
     last = (
         [(len(lines) + 1, cut, "was cut off (no newline at its end: an interrupted write)")]
         if cut
         else []
     )
-    head = _json(lines[0]) if lines else None
-    other = head.get("_run_key") if isinstance(head, dict) else None
     # another run's repeats, or a file without its key: none of its lines is this run's
-    if other != key:
+    if (other := _key(lines)) != key:
         why = (
             f"belongs to another run (run key {other}, this run's is {key})"
             if other
@@ -176,6 +172,12 @@ def _json(line: bytes | str) -> Any:
         return None
 
 
+def _key(lines: Sequence[bytes | str]) -> Any:
+    """The run key a partial samples or repeats file's first line carries (None: none)."""
+    head = _json(lines[0]) if lines else None
+    return head.get("_run_key") if isinstance(head, dict) else None
+
+
 def _repeat(line: bytes) -> tuple[Repeat | None, str]:
     """A stored line as a repeat, or None and why it is not one."""
     d = _json(line)
@@ -211,10 +213,7 @@ def _set_aside(folder: RunFolder, bad: list[tuple[int, bytes, str]]) -> None:
         for n, line, why in bad
     )
     try:
-        with open(folder.repeats_rejected, "a", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        _append(folder.repeats_rejected, text)
     except OSError as e:  # nothing was taken out of repeats.jsonl yet
         raise write_error(folder.repeats_rejected, e) from None
 
@@ -223,7 +222,12 @@ def add_repeat(path: Path, key: str, rep: Repeat) -> None:
     """Append a finished repeat (the file started with the run's key when it has none)."""
     if not path.is_file():
         start_partial(path, key)
+    _append(path, rep.model_dump_json() + "\n")
+
+
+def _append(path: Path, text: str) -> None:
+    """`text` appended to `path`, made durable (fsync)."""
     with open(path, "a", encoding="utf-8") as f:
-        f.write(rep.model_dump_json() + "\n")
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())

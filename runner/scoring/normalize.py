@@ -10,7 +10,7 @@ from functools import lru_cache
 
 _PUNCT_EXTRA = set("、。，．・「」『』【】（）〔〕［］｛｝〈〉《》〜～！？：；…‥―\u3000")
 # fuzzywuzzy's `asciidammit` on Python 3: drop U+0080..U+00FF
-_LATIN1 = {i: None for i in range(128, 256)}
+_LATIN1 = dict.fromkeys(range(128, 256))
 _NON_WORD = re.compile(r"(?ui)\W")
 
 

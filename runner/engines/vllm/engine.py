@@ -10,6 +10,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -99,7 +100,9 @@ class VLLMEngine:
         log_start = log.stat().st_size if log.is_file() else 0
         t0 = time.perf_counter()
         self.llm = vllm.LLM(**kwargs)
-        self.facts, parsed = self._read_facts(vllm.__version__, _log_since(log, log_start))
+        # the engine's part of the log: what it wrote since
+        since = log.read_bytes()[log_start:].decode("utf-8", "replace") if log.is_file() else ""
+        self.facts, parsed = self._read_facts(vllm.__version__, since)
         t_warm = time.perf_counter()
         warm = warm_up(self.llm) if spec.warmup else None
         warm_s = time.perf_counter() - t_warm if warm else None
@@ -114,21 +117,20 @@ class VLLMEngine:
         }
         if warm:
             extra["warmup"] = warm
-        gpu = device_facts().get("gpu", "")  # NVML: no CUDA context in this process
-        info = EngineInfo(
+        if converted:
+            extra["gguf"] = converted
+        self.info = EngineInfo(
             "vllm",
             vllm.__version__,
-            gpu,
+            device_facts().get("gpu", ""),  # NVML: no CUDA context in this process
             load_s,
             f.weights_gib,
             f.kv_cache_tokens,
             f.quantization,
+            notes=[gguf.note(converted, "vllm")] if converted else [],
+            extra=extra,
+            gpus=f.tensor_parallel_size or spec.tensor_parallel_size,
         )
-        info.gpus, info.extra = f.tensor_parallel_size or spec.tensor_parallel_size, extra
-        if converted:
-            extra["gguf"] = converted
-            info.notes.append(gguf.note(converted, "vllm"))
-        self.info = info
 
     def _read_facts(self, version: str, log: str) -> tuple[VLLMFacts, dict[str, float]]:
         parsed = parse_engine_log(log)
@@ -229,11 +231,11 @@ class VLLMEngine:
     def _read_metrics(self) -> dict[str, float] | None:
         """vLLM's counters kept for the report, summed over their labels (None where
         unavailable)."""
-        metrics: dict[str, float] = {}
+        metrics: Counter = Counter()
         try:
             for mt in self.llm.get_metrics():
                 if hasattr(mt, "value") and mt.name in _KEPT_METRICS:
-                    metrics[mt.name] = metrics.get(mt.name, 0) + mt.value
+                    metrics[mt.name] += mt.value
         except Exception as e:  # metrics are evidence, not the result: record and go on
             note = f"vLLM metrics unavailable: {e}"
             if note not in self.info.notes:
@@ -296,21 +298,14 @@ def _generation(o: Any, prompt_tokens: int) -> Generation:
     return Generation(c.text, prompt_tokens, len(c.token_ids), o.num_cached_tokens, ttft, e2e)
 
 
-def _log_since(log: Path, start: int) -> str:
-    if not log.is_file():
-        return ""
-    with open(log, "rb") as f:
-        f.seek(start)
-        return f.read().decode("utf-8", "replace")
-
-
 def warm_up(llm: Any) -> str:
     """`engine.warmup`: one synthetic batch at a `vllm.LLM`'s limits (`warmup_prompts`), 2 output
     tokens each, then its prefix cache emptied (part of the engine start); what ran, for the
     report."""
     from vllm import SamplingParams
 
-    sc, mc = llm.llm_engine.vllm_config.scheduler_config, llm.llm_engine.vllm_config.model_config
+    vc = llm.llm_engine.vllm_config
+    sc, mc = vc.scheduler_config, vc.model_config
     prompts = warmup_prompts(
         sc.max_num_seqs, sc.max_num_batched_tokens, mc.get_vocab_size(), mc.max_model_len
     )

@@ -243,10 +243,8 @@ def cli_args(kwargs: dict[str, Any]) -> list[str]:
         flag = f"--{k.replace('_', '-')}"
         if k == "model" or v is None or (isinstance(v, (list, tuple)) and not v):
             continue
-        if isinstance(v, bool) and k in _BARE_FLAGS:
-            out += [flag] if v else []
-        elif isinstance(v, bool):
-            out.append(flag if v else f"--no-{flag[2:]}")
+        if isinstance(v, bool):  # a bare flag is left out when off
+            out += [flag] if v else [] if k in _BARE_FLAGS else [f"--no-{flag[2:]}"]
         elif isinstance(v, (list, tuple)):
             out += [flag, *(str(x) for x in v)]
         else:
