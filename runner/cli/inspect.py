@@ -75,14 +75,10 @@ def check(paths, sets, model_paths, only, no_tokens, as_json):  # noqa: PLR0913
 
 def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool, say) -> dict:
     """Check one recipe, saying what was found; what `check --json` prints of it."""
-    from runner.inputs.context import check_context
-    from runner.inputs.prepare import prepare
-    from runner.run.job import check_engine_examples, check_library, check_model
+    from runner.run.job import RunOptions, check_library, make_unit
 
-    prepared = prepare(lr)
-    check_model(lr)
-    check_context(lr, prepared.examples, prepared.messages)
-    check_engine_examples(lr, prepared.examples)
+    # the checks of `runner go` (the engine's library below: a note)
+    prepared = make_unit(lr, RunOptions(Path()), library=False).prepared
     r, n = lr.recipe, len(prepared.examples)
     est = f" (an estimate: runs {n}, projects {prepared.n_target})" if n < prepared.n_target else ""
     of = f"{prepared.n_target} of {prepared.n_dataset} examples{est}"
