@@ -269,10 +269,7 @@ def check_abstract(f: RecipeFile) -> None:
 
 
 def load_file(
-    f: RecipeFile,
-    overrides: list[str] | None = None,
-    *,
-    model_paths: Mapping[str, str] | None = None,
+    f: RecipeFile, overrides: list[str], *, model_paths: Mapping[str, str]
 ) -> list[LoadedRecipe]:
     """The experiment a plain recipe file holds (none for a base-only file). `model_paths`: hub id
     -> local folder (--model-path), applied to model.id / model.tokenizer after the overrides."""
@@ -288,14 +285,14 @@ def load_file(
     if f.keys.get("abstract"):
         check_abstract(f)
         return []
-    return [finish(f, list(overrides or []), dict(model_paths or {}))]
+    return [finish(f, overrides, model_paths)]
 
 
 Studies = Callable[["RecipeFile", list[str], Mapping[str, str], "Keep | None"], list[LoadedRecipe]]
 
 
 def load_recipes(
-    path: str | Path | RecipeFile,
+    path: str | Path,
     overrides: list[str] | None = None,
     *,
     model_paths: Mapping[str, str] | None = None,
@@ -305,7 +302,7 @@ def load_recipes(
     """One LoadedRecipe per experiment in the file: 1 (recipe), one per cell (a study, expanded by
     `studies`), 0 (abstract); `keep`: only those whose name it keeps are validated (`--only`: a
     `--set` is not checked against experiments the call does not run)."""
-    f = path if isinstance(path, RecipeFile) else read_recipe_file(path)
+    f = read_recipe_file(path)
     overrides, mp = list(overrides or []), dict(model_paths or {})
     if f.is_study and studies is not None:
         return studies(f, overrides, mp, keep)
