@@ -146,7 +146,7 @@ class Server:
                 env={**os.environ, **self.env},
             )
         self.session_file.write_text(json.dumps({"session": self.proc.pid, "cmd": self.cmd}))
-        while self._status("/health") != 200:
+        while self._health() != 200:
             code = self.proc.poll()
             if code is not None or time.monotonic() - t0 > self.timeout_s:
                 what = f"did not answer /health within {self.timeout_s:g} s"
@@ -182,11 +182,11 @@ class Server:
             hint=failure_hint(tail) or f"{oom}its log says why: {self.log}",
         )
 
-    def exits_within(self, seconds: float) -> bool:
-        """Whether the server has exited, or does within `seconds` (a connection error can come just
-        before)."""
+    def exits_within_2s(self) -> bool:
+        """Whether the server has exited, or does within 2 seconds (a connection error can come
+        just before)."""
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(seconds)
+            self.proc.wait(2.0)
         return not self.alive()
 
     def alive(self) -> bool:
@@ -204,9 +204,9 @@ class Server:
         except urllib.error.HTTPError as e:
             return e.code, e.read()
 
-    def _status(self, path: str) -> int | None:
+    def _health(self) -> int | None:
         try:
-            return self.request("GET", path, timeout=2.0)[0]
+            return self.request("GET", "/health", timeout=2.0)[0]
         except (OSError, ValueError):  # refused, reset, timed out: not up yet
             return None
 
