@@ -111,9 +111,8 @@ def _submodel(loc: tuple, data: dict) -> type[BaseModel] | None:
         if typing.get_origin(ann) is list:
             ann = typing.get_args(ann)[0]
         cur = (model_classes(ann) or [None])[0]
-        if part == "engine":  # the recipe's engine section: its kind's spec
-            engine = data.get("engine")
-            cur = spec_class(engine.get("kind") if isinstance(engine, dict) else None)
+        if part == "engine":  # its kind's spec (a key below it means pydantic read a valid kind)
+            cur = spec_class(data["engine"]["kind"])
     return cur
 
 
@@ -164,13 +163,8 @@ def describe_error(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, s
     if typ == "string_pattern_mismatch" and loc == ("name",):
         rule = "letters, digits and `._-`, starting with a letter or digit, e.g. `jsquad-vllm-fp8`"
         return loc, f"{given!r} is not a valid name: {rule}"
-    if typ == "union_tag_invalid":
-        msg = (
-            f"unknown engine kind {given.get('kind')!r}; allowed: {kinds}"
-            if isinstance(given, dict)
-            else err["msg"]
-        )
-        return loc + ("kind",), msg
+    if typ == "union_tag_invalid":  # (the engine's; pydantic reads a tag from a mapping only)
+        return loc + ("kind",), f"unknown engine kind {given.get('kind')!r}; allowed: {kinds}"
     if typ == "union_tag_not_found":
         return loc + ("kind",), f"missing `kind`; allowed: {kinds}"
     if typ == "literal_error" and loc and loc[0] == "metrics":

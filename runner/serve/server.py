@@ -93,9 +93,8 @@ class Server:
     grace_s: float = 5.0
 
     def __enter__(self) -> Server:
-        old = signal.getsignal(signal.SIGTERM)
         # SIGTERM -> SystemExit: the group is ended
-        signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
+        old = signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
         self._restore = lambda: signal.signal(signal.SIGTERM, old)
         try:
             self._start()
@@ -159,7 +158,7 @@ class Server:
     def stop(self) -> None:
         """End the whole session (idempotent); Ctrl-C or SIGTERM arriving meanwhile waits until it
         is gone."""
-        stop_group(self.proc, self.grace_s, then=getattr(self, "_restore", lambda: None))
+        stop_group(self.proc, self.grace_s, then=self._restore)  # (set by __enter__)
         if self.proc is not None:
             self.session_file.unlink(missing_ok=True)
 
