@@ -128,14 +128,8 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def end_stragglers(pids: list[int]) -> int:
-    """SIGKILL those of `pids` still alive (processes a shutdown left behind); how many there
-    were."""
-    n = 0
+def end_stragglers(pids: list[int]) -> None:
+    """SIGKILL those of `pids` still alive (processes a shutdown left behind)."""
     for p in pids:
-        try:
+        with contextlib.suppress(OSError):  # gone already
             os.kill(p, signal.SIGKILL)
-            n += 1
-        except OSError:  # gone already
-            pass
-    return n

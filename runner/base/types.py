@@ -142,11 +142,10 @@ class Generation:
     latency_s: float | None = None  # end-to-end latency, per request
 
 
-class Knob(BaseModel):
+class Knob(StrictModel):
     """A setting the recipe asked for, and what the run shows took effect (a row of
     results.json)."""
 
-    model_config = ConfigDict(extra="forbid")
     name: str
     requested: Any = None
     effective: Any = None

@@ -3,13 +3,12 @@ answers (runner/compare/); exit 1 on the conditions a CI gates on."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from runner.cli.app import EXIT_FAILED, cli, guard
-from runner.cli.loading import json_flag
+from runner.cli.loading import echo_json, json_flag
 
 
 @cli.command()
@@ -61,7 +60,7 @@ def compare(old, new, out, as_json, pct, drop):  # noqa: PLR0913
     for line in [*(f"{p.name}: {p.time}; {p.answers}" for p in c.recipes), f"compare: {md}"]:
         click.echo(line, err=as_json)
     if as_json:
-        click.echo(json.dumps(c.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        echo_json(c.model_dump(mode="json"))
     for line in [*cannot, *(f"failed {x}" for x in fails)]:
         click.echo(line, err=True)
     if fails:

@@ -35,6 +35,11 @@ def say(as_json: bool):
     return lambda text, to_stderr: click.echo(text, err=to_stderr or as_json)
 
 
+def whole(flag: str, least: int, most: int, text: str, metavar: str | None = "N"):
+    """An option that takes a whole number from `least` to `most`."""
+    return click.option(flag, type=click.IntRange(min=least, max=most), metavar=metavar, help=text)
+
+
 def interrupted(e: Interrupted) -> NoReturn:
     kept = (
         "finished samples of an interrupted recipe are kept; the same command without --force "
@@ -63,18 +68,14 @@ def interrupted(e: Interrupted) -> NoReturn:
         "'jsquad-vllm-*cache*'); several patterns separated by commas."
     ),
 )
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1, max=100_000_000),
-    help="Run only the first N examples of each recipe.",
-)
-@click.option(
+@whole("--limit", 1, 100_000_000, "Run only the first N examples of each recipe.", metavar=None)
+@whole(
     "--estimate",
-    type=click.IntRange(min=2, max=100_000_000),
-    help=(
-        "Run N randomly chosen examples (fixed seed) and project the full-dataset time, "
-        "with a 95% interval; marked as an estimate everywhere it is shown."
-    ),
+    2,
+    100_000_000,
+    "Run N randomly chosen examples (fixed seed) and project the full-dataset time, "
+    "with a 95% interval; marked as an estimate everywhere it is shown.",
+    metavar=None,
 )
 @overrides
 @click.option(
@@ -121,31 +122,27 @@ def interrupted(e: Interrupted) -> NoReturn:
         "default: a local Ray instance started for this call."
     ),
 )
-@click.option(
+@whole(
     "--replicas",
-    type=click.IntRange(min=1, max=1024),
-    metavar="N",
-    help=(
-        "With --executor ray: split each recipe's examples into N contiguous shares, each run "
-        "by its own engine (the same as --set replicas=N: it is recorded in the recipe and its "
-        "run key)."
-    ),
+    1,
+    1024,
+    "With --executor ray: split each recipe's examples into N contiguous shares, each run "
+    "by its own engine (the same as --set replicas=N: it is recorded in the recipe and its "
+    "run key).",
 )
-@click.option(
+@whole(
     "--repeat",
-    type=click.IntRange(min=1, max=MAX_REPEAT),
-    metavar="N",
-    help=(
-        "Measure each recipe's generation N times (the same as --set repeat=N): reports give the "
-        "geometric mean with a 95% interval, and a speed-up whose interval holds 1 is 'no clear "
-        "difference'. Repeats already measured by an earlier call of the same recipe are kept."
-    ),
+    1,
+    MAX_REPEAT,
+    "Measure each recipe's generation N times (the same as --set repeat=N): reports give the "
+    "geometric mean with a 95% interval, and a speed-up whose interval holds 1 is 'no clear "
+    "difference'. Repeats already measured by an earlier call of the same recipe are kept.",
 )
-@click.option(
+@whole(
     "--warmup",
-    type=click.IntRange(min=0, max=MAX_REPEAT),
-    metavar="N",
-    help="Uncounted generations after each engine start (the same as --set warmup=N).",
+    0,
+    MAX_REPEAT,
+    "Uncounted generations after each engine start (the same as --set warmup=N).",
 )
 @click.option(
     "--interleave",
@@ -166,7 +163,7 @@ def interrupted(e: Interrupted) -> NoReturn:
 @SUMMARY_AS_JSON
 @guard
 # click hands each option in as a parameter
-def go(paths, out, only, sets, model_paths, executor, address, replicas, in_process, **run):  # noqa: PLR0913
+def go(paths, out, only, sets, model_paths, executor, address, in_process, **run):  # noqa: PLR0913
     """Run recipes and study files (files, folders or globs) and write Markdown reports.
 
     Every recipe is checked before anything runs (bad input: exit 2). Each
@@ -183,14 +180,11 @@ def go(paths, out, only, sets, model_paths, executor, address, replicas, in_proc
     still run and report) or, with --fail-on-gate, clearly failed its gate, 2
     for bad input (nothing is run), 130 when interrupted."""
     ex = Executor(executor, address, in_process)
-    ex.check_options(replicas)
-    if replicas is not None:
-        sets = (*sets, f"replicas={replicas}")
-    for key in ("repeat", "warmup", "interleave"):  # call-wide settings of every recipe
-        if (value := run.pop(key)) is not None:
+    ex.check_options(run["replicas"])
+    # call-wide settings of every recipe, as the --set items they stand for
+    for key in ("replicas", "repeat", "warmup", "interleave", "cost.usd_per_gpu_hour"):
+        if (value := run.pop(key.removeprefix("cost."))) is not None:
             sets = (*sets, f"{key}={value}")
-    if (price := run.pop("usd_per_gpu_hour")) is not None:
-        sets = (*sets, f"cost.usd_per_gpu_hour={price}")
     loaded = load_all(paths, Asked(sets, model_paths, only), studies=studies)
     ex.check_recipes(loaded)
     names = [lr.recipe.name for lr in loaded]

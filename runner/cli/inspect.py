@@ -16,6 +16,7 @@ from runner.cli.loading import (
     ONLY_HELP,
     SUMMARY_AS_JSON,
     after_summary,
+    echo_json,
     json_flag,
     overrides,
     price,
@@ -67,7 +68,7 @@ def check(paths, sets, model_paths, only, no_tokens, as_json):  # noqa: PLR0913
     if not errors:
         check_model_paths(model_paths, every)
     if as_json:
-        click.echo(json.dumps({"recipes": checked, "errors": errors}, indent=2, ensure_ascii=False))
+        echo_json({"recipes": checked, "errors": errors})
     if errors:
         of = f"\n\n{len(errors)} of {len(files)} files have errors" if len(files) > 1 else ""
         raise UserError("\n\nError: ".join(e["error"] for e in errors) + of)
@@ -75,14 +76,10 @@ def check(paths, sets, model_paths, only, no_tokens, as_json):  # noqa: PLR0913
 
 def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool, say) -> dict:
     """Check one recipe, saying what was found; what `check --json` prints of it."""
-    from runner.inputs.context import check_context
-    from runner.inputs.prepare import prepare
-    from runner.run.job import check_engine_examples, check_library, check_model
+    from runner.run.job import RunOptions, check_library, make_unit
 
-    prepared = prepare(lr)
-    check_model(lr)
-    check_context(lr, prepared.examples, prepared.messages)
-    check_engine_examples(lr, prepared.examples)
+    # the checks of `runner go` (the engine's library below: a note)
+    prepared = make_unit(lr, RunOptions(Path()), library=False).prepared
     r, n = lr.recipe, len(prepared.examples)
     est = f" (an estimate: runs {n}, projects {prepared.n_target})" if n < prepared.n_target else ""
     of = f"{prepared.n_target} of {prepared.n_dataset} examples{est}"
@@ -198,7 +195,7 @@ def plan(paths, gpu, as_json, sets, model_paths, only):  # noqa: PLR0913
             err=True,
         )
     if as_json:
-        click.echo(json.dumps({"recipes": plans}, indent=2, ensure_ascii=False))
+        echo_json({"recipes": plans})
         return
     on = f"{target.name}, {target.memory_gib:.0f} GiB" if target and on_gpu else "CPU"
     click.echo(f"# Plan ({on})\n")
@@ -336,7 +333,7 @@ def schema(what):
         "summary": summary_schema,
         "compare": compare_schema,
     }[what]()
-    click.echo(json.dumps(got, indent=2, ensure_ascii=False))
+    echo_json(got)
 
 
 def _schema(model: type[BaseModel], title: str) -> dict:

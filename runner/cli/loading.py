@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -75,6 +77,11 @@ def json_flag(what: str, after: str = ""):
     """--json: `what` on stdout as one JSON document, every message on stderr."""
     text = f"Print {what} on stdout as one JSON document; every message goes to stderr.{after}"
     return click.option("--json", "as_json", is_flag=True, help=text)
+
+
+def echo_json(doc: Any) -> None:
+    """The --json output: one JSON document on stdout."""
+    click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
 
 
 SUMMARY_AS_JSON = json_flag("the summary (summary.json's document, with `path`: the summary.md)")

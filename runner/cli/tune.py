@@ -4,7 +4,6 @@ ordinary cell under --out, so an interrupted tune continues."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -12,7 +11,7 @@ import click
 from runner.base.errors import RunnerError
 from runner.cli.app import EXIT_FAILED, cli, guard
 from runner.cli.go import interrupted, say
-from runner.cli.loading import IN_PROCESS, NO_PROGRESS, json_flag, overrides, price
+from runner.cli.loading import IN_PROCESS, NO_PROGRESS, echo_json, json_flag, overrides, price
 from runner.orchestrate import Interrupted
 
 
@@ -81,6 +80,6 @@ def tune(  # noqa: PLR0913
     words = f"tune {t.name}: {outcome.words.replace('**', '')}\ntune report: {outcome.report}"
     click.echo(words, err=as_json)
     if as_json:
-        click.echo(json.dumps({"tune": t.name, **outcome.as_json()}, indent=2, ensure_ascii=False))
+        echo_json({"tune": t.name, **outcome.as_json()})
     if outcome.failed:
         raise SystemExit(EXIT_FAILED)

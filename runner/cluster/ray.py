@@ -272,8 +272,6 @@ class _Call:
         self.jobs, self.on_result, self.on_event, self.env = jobs, on_result, on_event, env
         self.plans = [split(j, replicas or j.units[0].loaded.recipe.replicas) for j in jobs]
         self.by_tag = {r.tag: r for reps in self.plans for r in reps}
-        # over the recipe's replicas
-        self.totals = {u.name: len(u.prepared.examples) for j in jobs for u in j.units}
         self.units = {u.name: (u, j.options.folder(u.name)) for j in jobs for u in j.units}
         # each recipe's finished samples in the driver's partial file, by id: the tasks' seeds, and
         # those the tasks send are appended as they come
@@ -349,18 +347,14 @@ class _Call:
 
         for kind, tag, *ev in events.get_nowait_batch(events.qsize()):
             if kind == "started":
-                self.where[tag] = {
-                    **ev[0],
-                    "attempts": self.where.get(tag, {}).get("attempts", 0) + 1,
-                }
-                self.on_event(
-                    dict(event="started", tag=tag, attempt=self.where[tag]["attempts"], **ev[0])
-                )
+                n = self.where.get(tag, {}).get("attempts", 0) + 1
+                self.where[tag] = {**ev[0], "attempts": n}
+                self.on_event(dict(event="started", tag=tag, attempt=n, **ev[0]))
                 rep = self.by_tag[tag]
                 for name in rep.bounds if rep.job.options.progress else ():
                     if name not in self.bars:
                         self.bars[name] = tqdm(
-                            total=self.totals[name],
+                            total=len(self.units[name][0].prepared.examples),
                             desc=name,
                             unit="ex",
                             dynamic_ncols=True,
@@ -373,9 +367,9 @@ class _Call:
             done = sum(w.get("counts", {}).get(name, 0) for w in self.where.values())
             if name in self.bars:
                 self.bars[name].update(done - self.bars[name].n)
-            self.on_event(
-                dict(event="samples", tag=tag, name=name, done=done, total=self.totals[name])
-            )
+            # over the recipe's replicas
+            total = len(self.units[name][0].prepared.examples)
+            self.on_event(dict(event="samples", tag=tag, name=name, done=done, total=total))
 
     def _received(self, j: int, rep: Replica, got: dict[str, Shard] | BaseException) -> None:
         self.outputs[j][rep.index] = got

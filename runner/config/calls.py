@@ -78,9 +78,11 @@ def load_all(
     (`unused_ok`: the caller checks them over several calls, see `check_model_paths`); `studies`
     expands a study file's cells (runner/wings.py's)."""
     only, mp = asked.only, parse_model_paths(asked.model_paths)
-    keep = None
-    if only is not None:
-        keep = lambda name: any(fnmatch.fnmatchcase(name, p.strip()) for p in only.split(","))
+    keep = (
+        None
+        if only is None
+        else lambda name: any(fnmatch.fnmatchcase(name, p.strip()) for p in only.split(","))
+    )
     files = expand_paths(paths)
     # with --only, the recipes it leaves out are not validated (nor checked against --set)
     loaded = [

@@ -111,9 +111,8 @@ def _submodel(loc: tuple, data: dict) -> type[BaseModel] | None:
         if typing.get_origin(ann) is list:
             ann = typing.get_args(ann)[0]
         cur = (model_classes(ann) or [None])[0]
-        if part == "engine":  # the recipe's engine section: its kind's spec
-            engine = data.get("engine")
-            cur = spec_class(engine.get("kind") if isinstance(engine, dict) else None)
+        if part == "engine":  # its kind's spec (a key below it means pydantic read a valid kind)
+            cur = spec_class(data["engine"]["kind"])
     return cur
 
 
@@ -164,13 +163,8 @@ def describe_error(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, s
     if typ == "string_pattern_mismatch" and loc == ("name",):
         rule = "letters, digits and `._-`, starting with a letter or digit, e.g. `jsquad-vllm-fp8`"
         return loc, f"{given!r} is not a valid name: {rule}"
-    if typ == "union_tag_invalid":
-        msg = (
-            f"unknown engine kind {given.get('kind')!r}; allowed: {kinds}"
-            if isinstance(given, dict)
-            else err["msg"]
-        )
-        return loc + ("kind",), msg
+    if typ == "union_tag_invalid":  # (the engine's; pydantic reads a tag from a mapping only)
+        return loc + ("kind",), f"unknown engine kind {given.get('kind')!r}; allowed: {kinds}"
     if typ == "union_tag_not_found":
         return loc + ("kind",), f"missing `kind`; allowed: {kinds}"
     if typ == "literal_error" and loc and loc[0] == "metrics":
@@ -269,10 +263,7 @@ def check_abstract(f: RecipeFile) -> None:
 
 
 def load_file(
-    f: RecipeFile,
-    overrides: list[str] | None = None,
-    *,
-    model_paths: Mapping[str, str] | None = None,
+    f: RecipeFile, overrides: list[str], *, model_paths: Mapping[str, str]
 ) -> list[LoadedRecipe]:
     """The experiment a plain recipe file holds (none for a base-only file). `model_paths`: hub id
     -> local folder (--model-path), applied to model.id / model.tokenizer after the overrides."""
@@ -288,14 +279,14 @@ def load_file(
     if f.keys.get("abstract"):
         check_abstract(f)
         return []
-    return [finish(f, list(overrides or []), dict(model_paths or {}))]
+    return [finish(f, overrides, model_paths)]
 
 
 Studies = Callable[["RecipeFile", list[str], Mapping[str, str], "Keep | None"], list[LoadedRecipe]]
 
 
 def load_recipes(
-    path: str | Path | RecipeFile,
+    path: str | Path,
     overrides: list[str] | None = None,
     *,
     model_paths: Mapping[str, str] | None = None,
@@ -305,7 +296,7 @@ def load_recipes(
     """One LoadedRecipe per experiment in the file: 1 (recipe), one per cell (a study, expanded by
     `studies`), 0 (abstract); `keep`: only those whose name it keeps are validated (`--only`: a
     `--set` is not checked against experiments the call does not run)."""
-    f = path if isinstance(path, RecipeFile) else read_recipe_file(path)
+    f = read_recipe_file(path)
     overrides, mp = list(overrides or []), dict(model_paths or {})
     if f.is_study and studies is not None:
         return studies(f, overrides, mp, keep)

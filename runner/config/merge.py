@@ -42,10 +42,7 @@ def deep_merge(base: Any, over: Any, levels: int = -1) -> Any:
     """`over` on top of `base`: mappings merge key by key, `levels` deep (-1: all the way down),
     everything else is replaced."""
     if levels and isinstance(base, dict) and isinstance(over, dict):
-        out = dict(base)
-        for k, v in over.items():
-            out[k] = deep_merge(base.get(k), v, levels - 1)
-        return out
+        return {**base, **{k: deep_merge(base.get(k), v, levels - 1) for k, v in over.items()}}
     return copy.deepcopy(over)
 
 

@@ -133,9 +133,8 @@ def parse_set(items: list[str]) -> dict[str, str]:
         if any(not p.strip() for p in k.split(".")):
             raise err(f"{it!r}: {k!r} is not a dotted key (empty part)")
         if (top := k.split(".")[0]) in FILE_KEYS:
-            raise RecipeError(
+            raise err(
                 f"{it!r}: `{top}` is the file's own key, read before --set applies",
-                field="--set",
                 hint="edit the file, or write one that builds on it with `base:`; --only picks a "
                 "study's cells",
             )

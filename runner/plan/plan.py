@@ -57,8 +57,11 @@ PLAN_HEADERS = [
     "context",
     "from prefix cache",
     "weights",
+    "KV bytes/token",
+    "KV capacity (tokens)",
+    "fits",
+    "floor",
 ]
-PLAN_HEADERS += ["KV bytes/token", "KV capacity (tokens)", "fits", "floor"]
 # the plan's fields that are the memory plan's
 MEMORY_KEYS = {
     "weights_gib",
@@ -414,13 +417,10 @@ def plan_table(plans: list[dict[str, Any]]) -> str:
             p["fits"]
         ]
         floor = "–" if p["floor_s"] is None else f"{p['floor_s']:.2f} s ({p['bound']})"
-        weights = _gib(p["weights_gib"])
+        w = p["weights_gib"]
+        weights = f"{w:.2f} GiB" if w >= 0.1 else f"{w * 1024:.2g} MiB"
         rows.append([p["name"], p["gpu"] or "CPU", *tokens, cached, weights, *kv, fits, floor])
     return table(rows, PLAN_HEADERS)
-
-
-def _gib(x: float) -> str:
-    return f"{x:.2f} GiB" if x >= 0.1 else f"{x * 1024:.2g} MiB"
 
 
 def plan_advice(plans: list[dict[str, Any]]) -> list[str]:

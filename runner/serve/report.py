@@ -7,10 +7,9 @@ import math
 import shlex
 from pathlib import Path
 
-from runner.base.files import save_figure
 from runner.base.format import secs, table
 from runner.folder import RunFolder
-from runner.report.plots import pyplot
+from runner.report.plots import pyplot, save
 from runner.results import LatencyMs, RatePoint, RunResult, ServingResult
 from runner.serve.run import rate_label
 
@@ -170,14 +169,10 @@ def _tables(sv: ServingResult, metrics: list[str]) -> tuple[str, str]:
 def _chart(r: RunResult, path: Path) -> None:
     """TTFT p50 and p99 and TPOT p50 against the achieved request rate, one point per offered
     rate."""
-    pts = [p for p in r.serving.rates if p.ttft_ms is not None] if r.serving else []
+    pts = [p for p in r.serving.rates if p.ttft_ms is not None]
     if not pts:
         return
-    try:
-        plt = pyplot()
-    except ImportError:  # no matplotlib here: no chart
-        return
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(10, 4))
     x = [p.request_throughput for p in pts]
     tpot = [p.tpot_ms.p50 if p.tpot_ms else math.nan for p in pts]
     p99 = [p.ttft_ms.p99 for p in pts]
@@ -206,9 +201,7 @@ def _chart(r: RunResult, path: Path) -> None:
         f"{r.name}: latency against throughput (labels: offered req/s; red ring: saturated)",
         fontsize=10,
     )
-    fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
+    save(fig, path)
 
 
 def serving_section(out: Path | None):

@@ -322,12 +322,12 @@ class Sweep:
         try:
             run = run_rate(url, r, [self.ids[i] for i in indices], rate, warmed)
         except OSError:  # refused or reset (the cache reset after the warm-up): the server died?
-            if not server.exits_within(2.0):
+            if not server.exits_within_2s():
                 raise
             raise self.died(f"during the warm-up of rate {rate_label(rate)} req/s") from None
         ok = sum(x.ok for x in run.records)
         # a request failed: the server's death, if it died, says why (its clients say `refused`)
-        if (run.warmup_errors or ok < len(run.records)) and server.exits_within(2.0):
+        if (run.warmup_errors or ok < len(run.records)) and server.exits_within_2s():
             done = f"{ok} of {len(run.records)} measured requests completed"
             raise self.died(f"at rate {rate_label(rate)} req/s ({done})")
         before, after = state["before"], server.counters()

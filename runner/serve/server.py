@@ -93,9 +93,8 @@ class Server:
     grace_s: float = 5.0
 
     def __enter__(self) -> Server:
-        old = signal.getsignal(signal.SIGTERM)
         # SIGTERM -> SystemExit: the group is ended
-        signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
+        old = signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
         self._restore = lambda: signal.signal(signal.SIGTERM, old)
         try:
             self._start()
@@ -146,7 +145,7 @@ class Server:
                 env={**os.environ, **self.env},
             )
         self.session_file.write_text(json.dumps({"session": self.proc.pid, "cmd": self.cmd}))
-        while self._status("/health") != 200:
+        while self._health() != 200:
             code = self.proc.poll()
             if code is not None or time.monotonic() - t0 > self.timeout_s:
                 what = f"did not answer /health within {self.timeout_s:g} s"
@@ -159,7 +158,7 @@ class Server:
     def stop(self) -> None:
         """End the whole session (idempotent); Ctrl-C or SIGTERM arriving meanwhile waits until it
         is gone."""
-        stop_group(self.proc, self.grace_s, then=getattr(self, "_restore", lambda: None))
+        stop_group(self.proc, self.grace_s, then=self._restore)  # (set by __enter__)
         if self.proc is not None:
             self.session_file.unlink(missing_ok=True)
 
@@ -182,11 +181,11 @@ class Server:
             hint=failure_hint(tail) or f"{oom}its log says why: {self.log}",
         )
 
-    def exits_within(self, seconds: float) -> bool:
-        """Whether the server has exited, or does within `seconds` (a connection error can come just
-        before)."""
+    def exits_within_2s(self) -> bool:
+        """Whether the server has exited, or does within 2 seconds (a connection error can come
+        just before)."""
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(seconds)
+            self.proc.wait(2.0)
         return not self.alive()
 
     def alive(self) -> bool:
@@ -204,9 +203,9 @@ class Server:
         except urllib.error.HTTPError as e:
             return e.code, e.read()
 
-    def _status(self, path: str) -> int | None:
+    def _health(self) -> int | None:
         try:
-            return self.request("GET", path, timeout=2.0)[0]
+            return self.request("GET", "/health", timeout=2.0)[0]
         except (OSError, ValueError):  # refused, reset, timed out: not up yet
             return None
 
