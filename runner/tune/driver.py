@@ -27,7 +27,7 @@ from runner.folder import RunFolder, check_name, read_result
 from runner.orchestrate import Executor, Say, Wings, new_call, run_loaded
 from runner.recipe import LoadedRecipe
 from runner.report.plots import Accuracy, accuracy_chart
-from runner.report.summary import Time, samples_by_id, score_interval
+from runner.report.summary import samples_by_id, score_interval
 from runner.results import RunResult
 from runner.run.job import RunOptions, make_unit
 
@@ -315,46 +315,6 @@ def _plan_words(spec: TuneSpec, cells: list[Cell], screened: int, name: str) -> 
     return words + "."
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What a tune came to: its decision in words, its report, whether a run failed, what it ran."""
-
-    words: str
-    report: Path
-    failed: bool
-    ran: Ran
-
-    def as_json(self) -> dict[str, Any]:
-        """`runner tune --json`: the decision, the winners (fastest first), the pick against the
-        recipe as written, the front, and every cell with its screen time, its time on every
-        example (`Time`), its gate and verdict."""
-        ran, d = self.ran, self.ran.decision
-        ratio = d.against_baseline
-        time = lambda r: r and (t := Time.of(r)) and t.model_dump()  # noqa: E731
-        cells = [
-            {
-                "name": c.name,
-                "settings": c.settings,
-                "screen_s": c.screen and c.screen.timings.generate_s,
-                "time": time(c.full),
-                "gate": c.gate or None,
-                "passed": c.passed,
-                "verdict": "baseline" if c is ran.base else c.verdict,
-            }
-            for c in [ran.base, *ran.cells, *ran.hand]
-        ]
-        return {
-            "report": str(self.report),
-            "failed": self.failed,
-            "words": self.words.replace("**", ""),
-            "winners": [c.name for c in d.winners],
-            "against_baseline": ratio and dict(zip(("ratio", "lo", "hi"), ratio)),
-            "front": [c.name for c in d.front],
-            "recipe": ran.recipe_yaml,
-            "cells": cells,
-        }
-
-
 # (runs, limit, the stage in words) -> results by name
 Stages = Callable[[list[LoadedRecipe], int | None, str], dict[str, RunResult]]
 
@@ -382,7 +342,7 @@ def _stages(t: Tune, wiring: Wiring) -> Stages:
     return run
 
 
-def run(t: Tune, wiring: Wiring) -> Outcome:
+def run(t: Tune, wiring: Wiring) -> Ran:
     """Screen the candidates (the budget's share, the baseline's screen first: the gate's
     reference), confirm the best with the baseline and the hand-written cells, decide, write the
     report."""
@@ -414,12 +374,13 @@ def run(t: Tune, wiring: Wiring) -> Outcome:
         apply_overrides(data, list(t.call.sets), {}, str(t.call.path))
         recipe = winner_yaml(data, decision.winners[0].settings, name)
     chart = _front_chart(t, [base, *t.cells, *hand])
-    ran = Ran(base, t.cells, hand, decision, versus, recipe, chart)
     report = out / f"{check_name(name)}-tune.md"
-    write_text_atomic(report, tune_markdown(name, spec, t.plan, ran))
     words = decision.words + ("\n" + versus if versus else "")
     runs = (x for c in [base, *t.to_screen, *hand] for x in (c.screen, c.full))
-    return Outcome(words, report, any(x is not None and x.status != "ok" for x in runs), ran)
+    failed = any(x is not None and x.status != "ok" for x in runs)
+    ran = Ran(base, t.cells, hand, decision, versus, recipe, chart, report, words, failed)
+    write_text_atomic(report, tune_markdown(name, spec, t.plan, ran))
+    return ran
 
 
 _BASE = "screen of the recipe as written (the baseline)"

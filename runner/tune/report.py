@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -14,6 +15,7 @@ from runner.base.dotted import set_dotted
 from runner.base.format import secs, table
 from runner.report.markdown import cost_figures
 from runner.report.spread import clear, ratio_text, time_cell
+from runner.report.summary import Time
 from runner.results import RunResult
 
 from .search import Cell, Decision
@@ -173,9 +175,9 @@ def _front_section(ran: Ran, metric: str | None) -> list[str]:
 
 @dataclass(frozen=True)
 class Ran:
-    """What a tune ran and came to, for its report: the baseline, every candidate, the
-    hand-written cells, the decision, the pick against the fastest hand-written cell in words, the
-    winner's recipe and the front chart."""
+    """What a tune ran and came to: the baseline, every candidate, the hand-written cells, the
+    decision, the pick against the fastest hand-written cell in words, the winner's recipe, the
+    front chart; the report, the decision in words and whether a run failed."""
 
     base: Cell
     cells: list[Cell]
@@ -184,6 +186,38 @@ class Ran:
     versus: str | None
     recipe_yaml: str | None
     chart: str | None
+    report: Path
+    words: str
+    failed: bool
+
+    def as_json(self) -> dict[str, Any]:
+        """`runner tune --json`: the decision, the winners (fastest first), the pick against the
+        recipe as written, the front, and every cell with its screen time, its time on every
+        example (`Time`), its gate and verdict."""
+        d, ratio = self.decision, self.decision.against_baseline
+        time = lambda r: r and (t := Time.of(r)) and t.model_dump()  # noqa: E731
+        cells = [
+            {
+                "name": c.name,
+                "settings": c.settings,
+                "screen_s": c.screen and c.screen.timings.generate_s,
+                "time": time(c.full),
+                "gate": c.gate or None,
+                "passed": c.passed,
+                "verdict": "baseline" if c is self.base else c.verdict,
+            }
+            for c in [self.base, *self.cells, *self.hand]
+        ]
+        return {
+            "report": str(self.report),
+            "failed": self.failed,
+            "words": self.words.replace("**", ""),
+            "winners": [c.name for c in d.winners],
+            "against_baseline": ratio and dict(zip(("ratio", "lo", "hi"), ratio)),
+            "front": [c.name for c in d.front],
+            "recipe": self.recipe_yaml,
+            "cells": cells,
+        }
 
 
 def tune_markdown(name: str, spec: TuneSpec, plan: str, ran: Ran) -> str:
