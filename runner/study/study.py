@@ -97,9 +97,7 @@ def axes_of(cells: list[RunResult]) -> Axes:
     for k in dict.fromkeys(
         k for r in sorted(cells, key=lambda r: -len(settings(r))) for k in settings(r)
     ):
-        seen: dict[str, Any] = {}
-        for r in cells:
-            seen.setdefault(value_key(axis_value(r, k)), axis_value(r, k))
+        seen = {value_key(v): v for v in (axis_value(r, k) for r in cells)}
         if len(seen) > 1:
             out[k] = sorted(seen.values(), key=lambda v: v is ABSENT)
     return out
@@ -249,8 +247,7 @@ def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
                 else None
             )
             approx = any(a.estimate or b.estimate for a, b in pairs)
-            lo, hi = speedup_parts(pairs) if pairs else (None, None)
-            out.append(Effect(axis, vals[0], v, pairs, speedup, approx, lo, hi))
+            out.append(Effect(axis, vals[0], v, pairs, speedup, approx, *speedup_parts(pairs)))
     return out
 
 
@@ -392,7 +389,7 @@ def spent_section(cells: list[RunResult]) -> list[str]:
         secs(running),
         secs(generate) + share,
         secs(sum(r.timings.load_s or 0 for r in cells)),
-        sum(1 for r in cells if (r.timings.load_s or 0) > 0),
+        sum((r.timings.load_s or 0) > 0 for r in cells),
         len(cells),
     ]
     heads = [
