@@ -435,12 +435,15 @@ def spent_section(cells: list[RunResult]) -> list[str]:
 def study_section(
     study: str,
     cells: list[RunResult],
-    chart: Path | None = None,
+    dest: Path | None = None,
     link: str | None = None,
-    stopped: Collection[str] = (),
+    out: Path | None = None,
 ) -> list[str]:
-    """`link`: where the study's own summary is (from the call's summary); the chart lies beside the
-    summary; `stopped`: the cells their gate stopped (never named fastest)."""
+    """The study's accuracy-vs-time chart drawn in `dest` (None: none), beside the summary; `link`:
+    where the study's own summary is (from the call's summary); the gates read the samples in
+    `out`."""
+    stopped = gate_stopped(cells, out)  # never named fastest
+    chart = None if dest is None else study_chart(study, cells, dest, stopped)
     cells = in_order(cells)  # the study's order (how `runner go` ran them)
     axes = axes_of(cells)
     rows, cols, how = pick_axes(axes, requested_axes(cells))
@@ -478,13 +481,11 @@ def study_groups(results: list[RunResult]) -> dict[str, list[RunResult]]:
 def study_summary(results: list[RunResult], out: Path | None) -> list[str]:
     """summary.md's sections of the studies among `results`, each with its accuracy-vs-time chart in
     `out` and a link to the study's own summary (`write_study_summaries`)."""
-    sections: list[str] = []
-    for s, cells in study_groups(results).items():
-        stopped = gate_stopped(cells, out)  # each study's gates read its samples once
-        chart = None if out is None else study_chart(s, cells, out, stopped)
-        link = None if out is None else f"{s}/{SUMMARY}"
-        sections += study_section(s, cells, chart, link, stopped)
-    return sections
+    return [
+        line
+        for s, cells in study_groups(results).items()
+        for line in study_section(s, cells, out, None if out is None else f"{s}/{SUMMARY}", out)
+    ]
 
 
 def write_study_summaries(
@@ -509,10 +510,8 @@ def write_study_summaries(
         cells = [r for r in stored if study_of(r) == study]
         path = study_summary_path(out, study)
         path.parent.mkdir(parents=True, exist_ok=True)
-        stopped = gate_stopped(cells, out)
-        # its own: the call's shows the call's cells
-        chart = study_chart(study, cells, path.parent, stopped)
-        section = lambda rs, o, s=study, c=chart, x=stopped: study_section(s, rs, c, None, x)
+        # its own chart (the call's shows the call's cells), from the cells as stored
+        section = lambda rs, o, s=study, c=cells, d=path.parent: study_section(s, c, d, None, o)
         base = baseline if any(c.name == baseline for c in cells) else None
         j = judged(cells, base, out, gate)
         title = f"Study {study}: every stored cell"
