@@ -20,7 +20,7 @@ from runner.base.files import write_text_atomic
 from runner.base.format import cell, secs, short, table
 from runner.folder import SUMMARY, load_results, study_chart_path, study_summary_path
 from runner.recipe import GateSpec
-from runner.report.markdown import cell_value, cost_figures
+from runner.report.markdown import cell_value, cost_figures, paragraphs
 from runner.report.plots import Accuracy, accuracy_chart, pyplot
 from runner.report.spread import (
     clear,
@@ -294,7 +294,7 @@ def effects_section(effects: list[Effect], labels: Labels | None = None) -> list
             "with the other value − score with the first); cells with random weights take no part."
         )
     head = ["setting", "change", "speed-up", "pairs", *(f"{m} change" for m in metrics)]
-    return ["", "### What each setting bought", "", note, "", table(rows, head), "", *lines]
+    return [*paragraphs("### What each setting bought", note, table(rows, head)), "", *lines]
 
 
 def fastest_section(
@@ -302,7 +302,7 @@ def fastest_section(
 ) -> list[str]:
     if (best := fastest(cells, stopped)) is None:
         why = "No cell that passed its gate has" if stopped else "No cell finished with"
-        return ["", "### Fastest cell", "", f"{why} a generation time."]
+        return paragraphs("### Fastest cell", f"{why} a generation time.")
     slow = max(full(cells), key=lambda r: r.projected_s)
 
     def vs(other: RunResult, what: str) -> str:
@@ -343,12 +343,9 @@ def fastest_section(
     faster = [r.name for r in full(cells) if r.name in stopped and r.projected_s < best.projected_s]  # type: ignore[operator]
     if faster:
         parts.append(f"faster, but stopped by their gate: {', '.join(faster)}")
-    return [
-        "",
-        "### Fastest cell",
-        "",
-        f"**{best.name}** ({time_text(best)}{score}): " + "; ".join(parts) + ".",
-    ]
+    return paragraphs(
+        "### Fastest cell", f"**{best.name}** ({time_text(best)}{score}): " + "; ".join(parts) + "."
+    )
 
 
 def _when(s: str) -> dt.datetime | None:
@@ -400,7 +397,7 @@ def spent_section(cells: list[RunResult]) -> list[str]:
         "engine starts",
         "cells",
     ]
-    out = ["", "### Time spent", "", note, "", table([row], heads)]
+    out = paragraphs("### Time spent", note, table([row], heads))
     joules = [x.energy_j for r in cells for x in r.repeats if x.energy_j is not None]
     usd = [c["usd_run"] for r in cells if (c := cost_figures(r)) and "usd_run" in c]
     if joules or usd:
@@ -449,9 +446,11 @@ def study_section(
     rows, cols, how = pick_axes(axes, requested_axes(cells))
     failed = sum(r.status != "ok" for r in cells)
     head = f"{len(cells)} cells" + (f" ({failed} failed)" if failed else "")
-    out = ["", f"## Study {study}", ""]
+    out = paragraphs(f"## Study {study}")
     if link:
-        out += [f"Every stored cell of this study, whichever call ran it: [{link}]({link}).", ""]
+        out += paragraphs(
+            f"Every stored cell of this study, whichever call ran it: [{link}]({link})."
+        )
     if axes:
         picked = f"rows: **{rows}**" + (f", columns: **{cols}**" if cols else "")
         note = (
@@ -459,9 +458,9 @@ def study_section(
             "geometric mean with its 95% interval and the number of repeats; a time alone is one "
             "run, with no interval."
         )
-        out += [f"{head}; {picked} ({how}). {note}", "", pivot(cells, axes, rows, cols)]
+        out += paragraphs(f"{head}; {picked} ({how}). {note}", pivot(cells, axes, rows, cols))
     else:
-        out.append(f"{head}; no setting varies among them.")
+        out += paragraphs(f"{head}; no setting varies among them.")
     out += effects_section(axis_effects(cells, axes), labels_of(cells))
     metric = chart_metric(cells)
     out += fastest_section(cells, metric, stopped) + spent_section(cells)

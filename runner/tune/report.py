@@ -13,7 +13,7 @@ import yaml
 
 from runner.base.dotted import set_dotted
 from runner.base.format import secs, table
-from runner.report.markdown import cost_figures
+from runner.report.markdown import cost_figures, paragraphs
 from runner.report.spread import clear, ratio_text, time_cell
 from runner.report.summary import Time
 from runner.results import RunResult
@@ -169,7 +169,7 @@ def _front_section(ran: Ran, metric: str | None) -> list[str]:
         "once, by their point estimates; the winner is the fastest of them that passed the gate "
         "and is clearly faster than the recipe as written."
     )
-    out = ["", "## The front", "", note, "", table(rows, head, frozenset({"$ for the run"}))]
+    out = paragraphs("## The front", note, table(rows, head, frozenset({"$ for the run"})))
     return out + (["", f"![front]({ran.chart})"] if ran.chart else [])
 
 
@@ -288,16 +288,13 @@ def tune_markdown(name: str, spec: TuneSpec, plan: str, ran: Ran) -> str:
             "exercised, not evidence.",
         ]
     with_hand = ", the study's hand-written cells with them" if hand else ""
-    out += [
-        "",
+    out += paragraphs(
         "## Trajectory",
-        "",
         "In the order tried: the screen (first examples, one run each), then the confirmation "
         f"(every example, repeats taking turns{with_hand}). Cost: the cell's measured total time "
         "(engine starts, generations, repeats).",
-        "",
         table(rows, head),
-    ]
+    )
     if ran.recipe_yaml:
         out += ["", "## The winner's recipe", "", "```yaml", ran.recipe_yaml.rstrip(), "```"]
     return "\n".join(out) + "\n"
