@@ -41,21 +41,6 @@ def _interval(e: Any) -> str:
     return f"95% interval {secs(e.low_s)} – {secs(e.high_s)}"
 
 
-def _banners(r: RunResult) -> list[str]:
-    out = []
-    if r.recipe.engine.fake:
-        out.append(
-            f"> **FAKE ENGINE**: `{r.recipe.engine.kind}` made these outputs up from a "
-            "template; no model ran. Times, tokens and scores test the pipeline only."
-        )
-    if r.engine_of:
-        out.append(
-            f"> Note: this recipe ran on the engine started for {r.engine_of} (engine start "
-            "counted there); the prefix cache was reset before it"
-        )
-    return out + [f"> Note: {n}" for n in r.notes]
-
-
 def _verdict(r: RunResult) -> list[str]:
     """The answer first, in the figures the sections below show: how it ended, its time and
     throughput, its scores, the knobs ignored, a busy machine, the largest stage."""
@@ -142,22 +127,35 @@ def cell_value(v: Any) -> str:
 
 
 def _header(r: RunResult) -> list[str]:
-    rec = r.recipe
-    parts = [f"# {r.name}", "", *_verdict(r), ""]
-    if (c := r.cell) is not None:
-        what = ", ".join(f"{k}={c.labels.get(k) or cell_value(v)}" for k, v in c.settings.items())
-        parts += [f"Cell of study **{c.study}**" + (f": {what}" if what else ""), ""]
-    if rec.description:
-        parts += [rec.description, ""]
+    rec, c = r.recipe, r.cell
     engine = rec.engine.label or r.engine.name or rec.engine.kind
-    parts += [
+    if c is not None:
+        what = ", ".join(f"{k}={c.labels.get(k) or cell_value(v)}" for k, v in c.settings.items())
+    lines = [
+        *([f"Cell of study **{c.study}**" + (f": {what}" if what else "")] if c else []),
+        *([rec.description] if rec.description else []),
         f"Engine: {' '.join(x for x in (engine, r.engine.version) if x not in ('', '-'))} · "
         f"model: `{rec.model.id}` · device: {r.engine.device or '–'} · finished {r.finished_at}",
-        "",
+        # the banners, each its own block quote (adjacent ones would merge)
+        *(
+            [
+                f"> **FAKE ENGINE**: `{rec.engine.kind}` made these outputs up from a template; no "
+                "model ran. Times, tokens and scores test the pipeline only."
+            ]
+            if rec.engine.fake
+            else []
+        ),
+        *(
+            [
+                f"> Note: this recipe ran on the engine started for {r.engine_of} (engine start "
+                "counted there); the prefix cache was reset before it"
+            ]
+            if r.engine_of
+            else []
+        ),
+        *(f"> Note: {n}" for n in r.notes),
     ]
-    for b in _banners(r):  # each its own block quote (adjacent ones would merge)
-        parts += [b, ""]
-    return parts
+    return [f"# {r.name}", "", *_verdict(r), *paragraphs(*lines), ""]
 
 
 def _time_section(r: RunResult) -> list[str]:
