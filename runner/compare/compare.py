@@ -191,8 +191,7 @@ def time_words(s: Speedup | None, a: RunResult, b: RunResult) -> str:
         why = why_no_ratio(a, b) or "no time, or a serving run"
         return (failed or [f"no time ratio: {why}"])[0]
     if s.verdict in ("faster", "slower"):
-        up = s.verdict == "faster"
-        got = (s.ratio, s.lo, s.hi) if up else (1 / s.ratio, 1 / s.hi, 1 / s.lo)  # type: ignore[operator]
+        got = (s.ratio, s.lo, s.hi) if s.verdict == "faster" else (1 / s.ratio, 1 / s.hi, 1 / s.lo)  # type: ignore[operator]
         return f"clearly {s.verdict}: {ratio_text(*got)}"
     return ("no verdict: " if s.lo is None else "") + ratio_text(s.ratio, s.lo, s.hi)
 

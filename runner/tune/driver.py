@@ -282,14 +282,11 @@ def _front_chart(t: Tune, cells: list[Cell]) -> str | None:
 def _plan_words(spec: TuneSpec, cells: list[Cell], screened: int, name: str) -> str:
     n, confirmed = len(cells), spec.confirmed(screened)
     invalid = sum(c.verdict.startswith("invalid") for c in cells)
-    same = n - invalid - sum(c.verdict == Cell.verdict for c in cells)
+    valid = sum(c.verdict == Cell.verdict for c in cells)
+    same = n - invalid - valid
     bad = f", {invalid} of them refused by the recipe's checks" if invalid else ""
     bad += f", {same} the recipe as written" if same else ""
-    cut = (
-        f" (the budget of {spec.budget.cells} runs leaves {screened})"
-        if screened < n - invalid - same
-        else ""
-    )
+    cut = f" (the budget of {spec.budget.cells} runs leaves {screened})" if screened < valid else ""
     words = (
         f"{n} candidates{bad}{cut}: each screened once on the first {spec.screen.examples} "
         f"examples with the recipe as written ({name}, the baseline); the best {confirmed} then "

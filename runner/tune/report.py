@@ -262,15 +262,8 @@ def tune_markdown(name: str, spec: TuneSpec, plan: str, ran: Ran) -> str:
     ]
     # runs as the budget counts them: each repeat of a run (a run that failed: one)
     runs = sum(max(1, len(r.repeats)) for c in every for r in (c.screen, c.full) if r is not None)
-    out = [
-        f"# Tune: {name}",
-        "",
-        plan,
-        "",
-        f"Spent: {runs} measured runs, {secs(cost_s(every))} in all.",
-        "",
-    ]
-    out += ["## Verdict", "", decision.words]
+    spent = f"Spent: {runs} measured runs, {secs(cost_s(every))} in all."
+    out = [f"# Tune: {name}", *paragraphs(plan, spent, "## Verdict", decision.words)]
     # (without a winner the words say it)
     if decision.winners and decision.against_baseline is not None:
         out += [
