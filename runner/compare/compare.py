@@ -28,10 +28,19 @@ from runner.report.summary import (
 from runner.results import RunResult
 from runner.run.resume import NOT_IN_KEY
 
-VERSIONS = ("packages.vllm", "packages.torch", "packages.transformers")
-VERSIONS += ("driver", "gpu", "runner", "git_commit")
-NO_PAIRS = "no recipe has scores on both sides to pair (the fake engine's and random weights' are "
-NO_PAIRS += "not comparable): leave --fail-on-drop out"
+VERSIONS = (
+    "packages.vllm",
+    "packages.torch",
+    "packages.transformers",
+    "driver",
+    "gpu",
+    "runner",
+    "git_commit",
+)
+NO_PAIRS = (
+    "no recipe has scores on both sides to pair (the fake engine's and random weights' are not "
+    "comparable): leave --fail-on-drop out"
+)
 SIDE = "name a `runner go --out` folder, or one run folder with results.json in it"
 METHOD = [
     f"Time: each side's generation time is {TIME_CI}. The speed-up is OLD's time ÷ NEW's with its "
