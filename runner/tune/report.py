@@ -67,12 +67,12 @@ def run_s_at(screen: RunResult | None, n: int | None = None) -> float | None:
     return _run_s(screen) + gen * ((n or screen.n_samples) / screen.n_samples - 1)
 
 
-def confirm_s(screen: RunResult | None, spec: TuneSpec, confirmed: int, hand: int) -> float | None:
+def confirm_s(screen: RunResult | None, spec: TuneSpec, confirmed: int) -> float:
     """The confirmation's projected time: the recipe as written, the confirmed candidates and the
-    hand-written cells, `confirm.repeat` runs each on every example, each as long as the baseline's
-    screen scaled to the dataset."""
+    hand-written cells of `compare`, `confirm.repeat` runs each on every example, each as long as
+    the baseline's screen scaled to the dataset (0 without a finished screen)."""
     one = run_s_at(screen, screen.n_dataset if screen is not None else None)
-    return None if one is None else one * (1 + confirmed + hand) * spec.confirm.repeat
+    return 0.0 if one is None else one * (1 + confirmed + len(spec.compare)) * spec.confirm.repeat
 
 
 def winner_yaml(data: dict[str, Any], settings: dict[str, Any], name: str) -> str:
