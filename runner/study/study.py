@@ -229,10 +229,9 @@ def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
     ok = [r for r in cells if timed(r)]
     base, out = pick_baseline(cells), []
     for axis, values in axes.items():
-        vals = [v for v in values if v is not ABSENT]
-        ref = ABSENT if base is None else axis_value(base, axis)
-        if ref is not ABSENT and value_key(ref) in {value_key(v) for v in vals}:
-            vals = [ref] + [v for v in vals if value_key(v) != value_key(ref)]
+        ref = value_key(ABSENT if base is None else axis_value(base, axis))
+        # the baseline's value first, where it has one of them
+        vals = sorted((v for v in values if v is not ABSENT), key=lambda v: value_key(v) != ref)
         at = [[r for r in ok if value_key(axis_value(r, axis)) == value_key(v)] for v in vals]
         for v, group in zip(vals[1:], at[1:]):
             pairs = tuple(
