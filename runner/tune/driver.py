@@ -348,7 +348,7 @@ def run(t: Tune, wiring: Wiring) -> Ran:
         0, name, {}, screen=stages([t.load({}, screen)], spec.screen.examples, _BASE).get(screen)
     )
     _screen(t, base, stages, wiring.say)
-    samples = lambda r: samples_by_id(out, r) if r is not None else {}  # noqa: E731
+    samples = lambda r: samples_by_id(out, r)  # noqa: E731  (search reads only runs that exist)
     kept = keep_after_screen(t.to_screen, base, spec, samples)
     hand = [Cell(-1, h, {}, verdict="hand-written") for h in spec.compare]
     confirm = [t.load(c.settings, c.name, spec.confirm.repeat) for c in kept]
