@@ -141,24 +141,20 @@ def add_study_keys(schema: dict) -> dict:
     included."""
     keys = StudyKeys.model_json_schema(ref_template="#/$defs/{model}")
     defs, props = schema["$defs"], schema["properties"]
-    out = {k: v for k, v in schema.items() if k not in ("properties", "required", "$defs")}
-    out["properties"] = {**_relax(props), **keys["properties"]}
+    relaxed = {**_relax(props), **keys["properties"]}
     cell = {  # a study may name its baseline cell
         "type": "string",
         "description": "In a study: the name of the one cell that is the baseline.",
     }
-    out["properties"]["baseline"] = {"anyOf": [out["properties"]["baseline"], cell]}
-    out["$defs"] = {
-        **defs,
-        **{f"{k}Partial": _relax(v) for k, v in defs.items()},
-        **keys["$defs"],
-    }
     partial = [{"required": [k]} for k in ("base", "matrix", "variants")]
-    out["if"] = {
-        "anyOf": [*partial, {"required": ["abstract"], "properties": {"abstract": {"const": True}}}]
+    abstract = {"required": ["abstract"], "properties": {"abstract": {"const": True}}}
+    return {
+        **{k: v for k, v in schema.items() if k not in ("properties", "required", "$defs")},
+        "properties": {**relaxed, "baseline": {"anyOf": [relaxed["baseline"], cell]}},
+        "$defs": {**defs, **{f"{k}Partial": _relax(v) for k, v in defs.items()}, **keys["$defs"]},
+        "if": {"anyOf": [*partial, abstract]},
+        "else": {"required": schema["required"], "properties": props},
     }
-    out["else"] = {"required": schema["required"], "properties": props}
-    return out
 
 
 class _Unnamed(RecipeError):
