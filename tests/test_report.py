@@ -856,10 +856,19 @@ def test_the_summary_chart_plots_the_gates_metric_with_intervals_and_marks_gate_
 
 
 def test_pareto_front():
-    pts = [(1.0, 0.5), (2.0, 0.7), (3.0, 0.6), (0.5, 0.2), (2.0, 0.7), (4.0, 0.7), (0.5, 0.1)]
-    assert plots.pareto(pts) == [0, 1, 3, 4]
-    assert plots.pareto([(1.0, 1.0)]) == [0]
-    assert plots.pareto([]) == []
+    # (time, -score): lower time and higher score
+    pts = [
+        (1.0, -0.5),
+        (2.0, -0.7),
+        (3.0, -0.6),
+        (0.5, -0.2),
+        (2.0, -0.7),
+        (4.0, -0.7),
+        (0.5, -0.1),
+    ]
+    assert plots.pareto_front(pts) == [0, 1, 3, 4]
+    assert plots.pareto_front([(1.0, 1.0)]) == [0]
+    assert plots.pareto_front([]) == []
 
 
 def test_summary_links_the_charts(tmp_path):

@@ -28,10 +28,19 @@ from runner.report.summary import (
 from runner.results import RunResult
 from runner.run.resume import NOT_IN_KEY
 
-VERSIONS = ("packages.vllm", "packages.torch", "packages.transformers")
-VERSIONS += ("driver", "gpu", "runner", "git_commit")
-NO_PAIRS = "no recipe has scores on both sides to pair (the fake engine's and random weights' are "
-NO_PAIRS += "not comparable): leave --fail-on-drop out"
+VERSIONS = (
+    "packages.vllm",
+    "packages.torch",
+    "packages.transformers",
+    "driver",
+    "gpu",
+    "runner",
+    "git_commit",
+)
+NO_PAIRS = (
+    "no recipe has scores on both sides to pair (the fake engine's and random weights' are not "
+    "comparable): leave --fail-on-drop out"
+)
 SIDE = "name a `runner go --out` folder, or one run folder with results.json in it"
 METHOD = [
     f"Time: each side's generation time is {TIME_CI}. The speed-up is OLD's time ÷ NEW's with its "
@@ -191,8 +200,7 @@ def time_words(s: Speedup | None, a: RunResult, b: RunResult) -> str:
         why = why_no_ratio(a, b) or "no time, or a serving run"
         return (failed or [f"no time ratio: {why}"])[0]
     if s.verdict in ("faster", "slower"):
-        up = s.verdict == "faster"
-        got = (s.ratio, s.lo, s.hi) if up else (1 / s.ratio, 1 / s.hi, 1 / s.lo)  # type: ignore[operator]
+        got = (s.ratio, s.lo, s.hi) if s.verdict == "faster" else (1 / s.ratio, 1 / s.hi, 1 / s.lo)  # type: ignore[operator]
         return f"clearly {s.verdict}: {ratio_text(*got)}"
     return ("no verdict: " if s.lo is None else "") + ratio_text(s.ratio, s.lo, s.hi)
 

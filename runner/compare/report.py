@@ -12,17 +12,30 @@ from runner.report.plots import bar_rows, err_bars, save
 from runner.report.spread import ONE_RUN
 
 FILES = ("compare.md", "compare.json", "compare.png")
-HEAD = ["recipe", "workload (old -> new)", "old time (95%)", "new time (95%)"]
-HEAD += ["outputs changed", "0/1 metric now right / wrong (McNemar p)"]
-HEAD += ["J per output token", "$ per M output tokens", "verdict"]
+HEAD = [
+    "recipe",
+    "workload (old -> new)",
+    "old time (95%)",
+    "new time (95%)",
+    "outputs changed",
+    "0/1 metric now right / wrong (McNemar p)",
+    "J per output token",
+    "$ per M output tokens",
+    "verdict",
+]
 
 
 def markdown(c: Comparison) -> str:
-    head = [f"# runner compare: {c.new} against {c.old}", "", f"- old: `{c.old}`"]
-    head += [f"- new: `{c.new}`", f"- recipes matched {c.matched}"]
-    head += ["- versions that differ: " + ("; ".join(c.differs) or "none")]
     only = (("old", c.only_old), ("new", c.only_new))
-    head += [f"- only in {w}: {', '.join(n)}" for w, n in only if n]
+    head = [
+        f"# runner compare: {c.new} against {c.old}",
+        "",
+        f"- old: `{c.old}`",
+        f"- new: `{c.new}`",
+        f"- recipes matched {c.matched}",
+        "- versions that differ: " + ("; ".join(c.differs) or "none"),
+        *(f"- only in {w}: {', '.join(n)}" for w, n in only if n),
+    ]
     pair = lambda v: v and f"{v.old:.3g} -> {v.new:.3g}"
     t = lambda v: v and secs(v.s) + (f" ({secs(v.lo)}–{secs(v.hi)})" if v.lo else f" ({ONE_RUN})")
     rows = [

@@ -30,25 +30,15 @@ REPRO_KEYS = (
 )
 
 
+def paragraphs(*parts: str) -> list[str]:
+    """Markdown lines with each part (a heading, a paragraph, a table) after a blank line."""
+    return [line for part in parts for line in ("", part)]
+
+
 def _interval(e: Any) -> str:
     if e.low_s is None or e.high_s is None:
         return "no interval"
     return f"95% interval {secs(e.low_s)} – {secs(e.high_s)}"
-
-
-def _banners(r: RunResult) -> list[str]:
-    out = []
-    if r.recipe.engine.fake:
-        out.append(
-            f"> **FAKE ENGINE**: `{r.recipe.engine.kind}` made these outputs up from a "
-            "template; no model ran. Times, tokens and scores test the pipeline only."
-        )
-    if r.engine_of:
-        out.append(
-            f"> Note: this recipe ran on the engine started for {r.engine_of} (engine start "
-            "counted there); the prefix cache was reset before it"
-        )
-    return out + [f"> Note: {n}" for n in r.notes]
 
 
 def _verdict(r: RunResult) -> list[str]:
@@ -137,22 +127,35 @@ def cell_value(v: Any) -> str:
 
 
 def _header(r: RunResult) -> list[str]:
-    rec = r.recipe
-    parts = [f"# {r.name}", "", *_verdict(r), ""]
-    if (c := r.cell) is not None:
-        what = ", ".join(f"{k}={c.labels.get(k) or cell_value(v)}" for k, v in c.settings.items())
-        parts += [f"Cell of study **{c.study}**" + (f": {what}" if what else ""), ""]
-    if rec.description:
-        parts += [rec.description, ""]
+    rec, c = r.recipe, r.cell
     engine = rec.engine.label or r.engine.name or rec.engine.kind
-    parts += [
+    if c is not None:
+        what = ", ".join(f"{k}={c.labels.get(k) or cell_value(v)}" for k, v in c.settings.items())
+    lines = [
+        *([f"Cell of study **{c.study}**" + (f": {what}" if what else "")] if c else []),
+        *([rec.description] if rec.description else []),
         f"Engine: {' '.join(x for x in (engine, r.engine.version) if x not in ('', '-'))} · "
         f"model: `{rec.model.id}` · device: {r.engine.device or '–'} · finished {r.finished_at}",
-        "",
+        # the banners, each its own block quote (adjacent ones would merge)
+        *(
+            [
+                f"> **FAKE ENGINE**: `{rec.engine.kind}` made these outputs up from a template; no "
+                "model ran. Times, tokens and scores test the pipeline only."
+            ]
+            if rec.engine.fake
+            else []
+        ),
+        *(
+            [
+                f"> Note: this recipe ran on the engine started for {r.engine_of} (engine start "
+                "counted there); the prefix cache was reset before it"
+            ]
+            if r.engine_of
+            else []
+        ),
+        *(f"> Note: {n}" for n in r.notes),
     ]
-    for b in _banners(r):  # each its own block quote (adjacent ones would merge)
-        parts += [b, ""]
-    return parts
+    return [f"# {r.name}", "", *_verdict(r), *paragraphs(*lines), ""]
 
 
 def _time_section(r: RunResult) -> list[str]:
@@ -176,14 +179,11 @@ def _time_section(r: RunResult) -> list[str]:
         "GPU busy",
     ]
     total = "Total: engine start, tokenizing, generation, scoring and writing the samples"
-    parts = [
-        "",
+    parts = paragraphs(
         "## Time and throughput",
-        "",
         table([row], head, frozenset({"GPU busy"})),
-        "",
         total + (", over every repeat and engine start." if len(r.repeats) > 1 else "."),
-    ]
+    )
     if t.gpu_busy is not None:
         text = (
             "GPU busy: the mean of NVML's utilization counter (share of time a kernel was "
@@ -244,7 +244,7 @@ def _start_section(r: RunResult) -> list[str]:
             "cache an earlier start of the same configuration on this GPU measured (vLLM's startup "
             'plan; `engine.env: {VLLM_ENABLE_STARTUP_PLAN: "0"}` measures every start).'
         )
-    return ["", "### Engine start", "", note, "", table(rows, head)]
+    return paragraphs("### Engine start", note, table(rows, head))
 
 
 STAGES = {
@@ -276,7 +276,7 @@ def _stages_section(r: RunResult) -> list[str]:
         "build, the libraries' imports included; the table above gives the engine's own account."
     )
     head = ["stage", "seconds", "share of the wall time"]
-    return ["", "### Where the time went", "", note, "", table(rows, head)]
+    return paragraphs("### Where the time went", note, table(rows, head))
 
 
 def _profile_section(r: RunResult) -> list[str]:
@@ -284,9 +284,9 @@ def _profile_section(r: RunResult) -> list[str]:
     GPU's idle time, the largest part, and the plan's floor beside it."""
     if (p := r.profile) is None:
         return []
-    head = ["", "### Where the generation's time goes (profile)", ""]
+    head = "### Where the generation's time goes (profile)"
     if p.full is None or p.prefill is None:
-        return [*head, f"No profile: {p.note}."]
+        return paragraphs(head, f"No profile: {p.note}.")
     full, pre = p.full, p.prefill
     what = "GPU kernel time" if full.device == "cuda" else "CPU operators' own time"
     rows = [
@@ -320,7 +320,7 @@ def _profile_section(r: RunResult) -> list[str]:
     traces = ", ".join(f"`{t}`" for t in p.traces)
     note += f". Trace: {traces} (Perfetto, chrome://tracing)." if traces else "."
     cols = ["class", "prefill window", "full window", "share of the full window's busy time"]
-    return [*head, note, "", table(rows, cols)]
+    return paragraphs(head, note, table(rows, cols))
 
 
 def priced(r: RunResult, usd_per_gpu_hour: float | None) -> RunResult:
@@ -375,13 +375,9 @@ def _energy_section(r: RunResult) -> list[str]:
         "prompts went in and when the last output was back (whole devices), the mean over the "
         "repeats."
     )
-    parts = [
-        "",
-        "## Energy and cost",
-        "",
-        *([note, ""] if e.measured else []),
-        table(rows, ["", "value"]),
-    ]
+    parts = paragraphs(
+        "## Energy and cost", *([note] if e.measured else []), table(rows, ["", "value"])
+    )
     if c := cost_figures(r):
         named = {
             "usd_per_m_output_tokens": "per million output tokens",
@@ -397,7 +393,7 @@ def _energy_section(r: RunResult) -> list[str]:
             "generation time (the geometric mean over the repeats) / the tokens of one generation "
             "x 10^6; the run: its total time."
         )
-        parts += ["", formula, "", table(rows, ["", "dollars"])]
+        parts += paragraphs(formula, table(rows, ["", "dollars"]))
     elif r.recipe.cost is not None and not e.gpus:
         price = f"${r.recipe.cost.usd_per_gpu_hour:g}"
         parts += ["", f"No dollars: the price is per GPU-hour ({price}) and this run used no GPU."]
@@ -444,7 +440,7 @@ def _repeats_section(r: RunResult) -> list[str]:
     )
     # GPU energy: NVML's over each repeat's generation, where read
     table_md = table([_repeat_row(x) for x in r.repeats], head, frozenset({"GPU energy"}))
-    return ["", "### Repeats", "", note, "", table_md]
+    return paragraphs("### Repeats", note, table_md)
 
 
 def _repeat_row(x: Any) -> list:
@@ -478,7 +474,7 @@ def _tokens_section(r: RunResult) -> list[str]:
         f"{t.output / n:.1f}" if n else None,
     ]
     head = ["prompt", "output", "prompt from cache", "prompt / example", "output / example"]
-    return ["", "## Tokens", "", table([row], head)]
+    return paragraphs("## Tokens", table([row], head))
 
 
 def _latency_section(r: RunResult) -> list[str]:
@@ -489,7 +485,7 @@ def _latency_section(r: RunResult) -> list[str]:
     ]
     if not rows:
         return []
-    return ["", "## Latency per request", "", table(rows, ["", "p50", "p90", "p99", "mean"])]
+    return paragraphs("## Latency per request", table(rows, ["", "p50", "p90", "p99", "mean"]))
 
 
 def _memory_section(r: RunResult) -> list[str]:
@@ -515,7 +511,7 @@ def _memory_section(r: RunResult) -> list[str]:
         "CPU",
     ]
     # columns empty here (no GPU) left out
-    return ["", "## Memory", "", table([row], head, frozenset(head))]
+    return paragraphs("## Memory", table([row], head, frozenset(head)))
 
 
 def _scores_section(r: RunResult) -> list[str]:
@@ -527,7 +523,7 @@ def _scores_section(r: RunResult) -> list[str]:
     )
     if not r.scores:
         none = "No scores (no gold answers, or the run failed)."
-        return ["", "## Scores", "", left if unscored and r.n_samples else none]
+        return paragraphs("## Scores", left if unscored and r.n_samples else none)
     note = " (not meaningful: random weights or a fake engine)" if not r.scores_meaningful else ""
     gold = r.recipe.scoring.gold
     conv = conventions(list(r.scores))
@@ -541,7 +537,7 @@ def _scores_section(r: RunResult) -> list[str]:
     policy = (
         f"; gold policy set by the recipe: {gold}" if gold else "; gold policy: each metric's own"
     )
-    out = ["", "## Scores", "", scores, "", f"Output clean-up before scoring: {cleanup}{policy}."]
+    out = paragraphs("## Scores", scores, f"Output clean-up before scoring: {cleanup}{policy}.")
     return out + (["", f"> **Note**: {left}"] if unscored else [])
 
 
@@ -556,7 +552,7 @@ def _prefix_section(r: RunResult) -> list[str]:
     )
     text += " (see Predicted and measured)." if r.plan and not r.plan.get("error") else "."
     text += f" Measured hit rate: {p.hit_rate:.1%}." if p.hit_rate is not None else ""
-    return ["", "## Prompt prefix", "", text]
+    return paragraphs("## Prompt prefix", text)
 
 
 def _knobs_section(r: RunResult) -> list[str]:
@@ -573,7 +569,7 @@ def _knobs_section(r: RunResult) -> list[str]:
         for k in r.knobs
     ]
     head = ["knob", "requested", "effective", "status", "evidence"]
-    return ["", "## Knobs: requested and effective", "", table(rows, head)]
+    return paragraphs("## Knobs: requested and effective", table(rows, head))
 
 
 def _samples_section(samples: list[dict]) -> list[str]:

@@ -105,11 +105,6 @@ def pareto_front(points: list[tuple[float, ...]]) -> list[int]:
     return [i for i, p in enumerate(points) if not any(beats(q, p) for q in points)]
 
 
-def pareto(points: list[tuple[float, float]]) -> list[int]:
-    """Indices of points no other point beats on both lower time and higher score."""
-    return pareto_front([(t, -s) for t, s in points])
-
-
 @dataclass(frozen=True)
 class Accuracy:
     """An accuracy chart's score, plotted against time, the runs their gate stopped
@@ -133,14 +128,14 @@ def accuracy_front(results: list[RunResult], accuracy: Accuracy) -> list[RunResu
     """The chart's Pareto front: the plotted runs their gate did not stop that no other of them
     beats on both lower time and higher score."""
     ok = [r for r in plotted(results, accuracy.metric) if r.name not in accuracy.failed]
-    return [ok[i] for i in pareto([(r.projected_s, r.scores[accuracy.metric]) for r in ok])]
+    return [ok[i] for i in pareto_front([(r.projected_s, -r.scores[accuracy.metric]) for r in ok])]
 
 
 def accuracy_chart(
     results: list[RunResult],
     accuracy: Accuracy,
     path: Path,
-    label: Callable[[RunResult], str] | None = None,
+    label: Callable[[RunResult], str] = lambda r: r.name,
     title: str = "",
 ) -> Path | None:
     """`accuracy`'s score against generation time with each run's 95% interval of its time (and of
@@ -151,26 +146,26 @@ def accuracy_chart(
     if len(rs) < 2:  # one point says nothing a table does not
         return None
     pts = [(r.projected_s, r.scores[metric]) for r in rs]
-    on = {id(r) for r in accuracy_front(rs, accuracy)}
-    front = {i for i, r in enumerate(rs) if id(r) in on}
+    front = {id(r) for r in accuracy_front(rs, accuracy)}
     fig, ax = pyplot().subplots(figsize=(7, 4.5))
-    for i, r in enumerate(rs):
-        t, s = pts[i]
-        color = "#d62728" if r.name in failed else "#2ca02c" if i in front else "#7f7f7f"
+    for r, (t, s) in zip(rs, pts):
+        on = id(r) in front
+        color = "#d62728" if r.name in failed else "#2ca02c" if on else "#7f7f7f"
         xerr, yerr = err_bars(t, _interval(r)), err_bars(s, score_ci.get(r.name))
         if xerr or yerr:
             ax.errorbar(
                 t, s, xerr=xerr, yerr=yerr, color=color, alpha=0.5, capsize=2, zorder=2, linewidth=1
             )
-        ax.scatter(t, s, color=color, s=60 if i in front else 30, zorder=3)
+        ax.scatter(t, s, color=color, s=60 if on else 30, zorder=3)
         ax.annotate(
-            label(r) if label else r.name,
+            label(r),
             (t, s),
             fontsize=7,
             xytext=(4, 4),
             textcoords="offset points",
         )
-    ax.plot(*zip(*sorted(pts[i] for i in front)), color="#2ca02c", linestyle="--", zorder=2)
+    front_pts = sorted(p for r, p in zip(rs, pts) if id(r) in front)
+    ax.plot(*zip(*front_pts), color="#2ca02c", linestyle="--", zorder=2)
     ts, ss = map(list, zip(*pts))
     ss += [v for r in rs for v in score_ci.get(r.name, ())]  # the score bars stay inside the axis
     log = scale_of(ts) == "log"

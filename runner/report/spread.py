@@ -24,6 +24,7 @@ from runner.base.stats import (
 from runner.results import RunResult
 
 ONE_RUN = "1 run: no interval"
+Interval = tuple[float, float | None, float | None]  # a figure and its interval (or none)
 LEGEND = (
     "Times are geometric means of the repeats with 95% intervals (Student t on the log times), "
     "speed-ups ratios of them (paired t over the turns of one call, else Welch's t), and an "
@@ -39,7 +40,7 @@ def times(r: RunResult) -> list[float]:
     return [x * (r.estimate.projected_s / r.timings.generate_s) for x in r.times]
 
 
-def estimate(r: RunResult) -> tuple[float, float | None, float | None] | None:
+def estimate(r: RunResult) -> Interval | None:
     """The run's time (geometric mean over its repeats, projected for an estimate) and its 95%
     interval; None without a time."""
     t = times(r)
@@ -104,9 +105,7 @@ def why_no_ratio(slow: RunResult, fast: RunResult) -> str | None:
     )
 
 
-def speedup(
-    slow: RunResult, fast: RunResult, level: float = 0.95
-) -> tuple[float, float | None, float | None] | None:
+def speedup(slow: RunResult, fast: RunResult, level: float = 0.95) -> Interval | None:
     """time(slow) / time(fast): the ratio of the geometric means and its `level` interval (None
     without times, or where `why_no_ratio` gives a reason)."""
     a, b = times(slow), times(fast)

@@ -41,7 +41,8 @@ import difflib
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from itertools import product
 from pathlib import Path
@@ -140,28 +141,37 @@ def add_study_keys(schema: dict) -> dict:
     included."""
     keys = StudyKeys.model_json_schema(ref_template="#/$defs/{model}")
     defs, props = schema["$defs"], schema["properties"]
-    out = {k: v for k, v in schema.items() if k not in ("properties", "required", "$defs")}
-    out["properties"] = {**_relax(props), **keys["properties"]}
+    relaxed = {**_relax(props), **keys["properties"]}
     cell = {  # a study may name its baseline cell
         "type": "string",
         "description": "In a study: the name of the one cell that is the baseline.",
     }
-    out["properties"]["baseline"] = {"anyOf": [out["properties"]["baseline"], cell]}
-    out["$defs"] = {
-        **defs,
-        **{f"{k}Partial": _relax(v) for k, v in defs.items()},
-        **keys["$defs"],
-    }
     partial = [{"required": [k]} for k in ("base", "matrix", "variants")]
-    out["if"] = {
-        "anyOf": [*partial, {"required": ["abstract"], "properties": {"abstract": {"const": True}}}]
+    abstract = {"required": ["abstract"], "properties": {"abstract": {"const": True}}}
+    return {
+        **{k: v for k, v in schema.items() if k not in ("properties", "required", "$defs")},
+        "properties": {**relaxed, "baseline": {"anyOf": [relaxed["baseline"], cell]}},
+        "$defs": {**defs, **{f"{k}Partial": _relax(v) for k, v in defs.items()}, **keys["$defs"]},
+        "if": {"anyOf": [*partial, abstract]},
+        "else": {"required": schema["required"], "properties": props},
     }
-    out["else"] = {"required": schema["required"], "properties": props}
-    return out
 
 
-def _err(where: str, field: str, message: str, hint: str | None = None) -> RecipeError:
-    return RecipeError(message, file=where, field=field, hint=hint)
+class _Unnamed(RecipeError):
+    """A study key's error before `_named` names the file."""
+
+
+def _err(field: str, message: str, hint: str | None = None) -> RecipeError:
+    return _Unnamed(message, field=field, hint=hint)
+
+
+@contextmanager
+def _named(f: RecipeFile) -> Iterator[None]:
+    """The study's key errors raised inside name the file."""
+    try:
+        yield
+    except _Unnamed as e:
+        raise RecipeError(e.message, file=str(f.path), field=e.field, hint=e.hint) from None
 
 
 # the first of `keys` that is `key` or one inside the other
@@ -206,33 +216,33 @@ def default_label(key: str, value: Any) -> str | None:
     return None
 
 
-def _label_key(k: Any, what: str, where: str) -> str:
+def _label_key(k: Any, what: str) -> str:
     if isinstance(k, bool) or k is None:
         msg = (
             f"label {k!r}: YAML reads an unquoted on/off/yes/no/true/false/null as a boolean or "
             "null; quote it"
         )
-        raise _err(where, what, msg)
+        raise _err(what, msg)
     return str(k)
 
 
-def _check_key(key: Any, what: str, where: str) -> str:
+def _check_key(key: Any, what: str) -> str:
     if not isinstance(key, str):
-        raise _err(where, what, f"key {key!r} is not a dotted recipe key")
+        raise _err(what, f"key {key!r} is not a dotted recipe key")
     try:
         key_target(key)
     except KeyProblem as e:
-        raise _err(where, what, str(e)) from None
+        raise _err(what, str(e)) from None
     return key
 
 
-def parse_axes(matrix: Any, where: str) -> list[Axis]:
+def parse_axes(matrix: Any) -> list[Axis]:
     """Each axis written as a list of values (labelled by `default_label`) or as a mapping label ->
     value."""
     if matrix is None:
         return []
     if not isinstance(matrix, dict):
-        raise _err(where, "matrix", "expected a mapping of dotted recipe key -> list of values")
+        raise _err("matrix", "expected a mapping of dotted recipe key -> list of values")
     axes: list[Axis] = []
     for key, spec in matrix.items():
         if key in ("variant", "name"):
@@ -241,67 +251,62 @@ def parse_axes(matrix: Any, where: str) -> list[Axis]:
                 if key == "variant"
                 else "cell names are made from the study's name"
             )
-            raise _err(where, "matrix", f"{key!r} cannot be an axis ({why})")
-        axis = _axis(key, spec, "matrix." + _check_key(key, "matrix", where), where)
+            raise _err("matrix", f"{key!r} cannot be an axis ({why})")
+        axis = _axis(key, spec, "matrix." + _check_key(key, "matrix"))
         if clash := _clash([a.key for a in axes], key):
-            raise _err(
-                where, "matrix", f"axes {clash!r} and {key!r} overlap (one is inside the other)"
-            )
+            raise _err("matrix", f"axes {clash!r} and {key!r} overlap (one is inside the other)")
         axes.append(axis)
     return axes
 
 
-def _axis(key: str, spec: Any, what: str, where: str) -> Axis:
+def _axis(key: str, spec: Any, what: str) -> Axis:
     if isinstance(spec, list):
         values, labels = list(spec), [default_label(key, v) for v in spec]
         if None in labels:
             hint = f"write the axis as label -> value: `{key}: {{small: ..., big: ...}}`"
-            raise _err(where, what, "these values need labels to name the cells", hint)
+            raise _err(what, "these values need labels to name the cells", hint)
     elif isinstance(spec, dict):
-        values, labels = list(spec.values()), [_label_key(k, what, where) for k in spec]
+        values, labels = list(spec.values()), [_label_key(k, what) for k in spec]
         if bad := [lab for lab in labels if not LABEL_PATTERN.match(lab)]:
             msg = f"label {bad[0]!r}: labels may hold letters, digits and ._- only"
-            raise _err(where, what, msg)
+            raise _err(what, msg)
     else:
         msg = f"expected a list of values or a mapping label -> value, got {spec!r}"
-        raise _err(where, what, msg, "a setting with one value belongs at its own key")
+        raise _err(what, msg, "a setting with one value belongs at its own key")
     if not values:
-        raise _err(where, what, "the axis has no values")
+        raise _err(what, "the axis has no values")
     if len(values) > MAX_CELLS:  # before the pairwise check of repeated values
         msg = f"the axis has {len(values):,} values; a study makes at most {MAX_CELLS:,} cells"
-        raise _err(where, what, msg, "fewer values, or split the study into files")
+        raise _err(what, msg, "fewer values, or split the study into files")
     for i, v in enumerate(values):
         if any(same(v, w) for w in values[:i]):
-            raise _err(where, what, f"value {v!r} is listed twice")
+            raise _err(what, f"value {v!r} is listed twice")
         if labels[i] in labels[:i]:
             hint = "give the values distinct labels: `{label: value, ...}`"
-            raise _err(where, what, f"two values have the label {labels[i]!r}", hint)
+            raise _err(what, f"two values have the label {labels[i]!r}", hint)
     return Axis(key, tuple(values), tuple(labels))
 
 
-def parse_variants(variants: Any, where: str) -> dict[str, dict]:
+def parse_variants(variants: Any) -> dict[str, dict]:
     if variants is None:
         return {}
     if not isinstance(variants, dict):
-        raise _err(where, "variants", "expected a mapping of variant name -> settings")
+        raise _err("variants", "expected a mapping of variant name -> settings")
     out: dict[str, dict] = {}
     for name, overlay in variants.items():
-        name = _label_key(name, "variants", where)
+        name = _label_key(name, "variants")
         if not VARIANT_PATTERN.match(name):
             msg = f"variant name {name!r}: letters, digits and ._- only, starting with a letter"
-            raise _err(where, "variants", msg + " or digit")
+            raise _err("variants", msg + " or digit")
         what, overlay = f"variants.{name}", {} if overlay is None else overlay
         if not isinstance(overlay, dict):
-            raise _err(
-                where, what, f"expected a mapping of dotted recipe key -> value, got {overlay!r}"
-            )
-        keys = [_check_key(k, what, where) for k in overlay]
+            raise _err(what, f"expected a mapping of dotted recipe key -> value, got {overlay!r}")
+        keys = [_check_key(k, what) for k in overlay]
         for i, k in enumerate(keys):
             if clash := _clash(keys[:i], k):
-                raise _err(where, what, f"{clash!r} and {k!r} overlap (one is inside the other)")
+                raise _err(what, f"{clash!r} and {k!r} overlap (one is inside the other)")
             if k == "name":
                 raise _err(
-                    where,
                     what,
                     "a variant cannot set `name` (cell names are made from the study's name)",
                 )
@@ -315,22 +320,22 @@ def _not_an_axis(v: Any, names: list[str]) -> str:
     return f"{v!r} is not an axis of this study{mean} Axes: {', '.join(names)}"
 
 
-def parse_excludes(exclude: Any, all_axes: tuple[Axis, ...], where: str) -> list[dict]:
+def parse_excludes(exclude: Any, all_axes: tuple[Axis, ...]) -> list[dict]:
     """Each entry with its values resolved (a label stands for its value)."""
     if exclude is None:
         return []
     if not isinstance(exclude, list):
-        raise _err(where, "exclude", "expected a list of mappings (axis key or `variant` -> value)")
+        raise _err("exclude", "expected a list of mappings (axis key or `variant` -> value)")
     by_key = {a.key: a for a in all_axes}
     out = []
     for i, entry in enumerate(exclude):
         what = f"exclude[{i}]"
         if not isinstance(entry, dict) or not entry:
-            raise _err(where, what, f"expected a mapping of axis key -> value, got {entry!r}")
+            raise _err(what, f"expected a mapping of axis key -> value, got {entry!r}")
         norm = {}
         for k, v in entry.items():
             if (axis := by_key.get(k)) is None:
-                raise _err(where, what, _not_an_axis(k, list(by_key)))
+                raise _err(what, _not_an_axis(k, list(by_key)))
             pairs = list(zip(axis.values, axis.labels, strict=True))
             found = [w for w in axis.values if same(w, v)] or [
                 w for w, lab in pairs if lab and lab == v
@@ -339,24 +344,24 @@ def parse_excludes(exclude: Any, all_axes: tuple[Axis, ...], where: str) -> list
                 shown = ", ".join(
                     repr(w) + (f" ({lab})" if lab and lab != w else "") for w, lab in pairs
                 )
-                raise _err(where, what, f"{k}: {v!r} is none of the axis's values: {shown}")
+                raise _err(what, f"{k}: {v!r} is none of the axis's values: {shown}")
             norm[k] = found[0]
         out.append(norm)
     return out
 
 
-def check_report(report: Any, all_axes: tuple[Axis, ...], where: str) -> dict | None:
+def check_report(report: Any, all_axes: tuple[Axis, ...]) -> dict | None:
     if report is None:
         return None
     if not isinstance(report, dict) or set(report) - {"rows", "columns"}:
-        raise _err(where, "report", "expected `{rows: AXIS, columns: AXIS}`")
+        raise _err("report", "expected `{rows: AXIS, columns: AXIS}`")
     names = [a.key for a in all_axes]
     for k, v in report.items():
         if v is not None and v not in names:
-            raise _err(where, f"report.{k}", _not_an_axis(v, names))
+            raise _err(f"report.{k}", _not_an_axis(v, names))
     if (rows := report.get("rows")) is not None and rows == report.get("columns"):
         why = f"rows and columns are both {rows!r}: a pivot needs two different axes"
-        raise _err(where, "report", why)
+        raise _err("report", why)
     return {"rows": rows, "columns": report.get("columns")}
 
 
@@ -392,20 +397,19 @@ class Grid:
 
 
 def parse_grid(f: RecipeFile) -> Grid:
-    where = str(f.path)
-    axes = parse_axes(f.keys.get("matrix"), where)
-    variants = parse_variants(f.keys.get("variants"), where)
+    axes = parse_axes(f.keys.get("matrix"))
+    variants = parse_variants(f.keys.get("variants"))
     all_axes = (*axes, *([Axis("variant", tuple(variants), tuple(variants))] if variants else []))
-    return Grid(axes, variants, parse_excludes(f.keys.get("exclude"), all_axes, where), all_axes)
+    return Grid(axes, variants, parse_excludes(f.keys.get("exclude"), all_axes), all_axes)
 
 
 def expand(f: RecipeFile, name: str, g: Grid) -> list[Cell]:
     """The cells of study `f` named `name`: each variant with each combination of the axes it leaves
     free."""
-    where, vnames = str(f.path), [*g.variants] or [None]
+    vnames = [*g.variants] or [None]
     if (total := len(vnames) * math.prod(len(a.values) for a in g.axes)) > MAX_CELLS:
         msg = f"the study makes {total:,} cells before `exclude`; at most {MAX_CELLS:,}"
-        raise _err(where, "matrix", msg, "fewer axes or values, or split the study into files")
+        raise _err("matrix", msg, "fewer axes or values, or split the study into files")
     varying, cells = {"variant", *(a.key for a in g.axes if len(a.values) > 1)}, []
     for v in vnames:
         overlay = g.variants.get(v, {})  # type: ignore[arg-type]
@@ -427,12 +431,12 @@ def expand(f: RecipeFile, name: str, g: Grid) -> list[Cell]:
             data = with_settings(f, setting, f"cell {cell_name!r}: ") | {"name": cell_name}
             cells.append(Cell(cell_name, cell, data, origins))
     if not cells:
-        raise _err(where, "exclude", "`exclude` drops every cell of the study")
-    _check_names(cells, g.axes, where)
+        raise _err("exclude", "`exclude` drops every cell of the study")
+    _check_names(cells, g.axes)
     return cells
 
 
-def _check_names(cells: list[Cell], axes: list[Axis], where: str) -> None:
+def _check_names(cells: list[Cell], axes: list[Axis]) -> None:
     seen: dict[str, Cell] = {}
     for c in cells:
         if len(c.name) > MAX_NAME or not re.match(NAME_PATTERN, c.name):
@@ -442,7 +446,7 @@ def _check_names(cells: list[Cell], axes: list[Axis], where: str) -> None:
                 "shorten the study's name, or give the axis values short labels: `matrix: "
                 "{key: {label: value}}`"
             )
-            raise _err(where, "name", msg, hint)
+            raise _err("name", msg, hint)
         if c.name in seen:
             msg = f"two cells are named {c.name!r}: ({describe(seen[c.name].cell, axes)}) and "
             msg += f"({describe(c.cell, axes)})"
@@ -450,7 +454,7 @@ def _check_names(cells: list[Cell], axes: list[Axis], where: str) -> None:
                 "give the axis values distinct labels: `matrix: {key: {label: value}}` (an "
                 "empty label leaves a value out of names)"
             )
-            raise _err(where, "matrix", msg, hint)
+            raise _err("matrix", msg, hint)
         seen[c.name] = c
 
 
@@ -462,43 +466,47 @@ def study_cells(
     names the cell and its field); none for an abstract file. `keep`: only the cells whose name it
     keeps are validated and returned (`--only`: a `--set` is not checked against cells the call does
     not run)."""
-    where, name, g = str(f.path), f.data.get("name"), parse_grid(f)
-    report = check_report(f.keys.get("report"), g.all_axes, where)
-    if f.keys.get("abstract"):
-        check_abstract(f)
-        return []
-    if not isinstance(name, str) or not re.match(NAME_PATTERN, name):
-        hint = (
-            "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
-        )
-        msg = "a study needs a `name` (letters, digits, ._-): its cells are named from it"
-        raise _err(where, "name", msg, None if "name" in f.data else hint)
-    # applies to every cell: it may not rename the study or pin a setting it varies
-    by_key = {a.key: a for a in g.all_axes}
-    sets = parse_set(overrides)
-    if "name" in sets:
-        msg = "--set name: a study's cells are named from its `name`; rename the study in the file"
-        raise _err(where, "--set", msg)
-    cells, loaded = expand(f, name, g), []
-    runs = [c for c in cells if keep is None or keep(c.name)]
-    for k in sets:
-        # only where the cells this call runs differ in it (`--only` one cell may pin it)
-        clash = _clash(by_key, k)
-        if clash and len({json.dumps(c.cell.get(clash), default=str) for c in runs}) > 1:
+    with _named(f):
+        name, g = f.data.get("name"), parse_grid(f)
+        report = check_report(f.keys.get("report"), g.all_axes)
+        if f.keys.get("abstract"):
+            check_abstract(f)
+            return []
+        if not isinstance(name, str) or not re.match(NAME_PATTERN, name):
+            hint = (
+                "a file that only holds shared settings for other files' `base:` needs "
+                "`abstract: true`"
+            )
+            msg = "a study needs a `name` (letters, digits, ._-): its cells are named from it"
+            raise _err("name", msg, None if "name" in f.data else hint)
+        # applies to every cell: it may not rename the study or pin a setting it varies
+        by_key = {a.key: a for a in g.all_axes}
+        sets = parse_set(overrides)
+        if "name" in sets:
             msg = (
-                f"--set {k}: the study varies {clash!r} across its cells; setting it for every "
-                "cell would make cells the same"
+                "--set name: a study's cells are named from its `name`; rename the study in the "
+                "file"
             )
-            raise _err(where, "--set", msg, "pick cells by name, or change the study's matrix")
-    # `baseline: CELL`: that cell alone is the baseline
-    if isinstance(base := f.data.get("baseline"), str):
-        if base not in (names := [c.name for c in cells]):
-            raise _err(
-                where,
-                "baseline",
-                f"{base!r} names no cell of the study; its cells: {', '.join(names)}",
-            )
-        cells = [c._replace(data={**c.data, "baseline": c.name == base}) for c in cells]
+            raise _err("--set", msg)
+        cells, loaded = expand(f, name, g), []
+        runs = [c for c in cells if keep is None or keep(c.name)]
+        for k in sets:
+            # only where the cells this call runs differ in it (`--only` one cell may pin it)
+            clash = _clash(by_key, k)
+            if clash and len({json.dumps(c.cell.get(clash), default=str) for c in runs}) > 1:
+                msg = (
+                    f"--set {k}: the study varies {clash!r} across its cells; setting it for every "
+                    "cell would make cells the same"
+                )
+                raise _err("--set", msg, "pick cells by name, or change the study's matrix")
+        # `baseline: CELL`: that cell alone is the baseline
+        if isinstance(base := f.data.get("baseline"), str):
+            if base not in (names := [c.name for c in cells]):
+                raise _err(
+                    "baseline",
+                    f"{base!r} names no cell of the study; its cells: {', '.join(names)}",
+                )
+            cells = [c._replace(data={**c.data, "baseline": c.name == base}) for c in cells]
     for index, c in enumerate(cells):
         if keep is not None and not keep(c.name):
             continue
@@ -521,13 +529,14 @@ def cell_file(path: str | Path, name: str, field: str) -> RecipeFile:
     """One cell of a study as a plain recipe file: the cell's data (the study's `baseline` mark
     dropped), the study file's sources; `field` names what asked for it in an error."""
     f = read_recipe_file(path)
-    if not f.is_study:
-        msg = "names a cell, but the file is not a study (no `matrix` or `variants`)"
-        raise _err(str(f.path), field, msg)
-    cells = {c.name: c for c in expand(f, str(f.data.get("name")), parse_grid(f))}
-    if name not in cells:
-        close = difflib.get_close_matches(name, list(cells), n=1)
-        hint = f"did you mean {close[0]!r}?" if close else "runner check FILE lists the cells"
-        raise _err(str(f.path), field, f"{name!r} names no cell of the study", hint)
+    with _named(f):
+        if not f.is_study:
+            msg = "names a cell, but the file is not a study (no `matrix` or `variants`)"
+            raise _err(field, msg)
+        cells = {c.name: c for c in expand(f, str(f.data.get("name")), parse_grid(f))}
+        if name not in cells:
+            close = difflib.get_close_matches(name, list(cells), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "runner check FILE lists the cells"
+            raise _err(field, f"{name!r} names no cell of the study", hint)
     data = {k: v for k, v in cells[name].data.items() if k != "baseline"}
     return RecipeFile(f.path, data, {}, f.sources)

@@ -20,7 +20,7 @@ from runner.base.files import write_text_atomic
 from runner.base.format import cell, secs, short, table
 from runner.folder import SUMMARY, load_results, study_chart_path, study_summary_path
 from runner.recipe import GateSpec
-from runner.report.markdown import cell_value, cost_figures
+from runner.report.markdown import cell_value, cost_figures, paragraphs
 from runner.report.plots import Accuracy, accuracy_chart, pyplot
 from runner.report.spread import (
     clear,
@@ -97,9 +97,7 @@ def axes_of(cells: list[RunResult]) -> Axes:
     for k in dict.fromkeys(
         k for r in sorted(cells, key=lambda r: -len(settings(r))) for k in settings(r)
     ):
-        seen: dict[str, Any] = {}
-        for r in cells:
-            seen.setdefault(value_key(axis_value(r, k)), axis_value(r, k))
+        seen = {value_key(v): v for v in (axis_value(r, k) for r in cells)}
         if len(seen) > 1:
             out[k] = sorted(seen.values(), key=lambda v: v is ABSENT)
     return out
@@ -231,10 +229,9 @@ def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
     ok = [r for r in cells if timed(r)]
     base, out = pick_baseline(cells), []
     for axis, values in axes.items():
-        vals = [v for v in values if v is not ABSENT]
-        ref = ABSENT if base is None else axis_value(base, axis)
-        if ref is not ABSENT and value_key(ref) in {value_key(v) for v in vals}:
-            vals = [ref] + [v for v in vals if value_key(v) != value_key(ref)]
+        ref = value_key(ABSENT if base is None else axis_value(base, axis))
+        # the baseline's value first, where it has one of them
+        vals = sorted((v for v in values if v is not ABSENT), key=lambda v: value_key(v) != ref)
         at = [[r for r in ok if value_key(axis_value(r, axis)) == value_key(v)] for v in vals]
         for v, group in zip(vals[1:], at[1:]):
             pairs = tuple(
@@ -249,8 +246,7 @@ def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
                 else None
             )
             approx = any(a.estimate or b.estimate for a, b in pairs)
-            lo, hi = speedup_parts(pairs) if pairs else (None, None)
-            out.append(Effect(axis, vals[0], v, pairs, speedup, approx, lo, hi))
+            out.append(Effect(axis, vals[0], v, pairs, speedup, approx, *speedup_parts(pairs)))
     return out
 
 
@@ -297,7 +293,7 @@ def effects_section(effects: list[Effect], labels: Labels | None = None) -> list
             "with the other value − score with the first); cells with random weights take no part."
         )
     head = ["setting", "change", "speed-up", "pairs", *(f"{m} change" for m in metrics)]
-    return ["", "### What each setting bought", "", note, "", table(rows, head), "", *lines]
+    return [*paragraphs("### What each setting bought", note, table(rows, head)), "", *lines]
 
 
 def fastest_section(
@@ -305,7 +301,7 @@ def fastest_section(
 ) -> list[str]:
     if (best := fastest(cells, stopped)) is None:
         why = "No cell that passed its gate has" if stopped else "No cell finished with"
-        return ["", "### Fastest cell", "", f"{why} a generation time."]
+        return paragraphs("### Fastest cell", f"{why} a generation time.")
     slow = max(full(cells), key=lambda r: r.projected_s)
 
     def vs(other: RunResult, what: str) -> str:
@@ -346,12 +342,9 @@ def fastest_section(
     faster = [r.name for r in full(cells) if r.name in stopped and r.projected_s < best.projected_s]  # type: ignore[operator]
     if faster:
         parts.append(f"faster, but stopped by their gate: {', '.join(faster)}")
-    return [
-        "",
-        "### Fastest cell",
-        "",
-        f"**{best.name}** ({time_text(best)}{score}): " + "; ".join(parts) + ".",
-    ]
+    return paragraphs(
+        "### Fastest cell", f"**{best.name}** ({time_text(best)}{score}): " + "; ".join(parts) + "."
+    )
 
 
 def _when(s: str) -> dt.datetime | None:
@@ -392,7 +385,7 @@ def spent_section(cells: list[RunResult]) -> list[str]:
         secs(running),
         secs(generate) + share,
         secs(sum(r.timings.load_s or 0 for r in cells)),
-        sum(1 for r in cells if (r.timings.load_s or 0) > 0),
+        sum((r.timings.load_s or 0) > 0 for r in cells),
         len(cells),
     ]
     heads = [
@@ -403,7 +396,7 @@ def spent_section(cells: list[RunResult]) -> list[str]:
         "engine starts",
         "cells",
     ]
-    out = ["", "### Time spent", "", note, "", table([row], heads)]
+    out = paragraphs("### Time spent", note, table([row], heads))
     joules = [x.energy_j for r in cells for x in r.repeats if x.energy_j is not None]
     usd = [c["usd_run"] for r in cells if (c := cost_figures(r)) and "usd_run" in c]
     if joules or usd:
@@ -438,20 +431,25 @@ def spent_section(cells: list[RunResult]) -> list[str]:
 def study_section(
     study: str,
     cells: list[RunResult],
-    chart: Path | None = None,
+    dest: Path | None = None,
     link: str | None = None,
-    stopped: Collection[str] = (),
+    out: Path | None = None,
 ) -> list[str]:
-    """`link`: where the study's own summary is (from the call's summary); the chart lies beside the
-    summary; `stopped`: the cells their gate stopped (never named fastest)."""
+    """The study's accuracy-vs-time chart drawn in `dest` (None: none), beside the summary; `link`:
+    where the study's own summary is (from the call's summary); the gates read the samples in
+    `out`."""
+    stopped = gate_stopped(cells, out)  # never named fastest
+    chart = None if dest is None else study_chart(study, cells, dest, stopped)
     cells = in_order(cells)  # the study's order (how `runner go` ran them)
     axes = axes_of(cells)
     rows, cols, how = pick_axes(axes, requested_axes(cells))
     failed = sum(r.status != "ok" for r in cells)
     head = f"{len(cells)} cells" + (f" ({failed} failed)" if failed else "")
-    out = ["", f"## Study {study}", ""]
+    out = paragraphs(f"## Study {study}")
     if link:
-        out += [f"Every stored cell of this study, whichever call ran it: [{link}]({link}).", ""]
+        out += paragraphs(
+            f"Every stored cell of this study, whichever call ran it: [{link}]({link})."
+        )
     if axes:
         picked = f"rows: **{rows}**" + (f", columns: **{cols}**" if cols else "")
         note = (
@@ -459,9 +457,9 @@ def study_section(
             "geometric mean with its 95% interval and the number of repeats; a time alone is one "
             "run, with no interval."
         )
-        out += [f"{head}; {picked} ({how}). {note}", "", pivot(cells, axes, rows, cols)]
+        out += paragraphs(f"{head}; {picked} ({how}). {note}", pivot(cells, axes, rows, cols))
     else:
-        out.append(f"{head}; no setting varies among them.")
+        out += paragraphs(f"{head}; no setting varies among them.")
     out += effects_section(axis_effects(cells, axes), labels_of(cells))
     metric = chart_metric(cells)
     out += fastest_section(cells, metric, stopped) + spent_section(cells)
@@ -481,13 +479,11 @@ def study_groups(results: list[RunResult]) -> dict[str, list[RunResult]]:
 def study_summary(results: list[RunResult], out: Path | None) -> list[str]:
     """summary.md's sections of the studies among `results`, each with its accuracy-vs-time chart in
     `out` and a link to the study's own summary (`write_study_summaries`)."""
-    sections: list[str] = []
-    for s, cells in study_groups(results).items():
-        stopped = gate_stopped(cells, out)  # each study's gates read its samples once
-        chart = None if out is None else study_chart(s, cells, out, stopped)
-        link = None if out is None else f"{s}/{SUMMARY}"
-        sections += study_section(s, cells, chart, link, stopped)
-    return sections
+    return [
+        line
+        for s, cells in study_groups(results).items()
+        for line in study_section(s, cells, out, None if out is None else f"{s}/{SUMMARY}", out)
+    ]
 
 
 def write_study_summaries(
@@ -512,10 +508,8 @@ def write_study_summaries(
         cells = [r for r in stored if study_of(r) == study]
         path = study_summary_path(out, study)
         path.parent.mkdir(parents=True, exist_ok=True)
-        stopped = gate_stopped(cells, out)
-        # its own: the call's shows the call's cells
-        chart = study_chart(study, cells, path.parent, stopped)
-        section = lambda rs, o, s=study, c=chart, x=stopped: study_section(s, rs, c, None, x)
+        # its own chart (the call's shows the call's cells), from the cells as stored
+        section = lambda rs, o, s=study, c=cells, d=path.parent: study_section(s, c, d, None, o)
         base = baseline if any(c.name == baseline for c in cells) else None
         j = judged(cells, base, out, gate)
         title = f"Study {study}: every stored cell"

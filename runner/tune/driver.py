@@ -27,7 +27,7 @@ from runner.folder import RunFolder, check_name, read_result
 from runner.orchestrate import Executor, Say, Wings, new_call, run_loaded
 from runner.recipe import LoadedRecipe
 from runner.report.plots import Accuracy, accuracy_chart
-from runner.report.summary import Time, samples_by_id, score_interval
+from runner.report.summary import samples_by_id, score_interval
 from runner.results import RunResult
 from runner.run.job import RunOptions, make_unit
 
@@ -80,7 +80,6 @@ class Tune:
     call: Call
     spec: TuneSpec
     src: RecipeFile  # the recipe the candidates change (a study: its start cell)
-    hand: list[str]  # the study's hand-written cells to compare
     cell: str | None  # the start cell's name (None: not a study)
     base: LoadedRecipe
     cells: list[Cell]  # every candidate, refused ones included
@@ -129,7 +128,7 @@ def prepare(call: Call, wiring: Wiring) -> Tune:
                 "makes them the same"
             )
             raise _refused(call.path, f"--set {k}", why, "change the tune's axes in the file")
-    src, hand, start = _source(call.path, f, spec, wiring.cell_file)
+    src, start = _source(call.path, f, spec, wiring.cell_file)
     base = load_cell(src, call, {}, None)
     if spec.gate is not None and spec.gate.metric not in base.recipe.metrics:
         why = (
@@ -154,11 +153,11 @@ def prepare(call: Call, wiring: Wiring) -> Tune:
             f"budget.cells {spec.budget.cells} leaves no room for a candidate (one needs {need} "
             "measured runs "
         )
-        why += "with the baseline's" + (" and the compared cells'" if hand else "") + ")"
+        why += "with the baseline's" + (" and the compared cells'" if spec.compare else "") + ")"
         hint = f"set budget.cells to {need} or more"
         raise _refused(call.path, "tune.budget.cells", why, hint)
     plan = _plan_words(spec, cells, screened, base.recipe.name)
-    return Tune(call, spec, src, hand, start, base, cells, valid[:screened], plan)
+    return Tune(call, spec, src, start, base, cells, valid[:screened], plan)
 
 
 def _candidates(src: RecipeFile, call: Call, spec: TuneSpec, base: LoadedRecipe) -> list[Cell]:
@@ -187,7 +186,7 @@ def dry_run(t: Tune) -> str:
         [c.name, settings_text(c.settings, c.labels), "screen" if c in t.to_screen else c.verdict]
         for c in t.cells
     ]
-    rows += [[h, "hand-written cell of the study", "confirm"] for h in t.hand]
+    rows += [[h, "hand-written cell of the study", "confirm"] for h in t.spec.compare]
     head = f"# Tune: {t.name} (dry run)\n\n{t.plan}\n\n{_estimate(t)}\n\n"
     return head + table(rows, ["cell", "settings", "stage"])
 
@@ -204,7 +203,7 @@ def _estimate(t: Tune) -> str:
             "--out; the tune's first run measures it, and `--dry-run` then estimates from it)."
         )
     n = len(t.to_screen)
-    rest = confirm_s(screen, t.spec, t.spec.confirmed(n), len(t.hand)) or 0.0
+    rest = confirm_s(screen, t.spec, t.spec.confirmed(n))
     return (
         f"Estimated time: about {secs(one * n + rest)} ({n} screens of ~{secs(one)} each, as "
         f"the stored screen of the recipe as written took, then a confirmation of ~{secs(rest)} "
@@ -214,16 +213,16 @@ def _estimate(t: Tune) -> str:
 
 def _source(
     path: Path, f: RecipeFile, spec: TuneSpec, cell_file: CellFile
-) -> tuple[RecipeFile, list[str], str | None]:
-    """The recipe the candidates change (a study: its `tune.start` cell, else its baseline cell),
-    the study's hand-written cells to compare (checked to exist) and the start cell's name (None:
-    not a study)."""
+) -> tuple[RecipeFile, str | None]:
+    """The recipe the candidates change (a study: its `tune.start` cell, else its baseline cell)
+    and the start cell's name (None: not a study), the hand-written cells of `compare` checked to
+    exist."""
     if not f.is_study:
         if spec.start or spec.compare:
             why = "only a study file has cells to start from or compare with"
             key = "tune.start" if spec.start else "tune.compare"
             raise _refused(path, key, why, "remove it, or move the tune: block into the study")
-        return f, [], None
+        return f, None
     start = spec.start or (
         f.data.get("baseline") if isinstance(f.data.get("baseline"), str) else None
     )
@@ -239,7 +238,7 @@ def _source(
     if start in spec.compare:
         why = f"{start!r} is the cell the tune starts from: it is confirmed already"
         raise _refused(path, "tune.compare", why, "compare other cells")
-    return src, list(spec.compare), start
+    return src, start
 
 
 def load_cell(
@@ -282,14 +281,11 @@ def _front_chart(t: Tune, cells: list[Cell]) -> str | None:
 def _plan_words(spec: TuneSpec, cells: list[Cell], screened: int, name: str) -> str:
     n, confirmed = len(cells), spec.confirmed(screened)
     invalid = sum(c.verdict.startswith("invalid") for c in cells)
-    same = n - invalid - sum(c.verdict == Cell.verdict for c in cells)
+    valid = sum(c.verdict == Cell.verdict for c in cells)
+    same = n - invalid - valid
     bad = f", {invalid} of them refused by the recipe's checks" if invalid else ""
     bad += f", {same} the recipe as written" if same else ""
-    cut = (
-        f" (the budget of {spec.budget.cells} runs leaves {screened})"
-        if screened < n - invalid - same
-        else ""
-    )
+    cut = f" (the budget of {spec.budget.cells} runs leaves {screened})" if screened < valid else ""
     words = (
         f"{n} candidates{bad}{cut}: each screened once on the first {spec.screen.examples} "
         f"examples with the recipe as written ({name}, the baseline); the best {confirmed} then "
@@ -313,46 +309,6 @@ def _plan_words(spec: TuneSpec, cells: list[Cell], screened: int, name: str) -> 
             "time would pass it"
         )
     return words + "."
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a tune came to: its decision in words, its report, whether a run failed, what it ran."""
-
-    words: str
-    report: Path
-    failed: bool
-    ran: Ran
-
-    def as_json(self) -> dict[str, Any]:
-        """`runner tune --json`: the decision, the winners (fastest first), the pick against the
-        recipe as written, the front, and every cell with its screen time, its time on every
-        example (`Time`), its gate and verdict."""
-        ran, d = self.ran, self.ran.decision
-        ratio = d.against_baseline
-        time = lambda r: r and (t := Time.of(r)) and t.model_dump()  # noqa: E731
-        cells = [
-            {
-                "name": c.name,
-                "settings": c.settings,
-                "screen_s": c.screen and c.screen.timings.generate_s,
-                "time": time(c.full),
-                "gate": c.gate or None,
-                "passed": c.passed,
-                "verdict": "baseline" if c is ran.base else c.verdict,
-            }
-            for c in [ran.base, *ran.cells, *ran.hand]
-        ]
-        return {
-            "report": str(self.report),
-            "failed": self.failed,
-            "words": self.words.replace("**", ""),
-            "winners": [c.name for c in d.winners],
-            "against_baseline": ratio and dict(zip(("ratio", "lo", "hi"), ratio)),
-            "front": [c.name for c in d.front],
-            "recipe": ran.recipe_yaml,
-            "cells": cells,
-        }
 
 
 # (runs, limit, the stage in words) -> results by name
@@ -382,7 +338,7 @@ def _stages(t: Tune, wiring: Wiring) -> Stages:
     return run
 
 
-def run(t: Tune, wiring: Wiring) -> Outcome:
+def run(t: Tune, wiring: Wiring) -> Ran:
     """Screen the candidates (the budget's share, the baseline's screen first: the gate's
     reference), confirm the best with the baseline and the hand-written cells, decide, write the
     report."""
@@ -392,9 +348,9 @@ def run(t: Tune, wiring: Wiring) -> Outcome:
         0, name, {}, screen=stages([t.load({}, screen)], spec.screen.examples, _BASE).get(screen)
     )
     _screen(t, base, stages, wiring.say)
-    samples = lambda r: samples_by_id(out, r) if r is not None else {}  # noqa: E731
+    samples = lambda r: samples_by_id(out, r)  # noqa: E731  (search reads only runs that exist)
     kept = keep_after_screen(t.to_screen, base, spec, samples)
-    hand = [Cell(-1, h, {}, verdict="hand-written") for h in t.hand]
+    hand = [Cell(-1, h, {}, verdict="hand-written") for h in spec.compare]
     confirm = [t.load(c.settings, c.name, spec.confirm.repeat) for c in kept]
     both = [*_as_written(t, wiring), *confirm]
     got = stages(both, None, f"confirmation ({sum(lr.recipe.repeat for lr in both)} runs)")
@@ -414,12 +370,13 @@ def run(t: Tune, wiring: Wiring) -> Outcome:
         apply_overrides(data, list(t.call.sets), {}, str(t.call.path))
         recipe = winner_yaml(data, decision.winners[0].settings, name)
     chart = _front_chart(t, [base, *t.cells, *hand])
-    ran = Ran(base, t.cells, hand, decision, versus, recipe, chart)
     report = out / f"{check_name(name)}-tune.md"
-    write_text_atomic(report, tune_markdown(name, spec, t.plan, ran))
     words = decision.words + ("\n" + versus if versus else "")
     runs = (x for c in [base, *t.to_screen, *hand] for x in (c.screen, c.full))
-    return Outcome(words, report, any(x is not None and x.status != "ok" for x in runs), ran)
+    failed = any(x is not None and x.status != "ok" for x in runs)
+    ran = Ran(base, t.cells, hand, decision, versus, recipe, chart, report, words, failed)
+    write_text_atomic(report, tune_markdown(name, spec, t.plan, ran))
+    return ran
 
 
 _BASE = "screen of the recipe as written (the baseline)"
@@ -431,7 +388,7 @@ def _screen(t: Tune, base: Cell, stages: Stages, say: Say) -> None:
     spec, cells = t.spec, t.to_screen
     for start in range(0, len(cells), spec.screen.chunk):
         if spec.budget.minutes:
-            ahead = confirm_s(base.screen, spec, spec.confirmed(max(start, 1)), len(t.hand)) or 0.0
+            ahead = confirm_s(base.screen, spec, spec.confirmed(max(start, 1)))
             if (spent_s := cost_s([base, *cells])) + ahead > spec.budget.minutes * 60:
                 spent = f"{secs(spent_s)} spent + {secs(ahead)} projected for the confirmation"
                 stop = f"screening stops at {start} of {len(cells)}"
@@ -455,7 +412,7 @@ def _as_written(t: Tune, wiring: Wiring) -> list[LoadedRecipe]:
     if t.cell is None:
         return [t.load({}, t.name, r)]
     sets = (*t.call.sets, f"repeat={r}", f"interleave={t.spec.confirm.interleave}")
-    asked = Asked(sets, t.call.model_paths, ",".join([t.cell, *t.hand]))
+    asked = Asked(sets, t.call.model_paths, ",".join([t.cell, *t.spec.compare]))
     loaded = load_all((str(t.call.path),), asked, unused_ok=True, studies=wiring.studies)
     by = {lr.recipe.name: lr for lr in loaded}
-    return [by[n] for n in (t.cell, *t.hand)]
+    return [by[n] for n in (t.cell, *t.spec.compare)]

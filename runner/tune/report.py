@@ -6,14 +6,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from runner.base.dotted import set_dotted
 from runner.base.format import secs, table
-from runner.report.markdown import cost_figures
+from runner.report.markdown import cost_figures, paragraphs
 from runner.report.spread import clear, ratio_text, time_cell
+from runner.report.summary import Time
 from runner.results import RunResult
 
 from .search import Cell, Decision
@@ -65,12 +67,12 @@ def run_s_at(screen: RunResult | None, n: int | None = None) -> float | None:
     return _run_s(screen) + gen * ((n or screen.n_samples) / screen.n_samples - 1)
 
 
-def confirm_s(screen: RunResult | None, spec: TuneSpec, confirmed: int, hand: int) -> float | None:
+def confirm_s(screen: RunResult | None, spec: TuneSpec, confirmed: int) -> float:
     """The confirmation's projected time: the recipe as written, the confirmed candidates and the
-    hand-written cells, `confirm.repeat` runs each on every example, each as long as the baseline's
-    screen scaled to the dataset."""
+    hand-written cells of `compare`, `confirm.repeat` runs each on every example, each as long as
+    the baseline's screen scaled to the dataset (0 without a finished screen)."""
     one = run_s_at(screen, screen.n_dataset if screen is not None else None)
-    return None if one is None else one * (1 + confirmed + hand) * spec.confirm.repeat
+    return 0.0 if one is None else one * (1 + confirmed + len(spec.compare)) * spec.confirm.repeat
 
 
 def winner_yaml(data: dict[str, Any], settings: dict[str, Any], name: str) -> str:
@@ -167,15 +169,15 @@ def _front_section(ran: Ran, metric: str | None) -> list[str]:
         "once, by their point estimates; the winner is the fastest of them that passed the gate "
         "and is clearly faster than the recipe as written."
     )
-    out = ["", "## The front", "", note, "", table(rows, head, frozenset({"$ for the run"}))]
+    out = paragraphs("## The front", note, table(rows, head, frozenset({"$ for the run"})))
     return out + (["", f"![front]({ran.chart})"] if ran.chart else [])
 
 
 @dataclass(frozen=True)
 class Ran:
-    """What a tune ran and came to, for its report: the baseline, every candidate, the
-    hand-written cells, the decision, the pick against the fastest hand-written cell in words, the
-    winner's recipe and the front chart."""
+    """What a tune ran and came to: the baseline, every candidate, the hand-written cells, the
+    decision, the pick against the fastest hand-written cell in words, the winner's recipe, the
+    front chart; the report, the decision in words and whether a run failed."""
 
     base: Cell
     cells: list[Cell]
@@ -184,6 +186,38 @@ class Ran:
     versus: str | None
     recipe_yaml: str | None
     chart: str | None
+    report: Path
+    words: str
+    failed: bool
+
+    def as_json(self) -> dict[str, Any]:
+        """`runner tune --json`: the decision, the winners (fastest first), the pick against the
+        recipe as written, the front, and every cell with its screen time, its time on every
+        example (`Time`), its gate and verdict."""
+        d, ratio = self.decision, self.decision.against_baseline
+        time = lambda r: r and (t := Time.of(r)) and t.model_dump()  # noqa: E731
+        cells = [
+            {
+                "name": c.name,
+                "settings": c.settings,
+                "screen_s": c.screen and c.screen.timings.generate_s,
+                "time": time(c.full),
+                "gate": c.gate or None,
+                "passed": c.passed,
+                "verdict": "baseline" if c is self.base else c.verdict,
+            }
+            for c in [self.base, *self.cells, *self.hand]
+        ]
+        return {
+            "report": str(self.report),
+            "failed": self.failed,
+            "words": self.words.replace("**", ""),
+            "winners": [c.name for c in d.winners],
+            "against_baseline": ratio and dict(zip(("ratio", "lo", "hi"), ratio)),
+            "front": [c.name for c in d.front],
+            "recipe": self.recipe_yaml,
+            "cells": cells,
+        }
 
 
 def tune_markdown(name: str, spec: TuneSpec, plan: str, ran: Ran) -> str:
@@ -228,15 +262,8 @@ def tune_markdown(name: str, spec: TuneSpec, plan: str, ran: Ran) -> str:
     ]
     # runs as the budget counts them: each repeat of a run (a run that failed: one)
     runs = sum(max(1, len(r.repeats)) for c in every for r in (c.screen, c.full) if r is not None)
-    out = [
-        f"# Tune: {name}",
-        "",
-        plan,
-        "",
-        f"Spent: {runs} measured runs, {secs(cost_s(every))} in all.",
-        "",
-    ]
-    out += ["## Verdict", "", decision.words]
+    spent = f"Spent: {runs} measured runs, {secs(cost_s(every))} in all."
+    out = [f"# Tune: {name}", *paragraphs(plan, spent, "## Verdict", decision.words)]
     # (without a winner the words say it)
     if decision.winners and decision.against_baseline is not None:
         out += [
@@ -254,16 +281,13 @@ def tune_markdown(name: str, spec: TuneSpec, plan: str, ran: Ran) -> str:
             "exercised, not evidence.",
         ]
     with_hand = ", the study's hand-written cells with them" if hand else ""
-    out += [
-        "",
+    out += paragraphs(
         "## Trajectory",
-        "",
         "In the order tried: the screen (first examples, one run each), then the confirmation "
         f"(every example, repeats taking turns{with_hand}). Cost: the cell's measured total time "
         "(engine starts, generations, repeats).",
-        "",
         table(rows, head),
-    ]
+    )
     if ran.recipe_yaml:
         out += ["", "## The winner's recipe", "", "```yaml", ran.recipe_yaml.rstrip(), "```"]
     return "\n".join(out) + "\n"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.recipe import GateSpec
-from runner.report.spread import clear, estimate, ratio_text, repeats_to_tell, speedup
+from runner.report.spread import Interval, clear, estimate, ratio_text, repeats_to_tell, speedup
 from runner.report.summary import gate_verdict
 from runner.results import RunResult
 
@@ -86,7 +86,7 @@ def keep_after_screen(cells: list[Cell], base: Cell, spec: TuneSpec, samples: An
 
 def gain(
     a: RunResult | None, b: RunResult | None, spec: TuneSpec, level: float = 0.95
-) -> tuple[float, float | None, float | None] | None:
+) -> Interval | None:
     """How much better b is than a in the objective's terms, with its `level` interval: the speed-up
     time(a)/time(b), or for `throughput` the same ratio scaled by b's output tokens over a's (each
     run's tokens are the same in every repeat); above 1: b is better."""
@@ -110,7 +110,7 @@ def gain(
 class Decision:
     # one, or the ones within noise of each other (fastest first); empty when none passed
     winners: list[Cell]
-    against_baseline: tuple[float, float | None, float | None] | None
+    against_baseline: Interval | None
     words: str
     # no other finished cell is faster, as accurate and as cheap
     front: list[Cell] = field(default_factory=list)
@@ -213,7 +213,7 @@ def _passed(confirmed: list[Cell], bs: dict, spec: TuneSpec, samples: Any) -> li
     return out
 
 
-def _above(g: tuple[float, float | None, float | None] | None) -> bool:
+def _above(g: Interval | None) -> bool:
     """A gain clearly above 1 (its interval wholly above)."""
     return g is not None and g[0] > 1 and clear(g[1], g[2])
 
