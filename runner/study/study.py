@@ -374,7 +374,8 @@ def spent_section(cells: list[RunResult]) -> list[str]:
     engine."""
     wall, running = time_spent(cells)
     generate, busy = sum(r.timings.generate_s or 0 for r in cells), running or wall
-    share = f" ({generate / busy:.0%} of the running time)" if busy else ""
+    start = sum(r.timings.load_s or 0 for r in cells)
+    share = lambda s: f" ({s / busy:.0%} of the running time)" if busy else ""
     note = (
         "Wall time: from the first cell's start to the last cell's finish; running: the part of it "
         "in which a cell was running (less when the cells ran in separate calls). Generation and "
@@ -383,8 +384,8 @@ def spent_section(cells: list[RunResult]) -> list[str]:
     row = [
         secs(wall),
         secs(running),
-        secs(generate) + share,
-        secs(sum(r.timings.load_s or 0 for r in cells)),
+        secs(generate) + share(generate),
+        secs(start) + share(start),
         sum((r.timings.load_s or 0) > 0 for r in cells),
         len(cells),
     ]
