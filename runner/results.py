@@ -48,8 +48,8 @@ class StartParts(_M):
     profiled: bool | None = Field(
         None,
         description="true: the engine measured the memory it may use (its profiling run); false: "
-        "it applied the startup plan an earlier start of the same configuration on this GPU "
-        "recorded (vLLM's VLLM_ENABLE_STARTUP_PLAN), skipping that measurement; null: not known.",
+        "it was given its KV cache size (`kv_cache_memory_bytes`, or vLLM's startup plan from an "
+        "earlier start of the same configuration) and skipped that measurement; null: not known.",
     )
 
 

@@ -64,33 +64,56 @@ PLANNED = (
 )
 
 
-def test_a_start_that_applied_vllms_startup_plan_skipped_memory_profiling():
+def test_a_start_given_its_kv_cache_size_skipped_memory_profiling_and_gpu_memory_utilization():
+    """vLLM's startup plan (or `kv_cache_memory_bytes`) sizes the KV cache without measuring:
+    marked in the start's parts, and `gpu_memory_utilization` reads ignored (vLLM says it is not
+    respected), never applied."""
+    from runner.engines.vllm.facts import VLLMFacts, vllm_knobs
+
     measured, planned = (parse_engine_log(COLD_LOG + x) for x in (PROFILED, PLANNED))
     assert measured["kv_cache_gib"] == planned["kv_cache_gib"] == 104.51
-    assert start_parts(measured, None, 70.0, None)["profiled"] is True
-    assert start_parts(planned, None, 50.0, None)["profiled"] is False
+    given = parse_engine_log(PLANNED.split("\n", 1)[1])  # kv_cache_memory_bytes, no plan
+    assert [start_parts(p, None, 50.0, None)["profiled"] for p in (measured, planned, given)] == [
+        True,
+        False,
+        False,
+    ]
+    knobs = lambda skipped: {
+        k.name: k
+        for k in vllm_knobs(
+            VLLMSpec(kind="vllm"), "auto", VLLMFacts(profiling_skipped=skipped), 0, 1
+        )
+    }["gpu_memory_utilization"]
+    assert knobs(False).status == "applied"
+    assert knobs(True).status == "ignored"
+    assert "skipped its memory profiling" in knobs(True).evidence
 
 
-def test_vllm_keeps_its_caches_and_startup_plan_under_the_runners_cache(tmp_path, monkeypatch):
-    """By default the compile cache and the startup plan live in $RUNNER_CACHE/vllm (a
-    VLLM_CACHE_ROOT already set wins); `engine.env` turns the plan off."""
-    for k in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "VLLM_ENABLE_STARTUP_PLAN"):
+def test_vllm_keeps_its_compile_cache_under_the_runners_cache(tmp_path, monkeypatch):
+    """By default the compile cache lives in $RUNNER_CACHE/vllm (a VLLM_CACHE_ROOT already set
+    wins); a variable the shell sets is what the engine runs with and what its results record."""
+    for k in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "VLLM_USE_FLASHINFER_SAMPLER"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("RUNNER_CACHE", str(tmp_path / "rc"))
     env = VLLMSpec(kind="vllm").engine_env()
     assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "rc" / "vllm")
     assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "rc" / "vllm" / "inductor")
-    assert env["VLLM_ENABLE_STARTUP_PLAN"] == "1"
+    assert "VLLM_ENABLE_STARTUP_PLAN" not in env  # off: its key leaves out gpu_memory_utilization
     monkeypatch.setenv("VLLM_CACHE_ROOT", "/mine")
-    assert VLLMSpec(kind="vllm").engine_env()["VLLM_CACHE_ROOT"] == "/mine"
-    monkeypatch.setenv("VLLM_ENABLE_STARTUP_PLAN", "1")
-    VLLMSpec(kind="vllm", env={"VLLM_ENABLE_STARTUP_PLAN": "0"}).set_env()
+    monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "1")
+    env = VLLMSpec(kind="vllm").engine_env()
+    assert (env["VLLM_CACHE_ROOT"], env["VLLM_USE_FLASHINFER_SAMPLER"]) == ("/mine", "1")
+    _, served = VLLMSpec(kind="vllm").server_command(
+        __import__("runner.base.types", fromlist=["ModelSpec"]).ModelSpec(id="m"), "h", 1
+    )
+    assert served["VLLM_USE_FLASHINFER_SAMPLER"] == "1"  # the server as the offline engine
+    VLLMSpec(kind="vllm", env={"VLLM_USE_FLASHINFER_SAMPLER": "0"}).set_env()
     import os
 
-    assert os.environ["VLLM_ENABLE_STARTUP_PLAN"] == "0"
+    assert os.environ["VLLM_USE_FLASHINFER_SAMPLER"] == "0"  # the recipe's own env wins
 
 
-def test_the_report_says_a_start_reused_its_memory_plan():
+def test_the_report_says_a_start_skipped_its_memory_profiling():
     from runner.report.markdown import _start_section
     from runner.results import RunResult, StartParts, Timings
     from tests.wired import a_recipe
@@ -104,11 +127,11 @@ def test_the_report_says_a_start_reused_its_memory_plan():
         timings=Timings(load_s=12.0),
     )
     text = "\n".join(_start_section(r))
-    assert "| warm (cache); memory plan reused |" in text
-    assert "*Memory plan reused*: the engine skipped its memory profiling" in text
+    assert "| warm (cache); memory profiling skipped |" in text
+    assert "*Memory profiling skipped*: the engine was given its KV cache size" in text
     measured = r.model_copy(deep=True)
     measured.repeats[0].start.profiled = True
-    assert "memory plan" not in "\n".join(_start_section(measured)).lower()
+    assert "memory profiling skipped" not in "\n".join(_start_section(measured)).lower()
 
 
 def test_the_compile_cache_folder_sets_vllms_cache_root_and_is_checked_in_its_log(tmp_path):

@@ -336,7 +336,10 @@ def test_speed_up_format_and_a_study_whose_cells_all_failed():
     part = re.sub(r" +\|", " |", study_part(summary_markdown(cells), "f"))
     assert "2 cells (2 failed)" in part and "| 1 | failed |" in part and "| 2 | failed |" in part
     assert "| x | 1 → 2 | – | 0 |" in part and "No cell finished with a generation time." in part
-    assert "| 60.0 s | 60.0 s | 0.00 s (0% of the running time) | 0.00 s (0% of the running time) | 0 | 2 |" in part
+    assert (
+        "| 60.0 s | 60.0 s | 0.00 s (0% of the running time) | 0.00 s (0% of the running time) "
+        "| 0 | 2 |" in part
+    )
 
 
 def test_fastest_cell_against_the_slowest_and_the_baseline():
@@ -388,7 +391,10 @@ def test_wall_time_against_generation_and_engine_starts():
     assert time_spent(study_cells()) == (360.0, 360.0)
     part = re.sub(r" +\|", " |", study_part(summary_markdown(study_cells())))
     # generation 118 s and engine start 15 s summed, 3 engine starts
-    assert "| 360.0 s | 360.0 s | 118.0 s (33% of the running time) | 15.0 s (4% of the running time) | 3 | 6 |" in part
+    assert (
+        "| 360.0 s | 360.0 s | 118.0 s (33% of the running time) | 15.0 s (4% of the running time) "
+        "| 3 | 6 |" in part
+    )
     assert (
         "Cells that ran on an engine started for another cell: s-vllm-nocache-ctx (on "
         "s-vllm-nocache's), s-vllm-cache-ctx (on s-vllm-cache's)." in part

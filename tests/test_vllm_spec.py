@@ -124,12 +124,11 @@ def test_plan_settings_read_the_engine_args_and_vllms_defaults():
 
 
 def test_engine_env_compile_cache_and_the_users_variables_last(monkeypatch):
-    for k in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR"):
+    for k in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "VLLM_USE_FLASHINFER_SAMPLER"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("RUNNER_CACHE", "/rc")
     assert spec().engine_env() == {
         "VLLM_USE_FLASHINFER_SAMPLER": "0",
-        "VLLM_ENABLE_STARTUP_PLAN": "1",
         "VLLM_CACHE_ROOT": "/rc/vllm",
         "TORCHINDUCTOR_CACHE_DIR": "/rc/vllm/inductor",
     }
@@ -137,7 +136,6 @@ def test_engine_env_compile_cache_and_the_users_variables_last(monkeypatch):
         compile_cache="/c", env={"VLLM_USE_FLASHINFER_SAMPLER": "1", "X": "y"}
     ).engine_env() == {
         "VLLM_USE_FLASHINFER_SAMPLER": "1",
-        "VLLM_ENABLE_STARTUP_PLAN": "1",
         "VLLM_CACHE_ROOT": "/c",
         "TORCHINDUCTOR_CACHE_DIR": "/c/inductor",
         "X": "y",

@@ -214,7 +214,7 @@ def _start_section(r: RunResult) -> list[str]:
             if p.cold
             else "warm (cache)"
         )
-        + ("; memory plan reused" if p.profiled is False else "")
+        + ("; memory profiling skipped" if p.profiled is False else "")
     )
     opt = lambda v: secs(v) if v is not None else "–"
     rows = [
@@ -240,9 +240,10 @@ def _start_section(r: RunResult) -> list[str]:
     note += f" Compile cache: {', '.join(f'`{c}`' for c in caches)}." if caches else ""
     if any(p.profiled is False for _, _, p in starts):
         note += (
-            " *Memory plan reused*: the engine skipped its memory profiling and reserved the KV "
-            "cache an earlier start of the same configuration on this GPU measured (vLLM's startup "
-            'plan; `engine.env: {VLLM_ENABLE_STARTUP_PLAN: "0"}` measures every start).'
+            " *Memory profiling skipped*: the engine was given its KV cache size "
+            "(`engine_args.kv_cache_memory_bytes`, or vLLM's startup plan from an earlier start of "
+            'the same configuration, which `engine.env: {VLLM_ENABLE_STARTUP_PLAN: "1"}` turns '
+            "on) instead of measuring it; its `gpu_memory_utilization` did not apply."
         )
     return paragraphs("### Engine start", note, table(rows, head))
 

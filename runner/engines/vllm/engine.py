@@ -167,6 +167,7 @@ class VLLMEngine:
             dropped=dict(self.dropped),
             engine_args=effective_engine_args(vc, spec.engine_args),
             compile_cache_dir=compile_cache_dir(log),
+            profiling_skipped=bool(parsed.get("profiling_skipped")),
         ), parsed
 
     def encode(self, messages: Sequence[Messages]) -> tuple[list[str], list[list[int]]]:

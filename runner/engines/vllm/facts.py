@@ -38,7 +38,7 @@ def unquantized_gib(model_source: str, trust_remote_code: bool) -> float | None:
 _LOAD_RE = re.compile(r"Model loading took ([\d.]+) GiB(?: memory)? and ([\d.]+) seconds")
 _KV_RE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 _NUMBERS = {  # a figure of vLLM's log, by the key parse_engine_log gives it
-    # measured by the memory profiling, or reserved as a startup plan recorded it
+    # measured by the memory profiling, or reserved as given (kv_cache_memory_bytes, a startup plan)
     "kv_cache_gib": re.compile(
         r"Available KV cache memory: ([\d.]+) GiB|reserved ([\d.]+) GiB memory for KV Cache"
     ),
@@ -79,6 +79,8 @@ class VLLMFacts:
     engine_args: dict[str, tuple[str, Any]] | None = None
     # where vLLM's log says torch.compile's cache is (None: nothing compiled)
     compile_cache_dir: str | None = None
+    # the KV cache size was given (kv_cache_memory_bytes, vLLM's startup plan), not measured
+    profiling_skipped: bool = False
 
 
 def parse_engine_log(text: str) -> dict[str, float]:
@@ -93,8 +95,8 @@ def parse_engine_log(text: str) -> dict[str, float]:
         out["v2_runner"] = 1.0
     if any(s in text for s in _CACHE_HIT):
         out["compile_cache_hit"] = 1.0
-    if "Applying persisted startup plan" in text:
-        out["startup_plan"] = 1.0
+    if "skipped memory profiling" in text:  # the KV cache size was given, not measured
+        out["profiling_skipped"] = 1.0
     return out
 
 
@@ -110,7 +112,7 @@ def start_parts(
     """The engine start split as vLLM's log accounts for it (StartParts' fields): weights, compile
     (or loading it from the cache), CUDA graph capture, the recipe's warm-up, and the rest of
     `total_s`; `cold` from whether the compiled graphs came from the cache, `profiled` from whether
-    the memory was measured or a startup plan applied."""
+    the memory was measured or the KV cache size given."""
     parts = {
         "load_s": parsed.get("weights_load_s"),
         "compile_s": parsed.get("compile_s"),
@@ -126,7 +128,7 @@ def start_parts(
     # the cache folder as the recipe names it: vLLM's log gives
     # <root>/torch_compile_cache/<hash>/rank_0_0/...
     root = cache_dir.split("/torch_compile_cache/")[0] if cache_dir else None
-    profiled = False if parsed.get("startup_plan") else True if "kv_cache_gib" in parsed else None
+    profiled = False if parsed.get("profiling_skipped") else True if "kv_cache_gib" in parsed else None
     return parts | {
         "other_s": max(total_s - known, 0.0),
         "cold": cold,
@@ -167,6 +169,7 @@ def served_facts(spec: Any, model: Any, log: str, version: str) -> VLLMFacts | N
         model_runner="V2" if parsed.get("v2_runner") else "unknown",
         kv_cache_tokens=parsed.get("kv_cache_tokens") or None,
         version=version,
+        profiling_skipped=bool(parsed.get("profiling_skipped")),
     )
 
 
@@ -331,7 +334,11 @@ def vllm_knobs(spec: Any, load_format: str, f: VLLMFacts, cached: int, prompt: i
     """Every knob of a vLLM recipe with its verdict. `cached`/`prompt`: prompt tokens served from
     the prefix cache and in all, over the run's generations."""
     kv = f"KV cache {f.kv_cache_tokens:,} tokens" if f.kv_cache_tokens else ""
-    if f.gpu_memory_utilization is None:
+    if f.profiling_skipped:
+        gmu_status = "ignored"
+        kv = "vLLM skipped its memory profiling: the KV cache size was given (kv_cache_memory_bytes"
+        kv += f" or vLLM's startup plan), not taken from it{f'; {kv}' if kv else ''}"
+    elif f.gpu_memory_utilization is None:
         gmu_status, kv = "unverified", "not in the server's log" + (f"; {kv}" if kv else "")
     else:
         gmu_ok = abs(f.gpu_memory_utilization - spec.gpu_memory_utilization) < 1e-9

@@ -24,7 +24,7 @@ from runner.engines.vllm.facts import crash_evidence, parse_engine_log, served_f
 if TYPE_CHECKING:
     from runner.base.types import ModelSpec
 
-_DEFAULT_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "VLLM_ENABLE_STARTUP_PLAN": "1"}
+_DEFAULT_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0"}  # where the shell does not set it
 _LLM_FIELDS = {  # passed as they are
     "quantization",
     "cpu_offload_gb",
@@ -102,9 +102,8 @@ class VLLMSpec(EngineSpecBase):
         description="A folder for vLLM's compile cache (VLLM_CACHE_ROOT, and "
         "TORCHINDUCTOR_CACHE_DIR below it; relative to the recipe file): a later start of the same "
         "configuration, in another call or on another host given the folder, loads the compiled "
-        "graphs instead of compiling (a warm start; CUDA graphs are still captured) and reuses the "
-        "memory plan an earlier start on the same GPU recorded (vLLM's startup plan: no memory "
-        "profiling). Default: `$RUNNER_CACHE/vllm` (VLLM_CACHE_ROOT where it is set).",
+        "graphs instead of compiling (a warm start; CUDA graphs are still captured). Default: "
+        "`$RUNNER_CACHE/vllm` (VLLM_CACHE_ROOT where it is set).",
     )
     warmup: bool = Field(
         False,
@@ -172,19 +171,15 @@ class VLLMSpec(EngineSpecBase):
         super().preload()
 
     def set_env(self) -> None:
-        """The engine's environment, set before vLLM is imported; the defaults only where unset."""
-        for k, v in self.engine_env().items():
-            if k in _DEFAULT_ENV and k not in self.env:
-                os.environ.setdefault(k, v)
-            else:
-                os.environ[k] = v
+        """The engine's environment, set before vLLM is imported."""
+        os.environ.update(self.engine_env())
 
     def engine_env(self) -> dict[str, str]:
-        # the compile cache, and vLLM 0.26's startup plan beside it: a later start of the same
-        # configuration on the same GPU skips memory profiling
+        """What the engine's process runs with: the defaults where the shell has none, the compile
+        cache, then the recipe's `env`."""
         root = self.compile_cache or os.environ.get("VLLM_CACHE_ROOT") or str(cache_root() / "vllm")
         inductor = None if self.compile_cache else os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-        env = _DEFAULT_ENV | {
+        env = {k: os.environ.get(k, v) for k, v in _DEFAULT_ENV.items()} | {
             "VLLM_CACHE_ROOT": root,
             "TORCHINDUCTOR_CACHE_DIR": inductor or f"{root}/inductor",
         }
