@@ -141,3 +141,23 @@ def test_the_file_facts_are_read_once_per_file_and_again_when_it_changes(fake, m
     with fake.path.open("ab") as f:
         f.write(b"\0")
     assert gguf.facts(fake.path) == want and reads == ["hash", "parse"] * 4
+
+
+def test_a_file_replaced_by_a_copy_that_keeps_size_and_mtime_is_hashed_again(fake, monkeypatch):
+    """`cp -p`, `rsync -t`, `tar` and `wget -N` keep the mtime: the copy's new inode (or ctime)
+    still tells the kept SHA-256 from the file's (vLLM's converted copy is named by it)."""
+    import shutil
+
+    hashes: list[str] = []
+    monkeypatch.setattr(gguf, "file_sha256", lambda p, d: hashes.append("hash") or "ab")
+    gguf.sha256(fake.path)
+    st = fake.path.stat()
+    copy = fake.path.with_suffix(".new")
+    shutil.copyfile(fake.path, copy)
+    os.replace(copy, fake.path)
+    os.utime(fake.path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = fake.path.stat()
+    assert (after.st_size, after.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    gguf._kept_text.cache_clear()  # a new process
+    gguf.sha256(fake.path)
+    assert hashes == ["hash", "hash"]

@@ -25,8 +25,8 @@ class Loud:
     """An engine spec whose preload writes to stdout and stderr, then touches `done` (and exits 3
     with `crash`)."""
 
-    def __init__(self, done: Path, crash: bool = False):
-        self.done, self.crash = str(done), crash
+    def __init__(self, done: Path, crash: bool = False, hang: bool = False):
+        self.done, self.crash, self.hang = str(done), crash, hang
 
     def preload(self) -> None:
         print("preload to stdout", flush=True)
@@ -34,6 +34,8 @@ class Loud:
         Path(self.done).touch()
         if self.crash:
             os._exit(3)
+        if self.hang:  # an import that never returns
+            time.sleep(120)
 
 
 @pytest.fixture
@@ -46,9 +48,9 @@ def recipe(write_recipe, base_recipe):
     return make
 
 
-def _loud(names: str, done: Path, crash: bool = False) -> tuple:
+def _loud(names: str, done: Path, crash: bool = False, hang: bool = False) -> tuple:
     """Units as the worker sees them (names, the first one's engine spec)."""
-    recipe = SimpleNamespace(engine=Loud(done, crash))
+    recipe = SimpleNamespace(engine=Loud(done, crash, hang))
     return tuple(SimpleNamespace(name=n, loaded=SimpleNamespace(recipe=recipe)) for n in names)
 
 
@@ -87,6 +89,27 @@ def test_the_preloads_output_follows_the_start_line_once_the_job_comes(recipe, t
         assert res.error.endswith(" | preload to stdout | preload to stderr")
     else:
         assert res.status == "ok" and log.index(held) < log.index("runner worker pid")
+
+
+def test_ctrl_c_while_the_engine_library_loads_leaves_its_output_in_the_engine_log(
+    recipe, tmp_path, monkeypatch
+):
+    """Interrupted before its process took the job (a hung import): what it wrote is where a user
+    looks after Ctrl-C, and its process group is gone."""
+    opts = RunOptions(out=tmp_path / "out", progress=False, limit=2, call=new_call())
+    job = Job((make_unit(runner.load_recipe(recipe("a")), opts),), opts)
+    worker = isolate.Worker(_loud("a", done := tmp_path / "done", hang=True), opts)
+    _preloaded(done)
+
+    def interrupted(proc, timeout_s, done):
+        isolate.kill_group(proc.pid, grace_s=1, proc=proc)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(isolate, "_wait", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        isolate.run_isolated(job, worker=worker)
+    log = opts.folder("a").engine_log.read_text()
+    assert "preload to stdout\npreload to stderr\n" in log and worker.proc.poll() is not None
 
 
 def test_the_last_jobs_gpu_memory_warning_comes_before_the_summary_line(

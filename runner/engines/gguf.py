@@ -163,16 +163,18 @@ def config(model: ModelSpec) -> dict[str, Any]:
 
 
 def _kept(path: Path, read: Callable[[Path], dict], *key: str) -> dict[str, Any]:
-    """`read(path)`, done once per file: kept by the file's path, size and mtime (and `key`), in
-    this process and in $RUNNER_CACHE; a damaged entry there is read from the file again."""
+    """`read(path)`, done once per file: kept by the file's path, size, mtime, inode and ctime
+    (a copy that keeps the mtime still gets a new inode or ctime; and `key`), in this process and in
+    $RUNNER_CACHE; a damaged entry there is read from the file again."""
     path = path.resolve()
     st = path.stat()
-    return json.loads(_kept_text(str(path), st.st_size, st.st_mtime_ns, read, key))
+    stat = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+    return json.loads(_kept_text(str(path), stat, read, key))
 
 
 @lru_cache(maxsize=48)
-def _kept_text(path: str, size: int, mtime_ns: int, read: Callable, key: tuple[str, ...]) -> str:
-    name = "\0".join(map(str, (path, size, mtime_ns, *key, FORMAT)))
+def _kept_text(path: str, stat: tuple[int, ...], read: Callable, key: tuple[str, ...]) -> str:
+    name = "\0".join(map(str, (path, *stat, *key, FORMAT)))
     kept = cache_root() / CACHE / f"{hashlib.sha256(name.encode()).hexdigest()[:40]}.json"
     with contextlib.suppress(OSError, ValueError):  # absent or damaged: read from the file
         if isinstance(json.loads(text := kept.read_text(encoding="utf-8")), dict):

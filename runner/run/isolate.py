@@ -139,7 +139,8 @@ def _wait(proc: subprocess.Popen, timeout_s: float | None, done) -> str | None:
         while proc.poll() is None and not done():
             if deadline is not None and time.monotonic() >= deadline:
                 kill_group(proc.pid, proc=proc)
-                proc.wait()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
                 return f"timed out after {timeout_s:.0f} s (recipe timeout); the run was ended"
             time.sleep(0.05)
     except KeyboardInterrupt:
@@ -154,7 +155,8 @@ def _end(proc: subprocess.Popen, baseline: float | None, job: Job, warn) -> None
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=60)
     kill_group(proc.pid, proc=proc)
-    proc.wait()
+    with contextlib.suppress(subprocess.TimeoutExpired):  # one stuck in the kernel: not forever
+        proc.wait(timeout=10)
     after = wait_for_release(baseline)
     if None not in (baseline, after) and after > baseline + 1.0:  # type: ignore[operator]
         line = (
@@ -222,6 +224,8 @@ def run_isolated(
     try:
         proc = (worker := worker or Worker(job.units, job.options)).send(job)
     except OSError as e:  # the recipes fail; the others still run
+        if worker is not None:
+            worker.close()
         why = f"could not start the recipe's process: {type(e).__name__}: {e}"
         results = [failed_result(u, why, None, job.options.command) for u in job.units]
         for res in results:
@@ -229,8 +233,10 @@ def run_isolated(
         return results
     since = time.time_ns()  # after the start lines: a log written since is the running recipe's
     written = lambda: all(job.options.folder(u.name).results.is_file() for u in job.units)
-    error = _wait(proc, job.timeout_s(), written if ends is not None else lambda: False)
-    worker.spill()
+    try:
+        error = _wait(proc, job.timeout_s(), written if ends is not None else lambda: False)
+    finally:  # what it wrote before taking the job, where an interrupted run is looked at
+        worker.spill()
     end = lambda: _end(proc, baseline, job, warn)
     # ended early only once every recipe wrote its results: none to run again
     ends.add(end) if ends is not None and proc.poll() is None else end()
