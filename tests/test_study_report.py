@@ -561,3 +561,22 @@ def test_a_change_and_its_reverse_are_reciprocal_speedups():
     assert ab["a", "b"] == pytest.approx((0.949 * 7.287) ** 0.5) and ab["a", "b"] * ba[
         "b", "a"
     ] == pytest.approx(1.0)
+
+
+def test_the_time_spent_counts_every_repeats_generation_and_engine_start():
+    """A cell that restarted its engine for each of 3 repeats (turns) started it 3 times and
+    generated 3 times: the study's sums and share count each, not the cell's median once."""
+    from runner.results import Repeat
+    from runner.study.study import spent_section
+
+    turns = cell_result("s-turns", {"x": 1}, 2.0, load_s=10.0)
+    turns.repeats = [Repeat(index=i, generate_s=2.0, load_s=10.0) for i in (1, 2, 3)]
+    back_to_back = cell_result("s-b2b", {"x": 2}, 4.0, load_s=10.0, minute=1)
+    back_to_back.repeats = [
+        Repeat(index=1, generate_s=4.0, load_s=10.0),
+        Repeat(index=2, generate_s=4.0),  # the same engine
+    ]
+    stored = cell_result("s-old", {"x": 3}, 6.0, load_s=5.0, minute=2)  # no repeats stored
+    part = re.sub(r" +\|", " |", "\n".join(spent_section([turns, back_to_back, stored])))
+    # generation 3 x 2 + 2 x 4 + 6 = 20 s; starts 3 x 10 + 10 + 5 = 45 s in 5 starts
+    assert "| 20.0 s (" in part and "| 45.0 s (" in part and "| 5 | 3 |" in part

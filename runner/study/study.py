@@ -373,20 +373,23 @@ def spent_section(cells: list[RunResult]) -> list[str]:
     capture over every engine start the engines split) and the cells that ran on another's
     engine."""
     wall, running = time_spent(cells)
-    generate, busy = sum(r.timings.generate_s or 0 for r in cells), running or wall
-    start = sum(r.timings.load_s or 0 for r in cells)
+    # every repeat's generation and engine start (a cell stored without repeats: its timings)
+    gens = [x.generate_s for r in cells for x in r.repeats or [r.timings] if x.generate_s]
+    starts = [x.load_s for r in cells for x in r.repeats or [r.timings] if x.load_s]
+    busy = running or wall
     share = lambda s: f" ({s / busy:.0%} of the running time)" if busy else ""
     note = (
         "Wall time: from the first cell's start to the last cell's finish; running: the part of it "
         "in which a cell was running (less when the cells ran in separate calls). Generation and "
-        "engine start: summed over the cells (as measured: an estimate counts its partial run)."
+        "engine start: summed over the cells and their repeats (as measured: an estimate counts "
+        "its partial run)."
     )
     row = [
         secs(wall),
         secs(running),
-        secs(generate) + share(generate),
-        secs(start) + share(start),
-        sum((r.timings.load_s or 0) > 0 for r in cells),
+        secs(sum(gens)) + share(sum(gens)),
+        secs(sum(starts)) + share(sum(starts)),
+        len(starts),
         len(cells),
     ]
     heads = [

@@ -128,7 +128,9 @@ def start_parts(
     # the cache folder as the recipe names it: vLLM's log gives
     # <root>/torch_compile_cache/<hash>/rank_0_0/...
     root = cache_dir.split("/torch_compile_cache/")[0] if cache_dir else None
-    profiled = False if parsed.get("profiling_skipped") else True if "kv_cache_gib" in parsed else None
+    profiled = (
+        False if parsed.get("profiling_skipped") else True if "kv_cache_gib" in parsed else None
+    )
     return parts | {
         "other_s": max(total_s - known, 0.0),
         "cold": cold,
