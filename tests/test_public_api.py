@@ -159,3 +159,12 @@ def test_a_folder_another_writer_holds_is_refused(write_recipe, base_recipe, tmp
     assert not folder.results.exists()
     # the lock released: it runs
     assert runner.run_recipe(lr, out=out, limit=3, isolated=False).status == "ok"
+
+
+def test_the_knobs_of_stored_results_can_be_edited_as_the_results_can():
+    """A Knob is a results model like the others (mutable), not a frozen configuration model."""
+    from runner.base.types import Knob
+
+    k = Knob(name="x", requested=1, effective=1, status="applied")
+    k.evidence = "set by a script"
+    assert k.evidence == "set by a script"

@@ -580,3 +580,21 @@ def test_the_time_spent_counts_every_repeats_generation_and_engine_start():
     part = re.sub(r" +\|", " |", "\n".join(spent_section([turns, back_to_back, stored])))
     # generation 3 x 2 + 2 x 4 + 6 = 20 s; starts 3 x 10 + 10 + 5 = 45 s in 5 starts
     assert "| 20.0 s (" in part and "| 45.0 s (" in part and "| 5 | 3 |" in part
+
+
+def test_an_axis_keeps_the_first_of_values_written_alike_and_the_baselines_own_first():
+    """Mappings equal but for their keys' order are one value of the axis: the first cell's copy
+    is shown, and the effects start from the baseline cell's own copy."""
+    cells = [
+        cell_result("s-a", {"engine.env": {"A": 1, "B": 2}}, 10.0, baseline=True),
+        cell_result("s-b", {"engine.env": {"B": 2, "A": 1}}, 12.0, minute=1),
+        cell_result("s-c", {"engine.env": {"A": 3}}, 8.0, minute=2),
+    ]
+    axes = axes_of(cells)
+    assert [list(v) for v in axes["engine.env"]] == [["A", "B"], ["A"]]
+    [effect] = axis_effects(cells, axes)
+    assert list(effect.frm) == ["A", "B"] and effect.to == {"A": 3}
+    axes = axes_of(cells[::-1])
+    assert [list(v) for v in axes["engine.env"]] == [["A"], ["B", "A"]]
+    [effect] = axis_effects(cells[::-1], axes)
+    assert list(effect.frm) == ["A", "B"]  # the baseline's own, not the first cell's

@@ -142,9 +142,11 @@ class Generation:
     latency_s: float | None = None  # end-to-end latency, per request
 
 
-class Knob(StrictModel):
+class Knob(BaseModel):
     """A setting the recipe asked for, and what the run shows took effect (a row of
-    results.json)."""
+    results.json; mutable, as the results models are)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     name: str
     requested: Any = None

@@ -97,7 +97,9 @@ def axes_of(cells: list[RunResult]) -> Axes:
     for k in dict.fromkeys(
         k for r in sorted(cells, key=lambda r: -len(settings(r))) for k in settings(r)
     ):
-        seen = {value_key(v): v for v in (axis_value(r, k) for r in cells)}
+        seen: dict[str, Any] = {}
+        for r in cells:  # the first of values written alike (mappings' keys in another order)
+            seen.setdefault(value_key(axis_value(r, k)), axis_value(r, k))
         if len(seen) > 1:
             out[k] = sorted(seen.values(), key=lambda v: v is ABSENT)
     return out
@@ -229,9 +231,11 @@ def axis_effects(cells: list[RunResult], axes: Axes) -> list[Effect]:
     ok = [r for r in cells if timed(r)]
     base, out = pick_baseline(cells), []
     for axis, values in axes.items():
-        ref = value_key(ABSENT if base is None else axis_value(base, axis))
-        # the baseline's value first, where it has one of them
-        vals = sorted((v for v in values if v is not ABSENT), key=lambda v: value_key(v) != ref)
+        vals = [v for v in values if v is not ABSENT]
+        ref = ABSENT if base is None else axis_value(base, axis)
+        # the baseline's own value first, where it has one of them
+        if ref is not ABSENT and value_key(ref) in {value_key(v) for v in vals}:
+            vals = [ref] + [v for v in vals if value_key(v) != value_key(ref)]
         at = [[r for r in ok if value_key(axis_value(r, axis)) == value_key(v)] for v in vals]
         for v, group in zip(vals[1:], at[1:]):
             pairs = tuple(
