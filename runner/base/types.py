@@ -144,9 +144,9 @@ class Generation:
 
 class Knob(BaseModel):
     """A setting the recipe asked for, and what the run shows took effect (a row of
-    results.json; mutable, as the results models are)."""
+    results.json)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid")  # mutable, as the results models are
 
     name: str
     requested: Any = None
