@@ -17,6 +17,10 @@ With --profile the runner's call runs under cProfile and each round also says wh
 went: before the job (imports, loading, checks), waiting for the first job's plan, the job's process
 (its start, the run results.json records, and its end after results.json), the GPU memory check, the
 reports and the summary.
+With --plain-sampler the plain script runs the runner's NVML sampler (a thread polling memory and
+utilization every 50 ms, which the runner's job process starts before its engine) through its own
+engine start and generation: where the runner's engine start is slower than plain vLLM's with the
+same arguments (1.13x on the H200, reports/h200-stages), this says whether the sampler is why.
 GPU only; vLLM must be importable.
 """
 
@@ -42,6 +46,10 @@ import json, sys, time, os
 t0 = time.perf_counter()
 job = json.load(open(sys.argv[1]))
 os.environ.update(job["env"])
+if job.get("sampler"):  # --plain-sampler: the runner's NVML sampler polls as in its job process
+    sys.path.insert(0, job["root"])
+    from runner.base.nvml import PeakSampler
+    PeakSampler().__enter__()
 from vllm import LLM, SamplingParams
 t1 = time.perf_counter()
 llm = LLM(**job["llm_kwargs"])
@@ -192,9 +200,15 @@ def main() -> int:
     ap.add_argument(
         "--profile", action="store_true", help="say where the runner's call went (cProfile)"
     )
+    ap.add_argument(
+        "--plain-sampler",
+        action="store_true",
+        help="run the runner's NVML sampler in the plain script too",
+    )
     a = ap.parse_args()
 
     r, job = cell_job(a.recipe, a.sets, a.model_path, a.only)
+    job |= {"sampler": a.plain_sampler, "root": str(ROOT)}
     ids = job["prompts"]
     work = Path(tempfile.mkdtemp())
     (work / "job.json").write_text(json.dumps(job))

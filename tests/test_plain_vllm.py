@@ -44,3 +44,54 @@ def test_run_isolated_returns_status_and_kills_what_the_child_left(tmp_path):
     while _alive(grandchild) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(grandchild)
+
+
+STUB_VLLM = """
+import sys
+from types import SimpleNamespace
+
+
+class SamplingParams:
+    def __init__(self, **kw):
+        pass
+
+
+class LLM:
+    def __init__(self, **kw):
+        # what the plain script started before the engine: the runner's sampler with --plain-sampler
+        open(kw["marker"], "w").write(str("runner.base.nvml" in sys.modules))
+        self.llm_engine = SimpleNamespace(engine_core=SimpleNamespace(shutdown=lambda timeout: 0))
+
+    def generate(self, prompts, sp, use_tqdm=False):
+        out = SimpleNamespace(token_ids=[1, 2])
+        return [SimpleNamespace(outputs=[out]) for _ in prompts]
+"""
+
+
+def test_the_plain_script_runs_the_runners_sampler_only_when_asked(tmp_path):
+    """benchmarks/vllm_vs_runner.py --plain-sampler: the plain vLLM script starts the runner's NVML
+    sampler before its engine (here a stub vllm: the flag's path, not vLLM, is under test)."""
+    import json
+    import subprocess
+
+    spec = importlib.util.spec_from_file_location("vvr", _PATH.parent / "vllm_vs_runner.py")
+    vvr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vvr)
+    (tmp_path / "vllm.py").write_text(STUB_VLLM)
+    (tmp_path / "plain.py").write_text(vvr.PLAIN)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    for sampler in (False, True):
+        marker = tmp_path / f"marker-{sampler}"
+        job = {
+            "env": {},
+            "llm_kwargs": {"marker": str(marker)},
+            "sampling": {},
+            "prompts": [[1], [2], [3]],
+            "sampler": sampler,
+            "root": str(vvr.ROOT),
+        }
+        (tmp_path / "job.json").write_text(json.dumps(job))
+        cmd = [sys.executable, "plain.py", "job.json", "plain.json"]
+        subprocess.run(cmd, cwd=tmp_path, env=env, check=True, timeout=60)
+        assert json.loads((tmp_path / "plain.json").read_text())["n"] == 3
+        assert marker.read_text() == str(sampler)
