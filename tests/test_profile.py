@@ -143,3 +143,23 @@ def test_profile_is_refused_where_no_offline_run_in_one_process_is_made(write_re
     with pytest.raises(RecipeError) as e:
         runner.load_recipe(write_recipe({**fake, "load": {"request_rate": [1.0]}}, "l.yaml"))
     assert "not `load` (a server under load)" in e.value.render()
+
+
+def test_runner_go_profile_profiles_every_recipe_of_the_call(write_recipe, base_recipe, tmp_path):
+    """`runner go --profile` is `--set profile=true` for the call: recorded in the recipe (its run
+    key differs from the unprofiled run's) and answered in each report."""
+    from click.testing import CliRunner
+
+    from runner.cli import cli
+
+    fake = {**base_recipe, "name": "f", "model": {"id": "none"}, "engine": {"kind": "fake"}}
+    path, out = write_recipe(fake), tmp_path / "out"
+    args = ["go", str(path), "--out", str(out), "--limit", "2", "--no-progress"]
+    r = CliRunner().invoke(cli, [*args, "--profile"])
+    assert r.exit_code == 0, r.output
+    [res] = runner.read_results(out)
+    assert res.recipe.profile and res.profile.note == "the fake engine has no profiler"
+    assert "No profile: the fake engine has no profiler." in (out / "f" / "report.md").read_text()
+    r = CliRunner().invoke(cli, args)  # without it: another run, not the profiled one skipped
+    assert r.exit_code == 0 and "skipped" not in r.output, r.output
+    assert not runner.read_results(out)[0].recipe.profile

@@ -154,6 +154,16 @@ def interrupted(e: Interrupted) -> NoReturn:
         "engine starts in seconds. Recipes on one engine always take turns."
     ),
 )
+@click.option(
+    "--profile",
+    is_flag=True,
+    help=(
+        "Also say where each recipe's generation time goes (the same as --set profile=true): "
+        "after its repeats, its first prompts run once more, untimed, under the engine's "
+        "profiler; report.md sorts the GPU time by kernel class and keeps the trace. Offline "
+        "runs only."
+    ),
+)
 @price(
     "Price of one GPU-hour in US dollars (the same as --set "
     "cost.usd_per_gpu_hour=X): reports add dollars per million output and prompt tokens and the "
@@ -185,6 +195,7 @@ def go(paths, out, only, sets, model_paths, executor, address, in_process, **run
     for key in ("replicas", "repeat", "warmup", "interleave", "cost.usd_per_gpu_hour"):
         if (value := run.pop(key.removeprefix("cost."))) is not None:
             sets = (*sets, f"{key}={value}")
+    sets += ("profile=true",) if run.pop("profile") else ()
     loaded = load_all(paths, Asked(sets, model_paths, only), studies=studies)
     ex.check_recipes(loaded)
     names = [lr.recipe.name for lr in loaded]
