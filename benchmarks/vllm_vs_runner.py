@@ -168,6 +168,13 @@ ROWS = [
 ]
 
 
+def start_method(log: Path) -> str:
+    """How vLLM started its engine core process, from its log: forked, unless it had to spawn it
+    (CUDA already initialized in the process, ...), which imports vLLM again."""
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    return "spawned" if "We must use the `spawn` multiprocessing start method" in text else "forked"
+
+
 def median(runs: list[dict]) -> dict:
     return {key: statistics.median(x[key] for x in runs) for _, key, _ in ROWS}
 
@@ -228,9 +235,11 @@ def main() -> int:
             else:
                 runners.append(run_runner(a, r.name, k))
         p, q = plains[-1], runners[-1]
+        logs = (work / f"plain-{k}.log", Path(a.out) / f"round-{k}" / r.name / "engine.log")
         print(
             f"\nround {k} ({order[0]} first); output tokens plain {p['output_tokens']:,} / runner "
-            f"{q['output_tokens']:,}; plain vLLM's import {p['import_s']:.2f} s\n{table(p, q)}",
+            f"{q['output_tokens']:,}; plain vLLM's import {p['import_s']:.2f} s; engine core "
+            f"process {' / '.join(map(start_method, logs))} (plain / runner)\n{table(p, q)}",
             flush=True,
         )
     if a.rounds > 1:

@@ -95,3 +95,19 @@ def test_the_plain_script_runs_the_runners_sampler_only_when_asked(tmp_path):
         subprocess.run(cmd, cwd=tmp_path, env=env, check=True, timeout=60)
         assert json.loads((tmp_path / "plain.json").read_text())["n"] == 3
         assert marker.read_text() == str(sampler)
+
+
+def test_the_benchmark_tells_a_spawned_engine_core_from_a_forked_one(tmp_path):
+    """vLLM 0.26 (utils/system_utils.py) warns when it must spawn its engine core (which imports
+    vLLM again): the benchmark names which side did."""
+    spec = importlib.util.spec_from_file_location("vvr2", _PATH.parent / "vllm_vs_runner.py")
+    vvr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vvr)
+    log = tmp_path / "engine.log"
+    log.write_text(
+        "WARNING 12-05 [system_utils.py:157] We must use the `spawn` multiprocessing start method. "
+        "Overriding VLLM_WORKER_MULTIPROC_METHOD to 'spawn'. Reasons: CUDA is initialized\n"
+    )
+    assert vvr.start_method(log) == "spawned"
+    log.write_text("INFO Initializing a V1 LLM engine\n")
+    assert vvr.start_method(log) == vvr.start_method(tmp_path / "absent") == "forked"
