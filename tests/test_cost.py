@@ -81,12 +81,20 @@ def test_a_start_given_its_kv_cache_size_skipped_memory_profiling_and_gpu_memory
     knobs = lambda skipped: {
         k.name: k
         for k in vllm_knobs(
-            VLLMSpec(kind="vllm"), "auto", VLLMFacts(profiling_skipped=skipped), 0, 1
+            VLLMSpec(kind="vllm"),
+            "auto",
+            VLLMFacts(profiling_skipped=skipped, kv_cache_tokens=1000),
+            0,
+            1,
         )
     }["gpu_memory_utilization"]
-    assert knobs(False).status == "applied"
+    assert knobs(False).status == "applied" and knobs(False).evidence == "KV cache 1,000 tokens"
     assert knobs(True).status == "ignored"
     assert "skipped its memory profiling" in knobs(True).evidence
+    assert knobs(True).evidence == (
+        "vLLM skipped its memory profiling: the KV cache size was given (kv_cache_memory_bytes or "
+        "vLLM's startup plan), not taken from it; KV cache 1,000 tokens"
+    )
 
 
 def test_vllm_keeps_its_compile_cache_under_the_runners_cache(tmp_path, monkeypatch):

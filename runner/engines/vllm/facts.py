@@ -338,13 +338,16 @@ def vllm_knobs(spec: Any, load_format: str, f: VLLMFacts, cached: int, prompt: i
     kv = f"KV cache {f.kv_cache_tokens:,} tokens" if f.kv_cache_tokens else ""
     if f.profiling_skipped:
         gmu_status = "ignored"
-        kv = "vLLM skipped its memory profiling: the KV cache size was given (kv_cache_memory_bytes"
-        kv += f" or vLLM's startup plan), not taken from it{f'; {kv}' if kv else ''}"
+        why = (
+            "vLLM skipped its memory profiling: the KV cache size was given "
+            "(kv_cache_memory_bytes or vLLM's startup plan), not taken from it"
+        )
     elif f.gpu_memory_utilization is None:
-        gmu_status, kv = "unverified", "not in the server's log" + (f"; {kv}" if kv else "")
+        gmu_status, why = "unverified", "not in the server's log"
     else:
         gmu_ok = abs(f.gpu_memory_utilization - spec.gpu_memory_utilization) < 1e-9
-        gmu_status = "applied" if gmu_ok else "ignored"
+        gmu_status, why = ("applied" if gmu_ok else "ignored"), ""
+    gmu_evidence = "; ".join(x for x in (why, kv) if x)
     kv_ok = str(f.cache_dtype).startswith(spec.kv_cache_dtype)
     kv_status = "default" if spec.kv_cache_dtype == "auto" else ("applied" if kv_ok else "ignored")
     knobs = [
@@ -357,7 +360,7 @@ def vllm_knobs(spec: Any, load_format: str, f: VLLMFacts, cached: int, prompt: i
             spec.gpu_memory_utilization,
             f.gpu_memory_utilization,
             gmu_status,
-            kv,
+            gmu_evidence,
         ),
         _same("enforce_eager", spec.enforce_eager, f.enforce_eager, "model_config.enforce_eager"),
         None
