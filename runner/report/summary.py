@@ -762,15 +762,20 @@ def write_summary(
     gate: GateSpec | None = None,
 ) -> Path:
     j, accuracy = judged(results, baseline, out, gate), None
+    doc = SummaryJson.of(j)  # every score's interval, computed once: the chart takes its own
     if metric := chart_metric(j.results, gate):
-        score_ci = {r.name: c for r in j.results if (c := score_interval(j.samples, r, metric))}  # type: ignore[arg-type]
+        score_ci = {
+            f.name: (s.lo, s.hi)
+            for f in doc.recipes
+            if (s := f.scores.get(metric)) is not None and s.lo is not None and s.hi is not None
+        }
         accuracy = Accuracy(metric, stopped_by_gate(j.verdicts), score_ci)
     charts = write_charts(j.results, j.base, out, accuracy)
     text = summary_markdown(j, extra)
     if charts:
         text += "\n## Charts\n\n" + "\n\n".join(f"![{c.stem}]({c.name})" for c in charts) + "\n"
     write_text_atomic(path := Path(out) / SUMMARY, text)
-    write_summary_json(SummaryJson.of(j), out)
+    write_summary_json(doc, out)
     return path
 
 
