@@ -126,36 +126,35 @@ def cell_value(v: Any) -> str:
     return short(v, 80)
 
 
+def _banners(r: RunResult) -> list[str]:
+    out = []
+    if r.recipe.engine.fake:
+        out.append(
+            f"> **FAKE ENGINE**: `{r.recipe.engine.kind}` made these outputs up from a template; "
+            "no model ran. Times, tokens and scores test the pipeline only."
+        )
+    if r.engine_of:
+        out.append(
+            f"> Note: this recipe ran on the engine started for {r.engine_of} (engine start "
+            "counted there); the prefix cache was reset before it"
+        )
+    return out + [f"> Note: {n}" for n in r.notes]
+
+
 def _header(r: RunResult) -> list[str]:
-    rec, c = r.recipe, r.cell
-    engine = rec.engine.label or r.engine.name or rec.engine.kind
+    rec, c, lines = r.recipe, r.cell, []
     if c is not None:
         what = ", ".join(f"{k}={c.labels.get(k) or cell_value(v)}" for k, v in c.settings.items())
-    lines = [
-        *([f"Cell of study **{c.study}**" + (f": {what}" if what else "")] if c else []),
-        *([rec.description] if rec.description else []),
+        lines.append(f"Cell of study **{c.study}**" + (f": {what}" if what else ""))
+    if rec.description:
+        lines.append(rec.description)
+    engine = rec.engine.label or r.engine.name or rec.engine.kind
+    lines.append(
         f"Engine: {' '.join(x for x in (engine, r.engine.version) if x not in ('', '-'))} · "
-        f"model: `{rec.model.id}` · device: {r.engine.device or '–'} · finished {r.finished_at}",
-        # the banners, each its own block quote (adjacent ones would merge)
-        *(
-            [
-                f"> **FAKE ENGINE**: `{rec.engine.kind}` made these outputs up from a template; no "
-                "model ran. Times, tokens and scores test the pipeline only."
-            ]
-            if rec.engine.fake
-            else []
-        ),
-        *(
-            [
-                f"> Note: this recipe ran on the engine started for {r.engine_of} (engine start "
-                "counted there); the prefix cache was reset before it"
-            ]
-            if r.engine_of
-            else []
-        ),
-        *(f"> Note: {n}" for n in r.notes),
-    ]
-    return [f"# {r.name}", "", *_verdict(r), *paragraphs(*lines), ""]
+        f"model: `{rec.model.id}` · device: {r.engine.device or '–'} · finished {r.finished_at}"
+    )
+    # each banner its own block quote (adjacent ones would merge)
+    return [f"# {r.name}", "", *_verdict(r), *paragraphs(*lines, *_banners(r)), ""]
 
 
 def _time_section(r: RunResult) -> list[str]:
