@@ -12,8 +12,9 @@
 #                                                 /root/shared
 #   bash benchmarks/gpu_check.sh tests OUT [K]    the GPU tests (pytest -m gpu), those -k K selects (all 9 need more
 #                                                 than one call's 570 s: split them, e.g. 'not serving', 'serving')
-#   bash benchmarks/gpu_check.sh bench OUT [N]    runner vs a plain vLLM script on the study's jsquad-vllm cell, N
-#                                                 alternating pairs (default 2), then kill/resume of a vLLM run
+#   bash benchmarks/gpu_check.sh bench OUT [N] [ARG...] runner vs a plain vLLM script on the study's jsquad-vllm
+#                                                 cell, N alternating pairs (default 2; ARGs go to vllm_vs_runner.py,
+#                                                 e.g. --plain-sampler), then kill/resume of a vLLM run
 #   bash benchmarks/gpu_check.sh serve OUT        the JSQuAD one-shot recipe under load (jsquad-serve.yaml, the
 #                                                 question-first cell, 400 requests at 25, 100 and inf req/s)
 #   bash benchmarks/gpu_check.sh gguf OUT         keeps the SmolLM2 GGUF part carried in .gpu/gguf/ (the file is 94 MiB,
@@ -65,7 +66,7 @@ case $step in
     SHARED=$S timeout 570 python3 -m pytest -m gpu -q -p no:cacheprovider "${sel[@]}" tests/test_gpu.py 2>&1 \
       | tee -a "$out/gpu-tests.log" ;;
   bench)
-    timeout 400 python3 benchmarks/vllm_vs_runner.py recipes/jsquad-study.yaml --only jsquad-vllm --rounds "${3:-2}" \
+    timeout 400 python3 benchmarks/vllm_vs_runner.py recipes/jsquad-study.yaml --only jsquad-vllm --rounds "${3:-2}" "${@:4}" \
       "${MP[@]}" "${SETS[@]}" --out /root/bench 2>&1 | tee "$out/vllm_vs_runner.log"
     timeout 150 python3 benchmarks/kill_resume.py recipes/jsquad-study.yaml --only jsquad-vllm-oneshot-cache \
       --out /root/killres "${MP[@]}" "${SETS[@]}" 2>&1 | tee "$out/kill_resume.log" ;;

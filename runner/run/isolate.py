@@ -104,8 +104,9 @@ class Worker:
         """What the process wrote before it took its job (it died first) appended to the first
         recipe's engine.log."""
         self.held.seek(0)
-        with open(self.first, "ab") as f:
-            f.write(self.held.read())
+        if data := self.held.read():
+            with open(self.first, "ab") as f:
+                f.write(data)
         self.held.close()
 
     def close(self) -> None:
