@@ -63,7 +63,7 @@ case $step in
       2>&1 | tail -3 | tee -a "$out/unpack.log" ;;
   tests)
     sel=(); [ -n "${3:-}" ] && sel=(-k "$3")
-    SHARED=$S timeout 570 python3 -m pytest -m gpu -q -p no:cacheprovider "${sel[@]}" tests/test_gpu.py 2>&1 \
+    SHARED=$S timeout 570 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=0 "${sel[@]}" tests/test_gpu.py 2>&1 \
       | tee -a "$out/gpu-tests.log" ;;
   bench)
     timeout 400 python3 benchmarks/vllm_vs_runner.py recipes/jsquad-study.yaml --only jsquad-vllm --rounds "${3:-2}" "${@:4}" \
