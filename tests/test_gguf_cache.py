@@ -23,7 +23,7 @@ CFG = {"model_type": "llama", "max_position_embeddings": 64, "num_hidden_layers"
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
     """A file with GGUF's magic, $RUNNER_CACHE in tmp_path, and a transformers whose tokenizer and
-    config readers count their reads of the file."""
+    config readers count their reads of the file (so the GGUF packages count as installed)."""
     path = tmp_path / "m.gguf"
     path.write_bytes(b"GGUF" + bytes(60))
     monkeypatch.setenv("RUNNER_CACHE", str(tmp_path / "cache"))
@@ -45,6 +45,13 @@ def fake(tmp_path, monkeypatch):
             AutoTokenizer=SimpleNamespace(from_pretrained=tokenizer),
             AutoConfig=SimpleNamespace(from_pretrained=config),
         ),
+    )
+    # the packages a real conversion needs count as installed: the stand-in does their work
+    real = gguf.importlib.util.find_spec
+    monkeypatch.setattr(
+        gguf.importlib.util,
+        "find_spec",
+        lambda name, *a: object() if name in gguf.PACKAGES else real(name, *a),
     )
     gguf._kept_text.cache_clear()
     yield SimpleNamespace(path=path, model=ModelSpec(id=str(path)), reads=reads)
