@@ -39,3 +39,23 @@ def test_the_cycle_check_finds_a_child_that_imports_its_package(tmp_path):
     assert size.cycles(size.imports(pkg)) == [["pkg", "pkg.a"]]
     (pkg / "a.py").write_text("def f():\n    import pkg.b as b\n")
     assert size.cycles(size.imports(pkg)) == []
+
+
+def test_ci_runs_the_readmes_test_command_in_what_the_readme_installs():
+    """The README's two lines (install + demo; the tests) are what CI runs first: the same extras,
+    the same test command, before any other extra is installed (else a test that needs one passes
+    in CI and fails for a reader, as the GGUF cache tests did)."""
+    import re
+    import shlex
+
+    block = (PROJECT / "README.md").read_text().split("```bash\n", 1)[1].split("```", 1)[0]
+    install, tests = block.splitlines()[:2]
+    readme_extras = re.search(r"-e '(\.\[[^\]]*\])'", install).group(1)
+    ci = [ln.split("#")[0].strip() for ln in (PROJECT / ".ci" / "run").read_text().splitlines()]
+    first_install = next(ln for ln in ci if ln.startswith("pip install") and " -e " in ln)
+    assert shlex.split(first_install)[-1] == readme_extras
+    first_test = next(ln for ln in ci if "pytest" in ln)
+    assert first_test == tests.strip()
+    assert ci.index(first_test) < ci.index(
+        next(ln for ln in ci[ci.index(first_install) + 1 :] if ln.startswith("pip install"))
+    )
