@@ -23,7 +23,8 @@ CFG = {"model_type": "llama", "max_position_embeddings": 64, "num_hidden_layers"
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
     """A file with GGUF's magic, $RUNNER_CACHE in tmp_path, and a transformers whose tokenizer and
-    config readers count their reads of the file (so the GGUF packages count as installed)."""
+    config readers count their reads of the file; it does the GGUF packages' work, so they count
+    as installed (the README's install has none)."""
     path = tmp_path / "m.gguf"
     path.write_bytes(b"GGUF" + bytes(60))
     monkeypatch.setenv("RUNNER_CACHE", str(tmp_path / "cache"))
@@ -46,7 +47,6 @@ def fake(tmp_path, monkeypatch):
             AutoConfig=SimpleNamespace(from_pretrained=config),
         ),
     )
-    # the packages a real conversion needs count as installed: the stand-in does their work
     real = gguf.importlib.util.find_spec
     monkeypatch.setattr(
         gguf.importlib.util,
