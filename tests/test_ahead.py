@@ -205,6 +205,28 @@ def test_a_process_that_hangs_before_reading_its_job_is_ended_by_the_timeout(
     assert res.error == "timed out after 2 s (recipe timeout); the run was ended"
 
 
+def test_a_process_ended_while_its_library_loads_names_its_gone_group_in_the_log(
+    load, workers, tmp_path, monkeypatch
+):
+    """A job that times out while its process still imports the engine's library (vLLM takes 23 s
+    to import on the H100): the recipe's engine.log names the process and its group (printed
+    before the import; it was printed only once the job was taken, so the GPU test of a timeout
+    found no group), and that group is gone."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "slow_library.py").write_text("import time\ntime.sleep(60)\n")
+    (site / "sitecustomize.py").write_text(
+        "import runner.engines.fake as fake\nfake.FakeSpec.library = 'slow_library'\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    [res] = run_loaded([load("a", timeout_s=2)], _opts(tmp_path / "out"), Executor())
+    assert res.error == "timed out after 2 s (recipe timeout); the run was ended"
+    log = (tmp_path / "out" / "a" / "engine.log").read_text()
+    [(pid, group)] = re.findall(r"runner worker pid (\d+) \(process group (\d+)\)", log)
+    assert int(pid) == workers[0][1].pid == int(group)
+    assert "===== runner: a started" in log and _none_left(workers)
+
+
 def test_a_process_that_cannot_start_fails_its_recipes_not_the_call(load, tmp_path, monkeypatch):
     def popen(*a, **kw):
         raise BlockingIOError(11, "Resource temporarily unavailable")
