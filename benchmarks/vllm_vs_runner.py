@@ -12,7 +12,10 @@
    its samples); the plain script makes one generate() call.
 With --rounds N it repeats 2-3, alternating which goes first (a cold cache or a noisy neighbour
 should not always hit the same side), and compares medians. Prints each round as it ends, then
-both times and their ratio (targets: generation within 2%, whole wall time within 10%).
+both times and their ratio (targets: generation within 2%, whole wall time within 10%), and each
+side's engine start as its vLLM log accounts for it (LLM() to its engine core, the core's start to
+ready, the weights, init, torch.compile, CUDA graphs, and LLM()'s time outside the log's stamps):
+where the runner's start is slower with the same arguments, this says in which part.
 With --profile the runner's call runs under cProfile and each round also says where the call's time
 went: before the job (imports, loading, checks), waiting for the first job's plan, the job's process
 (its start, the run results.json records, and its end after results.json), the GPU memory check, the
@@ -28,11 +31,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +45,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from plain_vllm import cell_job, run_isolated  # noqa: E402  (benchmarks/ is not a package)
+
+from runner.engines.vllm.facts import parse_engine_log  # noqa: E402
 
 PLAIN = r"""
 import json, sys, time, os
@@ -168,11 +175,78 @@ ROWS = [
 ]
 
 
+def read(log: Path) -> str:
+    return log.read_text(errors="replace") if log.is_file() else ""
+
+
 def start_method(log: Path) -> str:
     """How vLLM started its engine core process, from its log: forked, unless it had to spawn it
     (CUDA already initialized in the process, ...), which imports vLLM again."""
-    text = log.read_text(errors="replace") if log.is_file() else ""
-    return "spawned" if "We must use the `spawn` multiprocessing start method" in text else "forked"
+    spawned = "We must use the `spawn` multiprocessing start method" in read(log)
+    return "spawned" if spawned else "forked"
+
+
+# vLLM 0.26's log: its level, then the time to the second (engine core lines after their prefix)
+_STAMP = re.compile(r"(?:INFO|WARNING|DEBUG|ERROR) (\d\d-\d\d \d\d:\d\d:\d\d) ")
+_MARKS = {  # a line of the start, by what it marks
+    "first": "non-default args",  # LLM(...) began: its first line
+    "core": "Initializing a V1 LLM engine",  # the engine core process began
+    "ready": "init engine (profile, create kv cache, warmup model) took",  # the engine core is up
+}
+_FIGURES = {  # vLLM's own account of parts of its start, in seconds
+    "weights": re.compile(r"Model loading took [\d.]+ GiB and ([\d.]+) seconds"),
+    "init": re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
+}
+
+
+def start_account(text: str, load_s: float) -> dict[str, float | None]:
+    """Where an `LLM(...)` of `load_s` seconds went, from its log: before its engine core began and
+    from the core's start to its ready line (log stamps, to the second), the weights, the core's
+    init (profiling, KV cache, compile, graphs) and of it compile and graphs (vLLM's own figures),
+    and what is outside the first-to-ready stamps (before LLM's first line, after the core's ready
+    line). The log's last start (a log may hold several); None where it lacks the line."""
+    if (at := text.rfind(_MARKS["first"])) >= 0:  # from the start of that line
+        text = text[text.rfind("\n", 0, at) + 1 :]
+    stamps = {}
+    for line in text.splitlines():
+        for key, mark in _MARKS.items():
+            if key not in stamps and mark in line and (m := _STAMP.search(line)):
+                # a leap year: 02-29 parses
+                stamps[key] = datetime.strptime(f"2000-{m.group(1)}", "%Y-%m-%d %H:%M:%S")
+    span = lambda a, b: (stamps[b] - stamps[a]).total_seconds() if {a, b} <= stamps.keys() else None
+    out: dict[str, float | None] = {
+        key: float(m.group(1)) if (m := rx.search(text)) else None for key, rx in _FIGURES.items()
+    }
+    parsed = parse_engine_log(text)  # the runner's own reading: torch.compile, CUDA graphs
+    out |= {"compile": parsed.get("compile_s"), "graphs": parsed.get("capture_s")}
+    whole = span("first", "ready")
+    return out | {
+        "to_core": span("first", "core"),
+        "core_to_ready": span("core", "ready"),
+        "outside": None if whole is None else load_s - whole,
+    }
+
+
+START_ROWS = [
+    ("LLM() to its engine core's start (stamps)", "to_core"),
+    ("the core's start to its ready line (stamps)", "core_to_ready"),
+    ("  of it the weights (vLLM)", "weights"),
+    ("  of it init: profile, KV cache, compile, graphs (vLLM)", "init"),
+    ("    of init torch.compile (vLLM)", "compile"),
+    ("    of init CUDA graphs (vLLM)", "graphs"),
+    ("LLM() outside the stamps (before, after)", "outside"),
+]
+
+
+def start_table(plain: dict, runner: dict) -> str:
+    """The two engine starts side by side, as their logs account for them (stamps +-1 s)."""
+    cell = lambda v: f"{v:12.2f}" if v is not None else f"{'-':>12}"
+    diff = lambda p, q: f"{q - p:+10.2f}" if p is not None and q is not None else f"{'':10}"
+    lines = [f"{'engine start by its log':52}{'plain vLLM':>12}{'runner':>12}{'runner-plain':>10}"]
+    for label, key in START_ROWS:
+        p, q = plain.get(key), runner.get(key)
+        lines.append(f"{label:52}{cell(p)}{cell(q)}{diff(p, q)}")
+    return "\n".join(lines)
 
 
 def median(runs: list[dict]) -> dict:
@@ -236,10 +310,12 @@ def main() -> int:
                 runners.append(run_runner(a, r.name, k))
         p, q = plains[-1], runners[-1]
         logs = (work / f"plain-{k}.log", Path(a.out) / f"round-{k}" / r.name / "engine.log")
+        starts = [start_account(read(log), x["load_s"]) for log, x in zip(logs, (p, q))]
         print(
             f"\nround {k} ({order[0]} first); output tokens plain {p['output_tokens']:,} / runner "
             f"{q['output_tokens']:,}; plain vLLM's import {p['import_s']:.2f} s; engine core "
-            f"process {' / '.join(map(start_method, logs))} (plain / runner)\n{table(p, q)}",
+            f"process {' / '.join(map(start_method, logs))} (plain / runner)\n{table(p, q)}\n"
+            f"{start_table(*starts)}",
             flush=True,
         )
     if a.rounds > 1:

@@ -111,3 +111,51 @@ def test_the_benchmark_tells_a_spawned_engine_core_from_a_forked_one(tmp_path):
     assert vvr.start_method(log) == "spawned"
     log.write_text("INFO Initializing a V1 LLM engine\n")
     assert vvr.start_method(log) == vvr.start_method(tmp_path / "absent") == "forked"
+
+
+# two starts of a vLLM 0.26 engine.log on the H200 (reports/h200-repeat, jsquad-vllm-fp8-graphs),
+# shortened after each line's message
+TWO_STARTS = """\
+INFO 12-04 10:40:35 [api_utils.py:273] non-default args: {'load_format': 'dummy'}
+(EngineCore pid=3828) INFO 12-04 10:40:39 [core.py:116] Initializing a V1 LLM engine (v0.26.0)
+(EngineCore pid=3828) INFO 12-04 10:40:44 [model_runner.py:305] Model loading took 8.2 GiB and \
+3.127808 seconds
+(EngineCore pid=3828) INFO 12-04 10:40:57 [core.py:340] init engine (profile, create kv cache, \
+warmup model) took 12.55 s (compilation: 5.69 s)
+===== runner: jsquad-vllm-fp8-graphs started 2026-12-04 10:43:30 =====
+runner worker pid 4300 (process group 4300)
+INFO 12-04 10:43:33 [api_utils.py:273] non-default args: {'load_format': 'dummy'}
+(EngineCore pid=4367) INFO 12-04 10:43:40 [core.py:116] Initializing a V1 LLM engine (v0.26.0)
+(EngineCore pid=4367) INFO 12-04 10:43:46 [model_runner.py:305] Model loading took 8.2 GiB and \
+4.582422 seconds
+(EngineCore pid=4367) INFO 12-04 10:43:54 [monitor.py:53] torch.compile took 7.01 s in total
+(EngineCore pid=4367) INFO 12-04 10:43:59 [model_runner.py:747] Graph capturing finished in 3 \
+secs, took 0.83 GiB
+(EngineCore pid=4367) INFO 12-04 10:44:00 [core.py:340] init engine (profile, create kv cache, \
+warmup model) took 14.24 s (compilation: 7.01 s)
+"""
+
+
+def test_the_benchmark_accounts_for_each_engine_start_from_its_log():
+    """The last start of a log: LLM()'s first line to the engine core's start (7 s) and to its ready
+    line (13 s more) by the log's stamps; the weights, init, compile and graphs by vLLM's own
+    figures; the rest of a 28.5-s LLM() outside the stamps; a log without the lines gives None."""
+    spec = importlib.util.spec_from_file_location("vvr3", _PATH.parent / "vllm_vs_runner.py")
+    vvr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vvr)
+    got = vvr.start_account(TWO_STARTS, 28.5)
+    assert got == {
+        "to_core": 7.0,
+        "core_to_ready": 20.0,
+        "weights": 4.582422,
+        "init": 14.24,
+        "compile": 7.01,
+        "graphs": 3.0,
+        "outside": 28.5 - 27.0,
+    }
+    first = vvr.start_account(TWO_STARTS.split("=====")[0], 30.0)
+    assert (first["to_core"], first["core_to_ready"], first["compile"]) == (4.0, 18.0, None)
+    assert set(vvr.start_account("no vLLM here", 3.0).values()) == {None}
+    table = vvr.start_table(got, first).splitlines()
+    assert table[1].split()[-3:] == ["7.00", "4.00", "-3.00"]
+    assert table[5].split()[-2:] == ["7.01", "-"]
