@@ -14,7 +14,8 @@
 #                                                 than one call's 570 s: split them, e.g. 'not serving', 'serving')
 #   bash benchmarks/gpu_check.sh bench OUT [N] [ARG...] runner vs a plain vLLM script on the study's jsquad-vllm
 #                                                 cell, N alternating pairs (default 2; ARGs go to vllm_vs_runner.py,
-#                                                 e.g. --plain-sampler), then kill/resume of a vLLM run
+#                                                 e.g. --plain-sampler), then kill/resume of a vLLM run;
+#                                                 both sides' logs and the runner's folders in bench-logs.tgz
 #   bash benchmarks/gpu_check.sh serve OUT        the JSQuAD one-shot recipe under load (jsquad-serve.yaml, the
 #                                                 question-first cell, 400 requests at 25, 100 and inf req/s)
 #   bash benchmarks/gpu_check.sh gguf OUT         keeps the SmolLM2 GGUF part carried in .gpu/gguf/ (the file is 94 MiB,
@@ -68,6 +69,8 @@ case $step in
   bench)
     timeout 400 python3 benchmarks/vllm_vs_runner.py recipes/jsquad-study.yaml --only jsquad-vllm --rounds "${3:-2}" "${@:4}" \
       "${MP[@]}" "${SETS[@]}" --out /root/bench 2>&1 | tee "$out/vllm_vs_runner.log"
+    logs=$(sed -n 's/.*; logs in \(\/[^ ]*\)$/\1/p' "$out/vllm_vs_runner.log" | head -1)  # the plain side's
+    tar -czf "$out/bench-logs.tgz" --exclude='*.jsonl' -C / ${logs:+"${logs#/}"} root/bench 2>/dev/null
     timeout 150 python3 benchmarks/kill_resume.py recipes/jsquad-study.yaml --only jsquad-vllm-oneshot-cache \
       --out /root/killres "${MP[@]}" "${SETS[@]}" 2>&1 | tee "$out/kill_resume.log" ;;
   serve)
