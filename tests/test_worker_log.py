@@ -93,6 +93,18 @@ def test_the_preloads_output_follows_the_start_line_once_the_job_comes(recipe, t
         assert log.count("runner worker pid") == 1
 
 
+def test_each_recipe_on_a_shared_engine_names_the_process_in_its_log_once(recipe, tmp_path):
+    """Two recipes of one job (one engine): each engine.log names the job's process and its group
+    once, the first's from before the library's import, the second's when its turn came."""
+    opts = RunOptions(out=tmp_path / "out", progress=False, limit=2, call=new_call())
+    units = tuple(make_unit(runner.load_recipe(recipe(n)), opts) for n in "ab")
+    [a, b] = isolate.run_isolated(Job(units, opts))
+    assert a.status == b.status == "ok"
+    for name in "ab":
+        log = opts.folder(name).engine_log.read_text()
+        assert log.count("runner worker pid") == 1 and "(process group " in log
+
+
 def test_ctrl_c_while_the_engine_library_loads_leaves_its_output_in_the_engine_log(
     recipe, tmp_path, monkeypatch
 ):

@@ -283,7 +283,7 @@ def main() -> int:
     os.dup2(held, 1)  # the output held until the job comes
     os.dup2(held, 2)
     # first, so a log of a process ended while its library loads names its group too
-    print(f"runner worker pid {os.getpid()} (process group {os.getpgrp()})", flush=True)
+    print(me := f"runner worker pid {os.getpid()} (process group {os.getpgrp()})", flush=True)
     with contextlib.suppress(Exception):  # an import that fails fails again in the engine's build
         spec.preload()
     ready = time.time()
@@ -295,7 +295,7 @@ def main() -> int:
     def before(unit: Unit) -> None:
         to_log(str(job.options.folder(unit.name).engine_log))
         if unit is not job.units[0]:  # the first one's log has the held output's line
-            print(f"runner worker pid {os.getpid()} (process group {os.getpgrp()})", flush=True)
+            print(me, flush=True)
 
     shared = SharedEngine(job.units[0])
     shared.stages["process_s"] = max(0.0, ready - job.spawned_at)
