@@ -193,10 +193,8 @@ _MARKS = {  # a line of the start, by what it marks
     "core": "Initializing a V1 LLM engine",  # the engine core process began
     "ready": "init engine (profile, create kv cache, warmup model) took",  # the engine core is up
 }
-_FIGURES = {  # vLLM's own account of parts of its start, in seconds
-    "weights": re.compile(r"Model loading took [\d.]+ GiB and ([\d.]+) seconds"),
-    "init": re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
-}
+# vLLM's own account of its engine core's init, in seconds (the runner reads the other parts)
+_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
 
 
 def start_account(text: str, load_s: float) -> dict[str, float | None]:
@@ -214,13 +212,13 @@ def start_account(text: str, load_s: float) -> dict[str, float | None]:
                 # a leap year: 02-29 parses
                 stamps[key] = datetime.strptime(f"2000-{m.group(1)}", "%Y-%m-%d %H:%M:%S")
     span = lambda a, b: (stamps[b] - stamps[a]).total_seconds() if {a, b} <= stamps.keys() else None
-    out: dict[str, float | None] = {
-        key: float(m.group(1)) if (m := rx.search(text)) else None for key, rx in _FIGURES.items()
-    }
-    parsed = parse_engine_log(text)  # the runner's own reading: torch.compile, CUDA graphs
-    out |= {"compile": parsed.get("compile_s"), "graphs": parsed.get("capture_s")}
+    parsed = parse_engine_log(text)  # the runner's own reading: weights, torch.compile, CUDA graphs
     whole = span("first", "ready")
-    return out | {
+    return {
+        "weights": parsed.get("weights_load_s"),
+        "init": float(m.group(1)) if (m := _INIT.search(text)) else None,
+        "compile": parsed.get("compile_s"),
+        "graphs": parsed.get("capture_s"),
         "to_core": span("first", "core"),
         "core_to_ready": span("core", "ready"),
         "outside": None if whole is None else load_s - whole,

@@ -8,9 +8,17 @@ import time
 from pathlib import Path
 
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "plain_vllm.py"
-_spec = importlib.util.spec_from_file_location("plain_vllm", _PATH)
-plain = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(plain)
+
+
+def _load(name: str):
+    """A script of benchmarks/ (not a package) as a module."""
+    spec = importlib.util.spec_from_file_location(name, _PATH.parent / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+plain, vvr = _load("plain_vllm"), _load("vllm_vs_runner")
 
 CHILD = """
 import subprocess, sys
@@ -74,9 +82,6 @@ def test_the_plain_script_runs_the_runners_sampler_only_when_asked(tmp_path):
     import json
     import subprocess
 
-    spec = importlib.util.spec_from_file_location("vvr", _PATH.parent / "vllm_vs_runner.py")
-    vvr = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(vvr)
     (tmp_path / "vllm.py").write_text(STUB_VLLM)
     (tmp_path / "plain.py").write_text(vvr.PLAIN)
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
@@ -100,9 +105,6 @@ def test_the_plain_script_runs_the_runners_sampler_only_when_asked(tmp_path):
 def test_the_benchmark_tells_a_spawned_engine_core_from_a_forked_one(tmp_path):
     """vLLM 0.26 (utils/system_utils.py) warns when it must spawn its engine core (which imports
     vLLM again): the benchmark names which side did."""
-    spec = importlib.util.spec_from_file_location("vvr2", _PATH.parent / "vllm_vs_runner.py")
-    vvr = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(vvr)
     log = tmp_path / "engine.log"
     log.write_text(
         "WARNING 12-05 [system_utils.py:157] We must use the `spawn` multiprocessing start method. "
@@ -140,9 +142,6 @@ def test_the_benchmark_accounts_for_each_engine_start_from_its_log():
     """The last start of a log: LLM()'s first line to the engine core's start (7 s) and to its ready
     line (13 s more) by the log's stamps; the weights, init, compile and graphs by vLLM's own
     figures; the rest of a 28.5-s LLM() outside the stamps; a log without the lines gives None."""
-    spec = importlib.util.spec_from_file_location("vvr3", _PATH.parent / "vllm_vs_runner.py")
-    vvr = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(vvr)
     got = vvr.start_account(TWO_STARTS, 28.5)
     assert got == {
         "to_core": 7.0,
