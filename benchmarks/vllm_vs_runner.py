@@ -239,8 +239,8 @@ START_ROWS = [
 def start_table(plain: dict, runner: dict) -> str:
     """The two engine starts side by side, as their logs account for them (stamps +-1 s)."""
     cell = lambda v: f"{v:12.2f}" if v is not None else f"{'-':>12}"
-    diff = lambda p, q: f"{q - p:+10.2f}" if p is not None and q is not None else f"{'':10}"
-    lines = [f"{'engine start by its log':52}{'plain vLLM':>12}{'runner':>12}{'runner-plain':>10}"]
+    diff = lambda p, q: f"{q - p:+14.2f}" if p is not None and q is not None else f"{'':14}"
+    lines = [f"{'engine start by its log':52}{'plain vLLM':>12}{'runner':>12}{'runner-plain':>14}"]
     for label, key in START_ROWS:
         p, q = plain.get(key), runner.get(key)
         lines.append(f"{label:52}{cell(p)}{cell(q)}{diff(p, q)}")

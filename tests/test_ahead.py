@@ -274,3 +274,27 @@ def test_a_recipe_whose_process_died_in_its_first_turn_has_no_later_turn_nor_pro
         "[job 2 of 3] b (fake, none; turn 1 of 2)",
         "[job 3 of 3] b (fake, none; turn 2 of 2)",
     ]
+
+
+_TRANSFORMERS_BUILD = """
+import json, sys
+from runner.engines.transformers import TransformersSpec
+lazy = "transformers.models.auto.modeling_auto" not in sys.modules
+TransformersSpec(kind="transformers").preload()
+before = set(sys.modules)
+# what the transformers engine's build takes from it
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+from transformers import GenerationConfig
+print(json.dumps({"lazy": lazy, "new": sorted(set(sys.modules) - before)}))
+"""
+
+
+def test_a_process_started_ahead_imports_what_the_transformers_engine_builds_with():
+    """transformers loads its classes on first use: `preload` imports them, so none of the engine's
+    start is an import (a fresh interpreter, for a clean `sys.modules`)."""
+    pytest.importorskip("transformers")
+    out = subprocess.run(
+        [sys.executable, "-c", _TRANSFORMERS_BUILD], capture_output=True, text=True, check=True
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"lazy": True, "new": []}

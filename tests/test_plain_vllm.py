@@ -157,4 +157,5 @@ def test_the_benchmark_accounts_for_each_engine_start_from_its_log():
     assert set(vvr.start_account("no vLLM here", 3.0).values()) == {None}
     table = vvr.start_table(got, first).splitlines()
     assert table[1].split()[-3:] == ["7.00", "4.00", "-3.00"]
+    assert table[0].endswith(" runner-plain") and len(table[0]) == len(table[1])  # in line
     assert table[5].split()[-2:] == ["7.01", "-"]

@@ -189,3 +189,45 @@ def test_a_gguf_model_runs_from_its_safetensors_copy_and_says_so(monkeypatch, tm
         "Weights dequantized from Q4_1 (m.Q4_1.gguf) into a float32 safetensors copy (converted "
         f"in this run, 12.3 s: {copy}); vLLM has no GGUF loader."
     )
+
+
+def test_the_engine_start_is_the_llm_call_not_the_lazy_import_of_vllm_llm(monkeypatch, tmp_path):
+    """vLLM imports `vllm.LLM` on first use (1.5-3 s of modules): resolved before the clock starts,
+    so `load_s` is the `LLM(...)` call a plain script times, not the import (its stage says
+    "imports included")."""
+    pytest.importorskip("transformers")
+    _stand_in(monkeypatch, tmp_path)
+    vllm = sys.modules["vllm"]
+    cls = vllm.__dict__.pop("LLM")
+
+    def lazy(name):  # as vllm/__init__.py's module __getattr__
+        if name != "LLM":
+            raise AttributeError(name)
+        time.sleep(2)
+        return cls
+
+    vllm.__getattr__ = lazy
+    eng = VLLMEngine(VLLMSpec(kind="vllm"), _model(), chat=None)
+    assert 0.05 <= eng.info.load_s < 2
+
+
+def test_a_worker_started_ahead_imports_what_the_vllm_engine_builds_with(monkeypatch, tmp_path):
+    """`preload` (a job's process, before its job comes) imports `vllm.LLM`'s module and the
+    arguments' class, not only vLLM's lazy top."""
+    for part in ("vllm/engine", "vllm/entrypoints"):
+        (tmp_path / part).mkdir(parents=True)
+        (tmp_path / part / "__init__.py").write_text("")
+    (tmp_path / "vllm/__init__.py").write_text("__version__ = '0.26.0'\n")
+    (tmp_path / "vllm/engine/arg_utils.py").write_text("class EngineArgs: pass\n")
+    (tmp_path / "vllm/entrypoints/llm.py").write_text("class LLM: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(VLLMSpec, "set_env", lambda self: None)
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    try:
+        VLLMSpec(kind="vllm").preload()
+        loaded = {m for m in sys.modules if m == "vllm" or m.startswith("vllm.")}
+    finally:
+        for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+            del sys.modules[name]
+    assert {"vllm", "vllm.engine.arg_utils", "vllm.entrypoints.llm"} <= loaded

@@ -221,6 +221,9 @@ class EngineSpecBase(StrictModel):
     the only list."""
 
     library: ClassVar[str | None] = None  # module that must be importable for `go` to run it
+    # what `build` imports of it beyond its top (a lazily loaded package, vLLM's or transformers',
+    # imports its parts on first use): loaded ahead too, so no import lands in the engine's start
+    preloads: ClassVar[tuple[str, ...]] = ()
     packages: ClassVar[tuple[str, ...]] = ()  # distributions whose versions results.json records
     # this spec's automatic-prefix-caching knob, if any
     prefix_cache_field: ClassVar[str | None] = None
@@ -244,8 +247,8 @@ class EngineSpecBase(StrictModel):
     def preload(self) -> None:
         """Import the engine's library ahead of `build` (a worker process started before its
         job)."""
-        if self.library:
-            importlib.import_module(self.library)
+        for name in (self.library, *self.preloads) if self.library else ():
+            importlib.import_module(name)
 
     def preflight(self, model: ModelSpec) -> None:
         """User errors this engine can see on the host that runs it before anything runs (pure of

@@ -64,6 +64,13 @@ class TransformersSpec(EngineSpecBase):
     """Hugging Face transformers: `generate` in padded batches, or its continuous batching."""
 
     library = "transformers"
+    # what `build` takes from it: the Auto classes it loads the tokenizer and model with, the
+    # quantization configs
+    preloads = (
+        "transformers.models.auto.modeling_auto",
+        "transformers.models.auto.tokenization_auto",
+        "transformers.utils.quantization_config",
+    )
     packages = ("torch", "transformers", "tokenizers")
     label = "transformers"
 

@@ -42,6 +42,7 @@ class VLLMSpec(EngineSpecBase):
     """vLLM offline inference (`vllm.LLM`)."""
 
     library = "vllm"
+    preloads = ("vllm.engine.arg_utils", "vllm.entrypoints.llm")  # `vllm.LLM` and its arguments
     packages = ("vllm", "torch", "transformers")
     prefix_cache_field = "enable_prefix_caching"
     kv_pool = True
