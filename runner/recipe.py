@@ -404,10 +404,11 @@ class Recipe(StrictModel):
     )
     profile: bool = Field(
         False,
-        description="After the measured repeats, generate the first prompts twice more under the "
-        "engine's profiler (untimed; vLLM's and torch's profilers): report.md then says where the "
-        "generation's time goes (GPU kernels by class, GPU idle, prefill against decode); the "
-        "trace is kept in the run folder. The fake engine has no profiler.",
+        description="After the measured repeats, generate the first prompts (as many as one "
+        "engine step holds, at most 1,024) twice more under the engine's profiler (untimed; "
+        "vLLM's and torch's profilers): report.md then says where the generation's time goes "
+        "(GPU kernels by class, GPU idle, prefill against decode); the trace is kept in the run "
+        "folder. The fake engine has no profiler.",
     )
 
     @model_validator(mode="after")

@@ -50,6 +50,7 @@ def _stand_in(monkeypatch, tmp_path, *, cache=None, quantization=None, accepted=
                     model_config=mc,
                     parallel_config=SimpleNamespace(tensor_parallel_size=1),
                     load_config=SimpleNamespace(load_format=SimpleNamespace(value="DUMMY")),
+                    scheduler_config=SimpleNamespace(max_num_seqs=256),
                 )
             )
 
@@ -103,6 +104,7 @@ def test_facts_come_from_the_engines_config_and_this_starts_part_of_the_log(monk
         and eng.info.device == "NVIDIA H200"
     )
     assert eng.info.extra["kv_cache_gib"] == 101.37 and eng.info.extra["block_size"] == 16
+    assert eng.info.batch == 256  # max_num_seqs: a profile's window
     assert 0.05 <= eng.info.load_s < 5  # the LLM() call, timed
 
 

@@ -172,6 +172,9 @@ class EngineInfo:
     extra: dict[str, Any] = field(default_factory=dict)
     # the GPUs the engine runs on (their energy counters are read; GPU-seconds are priced per GPU)
     gpus: int = 0
+    # the most sequences one step of the engine holds (vLLM's `max_num_seqs`, a static batch's size;
+    # None: unknown): a profile's window is one such step's worth of prompts
+    batch: int | None = None
 
 
 Advance = Callable[[int], None]  # a progress bar's update: how many more requests finished

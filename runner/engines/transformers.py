@@ -322,6 +322,7 @@ class TransformersEngine:
         device = self.torch.cuda.get_device_name(0) if cuda else cpu
         info = EngineInfo("transformers", version, device, load_s, weights, quantization=q)
         info.gpus = int(cuda)
+        info.batch = self.spec.batch_size if self.spec.batching == "static" else None
         info.extra["torch"] = self.torch.__version__
         info.notes += [SMOKE_NOTE] if builtin else []
         if (path := self.model_spec.gguf_path) is not None:

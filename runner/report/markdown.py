@@ -306,7 +306,8 @@ def _profile_section(r: RunResult) -> list[str]:
         parts["the GPU idle (waiting on the CPU side)"] = full.idle_s
     rows.append(["window wall time (under the profiler)", secs(pre.wall_s), secs(full.wall_s), ""])
     note = (
-        f"The first {p.examples} prompts generated twice more after the measured repeats, under "
+        f"The first {p.examples} prompts (at most what one engine step holds, up to 1,024; 128 "
+        "where the engine does not say) generated twice more after the measured repeats, under "
         f"the engine's profiler ({what}; untimed: the profiler slows them, the figures above "
         "do not include them): once with one output token (the prefill) and once as the recipe "
         "asks; decode is roughly the second less the first. Classes are read from kernel and "
