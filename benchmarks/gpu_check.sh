@@ -14,8 +14,10 @@
 #                                                 than one call's 570 s: split them, e.g. 'not serving', 'serving')
 #   bash benchmarks/gpu_check.sh bench OUT [N] [ARG...] runner vs a plain vLLM script on the study's jsquad-vllm
 #                                                 cell, N alternating pairs (default 2; ARGs go to vllm_vs_runner.py,
-#                                                 e.g. --plain-sampler), then kill/resume of a vLLM run;
-#                                                 both sides' logs and the runner's folders in bench-logs.tgz
+#                                                 e.g. --plain-sampler; 3 warm pairs take ~390 s, a cold first pair
+#                                                 ~50 s more); both sides' logs and the runner's folders in
+#                                                 bench-logs.tgz
+#   bash benchmarks/gpu_check.sh killres OUT      kill a vLLM run of the study's reference cell midway and resume it
 #   bash benchmarks/gpu_check.sh serve OUT        the JSQuAD one-shot recipe under load (jsquad-serve.yaml, the
 #                                                 question-first cell, 400 requests at 25, 100 and inf req/s)
 #   bash benchmarks/gpu_check.sh gguf OUT         keeps the SmolLM2 GGUF part carried in .gpu/gguf/ (the file is 94 MiB,
@@ -67,10 +69,11 @@ case $step in
     SHARED=$S timeout 570 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=0 "${sel[@]}" tests/test_gpu.py 2>&1 \
       | tee -a "$out/gpu-tests.log" ;;
   bench)
-    timeout 400 python3 benchmarks/vllm_vs_runner.py recipes/jsquad-study.yaml --only jsquad-vllm --rounds "${3:-2}" "${@:4}" \
+    timeout 570 python3 benchmarks/vllm_vs_runner.py recipes/jsquad-study.yaml --only jsquad-vllm --rounds "${3:-2}" "${@:4}" \
       "${MP[@]}" "${SETS[@]}" --out /root/bench 2>&1 | tee "$out/vllm_vs_runner.log"
     logs=$(sed -n 's/.*; logs in \(\/[^ ]*\)$/\1/p' "$out/vllm_vs_runner.log" | head -1)  # the plain side's
-    tar -czf "$out/bench-logs.tgz" --exclude='*.jsonl' -C / ${logs:+"${logs#/}"} root/bench 2>/dev/null
+    tar -czf "$out/bench-logs.tgz" --exclude='*.jsonl' -C / ${logs:+"${logs#/}"} root/bench 2>/dev/null ;;
+  killres)
     timeout 150 python3 benchmarks/kill_resume.py recipes/jsquad-study.yaml --only jsquad-vllm-oneshot-cache \
       --out /root/killres "${MP[@]}" "${SETS[@]}" 2>&1 | tee "$out/kill_resume.log" ;;
   serve)
