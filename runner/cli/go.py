@@ -161,8 +161,7 @@ def interrupted(e: Interrupted) -> NoReturn:
         "Also say where each recipe's generation time goes (the same as --set profile=true): "
         "after its repeats, its first prompts (one engine step's worth) run twice more, untimed, "
         "under the engine's profiler; report.md sorts the GPU time by kernel class and keeps the "
-        "trace. Offline "
-        "runs only."
+        "trace. Offline runs only."
     ),
 )
 @price(
