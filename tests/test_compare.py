@@ -91,10 +91,15 @@ def test_the_same_runs_are_no_clear_difference_and_pass_the_gate(calls, tmp_path
     assert line.startswith("fk: no clear difference (0.") and line.endswith("×); same answers")
     assert written == f"compare: {copy / 'compare.md'}"
     assert {p.name for p in copy.iterdir()} >= {"compare.md", "compare.json", "compare.png"}
-    # a second call of the same recipe: its time moves across calls, never clearly by 10%
-    r = _compare(calls["old"], calls["same"], "--fail-on-slower", "10", "--out", tmp_path / "o")
+    # a second call of the same recipe: matched across calls, the same answers; its time moves with
+    # the load (a shared machine once made it 1.50x (1.16-1.95)): no verdict asserted
+    r = _compare(calls["old"], calls["same"], "--out", tmp_path / "o")
     assert r.exit_code == 0, r.output
-    assert "fk: " in r.stdout and "; scores not comparable (a fake engine)\n" in r.stdout
+    line, written = r.stdout.splitlines()
+    assert line.startswith("fk: ") and line.endswith(
+        "; same answers; scores not comparable (a fake engine)"
+    )
+    assert written == f"compare: {tmp_path / 'o' / 'compare.md'}"
 
 
 def test_a_run_3x_slower_per_example_is_clearly_slower_and_fails_the_gate(calls, tmp_path):
