@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from runner.base.types import MAX_SEED, ModelSpec, Sampling, StrictModel
+from runner.base.types import MAX_SEED, PROFILE_MAX_WINDOW, ModelSpec, Sampling, StrictModel
 from runner.engines import ENGINES, EngineSpec
 from runner.scoring import METRICS, ScoringSpec
 
@@ -405,10 +405,10 @@ class Recipe(StrictModel):
     profile: bool = Field(
         False,
         description="After the measured repeats, generate the first prompts (as many as one "
-        "engine step holds, at most 1,024) twice more under the engine's profiler (untimed; "
-        "vLLM's and torch's profilers): report.md then says where the generation's time goes "
-        "(GPU kernels by class, GPU idle, prefill against decode); the trace is kept in the run "
-        "folder. The fake engine has no profiler.",
+        f"engine step holds, at most {PROFILE_MAX_WINDOW:,}) twice more under the engine's "
+        "profiler (untimed; vLLM's and torch's profilers): report.md then says where the "
+        "generation's time goes (GPU kernels by class, GPU idle, prefill against decode); the "
+        "trace is kept in the run folder. The fake engine has no profiler.",
     )
 
     @model_validator(mode="after")

@@ -185,6 +185,10 @@ Sink = Callable[[list[tuple[int, Generation]]], None]
 # set (to "1") while the engine of a job with a recipe that profiles is built: an engine whose
 # profiler must be set up at construction (vLLM) reads it
 PROFILE_ENV = "RUNNER_PROFILE"
+# prompts a profile takes: one engine step's worth (`EngineInfo.batch`), so the window's steps are
+# shaped as the run's; PROFILE_WINDOW where the engine does not say; at most PROFILE_MAX_WINDOW
+# (traces grow with steps)
+PROFILE_WINDOW, PROFILE_MAX_WINDOW = 128, 1024
 
 
 class Engine(Protocol):

@@ -12,6 +12,7 @@ import yaml
 
 from runner.base.files import write_text_atomic
 from runner.base.format import N_EXAMPLES_SHOWN, brief, gib, inline, secs, short, table
+from runner.base.types import PROFILE_MAX_WINDOW, PROFILE_WINDOW
 from runner.folder import RunFolder, load_samples
 from runner.report.spread import LEGEND, rate_cell, time_cell
 from runner.results import RunResult
@@ -306,8 +307,9 @@ def _profile_section(r: RunResult) -> list[str]:
         parts["the GPU idle (waiting on the CPU side)"] = full.idle_s
     rows.append(["window wall time (under the profiler)", secs(pre.wall_s), secs(full.wall_s), ""])
     note = (
-        f"The first {p.examples} prompts (at most what one engine step holds, up to 1,024; 128 "
-        "where the engine does not say) generated twice more after the measured repeats, under "
+        f"The first {p.examples} prompts (at most what one engine step holds, up to "
+        f"{PROFILE_MAX_WINDOW:,}; {PROFILE_WINDOW} where the engine does not say) generated twice "
+        "more after the measured repeats, under "
         f"the engine's profiler ({what}; untimed: the profiler slows them, the figures above "
         "do not include them): once with one output token (the prefill) and once as the recipe "
         "asks; decode is roughly the second less the first. Classes are read from kernel and "

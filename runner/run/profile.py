@@ -17,14 +17,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from runner.base.types import Engine, Request
+from runner.base.types import PROFILE_MAX_WINDOW, PROFILE_WINDOW, Engine, Request
 from runner.folder import RunFolder
 from runner.results import Profile, ProfileWindow
 from runner.run.job import Unit
 
-# prompts profiled: one engine step's worth (its `info.batch`), so the window's steps are shaped as
-# the run's; this many where the engine does not say; at most MAX_WINDOW (traces grow with steps)
-WINDOW, MAX_WINDOW = 128, 1024
 # first match wins: attention kernels also hold softmax and matmuls of their own
 CLASSES = (
     ("attention", re.compile(r"attn|attention|flash|sdpa|paged|softmax")),
@@ -124,7 +121,7 @@ def profile_run(engine: Engine, unit: Unit, ids: list[list[int]], folder: RunFol
     if hook is None:
         return Profile(note=f"the {engine.info.name or 'this'} engine has no profiler")
     r, examples = unit.loaded.recipe, unit.prepared.examples
-    width = min(engine.info.batch or WINDOW, MAX_WINDOW)
+    width = min(engine.info.batch or PROFILE_WINDOW, PROFILE_MAX_WINDOW)
     requests = [Request(ids=x, example=ex) for x, ex in zip(ids[:width], examples)]
     one = r.sampling.model_copy(update={"max_tokens": 1})
     windows, kept = {}, folder.profile

@@ -108,7 +108,6 @@ class VLLMEngine:
         warm = warm_up(self.llm) if spec.warmup else None
         warm_s = time.perf_counter() - t_warm if warm else None
         f, load_s = self.facts, time.perf_counter() - t0
-        vc = self.llm.llm_engine.vllm_config
         extra = {
             "torch": torch.__version__,
             "kv_cache_gib": parsed.get("kv_cache_gib"),
@@ -132,7 +131,7 @@ class VLLMEngine:
             notes=[gguf.note(converted, "vllm")] if converted else [],
             extra=extra,
             gpus=f.tensor_parallel_size or spec.tensor_parallel_size,
-            batch=getattr(getattr(vc, "scheduler_config", None), "max_num_seqs", None),
+            batch=self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs,
         )
 
     def _read_facts(self, version: str, log: str) -> tuple[VLLMFacts, dict[str, float]]:
