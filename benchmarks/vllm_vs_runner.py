@@ -16,10 +16,11 @@ both times and their ratio (targets: generation within 2%, whole wall time withi
 side's engine start as its vLLM log accounts for it (LLM() to its engine core, the core's start to
 ready, the weights, init, torch.compile, CUDA graphs, and LLM()'s time outside the log's stamps):
 where the runner's start is slower with the same arguments, this says in which part.
-With --profile the runner's call runs under cProfile and each round also says where the call's time
-went: before the job (imports, loading, checks), waiting for the first job's plan, the job's process
-(its start, the run results.json records, and its end after results.json), the GPU memory check, the
-reports and the summary.
+Each round also splits both sides' rest (the wall time less engine start and generation): the plain
+script's vLLM import and the rest of its process; the runner's by the stages its results.json
+records (the job's wait for its process, which imports vLLM; rendering and tokenizing the prompts;
+the engine's build outside LLM(); writing; the other) and the call's time outside them (the CLI's
+start, the first job's plan, the job's end and the reports).
 With --plain-sampler the plain script runs the runner's NVML sampler (a thread polling memory and
 utilization every 50 ms, which the runner's job process starts before its engine) through its own
 engine start and generation: where the runner's engine start is slower than plain vLLM's with the
@@ -108,9 +109,6 @@ def run_runner(a, name: str, k: int) -> dict:
         cmd += ["--set", s]
     for m in a.model_path:
         cmd += ["--model-path", m]
-    prof = out.parent / f"round-{k}.prof"
-    if a.profile:
-        cmd[1:2] = ["-m", "cProfile", "-o", str(prof), "-m"]
     t0 = time.perf_counter()
     rr = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -120,50 +118,14 @@ def run_runner(a, name: str, k: int) -> dict:
         )
     res = json.loads((out / name / "results.json").read_text())
     t = res["timings"]
-    if a.profile:
-        print(call_parts(prof, res.get("stages") or {}, wall), flush=True)
     return {
+        "stages": res.get("stages") or {},
         "generate_s": t["generate_s"],
         "load_s": t["load_s"],
         "wall_s": wall,
         "other_s": wall - t["load_s"] - t["generate_s"],
         "output_tokens": res["tokens"]["output"],
     }
-
-
-# (file name, function) -> what it is, in the parent's profile
-PARTS = [
-    (("orchestrate.py", "run_loaded"), "the call's run (after imports, loading and checks)"),
-    (("wings.py", "attach"), "  waiting for the first job's plan"),
-    (("isolate.py", "_wait"), "  the job's process, spawned to exit"),
-    (("nvml.py", "wait_for_release"), "  GPU memory back after it"),
-    (("markdown.py", "write_report"), "  report.md"),
-    (("summary.py", "write_summary"), "  summary.md and its charts"),
-]
-
-
-def call_parts(prof: Path, stages: dict, wall: float) -> str:
-    """Where the runner's call went, from the parent's cProfile and the run's recorded stages."""
-    import pstats
-
-    st = pstats.Stats(str(prof)).stats  # (file, line, name) -> (cc, nc, tt, ct, callers)
-    cum = {}
-    for (file, _, name), v in st.items():
-        for key, _label in PARTS:
-            if file.endswith(key[0]) and name == key[1]:
-                cum[key] = cum.get(key, 0.0) + v[3]
-    rows = [("the call (benchmark's wall)", wall)]
-    rows += [(label, cum.get(key, 0.0)) for key, label in PARTS]
-    child = cum.get(PARTS[2][0], 0.0)
-    run = stages.get("wall_s", 0.0) - stages.get("prepare_s", 0.0)
-    rows += [
-        ("    of it the process start", stages.get("process_s", 0.0)),
-        ("    of it the run after the start", run - stages.get("process_s", 0.0)),
-        ("    of it after results.json (the process's end)", child - run),
-        ("    of the run: engine build (imports too)", stages.get("start_s", 0.0)),
-        ("before the call's run (imports, loading)", wall - cum.get(PARTS[0][0], 0.0)),
-    ]
-    return "\n".join(f"  {label:52}{s:9.2f} s" for label, s in rows)
 
 
 ROWS = [
@@ -247,6 +209,32 @@ def start_table(plain: dict, runner: dict) -> str:
     return "\n".join(lines)
 
 
+def rest_split(plain: dict, runner: dict) -> str:
+    """Each side's rest: the plain script's import and the rest of its process; the runner's by
+    its recorded stages, and its call outside them."""
+    st = runner["stages"]
+    outside = runner["wall_s"] - st.get("wall_s", 0.0)
+    parts = [
+        ("the job's wait for its process (vLLM's import)", st.get("process_s", 0.0)),
+        (
+            "the prompts: rendering, tokenizing",
+            st.get("prepare_s", 0.0) + st.get("tokenize_s", 0.0),
+        ),
+        (
+            "the engine's build outside LLM() (its tokenizer, ...)",
+            st.get("start_s", 0.0) - runner["load_s"],
+        ),
+        ("writing samples; the run's other time", st.get("write_s", 0.0) + st.get("other_s", 0.0)),
+        ("the call outside the run (CLI start, plan, end, reports)", outside),
+    ]
+    left = plain["wall_s"] - plain["import_s"] - plain["load_s"] - plain["generate_s"]
+    rows = [f"{'the rest':60}{'plain vLLM':>12}{'runner':>12}"]
+    rows.append(f"{'  the import of vLLM, before LLM()':60}{plain['import_s']:12.2f}")
+    rows.append(f"{'  the process outside its timers':60}{left:12.2f}")
+    rows += [f"  {label:58}{'':>12}{s:12.2f}" for label, s in parts]
+    return "\n".join(rows)
+
+
 def median(runs: list[dict]) -> dict:
     return {key: statistics.median(x[key] for x in runs) for _, key, _ in ROWS}
 
@@ -275,9 +263,6 @@ def main() -> int:
     ap.add_argument("--out", default=str(Path(tempfile.gettempdir()) / "bench-reports"))
     ap.add_argument(
         "--rounds", type=int, default=1, help="pairs of runs, alternating which goes first"
-    )
-    ap.add_argument(
-        "--profile", action="store_true", help="say where the runner's call went (cProfile)"
     )
     ap.add_argument(
         "--plain-sampler",
@@ -313,7 +298,7 @@ def main() -> int:
             f"\nround {k} ({order[0]} first); output tokens plain {p['output_tokens']:,} / runner "
             f"{q['output_tokens']:,}; plain vLLM's import {p['import_s']:.2f} s; engine core "
             f"process {' / '.join(map(start_method, logs))} (plain / runner)\n{table(p, q)}\n"
-            f"{start_table(*starts)}",
+            f"{start_table(*starts)}\n{rest_split(p, q)}",
             flush=True,
         )
     if a.rounds > 1:

@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "plain_vllm.py"
 
 
@@ -159,3 +161,27 @@ def test_the_benchmark_accounts_for_each_engine_start_from_its_log():
     assert table[1].split()[-3:] == ["7.00", "4.00", "-3.00"]
     assert table[0].endswith(" runner-plain") and len(table[0]) == len(table[1])  # in line
     assert table[5].split()[-2:] == ["7.01", "-"]
+
+
+def test_the_rest_split_adds_up_to_each_sides_rest():
+    """Each side's rows of the rest add up to its wall time less engine start and generation (the
+    runner's from its results.json stages of an H100 round, reports/h100-startfix round 1)."""
+    plain = {"wall_s": 63.21, "import_s": 25.01, "load_s": 15.84, "generate_s": 20.70}
+    stages = {
+        "wall_s": 46.99,
+        "prepare_s": 0.32,
+        "process_s": 8.59,
+        "start_s": 16.95,
+        "tokenize_s": 0.53,
+        "generate_s": 20.43,
+        "write_s": 0.13,
+        "other_s": 0.04,
+    }
+    runner = {"wall_s": 68.16, "load_s": 16.01, "generate_s": 20.42, "stages": stages}
+    lines = vvr.rest_split(plain, runner).splitlines()
+    figures = [float(line.split()[-1]) for line in lines[1:]]
+    assert sum(figures[:2]) == pytest.approx(plain["wall_s"] - 15.84 - 20.70, abs=0.02)
+    runner_rest = runner["wall_s"] - runner["load_s"] - runner["generate_s"]
+    # the generate stage and timings.generate_s differ by the stage's own bookkeeping (0.01 s)
+    assert sum(figures[2:]) == pytest.approx(runner_rest, abs=0.05)
+    assert lines[-1].split()[-1] == "21.17"  # the call outside the run: 68.16 - 46.99
