@@ -10,8 +10,10 @@
 #                                                 ../shared in .gpu/shared, .whl/ with the wheels the host lacks):
 #                                                 vLLM into /tmp/vllm-site, the wheels into /tmp/site, shared to
 #                                                 /root/shared
-#   bash benchmarks/gpu_check.sh tests OUT [K]    the GPU tests (pytest -m gpu), those -k K selects (all 9 need more
-#                                                 than one call's 570 s: split them, e.g. 'not serving', 'serving')
+#   bash benchmarks/gpu_check.sh tests OUT [K]    the GPU tests (pytest -m gpu), those -k K selects (all 10 need more
+#                                                 than one call's 570 s: three calls, 'serving or profile' ~180 s,
+#                                                 'empty_prefix_cache' ~140 s, 'not serving and not profile and not
+#                                                 empty_prefix_cache' ~330-450 s)
 #   bash benchmarks/gpu_check.sh bench OUT [N] [ARG...] runner vs a plain vLLM script on the study's jsquad-vllm
 #                                                 cell, N alternating pairs (default 2; ARGs go to vllm_vs_runner.py,
 #                                                 e.g. --plain-sampler; 3 warm pairs take ~390 s, a cold first pair
@@ -45,6 +47,15 @@
 #   bash benchmarks/gpu_check.sh xquad-tune OUT   after `gguf`: runner tune recipes/xquad-smollm2-study.yaml (real
 #                                                 weights: the gate against a faster, shorter answer) and the study's
 #                                                 transformers cells (static and continuous batching)
+#   bash benchmarks/gpu_check.sh study OUT CELLS  the JSQuAD study's cells that CELLS names (runner go's --only) into
+#                                                 /root/study, the whole study in five calls (cold compile caches on a
+#                                                 fresh host: ~22-25 minutes in all), each folder of the study tarred
+#                                                 to OUT without samples: 'jsquad-hf-*'; 'jsquad-vllm,jsquad-vllm-
+#                                                 bigbatch,jsquad-vllm-awq,jsquad-vllm-offload'; 'jsquad-vllm-oneshot*';
+#                                                 'jsquad-vllm-fp8,jsquad-vllm-fp8-fast,jsquad-vllm-fp8-onewave,jsquad-
+#                                                 vllm-fp8-16k,jsquad-vllm-fp8-8k'; 'jsquad-vllm-fp8-graphs,jsquad-vllm-
+#                                                 fp8-kv8,jsquad-vllm-fp8-wide,jsquad-vllm-fp8-kv8-wide,jsquad-vllm-fp8-
+#                                                 8k-graphs' (a call cut short: the same CELLS again resumes)
 #   bash benchmarks/gpu_check.sh xquad OUT [ROUND] the XQuAD study on real weights (recipes/xquad-smollm2-study.yaml,
 #                                                 all 1,190 questions) into /root/xquad-ROUND, its folder tarred to OUT
 set -uo pipefail
@@ -108,6 +119,11 @@ case $step in
     timeout "${4:-560}" python3 -m runner go recipes/jsquad-study.yaml --only 'jsquad-hf-batched,jsquad-hf-continuous' \
       --out /root/hf-cb --no-progress "${lim[@]}" "${MP[@]}" "${SETS[@]}" --usd-per-gpu-hour 3.5 2>&1 | tee -a "$out/hf-cb.log"
     tar -C /root -czf "$out/hf-cb.tgz" --exclude='*.lock' hf-cb ;;
+  study)
+    timeout 570 python3 -m runner go recipes/jsquad-study.yaml --only "$3" --out /root/study --no-progress \
+      "${MP[@]}" --model-path Qwen/Qwen2.5-7B-Instruct-AWQ=$S/models/qwen2.5-7b-instruct-awq "${SETS[@]}" \
+      --timeout 400 --usd-per-gpu-hour 3.5 2>&1 | tee -a "$out/study.log"
+    tar -C /root -czf "$out/study.tgz" --exclude='*.lock' --exclude='samples*.jsonl*' study ;;
   xquad-tune)
     if [ ! -f $G ]; then mkdir -p /root/models && cat $ST/smollm2.gguf.part-* > $G; fi
     sha256sum $G | tee "$out/gguf.sha256"
