@@ -165,7 +165,7 @@ def test_the_benchmark_accounts_for_each_engine_start_from_its_log():
 
 def test_the_rest_split_adds_up_to_each_sides_rest():
     """Each side's rows of the rest add up to its wall time less engine start and generation (the
-    runner's from its results.json stages of an H100 round, reports/h100-startfix round 1)."""
+    runner's from its results.json stages of an H100 round, reports/h100-startfix/bench/round-1)."""
     plain = {"wall_s": 63.21, "import_s": 25.01, "load_s": 15.84, "generate_s": 20.70}
     stages = {
         "wall_s": 46.99,
