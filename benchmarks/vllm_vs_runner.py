@@ -217,14 +217,17 @@ def rest_split(plain: dict, runner: dict) -> str:
     parts = [
         ("the job's wait for its process (vLLM's import)", st.get("process_s", 0.0)),
         (
-            "the prompts: rendering, tokenizing",
+            "the inputs: data, rendering, checks, tokenizing",
             st.get("prepare_s", 0.0) + st.get("tokenize_s", 0.0),
         ),
         (
             "the engine's build outside LLM() (its tokenizer, ...)",
             st.get("start_s", 0.0) - runner["load_s"],
         ),
-        ("writing samples; the run's other time", st.get("write_s", 0.0) + st.get("other_s", 0.0)),
+        (
+            "warm-up, writing samples, the run's other time",
+            st.get("warmup_s", 0.0) + st.get("write_s", 0.0) + st.get("other_s", 0.0),
+        ),
         ("the call outside the run (CLI start, plan, end, reports)", outside),
     ]
     left = plain["wall_s"] - plain["import_s"] - plain["load_s"] - plain["generate_s"]
