@@ -18,9 +18,9 @@ ready, the weights, init, torch.compile, CUDA graphs, and LLM()'s time outside t
 where the runner's start is slower with the same arguments, this says in which part.
 Each round also splits both sides' rest (the wall time less engine start and generation): the plain
 script's vLLM import and the rest of its process; the runner's by the stages its results.json
-records (the job's wait for its process, which imports vLLM; rendering and tokenizing the prompts;
-the engine's build outside LLM(); writing; the other) and the call's time outside them (the CLI's
-start, the first job's plan, the job's end and the reports).
+records (the job's wait for its process, which imports vLLM; the inputs: data, rendering, checks,
+tokenizing; the engine's build outside LLM(); warm-up, writing and the other) and the call's time
+outside them (the CLI's start, the first job's plan, the job's end and the reports).
 With --plain-sampler the plain script runs the runner's NVML sampler (a thread polling memory and
 utilization every 50 ms, which the runner's job process starts before its engine) through its own
 engine start and generation: where the runner's engine start is slower than plain vLLM's with the

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "plain_vllm.py"
+_BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def _load(name: str):
     """A script of benchmarks/ (not a package) as a module."""
-    spec = importlib.util.spec_from_file_location(name, _PATH.parent / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, _BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
