@@ -164,3 +164,48 @@ def test_runner_go_profile_profiles_every_recipe_of_the_call(write_recipe, base_
     r = CliRunner().invoke(cli, args)  # without it: another run, not the profiled one skipped
     assert r.exit_code == 0 and "skipped" not in r.output, r.output
     assert not runner.read_results(out)[0].recipe.profile
+
+
+def test_each_profile_window_starts_with_the_prefix_cache_emptied(tmp_path):
+    """The measured repeats leave the window's prompts in the prefix cache: a window generated on
+    it would time no prefill. Each window empties it first, as each repeat does."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from runner.base.types import EngineInfo, Sampling
+    from runner.folder import RunFolder
+    from runner.run.profile import profile_run
+
+    calls: list[str] = []
+
+    class Engine:
+        info = EngineInfo(name="stub", batch=2)
+
+        @contextmanager
+        def profiled(self, folder):
+            calls.append("profiler on")
+            kernel = {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 0, "dur": 5}
+            trace = {"traceEvents": [kernel]}
+            (folder / "t.json").write_text(json.dumps(trace))
+            yield
+
+        def reset_prefix_cache(self) -> bool:
+            calls.append("emptied")
+            return True
+
+        def generate(self, requests, sampling, sink, progress):
+            calls.append(f"generate {len(requests)} x {sampling.max_tokens}")
+            return []
+
+    sampling = Sampling(temperature=0, max_tokens=4)
+    unit = SimpleNamespace(
+        loaded=SimpleNamespace(recipe=SimpleNamespace(sampling=sampling)),
+        prepared=SimpleNamespace(examples=[object()] * 3),
+    )
+    p = profile_run(Engine(), unit, [[1], [2], [3]], RunFolder(tmp_path))
+    assert calls == ["emptied", "profiler on", "generate 2 x 1"] + [
+        "emptied",
+        "profiler on",
+        "generate 2 x 4",
+    ]
+    assert p.examples == 2 and p.full.classes == {"gemm": 5e-6}

@@ -312,7 +312,8 @@ def _profile_section(r: RunResult) -> list[str]:
         "more after the measured repeats, under "
         f"the engine's profiler ({what}; untimed: the profiler slows them, the figures above "
         "do not include them): once with one output token (the prefill) and once as the recipe "
-        "asks; decode is roughly the second less the first. Classes are read from kernel and "
+        "asks, each with the prefix cache emptied first, as before each repeat; decode is roughly "
+        "the second less the first. Classes are read from kernel and "
         f"operator names. Largest part: **{max(parts, key=parts.get)}**"
     )
     plan = r.plan or {}

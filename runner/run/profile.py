@@ -1,9 +1,10 @@
 """`profile: true`: where the generation's time goes. After the measured repeats, the first prompts
 are generated twice more under the engine's profiler (`engine.profiled(folder)`, a context manager
 that leaves Chrome trace files in `folder`), untimed: once with one output token (the prefill) and
-once as the recipe asks. Each trace's time is sorted into kernel classes by name; on a GPU the
-window's time with no kernel running is its idle time. The full window's traces are kept in the run
-folder (`profile/`, gzipped), for Perfetto or chrome://tracing."""
+once as the recipe asks, each after the prefix cache is emptied (as before each measured repeat).
+Each trace's time is sorted into kernel classes by name; on a GPU the window's time with no kernel
+running is its idle time. The full window's traces are kept in the run folder (`profile/`,
+gzipped), for Perfetto or chrome://tracing."""
 
 from __future__ import annotations
 
@@ -127,6 +128,9 @@ def profile_run(engine: Engine, unit: Unit, ids: list[list[int]], folder: RunFol
     windows, kept = {}, folder.profile
     shutil.rmtree(kept, ignore_errors=True)
     for name, sampling in (("prefill", one), ("full", r.sampling)):
+        # as before each measured repeat: else the repeats left every window prompt in the cache
+        # and the window would time no prefill
+        engine.reset_prefix_cache()
         with tempfile.TemporaryDirectory(prefix="runner-profile-") as tmp:
             with hook(Path(tmp)):
                 t0 = time.perf_counter()
