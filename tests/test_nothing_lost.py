@@ -339,6 +339,25 @@ def test_a_model_path_that_maps_no_recipe_is_refused_with_the_id_it_likely_meant
     )
 
 
+def test_a_model_path_for_a_recipe_only_leaves_out_is_accepted_and_a_typo_still_refused(
+    write_recipe, base_recipe, tmp_path
+):
+    """One command line for every cell of a study, called cell by cell with --only: a mapping for a
+    model only the left-out recipes name is no typo (found on the GPU host, where the AWQ cell's
+    mapping refused the calls of the other cells)."""
+    fake = {**base_recipe, "engine": {"kind": "fake"}}
+    a = write_recipe({**fake, "name": "a", "model": {"id": "none"}}, "a.yaml")
+    b = write_recipe({**fake, "name": "b", "model": {"id": "org/model-b"}}, "b.yaml")
+    out = tmp_path / "out"
+    r = _go(a, b, "--only", "a", "--out", out, "--limit", "2", "--model-path", f"org/model-b={b}")
+    assert r.exit_code == 0, r.output
+    assert (out / "a" / "results.json").is_file() and not (out / "b").exists()
+    typo = _go(a, b, "--only", "a", "--out", out, "--model-path", f"org/model-c={b}")
+    assert "Error: --model-path: org/model-c=...: no recipe here names 'org/model-c'" in (
+        user_error(typo)
+    )
+
+
 def test_a_serving_recipe_without_a_tokenizer_is_noted_by_check_and_fails_alone_in_go(
     write_recipe, base_recipe, tmp_path
 ):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import glob
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,16 +107,36 @@ def load_all(
             raise RunnerError(why + " one call (they name the report folders)", field="name")
         names[n] = lr.path
     if not unused_ok and (only is None or loaded):
-        check_model_paths(asked.model_paths, loaded)
+
+        def every() -> list[LoadedRecipe]:
+            return [x for f in files for x in load_recipes(f, [], model_paths=mp, studies=studies)]
+
+        # a mapping for a recipe --only leaves out is no typo: one command line serves every cell
+        check_model_paths(asked.model_paths, loaded, None if only is None else every)
     return loaded
 
 
-def check_model_paths(model_paths: tuple[str, ...], loaded: list[LoadedRecipe]) -> None:
+def check_model_paths(
+    model_paths: tuple[str, ...],
+    loaded: list[LoadedRecipe],
+    every: Callable[[], list[LoadedRecipe]] | None = None,
+) -> None:
     """A --model-path whose hub id is no recipe's model.id or model.tokenizer (a typo, a case slip)
     would leave the recipe on the hub id, sending a download to the hub: refused, with the ids the
-    recipes do name."""
-    used = {v for lr in loaded for v in (lr.recipe.model.id, lr.recipe.model.tokenizer)}
+    recipes do name. `every`: the files' recipes, --only's left-out ones too (read only when a
+    mapping maps none of `loaded`)."""
+
+    def named(recipes: list[LoadedRecipe]) -> set[str | None]:
+        return {v for lr in recipes for v in (lr.recipe.model.id, lr.recipe.model.tokenizer)}
+
+    used = named(loaded)
     for hub_id, path in parse_model_paths(model_paths).items():
+        if path not in used and every is not None:
+            try:
+                used |= named(every())
+            except RunnerError:  # a left-out recipe that loads only with this call's --set
+                pass
+            every = None
         if path in used:
             continue
         ids = sorted({lr.recipe.model.id for lr in loaded if not looks_local(lr.recipe.model.id)})
