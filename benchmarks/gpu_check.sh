@@ -48,14 +48,15 @@
 #                                                 weights: the gate against a faster, shorter answer) and the study's
 #                                                 transformers cells (static and continuous batching)
 #   bash benchmarks/gpu_check.sh study OUT CELLS  the JSQuAD study's cells that CELLS names (runner go's --only) into
-#                                                 /root/study, the whole study in five calls (cold compile caches on a
-#                                                 fresh host: ~22-25 minutes in all), each folder of the study tarred
-#                                                 to OUT without samples: 'jsquad-hf-*'; 'jsquad-vllm,jsquad-vllm-
-#                                                 bigbatch,jsquad-vllm-awq,jsquad-vllm-offload'; 'jsquad-vllm-oneshot*';
-#                                                 'jsquad-vllm-fp8,jsquad-vllm-fp8-fast,jsquad-vllm-fp8-onewave,jsquad-
-#                                                 vllm-fp8-16k,jsquad-vllm-fp8-8k'; 'jsquad-vllm-fp8-graphs,jsquad-vllm-
-#                                                 fp8-kv8,jsquad-vllm-fp8-wide,jsquad-vllm-fp8-kv8-wide,jsquad-vllm-fp8-
-#                                                 8k-graphs' (a call cut short: the same CELLS again resumes)
+#                                                 /root/study, each folder of the study tarred to OUT without samples;
+#                                                 the whole study in four calls (an H100 from a fresh host, cold
+#                                                 compile caches: 261, 353, 258, 283 s; reports/h100-study):
+#                                                 'jsquad-hf-*'; 'jsquad-vllm,jsquad-vllm-bigbatch,jsquad-vllm-awq,
+#                                                 jsquad-vllm-offload'; 'jsquad-vllm-oneshot*,jsquad-vllm-fp8,jsquad-vllm-
+#                                                 fp8-fast,jsquad-vllm-fp8-onewave,jsquad-vllm-fp8-16k,jsquad-vllm-fp8-8k';
+#                                                 'jsquad-vllm-fp8-graphs,jsquad-vllm-fp8-kv8,jsquad-vllm-fp8-wide,jsquad-
+#                                                 vllm-fp8-kv8-wide,jsquad-vllm-fp8-8k-graphs' (a call cut short: the same
+#                                                 CELLS again resumes), then `runner report /root/study`
 #   bash benchmarks/gpu_check.sh xquad OUT [ROUND] the XQuAD study on real weights (recipes/xquad-smollm2-study.yaml,
 #                                                 all 1,190 questions) into /root/xquad-ROUND, its folder tarred to OUT
 set -uo pipefail
@@ -104,7 +105,7 @@ case $step in
   profile)
     timeout 570 python3 -m runner go recipes/jsquad-study.yaml --only jsquad-vllm-oneshot-cache,jsquad-vllm-fp8-8k-graphs \
       --set profile=true --out /root/profile --no-progress "${MP[@]}" "${SETS[@]}" 2>&1 | tee -a "$out/profile.log"
-    tar -C /root -czf "$out/profile.tgz" --exclude='*.lock' profile ;;
+    tar -C /root -czf "$out/profile.tgz" --exclude='*.lock' --exclude='samples*.jsonl*' profile ;;
   gguf) mkdir -p $ST && cp .gpu/gguf/* $ST/ && ls -la $ST | tee -a "$out/stage.log" ;;
   study-tune)
     timeout "${3:-560}" python3 -m runner tune recipes/jsquad-study.yaml --out /root/study-tune --no-progress \
@@ -123,6 +124,7 @@ case $step in
     timeout 570 python3 -m runner go recipes/jsquad-study.yaml --only "$3" --out /root/study --no-progress \
       "${MP[@]}" --model-path Qwen/Qwen2.5-7B-Instruct-AWQ=$S/models/qwen2.5-7b-instruct-awq "${SETS[@]}" \
       --timeout 400 --usd-per-gpu-hour 3.5 2>&1 | tee -a "$out/study.log"
+    python3 -m runner report /root/study 2>&1 | tail -2 | tee -a "$out/study.log"
     tar -C /root -czf "$out/study.tgz" --exclude='*.lock' --exclude='samples*.jsonl*' study ;;
   xquad-tune)
     if [ ! -f $G ]; then mkdir -p /root/models && cat $ST/smollm2.gguf.part-* > $G; fi
