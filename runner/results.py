@@ -475,6 +475,11 @@ class Profile(_M):
         default_factory=list, description="The full window's trace files, in the run folder."
     )
     note: str | None = Field(None, description="Why there is no profile, or what limits it.")
+    cache_emptied: bool = Field(
+        False,
+        description="Each window began with the prefix cache emptied, as each measured repeat does "
+        "(false in results written before: the windows found the prompts the repeats had cached).",
+    )
 
 
 class RunResult(_M):

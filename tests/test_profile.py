@@ -109,6 +109,13 @@ def test_a_transformers_run_on_the_cpu_is_profiled_and_its_trace_kept(
     report = (out / "p" / "report.md").read_text()
     assert "### Where the generation's time goes (profile)" in report
     assert "The first 2 prompts (at most what one engine step holds, up to 1,024; " in report
+    assert "each with the prefix cache emptied first, as before each repeat" in report
+    # a results.json of an earlier version (its windows on the cache the repeats left) says so
+    from runner.report.markdown import _profile_section
+
+    old = res.model_copy(update={"profile": p.model_copy(update={"cache_emptied": False})})
+    text = "\n".join(_profile_section(old))
+    assert "**on the prefix cache as the repeats left it**" in text and "emptied first" not in text
     # the measured generation is the recipe's own: the profiled ones come after it
     assert res.n_samples == 4 and res.timings.generate_s > 0
     # run again whole: the earlier run's trace is set aside with its results, not overwritten
@@ -193,6 +200,9 @@ def test_each_profile_window_starts_with_the_prefix_cache_emptied(tmp_path):
             calls.append("emptied")
             return True
 
+        def prepare(self, sampling):  # e.g. transformers' continuous batching manager
+            calls.append(f"prepare {sampling.max_tokens}")
+
         def generate(self, requests, sampling, sink, progress):
             calls.append(f"generate {len(requests)} x {sampling.max_tokens}")
             return []
@@ -203,9 +213,12 @@ def test_each_profile_window_starts_with_the_prefix_cache_emptied(tmp_path):
         prepared=SimpleNamespace(examples=[object()] * 3),
     )
     p = profile_run(Engine(), unit, [[1], [2], [3]], RunFolder(tmp_path))
-    assert calls == ["emptied", "profiler on", "generate 2 x 1"] + [
-        "emptied",
-        "profiler on",
-        "generate 2 x 4",
-    ]
+    # prepared outside the profiler: a manager emptied with the cache is not rebuilt in the window
+    window = lambda n: ["emptied", f"prepare {n}", "profiler on", f"generate 2 x {n}"]  # noqa: E731
+    assert calls == window(1) + window(4)
     assert p.examples == 2 and p.full.classes == {"gemm": 5e-6}
+    # a window with nothing in it (transformers' continuous batching on the CPU: its steps run in a
+    # thread the profiler does not record) is a note, not a table of nothing
+    Engine.profiled = contextmanager(lambda self, folder: iter([None]))
+    empty = profile_run(Engine(), unit, [[1], [2], [3]], RunFolder(tmp_path / "empty"))
+    assert empty.full is None and "saw no kernel and no operator" in empty.note

@@ -312,9 +312,15 @@ def _profile_section(r: RunResult) -> list[str]:
         "more after the measured repeats, under "
         f"the engine's profiler ({what}; untimed: the profiler slows them, the figures above "
         "do not include them): once with one output token (the prefill) and once as the recipe "
-        "asks, each with the prefix cache emptied first, as before each repeat; decode is roughly "
-        "the second less the first. Classes are read from kernel and "
-        f"operator names. Largest part: **{max(parts, key=parts.get)}**"
+        "asks, "
+        + (
+            "each with the prefix cache emptied first, as before each repeat"
+            if p.cache_emptied
+            else "**on the prefix cache as the repeats left it** (a run of an earlier version: "
+            "prompts the repeats had cached are no prefill here)"
+        )
+        + "; decode is roughly the second less the first. Classes are read from kernel and "
+        "operator names" + (f". Largest part: **{max(parts, key=parts.get)}**" if parts else "")
     )
     plan = r.plan or {}
     if plan.get("bound") and plan.get("floor_s"):

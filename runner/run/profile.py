@@ -131,6 +131,8 @@ def profile_run(engine: Engine, unit: Unit, ids: list[list[int]], folder: RunFol
         # as before each measured repeat: else the repeats left every window prompt in the cache
         # and the window would time no prefill
         engine.reset_prefix_cache()
+        if (prepare := getattr(engine, "prepare", None)) is not None:
+            prepare(sampling)  # outside the window, as before a measured generation
         with tempfile.TemporaryDirectory(prefix="runner-profile-") as tmp:
             with hook(Path(tmp)):
                 t0 = time.perf_counter()
@@ -140,4 +142,11 @@ def profile_run(engine: Engine, unit: Unit, ids: list[list[int]], folder: RunFol
             if name == "full":
                 _keep(Path(tmp), kept)
     traces = sorted(str(p.relative_to(folder.root)) for p in kept.rglob("*") if p.is_file())
-    return Profile(examples=len(requests), traces=traces, **windows)
+    if not windows["full"].classes:
+        saw = (
+            "the profiler saw no kernel and no operator in its window (on the CPU torch's profiler "
+            "records the thread that started it: transformers' continuous batching generates in "
+            "a thread of its own)"
+        )
+        return Profile(examples=len(requests), traces=traces, note=saw)
+    return Profile(examples=len(requests), traces=traces, cache_emptied=True, **windows)
