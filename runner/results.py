@@ -475,10 +475,11 @@ class Profile(_M):
         default_factory=list, description="The full window's trace files, in the run folder."
     )
     note: str | None = Field(None, description="Why there is no profile, or what limits it.")
-    cache_emptied: bool = Field(
-        False,
-        description="Each window began with the prefix cache emptied, as each measured repeat does "
-        "(false in results written before: the windows found the prompts the repeats had cached).",
+    cache_emptied: bool | None = Field(
+        None,
+        description="true: each window began with the prefix cache emptied, as each measured "
+        "repeat does; false: the engine emptied none (it keeps none); absent in results written "
+        "before: their windows found the prompts the repeats had left cached.",
     )
 
 

@@ -348,13 +348,22 @@ def test_a_model_path_for_a_recipe_only_leaves_out_is_accepted_and_a_typo_still_
     fake = {**base_recipe, "engine": {"kind": "fake"}}
     a = write_recipe({**fake, "name": "a", "model": {"id": "none"}}, "a.yaml")
     b = write_recipe({**fake, "name": "b", "model": {"id": "org/model-b"}}, "b.yaml")
-    out = tmp_path / "out"
-    r = _go(a, b, "--only", "a", "--out", out, "--limit", "2", "--model-path", f"org/model-b={b}")
+    # a left-out file that does not load (no dataset) does not hide the others' model ids
+    bad = {k: v for k, v in fake.items() if k != "dataset"}
+    c = write_recipe({**bad, "name": "c", "model": {"id": "org/model-c"}}, "c.yaml")
+    out, mapping = tmp_path / "out", ["--model-path", f"org/model-b={b}"]
+    r = _go(a, b, c, "--only", "a", "--out", out, "--limit", "2", *mapping)
     assert r.exit_code == 0, r.output
     assert (out / "a" / "results.json").is_file() and not (out / "b").exists()
-    typo = _go(a, b, "--only", "a", "--out", out, "--model-path", f"org/model-c={b}")
-    assert "Error: --model-path: org/model-c=...: no recipe here names 'org/model-c'" in (
-        user_error(typo)
+    checked = CliRunner().invoke(
+        cli, ["check", str(a), str(b), "--only", "a", "--no-tokens", *mapping]
+    )
+    assert checked.exit_code == 0, checked.output
+    typo = _go(a, b, "--only", "a", "--out", out, "--model-path", f"org/Model-B={b}")
+    assert user_error(typo).endswith(
+        "Error: --model-path: org/Model-B=...: no recipe here names 'org/Model-B' (model.id or "
+        "model.tokenizer)\n  hint: did you mean 'org/model-b'? (hub ids match exactly, case "
+        "included)\n"
     )
 
 

@@ -109,13 +109,26 @@ def test_a_transformers_run_on_the_cpu_is_profiled_and_its_trace_kept(
     report = (out / "p" / "report.md").read_text()
     assert "### Where the generation's time goes (profile)" in report
     assert "The first 2 prompts (at most what one engine step holds, up to 1,024; " in report
-    assert "each with the prefix cache emptied first, as before each repeat" in report
-    # a results.json of an earlier version (its windows on the cache the repeats left) says so
+    # static batches keep no prefix cache: nothing emptied, and the report says so
+    assert p.cache_emptied is False
+    assert "on an engine that emptied no prefix cache (it keeps none, or could not)" in report
+    # a results.json of an earlier version (no cache_emptied) of a recipe with prefix caching on:
+    # its windows ran on the cache the repeats left, and the report says so
+    from runner.engines.vllm.spec import VLLMSpec
     from runner.report.markdown import _profile_section
 
-    old = res.model_copy(update={"profile": p.model_copy(update={"cache_emptied": False})})
+    engine = VLLMSpec(kind="vllm")  # prefix caching on by default
+    old = res.model_copy(
+        update={
+            "profile": p.model_copy(update={"cache_emptied": None}),
+            "recipe": res.recipe.model_copy(update={"engine": engine}),
+        }
+    )
+    assert old.recipe.engine.prefix_caching_requested()
     text = "\n".join(_profile_section(old))
     assert "**on the prefix cache as the repeats left it**" in text and "emptied first" not in text
+    old.profile.full.classes = {}  # and a window with no classes is no crash
+    assert "Largest part" not in "\n".join(_profile_section(old))
     # the measured generation is the recipe's own: the profiled ones come after it
     assert res.n_samples == 4 and res.timings.generate_s > 0
     # run again whole: the earlier run's trace is set aside with its results, not overwritten
@@ -216,7 +229,7 @@ def test_each_profile_window_starts_with_the_prefix_cache_emptied(tmp_path):
     # prepared outside the profiler: a manager emptied with the cache is not rebuilt in the window
     window = lambda n: ["emptied", f"prepare {n}", "profiler on", f"generate 2 x {n}"]  # noqa: E731
     assert calls == window(1) + window(4)
-    assert p.examples == 2 and p.full.classes == {"gemm": 5e-6}
+    assert p.examples == 2 and p.full.classes == {"gemm": 5e-6} and p.cache_emptied is True
     # a window with nothing in it (transformers' continuous batching on the CPU: its steps run in a
     # thread the profiler does not record) is a note, not a table of nothing
     Engine.profiled = contextmanager(lambda self, folder: iter([None]))

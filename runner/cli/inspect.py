@@ -21,7 +21,7 @@ from runner.cli.loading import (
     overrides,
     price,
 )
-from runner.config.calls import Asked, check_model_paths, expand_paths, load_all
+from runner.config.calls import Asked, check_model_paths, every_recipe, expand_paths, load_all
 from runner.recipe import GateSpec
 from runner.results import RunResult
 from runner.wings import recipe_schema, studies
@@ -65,8 +65,9 @@ def check(paths, sets, model_paths, only, no_tokens, as_json):  # noqa: PLR0913
     if only is not None and not names and not errors:
         # raises: --only matches no recipe (and lists them)
         load_all(paths, asked, studies=studies)
-    if not errors:
-        check_model_paths(model_paths, every)
+    if not errors:  # with --only, a mapping for a recipe it leaves out is no typo
+        left_out = None if only is None else every_recipe(paths, asked, studies)
+        check_model_paths(model_paths, every, left_out)
     if as_json:
         echo_json({"recipes": checked, "errors": errors})
     if errors:

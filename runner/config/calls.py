@@ -107,13 +107,31 @@ def load_all(
             raise RunnerError(why + " one call (they name the report folders)", field="name")
         names[n] = lr.path
     if not unused_ok and (only is None or loaded):
-
-        def every() -> list[LoadedRecipe]:
-            return [x for f in files for x in load_recipes(f, [], model_paths=mp, studies=studies)]
-
         # a mapping for a recipe --only leaves out is no typo: one command line serves every cell
-        check_model_paths(asked.model_paths, loaded, None if only is None else every)
+        every = None if only is None else every_recipe(paths, asked, studies)
+        check_model_paths(asked.model_paths, loaded, every)
     return loaded
+
+
+def every_recipe(
+    paths: tuple[str, ...], asked: Asked, studies: Studies | None
+) -> Callable[[], list[LoadedRecipe]]:
+    """What loads every recipe of the files, --only's left-out ones too (for their model ids): each
+    file with the call's --set items, else without them, else left out."""
+    mp = parse_model_paths(asked.model_paths)
+
+    def load() -> list[LoadedRecipe]:
+        out: list[LoadedRecipe] = []
+        for f in expand_paths(paths):
+            for sets in (list(asked.sets), []):
+                try:
+                    out += load_recipes(f, sets, model_paths=mp, studies=studies)
+                    break
+                except RunnerError:
+                    continue
+        return out
+
+    return load
 
 
 def check_model_paths(
@@ -129,17 +147,14 @@ def check_model_paths(
     def named(recipes: list[LoadedRecipe]) -> set[str | None]:
         return {v for lr in recipes for v in (lr.recipe.model.id, lr.recipe.model.tokenizer)}
 
-    used = named(loaded)
+    used, seen = named(loaded), list(loaded)
     for hub_id, path in parse_model_paths(model_paths).items():
         if path not in used and every is not None:
-            try:
-                used |= named(every())
-            except RunnerError:  # a left-out recipe that loads only with this call's --set
-                pass
-            every = None
+            seen += every()
+            used, every = named(seen), None
         if path in used:
             continue
-        ids = sorted({lr.recipe.model.id for lr in loaded if not looks_local(lr.recipe.model.id)})
+        ids = sorted({lr.recipe.model.id for lr in seen if not looks_local(lr.recipe.model.id)})
         near = [i for i in ids if i.lower() == hub_id.lower()] or difflib.get_close_matches(
             hub_id, ids, 1, 0.6
         )

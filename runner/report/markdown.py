@@ -280,6 +280,20 @@ def _stages_section(r: RunResult) -> list[str]:
     return paragraphs("### Where the time went", note, table(rows, head))
 
 
+def _profile_cache(r: RunResult) -> str:
+    """How the profile's windows found the prefix cache."""
+    if r.profile.cache_emptied:
+        return "each with the prefix cache emptied first, as before each repeat"
+    if r.profile.cache_emptied is None and r.recipe.engine.prefix_caching_requested():
+        return (
+            "**on the prefix cache as the repeats left it** (a run of an earlier version: the "
+            "prompts the repeats had cached were not computed again in these windows)"
+        )
+    if r.profile.cache_emptied is None:
+        return "on an engine without a prefix cache"
+    return "on an engine that emptied no prefix cache (it keeps none, or could not)"
+
+
 def _profile_section(r: RunResult) -> list[str]:
     """`profile: true`: the profiled window's time by kernel class, prefill against the whole, the
     GPU's idle time, the largest part, and the plan's floor beside it."""
@@ -313,12 +327,7 @@ def _profile_section(r: RunResult) -> list[str]:
         f"the engine's profiler ({what}; untimed: the profiler slows them, the figures above "
         "do not include them): once with one output token (the prefill) and once as the recipe "
         "asks, "
-        + (
-            "each with the prefix cache emptied first, as before each repeat"
-            if p.cache_emptied
-            else "**on the prefix cache as the repeats left it** (a run of an earlier version: "
-            "prompts the repeats had cached are no prefill here)"
-        )
+        + _profile_cache(r)
         + "; decode is roughly the second less the first. Classes are read from kernel and "
         "operator names" + (f". Largest part: **{max(parts, key=parts.get)}**" if parts else "")
     )

@@ -125,12 +125,12 @@ def profile_run(engine: Engine, unit: Unit, ids: list[list[int]], folder: RunFol
     width = min(engine.info.batch or PROFILE_WINDOW, PROFILE_MAX_WINDOW)
     requests = [Request(ids=x, example=ex) for x, ex in zip(ids[:width], examples)]
     one = r.sampling.model_copy(update={"max_tokens": 1})
-    windows, kept = {}, folder.profile
+    windows, kept, emptied = {}, folder.profile, []
     shutil.rmtree(kept, ignore_errors=True)
     for name, sampling in (("prefill", one), ("full", r.sampling)):
         # as before each measured repeat: else the repeats left every window prompt in the cache
         # and the window would time no prefill
-        engine.reset_prefix_cache()
+        emptied.append(engine.reset_prefix_cache())
         if (prepare := getattr(engine, "prepare", None)) is not None:
             prepare(sampling)  # outside the window, as before a measured generation
         with tempfile.TemporaryDirectory(prefix="runner-profile-") as tmp:
@@ -144,9 +144,9 @@ def profile_run(engine: Engine, unit: Unit, ids: list[list[int]], folder: RunFol
     traces = sorted(str(p.relative_to(folder.root)) for p in kept.rglob("*") if p.is_file())
     if not windows["full"].classes:
         saw = (
-            "the profiler saw no kernel and no operator in its window (on the CPU torch's profiler "
-            "records the thread that started it: transformers' continuous batching generates in "
-            "a thread of its own)"
+            "the profiler saw no kernel and no operator in its window (e.g. on the CPU torch's "
+            "profiler records the thread that started it, and transformers' continuous batching "
+            "generates in a thread of its own); its trace: " + (", ".join(traces) or "none")
         )
         return Profile(examples=len(requests), traces=traces, note=saw)
-    return Profile(examples=len(requests), traces=traces, cache_emptied=True, **windows)
+    return Profile(examples=len(requests), traces=traces, cache_emptied=all(emptied), **windows)
