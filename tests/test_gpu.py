@@ -294,3 +294,5 @@ def test_profile_true_on_vllm_sorts_the_gpu_kernels_and_keeps_the_workers_trace(
     assert prof.full.classes.get("gemm", 0) > 0 and prof.full.classes.get("attention", 0) > 0
     assert prof.traces and all((tmp_path / "out" / "prof" / t).is_file() for t in prof.traces)
     assert res.n_samples == 8 and res.tokens.output == 64  # the measured run is the recipe's own
+    # vLLM emptied its prefix cache before each window (else the repeat's prompts were cached)
+    assert prof.cache_emptied is True
