@@ -406,7 +406,8 @@ class Recipe(StrictModel):
         False,
         description="After the measured repeats, generate the first prompts (as many as one "
         f"engine step holds, at most {PROFILE_MAX_WINDOW:,}) twice more under the engine's "
-        "profiler (untimed; vLLM's and torch's profilers): report.md then says where the "
+        "profiler (untimed; vLLM's and torch's profilers; each time on an emptied prefix cache, "
+        "as the repeats): report.md then says where the "
         "generation's time goes (GPU kernels by class, GPU idle, prefill against decode); the "
         "trace is kept in the run folder. The fake engine has no profiler.",
     )
