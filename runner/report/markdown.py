@@ -282,16 +282,18 @@ def _stages_section(r: RunResult) -> list[str]:
 
 def _profile_cache(r: RunResult) -> str:
     """How the profile's windows found the prefix cache."""
-    if r.profile.cache_emptied:
-        return "each with the prefix cache emptied first, as before each repeat"
-    if r.profile.cache_emptied is None and r.recipe.engine.prefix_caching_requested():
+    if (emptied := r.profile.cache_emptied) is not None:
         return (
-            "**on the prefix cache as the repeats left it** (a run of an earlier version: the "
-            "prompts the repeats had cached were not computed again in these windows)"
+            "each with the prefix cache emptied first, as before each repeat"
+            if emptied
+            else "on an engine that emptied no prefix cache (it keeps none, or could not)"
         )
-    if r.profile.cache_emptied is None:
+    if not r.recipe.engine.prefix_caching_requested():
         return "on an engine without a prefix cache"
-    return "on an engine that emptied no prefix cache (it keeps none, or could not)"
+    return (  # results of an earlier version, which did not empty it
+        "**on the prefix cache as the repeats left it** (a run of an earlier version: the "
+        "prompts the repeats had cached were not computed again in these windows)"
+    )
 
 
 def _profile_section(r: RunResult) -> list[str]:
