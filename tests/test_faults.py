@@ -217,3 +217,107 @@ def test_failure_hints(error, needle):
     from runner.run.result import failure_hint
 
     assert needle in failure_hint(error)
+
+
+# the lines vLLM 0.26 wrote to engine.log when its engine process died starting (an H100,
+# 2026-12-05: FlashInfer's attention at 4,096 sequences a step, then with a 2 GiB workspace)
+_DIED = (
+    "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+)
+_FLASHINFER = (
+    "(EngineCore pid=3754) ERROR 12-05 21:44:02 [core.py:1330] RuntimeError: Error in function "
+    "'aligned_alloc' at /tmp/vllm-site/flashinfer/data/include/flashinfer/allocator.h:49: Buffer "
+    "overflow when allocating memory for batch_prefill_tmp_v with size 1350336512 and alignment "
+    "16, but only 469762048 bytes available in AlignedAllocator. Increase the workspace buffer "
+    "size.\n"
+    '(EngineCore pid=3754)   File "/tmp/vllm-site/flashinfer/decode.py", line 1237, in plan\n'
+    "(EngineCore pid=3754) RuntimeError: Error in function 'aligned_alloc' at /tmp/vllm-site/"
+    "flashinfer/data/include/flashinfer/allocator.h:49: Buffer overflow when allocating memory for "
+    "batch_prefill_tmp_v with size 1350336512 and alignment 16, but only 469762048 bytes available "
+    "in AlignedAllocator. Increase the workspace buffer size.\n"
+    "    raise RuntimeError(\n"
+)
+_OOM = (
+    "(EngineCore pid=972) ERROR 12-05 21:57:39 [core.py:1330]     logits = logits.clone()\n"
+    "(EngineCore pid=972) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB. "
+    "GPU 0 has a total capacity of 79.18 GiB of which 714.19 MiB is free.\n"
+)
+
+
+def _log(tmp_path, *runs):
+    """An engine.log of runs one after another, each opened by the runner's mark."""
+    from runner.run.result import LOG_MARK
+
+    log = tmp_path / "engine.log"
+    log.write_text("".join(f"\n{LOG_MARK} x started =====\n{text}{_DIED}\n" for text in runs))
+    return log
+
+
+@pytest.mark.parametrize(
+    "died, cause, needle",
+    [
+        (_FLASHINFER, "RuntimeError: Error in function 'aligned_alloc'", "VLLM_FLASHINFER_WORK"),
+        (_OOM, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB", "gpu_mem"),
+    ],
+)
+def test_an_engine_that_died_starting_is_reported_with_the_cause_its_log_shows(
+    tmp_path, died, cause, needle
+):
+    from runner.run.result import engine_failure
+
+    # the run before this one (above the mark) died of the other cause: not this run's
+    earlier = _OOM if died is _FLASHINFER else _FLASHINFER
+    error, hint = engine_failure(_DIED, _log(tmp_path, earlier, died))
+    assert error.startswith(_DIED + " (the engine's log: " + cause)
+    assert needle in hint
+    assert (earlier.split("Error: ")[1][:40] in error) is False
+    assert len(error) < len(_DIED) + 340  # the cause cut, not the whole line
+
+
+def test_an_engine_error_that_names_no_cause_in_its_log_says_where_the_log_is(tmp_path):
+    from runner.run.result import engine_failure
+
+    log = _log(tmp_path, "(EngineCore pid=1) INFO loading\n")
+    assert engine_failure(_DIED, log) == (_DIED, f"the engine's log says why: {log}")
+    missing = tmp_path / "none.log"
+    assert engine_failure(_DIED, missing) == (_DIED, f"the engine's log says why: {missing}")
+    # an error that says its own cause is kept as it is, with its hint
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    error, hint = engine_failure(oom, log)
+    assert error == oom and hint.startswith("GPU memory ran out")
+
+
+def test_a_failed_generation_records_the_cause_from_the_engines_log(tmp_path):
+    """Through the run loop: an engine whose start fails as vLLM's does (the cause in its log, the
+    error pointing there) gives a failed result that names the cause and the hint for it."""
+    from runner import load_recipe
+    from runner.base.types import EngineInfo
+    from runner.run.job import Job, RunOptions, make_unit
+    from runner.run.loop import SharedEngine, run_rounds
+    from runner.run.result import LOG_MARK
+
+    class _Dies:
+        info = EngineInfo(name="dies", version="0")
+
+        def encode(self, messages):
+            return [f"p{i}" for i in range(len(messages))], [[1, 2, 3]] * len(messages)
+
+        def generate(self, requests, sampling, progress=None, sink=None):
+            raise RuntimeError(_DIED.split(": ", 1)[1])
+
+        def close(self):
+            pass
+
+    opts = RunOptions(out=tmp_path, limit=2, progress=False)
+    unit = make_unit(load_recipe(_fake(tmp_path)), opts)
+    log = tmp_path / "demo" / "engine.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(f"{LOG_MARK} demo started =====\n{_OOM}")
+    shared = SharedEngine(unit)
+    shared.engine = _Dies()
+    [res] = run_rounds(Job(units=(unit,), options=opts), shared)
+    assert res.status == "failed"
+    assert res.error.startswith(_DIED + " (the engine's log: torch.OutOfMemoryError: CUDA out of")
+    assert res.hint.startswith("GPU memory ran out")
+    saved = json.loads((tmp_path / "demo" / "results.json").read_text())
+    assert saved["error"] == res.error and saved["hint"] == res.hint

@@ -31,9 +31,7 @@ from runner.base.nvml import used_gib, wait_for_release
 from runner.base.procs import kill_group
 from runner.results import RunResult, Timings
 from runner.run.job import Job, Unit
-from runner.run.result import Failure, Measured, failure_hint, run_result
-
-LOG_MARK = "===== runner:"
+from runner.run.result import LOG_MARK, Failure, Measured, failure_hint, run_result
 
 
 def failed_result(unit: Unit, error: str, hint: str | None, command: str) -> RunResult:

@@ -37,7 +37,7 @@ from runner.run.result import (
     Failure,
     Measured,
     Output,
-    failure_hint,
+    engine_failure,
     make_sample,
     merge_samples,
     now,
@@ -216,8 +216,8 @@ class UnitRun:
                 error, hint = e.render(with_hint=False), e.hint
             else:
                 traceback.print_exc()
-                error = f"{type(e).__name__}: {e}"
-                hint = failure_hint(error)
+                sys.stderr.flush()
+                error, hint = engine_failure(f"{type(e).__name__}: {e}", self.folder.engine_log)
             m = Measured(Timings(total_s=time.perf_counter() - t_start), started_at=self.started)
             self.result = run_result(self.unit, self.opts.command, m, Failure(error, hint))
             self.folder.write(self.result)

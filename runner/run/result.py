@@ -9,6 +9,7 @@ import contextlib
 import datetime as dt
 import importlib.metadata as md
 import platform
+import re
 import subprocess
 import sys
 from collections import ChainMap
@@ -136,6 +137,8 @@ def merge_samples(examples: Sequence[Example], *parts: dict[str, Sample]) -> lis
     return [merged[ex.id] for ex in examples if ex.id in merged]
 
 
+LOG_MARK = "===== runner:"  # the line that opens each run's part of an engine.log
+
 # what an error says (lower case) -> the hint at its fix
 _HINTS = (
     (
@@ -161,12 +164,47 @@ _HINTS = (
         "check model.id (a hub id needs network access; here pass a local folder with "
         "--set model.id=PATH)",
     ),
+    (
+        ("alignedallocator", "increase the workspace buffer"),
+        "FlashInfer's workspace is too small for this many sequences in a step (vLLM's default: "
+        "394 MiB): lower engine_args.max_num_seqs, leave the attention backend to vLLM, or raise "
+        "it in the recipe with engine.env: {VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE: BYTES} and "
+        "leave GPU memory for it with a lower engine.gpu_memory_utilization",
+    ),
+)
+
+# an exception's last line in an engine's log, after vLLM's `(EngineCore pid=N)` and log prefixes
+_RAISED = re.compile(
+    r"^(?:\([^)]*pid=\d+\)\s*)?(?:ERROR \S+ \S+ \[[^\]]*\]\s*)?"
+    r"([A-Za-z_][\w.]*(?:Error|Exception): .+)$"
 )
 
 
 def failure_hint(error: str) -> str | None:
     e = error.lower()
     return next((hint for words, hint in _HINTS if any(w in e for w in words)), None)
+
+
+def engine_failure(error: str, log: Path) -> tuple[str, str | None]:
+    """An engine's error and its hint, where the error points at the engine's log for its cause
+    (vLLM's "See root cause above": its engine process died): the last exception that log shows
+    since this run began, added to the error, and the hint for that cause."""
+    if "root cause" not in error.lower():
+        return error, failure_hint(error)
+    try:
+        text = log.read_text(errors="replace").rsplit(LOG_MARK, 1)[-1]
+    except OSError:
+        text = ""
+    causes = [
+        m.group(1).strip()
+        for line in text.splitlines()
+        if (m := _RAISED.match(line.strip())) and "root cause" not in line.lower()
+    ]
+    if not causes:
+        return error, failure_hint(error) or f"the engine's log says why: {log}"
+    cause = causes[-1] if len(causes[-1]) <= 300 else causes[-1][:299] + "…"
+    hint = failure_hint(causes[-1]) or failure_hint(error)
+    return f"{error} (the engine's log: {cause})", hint or f"the whole traceback: {log}"
 
 
 def mean_scores(samples: list[Sample], metrics: list[str]) -> dict[str, float]:
