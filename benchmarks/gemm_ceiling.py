@@ -1,25 +1,36 @@
-"""What the GPU's GEMMs reach at a model's linear-layer shapes: the realistic floor beside `runner plan`'s peak one.
+"""What the GPU's GEMMs reach at a model's linear layers: a realistic floor beside `runner plan`'s.
 
-`runner plan` divides a generation's FLOPs by the datasheet peak; the GEMM kernels reach only part of it. This
-times torch's fp8 (`torch._scaled_mm`, e4m3, row-wise scales as vLLM's fp8 checkpoints use) and bf16 matmuls at
-the linear layers of Qwen2.5-7B (hidden 3,584, intermediate 18,944, 28 query and 4 key/value heads of 128) for
-M tokens per step, and prints each layer's TFLOP/s and the whole layer stack's rate (median of N timed rounds,
-with the min-max across rounds).
+`runner plan` divides a generation's FLOPs by the datasheet's peak; the GEMM kernels reach only part
+of it. This times torch's fp8 matmul (`torch._scaled_mm`, e4m3, row-wise scales) and bf16's at the
+four linear layers of a decoder block (qkv, o, gate_up, down: Qwen2.5-7B's shapes, or those of a
+model's config.json) for M tokens a step, and prints each layer's TFLOP/s and the four together
+(median of the timed rounds, with their min-max).
 
-    python benchmarks/gemm_ceiling.py [--tokens 8192 16384] [--rounds 5]
+    python benchmarks/gemm_ceiling.py [--config PATH/config.json] [--tokens 8192 16384] [--rounds 5]
 """
 
 import argparse
+import json
 import statistics
+from pathlib import Path
 
 import torch
 
-SHAPES = {  # name: (K, N) of y = x @ W.T for Qwen2.5-7B
-    "qkv": (3584, 3584 + 2 * 512),
-    "o": (3584, 3584),
-    "gate_up": (3584, 2 * 18944),
-    "down": (18944, 3584),
-}
+QWEN25_7B = {"hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28}
+QWEN25_7B |= {"num_key_value_heads": 4}
+
+
+def shapes(cfg: dict) -> dict[str, tuple[int, int]]:
+    """(K, N) of y = x @ W.T for each linear layer of a block."""
+    h, i = cfg["hidden_size"], cfg["intermediate_size"]
+    d = cfg.get("head_dim") or h // cfg["num_attention_heads"]
+    kv = cfg.get("num_key_value_heads", cfg["num_attention_heads"]) * d
+    return {
+        "qkv": (h, cfg["num_attention_heads"] * d + 2 * kv),
+        "o": (h, h),
+        "gate_up": (h, 2 * i),
+        "down": (i, h),
+    }
 
 
 def timed(fn, iters):
@@ -47,26 +58,33 @@ def layer_fns(m, k, n, dtype):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", help="a model's config.json (default: Qwen2.5-7B's shapes)")
     parser.add_argument("--tokens", type=int, nargs="+", default=[8192, 16384])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--iters", type=int, default=50)
     args = parser.parse_args()
+    cfg = json.loads(Path(args.config).read_text()) if args.config else QWEN25_7B
     print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}")
     for dtype in ("fp8", "bf16"):
         for m in args.tokens:
             total_flops, per_round = 0, [0.0] * args.rounds
-            for name, (k, n) in SHAPES.items():
+            for name, (k, n) in shapes(cfg).items():
                 fn = layer_fns(m, k, n, dtype)
                 secs = [timed(fn, args.iters) for _ in range(args.rounds)]
                 flops = 2 * m * k * n
                 total_flops += flops
                 per_round = [p + s for p, s in zip(per_round, secs)]
                 rates = sorted(flops / s / 1e12 for s in secs)
-                print(f"{dtype} M={m} {name:8s} K={k} N={n}: {statistics.median(rates):,.0f} TFLOP/s "
-                      f"({rates[0]:,.0f}-{rates[-1]:,.0f})")
+                mid = statistics.median(rates)
+                print(
+                    f"{dtype} M={m} {name:8s} K={k} N={n}: {mid:,.0f} TFLOP/s "
+                    f"({rates[0]:,.0f}-{rates[-1]:,.0f})"
+                )
             rates = sorted(total_flops / s / 1e12 for s in per_round)
-            print(f"{dtype} M={m} all four layers: {statistics.median(rates):,.0f} TFLOP/s "
-                  f"({rates[0]:,.0f}-{rates[-1]:,.0f}, {args.rounds} rounds)")
+            print(
+                f"{dtype} M={m} all four layers: {statistics.median(rates):,.0f} TFLOP/s "
+                f"({rates[0]:,.0f}-{rates[-1]:,.0f}, {args.rounds} rounds)"
+            )
 
 
 if __name__ == "__main__":
