@@ -28,10 +28,10 @@
 #                                                 best technique) and fastest cell (jsquad-vllm-fp8-graphs), N repeats
 #                                                 each (default 5), taking turns with an engine restart every turn, in
 #                                                 one call; the folder tarred to OUT (run again to finish if cut off)
-#   bash benchmarks/gpu_check.sh tune OUT         runner tune recipes/jsquad-tune.yaml (step size and fp8 KV cache
-#                                                 around the best hand-written cell), its folder tarred to OUT (two
-#                                                 calls: run again to resume; an H100 with its FlashInfer cells, since
-#                                                 dropped: 574 + 297 s)
+#   bash benchmarks/gpu_check.sh tune OUT         runner tune recipes/jsquad-tune.yaml (the fp8 scheme and the step
+#                                                 size around the best hand-written cell), its folder tarred to OUT
+#                                                 (two calls: run again to resume; its earlier axes, step size x KV
+#                                                 dtype and FlashInfer, took 574 + 297 s on an H100)
 #   bash benchmarks/gpu_check.sh profile OUT      the JSQuAD study's reference cell and fastest hand-written cell with
 #                                                 `profile: true` (kernel classes, idle, prefill vs decode beside the
 #                                                 plan's floor), all 4,442 questions; the folder tarred to OUT

@@ -96,6 +96,9 @@ def test_quantization_resolution(qwen, qwen_awq):
     assert (q.method, q.bits, q.group_size, q.zero_point) == ("awq", 4, 128, True)
     assert resolve_quantization(qwen_awq, "awq_marlin").method == "awq"
     assert resolve_quantization(qwen, "bitsandbytes").bits == 4
+    # vLLM 0.26's online fp8 schemes: 8-bit weights, the fp8 peak (plan/floor.py keys on the method)
+    for name in ("fp8_per_tensor", "fp8_per_block", "fp8_per_channel"):
+        assert resolve_quantization(qwen, name) == resolve_quantization(qwen, "fp8")
     with pytest.raises(ValueError, match="needs a checkpoint"):
         resolve_quantization(qwen, "gptq")
     with pytest.raises(ValueError, match="not modelled"):

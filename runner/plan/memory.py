@@ -174,9 +174,13 @@ class Quantization:
     double_quant: bool = False  # bitsandbytes 4-bit double quantization.
 
 
-# vLLM's names and the transformers engine's (bitsandbytes-4bit, -8bit), each to its method: the
-# name before any `_` or `-`
-_NAMES = "awq awq_marlin gptq gptq_marlin fp8 bitsandbytes bitsandbytes-4bit bitsandbytes-8bit"
+# vLLM's names (fp8_per_*: its online fp8 with per-tensor, 128x128-block or per-channel weight
+# scales, whose scales the weights' bytes leave out) and the transformers engine's
+# (bitsandbytes-4bit, -8bit), each to its method: the name before any `_` or `-`
+_NAMES = (
+    "awq awq_marlin gptq gptq_marlin fp8 fp8_per_tensor fp8_per_block fp8_per_channel "
+    "bitsandbytes bitsandbytes-4bit bitsandbytes-8bit"
+)
 _ALIASES = {name: re.split("[_-]", name)[0] for name in _NAMES.split()}
 
 
