@@ -1,10 +1,10 @@
 """What the GPU's GEMMs reach at a model's linear layers: a realistic floor beside `runner plan`'s.
 
 `runner plan` divides a generation's FLOPs by the datasheet's peak; the GEMM kernels reach only part
-of it. This times torch's fp8 matmul (`torch._scaled_mm`, e4m3, row-wise scales) and bf16's at the
-four linear layers of a decoder block (qkv, o, gate_up, down: Qwen2.5-7B's shapes, or those of a
-model's config.json) for M tokens a step, and prints each layer's TFLOP/s and the four together
-(median of the timed rounds, with their min-max).
+of it. This times torch's fp8 matmul (`torch._scaled_mm`, e4m3; row-wise or per-tensor scales) and
+bf16's at the four linear layers of a decoder block (qkv, o, gate_up, down: Qwen2.5-7B's shapes, or
+those of a model's config.json) for M tokens a step, and prints each layer's TFLOP/s and the four
+together (median of the timed rounds, with their min-max).
 
     python benchmarks/gemm_ceiling.py [--config PATH/config.json] [--tokens 8192 16384] [--rounds 5]
 """
@@ -51,8 +51,9 @@ def layer_fns(m, k, n, dtype):
     if dtype == "bf16":
         return lambda: a @ b.T
     fa, fb = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn).T
-    sa = torch.ones(m, 1, device="cuda", dtype=torch.float32)
-    sb = torch.ones(1, n, device="cuda", dtype=torch.float32)
+    rows = dtype == "fp8"  # a scale per token and per output channel; fp8-tensor: one each
+    sa = torch.ones(m if rows else 1, 1, device="cuda", dtype=torch.float32)
+    sb = torch.ones(1, n if rows else 1, device="cuda", dtype=torch.float32)
     return lambda: torch._scaled_mm(fa, fb, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
 
 
@@ -60,12 +61,20 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", help="a model's config.json (default: Qwen2.5-7B's shapes)")
     parser.add_argument("--tokens", type=int, nargs="+", default=[8192, 16384])
+    parser.add_argument(
+        "--kinds",
+        nargs="+",
+        default=["fp8", "fp8-tensor", "bf16"],
+        choices=["fp8", "fp8-tensor", "bf16"],
+        help="fp8: row-wise scales (a scale per token and per output channel); fp8-tensor: one "
+        "scale per matrix",
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--iters", type=int, default=50)
     args = parser.parse_args()
     cfg = json.loads(Path(args.config).read_text()) if args.config else QWEN25_7B
     print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}")
-    for dtype in ("fp8", "bf16"):
+    for dtype in args.kinds:
         for m in args.tokens:
             total_flops, per_round = 0, [0.0] * args.rounds
             for name, (k, n) in shapes(cfg).items():
