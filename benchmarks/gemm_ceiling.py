@@ -25,9 +25,10 @@ def shapes(cfg: dict) -> dict[str, tuple[int, int]]:
     h, i = cfg["hidden_size"], cfg["intermediate_size"]
     d = cfg.get("head_dim") or h // cfg["num_attention_heads"]
     kv = cfg.get("num_key_value_heads", cfg["num_attention_heads"]) * d
+    q = cfg["num_attention_heads"] * d
     return {
-        "qkv": (h, cfg["num_attention_heads"] * d + 2 * kv),
-        "o": (h, h),
+        "qkv": (h, q + 2 * kv),
+        "o": (q, h),
         "gate_up": (h, 2 * i),
         "down": (i, h),
     }

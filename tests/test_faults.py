@@ -281,43 +281,58 @@ def test_an_engine_error_that_names_no_cause_in_its_log_says_where_the_log_is(tm
     assert engine_failure(_DIED, log) == (_DIED, f"the engine's log says why: {log}")
     missing = tmp_path / "none.log"
     assert engine_failure(_DIED, missing) == (_DIED, f"the engine's log says why: {missing}")
+    assert engine_failure(_DIED, None) == (_DIED, None)  # an engine without a log of its own
     # an error that says its own cause is kept as it is, with its hint
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     error, hint = engine_failure(oom, log)
     assert error == oom and hint.startswith("GPU memory ran out")
 
 
-def test_a_failed_generation_records_the_cause_from_the_engines_log(tmp_path):
-    """Through the run loop: an engine whose start fails as vLLM's does (the cause in its log, the
-    error pointing there) gives a failed result that names the cause and the hint for it."""
+def test_recipes_on_an_engine_that_died_starting_name_the_cause_from_its_log(tmp_path, monkeypatch):
+    """Through the run loop, two recipes of one job on one engine whose start fails as vLLM's does
+    (the cause in the log its processes write, the error pointing there): both failed results name
+    the cause and its hint, though the second recipe's turn writes to a log of its own; the runner's
+    own traceback, written to the log after, is not taken for the cause."""
     from runner import load_recipe
-    from runner.base.types import EngineInfo
     from runner.run.job import Job, RunOptions, make_unit
     from runner.run.loop import SharedEngine, run_rounds
     from runner.run.result import LOG_MARK
 
-    class _Dies:
-        info = EngineInfo(name="dies", version="0")
+    out = tmp_path / "out"
+    opts = RunOptions(out=out, limit=2, progress=False)
+    a, b = (make_unit(load_recipe(_fake(tmp_path, name)), opts) for name in ("a", "b"))
+    for unit in (a, b):
+        (out / unit.name).mkdir(parents=True)
+        (out / unit.name / "engine.log").write_text(f"{LOG_MARK} {unit.name} started =====\n")
 
-        def encode(self, messages):
-            return [f"p{i}" for i in range(len(messages))], [[1, 2, 3]] * len(messages)
+    def dies(spec, model, chat):
+        with open(out / "a" / "engine.log", "a") as f:  # the engine's process, then its death
+            f.write(_OOM)
+        try:
+            raise KeyError("a chained error the runner's traceback prints")
+        except KeyError:
+            raise RuntimeError(_DIED.split(": ", 1)[1])  # noqa: B904  (printed below the KeyError)
 
-        def generate(self, requests, sampling, progress=None, sink=None):
-            raise RuntimeError(_DIED.split(": ", 1)[1])
+    monkeypatch.setattr(type(a.loaded.recipe.engine), "build", dies)
 
-        def close(self):
-            pass
+    logs = []
 
-    opts = RunOptions(out=tmp_path, limit=2, progress=False)
-    unit = make_unit(load_recipe(_fake(tmp_path)), opts)
-    log = tmp_path / "demo" / "engine.log"
-    log.parent.mkdir(parents=True)
-    log.write_text(f"{LOG_MARK} demo started =====\n{_OOM}")
-    shared = SharedEngine(unit)
-    shared.engine = _Dies()
-    [res] = run_rounds(Job(units=(unit,), options=opts), shared)
-    assert res.status == "failed"
-    assert res.error.startswith(_DIED + " (the engine's log: torch.OutOfMemoryError: CUDA out of")
-    assert res.hint.startswith("GPU memory ran out")
-    saved = json.loads((tmp_path / "demo" / "results.json").read_text())
-    assert saved["error"] == res.error and saved["hint"] == res.hint
+    def to_log(unit):  # as the isolated worker does before each recipe's turn
+        log = out / unit.name / "engine.log"
+        monkeypatch.setenv("RUNNER_ENGINE_LOG", str(log))
+        logs.append(open(log, "a", buffering=1))  # noqa: SIM115
+        monkeypatch.setattr(sys, "stderr", logs[-1])
+
+    try:
+        results = run_rounds(Job(units=(a, b), options=opts), SharedEngine(a), before=to_log)
+    finally:
+        for f in logs:
+            f.close()
+    assert [r.name for r in results] == ["a", "b"]
+    for res in results:
+        assert res.status == "failed"
+        assert res.error.startswith(_DIED + " (the engine's log: torch.OutOfMemoryError: CUDA out")
+        assert res.hint.startswith("GPU memory ran out")
+        saved = json.loads((out / res.name / "results.json").read_text())
+        assert saved["error"] == res.error and saved["hint"] == res.hint
+    assert "Traceback" in (out / "a" / "engine.log").read_text()  # the runner's, after the cause

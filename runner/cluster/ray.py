@@ -27,9 +27,17 @@ from runner.base.format import secs, table
 from runner.base.procs import cmdline, descendants, end_stragglers, signals_held
 from runner.folder import RunFolder
 from runner.results import ReplicaRun, RunResult, Sample, Timings
-from runner.run.isolate import LOG_MARK, failed_result, run_isolated
+from runner.run.isolate import failed_result, run_isolated
 from runner.run.job import Job, Unit, check_host
-from runner.run.result import Failure, Measured, Output, engine_facts, merge_samples, run_result
+from runner.run.result import (
+    LOG_MARK,
+    Failure,
+    Measured,
+    Output,
+    engine_facts,
+    merge_samples,
+    run_result,
+)
 from runner.run.resume import load_partial, start_partial
 
 

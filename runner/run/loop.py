@@ -62,6 +62,10 @@ class SharedEngine:
         self.unclaimed_start = False  # the engine's start is not yet counted by a measured repeat
         self.profile = False  # a recipe of the job profiles (`profile: true`)
         self.started_by: str | None = None  # the recipe whose generation built the engine
+        # where the engine's processes write (the engine.log current when it was built; None in
+        # this process's own runs): the log its errors point at
+        self.log: str | None = None
+        self.start_failure: tuple[str, str | None] | None = None  # `explain` of `error`, kept
         # the process and engine start (s), until the generation after them takes them
         self.stages: Counter = Counter()
 
@@ -73,6 +77,7 @@ class SharedEngine:
             self.sampler.__enter__()  # whole device, from before the engine starts
             if self.profile:  # read by an engine whose profiler is set up as it is built
                 os.environ[PROFILE_ENV] = "1"
+            self.log = os.environ.get("RUNNER_ENGINE_LOG")
             try:
                 with Stage(self.stages, "start_s"):
                     self.engine = r.engine.build(r.model, r.prompt.chat_template)
@@ -86,6 +91,17 @@ class SharedEngine:
             self.engine.reset_prefix_cache()
         self.users += 1
         return self.engine
+
+    def explain(self, e: Exception) -> tuple[str, str | None]:
+        """The error and hint a recipe's failure records for `e`, its cause read from the engine's
+        log; a failed start's once, for each recipe that needed the engine (the runner's traceback
+        of it is in the log after)."""
+        if e is self.error and self.start_failure is not None:
+            return self.start_failure
+        told = engine_failure(f"{type(e).__name__}: {e}", self.log)
+        if e is self.error:
+            self.start_failure = told
+        return told
 
     def claim_start(self) -> dict:
         """The engine start's fields of the repeat that first follows it (None in later ones)."""
@@ -214,10 +230,9 @@ class UnitRun:
         except Exception as e:
             if isinstance(e, RunnerError):
                 error, hint = e.render(with_hint=False), e.hint
-            else:
+            else:  # its cause read from the engine's log before this traceback joins it
+                error, hint = shared.explain(e)
                 traceback.print_exc()
-                sys.stderr.flush()
-                error, hint = engine_failure(f"{type(e).__name__}: {e}", self.folder.engine_log)
             m = Measured(Timings(total_s=time.perf_counter() - t_start), started_at=self.started)
             self.result = run_result(self.unit, self.opts.command, m, Failure(error, hint))
             self.folder.write(self.result)

@@ -166,17 +166,17 @@ _HINTS = (
     ),
     (
         ("alignedallocator", "increase the workspace buffer"),
-        "FlashInfer's workspace is too small for this many sequences in a step (vLLM's default: "
-        "394 MiB): lower engine_args.max_num_seqs, leave the attention backend to vLLM, or raise "
-        "it in the recipe with engine.env: {VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE: BYTES} and "
-        "leave GPU memory for it with a lower engine.gpu_memory_utilization",
+        "FlashInfer's workspace is too small for this many sequences in a step: lower "
+        "engine_args.max_num_seqs, leave the attention backend to vLLM, or raise it in the recipe "
+        "with engine.env: {VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE: BYTES} (at least the size the "
+        "error asked for) and leave GPU memory for it with a lower engine.gpu_memory_utilization",
     ),
 )
 
 # an exception's last line in an engine's log, after vLLM's `(EngineCore pid=N)` and log prefixes
 _RAISED = re.compile(
     r"^(?:\([^)]*pid=\d+\)\s*)?(?:ERROR \S+ \S+ \[[^\]]*\]\s*)?"
-    r"([A-Za-z_][\w.]*(?:Error|Exception): .+)$"
+    r"([A-Za-z_][\w.]*(?:Error|Exception|Failed|Failure)(?:: .+)?)$"
 )
 
 
@@ -185,12 +185,14 @@ def failure_hint(error: str) -> str | None:
     return next((hint for words, hint in _HINTS if any(w in e for w in words)), None)
 
 
-def engine_failure(error: str, log: Path) -> tuple[str, str | None]:
+def engine_failure(error: str, log: str | Path | None) -> tuple[str, str | None]:
     """An engine's error and its hint, where the error points at the engine's log for its cause
-    (vLLM's "See root cause above": its engine process died): the last exception that log shows
-    since this run began, added to the error, and the hint for that cause."""
-    if "root cause" not in error.lower():
+    (vLLM's "See root cause above": its engine process died): the last exception that log (where
+    the engine's processes write; None: no log of its own) shows since the run's mark, added to the
+    error, and the hint for that cause."""
+    if "root cause" not in error.lower() or log is None:
         return error, failure_hint(error)
+    log = Path(log)
     try:
         text = log.read_text(errors="replace").rsplit(LOG_MARK, 1)[-1]
     except OSError:
