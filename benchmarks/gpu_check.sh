@@ -58,11 +58,19 @@
 #                                                 'jsquad-vllm-fp8-graphs,jsquad-vllm-fp8-kv8,jsquad-vllm-fp8-wide,jsquad-
 #                                                 vllm-fp8-kv8-wide,jsquad-vllm-fp8-8k-graphs' (a call cut short: the same
 #                                                 CELLS again resumes), then `runner report /root/study`
-#   bash benchmarks/gpu_check.sh compile OUT      the JSQuAD study's five CUDA-graph cells on 8 examples each into
-#                                                 /root/compile: fills the compile cache ($RUNNER_CACHE/vllm) as a
-#                                                 first run of the study would (and pays the host's first vLLM
-#                                                 start), so the four `study` calls after it measure a second run's
-#                                                 starts (cold, these five compiled in 42-45 s each on an H100)
+#   bash benchmarks/gpu_check.sh warm OUT         every vLLM cell of the JSQuAD study on 8 examples into /root/warm-all:
+#                                                 fills the compile cache ($RUNNER_CACHE/vllm) as a first run of the
+#                                                 study would (and vLLM's startup plans, with STUDY_ARGS below), and
+#                                                 pays the host's first vLLM start, so the four `study` calls after it
+#                                                 measure a second run's starts (estimated ~400 s on an H100: the five
+#                                                 CUDA-graph cells compiled cold in 42-45 s each; a call cut short:
+#                                                 run again)
+#   STUDY_ARGS='--set engine.env.VLLM_ENABLE_STARTUP_PLAN=1' bash benchmarks/gpu_check.sh warm|study OUT ...
+#                                                 extra `runner go` arguments for the vLLM cells (not the 'jsquad-hf-*'
+#                                                 call: transformers has no engine.env): here vLLM's startup plan,
+#                                                 safe for this study (no two of its engine configurations differ
+#                                                 only in max_num_seqs or gpu_memory_utilization, which the plan's
+#                                                 fingerprint leaves out)
 #   bash benchmarks/gpu_check.sh xquad OUT [ROUND] the XQuAD study on real weights (recipes/xquad-smollm2-study.yaml,
 #                                                 all 1,190 questions) into /root/xquad-ROUND, its folder tarred to OUT
 set -uo pipefail
@@ -73,6 +81,7 @@ MP=(--model-path Qwen/Qwen2.5-7B-Instruct=$S/models/qwen2.5-7b-instruct)
 SETS=(--set dataset.path=$S/data/jsquad/valid-v1.3.json --set model.load_format=dummy
       --set sampling.max_tokens=16 --set sampling.ignore_eos=true)
 G=/root/models/SmolLM2-135M-Instruct.Q4_1.gguf
+read -ra EXTRA <<< "${STUDY_ARGS:-}"
 stage() { mkdir -p $ST && cp .gpu/vllm.tar.xz.* $ST/ && ls -la $ST | tee -a "$out/stage.log"; }
 case $step in
   stage) stage ;;
@@ -129,14 +138,15 @@ case $step in
   study)
     timeout 570 python3 -m runner go recipes/jsquad-study.yaml --only "$3" --out /root/study --no-progress \
       "${MP[@]}" --model-path Qwen/Qwen2.5-7B-Instruct-AWQ=$S/models/qwen2.5-7b-instruct-awq "${SETS[@]}" \
-      --timeout 400 --usd-per-gpu-hour 3.5 2>&1 | tee -a "$out/study.log"
+      "${EXTRA[@]}" --timeout 400 --usd-per-gpu-hour 3.5 2>&1 | tee -a "$out/study.log"
     python3 -m runner report /root/study 2>&1 | tail -2 | tee -a "$out/study.log"
     tar -C /root -czf "$out/study.tgz" --exclude='*.lock' --exclude='samples*.jsonl*' study ;;
-  compile)
-    timeout 570 python3 -m runner go recipes/jsquad-study.yaml --only 'jsquad-vllm-fp8-graphs,jsquad-vllm-fp8-kv8,jsquad-vllm-fp8-wide,jsquad-vllm-fp8-kv8-wide,jsquad-vllm-fp8-8k-graphs' \
-      --limit 8 --out /root/compile --no-progress "${MP[@]}" "${SETS[@]}" 2>&1 | tee -a "$out/compile.log"
-    python3 -m runner report /root/compile 2>&1 | tail -2 | tee -a "$out/compile.log"
-    tar -C /root -czf "$out/compile.tgz" --exclude='*.lock' --exclude='samples*.jsonl*' compile ;;
+  warm)
+    timeout 570 python3 -m runner go recipes/jsquad-study.yaml --only 'jsquad-vllm*' --limit 8 --out /root/warm-all \
+      --no-progress "${MP[@]}" --model-path Qwen/Qwen2.5-7B-Instruct-AWQ=$S/models/qwen2.5-7b-instruct-awq \
+      "${SETS[@]}" "${EXTRA[@]}" 2>&1 | tee -a "$out/warm.log"
+    python3 -m runner report /root/warm-all 2>&1 | tail -2 | tee -a "$out/warm.log"
+    tar -C /root -czf "$out/warm-all.tgz" --exclude='*.lock' --exclude='samples*.jsonl*' warm-all ;;
   xquad-tune)
     if [ ! -f $G ]; then mkdir -p /root/models && cat $ST/smollm2.gguf.part-* > $G; fi
     sha256sum $G | tee "$out/gguf.sha256"
