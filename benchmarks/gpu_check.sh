@@ -10,10 +10,10 @@
 #                                                 ../shared in .gpu/shared, .whl/ with the wheels the host lacks):
 #                                                 vLLM into /tmp/vllm-site, the wheels into /tmp/site, shared to
 #                                                 /root/shared
-#   bash benchmarks/gpu_check.sh tests OUT [K]    the GPU tests (pytest -m gpu), those -k K selects (all 10 need more
+#   bash benchmarks/gpu_check.sh tests OUT [K]    the GPU tests (pytest -m gpu), those -k K selects (all 11 need more
 #                                                 than one call's 570 s: three calls, 'serving or profile' ~180 s,
 #                                                 'empty_prefix_cache' ~140 s, 'not serving and not profile and not
-#                                                 empty_prefix_cache' ~330-450 s)
+#                                                 empty_prefix_cache' ~330-450 s; 'dies_starting' alone, new, untimed)
 #   bash benchmarks/gpu_check.sh bench OUT [N] [ARG...] runner vs a plain vLLM script on the study's jsquad-vllm
 #                                                 cell, N alternating pairs (default 2; ARGs go to vllm_vs_runner.py,
 #                                                 e.g. --plain-sampler; 3 warm pairs take ~390 s, a cold first pair

@@ -183,6 +183,22 @@ def test_timeout_ends_the_engine_and_records_failure(tiny, tmp_path):
     assert (tmp_path / "out" / "slow" / "results.json").exists()
 
 
+def test_an_engine_that_dies_starting_is_reported_with_the_cause_from_its_log(tiny, tmp_path):
+    """vLLM's engine process dies (a KV cache larger than the GPU); its front end raises "Engine
+    core initialization failed. See root cause above.": the failed result names that cause."""
+    from runner.run.isolate import run_isolated
+
+    p = tmp_path / "r.yaml"
+    big = "  engine_args: {kv_cache_memory_bytes: 1000000000000}"  # 1 TB
+    p.write_text(recipe_yaml(tiny, "dies", extra_engine=big))
+    [res] = run_isolated(_job(p, tmp_path / "out"))
+    assert res.status == "failed"
+    assert "root cause" in res.error and "(the engine's log: " in res.error, res.error
+    cause = res.error.split("(the engine's log: ", 1)[1]
+    assert "root cause" not in cause and ("Error" in cause or "Exception" in cause), cause
+    assert res.hint, res.error
+
+
 def test_unknown_engine_arg_rejected_before_start(tiny):
     from runner.base.errors import RunnerError
     from runner.base.types import ModelSpec
