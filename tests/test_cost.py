@@ -97,6 +97,109 @@ def test_a_start_given_its_kv_cache_size_skipped_memory_profiling_and_gpu_memory
     )
 
 
+# vLLM 0.26's line after its memory profiling (an H100, 2026-12-05, reports/h100-study)
+SUGGESTS = (
+    "(EngineCore pid=3575) INFO 12-05 19:58:26 [gpu_worker.py:857] Free memory on device "
+    "(78.66/79.18 GiB) on startup. Desired GPU memory utilization is (0.9, 71.26 GiB). Actual "
+    "usage is 8.2 GiB for weight, 1.28 GiB for peak activation, 0.22 GiB for non-torch memory, and "
+    "0.0 GiB for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory="
+    "65934594458` (61.41 GiB) to fit into requested memory, or `--kv-cache-memory=73883940864` "
+    "(68.81 GiB) to fully utilize gpu memory. Current kv cache memory in use is 61.55 GiB.\n"
+)
+
+
+def test_a_measured_kv_cache_size_is_kept_and_reused_only_for_the_same_configuration(tmp_path):
+    from runner.engines.vllm import kvsize
+
+    gpu = {"name": "NVIDIA H100 80GB HBM3", "index": 0, "total": 85_000_000_000}
+    settings = {"llm": {"model": "m", "gpu_memory_utilization": 0.9, "max_num_seqs": 4096}}
+    k = kvsize.key(settings, {"vllm": "0.26.0"}, gpu)
+    # what vLLM's fingerprint leaves out, the versions and the GPU each make another key
+    other = [
+        {"llm": {**settings["llm"], "gpu_memory_utilization": 0.8}},
+        {"llm": {**settings["llm"], "max_num_seqs": 1024}},
+    ]
+    keys = {kvsize.key(x, {"vllm": "0.26.0"}, gpu) for x in other}
+    keys |= {
+        kvsize.key(settings, {"vllm": "0.27.0"}, gpu),
+        kvsize.key(settings, {}, gpu | {"index": 1}),
+    }
+    assert k not in keys and len(keys) == 4 and k == kvsize.key(settings, {"vllm": "0.26.0"}, gpu)
+    free = 84_000_000_000
+    assert kvsize.reusable(tmp_path, k, free) is None  # nothing kept yet: the start profiles
+    assert kvsize.keep(tmp_path, k, free, "no such line\n") is None
+    assert not (tmp_path / "runner-kv").exists()
+    assert kvsize.keep(tmp_path, k, free, SUGGESTS) == 65934594458  # "to fit into requested memory"
+    assert kvsize.reusable(tmp_path, k, free) == 65934594458
+    assert kvsize.reusable(tmp_path, k, free + 10**9) == 65934594458
+    assert kvsize.reusable(tmp_path, k, free - kvsize.SLACK) == 65934594458
+    assert kvsize.reusable(tmp_path, k, free - kvsize.SLACK - 1) is None  # less free than then
+    assert kvsize.reusable(tmp_path, next(iter(keys)), free) is None
+    assert [p.name for p in (tmp_path / "runner-kv").iterdir()] == [f"{k}.json"]  # no temp left
+    kvsize.forget(tmp_path, k)
+    assert kvsize.reusable(tmp_path, k, free) is None
+    (tmp_path / "runner-kv" / f"{k}.json").write_text("{not json")
+    assert kvsize.reusable(tmp_path, k, free) is None  # unreadable: the start profiles
+
+
+def test_reuse_memory_profile_sizes_the_start_and_its_knobs_say_what_happened(
+    tmp_path, monkeypatch
+):
+    """The engine's side (no vLLM needed): a kept size goes to vLLM as kv_cache_memory_bytes;
+    where reuse cannot apply, why; and the knob table's verdicts."""
+    import runner.engines.vllm.engine as eng
+    from runner.engines.vllm import kvsize
+    from runner.engines.vllm.facts import VLLMFacts, vllm_knobs
+
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path))
+    monkeypatch.setattr(
+        eng, "memory_of", lambda i: {"name": "g", "index": i, "total": 9, "free": 8}
+    )
+
+    def size(spec, kwargs):
+        e = eng.VLLMEngine.__new__(eng.VLLMEngine)
+        e.spec = spec
+        return e._size_kv(kwargs, {"vllm": "x"}), e.kv_reuse
+
+    on = VLLMSpec(kind="vllm", reuse_memory_profile=True)
+    kwargs = {"model": "m"}
+    sizing, told = size(on, kwargs)  # nothing kept: the start profiles, then keeps its size
+    assert sizing[0] == str(tmp_path) and sizing[2] == 8 and told["reused"] is None
+    assert "kv_cache_memory_bytes" not in kwargs
+    assert kvsize.keep(*sizing, SUGGESTS) == 65934594458
+    kwargs = {"model": "m"}
+    _, told = size(on, kwargs)
+    assert kwargs["kv_cache_memory_bytes"] == told["reused"] == 65934594458
+    kwargs = {"model": "m", "max_num_seqs": 8}  # another configuration
+    size(on, kwargs)
+    assert "kv_cache_memory_bytes" not in kwargs
+    assert size(VLLMSpec(kind="vllm", reuse_memory_profile=True, tensor_parallel_size=2), {})[1][
+        "why_not"
+    ].startswith("a multi-GPU engine")
+    assert size(on, {"kv_cache_memory_bytes": 5})[1]["why_not"] == (
+        "engine_args sets kv_cache_memory_bytes"
+    )
+    assert size(VLLMSpec(kind="vllm"), {"model": "m"}) == (None, {"asked": False, "reused": None})
+
+    def knobs(skipped, **reuse):
+        f = VLLMFacts(profiling_skipped=skipped, kv_cache_tokens=1000, kv_reuse=reuse)
+        return {k.name: k for k in vllm_knobs(on, "auto", f, 0, 1)}
+
+    reused = knobs(True, asked=True, reused=65934594458)
+    assert reused["gpu_memory_utilization"].status == "applied"
+    assert "61.41 GiB" in reused["gpu_memory_utilization"].evidence
+    assert reused["reuse_memory_profile"].status == "applied"
+    assert "profiling skipped" in reused["reuse_memory_profile"].evidence
+    kept = knobs(False, asked=True, kept=65934594458)["reuse_memory_profile"]
+    assert kept.status == "applied" and "kept 65,934,594,458 bytes" in kept.evidence
+    neither = knobs(False, asked=True, why_not="a served engine (vllm serve)")
+    assert neither["reuse_memory_profile"].status == "ignored"
+    assert neither["reuse_memory_profile"].evidence.endswith("a served engine (vllm serve)")
+    # given a size, vLLM did not skip profiling (another vLLM): not counted as reused
+    assert knobs(False, asked=True, reused=5)["reuse_memory_profile"].status == "ignored"
+    assert "reuse_memory_profile" not in knobs(False)
+
+
 def test_vllm_keeps_its_compile_cache_under_the_runners_cache(tmp_path, monkeypatch):
     """By default the compile cache lives in $RUNNER_CACHE/vllm (a VLLM_CACHE_ROOT already set
     wins); a variable the shell sets is what the engine runs with and what its results record."""
