@@ -10,11 +10,10 @@
 #                                                 ../shared in .gpu/shared, .whl/ with the wheels the host lacks):
 #                                                 vLLM into /tmp/vllm-site, the wheels into /tmp/site, shared to
 #                                                 /root/shared
-#   bash benchmarks/gpu_check.sh tests OUT [K]    the GPU tests (pytest -m gpu), those -k K selects (all 12 need more
+#   bash benchmarks/gpu_check.sh tests OUT [K]    the GPU tests (pytest -m gpu), those -k K selects (all 11 need more
 #                                                 than one call's 570 s: three calls, 'serving or profile' ~180 s,
 #                                                 'empty_prefix_cache' ~140 s, 'not serving and not profile and not
-#                                                 empty_prefix_cache' ~330-450 s; 'dies_starting or reuse_memory':
-#                                                 new, untimed)
+#                                                 empty_prefix_cache' ~330-450 s; 'dies_starting' alone, new, untimed)
 #   bash benchmarks/gpu_check.sh bench OUT [N] [ARG...] runner vs a plain vLLM script on the study's jsquad-vllm
 #                                                 cell, N alternating pairs (default 2; ARGs go to vllm_vs_runner.py,
 #                                                 e.g. --plain-sampler; 3 warm pairs take ~390 s, a cold first pair
@@ -61,16 +60,17 @@
 #                                                 CELLS again resumes), then `runner report /root/study`
 #   bash benchmarks/gpu_check.sh warm OUT         every vLLM cell of the JSQuAD study on 8 examples into /root/warm-all:
 #                                                 fills the compile cache ($RUNNER_CACHE/vllm) as a first run of the
-#                                                 study would (and the KV cache sizes, with STUDY_ARGS below), and
+#                                                 study would (and vLLM's startup plans, with STUDY_ARGS below), and
 #                                                 pays the host's first vLLM start, so the four `study` calls after it
 #                                                 measure a second run's starts (estimated ~400 s on an H100: the five
 #                                                 CUDA-graph cells compiled cold in 42-45 s each; a call cut short:
 #                                                 run again)
-#   STUDY_ARGS='--set engine.reuse_memory_profile=true' bash benchmarks/gpu_check.sh warm|study OUT ...
-#                                                 extra `runner go` arguments for the vLLM calls (not the 'jsquad-hf-*'
-#                                                 call: transformers has no such field): here a later start of a
-#                                                 configuration skips vLLM's memory profiling (the size `warm`
-#                                                 measured is reused)
+#   STUDY_ARGS='--set engine.env.VLLM_ENABLE_STARTUP_PLAN=1' bash benchmarks/gpu_check.sh warm|study OUT ...
+#                                                 extra `runner go` arguments for the vLLM cells (not the 'jsquad-hf-*'
+#                                                 call: transformers has no engine.env): here vLLM's startup plan,
+#                                                 safe for this study (no two of its engine configurations differ
+#                                                 only in max_num_seqs or gpu_memory_utilization, which the plan's
+#                                                 fingerprint leaves out)
 #   bash benchmarks/gpu_check.sh xquad OUT [ROUND] the XQuAD study on real weights (recipes/xquad-smollm2-study.yaml,
 #                                                 all 1,190 questions) into /root/xquad-ROUND, its folder tarred to OUT
 set -uo pipefail

@@ -48,9 +48,8 @@ class StartParts(_M):
     profiled: bool | None = Field(
         None,
         description="true: the engine measured the memory it may use (its profiling run); false: "
-        "it was given its KV cache size (an earlier start's, `reuse_memory_profile`; "
-        "`kv_cache_memory_bytes`; or vLLM's startup plan from an earlier start of the same "
-        "configuration) and skipped that measurement; null: not known.",
+        "it was given its KV cache size (`kv_cache_memory_bytes`, or vLLM's startup plan from an "
+        "earlier start of the same configuration) and skipped that measurement; null: not known.",
     )
 
 

@@ -138,36 +138,6 @@ def test_a_compile_cache_folder_makes_the_second_start_warm(tiny, tmp_path):
     assert (tmp_path / "cache" / "torch_compile_cache").is_dir()
 
 
-def test_reuse_memory_profile_skips_the_second_starts_profiling(tiny, tmp_path):
-    """`engine.reuse_memory_profile`: the first start profiles and keeps its KV cache size, a second
-    start of the same recipe (a fresh process) is given it and skips vLLM's memory profiling; a
-    start asking another gpu_memory_utilization profiles again."""
-    from runner.run.isolate import run_isolated
-
-    p = tmp_path / "kv.yaml"
-    extra = f"  compile_cache: {tmp_path / 'cache'}\n  reuse_memory_profile: true"
-    p.write_text(recipe_yaml(tiny, "kv", extra_engine=extra))
-    [first] = run_isolated(_job(p, tmp_path / "out1"))
-    [second] = run_isolated(_job(p, tmp_path / "out2"))
-    p.write_text(
-        p.read_text().replace("gpu_memory_utilization: 0.3", "gpu_memory_utilization: 0.25")
-    )
-    [other] = run_isolated(_job(p, tmp_path / "out3"))
-    for r in (first, second, other):
-        assert r.status == "ok", r.error
-    knobs = [{k.name: k for k in r.knobs} for r in (first, second, other)]
-    assert [r.timings.start.profiled for r in (first, second, other)] == [True, False, True]
-    assert "kept" in knobs[0]["reuse_memory_profile"].evidence
-    assert knobs[1]["reuse_memory_profile"].status == "applied"
-    assert "profiling skipped" in knobs[1]["reuse_memory_profile"].evidence
-    assert knobs[1]["gpu_memory_utilization"].status == "applied"
-    assert "kept" in knobs[2]["reuse_memory_profile"].evidence
-    # the size vLLM suggested to fit the requested memory: within 1% of the measured one
-    kv = [r.memory.kv_cache_tokens for r in (first, second, other)]
-    assert abs(kv[1] - kv[0]) <= 0.01 * kv[0] and kv[2] < kv[0], kv
-    assert len(list((tmp_path / "cache" / "runner-kv").glob("*.json"))) == 2
-
-
 def test_transformers_continuous_batching_on_the_gpu_matches_the_static_engine(tiny):
     """`batching: continuous` on CUDA (paged attention): the static-batch engine's greedy outputs,
     in float32 so that no kernel's rounding decides a tie."""

@@ -216,7 +216,7 @@ def test_unknown_engine_key_suggests_quantization(write_recipe, base_recipe):
         "  line 6, engine.quantizaton: unknown key 'quantizaton'; did you mean 'quantization'? "
         "Allowed here: compile_cache, cpu_offload_gb, enable_prefix_caching, enforce_eager, "
         "engine_args, env, gpu_memory_utilization, kind, kv_cache_dtype, max_model_len, "
-        "quantization, reuse_memory_profile, seed, swap_space, tensor_parallel_size, warmup\n",
+        "quantization, seed, swap_space, tensor_parallel_size, warmup\n",
     )
     assert f"line {line_of(text, 'quantizaton')}, engine.quantizaton" in out
     assert "line 6" in out
@@ -230,12 +230,12 @@ def test_unknown_engine_key_inline_mapping(write_recipe, base_recipe):
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
         "  line 6, engine.device: unknown key 'device'. Allowed here: compile_cache, "
         "cpu_offload_gb, enable_prefix_caching, enforce_eager, engine_args, env, "
-        "gpu_memory_utilization, kind, kv_cache_dtype, max_model_len, quantization, "
-        "reuse_memory_profile, seed, swap_space, tensor_parallel_size, warmup\n  line 7, "
-        "engine.quantizaton: unknown key 'quantizaton'; did you mean 'quantization'? Allowed here: "
-        "compile_cache, cpu_offload_gb, enable_prefix_caching, enforce_eager, engine_args, env, "
-        "gpu_memory_utilization, kind, kv_cache_dtype, max_model_len, quantization, "
-        "reuse_memory_profile, seed, swap_space, tensor_parallel_size, warmup\n",
+        "gpu_memory_utilization, kind, kv_cache_dtype, max_model_len, quantization, seed, "
+        "swap_space, tensor_parallel_size, warmup\n  line 7, engine.quantizaton: unknown key "
+        "'quantizaton'; did you mean 'quantization'? Allowed here: compile_cache, cpu_offload_gb, "
+        "enable_prefix_caching, enforce_eager, engine_args, env, gpu_memory_utilization, kind, "
+        "kv_cache_dtype, max_model_len, quantization, seed, swap_space, tensor_parallel_size, "
+        "warmup\n",
     )
 
 
@@ -263,7 +263,7 @@ def test_unknown_key_through_go_is_rejected_before_running(write_recipe, base_re
         "  line 6, engine.quantizaton: unknown key 'quantizaton'; did you mean 'quantization'? "
         "Allowed here: compile_cache, cpu_offload_gb, enable_prefix_caching, enforce_eager, "
         "engine_args, env, gpu_memory_utilization, kind, kv_cache_dtype, max_model_len, "
-        "quantization, reuse_memory_profile, seed, swap_space, tensor_parallel_size, warmup\n",
+        "quantization, seed, swap_space, tensor_parallel_size, warmup\n",
     )
     assert not out_dir.exists()
 

@@ -9,7 +9,6 @@ import threading
 import time
 from array import array
 from bisect import bisect_left, bisect_right
-from typing import Any
 
 
 def _handle(index: int = 0):
@@ -164,17 +163,6 @@ def gpu_indices(n: int) -> list[int]:
     if seen and all(x.isdigit() for x in seen):
         return [int(x) for x in seen[:n]]
     return list(range(n))
-
-
-def memory_of(index: int) -> dict[str, Any] | None:
-    """One device's name, NVML index, total and free memory (bytes); None without NVML."""
-    nv, h = _handle(index)
-    try:  # without NVML, nv is None: an AttributeError
-        info, name = nv.nvmlDeviceGetMemoryInfo(h), nv.nvmlDeviceGetName(h)
-    except Exception:
-        return None
-    name = name.decode() if isinstance(name, bytes) else name
-    return {"name": name, "index": index, "total": int(info.total), "free": int(info.free)}
 
 
 def energy_j(indices: list[int]) -> float | None:

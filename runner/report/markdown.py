@@ -240,11 +240,10 @@ def _start_section(r: RunResult) -> list[str]:
     note += f" Compile cache: {', '.join(f'`{c}`' for c in caches)}." if caches else ""
     if any(p.profiled is False for _, _, p in starts):
         note += (
-            " *Memory profiling skipped*: the engine was given its KV cache size instead of "
-            "measuring it: the size an earlier start of the same configuration on this GPU "
-            "measured (`engine.reuse_memory_profile`), or `engine_args.kv_cache_memory_bytes`, or "
-            'vLLM\'s startup plan (`engine.env: {VLLM_ENABLE_STARTUP_PLAN: "1"}`, keyed without '
-            "`gpu_memory_utilization`); the knob table says which."
+            " *Memory profiling skipped*: the engine was given its KV cache size "
+            "(`engine_args.kv_cache_memory_bytes`, or vLLM's startup plan from an earlier start of "
+            'the same configuration, which `engine.env: {VLLM_ENABLE_STARTUP_PLAN: "1"}` turns '
+            "on) instead of measuring it; its `gpu_memory_utilization` did not apply."
         )
     return paragraphs("### Engine start", note, table(rows, head))
 

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import runner.engines.gguf as gguf  # the module, not the package: tests patch its functions
-import runner.engines.vllm.kvsize as kvsize
 from runner.base.errors import RunnerError
-from runner.base.nvml import device_facts, gpu_indices, memory_of
+from runner.base.nvml import device_facts
 from runner.base.types import PROFILE_ENV, EngineInfo, Generation
 from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
 from runner.engines.vllm.facts import (
@@ -98,20 +97,12 @@ class VLLMEngine:
             }
         self.tokenizer = load_tokenizer(model)
         self.chat = uses_chat_template(self.tokenizer, chat)
-        sizing = self._size_kv(kwargs, {"vllm": vllm.__version__, "torch": torch.__version__})
         log = Path(os.environ.get("RUNNER_ENGINE_LOG", ""))
         log_start = log.stat().st_size if log.is_file() else 0
         t0 = time.perf_counter()
-        try:
-            self.llm = LLM(**kwargs)
-        except BaseException:
-            if sizing is not None and self.kv_reuse["reused"] is not None:
-                kvsize.forget(*sizing[:2])  # the next start measures again
-            raise
+        self.llm = LLM(**kwargs)
         # the engine's part of the log: what it wrote since
         since = log.read_bytes()[log_start:].decode("utf-8", "replace") if log.is_file() else ""
-        if sizing is not None and self.kv_reuse["reused"] is None:
-            self.kv_reuse["kept"] = kvsize.keep(*sizing, since)
         self.facts, parsed = self._read_facts(vllm.__version__, since)
         t_warm = time.perf_counter()
         warm = warm_up(self.llm) if spec.warmup else None
@@ -142,35 +133,6 @@ class VLLMEngine:
             gpus=f.tensor_parallel_size or spec.tensor_parallel_size,
             batch=self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs,
         )
-
-    def _size_kv(self, kwargs: dict[str, Any], versions: dict[str, str]) -> tuple | None:
-        """`reuse_memory_profile`: the KV cache size an earlier start of this configuration on
-        this GPU measured, put in `kwargs` where there is one (kvsize.py); (cache folder, key, free
-        bytes) where sizes are kept, None where not; `kv_reuse` says which (its knob)."""
-        spec = self.spec
-        self.kv_reuse: dict[str, Any] = {"asked": spec.reuse_memory_profile, "reused": None}
-        if not spec.reuse_memory_profile:
-            return None
-        gpu = memory_of(gpu_indices(1)[0])
-        why = (
-            "a multi-GPU engine (tensor_parallel_size > 1)"
-            if spec.tensor_parallel_size > 1
-            else "engine_args sets kv_cache_memory_bytes"
-            if "kv_cache_memory_bytes" in kwargs
-            else "NVML reads no GPU memory"
-            if gpu is None
-            else None
-        )
-        if why is not None or gpu is None:
-            self.kv_reuse["why_not"] = why
-            return None
-        free = gpu.pop("free")
-        env = spec.engine_env()
-        k = kvsize.key({"llm": kwargs, "env": env}, versions, gpu)
-        root = env["VLLM_CACHE_ROOT"]
-        if (size := kvsize.reusable(root, k, free)) is not None:
-            kwargs["kv_cache_memory_bytes"] = self.kv_reuse["reused"] = size
-        return root, k, free
 
     def _read_facts(self, version: str, log: str) -> tuple[VLLMFacts, dict[str, float]]:
         parsed = parse_engine_log(log)
@@ -208,7 +170,6 @@ class VLLMEngine:
             engine_args=effective_engine_args(vc, spec.engine_args),
             compile_cache_dir=compile_cache_dir(log),
             profiling_skipped=bool(parsed.get("profiling_skipped")),
-            kv_reuse=dict(self.kv_reuse),
         ), parsed
 
     def encode(self, messages: Sequence[Messages]) -> tuple[list[str], list[list[int]]]:

@@ -81,8 +81,6 @@ class VLLMFacts:
     compile_cache_dir: str | None = None
     # the KV cache size was given (kv_cache_memory_bytes, vLLM's startup plan), not measured
     profiling_skipped: bool = False
-    # reuse_memory_profile: asked, the size reused (bytes), the size kept, why neither
-    kv_reuse: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_engine_log(text: str) -> dict[str, float]:
@@ -174,7 +172,6 @@ def served_facts(spec: Any, model: Any, log: str, version: str) -> VLLMFacts | N
         kv_cache_tokens=parsed.get("kv_cache_tokens") or None,
         version=version,
         profiling_skipped=bool(parsed.get("profiling_skipped")),
-        kv_reuse={"asked": spec.reuse_memory_profile, "why_not": "a served engine (vllm serve)"},
     )
 
 
@@ -339,14 +336,7 @@ def vllm_knobs(spec: Any, load_format: str, f: VLLMFacts, cached: int, prompt: i
     """Every knob of a vLLM recipe with its verdict. `cached`/`prompt`: prompt tokens served from
     the prefix cache and in all, over the run's generations."""
     kv = f"KV cache {f.kv_cache_tokens:,} tokens" if f.kv_cache_tokens else ""
-    reused = f.kv_reuse.get("reused")
-    if f.profiling_skipped and reused:
-        gmu_status = "applied"
-        why = (
-            f"the KV cache size ({reused / 2**30:.2f} GiB) an earlier start of this configuration "
-            "on this GPU measured at it, reused (reuse_memory_profile): memory profiling skipped"
-        )
-    elif f.profiling_skipped:
+    if f.profiling_skipped:
         gmu_status = "ignored"
         why = (
             "vLLM skipped its memory profiling: the KV cache size was given "
@@ -385,28 +375,8 @@ def vllm_knobs(spec: Any, load_format: str, f: VLLMFacts, cached: int, prompt: i
         _knob("kv_cache_dtype", spec.kv_cache_dtype, f.cache_dtype, kv_status, "cache_config"),
         _same("load_format", load_format, f.load_format, "load_config"),
         compile_cache_knob(spec, f.compile_cache_dir),
-        _reuse_knob(f),
     ]
     return [k for k in knobs if k is not None] + engine_arg_knobs(spec.engine_args, f.engine_args)
-
-
-def _reuse_knob(f: VLLMFacts) -> Knob | None:
-    """`reuse_memory_profile`: applied where the start reused a kept size (vLLM's log says it
-    skipped profiling) or measured one and kept it; ignored where it could do neither."""
-    r = f.kv_reuse
-    if not r.get("asked"):
-        return None
-    if r.get("reused") and f.profiling_skipped:
-        status, ev = "applied", f"KV cache size reused ({r['reused']:,} bytes): profiling skipped"
-    elif r.get("kept"):
-        status, ev = (
-            "applied",
-            f"no earlier start of this configuration: profiled, kept {r['kept']:,} bytes",
-        )
-    else:
-        why = r.get("why_not") or "vLLM's log suggested no KV cache size to keep"
-        status, ev = "ignored", f"neither reused nor kept: {why}"
-    return _knob("reuse_memory_profile", True, bool(r.get("reused") or r.get("kept")), status, ev)
 
 
 def _verdict(requested: Any, effective: Any) -> tuple[str, str]:

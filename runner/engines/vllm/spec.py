@@ -106,16 +106,6 @@ class VLLMSpec(EngineSpecBase):
         "graphs instead of compiling (a warm start; CUDA graphs are still captured). Default: "
         "`$RUNNER_CACHE/vllm` (VLLM_CACHE_ROOT where it is set).",
     )
-    reuse_memory_profile: bool = Field(
-        False,
-        description="Skip vLLM's memory profiling where an earlier start of the same "
-        "configuration (every engine and model setting, the vLLM and torch versions, the GPU) "
-        "measured it: that start's KV cache size (what vLLM's log suggests to fit the requested "
-        "`gpu_memory_utilization`) is kept under the compile cache folder (`runner-kv/`) and "
-        "passed as `kv_cache_memory_bytes` when the GPU has at least as much memory free as "
-        "then. Saves the profiling pass (~2 s a start; ~20 s with `cpu_offload_gb`). One GPU "
-        "only; a start that fails with a kept size forgets it.",
-    )
     warmup: bool = Field(
         False,
         description="At engine start, run one synthetic batch: as many prompts as the engine runs "
