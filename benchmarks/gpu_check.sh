@@ -60,17 +60,18 @@
 #                                                 CELLS again resumes), then `runner report /root/study`
 #   bash benchmarks/gpu_check.sh warm OUT         every vLLM cell of the JSQuAD study on 8 examples into /root/warm-all:
 #                                                 fills the compile cache ($RUNNER_CACHE/vllm) as a first run of the
-#                                                 study would (and vLLM's startup plans, with STUDY_ARGS below), and
-#                                                 pays the host's first vLLM start, so the four `study` calls after it
+#                                                 study would, and pays the host's first vLLM start, so the four
+#                                                 `study` calls after it
 #                                                 measure a second run's starts (estimated ~400 s on an H100: the five
 #                                                 CUDA-graph cells compiled cold in 42-45 s each; a call cut short:
 #                                                 run again)
-#   STUDY_ARGS='--set engine.env.VLLM_ENABLE_STARTUP_PLAN=1' bash benchmarks/gpu_check.sh warm|study OUT ...
-#                                                 extra `runner go` arguments for the vLLM cells (not the 'jsquad-hf-*'
-#                                                 call: transformers has no engine.env): here vLLM's startup plan,
-#                                                 safe for this study (no two of its engine configurations differ
-#                                                 only in max_num_seqs or gpu_memory_utilization, which the plan's
-#                                                 fingerprint leaves out)
+#   STUDY_ARGS='...' bash benchmarks/gpu_check.sh warm|study OUT ...
+#                                                 extra `runner go` arguments for the vLLM calls (not the 'jsquad-hf-*'
+#                                                 call). Not vLLM's startup plan for the starts' share: given a KV size
+#                                                 (its plan, or kv_cache_memory_bytes) vLLM 0.26 still runs its
+#                                                 profiling forward pass, and skips only the measuring and the CUDA-graph
+#                                                 memory estimate (at most ~1 s of a warm graph start in the H100 logs
+#                                                 of reports/h100-study)
 #   bash benchmarks/gpu_check.sh xquad OUT [ROUND] the XQuAD study on real weights (recipes/xquad-smollm2-study.yaml,
 #                                                 all 1,190 questions) into /root/xquad-ROUND, its folder tarred to OUT
 set -uo pipefail
