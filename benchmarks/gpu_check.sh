@@ -61,10 +61,9 @@
 #   bash benchmarks/gpu_check.sh warm OUT         every vLLM cell of the JSQuAD study on 8 examples into /root/warm-all:
 #                                                 fills the compile cache ($RUNNER_CACHE/vllm) as a first run of the
 #                                                 study would, and pays the host's first vLLM start, so the four
-#                                                 `study` calls after it
-#                                                 measure a second run's starts (estimated ~400 s on an H100: the five
-#                                                 CUDA-graph cells compiled cold in 42-45 s each; a call cut short:
-#                                                 run again)
+#                                                 `study` calls after it measure a second run's starts (estimated
+#                                                 ~400 s on an H100: the five CUDA-graph cells compiled cold in 42-45 s
+#                                                 each; a call cut short: run again)
 #   STUDY_ARGS='...' bash benchmarks/gpu_check.sh warm|study OUT ...
 #                                                 extra `runner go` arguments for the vLLM calls (not the 'jsquad-hf-*'
 #                                                 call). Not vLLM's startup plan for the starts' share: given a KV size
