@@ -225,11 +225,13 @@ _DIED = (
     "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
 )
 _FLASHINFER = (
+    "(EngineCore pid=3754) ERROR 12-05 21:44:02 [core.py:1330] Traceback (most recent call last):\n"
     "(EngineCore pid=3754) ERROR 12-05 21:44:02 [core.py:1330] RuntimeError: Error in function "
     "'aligned_alloc' at /tmp/vllm-site/flashinfer/data/include/flashinfer/allocator.h:49: Buffer "
     "overflow when allocating memory for batch_prefill_tmp_v with size 1350336512 and alignment "
     "16, but only 469762048 bytes available in AlignedAllocator. Increase the workspace buffer "
     "size.\n"
+    "(EngineCore pid=3754) Traceback (most recent call last):\n"
     '(EngineCore pid=3754)   File "/tmp/vllm-site/flashinfer/decode.py", line 1237, in plan\n'
     "(EngineCore pid=3754) RuntimeError: Error in function 'aligned_alloc' at /tmp/vllm-site/"
     "flashinfer/data/include/flashinfer/allocator.h:49: Buffer overflow when allocating memory for "
@@ -238,6 +240,7 @@ _FLASHINFER = (
     "    raise RuntimeError(\n"
 )
 _OOM = (
+    "(EngineCore pid=972) Traceback (most recent call last):\n"
     "(EngineCore pid=972) ERROR 12-05 21:57:39 [core.py:1330]     logits = logits.clone()\n"
     "(EngineCore pid=972) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB. "
     "GPU 0 has a total capacity of 79.18 GiB of which 714.19 MiB is free.\n"
@@ -277,7 +280,11 @@ def test_an_engine_that_died_starting_is_reported_with_the_cause_its_log_shows(
 def test_an_engine_error_that_names_no_cause_in_its_log_says_where_the_log_is(tmp_path):
     from runner.run.result import engine_failure
 
-    log = _log(tmp_path, "(EngineCore pid=1) INFO loading\n")
+    # a line that looks like an exception but ends no traceback (a warning; then the engine process
+    # was killed: no traceback of its own) is not taken for the cause
+    log = _log(
+        tmp_path, "(EngineCore pid=1) INFO loading\nModuleNotFoundError: No module named 'x'\n"
+    )
     assert engine_failure(_DIED, log) == (_DIED, f"the engine's log says why: {log}")
     missing = tmp_path / "none.log"
     assert engine_failure(_DIED, missing) == (_DIED, f"the engine's log says why: {missing}")
@@ -286,6 +293,34 @@ def test_an_engine_error_that_names_no_cause_in_its_log_says_where_the_log_is(tm
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     error, hint = engine_failure(oom, log)
     assert error == oom and hint.startswith("GPU memory ran out")
+
+
+def test_the_cause_is_read_past_colour_codes_and_rank_prefixes_from_where_the_engine_began(
+    tmp_path,
+):
+    from runner.run.result import engine_failure
+
+    log = tmp_path / "engine.log"
+    earlier = "Traceback (most recent call last):\nKeyError: 'an earlier recipe'\n"
+    log.write_text(
+        earlier + "\x1b[1;36m(EngineCore_DP0 pid=7)\x1b[0;0m Traceback (most recent call last):\n"
+        "(EngineCore_DP0 pid=7) ValueError: the engine's\n"
+        "[rank0]: Traceback (most recent call last):\n"
+        "[rank0]: torch.distributed.DistBackendError: NCCL error in: x\n"
+    )
+    error, _ = engine_failure(_DIED, log, start=len(earlier))
+    assert error.endswith(
+        "(the engine's log: torch.distributed.DistBackendError: NCCL error in: x)"
+    )
+    log.write_text(earlier + "(EngineCore pid=7) INFO the engine's start, no traceback\n")
+    assert engine_failure(_DIED, log, start=len(earlier))[0] == _DIED  # not the earlier recipe's
+    assert "an earlier recipe" in engine_failure(_DIED, log)[0]  # ... which is before `start`
+    bare = tmp_path / "bare.log"
+    bare.write_text(
+        "\x1b[1;36m(EngineCore_DP0 pid=7)\x1b[0;0m Traceback (most recent call last):\n"
+        "\x1b[1;36m(EngineCore_DP0 pid=7)\x1b[0;0m Exception: plain\n"
+    )
+    assert engine_failure(_DIED, bare)[0].endswith("(the engine's log: Exception: plain)")
 
 
 def test_recipes_on_an_engine_that_died_starting_name_the_cause_from_its_log(tmp_path, monkeypatch):

@@ -38,6 +38,7 @@ from runner.run.result import (
     Measured,
     Output,
     engine_failure,
+    failure_hint,
     make_sample,
     merge_samples,
     now,
@@ -45,6 +46,13 @@ from runner.run.result import (
 )
 from runner.run.resume import add_repeat, load_partial, load_repeats, start_partial
 from runner.run.trackers import Stage, parts, timed, untimed
+
+
+def _size(path: str | None) -> int:
+    try:
+        return os.path.getsize(path) if path else 0
+    except OSError:
+        return 0
 
 
 class SharedEngine:
@@ -63,8 +71,10 @@ class SharedEngine:
         self.profile = False  # a recipe of the job profiles (`profile: true`)
         self.started_by: str | None = None  # the recipe whose generation built the engine
         # where the engine's processes write (the engine.log current when it was built; None in
-        # this process's own runs): the log its errors point at
+        # this process's own runs): the log its errors point at, read from `log_from` (its size
+        # when the recipe now using the engine took it)
         self.log: str | None = None
+        self.log_from = 0
         self.start_failure: tuple[str, str | None] | None = None  # `explain` of `error`, kept
         # the process and engine start (s), until the generation after them takes them
         self.stages: Counter = Counter()
@@ -77,7 +87,8 @@ class SharedEngine:
             self.sampler.__enter__()  # whole device, from before the engine starts
             if self.profile:  # read by an engine whose profiler is set up as it is built
                 os.environ[PROFILE_ENV] = "1"
-            self.log = os.environ.get("RUNNER_ENGINE_LOG")
+            self.log = os.environ.get("RUNNER_ENGINE_LOG") or None
+            self.log_from = _size(self.log)
             try:
                 with Stage(self.stages, "start_s"):
                     self.engine = r.engine.build(r.model, r.prompt.chat_template)
@@ -88,6 +99,7 @@ class SharedEngine:
             finally:
                 os.environ.pop(PROFILE_ENV, None)
         elif self.users:
+            self.log_from = _size(self.log)
             self.engine.reset_prefix_cache()
         self.users += 1
         return self.engine
@@ -98,7 +110,11 @@ class SharedEngine:
         of it is in the log after)."""
         if e is self.error and self.start_failure is not None:
             return self.start_failure
-        told = engine_failure(f"{type(e).__name__}: {e}", self.log)
+        error = f"{type(e).__name__}: {e}"
+        try:
+            told = engine_failure(error, self.log, self.log_from)
+        except Exception:  # the failure is recorded whatever its log holds
+            told = error, failure_hint(error)
         if e is self.error:
             self.start_failure = told
         return told

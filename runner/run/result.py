@@ -173,11 +173,15 @@ _HINTS = (
     ),
 )
 
-# an exception's last line in an engine's log, after vLLM's `(EngineCore pid=N)` and log prefixes
-_RAISED = re.compile(
-    r"^(?:\([^)]*pid=\d+\)\s*)?(?:ERROR \S+ \S+ \[[^\]]*\]\s*)?"
-    r"([A-Za-z_][\w.]*(?:Error|Exception|Failed|Failure)(?:: .+)?)$"
+# a line of an engine's log after its prefixes: colour codes, torch's `[rank0]:`, vLLM's
+# `(EngineCore pid=N)` (a Ray worker's `(Name pid=N, ip=...)`), its logger's `ERROR date time
+# [file:line]`
+_PREFIXES = re.compile(
+    r"^(?:\x1b\[[0-9;]*m)*(?:\[rank\d+\]:\s*)?(?:\([^)]*\bpid=\d+[^)]*\)\s*)?(?:\x1b\[[0-9;]*m)*\s*"
+    r"(?:ERROR \S+ \S+ \[[^\]]*\]\s*)?"
 )
+# an exception's last line, what a traceback ends with
+_RAISED = re.compile(r"(?:[A-Za-z_][\w.]*)?(?:Error|Exception|Failed|Failure)(?:: .+)?")
 
 
 def failure_hint(error: str) -> str | None:
@@ -185,23 +189,28 @@ def failure_hint(error: str) -> str | None:
     return next((hint for words, hint in _HINTS if any(w in e for w in words)), None)
 
 
-def engine_failure(error: str, log: str | Path | None) -> tuple[str, str | None]:
+def engine_failure(error: str, log: str | Path | None, start: int = 0) -> tuple[str, str | None]:
     """An engine's error and its hint, where the error points at the engine's log for its cause
-    (vLLM's "See root cause above": its engine process died): the last exception that log (where
-    the engine's processes write; None: no log of its own) shows since the run's mark, added to the
-    error, and the hint for that cause."""
+    (vLLM's "See root cause above": its engine process died): the exception the last traceback in
+    that log (where the engine's processes write, read from byte `start`; None: no log of its own)
+    ends with, added to the error, and the hint for that cause."""
     if "root cause" not in error.lower() or log is None:
         return error, failure_hint(error)
     log = Path(log)
     try:
-        text = log.read_text(errors="replace").rsplit(LOG_MARK, 1)[-1]
+        with open(log, "rb") as f:
+            f.seek(start)
+            text = f.read().decode("utf-8", "replace").rsplit(LOG_MARK, 1)[-1]
     except OSError:
         text = ""
-    causes = [
-        m.group(1).strip()
-        for line in text.splitlines()
-        if (m := _RAISED.match(line.strip())) and "root cause" not in line.lower()
-    ]
+    causes, traced = [], False
+    for line in text.splitlines():
+        body = _PREFIXES.sub("", line.strip()).strip()
+        if body.startswith("Traceback (most recent call last)"):
+            traced = True
+        elif traced and _RAISED.fullmatch(body) and "root cause" not in body.lower():
+            causes.append(body)
+            traced = False
     if not causes:
         return error, failure_hint(error) or f"the engine's log says why: {log}"
     cause = causes[-1] if len(causes[-1]) <= 300 else causes[-1][:299] + "…"
