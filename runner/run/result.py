@@ -203,19 +203,18 @@ def engine_failure(error: str, log: str | Path | None, start: int = 0) -> tuple[
             text = f.read().decode("utf-8", "replace").rsplit(LOG_MARK, 1)[-1]
     except OSError:
         text = ""
-    causes, traced = [], False
+    cause, traced = None, False
     for line in text.splitlines():
         body = _PREFIXES.sub("", line.strip()).strip()
         if body.startswith("Traceback (most recent call last)"):
             traced = True
         elif traced and _RAISED.fullmatch(body) and "root cause" not in body.lower():
-            causes.append(body)
-            traced = False
-    if not causes:
+            cause, traced = body, False
+    if cause is None:
         return error, failure_hint(error) or f"the engine's log says why: {log}"
-    cause = causes[-1] if len(causes[-1]) <= 300 else causes[-1][:299] + "…"
-    hint = failure_hint(causes[-1]) or failure_hint(error)
-    return f"{error} (the engine's log: {cause})", hint or f"the whole traceback: {log}"
+    hint = failure_hint(cause) or failure_hint(error)
+    cut = cause if len(cause) <= 300 else cause[:299] + "…"
+    return f"{error} (the engine's log: {cut})", hint or f"the whole traceback: {log}"
 
 
 def mean_scores(samples: list[Sample], metrics: list[str]) -> dict[str, float]:
