@@ -58,7 +58,8 @@
 #                                                 'jsquad-vllm-fp8-graphs,jsquad-vllm-fp8-kv8,jsquad-vllm-fp8-wide,jsquad-
 #                                                 vllm-fp8-kv8-wide,jsquad-vllm-fp8-8k-graphs' (a call cut short: the same
 #                                                 CELLS again resumes), then `runner report /root/study`
-#   bash benchmarks/gpu_check.sh warm OUT         every vLLM cell of the JSQuAD study on 8 examples into /root/warm-all:
+#   bash benchmarks/gpu_check.sh warm OUT [CELLS] [DIR] the JSQuAD study's vLLM cells (or those CELLS names) on 8
+#                                                 examples into /root/DIR (default warm-all):
 #                                                 fills the compile cache ($RUNNER_CACHE/vllm) as a first run of the
 #                                                 study would, and pays the host's first vLLM start, so the four
 #                                                 `study` calls after it measure a second run's starts (estimated
@@ -142,11 +143,12 @@ case $step in
     python3 -m runner report /root/study 2>&1 | tail -2 | tee -a "$out/study.log"
     tar -C /root -czf "$out/study.tgz" --exclude='*.lock' --exclude='samples*.jsonl*' study ;;
   warm)
-    timeout 570 python3 -m runner go recipes/jsquad-study.yaml --only 'jsquad-vllm*' --limit 8 --out /root/warm-all \
+    d=${4:-warm-all}
+    timeout 570 python3 -m runner go recipes/jsquad-study.yaml --only "${3:-jsquad-vllm*}" --limit 8 --out /root/$d \
       --no-progress "${MP[@]}" --model-path Qwen/Qwen2.5-7B-Instruct-AWQ=$S/models/qwen2.5-7b-instruct-awq \
-      "${SETS[@]}" "${EXTRA[@]}" 2>&1 | tee -a "$out/warm.log"
-    python3 -m runner report /root/warm-all 2>&1 | tail -2 | tee -a "$out/warm.log"
-    tar -C /root -czf "$out/warm-all.tgz" --exclude='*.lock' --exclude='samples*.jsonl*' warm-all ;;
+      "${SETS[@]}" "${EXTRA[@]}" 2>&1 | tee -a "$out/$d.log"
+    python3 -m runner report /root/$d 2>&1 | tail -2 | tee -a "$out/$d.log"
+    tar -C /root -czf "$out/$d.tgz" --exclude='*.lock' --exclude='samples*.jsonl*' $d ;;
   xquad-tune)
     if [ ! -f $G ]; then mkdir -p /root/models && cat $ST/smollm2.gguf.part-* > $G; fi
     sha256sum $G | tee "$out/gguf.sha256"
