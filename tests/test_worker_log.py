@@ -28,7 +28,7 @@ class Loud:
     def __init__(self, done: Path, crash: bool = False, hang: bool = False):
         self.done, self.crash, self.hang = str(done), crash, hang
 
-    def preload(self) -> None:
+    def preload(self, model=None) -> None:
         print("preload to stdout", flush=True)
         print("preload to stderr", file=sys.stderr, flush=True)
         Path(self.done).touch()
@@ -49,8 +49,8 @@ def recipe(write_recipe, base_recipe):
 
 
 def _loud(names: str, done: Path, crash: bool = False, hang: bool = False) -> tuple:
-    """Units as the worker sees them (names, the first one's engine spec)."""
-    recipe = SimpleNamespace(engine=Loud(done, crash, hang))
+    """Units as the worker sees them (names, the first one's engine spec and model)."""
+    recipe = SimpleNamespace(engine=Loud(done, crash, hang), model=None)
     return tuple(SimpleNamespace(name=n, loaded=SimpleNamespace(recipe=recipe)) for n in names)
 
 

@@ -251,9 +251,9 @@ class EngineSpecBase(StrictModel):
     def build(self, model: ModelSpec, chat: bool | None) -> Engine:
         raise NotImplementedError
 
-    def preload(self) -> None:
+    def preload(self, model: ModelSpec | None = None) -> None:
         """Import the engine's library ahead of `build` (a worker process started before its
-        job)."""
+        job); an engine may also load what it would for `model` (vLLM: its tokenizer)."""
         for name in (self.library, *self.preloads) if self.library else ():
             importlib.import_module(name)
 

@@ -61,7 +61,8 @@ class Worker:
             pass_fds=(self.held.fileno(),),
         )
         try:
-            self._write(pickle.dumps((units[0].loaded.recipe.engine, self.held.fileno())))
+            r = units[0].loaded.recipe
+            self._write(pickle.dumps((r.engine, r.model, self.held.fileno())))
         except BaseException:
             self.close()
             raise
@@ -277,13 +278,14 @@ def main() -> int:
         os.close(fd)
         os.environ["RUNNER_ENGINE_LOG"] = log
 
-    spec, held = pickle.load(sys.stdin.buffer)  # the first recipe's engine: loaded ahead of the job
+    # the first recipe's engine and model: loaded ahead of the job
+    spec, model, held = pickle.load(sys.stdin.buffer)
     os.dup2(held, 1)  # the output held until the job comes
     os.dup2(held, 2)
     # first, so a log of a process ended while its library loads names its group too
     print(me := f"runner worker pid {os.getpid()} (process group {os.getpgrp()})", flush=True)
     with contextlib.suppress(Exception):  # an import that fails fails again in the engine's build
-        spec.preload()
+        spec.preload(model)
     ready = time.time()
     job: Job = pickle.load(sys.stdin.buffer)
     to_log(str(job.options.folder(job.units[0].name).engine_log))

@@ -7,9 +7,11 @@ as JSON); `POST /reset_prefix_cache` is mounted only with `VLLM_SERVER_DEV_MODE=
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, PositiveInt, field_validator
@@ -18,6 +20,7 @@ import runner.engines.gguf as gguf  # the module, not the package: tests patch i
 from runner.base.errors import RunnerError
 from runner.base.types import MAX_SEED, MAX_TOKENS, EngineInfo, EngineSpecBase
 from runner.engines.builtin import cache_root
+from runner.engines.hf import load_tokenizer_ahead
 from runner.engines.vllm.engine import VLLMEngine
 from runner.engines.vllm.facts import crash_evidence, parse_engine_log, served_facts, vllm_knobs
 
@@ -25,6 +28,23 @@ if TYPE_CHECKING:
     from runner.base.types import ModelSpec
 
 _DEFAULT_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0"}  # where the shell does not set it
+# What vLLM 0.26's engine process imports as it builds an engine (its worker, model runners, loader,
+# attention, fp8 layers, compiler). vLLM forks that process from the runner's (unless CUDA is
+# initialized here), so what a job's process imported ahead, while the job before it ran, is not
+# imported again inside the start. One this vLLM lacks, or that fails, is skipped.
+_ENGINE_PROCESS_MODULES = (
+    "vllm.v1.engine.core",
+    "vllm.v1.executor.uniproc_executor",
+    "vllm.v1.worker.gpu_worker",
+    "vllm.v1.worker.gpu.model_runner",
+    "vllm.v1.worker.gpu_model_runner",
+    "vllm.model_executor.model_loader",
+    "vllm.v1.attention.backends.flash_attn",
+    "vllm.model_executor.layers.quantization.fp8",
+    "vllm.v1.sample.sampler",
+    "vllm.model_executor.warmup.kernel_warmup",
+    "vllm.compilation.backends",
+)
 _LLM_FIELDS = {  # passed as they are
     "quantization",
     "cpu_offload_gb",
@@ -167,9 +187,15 @@ class VLLMSpec(EngineSpecBase):
             raise RunnerError(why, field="engine.engine_args")
         return kw | self.engine_args
 
-    def preload(self) -> None:
+    def preload(self, model: ModelSpec | None = None) -> None:
         self.set_env()
-        super().preload()
+        super().preload(model)
+        for name in _ENGINE_PROCESS_MODULES:
+            with suppress(Exception):
+                importlib.import_module(name)
+        if model is not None:
+            with suppress(Exception):  # the engine's build loads it again and says why it fails
+                load_tokenizer_ahead(model)
 
     def set_env(self) -> None:
         """The engine's environment, set before vLLM is imported."""
