@@ -236,11 +236,11 @@ def test_a_worker_started_ahead_imports_what_the_vllm_engine_builds_with(monkeyp
 
 
 def test_a_worker_started_ahead_imports_what_the_engine_process_imports_skipping_what_fails(
-    monkeypatch, tmp_path
+    monkeypatch, tmp_path, capsys
 ):
     """vLLM forks its engine process from the job's: `preload` also imports the engine process's
     modules (worker, model runner, compiler, ...), so the start does not; one missing or failing
-    does not stop the others."""
+    does not stop the others, and is named in the output (the job's engine.log)."""
     for part in ("vllm/engine", "vllm/entrypoints", "vllm/v1/engine", "vllm/v1/worker"):
         (tmp_path / part).mkdir(parents=True)
         (tmp_path / part / "__init__.py").write_text("")
@@ -262,6 +262,8 @@ def test_a_worker_started_ahead_imports_what_the_engine_process_imports_skipping
             del sys.modules[name]
     assert "vllm.v1.worker.gpu_worker" in loaded  # after the failing vllm.v1.engine.core
     assert "vllm.v1.engine.core" not in loaded
+    out = capsys.readouterr().out
+    assert "runner: not loaded ahead: vllm.v1.engine.core (RuntimeError), " in out
 
 
 def test_a_worker_started_ahead_loads_the_tokenizer_the_engine_takes_once(monkeypatch, tmp_path):

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import runner
+from runner.base.types import ModelSpec
 from runner.cli import cli
 from runner.orchestrate import new_call
 from runner.run import isolate
@@ -31,7 +32,7 @@ class Loud:
     def preload(self, model=None) -> None:
         print("preload to stdout", flush=True)
         print("preload to stderr", file=sys.stderr, flush=True)
-        Path(self.done).touch()
+        Path(self.done).write_text(model.model_dump_json() if model is not None else "")
         if self.crash:
             os._exit(3)
         if self.hang:  # an import that never returns
@@ -48,9 +49,9 @@ def recipe(write_recipe, base_recipe):
     return make
 
 
-def _loud(names: str, done: Path, crash: bool = False, hang: bool = False) -> tuple:
+def _loud(names: str, done: Path, crash: bool = False, hang: bool = False, model=None) -> tuple:
     """Units as the worker sees them (names, the first one's engine spec and model)."""
-    recipe = SimpleNamespace(engine=Loud(done, crash, hang), model=None)
+    recipe = SimpleNamespace(engine=Loud(done, crash, hang), model=model)
     return tuple(SimpleNamespace(name=n, loaded=SimpleNamespace(recipe=recipe)) for n in names)
 
 
@@ -59,6 +60,22 @@ def _preloaded(done: Path) -> None:
     while not done.exists():
         assert time.monotonic() < end
         time.sleep(0.05)
+
+
+def test_a_worker_preloads_for_its_first_recipes_model(tmp_path):
+    """The process started ahead gets the first recipe's model with its engine spec (vLLM loads its
+    tokenizer there, outside the engine's start)."""
+    opts = RunOptions(out=tmp_path / "out", progress=False, call=new_call())
+    model = ModelSpec(id="builtin:demo", revision="r1")
+    w = isolate.Worker(_loud("ab", done := tmp_path / "done", model=model), opts)
+    try:
+        _preloaded(done)
+        end = time.monotonic() + 10
+        while not done.read_text() and time.monotonic() < end:  # exists, being written
+            time.sleep(0.05)
+        assert done.read_text() == model.model_dump_json()
+    finally:
+        w.close()
 
 
 def test_a_worker_closed_before_its_job_leaves_no_trace(tmp_path):

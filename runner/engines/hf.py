@@ -150,17 +150,21 @@ _AHEAD: dict[str, Any] = {}
 
 
 def load_tokenizer_ahead(model: Any) -> None:
-    """Load the recipe's tokenizer now (a job's process, while the job before it runs): the
-    engine's next `load_tokenizer(model)` takes it instead of loading it inside its start."""
+    """Load the recipe's tokenizer now (a job's process, while the job before it runs), for the
+    engine's `take_tokenizer` inside its start."""
     _AHEAD[model.model_dump_json()] = load_tokenizer(model)
+
+
+def take_tokenizer(model: Any):
+    """The recipe's tokenizer: the one loaded ahead for it (once: a later engine of this process
+    loads its own), else `load_tokenizer(model)`."""
+    return _AHEAD.pop(model.model_dump_json(), None) or load_tokenizer(model)
 
 
 def load_tokenizer(model: Any, builtin_dir: str | None = None, local_only: bool = False):
     """The recipe's tokenizer: `model.tokenizer`, else the model's. `builtin_dir`: the folder an
     engine loads a builtin model's weights from (its tokenizer comes with them); without it, a
     builtin `model.tokenizer_id` is built (once) and read from its folder."""
-    if builtin_dir is None and (ahead := _AHEAD.pop(model.model_dump_json(), None)) is not None:
-        return ahead  # once: a later engine of this process loads its own
     from transformers import AutoTokenizer
 
     if builtin_dir is None and is_builtin(model.tokenizer_id):

@@ -20,7 +20,7 @@ import runner.engines.gguf as gguf  # the module, not the package: tests patch i
 from runner.base.errors import RunnerError
 from runner.base.nvml import device_facts
 from runner.base.types import PROFILE_ENV, EngineInfo, Generation
-from runner.engines.hf import encode_prompts, load_tokenizer, uses_chat_template
+from runner.engines.hf import encode_prompts, take_tokenizer, uses_chat_template
 from runner.engines.vllm.facts import (
     VLLMFacts,
     compile_cache_dir,
@@ -95,7 +95,7 @@ class VLLMEngine:
                 "torch_profiler_dir": self._traces,
                 "torch_profiler_with_stack": False,
             }
-        self.tokenizer = load_tokenizer(model)
+        self.tokenizer = take_tokenizer(model)
         self.chat = uses_chat_template(self.tokenizer, chat)
         log = Path(os.environ.get("RUNNER_ENGINE_LOG", ""))
         log_start = log.stat().st_size if log.is_file() else 0

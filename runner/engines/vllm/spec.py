@@ -190,9 +190,17 @@ class VLLMSpec(EngineSpecBase):
     def preload(self, model: ModelSpec | None = None) -> None:
         self.set_env()
         super().preload(model)
+        skipped = []
         for name in _ENGINE_PROCESS_MODULES:
-            with suppress(Exception):
+            try:
                 importlib.import_module(name)
+            except Exception as e:
+                skipped.append(f"{name} ({type(e).__name__})")
+        # the worker's output goes to the job's engine.log
+        if skipped:
+            print(f"runner: not loaded ahead: {', '.join(skipped)}", flush=True)
+        if (torch := sys.modules.get("torch")) is not None and torch.cuda.is_initialized():
+            print("runner: CUDA is initialized before vLLM starts: it starts its engine by spawn")
         if model is not None:
             with suppress(Exception):  # the engine's build loads it again and says why it fails
                 load_tokenizer_ahead(model)
