@@ -235,37 +235,6 @@ def test_a_worker_started_ahead_imports_what_the_vllm_engine_builds_with(monkeyp
     assert {"vllm", "vllm.engine.arg_utils", "vllm.entrypoints.llm"} <= loaded
 
 
-def test_a_worker_started_ahead_imports_what_the_engine_process_imports_skipping_what_fails(
-    monkeypatch, tmp_path, capsys
-):
-    """vLLM forks its engine process from the job's: `preload` also imports the engine process's
-    modules (worker, model runner, compiler, ...), so the start does not; one missing or failing
-    does not stop the others, and is named in the output (the job's engine.log)."""
-    for part in ("vllm/engine", "vllm/entrypoints", "vllm/v1/engine", "vllm/v1/worker"):
-        (tmp_path / part).mkdir(parents=True)
-        (tmp_path / part / "__init__.py").write_text("")
-    (tmp_path / "vllm/__init__.py").write_text("")
-    (tmp_path / "vllm/v1/__init__.py").write_text("")
-    (tmp_path / "vllm/engine/arg_utils.py").write_text("")
-    (tmp_path / "vllm/entrypoints/llm.py").write_text("")
-    (tmp_path / "vllm/v1/engine/core.py").write_text("raise RuntimeError('no GPU here')\n")
-    (tmp_path / "vllm/v1/worker/gpu_worker.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(VLLMSpec, "set_env", lambda self: None)
-    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
-        monkeypatch.delitem(sys.modules, name)
-    try:
-        VLLMSpec(kind="vllm").preload()
-        loaded = {m for m in sys.modules if m == "vllm" or m.startswith("vllm.")}
-    finally:
-        for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
-            del sys.modules[name]
-    assert "vllm.v1.worker.gpu_worker" in loaded  # after the failing vllm.v1.engine.core
-    assert "vllm.v1.engine.core" not in loaded
-    out = capsys.readouterr().out
-    assert "runner: not loaded ahead: vllm.v1.engine.core (RuntimeError), " in out
-
-
 def test_a_worker_started_ahead_loads_the_tokenizer_the_engine_takes_once(monkeypatch, tmp_path):
     """`preload(model)` loads the recipe's tokenizer ahead (outside the engine's start); the engine
     built next takes that one, a later engine of the process loads its own."""

@@ -7,7 +7,6 @@ as JSON); `POST /reset_prefix_cache` is mounted only with `VLLM_SERVER_DEV_MODE=
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
@@ -28,23 +27,6 @@ if TYPE_CHECKING:
     from runner.base.types import ModelSpec
 
 _DEFAULT_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0"}  # where the shell does not set it
-# What vLLM 0.26's engine process imports as it builds an engine (its worker, model runners, loader,
-# attention, fp8 layers, compiler). vLLM forks that process from the runner's (unless CUDA is
-# initialized here), so what a job's process imported ahead, while the job before it ran, is not
-# imported again inside the start. One this vLLM lacks, or that fails, is skipped.
-_ENGINE_PROCESS_MODULES = (
-    "vllm.v1.engine.core",
-    "vllm.v1.executor.uniproc_executor",
-    "vllm.v1.worker.gpu_worker",
-    "vllm.v1.worker.gpu.model_runner",
-    "vllm.v1.worker.gpu_model_runner",
-    "vllm.model_executor.model_loader",
-    "vllm.v1.attention.backends.flash_attn",
-    "vllm.model_executor.layers.quantization.fp8",
-    "vllm.v1.sample.sampler",
-    "vllm.model_executor.warmup.kernel_warmup",
-    "vllm.compilation.backends",
-)
 _LLM_FIELDS = {  # passed as they are
     "quantization",
     "cpu_offload_gb",
@@ -190,17 +172,9 @@ class VLLMSpec(EngineSpecBase):
     def preload(self, model: ModelSpec | None = None) -> None:
         self.set_env()
         super().preload(model)
-        skipped = []
-        for name in _ENGINE_PROCESS_MODULES:
-            try:
-                importlib.import_module(name)
-            except Exception as e:
-                skipped.append(f"{name} ({type(e).__name__})")
-        # the worker's output goes to the job's engine.log
-        if skipped:
-            print(f"runner: not loaded ahead: {', '.join(skipped)}", flush=True)
-        if (torch := sys.modules.get("torch")) is not None and torch.cuda.is_initialized():
-            print("runner: CUDA is initialized before vLLM starts: it starts its engine by spawn")
+        # Not vLLM's engine process's modules (flashinfer, triton's launcher, cuDNN, ...): importing
+        # them here initializes CUDA, and vLLM then starts that process by spawn instead of fork
+        # (H200, 2026-12-06, reports/h200-ahead)
         if model is not None:
             with suppress(Exception):  # the engine's build loads it again and says why it fails
                 load_tokenizer_ahead(model)
