@@ -168,3 +168,16 @@ def test_the_knobs_of_stored_results_can_be_edited_as_the_results_can():
     k = Knob(name="x", requested=1, effective=1, status="applied")
     k.evidence = "set by a script"
     assert k.evidence == "set by a script"
+
+
+def test_a_runs_span_covers_its_whole_wall_time_to_the_millisecond(
+    write_recipe, base_recipe, tmp_path
+):
+    """started_at and finished_at both carry milliseconds: a study's running time (the union of its
+    cells' spans) is not cut by up to a second a cell, below the engine starts it holds."""
+    import datetime as dt
+
+    res = runner.run_recipe(_fake_recipe(write_recipe, base_recipe), out=tmp_path / "o", limit=2)
+    span = dt.datetime.fromisoformat(res.finished_at) - dt.datetime.fromisoformat(res.started_at)
+    assert res.finished_at[19] == "." and res.started_at[19] == "."
+    assert span.total_seconds() >= res.timings.total_s - 0.002

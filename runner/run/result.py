@@ -345,7 +345,7 @@ def run_result(
         notes=notes,
         environment=env,
         started_at=m.started_at,
-        finished_at=now(),
+        finished_at=now("milliseconds"),  # as started_at: a study's running time is their span
         reused_samples=reused,
         engine={k: getattr(eng, k) for k in ("name", "version", "device", "quantization")},
     )
