@@ -13,7 +13,7 @@
 #   bash benchmarks/gpu_check.sh tests OUT [K]    the GPU tests (pytest -m gpu), those -k K selects (all 11 need more
 #                                                 than one call's 570 s: three calls, 'serving or profile' ~180 s,
 #                                                 'empty_prefix_cache' ~140 s, 'not serving and not profile and not
-#                                                 empty_prefix_cache' ~330-450 s; 'dies_starting' alone, new, untimed)
+#                                                 empty_prefix_cache' ~330-450 s; 'dies_starting' alone 33 s on an H200)
 #   bash benchmarks/gpu_check.sh bench OUT [N] [ARG...] runner vs a plain vLLM script on the study's jsquad-vllm
 #                                                 cell, N alternating pairs (default 2; ARGs go to vllm_vs_runner.py,
 #                                                 e.g. --plain-sampler; 3 warm pairs take ~390 s, a cold first pair
