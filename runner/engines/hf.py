@@ -158,7 +158,8 @@ def load_tokenizer_ahead(model: Any) -> None:
 def take_tokenizer(model: Any):
     """The recipe's tokenizer: the one loaded ahead for it (once: a later engine of this process
     loads its own), else `load_tokenizer(model)`."""
-    return _AHEAD.pop(model.model_dump_json(), None) or load_tokenizer(model)
+    ahead = _AHEAD.pop(model.model_dump_json(), None)
+    return ahead if ahead is not None else load_tokenizer(model)
 
 
 def load_tokenizer(model: Any, builtin_dir: str | None = None, local_only: bool = False):
