@@ -52,9 +52,11 @@
 #                                                 /root/study, each folder of the study tarred to OUT without samples;
 #                                                 the whole study in four calls (an H100 from a fresh host, cold
 #                                                 compile caches: 261, 353, 258, 283 s; reports/h100-study):
-#                                                 'jsquad-hf-*'; 'jsquad-vllm,jsquad-vllm-bigbatch,jsquad-vllm-awq,
-#                                                 jsquad-vllm-offload'; 'jsquad-vllm-oneshot*,jsquad-vllm-fp8,jsquad-vllm-
-#                                                 fp8-fast,jsquad-vllm-fp8-onewave,jsquad-vllm-fp8-16k,jsquad-vllm-fp8-8k';
+#                                                 'jsquad-hf-*'; 'jsquad-vllm-bigbatch,jsquad-vllm-awq,jsquad-vllm-
+#                                                 offload'; 'jsquad-vllm,jsquad-vllm-oneshot*,jsquad-vllm-fp8,jsquad-
+#                                                 vllm-fp8-fast,jsquad-vllm-fp8-onewave,jsquad-vllm-fp8-16k,jsquad-vllm-
+#                                                 fp8-8k' (jsquad-vllm runs on jsquad-vllm-oneshot-nocache's engine, as in
+#                                                 one `runner go` of the study: keep them in one call);
 #                                                 'jsquad-vllm-fp8-graphs,jsquad-vllm-fp8-kv8,jsquad-vllm-fp8-wide,jsquad-
 #                                                 vllm-fp8-kv8-wide,jsquad-vllm-fp8-8k-graphs' (a call cut short: the same
 #                                                 CELLS again resumes), then `runner report /root/study`
