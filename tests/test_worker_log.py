@@ -32,7 +32,9 @@ class Loud:
     def preload(self, model=None) -> None:
         print("preload to stdout", flush=True)
         print("preload to stderr", file=sys.stderr, flush=True)
-        Path(self.done).write_text(model.model_dump_json() if model is not None else "")
+        # whole when it appears (`_preloaded` waits for it to exist)
+        Path(self.done + ".part").write_text(model.model_dump_json() if model is not None else "")
+        os.replace(self.done + ".part", self.done)
         if self.crash:
             os._exit(3)
         if self.hang:  # an import that never returns
@@ -70,9 +72,6 @@ def test_a_worker_preloads_for_its_first_recipes_model(tmp_path):
     w = isolate.Worker(_loud("ab", done := tmp_path / "done", model=model), opts)
     try:
         _preloaded(done)
-        end = time.monotonic() + 10
-        while not done.read_text() and time.monotonic() < end:  # exists, being written
-            time.sleep(0.05)
         assert done.read_text() == model.model_dump_json()
     finally:
         w.close()
