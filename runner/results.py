@@ -51,6 +51,12 @@ class StartParts(_M):
         "it was given its KV cache size (`kv_cache_memory_bytes`, or vLLM's startup plan from an "
         "earlier start of the same configuration) and skipped that measurement; null: not known.",
     )
+    tokenizer_ahead: bool | None = Field(
+        None,
+        description="true: the engine's own tokenizer was already loaded when the start began "
+        "(its job's process loaded it ahead, or an earlier engine of that process did); false: the "
+        "start loaded it; null: not known.",
+    )
 
 
 class Energy(_M):

@@ -116,6 +116,8 @@ def test_isolated_run_gives_the_gpu_back(tiny, tmp_path):
     assert e.j_per_output_token == pytest.approx(e.joules / 160)
     # eager
     assert start is not None and start.load_s > 0 and start.cold is None and start.compile_s is None
+    # issue 41: the job's process loaded vLLM's own tokenizer ahead, under the key LLM() looks up
+    assert start.tokenizer_ahead is True
 
 
 def test_a_compile_cache_folder_makes_the_second_start_warm(tiny, tmp_path):

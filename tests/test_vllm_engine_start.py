@@ -3,6 +3,7 @@ the arguments it hands `vllm.LLM`, which it drops or refuses, and the facts it r
 engine's configs and log, the figures the knob verdicts and the report stand on."""
 
 import dataclasses
+import functools
 import sys
 import time
 from pathlib import Path
@@ -255,3 +256,56 @@ def test_a_worker_started_ahead_loads_the_tokenizer_the_engine_takes_once(monkey
     assert len(loads) == 1 and first.tokenizer is loads[0]
     second = VLLMEngine(VLLMSpec(kind="vllm"), _model(), chat=None)
     assert len(loads) == 2 and second.tokenizer is loads[1]
+
+
+def test_a_worker_started_ahead_loads_vllms_own_tokenizer_and_the_start_says_it_found_it(
+    monkeypatch, tmp_path
+):
+    """`preload(model)` also loads vLLM's own tokenizer into vLLM's lru_cache, with the key that
+    `LLM()`'s front end looks up (vLLM 0.26's `cached_tokenizer_from_config`: the tokenizer, then
+    runner_type, tokenizer_mode, revision, trust_remote_code); the start records whether it found
+    it loaded."""
+    pytest.importorskip("transformers")
+    _stand_in(monkeypatch, tmp_path)
+    monkeypatch.setattr(VLLMSpec, "set_env", lambda self: None)
+    monkeypatch.setattr(EngineSpecBase, "preload", lambda self, model=None: None)  # the stand-in's
+    loads = []
+
+    @functools.lru_cache
+    def cached_get_tokenizer(name, **kw):
+        loads.append((name, kw))
+        return object()
+
+    tokenizers = ModuleType("vllm.tokenizers")
+    tokenizers.cached_get_tokenizer = cached_get_tokenizer
+    monkeypatch.setitem(sys.modules, "vllm.tokenizers", tokenizers)
+    llm_cls = sys.modules["vllm"].LLM
+
+    class LLM(llm_cls):  # the front end's lookup, as vLLM 0.26 makes it
+        def __init__(self, **kwargs):
+            cached_get_tokenizer(
+                kwargs["tokenizer"],
+                runner_type="generate",
+                tokenizer_mode="auto",
+                revision=kwargs["revision"],
+                trust_remote_code=False,
+            )
+            super().__init__(**kwargs)
+
+    monkeypatch.setattr(sys.modules["vllm"], "LLM", LLM)
+    model = ModelSpec(id="builtin:demo", revision="r1")
+    cold = VLLMEngine(VLLMSpec(kind="vllm"), model, chat=None)
+    assert cold.info.extra["start"]["tokenizer_ahead"] is False and len(loads) == 1
+    cached_get_tokenizer.cache_clear()
+    VLLMSpec(kind="vllm").preload(model)
+    assert len(loads) == 2 and loads[-1] == (
+        "builtin:demo",
+        {
+            "runner_type": "generate",
+            "tokenizer_mode": "auto",
+            "revision": "r1",
+            "trust_remote_code": False,
+        },
+    )
+    ahead = VLLMEngine(VLLMSpec(kind="vllm"), model, chat=None)
+    assert ahead.info.extra["start"]["tokenizer_ahead"] is True and len(loads) == 2

@@ -35,6 +35,32 @@ if TYPE_CHECKING:
     from runner.base.types import Advance, Messages, ModelSpec, Request, Sampling, Sink
 
 
+def load_vllm_tokenizer_ahead(kwargs: dict[str, Any]) -> None:
+    """Load vLLM's own tokenizer now (a job's process, while the job before it runs). `LLM()`'s
+    front end loads it through an lru_cache, `vllm.tokenizers.cached_get_tokenizer`, which vLLM
+    0.26's `cached_tokenizer_from_config` calls with the model config's tokenizer and these keywords
+    in this order (the cache's key); the engine process, forked, inherits the cache. A key that
+    differs only costs vLLM its own load, as before."""
+    from vllm.tokenizers import cached_get_tokenizer
+
+    cached_get_tokenizer(
+        kwargs.get("tokenizer") or kwargs["model"],
+        runner_type="generate",
+        tokenizer_mode=kwargs.get("tokenizer_mode", "auto"),
+        revision=kwargs.get("tokenizer_revision", kwargs.get("revision")),
+        trust_remote_code=kwargs.get("trust_remote_code", False),
+    )
+
+
+def _tokenizer_misses() -> int | None:
+    """How often vLLM's tokenizer cache has loaded one (None: a vLLM without it)."""
+    with contextlib.suppress(Exception):
+        from vllm.tokenizers import cached_get_tokenizer
+
+        return cached_get_tokenizer.cache_info().misses
+    return None
+
+
 def warmup_prompts(
     max_num_seqs: int, max_num_batched_tokens: int, vocab_size: int, max_model_len: int
 ) -> list[list[int]]:
@@ -99,8 +125,10 @@ class VLLMEngine:
         self.chat = uses_chat_template(self.tokenizer, chat)
         log = Path(os.environ.get("RUNNER_ENGINE_LOG", ""))
         log_start = log.stat().st_size if log.is_file() else 0
+        misses = _tokenizer_misses()
         t0 = time.perf_counter()
         self.llm = LLM(**kwargs)
+        ahead = None if misses is None else _tokenizer_misses() == misses
         # the engine's part of the log: what it wrote since
         since = log.read_bytes()[log_start:].decode("utf-8", "replace") if log.is_file() else ""
         self.facts, parsed = self._read_facts(vllm.__version__, since)
@@ -114,7 +142,8 @@ class VLLMEngine:
             "model_runner": f.model_runner,
             "env": spec.engine_env(),
             "block_size": self._block_size,
-            "start": start_parts(parsed, f.compile_cache_dir, load_s, warm_s),
+            "start": start_parts(parsed, f.compile_cache_dir, load_s, warm_s)
+            | {"tokenizer_ahead": ahead},
         }
         if warm:
             extra["warmup"] = warm

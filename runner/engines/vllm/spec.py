@@ -20,7 +20,7 @@ from runner.base.errors import RunnerError
 from runner.base.types import MAX_SEED, MAX_TOKENS, EngineInfo, EngineSpecBase
 from runner.engines.builtin import cache_root
 from runner.engines.hf import load_tokenizer_ahead
-from runner.engines.vllm.engine import VLLMEngine
+from runner.engines.vllm.engine import VLLMEngine, load_vllm_tokenizer_ahead
 from runner.engines.vllm.facts import crash_evidence, parse_engine_log, served_facts, vllm_knobs
 
 if TYPE_CHECKING:
@@ -178,6 +178,9 @@ class VLLMSpec(EngineSpecBase):
         if model is not None:
             with suppress(Exception):  # the engine's build loads it again and says why it fails
                 load_tokenizer_ahead(model)
+            if model.gguf_path is None:  # (a GGUF file's copy is made in the engine's build)
+                with suppress(Exception):  # the same: vLLM's own, in `LLM()`
+                    load_vllm_tokenizer_ahead(self.llm_kwargs(model))
 
     def set_env(self) -> None:
         """The engine's environment, set before vLLM is imported."""
