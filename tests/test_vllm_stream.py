@@ -186,3 +186,19 @@ def test_warm_up_runs_one_batch_at_the_engines_limits_then_empties_the_prefix_ca
     assert text.endswith("(part of the engine start)")
     llm.reset_prefix_cache = lambda: False  # vLLM refuses while requests are still running
     assert warm_up(llm).endswith("; vLLM did not empty the prefix cache after it")
+
+
+def test_emptying_the_prefix_cache_tries_again_while_vllm_refuses(monkeypatch):
+    """vLLM refuses to empty its prefix cache while a request still holds blocks (an aborted one
+    frees them a step later): the engine tries again, 50 ms apart, up to 20 times."""
+    import runner.engines.vllm.engine as vllm_engine
+
+    naps = []
+    monkeypatch.setattr(vllm_engine.time, "sleep", naps.append)
+    eng = _engine([])
+    answers = iter([False, False, True])
+    eng.llm.reset_prefix_cache = lambda: next(answers)
+    assert eng.reset_prefix_cache() is True and naps == [0.05, 0.05]
+    naps.clear()
+    eng.llm.reset_prefix_cache = lambda: False
+    assert eng.reset_prefix_cache() is False and naps == [0.05] * 20

@@ -100,7 +100,15 @@ class SharedEngine:
                 os.environ.pop(PROFILE_ENV, None)
         elif self.users:
             self.log_from = _size(self.log)
-            self.engine.reset_prefix_cache()
+            spec = self.unit.loaded.recipe.engine
+            if not self.engine.reset_prefix_cache() and spec.prefix_caching_requested():
+                raise RunnerError(
+                    "the engine's prefix cache could not be emptied after the run before this one "
+                    "(the engine still held its blocks), so this run's cache hits would include "
+                    "that run's prompts",
+                    field=f"engine.{spec.prefix_cache_field}",
+                    hint=f"run {by} again on its own (runner go with --only {by})",
+                )
         self.users += 1
         return self.engine
 

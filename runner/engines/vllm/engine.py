@@ -258,7 +258,13 @@ class VLLMEngine:
         return gens  # type: ignore[return-value]
 
     def reset_prefix_cache(self) -> bool:
-        return bool(self.llm.reset_prefix_cache())
+        """vLLM refuses while a request still holds blocks (an aborted one frees them a step
+        later): up to 20 tries, 50 ms apart."""
+        for _ in range(20):
+            if self.llm.reset_prefix_cache():
+                return True
+            time.sleep(0.05)
+        return False
 
     def _read_metrics(self) -> dict[str, float] | None:
         """vLLM's counters kept for the report, summed over their labels (None where
