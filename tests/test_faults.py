@@ -377,28 +377,30 @@ def test_recipes_on_an_engine_that_died_starting_name_the_cause_from_its_log(tmp
 def test_a_recipe_on_an_engine_whose_prefix_cache_could_not_be_emptied_fails_saying_so(
     tmp_path, monkeypatch, emptied
 ):
-    """Two recipes of one job on one engine with prefix caching on: before the second, the engine's
-    cache is emptied; where the engine could not empty it, the second recipe fails naming the field
-    and why (its cache hits would include the first recipe's prompts), the first keeps its
-    result."""
+    """Three recipes of one job on one engine with a prefix cache: before the second and third, the
+    engine's cache is emptied; where the engine could not empty it, that recipe fails naming the
+    field and why (its cache hits would include the recipe before's prompts); the others keep
+    their results, and the next recipe's emptying is tried again."""
     from runner import load_recipe
     from runner.engines.fake import FakeEngine
     from runner.run.job import Job, RunOptions, make_unit
     from runner.run.loop import SharedEngine, run_rounds
 
     opts = RunOptions(out=tmp_path / "out", limit=2, progress=False)
-    a, b = (make_unit(load_recipe(_fake(tmp_path, name)), opts) for name in ("a", "b"))
-    spec = type(a.loaded.recipe.engine)
-    monkeypatch.setattr(spec, "prefix_cache_field", "enable_prefix_caching")
-    monkeypatch.setattr(spec, "prefix_caching_requested", lambda self: True)
-    resets = []
-    monkeypatch.setattr(FakeEngine, "reset_prefix_cache", lambda self: resets.append(1) or emptied)
-    results = run_rounds(Job(units=(a, b), options=opts), SharedEngine(a))
-    assert [r.status for r in results] == ["ok", "ok" if emptied else "failed"] and resets == [1]
+    a, b, c = (make_unit(load_recipe(_fake(tmp_path, name)), opts) for name in ("a", "b", "c"))
+    monkeypatch.setattr(type(a.loaded.recipe.engine), "prefix_cache_field", "enable_prefix_caching")
+    answers = iter([emptied, True])
+    monkeypatch.setattr(FakeEngine, "reset_prefix_cache", lambda self: next(answers))
+    results = run_rounds(Job(units=(a, b, c), options=opts), SharedEngine(a))
+    assert [r.status for r in results] == ["ok", "ok" if emptied else "failed", "ok"]
+    assert next(answers, "both used") == "both used"
     if not emptied:
         assert results[1].error == (
             "engine.enable_prefix_caching: the engine's prefix cache could not be emptied after "
             "the run before this one (the engine still held its blocks), so this run's cache hits "
             "would include that run's prompts"
         )
-        assert results[1].hint == "run b again on its own (runner go with --only b)"
+        assert results[1].hint == (
+            "a run on this engine before it was cut short or failed: run b again (runner go with "
+            "--only b) on a fresh engine"
+        )

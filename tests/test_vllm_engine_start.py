@@ -266,7 +266,8 @@ def test_a_worker_started_ahead_loads_vllms_own_tokenizer_and_the_start_says_it_
     runner_type, tokenizer_mode, revision, trust_remote_code); the start records whether it found
     it loaded."""
     pytest.importorskip("transformers")
-    _stand_in(monkeypatch, tmp_path)
+    every = VLLMSpec(kind="vllm", enable_prefix_caching=True).llm_kwargs(_model())
+    _stand_in(monkeypatch, tmp_path, accepted=set(every) | {"tokenizer_mode", "tokenizer_revision"})
     monkeypatch.setattr(VLLMSpec, "set_env", lambda self: None)
     monkeypatch.setattr(EngineSpecBase, "preload", lambda self, model=None: None)  # the stand-in's
     loads = []
@@ -281,13 +282,14 @@ def test_a_worker_started_ahead_loads_vllms_own_tokenizer_and_the_start_says_it_
     monkeypatch.setitem(sys.modules, "vllm.tokenizers", tokenizers)
     llm_cls = sys.modules["vllm"].LLM
 
-    class LLM(llm_cls):  # the front end's lookup, as vLLM 0.26 makes it
+    class LLM(llm_cls):  # the front end's lookup, as vLLM 0.26 makes it (ModelConfig: the
+        # tokenizer's revision is the model's unless set; the mode lowercased)
         def __init__(self, **kwargs):
             cached_get_tokenizer(
                 kwargs["tokenizer"],
                 runner_type="generate",
-                tokenizer_mode="auto",
-                revision=kwargs["revision"],
+                tokenizer_mode=kwargs.get("tokenizer_mode", "auto").lower(),
+                revision=kwargs.get("tokenizer_revision") or kwargs["revision"],
                 trust_remote_code=False,
             )
             super().__init__(**kwargs)
@@ -296,16 +298,16 @@ def test_a_worker_started_ahead_loads_vllms_own_tokenizer_and_the_start_says_it_
     model = ModelSpec(id="builtin:demo", revision="r1")
     cold = VLLMEngine(VLLMSpec(kind="vllm"), model, chat=None)
     assert cold.info.extra["start"]["tokenizer_ahead"] is False and len(loads) == 1
-    cached_get_tokenizer.cache_clear()
-    VLLMSpec(kind="vllm").preload(model)
-    assert len(loads) == 2 and loads[-1] == (
-        "builtin:demo",
-        {
-            "runner_type": "generate",
-            "tokenizer_mode": "auto",
-            "revision": "r1",
-            "trust_remote_code": False,
-        },
-    )
-    ahead = VLLMEngine(VLLMSpec(kind="vllm"), model, chat=None)
-    assert ahead.info.extra["start"]["tokenizer_ahead"] is True and len(loads) == 2
+    cases = [({}, "auto", "r1"), ({"tokenizer_mode": "HF"}, "hf", "r1")]
+    cases.append(({"tokenizer_revision": "t2"}, "auto", "t2"))
+    for args, mode, revision in cases:
+        cached_get_tokenizer.cache_clear()
+        loads.clear()
+        VLLMSpec(kind="vllm", engine_args=args).preload(model)
+        key = {"runner_type": "generate", "tokenizer_mode": mode, "revision": revision}
+        assert loads == [("builtin:demo", key | {"trust_remote_code": False})]
+        ahead = VLLMEngine(VLLMSpec(kind="vllm", engine_args=args), model, chat=None)
+        assert ahead.info.extra["start"]["tokenizer_ahead"] is True and len(loads) == 1
+    monkeypatch.setattr(sys.modules["vllm"], "LLM", llm_cls)  # one that looks none up
+    unknown = VLLMEngine(VLLMSpec(kind="vllm"), model, chat=None)
+    assert unknown.info.extra["start"]["tokenizer_ahead"] is None

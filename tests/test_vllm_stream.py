@@ -4,6 +4,8 @@ GPU)."""
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from runner.base.types import EngineInfo, Example, ModelSpec, Request, Sampling
 from runner.engines.vllm import VLLMSpec
 from runner.engines.vllm.engine import VLLMEngine, warm_up
@@ -201,4 +203,26 @@ def test_emptying_the_prefix_cache_tries_again_while_vllm_refuses(monkeypatch):
     assert eng.reset_prefix_cache() is True and naps == [0.05, 0.05]
     naps.clear()
     eng.llm.reset_prefix_cache = lambda: False
-    assert eng.reset_prefix_cache() is False and naps == [0.05] * 20
+    assert eng.reset_prefix_cache() is False and naps == [0.05] * 19
+    eng.facts = VLLMFacts(prefix_caching=False)  # vLLM runs it without one: nothing to empty
+    eng.llm.reset_prefix_cache = lambda: pytest.fail("no cache to empty")
+    assert eng.reset_prefix_cache() is None
+
+
+def test_a_generation_that_fails_midway_takes_its_requests_back_from_vllm(monkeypatch):
+    """Where the sink fails (scoring, writing) the requests still in vLLM are aborted, so they
+    neither hold blocks nor hand their outputs to the next generation."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kw: kw))
+    eng = _engine([3, 0, 4, 1, 2])
+    aborted = []
+    eng.llm.abort_request = lambda ids, internal=False: aborted.append((ids, internal))
+    reqs = [Request(ids=[7] * 3, example=Example(id=str(i), question="q")) for i in range(5)]
+
+    def sink(done):
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        eng.generate(reqs, Sampling(max_tokens=4), sink=sink)
+    assert aborted == [([f"{100 + i}-a1b2c3d4" for i in range(5)], True)]

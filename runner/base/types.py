@@ -214,9 +214,9 @@ class Engine(Protocol):
     # e.g. transformers' continuous batching manager); it counts toward the engine start
     # (`info.load_s`)
 
-    def reset_prefix_cache(self) -> bool:
-        """Forget cached prefixes (between recipes that share this engine); False if it keeps
-        none."""
+    def reset_prefix_cache(self) -> bool | None:
+        """Forget cached prefixes (between recipes that share this engine): True when emptied,
+        False when it keeps some it could not empty, None when it keeps none."""
 
     def close(self) -> None:
         """Release the model and every resource the engine holds."""

@@ -261,8 +261,8 @@ class FakeEngine:
                 progress(1)
         return out
 
-    def reset_prefix_cache(self) -> bool:
-        return False  # no prefix cache
+    def reset_prefix_cache(self) -> None:
+        return None  # no prefix cache
 
     def close(self) -> None:
         self.tokenizer = None

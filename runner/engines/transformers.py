@@ -537,12 +537,12 @@ class TransformersEngine:
             self.info.notes += [note] if note not in self.info.notes else []
         return out  # type: ignore[return-value]
 
-    def reset_prefix_cache(self) -> bool:
+    def reset_prefix_cache(self) -> bool | None:
         """Static batches keep no cache. Continuous batching may keep shared prefix blocks in its
         manager: the manager is ended, and the next generation's `prepare` builds a fresh one
         (outside the timed window)."""
         if self.spec.batching != "continuous":
-            return False
+            return None
         self._stop_manager()
         return True
 

@@ -100,14 +100,15 @@ class SharedEngine:
                 os.environ.pop(PROFILE_ENV, None)
         elif self.users:
             self.log_from = _size(self.log)
-            spec = self.unit.loaded.recipe.engine
-            if not self.engine.reset_prefix_cache() and spec.prefix_caching_requested():
+            if self.engine.reset_prefix_cache() is False:
+                field = self.unit.loaded.recipe.engine.prefix_cache_field
                 raise RunnerError(
                     "the engine's prefix cache could not be emptied after the run before this one "
                     "(the engine still held its blocks), so this run's cache hits would include "
                     "that run's prompts",
-                    field=f"engine.{spec.prefix_cache_field}",
-                    hint=f"run {by} again on its own (runner go with --only {by})",
+                    field=f"engine.{field}" if field else "engine",
+                    hint=f"a run on this engine before it was cut short or failed: run {by} "
+                    f"again (runner go with --only {by}) on a fresh engine",
                 )
         self.users += 1
         return self.engine

@@ -40,25 +40,36 @@ def load_vllm_tokenizer_ahead(kwargs: dict[str, Any]) -> None:
     front end loads it through an lru_cache, `vllm.tokenizers.cached_get_tokenizer`, which vLLM
     0.26's `cached_tokenizer_from_config` calls with the model config's tokenizer and these keywords
     in this order (the cache's key); the engine process, forked, inherits the cache. A key that
-    differs only costs vLLM its own load, as before."""
+    differs (a hub id under HF_HUB_OFFLINE=1, which vLLM turns into its snapshot's path; a model
+    type for which vLLM picks its own tokenizer mode) only costs vLLM its own load, as before."""
     from vllm.tokenizers import cached_get_tokenizer
 
+    revision = kwargs.get("tokenizer_revision")
     cached_get_tokenizer(
         kwargs.get("tokenizer") or kwargs["model"],
         runner_type="generate",
-        tokenizer_mode=kwargs.get("tokenizer_mode", "auto"),
-        revision=kwargs.get("tokenizer_revision", kwargs.get("revision")),
+        tokenizer_mode=str(kwargs.get("tokenizer_mode") or "auto").lower(),
+        revision=kwargs.get("revision") if revision is None else revision,
         trust_remote_code=kwargs.get("trust_remote_code", False),
     )
 
 
-def _tokenizer_misses() -> int | None:
-    """How often vLLM's tokenizer cache has loaded one (None: a vLLM without it)."""
+def _tokenizer_lookups() -> tuple[int, int] | None:
+    """vLLM's tokenizer cache's hits and misses so far (None: a vLLM without it)."""
     with contextlib.suppress(Exception):
         from vllm.tokenizers import cached_get_tokenizer
 
-        return cached_get_tokenizer.cache_info().misses
+        info = cached_get_tokenizer.cache_info()
+        return info.hits, info.misses
     return None
+
+
+def _tokenizer_ahead(before: tuple[int, int] | None, after: tuple[int, int] | None) -> bool | None:
+    """Whether `LLM()` found its tokenizer loaded (a hit, no load); None where it looked none up
+    (`skip_tokenizer_init`) or the cache is unknown."""
+    if before is None or after is None or after == before:
+        return None
+    return after[1] == before[1]
 
 
 def warmup_prompts(
@@ -125,10 +136,10 @@ class VLLMEngine:
         self.chat = uses_chat_template(self.tokenizer, chat)
         log = Path(os.environ.get("RUNNER_ENGINE_LOG", ""))
         log_start = log.stat().st_size if log.is_file() else 0
-        misses = _tokenizer_misses()
+        looked = _tokenizer_lookups()
         t0 = time.perf_counter()
         self.llm = LLM(**kwargs)
-        ahead = None if misses is None else _tokenizer_misses() == misses
+        ahead = _tokenizer_ahead(looked, _tokenizer_lookups())
         # the engine's part of the log: what it wrote since
         since = log.read_bytes()[log_start:].decode("utf-8", "replace") if log.is_file() else ""
         self.facts, parsed = self._read_facts(vllm.__version__, since)
@@ -226,17 +237,24 @@ class VLLMEngine:
         index = {key: i for i, rid in enumerate(ids) for key in (rid, rid.split("-", 1)[0])}
         gens: list[Generation | None] = [None] * len(requests)
         engine = self.llm.llm_engine
-        while engine.has_unfinished_requests():  # each step's finished requests handed on
-            done = [(index[o.request_id], o) for o in engine.step() if o.finished]
-            done = [(i, _generation(o, len(requests[i].ids))) for i, o in done]
-            if not done:
-                continue
-            for i, g in done:
-                gens[i] = g
-            if sink:
-                sink(done)
-            if progress:
-                progress(len(done))
+        try:
+            while engine.has_unfinished_requests():  # each step's finished requests handed on
+                done = [(index[o.request_id], o) for o in engine.step() if o.finished]
+                done = [(i, _generation(o, len(requests[i].ids))) for i, o in done]
+                if not done:
+                    continue
+                for i, g in done:
+                    gens[i] = g
+                if sink:
+                    sink(done)
+                if progress:
+                    progress(len(done))
+        except BaseException:
+            # (the sink's scoring or writing failed, or an interrupt): the requests left would
+            # go on holding blocks, and their outputs would reach the next generation
+            with contextlib.suppress(Exception):
+                engine.abort_request(list(ids), internal=True)
+            raise
         if missing := [i for i, g in enumerate(gens) if g is None]:
             raise RuntimeError(
                 f"vLLM finished without outputs for {len(missing)} requests (first: {missing[0]})"
@@ -257,13 +275,17 @@ class VLLMEngine:
         )
         return gens  # type: ignore[return-value]
 
-    def reset_prefix_cache(self) -> bool:
-        """vLLM refuses while a request still holds blocks (an aborted one frees them a step
-        later): up to 20 tries, 50 ms apart."""
-        for _ in range(20):
+    def reset_prefix_cache(self) -> bool | None:
+        """None without a prefix cache (vLLM's own setting: it turns it off for some models);
+        vLLM refuses while a request still holds blocks (an aborted one frees them a step later):
+        up to 20 tries, 50 ms apart."""
+        if not self.facts.prefix_caching:
+            return None
+        for attempt in range(20):
             if self.llm.reset_prefix_cache():
                 return True
-            time.sleep(0.05)
+            if attempt < 19:
+                time.sleep(0.05)
         return False
 
     def _read_metrics(self) -> dict[str, float] | None:
