@@ -140,6 +140,12 @@ def test_the_report_says_a_start_skipped_its_memory_profiling():
     measured = r.model_copy(deep=True)
     measured.repeats[0].start.profiled = True
     assert "memory profiling skipped" not in "\n".join(_start_section(measured)).lower()
+    assert "tokenizer" not in "\n".join(_start_section(measured))
+    # issue 41: the engine found its own tokenizer loaded by its job's process
+    measured.repeats[0].start.tokenizer_ahead = True
+    text = "\n".join(_start_section(measured))
+    assert "| warm (cache); tokenizer loaded ahead |" in text
+    assert "*Tokenizer loaded ahead*: the job's process loaded the engine's own tokenizer" in text
 
 
 def test_the_compile_cache_folder_sets_vllms_cache_root_and_is_checked_in_its_log(tmp_path):

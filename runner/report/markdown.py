@@ -215,6 +215,7 @@ def _start_section(r: RunResult) -> list[str]:
             else "warm (cache)"
         )
         + ("; memory profiling skipped" if p.profiled is False else "")
+        + ("; tokenizer loaded ahead" if p.tokenizer_ahead else "")
     )
     opt = lambda v: secs(v) if v is not None else "–"
     rows = [
@@ -244,6 +245,11 @@ def _start_section(r: RunResult) -> list[str]:
             "(`engine_args.kv_cache_memory_bytes`, or vLLM's startup plan from an earlier start of "
             'the same configuration, which `engine.env: {VLLM_ENABLE_STARTUP_PLAN: "1"}` turns '
             "on) instead of measuring it; its `gpu_memory_utilization` did not apply."
+        )
+    if any(p.tokenizer_ahead for _, _, p in starts):
+        note += (
+            " *Tokenizer loaded ahead*: the job's process loaded the engine's own tokenizer before "
+            "the start (while the job before it ran), so the start did not."
         )
     return paragraphs("### Engine start", note, table(rows, head))
 
