@@ -7,7 +7,12 @@
 #   python cuda_init_probe.py llm MODE OUTDIR              one eager fp8 LLM() (Qwen2.5-7B shapes, dummy
 #        weights, 8k steps, prefix caching) after loading ahead what MODE says: base (what the runner
 #        preloads today), tok (+ vLLM's own tokenizer through its lru_cache), safe (+ safe_modules.json),
-#        safetok (both); vLLM's DEBUG log with milliseconds in OUTDIR/llm-MODE-N.log; prints RESULT {json}
+#        safetok (both), front (+ front_modules.json: what the front end imported inside an earlier
+#        LLM(), written by a base run), fronttok (both); vLLM's DEBUG log with milliseconds in
+#        OUTDIR/llm-MODE-N.log; prints RESULT {json}
+# Run on 2026-12-06 (reports/h200-tokahead): bisect, then base/tok/safe/safetok, as it was then:
+# `git show 258adad:reports/h200-tokahead/probe/cuda_init_probe.py` (and modes.sh). Added after that run, not run
+# yet: the front modes, `cuda_after`, and the bisection leaving out a package whose top initializes CUDA.
 import json, os, subprocess, sys, time
 
 M = os.environ.get("PROBE_MODEL", "/root/shared/models/qwen2.5-7b-instruct")
@@ -36,7 +41,7 @@ def imp(names_file, start, skip_file):
         print("LINE", json.dumps({"cuda_before": True}), flush=True)
         return
     for i, n in enumerate(names):
-        if n in skip:
+        if n in skip or any(n.startswith(c + ".") for c in skip):  # a package whose top inits CUDA: all of it
             continue
         t = time.perf_counter()
         try:
@@ -140,16 +145,20 @@ def llm(mode, outdir):
     runner_env()
     t1 = time.perf_counter()
     tok_s = mods_s = 0.0
-    if mode in ("safe", "safetok"):
+    if mode in ("safe", "safetok", "front", "fronttok"):
         import importlib
 
         t = time.perf_counter()
-        for name in json.load(open(f"{outdir}/safe_modules.json")):
-            importlib.import_module(name)
+        listed = "safe_modules.json" if mode.startswith("safe") else "front_modules.json"
+        for name in json.load(open(f"{outdir}/{listed}")):
+            try:
+                importlib.import_module(name)
+            except BaseException:  # noqa: BLE001  (loader-made names are not importable)
+                pass
         mods_s = time.perf_counter() - t
     from vllm.tokenizers import registry
 
-    if mode in ("tok", "safetok"):
+    if mode in ("tok", "safetok", "fronttok"):
         t = time.perf_counter()
         registry.cached_get_tokenizer(M, runner_type="generate", tokenizer_mode="auto", revision=None,
                                       trust_remote_code=False)
@@ -160,14 +169,19 @@ def llm(mode, outdir):
     from vllm import LLM
 
     print(f"{time.strftime('%H:%M:%S')} LLM() begins", flush=True)
+    before = set(sys.modules)
     t2 = time.perf_counter()
     llm_ = LLM(model=M, tokenizer=M, load_format="dummy", dtype="bfloat16", quantization="fp8", enforce_eager=True,
                enable_prefix_caching=True, gpu_memory_utilization=0.9, max_num_batched_tokens=8192,
                disable_log_stats=False)
     t3 = time.perf_counter()
+    front = sorted(set(sys.modules) - before)
+    if mode == "base":
+        json.dump(front, open(f"{outdir}/front_modules.json", "w"))
     ci = registry.cached_get_tokenizer.cache_info()
     res = {"mode": mode, "n": n, "preload_s": round(t1 - t0, 3), "modules_s": round(mods_s, 3),
            "tokenizer_s": round(tok_s, 3), "llm_s": round(t3 - t2, 3), "cuda_before": cuda_before,
+           "cuda_after": torch.cuda.is_initialized(), "front_modules": len(front),
            "tok_cache": {"hits": ci.hits, "misses": ci.misses}, "parent_modules": len(sys.modules)}
     try:
         out = llm_.generate(["こんにちは"] * 4, use_tqdm=False)
