@@ -30,16 +30,36 @@ def group_alive(pgid: int) -> bool:
         return True
 
 
+def _stat_fields(path: str) -> list[str]:
+    """The fields of a /proc stat file after `pid (comm)`: state, ppid, pgrp, session, ...; [] when
+    it is gone."""
+    try:
+        stat = Path(path).read_text()
+    except OSError:
+        return []
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def _threads_running(pid: str) -> bool:
+    """Whether a process whose first thread is a zombie still has a thread that is not: after a
+    SIGKILL its threads exit one by one, and until the last has, /proc/PID/stat already says Z but
+    the process can be neither reaped nor counted as gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    return any(
+        f[0] not in ("Z", "X") for t in tids if (f := _stat_fields(f"/proc/{pid}/task/{t}/stat"))
+    )
+
+
 def _live_procs() -> Iterator[tuple[int, list[str]]]:
-    """Each live process (not a zombie) with the fields of its /proc/PID/stat after `pid (comm)`:
-    state, ppid, pgrp, session, ...; OSError where /proc cannot be listed (not Linux)."""
+    """Each live process (not a zombie, nor a zombie first thread whose other threads have all
+    exited) with the fields of its /proc/PID/stat after `pid (comm)`: state, ppid, pgrp, session,
+    ...; OSError where /proc cannot be listed (not Linux)."""
     for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields and fields[0] not in ("Z", "X"):
+        fields = _stat_fields(f"/proc/{pid}/stat")
+        if fields and (fields[0] not in ("Z", "X") or _threads_running(pid)):
             yield int(pid), fields
 
 
@@ -54,7 +74,7 @@ def cmdline(pid: int) -> bytes:
 def kill_group(pgid: int, grace_s: float = 10.0, proc: subprocess.Popen | None = None) -> None:
     """SIGTERM the process group, SIGKILL what is left after grace_s; return once no member is alive
     (zombies left by a PID 1 that never reaps do not count), or 60 s after the SIGKILL (a process
-    stuck in the kernel). `proc`: the group's leader, reaped on the way."""
+    stuck in the kernel). `proc`: the group's leader, reaped before it returns."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 60.0)):
         try:
             os.killpg(pgid, sig)
@@ -62,9 +82,10 @@ def kill_group(pgid: int, grace_s: float = 10.0, proc: subprocess.Popen | None =
             break
         deadline = time.monotonic() + wait_s
         while True:
-            if proc is not None:
-                proc.poll()  # reap the leader: a zombie leader keeps the group alive
-            if not (alive := group_alive(pgid)) or time.monotonic() >= deadline:
+            # reaping the leader (a zombie leader keeps the group alive) and waiting until it is:
+            # after a SIGKILL the group can look gone a moment before its leader can be reaped
+            leader = proc is not None and proc.poll() is None
+            if not (alive := leader or group_alive(pgid)) or time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
         if not alive:
