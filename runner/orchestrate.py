@@ -37,6 +37,7 @@ from runner.results import RunResult
 from runner.run.isolate import Ends, Worker, failed_result, run_isolated
 from runner.run.job import Job, RunOptions, Unit, check_library, group_by_engine, make_unit
 from runner.run.loop import run_job
+from runner.run.resume import stored_repeats
 
 # (text, to_stderr): one message of the call, rendered by the caller
 Say = Callable[[str, bool], None]
@@ -383,25 +384,36 @@ class _Call:
                 else "run one at a time"
             )
             self.say(f"repeats {across}, each on a freshly started engine", True)
-        self._ahead((groups[0], 1), set())  # the first job's process starts now
         # A B, then B A, A B, ...: a drift over the call hits every recipe alike
         most, order = [max(u.loaded.recipe.repeat for u in g) for g in groups], range(len(groups))
+        # a turn whose repeats an earlier call measured starts no process and no engine
+        need = {u.name: self._turns_left(u) for u in todo} if turns > 1 else None
         seq = [
             (turn, i)
             for turn in range(1, turns + 1)
             for i in (order if turn % 2 else order[::-1])
             if turn <= most[i]
+            and (need is None or any(turn in need[u.name] for u in _live(groups[i], turn, set())))
         ]
+        self._ahead((groups[seq[0][1]], seq[0][0]), set())  # the first job's process starts now
         walls: dict[int, list[float]] = {}  # each group's jobs' wall times (announce to end)
-        begun = monotonic()
+        begun, planned = monotonic(), set[int]()
         while seq:
             (turn, i), *seq = seq
             start, done = monotonic(), sum(map(len, walls.values()))
-            live = _live(groups[i], turn, {r.name for r in self.results})
+            ended = {r.name for r in self.results}
             of = (turn, most[i]) if turns > 1 else None
-            ex.announce(live, f"{done + 1} of {done + 1 + len(seq)}", opts.out, self.say, of)
-            if turn == 1:
-                live = groups[i] = plans.attach(groups[i])
+            ex.announce(
+                _live(groups[i], turn, ended),
+                f"{done + 1} of {done + 1 + len(seq)}",
+                opts.out,
+                self.say,
+                of,
+            )
+            if i not in planned:  # the group's first job
+                planned.add(i)
+                groups[i] = plans.attach(groups[i])
+            live = _live(groups[i], turn, ended)
             rounds = (turn,) if turns > 1 else None
             then = (groups[seq[0][1]], seq[0][0]) if seq else None
             self._run_job(Job(live, opts, rounds=rounds, restarts=turns > 1), then)
@@ -410,6 +422,13 @@ class _Call:
             ended = {r.name for r in self.results}
             if seq := [(t, j) for t, j in seq if _live(groups[j], t, ended)]:
                 self.say(_rest(walls, [j for _, j in seq], monotonic() - begun), True)
+
+    def _turns_left(self, u: Unit) -> set[int]:
+        """The turns the recipe's repeats still need: those an earlier call did not measure, or
+        (all measured, its result never written) the last, which is measured again to make it."""
+        wanted = u.loaded.recipe.repeat
+        have = stored_repeats(self.opts.folder(u.name), u.run_key)
+        return {t for t in range(1, wanted + 1) if t not in have} or {wanted}
 
     def _from_ray(self, res: RunResult, groups: list[tuple[Unit, ...]]) -> None:
         """A result from Ray; as a job's last one comes in, how many jobs are done."""

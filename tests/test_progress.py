@@ -98,6 +98,29 @@ def test_turns_count_as_jobs_and_later_turns_take_their_own_earlier_time(
     ]
 
 
+def test_turns_an_earlier_call_measured_start_no_job(write_recipe, base_recipe, tmp_path, clock):
+    """Two repeats stored, three asked: only turn 3 runs (one job per engine, not three); a run
+    whose repeats are all stored but whose result was never written runs its last turn only."""
+    clock.update(a=10, b=30)
+    out, over = tmp_path / "out", {"repeat": 2, "interleave": "restarts"}
+    _run(write_recipe, base_recipe, out, {"a": 0, "b": 1e-4}, **over)
+    said = _run(write_recipe, base_recipe, out, {"a": 0, "b": 1e-4}, **{**over, "repeat": 3})
+    assert [x for x in said if x.startswith("[job ")] == [
+        "[job 1 of 2] a (fake, none; turn 3 of 3)",
+        "[job 2 of 2] b (fake, none; turn 3 of 3)",
+    ]
+    got = {r.name: r for r in runner.read_results(out)}
+    assert {n: [x.index for x in got[n].repeats] for n in "ab"} == {"a": [1, 2, 3], "b": [1, 2, 3]}
+    for n in "ab":
+        (out / n / "results.json").unlink()
+    said = _run(write_recipe, base_recipe, out, {"a": 0, "b": 1e-4}, **{**over, "repeat": 3})
+    assert [x for x in said if x.startswith("[job ")] == [
+        "[job 1 of 2] a (fake, none; turn 3 of 3)",
+        "[job 2 of 2] b (fake, none; turn 3 of 3)",
+    ]
+    assert sorted(len(r.repeats) for r in runner.read_results(out)) == [3, 3]
+
+
 def test_go_echoes_the_places_of_turns_on_stderr(write_recipe, base_recipe, tmp_path):
     paths = [
         write_recipe(_recipe(base_recipe, n, d), f"{n}.yaml") for n, d in (("a", 0), ("b", 1e-4))

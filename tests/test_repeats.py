@@ -278,7 +278,13 @@ def test_repeats_table_has_a_cell_per_column_and_an_estimate_projects_the_median
     [res] = load_results(out)
     # the median, scaled
     assert res.estimate.projected_s == pytest.approx(res.timings.generate_s * 36 / 4)
-    after = (out / "e" / "report.md").read_text().split("### Repeats", 1)[1].split("\n\n|", 1)[1]
+    md = (out / "e" / "report.md").read_text()
+    # the time table marks the projection as such, and says what its total measured
+    times = md.split("## Time and throughput", 1)[1].split("\n\n")[1].splitlines()
+    assert [c.strip() for c in times[2].strip("|").split("|")][1].startswith("~")
+    note = "`~`: the generation projected to all 36 examples; the total and the rates are of the"
+    assert f"{note} 4 examples run." in md
+    after = md.split("### Repeats", 1)[1].split("\n\n|", 1)[1]
     table = ("|" + after.split("\n\n", 1)[0]).splitlines()
     head = [c.strip() for c in table[0].strip("|").split("|")]
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]

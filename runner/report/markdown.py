@@ -162,7 +162,7 @@ def _time_section(r: RunResult) -> list[str]:
     t, th = r.timings, r.throughput
     row = [
         secs(t.load_s),
-        time_cell(r) or secs(t.generate_s),
+        time_cell(r, "~" if r.estimate else "") or secs(t.generate_s),
         secs(t.total_s),
         rate_cell(r, th.requests_per_s),
         rate_cell(r, th.output_tokens_per_s),
@@ -179,11 +179,13 @@ def _time_section(r: RunResult) -> list[str]:
         "GPU busy",
     ]
     total = "Total: engine start, tokenizing, generation, scoring and writing the samples"
-    parts = paragraphs(
-        "## Time and throughput",
-        table([row], head, frozenset({"GPU busy"})),
-        total + (", over every repeat and engine start." if len(r.repeats) > 1 else "."),
-    )
+    total += ", over every repeat and engine start." if len(r.repeats) > 1 else "."
+    if e := r.estimate:
+        total += (
+            f" `~`: the generation projected to all {e.n_total:,} examples; the total and the "
+            f"rates are of the {e.n_measured:,} examples run."
+        )
+    parts = paragraphs("## Time and throughput", table([row], head, frozenset({"GPU busy"})), total)
     if t.gpu_busy is not None:
         text = (
             "GPU busy: the mean of NVML's utilization counter (share of time a kernel was "

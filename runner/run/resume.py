@@ -165,6 +165,20 @@ def load_repeats(folder: RunFolder, key: str) -> tuple[list[Repeat], list[str]]:
     ]
 
 
+def stored_repeats(folder: RunFolder, key: str) -> set[int]:
+    """The indices of the repeats of this very run that `load_repeats` would keep, read without
+    changing anything; none where the first repeat's samples are not there (then every repeat is
+    measured again)."""
+    try:
+        data = folder.repeats.read_bytes() if folder.samples.is_file() else b""
+    except OSError:
+        return set()
+    *lines, _ = data.split(b"\n")  # a last line cut off is no repeat
+    if _key(lines) != key:
+        return set()
+    return {rep.index for line in lines[1:] if line.strip() and (rep := _repeat(line)[0])}
+
+
 def _json(line: bytes | str) -> Any:
     try:
         return json.loads(line)
