@@ -32,6 +32,7 @@ from runner.engines.builtin import is_builtin
 from runner.folder import RunFolder, previous_result, stored, stored_ok
 from runner.recipe import LoadedRecipe
 from runner.report.markdown import Section, priced, write_report
+from runner.report.spread import time_cell
 from runner.report.summary import Sections, write_summary
 from runner.results import RunResult
 from runner.run.isolate import Ends, Worker, failed_result, run_isolated
@@ -190,6 +191,13 @@ def run_loaded(
     ex.check_routes(loaded, wings)
     # before anything is written
     units = [make_unit(lr, opts, host=not ex.on_ray, library=False) for lr in loaded]
+    for u in units:  # an estimate that runs every example projects nothing
+        est, n = opts.estimate or u.loaded.recipe.estimate, u.prepared.n_target
+        if est and est >= n:
+            asked = f"--estimate {est:,}" if opts.estimate else f"its estimate: {est:,}"
+            limit = f" (--limit {opts.limit:,})" if opts.limit and opts.limit == n else ""
+            what = f"is not fewer than its {n:,} examples{limit}: all run, none projected"
+            say(f"{u.name}: {asked} {what}", True)
     cannot = {}
     for lr in () if ex.on_ray else loaded:
         try:
@@ -532,7 +540,9 @@ def one_line(res: RunResult, path: Path) -> str:
     t = res.timings
     bits = [
         f"ok {res.name}: {res.n_samples} examples",
-        f"generation {secs(t.generate_s)}",
+        # with repeats, the time the reports show, with its interval
+        "generation "
+        + ((len(res.repeats) > 1 and not res.estimate and time_cell(res)) or secs(t.generate_s)),
         f"start {secs(t.load_s)}",
         f"{res.throughput.requests_per_s or 0:.2f} req/s",
     ]

@@ -103,7 +103,7 @@ def test_ctrl_c_at_each_point_of_a_call_leaves_no_process_and_the_summary_of_wha
         monkeypatch.setattr(orch._Call, "_warm_reports", warm)
     elif point == "run":
         wait = isolate._wait
-        monkeypatch.setattr(isolate, "_wait", lambda proc, t, done: wait(proc, t, ctrl_c))
+        monkeypatch.setattr(isolate, "_wait", lambda proc, t, done, *src: wait(proc, t, ctrl_c))
     elif point == "ends":
         end = isolate._end
         monkeypatch.setattr(isolate, "_end", lambda *a: (time.sleep(1), end(*a)))
@@ -161,7 +161,7 @@ def test_an_interrupted_call_keeps_the_results_of_a_recipe_whose_process_was_sta
     def ctrl_c():
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(isolate, "_wait", lambda proc, t, done: wait(proc, t, ctrl_c))
+    monkeypatch.setattr(isolate, "_wait", lambda proc, t, done, *src: wait(proc, t, ctrl_c))
     monkeypatch.setattr(orch, "takes_turns", lambda groups: False)  # one job a recipe
     with pytest.raises(Interrupted) as e:
         run_loaded(twice, _opts(out), Executor())
@@ -178,7 +178,10 @@ def test_a_crash_and_a_timeout_beside_the_next_jobs_process(load, workers, tmp_p
     results = run_loaded(recipes, _opts(out), Executor())
     assert [(r.name, r.status) for r in results] == [("a", "failed"), ("b", "failed"), ("c", "ok")]
     assert "ended with exit code -9 before writing results" in results[0].error
-    assert results[1].error == "timed out after 1 s (recipe timeout); the run was ended"
+    assert results[1].error == "timed out after 1 s (timeout_s); the run was ended"
+    assert results[1].hint == (
+        f"if it needs longer, raise the recipe's timeout_s; what it wrote: {out}/b/engine.log"
+    )
     assert [n for n, _ in workers] == ["a", "b", "c"] and _none_left(workers)
     log = (out / "a" / "engine.log").read_text()
     assert "===== runner: a started" in log and "runner: b" not in log and "(process group" in log
@@ -202,7 +205,7 @@ def test_a_process_that_hangs_before_reading_its_job_is_ended_by_the_timeout(
     t0, a = time.monotonic(), load("a", timeout_s=2, dataset=dataset)
     [res] = run_loaded([a], _opts(tmp_path / "out", None), Executor())
     assert time.monotonic() - t0 < 30 and [n for n, _ in workers] == ["a"] and _none_left(workers)
-    assert res.error == "timed out after 2 s (recipe timeout); the run was ended"
+    assert res.error == "timed out after 2 s (timeout_s); the run was ended"
 
 
 def test_a_process_ended_while_its_library_loads_names_its_gone_group_in_the_log(
@@ -220,7 +223,7 @@ def test_a_process_ended_while_its_library_loads_names_its_gone_group_in_the_log
     )
     monkeypatch.setenv("PYTHONPATH", str(site))
     [res] = run_loaded([load("a", timeout_s=2)], _opts(tmp_path / "out"), Executor())
-    assert res.error == "timed out after 2 s (recipe timeout); the run was ended"
+    assert res.error == "timed out after 2 s (timeout_s); the run was ended"
     log = (tmp_path / "out" / "a" / "engine.log").read_text()
     [(pid, group)] = re.findall(r"runner worker pid (\d+) \(process group (\d+)\)", log)
     assert int(pid) == workers[0][1].pid == int(group)

@@ -3,6 +3,8 @@ behaviour."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from click.testing import CliRunner
 
@@ -83,7 +85,8 @@ def test_did_you_mean_for_a_metric_a_template_a_dataset_file_and_a_top_level_set
     assert user_error(_check(path, "--set", f"dataset.path={wrong}")) == (
         "Error: {tmp}/recipe.yaml: dataset.path: dataset file not found: "
         "{project}/runner/demo/demo-jp.json\n  hint: did you mean 'demo-ja.json' (in "
-        "{project}/runner/demo)? paths in a recipe are relative to the recipe file\n"
+        "{project}/runner/demo)? paths in a recipe are relative to the recipe file (typed with "
+        "--set: to this folder)\n"
     )
     r = _check(path, "--set", "max_tokens=8")
     assert (
@@ -464,3 +467,176 @@ def test_token_counts_are_kept_by_their_inputs_and_reused_without_the_tokenizer(
     # never counted before
     other = [[{"role": "user", "content": f"another prompt {uuid.uuid4()}"}]]
     assert hf.count_prompts(model, other, None)[1] != ids[:1] and len(calls) == 2
+
+
+def test_each_pattern_of_only_must_match_a_recipe(tmp_path, write_recipe, base_recipe):
+    """`--only 'a,zzz'`: the typo is named (before, `a` ran, `zzz` went unsaid), by go and check."""
+    paths = [write_recipe(_fake(base_recipe, n), f"{n}.yaml") for n in "ab"]
+    says = "Error: --only: --only 'a,zzz': 'zzz' matches no recipe; recipes: a, b\n"
+    assert user_error(_go(*paths, "--out", tmp_path / "out", "--only", "a,zzz")) == says
+    assert not (tmp_path / "out" / "a").exists()
+    check = ["check", *map(str, paths), "--no-tokens", "--only", "a,zzz"]
+    # check still shows the recipes it checked, then the error
+    assert user_error(CliRunner().invoke(cli, check)).endswith("\n" + says)
+
+
+def test_a_file_of_shared_settings_alone_has_nothing_to_run(tmp_path, write_recipe, base_recipe):
+    """Only abstract files: go refuses (before, it wrote a summary of 0 recipes over the last
+    one); check says the file is valid and has no recipe of its own."""
+    path = write_recipe({**_fake(base_recipe), "abstract": True}, "common.yaml")
+    (out := tmp_path / "out").mkdir()
+    (out / "summary.md").write_text("an earlier call's summary")
+    assert user_error(_go(path, "--out", out)) == (
+        "Error: abstract: no recipe to run: {tmp}/common.yaml holds shared settings only "
+        "(abstract: true)\n"
+        "  hint: run a recipe file that names it in `base:`\n"
+    )
+    assert (out / "summary.md").read_text() == "an earlier call's summary"
+    r = CliRunner().invoke(cli, ["check", str(path), "--no-tokens"])
+    assert r.exit_code == 0 and r.output == (
+        f"ok {path}: shared settings for other files' `base:` (abstract: true), no recipe\n"
+    )
+
+
+def test_a_nameless_recipe_is_told_to_add_a_name_first(tmp_path, write_recipe, base_recipe):
+    d = _fake(base_recipe)
+    del d["name"]
+    r = CliRunner().invoke(cli, ["check", str(write_recipe(d, "mine.yaml")), "--no-tokens"])
+    assert user_error(r).endswith(
+        "  hint: add `name: mine` (its report folder's name); a file that only holds shared "
+        "settings for other files' `base:` needs `abstract: true` instead\n"
+    )
+
+
+def test_an_estimate_that_runs_every_example_says_it_projects_nothing(
+    tmp_path, write_recipe, base_recipe
+):
+    path = write_recipe(_fake(base_recipe))
+    r = _go(path, "--out", tmp_path / "a", "--estimate", "100")
+    assert r.exit_code == 0
+    assert "f: --estimate 100 is not fewer than its 36 examples: all run, none projected\n" in (
+        r.stderr
+    )
+    r = _go(path, "--out", tmp_path / "b", "--estimate", "5", "--limit", "3")
+    assert r.exit_code == 0 and (
+        "f: --estimate 5 is not fewer than its 3 examples (--limit 3): all run, none projected\n"
+        in r.stderr
+    )
+    r = _go(path, "--out", tmp_path / "c", "--estimate", "5")
+    assert r.exit_code == 0 and "none projected" not in r.output
+
+
+def test_a_kind_changed_alone_names_the_other_kinds_settings_and_how_to_change_it(
+    write_recipe, base_recipe
+):
+    path = str(write_recipe(base_recipe))  # engine: {kind: transformers, device: cpu}
+    r = CliRunner().invoke(cli, ["check", path, "--no-tokens", "--set", "engine.kind=fake"])
+    assert user_error(r) == (
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 6, engine.device: unknown key 'device' (a setting of the transformers engine; "
+        "this one's kind is 'fake'). Allowed here: delay_s, jitter, kind, reply, serve_fail\n"
+        "  hint: where the engine's kind changes, give the whole `engine:` mapping, not its "
+        "`kind` alone (e.g. `engine: {kind: fake}`, or --set 'engine={kind: fake}')\n"
+    )
+    # the hint, taken literally, fixes it
+    fixed = ["check", path, "--no-tokens", "--set", "engine={kind: fake}"]
+    assert CliRunner().invoke(cli, fixed).exit_code == 0
+
+
+@pytest.mark.parametrize("fmt", ["squad", "json", "jsonl"])
+def test_a_csv_file_read_as_json_hints_the_csv_format(tmp_path, write_recipe, base_recipe, fmt):
+    data = tmp_path / "d.csv"
+    data.write_text("id,question,context,answers\n1,q,c,a\n")
+    d = {**_fake(base_recipe), "dataset": {"format": fmt, "path": str(data)}}
+    r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
+    assert user_error(r).endswith(
+        "  hint: the file looks like CSV (its first line: 'id,question,context,answers'): set "
+        "dataset.format: csv\n"
+    )
+
+
+def test_a_squad_file_read_as_csv_hints_squad(write_recipe, base_recipe):
+    d = _fake(base_recipe)
+    d["dataset"] = {**d["dataset"], "format": "csv"}  # the demo set: SQuAD JSON
+    r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
+    assert user_error(r).endswith("  hint: set dataset.format: squad\n")
+
+
+def test_a_dataset_path_typed_with_set_that_is_not_there_is_named_from_here(
+    tmp_path, write_recipe, base_recipe, monkeypatch
+):
+    path = write_recipe(_fake(base_recipe), "sub/f.yaml")
+    (here := tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(here)
+    r = CliRunner().invoke(
+        cli, ["check", str(path), "--no-tokens", "--set", "dataset.path=no.json"]
+    )
+    assert user_error(r) == (
+        "Error: {tmp}/sub/f.yaml: dataset.path: dataset file not found: {tmp}/elsewhere/no.json\n"
+        "  hint: paths in a recipe are relative to the recipe file (typed with --set: to this "
+        "folder)\n"
+    )
+
+
+def test_true_or_false_for_a_number_is_refused_where_it_stands(write_recipe, base_recipe):
+    """pydantic reads `max_tokens: true` as 1: the run would have used one output token."""
+    d = _fake(base_recipe)
+    d["sampling"] = {"temperature": 0, "max_tokens": True}
+    r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
+    assert user_error(r) == (
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 15, sampling.max_tokens: Input should be a valid integer, unable to parse string "
+        "as an integer (got 'true')\n"
+    )
+    # a field that takes true/false still does
+    d["sampling"] = {"temperature": 0, "max_tokens": 4, "ignore_eos": True}
+    assert CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"]).exit_code == 0
+
+
+def test_check_gives_the_runners_reason_for_no_token_counts_whole(write_recipe, base_recipe):
+    r = CliRunner().invoke(cli, ["check", str(write_recipe(_fake(base_recipe)))])
+    assert r.exit_code == 0 and r.output.endswith(
+        "  prompt tokens: unavailable (RunnerError: model.id: no tokenizer for none on this "
+        "machine: a hub id that is not in the Hugging Face cache (read from local files only))\n"
+    )
+
+
+def test_the_summarys_notes_are_only_those_that_apply(tmp_path, write_recipe, base_recipe):
+    """No projection, no baseline: no note on `~` nor on a speed-up against a baseline; with an
+    estimate (and a baseline) both."""
+    path = write_recipe(_fake(base_recipe))
+    assert _go(path, "--out", tmp_path / "a", "--limit", "2").exit_code == 0
+    md = (tmp_path / "a" / "summary.md").read_text()
+    assert "Times marked `~`" not in md and "Speed-up: against the baseline." not in md
+    assert _go(path, "--out", tmp_path / "b", "--estimate", "4", "--baseline", "f").exit_code == 0
+    md = (tmp_path / "b" / "summary.md").read_text()
+    assert "Times marked `~`" in md and "Speed-up: against the baseline." in md
+
+
+def test_a_section_given_one_value_is_shown_as_a_mapping(write_recipe, base_recipe):
+    d = {**_fake(base_recipe), "model": "builtin:demo"}
+    r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
+    assert user_error(r) == (
+        "Error: {tmp}/recipe.yaml: invalid recipe\n"
+        "  line 2, model: expected a mapping of settings, e.g. `model: {id: builtin:demo}`; got "
+        "'builtin:demo'\n"
+    )
+
+
+def test_a_dataset_given_as_a_recipe_is_told_where_a_dataset_goes(demo_data):
+    r = CliRunner().invoke(cli, ["check", str(demo_data), "--no-tokens"])
+    assert user_error(r).endswith(
+        "  hint: a recipe is a .yaml file; a dataset is named in a recipe's `dataset.path`\n"
+    )
+
+
+def test_the_console_line_of_a_run_with_repeats_gives_its_interval(
+    tmp_path, write_recipe, base_recipe
+):
+    r = _go(
+        write_recipe(_fake(base_recipe)), "--out", tmp_path / "o", "--repeat", "3", "--limit", "2"
+    )
+    [line] = [x for x in r.output.splitlines() if x.startswith("ok f:")]
+    assert r.exit_code == 0 and re.search(
+        r"; generation [\d.]+ s \([\d.]+ s–[\d.]+ s, n=3\); ", line
+    )

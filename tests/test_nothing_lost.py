@@ -497,9 +497,12 @@ def test_a_failed_quick_run_in_between_does_not_block_taking_the_full_results_ba
     quick = ["--limit", "2", "--set", "engine.delay_s=3", "--timeout", "1", "--no-progress"]
     # a real process: the timeout ends it
     r = CliRunner().invoke(cli, ["go", str(path), "--out", str(out), *quick])
+    failed = json.loads((out / "f" / "results.json").read_text())
+    assert r.exit_code == 1 and failed["status"] == "failed"
+    # the limit came from the command line: the message and the hint say so
+    assert failed["error"] == "timed out after 1 s (--timeout); the run was ended"
     assert (
-        r.exit_code == 1
-        and json.loads((out / "f" / "results.json").read_text())["status"] == "failed"
+        failed["hint"] == f"if it needs longer, raise --timeout; what it wrote: {out}/f/engine.log"
     )
     r = _go(path, "--out", out)
     assert (

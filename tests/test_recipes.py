@@ -228,14 +228,16 @@ def test_unknown_engine_key_inline_mapping(write_recipe, base_recipe):
     assert_user_error(
         check(p),
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
-        "  line 6, engine.device: unknown key 'device'. Allowed here: compile_cache, "
+        "  line 6, engine.device: unknown key 'device' (a setting of the transformers engine; "
+        "this one's kind is 'vllm'). Allowed here: compile_cache, "
         "cpu_offload_gb, enable_prefix_caching, enforce_eager, engine_args, env, "
         "gpu_memory_utilization, kind, kv_cache_dtype, max_model_len, quantization, seed, "
         "swap_space, tensor_parallel_size, warmup\n  line 7, engine.quantizaton: unknown key "
         "'quantizaton'; did you mean 'quantization'? Allowed here: compile_cache, cpu_offload_gb, "
         "enable_prefix_caching, enforce_eager, engine_args, env, gpu_memory_utilization, kind, "
         "kv_cache_dtype, max_model_len, quantization, seed, swap_space, tensor_parallel_size, "
-        "warmup\n",
+        "warmup\n  hint: where the engine's kind changes, give the whole `engine:` mapping, not "
+        "its `kind` alone (e.g. `engine: {kind: vllm}`, or --set 'engine={kind: vllm}')\n",
     )
 
 
@@ -536,7 +538,7 @@ def test_yaml_syntax_error_has_line_number(write_recipe):
     assert_user_error(
         check(p),
         "Error: {tmp}/recipe.yaml:4: YAML syntax error: expected ',' or ']', but got ':' (while "
-        "parsing a flow sequence)\n",
+        "parsing a flow sequence on line 3)\n",
     )
 
 
@@ -671,7 +673,8 @@ def test_dataset_file_missing(write_recipe, base_recipe):
     assert_user_error(
         check(p),
         "Error: {tmp}/recipe.yaml: dataset.path: dataset file not found: {tmp}/nothere.json\n"
-        "  hint: paths in a recipe are relative to the recipe file\n",
+        "  hint: paths in a recipe are relative to the recipe file (typed with --set: to this "
+        "folder)\n",
     )
 
 
@@ -681,7 +684,8 @@ def test_dataset_file_missing_through_go(write_recipe, base_recipe, tmp_path):
     assert_user_error(
         invoke("go", p, "--out", out_dir),
         "Error: {tmp}/recipe.yaml: dataset.path: dataset file not found: {tmp}/nothere.json\n"
-        "  hint: paths in a recipe are relative to the recipe file\n",
+        "  hint: paths in a recipe are relative to the recipe file (typed with --set: to this "
+        "folder)\n",
     )
     assert not out_dir.exists()
 

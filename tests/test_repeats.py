@@ -333,6 +333,29 @@ def test_engine_start_counts_for_the_recipe_that_started_it(
     assert rep.wall_s < 0.3 and m8.timings.total_s == pytest.approx(rep.load_s + rep.wall_s)
 
 
+def test_cells_taking_turns_on_one_engine_each_count_the_starts_they_made(
+    tmp_path, write_recipe, base_recipe
+):
+    """Two engines, two cells on each, two turns: in turn 1 the first cell of an engine starts it,
+    in turn 2 (the reverse order) the other; every cell started one, so none is said to have run
+    on another's engine, and each cell's start is its own repeat's."""
+    d = _fake(base_recipe, "x")
+    study = {**{k: v for k, v in d.items() if k != "name"}, "name": "st", "repeat": 2}
+    study["matrix"] = {
+        "engine.delay_s": {"d1": 0.0, "d2": 1e-4},
+        "sampling.max_tokens": {"t4": 4, "t8": 8},
+    }
+    path, out = write_recipe(study, "st.yaml"), tmp_path / "out"
+    assert _go(path, "--out", out, "--limit", "2").exit_code == 0
+    res = {x.name: x for x in load_results(out)}
+    assert len(res) == 4
+    for r in res.values():
+        [started] = [x for x in r.repeats if x.load_s is not None]
+        assert r.engine_of is None and r.timings.load_s == started.load_s
+    md = (out / "st" / "summary.md").read_text()
+    assert "engine starts" in md and "started for another cell" not in md
+
+
 @pytest.mark.slow
 def test_a_job_ended_while_one_recipe_runs_fails_that_recipe_only(
     tmp_path, write_recipe, base_recipe

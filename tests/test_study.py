@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from runner import load_recipe, load_recipes
 from runner.base.errors import RecipeError
 from runner.cli import cli
+from runner.inputs.prepare import prepare
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -101,6 +102,27 @@ def test_paths_in_a_base_are_relative_to_the_base(write_recipe, base_recipe, tmp
     assert lr.recipe.dataset.path == "../../data/d.json"
     assert lr.resolve(lr.recipe.dataset.path).resolve() == (tmp_path / "data" / "d.json").resolve()
     assert lr.recipe.prompt.template == "jsquad.j2"  # a bare template name stays a name
+
+
+def test_a_template_beside_the_base_is_the_bases_even_where_templates_has_one_of_its_name(
+    write_recipe, base_recipe, tmp_path, demo_data
+):
+    """A base in another folder names `jsquad.j2` (a file beside it, and a project template of the
+    same name) and `local.j2` (beside it only): a recipe built on it renders the base's own."""
+    (tmp_path / "common").mkdir()
+    (tmp_path / "common" / "jsquad.j2").write_text("MINE {{ question }}")
+    (tmp_path / "common" / "local.j2").write_text("SYSTEM OF MINE")
+    (tmp_path / "common" / "d.json").write_bytes(demo_data.read_bytes())
+    prompt = {"template": "jsquad.j2", "system_template": "local.j2"}
+    shared = {**base_recipe, "abstract": True, "prompt": prompt}
+    write_recipe({**shared, "dataset": {"format": "squad", "path": "d.json"}}, "common/base.yaml")
+    lr = load_recipe(write_recipe({"base": "../common/base.yaml", "name": "x"}, "sub/r.yaml"))
+    assert (lr.recipe.prompt.template, lr.recipe.prompt.system_template) == (
+        "../common/jsquad.j2",
+        "../common/local.j2",
+    )
+    [first] = prepare(lr, limit=1).messages
+    assert first[0]["content"] == "SYSTEM OF MINE" and first[1]["content"].startswith("MINE ")
 
 
 def test_line_numbers_point_into_the_base(write_recipe, base_recipe):
@@ -268,6 +290,14 @@ def test_unknown_dotted_key_suggests(write_recipe, base_recipe):
         write_recipe(study(base_recipe, variants={"v": {"engine.quantizaton": "fp8"}})),
     )
     assert e.field == "variants.v" and "did you mean 'engine.quantization'?" in e.message
+
+
+def test_an_axis_of_a_sections_key_without_its_section_is_pointed_to_it(write_recipe, base_recipe):
+    e = error(load_recipes, write_recipe(study(base_recipe, matrix={"max_tokens": [8, 16]})))
+    assert e.field == "matrix" and e.message.startswith(
+        "'max_tokens' is not a recipe field (a recipe has no key 'max_tokens'); did you mean "
+        "'sampling.max_tokens'? Allowed here: baseline, "
+    )
 
 
 def test_free_form_mappings_take_any_subkey(write_recipe, base_recipe):

@@ -131,7 +131,7 @@ def test_ctrl_c_while_the_engine_library_loads_leaves_its_output_in_the_engine_l
     worker = isolate.Worker(_loud("a", done := tmp_path / "done", hang=True), opts)
     _preloaded(done)
 
-    def interrupted(proc, timeout_s, done):
+    def interrupted(proc, timeout_s, done, *source):
         isolate.kill_group(proc.pid, grace_s=1, proc=proc)
         raise KeyboardInterrupt
 

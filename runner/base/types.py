@@ -8,12 +8,22 @@ from __future__ import annotations
 
 import importlib
 import re
+import types
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
 
 MAX_TOKENS = 1_048_576  # 2**20: more than any model's context
 MAX_SEED = 2**63 - 1  # what every engine's RNG takes
@@ -21,9 +31,49 @@ Messages = list[dict[str, str]]
 
 
 class StrictModel(BaseModel):
-    """The base of every configuration model: unknown keys are errors; instances are immutable."""
+    """The base of every configuration model: unknown keys are errors; instances are immutable; a
+    number field refuses true/false (pydantic would read `max_tokens: true` as 1)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, data: Any) -> Any:
+        """true/false given to a number field: handed on as the words, which it refuses (at its own
+        place: `got 'true'`)."""
+        if not isinstance(data, dict) or not any(isinstance(v, bool) for v in data.values()):
+            return data
+        fields = cls.model_fields
+        return {
+            k: str(v).lower()
+            if isinstance(v, bool) and k in fields and _number_only(fields[k].annotation)
+            else v
+            for k, v in data.items()
+        }
+
+
+def _number_only(ann: Any) -> bool:
+    """The annotation takes numbers (int, float) and not booleans."""
+    ann = _unannotated(ann)
+    if typing.get_origin(ann) in (typing.Union, types.UnionType):
+        args = typing.get_args(ann)
+        return any(map(_number_only, args)) and not any(map(_takes_bool, args))
+    return isinstance(ann, type) and issubclass(ann, (int, float)) and ann is not bool
+
+
+def _takes_bool(ann: Any) -> bool:
+    ann = _unannotated(ann)
+    if typing.get_origin(ann) in (typing.Union, types.UnionType):
+        return any(map(_takes_bool, typing.get_args(ann)))
+    if typing.get_origin(ann) is Literal:
+        return any(isinstance(x, bool) for x in typing.get_args(ann))
+    return ann is bool or ann is Any
+
+
+def _unannotated(ann: Any) -> Any:
+    while typing.get_origin(ann) is Annotated:
+        ann = typing.get_args(ann)[0]
+    return ann
 
 
 class ModelSpec(StrictModel):

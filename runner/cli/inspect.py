@@ -21,7 +21,14 @@ from runner.cli.loading import (
     overrides,
     price,
 )
-from runner.config.calls import Asked, check_model_paths, every_recipe, expand_paths, load_all
+from runner.config.calls import (
+    Asked,
+    check_model_paths,
+    every_recipe,
+    expand_paths,
+    load_all,
+    unmatched,
+)
 from runner.recipe import GateSpec
 from runner.results import RunResult
 from runner.wings import recipe_schema, studies
@@ -50,7 +57,10 @@ def check(paths, sets, model_paths, only, no_tokens, as_json):  # noqa: PLR0913
     say = lambda text: click.echo(text, err=as_json)
     for f in files:  # each file to its first error; the others are still checked
         try:
-            for lr in load_all((str(f),), asked, none_ok=True, unused_ok=True, studies=studies):
+            got = load_all((str(f),), asked, none_ok=True, unused_ok=True, studies=studies)
+            if not got and only is None:
+                say(f"ok {f}: shared settings for other files' `base:` (abstract: true), no recipe")
+            for lr in got:
                 every.append(lr)
                 if (name := lr.recipe.name) in names:
                     why = (
@@ -62,8 +72,8 @@ def check(paths, sets, model_paths, only, no_tokens, as_json):  # noqa: PLR0913
                 checked.append(_check_one(lr, shown, no_tokens, say))
         except RunnerError as e:
             errors.append({"path": str(f), "error": e.render()})
-    if only is not None and not names and not errors:
-        # raises: --only matches no recipe (and lists them)
+    if only is not None and unmatched(only, list(names)) and not errors:
+        # raises: a pattern of --only matches no recipe (and lists them)
         load_all(paths, asked, studies=studies)
     if not errors:  # with --only, a mapping for a recipe it leaves out is no typo
         left_out = None if only is None else every_recipe(paths, asked, studies)
@@ -133,7 +143,10 @@ def token_stats(r, messages) -> str:
         chat, ids = count_prompts(r.model, messages, r.prompt.chat_template)
         lens = [len(i) for i in ids]
     except Exception as e:  # no transformers here, or the tokenizer is not on this machine
-        return f"prompt tokens: unavailable ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+        first = (str(e).splitlines() or [""])[0]
+        # the runner's own message whole (written for the user), another's first 120 characters
+        why = first if isinstance(e, RunnerError) or len(first) <= 120 else first[:119] + "…"
+        return f"prompt tokens: unavailable ({type(e).__name__}: {why})"
     from runner.base.stats import percentile
 
     return (

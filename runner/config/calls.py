@@ -91,14 +91,28 @@ def load_all(
         for p in files
         for lr in load_recipes(p, list(asked.sets), model_paths=mp, keep=keep, studies=studies)
     ]
-    if only is not None and not loaded and not none_ok:
+    if (
+        only is not None
+        and not none_ok
+        and (bad := unmatched(only, [lr.recipe.name for lr in loaded]))
+    ):
         every = [
             lr.recipe.name
             for p in files
             for lr in load_recipes(p, [], model_paths=mp, studies=studies)
         ]
         names = ", ".join(every[:20]) + (" ..." if len(every) > 20 else "")
-        raise RunnerError(f"--only {only!r} matches no recipe; recipes: {names}", field="--only")
+        what = "" if not loaded else f": {', '.join(map(repr, bad))}"
+        raise RunnerError(
+            f"--only {only!r}{what} matches no recipe; recipes: {names}", field="--only"
+        )
+    if only is None and not loaded and not none_ok:
+        raise RunnerError(
+            f"no recipe to run: {', '.join(map(str, files))} "
+            f"{'holds' if len(files) == 1 else 'hold'} shared settings only (abstract: true)",
+            field="abstract",
+            hint="run a recipe file that names it in `base:`",
+        )
     names: dict[str, str] = {}
     for lr in loaded:
         n = check_name(lr.recipe.name, lr.path)
@@ -111,6 +125,12 @@ def load_all(
         every = None if only is None else every_recipe(paths, asked, studies)
         check_model_paths(asked.model_paths, loaded, every)
     return loaded
+
+
+def unmatched(only: str, names: list[str]) -> list[str]:
+    """The patterns of `--only` (comma-separated) that match none of `names`."""
+    pats = [p.strip() for p in only.split(",")]
+    return [p for p in pats if not any(fnmatch.fnmatchcase(n, p) for n in names)]
 
 
 def every_recipe(

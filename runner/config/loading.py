@@ -26,9 +26,9 @@ from pydantic import BaseModel, ValidationError
 from runner.base.dotted import get_dotted, overlaps, set_dotted
 from runner.base.errors import RecipeError
 from runner.config.merge import Source, with_bases
-from runner.config.overrides import FILE_KEYS, apply_overrides, model_classes
+from runner.config.overrides import FILE_KEYS, apply_overrides, model_classes, sections_with
 from runner.config.yamlfile import line_of, read_yaml
-from runner.engines import ENGINE_KINDS, ENGINES, spec_class
+from runner.engines import ENGINE_KINDS, spec_class
 from runner.recipe import LoadedRecipe, Recipe
 
 Locate = Callable[[tuple, str], str]
@@ -132,28 +132,49 @@ def _unknown_key(loc: tuple, data: Any, set_by_call: bool) -> str:
     key = str(loc[-1])
     msg = f"--set {'.'.join(map(str, loc))}: no such key" if set_by_call else f"unknown key {key!r}"
     # at the top level: the sections that have such a field (`max_tokens` -> `sampling.max_tokens`)
-    homes = [
-        f"{name}.{key}"
-        for name, f in Recipe.model_fields.items()
-        if len(loc) == 1
-        and any(
-            key in m.model_fields
-            for m in (ENGINES if name == "engine" else model_classes(f.annotation))
-        )
-    ]
+    homes = sections_with(key) if len(loc) == 1 else []
     if homes:
         msg += f"; did you mean {' or '.join(map(repr, homes))}?"
+    elif kinds := _kinds_with(loc, data):  # (the hint says what to do: see `kind_hint`)
+        msg += f" (a setting of the {' and '.join(kinds)} engine; this one's kind is "
+        msg += f"{data['engine']['kind']!r})."
     else:
         msg += _did_you_mean(key, allowed)
     return msg + (" Allowed here: " + ", ".join(allowed) if allowed else "")
 
 
-def describe_error(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, str]:
-    # discriminated unions insert the tag into the location: engine.vllm.x -> engine.x
+def _kinds_with(loc: tuple, data: Any) -> list[str]:
+    """The other engine kinds that have the setting at `loc` (where it is one of `engine`)."""
+    engine = data.get("engine") if isinstance(data, dict) else None
+    if len(loc) != 2 or loc[0] != "engine" or not isinstance(engine, dict):
+        return []
+    kind = engine.get("kind")
+    return [k for k in ENGINE_KINDS if k != kind and loc[1] in spec_class(k).model_fields]
+
+
+def kind_hint(errs: list[dict], data: Any) -> str | None:
+    """Where settings of another engine kind are refused: a `kind` set over another kind's
+    settings (by a base, a variant, an axis or --set) keeps them."""
+    if not any(e["type"] == "extra_forbidden" and _kinds_with(_loc(e), data) for e in errs):
+        return None
+    kind = data["engine"]["kind"]
+    return (
+        "where the engine's kind changes, give the whole `engine:` mapping, not its `kind` "
+        f"alone (e.g. `engine: {{kind: {kind}}}`, or --set 'engine={{kind: {kind}}}')"
+    )
+
+
+def _loc(err: dict) -> tuple:
+    """The error's location in the recipe: discriminated unions insert the tag into it
+    (engine.vllm.x -> engine.x)."""
     raw = tuple(err["loc"])
-    loc = tuple(
+    return tuple(
         p for i, p in enumerate(raw) if not (i > 0 and raw[i - 1] == "engine" and p in ENGINE_KINDS)
     )
+
+
+def describe_error(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, str]:
+    loc = _loc(err)
     dotted, typ, given = ".".join(str(p) for p in loc), err["type"], err.get("input")
     kinds = ", ".join(repr(k) for k in ENGINE_KINDS)
     if typ == "extra_forbidden":
@@ -182,6 +203,12 @@ def describe_error(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, s
             f"expected a mapping with a `kind`, e.g. `engine: {{kind: {given}}}`; allowed kinds: "
             f"{allowed}",
         )
+    if typ == "model_type" and loc and not isinstance(given, dict):  # a section given one value
+        example = (
+            f"{{id: {given}}}" if loc == ("model",) and isinstance(given, str) else "{key: value}"
+        )
+        what = "a list" if isinstance(given, list) else repr(given)
+        return loc, f"expected a mapping of settings, e.g. `{loc[-1]}: {example}`; got {what}"
     if loc == ("metrics",) and isinstance(given, str):
         return loc, f"expected a list, e.g. `metrics: [{given}]`"
     return loc, _plain(err)
@@ -224,8 +251,13 @@ def finish(
     settings, see `locator`) with the call's overrides, validated, as a LoadedRecipe (the study sets
     its `cell`). Without a `name`, the error's hint says what a file of shared settings needs."""
     where, data = str(f.path), f.data
-    hint = "a file that only holds shared settings for other files' `base:` needs `abstract: true`"
+    hint = (
+        f"add `name: {f.path.stem}` (its report folder's name); a file that only holds shared "
+        "settings for other files' `base:` needs `abstract: true` instead"
+    )
     hint = None if "name" in data else hint
+    if f.path.suffix.lower() not in (".yaml", ".yml"):  # a data file given as a recipe
+        hint = "a recipe is a .yaml file; a dataset is named in a recipe's `dataset.path`"
     sets, extra = apply_overrides(data, overrides, mp, where)
     base_dir = f.path.resolve().parent
     # a model folder named ./ or ../, and a compile cache folder: relative to the recipe file, like
@@ -240,6 +272,7 @@ def finish(
         recipe = Recipe.model_validate(data)
     except ValidationError as e:
         lines = error_lines(e.errors(), data, sets, locator(f.sources, sets, origins))
+        hint = kind_hint(e.errors(), data) or hint
         raise RecipeError(title + "\n" + "\n".join(lines), file=where, hint=hint) from None
     return LoadedRecipe(
         recipe=recipe,

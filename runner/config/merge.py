@@ -8,7 +8,9 @@
 - Paths written in a base are relative to the base: when the base lies in another folder, its
   `dataset.path`, `prompt.shots.source.path`, `model.id`/`model.tokenizer` written `./..`/`../..`,
   and template paths that name a folder (`sub/x.j2`) are rewritten relative to the loaded file.
-  A template named without a folder (`jsquad.j2`) stays a name, found as usual from the loaded file.
+  A template named without a folder (`jsquad.j2`) is rewritten too where that file lies beside the
+  base (as loading the base itself would find it first); else it stays a name, found as usual from
+  the loaded file (beside it, then in templates/).
 """
 
 from __future__ import annotations
@@ -67,8 +69,8 @@ def rebase_paths(data: dict, src: Path, dst: Path) -> dict:
             moves = v.startswith(("./", "../"))
         elif key.endswith(".path"):  # a dataset file, unless it names a hub dataset
             moves = get_dotted(data, key.removesuffix("path") + "format") != "hub"
-        else:  # a template named with its folder (a bare name is found as usual)
-            moves = "/" in v
+        else:  # a template named with its folder, or beside the base (else found as usual)
+            moves = "/" in v or (src / v).is_file()
         if moves:
             set_dotted(data, key, os.path.relpath(os.path.normpath(src / v), dst))
     return data

@@ -21,9 +21,9 @@ from typing import Any, Literal, Union
 import yaml
 from pydantic import BaseModel
 
-from runner.base.dotted import set_dotted
+from runner.base.dotted import get_dotted, set_dotted
 from runner.base.errors import RecipeError
-from runner.engines import spec_class
+from runner.engines import ENGINES, spec_class
 from runner.recipe import Recipe
 
 PATH_KEYS = {
@@ -67,6 +67,18 @@ def _step(ann: Any, kind: Any, is_engine: bool) -> Any:
     return rest[0] if len(rest) == 1 and typing.get_origin(rest[0]) is dict else bare
 
 
+def sections_with(key: str) -> list[str]:
+    """The recipe's sections that have the key, dotted (`max_tokens` -> `sampling.max_tokens`)."""
+    return [
+        f"{name}.{key}"
+        for name, f in Recipe.model_fields.items()
+        if any(
+            key in m.model_fields
+            for m in (ENGINES if name == "engine" else model_classes(f.annotation))
+        )
+    ]
+
+
 def key_target(key: str, kind: Any = None) -> Any:
     """The annotation a dotted key sets (a list of model classes for a section, `dict[str, X]`
     for a free-form mapping such as `engine_args` or `env`, `Any` below one). `kind` picks the
@@ -86,9 +98,12 @@ def key_target(key: str, kind: Any = None) -> Any:
                     f"{key!r} is not a recipe field "
                     f"({f'{done!r} has' if done else 'a recipe has'} no key {part!r})"
                 )
-                if close:
-                    msg += f"; did you mean {'.'.join([*filter(None, [done]), close[0]])!r}?"
-                raise KeyProblem(msg + " Allowed here: " + ", ".join(fields))
+                homes = [] if done else sections_with(part)  # max_tokens -> sampling.max_tokens
+                if close or homes:
+                    said = homes or [".".join([*filter(None, [done]), close[0]])]
+                    msg += f"; did you mean {' or '.join(map(repr, said))}?"
+                end = "" if msg.endswith("?") else "."
+                raise KeyProblem(f"{msg}{end} Allowed here: " + ", ".join(fields))
             holder = next(m for m in cur if part in m.model_fields)
             cur = _step(
                 holder.model_fields[part].annotation, kind, is_engine=(i == 0 and part == "engine")
@@ -178,6 +193,11 @@ def _apply(data: dict, items: dict[str, str], where: str) -> None:
             set_dotted(data, key, _cli_path(key, _set_value(data, key, raw)))
         except TypeError as e:
             raise RecipeError(f"--set {key}: {e}", file=where, field=key) from None
+    # a dataset file typed on the command line that is not there: named from here too (left as
+    # typed, it would be looked for beside the recipe, and said missing there)
+    path = get_dotted(data, "dataset.path") if "dataset.path" in items else None
+    if isinstance(path, str) and path and get_dotted(data, "dataset.format") != "hub":
+        set_dotted(data, "dataset.path", str(Path(path).expanduser().absolute()))
 
 
 def apply_overrides(

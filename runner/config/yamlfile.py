@@ -155,8 +155,11 @@ def _parse(text: str, err: Callable[..., RecipeError]) -> tuple[Any, yaml.Node |
         ) from None
     except yaml.MarkedYAMLError as e:
         line = e.problem_mark.line + 1 if e.problem_mark else None
+        # where the context began, when it is another line (an unclosed `{` or `[`)
+        began = e.context_mark.line + 1 if e.context_mark else None
+        context = e.context + (f" on line {began}" if began and began != line else "")
         raise err(
-            f"YAML syntax error: {e.problem}" + (f" ({e.context})" if e.context else ""), line=line
+            f"YAML syntax error: {e.problem}" + (f" ({context})" if e.context else ""), line=line
         ) from None
     except yaml.YAMLError as e:
         raise err(f"YAML error: {e}") from None

@@ -94,7 +94,9 @@ def _fingerprint(path: Path, w: _Where) -> tuple[int, ...]:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        hint = "paths in a recipe are relative to the recipe file"
+        hint = (
+            "paths in a recipe are relative to the recipe file (typed with --set: to this folder)"
+        )
         near = sorted(f.name for f in path.parent.iterdir()) if path.parent.is_dir() else []
         if close := difflib.get_close_matches(path.name, near, n=1):
             hint = f"did you mean {close[0]!r} (in {path.parent})? {hint}"
@@ -194,8 +196,9 @@ def _csv(text: str, w: _Where, first: int | None = None) -> tuple[list[dict], in
     import pyarrow as pa
 
     if text.lstrip()[:1] in ("{", "["):
+        fmt = "squad" if '"paragraphs"' in text else "json or jsonl"
         raise w.error(
-            f"{w.name} looks like JSON, not CSV", field="format", hint="set format: json or jsonl"
+            f"{w.name} looks like JSON, not CSV", field="format", hint=f"set dataset.format: {fmt}"
         )
     try:
         # every cell as the text it is (`1945` stays "1945", `0012` stays "0012", `NA`/`None`/`null`
@@ -249,11 +252,21 @@ def json_doc(text: str, w: _Where) -> Any:
         hint = "fix the file at that place (`python -m json.tool FILE` shows it too)"
         if _json_lines(text):
             hint = "the file holds one JSON object per line (JSON Lines): set dataset.format: jsonl"
+        hint = _csv_hint(text) or hint
         raise w.unreadable(
             f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}", hint=hint
         ) from None
     except RecursionError:
         raise w.error(f"{w.name} is nested too deeply to read as JSON") from None
+
+
+def _csv_hint(text: str) -> str | None:
+    """Where text read as JSON starts like a CSV file (a first line of comma-separated names, no
+    JSON brackets): the format that reads it."""
+    first = next((x.strip() for x in text.split("\n") if x.strip()), "")
+    if first[:1] in ("{", "[", '"') or "," not in first:
+        return None
+    return f"the file looks like CSV (its first line: {first[:60]!r}): set dataset.format: csv"
 
 
 def _json_lines(text: str) -> bool:
@@ -281,7 +294,8 @@ def _jsonl_records(text: str, w: _Where, first: int | None) -> tuple[list[dict],
         except json.JSONDecodeError as e:
             raise w.unreadable(
                 f"line {n} is not valid JSON: {e.msg} (column {e.colno})",
-                hint="each line of a JSONL file must be one complete JSON object; fix or delete "
+                hint=_csv_hint(text)
+                or "each line of a JSONL file must be one complete JSON object; fix or delete "
                 "that line",
             ) from None
         except RecursionError:

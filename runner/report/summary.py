@@ -586,9 +586,19 @@ def judged(
 
 def summary_markdown(j: Judged, extra: Sequence[Sections] = (), title: str = "Summary") -> str:
     rs, out = j.results, j.out
-    note = (
-        "Times marked `~` are projections from a partial run (see each report). "
-        "Scores of runs with random weights are left out of comparisons."
+    note = " ".join(
+        m
+        for m, shown in (
+            (
+                "Times marked `~` are projections from a partial run (see each report).",
+                any(r.estimate for r in rs),
+            ),
+            (
+                "Scores of runs with random weights are left out of comparisons.",
+                any(not r.scores_meaningful for r in rs),
+            ),
+        )
+        if shown
     )
     return "\n".join(
         [
@@ -598,8 +608,7 @@ def summary_markdown(j: Judged, extra: Sequence[Sections] = (), title: str = "Su
             *changed_answers_section(rs, j.base, j.samples),
             *gate_section(j),
             *_failures(rs),
-            "",
-            note,
+            *(["", note] if note else []),
             "",
         ]
     )
@@ -690,7 +699,7 @@ def _legend(j: Judged, rows: list[list]) -> str:
     }
     return " ".join(
         [
-            LEGEND + " Speed-up: against the baseline.",
+            LEGEND + (" Speed-up: against the baseline." if base is not None else ""),
             *(f"{m}." for m, shown in marks.items() if shown),
         ]
     )

@@ -131,9 +131,9 @@ class Ends:
             self._threads.pop().join()
 
 
-def _wait(proc: subprocess.Popen, timeout_s: float | None, done) -> str | None:
-    """Until the process ends, or `done()` (its recipes wrote their results); past the timeout the
-    group is ended."""
+def _wait(proc: subprocess.Popen, timeout_s: float | None, done, source: str = "") -> str | None:
+    """Until the process ends, or `done()` (its recipes wrote their results); past the timeout (from
+    `source`) the group is ended."""
     deadline = time.monotonic() + timeout_s if timeout_s is not None else None
     try:
         while proc.poll() is None and not done():
@@ -141,7 +141,7 @@ def _wait(proc: subprocess.Popen, timeout_s: float | None, done) -> str | None:
                 kill_group(proc.pid, proc=proc)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=10)
-                return f"timed out after {timeout_s:.0f} s (recipe timeout); the run was ended"
+                return f"timed out after {timeout_s:.0f} s ({source}); the run was ended"
             time.sleep(0.05)
     except KeyboardInterrupt:
         kill_group(proc.pid, grace_s=5, proc=proc)
@@ -198,6 +198,9 @@ def _collect(
         tail = text.strip().splitlines()[-5:]
         why += (": " + " | ".join(t.strip() for t in tail)[-600:]) if tail else ""
     hint = failure_hint(why) or f"see {folder.engine_log}"
+    if error is not None and error.startswith("timed out"):
+        more = "--timeout" if job.timeout_from().startswith("--") else "the recipe's timeout_s"
+        hint = f"if it needs longer, raise {more}; what it wrote: {folder.engine_log}"
     # this run's part
     evidence = running.loaded.recipe.engine.crash_evidence(text.rsplit(LOG_MARK, 1)[-1])
     m = Measured(Timings(total_s=(time.time_ns() - since) / 1e9))  # a tune's budget counts it
@@ -234,7 +237,8 @@ def run_isolated(
     since = time.time_ns()  # after the start lines: a log written since is the running recipe's
     written = lambda: all(job.options.folder(u.name).results.is_file() for u in job.units)
     try:
-        error = _wait(proc, job.timeout_s(), written if ends is not None else lambda: False)
+        done = written if ends is not None else lambda: False
+        error = _wait(proc, job.timeout_s(), done, job.timeout_from())
     finally:  # what it wrote before taking the job, where an interrupted run is looked at
         worker.spill()
     end = lambda: _end(proc, baseline, job, warn)

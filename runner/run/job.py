@@ -84,6 +84,18 @@ class Job:
         each = [u.loaded.recipe.timeout_s or self.options.timeout_s for u in self.units]
         return None if any(t is None for t in each) else float(sum(each))  # type: ignore[arg-type]
 
+    def timeout_from(self) -> str:
+        """Where `timeout_s()` comes from, in the words a timed-out run's message and hint use."""
+        own = {u.loaded.recipe.timeout_s is not None for u in self.units}
+        src = (
+            "--timeout"
+            if own == {False}
+            else "timeout_s"
+            if own == {True}
+            else "timeout_s, --timeout"
+        )
+        return src + (", summed over the job's recipes" if len(self.units) > 1 else "")
+
 
 def make_unit(lr: LoadedRecipe, opts: RunOptions, host: bool = True, library: bool = True) -> Unit:
     """Everything checkable without a model, done now: bad input stops the call before anything

@@ -361,7 +361,9 @@ class UnitRun:
         reps = [self.repeats[i] for i in range(1, self.wanted + 1)]
         first = reps[0]
         loads = [x.load_s for x in reps if x.load_s is not None]
-        load_s = 0.0 if self.engine_of else percentile(loads, 50) if loads else engine.info.load_s
+        if loads:  # it started the engine of some repeat (taking turns: not of every one)
+            self.engine_of = None
+        load_s = percentile(loads, 50) if loads else 0.0 if self.engine_of else engine.info.load_s
         timings = Timings(
             load_s=load_s,
             generate_s=geomean_interval([x.generate_s for x in reps])[0],
