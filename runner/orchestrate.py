@@ -191,13 +191,6 @@ def run_loaded(
     ex.check_routes(loaded, wings)
     # before anything is written
     units = [make_unit(lr, opts, host=not ex.on_ray, library=False) for lr in loaded]
-    for u in units:  # an estimate that runs every example projects nothing
-        est, n = opts.estimate or u.loaded.recipe.estimate, u.prepared.n_target
-        if est and est >= n:
-            asked = f"--estimate {est:,}" if opts.estimate else f"its estimate: {est:,}"
-            limit = f" (--limit {opts.limit:,})" if opts.limit and opts.limit == n else ""
-            what = f"is not fewer than its {n:,} examples{limit}: all run, none projected"
-            say(f"{u.name}: {asked} {what}", True)
     cannot = {}
     for lr in () if ex.on_ray else loaded:
         try:
@@ -308,6 +301,7 @@ class _Call:
     def _run(self, units: list[Unit], cannot: dict[str, RunnerError]) -> None:
         try:  # SIGTERM arrives as Ctrl-C where the CLI's guard (runner.cli.app.guard) makes it so
             todo = [u for u in units if not self._skipped(u) and self._runs(u, cannot.get(u.name))]
+            self._whole_estimates(todo)
             # made in the background, the next job's while the current one runs
             plans = self.wings.plans(todo)
             try:
@@ -326,6 +320,16 @@ class _Call:
             if self.results:
                 self._summarize(units, to_stderr=True)
             raise Interrupted(len(self.results), len(units)) from None
+
+    def _whole_estimates(self, todo: list[Unit]) -> None:
+        """An estimate that runs every example projects nothing: said for each recipe to run."""
+        for u in todo:
+            est, n = self.opts.estimate or u.loaded.recipe.estimate, u.prepared.n_target
+            if est and est >= n:
+                asked = f"--estimate {est:,}" if self.opts.estimate else f"its estimate: {est:,}"
+                limit = f" (--limit {self.opts.limit:,})" if self.opts.limit == n else ""
+                what = f"is not fewer than its {n:,} examples{limit}: all run, none projected"
+                self.say(f"{u.name}: {asked} {what}", True)
 
     def _skipped(self, u: Unit) -> bool:
         """An unchanged recipe whose results are complete (set aside by an earlier call: taken back)

@@ -332,3 +332,18 @@ def test_no_samples_and_no_ratio_say_why(calls, tmp_path):
 def test_runner_schema_prints_the_compare_schema():
     got = CliRunner().invoke(cli, ["schema", "compare"]).stdout
     assert got == (PROJECT / "schema" / "compare.schema.json").read_text()
+
+
+def test_a_failed_side_pairs_nothing_and_its_sample_count_is_no_workload(calls, tmp_path):
+    """Found by an exploratory tester: a NEW that failed read `changed: 0` beside "no samples",
+    and `examples 36 -> 0` among the settings that differ."""
+    old, new = _copy(calls["old"], tmp_path / "a"), _copy(calls["old"], tmp_path / "b")
+    p = new / "fk" / "results.json"
+    d = json.loads(p.read_text())
+    d.update(status="failed", error="timed out after 1 s (--timeout); the run was ended")
+    d.update(n_samples=0, scores={}, repeats=[])
+    p.write_text(json.dumps(d))
+    (new / "fk" / "samples.jsonl").unlink()
+    doc = _json(tmp_path, old, new)
+    [x] = doc["recipes"]
+    assert (x["paired"], x["changed"]) == (0, None) and "examples" not in x["settings"]

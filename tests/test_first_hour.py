@@ -535,8 +535,9 @@ def test_a_kind_changed_alone_names_the_other_kinds_settings_and_how_to_change_i
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
         "  line 6, engine.device: unknown key 'device' (a setting of the transformers engine; "
         "this one's kind is 'fake'). Allowed here: delay_s, jitter, kind, reply, serve_fail\n"
-        "  hint: where the engine's kind changes, give the whole `engine:` mapping, not its "
-        "`kind` alone (e.g. `engine: {kind: fake}`, or --set 'engine={kind: fake}')\n"
+        "  hint: leave out the settings of other kinds; where a base, a variant, an axis or --set "
+        "gives the engine another kind, give the whole `engine:` mapping, not its `kind` alone "
+        "(e.g. `engine: {kind: fake}`, or --set 'engine={kind: fake}')\n"
     )
     # the hint, taken literally, fixes it
     fixed = ["check", path, "--no-tokens", "--set", "engine={kind: fake}"]
@@ -626,7 +627,8 @@ def test_a_section_given_one_value_is_shown_as_a_mapping(write_recipe, base_reci
 def test_a_dataset_given_as_a_recipe_is_told_where_a_dataset_goes(demo_data):
     r = CliRunner().invoke(cli, ["check", str(demo_data), "--no-tokens"])
     assert user_error(r).endswith(
-        "  hint: a recipe is a .yaml file; a dataset is named in a recipe's `dataset.path`\n"
+        "  hint: a recipe is a .yaml file of settings; a dataset is named in a recipe's "
+        "`dataset.path`\n"
     )
 
 
@@ -640,3 +642,21 @@ def test_the_console_line_of_a_run_with_repeats_gives_its_interval(
     assert r.exit_code == 0 and re.search(
         r"; generation [\d.]+ s \([\d.]+ s–[\d.]+ s, n=3\); ", line
     )
+
+
+def test_a_csv_shots_file_read_as_json_hints_its_own_field(tmp_path, write_recipe, base_recipe):
+    (data := tmp_path / "shots.csv").write_text("id,question,context,answers\n1,q,c,a\n")
+    d = _fake(base_recipe)
+    d["prompt"] = {
+        **d["prompt"],
+        "shots": {"k": 1, "source": {"format": "json", "path": str(data)}},
+    }
+    r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
+    assert user_error(r).endswith("set prompt.shots.source.format: csv\n")
+
+
+def test_a_blank_pattern_of_only_is_no_pattern(tmp_path, write_recipe, base_recipe):
+    paths = [write_recipe(_fake(base_recipe, n), f"{n}.yaml") for n in "ab"]
+    r = _go(*paths, "--out", tmp_path / "out", "--only", "a,", "--limit", "2")
+    assert r.exit_code == 0 and (tmp_path / "out" / "a").is_dir()
+    assert not (tmp_path / "out" / "b").exists()

@@ -236,8 +236,9 @@ def test_unknown_engine_key_inline_mapping(write_recipe, base_recipe):
         "'quantizaton'; did you mean 'quantization'? Allowed here: compile_cache, cpu_offload_gb, "
         "enable_prefix_caching, enforce_eager, engine_args, env, gpu_memory_utilization, kind, "
         "kv_cache_dtype, max_model_len, quantization, seed, swap_space, tensor_parallel_size, "
-        "warmup\n  hint: where the engine's kind changes, give the whole `engine:` mapping, not "
-        "its `kind` alone (e.g. `engine: {kind: vllm}`, or --set 'engine={kind: vllm}')\n",
+        "warmup\n  hint: leave out the settings of other kinds; where a base, a variant, an axis "
+        "or --set gives the engine another kind, give the whole `engine:` mapping, not its "
+        "`kind` alone (e.g. `engine: {kind: vllm}`, or --set 'engine={kind: vllm}')\n",
     )
 
 
@@ -542,10 +543,20 @@ def test_yaml_syntax_error_has_line_number(write_recipe):
     )
 
 
+def test_a_yaml_error_without_a_context_is_said_too(write_recipe):
+    """`a: b: c` has no context mark: found in review, it ended in a TypeError traceback."""
+    assert_user_error(
+        check(write_recipe("name: a: b\n")),
+        "Error: {tmp}/recipe.yaml:1: YAML syntax error: mapping values are not allowed here\n",
+    )
+
+
 def test_yaml_that_is_not_a_mapping(write_recipe):
     assert_user_error(
         check(write_recipe("- a\n- b\n")),
-        "Error: {tmp}/recipe.yaml: a recipe must be a mapping of keys, got list\n",
+        "Error: {tmp}/recipe.yaml: a recipe must be a mapping of keys, got list\n"
+        "  hint: a recipe is a .yaml file of settings; a dataset is named in a recipe's "
+        "`dataset.path`\n",
     )
 
 

@@ -125,6 +125,16 @@ def test_a_template_beside_the_base_is_the_bases_even_where_templates_has_one_of
     assert first[0]["content"] == "SYSTEM OF MINE" and first[1]["content"].startswith("MINE ")
 
 
+def test_an_inline_template_in_a_base_elsewhere_is_no_file_name(write_recipe, base_recipe):
+    """Found in review: a long inline template without a `/` made the look beside the base raise
+    (a name too long for the file system)."""
+    inline = "Question: {{ question }} Context: {{ context }} " * 20
+    shared = {**base_recipe, "abstract": True, "prompt": {"template": inline}}
+    write_recipe(shared, "common/base.yaml")
+    lr = load_recipe(write_recipe({"base": "../common/base.yaml", "name": "x"}, "sub/r.yaml"))
+    assert lr.recipe.prompt.template == inline
+
+
 def test_line_numbers_point_into_the_base(write_recipe, base_recipe):
     write_recipe({**base_recipe, "abstract": True, "name": "b"}, "b.yaml")
     text = "base: b.yaml\nname: r\nsampling:\n  max_tokens: -1\n"

@@ -381,6 +381,12 @@ def test_the_study_never_names_a_cell_its_gate_stopped_the_fastest():
         "**b-base** (20.0 s): 2.00× (1 run: no interval) faster than the slowest, b-slow"
     )
     assert text.endswith("faster, but stopped by their gate: b-fast.")
+    # every faster cell stopped: the fastest that passed is the slowest, not the only one timed
+    (text,) = fastest_section(cells, None, stopped={"b-fast", "b-base"})[-1:]
+    assert text == (
+        "**b-slow** (40.0 s): the slowest cell; 2.00× slower (1 run: no interval) than the "
+        "baseline, b-base (20.0 s); faster, but stopped by their gate: b-base, b-fast."
+    )
     assert fastest_section(cells, None, stopped={"b-fast", "b-base", "b-slow"})[-1] == (
         "No cell that passed its gate has a generation time."
     )

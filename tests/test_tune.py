@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from runner.cli import cli
 from runner.results import Repeat, RunResult, Timings
+from runner.tune.report import hand_words
 from runner.tune.search import Cell, decide
 from runner.tune.spec import TuneSpec
 from tests.cli_output import user_error
@@ -179,6 +180,12 @@ def test_no_winner_is_crowned_inside_the_noise_of_the_runner_up():
     assert [c.name for c in d.winners] == ["a", "c"] and d.words.startswith(
         "No single winner: **a** and **c**"
     )
+    # the level the winners were found clearly faster at, as a single winner's words say it
+    level = " (97.5% interval: Bonferroni over the 2 confirmed candidates)"
+    assert f"the recipe as written{level}; more repeats" in d.words and d.level == level
+    # against a faster hand-written cell, the pick is the fastest of the tied, not "the winner"
+    words = hand_words(a, base, b, (0.8, 0.7, 0.9), tied=True)
+    assert "the fastest of the tied winners, **a**, is 1.25× slower" in words
     clear_win = Cell(3, "e", {}, full=_timed("e", [0.50, 0.51, 0.49]))
     d = decide([a, clear_win], base, spec, lambda r: {})
     assert (

@@ -1,6 +1,6 @@
 """The command group, the exit codes and the guard that turns errors into them (the only place they
 become exit codes): 0 = every recipe succeeded, 1 = some recipe failed (or, with `--fail-on-gate`,
-clearly failed its quality gate; `compare`: a --fail-on condition met), 2 = bad input (nothing run),
+failed its quality gate; `compare`: a --fail-on condition met), 2 = bad input (nothing run),
 130 = interrupted."""
 
 from __future__ import annotations

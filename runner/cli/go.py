@@ -187,7 +187,7 @@ def go(paths, out, only, sets, model_paths, executor, address, in_process, **run
     on one engine take turns; see --interleave) and reports give geometric means
     with 95% intervals.
     Exit code 0 when every recipe succeeded, 1 when any failed (the others
-    still run and report) or, with --fail-on-gate, clearly failed its gate, 2
+    still run and report) or, with --fail-on-gate, failed its gate, 2
     for bad input (nothing is run), 130 when interrupted."""
     ex = Executor(executor, address, in_process)
     ex.check_options(run["replicas"])

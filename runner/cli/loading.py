@@ -66,9 +66,10 @@ FAIL_ON_GATE = click.option(
     "--fail-on-gate",
     is_flag=True,
     help=(
-        "Exit 1 when a recipe clearly failed its quality gate (`fail` in the summary's quality "
-        "gate); one too few to tell or not checked does not fail the call. Each gate that did not "
-        "pass is named on stderr."
+        "Exit 1 when a recipe failed its quality gate (`fail` in the summary's quality gate: the "
+        "lower end of its paired 95% interval at or below minus the allowed drop, so a score not "
+        "shown to hold fails too); one too few to tell or not checked does not fail the call. "
+        "Each gate that did not pass is named on stderr."
     ),
 )
 
@@ -89,7 +90,7 @@ SUMMARY_AS_JSON = json_flag("the summary (summary.json's document, with `path`: 
 
 def after_summary(summary: Path, as_json: bool, fail_on_gate: bool) -> bool:
     """The summary.json beside `summary` on stdout (`as_json`, with its path); with `fail_on_gate`,
-    each gate that did not pass on stderr. True when some recipe clearly failed its gate."""
+    each gate that did not pass on stderr. True when some recipe failed its gate."""
     from runner.folder import SUMMARY_JSON
     from runner.report.summary import SummaryJson
 

@@ -81,9 +81,9 @@ class Pair(BaseModel):
     count) and `versions` that differ, as `old -> new` (no settings: the same workload); each
     side's generation time; `speedup`, OLD's time ÷ NEW's (above 1: NEW is faster; null: a failed
     run or no ratio, `time` says why) and `time`, its verdict in words; the examples stored on both
-    sides (`paired`), those whose output differs (`changed`), each score's change and the answers'
-    verdict; energy (J per output token) and dollars (per million output tokens) where both have
-    them."""
+    sides (`paired`), those whose output differs (`changed`; null where none are paired), each
+    score's change and the answers' verdict; energy (J per output token) and dollars (per million
+    output tokens) where both have them."""
 
     name: str
     old_name: str
@@ -94,7 +94,7 @@ class Pair(BaseModel):
     speedup: Speedup | None
     time: str
     paired: int
-    changed: int
+    changed: int | None
     scores: list[Change]
     j_per_output_token: OldNew | None
     usd_per_m_output_tokens: OldNew | None
@@ -162,6 +162,15 @@ def workload(r: RunResult) -> dict:
     return flat_dotted({**recipe, "inputs": inputs, "examples": r.n_samples})
 
 
+def _workloads(a: RunResult, b: RunResult) -> tuple[dict, dict]:
+    """Both runs' workloads; the example count only where both ran (a failed run's count of
+    samples says nothing of what it was asked)."""
+    wa, wb = workload(a), workload(b)
+    if "failed" in (a.status, b.status):
+        wa.pop("examples", None), wb.pop("examples", None)
+    return wa, wb
+
+
 def pair(a: RunResult, fa: RunFolder, b: RunResult, fb: RunFolder) -> Pair:
     olds, news = ({s["id"]: s for s in load_samples(f)} for f in (fa, fb))
     ids = [i for i in news if i in olds]
@@ -176,14 +185,14 @@ def pair(a: RunResult, fa: RunFolder, b: RunResult, fb: RunFolder) -> Pair:
     return Pair(
         name=b.name,
         old_name=a.name,
-        settings=differ(workload(a), workload(b)),
+        settings=differ(*_workloads(a, b)),
         versions=differ(env(a), env(b)),
         old_time=Time.of(a),
         new_time=Time.of(b),
         speedup=(s := Speedup.of(b, a)),
         time=time_words(s, a, b),
         paired=len(ids),
-        changed=changed,
+        changed=changed if ids else None,
         scores=scores,
         j_per_output_token=both(j_per_token),
         usd_per_m_output_tokens=both(usd_per_m),

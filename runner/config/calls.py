@@ -82,7 +82,7 @@ def load_all(
     keep = (
         None
         if only is None
-        else lambda name: any(fnmatch.fnmatchcase(name, p.strip()) for p in only.split(","))
+        else lambda name: any(fnmatch.fnmatchcase(name, p) for p in patterns(only))
     )
     files = expand_paths(paths)
     # with --only, the recipes it leaves out are not validated (nor checked against --set)
@@ -129,8 +129,12 @@ def load_all(
 
 def unmatched(only: str, names: list[str]) -> list[str]:
     """The patterns of `--only` (comma-separated) that match none of `names`."""
-    pats = [p.strip() for p in only.split(",")]
-    return [p for p in pats if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    return [p for p in patterns(only) if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+
+
+def patterns(only: str) -> list[str]:
+    """The patterns of `--only`: comma-separated, blanks left out (`a,` is `a`)."""
+    return [p for p in (x.strip() for x in only.split(",")) if p]
 
 
 def every_recipe(

@@ -27,7 +27,7 @@ from runner.base.dotted import get_dotted, overlaps, set_dotted
 from runner.base.errors import RecipeError
 from runner.config.merge import Source, with_bases
 from runner.config.overrides import FILE_KEYS, apply_overrides, model_classes, sections_with
-from runner.config.yamlfile import line_of, read_yaml
+from runner.config.yamlfile import NOT_A_RECIPE, line_of, read_yaml
 from runner.engines import ENGINE_KINDS, spec_class
 from runner.recipe import LoadedRecipe, Recipe
 
@@ -159,8 +159,9 @@ def kind_hint(errs: list[dict], data: Any) -> str | None:
         return None
     kind = data["engine"]["kind"]
     return (
-        "where the engine's kind changes, give the whole `engine:` mapping, not its `kind` "
-        f"alone (e.g. `engine: {{kind: {kind}}}`, or --set 'engine={{kind: {kind}}}')"
+        "leave out the settings of other kinds; where a base, a variant, an axis or --set gives "
+        "the engine another kind, give the whole `engine:` mapping, not its `kind` alone (e.g. "
+        f"`engine: {{kind: {kind}}}`, or --set 'engine={{kind: {kind}}}')"
     )
 
 
@@ -203,10 +204,10 @@ def describe_error(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, s
             f"expected a mapping with a `kind`, e.g. `engine: {{kind: {given}}}`; allowed kinds: "
             f"{allowed}",
         )
-    if typ == "model_type" and loc and not isinstance(given, dict):  # a section given one value
-        example = (
-            f"{{id: {given}}}" if loc == ("model",) and isinstance(given, str) else "{key: value}"
-        )
+    if typ == "model_type" and loc and isinstance(loc[-1], str) and not isinstance(given, dict):
+        # a section given one value
+        named = loc == ("model",) and isinstance(given, str) and given.strip()
+        example = f"{{id: {given}}}" if named else "{key: value}"
         what = "a list" if isinstance(given, list) else repr(given)
         return loc, f"expected a mapping of settings, e.g. `{loc[-1]}: {example}`; got {what}"
     if loc == ("metrics",) and isinstance(given, str):
@@ -240,6 +241,10 @@ def error_lines(errs: list, data: Any, sets: dict[str, str], locate: Locate) -> 
     return lines
 
 
+# a file with none of these is no recipe (a data file given by mistake, say)
+RECIPE_KEYS = {"name", "base", "model", "engine", "dataset", "prompt", "sampling", "matrix"}
+
+
 def finish(
     f: RecipeFile,
     overrides: list[str],
@@ -256,8 +261,8 @@ def finish(
         "settings for other files' `base:` needs `abstract: true` instead"
     )
     hint = None if "name" in data else hint
-    if f.path.suffix.lower() not in (".yaml", ".yml"):  # a data file given as a recipe
-        hint = "a recipe is a .yaml file; a dataset is named in a recipe's `dataset.path`"
+    if not RECIPE_KEYS & set(data):  # a data file given as a recipe
+        hint = NOT_A_RECIPE
     sets, extra = apply_overrides(data, overrides, mp, where)
     base_dir = f.path.resolve().parent
     # a model folder named ./ or ../, and a compile cache folder: relative to the recipe file, like

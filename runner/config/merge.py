@@ -70,10 +70,18 @@ def rebase_paths(data: dict, src: Path, dst: Path) -> dict:
         elif key.endswith(".path"):  # a dataset file, unless it names a hub dataset
             moves = get_dotted(data, key.removesuffix("path") + "format") != "hub"
         else:  # a template named with its folder, or beside the base (else found as usual)
-            moves = "/" in v or (src / v).is_file()
+            moves = "/" in v or _is_file(src / v)
         if moves:
             set_dotted(data, key, os.path.relpath(os.path.normpath(src / v), dst))
     return data
+
+
+def _is_file(path: Path) -> bool:
+    """False too for a name the file system cannot take (an inline template, say)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def with_bases(path: Path, data: dict, node: yaml.Node | None) -> tuple[dict, list[Source]]:

@@ -193,11 +193,12 @@ def _apply(data: dict, items: dict[str, str], where: str) -> None:
             set_dotted(data, key, _cli_path(key, _set_value(data, key, raw)))
         except TypeError as e:
             raise RecipeError(f"--set {key}: {e}", file=where, field=key) from None
-    # a dataset file typed on the command line that is not there: named from here too (left as
+    # a data file typed on the command line that is not there: named from here too (left as
     # typed, it would be looked for beside the recipe, and said missing there)
-    path = get_dotted(data, "dataset.path") if "dataset.path" in items else None
-    if isinstance(path, str) and path and get_dotted(data, "dataset.format") != "hub":
-        set_dotted(data, "dataset.path", str(Path(path).expanduser().absolute()))
+    for at in ("dataset", "prompt.shots.source"):
+        path = get_dotted(data, f"{at}.path") if f"{at}.path" in items else None
+        if isinstance(path, str) and path and get_dotted(data, f"{at}.format") != "hub":
+            set_dotted(data, f"{at}.path", str(Path(path).expanduser().absolute()))
 
 
 def apply_overrides(

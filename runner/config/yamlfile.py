@@ -22,6 +22,11 @@ import yaml
 
 from runner.base.errors import RecipeError
 
+# the hint for a file that is no recipe (a data file given by mistake, say)
+NOT_A_RECIPE = (
+    "a recipe is a .yaml file of settings; a dataset is named in a recipe's `dataset.path`"
+)
+
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 50
 MAX_VALUES = 100_000
@@ -157,10 +162,10 @@ def _parse(text: str, err: Callable[..., RecipeError]) -> tuple[Any, yaml.Node |
         line = e.problem_mark.line + 1 if e.problem_mark else None
         # where the context began, when it is another line (an unclosed `{` or `[`)
         began = e.context_mark.line + 1 if e.context_mark else None
-        context = e.context + (f" on line {began}" if began and began != line else "")
-        raise err(
-            f"YAML syntax error: {e.problem}" + (f" ({context})" if e.context else ""), line=line
-        ) from None
+        context = ""
+        if e.context:
+            context = f" ({e.context}" + (f" on line {began})" if began and began != line else ")")
+        raise err(f"YAML syntax error: {e.problem}{context}", line=line) from None
     except yaml.YAMLError as e:
         raise err(f"YAML error: {e}") from None
     except (ValueError, OverflowError) as e:  # e.g. an integer of more than 4,300 digits
@@ -168,7 +173,9 @@ def _parse(text: str, err: Callable[..., RecipeError]) -> tuple[Any, yaml.Node |
     finally:
         loader.dispose()
     if not isinstance(data, dict):
-        raise err(f"a recipe must be a mapping of keys, got {type(data).__name__}")
+        raise err(
+            f"a recipe must be a mapping of keys, got {type(data).__name__}", hint=NOT_A_RECIPE
+        )
     return data, node
 
 

@@ -198,7 +198,9 @@ def _csv(text: str, w: _Where, first: int | None = None) -> tuple[list[dict], in
     if text.lstrip()[:1] in ("{", "["):
         fmt = "squad" if '"paragraphs"' in text else "json or jsonl"
         raise w.error(
-            f"{w.name} looks like JSON, not CSV", field="format", hint=f"set dataset.format: {fmt}"
+            f"{w.name} looks like JSON, not CSV",
+            field="format",
+            hint=f"set {w.prefix}.format: {fmt}",
         )
     try:
         # every cell as the text it is (`1945` stays "1945", `0012` stays "0012", `NA`/`None`/`null`
@@ -251,8 +253,9 @@ def json_doc(text: str, w: _Where) -> Any:
     except json.JSONDecodeError as e:
         hint = "fix the file at that place (`python -m json.tool FILE` shows it too)"
         if _json_lines(text):
-            hint = "the file holds one JSON object per line (JSON Lines): set dataset.format: jsonl"
-        hint = _csv_hint(text) or hint
+            hint = "the file holds one JSON object per line (JSON Lines): set "
+            hint += f"{w.prefix}.format: jsonl"
+        hint = _csv_hint(text, w.prefix) or hint
         raise w.unreadable(
             f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}", hint=hint
         ) from None
@@ -260,13 +263,13 @@ def json_doc(text: str, w: _Where) -> Any:
         raise w.error(f"{w.name} is nested too deeply to read as JSON") from None
 
 
-def _csv_hint(text: str) -> str | None:
+def _csv_hint(text: str, prefix: str) -> str | None:
     """Where text read as JSON starts like a CSV file (a first line of comma-separated names, no
     JSON brackets): the format that reads it."""
     first = next((x.strip() for x in text.split("\n") if x.strip()), "")
     if first[:1] in ("{", "[", '"') or "," not in first:
         return None
-    return f"the file looks like CSV (its first line: {first[:60]!r}): set dataset.format: csv"
+    return f"the file looks like CSV (its first line: {first[:60]!r}): set {prefix}.format: csv"
 
 
 def _json_lines(text: str) -> bool:
@@ -294,7 +297,7 @@ def _jsonl_records(text: str, w: _Where, first: int | None) -> tuple[list[dict],
         except json.JSONDecodeError as e:
             raise w.unreadable(
                 f"line {n} is not valid JSON: {e.msg} (column {e.colno})",
-                hint=_csv_hint(text)
+                hint=_csv_hint(text, w.prefix)
                 or "each line of a JSONL file must be one complete JSON object; fix or delete "
                 "that line",
             ) from None

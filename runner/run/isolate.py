@@ -199,7 +199,14 @@ def _collect(
         why += (": " + " | ".join(t.strip() for t in tail)[-600:]) if tail else ""
     hint = failure_hint(why) or f"see {folder.engine_log}"
     if error is not None and error.startswith("timed out"):
-        more = "--timeout" if job.timeout_from().startswith("--") else "the recipe's timeout_s"
+        src = job.timeout_from()
+        more = (
+            "--timeout"
+            if src.startswith("--")
+            else "the recipe's timeout_s"
+            if "--" not in src
+            else "the recipes' timeout_s or --timeout"
+        )
         hint = f"if it needs longer, raise {more}; what it wrote: {folder.engine_log}"
     # this run's part
     evidence = running.loaded.recipe.engine.crash_evidence(text.rsplit(LOG_MARK, 1)[-1])

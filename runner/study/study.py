@@ -316,12 +316,20 @@ def fastest_section(
         ratio, lo, hi = got
         text = ratio_text(ratio, lo, hi, "~" if (best.estimate or other.estimate) else "")
         tied = lo is not None and lo <= 1 <= hi  # type: ignore[operator]
-        how = "against" if tied else "faster than"
+        how = "against" if tied else "faster than" if ratio >= 1 else "than"  # `2.00× slower`
         return f"{text} {how} {what} {other.name} ({time_text(other)})"
 
     base = pick_baseline(cells)
     slowest = "the slowest" + (" (the study's baseline)," if slow is base else ",")
-    parts = [vs(slow, slowest) if slow is not best else "the only cell with a time"]
+    alone = all(r is best for r in full(cells))
+    # (the slowest itself, where every faster cell was stopped by its gate)
+    parts = [
+        vs(slow, slowest)
+        if slow is not best
+        else "the only cell with a time"
+        if alone
+        else "the slowest cell"
+    ]
     if base is best:
         parts.append("it is the study's baseline")
     elif base is not None and base is not slow:

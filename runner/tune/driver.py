@@ -362,7 +362,9 @@ def run(t: Tune, wiring: Wiring) -> Ran:
         )
     decision = decide(kept, base, spec, samples, hand)
     pick = decision.winners[0] if decision.winners else base
-    versus = hand_words(pick, base, *vs) if (vs := against_hand_written(pick, hand, spec)) else None
+    tied = len(decision.winners) > 1
+    vs = against_hand_written(pick, hand, spec)
+    versus = hand_words(pick, base, *vs, tied=tied) if vs else None
     recipe = None
     # the file's recipe with this call's --set (as `runner go` applies them), then the winner's
     if decision.winners:

@@ -97,12 +97,15 @@ class _FlowLists(yaml.SafeDumper):
 _FlowLists.add_representer(list, _FlowLists.represent_list)
 
 
-def hand_words(pick: Cell, base: Cell, hand: Cell, ratio: tuple | None) -> str:
-    """The tune's pick against the fastest hand-written cell, in one sentence."""
+def hand_words(pick: Cell, base: Cell, hand: Cell, ratio: tuple | None, tied: bool = False) -> str:
+    """The tune's pick against the fastest hand-written cell, in one sentence (`tied`: the pick is
+    the fastest of winners within each other's noise)."""
     who = (
-        f"the winner **{pick.name}**"
-        if pick is not base
-        else f"the recipe as written (**{base.name}**: no winner)"
+        f"the recipe as written (**{base.name}**: no winner)"
+        if pick is base
+        else f"the fastest of the tied winners, **{pick.name}**,"
+        if tied
+        else f"the winner **{pick.name}**"
     )
     head = (
         f"Against the fastest hand-written cell, **{hand.name}** "
@@ -166,8 +169,9 @@ def _front_section(ran: Ran, metric: str | None) -> list[str]:
     )
     note = (
         f"The confirmed cells (and the recipe as written) that no other beats on {what} at "
-        "once, by their point estimates; the winner is the fastest of them that passed the gate "
-        "and is clearly faster than the recipe as written."
+        "once, by their point estimates. The winner is picked among the tune's own candidates "
+        "(the fastest that passed the gate and is clearly faster than the recipe as written), so "
+        "a hand-written cell can stand here in its place."
     )
     out = paragraphs("## The front", note, table(rows, head, frozenset({"$ for the run"})))
     return out + (["", f"![front]({ran.chart})"] if ran.chart else [])
@@ -269,7 +273,7 @@ def tune_markdown(name: str, spec: TuneSpec, plan: str, ran: Ran) -> str:
         out += [
             "",
             f"Against the recipe as written ({base.name}): "
-            f"{ratio_text(*decision.against_baseline)}.",
+            f"{ratio_text(*decision.against_baseline)}{decision.level}.",
         ]
     if ran.versus:
         out += ["", ran.versus]
@@ -289,5 +293,8 @@ def tune_markdown(name: str, spec: TuneSpec, plan: str, ran: Ran) -> str:
         table(rows, head),
     )
     if ran.recipe_yaml:
-        out += ["", "## The winner's recipe", "", "```yaml", ran.recipe_yaml.rstrip(), "```"]
+        title = (
+            "The winner's recipe" if len(decision.winners) == 1 else "The fastest winner's recipe"
+        )
+        out += ["", f"## {title}", "", "```yaml", ran.recipe_yaml.rstrip(), "```"]
     return "\n".join(out) + "\n"

@@ -114,6 +114,8 @@ class Decision:
     words: str
     # no other finished cell is faster, as accurate and as cheap
     front: list[Cell] = field(default_factory=list)
+    # the level of `against_baseline` in words (Bonferroni over the confirmed candidates)
+    level: str = ""
 
 
 def family_level(k: int) -> float:
@@ -190,7 +192,7 @@ def decide(
     ok = sorted(_passed(confirmed, bs, spec, samples), key=key)
     if not ok:
         return Decision([], None, "No candidate passed: the recipe as written stays.", on_front)
-    return Decision(*_crown(ok, base, spec, len(confirmed)), on_front)
+    return Decision(*_crown(ok, base, spec, len(confirmed)), on_front, _level_words(len(confirmed)))
 
 
 def _passed(confirmed: list[Cell], bs: dict, spec: TuneSpec, samples: Any) -> list[Cell]:
@@ -260,7 +262,7 @@ def _crown(ok: list[Cell], base: Cell, spec: TuneSpec, k: int) -> tuple[list[Cel
         words = (
             f"No single winner: **{best.name}** and {others} are within each other's noise "
             "(the 95% interval of their time ratio holds 1), and both clearly faster than the "
-            "recipe as written; more repeats would tell them apart."
+            f"recipe as written{_level_words(k)}; more repeats would tell them apart."
         )
     return winners, vs, words
 
