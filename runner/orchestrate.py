@@ -342,12 +342,19 @@ class _Call:
             self.say(f"took {u.name}'s results of this very run back from {back} {by}", False)
         if (prev := previous_result(folder, u.run_key, u.loaded.recipe.repeat)) is None:
             return False
+        # what decides on the run and did not make it (its gate, baseline, description): as the
+        # recipe says now, kept in its results.json so that `runner report` decides alike
+        now = {k: getattr(u.loaded.recipe, k) for k in ("gate", "baseline", "description")}
+        if changed := [k for k, v in now.items() if getattr(prev.recipe, k) != v]:
+            recipe = prev.recipe.model_copy(update={k: now[k] for k in changed})
+            folder.write(prev := prev.model_copy(update={"recipe": recipe}))
         if (cost := u.loaded.recipe.cost) is not None:  # this call's price, if it names one
             prev = priced(prev, cost.usd_per_gpu_hour)
         self.results.append(prev)
         self.report(prev)  # a report.md deleted since is back
         why = "(results complete; --force reruns)"
-        self.say(f"skip {u.name}: unchanged since {prev.finished_at} {why}", False)
+        took = f"; its {' and '.join(changed)} as the recipe now says" if changed else ""
+        self.say(f"skip {u.name}: unchanged since {prev.finished_at} {why}{took}", False)
         return True
 
     def _runs(self, u: Unit, cannot: RunnerError | None) -> bool:

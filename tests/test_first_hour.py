@@ -660,3 +660,28 @@ def test_a_blank_pattern_of_only_is_no_pattern(tmp_path, write_recipe, base_reci
     r = _go(*paths, "--out", tmp_path / "out", "--only", "a,", "--limit", "2")
     assert r.exit_code == 0 and (tmp_path / "out" / "a").is_dir()
     assert not (tmp_path / "out" / "b").exists()
+
+
+def test_a_gate_added_after_the_run_is_judged_when_the_run_is_skipped(
+    tmp_path, write_recipe, base_recipe
+):
+    """Found by a tester following the README: a gate added to a finished recipe was ignored (the
+    run was skipped as unchanged and kept its stored recipe, gate null), so --fail-on-gate passed
+    a recipe that would fail. Now the skipped run takes the recipe's gate, and results.json keeps
+    it for `runner report`."""
+    import json
+
+    out = tmp_path / "out"
+    a = write_recipe({**_fake(base_recipe, "a"), "baseline": True}, "a.yaml")
+    b = write_recipe(_fake(base_recipe, "b"), "b.yaml")
+    assert _go(a, b, "--out", out, "--limit", "3").exit_code == 0
+    gate = {"metric": "exact_match", "max_drop": 0.0}
+    b = write_recipe({**_fake(base_recipe, "b"), "gate": gate}, "b.yaml")
+    r = _go(a, b, "--out", out, "--limit", "3")
+    assert "; its gate as the recipe now says\n" in r.output and "skip a: " in r.output
+    stored = json.loads((out / "b" / "results.json").read_text())["recipe"]["gate"]
+    assert stored["metric"] == "exact_match"
+    [got] = [
+        x for x in json.loads((out / "summary.json").read_text())["recipes"] if x["name"] == "b"
+    ]
+    assert got["gate"]["metric"] == "exact_match"

@@ -86,6 +86,13 @@ def test_index_0_and_minus_1_lines_are_set_aside_and_not_counted(interrupted):
     assert f"{stored} line 4: has index 0 (repeats are numbered from 1)" in r.output
     assert f"{stored} line 5: has index -1 (repeats are numbered from 1)" in r.output
     assert "set aside in repeats.rejected.jsonl" in r.output
+    # and in the result's notes (report.md), not only on the process's stderr (engine.log)
+    assert [n for n in res.notes if n.startswith(f"{stored} line ")] == [
+        f"{stored} line 4: has index 0 (repeats are numbered from 1); set aside in "
+        "repeats.rejected.jsonl, the other repeats kept",
+        f"{stored} line 5: has index -1 (repeats are numbered from 1); set aside in "
+        "repeats.rejected.jsonl, the other repeats kept",
+    ]
     rejected = _rejected(out)
     assert [(x["line"], x["text"]) for x in rejected] == [(4, zero), (5, minus)]
     # the file holds good lines only

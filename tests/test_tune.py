@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from runner.cli import cli
@@ -132,6 +133,20 @@ def test_the_budget_cuts_the_screen_and_dry_run_lists_it(tmp_path, write_recipe,
         r"recipe as written took, then a confirmation of ~\S+ s on 36 examples\)\.",
         again,
     ), again
+
+
+def test_the_dry_runs_estimate_confirms_on_the_recipes_own_limit(
+    tmp_path, write_recipe, base_recipe
+):
+    """Found by a tester: with `dataset.limit: 40` the dry run projected the confirmation on the
+    whole dataset (1,190 examples: 15x the time the tune took)."""
+    path = _tune_file(write_recipe, base_recipe, {"engine.delay_s": [0.003, 0.002]})
+    data = yaml.safe_load(path.read_text())
+    data["dataset"]["limit"] = 32
+    path.write_text(yaml.safe_dump(data))
+    assert _tune(path, "--out", tmp_path / "out").exit_code == 0
+    again = _tune(path, "--out", tmp_path / "out", "--dry-run").output
+    assert "then a confirmation of ~" in again and " on 32 examples)." in again
 
 
 def test_the_minutes_budget_covers_the_confirmation(tmp_path, write_recipe, base_recipe):

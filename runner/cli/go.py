@@ -58,7 +58,8 @@ def interrupted(e: Interrupted) -> NoReturn:
     default="reports",
     show_default=True,
     type=click.Path(file_okay=False),
-    help="Folder for the reports; nothing is written outside it.",
+    help="Folder for the reports; nothing but caches ($RUNNER_CACHE, default ~/.cache/runner: "
+    "token counts, built-in models, compile caches) is written outside it.",
 )
 @click.option(
     "--only",

@@ -40,8 +40,8 @@ def check_file(model: ModelSpec) -> Path:
     if not path.is_file():
         hint = (
             "fetch or make the file first (a shipped recipe's comments say how), or point at one "
-            "with --set model.id=PATH (a relative path starts with ./ or ../, from the recipe's "
-            "folder)"
+            "with --set model.id=PATH (a relative path starts with ./ or ../, from the folder "
+            "you run in; in the recipe file, from its folder)"
         )
         raise RunnerError(f"GGUF file not found: {path}", field=field, hint=hint)
     with open(path, "rb") as f:

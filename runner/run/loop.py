@@ -199,11 +199,13 @@ class UnitRun:
         self.folder = self.opts.folder(unit.name)
         self.folder.root.mkdir(parents=True, exist_ok=True)
         self.repeats: dict[int, Repeat] = {}  # by index
-        # each bad stored line named here (before output goes to engine.log)
+        # each bad stored line named here (before output goes to engine.log) and in the result's
+        # notes (the report's)
+        self.set_aside: list[str] = []
         if self.folder.samples.is_file():
-            reps, set_aside = load_repeats(self.folder, unit.run_key)
+            reps, self.set_aside = load_repeats(self.folder, unit.run_key)
             self.repeats = {x.index: x for x in reps}
-            for line in set_aside:
+            for line in self.set_aside:
                 print(f"WARNING: {line}", file=sys.stderr, flush=True)
         else:
             # repeats without the first one's samples: measured again
@@ -389,7 +391,7 @@ class UnitRun:
             self.unit,
             self.opts.command,
             m,
-            Output(self.samples, engine.info, notes, ids),
+            Output(self.samples, engine.info, [*self.set_aside, *notes], ids),
             profile=profile,
             engine_of=self.engine_of,
             stages=Stages(**stages) if all(x.stages for x in reps) else None,

@@ -33,6 +33,7 @@ from runner.run.job import RunOptions, make_unit
 
 from .report import (
     Ran,
+    confirm_examples,
     confirm_s,
     cost_s,
     hand_words,
@@ -207,7 +208,7 @@ def _estimate(t: Tune) -> str:
     return (
         f"Estimated time: about {secs(one * n + rest)} ({n} screens of ~{secs(one)} each, as "
         f"the stored screen of the recipe as written took, then a confirmation of ~{secs(rest)} "
-        f"on {screen.n_dataset:,} examples)."
+        f"on {confirm_examples(screen) or 0:,} examples)."
     )
 
 

@@ -67,11 +67,19 @@ def run_s_at(screen: RunResult | None, n: int | None = None) -> float | None:
     return _run_s(screen) + gen * ((n or screen.n_samples) / screen.n_samples - 1)
 
 
+def confirm_examples(screen: RunResult | None) -> int | None:
+    """The examples a confirmation runs: the dataset's, or the recipe's `dataset.limit` of them."""
+    if screen is None:
+        return None
+    return min(filter(None, (screen.n_dataset, screen.recipe.dataset.limit)), default=None)
+
+
 def confirm_s(screen: RunResult | None, spec: TuneSpec, confirmed: int) -> float:
     """The confirmation's projected time: the recipe as written, the confirmed candidates and the
     hand-written cells of `compare`, `confirm.repeat` runs each on every example, each as long as
-    the baseline's screen scaled to the dataset (0 without a finished screen)."""
-    one = run_s_at(screen, screen.n_dataset if screen is not None else None)
+    the baseline's screen scaled to the examples the confirmation runs (0 without a finished
+    screen)."""
+    one = run_s_at(screen, confirm_examples(screen))
     return 0.0 if one is None else one * (1 + confirmed + len(spec.compare)) * spec.confirm.repeat
 
 
