@@ -34,7 +34,7 @@ from runner.recipe import LoadedRecipe
 from runner.report.markdown import Section, priced, write_report
 from runner.report.spread import time_cell
 from runner.report.summary import Sections, write_summary
-from runner.results import RunResult
+from runner.results import SCHEMA_VERSION, RunResult
 from runner.run.isolate import Ends, Worker, failed_result, run_isolated
 from runner.run.job import Job, RunOptions, Unit, check_library, group_by_engine, make_unit
 from runner.run.loop import run_job
@@ -347,7 +347,12 @@ class _Call:
         now = {k: getattr(u.loaded.recipe, k) for k in ("gate", "baseline", "description")}
         if changed := [k for k, v in now.items() if getattr(prev.recipe, k) != v]:
             recipe = prev.recipe.model_copy(update={k: now[k] for k in changed})
-            folder.write(prev := prev.model_copy(update={"recipe": recipe}))
+            new = {
+                "recipe": recipe,
+                "recipe_hash": recipe.digest(),
+                "schema_version": SCHEMA_VERSION,
+            }
+            folder.write(prev := prev.model_copy(update=new))
         if (cost := u.loaded.recipe.cost) is not None:  # this call's price, if it names one
             prev = priced(prev, cost.usd_per_gpu_hour)
         self.results.append(prev)

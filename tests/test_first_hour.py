@@ -679,8 +679,13 @@ def test_a_gate_added_after_the_run_is_judged_when_the_run_is_skipped(
     b = write_recipe({**_fake(base_recipe, "b"), "gate": gate}, "b.yaml")
     r = _go(a, b, "--out", out, "--limit", "3")
     assert "; its gate as the recipe now says\n" in r.output and "skip a: " in r.output
-    stored = json.loads((out / "b" / "results.json").read_text())["recipe"]["gate"]
-    assert stored["metric"] == "exact_match"
+    stored = json.loads((out / "b" / "results.json").read_text())
+    assert stored["recipe"]["gate"]["metric"] == "exact_match"
+    # the recipe's hash beside it is the recipe's
+    from runner.results import RunResult
+
+    res = RunResult.model_validate(stored)
+    assert res.recipe_hash == res.recipe.digest()
     [got] = [
         x for x in json.loads((out / "summary.json").read_text())["recipes"] if x["name"] == "b"
     ]
