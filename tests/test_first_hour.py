@@ -690,3 +690,18 @@ def test_a_gate_added_after_the_run_is_judged_when_the_run_is_skipped(
         x for x in json.loads((out / "summary.json").read_text())["recipes"] if x["name"] == "b"
     ]
     assert got["gate"]["metric"] == "exact_match"
+
+
+def test_a_studys_new_baseline_run_alone_is_its_summarys_baseline(
+    tmp_path, write_recipe, base_recipe
+):
+    """The study's baseline moved from one cell to another, and only the new one ran (--only): its
+    summary of every stored cell took the old one (first by name, both stored as baselines)."""
+    d = {k: v for k, v in _fake(base_recipe).items() if k != "name"}
+    study = {**d, "name": "st", "matrix": {"engine.delay_s": {"a": 0.0, "b": 1e-4}}}
+    out = tmp_path / "out"
+    path = write_recipe({**study, "baseline": "st-a"}, "st.yaml")
+    assert _go(path, "--out", out, "--limit", "2").exit_code == 0
+    path = write_recipe({**study, "baseline": "st-b"}, "st.yaml")
+    assert _go(path, "--out", out, "--limit", "2", "--only", "st-b").exit_code == 0
+    assert "baseline: **st-b**." in (out / "st" / "summary.md").read_text()

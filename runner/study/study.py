@@ -526,7 +526,9 @@ def write_study_summaries(
         path.parent.mkdir(parents=True, exist_ok=True)
         # its own chart (the call's shows the call's cells), from the cells as stored
         section = lambda rs, o, s=study, c=cells, d=path.parent: study_section(s, c, d, None, o)
-        base = baseline if any(c.name == baseline for c in cells) else None
+        # the baseline this call's cells name, over a stored cell that claimed it before
+        own = next((r.name for r in results if study_of(r) == study and r.recipe.baseline), None)
+        base = baseline if any(c.name == baseline for c in cells) else own
         j = judged(cells, base, out, gate)
         title = f"Study {study}: every stored cell"
         write_text_atomic(path, summary_markdown(j, [section, *others], title))
