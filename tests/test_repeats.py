@@ -401,3 +401,24 @@ def test_alternating_turns_cancel_a_drift_that_a_fixed_order_turns_into_a_differ
 
     assert clear_share(alternate=False) > 0.3
     assert clear_share(alternate=True) <= 0.05
+
+
+def test_runs_measured_over_the_same_calls_not_in_turns_are_across_calls_not_back_to_back():
+    from runner.report.spread import compared
+    from runner.results import Repeat, RunResult, Timings
+    from tests.wired import a_recipe
+
+    def run(name, turns):
+        reps = [
+            Repeat(index=i + 1, generate_s=1.0 + i / 10, call=c, turns=t)
+            for i, (c, t) in enumerate(turns)
+        ]
+        return RunResult(
+            name=name, recipe=a_recipe(name), status="ok", repeats=reps, timings=Timings()
+        )
+
+    a = run("a", [("c1", "c1/turns"), ("c2", "c2/turns")])
+    b = run("b", [("c1", None), ("c2", None)])  # the same two calls, not in turns with a
+    assert compared(a, b) == "across calls"
+    one = run("c", [("c1", None), ("c1", None)])
+    assert compared(one, run("d", [("c1", None), ("c1", None)])) == "back to back"

@@ -177,7 +177,8 @@ def compared(a: RunResult, b: RunResult) -> str:
     one of them)."""
     if paired(a, b):
         return "in turns"
-    return "across calls" if across_calls(a, b) else "back to back"
+    # (both measured over the same several calls, not in turns: not one after the other either)
+    return "across calls" if across_calls(a, b) or len(calls(a) | calls(b)) > 1 else "back to back"
 
 
 def drifted(r: RunResult) -> tuple[float, float, float] | None:
