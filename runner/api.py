@@ -99,12 +99,11 @@ def run_recipe(
 
 def _log(text: str, to_stderr: bool) -> None:
     """The orchestrator's messages, for a script: the `runner` logger, a warning where the text is
-    one."""
+    one or a recipe failed (a script logging at WARNING sees it)."""
     import logging
 
-    logging.getLogger("runner").log(
-        logging.WARNING if text.startswith("WARNING") else logging.INFO, text
-    )
+    bad = text.startswith(("WARNING", "FAILED"))
+    logging.getLogger("runner").log(logging.WARNING if bad else logging.INFO, text)
 
 
 def read_results(out: str | Path) -> list[RunResult]:

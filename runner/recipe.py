@@ -400,7 +400,8 @@ class Recipe(StrictModel):
     timeout_s: PositiveInt | None = Field(
         None,
         le=MAX_TIMEOUT_S,
-        description="End the run and record it failed after this many seconds (at most 30 days).",
+        description="End the run and record it failed after this many seconds (at most 30 days). "
+        "A `load:` recipe's sweep looks at it after each rate and stops there, keeping the rates.",
     )
     profile: bool = Field(
         False,

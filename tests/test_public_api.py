@@ -181,3 +181,21 @@ def test_a_runs_span_covers_its_whole_wall_time_to_the_millisecond(
     span = dt.datetime.fromisoformat(res.finished_at) - dt.datetime.fromisoformat(res.started_at)
     assert res.finished_at[19] == "." and res.started_at[19] == "."
     assert span.total_seconds() >= res.timings.total_s - 0.002
+
+
+def test_a_failed_recipe_is_logged_as_a_warning(
+    write_recipe, base_recipe, tmp_path, caplog, monkeypatch
+):
+    """A script that logs at WARNING (the usual level) heard nothing of a failed recipe."""
+    from runner.engines.fake import FakeEngine
+
+    def boom(self, *a, **kw):
+        raise RuntimeError("the engine fell over")
+
+    monkeypatch.setattr(FakeEngine, "generate", boom)
+    d = {**base_recipe, "model": {"id": "none"}, "engine": {"kind": "fake", "reply": "x"}}
+    lr = runner.load_recipe(write_recipe(d))
+    with caplog.at_level("WARNING", logger="runner"):
+        res = runner.run_recipe(lr, tmp_path / "out", limit=2, isolated=False)
+    assert res.status == "failed"
+    assert any(m.startswith("FAILED t: ") for m in caplog.messages)

@@ -729,3 +729,22 @@ def test_exit_status_in_words():
         "was killed by SIGTERM",
         "was killed by signal 40",  # a real-time signal has no name
     ]
+
+
+def test_the_calls_timeout_ends_a_sweep_after_the_rate_that_passes_it(tmp_path, vllm_client_dir):
+    """Found by a tester: --timeout was ignored for a `load:` recipe (it runs in the call's own
+    process, not a job's, so the job's timeout never applied)."""
+    # each request streams 4 chunks 0.3 s apart: the first rate alone outlasts the 1-s limit
+    load = {"request_rate": [5, 10, 20], "num_requests": 4, "warmup_requests": 0}
+    d = recipe("slow", load=load, delay_s=0.3)
+    path, out = write(tmp_path / "slow.yaml", d), tmp_path / "out"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(vllm_client_dir))
+        args = ["go", str(path), "--out", str(out), "--no-progress", "--timeout", "1"]
+        r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    res = result(out, "slow")
+    assert [p.rate for p in res.serving.rates] == [5]
+    assert (
+        "--timeout (1 s) ends the sweep after 5 req/s; higher rates not run (10, 20)" in res.notes
+    )

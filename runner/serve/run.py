@@ -354,11 +354,14 @@ class Sweep:
             server_counters=grown,
         )
 
-    def run(self, say) -> Sweep:
+    def run(self, say, call_timeout_s: float | None = None) -> Sweep:
         """Every rate in increasing order until the server saturates (or every request fails, or
-        the recipe's timeout passes); raises if the server dies."""
+        the timeout passes: the recipe's `timeout_s`, else the call's --timeout, looked at after
+        each rate); raises if the server dies."""
         r = self.unit.loaded.recipe
-        deadline = time.monotonic() + (r.timeout_s or math.inf)
+        limit = r.timeout_s or call_timeout_s
+        src = "the recipe's timeout_s" if r.timeout_s else "--timeout"
+        deadline = time.monotonic() + (limit or math.inf)
         for k, rate in enumerate(r.load.request_rate):
             p, at = self.rate(rate), rate_label(rate)
             self.reasons = saturation([*self.points, p])
@@ -372,7 +375,7 @@ class Sweep:
                 if self.reasons
                 else f"every request failed at {at} req/s"
                 if p.completed == 0
-                else f"the recipe's timeout ends the sweep after {at} req/s"
+                else f"{src} ({limit:.0f} s) ends the sweep after {at} req/s"
                 if time.monotonic() > deadline
                 else None
             )
@@ -493,7 +496,7 @@ def _serve(
         say(f"{unit.name}: server ready in {server.startup_s:.1f} s")
         status, body = server.request("GET", "/version")
         version = str(json.loads(body).get("version", "")) if status == 200 else ""
-        sw = Sweep(server, unit, texts, ids, sampler).run(say)
+        sw = Sweep(server, unit, texts, ids, sampler).run(say, opts.timeout_s)
     after = wait_for_release(baseline)
     if None not in (baseline, after) and after > baseline + 1.0:
         used = f"{after:.1f} GiB used vs {baseline:.1f} GiB before it started"
