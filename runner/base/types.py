@@ -52,28 +52,34 @@ class StrictModel(BaseModel):
         }
 
 
+def unwrap(ann: Any) -> Any:
+    """An annotation without its `Annotated[...]` layers."""
+    while typing.get_origin(ann) is Annotated:
+        ann = typing.get_args(ann)[0]
+    return ann
+
+
+def union_args(ann: Any) -> tuple | None:
+    """The members of a union annotation (None: not a union)."""
+    unions = (typing.Union, types.UnionType)
+    return typing.get_args(ann) if typing.get_origin(ann) in unions else None
+
+
 def _number_only(ann: Any) -> bool:
     """The annotation takes numbers (int, float) and not booleans."""
-    ann = _unannotated(ann)
-    if typing.get_origin(ann) in (typing.Union, types.UnionType):
-        args = typing.get_args(ann)
+    ann = unwrap(ann)
+    if (args := union_args(ann)) is not None:
         return any(map(_number_only, args)) and not any(map(_takes_bool, args))
     return isinstance(ann, type) and issubclass(ann, (int, float)) and ann is not bool
 
 
 def _takes_bool(ann: Any) -> bool:
-    ann = _unannotated(ann)
-    if typing.get_origin(ann) in (typing.Union, types.UnionType):
-        return any(map(_takes_bool, typing.get_args(ann)))
+    ann = unwrap(ann)
+    if (args := union_args(ann)) is not None:
+        return any(map(_takes_bool, args))
     if typing.get_origin(ann) is Literal:
         return any(isinstance(x, bool) for x in typing.get_args(ann))
     return ann is bool or ann is Any
-
-
-def _unannotated(ann: Any) -> Any:
-    while typing.get_origin(ann) is Annotated:
-        ann = typing.get_args(ann)[0]
-    return ann
 
 
 class ModelSpec(StrictModel):

@@ -11,18 +11,18 @@ directory."""
 from __future__ import annotations
 
 import difflib
-import types
 import typing
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel
 
 from runner.base.dotted import get_dotted, set_dotted
 from runner.base.errors import RecipeError
+from runner.base.types import union_args, unwrap
 from runner.engines import ENGINES, spec_class
 from runner.recipe import Recipe
 
@@ -40,19 +40,9 @@ class KeyProblem(ValueError):
     """A dotted key that names no recipe field; the message says what is allowed."""
 
 
-def _unwrap(ann: Any) -> Any:
-    while typing.get_origin(ann) is typing.Annotated:
-        ann = typing.get_args(ann)[0]
-    return ann
-
-
-def _union_args(ann: Any) -> tuple | None:
-    return typing.get_args(ann) if typing.get_origin(ann) in (Union, types.UnionType) else None
-
-
 def model_classes(ann: Any) -> list[type[BaseModel]]:
-    ann = _unwrap(ann)
-    if (args := _union_args(ann)) is not None:
+    ann = unwrap(ann)
+    if (args := union_args(ann)) is not None:
         return [m for a in args for m in model_classes(a)]
     return [ann] if isinstance(ann, type) and issubclass(ann, BaseModel) else []
 
@@ -62,8 +52,8 @@ def _step(ann: Any, kind: Any, is_engine: bool) -> Any:
     `dict[str, X]` (`dict[str, str] | None` too), or the plain annotation."""
     if models := model_classes(ann):
         return [spec_class(kind)] if is_engine and spec_class(kind) is not None else models
-    bare = _unwrap(ann)
-    rest = [_unwrap(a) for a in _union_args(bare) or () if a is not type(None)]
+    bare = unwrap(ann)
+    rest = [unwrap(a) for a in union_args(bare) or () if a is not type(None)]
     return rest[0] if len(rest) == 1 and typing.get_origin(rest[0]) is dict else bare
 
 
@@ -118,12 +108,12 @@ def key_target(key: str, kind: Any = None) -> Any:
 def text_field(target: Any) -> tuple[bool, bool]:
     """(takes text, also takes null) for a key_target result: str, `str | None`, Literal of
     strings."""
-    ann = _unwrap(target)
+    ann = unwrap(target)
     if ann is str:
         return True, False
     if typing.get_origin(ann) is Literal:
         return all(isinstance(a, str) for a in typing.get_args(ann)), False
-    if args := _union_args(ann):
+    if args := union_args(ann):
         rest = [a for a in args if a is not type(None)]
         return all(text_field(a)[0] for a in rest), len(rest) < len(args)
     return False, False

@@ -198,15 +198,8 @@ def _collect(
         tail = text.strip().splitlines()[-5:]
         why += (": " + " | ".join(t.strip() for t in tail)[-600:]) if tail else ""
     hint = failure_hint(why) or f"see {folder.engine_log}"
-    if error is not None and error.startswith("timed out"):
-        src = job.timeout_from()
-        more = (
-            "--timeout"
-            if src.startswith("--")
-            else "the recipe's timeout_s"
-            if "--" not in src
-            else "the recipes' timeout_s or --timeout"
-        )
+    if error is not None:  # (`_wait`'s only error: the timeout)
+        more = job.timeout_from()[1]
         hint = f"if it needs longer, raise {more}; what it wrote: {folder.engine_log}"
     # this run's part
     evidence = running.loaded.recipe.engine.crash_evidence(text.rsplit(LOG_MARK, 1)[-1])
@@ -245,7 +238,7 @@ def run_isolated(
     written = lambda: all(job.options.folder(u.name).results.is_file() for u in job.units)
     try:
         done = written if ends is not None else lambda: False
-        error = _wait(proc, job.timeout_s(), done, job.timeout_from())
+        error = _wait(proc, job.timeout_s(), done, job.timeout_from()[0])
     finally:  # what it wrote before taking the job, where an interrupted run is looked at
         worker.spill()
     end = lambda: _end(proc, baseline, job, warn)

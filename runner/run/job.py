@@ -84,17 +84,18 @@ class Job:
         each = [u.loaded.recipe.timeout_s or self.options.timeout_s for u in self.units]
         return None if any(t is None for t in each) else float(sum(each))  # type: ignore[arg-type]
 
-    def timeout_from(self) -> str:
-        """Where `timeout_s()` comes from, in the words a timed-out run's message and hint use."""
+    def timeout_from(self) -> tuple[str, str]:
+        """Where `timeout_s()` comes from, in words: the timed-out run's message says the first,
+        its hint names the second to raise."""
         own = {u.loaded.recipe.timeout_s is not None for u in self.units}
-        src = (
-            "--timeout"
+        said, more = (
+            ("--timeout", "--timeout")
             if own == {False}
-            else "timeout_s"
+            else ("timeout_s", "the recipe's timeout_s")
             if own == {True}
-            else "timeout_s, --timeout"
+            else ("timeout_s, --timeout", "the recipes' timeout_s or --timeout")
         )
-        return src + (", summed over the job's recipes" if len(self.units) > 1 else "")
+        return said + (", summed over the job's recipes" if len(self.units) > 1 else ""), more
 
 
 def make_unit(lr: LoadedRecipe, opts: RunOptions, host: bool = True, library: bool = True) -> Unit:
