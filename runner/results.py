@@ -57,6 +57,15 @@ class StartParts(_M):
         "(its job's process loaded it ahead, or an earlier engine of that process did); false: the "
         "start loaded it; null: not known.",
     )
+    modules_ahead: int | None = Field(
+        None,
+        description="Of the modules vLLM's front end imported inside `LLM()` in earlier starts "
+        "with this vLLM version (a list kept under $RUNNER_CACHE), how many this process had "
+        "loaded when the start began (its job's process imports them ahead); 0: none kept yet.",
+    )
+    modules_in_start: int | None = Field(
+        None, description="Modules the start itself imported into the job's process."
+    )
 
 
 class Energy(_M):

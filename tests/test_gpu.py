@@ -1,5 +1,7 @@
 """GPU tests: run on the GPU host with `pytest -m gpu` (vLLM installed). Never skipped there."""
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -93,12 +95,24 @@ def _group_gone(log: Path) -> bool:
     return not group_alive(int(re.findall(r"process group (\d+)", log.read_text())[-1]))
 
 
-def test_isolated_run_gives_the_gpu_back(tiny, tmp_path):
+def test_isolated_run_gives_the_gpu_back(tiny, tmp_path, monkeypatch):
+    import vllm
+
     from runner.base.nvml import used_gib
+    from runner.engines.builtin import cache_root
+    from runner.engines.vllm.engine import front_modules_file
     from runner.run.isolate import run_isolated
 
     p = tmp_path / "r.yaml"
     p.write_text(recipe_yaml(tiny, "iso", extra_engine="  enable_prefix_caching: true"))
+    # a $RUNNER_CACHE of its own, so nothing is kept to import ahead yet (vLLM's cache stays where
+    # it was: its model-info cache spares each start ~20 s)
+    monkeypatch.setenv(
+        "VLLM_CACHE_ROOT", os.environ.get("VLLM_CACHE_ROOT") or f"{cache_root()}/vllm"
+    )
+    monkeypatch.setenv("RUNNER_CACHE", str(tmp_path / "cache"))
+    kept = front_modules_file(vllm.__version__)
+    assert not kept.exists()
     before = used_gib()
     [res] = run_isolated(_job(p, tmp_path / "out"))
     assert res.status == "ok", res.error
@@ -118,6 +132,18 @@ def test_isolated_run_gives_the_gpu_back(tiny, tmp_path):
     assert start is not None and start.load_s > 0 and start.cold is None and start.compile_s is None
     # issue 41: the job's process loaded vLLM's own tokenizer ahead, under the key LLM() looks up
     assert start.tokenizer_ahead is True
+    # ... and the front end's modules, kept from that start: the next job's process imports them
+    # ahead, and vLLM still forks its engine process (no CUDA initialized by them)
+    assert start.modules_ahead == 0 and start.modules_in_start > 100, start
+    assert len(json.loads(kept.read_text())) >= start.modules_in_start
+    [again] = run_isolated(_job(p, tmp_path / "again"))
+    assert again.status == "ok", again.error
+    log = (tmp_path / "again" / "iso" / "engine.log").read_text()
+    ahead = again.timings.start
+    assert ahead.modules_ahead >= 0.9 * start.modules_in_start, ahead
+    assert ahead.modules_in_start < start.modules_in_start / 10, ahead
+    assert "must use the `spawn`" not in log, log[-3000:]  # vLLM's words when CUDA is initialized
+    assert not any("by spawn" in n for n in again.notes)
 
 
 def test_a_compile_cache_folder_makes_the_second_start_warm(tiny, tmp_path):

@@ -4,6 +4,7 @@ engine's configs and log, the figures the knob verdicts and the report stand on.
 
 import dataclasses
 import functools
+import json
 import sys
 import time
 from pathlib import Path
@@ -311,3 +312,60 @@ def test_a_worker_started_ahead_loads_vllms_own_tokenizer_and_the_start_says_it_
     monkeypatch.setattr(sys.modules["vllm"], "LLM", llm_cls)  # one that looks none up
     unknown = VLLMEngine(VLLMSpec(kind="vllm"), model, chat=None)
     assert unknown.info.extra["start"]["tokenizer_ahead"] is None
+
+
+def test_the_modules_an_earlier_start_imported_are_imported_ahead_of_the_next(
+    monkeypatch, tmp_path
+):
+    """Issue 41: what `LLM()`'s front end imported is kept per vLLM version (under $RUNNER_CACHE);
+    the next job's process imports it ahead, and the start says how many it found loaded and how
+    many it still imported. A start that finds CUDA initialized (vLLM would spawn) keeps nothing
+    and drops the list."""
+    pytest.importorskip("transformers")
+    import torch
+
+    _stand_in(monkeypatch, tmp_path)
+    monkeypatch.setattr(VLLMSpec, "set_env", lambda self: None)
+    monkeypatch.setattr(EngineSpecBase, "preload", lambda self, model=None: None)
+    monkeypatch.setenv("RUNNER_CACHE", str(tmp_path / "cache"))
+    pkg = tmp_path / "mods"
+    for name in ("front_a", "front_b"):
+        (pkg / name).mkdir(parents=True)
+        (pkg / name / "__init__.py").write_text("")
+    (pkg / "front_a" / "part.py").write_text("")
+    monkeypatch.syspath_prepend(str(pkg))
+    names = ["front_a", "front_a.part", "front_b"]
+    llm_cls = sys.modules["vllm"].LLM
+
+    class LLM(llm_cls):  # a front end that imports lazily
+        def __init__(self, **kwargs):
+            import front_a.part  # noqa: F401
+            import front_b  # noqa: F401
+
+            super().__init__(**kwargs)
+
+    monkeypatch.setattr(sys.modules["vllm"], "LLM", LLM)
+
+    def forget():
+        for n in names:
+            monkeypatch.delitem(sys.modules, n, raising=False)
+
+    forget()
+    first = VLLMEngine(VLLMSpec(kind="vllm"), _model(), chat=None).info.extra["start"]
+    kept = vllm_engine.front_modules_file("0.26.0")
+    assert json.loads(kept.read_text()) == names
+    assert (first["modules_ahead"], first["modules_in_start"]) == (0, 3)
+    forget()
+    VLLMSpec(kind="vllm").preload(None)  # the next job's process, ahead of its job
+    assert all(n in sys.modules for n in names)
+    second = VLLMEngine(VLLMSpec(kind="vllm"), _model(), chat=None)
+    assert (
+        second.info.extra["start"]["modules_ahead"],
+        second.info.extra["start"]["modules_in_start"],
+    ) == (3, 0)
+    assert not any("spawn" in n for n in second.info.notes)
+    forget()
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    third = VLLMEngine(VLLMSpec(kind="vllm"), _model(), chat=None)
+    assert any("by spawn instead of fork" in n for n in third.info.notes)
+    assert not kept.exists()  # not imported ahead again, nor kept from this start

@@ -59,7 +59,7 @@ def interrupted(e: Interrupted) -> NoReturn:
     show_default=True,
     type=click.Path(file_okay=False),
     help="Folder for the reports; nothing but caches ($RUNNER_CACHE, default ~/.cache/runner: "
-    "token counts, built-in models, compile caches) is written outside it.",
+    "token counts, built-in models, compile caches, vLLM's module list) is written outside it.",
 )
 @click.option(
     "--only",

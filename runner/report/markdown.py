@@ -218,6 +218,7 @@ def _start_section(r: RunResult) -> list[str]:
         )
         + ("; memory profiling skipped" if p.profiled is False else "")
         + ("; tokenizer loaded ahead" if p.tokenizer_ahead else "")
+        + (f"; {p.modules_ahead} modules loaded ahead" if p.modules_ahead else "")
     )
     opt = lambda v: secs(v) if v is not None else "–"
     rows = [
@@ -252,6 +253,12 @@ def _start_section(r: RunResult) -> list[str]:
         note += (
             " *Tokenizer loaded ahead*: the job's process loaded the engine's own tokenizer before "
             "the start (while the job before it ran), so the start did not."
+        )
+    if any(p.modules_ahead for _, _, p in starts):
+        note += (
+            " *Modules loaded ahead*: the job's process imported what vLLM's front end imported "
+            "inside earlier starts with this vLLM version (kept under `$RUNNER_CACHE/vllm-front`), "
+            "so this start imported fewer itself."
         )
     return paragraphs("### Engine start", note, table(rows, head))
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
+import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -20,6 +23,7 @@ import runner.engines.gguf as gguf  # the module, not the package: tests patch i
 from runner.base.errors import RunnerError
 from runner.base.nvml import device_facts
 from runner.base.types import PROFILE_ENV, EngineInfo, Generation
+from runner.engines.builtin import cache_root
 from runner.engines.hf import encode_prompts, take_tokenizer, uses_chat_template
 from runner.engines.vllm.facts import (
     VLLMFacts,
@@ -52,6 +56,48 @@ def load_vllm_tokenizer_ahead(kwargs: dict[str, Any]) -> None:
         revision=kwargs.get("revision") if revision is None else revision,
         trust_remote_code=kwargs.get("trust_remote_code", False),
     )
+
+
+def front_modules_file(version: str) -> Path:
+    """Where the modules `LLM()`'s front end imported in earlier starts with this vLLM version are
+    kept (a list in import order, under $RUNNER_CACHE)."""
+    return cache_root() / "vllm-front" / f"{version}.json"
+
+
+def _kept_front(version: str) -> list[str]:
+    with contextlib.suppress(OSError, ValueError):
+        names = json.loads(front_modules_file(version).read_text())
+        if isinstance(names, list):
+            return [n for n in names if isinstance(n, str)]
+    return []
+
+
+def load_front_modules_ahead() -> None:
+    """Import now (a job's process, while the job before it runs) the modules `LLM()`'s front end
+    imported in an earlier start with this vLLM version, in that order: vLLM imports lazily, and
+    the ~600 of an fp8 start would otherwise be imported inside it (1.5-2.3 s ahead on an H100,
+    reports/h100-front). Each was imported by a front end that left CUDA alone (the list is kept
+    only then, and dropped by a start that finds CUDA initialized), so vLLM still forks its engine
+    process instead of spawning it."""
+    import vllm
+
+    for name in _kept_front(vllm.__version__):
+        with contextlib.suppress(Exception):  # a loader-made name is not importable
+            importlib.import_module(name)
+
+
+def _keep_front(version: str, names: list[str]) -> None:
+    """Add to the kept list what this start's front end imported that it lacks."""
+    kept = _kept_front(version)
+    have = set(kept)
+    new = [n for n in names if n not in have]
+    if new:
+        path = front_modules_file(version)
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(kept + new))
+            os.replace(tmp, path)  # whole, as two processes may write it at once
 
 
 def _tokenizer_lookups() -> tuple[int, int] | None:
@@ -97,6 +143,10 @@ def sampling_params_kwargs(s: Sampling) -> dict[str, Any]:
     }
 
 
+_CUDA_BEFORE = (
+    "CUDA was initialized in the job's process before the engine started, so vLLM started its "
+    "engine process by spawn instead of fork (a slower start: it imports everything again)"
+)
 _KEPT_METRICS = {
     "vllm:prefix_cache_queries",
     "vllm:prefix_cache_hits",
@@ -137,9 +187,19 @@ class VLLMEngine:
         log = Path(os.environ.get("RUNNER_ENGINE_LOG", ""))
         log_start = log.stat().st_size if log.is_file() else 0
         looked = _tokenizer_lookups()
+        kept = _kept_front(vllm.__version__)
+        before = set(sys.modules)
+        notes = [gguf.note(converted, "vllm")] if converted else []
+        if torch.cuda.is_initialized():  # vLLM will spawn its engine process, not fork it
+            notes.append(_CUDA_BEFORE)
+            if kept:  # (it may have been one of them: not imported ahead again)
+                front_modules_file(vllm.__version__).unlink(missing_ok=True)
         t0 = time.perf_counter()
         self.llm = LLM(**kwargs)
         ahead = _tokenizer_ahead(looked, _tokenizer_lookups())
+        front = [n for n in sys.modules if n not in before]
+        if not torch.cuda.is_initialized():
+            _keep_front(vllm.__version__, front)
         # the engine's part of the log: what it wrote since
         since = log.read_bytes()[log_start:].decode("utf-8", "replace") if log.is_file() else ""
         self.facts, parsed = self._read_facts(vllm.__version__, since)
@@ -154,7 +214,11 @@ class VLLMEngine:
             "env": spec.engine_env(),
             "block_size": self._block_size,
             "start": start_parts(parsed, f.compile_cache_dir, load_s, warm_s)
-            | {"tokenizer_ahead": ahead},
+            | {
+                "tokenizer_ahead": ahead,
+                "modules_ahead": sum(n in before for n in kept),
+                "modules_in_start": len(front),
+            },
         }
         if warm:
             extra["warmup"] = warm
@@ -168,7 +232,7 @@ class VLLMEngine:
             f.weights_gib,
             f.kv_cache_tokens,
             f.quantization,
-            notes=[gguf.note(converted, "vllm")] if converted else [],
+            notes=notes,
             extra=extra,
             gpus=f.tensor_parallel_size or spec.tensor_parallel_size,
             batch=self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs,

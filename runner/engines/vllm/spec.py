@@ -20,7 +20,11 @@ from runner.base.errors import RunnerError
 from runner.base.types import MAX_SEED, MAX_TOKENS, EngineInfo, EngineSpecBase
 from runner.engines.builtin import cache_root
 from runner.engines.hf import load_tokenizer_ahead
-from runner.engines.vllm.engine import VLLMEngine, load_vllm_tokenizer_ahead
+from runner.engines.vllm.engine import (
+    VLLMEngine,
+    load_front_modules_ahead,
+    load_vllm_tokenizer_ahead,
+)
 from runner.engines.vllm.facts import crash_evidence, parse_engine_log, served_facts, vllm_knobs
 
 if TYPE_CHECKING:
@@ -172,9 +176,11 @@ class VLLMSpec(EngineSpecBase):
     def preload(self, model: ModelSpec | None = None) -> None:
         self.set_env()
         super().preload(model)
-        # Not vLLM's engine process's modules (flashinfer, triton's launcher, cuDNN, ...): importing
-        # them here initializes CUDA, and vLLM then starts that process by spawn instead of fork
-        # (H200, 2026-12-06, reports/h200-ahead)
+        # what the front end imports inside `LLM()` (kept from earlier starts), but not the engine
+        # process's modules (flashinfer, ...): some initialize CUDA, and vLLM then starts that
+        # process by spawn instead of fork (reports/h200-ahead, reports/h200-tokahead)
+        with suppress(Exception):
+            load_front_modules_ahead()
         if model is not None:
             with suppress(Exception):  # the engine's build loads it again and says why it fails
                 load_tokenizer_ahead(model)
