@@ -74,30 +74,38 @@ def _kept_front(version: str) -> list[str]:
 
 def load_front_modules_ahead() -> None:
     """Import now (a job's process, while the job before it runs) the modules `LLM()`'s front end
-    imported in an earlier start with this vLLM version, in that order: vLLM imports lazily, and
-    the ~600 of an fp8 start would otherwise be imported inside it (1.5-2.3 s ahead on an H100,
-    reports/h100-front). Each was imported by a front end that left CUDA alone (the list is kept
-    only then, and dropped by a start that finds CUDA initialized), so vLLM still forks its engine
-    process instead of spawning it."""
+    imported in earlier starts with this vLLM version, in that order: vLLM imports lazily, and the
+    ~600 of an fp8 start would otherwise be imported inside it (1.5-2.3 s ahead on an H100,
+    reports/h100-front). Each was imported by a front end that left CUDA alone (only such starts
+    add to the list), so vLLM still forks its engine process instead of spawning it; one whose
+    import here initializes CUDA all the same is taken off the list, and none after it imported."""
+    import torch
     import vllm
 
-    for name in _kept_front(vllm.__version__):
+    names = _kept_front(vllm.__version__)
+    for name in names if not torch.cuda.is_initialized() else ():
         with contextlib.suppress(Exception):  # a loader-made name is not importable
             importlib.import_module(name)
+        if torch.cuda.is_initialized():  # this start will spawn; the next need not
+            _write_front(vllm.__version__, [n for n in names if n != name])
+            return
 
 
 def _keep_front(version: str, names: list[str]) -> None:
     """Add to the kept list what this start's front end imported that it lacks."""
     kept = _kept_front(version)
     have = set(kept)
-    new = [n for n in names if n not in have]
-    if new:
-        path = front_modules_file(version)
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(kept + new))
-            os.replace(tmp, path)  # whole, as two processes may write it at once
+    if new := [n for n in names if n not in have]:
+        _write_front(version, kept + new)
+
+
+def _write_front(version: str, names: list[str]) -> None:
+    path = front_modules_file(version)
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(names))
+        os.replace(tmp, path)  # whole, as two processes may write it at once
 
 
 def _tokenizer_lookups() -> tuple[int, int] | None:
@@ -192,8 +200,6 @@ class VLLMEngine:
         notes = [gguf.note(converted, "vllm")] if converted else []
         if torch.cuda.is_initialized():  # vLLM will spawn its engine process, not fork it
             notes.append(_CUDA_BEFORE)
-            if kept:  # (it may have been one of them: not imported ahead again)
-                front_modules_file(vllm.__version__).unlink(missing_ok=True)
         t0 = time.perf_counter()
         self.llm = LLM(**kwargs)
         ahead = _tokenizer_ahead(looked, _tokenizer_lookups())
