@@ -103,6 +103,15 @@ class RunFolder:
         moving += [p for p in (self.partial, self.repeats) if stale(_key_of(p))]
         return self._move_aside(moving, prev or _key_of(moving[0]) if moving else None)
 
+    def set_aside_unreadable(self) -> Path | None:
+        """Before a run: a results.json that is no run's (damaged, or edited into something without
+        a run key) moved into `replaced/<time>-unreadable/` rather than overwritten."""
+        return (
+            self._move_aside([self.results], "unreadable")
+            if _key_of(self.results) is None
+            else None
+        )
+
     def _move_aside(self, paths: list[Path], key: str | None) -> Path | None:
         """Move the files (and the profile folder) of `paths` that exist into
         `replaced/<time>-<key>/`; that folder, or None when none did."""

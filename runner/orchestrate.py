@@ -366,6 +366,10 @@ class _Call:
         """What another run left is set aside; a recipe that cannot run here is recorded failed
         without running."""
         folder, say = self.opts.folder(u.name), self.say
+        if (kept := folder.set_aside_unreadable()) is not None:
+            say(
+                f"kept {u.name}'s unreadable results.json in {kept}; this run writes another", False
+            )
         stored = not self.opts.force and stored_ok(folder, u.run_key)
         if stored and (short := folder.samples_short(stored.n_samples)):
             # results, samples and repeats: run again whole

@@ -521,3 +521,18 @@ def test_a_corrupt_compressed_samples_file_is_named_not_a_traceback(
     (out / "f" / "samples.jsonl.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
     r = _go(path, "--out", out)
     assert "rerun f: its results were complete but its samples.jsonl.gz cannot be read" in r.output
+
+
+def test_a_damaged_results_json_is_set_aside_not_overwritten(tmp_path, write_recipe, base_recipe):
+    path, out = write_recipe(_fake(base_recipe)), tmp_path / "out"
+    (out / "f").mkdir(parents=True)
+    (out / "f" / "results.json").write_text('{"name": "f", "status": "ok", "scores": {', "utf-8")
+    r = _go(path, "--out", out)
+    [kept] = (out / "f" / "replaced").iterdir()
+    assert r.exit_code == 0, r.output
+    assert f"kept f's unreadable results.json in {kept}; this run writes another\n" in r.output
+    assert kept.name.endswith("-unreadable")
+    assert (kept / "results.json").read_text("utf-8") == '{"name": "f", "status": "ok", "scores": {'
+    assert json.loads((out / "f" / "results.json").read_text())["status"] == "ok"
+    r = _go(path, "--out", out)  # a readable one stays
+    assert "unreadable" not in r.output and "skip f: unchanged since" in r.output
