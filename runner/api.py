@@ -28,9 +28,13 @@ def load_recipes(
     """Every experiment a recipe file holds, validated: 1 for a recipe, one per cell of a study, 0
     for a base-only file. `overrides`: `--set`-style `key.path=value` items; `model_paths`: hub id
     -> local folder (`--model-path`). Raises RunnerError for bad input."""
+    from runner.base.errors import RunnerError
     from runner.config.loading import load_recipes as load
     from runner.wings import studies
 
+    if isinstance(overrides, str):  # not read letter by letter
+        why = f"is the string {overrides!r}; give a list of `key.path=value` items"
+        raise RunnerError(why, field="overrides", hint=f"overrides=[{overrides!r}]")
     return load(path, overrides, model_paths=model_paths, studies=studies)
 
 
@@ -83,6 +87,8 @@ def run_recipe(
             "examples)"
         )
         raise RunnerError(why, field="limit")
+    if not isinstance(out, (str, Path)):
+        raise RunnerError(f"is {out!r}, not a path; give the reports' folder", field="out")
     if not str(out).strip():
         raise RunnerError("is empty; give a folder for the reports", field="out")
     if isinstance(recipe, (str, Path)):

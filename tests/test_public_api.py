@@ -132,6 +132,28 @@ def test_a_dict_is_not_a_recipe(base_recipe, tmp_path):
     assert "runner.load_recipe(path)" in e.value.hint and not (tmp_path / "out").exists()
 
 
+def test_a_string_of_overrides_and_an_out_that_is_no_path_are_refused(
+    write_recipe, base_recipe, tmp_path, monkeypatch
+):
+    path = write_recipe({**base_recipe, "name": "t"})
+    with pytest.raises(RunnerError) as e:
+        runner.load_recipe(path, "sampling.max_tokens=4")
+    assert (e.value.field, e.value.message, e.value.hint) == (
+        "overrides",
+        "is the string 'sampling.max_tokens=4'; give a list of `key.path=value` items",
+        "overrides=['sampling.max_tokens=4']",
+    )
+    assert runner.load_recipe(path, ["sampling.max_tokens=4"]).recipe.sampling.max_tokens == 4
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RunnerError) as e:
+        runner.run_recipe(path, 123, isolated=False)
+    assert (e.value.field, e.value.message) == (
+        "out",
+        "is 123, not a path; give the reports' folder",
+    )
+    assert not (tmp_path / "123").exists()
+
+
 def test_read_results_of_a_folder_that_is_not_there_is_an_error(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(RunnerError) as e:
