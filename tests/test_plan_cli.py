@@ -171,3 +171,22 @@ def test_go_makes_each_plan_in_the_background_before_its_job_and_none_for_a_skip
         assert "(`runner plan`, on the CPU)" in (out / name / "report.md").read_text()
     r = CliRunner().invoke(cli, ["go", str(tmp_path / "a.yaml"), *args])
     assert r.exit_code == 0 and "skip a: unchanged" in r.output and len(made) == 2
+
+
+def test_a_fake_engine_recipe_is_not_planned_and_says_why(write_recipe, base_recipe, tmp_path):
+    pytest.importorskip("transformers")
+    fake = {**base_recipe, "name": "f", "model": {"id": "none"}, "engine": {"kind": "fake"}}
+    path = write_recipe(fake)
+    r = CliRunner().invoke(cli, ["plan", str(path), "--gpu", "cpu"])
+    assert user_error(r) == (
+        "Error: {tmp}/recipe.yaml: nothing to plan: the fake engine makes its replies up; it has "
+        "no model to plan\n  hint: plan the recipes of a real engine (vllm, transformers)\n"
+    )
+    real = tmp_path / "real.yaml"
+    real.write_text(json.dumps(base_recipe))
+    r = CliRunner().invoke(cli, ["plan", str(path), str(real), "--gpu", "cpu", "--json"])
+    assert r.exit_code == 0, r.output
+    assert r.stderr == (
+        "not planned: f (the fake engine makes its replies up; it has no model to plan)\n"
+    )
+    assert [p["name"] for p in json.loads(r.stdout)["recipes"]] == ["t"]

@@ -192,7 +192,11 @@ def plan(paths, gpu, as_json, sets, model_paths, only):  # noqa: PLR0913
 
     target, fallback = pick_gpu(gpu)
     plans = []
+    fake = []
     for lr in load_all(paths, Asked(sets, model_paths, only), studies=studies):
+        if lr.recipe.engine.fake:  # no model: nothing a plan could read
+            fake.append(lr.recipe.name)
+            continue
         check_model(lr, weights=False)
         config = check_config(lr)  # before the tokenizer, which reads config.json too
         r = lr.recipe
@@ -202,6 +206,12 @@ def plan(paths, gpu, as_json, sets, model_paths, only):  # noqa: PLR0913
         except RunnerError as e:
             raise RunnerError(e.message, file=lr.path, field=e.field, hint=e.hint) from None
         plans.append(plan_recipe(lr, prepared, ids, target, config).model_dump(mode="json"))
+    if fake:
+        why = "the fake engine makes its replies up; it has no model to plan"
+        if not plans:
+            hint = "plan the recipes of a real engine (vllm, transformers)"
+            raise RunnerError(f"nothing to plan: {why}", file=", ".join(map(str, paths)), hint=hint)
+        click.echo(f"not planned: {', '.join(fake)} ({why})", err=True)
     on_gpu = any(p["gpu"] for p in plans)
     if fallback and on_gpu:
         click.echo(
