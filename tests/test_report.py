@@ -1174,6 +1174,20 @@ def test_cli_report_with_baseline_option(tmp_path):
     assert "## Answers that change against fast" in s
 
 
+def test_cli_report_says_which_of_two_stored_baselines_it_compares_against(tmp_path):
+    rs = _stored(tmp_path)
+    store(tmp_path, rs[1].model_copy(update={"recipe": recipe("fast", baseline=True)}))
+    res = invoke("report", tmp_path)
+    assert res.exit_code == 0, res.output
+    said = (
+        "2 stored results are marked `baseline: true` (base, fast): summary.md compares against "
+        "base (--baseline NAME picks another)\n"
+    )
+    assert said in res.output
+    assert "baseline: **base**." in (tmp_path / "summary.md").read_text(encoding="utf-8")
+    assert said not in invoke("report", tmp_path, "--baseline", "fast").output
+
+
 def test_cli_report_on_empty_folder_is_a_user_error(tmp_path):
     res = invoke("report", tmp_path)
     assert user_error(res) == ("Error: {tmp}: no */results.json here\n")

@@ -265,10 +265,7 @@ def report(out, baseline, gate_text, usd_per_gpu_hour, fail_on_gate, as_json):  
     for why in skipped:  # one bad file does not stop the others' reports
         click.echo(f"left out: {why}", err=True)
     names = [r.name for r in results]
-    if baseline and baseline not in names:
-        raise RunnerError(
-            f"--baseline {baseline!r} names no stored result; results: " + ", ".join(names)
-        )
+    _check_baseline(results, baseline, say)
     # before anything is written
     gate = gate_for(gate_text, results, baseline) if gate_text else None
     for r in results:
@@ -292,6 +289,20 @@ def report(out, baseline, gate_text, usd_per_gpu_hour, fail_on_gate, as_json):  
             )
     if after_summary(summary, as_json, fail_on_gate):
         raise SystemExit(EXIT_FAILED)
+
+
+def _check_baseline(results: list, baseline: str | None, say) -> None:
+    """--baseline names a stored result; without it, several marked `baseline: true` are said."""
+    names = [r.name for r in results]
+    if baseline and baseline not in names:
+        raise RunnerError(
+            f"--baseline {baseline!r} names no stored result; results: " + ", ".join(names)
+        )
+    if not baseline and len(marked := [r.name for r in results if r.recipe.baseline]) > 1:
+        say(
+            f"{len(marked)} stored results are marked `baseline: true` ({', '.join(marked)}): "
+            f"summary.md compares against {marked[0]} (--baseline NAME picks another)"
+        )
 
 
 def gate_for(text: str, results: list, baseline: str | None) -> GateSpec:
