@@ -579,6 +579,26 @@ def test_a_dataset_path_typed_with_set_that_is_not_there_is_named_from_here(
     )
 
 
+@pytest.mark.parametrize(
+    ("value", "quoted"),
+    [("[###]", '["###"]'), ("#x", '["#x"]'), ("[a, #b]", '["a", "#b"]'), ("a #b", '["a #b"]')],
+)
+def test_a_set_value_whose_hash_yaml_reads_as_a_comment_is_told_to_quote_it(
+    write_recipe, base_recipe, value, quoted
+):
+    path = str(write_recipe(_fake(base_recipe)))
+    r = CliRunner().invoke(cli, ["check", path, "--no-tokens", "--set", f"sampling.stop={value}"])
+    assert user_error(r) == (
+        f"Error: {{tmp}}/recipe.yaml: sampling.stop: YAML reads the `#` in {value!r} as the start "
+        f"of a comment, not as text\n  hint: quote it: --set 'sampling.stop={quoted}'\n"
+    )
+    r = CliRunner().invoke(cli, ["check", path, "--no-tokens", "--set", f"sampling.stop={quoted}"])
+    assert r.exit_code == 0, r.output
+    # a text field takes the words as typed
+    r = CliRunner().invoke(cli, ["check", path, "--no-tokens", "--set", "description=a #b"])
+    assert r.exit_code == 0, r.output
+
+
 def test_true_or_false_for_a_number_is_refused_where_it_stands(write_recipe, base_recipe):
     """pydantic reads `max_tokens: true` as 1: the run would have used one output token."""
     d = _fake(base_recipe)

@@ -172,9 +172,26 @@ def _set_value(data: dict, key: str, raw: str) -> Any:
     if text:
         return None if nullable and raw.strip() in ("null", "~") else raw
     try:
-        return yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
-        return raw
+        value = None if "#" in raw else raw
+    if "#" in raw and "#" not in str(value):  # YAML took it for a comment
+        bracketed = raw.startswith("[") and raw.endswith("]")
+        inner = raw[1:-1].split(",") if bracketed else [raw] if _list_only(target) else None
+        quoted = f"[{', '.join(map(_quoted, inner))}]" if inner else _quoted(raw)
+        why = f"YAML reads the `#` in {raw!r} as the start of a comment, not as text"
+        raise RecipeError(why, field=key, hint=f"quote it: --set '{key}={quoted}'")
+    return value
+
+
+def _list_only(target: Any) -> bool:
+    """The field takes a list and no single text (`sampling.stop`)."""
+    members = [unwrap(m) for m in union_args(unwrap(target)) or (target,) if m is not type(None)]
+    return bool(members) and all(typing.get_origin(m) is list for m in members)
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.strip().replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _apply(data: dict, items: dict[str, str], where: str) -> None:
@@ -183,6 +200,8 @@ def _apply(data: dict, items: dict[str, str], where: str) -> None:
             set_dotted(data, key, _cli_path(key, _set_value(data, key, raw)))
         except TypeError as e:
             raise RecipeError(f"--set {key}: {e}", file=where, field=key) from None
+        except RecipeError as e:
+            raise RecipeError(e.message, file=where, field=key, hint=e.hint) from None
     # a data file typed on the command line that is not there: named from here too (left as
     # typed, it would be looked for beside the recipe, and said missing there)
     for at in ("dataset", "prompt.shots.source"):
