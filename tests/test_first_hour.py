@@ -725,3 +725,18 @@ def test_a_studys_new_baseline_run_alone_is_its_summarys_baseline(
     path = write_recipe({**study, "baseline": "st-b"}, "st.yaml")
     assert _go(path, "--out", out, "--limit", "2", "--only", "st-b").exit_code == 0
     assert "baseline: **st-b**." in (out / "st" / "summary.md").read_text()
+
+
+def test_a_call_that_leaves_its_studys_baseline_out_says_where_the_baseline_is_compared(
+    tmp_path, write_recipe, base_recipe
+):
+    """--only without the study's baseline cell: the call's summary has none among its recipes, and
+    told the user to mark one though the study does."""
+    d = {k: v for k, v in _fake(base_recipe).items() if k != "name"}
+    study = {**d, "name": "st", "matrix": {"engine.delay_s": {"a": 0.0, "b": 1e-4}}}
+    out, path = tmp_path / "out", write_recipe({**study, "baseline": "st-a"}, "st.yaml")
+    assert _go(path, "--out", out, "--limit", "2", "--only", "st-b").exit_code == 0
+    assert (
+        "1 recipe; no baseline among these recipes (a study's own summary compares its cells with "
+        "the study's baseline; `--baseline NAME` picks one here)."
+    ) in (out / "summary.md").read_text()

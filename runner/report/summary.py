@@ -619,6 +619,9 @@ def _overview(j: Judged, title: str) -> list[str]:
     which = (
         f"baseline: **{base.name}**."
         if base
+        else "no baseline among these recipes (a study's own summary compares its cells with the "
+        "study's baseline; `--baseline NAME` picks one here)."
+        if any(r.cell for r in results)
         else "no baseline (mark one with `baseline: true` or `--baseline NAME`)."
     )
     parts = [
