@@ -524,6 +524,9 @@ def test_an_estimate_that_runs_every_example_says_it_projects_nothing(
     )
     r = _go(path, "--out", tmp_path / "c", "--estimate", "5")
     assert r.exit_code == 0 and "none projected" not in r.output
+    # the same run as without it: a later call without --estimate skips it
+    r = _go(path, "--out", tmp_path / "a")
+    assert r.exit_code == 0 and "skip f: unchanged since" in r.output
 
 
 def test_a_kind_changed_alone_names_the_other_kinds_settings_and_how_to_change_it(

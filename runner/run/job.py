@@ -111,7 +111,9 @@ def make_unit(lr: LoadedRecipe, opts: RunOptions, host: bool = True, library: bo
     check_engine_examples(lr, prepared.examples)
     if host and library:
         check_library(lr)
-    key = run_key(lr.recipe.canonical(), prepared.inputs, opts.limit, opts.estimate)
+    # an --estimate not fewer than the examples runs them all: the same run as without it
+    est = opts.estimate if opts.estimate and opts.estimate < prepared.n_target else None
+    key = run_key(lr.recipe.canonical(), prepared.inputs, opts.limit, est)
     return Unit(lr, prepared, key, prepare_s=time.perf_counter() - t0)
 
 
