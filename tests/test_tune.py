@@ -147,6 +147,14 @@ def test_the_dry_runs_estimate_confirms_on_the_recipes_own_limit(
     assert _tune(path, "--out", tmp_path / "out").exit_code == 0
     again = _tune(path, "--out", tmp_path / "out", "--dry-run").output
     assert "then a confirmation of ~" in again and " on 32 examples)." in again
+    data["estimate"] = 4  # a confirmation runs that sample of them (the rest projected)
+    path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "est"
+    assert _tune(path, "--out", out).exit_code == 0
+    again = _tune(path, "--out", out, "--dry-run").output
+    assert " on 4 examples)." in again, again
+    confirmed = json.loads((out / "tu" / "results.json").read_text())  # the recipe as written
+    assert confirmed["n_samples"] == 4 and confirmed["estimate"]["n_total"] == 32
 
 
 def test_the_minutes_budget_covers_the_confirmation(tmp_path, write_recipe, base_recipe):

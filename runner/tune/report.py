@@ -68,10 +68,12 @@ def run_s_at(screen: RunResult | None, n: int | None = None) -> float | None:
 
 
 def confirm_examples(screen: RunResult | None) -> int | None:
-    """The examples a confirmation runs: the dataset's, or the recipe's `dataset.limit` of them."""
+    """The examples a confirmation runs: the dataset's, or the recipe's `dataset.limit` of them, or
+    its `estimate` of those (a sample, the rest projected)."""
     if screen is None:
         return None
-    return min(filter(None, (screen.n_dataset, screen.recipe.dataset.limit)), default=None)
+    n = min(filter(None, (screen.n_dataset, screen.recipe.dataset.limit)), default=None)
+    return min(n, est) if n and (est := screen.recipe.estimate) else n
 
 
 def confirm_s(screen: RunResult | None, spec: TuneSpec, confirmed: int) -> float:
