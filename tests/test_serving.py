@@ -551,6 +551,9 @@ def test_load_spec_from_yaml_with_inf_and_round_trip():
         ({"request_rate": [1], "burstiness": float("nan")}, "burstiness", "> 0"),
         ({"request_rate": [1], "slo": {"ttfb_ms": 1}}, "slo", "ttft_ms, tpot_ms, itl_ms, e2e_ms"),
         ({"request_rate": [1], "slo": {"ttft_ms": 0}}, "slo", "> 0"),
+        # true is no number here either (pydantic would read it as 1 ms)
+        ({"request_rate": [1], "slo": {"ttft_ms": True}}, "slo", "input_value='true'"),
+        ({"request_rate": [True]}, "request_rate", "not 'true'"),
         ({"request_rate": [1], "max_concurrency": 0}, "max_concurrency", "greater than 0"),
         ({"request_rate": [1], "seed": 2**32}, "seed", "less than or equal"),
         ({"request_rate": [1], "rate": 3}, "rate", "Extra inputs"),

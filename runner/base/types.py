@@ -41,14 +41,11 @@ class StrictModel(BaseModel):
     def _no_bool_for_a_number(cls, data: Any) -> Any:
         """true/false given to a number field: handed on as the words, which it refuses (at its own
         place: `got 'true'`)."""
-        if not isinstance(data, dict) or not any(isinstance(v, bool) for v in data.values()):
+        if not isinstance(data, dict):
             return data
         fields = cls.model_fields
         return {
-            k: str(v).lower()
-            if isinstance(v, bool) and k in fields and _number_only(fields[k].annotation)
-            else v
-            for k, v in data.items()
+            k: _bool_words(v, fields[k].annotation) if k in fields else v for k, v in data.items()
         }
 
 
@@ -63,6 +60,20 @@ def union_args(ann: Any) -> tuple | None:
     """The members of a union annotation (None: not a union)."""
     unions = (typing.Union, types.UnionType)
     return typing.get_args(ann) if typing.get_origin(ann) in unions else None
+
+
+def _bool_words(value: Any, ann: Any) -> Any:
+    """`value` with each true/false where `ann` takes only a number (in a list or mapping of
+    numbers too: `slo: {ttft: true}`) turned into its word."""
+    if isinstance(value, bool):
+        return str(value).lower() if _number_only(ann) else value
+    for m in map(unwrap, union_args(unwrap(ann)) or (ann,)):
+        args, origin = typing.get_args(m), typing.get_origin(m)
+        if origin is dict and isinstance(value, dict) and len(args) == 2:
+            return {k: _bool_words(v, args[1]) for k, v in value.items()}
+        if origin is list and isinstance(value, list) and args:
+            return [_bool_words(v, args[0]) for v in value]
+    return value
 
 
 def _number_only(ann: Any) -> bool:
