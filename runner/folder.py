@@ -35,7 +35,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from runner.base.errors import RunnerError
-from runner.base.files import write_json_atomic
+from runner.base.files import jsonl_lines, write_json_atomic
 from runner.recipe import NAME_PATTERN
 from runner.results import RunResult
 
@@ -247,7 +247,7 @@ def load_samples(folder: RunFolder) -> list[dict]:
             f"cannot read the samples ({type(e).__name__}: {e})", file=str(path), hint=RERUN
         ) from None
     out = []
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(jsonl_lines(text), 1):
         if not line.strip():
             continue
         try:

@@ -536,3 +536,28 @@ def test_a_damaged_results_json_is_set_aside_not_overwritten(tmp_path, write_rec
     assert json.loads((out / "f" / "results.json").read_text())["status"] == "ok"
     r = _go(path, "--out", out)  # a readable one stays
     assert "unreadable" not in r.output and "skip f: unchanged since" in r.output
+
+
+def test_line_and_paragraph_separators_in_a_reply_or_prompt_survive_the_samples_file(
+    tmp_path, write_recipe, base_recipe
+):
+    """Found by a tester: U+2028 or U+0085 in a reply (or a question) is written as is to
+    samples.jsonl, and reading it back with splitlines() cut the line in two: the call stopped
+    with 'line 1 is not a sample' and the recipes after it never ran."""
+    odd = {**_fake(base_recipe, "odd"), "engine": {"kind": "fake", "reply": "a\u2028b \x85 c"}}
+    paths = [write_recipe(odd, "odd.yaml"), write_recipe(_fake(base_recipe, "next"), "next.yaml")]
+    out = tmp_path / "out"
+    r = _go(*paths, "--out", out, "--limit", "3")
+    assert r.exit_code == 0, r.output
+    assert (out / "odd" / "report.md").is_file() and (out / "next" / "report.md").is_file()
+    assert CliRunner().invoke(cli, ["report", str(out)]).exit_code == 0
+    from runner.results import Sample
+    from runner.run.resume import load_partial, start_partial
+
+    line = {"id": "a\u2029", "prompt": "p\u2028", "output": "o\x85", "answers": ["x"]}
+    part = tmp_path / "samples.partial.jsonl"
+    start_partial(
+        part, "k", [Sample.from_line(line | {"prompt_tokens": 1, "output_tokens": 1}, [])]
+    )
+    [got] = load_partial(part, "k", []).values()
+    assert (got.prompt, got.output) == ("p\u2028", "o\x85")

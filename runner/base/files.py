@@ -74,6 +74,12 @@ def write_jsonl_atomic(path: Path, rows: Iterable[dict]) -> None:
     write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
 
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of a JSONL file the runner wrote, split at newlines only: `splitlines()` also
+    splits at U+2028, U+0085 and the like, which `ensure_ascii=False` leaves inside a string."""
+    return text.removesuffix("\n").split("\n") if text else []
+
+
 def file_sha256(path: Path, digits: int = 16) -> str:
     """The SHA-256 of the file's bytes, read in chunks, as its first `digits` hex digits (64: all of
     it)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.errors import RunnerError
-from runner.base.files import PartialWriter, write_bytes_atomic, write_jsonl_atomic
+from runner.base.files import PartialWriter, jsonl_lines, write_bytes_atomic, write_jsonl_atomic
 from runner.base.format import secs, table
 from runner.base.procs import cmdline, descendants, end_stragglers, signals_held
 from runner.folder import RunFolder
@@ -161,7 +161,11 @@ def _shard(u: Unit, f: RunFolder, wdir: Path, out: Path) -> Shard:
         if raw
         else None
     )
-    rows = [d for d in map(json.loads, lines.splitlines()) if isinstance(d, dict) and "id" in d]
+    rows = [
+        d
+        for d in map(json.loads, filter(str.strip, jsonl_lines(lines.decode("utf-8", "replace"))))
+        if isinstance(d, dict) and "id" in d
+    ]
     samples = {str(d["id"]): Sample.from_line(d, list(u.loaded.recipe.metrics)) for d in rows}
     return Shard(result, samples, read(f.engine_log), mtime(f.samples), mtime(f.results))
 

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from runner.base.errors import RunnerError
-from runner.base.files import write_bytes_atomic, write_error, write_jsonl_atomic
+from runner.base.files import jsonl_lines, write_bytes_atomic, write_error, write_jsonl_atomic
 from runner.folder import RunFolder
 from runner.results import Repeat, Sample
 
@@ -75,7 +75,7 @@ def load_partial(path: Path, key: str, metrics: list[str]) -> dict[str, Sample]:
     if not path.is_file():
         return {}
     data = repair_cut_line(path, path.read_bytes())
-    lines = data.decode("utf-8", errors="replace").splitlines()
+    lines = jsonl_lines(data.decode("utf-8", errors="replace"))
     if _key(lines) != key:
         path.unlink()
         return {}
