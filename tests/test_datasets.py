@@ -488,6 +488,27 @@ def test_csv_cells_are_read_as_the_text_they_are(tmp_path):
     ]
 
 
+def test_csv_rows_of_one_field_more_than_the_header_shift_no_column(tmp_path):
+    """Found by a tester: pandas reads rows of one field more than the header as an index column,
+    so every column moved one to the left (ids lost, gold answers empty) and `check` said ok. A
+    trailing comma on every row is read as written; an unquoted comma inside a field is named."""
+    from runner.base.errors import RunnerError
+
+    fields = {"id": "id", "question": "question", "context": "context", "answers": "answers"}
+    d = tmp_path / "d.csv"
+    d.write_text("id,question,context,answers\nk1,Capital?,Paris is.,Paris,\nk2,Q,C,A,\n")
+    got = list(read_examples(spec(format="csv", path="d.csv", fields=fields), tmp_path).examples)
+    assert got == [
+        Example("k1", "Capital?", "Paris is.", ("Paris",)),
+        Example("k2", "Q", "C", ("A",)),
+    ]
+    d.write_text("id,question,context,answers\n1,Who?,Alice, the CEO,Alice\n2,Q,C, D,A\n")
+    with pytest.raises(RunnerError) as e:
+        read_examples(spec(format="csv", path="d.csv", fields=fields), tmp_path)
+    assert e.value.message == "cannot read d.csv as csv: line 2 has 5 fields, the header names 4"
+    assert "quote a field that holds a comma" in e.value.hint
+
+
 def test_a_nan_answer_in_parquet_is_no_gold_and_a_whole_float_its_integer(tmp_path):
     """A number column with a missing cell is float in parquet (pandas writes it so): 1945.0 was
     written 1945."""

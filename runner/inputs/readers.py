@@ -7,12 +7,14 @@ the place in it) and the recipe field to fix (`<prefix>.path`, `<prefix>.format`
 
 from __future__ import annotations
 
+import csv
 import difflib
 import hashlib
 import io
 import json
 import os
 import stat
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -206,24 +208,47 @@ def _csv(text: str, w: _Where, first: int | None = None) -> tuple[list[dict], in
         # every cell as the text it is (`1945` stays "1945", `0012` stays "0012", `NA`/`None`/`null`
         # stay words);
         # only an empty cell is missing
+        # (index_col=False: rows of one field more than the header are not read as an index
+        # column shifting every other; pandas warns, and that is an error here)
         read = lambda **kw: pd.read_csv(
-            io.StringIO(text), dtype=str, keep_default_na=False, na_values=[""], **kw
+            io.StringIO(text),
+            dtype=str,
+            keep_default_na=False,
+            na_values=[""],
+            index_col=False,
+            **kw,
         )
-        df = read(nrows=first)
-        # more rows than the limit: counted by the same parser, reading one column
-        total = len(read(usecols=[0])) if first and len(df) == first else len(df)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            df = read(nrows=first)
+            # more rows than the limit: counted by the same parser, reading one column
+            total = len(read(usecols=[0])) if first and len(df) == first else len(df)
     except pd.errors.EmptyDataError:
         return [], 0
+    except pd.errors.ParserWarning:
+        raise w.unreadable(_longer_row(text), hint=_CSV_FIELDS) from None
     except (pd.errors.ParserError, ValueError, OverflowError) as e:
-        raise w.unreadable(
-            _first_line(e),
-            hint="the first line must name the columns, and every row must have as many "
-            "comma-separated fields (quote a field that holds a comma)",
-        ) from None
+        raise w.unreadable(_first_line(e), hint=_CSV_FIELDS) from None
     try:
         return pa.Table.from_pandas(df, preserve_index=False).to_pylist(), total
     except (pa.ArrowException, ValueError, TypeError) as e:
         raise w.unreadable(_first_line(e)) from None
+
+
+_CSV_FIELDS = (
+    "the first line must name the columns, and every row must have as many comma-separated fields "
+    "(quote a field that holds a comma)"
+)
+
+
+def _longer_row(text: str) -> str:
+    """Which row has more fields than the header names (pandas only warns)."""
+    rows = csv.reader(io.StringIO(text))
+    head = len(next(rows, []))
+    for row in rows:
+        if len(row) > head:
+            return f"line {rows.line_num} has {len(row)} fields, the header names {head}"
+    return f"a row has more fields than the header names ({head})"
 
 
 def _parquet(data: bytes, w: _Where) -> list[dict]:
