@@ -347,3 +347,11 @@ def test_a_failed_side_pairs_nothing_and_its_sample_count_is_no_workload(calls, 
     doc = _json(tmp_path, old, new)
     [x] = doc["recipes"]
     assert (x["paired"], x["changed"]) == (0, None) and "examples" not in x["settings"]
+    assert (x["old_status"], x["new_status"]) == ("ok", "failed")
+    # a gate given fails it (it passed: "cannot fail it"), and says why
+    r = _compare(old, new, "--fail-on-slower", "10", "--out", tmp_path / "gated")
+    assert r.exit_code == 1 and r.stderr.endswith(
+        "failed --fail-on-slower: fk failed in new (a failed run shows no time or score)\n"
+    )
+    r = _compare(new, old, "--fail-on-slower", "10", "--out", tmp_path / "back")
+    assert r.exit_code == 0 and "failed in old" in r.output  # failed before, fixed now: no fail

@@ -28,14 +28,16 @@ from runner.cli.loading import echo_json, json_flag
     type=float,
     metavar="PCT",
     help="Exit 1 when a recipe is clearly slower by more than PCT percent: the lower end of its "
-    "NEW/OLD time's 95% interval above 1 + PCT/100 (a time without an interval cannot fail).",
+    "NEW/OLD time's 95% interval above 1 + PCT/100 (a time without an interval cannot fail), or "
+    "when a recipe that ran ok in OLD failed in NEW.",
 )
 @click.option(
     "--fail-on-drop",
     "drop",
     metavar="METRIC:DROP",
     help="Exit 1 when a recipe's paired difference of METRIC is clearly below -DROP: the upper end "
-    "of its 95% interval below -DROP (under 30 paired examples it cannot fail).",
+    "of its 95% interval below -DROP (under 30 paired examples it cannot fail), or when a recipe "
+    "that ran ok in OLD failed in NEW.",
 )
 @guard
 def compare(old, new, out, as_json, pct, drop):  # noqa: PLR0913

@@ -79,14 +79,16 @@ class OldNew(BaseModel):
 class Pair(BaseModel):
     """One recipe on both sides: the `settings` (recipe settings, input files' hashes, example
     count) and `versions` that differ, as `old -> new` (no settings: the same workload); each
-    side's generation time; `speedup`, OLD's time ÷ NEW's (above 1: NEW is faster; null: a failed
-    run or no ratio, `time` says why) and `time`, its verdict in words; the examples stored on both
-    sides (`paired`), those whose output differs (`changed`; null where none are paired), each
-    score's change and the answers' verdict; energy (J per output token) and dollars (per million
-    output tokens) where both have them."""
+    side's status and generation time; `speedup`, OLD's time ÷ NEW's (above 1: NEW is faster;
+    null: a failed run or no ratio, `time` says why) and `time`, its verdict in words; the examples
+    stored on both sides (`paired`), those whose output differs (`changed`; null where none are
+    paired), each score's change and the answers' verdict; energy (J per output token) and
+    dollars (per million output tokens) where both have them."""
 
     name: str
     old_name: str
+    old_status: str  # each side's run: ok or failed
+    new_status: str
     settings: dict[str, str]
     versions: dict[str, str]
     old_time: Time | None
@@ -185,6 +187,8 @@ def pair(a: RunResult, fa: RunFolder, b: RunResult, fb: RunFolder) -> Pair:
     return Pair(
         name=b.name,
         old_name=a.name,
+        old_status=a.status,
+        new_status=b.status,
         settings=differ(*_workloads(a, b)),
         versions=differ(env(a), env(b)),
         old_time=Time.of(a),
@@ -264,6 +268,12 @@ def gates(c: Comparison, pct: float | None, drop: str | None) -> tuple[list[str]
     metric, limit = parse_drop(drop, c) if drop is not None else (None, 0.0)
     fails, cannot = [], []
     for p in c.recipes:
+        if (pct is not None or metric) and p.new_status != "ok" and p.old_status == "ok":
+            which = " and ".join(
+                f"--fail-on-{w}" for w, x in (("slower", pct), ("drop", metric)) if x is not None
+            )
+            fails.append(f"{which}: {p.name} failed in new (a failed run shows no time or score)")
+            continue
         hi = p.speedup and p.speedup.hi  # NEW/OLD time's lower end: 1 / hi
         if pct is not None and not hi:
             cannot.append(f"{p.name}: {p.time}: --fail-on-slower cannot fail it")
