@@ -156,6 +156,15 @@ def test_changed_answers_count_and_paired_interval(calls, tmp_path):
         f"{em['hi']:+.3f} is below -0.05"
     )
     assert _compare(old, new, "--fail-on-drop", "exact_match:0.1").exit_code == 0
+    # one per metric, each gating (a second one replaced the first: a dropped gate passed)
+    for gates in (["char_f1:0.5", "exact_match:0.05"], ["exact_match:0.05", "char_f1:0.5"]):
+        args = [x for g in gates for x in ("--fail-on-drop", g)]
+        r = _compare(old, new, *args, "--out", tmp_path / "two")
+        assert r.exit_code == 1 and "failed --fail-on-drop exact_match:0.05: fk: " in r.stderr
+    r = _compare(old, new, "--fail-on-slower", "10", "--fail-on-slower", "500")
+    assert user_error(r).endswith(
+        "Error: Invalid value for '--fail-on-slower': given 2 times (10.0, 500.0); give it once\n"
+    )
     md = (new / "compare.md").read_text()
     # McNemar where every score is 0 or 1: char_f1 here too (the fake replies are exact or wrong)
     assert "| exact_match 0 / 8 (p=0.00781); char_f1 0 / 8 (p=0.00781) " in md and em["words"] in md

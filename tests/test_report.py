@@ -1188,6 +1188,16 @@ def test_cli_report_says_which_of_two_stored_baselines_it_compares_against(tmp_p
     assert said not in invoke("report", tmp_path, "--baseline", "fast").output
 
 
+def test_cli_report_refuses_a_gate_given_twice(tmp_path):
+    _stored(tmp_path)
+    res = invoke("report", tmp_path, "--gate", "exact_match:0.01", "--gate", "exact_match:0.5")
+    assert user_error(res).endswith(
+        "Error: Invalid value for '--gate': given 2 times (exact_match:0.01, exact_match:0.5); "
+        "give it once\n"
+    )
+    assert not (tmp_path / "summary.md").exists()
+
+
 def test_cli_report_on_empty_folder_is_a_user_error(tmp_path):
     res = invoke("report", tmp_path)
     assert user_error(res) == ("Error: {tmp}: no */results.json here\n")

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from runner.cli.app import EXIT_FAILED, cli, guard
-from runner.cli.loading import echo_json, json_flag
+from runner.cli.loading import echo_json, json_flag, once
 
 
 @cli.command()
@@ -26,6 +26,8 @@ from runner.cli.loading import echo_json, json_flag
     "--fail-on-slower",
     "pct",
     type=float,
+    multiple=True,
+    callback=once,
     metavar="PCT",
     help="Exit 1 when a recipe is clearly slower by more than PCT percent: the lower end of its "
     "NEW/OLD time's 95% interval above 1 + PCT/100 (a time without an interval cannot fail), or "
@@ -33,14 +35,16 @@ from runner.cli.loading import echo_json, json_flag
 )
 @click.option(
     "--fail-on-drop",
-    "drop",
+    "drops",
+    multiple=True,
     metavar="METRIC:DROP",
-    help="Exit 1 when a recipe's paired difference of METRIC is clearly below -DROP: the upper end "
+    help="Exit 1 when a recipe's paired difference of METRIC is clearly below -DROP (give it once "
+    "per metric to gate several): the upper end "
     "of its 95% interval below -DROP (under 30 paired examples it cannot fail), or when a recipe "
     "that ran ok in OLD failed in NEW.",
 )
 @guard
-def compare(old, new, out, as_json, pct, drop):  # noqa: PLR0913
+def compare(old, new, out, as_json, pct, drops):  # noqa: PLR0913
     """Compare the runs stored in NEW with those in OLD: each a `runner go --out` folder or one run
     folder (results.json in it, e.g. OUT/NAME/replaced/<time>-<key>), recipes matched by name. Per
     recipe: what differs (settings, versions), the speed-up (OLD's time ÷ NEW's) with its 95%
@@ -51,7 +55,7 @@ def compare(old, new, out, as_json, pct, drop):  # noqa: PLR0913
     from runner.compare import report
 
     c = cmp.compare(old, new)
-    fails, cannot = cmp.gates(c, pct, drop)
+    fails, cannot = cmp.gates(c, pct, drops)
     out = out or new
     if replaced := report.check_out(out, old):
         click.echo(f"replacing the earlier {', '.join(replaced)} in {out}", err=True)

@@ -18,6 +18,7 @@ from runner.cli.loading import (
     after_summary,
     echo_json,
     json_flag,
+    once,
     overrides,
     price,
 )
@@ -234,6 +235,8 @@ def plan(paths, gpu, as_json, sets, model_paths, only):  # noqa: PLR0913
 @click.option(
     "--gate",
     "gate_text",
+    multiple=True,
+    callback=once,
     metavar="METRIC:DROP",
     help=(
         "A quality gate for every recipe that has none of its own: METRIC:DROP, the largest "

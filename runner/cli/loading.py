@@ -54,6 +54,16 @@ def _finite(ctx, param, value: float | None) -> float | None:
     return value
 
 
+def once(ctx, param, values: tuple) -> Any:
+    """An option read with `multiple=True` so that giving it twice is an error, not the last one
+    silently kept (a CI's second gate dropped)."""
+    if len(values) > 1:
+        raise click.BadParameter(
+            f"given {len(values)} times ({', '.join(map(str, values))}); give it once"
+        )
+    return values[0] if values else None
+
+
 def price(text: str):
     """--usd-per-gpu-hour, with its help."""
     price_range = click.FloatRange(min=0, min_open=True, max=1_000_000)

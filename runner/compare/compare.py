@@ -6,6 +6,7 @@ changed, verdicts in words, and the conditions a CI exits on."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -257,20 +258,22 @@ def parse_drop(text: str, c: Comparison) -> tuple[str, float]:
     return metric, drop
 
 
-def gates(c: Comparison, pct: float | None, drop: str | None) -> tuple[list[str], list[str]]:
-    """`--fail-on-slower PCT` and `--fail-on-drop METRIC:DROP`: the conditions that fail, and the
-    recipes a condition cannot fail, in words."""
+def gates(
+    c: Comparison, pct: float | None, drops: Sequence[str] = ()
+) -> tuple[list[str], list[str]]:
+    """`--fail-on-slower PCT` and each `--fail-on-drop METRIC:DROP`: the conditions that fail, and
+    the recipes a condition cannot fail, in words."""
     if pct is not None and not pct >= 0:
         hint = "PCT is how much slower, in percent, fails: e.g. --fail-on-slower 10"
         raise RunnerError(
             f"{pct:g} is not a percent at or above 0", field="--fail-on-slower", hint=hint
         )
-    metric, limit = parse_drop(drop, c) if drop is not None else (None, 0.0)
+    limits = [(d, *parse_drop(d, c)) for d in drops]
     fails, cannot = [], []
     for p in c.recipes:
-        if (pct is not None or metric) and p.new_status != "ok" and p.old_status == "ok":
+        if (pct is not None or limits) and p.new_status != "ok" and p.old_status == "ok":
             which = " and ".join(
-                f"--fail-on-{w}" for w, x in (("slower", pct), ("drop", metric)) if x is not None
+                f"--fail-on-{w}" for w, x in (("slower", pct), ("drop", limits or None)) if x
             )
             fails.append(f"{which}: {p.name} failed in new (a failed run shows no time or score)")
             continue
@@ -280,11 +283,12 @@ def gates(c: Comparison, pct: float | None, drop: str | None) -> tuple[list[str]
         elif pct is not None and 1 / hi > 1 + pct / 100:  # type: ignore[operator]
             bound = f"NEW/OLD time's lower end {1 / hi:.3f} is above {1 + pct / 100:g}"  # type: ignore[operator]
             fails.append(f"--fail-on-slower {pct:g}: {p.name} is {p.time}; {bound}")
-        s = next((s for s in p.scores if s.metric == metric), None)
-        if metric and (s is None or s.hi is None):
-            why = s.words if s else f"no paired {metric}"
-            cannot.append(f"{p.name}: {why}: --fail-on-drop cannot fail it")
-        elif s and s.hi < -limit:  # type: ignore[operator]
-            bound = f"the upper end {signed(s.hi)} is below -{limit:g}"  # type: ignore[arg-type]
-            fails.append(f"--fail-on-drop {drop}: {p.name}: {s.words}; {bound}")
+        for drop, metric, limit in limits:
+            s = next((s for s in p.scores if s.metric == metric), None)
+            if s is None or s.hi is None:
+                why = s.words if s else f"no paired {metric}"
+                cannot.append(f"{p.name}: {why}: --fail-on-drop {drop} cannot fail it")
+            elif s.hi < -limit:
+                bound = f"the upper end {signed(s.hi)} is below -{limit:g}"
+                fails.append(f"--fail-on-drop {drop}: {p.name}: {s.words}; {bound}")
     return fails, cannot
