@@ -60,11 +60,13 @@ def calls(tmp_path_factory) -> dict[str, Path]:
 
 def _copy(src: Path, dest: Path, env: dict | None = None) -> Path:
     """A copy of an out folder, its results scored for real (as with real weights), with
-    environment facts set (dotted keys)."""
+    environment facts set (dotted keys), as a run of its own (its start moved: two copies of one
+    run are refused as the same run)."""
     shutil.copytree(src, dest)
     p = dest / "fk" / "results.json"
     d = json.loads(p.read_text())
     d["scores_meaningful"] = True
+    d["started_at"] += f" ({dest.name})"
     for k, v in (env or {}).items():
         set_dotted(d["environment"], k, v)
     p.write_text(json.dumps(d))
@@ -84,6 +86,15 @@ def _json(tmp: Path, *args) -> dict:
 
 
 def test_the_same_runs_are_no_clear_difference_and_pass_the_gate(calls, tmp_path):
+    # one run on both sides (a CI naming one artifact twice would always pass): refused
+    shutil.copytree(calls["old"], tmp_path / "twice")
+    r = _compare(calls["old"], tmp_path / "twice", "--fail-on-slower", "10")
+    assert user_error(r) == (
+        "Error: OLD and NEW hold the same runs (fk: same run key, start and end): nothing to "
+        "compare\n  hint: name as NEW the --out folder of the call you want to compare with OLD\n"
+    )
+    assert not (tmp_path / "twice" / "compare.md").exists()
+    # the same repeats as two runs: no clear difference
     old, copy = _copy(calls["old"], tmp_path / "a"), _copy(calls["old"], tmp_path / "copy")
     r = _compare(old, copy, "--fail-on-slower", "10")
     assert r.exit_code == 0, r.output
@@ -260,22 +271,22 @@ SIDE = "name a `runner go --out` folder, or one run folder with results.json in 
             f"{{tmp}}: no results.json here, nor in */results.json\n  hint: {SIDE}",
         ),
         (
-            ["{old}", "{old}", "--fail-on-slower", "-5"],
+            ["{old}", "{new}", "--fail-on-slower", "-5"],
             "--fail-on-slower: -5 is not a percent at or above 0\n  hint: PCT is how much slower, "
             "in percent, fails: e.g. --fail-on-slower 10",
         ),
         (
-            ["{old}", "{old}", "--fail-on-slower", "nan"],
+            ["{old}", "{new}", "--fail-on-slower", "nan"],
             "--fail-on-slower: nan is not a percent at or above 0\n  hint: PCT is how much "
             "slower, in percent, fails: e.g. --fail-on-slower 10",
         ),
         (
-            ["{old}", "{old}", "--fail-on-drop", "exact_match"],
+            ["{old}", "{new}", "--fail-on-drop", "exact_match"],
             "--fail-on-drop: 'exact_match' is not METRIC:DROP (DROP a number from 0 to 1)\n"
             "  hint: e.g. squad_f1:0.01; paired scores here: char_f1, exact_match",
         ),
         (
-            ["{old}", "{old}", "--fail-on-drop", "squad_f1:0.01"],
+            ["{old}", "{new}", "--fail-on-drop", "squad_f1:0.01"],
             "--fail-on-drop: no recipe has paired scores of 'squad_f1'\n"
             "  hint: paired scores here: char_f1, exact_match",
         ),
@@ -292,7 +303,13 @@ SIDE = "name a `runner go --out` folder, or one run folder with results.json in 
         ),
         (
             ["{old}", "{old}"],
-            "--out: {tmp}/a is in OLD ({tmp}/a): compare never writes into the older runs\n"
+            "OLD and NEW hold the same runs (fk: same run key, start and end): nothing to "
+            "compare\n  hint: name as NEW the --out folder of the call you want to compare with "
+            "OLD",
+        ),
+        (
+            ["{old}", "{new}", "--out", "{old}/x"],
+            "--out: {tmp}/a/x is in OLD ({tmp}/a): compare never writes into the older runs\n"
             "  hint: name another folder with --out",
         ),
     ],
@@ -303,7 +320,14 @@ def test_bad_input_is_refused_with_a_hint(calls, tmp_path, args, message):
     shutil.copytree(old / "fk", other)
     d = json.loads((other / "results.json").read_text())
     (other / "results.json").write_text(json.dumps({**d, "name": "other"}))
-    paths = {"tmp": tmp_path, "old": old, "fake": calls["same"], "other": tmp_path / "b"}
+    new = _copy(calls["old"], tmp_path / "n")
+    paths = {
+        "tmp": tmp_path,
+        "old": old,
+        "new": new,
+        "fake": calls["same"],
+        "other": tmp_path / "b",
+    }
     r = _compare(*(a.format(**paths) for a in args))
     assert user_error(r) == f"Error: {message}\n"
     assert not (old / "compare.md").exists()

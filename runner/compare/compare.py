@@ -140,6 +140,13 @@ def compare(old: Path, new: Path) -> Comparison:
         why = f"no recipe is on both sides (old: {', '.join(a)}; new: {', '.join(b)})"
         hint = "name two run folders (OLD/NAME NEW/NAME) to compare them whatever their names"
         raise RunnerError(why, hint=hint)
+    run = lambda r: (r.run_key, r.started_at, r.finished_at, r.status)
+    same = lambda x, y: run(a[x][0]) == run(b[y][0])
+    if all(same(x, y) for x, y in names):  # one artifact named twice: it would always pass
+        runs = ", ".join(y for _, y in names)
+        why = f"OLD and NEW hold the same runs ({runs}: same run key, start and end)"
+        hint = "name as NEW the --out folder of the call you want to compare with OLD"
+        raise RunnerError(why + ": nothing to compare", hint=hint)
     pairs = [pair(*a[x], *b[y]) for x, y in names]
     return Comparison(
         old=str(old),
