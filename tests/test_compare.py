@@ -27,7 +27,7 @@ DELAY = 0.02  # s an example: 0.72 s a generation, far above the runner's own ti
 WRONG = "{% if id[-1] in '12' %}wrong{% else %}{{ answers[0] }}{% endif %}"  # 8 of the 36 ids
 
 
-def _go(tmp: Path, out: str, delay: float = DELAY, reply: str = "{{ answers[0] }}") -> Path:
+def _go(tmp: Path, out: str, delay: float = DELAY, reply: str = "{{ answers[0] }}", **more) -> Path:
     recipe = {
         "name": "fk",
         "model": {"id": "none"},
@@ -37,6 +37,7 @@ def _go(tmp: Path, out: str, delay: float = DELAY, reply: str = "{{ answers[0] }
         "sampling": {"temperature": 0, "max_tokens": 16},
         "metrics": ["exact_match", "char_f1"],
         "repeat": 4,
+        **more,
     }
     path = tmp / f"{out}.yaml"
     path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
@@ -388,3 +389,13 @@ def test_a_failed_side_pairs_nothing_and_its_sample_count_is_no_workload(calls, 
     )
     r = _compare(new, old, "--fail-on-slower", "10", "--out", tmp_path / "back")
     assert r.exit_code == 0 and "failed in old" in r.output  # failed before, fixed now: no fail
+
+
+def test_an_estimate_is_said_to_be_one_beside_its_ratio(calls, tmp_path):
+    """Found by a tester: a run projected from 20 of 60 examples was compared with a full run as if
+    both were measured (and listed `examples 60 -> 20` as a setting that differs)."""
+    est = _go(tmp_path, "est", estimate=12)
+    doc = _json(tmp_path, calls["old"], est)
+    [p] = doc["recipes"]
+    assert "examples" not in p["settings"], p["settings"]
+    assert p["time"].endswith(" (~: NEW projected from 12 of 36 examples)"), p["time"]

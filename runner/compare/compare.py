@@ -169,7 +169,8 @@ def workload(r: RunResult) -> dict:
     hashes of its input files and its example count."""
     recipe = {k: v for k, v in r.recipe.canonical().items() if k not in {*NOT_IN_KEY, "name"}}
     inputs = r.environment.get("inputs", {})
-    return flat_dotted({**recipe, "inputs": inputs, "examples": r.n_samples})
+    n = r.estimate.n_total if r.estimate else r.n_samples  # an estimate stands for its whole
+    return flat_dotted({**recipe, "inputs": inputs, "examples": n})
 
 
 def _workloads(a: RunResult, b: RunResult) -> tuple[dict, dict]:
@@ -220,10 +221,16 @@ def time_words(s: Speedup | None, a: RunResult, b: RunResult) -> str:
         failed = [f"failed in {w}" for w, r in (("old", a), ("new", b)) if r.status != "ok"]
         why = why_no_ratio(a, b) or "no time, or a serving run"
         return (failed or [f"no time ratio: {why}"])[0]
+    est = [
+        f"{side} projected from {r.estimate.n_measured:,} of {r.estimate.n_total:,} examples"
+        for side, r in (("OLD", a), ("NEW", b))
+        if r.estimate
+    ]
+    said = f" (~: {', '.join(est)})" if est else ""
     if s.verdict in ("faster", "slower"):
         got = (s.ratio, s.lo, s.hi) if s.verdict == "faster" else (1 / s.ratio, 1 / s.hi, 1 / s.lo)  # type: ignore[operator]
-        return f"clearly {s.verdict}: {ratio_text(*got)}"
-    return ("no verdict: " if s.lo is None else "") + ratio_text(s.ratio, s.lo, s.hi)
+        return f"clearly {s.verdict}: {ratio_text(*got)}{said}"
+    return ("no verdict: " if s.lo is None else "") + ratio_text(s.ratio, s.lo, s.hi) + said
 
 
 def change(m: str, olds: dict, news: dict, ids: list) -> Change | None:
