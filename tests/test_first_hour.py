@@ -3,6 +3,7 @@ behaviour."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -743,3 +744,26 @@ def test_a_call_that_leaves_its_studys_baseline_out_says_where_the_baseline_is_c
         "1 recipe; no baseline among these recipes (a study's own summary compares its cells with "
         "the study's baseline; `--baseline NAME` picks one here)."
     ) in (out / "summary.md").read_text()
+
+
+def test_a_hub_dataset_folder_beside_the_recipe_is_found_there_and_its_bytes_key_the_run(
+    tmp_path, write_recipe, base_recipe, monkeypatch
+):
+    """Found by a tester: `format: hub` with a folder beside the recipe was looked up from the
+    current folder (then on the network, ~25 s), and an edit to its files left the run skipped."""
+    pytest.importorskip("datasets")
+    folder = tmp_path / "sub" / "hubds"
+    folder.mkdir(parents=True)
+    rows = lambda gold: "".join(
+        json.dumps({"id": str(i), "question": f"Q{i}", "context": "C", "answers": [gold]}) + "\n"
+        for i in range(3)
+    )
+    (folder / "validation.jsonl").write_text(rows("A"))
+    d = {**_fake(base_recipe), "dataset": {"format": "hub", "path": "hubds"}}
+    path, out = write_recipe(d, "sub/h.yaml"), tmp_path / "out"
+    monkeypatch.chdir(tmp_path)  # not the recipe's folder
+    assert _go(path, "--out", out).exit_code == 0
+    assert _go(path, "--out", out).output.count("skip f: unchanged since") == 1
+    (folder / "validation.jsonl").write_text(rows("B"))
+    r = _go(path, "--out", out)
+    assert "skip f" not in r.output and "kept f's earlier results in " in r.output, r.output

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import math
 import random
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.errors import DatasetError
+from runner.base.files import file_sha256
 from runner.base.types import Example
 from runner.inputs.readers import parse_rows, read_file
 
@@ -27,9 +29,10 @@ from runner.inputs.readers import parse_rows, read_file
 @dataclass(frozen=True)
 class LoadedExamples:
     examples: tuple[Example, ...]
-    # of the file's bytes as read (16 hex digits, as runner.base.files.file_sha256); None: hub
+    # of the file's bytes as read (16 hex digits, as runner.base.files.file_sha256), or of a local
+    # hub folder's files; None: a hub dataset from the hub
     sha256: str | None
-    path: str | None  # the file that was read; None for a hub dataset
+    path: str | None  # the file or local folder that was read; a hub dataset: its id
     total: int  # rows in the dataset (only the first `limit` may have been parsed)
 
 
@@ -198,8 +201,14 @@ def read_examples(
     came from. `field`: the recipe field `spec` sits at (`dataset`, or `prompt.shots.source`), named
     by every error."""
     if spec.format == "hub":
+        # a dataset folder beside the recipe (as any path in it); its files' bytes hashed like a
+        # file's, so a change to them is a change to the run
+        folder = base_dir / Path(spec.path).expanduser()
+        local = folder.is_dir()
+        spec = spec.model_copy(update={"path": str(folder)}) if local else spec
         rows, total = _hub_rows(spec, where, field)
-        return LoadedExamples(_examples(rows, spec, where, field), None, None, total)
+        digest = _folder_sha256(folder) if local else None
+        return LoadedExamples(_examples(rows, spec, where, field), digest, spec.path, total)
     # a path relative to the recipe file (an absolute one stays itself)
     fb = read_file(base_dir / Path(spec.path).expanduser(), where, field)
     key = (fb.sha256, str(fb.path), spec.model_dump_json(), field)
@@ -210,6 +219,14 @@ def read_examples(
         examples = _examples(rows, spec, where, field)
         _READ[key] = kept = LoadedExamples(examples, fb.sha256, str(fb.path), total)
     return kept
+
+
+def _folder_sha256(folder: Path) -> str:
+    """A hash of every file under `folder` (names and bytes), 16 hex digits as a file's."""
+    h = hashlib.sha256()
+    for p in sorted(x for x in folder.rglob("*") if x.is_file()):
+        h.update(f"{p.relative_to(folder)}\0{file_sha256(p, 64)}\n".encode())
+    return h.hexdigest()[:16]
 
 
 # (file sha256, path, spec, field) -> examples: files are read, bytes hashed
