@@ -35,7 +35,11 @@ class FieldMap(StrictModel):
     """Where each part of a normalized example comes from in a dataset row (dotted keys reach
     inside nested records; a column whose own name has dots, as a CSV's `q.text`, comes first)."""
 
-    id: str | None = Field(None, description="Column holding a unique id; row number when unset.")
+    id: str | None = Field(
+        None,
+        description="Column holding a unique id; unset: the rows' `id` column where they have one, "
+        "else the row number.",
+    )
     question: str = Field("question", description="Column holding the question.")
     context: str | None = Field("context", description="Column holding the passage; null for none.")
     answers: str | None = Field(

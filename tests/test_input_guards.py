@@ -32,11 +32,16 @@ def test_duplicate_example_ids_are_rejected(write_recipe, base_recipe, tmp_path)
     )
     base_recipe["dataset"] = {"format": "jsonl", "path": "d.jsonl", "fields": {"id": "id"}}
     r = _check(write_recipe(base_recipe))
-    assert user_error(r) == (
-        "Error: {tmp}/recipe.yaml: dataset.fields.id: example id '1' appears more than once; ids "
-        "must be unique (they pair samples across runs and recipes)\n"
-        "  hint: map fields.id to a unique column, or leave it unset to number the rows\n"
+    said = (
+        "Error: {tmp}/recipe.yaml: dataset.fields.id: example id '1' appears more than once (rows "
+        "0 and 1); ids must be unique (they pair samples across runs and recipes)\n"
+        "  hint: the column 'id' repeats it: map fields.id to a column whose values are unique, "
+        "or make the ids unique in the file\n"
     )
+    assert user_error(r) == said
+    # unset, the rows' own `id` column is read all the same (the hint said to leave it unset)
+    base_recipe["dataset"]["fields"] = {}
+    assert user_error(_check(write_recipe(base_recipe))) == said
 
 
 def test_include_in_a_template_is_a_clear_error(write_recipe, base_recipe, tmp_path):

@@ -244,17 +244,18 @@ def _examples(rows: list, spec: Any, where: str, field: str) -> tuple[Example, .
         )
     example = _mapper(rows, spec, where, field)
     examples = [example(n, row) for n, row in enumerate(rows)]
-    seen: set[str] = set()
-    for ex in examples:
-        if ex.id in seen:
+    seen: dict[str, int] = {}
+    for n, ex in enumerate(examples):
+        if (first := seen.setdefault(ex.id, n)) != n:
+            col = f"the column {spec.fields.id or 'id'!r} repeats it"
             raise DatasetError(
-                f"example id {ex.id!r} appears more than once; ids must be unique (they pair "
-                "samples across runs and recipes)",
+                f"example id {ex.id!r} appears more than once (rows {first} and {n}); ids must be "
+                "unique (they pair samples across runs and recipes)",
                 file=where,
                 field=f"{field}.fields.id",
-                hint="map fields.id to a unique column, or leave it unset to number the rows",
+                hint=f"{col}: map fields.id to a column whose values are unique, or make the "
+                "ids unique in the file",
             )
-        seen.add(ex.id)
     if spec.shuffle:
         random.Random(spec.seed).shuffle(examples)
     return tuple(examples[: spec.limit or None])
