@@ -425,6 +425,7 @@ class _Call:
         ]
         self._ahead((groups[seq[0][1]], seq[0][0]), set())  # the first job's process starts now
         walls: dict[int, list[float]] = {}  # each group's jobs' wall times (announce to end)
+        spent: dict[str, float] = {}  # each recipe's share of its turns' wall times so far
         begun, planned = monotonic(), set[int]()
         while seq:
             (turn, i), *seq = seq
@@ -444,8 +445,11 @@ class _Call:
             live = _live(groups[i], turn, ended)
             rounds = (turn,) if turns > 1 else None
             then = (groups[seq[0][1]], seq[0][0]) if seq else None
-            self._run_job(Job(live, opts, rounds=rounds, restarts=turns > 1), then)
-            walls.setdefault(i, []).append(monotonic() - start)
+            used = tuple((u.name, spent[u.name]) for u in live if u.name in spent)
+            self._run_job(Job(live, opts, rounds, turns > 1, spent=used), then)
+            walls.setdefault(i, []).append(wall := monotonic() - start)
+            if turns > 1:  # a recipe's timeout covers all its turns
+                _charge(spent, live, opts.timeout_s, wall)
             # a job whose recipes all ended in an earlier turn (a failure) is none
             ended = {r.name for r in self.results}
             if seq := [(t, j) for t, j in seq if _live(groups[j], t, ended)]:
@@ -536,6 +540,15 @@ class _Call:
             )
         for path in studies:
             self.say(f"study summary (every stored cell): {path}", to_stderr)
+
+
+def _charge(spent: dict[str, float], units: tuple[Unit, ...], call_s: int | None, wall: float):
+    """A turn's wall time charged to its recipes' timeouts, each its timeout's share of it."""
+    each = {u.name: u.loaded.recipe.timeout_s or call_s for u in units}
+    if all(each.values()):
+        total = sum(each.values())  # type: ignore[arg-type]
+        for name, t in each.items():
+            spent[name] = spent.get(name, 0.0) + wall * t / total  # type: ignore[operator]
 
 
 def _live(group: tuple[Unit, ...], turn: int, ended: set[str]) -> tuple[Unit, ...]:

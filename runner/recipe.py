@@ -404,8 +404,9 @@ class Recipe(StrictModel):
     timeout_s: PositiveInt | None = Field(
         None,
         le=MAX_TIMEOUT_S,
-        description="End the run and record it failed after this many seconds (at most 30 days). "
-        "A `load:` recipe's sweep looks at it after each rate and stops there, keeping the rates.",
+        description="End the run and record it failed after this many seconds (at most 30 days), "
+        "all its repeats included (recipes that share one engine share the sum of theirs). A "
+        "`load:` recipe's sweep looks at it after each rate and stops there, keeping the rates.",
     )
     profile: bool = Field(
         False,

@@ -404,3 +404,22 @@ def test_a_recipe_on_an_engine_whose_prefix_cache_could_not_be_emptied_fails_say
             "a run on this engine before it was cut short or failed: run b again (runner go with "
             "--only b) on a fresh engine"
         )
+
+
+@pytest.mark.slow
+def test_a_timeout_covers_all_the_repeats_taken_in_turns(tmp_path):
+    """Found by a tester: with repeats taken in turns across engines each turn got the whole
+    timeout, so a recipe ran ~3x its timeout_s and was ok (alone, the same recipe failed)."""
+    import yaml
+
+    quick, slow = _fake(tmp_path, "quick"), _fake(tmp_path, "slowish", delay_s=0.06)
+    d = yaml.safe_load(slow.read_text())
+    slow.write_text(yaml.safe_dump({**d, "timeout_s": 5}, allow_unicode=True))
+    out = tmp_path / "out"
+    args = ["go", str(quick), str(slow), "--out", str(out), "--no-progress", "--repeat", "3"]
+    res = CliRunner().invoke(cli, args)
+    assert "repeats take turns across the 2 engines" in res.output, res.output
+    r = json.loads((out / "slowish" / "results.json").read_text())
+    assert r["status"] == "failed", r
+    assert "(timeout_s, less what its earlier turns took)" in r["error"], r["error"]
+    assert json.loads((out / "quick" / "results.json").read_text())["status"] == "ok"

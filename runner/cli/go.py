@@ -84,7 +84,8 @@ def interrupted(e: Interrupted) -> NoReturn:
     "timeout_s",
     type=click.IntRange(min=1, max=MAX_TIMEOUT_S),
     help=(
-        "Seconds per recipe before it is ended and recorded failed (a recipe's own timeout_s wins; "
+        "Seconds per recipe, all its repeats included, before it is ended and recorded failed "
+        "(recipes that share one engine share the sum of theirs; a recipe's own timeout_s wins; "
         "a `load:` recipe's sweep stops after the rate that passes it)."
     ),
 )

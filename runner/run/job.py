@@ -77,12 +77,17 @@ class Job:
     # one turn of an interleaving with engine restarts (the other turns in other jobs)
     restarts: bool = False
     spawned_at: float | None = None  # time.time() when its worker process was asked to start
+    # seconds of each recipe's timeout its earlier turns of this call used (by name)
+    spent: tuple[tuple[str, float], ...] = ()
 
     def timeout_s(self) -> float | None:
-        """The sum of the units' timeouts (each its recipe's, else the call's); none if any has
-        none. A recipe's timeout covers all its repeats."""
+        """The sum of the units' timeouts (each its recipe's, else the call's), less what their
+        earlier turns used; none if any has none. A recipe's timeout covers all its repeats."""
         each = [u.loaded.recipe.timeout_s or self.options.timeout_s for u in self.units]
-        return None if any(t is None for t in each) else float(sum(each))  # type: ignore[arg-type]
+        if any(t is None for t in each):
+            return None
+        used = dict(self.spent)
+        return float(sum(max(0.0, t - used.get(u.name, 0.0)) for u, t in zip(self.units, each)))  # type: ignore[operator]
 
     def timeout_from(self) -> tuple[str, str]:
         """Where `timeout_s()` comes from, in words: the timed-out run's message says the first,
@@ -95,7 +100,8 @@ class Job:
             if own == {True}
             else ("timeout_s, --timeout", "the recipes' timeout_s or --timeout")
         )
-        return said + (", summed over the job's recipes" if len(self.units) > 1 else ""), more
+        said += ", summed over the job's recipes" if len(self.units) > 1 else ""
+        return said + (", less what its earlier turns took" if self.spent else ""), more
 
 
 def make_unit(lr: LoadedRecipe, opts: RunOptions, host: bool = True, library: bool = True) -> Unit:
