@@ -318,7 +318,8 @@ class _Call:
                 if prev:
                     self.done(prev)
             if self.results:
-                self._summarize(units, to_stderr=True)
+                left = [u.name for u in units if u.name not in {r.name for r in self.results}]
+                self._summarize(units, to_stderr=True, unfinished=left)
             raise Interrupted(len(self.results), len(units)) from None
 
     def _whole_estimates(self, todo: list[Unit]) -> None:
@@ -521,12 +522,20 @@ class _Call:
             self.warm = threading.Thread(target=pyplot, name="runner-warm-reports")
             self.warm.start()
 
-    def _summarize(self, units: list[Unit], to_stderr: bool) -> None:
-        """The results in the call's order, summary.md and each study's own summary written; the
-        last job's end (its warnings) awaited before they are named."""
+    def _summarize(self, units: list[Unit], to_stderr: bool, unfinished: list[str] = ()) -> None:
+        """The results in the call's order, summary.md and each study's own summary written (an
+        interrupted call's names the recipes it did not finish); the last job's end (its warnings)
+        awaited before they are named."""
         out, order = self.opts.out, {u.name: i for i, u in enumerate(units)}
         self.results.sort(key=lambda r: order.get(r.name, len(order)))
         sections = self.wings.summary_sections()
+        if unfinished:
+            line = (
+                f"> **Interrupted**: {len(unfinished)} recipe(s) of this call did not finish and "
+                f"are not in this summary ({', '.join(unfinished)}); the same command again runs "
+                "them, keeping what they finished."
+            )
+            sections = [lambda rs, out, line=line: ["", line], *sections]
         summary = write_summary(self.results, out, self.opts.baseline, sections)
         studies = self.wings.study_summaries(self.results, out, self.opts.baseline)
         self.ends.join()

@@ -130,6 +130,11 @@ def test_a_study_interrupted_in_its_second_cell_reports_the_first(
     assert "interrupted: 1 of 2 recipes finished;" in r.stderr
     assert (out / "s-a" / "report.md").is_file() and (out / "summary.md").is_file()
     assert "s-a" in (out / "s" / "summary.md").read_text()
+    # the summary of what finished says what did not (it read as the whole call)
+    assert (
+        "> **Interrupted**: 1 recipe(s) of this call did not finish and are not in this summary "
+        "(s-b); the same command again runs them, keeping what they finished."
+    ) in (out / "summary.md").read_text()
 
 
 def test_a_recipe_with_a_timeout_does_not_share_an_engine_with_one_without(
