@@ -143,12 +143,18 @@ class RunFolder:
         # results coming back must not be blocked
         if self.results.is_file() and (other := _key_of(self.results)) != key:
             self._move_aside([self.results, self.report], other)
+        self.put_back(src)
+        return src
+
+    def put_back(self, src: Path) -> None:
+        """The files set aside into `src` back in this folder (where nothing took their place)."""
         for f in src.iterdir():
             if not (self.root / f.name).exists():
                 f.rename(self.root / f.name)
         if not any(src.iterdir()):
             src.rmdir()
-        return src
+            if src.parent.name == "replaced" and not any(src.parent.iterdir()):
+                src.parent.rmdir()
 
     def samples_short(self, n_samples: int) -> str | None:
         """Why complete results cannot stand: their samples file is gone or holds fewer lines than

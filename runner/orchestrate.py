@@ -282,6 +282,8 @@ class _Call:
     warm: threading.Thread | None = None  # imports for the reports, made while a job runs
     ends: Ends = field(default_factory=Ends)  # jobs' process groups still ending
     worker: Worker | None = None  # the next job's process, started ahead of it
+    aside: dict[str, Path] = field(default_factory=dict)  # recipe -> its earlier results, set aside
+    begun: set[str] = field(default_factory=set)  # recipes whose first job began
 
     def report(self, res: RunResult) -> Path:
         return write_report(res, self.opts.out, self.wings.report_sections(self.opts.out))
@@ -312,6 +314,10 @@ class _Call:
                     self.worker.close()
         except KeyboardInterrupt:
             have = {r.name for r in self.results}
+            for u in units:  # set aside for a run that never began: back in place
+                if (kept := self.aside.get(u.name)) and u.name not in self.begun | have:
+                    self.opts.folder(u.name).put_back(kept)
+                    self.say(f"put {u.name}'s earlier results back (its run never began)", True)
             # recipes of the interrupted job that finished before it (complete ones were skipped)
             for u in units:
                 prev = u.name not in have and previous_result(self.opts.folder(u.name), u.run_key)
@@ -381,6 +387,7 @@ class _Call:
                 "--force" if self.opts.force else "the recipe, its inputs or --limit changed since"
             )
             say(f"kept {u.name}'s earlier results in {kept} ({why}); this run replaces them", False)
+            self.aside[u.name] = kept
         if cannot is None:
             return True
         res = failed_result(u, cannot.render(with_hint=False), cannot.hint, self.opts.command)
@@ -402,6 +409,7 @@ class _Call:
             for n, group in enumerate(groups, 1):
                 ex.announce(group, f"{n} of {len(groups)}", opts.out, self.say, None)
             jobs = [Job(plans.attach(g), opts) for g in groups]
+            self.begun |= {u.name for g in groups for u in g}
             got = lambda res: self._from_ray(res, groups)  # noqa: E731
             self.wings.run_on_ray(jobs, address=ex.address, on_result=got)
             return
@@ -486,6 +494,7 @@ class _Call:
         as soon as this job's results are in (while its engine shuts down and its reports are
         written)."""
         self.ends.join()  # the job before is over, its GPU memory back
+        self.begun |= {u.name for u in job.units}
         worker, self.worker = self.worker, None
         try:
             if worker is not None and worker.names != [u.name for u in job.units]:

@@ -195,3 +195,4 @@ def ctrl_c_in_the_second_generation(monkeypatch):
         return real(self, *a, **kw)
 
     monkeypatch.setattr(FakeEngine, "generate", generate)
+    return calls  # the generate() calls so far: a test can shift when the Ctrl-C comes

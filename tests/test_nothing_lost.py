@@ -566,3 +566,29 @@ def test_line_and_paragraph_separators_in_a_reply_or_prompt_survive_the_samples_
     )
     [got] = load_partial(part, "k", []).values()
     assert (got.prompt, got.output) == ("p\u2028", "o\x85")
+
+
+def test_an_interrupted_force_call_puts_back_what_it_set_aside_for_runs_that_never_began(
+    tmp_path, write_recipe, base_recipe, ctrl_c_in_the_second_generation
+):
+    """Found by a tester: Ctrl-C during a --force call left the complete results of recipes it
+    never started in replaced/, and `runner report` called them runs that did not finish."""
+    paths = [
+        write_recipe(
+            {**_fake(base_recipe, n), "engine": {"kind": "fake", "delay_s": d}}, f"{n}.yaml"
+        )
+        for n, d in (("a", 0.0), ("b", 1e-6), ("c", 2e-6))  # three engines: three jobs
+    ]
+    out = tmp_path / "out"
+    ctrl_c_in_the_second_generation.clear()  # the first call runs whole
+    ctrl_c_in_the_second_generation.extend([1, 1])
+    assert _go(*paths, "--out", out).exit_code == 0
+    ctrl_c_in_the_second_generation.clear()
+    stored = (out / "c" / "results.json").read_bytes()
+    r = _go(*paths, "--out", out, "--force")
+    assert r.exit_code == 130
+    assert "put c's earlier results back (its run never began)\n" in r.stderr
+    assert (out / "c" / "results.json").read_bytes() == stored
+    assert not (out / "c" / "replaced").exists()
+    assert not (out / "b" / "results.json").exists()  # b began: its earlier results stay aside
+    assert "skip c: unchanged since" in _go(*paths, "--out", out).output
