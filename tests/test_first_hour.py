@@ -767,3 +767,19 @@ def test_a_hub_dataset_folder_beside_the_recipe_is_found_there_and_its_bytes_key
     (folder / "validation.jsonl").write_text(rows("B"))
     r = _go(path, "--out", out)
     assert "skip f" not in r.output and "kept f's earlier results in " in r.output, r.output
+
+
+def test_a_call_without_its_baseline_points_to_runner_report(tmp_path, write_recipe, base_recipe):
+    """Found by a tester: with --only leaving the baseline out, the summary said to mark one (it
+    was marked) and `--baseline y1` was refused (not a recipe of this call)."""
+    y1 = write_recipe({**_fake(base_recipe), "name": "y1", "baseline": True}, "y1.yaml")
+    y2 = write_recipe({**_fake(base_recipe), "name": "y2"}, "y2.yaml")
+    out = tmp_path / "out"
+    assert _go(y1, y2, "--out", out, "--limit", "2").exit_code == 0
+    assert _go(y1, y2, "--out", out, "--limit", "2", "--only", "y2").exit_code == 0
+    assert (
+        "1 recipe; no baseline (mark one with `baseline: true` or `--baseline NAME`; for one "
+        "stored by another call, `runner report` compares every stored run)."
+    ) in (out / "summary.md").read_text()
+    assert CliRunner().invoke(cli, ["report", str(out)]).exit_code == 0
+    assert "baseline: **y1**." in (out / "summary.md").read_text()

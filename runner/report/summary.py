@@ -622,7 +622,8 @@ def _overview(j: Judged, title: str) -> list[str]:
         else "no baseline among these recipes (a study's own summary compares its cells with the "
         "study's baseline; `--baseline NAME` picks one here)."
         if any(r.cell for r in results)
-        else "no baseline (mark one with `baseline: true` or `--baseline NAME`)."
+        else "no baseline (mark one with `baseline: true` or `--baseline NAME`; for one stored "
+        "by another call, `runner report` compares every stored run)."
     )
     parts = [
         f"# {title}",
