@@ -292,6 +292,7 @@ class UnitRun:
         )
         bar = tqdm(
             total=len(ids),
+            initial=len(done),  # reused samples: not in its rate or time left
             desc=r.name + turn,
             unit="ex",
             disable=not opts.progress,
@@ -299,7 +300,6 @@ class UnitRun:
             dynamic_ncols=True,
             mininterval=0.5,
         )
-        bar.update(len(done))
         # left in the reverse order: the timed trackers, the partial file, the untimed trackers
         with ExitStack() as stack:
             trackers = [stack.enter_context(t) for t in untimed()]
