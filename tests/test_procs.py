@@ -59,3 +59,21 @@ def test_a_process_whose_first_thread_is_a_zombie_is_alive_until_its_last_thread
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_ctrl_c_while_the_cli_loads_is_interrupted_not_a_traceback():
+    """Found by a tester: Ctrl-C in the first ~0.3 s of `runner ...` (its modules importing, before
+    a command's guard) printed a KeyboardInterrupt traceback and exited -2."""
+    code = (
+        "import builtins, sys\n"
+        "real = builtins.__import__\n"
+        "def ctrl_c(name, *a, **kw):\n"
+        "    if name == 'runner.cli':\n"
+        "        raise KeyboardInterrupt\n"
+        "    return real(name, *a, **kw)\n"
+        "builtins.__import__ = ctrl_c\n"
+        "from runner.__main__ import main\n"
+        "main()\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stderr) == (130, "interrupted\n")
