@@ -509,6 +509,19 @@ def test_csv_rows_of_one_field_more_than_the_header_shift_no_column(tmp_path):
     assert "quote a field that holds a comma" in e.value.hint
 
 
+def test_json_numbers_are_the_text_they_were_written_as(tmp_path):
+    """Found by a tester: JSON golds `3.50` and `1e21` became 3.5 and 1000000000000000000000 (and
+    `true` True), so the right answers, as written, scored 0; a CSV keeps the text."""
+    golds = {"a": "3.50", "b": "1e21", "c": "true", "d": "[7.0, 12]", "e": "42"}
+    text = "".join(
+        f'{{"id": "{i}", "question": "Q", "context": "C", "answers": {v}}}\n'
+        for i, v in golds.items()
+    )
+    (tmp_path / "d.jsonl").write_text(text)
+    got = read_examples(spec(format="jsonl", path="d.jsonl"), tmp_path).examples
+    assert [e.answers for e in got] == [("3.50",), ("1e21",), ("true",), ("7.0", "12"), ("42",)]
+
+
 def test_a_nan_answer_in_parquet_is_no_gold_and_a_whole_float_its_integer(tmp_path):
     """A number column with a missing cell is float in parquet (pandas writes it so): 1945.0 was
     written 1945."""

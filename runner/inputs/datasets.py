@@ -23,7 +23,7 @@ from typing import Any
 from runner.base.errors import DatasetError
 from runner.base.files import file_sha256
 from runner.base.types import Example
-from runner.inputs.readers import parse_rows, read_file
+from runner.inputs.readers import Written, parse_rows, read_file
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,10 @@ def _listed(cell: str) -> tuple[str, ...]:
 def as_text(value: Any) -> str:
     """A cell as text; a whole float as the integer it holds (a number column with a missing cell is
     float: 1945.0 was written 1945)."""
+    if isinstance(value, Written):  # a JSON number as written
+        return value.text
+    if isinstance(value, bool):  # as JSON writes it
+        return "true" if value else "false"
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)

@@ -272,9 +272,21 @@ def _first_line(e: BaseException) -> str:
     return (s.splitlines()[0] if s else type(e).__name__)[:300]
 
 
+class Written(float):
+    """A JSON number with a fraction or an exponent, keeping the text it was written as (`3.50`,
+    `1e21`): a gold answer is compared as written, as a CSV cell is."""
+
+    text: str
+
+    def __new__(cls, text: str) -> Written:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
 def json_doc(text: str, w: _Where) -> Any:
     try:
-        return json.loads(text)
+        return json.loads(text, parse_float=Written)
     except json.JSONDecodeError as e:
         hint = "fix the file at that place (`python -m json.tool FILE` shows it too)"
         if _json_lines(text):
@@ -318,7 +330,7 @@ def _jsonl_records(text: str, w: _Where, first: int | None) -> tuple[list[dict],
         if not s:
             continue
         try:
-            obj = json.loads(s)
+            obj = json.loads(s, parse_float=Written)
         except json.JSONDecodeError as e:
             raise w.unreadable(
                 f"line {n} is not valid JSON: {e.msg} (column {e.colno})",
@@ -341,7 +353,7 @@ def json_rows(
     text: str, fmt: str, json_field: str | None, w: _Where, first: int | None = None
 ) -> tuple[list[dict], int]:
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_float=Written)
     except json.JSONDecodeError as e:
         if fmt == "jsonl" or (e.msg == "Extra data" and text.lstrip().startswith("{")):
             return _jsonl_records(text, w, first)  # JSON Lines (also accepted as format: json)
