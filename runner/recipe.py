@@ -45,8 +45,9 @@ class FieldMap(StrictModel):
     answers: str | None = Field(
         "answers",
         description="Column holding gold answers: a string, a list of strings, `{text: [...]}` "
-        "or a list of `{text: ...}`; null for none. A text cell holding a JSON list of strings "
-        '(`["Monday", "Mondays"]`) gives several answers: how a CSV lists them.',
+        "or a list of `{text: ...}`; null for none. A text cell holding a list of strings, in JSON "
+        "(`[\"Monday\", \"Mondays\"]`) or as Python writes one (`['Rhein', 'der Rhein']`: pandas' "
+        "`to_csv`), gives several answers (`[]`: none): how a CSV lists them.",
     )
 
 

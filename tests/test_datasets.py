@@ -186,6 +186,15 @@ def test_a_csv_lists_several_answers_as_a_json_list_and_maps_a_column_named_with
         ("Which?", ("[see above]",)),
         ("How many?", ("[1, 2]",)),
     ]
+    # found by a tester: pandas' to_csv of a list column writes Python's repr; a space after the
+    # bracket; an empty list (no gold, as in JSON): each was one literal answer
+    (tmp_path / "d.csv").write_text(
+        'q.text,answers\nA?,"[\'Rhein\', \'der Rhein\']"\nB?,"[""x"", ""y""] "\nC?,[]\n'
+    )
+    more = read_examples(
+        spec(format="csv", path="d.csv", fields={"question": "q.text", "context": None}), tmp_path
+    ).examples
+    assert [e.answers for e in more] == [("Rhein", "der Rhein"), ("x", "y"), ()]
     from runner.scoring.metrics import get_metric
 
     em = get_metric("exact_match")

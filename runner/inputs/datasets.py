@@ -6,6 +6,7 @@ cache, so what a run uses and what it records are the same file contents."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import hashlib
@@ -75,13 +76,18 @@ def _answers(value: Any, nested: bool = False) -> tuple[str, ...]:
 
 
 def _listed(cell: str) -> tuple[str, ...]:
-    """A text cell holding a JSON list of strings (`["Monday", "Mondays"]`: how a CSV gives several
-    answers) as those answers; any other text as one answer."""
-    if cell.startswith("[") and cell.endswith("]"):
-        with contextlib.suppress(ValueError):
-            listed = json.loads(cell)
-            if isinstance(listed, list) and listed and all(isinstance(a, str) for a in listed):
-                return tuple(listed)
+    """A text cell holding a list of strings, in JSON (`["Monday", "Mondays"]`: how a CSV gives
+    several answers) or as Python writes one (`['Rhein', 'der Rhein']`: pandas' `to_csv` of a list
+    column), as those answers (`[]`: none); any other text as one answer."""
+    s = cell.strip()
+    if s.startswith("[") and s.endswith("]"):
+        for parse in (json.loads, ast.literal_eval):
+            with contextlib.suppress(
+                ValueError, SyntaxError, TypeError, MemoryError, RecursionError
+            ):
+                listed = parse(s)
+                if isinstance(listed, list) and all(isinstance(a, str) for a in listed):
+                    return tuple(listed)
     return (cell,)
 
 
