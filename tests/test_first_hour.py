@@ -783,3 +783,18 @@ def test_a_call_without_its_baseline_points_to_runner_report(tmp_path, write_rec
     ) in (out / "summary.md").read_text()
     assert CliRunner().invoke(cli, ["report", str(out)]).exit_code == 0
     assert "baseline: **y1**." in (out / "summary.md").read_text()
+
+
+def test_check_notes_examples_whose_mapped_context_is_missing(tmp_path, write_recipe, base_recipe):
+    """Found by a tester: a row without its `passage` key (others have it) read as null, and its
+    prompt had an empty passage with no word of it."""
+    rows = [{"id": "1", "q": "Q1", "passage": "P1", "a": "x"}, {"id": "2", "q": "Q2", "a": "y"}]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fields = {"question": "q", "context": "passage", "answers": "a"}
+    d = {**_fake(base_recipe), "dataset": {"format": "jsonl", "path": "d.jsonl", "fields": fields}}
+    r = CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"])
+    assert r.exit_code == 0, r.output
+    assert (
+        "  note: 1 of 2 examples have no 'passage' (mapped to `context`): their prompts have an "
+        "empty passage (ids 2)\n"
+    ) in r.output

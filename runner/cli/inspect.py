@@ -86,6 +86,24 @@ def check(paths, sets, model_paths, only, no_tokens, as_json):  # noqa: PLR0913
         raise UserError("\n\nError: ".join(e["error"] for e in errors) + of)
 
 
+def _data_notes(r, examples) -> list[str]:
+    """What `check` notes of the examples: those without gold answers, and those whose mapped
+    context is missing or empty (a key left out of one row reads as null)."""
+    n, notes = len(examples), []
+    if r.metrics and (no_gold := sum(not e.answers for e in examples)):
+        notes.append(
+            f"{no_gold} of {n} examples have no gold answers: they are left out of every score"
+        )
+    ctx = r.dataset.fields.context if r.dataset.format != "squad" else None
+    if ctx and (empty := [e.id for e in examples if not e.context]):
+        some = ", ".join(empty[:3]) + (", ..." if len(empty) > 3 else "")
+        notes.append(
+            f"{len(empty)} of {n} examples have no {ctx!r} (mapped to `context`): their prompts "
+            f"have an empty passage (ids {some})"
+        )
+    return notes
+
+
 def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool, say) -> dict:
     """Check one recipe, saying what was found; what `check --json` prints of it."""
     from runner.run.job import RunOptions, check_library, make_unit
@@ -104,8 +122,8 @@ def _check_one(lr, shown: set[tuple[str, str]], no_tokens: bool, say) -> dict:
         notes.append(text)
         say(f"  note: {text}")
 
-    if r.metrics and (no_gold := sum(not e.answers for e in prepared.examples)):
-        note(f"{no_gold} of {n} examples have no gold answers: they are left out of every score")
+    for text in _data_notes(r, prepared.examples):
+        note(text)
     from runner.engines.hf import hub_note
 
     if not r.engine.fake and (hub := hub_note(r.model)):
