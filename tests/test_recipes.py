@@ -640,7 +640,17 @@ def test_template_undefined_variable(write_recipe, base_recipe, tmp_path):
         check(p),
         "Error: {tmp}/recipe.yaml: prompt.template: {tmp}/undef.j2 (example 'demo-0001'): "
         "undefined variable: 'questoin' is undefined\n"
-        "  hint: available: answers, context, example, id, question, shots\n",
+        "  hint: did you mean `question`? available: answers, context, example, id, question, "
+        "shots (a dataset's other columns are not passed: map one to question or context)\n",
+    )
+    # a dataset column the template reads through `example` (found by a tester)
+    (tmp_path / "undef.j2").write_text("{{ example.category }}: {{ question }}\n")
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: prompt.template: {tmp}/undef.j2 (example 'demo-0001'): "
+        "undefined variable: 'dict object' has no attribute 'category'\n"
+        "  hint: available: answers, context, example, id, question, shots (a dataset's other "
+        "columns are not passed: map one to question or context)\n",
     )
 
 

@@ -23,6 +23,7 @@ problem of a template is a TemplateError naming it."""
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import threading
@@ -473,6 +474,8 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 RENDER_SECONDS = 5.0  # one template for one example (compiling one template, too)
 TOTAL_SECONDS = 60.0  # render_all: this, plus PER_EXAMPLE_SECONDS for each example
 PER_EXAMPLE_SECONDS = 0.01
+# a dataset's columns reach a template only through `dataset.fields`
+UNPASSED = " (a dataset's other columns are not passed: map one to question or context)"
 LIMIT_HINT = (
     "a prompt template only formats the example: huge numbers, long loops and text beyond "
     f"{MAX_CHARS:,} characters are refused; simplify the template"
@@ -495,8 +498,11 @@ class CompiledTemplate:
         except TemplateLimit as e:
             raise err(f"{at}: {e}", hint=LIMIT_HINT) from None
         except jinja2.UndefinedError as e:
-            available = "available: " + ", ".join(sorted(variables))
-            raise err(f"{at}: undefined variable: {e.message}", hint=available) from None
+            said = re.search(r"'(\w+)' is undefined", e.message or "")
+            close = difflib.get_close_matches(said[1], variables, n=1) if said else []
+            hint = (f"did you mean `{close[0]}`? " if close else "") + "available: "
+            hint += ", ".join(sorted(variables)) + UNPASSED
+            raise err(f"{at}: undefined variable: {e.message}", hint=hint) from None
         except jinja2.exceptions.SecurityError as e:
             raise err(f"{at}: unsafe operation refused by the sandbox: {e}") from None
         except jinja2.TemplateError as e:
