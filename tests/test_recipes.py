@@ -743,7 +743,23 @@ def test_dataset_lacking_mapped_field(write_recipe, base_recipe, tmp_path):
     assert_user_error(
         check(p),
         "Error: {tmp}/recipe.yaml: dataset.fields.question: row 0 has no column 'nope' (mapped to "
-        "`question`); columns: answers, context, q\n",
+        "`question`); columns: 'answers', 'context', 'q'\n",
+    )
+    # a near name is offered (found by a tester: `Frage ` with its trailing space, `Gold`)
+    p = write_recipe(
+        with_changes(
+            base_recipe,
+            dataset={
+                "format": "jsonl",
+                "path": "d.jsonl",
+                "fields": {"question": "q", "answers": "answer"},
+            },
+        )
+    )
+    assert_user_error(
+        check(p),
+        "Error: {tmp}/recipe.yaml: dataset.fields.answers: row 0 has no column 'answer' (mapped to "
+        "`answers`); columns: 'answers', 'context', 'q'\n  hint: map fields.answers to 'answers'\n",
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import difflib
 import functools
 import hashlib
 import json
@@ -156,10 +157,12 @@ def _mapper(rows: list[dict], spec: Any, where: str, prefix: str) -> Callable[[i
         # other rows have it: missing here reads as null (as Arrow reads JSON)
         if anywhere(key):
             return None
+        close = difflib.get_close_matches(key, [str(c) for c in row], n=1, cutoff=0.6)
         raise error(
             f"row {n} has no column {key!r} (mapped to `{name}`); columns: "
-            + ", ".join(sorted(row)),
+            + ", ".join(map(repr, sorted(row))),
             name,
+            f"map fields.{name} to {close[0]!r}" if close else None,
         )
 
     def required(n: int, row: dict, key: str, name: str) -> Any:
