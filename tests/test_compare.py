@@ -399,3 +399,19 @@ def test_an_estimate_is_said_to_be_one_beside_its_ratio(calls, tmp_path):
     [p] = doc["recipes"]
     assert "examples" not in p["settings"], p["settings"]
     assert p["time"].endswith(" (~: NEW projected from 12 of 36 examples)"), p["time"]
+
+
+def test_a_time_measured_on_a_busy_machine_is_said_and_kept_in_the_json(calls, tmp_path):
+    """Found by a tester: summary.md marks a busy machine's times; compare (what a CI gates on) and
+    summary.json did not."""
+    old, new = _copy(calls["old"], tmp_path / "a"), _copy(calls["old"], tmp_path / "b")
+    p = new / "fk" / "results.json"
+    d = json.loads(p.read_text())
+    d["repeats"][1]["noise"]["busy"] = ["load average 9.0 on 2 CPUs"]
+    p.write_text(json.dumps(d))
+    doc = _json(tmp_path, old, new)
+    assert doc["recipes"][0]["new_time"]["busy"] == ["repeat 2: load average 9.0 on 2 CPUs"]
+    r = _compare(old, new, "--out", tmp_path / "c")
+    assert (
+        "fk: measured on a busy machine in new: repeat 2: load average 9.0 on 2 CPUs\n" in r.stderr
+    )

@@ -65,6 +65,14 @@ def compare(old, new, out, as_json, pct, drops):  # noqa: PLR0913
             click.echo(f"only in {side}: {', '.join(names)}", err=True)
     for line in [*(f"{p.name}: {p.time}; {p.answers}" for p in c.recipes), f"compare: {md}"]:
         click.echo(line, err=as_json)
+    busy = [
+        (p.name, side, t.busy[0])
+        for p in c.recipes
+        for side, t in (("old", p.old_time), ("new", p.new_time))
+        if t and t.busy
+    ]
+    for name, side, why in busy:  # a time measured on a busy machine moves more than it says
+        click.echo(f"{name}: measured on a busy machine in {side}: {why}", err=True)
     if as_json:
         echo_json(c.model_dump(mode="json"))
     for line in [*cannot, *(f"failed {x}" for x in fails)]:

@@ -805,10 +805,13 @@ class Time(BaseModel):
     hi: float | None
     n: int
     method: str = TIME_CI
+    # each measured repeat on a busy machine, what made it busy (`repeat 2: load average 3.1 ...`)
+    busy: list[str] = []
 
     @classmethod
     def of(cls, r: RunResult) -> Time | None:
-        return None if (e := estimate(r)) is None else cls(s=e[0], lo=e[1], hi=e[2], n=len(r.times))
+        e = estimate(r)
+        return None if e is None else cls(s=e[0], lo=e[1], hi=e[2], n=len(r.times), busy=busy(r))
 
 
 class Speedup(BaseModel):
