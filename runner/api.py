@@ -9,6 +9,7 @@ it needs when called, so `import runner` stays light):
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -87,7 +88,7 @@ def run_recipe(
             "examples)"
         )
         raise RunnerError(why, field="limit")
-    if not isinstance(out, (str, Path)):
+    if not isinstance(out, (str, os.PathLike)):
         raise RunnerError(f"is {out!r}, not a path; give the reports' folder", field="out")
     if not str(out).strip():
         raise RunnerError("is empty; give a folder for the reports", field="out")

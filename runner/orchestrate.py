@@ -284,6 +284,7 @@ class _Call:
     worker: Worker | None = None  # the next job's process, started ahead of it
     aside: dict[str, Path] = field(default_factory=dict)  # recipe -> its earlier results, set aside
     begun: set[str] = field(default_factory=set)  # recipes whose first job began
+    ran_s: float = 0.0  # the last job's own time (from its start to its results)
 
     def report(self, res: RunResult) -> Path:
         return write_report(res, self.opts.out, self.wings.report_sections(self.opts.out))
@@ -319,8 +320,12 @@ class _Call:
                     self.opts.folder(u.name).put_back(kept)
                     self.say(f"put {u.name}'s earlier results back (its run never began)", True)
             # recipes of the interrupted job that finished before it (complete ones were skipped)
-            for u in units:
-                prev = u.name not in have and previous_result(self.opts.folder(u.name), u.run_key)
+            for u in units:  # (begun: not results an earlier call left, put back above)
+                prev = (
+                    u.name not in have
+                    and u.name in self.begun
+                    and previous_result(self.opts.folder(u.name), u.run_key)
+                )
                 if prev:
                     self.done(prev)
             if self.results:
@@ -456,9 +461,9 @@ class _Call:
             then = (groups[seq[0][1]], seq[0][0]) if seq else None
             used = tuple((u.name, spent[u.name]) for u in live if u.name in spent)
             self._run_job(Job(live, opts, rounds, turns > 1, spent=used), then)
-            walls.setdefault(i, []).append(wall := monotonic() - start)
-            if turns > 1:  # a recipe's timeout covers all its turns
-                _charge(spent, live, opts.timeout_s, wall)
+            walls.setdefault(i, []).append(monotonic() - start)
+            if turns > 1:  # a recipe's timeout covers all its turns: what this one ran
+                _charge(spent, live, opts.timeout_s, self.ran_s)
             # a job whose recipes all ended in an earlier turn (a failure) is none
             ended = {r.name for r in self.results}
             if seq := [(t, j) for t, j in seq if _live(groups[j], t, ended)]:
@@ -495,6 +500,7 @@ class _Call:
         written)."""
         self.ends.join()  # the job before is over, its GPU memory back
         self.begun |= {u.name for u in job.units}
+        t0 = monotonic()
         worker, self.worker = self.worker, None
         try:
             if worker is not None and worker.names != [u.name for u in job.units]:
@@ -516,6 +522,7 @@ class _Call:
             if worker is not None:
                 worker.close()
             raise
+        self.ran_s = monotonic() - t0  # the job's own time, as its timeout counts it
         if then is not None and self.worker is None:
             self._ahead(then, {r.name for r in results})
         for res in results:

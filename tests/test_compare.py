@@ -87,14 +87,12 @@ def _json(tmp: Path, *args) -> dict:
 
 
 def test_the_same_runs_are_no_clear_difference_and_pass_the_gate(calls, tmp_path):
-    # one run on both sides (a CI naming one artifact twice would always pass): refused
+    # one run on both sides (a copy of one artifact, or a call that skipped it as unchanged): said
     shutil.copytree(calls["old"], tmp_path / "twice")
-    r = _compare(calls["old"], tmp_path / "twice", "--fail-on-slower", "10")
-    assert user_error(r) == (
-        "Error: OLD and NEW hold the same runs (fk: same run key, start and end): nothing to "
-        "compare\n  hint: name as NEW the --out folder of the call you want to compare with OLD\n"
-    )
-    assert not (tmp_path / "twice" / "compare.md").exists()
+    r = _compare(calls["old"], tmp_path / "twice", "--fail-on-slower", "10", "--json")
+    assert r.exit_code == 0, r.output
+    assert "the same run on both sides (nothing measured anew): fk\n" in r.stderr
+    assert json.loads(r.stdout)["same_runs"] == ["fk"]
     # the same repeats as two runs: no clear difference
     old, copy = _copy(calls["old"], tmp_path / "a"), _copy(calls["old"], tmp_path / "copy")
     r = _compare(old, copy, "--fail-on-slower", "10")
@@ -304,9 +302,8 @@ SIDE = "name a `runner go --out` folder, or one run folder with results.json in 
         ),
         (
             ["{old}", "{old}"],
-            "OLD and NEW hold the same runs (fk: same run key, start and end): nothing to "
-            "compare\n  hint: name as NEW the --out folder of the call you want to compare with "
-            "OLD",
+            "OLD and NEW are the same folder ({tmp}/a): nothing to compare\n  hint: name as NEW "
+            "the --out folder of the call you want to compare with OLD",
         ),
         (
             ["{old}", "{new}", "--out", "{old}/x"],
@@ -387,6 +384,8 @@ def test_a_failed_side_pairs_nothing_and_its_sample_count_is_no_workload(calls, 
     assert r.exit_code == 1 and r.stderr.endswith(
         "failed --fail-on-slower: fk failed in new (a failed run shows no time or score)\n"
     )
+    r = _compare(old, new, "--fail-on-slower", "0", "--out", tmp_path / "zero")  # 0 is a gate
+    assert r.exit_code == 1 and "failed --fail-on-slower: fk failed in new" in r.stderr
     r = _compare(new, old, "--fail-on-slower", "10", "--out", tmp_path / "back")
     assert r.exit_code == 0 and "failed in old" in r.output  # failed before, fixed now: no fail
 

@@ -528,6 +528,11 @@ def test_an_estimate_that_runs_every_example_says_it_projects_nothing(
     # the same run as without it: a later call without --estimate skips it
     r = _go(path, "--out", tmp_path / "a")
     assert r.exit_code == 0 and "skip f: unchanged since" in r.output
+    # ... unless without it the recipe's own estimate samples (found on review)
+    sampled = write_recipe({**_fake(base_recipe), "estimate": 12}, "s.yaml")
+    assert _go(sampled, "--out", tmp_path / "d").exit_code == 0
+    r = _go(sampled, "--out", tmp_path / "d", "--estimate", "100")
+    assert "skip f" not in r.output and "ok f: 36 examples" in r.output, r.output
 
 
 def test_a_kind_changed_alone_names_the_other_kinds_settings_and_how_to_change_it(

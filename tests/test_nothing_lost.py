@@ -588,6 +588,7 @@ def test_an_interrupted_force_call_puts_back_what_it_set_aside_for_runs_that_nev
     r = _go(*paths, "--out", out, "--force")
     assert r.exit_code == 130
     assert "put c's earlier results back (its run never began)\n" in r.stderr
+    assert "interrupted: 1 of 3 recipes finished;" in r.stderr  # c is not counted as this call's
     assert (out / "c" / "results.json").read_bytes() == stored
     assert not (out / "c" / "replaced").exists()
     assert not (out / "b" / "results.json").exists()  # b began: its earlier results stay aside

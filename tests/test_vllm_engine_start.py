@@ -75,6 +75,8 @@ def _stand_in(monkeypatch, tmp_path, *, cache=None, quantization=None, accepted=
         "earlier recipe: Model loading took 99.0 GiB memory and 1.0 seconds\n"
     )
     monkeypatch.setattr(vllm_engine, "device_facts", lambda: {"gpu": "NVIDIA H200"})
+    # the modules a start imports are kept under $RUNNER_CACHE: the test's own
+    monkeypatch.setenv("RUNNER_CACHE", str(tmp_path / "runner-cache"))
     return made
 
 

@@ -60,6 +60,11 @@ def compare(old, new, out, as_json, pct, drops):  # noqa: PLR0913
     if replaced := report.check_out(out, old):
         click.echo(f"replacing the earlier {', '.join(replaced)} in {out}", err=True)
     md = report.write(c, out)
+    if c.same_runs:
+        click.echo(
+            f"the same run on both sides (nothing measured anew): {', '.join(c.same_runs)}",
+            err=True,
+        )
     for side, names in (("old", c.only_old), ("new", c.only_new)):
         if names:
             click.echo(f"only in {side}: {', '.join(names)}", err=True)

@@ -115,6 +115,9 @@ class Comparison(BaseModel):
     only_new: list[str]
     differs: list[str]
     recipes: list[Pair]
+    # recipes whose two sides are one run (same run key, start, end and status): no difference by
+    # construction (a copy, or a later call that skipped the run as unchanged)
+    same_runs: list[str] = []
     method: list[str]
 
 
@@ -140,14 +143,14 @@ def compare(old: Path, new: Path) -> Comparison:
         why = f"no recipe is on both sides (old: {', '.join(a)}; new: {', '.join(b)})"
         hint = "name two run folders (OLD/NAME NEW/NAME) to compare them whatever their names"
         raise RunnerError(why, hint=hint)
-    run = lambda r: (r.run_key, r.started_at, r.finished_at, r.status)
-    same = lambda x, y: run(a[x][0]) == run(b[y][0])
-    if all(same(x, y) for x, y in names):  # one artifact named twice: it would always pass
-        runs = ", ".join(y for _, y in names)
-        why = f"OLD and NEW hold the same runs ({runs}: same run key, start and end)"
+    if Path(old).resolve() == Path(new).resolve():
         hint = "name as NEW the --out folder of the call you want to compare with OLD"
-        raise RunnerError(why + ": nothing to compare", hint=hint)
+        raise RunnerError(f"OLD and NEW are the same folder ({old}): nothing to compare", hint=hint)
+    run = lambda r: (r.run_key, r.started_at, r.finished_at, r.status)
     pairs = [pair(*a[x], *b[y]) for x, y in names]
+    # the same run on both sides (a copy, or a call that skipped it as unchanged): said, as it can
+    # show no difference
+    same = [y for x, y in names if run(a[x][0]) == run(b[y][0])]
     return Comparison(
         old=str(old),
         new=str(new),
@@ -156,6 +159,7 @@ def compare(old: Path, new: Path) -> Comparison:
         only_new=[y for y in b if y not in {y for _, y in names}],
         differs=sorted({f"{k} {v}" for p in pairs for k, v in p.versions.items()}),
         recipes=pairs,
+        same_runs=same,
         method=METHOD,
     )
 
@@ -286,9 +290,8 @@ def gates(
     fails, cannot = [], []
     for p in c.recipes:
         if (pct is not None or limits) and p.new_status != "ok" and p.old_status == "ok":
-            which = " and ".join(
-                f"--fail-on-{w}" for w, x in (("slower", pct), ("drop", limits or None)) if x
-            )
+            gated = (("slower", pct is not None), ("drop", bool(limits)))
+            which = " and ".join(f"--fail-on-{w}" for w, on in gated if on)
             fails.append(f"{which}: {p.name} failed in new (a failed run shows no time or score)")
             continue
         hi = p.speedup and p.speedup.hi  # NEW/OLD time's lower end: 1 / hi

@@ -95,8 +95,8 @@ def _listed(cell: str) -> tuple[str, ...]:
 def as_text(value: Any) -> str:
     """A cell as text; a whole float as the integer it holds (a number column with a missing cell is
     float: 1945.0 was written 1945)."""
-    if isinstance(value, Written):  # a JSON number as written
-        return value.text
+    if isinstance(value, Written) and ("e" in value.text.lower() or not value.is_integer()):
+        return value.text  # a JSON number as written (3.50, 1e21); 1945.0 reads 1945 below
     if isinstance(value, bool):  # as JSON writes it
         return "true" if value else "false"
     if isinstance(value, float) and value.is_integer():
@@ -235,10 +235,17 @@ def read_examples(
 
 
 def _folder_sha256(folder: Path) -> str:
-    """A hash of every file under `folder` (names and bytes), 16 hex digits as a file's."""
+    """A hash of the files under `folder` (names and bytes; not hidden ones, as `.git/`, nor
+    `__pycache__/`), 16 hex digits as a file's."""
     h = hashlib.sha256()
-    for p in sorted(x for x in folder.rglob("*") if x.is_file()):
-        h.update(f"{p.relative_to(folder)}\0{file_sha256(p, 64)}\n".encode())
+    hidden = lambda p: any(
+        x.startswith(".") or x == "__pycache__" for x in p.relative_to(folder).parts
+    )
+    for p in sorted(x for x in folder.rglob("*") if x.is_file() and not hidden(x)):
+        try:
+            h.update(f"{p.relative_to(folder)}\0{file_sha256(p, 64)}\n".encode())
+        except OSError as e:
+            raise DatasetError(f"cannot read {p}: {e.strerror}", field="dataset.path") from None
     return h.hexdigest()[:16]
 
 

@@ -226,7 +226,10 @@ def _csv(text: str, w: _Where, first: int | None = None) -> tuple[list[dict], in
     except pd.errors.EmptyDataError:
         return [], 0
     except pd.errors.ParserWarning:
-        raise w.unreadable(_longer_row(text), hint=_CSV_FIELDS) from None
+        rows = (
+            "; a file written with row names (R's write.table) has them one field ahead: drop them"
+        )
+        raise w.unreadable(_longer_row(text), hint=_CSV_FIELDS + rows) from None
     except (pd.errors.ParserError, ValueError, OverflowError) as e:
         raise w.unreadable(_first_line(e), hint=_CSV_FIELDS) from None
     try:

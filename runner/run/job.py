@@ -117,8 +117,11 @@ def make_unit(lr: LoadedRecipe, opts: RunOptions, host: bool = True, library: bo
     check_engine_examples(lr, prepared.examples)
     if host and library:
         check_library(lr)
-    # an --estimate not fewer than the examples runs them all: the same run as without it
-    est = opts.estimate if opts.estimate and opts.estimate < prepared.n_target else None
+    # an --estimate not fewer than the examples runs them all: the same run as without it, unless
+    # without it the recipe's own estimate would sample
+    n, est = prepared.n_target, opts.estimate
+    if est and est >= n and not (lr.recipe.estimate and lr.recipe.estimate < n):
+        est = None
     key = run_key(lr.recipe.canonical(), prepared.inputs, opts.limit, est)
     return Unit(lr, prepared, key, prepare_s=time.perf_counter() - t0)
 

@@ -95,7 +95,8 @@ def _keep_front(version: str, names: list[str]) -> None:
     """Add to the kept list what this start's front end imported that it lacks."""
     kept = _kept_front(version)
     have = set(kept)
-    if new := [n for n in names if n not in have]:
+    # not a checkpoint's own code (trust_remote_code): it belongs to one model
+    if new := [n for n in names if n not in have and not n.startswith("transformers_modules")]:
         _write_front(version, kept + new)
 
 
@@ -196,14 +197,14 @@ class VLLMEngine:
         log_start = log.stat().st_size if log.is_file() else 0
         looked = _tokenizer_lookups()
         kept = _kept_front(vllm.__version__)
-        before = set(sys.modules)
+        before = set(sys.modules.copy())  # (a copy: another thread may import meanwhile)
         notes = [gguf.note(converted, "vllm")] if converted else []
         if torch.cuda.is_initialized():  # vLLM will spawn its engine process, not fork it
             notes.append(_CUDA_BEFORE)
         t0 = time.perf_counter()
         self.llm = LLM(**kwargs)
         ahead = _tokenizer_ahead(looked, _tokenizer_lookups())
-        front = [n for n in sys.modules if n not in before]
+        front = [n for n in sys.modules.copy() if n not in before]
         if not torch.cuda.is_initialized():
             _keep_front(vllm.__version__, front)
         # the engine's part of the log: what it wrote since
