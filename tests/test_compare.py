@@ -166,6 +166,10 @@ def test_changed_answers_count_and_paired_interval(calls, tmp_path):
         f"{em['hi']:+.3f} is below -0.05"
     )
     assert _compare(old, new, "--fail-on-drop", "exact_match:0.1").exit_code == 0
+    # what tripped is in compare.json too (it was on stderr and in the exit code only)
+    doc = _json(tmp_path, old, new, "--fail-on-drop", "exact_match:0.05")
+    assert doc["failed"] == [r.stderr.splitlines()[-1].removeprefix("failed ")]
+    assert doc["cannot_fail"] == []
     # one per metric, each gating (a second one replaced the first: a dropped gate passed)
     for gates in (["char_f1:0.5", "exact_match:0.05"], ["exact_match:0.05", "char_f1:0.5"]):
         args = [x for g in gates for x in ("--fail-on-drop", g)]

@@ -56,6 +56,7 @@ def compare(old, new, out, as_json, pct, drops):  # noqa: PLR0913
 
     c = cmp.compare(old, new)
     fails, cannot = cmp.gates(c, pct, drops)
+    c = c.model_copy(update={"failed": fails, "cannot_fail": cannot})  # in compare.json too
     out = out or new
     if replaced := report.check_out(out, old):
         click.echo(f"replacing the earlier {', '.join(replaced)} in {out}", err=True)

@@ -118,6 +118,9 @@ class Comparison(BaseModel):
     # recipes whose two sides are one run (same run key, start, end and status): no difference by
     # construction (a copy, or a later call that skipped the run as unchanged)
     same_runs: list[str] = []
+    # the --fail-on conditions that hold (exit 1), and the recipes a condition given cannot fail
+    failed: list[str] = []
+    cannot_fail: list[str] = []
     method: list[str]
 
 
