@@ -518,6 +518,15 @@ def test_csv_rows_of_one_field_more_than_the_header_shift_no_column(tmp_path):
     assert "quote a field that holds a comma" in e.value.hint
 
 
+def test_a_csv_with_another_separator_is_told_only_commas_separate(tmp_path):
+    from runner.base.errors import RunnerError
+
+    (tmp_path / "d.csv").write_text("qid;question;context;answers\n1;Q;C;A\n")
+    with pytest.raises(RunnerError) as e:
+        read_examples(spec(format="csv", path="d.csv"), tmp_path)
+    assert e.value.hint == "only commas separate a CSV's fields; this file uses ';'"
+
+
 def test_json_numbers_are_the_text_they_were_written_as(tmp_path):
     """Found by a tester: JSON golds `3.50` and `1e21` became 3.5 and 1000000000000000000000 (and
     `true` True), so the right answers, as written, scored 0; a CSV keeps the text."""

@@ -141,6 +141,16 @@ def _hub_rows(spec: Any, where: str, field: str) -> tuple[list[dict], int]:
             ) from None
 
 
+def _column_hint(fmt: str, row: dict, key: str, name: str) -> str | None:
+    """A mapped column a row lacks: a near name, or a CSV read as one column (another separator)."""
+    if fmt == "csv" and len(row) == 1:
+        sep = next((c for c in ";\t|" if c in str(next(iter(row)))), None)
+        if sep:
+            return f"only commas separate a CSV's fields; this file uses {sep!r}"
+    close = difflib.get_close_matches(key, [str(c) for c in row], n=1, cutoff=0.6)
+    return f"map fields.{name} to {close[0]!r}" if close else None
+
+
 def _mapper(rows: list[dict], spec: Any, where: str, prefix: str) -> Callable[[int, dict], Example]:
     """One row -> Example through `fields`; errors name the row and the `<prefix>.fields.<name>` to
     fix."""
@@ -157,12 +167,11 @@ def _mapper(rows: list[dict], spec: Any, where: str, prefix: str) -> Callable[[i
         # other rows have it: missing here reads as null (as Arrow reads JSON)
         if anywhere(key):
             return None
-        close = difflib.get_close_matches(key, [str(c) for c in row], n=1, cutoff=0.6)
         raise error(
             f"row {n} has no column {key!r} (mapped to `{name}`); columns: "
             + ", ".join(map(repr, sorted(row))),
             name,
-            f"map fields.{name} to {close[0]!r}" if close else None,
+            _column_hint(spec.format, row, key, name),
         )
 
     def required(n: int, row: dict, key: str, name: str) -> Any:
