@@ -341,6 +341,23 @@ def test_prompts_longer_than_the_context_are_refused_naming_the_example(
     assert CliRunner().invoke(cli, ["check", str(write_recipe(d)), "--no-tokens"]).exit_code == 0
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not STORIES.exists(), reason="../shared/models/stories260K absent")
+def test_a_run_that_cut_prompts_names_the_examples(write_recipe, base_recipe, tmp_path):
+    """Found by a tester: the note said how many prompts were cut, not which."""
+    pytest.importorskip("transformers")
+    d = {**base_recipe, "model": {"id": str(STORIES)}, "sampling": {"max_tokens": 480}}
+    d["prompt"] = {**d["prompt"], "truncate": True}
+    args = ["go", str(write_recipe(d)), "--out", str(tmp_path / "out"), "--limit", "3"]
+    r = CliRunner().invoke(cli, [*args, "--no-progress", "--in-process"])
+    assert r.exit_code == 0, r.output
+    notes = json.loads((tmp_path / "out" / "t" / "results.json").read_text())["notes"]
+    assert (
+        "3 prompt(s) were cut from the left to fit the model's context (prompt.truncate: true): "
+        "example(s) demo-0001, demo-0002, demo-0003"
+    ) in notes
+
+
 def test_truncation_cuts_from_the_left():
     from runner.inputs.context import truncate_left
 

@@ -182,11 +182,14 @@ def _encode(unit: Unit, engine: Engine) -> tuple[list[str], list[list[int]], lis
     texts, ids = engine.encode(unit.prepared.messages)
     if not r.prompt.truncate:
         return texts, ids, []
-    ids, cut = truncate_left(ids, context_length(unit.loaded), r.sampling.max_tokens)
+    kept, cut = truncate_left(ids, context_length(unit.loaded), r.sampling.max_tokens)
+    which = [e.id for e, a, b in zip(unit.prepared.examples, ids, kept) if len(a) != len(b)]
+    some = ", ".join(which[:5]) + (", ..." if len(which) > 5 else "")
     note = (
-        f"{cut} prompt(s) were cut from the left to fit the model's context (prompt.truncate: true)"
+        f"{cut} prompt(s) were cut from the left to fit the model's context (prompt.truncate: "
+        f"true): example(s) {some}"
     )
-    return texts, ids, [note] if cut else []
+    return texts, kept, [note] if cut else []
 
 
 class UnitRun:
