@@ -315,16 +315,17 @@ class _Call:
                     self.worker.close()
         except KeyboardInterrupt:
             have = {r.name for r in self.results}
+            back = set()
             for u in units:  # set aside for a run that never began: back in place
                 if (kept := self.aside.get(u.name)) and u.name not in self.begun | have:
                     self.opts.folder(u.name).put_back(kept)
                     self.say(f"put {u.name}'s earlier results back (its run never began)", True)
-            # recipes of the interrupted job that finished before it (complete ones were skipped)
-            for u in units:  # (begun: not results an earlier call left, put back above)
-                prev = (
-                    u.name not in have
-                    and u.name in self.begun
-                    and previous_result(self.opts.folder(u.name), u.run_key)
+                    back.add(u.name)
+            # recipes of the interrupted job that finished before it (complete ones were skipped);
+            # not those put back: the call was to replace them
+            for u in units:
+                prev = u.name not in have | back and previous_result(
+                    self.opts.folder(u.name), u.run_key
                 )
                 if prev:
                     self.done(prev)
