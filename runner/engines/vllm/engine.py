@@ -14,10 +14,12 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from filelock import FileLock
 
 import runner.engines.gguf as gguf  # the module, not the package: tests patch its functions
 from runner.base.errors import RunnerError
@@ -87,26 +89,28 @@ def load_front_modules_ahead() -> None:
         with contextlib.suppress(Exception):  # a loader-made name is not importable
             importlib.import_module(name)
         if torch.cuda.is_initialized():  # this start will spawn; the next need not
-            _write_front(vllm.__version__, [n for n in names if n != name])
+            _update_front(vllm.__version__, lambda kept, bad=name: [n for n in kept if n != bad])
             return
 
 
 def _keep_front(version: str, names: list[str]) -> None:
-    """Add to the kept list what this start's front end imported that it lacks."""
-    kept = _kept_front(version)
-    have = set(kept)
-    # not a checkpoint's own code (trust_remote_code): it belongs to one model
-    if new := [n for n in names if n not in have and not n.startswith("transformers_modules")]:
-        _write_front(version, kept + new)
+    """Add to the kept list what this start's front end imported that it lacks (not a checkpoint's
+    own code, `trust_remote_code`: it belongs to one model)."""
+    mine = [n for n in names if not n.startswith("transformers_modules")]
+    _update_front(version, lambda kept: kept + [n for n in mine if n not in set(kept)])
 
 
-def _write_front(version: str, names: list[str]) -> None:
+def _update_front(version: str, change: Callable[[list[str]], list[str]]) -> None:
+    """The kept list read, changed and written whole under a lock: the job running and the next
+    job's process, started ahead, may both change it."""
     path = front_modules_file(version)
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError):  # (a lock not had in time is a TimeoutError)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(names))
-        os.replace(tmp, path)  # whole, as two processes may write it at once
+        with FileLock(f"{path}.lock", timeout=10):
+            if (names := change(kept := _kept_front(version))) != kept:
+                tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(names))
+                os.replace(tmp, path)
 
 
 def _tokenizer_lookups() -> tuple[int, int] | None:
