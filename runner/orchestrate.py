@@ -441,6 +441,7 @@ class _Call:
         self._ahead((groups[seq[0][1]], seq[0][0]), set())  # the first job's process starts now
         walls: dict[int, list[float]] = {}  # each group's jobs' wall times (announce to end)
         spent: dict[str, float] = {}  # each recipe's share of its turns' wall times so far
+        each: list[float] = []  # each job's wall time per recipe in it
         begun, planned = monotonic(), set[int]()
         while seq:
             (turn, i), *seq = seq
@@ -463,12 +464,14 @@ class _Call:
             used = tuple((u.name, spent[u.name]) for u in live if u.name in spent)
             self._run_job(Job(live, opts, rounds, turns > 1, spent=used), then)
             walls.setdefault(i, []).append(monotonic() - start)
+            each.append(walls[i][-1] / len(live))
             if turns > 1:  # a recipe's timeout covers all its turns: what this one ran
                 _charge(spent, live, opts.timeout_s, self.ran_s)
             # a job whose recipes all ended in an earlier turn (a failure) is none
             ended = {r.name for r in self.results}
             if seq := [(t, j) for t, j in seq if _live(groups[j], t, ended)]:
-                self.say(_rest(walls, [j for _, j in seq], monotonic() - begun), True)
+                left = [(j, len(_live(groups[j], t, ended))) for t, j in seq]
+                self.say(_rest(walls, each, left, monotonic() - begun), True)
 
     def _turns_left(self, u: Unit) -> set[int]:
         """The turns the recipe's repeats still need: those an earlier call did not measure, or
@@ -582,12 +585,15 @@ def _live(group: tuple[Unit, ...], turn: int, ended: set[str]) -> tuple[Unit, ..
     return tuple(u for u in group if u.name not in ended and turn <= u.loaded.recipe.repeat)
 
 
-def _rest(walls: dict[int, list[float]], left: list[int], spent: float) -> str:
-    """How long the jobs `left` should take: each group's mean wall time in this call, or the
-    mean of every job so far where the group has none yet."""
+def _rest(
+    walls: dict[int, list[float]], each: list[float], left: list[tuple[int, int]], spent: float
+) -> str:
+    """How long the jobs `left` (group, recipes in it) should take: each group's mean wall time in
+    this call, or, where the group has none yet, the mean time a recipe took in the jobs so far
+    (`each`) for each of its recipes."""
     every = [w for ws in walls.values() for w in ws]
-    rest = sum(fmean(walls.get(j, every)) for j in left)
-    how = "their earlier turns" if all(j in walls for j in left) else "the jobs so far"
+    rest = sum(fmean(walls[j]) if j in walls else fmean(each) * n for j, n in left)
+    how = "their earlier turns" if all(j in walls for j, _ in left) else "the jobs so far"
     done = f"{len(every)} of {len(every) + len(left)} jobs done in {secs(spent)}"
     return f"  call: {done}; about {secs(rest)} left (from {how})"
 

@@ -223,3 +223,13 @@ def test_a_job_whose_recipes_failed_in_an_earlier_turn_leaves_the_count_and_the_
         "  call: 2 of 3 jobs done in 40.0 s; about 30.0 s left (from their earlier turns)",
         "[job 3 of 3] b (fake, none; turn 2 of 2)",
     ]
+
+
+def test_a_group_without_turns_yet_is_estimated_per_recipe_from_the_jobs_so_far(
+    write_recipe, base_recipe, tmp_path, clock
+):
+    """Found by a tester: a first job of three recipes on one engine (30 s) made the one-recipe job
+    after it 'about 30 s'; per recipe it is 10 s."""
+    clock.update(a=30, d=10)
+    said = _run(write_recipe, base_recipe, tmp_path / "out", {"a": 0, "b": 0, "c": 0, "d": 1e-4})
+    assert said[1] == "  call: 1 of 2 jobs done in 30.0 s; about 10.0 s left (from the jobs so far)"
