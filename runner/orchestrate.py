@@ -372,6 +372,8 @@ class _Call:
         self.report(prev)  # a report.md deleted since is back
         why = "(results complete; --force reruns)"
         took = f"; its {' and '.join(changed)} as the recipe now says" if changed else ""
+        if (n := len(prev.times)) > (asked := u.loaded.recipe.repeat):
+            took += f"; it holds {n} repeats ({asked} asked): all are reported"
         self.say(f"skip {u.name}: unchanged since {prev.finished_at} {why}{took}", False)
         return True
 

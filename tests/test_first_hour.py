@@ -803,3 +803,11 @@ def test_check_notes_examples_whose_mapped_context_is_missing(tmp_path, write_re
         "  note: 1 of 2 examples have no 'passage' (mapped to `context`): their prompts have an "
         "empty passage (ids 2)\n"
     ) in r.output
+
+
+def test_a_skip_with_more_repeats_stored_than_asked_says_so(tmp_path, write_recipe, base_recipe):
+    """Found by a tester: `--repeat 2` after 3 were stored said 'skip' and reported 3, unsaid."""
+    path, out = write_recipe(_fake(base_recipe)), tmp_path / "out"
+    assert _go(path, "--out", out, "--limit", "2", "--repeat", "3").exit_code == 0
+    r = _go(path, "--out", out, "--limit", "2", "--repeat", "2")
+    assert "; it holds 3 repeats (2 asked): all are reported\n" in r.output, r.output
