@@ -131,6 +131,19 @@ class Ends:
             self._threads.pop().join()
 
 
+def _ended(code: int) -> str:
+    """How a process ended, in words: its exit code, or the signal that killed it."""
+    if code >= 0:
+        return f"ended with exit code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"was killed by signal {-code}"
+    # SIGKILL: the kernel's out-of-memory killer, or another process
+    oom = " (out of memory, or killed from outside)" if -code == signal.SIGKILL else ""
+    return f"was killed by {name}{oom}"
+
+
 def _wait(proc: subprocess.Popen, timeout_s: float | None, done, source: str = "") -> str | None:
     """Until the process ends, or `done()` (its recipes wrote their results); past the timeout (from
     `source`) the group is ended."""
@@ -194,7 +207,7 @@ def _collect(
     with contextlib.suppress(OSError):
         text = folder.engine_log.read_text(errors="replace")
     if (why := error) is None:
-        why = f"the recipe's process ended with exit code {proc.returncode} before writing results"
+        why = f"the recipe's process {_ended(proc.returncode)} before writing results"
         tail = text.strip().splitlines()[-5:]
         why += (": " + " | ".join(t.strip() for t in tail)[-600:]) if tail else ""
     hint = failure_hint(why) or f"see {folder.engine_log}"
