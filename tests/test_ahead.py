@@ -181,6 +181,7 @@ def test_a_crash_and_a_timeout_beside_the_next_jobs_process(load, workers, tmp_p
         "was killed by SIGKILL (out of memory, or killed from outside) before writing results"
         in results[0].error
     )
+    assert results[0].started_at and results[1].started_at  # (report.md's "started" was empty)
     assert results[1].error == "timed out after 1 s (timeout_s); the run was ended"
     assert results[1].hint == (
         f"if it needs longer, raise the recipe's timeout_s; what it wrote: {out}/b/engine.log"

@@ -646,7 +646,7 @@ def _reproduce(r: RunResult) -> list[str]:
         rows.append(["engine environment", ", ".join(f"{k}={v}" for k, v in extra["env"].items())])
     if extra.get("warmup"):
         rows.append(["engine warm-up", extra["warmup"]])
-    rows.append(["started / finished", f"{r.started_at} / {r.finished_at}"])
+    rows.append(["started / finished", f"{r.started_at or '–'} / {r.finished_at}"])
     out = ["", "## Reproduce", "", table(rows, ["", "value"]), ""]
     if r.command:
         out += ["Command (from the directory it was run in):", "", "```bash", r.command, "```"]

@@ -15,6 +15,7 @@ stdout/stderr (and those of every process the engine starts) go to the running r
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import os
 import pickle
 import signal
@@ -216,7 +217,9 @@ def _collect(
         hint = f"if it needs longer, raise {more}; what it wrote: {folder.engine_log}"
     # this run's part
     evidence = running.loaded.recipe.engine.crash_evidence(text.rsplit(LOG_MARK, 1)[-1])
-    m = Measured(Timings(total_s=(time.time_ns() - since) / 1e9))  # a tune's budget counts it
+    begun = dt.datetime.fromtimestamp(since / 1e9, dt.timezone.utc).isoformat(timespec="seconds")
+    # its time: a tune's budget counts it
+    m = Measured(Timings(total_s=(time.time_ns() - since) / 1e9), started_at=begun)
     res = run_result(running, job.options.command, m, Failure(why, hint, evidence))
     folder.write(res)
     return [*out, res], tuple(u for u in pending if u is not running)
