@@ -356,6 +356,12 @@ def test_a_run_that_cut_prompts_names_the_examples(write_recipe, base_recipe, tm
         "3 prompt(s) were cut from the left to fit the model's context (prompt.truncate: true): "
         "example(s) demo-0001, demo-0002, demo-0003"
     ) in notes
+    # each sample's prompt says what the model saw of it (it read as the whole text)
+    lines = (tmp_path / "out" / "t" / "samples.jsonl").read_text().splitlines()
+    for s in map(json.loads, lines):
+        assert s["prompt"].startswith(
+            f"[cut: the model saw the last {s['prompt_tokens']:,} of its "
+        )
 
 
 def test_truncation_cuts_from_the_left():

@@ -184,6 +184,13 @@ def _encode(unit: Unit, engine: Engine) -> tuple[list[str], list[list[int]], lis
         return texts, ids, []
     kept, cut = truncate_left(ids, context_length(unit.loaded), r.sampling.max_tokens)
     which = [e.id for e, a, b in zip(unit.prepared.examples, ids, kept) if len(a) != len(b)]
+    # a sample's prompt is the text rendered; where the model saw less, it says so first
+    texts = [
+        t
+        if len(a) == len(b)
+        else f"[cut: the model saw the last {len(b):,} of its {len(a):,} tokens]\n{t}"
+        for t, a, b in zip(texts, ids, kept)
+    ]
     some = ", ".join(which[:5]) + (", ..." if len(which) > 5 else "")
     note = (
         f"{cut} prompt(s) were cut from the left to fit the model's context (prompt.truncate: "
