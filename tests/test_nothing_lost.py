@@ -593,3 +593,16 @@ def test_an_interrupted_force_call_puts_back_what_it_set_aside_for_runs_that_nev
     assert not (out / "c" / "replaced").exists()
     assert not (out / "b" / "results.json").exists()  # b began: its earlier results stay aside
     assert "skip c: unchanged since" in _go(*paths, "--out", out).output
+
+
+def test_an_interrupted_call_with_json_prints_the_summary_of_what_finished(
+    tmp_path, write_recipe, base_recipe, ctrl_c_in_the_second_generation
+):
+    """Found by a tester: with --json, stdout was empty after Ctrl-C (summary.json was written)."""
+    path = write_recipe(
+        {**_fake(base_recipe, "s"), "matrix": {"sampling.max_tokens": {"a": 16, "b": 8}}}
+    )
+    r = _go(path, "--out", tmp_path / "out", "--json")
+    assert r.exit_code == 130
+    doc = json.loads(r.stdout)
+    assert [x["name"] for x in doc["recipes"]] == ["s-a"] and doc["path"].endswith("summary.md")

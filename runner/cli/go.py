@@ -218,6 +218,8 @@ def go(paths, out, only, sets, model_paths, executor, address, in_process, **run
     try:
         results = run_loaded(loaded, opts, ex, wings=call_wings(), say=say(as_json))
     except Interrupted as e:
+        if as_json and e.finished:  # the summary of what finished, as written
+            after_summary(Path(out) / SUMMARY, True, False)
         interrupted(e)
     gate_failed = after_summary(Path(out) / SUMMARY, as_json, fail_on_gate)
     if gate_failed or any(r.status != "ok" for r in results):
