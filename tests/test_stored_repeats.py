@@ -266,3 +266,23 @@ def test_report_leaves_out_a_result_with_a_0_s_negative_or_nan_repeat(
     assert "summary: " in r.output and "(1 recipe)" in r.output
     skipped: list[str] = []
     assert [x.name for x in load_results(out, skipped)] == ["good"] and len(skipped) == 1
+
+
+def test_a_line_set_aside_is_said_on_the_calls_terminal_when_the_job_has_its_own_process(
+    interrupted,
+):
+    """Found by a tester: with the job in its own process (the default), the warning went to its
+    engine.log only (its stderr), not to the terminal the call runs on."""
+    import subprocess
+    import sys
+
+    path, out, lines = interrupted
+    head, one, two, _ = lines
+    _write(out, [head, one, _with(two, index=0)])
+    args = ["go", str(path), "--out", str(out), "--repeat", "3", "--limit", LIMIT, "--no-progress"]
+    p = subprocess.run(
+        [sys.executable, "-m", "runner", *args], capture_output=True, text=True, timeout=120
+    )
+    assert p.returncode == 0, p.stderr
+    stored = out / "r" / "repeats.jsonl"
+    assert f"WARNING: {stored} line 3: has index 0 (repeats are numbered from 1)" in p.stderr

@@ -411,6 +411,13 @@ class UnitRun:
         self.folder.write(self.result)
 
 
+def _say_set_aside(runs: list[UnitRun], progress_file: IO[str] | None) -> None:
+    """Stored lines set aside, on the call's terminal too where the job runs in a process of its
+    own (its stderr is the engine's log, where UnitRun said them)."""
+    for line in (x for u in runs for x in u.set_aside) if progress_file is not None else ():
+        print(f"WARNING: {line}", file=progress_file, flush=True)
+
+
 def run_rounds(
     job: Job,
     shared: SharedEngine,
@@ -422,6 +429,7 @@ def run_rounds(
     before; `before(unit)` runs before each generation. Returns the results written: recipes that
     failed or have every repeat."""
     runs = [UnitRun(u, job) for u in job.units]
+    _say_set_aside(runs, progress_file)
     shared.profile = any(u.r.profile for u in runs)
     rounds = job.rounds or tuple(range(1, max(u.wanted for u in runs) + 1))
     todo = lambda u: [i for i in rounds if i <= u.wanted and i not in u.repeats]
