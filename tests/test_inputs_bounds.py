@@ -589,7 +589,14 @@ def shots_builder(tmp_path, content: str | None, k: int = 1, fmt: str = "jsonl")
             1,
             "jsonl",
             "prompt.shots.source.fields.answers",
-            ["no gold answer"],
+            ["no example of", "has a gold answer"],
+        ),
+        (
+            jsonl([{"question": "a", "context": "", "answers": ["x"]}, {"question": "b"}]),
+            2,
+            "jsonl",
+            "prompt.shots.k",
+            ["asks for 2 shots", "only 1 examples with a gold answer"],
         ),
     ],
 )
@@ -625,3 +632,16 @@ def test_broken_template_file_is_one_template_error(tmp_path, content, words):
 def test_template_bom_is_not_part_of_the_prompt(tmp_path):
     (tmp_path / "u.j2").write_bytes("\ufeffQ:{{ question }}".encode("utf-8"))
     assert PromptBuilder(PromptSpec(template="u.j2"), tmp_path).messages(EX)[-1]["content"] == "Q:Q"
+
+
+def test_shots_are_drawn_from_the_examples_that_have_an_answer(tmp_path):
+    """Found by a tester: a pool with an answerless example failed for some `shots.seed` values
+    ("shot example ... has no gold answer", whose hint said to map an answers column already
+    mapped) and not for others."""
+    rows = [{"id": str(i), "question": f"q{i}", "context": "", "answers": ["x"]} for i in range(3)]
+    rows.insert(1, {"id": "none", "question": "no answer", "context": "", "answers": []})
+    (tmp_path / "train.jsonl").write_text(jsonl(rows), encoding="utf-8")
+    for seed in range(20):
+        spec = {"k": 2, "seed": seed, "source": {"format": "jsonl", "path": "train.jsonl"}}
+        b = PromptBuilder(PromptSpec(template="jsquad.j2", shots=spec), tmp_path, "recipe.yaml")
+        assert all(s["answers"] == ["x"] for s in b.shots), seed

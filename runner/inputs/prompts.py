@@ -102,23 +102,24 @@ class PromptBuilder:
             loaded = read_examples(shots.source, base_dir, self.where, field="prompt.shots.source")
             # None for a hub dataset: `sources` leaves it out
             self._sources[f"shots:{shots.source.path}"] = loaded.sha256
-            pool, name = loaded.examples, loaded.path or shots.source.path
+            name = loaded.path or shots.source.path
+            # a worked example needs its answer: drawn from those that have one
+            pool = [e for e in loaded.examples if e.answers]
             err = partial(DatasetError, file=self.where)
-            if shots.k > len(pool):
+            if not pool:
                 raise err(
-                    f"asks for {shots.k} shots, but {name} has only {len(pool)} examples",
+                    f"no example of {name} has a gold answer to show as a worked example",
+                    field="prompt.shots.source.fields.answers",
+                    hint="map prompt.shots.source.fields.answers to the answer column",
+                )
+            if shots.k > len(pool):
+                some = "" if len(pool) == len(loaded.examples) else " with a gold answer"
+                raise err(
+                    f"asks for {shots.k} shots, but {name} has only {len(pool)} examples{some}",
                     field="prompt.shots.k",
                     hint="lower prompt.shots.k, or draw from a larger prompt.shots.source",
                 )
             picked = random.Random(shots.seed).sample(pool, shots.k)
-            for e in picked:
-                if not e.answers:
-                    raise err(
-                        f"shot example {e.id!r} of {name} has no gold answer",
-                        field="prompt.shots.source.fields.answers",
-                        hint="a worked example needs its answer: map fields.answers to the answer "
-                        "column",
-                    )
             self.shots += [_shot(e.question, e.context, list(e.answers)) for e in picked]
 
     @property
