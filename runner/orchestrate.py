@@ -575,7 +575,7 @@ class _Call:
 
 def _charge(spent: dict[str, float], units: tuple[Unit, ...], call_s: int | None, wall: float):
     """A turn's wall time charged to its recipes' timeouts, each its timeout's share of it."""
-    each = {u.name: u.loaded.recipe.timeout_s or call_s for u in units}
+    each = {u.name: u.timeout(call_s) for u in units}
     if all(each.values()):
         total = sum(each.values())  # type: ignore[arg-type]
         for name, t in each.items():

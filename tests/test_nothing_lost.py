@@ -142,17 +142,13 @@ def test_a_recipe_with_a_timeout_does_not_share_an_engine_with_one_without(
 ):
     """A shared job's timeout is the sum of its recipes'; one recipe without would have left the
     other unbounded."""
-    from types import SimpleNamespace
-
-    from runner.run.job import Job, RunOptions, group_by_engine
+    from runner.run.job import Job, RunOptions, Unit, group_by_engine
     from tests.wired import load_all
 
     a = write_recipe({**_fake(base_recipe, "a"), "timeout_s": 60}, "a.yaml")
     b = write_recipe(_fake(base_recipe, "b"), "b.yaml")
-    units = [
-        SimpleNamespace(loaded=lr, name=lr.recipe.name)
-        for lr in load_all((str(a), str(b)), (), (), None)
-    ]
+    # (no examples prepared: only the recipes matter here)
+    units = [Unit(lr, None, "") for lr in load_all((str(a), str(b)), (), (), None)]
     assert [[u.name for u in g] for g in group_by_engine(units)] == [["a"], ["b"]]
     [both] = group_by_engine(units, call_timeout_s=30)
     assert Job(both, RunOptions(out=tmp_path, timeout_s=30)).timeout_s() == 90.0

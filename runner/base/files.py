@@ -75,8 +75,8 @@ def write_jsonl_atomic(path: Path, rows: Iterable[dict]) -> None:
 
 
 def jsonl_lines(text: str) -> list[str]:
-    """The lines of a JSONL file the runner wrote, split at newlines only: `splitlines()` also
-    splits at U+2028, U+0085 and the like, which `ensure_ascii=False` leaves inside a string."""
+    """The lines of a JSONL text, split at newlines only: `splitlines()` also splits at U+2028,
+    U+0085 and the like, which may sit inside a JSON string (`ensure_ascii=False` leaves them)."""
     return text.removesuffix("\n").split("\n") if text else []
 
 

@@ -104,15 +104,14 @@ def as_text(value: Any) -> str:
     return str(value)
 
 
-def _hub_rows(spec: Any, where: str, field: str) -> tuple[list[dict], int]:
-    """The rows of a hub dataset and how many its split holds. With a limit and no shuffle, only the
-    first `limit` rows are taken (datasets' split slicing; a repeated id after them is not seen)
-    and the split's size comes from its info."""
+def _hub_rows(spec: Any, where: str, field: str, local: bool) -> tuple[list[dict], int]:
+    """The rows of a hub dataset (`local`: a dataset folder) and how many its split holds. With a
+    limit and no shuffle, only the first `limit` rows are taken (datasets' split slicing; a
+    repeated id after them is not seen) and the split's size comes from its info."""
     import datasets
 
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
-    local = Path(spec.path).expanduser().is_dir()
     # a split name as datasets names them (not `train[:10]` or `train+test`) can be sliced
     first = not spec.shuffle and re.fullmatch(r"\w+(\.\w+)*", spec.split) and spec.limit
     # a local dataset folder: a private cache, removed afterwards, so no stale copy can serve it
@@ -228,7 +227,7 @@ def read_examples(
         folder = base_dir / Path(spec.path).expanduser()
         local = folder.is_dir()
         spec = spec.model_copy(update={"path": str(folder)}) if local else spec
-        rows, total = _hub_rows(spec, where, field)
+        rows, total = _hub_rows(spec, where, field, local)
         digest = _folder_sha256(folder) if local else None
         return LoadedExamples(_examples(rows, spec, where, field), digest, spec.path, total)
     # a path relative to the recipe file (an absolute one stays itself)

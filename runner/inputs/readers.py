@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.errors import DatasetError
+from runner.base.files import jsonl_lines
 
 FORMATS_HINT = (
     "dataset formats: squad, json, jsonl, csv, parquet (a file) or hub (a dataset name or folder)"
@@ -324,8 +325,7 @@ def _json_lines(text: str) -> bool:
 def _jsonl_records(text: str, w: _Where, first: int | None) -> tuple[list[dict], int]:
     """The first `first` records (None: all) and the number of non-empty lines."""
     rows: list[dict] = []
-    # not splitlines(): U+2028 may sit inside a JSON string
-    lines = text.split("\n")
+    lines = jsonl_lines(text)
     for n, line in enumerate(lines, 1):
         if len(rows) == first:  # the rest counted, not parsed
             return rows, len(rows) + sum(1 for x in lines[n - 1 :] if x.strip())

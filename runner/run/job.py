@@ -67,6 +67,10 @@ class Unit:
     def name(self) -> str:
         return self.loaded.recipe.name
 
+    def timeout(self, call_s: float | None) -> float | None:
+        """Its recipe's timeout_s, else the call's --timeout (None: neither)."""
+        return self.loaded.recipe.timeout_s or call_s
+
 
 @dataclass(frozen=True)
 class Job:
@@ -83,7 +87,7 @@ class Job:
     def timeout_s(self) -> float | None:
         """The sum of the units' timeouts (each its recipe's, else the call's), less what their
         earlier turns used; none if any has none. A recipe's timeout covers all its repeats."""
-        each = [u.loaded.recipe.timeout_s or self.options.timeout_s for u in self.units]
+        each = [u.timeout(self.options.timeout_s) for u in self.units]
         if any(t is None for t in each):
             return None
         used = dict(self.spent)
@@ -146,7 +150,7 @@ def group_by_engine(
     the sum of its recipes', so one without would leave the other's unbounded."""
     groups: dict[tuple[str, bool], list[Unit]] = {}
     for u in units:
-        bounded = (u.loaded.recipe.timeout_s or call_timeout_s) is not None
+        bounded = u.timeout(call_timeout_s) is not None
         groups.setdefault((engine_key(u.loaded), bounded), []).append(u)
     return [tuple(g) for g in groups.values()]
 

@@ -209,14 +209,11 @@ class UnitRun:
         self.folder = self.opts.folder(unit.name)
         self.folder.root.mkdir(parents=True, exist_ok=True)
         self.repeats: dict[int, Repeat] = {}  # by index
-        # each bad stored line named here (before output goes to engine.log) and in the result's
-        # notes (the report's)
+        # each bad stored line: named by run_rounds, and in the result's notes (the report's)
         self.set_aside: list[str] = []
         if self.folder.samples.is_file():
             reps, self.set_aside = load_repeats(self.folder, unit.run_key)
             self.repeats = {x.index: x for x in reps}
-            for line in self.set_aside:
-                print(f"WARNING: {line}", file=sys.stderr, flush=True)
         else:
             # repeats without the first one's samples: measured again
             self.folder.repeats.unlink(missing_ok=True)
@@ -412,10 +409,11 @@ class UnitRun:
 
 
 def _say_set_aside(runs: list[UnitRun], progress_file: IO[str] | None) -> None:
-    """Stored lines set aside, on the call's terminal too where the job runs in a process of its
-    own (its stderr is the engine's log, where UnitRun said them)."""
-    for line in (x for u in runs for x in u.set_aside) if progress_file is not None else ():
-        print(f"WARNING: {line}", file=progress_file, flush=True)
+    """Stored lines set aside, before the engine's output: on stderr (the engine's log, where the
+    job runs in a process of its own) and on the call's terminal too (`progress_file`)."""
+    for line in (x for u in runs for x in u.set_aside):
+        for f in (sys.stderr, progress_file) if progress_file is not None else (sys.stderr,):
+            print(f"WARNING: {line}", file=f, flush=True)
 
 
 def run_rounds(

@@ -359,7 +359,7 @@ class Sweep:
         the timeout passes: the recipe's `timeout_s`, else the call's --timeout, looked at after
         each rate); raises if the server dies."""
         r = self.unit.loaded.recipe
-        limit = r.timeout_s or call_timeout_s
+        limit = self.unit.timeout(call_timeout_s)
         src = "the recipe's timeout_s" if r.timeout_s else "--timeout"
         deadline = time.monotonic() + (limit or math.inf)
         for k, rate in enumerate(r.load.request_rate):

@@ -97,7 +97,12 @@ def _keep_front(version: str, names: list[str]) -> None:
     """Add to the kept list what this start's front end imported that it lacks (not a checkpoint's
     own code, `trust_remote_code`: it belongs to one model)."""
     mine = [n for n in names if not n.startswith("transformers_modules")]
-    _update_front(version, lambda kept: kept + [n for n in mine if n not in set(kept)])
+
+    def add(kept: list[str]) -> list[str]:
+        have = set(kept)
+        return kept + [n for n in mine if n not in have]
+
+    _update_front(version, add)
 
 
 def _update_front(version: str, change: Callable[[list[str]], list[str]]) -> None:
