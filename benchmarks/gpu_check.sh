@@ -66,8 +66,11 @@
 #                                                 study would, and pays the host's first vLLM start, so the four
 #                                                 `study` calls after it measure a second run's starts (estimated
 #                                                 ~400 s on an H100: the five CUDA-graph cells compiled cold in 42-45 s
-#                                                 each; a call cut short: run again)
-#   STUDY_ARGS='...' bash benchmarks/gpu_check.sh warm|study OUT ...
+#                                                 each; a call cut short: run again). Warm the graph cells
+#                                                 only and the first bf16-eager and AWQ engines after it pay
+#                                                 the host's first run of their kernels (+12 s, +7.5 s in
+#                                                 reports/h100-warm-study)
+#   STUDY_ARGS='...' bash benchmarks/gpu_check.sh warm|study OUT ...   (STUDY_TIMEOUT=S: a `study` call's limit, 570 s)
 #                                                 extra `runner go` arguments for the vLLM calls (not the 'jsquad-hf-*'
 #                                                 call). Not vLLM's startup plan for the starts' share: given a KV size
 #                                                 (its plan, or kv_cache_memory_bytes) vLLM 0.26 still runs its
@@ -139,7 +142,7 @@ case $step in
       --out /root/hf-cb --no-progress "${lim[@]}" "${MP[@]}" "${SETS[@]}" --usd-per-gpu-hour 3.5 2>&1 | tee -a "$out/hf-cb.log"
     tar -C /root -czf "$out/hf-cb.tgz" --exclude='*.lock' hf-cb ;;
   study)
-    timeout 570 python3 -m runner go recipes/jsquad-study.yaml --only "$3" --out /root/study --no-progress \
+    timeout "${STUDY_TIMEOUT:-570}" python3 -m runner go recipes/jsquad-study.yaml --only "$3" --out /root/study --no-progress \
       "${MP[@]}" --model-path Qwen/Qwen2.5-7B-Instruct-AWQ=$S/models/qwen2.5-7b-instruct-awq "${SETS[@]}" \
       "${EXTRA[@]}" --timeout 400 --usd-per-gpu-hour 3.5 2>&1 | tee -a "$out/study.log"
     python3 -m runner report /root/study 2>&1 | tail -2 | tee -a "$out/study.log"

@@ -27,8 +27,8 @@ class _M(BaseModel):
 
 class StartParts(_M):
     """The engine start split as the engine accounts for it (vLLM's own log lines); a part it did
-    not report is null, and `other_s` is the rest of the start (process spawn, memory profiling,
-    KV-cache allocation, tokenizer)."""
+    not report is null, and `other_s` is the rest of the start (the front end, the engine process's
+    start, its distributed setup; with an engine that does not report its profiling, that too)."""
 
     load_s: float | None = Field(None, description="Loading the weights onto the device (s).")
     compile_s: float | None = Field(
@@ -36,6 +36,12 @@ class StartParts(_M):
         description="torch.compile, or loading its output from the compile cache when warm (s).",
     )
     capture_s: float | None = Field(None, description="CUDA graph capture (s).")
+    profile_kv_s: float | None = Field(
+        None,
+        description="The engine's memory profiling run, KV-cache allocation and its own kernel "
+        "warm-up (vLLM's `init engine` time less compile and capture; a first run of new kernels "
+        "on a host, their JIT compiling, shows here) (s).",
+    )
     warmup_s: float | None = Field(None, description="The recipe's `engine.warmup` batch (s).")
     other_s: float | None = Field(None, description="The rest of the start (s).")
     cold: bool | None = Field(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from runner.cli import cli
@@ -33,6 +34,7 @@ def test_the_start_split_from_vllms_log_cold_then_warm():
         "load_s": 3.512345,
         "compile_s": 41.37,
         "capture_s": 12.0,
+        "profile_kv_s": None,  # no "init engine" line in this log
         "warmup_s": 4.0,
         "other_s": 70.0 - (3.512345 + 41.37 + 12.0 + 4.0),
         "cold": True,
@@ -50,6 +52,43 @@ def test_the_start_split_from_vllms_log_cold_then_warm():
         parse_engine_log("INFO Model loading took 14.3 GiB and 9.5 seconds\n"), None, 17.0, None
     )
     assert eager["cold"] is None and eager["compile_s"] is None and eager["other_s"] == 7.5
+
+
+# vLLM 0.26's line (v1/engine/core.py), from an H100's warm CUDA-graph start (2026-12-06): the time
+# holds the compile-cache load and the capture
+INIT = (
+    "(EngineCore pid=4404) INFO 12-06 12:06:18 [core.py:340] init engine (profile, create kv "
+    "cache, warmup model) took 11.66 s (compilation: 5.55 s)\n"
+)
+
+
+def test_the_start_split_names_profiling_kv_cache_and_kernel_warm_up_apart_from_the_rest():
+    """vLLM's "init engine" time less compile and capture is the profiling run, the KV cache and
+    vLLM's kernel warm-up: taken out of `other_s` (where a host's first JIT of new kernels hid)."""
+    graphs = start_parts(
+        parse_engine_log(
+            "INFO Model loading took 8.2 GiB and 2.790036 seconds\n"
+            "INFO torch.compile took 5.55 s in total\n"
+            "INFO Graph capturing finished in 3 secs, took 0.47 GiB\n" + INIT
+        ),
+        "/c/torch_compile_cache/x/rank_0_0",
+        18.1,
+        None,
+    )
+    assert graphs["profile_kv_s"] == pytest.approx(11.66 - 5.55 - 3.0)
+    assert graphs["other_s"] == pytest.approx(18.1 - 2.790036 - 11.66)
+    eager = start_parts(
+        parse_engine_log(
+            "INFO Model loading took 14.29 GiB and 2.004326 seconds\n"
+            + INIT.replace("11.66 s (compilation: 5.55 s)", "16.39 s")
+        ),
+        None,
+        22.0,
+        None,
+    )
+    assert eager["profile_kv_s"] == 16.39 and eager["other_s"] == pytest.approx(
+        22.0 - 2.004326 - 16.39
+    )
 
 
 # vLLM 0.26's lines (v1/worker/gpu_worker.py, startup_plan.py): measured, then a plan applied
@@ -194,6 +233,13 @@ def test_energy_per_generation_power_and_per_token():
     )
     resumed = energy_of([_rep(1, 3000.0, 6.0, reused=5)], 1, 10, 10)
     assert not resumed.measured and "interrupted" in resumed.why_not
+    # a generation shorter than the counter's tick read 0 J: not a measurement of 0 J
+    still = energy_of([_rep(1, 3000.0, 6.0), _rep(2, 0.0, 0.08)], 1, 10, 10)
+    assert not still.measured and still.joules is None
+    assert still.why_not == (
+        "NVML's energy counter did not move during a 0.08-s generation (it updates less often "
+        "than that): too short to measure"
+    )
 
 
 def test_a_continued_runs_energy_is_not_passed_off_as_the_whole_generations():
@@ -328,6 +374,11 @@ def test_the_study_sums_its_cold_and_warm_starts():
     )
     # 45+12, 5+12, 5+12
     assert words + "compiling and capturing CUDA graphs took 91.0 s in all" in text
+    # 3 x 4 s of weights, 45+5+5 compiling, 3 x 12 capturing, 3 x 9 the rest
+    assert (
+        "Where 3 engine starts' 130.0 s went, as the engines' logs account for them: weights "
+        "12.0 s, compile 55.0 s, CUDA graphs 36.0 s, the rest 27.0 s." in text
+    )
     # 3 x 1,500 J, no price
     assert "Summed over the cells: GPU energy of every measured generation 4.5 kJ." in text
 

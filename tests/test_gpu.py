@@ -96,7 +96,7 @@ def _group_gone(log: Path) -> bool:
 
 
 def test_isolated_run_gives_the_gpu_back(tiny, tmp_path, monkeypatch):
-    import vllm
+    from importlib.metadata import version
 
     from runner.base.nvml import used_gib
     from runner.engines.builtin import cache_root
@@ -111,7 +111,9 @@ def test_isolated_run_gives_the_gpu_back(tiny, tmp_path, monkeypatch):
         "VLLM_CACHE_ROOT", os.environ.get("VLLM_CACHE_ROOT") or f"{cache_root()}/vllm"
     )
     monkeypatch.setenv("RUNNER_CACHE", str(tmp_path / "cache"))
-    kept = front_modules_file(vllm.__version__)
+    # vLLM's version without importing it here: the job's process is forked from this one, and what
+    # this process imported the job's LLM() would find imported already
+    kept = front_modules_file(version("vllm"))
     assert not kept.exists()
     before = used_gib()
     [res] = run_isolated(_job(p, tmp_path / "out"))
@@ -126,8 +128,11 @@ def test_isolated_run_gives_the_gpu_back(tiny, tmp_path, monkeypatch):
     assert res.latency.ttft_s.p50 > 0 and res.latency.e2e_s.p99 >= res.latency.e2e_s.p50
     # issue 31: NVML energy over the generation, the start split
     e, start = res.energy, res.timings.start
-    assert e.measured and e.gpus == 1 and e.joules > 0 and 20 < e.watts < 1500, e
-    assert e.j_per_output_token == pytest.approx(e.joules / 160)
+    if e.measured:
+        assert e.gpus == 1 and e.joules > 0 and 20 < e.watts < 1500, e
+        assert e.j_per_output_token == pytest.approx(e.joules / 160)
+    else:  # 20 tiny prompts can finish inside one tick of the counter (an H100, 2026-12-06: 0 J)
+        assert "did not move" in e.why_not and e.joules is None, e
     # eager
     assert start is not None and start.load_s > 0 and start.cold is None and start.compile_s is None
     # issue 41: the job's process loaded vLLM's own tokenizer ahead, under the key LLM() looks up

@@ -222,7 +222,12 @@ def _start_section(r: RunResult) -> list[str]:
     )
     opt = lambda v: secs(v) if v is not None else "–"
     rows = [
-        [i, *map(opt, (total, p.load_s, p.compile_s, p.capture_s, p.warmup_s, p.other_s)), kind(p)]
+        [
+            i,
+            *map(opt, (total, p.load_s, p.compile_s, p.capture_s, p.profile_kv_s)),
+            *map(opt, (p.warmup_s, p.other_s)),
+            kind(p),
+        ]
         for i, total, p in starts
     ]
     head = [
@@ -231,6 +236,7 @@ def _start_section(r: RunResult) -> list[str]:
         "weights",
         "compile",
         "CUDA graphs",
+        "profiling, KV cache, kernel warm-up",
         "warm-up",
         "other",
         "compile cache",
@@ -238,8 +244,10 @@ def _start_section(r: RunResult) -> list[str]:
     caches = sorted({p.compile_cache for _, _, p in starts if p.compile_cache})
     note = (
         "As the engine's own log accounts for it: weights loaded, torch.compile (or its output "
-        "loaded from the compile cache: a warm start), CUDA graph capture, the recipe's warm-up "
-        "batch, and the rest (process start, memory profiling, KV-cache allocation)."
+        "loaded from the compile cache: a warm start), CUDA graph capture, the memory profiling "
+        "run with the KV cache's allocation and the engine's own kernel warm-up (where new "
+        "kernels' first compiling on a host shows), the recipe's warm-up batch, and the rest "
+        "(the front end, the engine process's start)."
     )
     note += f" Compile cache: {', '.join(f'`{c}`' for c in caches)}." if caches else ""
     if any(p.profiled is False for _, _, p in starts):

@@ -275,6 +275,11 @@ def energy_of(repeats: Sequence[Repeat], gpus: int, p_tok: int, o_tok: int) -> E
         why_not = "part of the generation ran in an earlier, interrupted call"
     elif not got or len(got) < len(repeats):
         why_not = "no NVML energy counter for the engine's GPUs here"
+    elif still := [s for j, s in got if j <= 0]:  # the counter ticks coarser than the generation
+        why_not = (
+            f"NVML's energy counter did not move during a {min(still):.2f}-s generation (it "
+            "updates less often than that): too short to measure"
+        )
     else:
         joules, seconds = zip(*got)
         j = sum(joules) / len(got)

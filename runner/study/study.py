@@ -428,6 +428,22 @@ def spent_section(cells: list[RunResult]) -> list[str]:
         )
         out += ["", "Summed over the cells: " + "; ".join(what) + "."]
     parts = [x.start for r in cells for x in r.repeats if x.start is not None]
+    if parts:
+        named = {
+            "weights": "load_s",
+            "compile": "compile_s",
+            "CUDA graphs": "capture_s",
+            "profiling, KV cache and kernel warm-up": "profile_kv_s",
+            "the recipes' warm-up": "warmup_s",
+            "the rest": "other_s",
+        }
+        sums = {w: sum(getattr(p, k) or 0.0 for p in parts) for w, k in named.items()}
+        split = ", ".join(f"{w} {secs(v)}" for w, v in sums.items() if v)
+        out += [
+            "",
+            f"Where {len(parts)} engine starts' {secs(sum(sums.values()))} went, as the engines' "
+            f"logs account for them: {split}.",
+        ]
     if cold := [p for p in parts if p.cold is not None]:
         compile_s = sum((p.compile_s or 0) + (p.capture_s or 0) for p in parts)
         words = (

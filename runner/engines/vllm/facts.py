@@ -47,6 +47,8 @@ _NUMBERS = {  # a figure of vLLM's log, by the key parse_engine_log gives it
         r"torch\.compile (?:and initial profiling/warmup run together )?took ([\d.]+) s in total"
     ),
     "capture_s": re.compile(r"Graph capturing finished in ([\d.]+) secs"),
+    # the engine process's memory profiling, KV cache and warm-up, compile and capture included
+    "init_s": re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
 }
 _CACHE_DIR_RE = re.compile(r"Using cache directory: (\S+) for vLLM's torch\.compile")
 _CACHE_HIT = ("Directly load the compiled graph", "Directly load AOT compilation")
@@ -110,13 +112,18 @@ def start_parts(
     parsed: dict[str, float], cache_dir: str | None, total_s: float, warmup_s: float | None
 ) -> dict:
     """The engine start split as vLLM's log accounts for it (StartParts' fields): weights, compile
-    (or loading it from the cache), CUDA graph capture, the recipe's warm-up, and the rest of
-    `total_s`; `cold` from whether the compiled graphs came from the cache, `profiled` from whether
-    the memory was measured or the KV cache size given."""
+    (or loading it from the cache), CUDA graph capture, memory profiling with the KV cache and
+    vLLM's kernel warm-up (its "init engine" time, which holds compile and capture, less them), the
+    recipe's warm-up, and the rest of `total_s`; `cold` from whether the compiled graphs came from
+    the cache, `profiled` from whether the memory was measured or the KV cache size given."""
+    compile_s, capture_s, init_s = (parsed.get(k) for k in ("compile_s", "capture_s", "init_s"))
     parts = {
         "load_s": parsed.get("weights_load_s"),
-        "compile_s": parsed.get("compile_s"),
-        "capture_s": parsed.get("capture_s"),
+        "compile_s": compile_s,
+        "capture_s": capture_s,
+        "profile_kv_s": None
+        if init_s is None
+        else max(init_s - (compile_s or 0.0) - (capture_s or 0.0), 0.0),
         "warmup_s": warmup_s,
     }
     known = sum(v for v in parts.values() if v is not None)
