@@ -425,3 +425,27 @@ def test_a_time_measured_on_a_busy_machine_is_said_and_kept_in_the_json(calls, t
     assert (
         "fk: measured on a busy machine in new: repeat 2: load average 9.0 on 2 CPUs\n" in r.stderr
     )
+
+
+def test_the_same_data_elsewhere_is_the_same_examples_and_other_bytes_are_not(calls, tmp_path):
+    """Found by a tester: a dataset path written otherwise (`./x` for `x`, a checkout elsewhere
+    folder) made every recipe 'other examples', so `--fail-on-slower` could not fail a 3x slower
+    run. The data is matched by the hash of its bytes (results.json's `environment.inputs`)."""
+    old, slow = _copy(calls["old"], tmp_path / "a"), _copy(calls["slow"], tmp_path / "b")
+    p = slow / "fk" / "results.json"
+    d = json.loads(p.read_text())
+    [key] = [k for k in d["environment"]["inputs"] if k.startswith("dataset:")]
+    d["recipe"]["dataset"]["path"] = "/elsewhere/checkout/squad.json"
+    inputs = d["environment"]["inputs"]
+    inputs["dataset:/elsewhere/checkout/squad.json"] = inputs.pop(key)
+    p.write_text(json.dumps(d))
+    r = _compare(old, slow, "--fail-on-slower", "10", "--out", tmp_path / "o1")
+    assert r.exit_code == 1 and "failed --fail-on-slower 10: fk is clearly slower" in r.stderr
+    # other bytes under the same name: not the same examples, and said so
+    inputs["dataset:/elsewhere/checkout/squad.json"] = "0" * 16
+    p.write_text(json.dumps(d))
+    r = _compare(old, slow, "--fail-on-slower", "10", "--out", tmp_path / "o2")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith(
+        "fk: no time ratio: other examples: as many (36), from another dataset or its settings;"
+    )

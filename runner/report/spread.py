@@ -83,16 +83,30 @@ def paired(a: RunResult, b: RunResult) -> bool:
 
 def examples(r: RunResult) -> tuple[str, int]:
     """What the run's time stands for: its dataset and how many of its examples (an estimate: the
-    full count it projects to; a `--limit`ed run such as a tune's screen: the examples it ran)."""
-    return r.recipe.dataset.model_dump_json(), (r.estimate.n_total if r.estimate else r.n_samples)
+    full count it projects to; a `--limit`ed run such as a tune's screen: the examples it ran). A
+    run that recorded its dataset's hash (`environment.inputs`) is its data by those bytes and the
+    dataset's other settings, wherever the file was (a CI's checkout in another folder, `./x` or
+    `x`); one stored without it, by its settings as written."""
+    n = r.estimate.n_total if r.estimate else r.n_samples
+    inputs = r.environment.get("inputs")
+    sha = (
+        [v for k, v in inputs.items() if k.startswith("dataset:")]
+        if isinstance(inputs, dict)
+        else []
+    )
+    if sha:
+        return r.recipe.dataset.model_dump_json(exclude={"path"}) + f" {sha[0]}", n
+    return r.recipe.dataset.model_dump_json(), n
 
 
 def why_no_ratio(slow: RunResult, fast: RunResult) -> str | None:
     """Why the two runs' times make no speed-up, None where they do: other examples timed, or random
     weights (or a fake engine) against real weights unless both were held to the same number of
     output tokens (`sampling.ignore_eos` and the same count measured): other outputs' lengths."""
-    if examples(slow) != examples(fast):
-        return f"other examples: {examples(fast)[1]:,}"
+    if (a := examples(slow)) != (b := examples(fast)):
+        if a[1] == b[1]:
+            return f"other examples: as many ({b[1]:,}), from another dataset or its settings"
+        return f"other examples: {b[1]:,}"
     fixed = lambda r: r.recipe.sampling.ignore_eos
     if slow.scores_meaningful == fast.scores_meaningful or (
         fixed(slow) and fixed(fast) and slow.tokens.output == fast.tokens.output
