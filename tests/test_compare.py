@@ -428,9 +428,9 @@ def test_a_time_measured_on_a_busy_machine_is_said_and_kept_in_the_json(calls, t
 
 
 def test_the_same_data_elsewhere_is_the_same_examples_and_other_bytes_are_not(calls, tmp_path):
-    """Found by a tester: a dataset path written otherwise (`./x` for `x`, a checkout elsewhere
-    ) made every recipe 'other examples', so `--fail-on-slower` could not fail a 3x slower
-    run. The data is matched by the hash of its bytes (results.json's `environment.inputs`)."""
+    """Found by a tester: a dataset path written otherwise (`./x` for `x`, a checkout elsewhere)
+    made every recipe 'other examples', so `--fail-on-slower` could not fail a 3x slower run.
+    The data is matched by the hash of its bytes (results.json's `environment.inputs`)."""
     old, slow = _copy(calls["old"], tmp_path / "a"), _copy(calls["slow"], tmp_path / "b")
     p = slow / "fk" / "results.json"
     d = json.loads(p.read_text())
