@@ -216,6 +216,15 @@ def test_no_winner_is_crowned_inside_the_noise_of_the_runner_up():
         and clear_win.verdict == "winner"
         and a.verdict == "passed"
     )
+    # found by a tester: a runner-up inside the winner's noise but not itself clearly faster than
+    # the recipe as written (two wild repeats) was not named; the winner stands, the tie is said
+    wild = Cell(4, "w", {}, full=_timed("w", [0.45, 1.9]))
+    d = decide([clear_win, wild], base, spec, lambda r: {})
+    assert [c.name for c in d.winners] == ["e"] and wild.verdict == "passed"
+    assert d.words.endswith(
+        " Not clearly faster than **w** (the 95% interval of their time ratio holds 1), which is "
+        "not itself clearly faster than the recipe as written."
+    )
 
 
 def test_no_clear_winner_says_how_many_repeats_would_tell():

@@ -240,11 +240,11 @@ def _crown(ok: list[Cell], base: Cell, spec: TuneSpec, k: int) -> tuple[list[Cel
             )
         return [], vs, words + " The recipe as written stays."
     winners = [best]  # and those within its noise, clearly faster than the recipe as written too
+    close = []  # within its noise, but not clearly faster than the recipe as written
     for other in ok[1:]:
         ratio = gain(other.full, best.full, spec)
-        tied = ratio is not None and not clear(ratio[1], ratio[2])
-        if tied and _above(gain(base.full, other.full, spec, level)):
-            winners.append(other)
+        if ratio is not None and not clear(ratio[1], ratio[2]):
+            (winners if _above(gain(base.full, other.full, spec, level)) else close).append(other)
     for c in ok:
         c.verdict = (
             "winner"
@@ -257,6 +257,12 @@ def _crown(ok: list[Cell], base: Cell, spec: TuneSpec, k: int) -> tuple[list[Cel
         f"**{best.name}** is the fastest that passed, clearly faster than the recipe as written"
         f"{_level_words(k)}."
     )
+    if close:
+        words += (
+            f" Not clearly faster than {', '.join(f'**{c.name}**' for c in close)} (the 95% "
+            "interval of their time ratio holds 1), which is not itself clearly faster than the "
+            "recipe as written."
+        )
     if len(winners) > 1:
         others = ", ".join(f"**{c.name}**" for c in winners[1:])
         words = (

@@ -15,7 +15,8 @@ The method:
    passed and is clearly faster than the baseline at 1 - 0.05/k for the k confirmed candidates it
    was picked from (Bonferroni: with none truly faster, a winner is crowned at most 5% of the time);
    when its time is not clearly below the runner-up's (the 95% interval of their ratio holds 1),
-   both are named and no single winner is crowned.
+   both are named: no single winner is crowned where the runner-up is clearly faster than the
+   baseline too; otherwise the winner stands, said to be not clearly faster than the runner-up.
 4. `budget.minutes` covers the screen and the confirmation: the screening stops (between chunks of
    `screen.chunk` cells) once the runs' measured total time (a run that timed out: its wall time)
    plus the confirmation's projected time (the baseline's screen scaled to every example) would pass
