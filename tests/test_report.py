@@ -1519,3 +1519,21 @@ def test_the_report_answers_first_in_the_figures_its_sections_show():
         "28.8 output tok/s",
         "- Scores: not meaningful (fake engine: no model ran)",
     ]
+
+
+def test_the_headline_names_the_runs_the_fastest_is_not_clearly_faster_than():
+    """Found by a tester: 'Fastest: **y**' over x of nearly the same time, nothing said; the study's
+    own section said it, the call's headline and summary.json did not."""
+    from runner.report import summary as s
+    from runner.results import Repeat
+
+    reps = lambda ts: [Repeat(index=i + 1, generate_s=t) for i, t in enumerate(ts)]
+    base = result("a", recipe("a", baseline=True), generate_s=4.0, repeats=reps([4.0, 4.1, 3.9]))
+    x = result("x", recipe("x", engine=vllm()), generate_s=2.1, repeats=reps([2.1, 2.4, 1.9]))
+    y = result("y", recipe("y", engine=vllm()), generate_s=2.0, repeats=reps([2.0, 2.3, 1.8]))
+    far = result("z", recipe("z", engine=vllm()), generate_s=3.0, repeats=reps([3.0, 3.05, 2.95]))
+    j = s.judged([base, x, y, far], None, None)
+    md = summary_markdown([base, x, y, far])
+    [line] = [x for x in md.splitlines() if x.startswith("Fastest: **y**")]
+    assert re.search(r"; not clearly faster than x \(no clear difference \(\S+×\)\)\.$", line), line
+    assert s.SummaryJson.of(j).fastest_within_noise == ["x"]  # not z: clearly slower

@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from runner.base.dotted import flat_dotted
 from runner.base.files import write_text_atomic
@@ -724,6 +724,11 @@ def _verdict(j: Judged) -> list[str]:
         line += f"; against the baseline {base.name}: {ratio_text(*ratio)}"
     elif base is best:
         line += " (the baseline)"
+    if tied := within_noise(j, best):
+        line += "; not clearly faster than " + ", ".join(
+            f"{r.name} ({ratio_text(*speedup(r, best))})"  # type: ignore[misc]
+            for r in tied
+        )
     faster = sorted(
         (
             r
@@ -742,6 +747,20 @@ def _verdict(j: Judged) -> list[str]:
             f"{r.name} ({word(verdicts[r.name])})" for r in faster
         )
     return ["", line + "."]
+
+
+def within_noise(j: Judged, best: RunResult | None) -> list[RunResult]:
+    """The runs that may be named (`_timed`), not stopped by their gate, that `best` is not clearly
+    faster than: the 95% interval of their time ratio holds 1 (fastest first; one run a side gives
+    no interval, and says so already)."""
+    stopped = stopped_by_gate(j.verdicts)
+    out = []
+    for r in sorted(_timed(j), key=lambda r: r.projected_s):  # type: ignore[arg-type, return-value]
+        if best is None or r is best or r.name in stopped or (got := speedup(r, best)) is None:
+            continue
+        if got[1] is not None and not clear(got[1], got[2]):
+            out.append(r)
+    return out
 
 
 def fastest(j: Judged) -> RunResult | None:
@@ -929,6 +948,11 @@ class SummaryJson(BaseModel):
     title: str
     baseline: str | None
     fastest: str | None
+    fastest_within_noise: list[str] = Field(
+        default_factory=list,
+        description="Runs `fastest` is not clearly faster than (the 95% interval of their time "
+        "ratio holds 1): the headline names them too.",
+    )
     front_metric: str | None
     front: list[str]
     recipes: list[RecipeFigures]
@@ -946,6 +970,7 @@ class SummaryJson(BaseModel):
             title=title,
             baseline=j.base and j.base.name,
             fastest=best and best.name,
+            fastest_within_noise=[r.name for r in within_noise(j, best)],
             front_metric=metric,
             front=[r.name for r in on],
             recipes=[RecipeFigures.of(r, j) for r in j.results],
