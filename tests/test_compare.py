@@ -99,7 +99,22 @@ def test_the_same_runs_are_no_clear_difference_and_pass_the_gate(calls, tmp_path
     r = _compare(calls["old"], tmp_path / "twice", "--fail-on-slower", "10", "--json")
     assert r.exit_code == 0, r.output
     assert "the same run on both sides (nothing measured anew): fk\n" in r.stderr
-    assert json.loads(r.stdout)["same_runs"] == ["fk"]
+    doc = json.loads(r.stdout)
+    assert doc["same_runs"] == ["fk"]
+    # found by a tester: its repeats were set against themselves as two samples (an interval, a
+    # verdict), and the gate passed as if it had looked; compare.md said none of it
+    [p] = doc["recipes"]
+    assert (
+        p["speedup"] is None and p["time"] == "the same run on both sides (nothing measured anew)"
+    )
+    assert doc["cannot_fail"] == [
+        "fk: the same run on both sides: --fail-on-slower 10 cannot fail it"
+    ]
+    md = (tmp_path / "twice" / "compare.md").read_text()
+    assert "- the same run on both sides (nothing measured anew): fk\n" in md
+    assert (
+        "## Gates\n\n- fk: the same run on both sides: --fail-on-slower 10 cannot fail it\n" in md
+    )
     # the same repeats as two runs: no clear difference
     old, copy = _copy(calls["old"], tmp_path / "a"), _copy(calls["old"], tmp_path / "copy")
     r = _compare(old, copy, "--fail-on-slower", "10")
@@ -136,6 +151,9 @@ def test_a_run_3x_slower_per_example_is_clearly_slower_and_fails_the_gate(calls,
     assert p["old_time"]["n"] == p["new_time"]["n"] == 4
     assert p["new_time"]["s"] / p["old_time"]["s"] == pytest.approx(1 / sp["ratio"])
     assert r.stdout.startswith(f"fk: {p['time']}; same answers")
+    # the Markdown a person reads says what the exit code says (found by a tester: it did not)
+    md = (tmp_path / "compare.md").read_text()
+    assert f"## Gates\n\n- failed --fail-on-slower 10: fk is {p['time']};" in md
     assert r.stderr == (
         f"failed --fail-on-slower 10: fk is {p['time']}; NEW/OLD time's lower end {low:.3f} is "
         "above 1.1\n"
@@ -289,6 +307,11 @@ SIDE = "name a `runner go --out` folder, or one run folder with results.json in 
             ["{old}", "{new}", "--fail-on-slower", "nan"],
             "--fail-on-slower: nan is not a percent at or above 0\n  hint: PCT is how much "
             "slower, in percent, fails: e.g. --fail-on-slower 10",
+        ),
+        (  # found by a tester: a gate that can never fail was taken
+            ["{old}", "{new}", "--fail-on-slower", "inf"],
+            "--fail-on-slower: inf is not a percent at or above 0 that a slower run can pass\n"
+            "  hint: PCT is how much slower, in percent, fails: e.g. --fail-on-slower 10",
         ),
         (
             ["{old}", "{new}", "--fail-on-drop", "exact_match"],

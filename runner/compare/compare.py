@@ -6,6 +6,7 @@ changed, verdicts in words, and the conditions a CI exits on."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -154,6 +155,9 @@ def compare(old: Path, new: Path) -> Comparison:
     # the same run on both sides (a copy, or a call that skipped it as unchanged): said, as it can
     # show no difference
     same = [y for x, y in names if run(a[x][0]) == run(b[y][0])]
+    # its repeats on both sides are not two samples: no interval, no verdict
+    none = {"time": "the same run on both sides (nothing measured anew)", "speedup": None}
+    pairs = [p.model_copy(update=none) if p.name in same else p for p in pairs]
     return Comparison(
         old=str(old),
         new=str(new),
@@ -284,10 +288,14 @@ def gates(
 ) -> tuple[list[str], list[str]]:
     """`--fail-on-slower PCT` and each `--fail-on-drop METRIC:DROP`: the conditions that fail, and
     the recipes a condition cannot fail, in words."""
-    if pct is not None and not pct >= 0:
+    if pct is not None and not 0 <= pct < math.inf:
         hint = "PCT is how much slower, in percent, fails: e.g. --fail-on-slower 10"
         raise RunnerError(
-            f"{pct:g} is not a percent at or above 0", field="--fail-on-slower", hint=hint
+            f"{pct:g} is not a percent at or above 0 that a slower run can pass"
+            if pct == math.inf
+            else f"{pct:g} is not a percent at or above 0",
+            field="--fail-on-slower",
+            hint=hint,
         )
     limits = [(d, *parse_drop(d, c)) for d in drops]
     fails, cannot = [], []
@@ -296,6 +304,12 @@ def gates(
             gated = (("slower", pct is not None), ("drop", bool(limits)))
             which = " and ".join(f"--fail-on-{w}" for w, on in gated if on)
             fails.append(f"{which}: {p.name} failed in new (a failed run shows no time or score)")
+            continue
+        if p.name in c.same_runs:  # one run: nothing to gate
+            which = [f"--fail-on-slower {pct:g}"] * (pct is not None) + [
+                f"--fail-on-drop {d}" for d, *_ in limits
+            ]
+            cannot += [f"{p.name}: the same run on both sides: {w} cannot fail it" for w in which]
             continue
         hi = p.speedup and p.speedup.hi  # NEW/OLD time's lower end: 1 / hi
         if pct is not None and not hi:

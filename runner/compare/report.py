@@ -35,6 +35,11 @@ def markdown(c: Comparison) -> str:
         f"- recipes matched {c.matched}",
         "- versions that differ: " + ("; ".join(c.differs) or "none"),
         *(f"- only in {w}: {', '.join(n)}" for w, n in only if n),
+        *(
+            [f"- the same run on both sides (nothing measured anew): {', '.join(c.same_runs)}"]
+            if c.same_runs
+            else []
+        ),
     ]
     pair = lambda v: v and f"{v.old:.3g} -> {v.new:.3g}"
     t = lambda v: v and secs(v.s) + (f" ({secs(v.lo)}–{secs(v.hi)})" if v.lo else f" ({ONE_RUN})")
@@ -56,7 +61,9 @@ def markdown(c: Comparison) -> str:
         ]
         for p in c.recipes
     ]
-    notes = ["", "## Method", "", *(f"- {m}" for m in c.method)]
+    gates = [*(f"- failed {x}" for x in c.failed), *(f"- {x}" for x in c.cannot_fail)]
+    notes = ["", "## Gates", "", *(gates or ["- none failed, or none was asked"])]
+    notes += ["", "## Method", "", *(f"- {m}" for m in c.method)]
     return "\n".join([*head, "", table(rows, HEAD, frozenset(HEAD[5:8])), *notes, ""])
 
 
