@@ -475,3 +475,18 @@ def test_a_fake_reply_that_would_compute_without_bound_is_refused_in_seconds(
     r = _go(path, "--out", tmp_path / "o", "--in-process", "--set", "dataset.limit=1")
     assert time.perf_counter() - t0 < 30
     assert r.exit_code == 2 and not (tmp_path / "o" / "t" / "results.json").exists(), r.output
+
+
+def test_the_runs_git_facts_take_no_lock_in_the_project(monkeypatch):
+    """Found by a tester: `git status` (the commit's -dirty mark) wrote .git/index.lock in the
+    project's checkout, outside --out: a git command the user ran meanwhile could fail on it."""
+    import subprocess
+
+    from runner.run import result
+
+    calls = []
+    real = subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: calls.append(cmd) or real(cmd, **kw))
+    result.environment()
+    gits = [c for c in calls if c[0] == "git"]
+    assert len(gits) >= 1 and all(c[1] == "--no-optional-locks" for c in gits), gits

@@ -38,8 +38,13 @@ def now(timespec: str = "seconds") -> str:
 def environment() -> dict:
     """Facts about where a run happened (read without importing torch or vLLM)."""
     root = str(Path(__file__).resolve().parents[2])
+    # --no-optional-locks: `status` refreshes the index under .git/index.lock otherwise, outside
+    # --out, and a git command the user runs meanwhile fails on the lock
     git = lambda *args: subprocess.run(
-        ["git", "-C", root, *args], capture_output=True, text=True, timeout=5
+        ["git", "--no-optional-locks", "-C", root, *args],
+        capture_output=True,
+        text=True,
+        timeout=5,
     )
     try:
         head = git("rev-parse", "--short", "HEAD")
