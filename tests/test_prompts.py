@@ -123,6 +123,30 @@ def test_oneshot_system_prompt_is_a_shared_prefix(tmp_path):
     assert m1[1] != m2[1]
 
 
+def test_system_placement_where_no_template_reads_shots_is_refused(tmp_path):
+    """Found by a tester: `placement: system` with a system prompt that never uses `shots` (or
+    none at all) left every worked example out of every prompt, `check` said ok."""
+    hint = (
+        "use placement: turns (each shot a user/assistant exchange before the question), or show "
+        "them in the system template: {% for s in shots %}Q: {{ s.question }} A: {{ s.answer }}\n"
+        "{% endfor %}"
+    )
+    with pytest.raises(TemplateError) as ei:
+        build(
+            tmp_path,
+            template="jsquad.j2",
+            system="Be brief.",
+            shots={"placement": "system", "examples": [SHOT]},
+        )
+    assert ei.value.field == "prompt.shots.placement" and ei.value.hint == hint
+    assert ei.value.message == (
+        "placement: system gives the 1 worked example(s) to the templates as `shots`, but neither "
+        "prompt.system nor prompt.template reads `shots`: they would be left out of every prompt"
+    )
+    with pytest.raises(TemplateError, match="but there is no system prompt: they would be left"):
+        build(tmp_path, template="jsquad.j2", shots={"placement": "system", "examples": [SHOT]})
+
+
 def test_oneshot_template_without_shots_is_plain_system_prompt(tmp_path):
     b = build(tmp_path, template="jsquad.j2", system_template="jsquad-system-oneshot.j2")
     assert b.messages(EX)[0]["content"] == SYSTEM_PROMPT

@@ -36,6 +36,7 @@ from functools import partial, update_wrapper, wraps
 from typing import Any
 
 import jinja2
+import jinja2.meta
 from jinja2 import nodes, pass_context, pass_eval_context
 from jinja2.runtime import markup_join, str_join
 from jinja2.sandbox import (
@@ -487,6 +488,7 @@ class CompiledTemplate:
     path: str
     template: jinja2.Template
     sha256: str | None = None  # of the file's bytes as read (16 hex digits); None for inline text
+    names: frozenset[str] = frozenset()  # the variables it reads (jinja2.meta's undeclared ones)
 
     def render(self, where: str, field: str, /, *, what: str = "", **variables: Any) -> str:
         """`what`: which prompt this is (`example 'x1'`), named by a bound's error."""
@@ -524,7 +526,9 @@ def compile_text(source: str, label: str, where: str, field: str) -> CompiledTem
         raise err(f"{label} is longer than {MAX_CHARS:,} characters", hint=wrong)
     try:
         with limits(RENDER_SECONDS, "compiling"):
-            return CompiledTemplate(label, BoundedSandbox().from_string(source))
+            env = BoundedSandbox()
+            names = frozenset(jinja2.meta.find_undeclared_variables(env.parse(source)))
+            return CompiledTemplate(label, env.from_string(source), names=names)
     except jinja2.TemplateSyntaxError as e:
         raise err(f"{label} line {e.lineno}: syntax error: {e.message}") from None
     except TemplateLimit as e:

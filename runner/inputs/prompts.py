@@ -121,6 +121,31 @@ class PromptBuilder:
                 )
             picked = random.Random(shots.seed).sample(pool, shots.k)
             self.shots += [_shot(e.question, e.context, list(e.answers)) for e in picked]
+        self._shots_shown()
+
+    def _shots_shown(self) -> None:
+        """`placement: system` hands the shots to the templates as `shots` only: where neither
+        reads it, every shot would be left out of every prompt, unsaid."""
+        if self.spec.shots.placement != "system" or not self.shots:
+            return
+        if any("shots" in t.names for t in (self.system, self.user) if t is not None):
+            return
+        where = (
+            "there is no system prompt"
+            if self.system is None
+            else "neither prompt."
+            + ("system_template" if self.spec.system_template else "system")
+            + " nor prompt.template reads `shots`"
+        )
+        raise TemplateError(
+            f"placement: system gives the {len(self.shots)} worked example(s) to the templates as "
+            f"`shots`, but {where}: they would be left out of every prompt",
+            file=self.where,
+            field="prompt.shots.placement",
+            hint="use placement: turns (each shot a user/assistant exchange before the question), "
+            "or show them in the system template: {% for s in shots %}Q: {{ s.question }} "
+            "A: {{ s.answer }}\n{% endfor %}",
+        )
 
     @property
     def sources(self) -> dict[str, str]:
