@@ -564,6 +564,19 @@ def test_set_on_an_axis_or_the_name_is_refused(write_recipe, base_recipe):
     [one] = load_all((str(p),), asked("*-8"), studies=studies)
     assert one.recipe.name == "t-max_tokens-8" and one.recipe.sampling.max_tokens == 4
     assert error(load_all, (str(p),), asked("t-*"), studies=studies).field == "--set"
+    # found by a tester: what variants set was not guarded (two variants became one, unsaid)
+    p = write_recipe(
+        study(
+            base_recipe,
+            variants={"short": {"sampling.max_tokens": 2}, "long": {"sampling.max_tokens": 16}},
+        )
+    )
+    e = error(load_recipes, p, ["sampling.max_tokens=4"])
+    assert e.message == (
+        "--set sampling.max_tokens: the study varies 'sampling.max_tokens' across its cells; "
+        "setting it for every cell would make cells the same"
+    )
+    assert len(load_recipes(p, ["sampling.temperature=0.5"])) == 2  # what they share: fine
 
 
 def test_model_paths_apply_per_cell(write_recipe, base_recipe, tmp_path):

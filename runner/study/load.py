@@ -50,7 +50,7 @@ from typing import Any, NamedTuple
 
 from pydantic import Field
 
-from runner.base.dotted import overlaps
+from runner.base.dotted import get_dotted, overlaps
 from runner.base.errors import RecipeError
 from runner.base.types import StrictModel
 from runner.config.loading import (
@@ -458,6 +458,25 @@ def _check_names(cells: list[Cell], axes: list[Axis]) -> None:
         seen[c.name] = c
 
 
+def _pinned_apart(sets: Mapping[str, str], by_key: Mapping[str, Axis], runs: list[Cell]) -> None:
+    """A --set on what the cells this call runs differ in is refused: it would make them the
+    same."""
+    for k in sets:
+        # only where the cells this call runs differ in it (`--only` one cell may pin it): by
+        # an axis, or by what variants set (found by a tester: `--set` made two variants one)
+        differ = lambda values: len({json.dumps(v, default=str) for v in values}) > 1
+        clash = _clash(by_key, k)
+        if not (clash and differ(c.cell.get(clash) for c in runs)):
+            if not differ(get_dotted(c.data, k) for c in runs):
+                continue
+            clash = k
+        msg = (
+            f"--set {k}: the study varies {clash!r} across its cells; setting it for every "
+            "cell would make cells the same"
+        )
+        raise _err("--set", msg, "pick cells by name, or change the study's matrix or variants")
+
+
 def study_cells(
     f: RecipeFile, overrides: list[str], mp: Mapping[str, str], keep: Callable[[str], bool] | None
 ) -> list[LoadedRecipe]:
@@ -490,15 +509,7 @@ def study_cells(
             raise _err("--set", msg)
         cells, loaded = expand(f, name, g), []
         runs = [c for c in cells if keep is None or keep(c.name)]
-        for k in sets:
-            # only where the cells this call runs differ in it (`--only` one cell may pin it)
-            clash = _clash(by_key, k)
-            if clash and len({json.dumps(c.cell.get(clash), default=str) for c in runs}) > 1:
-                msg = (
-                    f"--set {k}: the study varies {clash!r} across its cells; setting it for every "
-                    "cell would make cells the same"
-                )
-                raise _err("--set", msg, "pick cells by name, or change the study's matrix")
+        _pinned_apart(sets, by_key, runs)
         # `baseline: CELL`: that cell alone is the baseline
         if isinstance(base := f.data.get("baseline"), str):
             if base not in (names := [c.name for c in cells]):
