@@ -255,6 +255,16 @@ def test_unknown_top_level_key_suggests(write_recipe, base_recipe):
     )
 
 
+def test_a_top_level_key_spelled_nearly_so_comes_before_a_section_field(write_recipe, base_recipe):
+    """Found by a tester: `metric:` suggested 'gate.metric' (whose fix failed next), not
+    `metrics`."""
+    d = copy.deepcopy(base_recipe)
+    d["metric"] = d.pop("metrics")
+    out = user_error(check(write_recipe(d)))
+    assert "metric: unknown key 'metric'; did you mean 'metrics'? Allowed here: " in out, out
+    assert "gate.metric" not in out
+
+
 def test_unknown_key_through_go_is_rejected_before_running(write_recipe, base_recipe, tmp_path):
     d = with_changes(base_recipe, engine={"kind": "vllm", "quantizaton": "awq"})
     d["engine"].pop("device")

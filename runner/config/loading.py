@@ -131,8 +131,10 @@ def _unknown_key(loc: tuple, data: Any, set_by_call: bool) -> str:
         allowed = sorted([*allowed, *FILE_KEYS])
     key = str(loc[-1])
     msg = f"--set {'.'.join(map(str, loc))}: no such key" if set_by_call else f"unknown key {key!r}"
-    # at the top level: the sections that have such a field (`max_tokens` -> `sampling.max_tokens`)
-    homes = sections_with(key) if len(loc) == 1 else []
+    # at the top level: the sections that have such a field (`max_tokens` -> `sampling.max_tokens`),
+    # unless a top-level key is spelled nearly so (`metric` is `metrics`, not `gate.metric`)
+    near = difflib.get_close_matches(key, allowed, n=1, cutoff=0.8)
+    homes = sections_with(key) if len(loc) == 1 and not near else []
     if homes:
         msg += f"; did you mean {' or '.join(map(repr, homes))}?"
     elif kinds := _kinds_with(loc, data):  # (the hint says what to do: see `kind_hint`)
