@@ -387,6 +387,32 @@ def test_hub_format_reads_a_local_dataset_folder(tmp_path):
     ]
 
 
+def test_a_dataset_folder_with_another_split_says_which_splits_it_has(tmp_path):
+    """Found by a tester: a folder of one JSONL file, read with `format: hub` as the folder hint
+    said, failed with 'Unknown split "validation"' and a hint to use a local file; the fix is the
+    split."""
+    from runner.base.errors import DatasetError
+    from runner.inputs.datasets import read_examples
+    from runner.recipe import DatasetSpec
+
+    folder = tmp_path / "qa"
+    folder.mkdir()
+    row = {"id": "a", "question": "q?", "context": "c", "answers": ["x"]}
+    (folder / "qa.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
+    with pytest.raises(DatasetError) as ei:
+        read_examples(DatasetSpec(format="jsonl", path=str(folder)), tmp_path)
+    assert ei.value.hint.endswith(
+        "read a dataset folder with format: hub (its files are the split `train` unless it names "
+        "others: set dataset.split)"
+    )
+    with pytest.raises(DatasetError) as ei:
+        read_examples(DatasetSpec(format="hub", path=str(folder)), tmp_path)
+    assert ei.value.field == "dataset.split"
+    assert ei.value.hint == "set dataset.split to one of: train (unset, it is validation)"
+    spec = DatasetSpec(format="hub", path=str(folder), split="train")
+    assert [e.id for e in read_examples(spec, tmp_path).examples] == ["a"]
+
+
 def test_a_limited_hub_dataset_reads_only_its_first_rows_and_counts_the_split(
     tmp_path, monkeypatch
 ):

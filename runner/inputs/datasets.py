@@ -131,8 +131,14 @@ def _hub_rows(spec: Any, where: str, field: str, local: bool) -> tuple[list[dict
             return rows, info.num_examples if info else len(load(spec.split))
         except Exception as e:  # the hub library raises many kinds; all mean "could not load"
             detail = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+            msg = f"could not load hub dataset {spec.path!r} ({type(e).__name__}: {detail})"
+            # the dataset is there, the split is not (a folder's files are `train` to datasets)
+            if m := re.search(r"Unknown split \"[^\"]*\"\. Should be one of \[(.*)\]", detail):
+                splits = ", ".join(x.strip(" '\"") for x in m[1].split(","))
+                hint = f"set {field}.split to one of: {splits} (unset, it is validation)"
+                raise DatasetError(msg, file=where, field=f"{field}.split", hint=hint) from None
             raise DatasetError(
-                f"could not load hub dataset {spec.path!r} ({type(e).__name__}: {detail})",
+                msg,
                 file=where,
                 field=f"{field}.path",
                 hint="without network access use a local file (format: "

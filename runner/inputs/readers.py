@@ -110,7 +110,8 @@ def _fingerprint(path: Path, w: _Where) -> tuple[int, ...]:
         raise w.error(
             f"dataset path is a folder, not a file: {path}",
             hint=f"point {w.prefix}.path at a file inside it, or read a dataset folder with "
-            "format: hub",
+            f"format: hub (its files are the split `train` unless it names others: set "
+            f"{w.prefix}.split)",
         )
     if not stat.S_ISREG(st.st_mode):
         raise w.error(
