@@ -351,8 +351,11 @@ class _Call:
         if self.opts.force:
             return False
         if (back := folder.take_back(u.run_key)) is not None:
+            src, aside = back
             by = "(set aside by an earlier call)"
-            self.say(f"took {u.name}'s results of this very run back from {back} {by}", False)
+            self.say(f"took {u.name}'s results of this very run back from {src} {by}", False)
+            if aside is not None:
+                self.say(f"kept {u.name}'s results of the run they replace in {aside}", False)
         if (prev := previous_result(folder, u.run_key, u.loaded.recipe.repeat)) is None:
             return False
         # what decides on the run and did not make it (its gate, baseline, description): as the
