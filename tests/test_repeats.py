@@ -72,6 +72,9 @@ def test_one_run_has_no_interval_and_a_ratio_holding_1_is_no_clear_difference():
     ratio, lo, hi = ratio_interval([1.0, 1.2, 0.9], [1.1, 0.95, 1.0], paired=True)
     assert lo < 1 < hi and ratio_text(ratio, lo, hi).startswith("no clear difference (")
     assert ratio_text(2.0, None, None) == "2.00× (1 run: no interval)"
+    # found by a tester: identical cells read `1.00× slower`
+    assert ratio_text(0.998, None, None) == "1.00× (1 run: no interval)"
+    assert ratio_text(0.5, None, None) == "2.00× slower (1 run: no interval)"
 
 
 # --- the noise guard ---

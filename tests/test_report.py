@@ -1537,3 +1537,26 @@ def test_the_headline_names_the_runs_the_fastest_is_not_clearly_faster_than():
     [line] = [x for x in md.splitlines() if x.startswith("Fastest: **y**")]
     assert re.search(r"; not clearly faster than x \(no clear difference \(\S+×\)\)\.$", line), line
     assert s.SummaryJson.of(j).fastest_within_noise == ["x"]  # not z: clearly slower
+
+
+def test_scores_left_out_say_whether_the_fake_engine_or_random_weights_made_them():
+    """Found by a tester: fake-engine summaries said 'random weights'."""
+    from runner.results import RunResult
+    from tests.wired import a_recipe
+
+    fake = RunResult(
+        name="f",
+        recipe=a_recipe("f"),
+        status="ok",
+        scores={"exact_match": 1.0},
+        scores_meaningful=False,
+    )
+    weights = result("w", recipe("w", engine=vllm()), meaningful=False)
+    said = lambda rs: next(
+        x for x in summary_markdown(rs).splitlines() if "Scores are left out" in x
+    )
+    assert said([fake]) == (
+        "Scores are left out: every recipe here ran with the fake engine (speed and memory only)."
+    )
+    assert "ran with random weights or the fake engine (" in said([fake, weights])
+    assert "ran with random weights (" in said([weights])

@@ -634,10 +634,16 @@ def _overview(j: Judged, title: str) -> list[str]:
     # in order of first appearance
     metric_names = list(dict.fromkeys(m for r in results for m in r.scores))
     if metric_names and not any(r.scores_meaningful and r.scores for r in results):
+        fakes = sum(r.recipe.engine.fake for r in results)
+        what = (
+            "the fake engine"
+            if fakes == len(results)
+            else "random weights or the fake engine"
+            if fakes
+            else "random weights"
+        )
         parts.insert(
-            3,
-            "Scores are left out: every recipe here ran with random weights (speed and memory "
-            "only).",
+            3, f"Scores are left out: every recipe here ran with {what} (speed and memory only)."
         )
         metric_names = []
     correct = chart_metric(results, j.gate) if metric_names else None
