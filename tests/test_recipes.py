@@ -738,7 +738,8 @@ def test_dataset_path_is_a_folder(write_recipe, base_recipe, tmp_path):
         check(p),
         "Error: {tmp}/recipe.yaml: dataset.path: dataset path is a folder, not a file: "
         "{tmp}/dir.json\n  hint: point dataset.path at a file inside it, or read a dataset folder "
-        "with format: hub\n",
+        "with format: hub (its files are the split `train` unless it names others: set "
+        "dataset.split)\n",
     )
 
 
@@ -879,3 +880,12 @@ def test_a_recipes_estimate_of_one_example_is_refused_as_go_refuses_it(write_rec
         "Error: {tmp}/recipe.yaml: invalid recipe\n"
         "  line 19, estimate: Input should be greater than or equal to 2 (got 1)\n",
     )
+
+
+def test_a_bad_value_given_with_set_names_no_line_of_the_file(write_recipe, base_recipe):
+    """Found by a tester: `--set 'sampling.stop=[a, ""]'` was reported at the file's `sampling:`
+    line, which did not say it."""
+    path = write_recipe(base_recipe)
+    out = user_error(check(path, extra=("--set", 'sampling.stop=[a, ""]')))
+    assert "\n  sampling.stop.1: String should have at least 1 character" in out, out
+    assert "line " not in out.split("\n", 1)[1], out

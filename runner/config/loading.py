@@ -88,7 +88,9 @@ def locator(sources: list[Source], sets: dict, origins: tuple = ()) -> Locate:
         return None
 
     def locate(loc: tuple, dotted: str) -> str:
-        if dotted in sets:
+        # a value --set gave (or one inside it: `--set 'sampling.stop=[a, ""]'` fails at
+        # sampling.stop.1): no line of the file, which did not say it
+        if any(dotted == k or dotted.startswith(k + ".") for k in sets):
             return ""
         for origin in origins:
             if overlaps(str(origin[-1]), dotted):
