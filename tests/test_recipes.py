@@ -889,3 +889,14 @@ def test_a_bad_value_given_with_set_names_no_line_of_the_file(write_recipe, base
     out = user_error(check(path, extra=("--set", 'sampling.stop=[a, ""]')))
     assert "\n  sampling.stop.1: String should have at least 1 character" in out, out
     assert "line " not in out.split("\n", 1)[1], out
+
+
+def test_one_value_where_a_list_goes_shows_the_list_of_it(write_recipe, base_recipe):
+    """Found by a tester: `cut_at: "\\n"` and `--set sampling.stop=foo` got pydantic's bare 'Input
+    should be a valid list'; `metrics` alone showed the fix."""
+    path = write_recipe(with_changes(base_recipe, scoring={"postprocess": {"cut_at": "\n"}}))
+    assert 'scoring.postprocess.cut_at: expected a list, e.g. `cut_at: ["\\n"]`\n' in user_error(
+        check(path)
+    )
+    out = user_error(check(write_recipe(base_recipe), extra=("--set", "sampling.stop=foo")))
+    assert "sampling.stop: expected a list, e.g. `stop: [foo]`\n" in out, out

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import copy
 import difflib
+import json
+import re
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -214,8 +216,11 @@ def describe_error(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, s
         example = f"{{id: {given}}}" if named else "{key: value}"
         what = "a list" if isinstance(given, list) else repr(given)
         return loc, f"expected a mapping of settings, e.g. `{loc[-1]}: {example}`; got {what}"
-    if loc == ("metrics",) and isinstance(given, str):
-        return loc, f"expected a list, e.g. `metrics: [{given}]`"
+    if typ == "list_type" and isinstance(given, str | int | float) and loc:
+        # one value where a list goes: the list of it, as YAML writes it (`"\n"` quoted)
+        plain = not isinstance(given, str) or re.fullmatch(r"[\w.-]+", given)
+        item = given if plain else json.dumps(given, ensure_ascii=False)
+        return loc, f"expected a list, e.g. `{loc[-1]}: [{item}]`"
     return loc, _plain(err)
 
 
