@@ -655,3 +655,19 @@ def test_a_broken_row_after_the_limit_is_not_seen_and_without_it_is_named(tmp_pa
     # shuffled, every row is read: the broken one is seen
     with pytest.raises(DatasetError):
         read_examples(s(limit=2, shuffle=True), tmp_path)
+
+
+def test_a_missing_dataset_file_suggests_only_a_near_name(tmp_path):
+    """Found by a tester: `missing.jsonl` was offered 'latin.jsonl'."""
+    from runner.base.errors import DatasetError
+    from runner.inputs.datasets import read_examples
+    from runner.recipe import DatasetSpec
+
+    (tmp_path / "latin.jsonl").write_text("{}\n")
+    (tmp_path / "qa.jsonl").write_text("{}\n")
+    with pytest.raises(DatasetError) as far:
+        read_examples(DatasetSpec(format="jsonl", path=str(tmp_path / "missing.jsonl")), tmp_path)
+    assert "did you mean" not in far.value.hint
+    with pytest.raises(DatasetError) as near:
+        read_examples(DatasetSpec(format="jsonl", path=str(tmp_path / "qa.jsnol")), tmp_path)
+    assert near.value.hint.startswith(f"did you mean 'qa.jsonl' (in {tmp_path})?")

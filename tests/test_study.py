@@ -79,6 +79,11 @@ def test_missing_base_names_both_files(write_recipe, base_recipe, tmp_path):
     e = error(load_recipe, p)
     assert e.file == str(p) and e.field == "base"
     assert e.message == f"base file 'nope.yaml' not found (looked for {tmp_path / 'nope.yaml'})"
+    assert e.hint is None  # nothing near it
+    # found by a tester: a misspelt base got no hint
+    write_recipe(base_recipe, "base.yaml")
+    e = error(load_recipe, write_recipe({**base_recipe, "base": "bsae.yaml"}, "c.yaml"))
+    assert e.hint == "did you mean 'base.yaml'?"
 
 
 def test_error_inside_a_base_names_the_base(write_recipe, base_recipe):

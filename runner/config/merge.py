@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import copy
+import difflib
 import os
 from dataclasses import dataclass
 from functools import partial
@@ -103,9 +104,12 @@ def with_bases(path: Path, data: dict, node: yaml.Node | None) -> tuple[dict, li
         if bpath.resolve() in seen:
             raise bad(f"base chain loops: {' -> '.join(str(p) for p in [*seen, bpath.resolve()])}")
         if not bpath.is_file():
+            there = [p.name for p in bpath.parent.glob("*.y*ml")] if bpath.parent.is_dir() else []
+            close = difflib.get_close_matches(bpath.name, there, n=1, cutoff=0.75)
             raise bad(
                 f"base file {ref!r} {'is not a file' if bpath.exists() else 'not found'} (looked "
-                f"for {bpath})"
+                f"for {bpath})",
+                hint=f"did you mean {close[0]!r}?" if close else None,
             )
         if len(seen) >= MAX_BASES:
             raise bad(f"more than {MAX_BASES} files in the base chain", line=None)

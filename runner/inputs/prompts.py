@@ -41,7 +41,7 @@ def compile_file(name: str, base_dir: Path, where: str, field: str) -> jinja.Com
     if path is None:
         folders = {c.parent for c in _candidates(name, base_dir)}
         near = sorted({f.name for d in folders if d.is_dir() for f in d.iterdir() if f.is_file()})
-        close = difflib.get_close_matches(Path(name).expanduser().name, near, n=1)
+        close = difflib.get_close_matches(Path(name).expanduser().name, near, n=1, cutoff=0.75)
         hint = f"did you mean {close[0]!r}?" if close else None
         shown = repr(name) if len(name) <= 200 else f"{name[:100]!r}... ({len(name):,} characters)"
         raise err(

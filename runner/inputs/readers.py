@@ -101,7 +101,7 @@ def _fingerprint(path: Path, w: _Where) -> tuple[int, ...]:
             "paths in a recipe are relative to the recipe file (typed with --set: to this folder)"
         )
         near = sorted(f.name for f in path.parent.iterdir()) if path.parent.is_dir() else []
-        if close := difflib.get_close_matches(path.name, near, n=1):
+        if close := difflib.get_close_matches(path.name, near, n=1, cutoff=0.75):
             hint = f"did you mean {close[0]!r} (in {path.parent})? {hint}"
         raise w.error(f"dataset file not found: {path}", hint=hint) from None
     except OSError as e:
