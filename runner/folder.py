@@ -124,11 +124,11 @@ class RunFolder:
             path.rename(dest / path.name)
         return dest
 
-    def take_back(self, key: str) -> tuple[Path, Path | None] | None:
+    def take_back(self, key: str) -> tuple[Path, list[Path]] | None:
         """Before a run: the newest files an earlier call set aside for this very run key (a quick
         `--limit 2` or `--set` run in between moved them to `replaced/`) come back, so the run
         resumes or is skipped as before; what this folder holds of another key is set aside first.
-        Returns the folder they came from, and the one what was here went to (None: nothing)."""
+        Returns the folder they came from, and those what was here went to (none: nothing was)."""
         if _key_of(self.results, ok_only=True) == key or _key_of(self.partial) == key:
             return None
         kept = sorted(self.root.glob(f"replaced/*-{key}"), reverse=True)
@@ -138,13 +138,13 @@ class RunFolder:
         )
         if (src and (_key_of(src / self.results.name) or _key_of(src / self.partial.name))) != key:
             return None
-        aside = self.set_aside(key)
+        aside = [self.set_aside(key)]
         # a failed run of another key: set_aside leaves those (a run overwrites them), but the
         # results coming back must not be blocked
         if self.results.is_file() and (other := _key_of(self.results)) != key:
-            aside = self._move_aside([self.results, self.report], other) or aside
+            aside.append(self._move_aside([self.results, self.report], other))
         self.put_back(src)
-        return src, aside
+        return src, list(dict.fromkeys(p for p in aside if p is not None))
 
     def put_back(self, src: Path) -> None:
         """The files set aside into `src` back in this folder (where nothing took their place)."""

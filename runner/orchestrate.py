@@ -354,8 +354,9 @@ class _Call:
             src, aside = back
             by = "(set aside by an earlier call)"
             self.say(f"took {u.name}'s results of this very run back from {src} {by}", False)
-            if aside is not None:
-                self.say(f"kept {u.name}'s results of the run they replace in {aside}", False)
+            if aside:
+                where = " and ".join(map(str, aside))
+                self.say(f"kept what {u.name}'s folder held of another run in {where}", False)
         if (prev := previous_result(folder, u.run_key, u.loaded.recipe.repeat)) is None:
             return False
         # what decides on the run and did not make it (its gate, baseline, description): as the

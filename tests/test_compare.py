@@ -113,8 +113,21 @@ def test_the_same_runs_are_no_clear_difference_and_pass_the_gate(calls, tmp_path
     md = (tmp_path / "twice" / "compare.md").read_text()
     assert "- the same run on both sides (nothing measured anew): fk\n" in md
     assert (
-        "## Gates\n\n- fk: the same run on both sides: --fail-on-slower 10 cannot fail it\n" in md
-    )
+        "## Gates\n\n- asked: --fail-on-slower 10; none failed\n"
+        "- fk: the same run on both sides: --fail-on-slower 10 cannot fail it\n"
+    ) in md
+    # no gate asked: said, not "none failed"
+    r = _compare(calls["old"], tmp_path / "twice", "--out", tmp_path / "plain")
+    text = (tmp_path / "plain" / "compare.md").read_text()
+    assert "## Gates\n\n- none asked (`--fail-on-slower`, `--fail-on-drop`): nothing here" in text
+    # on review: --fail-on-drop alone on the same run (the slower gate's text was built from None)
+    scored = _copy(calls["old"], tmp_path / "s1")
+    shutil.copytree(scored, tmp_path / "s2")
+    r = _compare(scored, tmp_path / "s2", "--fail-on-drop", "exact_match:0.01", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["cannot_fail"] == [
+        "fk: the same run on both sides: --fail-on-drop exact_match:0.01 cannot fail it"
+    ]
     # the same repeats as two runs: no clear difference
     old, copy = _copy(calls["old"], tmp_path / "a"), _copy(calls["old"], tmp_path / "copy")
     r = _compare(old, copy, "--fail-on-slower", "10")
@@ -153,7 +166,9 @@ def test_a_run_3x_slower_per_example_is_clearly_slower_and_fails_the_gate(calls,
     assert r.stdout.startswith(f"fk: {p['time']}; same answers")
     # the Markdown a person reads says what the exit code says (found by a tester: it did not)
     md = (tmp_path / "compare.md").read_text()
-    assert f"## Gates\n\n- failed --fail-on-slower 10: fk is {p['time']};" in md
+    gates = "## Gates\n\n- asked: --fail-on-slower 10\n"
+    gates += f"- failed --fail-on-slower 10: fk is {p['time']};"
+    assert gates in md and doc["gates"] == ["--fail-on-slower 10"]
     assert r.stderr == (
         f"failed --fail-on-slower 10: fk is {p['time']}; NEW/OLD time's lower end {low:.3f} is "
         "above 1.1\n"
@@ -310,7 +325,8 @@ SIDE = "name a `runner go --out` folder, or one run folder with results.json in 
         ),
         (  # found by a tester: a gate that can never fail was taken
             ["{old}", "{new}", "--fail-on-slower", "inf"],
-            "--fail-on-slower: inf is not a percent at or above 0 that a slower run can pass\n"
+            "--fail-on-slower: inf is not a finite percent: no run is slower by more than it, so "
+            "the gate could never fail\n"
             "  hint: PCT is how much slower, in percent, fails: e.g. --fail-on-slower 10",
         ),
         (

@@ -237,8 +237,12 @@ def test_energy_per_generation_power_and_per_token():
     still = energy_of([_rep(1, 3000.0, 6.0), _rep(2, 0.0, 0.08)], 1, 10, 10)
     assert not still.measured and still.joules is None
     assert still.why_not == (
-        "NVML's energy counter did not move during a 0.08-s generation (it updates less often "
-        "than that): too short to measure"
+        "NVML's energy counter did not move during a 0.08-s generation (1 of 2) (it updates less "
+        "often than that): too short to measure"
+    )
+    back = energy_of([_rep(1, -5.0, 6.0)], 1, 10, 10)
+    assert not back.measured and back.why_not == (
+        "NVML's energy counter went back during a generation (reset)"
     )
 
 

@@ -409,6 +409,9 @@ def test_a_dataset_folder_with_another_split_says_which_splits_it_has(tmp_path):
         read_examples(DatasetSpec(format="hub", path=str(folder)), tmp_path)
     assert ei.value.field == "dataset.split"
     assert ei.value.hint == "set dataset.split to one of: train (unset, it is validation)"
+    with pytest.raises(DatasetError) as ei:  # on review: a split asked is not "unset"
+        read_examples(DatasetSpec(format="hub", path=str(folder), split="test"), tmp_path)
+    assert ei.value.hint == "set dataset.split to one of: train (asked: test)"
     spec = DatasetSpec(format="hub", path=str(folder), split="train")
     assert [e.id for e in read_examples(spec, tmp_path).examples] == ["a"]
 

@@ -91,7 +91,7 @@ def test_a_quick_run_in_between_does_not_cost_the_full_run_its_results(
     [aside] = (out / "f" / "replaced").iterdir()
     assert (out / "f" / "results.json").read_bytes() == full
     # the --limit 2 run it replaces: where it went is said (found by a tester: it was not)
-    assert f"kept f's results of the run they replace in {aside}\n" in r.output
+    assert f"kept what f's folder held of another run in {aside}\n" in r.output
     assert (aside / "results.json").is_file()
 
 

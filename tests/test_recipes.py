@@ -900,3 +900,10 @@ def test_one_value_where_a_list_goes_shows_the_list_of_it(write_recipe, base_rec
     )
     out = user_error(check(write_recipe(base_recipe), extra=("--set", "sampling.stop=foo")))
     assert "sampling.stop: expected a list, e.g. `stop: [foo]`\n" in out, out
+    # on review: `a, b` is two items; an item YAML would read as another type stays quoted
+    path = write_recipe(with_changes(base_recipe, metrics="exact_match, char_f1"))
+    assert "metrics: expected a list, e.g. `metrics: [exact_match, char_f1]`\n" in user_error(
+        check(path)
+    )
+    path = write_recipe(with_changes(base_recipe, sampling={"max_tokens": 8, "stop": "1"}))
+    assert 'sampling.stop: expected a list, e.g. `stop: ["1"]`\n' in user_error(check(path))

@@ -75,6 +75,7 @@ def test_one_run_has_no_interval_and_a_ratio_holding_1_is_no_clear_difference():
     # found by a tester: identical cells read `1.00× slower`
     assert ratio_text(0.998, None, None) == "1.00× (1 run: no interval)"
     assert ratio_text(0.5, None, None) == "2.00× slower (1 run: no interval)"
+    assert ratio_text(0.997, 0.995, 0.999) == "1.00× slower (1.00–1.01)"  # clear: said so
 
 
 # --- the noise guard ---

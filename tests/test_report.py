@@ -1535,7 +1535,12 @@ def test_the_headline_names_the_runs_the_fastest_is_not_clearly_faster_than():
     j = s.judged([base, x, y, far], None, None)
     md = summary_markdown([base, x, y, far])
     [line] = [x for x in md.splitlines() if x.startswith("Fastest: **y**")]
-    assert re.search(r"; not clearly faster than x \(no clear difference \(\S+×\)\)\.$", line), line
+    assert re.search(r"; not clearly faster than x \(\S+–\S+×\)\.$", line), line
+    # on review: the baseline inside the noise is said once, in its own clause
+    near = result("a", recipe("a", baseline=True), generate_s=2.1, repeats=reps([2.1, 2.4, 1.9]))
+    [line] = [x for x in summary_markdown([near, y]).splitlines() if x.startswith("Fastest")]
+    assert "against the baseline a: no clear difference (" in line, line
+    assert "not clearly faster than" not in line, line
     assert s.SummaryJson.of(j).fastest_within_noise == ["x"]  # not z: clearly slower
 
 

@@ -84,6 +84,10 @@ def test_missing_base_names_both_files(write_recipe, base_recipe, tmp_path):
     write_recipe(base_recipe, "base.yaml")
     e = error(load_recipe, write_recipe({**base_recipe, "base": "bsae.yaml"}, "c.yaml"))
     assert e.hint == "did you mean 'base.yaml'?"
+    # on review: never the file itself (a loop)
+    (sub := tmp_path / "sub").mkdir()
+    (p := sub / "qa-fast.yaml").write_text(yaml.safe_dump({**base_recipe, "base": "qa-fase.yaml"}))
+    assert error(load_recipe, p).hint is None
 
 
 def test_error_inside_a_base_names_the_base(write_recipe, base_recipe):

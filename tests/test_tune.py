@@ -222,8 +222,16 @@ def test_no_winner_is_crowned_inside_the_noise_of_the_runner_up():
     d = decide([clear_win, wild], base, spec, lambda r: {})
     assert [c.name for c in d.winners] == ["e"] and wild.verdict == "passed"
     assert d.words.endswith(
-        " Not clearly faster than **w** (the 95% interval of their time ratio holds 1), which is "
-        "not itself clearly faster than the recipe as written."
+        " **e** is not clearly faster than **w** (the 95% interval of their time ratio holds 1), "
+        "which is not itself clearly faster than the recipe as written."
+    )
+    # on review: with tied winners too, it was dropped
+    wild = Cell(5, "w", {}, full=_timed("w", [0.9, 1.9]))
+    d = decide([a, b, wild], base, spec, lambda r: {})
+    assert [c.name for c in d.winners] == ["a", "c"] and d.words.startswith("No single winner")
+    assert d.words.endswith(
+        "**a** is not clearly faster than **w** (the 95% interval of their time ratio "
+        "holds 1), which is not itself clearly faster than the recipe as written."
     )
 
 

@@ -56,7 +56,10 @@ def compare(old, new, out, as_json, pct, drops):  # noqa: PLR0913
 
     c = cmp.compare(old, new)
     fails, cannot = cmp.gates(c, pct, drops)
-    c = c.model_copy(update={"failed": fails, "cannot_fail": cannot})  # in compare.json too
+    asked = [f"--fail-on-slower {pct:g}"] if pct is not None else []
+    asked += [f"--fail-on-drop {d}" for d in drops]
+    # in compare.json too
+    c = c.model_copy(update={"gates": asked, "failed": fails, "cannot_fail": cannot})
     out = out or new
     if replaced := report.check_out(out, old):
         click.echo(f"replacing the earlier {', '.join(replaced)} in {out}", err=True)

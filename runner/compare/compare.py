@@ -119,7 +119,9 @@ class Comparison(BaseModel):
     # recipes whose two sides are one run (same run key, start, end and status): no difference by
     # construction (a copy, or a later call that skipped the run as unchanged)
     same_runs: list[str] = []
-    # the --fail-on conditions that hold (exit 1), and the recipes a condition given cannot fail
+    # the --fail-on conditions asked, those that hold (exit 1), and the recipes a condition given
+    # cannot fail
+    gates: list[str] = []
     failed: list[str] = []
     cannot_fail: list[str] = []
     method: list[str]
@@ -291,7 +293,8 @@ def gates(
     if pct is not None and not 0 <= pct < math.inf:
         hint = "PCT is how much slower, in percent, fails: e.g. --fail-on-slower 10"
         raise RunnerError(
-            f"{pct:g} is not a percent at or above 0 that a slower run can pass"
+            f"{pct:g} is not a finite percent: no run is slower by more than it, so the gate "
+            "could never fail"
             if pct == math.inf
             else f"{pct:g} is not a percent at or above 0",
             field="--fail-on-slower",
@@ -306,9 +309,8 @@ def gates(
             fails.append(f"{which}: {p.name} failed in new (a failed run shows no time or score)")
             continue
         if p.name in c.same_runs:  # one run: nothing to gate
-            which = [f"--fail-on-slower {pct:g}"] * (pct is not None) + [
-                f"--fail-on-drop {d}" for d, *_ in limits
-            ]
+            which = [f"--fail-on-slower {pct:g}"] if pct is not None else []
+            which += [f"--fail-on-drop {d}" for d, *_ in limits]
             cannot += [f"{p.name}: the same run on both sides: {w} cannot fail it" for w in which]
             continue
         hi = p.speedup and p.speedup.hi  # NEW/OLD time's lower end: 1 / hi

@@ -61,8 +61,13 @@ def markdown(c: Comparison) -> str:
         ]
         for p in c.recipes
     ]
-    gates = [*(f"- failed {x}" for x in c.failed), *(f"- {x}" for x in c.cannot_fail)]
-    notes = ["", "## Gates", "", *(gates or ["- none failed, or none was asked"])]
+    asked = (
+        f"- asked: {', '.join(c.gates)}" + ("" if c.failed else "; none failed")
+        if c.gates
+        else "- none asked (`--fail-on-slower`, `--fail-on-drop`): nothing here can fail a call"
+    )
+    gates = [asked, *(f"- failed {x}" for x in c.failed), *(f"- {x}" for x in c.cannot_fail)]
+    notes = ["", "## Gates", "", *gates]
     notes += ["", "## Method", "", *(f"- {m}" for m in c.method)]
     return "\n".join([*head, "", table(rows, HEAD, frozenset(HEAD[5:8])), *notes, ""])
 

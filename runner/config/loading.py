@@ -16,13 +16,13 @@ from __future__ import annotations
 import copy
 import difflib
 import json
-import re
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ValidationError
 
 from runner.base.dotted import get_dotted, overlaps, set_dotted
@@ -217,11 +217,24 @@ def describe_error(err: dict, data: Any, sets: dict[str, str]) -> tuple[tuple, s
         what = "a list" if isinstance(given, list) else repr(given)
         return loc, f"expected a mapping of settings, e.g. `{loc[-1]}: {example}`; got {what}"
     if typ == "list_type" and isinstance(given, str | int | float) and loc:
-        # one value where a list goes: the list of it, as YAML writes it (`"\n"` quoted)
-        plain = not isinstance(given, str) or re.fullmatch(r"[\w.-]+", given)
-        item = given if plain else json.dumps(given, ensure_ascii=False)
-        return loc, f"expected a list, e.g. `{loc[-1]}: [{item}]`"
+        # one value where a list goes: the list of it (`a, b`: of them), each item quoted where
+        # YAML would read it as something else (`"\n"`, `"1"`, `"yes"`)
+        several = isinstance(given, str) and "," in given
+        items = [x.strip(" ") for x in given.split(",") if x.strip(" ")] if several else [given]
+        shown = ", ".join(map(_as_yaml, items))
+        return loc, f"expected a list, e.g. `{loc[-1]}: [{shown}]`"
     return loc, _plain(err)
+
+
+def _as_yaml(x: Any) -> str:
+    """`x` as a YAML flow item that reads back as itself."""
+    if not isinstance(x, str):
+        return str(x)
+    try:
+        same = yaml.safe_load(f"[{x}]") == [x]
+    except yaml.YAMLError:
+        same = False
+    return x if same else json.dumps(x, ensure_ascii=False)
 
 
 def _plain(err: dict) -> str:

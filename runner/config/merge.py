@@ -104,7 +104,13 @@ def with_bases(path: Path, data: dict, node: yaml.Node | None) -> tuple[dict, li
         if bpath.resolve() in seen:
             raise bad(f"base chain loops: {' -> '.join(str(p) for p in [*seen, bpath.resolve()])}")
         if not bpath.is_file():
-            there = [p.name for p in bpath.parent.glob("*.y*ml")] if bpath.parent.is_dir() else []
+            # not this file, nor one already in the chain (offered, it would loop)
+            chain = {*seen, cur_path.resolve()}
+            there = [
+                p.name
+                for p in (bpath.parent.glob("*.y*ml") if bpath.parent.is_dir() else [])
+                if p.resolve() not in chain
+            ]
             close = difflib.get_close_matches(bpath.name, there, n=1, cutoff=0.75)
             raise bad(
                 f"base file {ref!r} {'is not a file' if bpath.exists() else 'not found'} (looked "

@@ -133,9 +133,14 @@ def _hub_rows(spec: Any, where: str, field: str, local: bool) -> tuple[list[dict
             detail = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
             msg = f"could not load hub dataset {spec.path!r} ({type(e).__name__}: {detail})"
             # the dataset is there, the split is not (a folder's files are `train` to datasets)
-            if m := re.search(r"Unknown split \"[^\"]*\"\. Should be one of \[(.*)\]", detail):
+            if m := re.search(r"Unknown split \"[^\"]*\"\. Should be one of \[(.*?)\]", str(e)):
                 splits = ", ".join(x.strip(" '\"") for x in m[1].split(","))
-                hint = f"set {field}.split to one of: {splits} (unset, it is validation)"
+                asked = (
+                    f"asked: {spec.split}"
+                    if "split" in spec.model_fields_set
+                    else "unset, it is validation"
+                )
+                hint = f"set {field}.split to one of: {splits} ({asked})"
                 raise DatasetError(msg, file=where, field=f"{field}.split", hint=hint) from None
             raise DatasetError(
                 msg,

@@ -174,8 +174,9 @@ def ratio_text(ratio: float, lo: float | None, hi: float | None, approx: str = "
     )
     if lo is not None and hi is not None and lo <= 1 <= hi:
         return f"no clear difference ({x(lo)}–{x(hi)}×)"
-    # said as such, not as a speed-up below 1; but not `1.00× slower` (a ratio that rounds to 1)
-    if slower := ratio < 1 and x(1 / ratio) != "1.00":
+    # said as such, not as a speed-up below 1; but not `1.00× slower` (one run a side, a ratio
+    # that rounds to 1: a clear slowdown under 0.5% is still said slower)
+    if slower := ratio < 1 and not (lo is None and x(1 / ratio) == "1.00"):
         ratio, lo, hi = 1 / ratio, hi and 1 / hi, lo and 1 / lo
     spread = ONE_RUN if lo is None or hi is None else f"{x(lo)}–{x(hi)}"
     return f"{approx}{x(ratio)}×{' slower' if slower else ''} ({spread})"

@@ -726,13 +726,15 @@ def _verdict(j: Judged) -> list[str]:
         return ["", "No recipe passed its gate with a time: see the quality gate below."]
     what = "Fastest that passed its gate" if verdicts else "Fastest"
     line = f"{what}: **{best.name}**, {time_cell(best, '~' if best.estimate else '')}"
-    if base is not best and base in timed and (ratio := speedup(base, best)) is not None:
-        line += f"; against the baseline {base.name}: {ratio_text(*ratio)}"
+    said = base is not best and base in timed and (ratio := speedup(base, best)) is not None
+    if said:
+        line += f"; against the baseline {base.name}: {ratio_text(*ratio)}"  # type: ignore[union-attr]
     elif base is best:
         line += " (the baseline)"
-    if tied := within_noise(j, best):
+    # (the baseline's own clause says it already)
+    if tied := [r for r in within_noise(j, best) if not (said and r is base)]:
         line += "; not clearly faster than " + ", ".join(
-            f"{r.name} ({ratio_text(*speedup(r, best))})"  # type: ignore[misc]
+            f"{r.name} ({ratio_text(*speedup(r, best)).removeprefix('no clear difference (')}"  # type: ignore[misc]
             for r in tied
         )
     faster = sorted(

@@ -280,9 +280,12 @@ def energy_of(repeats: Sequence[Repeat], gpus: int, p_tok: int, o_tok: int) -> E
         why_not = "part of the generation ran in an earlier, interrupted call"
     elif not got or len(got) < len(repeats):
         why_not = "no NVML energy counter for the engine's GPUs here"
-    elif still := [s for j, s in got if j <= 0]:  # the counter ticks coarser than the generation
+    elif any(j < 0 for j, _ in got):  # a counter that went back (a driver reload, a reset)
+        why_not = "NVML's energy counter went back during a generation (reset)"
+    elif still := [s for j, s in got if j == 0]:  # it ticks coarser than the generation
+        of = f" ({len(still)} of {len(got)})" if len(got) > 1 else ""
         why_not = (
-            f"NVML's energy counter did not move during a {min(still):.2f}-s generation (it "
+            f"NVML's energy counter did not move during a {min(still):.2f}-s generation{of} (it "
             "updates less often than that): too short to measure"
         )
     else:

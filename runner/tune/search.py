@@ -257,18 +257,21 @@ def _crown(ok: list[Cell], base: Cell, spec: TuneSpec, k: int) -> tuple[list[Cel
         f"**{best.name}** is the fastest that passed, clearly faster than the recipe as written"
         f"{_level_words(k)}."
     )
-    if close:
-        words += (
-            f" Not clearly faster than {', '.join(f'**{c.name}**' for c in close)} (the 95% "
-            "interval of their time ratio holds 1), which is not itself clearly faster than the "
-            "recipe as written."
-        )
     if len(winners) > 1:
         others = ", ".join(f"**{c.name}**" for c in winners[1:])
         words = (
             f"No single winner: **{best.name}** and {others} are within each other's noise "
             "(the 95% interval of their time ratio holds 1), and both clearly faster than the "
             f"recipe as written{_level_words(k)}; more repeats would tell them apart."
+        )
+    if close:
+        one = len(close) == 1
+        words += (
+            f" **{best.name}** is not clearly faster than "
+            f"{', '.join(f'**{c.name}**' for c in close)} (the 95% "
+            f"interval of {'their' if one else 'each'} time ratio holds 1), which "
+            f"{'is not itself' if one else 'are not themselves'} clearly faster than the recipe "
+            "as written."
         )
     return winners, vs, words
 
