@@ -854,7 +854,7 @@ def test_an_empty_or_malformed_model_id_is_refused_by_check_not_a_traceback(
     assert_user_error(
         check(path, extra=("--set", "model.id=a b/c d")),
         "Error: {tmp}/recipe.yaml: model.id: 'a b/c d' is not a hub id (Repo id must use "
-        "alphanumeric chars, '-', '_' or '.')\n"
+        "alphanumeric chars, '-', '_' or '.') (given by this call: model.id=a b/c d)\n"
         "  hint: give a hub id (needs network) or an existing local folder; --model-path "
         "HUB_ID=PATH maps hub ids to folders\n",
     )
@@ -907,3 +907,14 @@ def test_one_value_where_a_list_goes_shows_the_list_of_it(write_recipe, base_rec
     )
     path = write_recipe(with_changes(base_recipe, sampling={"max_tokens": 8, "stop": "1"}))
     assert 'sampling.stop: expected a list, e.g. `stop: ["1"]`\n' in user_error(check(path))
+
+
+def test_a_missing_model_folder_the_call_gave_says_the_call_gave_it(write_recipe, base_recipe):
+    """Found by a tester: `--model-path ID=/nonexistent` was reported as the recipe file's
+    `model.id`, which names a hub id."""
+    d = with_changes(base_recipe, model={"id": "org/big"})
+    out = user_error(check(write_recipe(d), extra=("--model-path", "org/big=/nonexistent")))
+    assert out.startswith(
+        "Error: {tmp}/recipe.yaml: model.id: model folder not found: /nonexistent (given by this "
+        "call: model.id=/nonexistent)\n"
+    ), out

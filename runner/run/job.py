@@ -162,6 +162,9 @@ def _named(lr: LoadedRecipe) -> Iterator[None]:
         yield
     except RunnerError as e:
         e.file = e.file or lr.path
+        # a value the call gave (--set, or --model-path's mapping), not the file: said so
+        if e.field and (given := [o for o in lr.overrides if o.partition("=")[0] == e.field]):
+            e.message += f" (given by this call: {given[-1]})"
         raise e from None
 
 
