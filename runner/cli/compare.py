@@ -56,8 +56,7 @@ def compare(old, new, out, as_json, pct, drops):  # noqa: PLR0913
 
     c = cmp.compare(old, new)
     fails, cannot = cmp.gates(c, pct, drops)
-    asked = [f"--fail-on-slower {pct:g}"] if pct is not None else []
-    asked += [f"--fail-on-drop {d}" for d in drops]
+    asked = cmp.asked_gates(pct, drops)
     # in compare.json too
     c = c.model_copy(update={"gates": asked, "failed": fails, "cannot_fail": cannot})
     out = out or new

@@ -285,6 +285,12 @@ def parse_drop(text: str, c: Comparison) -> tuple[str, float]:
     return metric, drop
 
 
+def asked_gates(pct: float | None, drops: Sequence[str] = ()) -> list[str]:
+    """The --fail-on conditions given, as the call wrote them."""
+    slower = [f"--fail-on-slower {pct:g}"] if pct is not None else []
+    return slower + [f"--fail-on-drop {d}" for d in drops]
+
+
 def gates(
     c: Comparison, pct: float | None, drops: Sequence[str] = ()
 ) -> tuple[list[str], list[str]]:
@@ -309,9 +315,8 @@ def gates(
             fails.append(f"{which}: {p.name} failed in new (a failed run shows no time or score)")
             continue
         if p.name in c.same_runs:  # one run: nothing to gate
-            which = [f"--fail-on-slower {pct:g}"] if pct is not None else []
-            which += [f"--fail-on-drop {d}" for d, *_ in limits]
-            cannot += [f"{p.name}: the same run on both sides: {w} cannot fail it" for w in which]
+            what = asked_gates(pct, drops)
+            cannot += [f"{p.name}: the same run on both sides: {w} cannot fail it" for w in what]
             continue
         hi = p.speedup and p.speedup.hi  # NEW/OLD time's lower end: 1 / hi
         if pct is not None and not hi:

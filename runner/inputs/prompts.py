@@ -90,13 +90,13 @@ class PromptBuilder:
         self.user = compile_file(spec.template, base_dir, where, "prompt.template")
         self._sources = {f"template:{spec.template}": self.user.sha256}
         self.system = None
+        # the field the system prompt comes from (its errors name it)
+        self.system_field = "prompt.system_template" if spec.system_template else "prompt.system"
         if spec.system_template:
-            self.system = compile_file(
-                spec.system_template, base_dir, where, "prompt.system_template"
-            )
+            self.system = compile_file(spec.system_template, base_dir, where, self.system_field)
             self._sources[f"template:{spec.system_template}"] = self.system.sha256
         elif spec.system is not None:
-            self.system = jinja.compile_text(spec.system, "prompt.system", where, "prompt.system")
+            self.system = jinja.compile_text(spec.system, "prompt.system", where, self.system_field)
         self.shots = [_shot(s.question, s.context, [s.answer]) for s in spec.shots.examples]
         if (shots := spec.shots).k:  # drawn from a dataset
             loaded = read_examples(shots.source, base_dir, self.where, field="prompt.shots.source")
@@ -133,9 +133,7 @@ class PromptBuilder:
         where = (
             "there is no system prompt"
             if self.system is None
-            else "neither prompt."
-            + ("system_template" if self.spec.system_template else "system")
-            + " nor prompt.template reads `shots`"
+            else f"neither {self.system_field} nor prompt.template reads `shots`"
         )
         raise TemplateError(
             f"placement: system gives the {len(self.shots)} worked example(s) to the templates as "
@@ -166,9 +164,8 @@ class PromptBuilder:
         """The system message and shot turns: the same for every example."""
         msgs: list[dict] = []
         if self.system is not None:
-            field = "prompt.system_template" if self.spec.system_template else "prompt.system"
             content = self.system.render(
-                self.where, field, what="the system prompt", shots=self.shots
+                self.where, self.system_field, what="the system prompt", shots=self.shots
             )
             msgs.append({"role": "system", "content": content})
         if self.spec.shots.placement == "turns":

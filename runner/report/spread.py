@@ -166,20 +166,28 @@ def speedup_parts(
     return interval_of(*combined_log(list(cells.values()), [weights[k] for k in cells]))
 
 
+def _x(v: float) -> str:
+    """A ratio's figure: `1.52`, `13.4`, `1,204`."""
+    v = float(f"{v:.9g}")
+    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def tie_text(lo: float, hi: float) -> str:
+    """An interval that holds 1: `0.91–1.12×`."""
+    return f"{_x(lo)}–{_x(hi)}×"
+
+
 def ratio_text(ratio: float, lo: float | None, hi: float | None, approx: str = "") -> str:
     """`1.80× (1.52–2.13)`, `3.4× slower (3.1–3.8)`, `no clear difference (0.91–1.12×)`, `1.80× (1
     run: no interval)`."""
-    x = lambda v: (lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}")(
-        float(f"{v:.9g}")
-    )
     if lo is not None and hi is not None and lo <= 1 <= hi:
-        return f"no clear difference ({x(lo)}–{x(hi)}×)"
+        return f"no clear difference ({tie_text(lo, hi)})"
     # said as such, not as a speed-up below 1; but not `1.00× slower` (one run a side, a ratio
     # that rounds to 1: a clear slowdown under 0.5% is still said slower)
-    if slower := ratio < 1 and not (lo is None and x(1 / ratio) == "1.00"):
+    if slower := ratio < 1 and not (lo is None and _x(1 / ratio) == "1.00"):
         ratio, lo, hi = 1 / ratio, hi and 1 / hi, lo and 1 / lo
-    spread = ONE_RUN if lo is None or hi is None else f"{x(lo)}–{x(hi)}"
-    return f"{approx}{x(ratio)}×{' slower' if slower else ''} ({spread})"
+    spread = ONE_RUN if lo is None or hi is None else f"{_x(lo)}–{_x(hi)}"
+    return f"{approx}{_x(ratio)}×{' slower' if slower else ''} ({spread})"
 
 
 def clear(lo: float | None, hi: float | None) -> bool:

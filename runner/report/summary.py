@@ -43,6 +43,7 @@ from runner.report.spread import (
     ratio_text,
     repeats_to_tell,
     speedup,
+    tie_text,
     time_cell,
     why_no_ratio,
 )
@@ -732,10 +733,9 @@ def _verdict(j: Judged) -> list[str]:
     elif base is best:
         line += " (the baseline)"
     # (the baseline's own clause says it already)
-    if tied := [r for r in within_noise(j, best) if not (said and r is base)]:
+    if tied := [(r, lo, hi) for r, lo, hi in within_noise(j, best) if not (said and r is base)]:
         line += "; not clearly faster than " + ", ".join(
-            f"{r.name} ({ratio_text(*speedup(r, best)).removeprefix('no clear difference (')}"  # type: ignore[misc]
-            for r in tied
+            f"{r.name} ({tie_text(lo, hi)})" for r, lo, hi in tied
         )
     faster = sorted(
         (
@@ -757,17 +757,17 @@ def _verdict(j: Judged) -> list[str]:
     return ["", line + "."]
 
 
-def within_noise(j: Judged, best: RunResult | None) -> list[RunResult]:
+def within_noise(j: Judged, best: RunResult | None) -> list[tuple[RunResult, float, float]]:
     """The runs that may be named (`_timed`), not stopped by their gate, that `best` is not clearly
-    faster than: the 95% interval of their time ratio holds 1 (fastest first; one run a side gives
-    no interval, and says so already)."""
+    faster than, with that 95% interval of their time ratio, which holds 1 (fastest first; one run
+    a side gives no interval, and says so already)."""
     stopped = stopped_by_gate(j.verdicts)
     out = []
     for r in sorted(_timed(j), key=lambda r: r.projected_s):  # type: ignore[arg-type, return-value]
         if best is None or r is best or r.name in stopped or (got := speedup(r, best)) is None:
             continue
-        if got[1] is not None and not clear(got[1], got[2]):
-            out.append(r)
+        if (lo := got[1]) is not None and (hi := got[2]) is not None and not clear(lo, hi):
+            out.append((r, lo, hi))
     return out
 
 
@@ -978,7 +978,7 @@ class SummaryJson(BaseModel):
             title=title,
             baseline=j.base and j.base.name,
             fastest=best and best.name,
-            fastest_within_noise=[r.name for r in within_noise(j, best)],
+            fastest_within_noise=[r.name for r, *_ in within_noise(j, best)],
             front_metric=metric,
             front=[r.name for r in on],
             recipes=[RecipeFigures.of(r, j) for r in j.results],
