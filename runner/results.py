@@ -63,6 +63,12 @@ class StartParts(_M):
         "(its job's process loaded it ahead, or an earlier engine of that process did); false: the "
         "start loaded it; null: not known.",
     )
+    tokenizer_copies_ahead: int | None = Field(
+        None,
+        description="How many deep copies of its tokenizer vLLM's front end took from those its "
+        "job's process made ahead (vLLM 0.26 makes `renderer_num_workers` + 1 inside `LLM()`); "
+        "0: it made its own; null: not known.",
+    )
     modules_ahead: int | None = Field(
         None,
         description="Of the modules vLLM's front end imported inside `LLM()` in earlier starts "

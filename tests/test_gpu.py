@@ -137,6 +137,9 @@ def test_isolated_run_gives_the_gpu_back(tiny, tmp_path, monkeypatch):
     assert start is not None and start.load_s > 0 and start.cold is None and start.compile_s is None
     # issue 41: the job's process loaded vLLM's own tokenizer ahead, under the key LLM() looks up
     assert start.tokenizer_ahead is True
+    # ... and the deep copies of it that vLLM's renderer makes inside LLM() (renderer_num_workers
+    # 1, + 1)
+    assert start.tokenizer_copies_ahead == 2, start
     # ... and the front end's modules, kept from that start: the next job's process imports them
     # ahead, and vLLM still forks its engine process (no CUDA initialized by them)
     assert start.modules_ahead == 0 and start.modules_in_start > 100, start

@@ -2,9 +2,11 @@
 the arguments it hands `vllm.LLM`, which it drops or refuses, and the facts it reads back from the
 engine's configs and log, the figures the knob verdicts and the report stand on."""
 
+import copy
 import dataclasses
 import functools
 import json
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -314,6 +316,114 @@ def test_a_worker_started_ahead_loads_vllms_own_tokenizer_and_the_start_says_it_
     monkeypatch.setattr(sys.modules["vllm"], "LLM", llm_cls)  # one that looks none up
     unknown = VLLMEngine(VLLMSpec(kind="vllm"), model, chat=None)
     assert unknown.info.extra["start"]["tokenizer_ahead"] is None
+
+
+def get_cached_tokenizer(tokenizer):
+    """vLLM 0.26's `vllm.tokenizers.hf.get_cached_tokenizer`, as far as copying goes: a shallow copy
+    whose class caches the vocabulary and rebuilds the wrapper from the original (`__reduce__`)."""
+    cached = copy.copy(tokenizer)
+    vocab = tokenizer.get_vocab()
+
+    class CachedTokenizer(tokenizer.__class__):
+        def get_vocab(self):
+            return vocab
+
+        def __reduce__(self):
+            return get_cached_tokenizer, (tokenizer,)
+
+    cached.__class__ = CachedTokenizer
+    return cached
+
+
+def _renderer_copies(cached, workers=1):
+    """What vLLM 0.26's `HfRenderer.__init__` does with the cached tokenizer: a copy, then
+    `maybe_make_thread_pool`'s copy of that and its `workers` + 1 deep copies."""
+    og = copy.copy(copy.copy(cached))
+    return og, [copy.deepcopy(og) for _ in range(workers + 1)]
+
+
+def test_the_deep_copies_of_vllms_tokenizer_that_llm_makes_are_made_ahead(monkeypatch):
+    """vLLM's front end deep-copies its tokenizer `renderer_num_workers` + 1 times inside `LLM()`
+    (~1 s each for Qwen2.5, reports/h100-engine-imports): `copy_tokenizer_ahead` makes them in the
+    job's process; each deep copy in the start takes one, distinct and equal to vLLM's own, and
+    when none is left (or for a tokenizer vLLM does not wrap so) the copy is made as before."""
+    transformers = pytest.importorskip("transformers")
+    from runner.engines.builtin import ensure_builtin
+
+    base = transformers.AutoTokenizer.from_pretrained(ensure_builtin("builtin:demo"))
+    cached = get_cached_tokenizer(base)
+    monkeypatch.setattr(vllm_engine, "_copies_left", [])
+    deep = []
+    real = base.__class__.__reduce_ex__
+    monkeypatch.setattr(  # counts the real deep copies of the tokenizer
+        base.__class__, "__reduce_ex__", lambda self, p: deep.append(1) or real(self, p)
+    )
+    _, plain = _renderer_copies(cached)
+    made_by_vllm = len(deep)
+    assert made_by_vllm >= 2  # (without copies ahead, each deep copy reduces the tokenizer)
+    vllm_engine.copy_tokenizer_ahead(cached, {"renderer_num_workers": 1})
+    ahead = list(vllm_engine._copies_left[0])
+    assert len(ahead) == 2 and all(type(a).__name__ == "CachedTokenizer" for a in ahead)
+    deep.clear()
+    og, copies = _renderer_copies(cached)
+    copied = len(deep)  # the shallow copies only
+    assert [id(c) for c in copies] == [id(a) for a in reversed(ahead)]
+    assert vllm_engine._copies_left == [[]] and copies[0] is not copies[1]
+    assert copies[0]._tokenizer is not base._tokenizer  # independent, not the same object
+    assert (
+        copies[0].encode("hello there")
+        == base.encode("hello there")
+        == plain[0].encode("hello there")
+    )
+    assert copied < made_by_vllm
+    again = copy.deepcopy(og)  # none left: a real copy, not carrying the hook to its own copies
+    assert again not in ahead and again.encode("hello") == base.encode("hello")
+    assert "__deepcopy__" not in vars(again) and len(deep) > copied
+    sent = pickle.loads(pickle.dumps(og))  # to another process: a plain tokenizer there
+    assert sent.encode("hello") == base.encode("hello") and vars(sent)["__deepcopy__"] is None
+    assert copy.deepcopy(sent).encode("hello") == base.encode("hello")
+    # a tokenizer that vLLM's cache did not wrap: nothing made, nothing changed
+    other = transformers.AutoTokenizer.from_pretrained(ensure_builtin("builtin:demo"))
+    vllm_engine.copy_tokenizer_ahead(other, {})
+    assert "__deepcopy__" not in vars(other) and len(vllm_engine._copies_left) == 1
+
+
+def test_the_start_says_how_many_tokenizer_copies_it_took_from_those_made_ahead(
+    monkeypatch, tmp_path
+):
+    transformers = pytest.importorskip("transformers")
+    from runner.engines.builtin import ensure_builtin
+
+    every = VLLMSpec(kind="vllm").llm_kwargs(_model())
+    _stand_in(monkeypatch, tmp_path, accepted=set(every) | {"renderer_num_workers"})
+    monkeypatch.setattr(VLLMSpec, "set_env", lambda self: None)
+    monkeypatch.setattr(EngineSpecBase, "preload", lambda self, model=None: None)
+    monkeypatch.setattr(vllm_engine, "_copies_left", [])
+    folder = ensure_builtin("builtin:demo")
+
+    @functools.cache
+    def cached_get_tokenizer(name, **kw):  # (the key that LLM() looks up: another test's)
+        return get_cached_tokenizer(transformers.AutoTokenizer.from_pretrained(folder))
+
+    tokenizers = ModuleType("vllm.tokenizers")
+    tokenizers.cached_get_tokenizer = cached_get_tokenizer
+    monkeypatch.setitem(sys.modules, "vllm.tokenizers", tokenizers)
+    llm_cls = sys.modules["vllm"].LLM
+
+    class LLM(llm_cls):  # the front end's renderer, as vLLM 0.26 makes it
+        def __init__(self, **kwargs):
+            key = {"runner_type": "generate", "tokenizer_mode": "auto", "revision": None}
+            tokenizer = cached_get_tokenizer(kwargs["tokenizer"], **key, trust_remote_code=False)
+            _renderer_copies(tokenizer, kwargs["renderer_num_workers"])
+            super().__init__(**kwargs)
+
+    monkeypatch.setattr(sys.modules["vllm"], "LLM", LLM)
+    spec = VLLMSpec(kind="vllm", engine_args={"renderer_num_workers": 2})
+    spec.preload(_model())
+    first = VLLMEngine(spec, _model(), chat=None)
+    assert first.info.extra["start"]["tokenizer_copies_ahead"] == 3
+    second = VLLMEngine(spec, _model(), chat=None)  # none left: it made its own
+    assert second.info.extra["start"]["tokenizer_copies_ahead"] == 0
 
 
 def test_the_modules_an_earlier_start_imported_are_imported_ahead_of_the_next(

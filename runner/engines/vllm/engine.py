@@ -5,6 +5,7 @@ generation loop, vLLM's counters over each call, the optional warm-up batch."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import importlib
 import json
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from runner.base.types import Advance, Messages, ModelSpec, Request, Sampling, Sink
 
 
-def load_vllm_tokenizer_ahead(kwargs: dict[str, Any]) -> None:
+def load_vllm_tokenizer_ahead(kwargs: dict[str, Any]) -> Any:
     """Load vLLM's own tokenizer now (a job's process, while the job before it runs). `LLM()`'s
     front end loads it through an lru_cache, `vllm.tokenizers.cached_get_tokenizer`, which vLLM
     0.26's `cached_tokenizer_from_config` calls with the model config's tokenizer and these keywords
@@ -51,13 +52,61 @@ def load_vllm_tokenizer_ahead(kwargs: dict[str, Any]) -> None:
     from vllm.tokenizers import cached_get_tokenizer
 
     revision = kwargs.get("tokenizer_revision")
-    cached_get_tokenizer(
+    return cached_get_tokenizer(
         kwargs.get("tokenizer") or kwargs["model"],
         runner_type="generate",
         tokenizer_mode=str(kwargs.get("tokenizer_mode") or "auto").lower(),
         revision=kwargs.get("revision") if revision is None else revision,
         trust_remote_code=kwargs.get("trust_remote_code", False),
     )
+
+
+# the tokenizer copies `copy_tokenizer_ahead` made in this process and `LLM()` has not taken yet,
+# a list for each tokenizer
+_copies_left: list[list[Any]] = []
+
+
+def copy_tokenizer_ahead(tokenizer: Any, kwargs: dict[str, Any]) -> None:
+    """Make now (a job's process, while the job before it runs) the deep copies of vLLM's cached
+    tokenizer that `LLM()` would make. vLLM 0.26's renderer makes its tokenizer thread-safe for the
+    server's workers by deep-copying it `renderer_num_workers` + 1 times inside `LLM()`, each copy
+    rebuilt through `get_cached_tokenizer` (`__reduce__`): ~1 s a copy for Qwen2.5's 151k-token
+    vocabulary, ~2.2 s of every start (reports/h100-engine-imports). Each deep copy made during the
+    start takes one made here (what vLLM's own copy would have given; none is given twice); when
+    none is left, it copies as before. A tokenizer vLLM does not wrap that way is left alone."""
+    rebuild, args, *_ = tokenizer.__reduce__()
+    if getattr(rebuild, "__name__", "") != "get_cached_tokenizer" or len(args) != 1:
+        return
+    base = args[0]
+    if not isinstance(tokenizer, type(base)) or "__deepcopy__" in vars(base):
+        return
+    made = [copy.deepcopy(tokenizer) for _ in range(int(kwargs.get("renderer_num_workers", 1)) + 1)]
+    _copies_left.append(made)
+    # an instance attribute, found on every copy of `base` (copy.copy copies its __dict__)
+    vars(base)["__deepcopy__"] = _CopiesAhead(base, rebuild, made)
+
+
+def _none() -> None:
+    return None
+
+
+class _CopiesAhead:
+    """A tokenizer's `__deepcopy__`: the copies made ahead, then copies made as before. Pickled (a
+    tokenizer sent to another process), it becomes None, and `copy.deepcopy` there copies as
+    before."""
+
+    def __init__(self, base: Any, rebuild: Callable[[Any], Any], made: list[Any]):
+        self.base, self.rebuild, self.made = base, rebuild, made
+
+    def __call__(self, memo: dict) -> Any:
+        if self.made:
+            return self.made.pop()
+        plain = copy.copy(self.base)
+        del vars(plain)["__deepcopy__"]
+        return self.rebuild(copy.deepcopy(plain, memo))
+
+    def __reduce__(self) -> tuple[Callable[[], None], tuple[()]]:
+        return _none, ()
 
 
 def front_modules_file(version: str) -> Path:
@@ -205,6 +254,7 @@ class VLLMEngine:
         log = Path(os.environ.get("RUNNER_ENGINE_LOG", ""))
         log_start = log.stat().st_size if log.is_file() else 0
         looked = _tokenizer_lookups()
+        copies = sum(map(len, _copies_left))
         kept = _kept_front(vllm.__version__)
         before = set(sys.modules.copy())  # (a copy: another thread may import meanwhile)
         notes = [gguf.note(converted, "vllm")] if converted else []
@@ -232,6 +282,7 @@ class VLLMEngine:
             "start": start_parts(parsed, f.compile_cache_dir, load_s, warm_s)
             | {
                 "tokenizer_ahead": ahead,
+                "tokenizer_copies_ahead": copies - sum(map(len, _copies_left)),
                 "modules_ahead": sum(n in before for n in kept),
                 "modules_in_start": len(front),
             },

@@ -22,6 +22,7 @@ from runner.engines.builtin import cache_root
 from runner.engines.hf import load_tokenizer_ahead
 from runner.engines.vllm.engine import (
     VLLMEngine,
+    copy_tokenizer_ahead,
     load_front_modules_ahead,
     load_vllm_tokenizer_ahead,
 )
@@ -185,8 +186,9 @@ class VLLMSpec(EngineSpecBase):
             with suppress(Exception):  # the engine's build loads it again and says why it fails
                 load_tokenizer_ahead(model)
             if model.gguf_path is None:  # (a GGUF file's copy is made in the engine's build)
-                with suppress(Exception):  # the same: vLLM's own, in `LLM()`
-                    load_vllm_tokenizer_ahead(self.llm_kwargs(model))
+                with suppress(Exception):  # the same: vLLM's own, in `LLM()`, and its copies
+                    kwargs = self.llm_kwargs(model)
+                    copy_tokenizer_ahead(load_vllm_tokenizer_ahead(kwargs), kwargs)
 
     def set_env(self) -> None:
         """The engine's environment, set before vLLM is imported."""
