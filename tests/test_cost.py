@@ -185,6 +185,10 @@ def test_the_report_says_a_start_skipped_its_memory_profiling():
     text = "\n".join(_start_section(measured))
     assert "| warm (cache); tokenizer loaded ahead |" in text
     assert "*Tokenizer loaded ahead*: the job's process loaded the engine's own tokenizer" in text
+    measured.repeats[0].start.tokenizer_copies_ahead = 2  # ... and vLLM's copies of it
+    text = "\n".join(_start_section(measured))
+    assert "| warm (cache); tokenizer loaded ahead; 2 tokenizer copies made ahead |" in text
+    assert "*Tokenizer copies made ahead*: the deep copies of its tokenizer" in text
 
 
 def test_the_compile_cache_folder_sets_vllms_cache_root_and_is_checked_in_its_log(tmp_path):

@@ -352,7 +352,7 @@ def test_the_deep_copies_of_vllms_tokenizer_that_llm_makes_are_made_ahead(monkey
 
     base = transformers.AutoTokenizer.from_pretrained(ensure_builtin("builtin:demo"))
     cached = get_cached_tokenizer(base)
-    monkeypatch.setattr(vllm_engine, "_copies_left", [])
+    monkeypatch.setattr(vllm_engine, "_hooks", [])
     deep = []
     real = base.__class__.__reduce_ex__
     monkeypatch.setattr(  # counts the real deep copies of the tokenizer
@@ -362,13 +362,13 @@ def test_the_deep_copies_of_vllms_tokenizer_that_llm_makes_are_made_ahead(monkey
     made_by_vllm = len(deep)
     assert made_by_vllm >= 2  # (without copies ahead, each deep copy reduces the tokenizer)
     vllm_engine.copy_tokenizer_ahead(cached, {"renderer_num_workers": 1})
-    ahead = list(vllm_engine._copies_left[0])
+    ahead = list(vllm_engine._hooks[0].made)
     assert len(ahead) == 2 and all(type(a).__name__ == "CachedTokenizer" for a in ahead)
     deep.clear()
     og, copies = _renderer_copies(cached)
     copied = len(deep)  # the shallow copies only
     assert [id(c) for c in copies] == [id(a) for a in reversed(ahead)]
-    assert vllm_engine._copies_left == [[]] and copies[0] is not copies[1]
+    assert vllm_engine.tokenizer_copies_left() == 0 and copies[0] is not copies[1]
     assert copies[0]._tokenizer is not base._tokenizer  # independent, not the same object
     assert (
         copies[0].encode("hello there")
@@ -382,10 +382,40 @@ def test_the_deep_copies_of_vllms_tokenizer_that_llm_makes_are_made_ahead(monkey
     sent = pickle.loads(pickle.dumps(og))  # to another process: a plain tokenizer there
     assert sent.encode("hello") == base.encode("hello") and vars(sent)["__deepcopy__"] is None
     assert copy.deepcopy(sent).encode("hello") == base.encode("hello")
-    # a tokenizer that vLLM's cache did not wrap: nothing made, nothing changed
+    # after LLM(): the hook comes off the original and the tokenizers given; none is left
+    vllm_engine.release_tokenizer_copies(og)
+    assert "__deepcopy__" not in vars(base) and "__deepcopy__" not in vars(og)
+    assert vllm_engine._hooks == [] and "__deepcopy__" not in vars(copy.copy(cached))
+    # a tokenizer that vLLM's cache did not wrap, or that vLLM will not copy: nothing made
     other = transformers.AutoTokenizer.from_pretrained(ensure_builtin("builtin:demo"))
     vllm_engine.copy_tokenizer_ahead(other, {})
-    assert "__deepcopy__" not in vars(other) and len(vllm_engine._copies_left) == 1
+    vllm_engine.copy_tokenizer_ahead(cached, {"skip_tokenizer_init": True})
+    vllm_engine.copy_tokenizer_ahead(cached, {"enable_prompt_embeds": True})
+    assert "__deepcopy__" not in vars(other) and vllm_engine._hooks == []
+
+
+def test_a_tokenizer_changed_after_its_copies_were_made_is_copied_as_it_is_now(monkeypatch):
+    """vLLM's renderer adds a token to its tokenizer before it copies it when prompt embeddings
+    are on; the copies made before would lack it: a tokenizer whose size changed gets its own."""
+    transformers = pytest.importorskip("transformers")
+    from runner.engines.builtin import ensure_builtin
+
+    monkeypatch.setattr(vllm_engine, "_hooks", [])
+    base = transformers.AutoTokenizer.from_pretrained(ensure_builtin("builtin:demo"))
+    cached = get_cached_tokenizer(base)
+    vllm_engine.copy_tokenizer_ahead(cached, {})
+    ahead = list(vllm_engine._hooks[0].made)
+    renderers = copy.copy(cached)
+    renderers.add_special_tokens({"additional_special_tokens": ["<|embed|>"]})  # shared Rust side
+    og, copies = _renderer_copies(renderers)
+    assert (
+        not any(c is a for c in copies for a in ahead) and vllm_engine.tokenizer_copies_left() == 0
+    )
+    assert (
+        copies[0].encode("<|embed|>")
+        == renderers.encode("<|embed|>")
+        != ahead[0].encode("<|embed|>")
+    )
 
 
 def test_the_start_says_how_many_tokenizer_copies_it_took_from_those_made_ahead(
@@ -398,7 +428,7 @@ def test_the_start_says_how_many_tokenizer_copies_it_took_from_those_made_ahead(
     _stand_in(monkeypatch, tmp_path, accepted=set(every) | {"renderer_num_workers"})
     monkeypatch.setattr(VLLMSpec, "set_env", lambda self: None)
     monkeypatch.setattr(EngineSpecBase, "preload", lambda self, model=None: None)
-    monkeypatch.setattr(vllm_engine, "_copies_left", [])
+    monkeypatch.setattr(vllm_engine, "_hooks", [])
     folder = ensure_builtin("builtin:demo")
 
     @functools.cache

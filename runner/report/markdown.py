@@ -218,7 +218,11 @@ def _start_section(r: RunResult) -> list[str]:
         )
         + ("; memory profiling skipped" if p.profiled is False else "")
         + ("; tokenizer loaded ahead" if p.tokenizer_ahead else "")
-        + (f" and {p.tokenizer_copies_ahead} copies of it" if p.tokenizer_copies_ahead else "")
+        + (
+            f"; {n} tokenizer cop{'y' if n == 1 else 'ies'} made ahead"
+            if (n := p.tokenizer_copies_ahead)
+            else ""
+        )
         + (f"; {p.modules_ahead} modules loaded ahead" if p.modules_ahead else "")
     )
     opt = lambda v: secs(v) if v is not None else "–"
@@ -261,9 +265,13 @@ def _start_section(r: RunResult) -> list[str]:
     if any(p.tokenizer_ahead for _, _, p in starts):
         note += (
             " *Tokenizer loaded ahead*: the job's process loaded the engine's own tokenizer before "
-            "the start (while the job before it ran), so the start did not; where said, also the "
-            "deep copies of it that vLLM's front end makes inside `LLM()` (~1 s each for a "
-            "150k-token vocabulary)."
+            "the start (while the job before it ran), so the start did not."
+        )
+    if any(p.tokenizer_copies_ahead for _, _, p in starts):
+        note += (
+            " *Tokenizer copies made ahead*: the deep copies of its tokenizer that vLLM's front "
+            "end makes inside `LLM()` (~1 s each for a 150k-token vocabulary) were made by the "
+            "job's process before the start."
         )
     if any(p.modules_ahead for _, _, p in starts):
         note += (

@@ -61,52 +61,70 @@ def load_vllm_tokenizer_ahead(kwargs: dict[str, Any]) -> Any:
     )
 
 
-# the tokenizer copies `copy_tokenizer_ahead` made in this process and `LLM()` has not taken yet,
-# a list for each tokenizer
-_copies_left: list[list[Any]] = []
-
-
 def copy_tokenizer_ahead(tokenizer: Any, kwargs: dict[str, Any]) -> None:
     """Make now (a job's process, while the job before it runs) the deep copies of vLLM's cached
     tokenizer that `LLM()` would make. vLLM 0.26's renderer makes its tokenizer thread-safe for the
     server's workers by deep-copying it `renderer_num_workers` + 1 times inside `LLM()`, each copy
     rebuilt through `get_cached_tokenizer` (`__reduce__`): ~1 s a copy for Qwen2.5's 151k-token
     vocabulary, ~2.2 s of every start (reports/h100-engine-imports). Each deep copy made during the
-    start takes one made here (what vLLM's own copy would have given; none is given twice); when
-    none is left, it copies as before. A tokenizer vLLM does not wrap that way is left alone."""
+    start takes one made here, never one given before, and only while the tokenizer is as it was
+    when they were made (a renderer that adds a token, `enable_prompt_embeds`, gets its own); else
+    it copies as before. `release_tokenizer_copies` ends it after `LLM()`. A tokenizer vLLM does
+    not wrap that way, or one it does not copy, is left alone."""
+    if kwargs.get("enable_prompt_embeds") or kwargs.get("skip_tokenizer_init"):
+        return
     rebuild, args, *_ = tokenizer.__reduce__()
     if getattr(rebuild, "__name__", "") != "get_cached_tokenizer" or len(args) != 1:
         return
     base = args[0]
     if not isinstance(tokenizer, type(base)) or "__deepcopy__" in vars(base):
         return
-    made = [copy.deepcopy(tokenizer) for _ in range(int(kwargs.get("renderer_num_workers", 1)) + 1)]
-    _copies_left.append(made)
+    n = int(kwargs.get("renderer_num_workers", 1)) + 1
+    hook = _CopiesAhead(base, rebuild, [copy.deepcopy(tokenizer) for _ in range(n)])
+    _hooks.append(hook)
     # an instance attribute, found on every copy of `base` (copy.copy copies its __dict__)
-    vars(base)["__deepcopy__"] = _CopiesAhead(base, rebuild, made)
-
-
-def _none() -> None:
-    return None
+    vars(base)["__deepcopy__"] = hook
 
 
 class _CopiesAhead:
-    """A tokenizer's `__deepcopy__`: the copies made ahead, then copies made as before. Pickled (a
-    tokenizer sent to another process), it becomes None, and `copy.deepcopy` there copies as
-    before."""
+    """A tokenizer's `__deepcopy__`: the copies made ahead while the tokenizer keeps its size, then
+    copies made as before. Pickled (a tokenizer sent to another process), it becomes None, and
+    `copy.deepcopy` there copies as before."""
 
     def __init__(self, base: Any, rebuild: Callable[[Any], Any], made: list[Any]):
-        self.base, self.rebuild, self.made = base, rebuild, made
+        self.base, self.rebuild, self.made, self.size = base, rebuild, made, len(base)
 
     def __call__(self, memo: dict) -> Any:
-        if self.made:
+        if self.made and len(self.base) == self.size:
             return self.made.pop()
+        self.made.clear()  # (a token was added since they were made)
         plain = copy.copy(self.base)
-        del vars(plain)["__deepcopy__"]
+        vars(plain).pop("__deepcopy__", None)
         return self.rebuild(copy.deepcopy(plain, memo))
 
-    def __reduce__(self) -> tuple[Callable[[], None], tuple[()]]:
-        return _none, ()
+    def __reduce__(self) -> tuple[type[None], tuple[()]]:
+        return type(None), ()
+
+
+# the hooks `copy_tokenizer_ahead` set in this process that `release_tokenizer_copies` has not ended
+_hooks: list[_CopiesAhead] = []
+
+
+def tokenizer_copies_left() -> int:
+    return sum(len(h.made) for h in _hooks)
+
+
+def release_tokenizer_copies(*tokenizers: Any) -> None:
+    """After `LLM()`: the copies it did not take are dropped, and the hook taken off the tokenizers
+    it was set on and those given (`LLM`'s own, a copy of the original that still carries it), so
+    a later deep copy of them is vLLM's own again."""
+    for h in _hooks:
+        h.made.clear()
+        vars(h.base).pop("__deepcopy__", None)
+    _hooks.clear()
+    for t in tokenizers:
+        with contextlib.suppress(Exception):
+            vars(t).pop("__deepcopy__", None)
 
 
 def front_modules_file(version: str) -> Path:
@@ -254,14 +272,20 @@ class VLLMEngine:
         log = Path(os.environ.get("RUNNER_ENGINE_LOG", ""))
         log_start = log.stat().st_size if log.is_file() else 0
         looked = _tokenizer_lookups()
-        copies = sum(map(len, _copies_left))
+        copies = tokenizer_copies_left()
         kept = _kept_front(vllm.__version__)
         before = set(sys.modules.copy())  # (a copy: another thread may import meanwhile)
         notes = [gguf.note(converted, "vllm")] if converted else []
         if torch.cuda.is_initialized():  # vLLM will spawn its engine process, not fork it
             notes.append(_CUDA_BEFORE)
         t0 = time.perf_counter()
-        self.llm = LLM(**kwargs)
+        try:
+            self.llm = LLM(**kwargs)
+            copies -= tokenizer_copies_left()
+        finally:
+            release_tokenizer_copies()
+        with contextlib.suppress(Exception):
+            release_tokenizer_copies(self.llm.get_tokenizer())
         ahead = _tokenizer_ahead(looked, _tokenizer_lookups())
         front = [n for n in sys.modules.copy() if n not in before]
         if not torch.cuda.is_initialized():
@@ -282,7 +306,7 @@ class VLLMEngine:
             "start": start_parts(parsed, f.compile_cache_dir, load_s, warm_s)
             | {
                 "tokenizer_ahead": ahead,
-                "tokenizer_copies_ahead": copies - sum(map(len, _copies_left)),
+                "tokenizer_copies_ahead": copies,
                 "modules_ahead": sum(n in before for n in kept),
                 "modules_in_start": len(front),
             },
