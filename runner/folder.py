@@ -112,6 +112,11 @@ class RunFolder:
             else None
         )
 
+    def set_aside_foreign(self) -> Path | None:
+        """Before a run: a report.md that no run's results.json stands beside (not the runner's,
+        or its results deleted) moved into `replaced/<time>-no-results/` rather than overwritten."""
+        return None if self.results.exists() else self._move_aside([self.report], "no-results")
+
     def _move_aside(self, paths: list[Path], key: str | None) -> Path | None:
         """Move the files (and the profile folder) of `paths` that exist into
         `replaced/<time>-<key>/`; that folder, or None when none did."""
@@ -210,6 +215,19 @@ def _key_of(path: Path, ok_only: bool = False) -> str | None:
             return json.loads(f.readline()).get("_run_key") or None
     except (OSError, ValueError, AttributeError):
         return None
+
+
+def set_aside_foreign_summary(out: Path) -> Path | None:
+    """Before a call's summary.md is written: one that no summary.json stands beside (the runner
+    writes both) is renamed `summary.<time>.md` rather than overwritten; its new path, or None."""
+    path = Path(out) / SUMMARY
+    if not path.is_file() or (Path(out) / SUMMARY_JSON).exists():
+        return None
+    stamp, n = time.strftime("%Y%m%d-%H%M%S"), 1
+    while (dest := path.with_name(f"summary.{stamp}{f'-{n}' if n > 1 else ''}.md")).exists():
+        n += 1
+    path.rename(dest)
+    return dest
 
 
 def study_summary_path(out: Path, study: str) -> Path:

@@ -29,7 +29,13 @@ from typing import Any
 from runner.base.errors import RunnerError
 from runner.base.format import brief, secs
 from runner.engines.builtin import is_builtin
-from runner.folder import RunFolder, previous_result, stored, stored_ok
+from runner.folder import (
+    RunFolder,
+    previous_result,
+    set_aside_foreign_summary,
+    stored,
+    stored_ok,
+)
 from runner.recipe import LoadedRecipe
 from runner.report.markdown import Section, priced, write_report
 from runner.report.spread import time_cell
@@ -385,6 +391,9 @@ class _Call:
         """What another run left is set aside; a recipe that cannot run here is recorded failed
         without running."""
         folder, say = self.opts.folder(u.name), self.say
+        if (kept := folder.set_aside_foreign()) is not None:
+            what = f"the report.md in {u.name}'s folder (no results.json beside it)"
+            say(f"kept {what} in {kept}; this run writes its own", False)
         if (kept := folder.set_aside_unreadable()) is not None:
             say(
                 f"kept {u.name}'s unreadable results.json in {kept}; this run writes another", False
@@ -562,6 +571,8 @@ class _Call:
                 "them, keeping what they finished."
             )
             sections = [lambda rs, out, line=line: ["", line], *sections]
+        if (kept := set_aside_foreign_summary(out)) is not None:
+            self.say(f"kept the summary.md in {out}, beside no summary.json, as {kept}", to_stderr)
         summary = write_summary(self.results, out, self.opts.baseline, sections)
         studies = self.wings.study_summaries(self.results, out, self.opts.baseline)
         self.ends.join()

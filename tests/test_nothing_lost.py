@@ -604,3 +604,32 @@ def test_an_interrupted_call_with_json_prints_the_summary_of_what_finished(
     assert r.exit_code == 130
     doc = json.loads(r.stdout)
     assert [x["name"] for x in doc["recipes"]] == ["s-a"] and doc["path"].endswith("summary.md")
+
+
+def test_a_report_or_summary_the_runner_did_not_write_is_kept_not_overwritten(
+    tmp_path, write_recipe, base_recipe
+):
+    """A summary.md without the summary.json the runner writes beside it, or a report.md in a run
+    folder without results.json (hand-written, or its results deleted), is moved aside and said,
+    by `runner go` and `runner report` alike (found by a tester: both were overwritten silently)."""
+    path, out = write_recipe(_fake(base_recipe)), tmp_path / "out"
+    (out / "f").mkdir(parents=True)
+    (out / "summary.md").write_text("my notes")
+    (out / "f" / "report.md").write_text("my report")
+    r = _go(path, "--out", out)
+    assert r.exit_code == 0, r.output
+    [kept] = (out / "f" / "replaced").iterdir()
+    assert (kept / "report.md").read_text() == "my report"
+    assert f"kept the report.md in f's folder (no results.json beside it) in {kept}; " in r.output
+    [mine] = out.glob("summary.*.md")
+    assert mine.read_text() == "my notes" and "my notes" not in (out / "summary.md").read_text()
+    assert f"kept the summary.md in {out}, beside no summary.json, as {mine}\n" in r.output
+    # the runner's own files are rewritten as before, nothing set aside
+    again = _go(path, "--out", out, "--force")
+    assert "kept the summary.md" not in again.output and len(list(out.glob("summary.*.md"))) == 1
+    assert "kept the report.md" not in again.output
+    (out / "summary.json").unlink()
+    (out / "summary.md").write_text("edited")
+    r = CliRunner().invoke(cli, ["report", str(out)])
+    assert r.exit_code == 0 and "kept the summary.md in " in r.output
+    assert sorted(p.read_text() for p in out.glob("summary.*.md")) == ["edited", "my notes"]

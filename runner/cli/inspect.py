@@ -273,7 +273,7 @@ def report(out, baseline, gate_text, usd_per_gpu_hour, fail_on_gate, as_json):  
     """Rebuild every report.md and summary.md (and each study's own summary) from stored
     results.json files (runs nothing). Exit code 0, or 1 with --fail-on-gate when a recipe clearly
     failed its gate; 2 for bad input."""
-    from runner.folder import RunFolder, load_results
+    from runner.folder import RunFolder, load_results, set_aside_foreign_summary
     from runner.report.markdown import priced, write_report
     from runner.report.summary import write_summary
     from runner.wings import report_sections, study_summaries, summary_sections
@@ -295,6 +295,8 @@ def report(out, baseline, gate_text, usd_per_gpu_hour, fail_on_gate, as_json):  
             say(
                 f"{r.name}: {short} (deleted or cut short since the run): `runner go` runs it again"
             )
+    if (kept := set_aside_foreign_summary(out_dir)) is not None:
+        say(f"kept the summary.md in {out_dir}, beside no summary.json, as {kept}")
     summary = write_summary(results, out_dir, baseline, summary_sections(), gate)
     say(f"summary: {summary} ({len(results)} recipe{'s' * (len(results) != 1)})")
     for path in study_summaries(results, out_dir, baseline, gate):
