@@ -69,7 +69,10 @@
 #                                                 each; a call cut short: run again). Warm the graph cells
 #                                                 only and the first bf16-eager and AWQ engines after it pay
 #                                                 the host's first run of their kernels (+12 s, +7.5 s in
-#                                                 reports/h100-warm-study)
+#                                                 reports/h100-warm-study): for the study's share, warm
+#                                                 'jsquad-vllm-fp8-graphs,jsquad-vllm-fp8-kv8,jsquad-vllm-fp8-wide,
+#                                                 jsquad-vllm-fp8-kv8-wide,jsquad-vllm-fp8-8k-graphs,jsquad-vllm-bigbatch,
+#                                                 jsquad-vllm-awq' (no spaces)
 #   STUDY_ARGS='...' bash benchmarks/gpu_check.sh warm|study OUT ...   (STUDY_TIMEOUT=S: a `study` call's limit, 570 s)
 #                                                 extra `runner go` arguments for the vLLM calls (not the 'jsquad-hf-*'
 #                                                 call). Not vLLM's startup plan for the starts' share: given a KV size
