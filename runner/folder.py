@@ -217,9 +217,10 @@ def _key_of(path: Path, ok_only: bool = False) -> str | None:
         return None
 
 
-def set_aside_foreign_summary(out: Path) -> Path | None:
+def set_aside_foreign_summary(out: Path) -> str | None:
     """Before a call's summary.md is written: one that no summary.json stands beside (the runner
-    writes both) is renamed `summary.<time>.md` rather than overwritten; its new path, or None."""
+    writes both) is renamed `summary.<time>.md` rather than overwritten; what was done, in words
+    (`runner go` and `runner report` say it), or None."""
     path = Path(out) / SUMMARY
     if not path.is_file() or (Path(out) / SUMMARY_JSON).exists():
         return None
@@ -227,7 +228,7 @@ def set_aside_foreign_summary(out: Path) -> Path | None:
     while (dest := path.with_name(f"summary.{stamp}{f'-{n}' if n > 1 else ''}.md")).exists():
         n += 1
     path.rename(dest)
-    return dest
+    return f"kept the summary.md in {out}, beside no summary.json, as {dest}"
 
 
 def study_summary_path(out: Path, study: str) -> Path:

@@ -571,8 +571,8 @@ class _Call:
                 "them, keeping what they finished."
             )
             sections = [lambda rs, out, line=line: ["", line], *sections]
-        if (kept := set_aside_foreign_summary(out)) is not None:
-            self.say(f"kept the summary.md in {out}, beside no summary.json, as {kept}", to_stderr)
+        if kept := set_aside_foreign_summary(out):
+            self.say(kept, to_stderr)
         summary = write_summary(self.results, out, self.opts.baseline, sections)
         studies = self.wings.study_summaries(self.results, out, self.opts.baseline)
         self.ends.join()

@@ -382,8 +382,8 @@ def test_the_deep_copies_of_vllms_tokenizer_that_llm_makes_are_made_ahead(monkey
     sent = pickle.loads(pickle.dumps(og))  # to another process: a plain tokenizer there
     assert sent.encode("hello") == base.encode("hello") and vars(sent)["__deepcopy__"] is None
     assert copy.deepcopy(sent).encode("hello") == base.encode("hello")
-    # after LLM(): the hook comes off the original and the tokenizers given; none is left
-    vllm_engine.release_tokenizer_copies(og)
+    # after LLM(): the hook comes off the original and the LLM's own tokenizer; none is left
+    vllm_engine.release_tokenizer_copies(SimpleNamespace(get_tokenizer=lambda: og))
     assert "__deepcopy__" not in vars(base) and "__deepcopy__" not in vars(og)
     assert vllm_engine._hooks == [] and "__deepcopy__" not in vars(copy.copy(cached))
     # a tokenizer that vLLM's cache did not wrap, or that vLLM will not copy: nothing made

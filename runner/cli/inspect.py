@@ -295,8 +295,8 @@ def report(out, baseline, gate_text, usd_per_gpu_hour, fail_on_gate, as_json):  
             say(
                 f"{r.name}: {short} (deleted or cut short since the run): `runner go` runs it again"
             )
-    if (kept := set_aside_foreign_summary(out_dir)) is not None:
-        say(f"kept the summary.md in {out_dir}, beside no summary.json, as {kept}")
+    if kept := set_aside_foreign_summary(out_dir):
+        say(kept)
     summary = write_summary(results, out_dir, baseline, summary_sections(), gate)
     say(f"summary: {summary} ({len(results)} recipe{'s' * (len(results) != 1)})")
     for path in study_summaries(results, out_dir, baseline, gate):

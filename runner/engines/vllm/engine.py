@@ -97,7 +97,7 @@ class _CopiesAhead:
     def __call__(self, memo: dict) -> Any:
         if self.made and len(self.base) == self.size:
             return self.made.pop()
-        self.made.clear()  # (a token was added since they were made)
+        self.made.clear()  # (none left, or a token was added since: none of them fits)
         plain = copy.copy(self.base)
         vars(plain).pop("__deepcopy__", None)
         return self.rebuild(copy.deepcopy(plain, memo))
@@ -114,17 +114,17 @@ def tokenizer_copies_left() -> int:
     return sum(len(h.made) for h in _hooks)
 
 
-def release_tokenizer_copies(*tokenizers: Any) -> None:
-    """After `LLM()`: the copies it did not take are dropped, and the hook taken off the tokenizers
-    it was set on and those given (`LLM`'s own, a copy of the original that still carries it), so
-    a later deep copy of them is vLLM's own again."""
+def release_tokenizer_copies(llm: Any = None) -> None:
+    """After `LLM()` (made, or failed: None): the copies it did not take are dropped, and the hook
+    taken off the tokenizers it was set on and off `llm`'s own (a copy of the original that still
+    carries it), so a later deep copy of them is vLLM's own again."""
     for h in _hooks:
         h.made.clear()
         vars(h.base).pop("__deepcopy__", None)
     _hooks.clear()
-    for t in tokenizers:
-        with contextlib.suppress(Exception):
-            vars(t).pop("__deepcopy__", None)
+    if llm is not None:
+        with contextlib.suppress(Exception):  # (none: `skip_tokenizer_init`)
+            vars(llm.get_tokenizer()).pop("__deepcopy__", None)
 
 
 def front_modules_file(version: str) -> Path:
@@ -279,13 +279,12 @@ class VLLMEngine:
         if torch.cuda.is_initialized():  # vLLM will spawn its engine process, not fork it
             notes.append(_CUDA_BEFORE)
         t0 = time.perf_counter()
+        llm = None
         try:
-            self.llm = LLM(**kwargs)
+            self.llm = llm = LLM(**kwargs)
             copies -= tokenizer_copies_left()
         finally:
-            release_tokenizer_copies()
-        with contextlib.suppress(Exception):
-            release_tokenizer_copies(self.llm.get_tokenizer())
+            release_tokenizer_copies(llm)
         ahead = _tokenizer_ahead(looked, _tokenizer_lookups())
         front = [n for n in sys.modules.copy() if n not in before]
         if not torch.cuda.is_initialized():
