@@ -141,8 +141,10 @@ def test_isolated_run_gives_the_gpu_back(tiny, tmp_path, monkeypatch):
     # 1, + 1)
     assert start.tokenizer_copies_ahead == 2, start
     # ... and the front end's modules, kept from that start: the next job's process imports them
-    # ahead, and vLLM still forks its engine process (no CUDA initialized by them)
-    assert start.modules_ahead == 0 and start.modules_in_start > 100, start
+    # ahead, and vLLM still forks its engine process (no CUDA initialized by them). How many the
+    # start imports itself depends on what the job's process imported ahead: >100 before the
+    # tokenizer copies were made ahead, 44 after (an H100, 2026-12-06, reports/h100-tokcopies)
+    assert start.modules_ahead == 0 and start.modules_in_start > 0, start
     assert len(json.loads(kept.read_text())) >= start.modules_in_start
     [again] = run_isolated(_job(p, tmp_path / "again"))
     assert again.status == "ok", again.error

@@ -1,10 +1,10 @@
-# A/B of the tokenizer copies made ahead: HEAD's runner (old) against the working tree (new), two eager cells each
+# A/B of the tokenizer copies made ahead: HEAD's runner (old) against the working tree (new), two eager cells each, ABBA
 # make the old side first: git archive <commit before the change> runner benchmarks recipes templates pyproject.toml > .gpu/old.tar
 # (after the last setpart), then run it after gpu_check.sh stage x3: bash reports/h100-engine-imports/probe/ab.sh $OUT
 out=$1; C='jsquad-vllm-fp8,jsquad-vllm-fp8-8k'
 bash benchmarks/gpu_check.sh unpack $out >/dev/null
 rm -rf /tmp/old && mkdir -p /tmp/old && tar -xf .gpu/old.tar -C /tmp/old
-for s in old1 new1 old2 new2; do
+for s in old1 new1 new2 old2; do
   if [ "${s#old}" != "$s" ]; then (cd /tmp/old && bash benchmarks/gpu_check.sh warm $out $C $s >/dev/null 2>&1); else bash benchmarks/gpu_check.sh warm $out $C $s >/dev/null 2>&1; fi
   for c in ${C//,/ }; do python3 -c "
 import json,sys; r=json.load(open('/root/$s/$c/results.json')); st=r['timings']['start']
