@@ -78,6 +78,13 @@ class StartParts(_M):
     modules_in_start: int | None = Field(
         None, description="Modules the start itself imported into the job's process."
     )
+    autotune_skipped: bool | None = Field(
+        None,
+        description="true: the engine started without FlashInfer's autotuning (vLLM's "
+        "`enable_flashinfer_autotune` off), since an earlier start of the same configuration on "
+        "this GPU found nothing to tune (kept under $RUNNER_CACHE/vllm-autotune); false: it ran "
+        "as vLLM decides; null: not known.",
+    )
 
 
 class Energy(_M):

@@ -189,6 +189,11 @@ def test_the_report_says_a_start_skipped_its_memory_profiling():
     text = "\n".join(_start_section(measured))
     assert "| warm (cache); tokenizer loaded ahead; 2 tokenizer copies made ahead |" in text
     assert "*Tokenizer copies made ahead*: the deep copies of its tokenizer" in text
+    assert "autotun" not in text
+    measured.repeats[0].start.autotune_skipped = True  # an earlier start found nothing to tune
+    text = "\n".join(_start_section(measured))
+    assert "2 tokenizer copies made ahead; FlashInfer autotuning skipped |" in text
+    assert "*FlashInfer autotuning skipped*: an earlier start of the same configuration" in text
 
 
 def test_the_compile_cache_folder_sets_vllms_cache_root_and_is_checked_in_its_log(tmp_path):

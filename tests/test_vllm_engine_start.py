@@ -515,3 +515,84 @@ def test_the_modules_an_earlier_start_imported_are_imported_ahead_of_the_next(
     third = VLLMEngine(VLLMSpec(kind="vllm"), _model(), chat=None)
     assert any("by spawn instead of fork" in n for n in third.info.notes)
     assert json.loads(kept.read_text()) == ["front_a", "front_b"]  # nothing kept from a spawn
+
+
+NOTHING_TO_TUNE = (
+    "INFO Using FlashInfer autotune cache file: /c/flashinfer_autotune_cache/0.6.14/90a/ab/"
+    "autotune_configs.json\n"
+    "WARNING No FlashInfer autotune cache entries found.Falling back to default tactics.\n"
+)
+
+
+def _autotuned(monkeypatch, tmp_path, log):
+    every = VLLMSpec(kind="vllm", gpu_memory_utilization=0.8).llm_kwargs(_model())
+    made = _stand_in(
+        monkeypatch, tmp_path, accepted=set(every) | {"enable_flashinfer_autotune"}, log=log
+    )
+    monkeypatch.setattr(VLLMSpec, "set_env", lambda self: None)
+    monkeypatch.setattr(EngineSpecBase, "preload", lambda self, model=None: None)
+
+    def start(spec):
+        made.clear()
+        eng = VLLMEngine(spec, _model(), chat=None)
+        return dict(made), eng.info.extra["start"]["autotune_skipped"]
+
+    return start
+
+
+def test_a_configuration_whose_autotuning_found_nothing_starts_without_it_next_time(
+    monkeypatch, tmp_path
+):
+    """Issue 41: vLLM 0.26 runs FlashInfer's autotuning in every start on Hopper, a forward pass of
+    `max_num_batched_tokens` tokens; where an earlier start of the same configuration on the same
+    GPU found nothing to tune, the next starts without it, and says so. Another configuration,
+    another GPU, or a recipe that sets the switch itself is left as is."""
+    pytest.importorskip("transformers")
+    start = _autotuned(monkeypatch, tmp_path, LOG + NOTHING_TO_TUNE)
+    spec = VLLMSpec(kind="vllm", gpu_memory_utilization=0.8)
+    made, skipped = start(spec)
+    assert "enable_flashinfer_autotune" not in made and skipped is False
+    assert len(json.loads(vllm_engine.autotune_file("0.26.0").read_text())) == 1
+    made, skipped = start(spec)  # the same configuration: the pass left out
+    assert made["enable_flashinfer_autotune"] is False and skipped is True
+    made, skipped = start(
+        VLLMSpec(kind="vllm", gpu_memory_utilization=0.7)
+    )  # another configuration
+    assert "enable_flashinfer_autotune" not in made and skipped is False
+    monkeypatch.setattr(vllm_engine, "device_facts", lambda: {"gpu": "NVIDIA H100 80GB HBM3"})
+    made, skipped = start(spec)  # another GPU
+    assert "enable_flashinfer_autotune" not in made and skipped is False
+    monkeypatch.setattr(vllm_engine, "device_facts", lambda: {"gpu": "NVIDIA H200"})
+    asked = VLLMSpec(
+        kind="vllm", gpu_memory_utilization=0.8, engine_args={"enable_flashinfer_autotune": True}
+    )
+    made, skipped = start(asked)  # the recipe's own switch wins
+    assert made["enable_flashinfer_autotune"] is True and skipped is False
+
+
+def test_a_configuration_whose_autotuning_loaded_tactics_is_taken_off_the_list(
+    monkeypatch, tmp_path
+):
+    pytest.importorskip("transformers")
+    start = _autotuned(monkeypatch, tmp_path, LOG + NOTHING_TO_TUNE)
+    spec = VLLMSpec(kind="vllm", gpu_memory_utilization=0.8)
+    start(spec)
+    [key] = json.loads(vllm_engine.autotune_file("0.26.0").read_text())
+    loaded = {"autotune_loaded": 1.0}
+    vllm_engine.remember_autotune("0.26.0", key, loaded)  # (a later start that found tactics)
+    assert json.loads(vllm_engine.autotune_file("0.26.0").read_text()) == []
+    made, skipped = start(spec)
+    assert "enable_flashinfer_autotune" not in made and skipped is False
+    # a start that did not tune (skipped, or no such pass) changes nothing either way
+    vllm_engine.remember_autotune("0.26.0", key, {})
+    assert len(json.loads(vllm_engine.autotune_file("0.26.0").read_text())) == 1
+
+
+def test_a_vllm_without_the_autotune_switch_is_never_handed_it(monkeypatch, tmp_path):
+    pytest.importorskip("transformers")
+    _stand_in(monkeypatch, tmp_path, log=LOG + NOTHING_TO_TUNE)  # (EngineArgs without it)
+    monkeypatch.setattr(VLLMSpec, "set_env", lambda self: None)
+    monkeypatch.setattr(EngineSpecBase, "preload", lambda self, model=None: None)
+    VLLMEngine(VLLMSpec(kind="vllm"), _model(), chat=None)
+    again = VLLMEngine(VLLMSpec(kind="vllm"), _model(), chat=None)  # would refuse it
+    assert again.info.extra["start"]["autotune_skipped"] is False

@@ -224,6 +224,7 @@ def _start_section(r: RunResult) -> list[str]:
             else ""
         )
         + (f"; {p.modules_ahead} modules loaded ahead" if p.modules_ahead else "")
+        + ("; FlashInfer autotuning skipped" if p.autotune_skipped else "")
     )
     opt = lambda v: secs(v) if v is not None else "–"
     rows = [
@@ -278,6 +279,13 @@ def _start_section(r: RunResult) -> list[str]:
             " *Modules loaded ahead*: the job's process imported what vLLM's front end imported "
             "inside earlier starts with this vLLM version (kept under `$RUNNER_CACHE/vllm-front`), "
             "so this start imported fewer itself."
+        )
+    if any(p.autotune_skipped for _, _, p in starts):
+        note += (
+            " *FlashInfer autotuning skipped*: an earlier start of the same configuration on this "
+            "GPU found nothing for it to tune (kept under `$RUNNER_CACHE/vllm-autotune`), so this "
+            "start left out its forward pass of `max_num_batched_tokens` tokens; the kernels are "
+            "the ones that start used. `engine_args.enable_flashinfer_autotune: true` runs it."
         )
     return paragraphs("### Engine start", note, table(rows, head))
 

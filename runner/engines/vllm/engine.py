@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import hashlib
 import importlib
 import json
 import os
@@ -133,12 +134,17 @@ def front_modules_file(version: str) -> Path:
     return cache_root() / "vllm-front" / f"{version}.json"
 
 
-def _kept_front(version: str) -> list[str]:
+def _kept(path: Path) -> list[str]:
+    """A list of names kept under $RUNNER_CACHE (none: not kept yet, or unreadable)."""
     with contextlib.suppress(OSError, ValueError):
-        names = json.loads(front_modules_file(version).read_text())
+        names = json.loads(path.read_text())
         if isinstance(names, list):
             return [n for n in names if isinstance(n, str)]
     return []
+
+
+def _kept_front(version: str) -> list[str]:
+    return _kept(front_modules_file(version))
 
 
 def load_front_modules_ahead() -> None:
@@ -173,16 +179,58 @@ def _keep_front(version: str, names: list[str]) -> None:
 
 
 def _update_front(version: str, change: Callable[[list[str]], list[str]]) -> None:
-    """The kept list read, changed and written whole under a lock: the job running and the next
+    _update_kept(front_modules_file(version), change)
+
+
+def _update_kept(path: Path, change: Callable[[list[str]], list[str]]) -> None:
+    """A kept list read, changed and written whole under a lock: the job running and the next
     job's process, started ahead, may both change it."""
-    path = front_modules_file(version)
     with contextlib.suppress(OSError):  # (a lock not had in time is a TimeoutError)
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(f"{path}.lock", timeout=10):
-            if (names := change(kept := _kept_front(version))) != kept:
+            if (names := change(kept := _kept(path))) != kept:
                 tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
                 tmp.write_text(json.dumps(names))
                 os.replace(tmp, path)
+
+
+def autotune_file(version: str) -> Path:
+    """Where the configurations whose FlashInfer autotuning found nothing to tune are kept, for
+    this vLLM version (a list of `autotune_key`s under $RUNNER_CACHE)."""
+    return cache_root() / "vllm-autotune" / f"{version}.json"
+
+
+def autotune_key(kwargs: dict[str, Any], gpu: str) -> str:
+    """A configuration as the autotuning sees it: `LLM()`'s arguments (not the profiler's folder),
+    the GPU's name and the model's config.json."""
+    config, config_hash = Path(str(kwargs.get("model", ""))) / "config.json", None
+    with contextlib.suppress(OSError):  # (a hub id: its name is in the arguments)
+        config_hash = hashlib.sha256(config.read_bytes()).hexdigest()
+    args = {k: v for k, v in kwargs.items() if k != "profiler_config"}
+    text = json.dumps([args, gpu, config_hash], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def skip_autotune(kwargs: dict[str, Any], key: str, version: str, accepted: set[str]) -> bool:
+    """Whether to start without FlashInfer's autotuning: an earlier start of this configuration on
+    this GPU found nothing to tune, and the recipe did not set `enable_flashinfer_autotune` itself.
+    vLLM 0.26 autotunes in every start on Hopper and later, a forward pass of
+    `max_num_batched_tokens` tokens; a CPU-offload start's log has 21 s between that pass's start
+    and the engine's (reports/h100-warm-study), where weights cross PCIe for every pass."""
+    return (
+        "enable_flashinfer_autotune" in accepted
+        and "enable_flashinfer_autotune" not in kwargs
+        and key in _kept(autotune_file(version))
+    )
+
+
+def remember_autotune(version: str, key: str, parsed: dict[str, float]) -> None:
+    """After a start: a configuration whose autotuning found nothing is kept, one that found and
+    loaded tactics is taken off; a start without autotuning changes nothing."""
+    if parsed.get("autotune_found_none"):
+        _update_kept(autotune_file(version), lambda kept: [*kept, key] if key not in kept else kept)
+    elif parsed.get("autotune_loaded"):
+        _update_kept(autotune_file(version), lambda kept: [k for k in kept if k != key])
 
 
 def _tokenizer_lookups() -> tuple[int, int] | None:
@@ -259,6 +307,10 @@ class VLLMEngine:
         # a GGUF file: its safetensors copy, made once
         self.loaded, converted = gguf.vllm_model(model)
         kwargs, self.dropped = _accepted_kwargs(spec.llm_kwargs(self.loaded), vllm.__version__)
+        gpu = device_facts().get("gpu", "")  # NVML: no CUDA context in this process
+        tune_key = autotune_key(kwargs, gpu)
+        if no_tune := skip_autotune(kwargs, tune_key, vllm.__version__, _engine_fields()):
+            kwargs["enable_flashinfer_autotune"] = False
         self._traces = None
         if os.environ.get(PROFILE_ENV):  # a recipe of this job profiles: the profiler is set up now
             self._traces = tempfile.mkdtemp(prefix="runner-vllm-profile-")
@@ -292,6 +344,7 @@ class VLLMEngine:
         # the engine's part of the log: what it wrote since
         since = log.read_bytes()[log_start:].decode("utf-8", "replace") if log.is_file() else ""
         self.facts, parsed = self._read_facts(vllm.__version__, since)
+        remember_autotune(vllm.__version__, tune_key, parsed)
         t_warm = time.perf_counter()
         warm = warm_up(self.llm) if spec.warmup else None
         warm_s = time.perf_counter() - t_warm if warm else None
@@ -308,6 +361,7 @@ class VLLMEngine:
                 "tokenizer_copies_ahead": copies,
                 "modules_ahead": sum(n in before for n in kept),
                 "modules_in_start": len(front),
+                "autotune_skipped": no_tune,
             },
         }
         if warm:
@@ -317,7 +371,7 @@ class VLLMEngine:
         self.info = EngineInfo(
             "vllm",
             vllm.__version__,
-            device_facts().get("gpu", ""),  # NVML: no CUDA context in this process
+            gpu,
             load_s,
             f.weights_gib,
             f.kv_cache_tokens,
@@ -487,12 +541,17 @@ class VLLMEngine:
         gc.collect()
 
 
+def _engine_fields() -> set[str]:
+    """The arguments the installed vLLM's `LLM()` accepts (its EngineArgs)."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    return {f.name for f in fields(EngineArgs)}
+
+
 def _accepted_kwargs(kwargs: dict[str, Any], version: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """`vllm.LLM` kwargs the installed vLLM accepts, and those dropped (`swap_space` where it has no
     such argument: reported as ignored); any other argument it does not accept is an error."""
-    from vllm.engine.arg_utils import EngineArgs
-
-    accepted = {f.name for f in fields(EngineArgs)}
+    accepted = _engine_fields()
     dropped: dict[str, Any] = {}
     if "swap_space" in kwargs and "swap_space" not in accepted:
         dropped["swap_space"] = kwargs.pop("swap_space")

@@ -99,6 +99,11 @@ def parse_engine_log(text: str) -> dict[str, float]:
         out["compile_cache_hit"] = 1.0
     if "skipped memory profiling" in text:  # the KV cache size was given, not measured
         out["profiling_skipped"] = 1.0
+    # FlashInfer's autotuning in the start's kernel warm-up: nothing to tune, or tactics loaded
+    if "No FlashInfer autotune cache entries found" in text:
+        out["autotune_found_none"] = 1.0
+    if "FlashInfer autotune cache loaded" in text:
+        out["autotune_loaded"] = 1.0
     return out
 
 
