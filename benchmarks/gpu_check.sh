@@ -74,7 +74,9 @@
 #                                                 jsquad-vllm-fp8-kv8-wide,jsquad-vllm-fp8-8k-graphs,jsquad-vllm-bigbatch,
 #                                                 jsquad-vllm-awq' (no spaces; 422 s on an H100, reports/h100-tokcopies;
 #                                                 the whole study after it took ~1,640 s of calls there: one session's
-#                                                 device time only when its first machine start opens)
+#                                                 device time only when its first machine start opens), and
+#                                                 jsquad-vllm-offload for a second run's offload start (~80 s more: a
+#                                                 configuration's first start autotunes, reports/h100-tokcopies)
 #   STUDY_ARGS='...' bash benchmarks/gpu_check.sh warm|study OUT ...   (STUDY_TIMEOUT=S: a `study` call's limit, 570 s)
 #                                                 extra `runner go` arguments for the vLLM calls (not the 'jsquad-hf-*'
 #                                                 call). Not vLLM's startup plan for the starts' share: given a KV size
