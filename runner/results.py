@@ -80,10 +80,10 @@ class StartParts(_M):
     )
     autotune_skipped: bool | None = Field(
         None,
-        description="true: the engine started without FlashInfer's autotuning (vLLM's "
-        "`enable_flashinfer_autotune` off), since an earlier start of the same configuration on "
-        "this GPU found nothing to tune (kept under $RUNNER_CACHE/vllm-autotune); false: it ran "
-        "as vLLM decides; null: not known.",
+        description="true: the runner started the engine without FlashInfer's autotuning (vLLM's "
+        "`enable_flashinfer_autotune` off), since an earlier start of the same configuration "
+        "found nothing to tune (kept under $RUNNER_CACHE/vllm-autotune); false: the runner left "
+        "it as vLLM or the recipe set it; null: not known.",
     )
 
 

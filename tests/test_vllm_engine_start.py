@@ -526,9 +526,8 @@ NOTHING_TO_TUNE = (
 
 def _autotuned(monkeypatch, tmp_path, log):
     every = VLLMSpec(kind="vllm", gpu_memory_utilization=0.8).llm_kwargs(_model())
-    made = _stand_in(
-        monkeypatch, tmp_path, accepted=set(every) | {"enable_flashinfer_autotune"}, log=log
-    )
+    names = set(every) | {"enable_flashinfer_autotune", "kernel_config"}
+    made = _stand_in(monkeypatch, tmp_path, accepted=names, log=log)
     monkeypatch.setattr(VLLMSpec, "set_env", lambda self: None)
     monkeypatch.setattr(EngineSpecBase, "preload", lambda self, model=None: None)
 
@@ -566,8 +565,20 @@ def test_a_configuration_whose_autotuning_found_nothing_starts_without_it_next_t
     asked = VLLMSpec(
         kind="vllm", gpu_memory_utilization=0.8, engine_args={"enable_flashinfer_autotune": True}
     )
-    made, skipped = start(asked)  # the recipe's own switch wins
-    assert made["enable_flashinfer_autotune"] is True and skipped is False
+    for _ in range(2):  # the recipe's own switch wins, also once its configuration is kept
+        made, skipped = start(asked)
+        assert made["enable_flashinfer_autotune"] is True and skipped is False
+    own = VLLMSpec(
+        kind="vllm",
+        gpu_memory_utilization=0.8,
+        engine_args={"kernel_config": {"enable_flashinfer_autotune": True}},
+    )
+    for _ in range(2):  # ... also set inside a kernel_config (vLLM refuses both at once)
+        made, skipped = start(own)
+        assert "enable_flashinfer_autotune" not in made and skipped is False
+    monkeypatch.setenv("VLLM_FLASHINFER_AUTOTUNE_SKIP_OPS", "fp4_gemm")  # changes what is tuned
+    made, skipped = start(spec)
+    assert "enable_flashinfer_autotune" not in made and skipped is False
 
 
 def test_a_configuration_whose_autotuning_loaded_tactics_is_taken_off_the_list(
@@ -578,8 +589,11 @@ def test_a_configuration_whose_autotuning_loaded_tactics_is_taken_off_the_list(
     spec = VLLMSpec(kind="vllm", gpu_memory_utilization=0.8)
     start(spec)
     [key] = json.loads(vllm_engine.autotune_file("0.26.0").read_text())
-    loaded = {"autotune_loaded": 1.0}
-    vllm_engine.remember_autotune("0.26.0", key, loaded)  # (a later start that found tactics)
+    # (a later start of it that found tactics, as vLLM 0.26 logs it)
+    loaded = vllm_engine.parse_engine_log(
+        "INFO FlashInfer autotune cache loaded on rank 0 from /c/ab/autotune_configs.json.\n"
+    )
+    vllm_engine.remember_autotune("0.26.0", key, loaded)
     assert json.loads(vllm_engine.autotune_file("0.26.0").read_text()) == []
     made, skipped = start(spec)
     assert "enable_flashinfer_autotune" not in made and skipped is False
@@ -590,9 +604,11 @@ def test_a_configuration_whose_autotuning_loaded_tactics_is_taken_off_the_list(
 
 def test_a_vllm_without_the_autotune_switch_is_never_handed_it(monkeypatch, tmp_path):
     pytest.importorskip("transformers")
-    _stand_in(monkeypatch, tmp_path, log=LOG + NOTHING_TO_TUNE)  # (EngineArgs without it)
+    made = _stand_in(monkeypatch, tmp_path, log=LOG + NOTHING_TO_TUNE)  # (EngineArgs without it)
     monkeypatch.setattr(VLLMSpec, "set_env", lambda self: None)
     monkeypatch.setattr(EngineSpecBase, "preload", lambda self, model=None: None)
     VLLMEngine(VLLMSpec(kind="vllm"), _model(), chat=None)
-    again = VLLMEngine(VLLMSpec(kind="vllm"), _model(), chat=None)  # would refuse it
+    assert vllm_engine.autotune_file("0.26.0").is_file()  # kept all the same
+    again = VLLMEngine(VLLMSpec(kind="vllm"), _model(), chat=None)
+    assert "enable_flashinfer_autotune" not in made  # (the real one would refuse it)
     assert again.info.extra["start"]["autotune_skipped"] is False

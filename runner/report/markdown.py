@@ -282,10 +282,12 @@ def _start_section(r: RunResult) -> list[str]:
         )
     if any(p.autotune_skipped for _, _, p in starts):
         note += (
-            " *FlashInfer autotuning skipped*: an earlier start of the same configuration on this "
-            "GPU found nothing for it to tune (kept under `$RUNNER_CACHE/vllm-autotune`), so this "
-            "start left out its forward pass of `max_num_batched_tokens` tokens; the kernels are "
-            "the ones that start used. `engine_args.enable_flashinfer_autotune: true` runs it."
+            " *FlashInfer autotuning skipped*: an earlier start of the same configuration (its "
+            "arguments, GPU, model config, environment and library versions) found nothing for it "
+            "to tune (kept under `$RUNNER_CACHE/vllm-autotune`), so this start left out its "
+            "forward pass of `max_num_batched_tokens` tokens and ran FlashInfer's default tactics, "
+            "as that one did. `engine_args.enable_flashinfer_autotune: true` runs it; deleting "
+            "that folder forgets every such configuration."
         )
     return paragraphs("### Engine start", note, table(rows, head))
 

@@ -9,6 +9,7 @@ import copy
 import gc
 import hashlib
 import importlib
+import importlib.metadata
 import json
 import os
 import shutil
@@ -200,33 +201,51 @@ def autotune_file(version: str) -> Path:
     return cache_root() / "vllm-autotune" / f"{version}.json"
 
 
-def autotune_key(kwargs: dict[str, Any], gpu: str) -> str:
-    """A configuration as the autotuning sees it: `LLM()`'s arguments (not the profiler's folder),
-    the GPU's name and the model's config.json."""
+def autotune_key(kwargs: dict[str, Any], gpu: str) -> str | None:
+    """A configuration as the autotuning sees it: `LLM()`'s arguments, the GPU's name, the model's
+    config.json, the engine's environment (`VLLM_*`, `FLASHINFER_*`, `CUDA_VISIBLE_DEVICES`: some
+    change what is tuned) and the versions of torch, CUDA and FlashInfer (None: not expressible)."""
     config, config_hash = Path(str(kwargs.get("model", ""))) / "config.json", None
     with contextlib.suppress(OSError):  # (a hub id: its name is in the arguments)
         config_hash = hashlib.sha256(config.read_bytes()).hexdigest()
-    args = {k: v for k, v in kwargs.items() if k != "profiler_config"}
-    text = json.dumps([args, gpu, config_hash], sort_keys=True, default=str)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith(("VLLM_", "FLASHINFER_")) or k == "CUDA_VISIBLE_DEVICES"
+    }
+    libs = []
+    for name in ("torch", "flashinfer-python", "flashinfer-cubin", "nvidia-cublas-cu13"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            libs.append(f"{name} {importlib.metadata.version(name)}")
+    try:
+        text = json.dumps([kwargs, gpu, config_hash, env, libs], sort_keys=True, default=str)
+    except TypeError:  # (keys of mixed types)
+        return None
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def skip_autotune(kwargs: dict[str, Any], key: str, version: str, accepted: set[str]) -> bool:
-    """Whether to start without FlashInfer's autotuning: an earlier start of this configuration on
-    this GPU found nothing to tune, and the recipe did not set `enable_flashinfer_autotune` itself.
-    vLLM 0.26 autotunes in every start on Hopper and later, a forward pass of
-    `max_num_batched_tokens` tokens; a CPU-offload start's log has 21 s between that pass's start
-    and the engine's (reports/h100-warm-study), where weights cross PCIe for every pass."""
+def skip_autotune(
+    kwargs: dict[str, Any], key: str | None, version: str, accepted: set[str]
+) -> bool:
+    """Whether to start without FlashInfer's autotuning: an earlier start of this configuration
+    found nothing to tune, and the recipe set neither `enable_flashinfer_autotune` nor a
+    `kernel_config` itself. vLLM 0.26 autotunes in every start at its default optimization level
+    on Hopper and later with FlashInfer installed, a forward pass of `max_num_batched_tokens`
+    tokens; what leaving it out saves is not measured yet (reports/h100-tokcopies)."""
     return (
-        "enable_flashinfer_autotune" in accepted
-        and "enable_flashinfer_autotune" not in kwargs
+        key is not None
+        and "enable_flashinfer_autotune" in accepted
+        and not {"enable_flashinfer_autotune", "kernel_config"} & set(kwargs)
         and key in _kept(autotune_file(version))
     )
 
 
-def remember_autotune(version: str, key: str, parsed: dict[str, float]) -> None:
-    """After a start: a configuration whose autotuning found nothing is kept, one that found and
-    loaded tactics is taken off; a start without autotuning changes nothing."""
+def remember_autotune(version: str, key: str | None, parsed: dict[str, float]) -> None:
+    """After a start: a configuration whose autotuning found nothing is kept, one that loaded
+    tactics is taken off; a start without autotuning (left out, tensor parallel: vLLM logs
+    neither) changes nothing."""
+    if key is None:
+        return
     if parsed.get("autotune_found_none"):
         _update_kept(autotune_file(version), lambda kept: [*kept, key] if key not in kept else kept)
     elif parsed.get("autotune_loaded"):
