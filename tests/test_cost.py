@@ -394,6 +394,13 @@ def test_the_study_sums_its_cold_and_warm_starts():
     )
     # 3 x 1,500 J, no price
     assert "Summed over the cells: GPU energy of every measured generation 4.5 kJ." in text
+    assert "autotuning" not in text
+    skipped = warm.model_copy(update={"autotune_skipped": True})
+    text = "\n".join(spent_section([cell("a", cold, skipped), cell("b", skipped)]))
+    assert (
+        "2 of the 3 engine starts left out FlashInfer's autotuning (an earlier start of the same "
+        "configuration found nothing to tune)." in text
+    )
 
 
 def test_runner_report_prices_stored_runs_without_touching_their_results(tmp_path):

@@ -454,6 +454,12 @@ def spent_section(cells: list[RunResult]) -> list[str]:
             "another host)."
         )
         out += ["", words]
+    if skipped := sum(bool(p.autotune_skipped) for p in parts):
+        out += [
+            "",
+            f"{skipped} of the {len(parts)} engine starts left out FlashInfer's autotuning (an "
+            "earlier start of the same configuration found nothing to tune).",
+        ]
     if reused := [r for r in cells if r.timings.load_s == 0]:
         on = ", ".join(f"{r.name} (on {r.engine_of}'s)" if r.engine_of else r.name for r in reused)
         out += ["", f"Cells that ran on an engine started for another cell: {on}."]
