@@ -77,6 +77,11 @@
 #                                                 device time only when its first machine start opens), and
 #                                                 jsquad-vllm-offload for a second run's offload start (~80 s more: a
 #                                                 configuration's first start autotunes, reports/h100-tokcopies)
+#   bash benchmarks/gpu_check.sh warm-par OUT CELLS CELLS... `warm` of each CELLS at once, each into /root/warm-pN,
+#                                                 on 0.4 of the GPU with 4 GiB of KV cache (vLLM's compile hash and
+#                                                 the runner's autotune list leave the memory settings out, so the
+#                                                 study's starts after it are as warm; the compiles are mostly CPU
+#                                                 work, which the streams overlap)
 #   STUDY_ARGS='...' bash benchmarks/gpu_check.sh warm|study OUT ...   (STUDY_TIMEOUT=S: a `study` call's limit, 570 s)
 #                                                 extra `runner go` arguments for the vLLM calls (not the 'jsquad-hf-*'
 #                                                 call). Not vLLM's startup plan for the starts' share: given a KV size
@@ -161,6 +166,15 @@ case $step in
       "${SETS[@]}" "${EXTRA[@]}" 2>&1 | tee -a "$out/$d.log"
     python3 -m runner report /root/$d 2>&1 | tail -2 | tee -a "$out/$d.log"
     tar -C /root -czf "$out/$d.tgz" --exclude='*.lock' --exclude='samples*.jsonl*' $d ;;
+  warm-par)
+    i=0
+    for cells in "${@:3}"; do
+      i=$((i+1))
+      STUDY_ARGS="--set engine.gpu_memory_utilization=0.4 --set engine.engine_args.kv_cache_memory_bytes=4294967296 ${STUDY_ARGS:-}" \
+        bash "$0" warm "$out" "$cells" "warm-p$i" &
+      sleep 15
+    done
+    wait ;;
   xquad-tune)
     if [ ! -f $G ]; then mkdir -p /root/models && cat $ST/smollm2.gguf.part-* > $G; fi
     sha256sum $G | tee "$out/gguf.sha256"

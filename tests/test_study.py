@@ -588,6 +588,30 @@ def test_set_on_an_axis_or_the_name_is_refused(write_recipe, base_recipe):
     assert len(load_recipes(p, ["sampling.temperature=0.5"])) == 2  # what they share: fine
 
 
+def test_set_on_an_entry_of_a_varied_mapping_merges_unless_the_cells_differ_in_it(
+    write_recipe, base_recipe
+):
+    """A study that varies a mapping (vLLM's `engine_args`) may still take an entry of it that no
+    cell sets, for every cell (the memory a warm-up may take, issue 41); an entry the cells differ
+    in, or the mapping whole, would make them the same and is refused."""
+    r = study(
+        base_recipe,
+        engine={"kind": "vllm"},
+        matrix={"engine.engine_args": {"": {}, "big": {"max_num_seqs": 512}}},
+    )
+    p = write_recipe(r)
+    plain, big = load_recipes(p, ["engine.engine_args.kv_cache_memory_bytes=1024"])
+    assert plain.recipe.engine.engine_args == {"kv_cache_memory_bytes": 1024}
+    assert big.recipe.engine.engine_args == {"max_num_seqs": 512, "kv_cache_memory_bytes": 1024}
+    for bad, varied in (
+        ("engine.engine_args.max_num_seqs=4", "engine.engine_args.max_num_seqs"),
+        ("engine.engine_args={}", "engine.engine_args"),
+    ):
+        assert error(load_recipes, p, [bad]).message.startswith(
+            f"--set {bad.split('=')[0]}: the study varies {varied!r} across its cells"
+        )
+
+
 def test_model_paths_apply_per_cell(write_recipe, base_recipe, tmp_path):
     r = study(
         base_recipe,

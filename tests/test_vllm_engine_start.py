@@ -526,7 +526,7 @@ NOTHING_TO_TUNE = (
 
 def _autotuned(monkeypatch, tmp_path, log):
     every = VLLMSpec(kind="vllm", gpu_memory_utilization=0.8).llm_kwargs(_model())
-    names = set(every) | {"enable_flashinfer_autotune", "kernel_config"}
+    names = set(every) | {"enable_flashinfer_autotune", "kernel_config", "kv_cache_memory_bytes"}
     made = _stand_in(monkeypatch, tmp_path, accepted=names, log=log)
     monkeypatch.setattr(VLLMSpec, "set_env", lambda self: None)
     monkeypatch.setattr(EngineSpecBase, "preload", lambda self, model=None: None)
@@ -555,9 +555,14 @@ def test_a_configuration_whose_autotuning_found_nothing_starts_without_it_next_t
     made, skipped = start(spec)  # the same configuration: the pass left out
     assert made["enable_flashinfer_autotune"] is False and skipped is True
     made, skipped = start(
-        VLLMSpec(kind="vllm", gpu_memory_utilization=0.7)
+        VLLMSpec(kind="vllm", gpu_memory_utilization=0.8, enforce_eager=True)
     )  # another configuration
     assert "enable_flashinfer_autotune" not in made and skipped is False
+    less = VLLMSpec(
+        kind="vllm", gpu_memory_utilization=0.4, engine_args={"kv_cache_memory_bytes": 2**32}
+    )
+    made, skipped = start(less)  # the same one on less of the GPU: nothing tuned depends on it
+    assert made["enable_flashinfer_autotune"] is False and skipped is True
     monkeypatch.setattr(vllm_engine, "device_facts", lambda: {"gpu": "NVIDIA H100 80GB HBM3"})
     made, skipped = start(spec)  # another GPU
     assert "enable_flashinfer_autotune" not in made and skipped is False

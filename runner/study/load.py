@@ -466,6 +466,8 @@ def _pinned_apart(sets: Mapping[str, str], by_key: Mapping[str, Axis], runs: lis
         # an axis, or by what variants set (found by a tester: `--set` made two variants one)
         differ = lambda values: len({json.dumps(v, default=str) for v in values}) > 1
         clash = _clash(by_key, k)
+        if clash and k.startswith(f"{clash}."):  # one entry of a mapping the study varies:
+            clash = None  # the cells stay apart unless they differ in that entry itself
         if not (clash and differ(c.cell.get(clash) for c in runs)):
             if not differ(get_dotted(c.data, k) for c in runs):
                 continue

@@ -201,10 +201,17 @@ def autotune_file(version: str) -> Path:
     return cache_root() / "vllm-autotune" / f"{version}.json"
 
 
+# how much GPU memory the engine takes: no shape the autotuning tunes (vLLM's compile hash leaves
+# them out too), so a start with another share of the GPU is the same configuration
+_AUTOTUNE_MEMORY = ("gpu_memory_utilization", "kv_cache_memory_bytes", "num_gpu_blocks_override")
+
+
 def autotune_key(kwargs: dict[str, Any], gpu: str) -> str | None:
-    """A configuration as the autotuning sees it: `LLM()`'s arguments, the GPU's name, the model's
-    config.json, the engine's environment (`VLLM_*`, `FLASHINFER_*`, `CUDA_VISIBLE_DEVICES`: some
-    change what is tuned) and the versions of torch, CUDA and FlashInfer (None: not expressible)."""
+    """A configuration as the autotuning sees it: `LLM()`'s arguments less the memory it takes, the
+    GPU's name, the model's config.json, the engine's environment (`VLLM_*`, `FLASHINFER_*`,
+    `CUDA_VISIBLE_DEVICES`: some change what is tuned) and the versions of torch, CUDA and
+    FlashInfer (None: not expressible)."""
+    kwargs = {k: v for k, v in kwargs.items() if k not in _AUTOTUNE_MEMORY}
     config, config_hash = Path(str(kwargs.get("model", ""))) / "config.json", None
     with contextlib.suppress(OSError):  # (a hub id: its name is in the arguments)
         config_hash = hashlib.sha256(config.read_bytes()).hexdigest()
