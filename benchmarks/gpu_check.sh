@@ -81,7 +81,12 @@
 #                                                 on 0.4 of the GPU with 4 GiB of KV cache (vLLM's compile hash and
 #                                                 the runner's autotune list leave the memory settings out, so the
 #                                                 study's starts after it are as warm; the compiles are mostly CPU
-#                                                 work, which the streams overlap)
+#                                                 work, which the streams overlap): for the study's share, the eight
+#                                                 'jsquad-vllm-fp8-graphs,jsquad-vllm-fp8-kv8,jsquad-vllm-fp8-8k-graphs,
+#                                                 jsquad-vllm-awq' 'jsquad-vllm-fp8-wide,jsquad-vllm-fp8-kv8-wide,
+#                                                 jsquad-vllm-bigbatch,jsquad-vllm-offload' took 292 s on an H100
+#                                                 (~490 s one after another), and the whole study after it three
+#                                                 `study` calls of 154, 400 and 424 s (reports/h100-second-run)
 #   STUDY_ARGS='...' bash benchmarks/gpu_check.sh warm|study OUT ...   (STUDY_TIMEOUT=S: a `study` call's limit, 570 s)
 #                                                 extra `runner go` arguments for the vLLM calls (not the 'jsquad-hf-*'
 #                                                 call). Not vLLM's startup plan for the starts' share: given a KV size
