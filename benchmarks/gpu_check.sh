@@ -85,7 +85,7 @@
 #                                                 'jsquad-vllm-fp8-graphs,jsquad-vllm-fp8-kv8,jsquad-vllm-fp8-8k-graphs,
 #                                                 jsquad-vllm-awq' 'jsquad-vllm-fp8-wide,jsquad-vllm-fp8-kv8-wide,
 #                                                 jsquad-vllm-bigbatch,jsquad-vllm-offload' took 292 s on an H100
-#                                                 (~490 s one after another), and the whole study after it three
+#                                                 (seven of them one after another: 422 s), and the whole study after it three
 #                                                 `study` calls of 154, 400 and 424 s (reports/h100-second-run)
 #   STUDY_ARGS='...' bash benchmarks/gpu_check.sh warm|study OUT ...   (STUDY_TIMEOUT=S: a `study` call's limit, 570 s)
 #                                                 extra `runner go` arguments for the vLLM calls (not the 'jsquad-hf-*'
@@ -171,15 +171,17 @@ case $step in
       "${SETS[@]}" "${EXTRA[@]}" 2>&1 | tee -a "$out/$d.log"
     python3 -m runner report /root/$d 2>&1 | tail -2 | tee -a "$out/$d.log"
     tar -C /root -czf "$out/$d.tgz" --exclude='*.lock' --exclude='samples*.jsonl*' $d ;;
-  warm-par)
-    i=0
+  warm-par)  # (0.4: vLLM refuses to start with less free memory than its share; the KV size is fixed)
+    i=0 pids=() rc=0
     for cells in "${@:3}"; do
       i=$((i+1))
       STUDY_ARGS="--set engine.gpu_memory_utilization=0.4 --set engine.engine_args.kv_cache_memory_bytes=4294967296 ${STUDY_ARGS:-}" \
         bash "$0" warm "$out" "$cells" "warm-p$i" &
+      pids+=($!)
       sleep 15
     done
-    wait ;;
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    exit $rc ;;
   xquad-tune)
     if [ ! -f $G ]; then mkdir -p /root/models && cat $ST/smollm2.gguf.part-* > $G; fi
     sha256sum $G | tee "$out/gguf.sha256"

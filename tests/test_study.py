@@ -610,6 +610,15 @@ def test_set_on_an_entry_of_a_varied_mapping_merges_unless_the_cells_differ_in_i
         assert error(load_recipes, p, [bad]).message.startswith(
             f"--set {bad.split('=')[0]}: the study varies {varied!r} across its cells"
         )
+    # found by a reviewer: a `null` entry is not a missing one, nor is a path that stops deeper
+    for values, bad in (
+        ({"": {}, "b": {"kv_cache_memory_bytes": None}}, "kv_cache_memory_bytes=1024"),
+        ({"": {}, "b": {"x": None}}, "x.y=1"),
+        ({"": {}, "b": {"x": {}}}, "x.y=1"),
+    ):
+        r = study(base_recipe, engine={"kind": "vllm"}, matrix={"engine.engine_args": values})
+        e = error(load_recipes, write_recipe(r), [f"engine.engine_args.{bad}"])
+        assert e.field == "--set" and "would make cells the same" in e.message
 
 
 def test_model_paths_apply_per_cell(write_recipe, base_recipe, tmp_path):

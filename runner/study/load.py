@@ -50,7 +50,7 @@ from typing import Any, NamedTuple
 
 from pydantic import Field
 
-from runner.base.dotted import get_dotted, overlaps
+from runner.base.dotted import overlaps
 from runner.base.errors import RecipeError
 from runner.base.types import StrictModel
 from runner.config.loading import (
@@ -458,6 +458,19 @@ def _check_names(cells: list[Cell], axes: list[Axis]) -> None:
         seen[c.name] = c
 
 
+def _entry(data: Any, key: str) -> list:
+    """What a cell holds at a dotted key: its value, or where the path stops (a missing key, a
+    value that is not a mapping) and at what depth: `--set` fills each of these in the same way,
+    so cells apart in any of them would become one (a `null` is not a missing key)."""
+    for depth, part in enumerate(key.split(".")):
+        if not isinstance(data, dict):
+            return ["not a mapping", depth, data]
+        if part not in data:
+            return ["missing", depth]
+        data = data[part]
+    return ["value", data]
+
+
 def _pinned_apart(sets: Mapping[str, str], by_key: Mapping[str, Axis], runs: list[Cell]) -> None:
     """A --set on what the cells this call runs differ in is refused: it would make them the
     same."""
@@ -469,7 +482,7 @@ def _pinned_apart(sets: Mapping[str, str], by_key: Mapping[str, Axis], runs: lis
         if clash and k.startswith(f"{clash}."):  # one entry of a mapping the study varies:
             clash = None  # the cells stay apart unless they differ in that entry itself
         if not (clash and differ(c.cell.get(clash) for c in runs)):
-            if not differ(get_dotted(c.data, k) for c in runs):
+            if not differ(_entry(c.data, k) for c in runs):
                 continue
             clash = k
         msg = (
