@@ -203,6 +203,37 @@ def _time_section(r: RunResult) -> list[str]:
     return parts + _energy_section(r)
 
 
+# what a start did ahead or left out (a StartParts field that is true in some start): its note
+_START_NOTES = (
+    (
+        "tokenizer_ahead",
+        " *Tokenizer loaded ahead*: the job's process loaded the engine's own tokenizer before the "
+        "start (while the job before it ran), so the start did not.",
+    ),
+    (
+        "tokenizer_copies_ahead",
+        " *Tokenizer copies made ahead*: the deep copies of its tokenizer that vLLM's front end "
+        "makes inside `LLM()` (~1 s each for a 150k-token vocabulary) were made by the job's "
+        "process before the start.",
+    ),
+    (
+        "modules_ahead",
+        " *Modules loaded ahead*: the job's process imported what vLLM's front end imported inside "
+        "earlier starts with this vLLM version (kept under `$RUNNER_CACHE/vllm-front`), so this "
+        "start imported fewer itself.",
+    ),
+    (
+        "autotune_skipped",
+        " *FlashInfer autotuning skipped*: an earlier start of the same configuration (its "
+        "arguments but the memory it takes, GPU, model config, environment and library versions) "
+        "found nothing for it to tune (kept under `$RUNNER_CACHE/vllm-autotune`), so this start "
+        "left out its forward pass of `max_num_batched_tokens` tokens and ran FlashInfer's default "
+        "tactics, as that one did. `engine_args.enable_flashinfer_autotune: true` runs it; "
+        "deleting that folder forgets every such configuration.",
+    ),
+)
+
+
 def _start_section(r: RunResult) -> list[str]:
     """Each engine start of the run split as the engine accounted for it, cold or warm."""
     starts = [(x.index, x.load_s, x.start) for x in r.repeats if x.start is not None]
@@ -263,32 +294,9 @@ def _start_section(r: RunResult) -> list[str]:
             'the same configuration, which `engine.env: {VLLM_ENABLE_STARTUP_PLAN: "1"}` turns '
             "on) instead of measuring it; its `gpu_memory_utilization` did not apply."
         )
-    if any(p.tokenizer_ahead for _, _, p in starts):
-        note += (
-            " *Tokenizer loaded ahead*: the job's process loaded the engine's own tokenizer before "
-            "the start (while the job before it ran), so the start did not."
-        )
-    if any(p.tokenizer_copies_ahead for _, _, p in starts):
-        note += (
-            " *Tokenizer copies made ahead*: the deep copies of its tokenizer that vLLM's front "
-            "end makes inside `LLM()` (~1 s each for a 150k-token vocabulary) were made by the "
-            "job's process before the start."
-        )
-    if any(p.modules_ahead for _, _, p in starts):
-        note += (
-            " *Modules loaded ahead*: the job's process imported what vLLM's front end imported "
-            "inside earlier starts with this vLLM version (kept under `$RUNNER_CACHE/vllm-front`), "
-            "so this start imported fewer itself."
-        )
-    if any(p.autotune_skipped for _, _, p in starts):
-        note += (
-            " *FlashInfer autotuning skipped*: an earlier start of the same configuration (its "
-            "arguments, GPU, model config, environment and library versions) found nothing for it "
-            "to tune (kept under `$RUNNER_CACHE/vllm-autotune`), so this start left out its "
-            "forward pass of `max_num_batched_tokens` tokens and ran FlashInfer's default tactics, "
-            "as that one did. `engine_args.enable_flashinfer_autotune: true` runs it; deleting "
-            "that folder forgets every such configuration."
-        )
+    note += "".join(
+        text for field, text in _START_NOTES if any(getattr(p, field) for *_, p in starts)
+    )
     return paragraphs("### Engine start", note, table(rows, head))
 
 
